@@ -1,0 +1,71 @@
+"""The backend protocol: the one small interface that ``local`` and ``mesos`` implement.
+
+A backend owns the running tasks and nothing else: it does not know about specs, plans or
+phases. The controller asks it to ``place`` a gang (all tasks of one job attempt), builds the
+TF cluster description from the answer, ``launch``-es the tasks, ``stop``-s tasks, and
+``observe``-s them each pass. ``tests/backend_conformance.py`` is the suite every backend
+passes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from tfdeclare.core.tasks import GangRequest, ObservedTask, Placement, TaskLaunch, Unplaced
+
+
+class BackendError(Exception):
+    """The backend cannot do what was asked (unreachable cluster, refused launch, ...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogChunk:
+    data: bytes
+    next_offset: int
+    complete: bool  # the task has ended and no more output will come
+
+
+@runtime_checkable
+class Backend(Protocol):
+    name: str
+
+    def observe(self) -> Sequence[ObservedTask]:
+        """Every task this controller owns that the backend still knows, in any state."""
+        ...
+
+    def place(self, request: GangRequest) -> Placement | Unplaced:
+        """Place the whole gang or nothing. A placement holds resources until launch/release."""
+        ...
+
+    def release(self, placement: Placement) -> None:
+        """Give back a placement that will not be launched."""
+        ...
+
+    def launch(self, placement: Placement, tasks: Sequence[TaskLaunch]) -> None:
+        """Start every task of a placement. Task ids already known are not started twice."""
+        ...
+
+    def stop(self, task_ids: Sequence[str], grace_s: float) -> None:
+        """Ask tasks to stop: SIGTERM (or the backend's kill), ``grace_s``, then SIGKILL.
+
+        Returns at once; the tasks show as ``stopping`` until they have ended.
+        """
+        ...
+
+    def forget(self, task_ids: Sequence[str]) -> None:
+        """Drop ended tasks from ``observe`` (their logs stay readable until the job is gone)."""
+        ...
+
+    def read_log(self, task_id: str, offset: int = 0, limit: int = 1 << 20) -> LogChunk:
+        """Bytes of a task's output from ``offset``."""
+        ...
+
+    def watch(self, notify: Callable[[], None]) -> None:
+        """Call ``notify`` (from any thread) whenever ``observe`` may have changed."""
+        ...
+
+    def close(self) -> None:
+        """Let go of connections and threads. Running tasks keep running."""
+        ...

@@ -1,0 +1,88 @@
+"""The closed vocabularies shared by every layer: roles, policies, phases, task states.
+
+Each is a ``StrEnum`` whose values are exactly what users write in specs or read in status
+files, so that nothing outside this module spells them as free strings.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Role(StrEnum):
+    """A TensorFlow task type. Declaration order is the canonical order everywhere."""
+
+    CHIEF = "chief"
+    PS = "ps"
+    WORKER = "worker"
+    EVALUATOR = "evaluator"
+
+
+ROLE_ORDER: tuple[Role, ...] = tuple(Role)
+
+
+class RestartPolicy(StrEnum):
+    NEVER = "Never"
+    ON_FAILURE = "OnFailure"
+    ALWAYS = "Always"
+    EXIT_CODE = "ExitCode"
+
+
+class ClusterSpecStyle(StrEnum):
+    TF_CONFIG = "tf_config"
+    LEGACY_FLAGS = "legacy_flags"
+    BOTH = "both"
+
+
+class PlacementStrategy(StrEnum):
+    PACK = "pack"
+    SPREAD = "spread"
+
+
+class ConstraintOperator(StrEnum):
+    IN = "In"
+    NOT_IN = "NotIn"
+    EXISTS = "Exists"
+    DOES_NOT_EXIST = "DoesNotExist"
+
+
+class VolumeMode(StrEnum):
+    RO = "ro"
+    RW = "rw"
+
+
+class Phase(StrEnum):
+    """A job's phase in its status file (contract §6)."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    DELETING = "Deleting"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (Phase.SUCCEEDED, Phase.FAILED)
+
+
+class TaskState(StrEnum):
+    """What a backend says about one task. Backends map their own states onto these."""
+
+    STARTING = "starting"  # accepted by the backend, process not yet confirmed running
+    RUNNING = "running"
+    STOPPING = "stopping"  # a stop was requested and the task has not ended yet
+    SUCCEEDED = "succeeded"  # exited 0 by itself
+    FAILED = "failed"  # exited non-zero or by a signal it was not sent by us
+    STOPPED = "stopped"  # ended after we asked it to stop
+    LOST = "lost"  # the backend lost track of it; it may still be running (never proof of death)
+    GONE = "gone"  # known not to be running, without an exit status (e.g. Mesos TASK_GONE)
+
+    @property
+    def ended(self) -> bool:
+        return self in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPED, TaskState.GONE)
+
+    @property
+    def alive(self) -> bool:
+        """Counts against resources and must be stopped before a replacement starts."""
+        return self in (TaskState.STARTING, TaskState.RUNNING, TaskState.STOPPING, TaskState.LOST)

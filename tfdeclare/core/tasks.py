@@ -1,0 +1,170 @@
+"""What crosses the backend boundary: placement requests and answers, task launches, and
+observed tasks. Pure values; backends and the controller both speak them.
+
+A *slot* is one (role, index) position of a job's TF cluster with its address. A *gang* is all
+the slots of one job attempt: a backend places a gang whole or not at all, the controller then
+builds the cluster description from the placement and launches every task of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from tfdeclare.core.enums import ConstraintOperator, PlacementStrategy, Role, TaskState, VolumeMode
+from tfdeclare.core.resources import Resources
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TaskKey:
+    """One position in a job's cluster, e.g. ``worker-1``."""
+
+    role: Role
+    index: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.role.value}-{self.index}"
+
+    @property
+    def colon_name(self) -> str:
+        """The ``ROLE:INDEX`` form users type (``tfdeclare logs --task worker:1``)."""
+        return f"{self.role.value}:{self.index}"
+
+
+@dataclass(frozen=True, slots=True)
+class AttributeConstraint:
+    attribute: str
+    operator: ConstraintOperator
+    values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Volume:
+    host_path: str
+    container_path: str
+    mode: VolumeMode = VolumeMode.RO
+
+
+@dataclass(frozen=True, slots=True)
+class Address:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class SlotRequest:
+    key: TaskKey
+    resources: Resources
+    # The address this slot had in an earlier attempt: backends reuse it when they can, so
+    # PSS and TF1 peers can reconnect to the same host:port after a restart.
+    previous: Address | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GangRequest:
+    job: str
+    attempt: int
+    slots: tuple[SlotRequest, ...]
+    strategy: PlacementStrategy = PlacementStrategy.PACK
+    constraints: tuple[AttributeConstraint, ...] = ()
+
+    @property
+    def total(self) -> Resources:
+        total = Resources(0.0, 0, 0)
+        for slot in self.slots:
+            total = total + slot.resources
+        return total
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """Where one task of a placed gang runs."""
+
+    key: TaskKey
+    host: str
+    port: int
+    agent_id: str | None = None  # Mesos agent; None for the local backend
+    gpu_devices: tuple[int, ...] = ()  # device indices, where the backend chooses them
+
+    @property
+    def address(self) -> Address:
+        return Address(self.host, self.port)
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """A whole gang placed; held by the backend until ``launch`` or ``release``."""
+
+    job: str
+    attempt: int
+    slots: tuple[Slot, ...]
+    token: str  # backend-specific handle for what it holds (offers, reserved ports)
+
+    def slot(self, key: TaskKey) -> Slot:
+        for slot in self.slots:
+            if slot.key == key:
+                return slot
+        raise KeyError(key)
+
+    @property
+    def addresses(self) -> Mapping[TaskKey, Address]:
+        return {slot.key: slot.address for slot in self.slots}
+
+
+class UnplacedReason(StrEnum):
+    WAITING_FOR_RESOURCES = "WaitingForResources"  # fits the cluster, but not what is free now
+    WAITING_FOR_GPUS = "WaitingForGPUs"
+    WAITING_FOR_OFFERS = "WaitingForOffers"
+    UNSCHEDULABLE = "Unschedulable"  # can never fit as configured
+
+
+@dataclass(frozen=True, slots=True)
+class Unplaced:
+    reason: UnplacedReason
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class TaskLaunch:
+    """Everything a backend needs to start one task; built by the controller."""
+
+    task_id: str
+    job: str
+    key: TaskKey
+    attempt: int
+    spec_hash: str
+    config_hash: str  # identity of this task's configuration: a change means replace the task
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    resources: Resources
+    slot: Slot
+    working_dir: str | None = None
+    image: str | None = None
+    volumes: tuple[Volume, ...] = ()
+    grace_period_s: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class ObservedTask:
+    """One task as the backend sees it now."""
+
+    task_id: str
+    job: str
+    key: TaskKey
+    attempt: int
+    config_hash: str
+    state: TaskState
+    resources: Resources
+    host: str | None = None
+    port: int | None = None
+    exit_code: int | None = None  # 128+N when killed by signal N
+    started_at: float | None = None  # unix seconds
+    finished_at: float | None = None
+    message: str = ""
+    spec_hash: str = ""
+    extra: Mapping[str, str] = field(default_factory=dict)  # backend detail, e.g. agent id
