@@ -1,7 +1,60 @@
-"""Command-line entry point (filled in by the CLI module)."""
+"""The ``tfdeclare`` command: argument parsing, dispatch and exit codes.
+
+Imports of heavy modules happen inside the commands, so ``tfdeclare validate`` starts fast.
+"""
 
 from __future__ import annotations
 
+import argparse
+import sys
+import traceback
+
+from tfdeclare import __version__
+from tfdeclare.cli.common import (
+    EXIT_ERROR,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    UserError,
+    add_common_options,
+    print_diagnostics,
+    stderr_line,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tfdeclare",
+        description="Declarative runner for distributed TensorFlow training: validate, plan, apply.",
+    )
+    parser.add_argument("--version", action="version", version=f"tfdeclare {__version__}")
+    common = argparse.ArgumentParser(add_help=False)
+    add_common_options(common)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    from tfdeclare.cli import specs_commands
+
+    specs_commands.add_parsers(sub, common)
+    return parser
+
 
 def main(argv: list[str] | None = None) -> int:
-    raise SystemExit("tfdeclare: not built yet")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except UserError as err:
+        print_diagnostics(err.diagnostics)
+        stderr_line(f"tfdeclare: error: {err}")
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        stderr_line("tfdeclare: interrupted")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return EXIT_ERROR
+    except Exception:
+        stderr_line("tfdeclare: internal error (this is a bug; please report it with the trace below)")
+        traceback.print_exc(file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

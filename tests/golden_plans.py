@@ -1,0 +1,65 @@
+"""Golden plan cases: each folder under tests/golden/plan/ is one case.
+
+    specs/*.yaml     the desired state (paths shown relative to the case folder)
+    observed.yaml    a list of applied jobs: {phase, running: [worker-0, ...], source: FILE:LINE, job: TFJob}
+    options.yaml     optional planner options: {prune: bool, allowEmpty: bool}
+    expected.txt     the text plan
+    expected.json    the JSON plan
+
+Run ``UPDATE_GOLDEN=1 pytest tests/test_plan_golden.py`` to rewrite the expected files after an
+intended change, then read the diff.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tfdeclare.core.enums import Phase, Role
+from tfdeclare.core.loader import SourceRef, load_file
+from tfdeclare.core.observed import ObservedJob
+from tfdeclare.core.planner import Plan, PlanOptions, plan
+from tfdeclare.core.tasks import TaskKey
+from tfdeclare.shell.sources import SpecFiles
+
+ROOT = Path(__file__).parent / "golden" / "plan"
+
+
+def cases() -> list[Path]:
+    return sorted(p for p in ROOT.iterdir() if p.is_dir())
+
+
+def _observed(entry: dict[str, Any]) -> ObservedJob:
+    text = yaml.safe_dump(entry["job"]).encode()
+    result = load_file("observed.yaml", text)
+    assert not result.diagnostics, [d.format() for d in result.diagnostics]
+    job = result.jobs[0]
+    source = None
+    if "source" in entry:
+        file, line = entry["source"].rsplit(":", 1)
+        source = SourceRef(file, int(line))
+    running = tuple(
+        TaskKey(Role(role), int(index))
+        for role, index in (t.rsplit("-", 1) for t in entry.get("running", []))
+    )
+    return ObservedJob(job.name, job.canonical, job.spec.spec_hash, Phase(entry["phase"]), source, running)
+
+
+def run_case(case: Path) -> Plan:
+    desired = (
+        SpecFiles([case / "specs"], base=case).load()
+        if (case / "specs").exists()
+        else SpecFiles([], base=case).load()
+    )
+    observed_file = case / "observed.yaml"
+    entries = yaml.safe_load(observed_file.read_text()) if observed_file.exists() else []
+    observed = {o.name: o for o in map(_observed, entries or [])}
+    options_file = case / "options.yaml"
+    options = yaml.safe_load(options_file.read_text()) if options_file.exists() else {}
+    return plan(
+        desired,
+        observed,
+        PlanOptions(prune=options.get("prune", False), allow_empty=options.get("allowEmpty", False)),
+    )

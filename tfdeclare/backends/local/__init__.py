@@ -1,0 +1,1 @@
+"""The local backend: every task a supervised process on this machine."""

@@ -1,0 +1,1 @@
+"""The Mesos backend: tfdeclare as a Mesos v1 HTTP framework."""

@@ -1,0 +1,102 @@
+"""What every command shares: errors and exit codes, settings from config + options, output.
+
+Exit codes (contract §3): 0 success, 1 user or environment error, 2 plan has changes (with
+``--detailed-exitcode``), 3 internal error, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tfdeclare.core.config import Config, parse_config
+from tfdeclare.core.diagnostics import Diagnostic
+from tfdeclare.core.loader import LoadContext
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_CHANGES = 2
+EXIT_INTERNAL = 3
+EXIT_INTERRUPTED = 130
+
+DEFAULT_CONFIG = "tfdeclare.yaml"
+
+
+class UserError(Exception):
+    """A problem the user can fix; printed as one line (plus diagnostics), exit code 1."""
+
+    def __init__(self, message: str, diagnostics: Sequence[Diagnostic] = ()) -> None:
+        super().__init__(message)
+        self.diagnostics = tuple(diagnostics)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    config: Config
+    state_dir: Path
+    status_dir: Path
+    config_path: Path | None
+
+    @property
+    def backend(self) -> str:
+        return self.config.backend
+
+    @property
+    def load_context(self) -> LoadContext:
+        return LoadContext(backend=self.config.backend, mesos_containerizer=self.config.mesos.containerizer)
+
+
+def add_common_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("common options")
+    group.add_argument(
+        "--config", metavar="FILE", help=f"config file (default ./{DEFAULT_CONFIG} when present)"
+    )
+    group.add_argument("--backend", choices=("local", "mesos"), help="where jobs run (default local)")
+    group.add_argument("--state-dir", metavar="DIR", help="controller state (default ./.tfdeclare)")
+    group.add_argument("--status-dir", metavar="DIR", help="status files (default ./status)")
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    config_path: Path | None = Path(args.config) if args.config else None
+    if config_path is None and Path(DEFAULT_CONFIG).is_file():
+        config_path = Path(DEFAULT_CONFIG)
+    config = Config()
+    base = Path.cwd()
+    if config_path is not None:
+        try:
+            data = config_path.read_bytes()
+        except OSError as err:
+            raise UserError(f"cannot read config {config_path}: {err.strerror or err}") from err
+        parsed, problems = parse_config(str(config_path), data)
+        if parsed is None:
+            raise UserError(f"invalid config {config_path}", problems)
+        config = parsed
+        base = config_path.resolve().parent
+    config = config.with_overrides(backend=args.backend)
+    state_dir = Path(args.state_dir) if args.state_dir else base / config.state_dir
+    status_dir = Path(args.status_dir) if args.status_dir else base / config.status_dir
+    return Settings(config, state_dir.absolute(), status_dir.absolute(), config_path)
+
+
+def stdout_write(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def stderr_line(text: str) -> None:
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+def print_diagnostics(diagnostics: Sequence[Diagnostic]) -> None:
+    for diagnostic in diagnostics:
+        stderr_line(diagnostic.format())
+
+
+def use_color(stream: object = None) -> bool:
+    stream = stream or sys.stdout
+    return bool(getattr(stream, "isatty", lambda: False)()) and "NO_COLOR" not in os.environ

@@ -1,0 +1,121 @@
+"""The TF cluster description of every task: ``TF_CONFIG`` and TFMesos-style legacy flags.
+
+``task_configs`` resolves, for one job attempt and one placement, exactly what each task runs
+(argv, environment, resources). Its ``config_hash`` is a task's identity: a running task whose
+hash differs from the desired one is replaced. The planner calls the same function with
+symbolic addresses to say which running tasks a change restarts.
+
+Rules (reference: tensorflow-distributed.md §4, §11): every training task (chief, ps, worker)
+sees the same cluster, *without* the evaluator; the evaluator sees the whole cluster including
+itself. Legacy flags know only ``ps`` and ``worker``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from tfdeclare.core.enums import ROLE_ORDER, ClusterSpecStyle, Role
+from tfdeclare.core.model import JobSpec
+from tfdeclare.core.resources import Resources
+from tfdeclare.core.tasks import TaskKey, Volume
+
+_PLACEHOLDER = re.compile(r"\{(ps_hosts|worker_hosts|job_name|task_index)\}")
+
+
+def cluster_for(addresses: Mapping[TaskKey, str], role: Role) -> dict[str, list[str]]:
+    """The ``cluster`` map a task of ``role`` sees."""
+    cluster: dict[str, list[str]] = {}
+    for cluster_role in ROLE_ORDER:
+        if cluster_role is Role.EVALUATOR and role is not Role.EVALUATOR:
+            continue
+        keys = sorted(k for k in addresses if k.role is cluster_role)
+        if keys:
+            cluster[cluster_role.value] = [addresses[k] for k in keys]
+    return cluster
+
+
+def tf_config(addresses: Mapping[TaskKey, str], key: TaskKey) -> str:
+    return json.dumps(
+        {"cluster": cluster_for(addresses, key.role), "task": {"type": key.role.value, "index": key.index}},
+        separators=(",", ":"),
+    )
+
+
+def legacy_values(addresses: Mapping[TaskKey, str], key: TaskKey) -> dict[str, str]:
+    cluster = cluster_for(addresses, Role.WORKER)
+    return {
+        "ps_hosts": ",".join(cluster.get("ps", [])),
+        "worker_hosts": ",".join(cluster.get("worker", [])),
+        "job_name": key.role.value,
+        "task_index": str(key.index),
+    }
+
+
+def substitute(argv: tuple[str, ...], values: Mapping[str, str]) -> tuple[str, ...]:
+    """Replace only the four known placeholders; other braces are left alone."""
+    return tuple(_PLACEHOLDER.sub(lambda m: values[m.group(1)], arg) for arg in argv)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskConfig:
+    key: TaskKey
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]  # sorted by name
+    resources: Resources
+    image: str | None
+    working_dir: str | None
+    volumes: tuple[Volume, ...]
+
+    @property
+    def config_hash(self) -> str:
+        encoded = json.dumps(
+            {
+                "argv": self.argv,
+                "env": self.env,
+                "resources": [self.resources.cpus, self.resources.mem_mib, self.resources.gpus],
+                "image": self.image,
+                "workingDir": self.working_dir,
+                "volumes": [[v.host_path, v.container_path, v.mode.value] for v in self.volumes],
+            },
+            separators=(",", ":"),
+        )
+        return hashlib.sha256(encoded.encode()).hexdigest()[:16]
+
+
+def task_configs(spec: JobSpec, addresses: Mapping[TaskKey, str], attempt: int) -> dict[TaskKey, TaskConfig]:
+    """What every task of ``spec`` runs, given every task's address."""
+    configs: dict[TaskKey, TaskConfig] = {}
+    for key in spec.task_keys():
+        env = spec.env_for(key.role)
+        argv = spec.command_for(key.role)
+        if spec.cluster_spec in (ClusterSpecStyle.TF_CONFIG, ClusterSpecStyle.BOTH):
+            env["TF_CONFIG"] = tf_config(addresses, key)
+        if spec.cluster_spec in (ClusterSpecStyle.LEGACY_FLAGS, ClusterSpecStyle.BOTH):
+            argv = substitute(argv, legacy_values(addresses, key))
+        env.update(
+            {
+                "TFDECLARE_JOB": spec.name,
+                "TFDECLARE_ROLE": key.role.value,
+                "TFDECLARE_INDEX": str(key.index),
+                "TFDECLARE_ATTEMPT": str(attempt),
+            }
+        )
+        configs[key] = TaskConfig(
+            key=key,
+            argv=argv,
+            env=tuple(sorted(env.items())),
+            resources=spec.resources_for(key.role),
+            image=spec.image,
+            working_dir=spec.working_dir,
+            volumes=spec.volumes,
+        )
+    return configs
+
+
+def symbolic_addresses(spec: JobSpec) -> dict[TaskKey, str]:
+    """Stand-in addresses for comparing two specs' task configurations (ports are stable)."""
+    return {key: key.name for key in spec.task_keys()}

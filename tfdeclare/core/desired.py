@@ -1,0 +1,76 @@
+"""The desired state: every loaded file put together, with the rules that span files.
+
+Names are unique across everything loaded: a name defined twice makes both definitions
+invalid (the diagnostics name both places). Names seen in invalid documents or files are
+*protected*: the planner never deletes or restarts the jobs they held.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from tfdeclare.core.diagnostics import Code, Diagnostic
+from tfdeclare.core.loader import FileResult, LoadedJob, SourceRef
+
+
+@dataclass(frozen=True, slots=True)
+class DesiredState:
+    jobs: Mapping[str, LoadedJob]
+    diagnostics: tuple[Diagnostic, ...]
+    protected: Mapping[str, tuple[Diagnostic, ...]]  # name -> why it cannot be applied now
+    invalid_files: frozenset[str]
+    files: tuple[str, ...]
+
+    @property
+    def has_errors(self) -> bool:
+        return any(d.is_error for d in self.diagnostics)
+
+
+def assemble(results: Iterable[FileResult]) -> DesiredState:
+    results = sorted(results, key=lambda r: r.path)
+    definitions: dict[str, list[SourceRef]] = defaultdict(list)
+    for result in results:
+        for name, source in result.named:
+            definitions[name].append(source)
+    diagnostics: list[Diagnostic] = []
+    protected: dict[str, list[Diagnostic]] = defaultdict(list)
+    jobs: dict[str, LoadedJob] = {}
+    invalid_files: set[str] = set()
+    for result in results:
+        errors = [d for d in result.diagnostics if d.is_error]
+        diagnostics.extend(result.diagnostics)
+        if errors:
+            invalid_files.add(result.path)
+            valid_names = {job.name for job in result.jobs}
+            for name, _ in result.named:
+                if name not in valid_names:
+                    protected[name].extend(errors)
+        for job in result.jobs:
+            places = definitions[job.name]
+            if len(places) > 1:
+                here = next(
+                    p for p in places if (p.file, p.document) == (job.source.file, job.source.document)
+                )
+                others = ", ".join(str(p) for p in places if p is not here)
+                problem = Diagnostic(
+                    here.file,
+                    here.line,
+                    None,
+                    f"job name {job.name!r} is also defined at {others}",
+                    "$.metadata.name",
+                    Code.DUPLICATE_NAME,
+                )
+                diagnostics.append(problem)
+                protected[job.name].append(problem)
+                invalid_files.add(job.source.file)
+                continue
+            jobs[job.name] = job
+    return DesiredState(
+        jobs=jobs,
+        diagnostics=tuple(diagnostics),
+        protected={name: tuple(problems) for name, problems in protected.items()},
+        invalid_files=frozenset(invalid_files),
+        files=tuple(r.path for r in results),
+    )

@@ -1,0 +1,318 @@
+"""Safe YAML: bytes of one file -> plain JSON-like documents, with positions for diagnostics.
+
+Only libyaml's *composer* runs (structure and positions); nothing is ever constructed from a
+tag. We resolve plain scalars ourselves with the YAML 1.2 core schema (so ``NO`` and ``yes``
+stay strings), refuse every tag but the standard scalar/collection ones, report duplicate and
+non-string keys, bound the file size, the nesting depth and the number of nodes visited (an
+alias bomb stops after ``max_nodes`` visits, in milliseconds), and reject invalid UTF-8.
+
+A ``Document`` keeps its composed node tree so that validation errors, found later by JSON
+path, can be placed at a line and column; ``release()`` drops it once a file is done.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from tfdeclare.core.diagnostics import REPORTED, Code, Diagnostic, JsonPath, format_json_path
+
+MAX_FILE_BYTES = 1 << 20
+MAX_NODES = 100_000
+MAX_DEPTH = 64
+
+_STR = "tag:yaml.org,2002:str"
+_PLAIN = "tag:tfdeclare,plain"  # untagged plain scalar: resolved by the YAML 1.2 core schema
+_MAP = "tag:yaml.org,2002:map"
+_SEQ = "tag:yaml.org,2002:seq"
+_EXPLICIT_SCALARS = {
+    _STR,
+    "tag:yaml.org,2002:int",
+    "tag:yaml.org,2002:float",
+    "tag:yaml.org,2002:bool",
+    "tag:yaml.org,2002:null",
+}
+
+_INT = re.compile(r"[-+]?[0-9]+\Z")
+_OCT = re.compile(r"0o[0-7]+\Z")
+_HEX = re.compile(r"0x[0-9a-fA-F]+\Z")
+_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?\Z")
+_NULLS = frozenset({"", "~", "null", "Null", "NULL"})
+_TRUE = frozenset({"true", "True", "TRUE"})
+_FALSE = frozenset({"false", "False", "FALSE"})
+_SPECIAL_FLOATS = frozenset(
+    {".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF", "-.inf", "-.Inf", "-.INF", ".nan", ".NaN", ".NAN"}
+)
+
+
+class _Loader(yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader):  # type: ignore[misc]
+    """libyaml's parser and composer with our own scalar resolution."""
+
+    def resolve(self, kind: type, value: Any, implicit: Any) -> str:
+        if kind is yaml.ScalarNode:
+            return _PLAIN if implicit[0] else _STR
+        return _MAP if kind is yaml.MappingNode else _SEQ
+
+
+def resolve_plain(text: str) -> Any:
+    """YAML 1.2 core schema for an untagged plain scalar."""
+    if not text:
+        return None
+    first = text[0]
+    if first.isalpha() and first not in "nNtTfF":
+        return text  # the common case: a word
+    if text in _NULLS:
+        return None
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    if _INT.match(text):
+        return int(text, 10)
+    if _OCT.match(text):
+        return int(text[2:], 8)
+    if _HEX.match(text):
+        return int(text[2:], 16)
+    if _FLOAT.match(text):
+        return float(text)
+    if text in _SPECIAL_FLOATS:
+        return float(text.replace(".", "", 1))
+    return text
+
+
+def _resolve_tagged(tag: str, text: str) -> Any:
+    if tag == _STR:
+        return text
+    value = resolve_plain(text)
+    expected = {
+        "tag:yaml.org,2002:int": int,
+        "tag:yaml.org,2002:float": float,
+        "tag:yaml.org,2002:bool": bool,
+        "tag:yaml.org,2002:null": type(None),
+    }[tag]
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if type(value) is not expected:
+        raise ValueError(f"{text!r} is not a valid {tag.rsplit(':', 1)[-1]}")
+    return value
+
+
+def _short(tag: str) -> str:
+    return "!!" + tag.removeprefix("tag:yaml.org,2002:") if tag.startswith("tag:yaml.org,2002:") else tag
+
+
+def _pos(node: yaml.Node) -> tuple[int, int]:
+    mark = node.start_mark
+    return mark.line + 1, mark.column + 1
+
+
+@dataclass(slots=True)
+class Document:
+    """One YAML document of a file: its plain value and (until released) its node tree."""
+
+    source: str
+    index: int  # 0-based position of the document in its file
+    line: int  # 1-based line where it starts
+    value: Any
+    _root: yaml.Node | None = field(default=None, repr=False)
+    refused: bool = False  # some value was refused while loading (and reported); not usable
+
+    def locate(self, path: JsonPath, *, key: bool = False) -> tuple[int, int]:
+        """Line and column of the node at ``path``; its nearest existing parent if absent.
+
+        With ``key=True`` and a mapping entry, the position of the key rather than the value.
+        """
+        node = self._root
+        if node is None:
+            return self.line, 1
+        # Where a missing child is reported: the key that names its parent (``spec:``).
+        anchor = _pos(node)
+        for depth, part in enumerate(path):
+            last = depth == len(path) - 1
+            child: yaml.Node | None = None
+            if isinstance(node, yaml.MappingNode) and isinstance(part, str):
+                for key_node, value_node in node.value:
+                    if isinstance(key_node, yaml.ScalarNode) and key_node.value == part:
+                        child = key_node if (last and key) else value_node
+                        next_anchor = _pos(key_node)
+                        break
+            elif (
+                isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value)
+            ):
+                child = node.value[part]
+                next_anchor = _pos(child)
+            if child is None:
+                return anchor
+            node = child
+            anchor = next_anchor
+        # A mapping or list is best shown by the key that names it; a scalar by its value.
+        if key or isinstance(node, yaml.ScalarNode) or not path:
+            return _pos(node)
+        return anchor
+
+    def diagnostic(
+        self, path: JsonPath, message: str, code: Code = Code.SCHEMA, *, key: bool = False
+    ) -> Diagnostic:
+        line, column = self.locate(path, key=key)
+        return Diagnostic(self.source, line, column, message, format_json_path(path), code)
+
+    def release(self) -> None:
+        self._root = None
+
+
+class _Converter:
+    """Walks a composed node graph into plain values, bounding the work."""
+
+    def __init__(self, source: str, max_nodes: int) -> None:
+        self.source = source
+        self.budget = max_nodes
+        self.diagnostics: list[Diagnostic] = []
+
+    def fail(self, node: yaml.Node, path: JsonPath, message: str, code: Code) -> None:
+        line, column = _pos(node)
+        self.diagnostics.append(Diagnostic(self.source, line, column, message, format_json_path(path), code))
+
+    def convert(self, node: yaml.Node, path: JsonPath, depth: int = 0) -> Any:
+        self.budget -= 1
+        if self.budget < 0:
+            raise _TooComplex(node, "document is too large or expands too many aliases")
+        if depth > MAX_DEPTH:
+            raise _TooComplex(node, f"document nests deeper than {MAX_DEPTH} levels")
+        tag = node.tag
+        if isinstance(node, yaml.ScalarNode):
+            if tag == _PLAIN:
+                value = resolve_plain(node.value)
+            elif tag in _EXPLICIT_SCALARS:
+                try:
+                    value = _resolve_tagged(tag, node.value)
+                except ValueError as err:
+                    self.fail(node, path, str(err), Code.YAML_SYNTAX)
+                    return REPORTED
+            else:
+                self.fail(
+                    node, path, f"tag {_short(tag)} is not allowed (only plain YAML data)", Code.FORBIDDEN_TAG
+                )
+                return REPORTED
+            if isinstance(value, float) and not math.isfinite(value):
+                self.fail(node, path, f"{node.value!r} is not a finite number", Code.SCHEMA)
+                return REPORTED
+            return value
+        if tag not in (_MAP, _SEQ):
+            self.fail(
+                node, path, f"tag {_short(tag)} is not allowed (only plain YAML data)", Code.FORBIDDEN_TAG
+            )
+            return REPORTED
+        if isinstance(node, yaml.SequenceNode):
+            return [self.convert(item, (*path, i), depth + 1) for i, item in enumerate(node.value)]
+        mapping: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            self.budget -= 1
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag not in (_PLAIN, _STR):
+                self.fail(key_node, path, "keys must be plain strings", Code.NON_STRING_KEY)
+                continue
+            key = key_node.value
+            if key_node.tag == _PLAIN and not isinstance(resolve_plain(key), str):
+                # ``1: x`` or ``true: x``: YAML would make a number or bool of it; say so.
+                self.fail(key_node, path, f"key {key!r} must be a string (quote it)", Code.NON_STRING_KEY)
+                continue
+            if key in mapping:
+                self.fail(key_node, (*path, key), f"duplicate key {key!r}", Code.DUPLICATE_KEY)
+                continue
+            mapping[key] = self.convert(value_node, (*path, key), depth + 1)
+        return mapping
+
+
+class _TooComplex(Exception):
+    def __init__(self, node: yaml.Node, message: str) -> None:
+        super().__init__(message)
+        self.node = node
+
+
+def _decode(source: str, data: bytes) -> tuple[str | None, Diagnostic | None]:
+    if len(data) > MAX_FILE_BYTES:
+        return None, Diagnostic(
+            source,
+            1,
+            None,
+            f"file is {len(data)} bytes, more than the limit of {MAX_FILE_BYTES}",
+            None,
+            Code.FILE_TOO_LARGE,
+        )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        before = data[: err.start]
+        line = before.count(b"\n") + 1
+        column = err.start - (before.rfind(b"\n") + 1) + 1
+        return None, Diagnostic(
+            source,
+            line,
+            column,
+            f"invalid UTF-8 (byte 0x{data[err.start]:02x} at offset {err.start})",
+            None,
+            Code.INVALID_UTF8,
+        )
+    return text.removeprefix("\ufeff"), None
+
+
+def _mark_diagnostic(source: str, text: str, err: yaml.MarkedYAMLError) -> Diagnostic:
+    mark = err.problem_mark or err.context_mark
+    problem = err.problem or "invalid YAML"
+    if mark is not None and 0 <= mark.index < len(text) and text[mark.index] == "\t":
+        problem = "a tab cannot indent YAML; use spaces"
+    if err.context:
+        problem = f"{problem} ({err.context})"
+    if mark is None:
+        return Diagnostic(source, 1, None, problem, None, Code.YAML_SYNTAX)
+    return Diagnostic(source, mark.line + 1, mark.column + 1, problem, None, Code.YAML_SYNTAX)
+
+
+def parse_documents(
+    source: str, data: bytes, *, max_nodes: int = MAX_NODES
+) -> tuple[list[Document], list[Diagnostic]]:
+    """All documents of one file, and every problem found on the way.
+
+    Documents that parsed are returned even when a later one has a syntax error, so that the
+    jobs they name can still be recognised (and protected) by the planner.
+    """
+    text, problem = _decode(source, data)
+    if text is None:
+        return [], [problem] if problem else []
+    documents: list[Document] = []
+    diagnostics: list[Diagnostic] = []
+    converter = _Converter(source, max_nodes)
+    loader = _Loader(text)
+    try:
+        for root in _iter_nodes(loader):
+            line = root.start_mark.line + 1
+            reported = len(converter.diagnostics)
+            try:
+                value = converter.convert(root, ())
+            except _TooComplex as err:
+                node_line, node_column = _pos(err.node)
+                diagnostics.append(
+                    Diagnostic(source, node_line, node_column, str(err), None, Code.TOO_COMPLEX)
+                )
+                break
+            refused = len(converter.diagnostics) > reported
+            documents.append(Document(source, len(documents), line, value, root, refused))
+    except yaml.MarkedYAMLError as err:
+        diagnostics.append(_mark_diagnostic(source, text, err))
+    except yaml.YAMLError as err:  # reader errors (e.g. control characters) without a mark
+        diagnostics.append(Diagnostic(source, 1, None, str(err).splitlines()[0], None, Code.YAML_SYNTAX))
+    finally:
+        loader.dispose()
+    diagnostics.extend(converter.diagnostics)
+    return documents, diagnostics
+
+
+def _iter_nodes(loader: Any) -> Iterator[yaml.Node]:
+    while loader.check_node():
+        node = loader.get_node()
+        if node is not None:
+            yield node

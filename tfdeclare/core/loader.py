@@ -1,0 +1,185 @@
+"""One file's bytes -> its jobs and diagnostics (parse, schema, semantic rules, model).
+
+Pure: the caller reads the bytes. ``FileResult`` is cacheable by content hash (the shell
+caches it so a warm re-plan only re-parses files that changed). Rules that need every file —
+unique names — live in ``desired``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tfdeclare.core.diagnostics import Code, Diagnostic
+from tfdeclare.core.documents import Document, parse_documents
+from tfdeclare.core.enums import ClusterSpecStyle, Role
+from tfdeclare.core.model import JobSpec, canonicalize
+from tfdeclare.core.resources import QuantityError
+from tfdeclare.core.schema import load_schema
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRef:
+    file: str
+    line: int
+    document: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedJob:
+    spec: JobSpec
+    canonical: Mapping[str, Any]
+    source: SourceRef
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass(frozen=True, slots=True)
+class LoadContext:
+    """What validity depends on besides the file: the backend and how it runs containers."""
+
+    backend: str = "local"
+    mesos_containerizer: str = "mesos"
+
+
+@dataclass(frozen=True, slots=True)
+class FileResult:
+    path: str
+    content_hash: str
+    jobs: tuple[LoadedJob, ...]
+    diagnostics: tuple[Diagnostic, ...]
+    named: tuple[tuple[str, SourceRef], ...]  # every metadata.name seen, valid document or not
+
+    @property
+    def has_errors(self) -> bool:
+        return any(d.is_error for d in self.diagnostics)
+
+
+_LEGACY_ROLES = (Role.PS, Role.WORKER)
+_PLACEHOLDER = re.compile(r"\{(ps_hosts|worker_hosts|job_name|task_index)\}")
+
+
+def content_hash(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def load_file(path: str, data: bytes, context: LoadContext | None = None) -> FileResult:
+    context = context or LoadContext()
+    documents, diagnostics = parse_documents(path, data)
+    jobs: list[LoadedJob] = []
+    named: list[tuple[str, SourceRef]] = []
+    for document in documents:
+        if document.value is None:
+            document.release()
+            continue  # an empty document, e.g. after a trailing ---
+        name = _name_of(document.value)
+        source = SourceRef(path, document.line, document.index)
+        if name is not None:
+            name_line, _ = document.locate(("metadata", "name"))
+            named.append((name, SourceRef(path, name_line, document.index)))
+        job, problems = _load_document(document, source, context)
+        diagnostics.extend(problems)
+        if job is not None:
+            jobs.append(job)
+        document.release()
+    diagnostics.sort(key=lambda d: (d.line or 0, d.column or 0))
+    return FileResult(path, content_hash(data), tuple(jobs), tuple(diagnostics), tuple(named))
+
+
+def _name_of(value: Any) -> str | None:
+    if isinstance(value, dict):
+        metadata = value.get("metadata")
+        if isinstance(metadata, dict) and isinstance(metadata.get("name"), str):
+            return str(metadata["name"])
+    return None
+
+
+def _load_document(
+    document: Document, source: SourceRef, context: LoadContext
+) -> tuple[LoadedJob | None, list[Diagnostic]]:
+    value = document.value
+    if not isinstance(value, dict):
+        return None, [document.diagnostic((), "a document must be a mapping: a tfdeclare/v1 TFJob")]
+    errors = load_schema("job").validate(value)
+    if errors or document.refused:
+        return None, [document.diagnostic(e.path, e.message, key=e.at_key) for e in errors]
+    filled = load_schema("job").fill_defaults(value)
+    try:
+        canonical = canonicalize(filled)
+    except QuantityError as err:
+        return None, [document.diagnostic(_quantity_path(filled, str(err)), str(err), Code.QUANTITY)]
+    problems = _semantic_problems(document, canonical, context)
+    if problems:
+        return None, problems
+    return LoadedJob(JobSpec.from_canonical(canonical), canonical, source), []
+
+
+def _quantity_path(filled: Mapping[str, Any], message: str) -> tuple[str | int, ...]:
+    for role, replica in filled["spec"]["replicas"].items():
+        if repr(replica["resources"]["mem"]) in message:
+            return ("spec", "replicas", role, "resources", "mem")
+    return ("spec", "replicas")
+
+
+def _semantic_problems(
+    document: Document, canonical: Mapping[str, Any], context: LoadContext
+) -> list[Diagnostic]:
+    """The rules a JSON Schema cannot say well."""
+    spec = canonical["spec"]
+    replicas = spec["replicas"]
+    problems: list[Diagnostic] = []
+    if not replicas.get("chief") and not replicas.get("worker"):
+        problems.append(
+            document.diagnostic(
+                ("spec", "replicas"),
+                "a job needs at least one chief or worker (count >= 1)",
+                Code.NO_CHIEF_OR_WORKER,
+            )
+        )
+    for role, entry in replicas.items():
+        if spec["command"] is None and "command" not in entry:
+            problems.append(
+                document.diagnostic(
+                    ("spec", "replicas", role),
+                    f"role {role} has no command: set spec.command or spec.replicas.{role}.command",
+                    Code.MISSING_COMMAND,
+                )
+            )
+    if spec["clusterSpec"] == ClusterSpecStyle.LEGACY_FLAGS.value:
+        for role in replicas:
+            if Role(role) not in _LEGACY_ROLES:
+                problems.append(
+                    document.diagnostic(
+                        ("spec", "replicas", role),
+                        f"clusterSpec legacy_flags knows only ps and worker, not {role}; "
+                        "use tf_config or both",
+                    )
+                )
+        commands = [spec["command"] or [], *(e.get("command", []) for e in replicas.values())]
+        if not any(_PLACEHOLDER.search(arg) for command in commands for arg in command):
+            problems.append(
+                document.diagnostic(
+                    ("spec", "clusterSpec"),
+                    "clusterSpec legacy_flags but no command uses {ps_hosts}, {worker_hosts}, "
+                    "{job_name} or {task_index}",
+                )
+            )
+    gpus = sum(e["resources"]["gpus"] for e in replicas.values())
+    if gpus and context.backend == "mesos" and context.mesos_containerizer == "docker":
+        problems.append(
+            document.diagnostic(
+                ("spec", "replicas"),
+                "GPUs need the Mesos containerizer; this controller is configured with the Docker "
+                "containerizer (mesos.containerizer), which cannot give a task its GPUs",
+                Code.BACKEND,
+            )
+        )
+    return problems

@@ -1,0 +1,217 @@
+"""The desired state's model: frozen, typed job specs, their canonical form and fingerprint.
+
+A ``JobSpec`` is built only from a *canonical* spec: the schema-valid document with defaults
+filled in and quantities normalised (``mem`` in MiB, ``cpus: 2`` == ``cpus: 2.0``, roles with
+``count: 0`` dropped). The canonical form is what is stored as "applied", diffed by the planner
+and hashed into ``spec_hash``, so formatting, key order and defaults never count as changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tfdeclare.core.enums import (
+    ROLE_ORDER,
+    ClusterSpecStyle,
+    ConstraintOperator,
+    PlacementStrategy,
+    RestartPolicy,
+    Role,
+    VolumeMode,
+)
+from tfdeclare.core.resources import Resources, parse_mem_mib
+from tfdeclare.core.tasks import AttributeConstraint, TaskKey, Volume
+
+Pairs = tuple[tuple[str, str], ...]
+
+
+def _number(value: float) -> int | float:
+    """One spelling per number, so ``2`` and ``2.0`` hash the same."""
+    return int(value) if float(value).is_integer() else float(value)
+
+
+def canonicalize(filled: Mapping[str, Any]) -> dict[str, Any]:
+    """The canonical form of a schema-valid, default-filled job document.
+
+    Raises ``QuantityError`` for a quantity the schema's pattern admitted but that makes no
+    sense (``0Gi``); the loader turns that into a diagnostic.
+    """
+    spec = filled["spec"]
+    replicas: dict[str, Any] = {}
+    for role in ROLE_ORDER:
+        replica = spec["replicas"].get(role.value)
+        if replica is None or replica["count"] == 0:
+            continue
+        resources = replica["resources"]
+        entry: dict[str, Any] = {
+            "count": int(replica["count"]),
+            "resources": {
+                "cpus": _number(resources["cpus"]),
+                "mem": parse_mem_mib(resources["mem"]),
+                "gpus": int(resources["gpus"]),
+            },
+        }
+        if replica.get("env"):
+            entry["env"] = dict(sorted(replica["env"].items()))
+        if "command" in replica:
+            entry["command"] = list(replica["command"])
+        replicas[role.value] = entry
+    canonical_spec: dict[str, Any] = {
+        "command": list(spec["command"]) if "command" in spec else None,
+        "env": dict(sorted(spec["env"].items())),
+        "image": spec.get("image"),
+        "workingDir": spec.get("workingDir"),
+        "replicas": replicas,
+        "restartPolicy": spec["restartPolicy"],
+        "backoffLimit": int(spec["backoffLimit"]),
+        "activeDeadlineSeconds": int(spec["activeDeadlineSeconds"])
+        if "activeDeadlineSeconds" in spec
+        else None,
+        "terminationGracePeriodSeconds": _number(spec["terminationGracePeriodSeconds"]),
+        "clusterSpec": spec["clusterSpec"],
+        "placement": {
+            "strategy": spec["placement"]["strategy"],
+            "constraints": [
+                {"attribute": c["attribute"], "operator": c["operator"], "values": list(c["values"])}
+                for c in spec["placement"]["constraints"]
+            ],
+        },
+        "volumes": [
+            {"hostPath": v["hostPath"], "containerPath": v["containerPath"], "mode": v["mode"]}
+            for v in spec["volumes"]
+        ],
+    }
+    return {
+        "apiVersion": filled["apiVersion"],
+        "kind": filled["kind"],
+        "metadata": {
+            "name": filled["metadata"]["name"],
+            "labels": dict(sorted(filled["metadata"]["labels"].items())),
+        },
+        "spec": canonical_spec,
+    }
+
+
+def fingerprint(canonical: Mapping[str, Any]) -> str:
+    encoded = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(encoded.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaSpec:
+    role: Role
+    count: int
+    resources: Resources
+    env: Pairs = ()
+    command: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    name: str
+    labels: Pairs
+    image: str | None
+    command: tuple[str, ...] | None
+    env: Pairs
+    working_dir: str | None
+    replicas: tuple[ReplicaSpec, ...]  # role order, only roles with count > 0
+    restart_policy: RestartPolicy
+    backoff_limit: int
+    active_deadline_s: int | None
+    grace_period_s: float
+    cluster_spec: ClusterSpecStyle
+    strategy: PlacementStrategy
+    constraints: tuple[AttributeConstraint, ...]
+    volumes: tuple[Volume, ...]
+    spec_hash: str
+
+    @classmethod
+    def from_canonical(cls, canonical: Mapping[str, Any]) -> JobSpec:
+        spec = canonical["spec"]
+        replicas = tuple(
+            ReplicaSpec(
+                role=Role(role),
+                count=entry["count"],
+                resources=Resources(
+                    float(entry["resources"]["cpus"]), entry["resources"]["mem"], entry["resources"]["gpus"]
+                ),
+                env=tuple(entry.get("env", {}).items()),
+                command=tuple(entry["command"]) if "command" in entry else None,
+            )
+            for role, entry in sorted(spec["replicas"].items(), key=lambda kv: ROLE_ORDER.index(Role(kv[0])))
+        )
+        return cls(
+            name=canonical["metadata"]["name"],
+            labels=tuple(canonical["metadata"]["labels"].items()),
+            image=spec["image"],
+            command=tuple(spec["command"]) if spec["command"] is not None else None,
+            env=tuple(spec["env"].items()),
+            working_dir=spec["workingDir"],
+            replicas=replicas,
+            restart_policy=RestartPolicy(spec["restartPolicy"]),
+            backoff_limit=spec["backoffLimit"],
+            active_deadline_s=spec["activeDeadlineSeconds"],
+            grace_period_s=float(spec["terminationGracePeriodSeconds"]),
+            cluster_spec=ClusterSpecStyle(spec["clusterSpec"]),
+            strategy=PlacementStrategy(spec["placement"]["strategy"]),
+            constraints=tuple(
+                AttributeConstraint(c["attribute"], ConstraintOperator(c["operator"]), tuple(c["values"]))
+                for c in spec["placement"]["constraints"]
+            ),
+            volumes=tuple(
+                Volume(v["hostPath"], v["containerPath"], VolumeMode(v["mode"])) for v in spec["volumes"]
+            ),
+            spec_hash=fingerprint(canonical),
+        )
+
+    def replica(self, role: Role) -> ReplicaSpec | None:
+        for replica in self.replicas:
+            if replica.role is role:
+                return replica
+        return None
+
+    def count(self, role: Role) -> int:
+        replica = self.replica(role)
+        return replica.count if replica else 0
+
+    @property
+    def has_chief(self) -> bool:
+        return self.count(Role.CHIEF) > 0
+
+    def task_keys(self) -> tuple[TaskKey, ...]:
+        return tuple(TaskKey(r.role, i) for r in self.replicas for i in range(r.count))
+
+    def command_for(self, role: Role) -> tuple[str, ...]:
+        replica = self.replica(role)
+        command = replica.command if replica and replica.command else self.command
+        if command is None:  # the loader refuses such specs
+            raise ValueError(f"job {self.name}: role {role.value} has no command")
+        return command
+
+    def env_for(self, role: Role) -> dict[str, str]:
+        env = dict(self.env)
+        replica = self.replica(role)
+        if replica:
+            env.update(replica.env)
+        return env
+
+    def resources_for(self, role: Role) -> Resources:
+        replica = self.replica(role)
+        if replica is None:
+            raise KeyError(role)
+        return replica.resources
+
+    @property
+    def total_resources(self) -> Resources:
+        total = Resources(0.0, 0, 0)
+        for replica in self.replicas:
+            total = total + replica.resources.scaled(replica.count)
+        return total
+
+    @property
+    def gpus(self) -> int:
+        return self.total_resources.gpus

@@ -1,0 +1,43 @@
+"""The observed state the planner compares against: per job, what is applied and running.
+
+Built by the shell from the controller's job records (and, where a backend is consulted, its
+live tasks); golden plan cases write it as YAML. The planner needs nothing else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tfdeclare.core.enums import Phase
+from tfdeclare.core.loader import SourceRef
+from tfdeclare.core.tasks import TaskKey
+
+
+@dataclass(frozen=True, slots=True)
+class ObservedJob:
+    name: str
+    canonical: Mapping[str, Any]  # the applied spec, canonical form
+    spec_hash: str
+    phase: Phase
+    source: SourceRef | None = None
+    running: tuple[TaskKey, ...] = ()  # tasks alive now (or at the last pass)
+
+
+ObservedState = Mapping[str, ObservedJob]
+
+
+def _standing(phase: Phase) -> str:
+    if phase is Phase.DELETING:
+        return "deleting"
+    return "terminal" if phase.terminal else "active"
+
+
+def observed_fingerprint(observed: ObservedState) -> str:
+    """What a saved plan was computed from. Phase changes within "active" do not count, so a
+    plan made while a job was Pending is still good once it runs."""
+    rows = sorted((job.name, job.spec_hash, _standing(job.phase)) for job in observed.values())
+    return hashlib.sha256(json.dumps(rows).encode()).hexdigest()

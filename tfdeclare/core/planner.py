@@ -1,0 +1,390 @@
+"""The planner: a pure function of (desired, observed, options) -> Plan.
+
+Per job exactly one action, each with the reasons that make it:
+
+- ``+ create``  — a name that nothing runs under yet;
+- ``~ update``  — only fields that touch no running task changed (labels, backoffLimit,
+  activeDeadlineSeconds, restartPolicy, terminationGracePeriodSeconds);
+- ``± resize``  — replica counts changed (a role appeared or went): the TF cluster spec is
+  static, so every running task whose view of the cluster changes restarts; adding or
+  removing the evaluator touches nothing else;
+- ``-/+ restart`` — anything else that changes a running task (image, command, env,
+  resources, ...), naming each field that forces it; a Succeeded/Failed job whose spec
+  changed runs again;
+- ``- delete``  — gone from the files, only with ``prune`` (never everything at once unless
+  ``allow_empty``); without prune it is listed as an *orphan*;
+- no-op; and ``keep`` — a job whose file is now invalid keeps running, never deleted or
+  restarted for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from tfdeclare.core.clusterspec import symbolic_addresses, task_configs
+from tfdeclare.core.desired import DesiredState
+from tfdeclare.core.diagnostics import Diagnostic, format_json_path
+from tfdeclare.core.enums import Phase
+from tfdeclare.core.loader import SourceRef
+from tfdeclare.core.model import JobSpec
+from tfdeclare.core.observed import ObservedJob, ObservedState, observed_fingerprint
+from tfdeclare.core.tasks import TaskKey
+
+
+class Action(StrEnum):
+    CREATE = "create"
+    UPDATE = "update"
+    RESIZE = "resize"
+    RESTART = "restart"
+    DELETE = "delete"
+    NOOP = "no-op"
+    ORPHAN = "orphan"
+    KEEP = "keep"
+
+    @property
+    def symbol(self) -> str:
+        return _SYMBOLS[self]
+
+    @property
+    def changes_something(self) -> bool:
+        return self in (Action.CREATE, Action.UPDATE, Action.RESIZE, Action.RESTART, Action.DELETE)
+
+
+_SYMBOLS = {
+    Action.CREATE: "+",
+    Action.UPDATE: "~",
+    Action.RESIZE: "±",
+    Action.RESTART: "-/+",
+    Action.DELETE: "-",
+    Action.NOOP: "=",
+    Action.ORPHAN: "?",
+    Action.KEEP: "!",
+}
+
+
+class Reason(StrEnum):
+    NEW_JOB = "NewJob"
+    RECREATE_AFTER_DELETE = "RecreateAfterDelete"
+    UNCHANGED = "Unchanged"
+    COMPLETED = "Completed"
+    IN_PLACE_CHANGE = "InPlaceChange"
+    REPLICAS_CHANGED = "ReplicasChanged"
+    FIELDS_FORCE_RESTART = "FieldsForceRestart"
+    RERUN_AFTER_COMPLETION = "RerunAfterCompletion"
+    REMOVED_FROM_SOURCE = "RemovedFromSource"
+    NOT_IN_SOURCE = "NotInSource"
+    PRUNE_EVERYTHING_REFUSED = "PruneEverythingRefused"
+    INVALID_SPEC = "InvalidSpec"
+
+
+class Effect(StrEnum):
+    IN_PLACE = "in-place"
+    RESIZE = "resize"
+    RESTART = "restart"
+
+
+_IN_PLACE_FIELDS = frozenset(
+    {
+        ("spec", "backoffLimit"),
+        ("spec", "activeDeadlineSeconds"),
+        ("spec", "restartPolicy"),
+        ("spec", "terminationGracePeriodSeconds"),
+    }
+)
+
+ABSENT: Any = type("Absent", (), {"__repr__": lambda self: "(absent)"})()
+
+
+@dataclass(frozen=True, slots=True)
+class FieldChange:
+    path: tuple[str | int, ...]
+    old: Any  # ABSENT when the field was not there
+    new: Any
+    effect: Effect
+
+    @property
+    def dotted(self) -> str:
+        return format_json_path(self.path).removeprefix("$.")
+
+
+@dataclass(frozen=True, slots=True)
+class PlanOptions:
+    prune: bool = False
+    allow_empty: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class JobPlan:
+    name: str
+    action: Action
+    reasons: tuple[Reason, ...]
+    message: str
+    changes: tuple[FieldChange, ...] = ()
+    restart: tuple[TaskKey, ...] = ()  # running tasks that restart
+    start: tuple[TaskKey, ...] = ()  # tasks that start (new, or every task of a created job)
+    stop: tuple[TaskKey, ...] = ()  # tasks that stop for good
+    source: SourceRef | None = None
+    phase: Phase | None = None  # observed
+    spec_hash: str | None = None  # desired
+    previous_hash: str | None = None  # applied
+    diagnostics: tuple[Diagnostic, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    jobs: tuple[JobPlan, ...]
+    options: PlanOptions
+    observed_fingerprint: str
+    diagnostics: tuple[Diagnostic, ...] = ()
+    desired: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # canonical specs acted on
+    sources: Mapping[str, SourceRef] = field(default_factory=dict)
+
+    def count(self, action: Action) -> int:
+        return sum(1 for job in self.jobs if job.action is action)
+
+    @property
+    def has_changes(self) -> bool:
+        return any(job.action.changes_something for job in self.jobs)
+
+    @property
+    def has_errors(self) -> bool:
+        return any(d.is_error for d in self.diagnostics)
+
+    def job(self, name: str) -> JobPlan:
+        for job in self.jobs:
+            if job.name == name:
+                return job
+        raise KeyError(name)
+
+
+def diff(
+    old: Any, new: Any, path: tuple[str | int, ...] = ()
+) -> list[tuple[tuple[str | int, ...], Any, Any]]:
+    """Leaf differences between two canonical specs; mappings recurse, lists are leaves."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for key in sorted(old.keys() | new.keys()):
+            out.extend(diff(old.get(key, ABSENT), new.get(key, ABSENT), (*path, key)))
+        return out
+    if old == new and type(old) is type(new):
+        return []
+    return [(path, old, new)]
+
+
+def classify(path: tuple[str | int, ...]) -> Effect:
+    if path[:2] == ("metadata", "labels") or path in _IN_PLACE_FIELDS:
+        return Effect.IN_PLACE
+    if len(path) == 3 and path[:2] == ("spec", "replicas"):
+        return Effect.RESIZE  # a whole role appeared or went
+    if len(path) == 4 and path[:2] == ("spec", "replicas") and path[3] == "count":
+        return Effect.RESIZE
+    return Effect.RESTART
+
+
+def field_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[FieldChange, ...]:
+    return tuple(FieldChange(path, a, b, classify(path)) for path, a, b in diff(old, new))
+
+
+def _task_sets(
+    old: JobSpec, new: JobSpec, running: tuple[TaskKey, ...]
+) -> tuple[tuple[TaskKey, ...], tuple[TaskKey, ...], tuple[TaskKey, ...]]:
+    """(running tasks that restart, tasks that start, tasks that stop) for a resize."""
+    old_configs = task_configs(old, symbolic_addresses(old), 0)
+    new_configs = task_configs(new, symbolic_addresses(new), 0)
+    alive = set(running)
+    restart = tuple(
+        k
+        for k in sorted(new_configs.keys() & old_configs.keys())
+        if k in alive and new_configs[k].config_hash != old_configs[k].config_hash
+    )
+    start = tuple(sorted(new_configs.keys() - old_configs.keys()))
+    stop = tuple(sorted(old_configs.keys() - new_configs.keys()))
+    return restart, start, stop
+
+
+def _plan_present(
+    name: str,
+    desired_canonical: Mapping[str, Any],
+    desired_spec: JobSpec,
+    source: SourceRef,
+    observed: ObservedJob | None,
+) -> JobPlan:
+    if observed is None:
+        return JobPlan(
+            name,
+            Action.CREATE,
+            (Reason.NEW_JOB,),
+            "new job",
+            start=desired_spec.task_keys(),
+            source=source,
+            spec_hash=desired_spec.spec_hash,
+        )
+    common: dict[str, Any] = {
+        "source": source,
+        "phase": observed.phase,
+        "spec_hash": desired_spec.spec_hash,
+        "previous_hash": observed.spec_hash,
+    }
+    if observed.phase is Phase.DELETING:
+        return JobPlan(
+            name,
+            Action.CREATE,
+            (Reason.RECREATE_AFTER_DELETE,),
+            "being deleted; it is created again once its tasks have stopped",
+            start=desired_spec.task_keys(),
+            **common,
+        )
+    changes = field_changes(observed.canonical, desired_canonical)
+    effects = {c.effect for c in changes}
+    if not changes:
+        if observed.phase.terminal:
+            return JobPlan(
+                name,
+                Action.NOOP,
+                (Reason.COMPLETED,),
+                f"{observed.phase.value}; not run again unless its spec changes",
+                **common,
+            )
+        return JobPlan(name, Action.NOOP, (Reason.UNCHANGED,), "up to date", **common)
+    if effects == {Effect.IN_PLACE}:
+        return JobPlan(
+            name,
+            Action.UPDATE,
+            (Reason.IN_PLACE_CHANGE,),
+            "only fields that touch no running task changed",
+            changes=changes,
+            **common,
+        )
+    old_spec = JobSpec.from_canonical(observed.canonical)
+    if observed.phase.terminal:
+        return JobPlan(
+            name,
+            Action.RESTART,
+            (Reason.RERUN_AFTER_COMPLETION,),
+            f"{observed.phase.value}, and its spec changed: it runs again",
+            changes=changes,
+            start=desired_spec.task_keys(),
+            **common,
+        )
+    if Effect.RESTART in effects:
+        forcing = [c.dotted for c in changes if c.effect is Effect.RESTART]
+        reasons = (Reason.FIELDS_FORCE_RESTART,) + (
+            (Reason.REPLICAS_CHANGED,) if Effect.RESIZE in effects else ()
+        )
+        new_keys, old_keys = set(desired_spec.task_keys()), set(old_spec.task_keys())
+        return JobPlan(
+            name,
+            Action.RESTART,
+            reasons,
+            f"{', '.join(forcing)} changed: every task restarts",
+            changes=changes,
+            restart=tuple(k for k in observed.running if k in new_keys),
+            start=tuple(sorted(new_keys - old_keys)),
+            stop=tuple(sorted(old_keys - new_keys)),
+            **common,
+        )
+    restart, start, stop = _task_sets(old_spec, desired_spec, observed.running)
+    counts = [f"{c.path[2]} {_count(c.old)} → {_count(c.new)}" for c in changes if c.effect is Effect.RESIZE]
+    message = "; ".join(counts)
+    message += (
+        f"; {len(restart)} running task(s) restart: the TF cluster spec is static"
+        if restart
+        else "; no running task restarts"
+    )
+    return JobPlan(
+        name,
+        Action.RESIZE,
+        (Reason.REPLICAS_CHANGED,),
+        message,
+        changes=changes,
+        restart=restart,
+        start=start,
+        stop=stop,
+        **common,
+    )
+
+
+def _count(value: Any) -> int:
+    if value is ABSENT:
+        return 0
+    if isinstance(value, dict):
+        return int(value.get("count", 0))
+    return int(value)
+
+
+def _plan_absent(
+    observed: ObservedJob, desired: DesiredState, options: PlanOptions, prune_all: bool
+) -> JobPlan:
+    common: dict[str, Any] = {
+        "source": observed.source,
+        "phase": observed.phase,
+        "previous_hash": observed.spec_hash,
+    }
+    protected = desired.protected.get(observed.name)
+    if protected is None and observed.source is not None and observed.source.file in desired.invalid_files:
+        protected = tuple(d for d in desired.diagnostics if d.path == observed.source.file and d.is_error)
+    if protected is not None:
+        first = protected[0].format() if protected else "its file has errors"
+        return JobPlan(
+            observed.name,
+            Action.KEEP,
+            (Reason.INVALID_SPEC,),
+            f"its spec is invalid, so it keeps running as applied: {first}",
+            diagnostics=protected,
+            **common,
+        )
+    if not options.prune:
+        return JobPlan(
+            observed.name,
+            Action.ORPHAN,
+            (Reason.NOT_IN_SOURCE,),
+            "not in the files any more; use --prune to delete it",
+            **common,
+        )
+    if prune_all and not options.allow_empty:
+        return JobPlan(
+            observed.name,
+            Action.ORPHAN,
+            (Reason.PRUNE_EVERYTHING_REFUSED,),
+            "the files define no jobs at all, so nothing is pruned (use --allow-empty to delete everything)",
+            **common,
+        )
+    return JobPlan(
+        observed.name,
+        Action.DELETE,
+        (Reason.REMOVED_FROM_SOURCE,),
+        "not in the files any more (--prune): its tasks are stopped",
+        stop=observed.running,
+        **common,
+    )
+
+
+def plan(desired: DesiredState, observed: ObservedState, options: PlanOptions | None = None) -> Plan:
+    options = options or PlanOptions()
+    jobs: list[JobPlan] = []
+    acted: dict[str, Mapping[str, Any]] = {}
+    sources: dict[str, SourceRef] = {}
+    prune_all = not desired.jobs and not desired.protected and not desired.invalid_files
+    for name in sorted(desired.jobs.keys() | observed.keys()):
+        loaded = desired.jobs.get(name)
+        current = observed.get(name)
+        if loaded is not None:
+            job_plan = _plan_present(name, loaded.canonical, loaded.spec, loaded.source, current)
+            if job_plan.action.changes_something:
+                acted[name] = loaded.canonical
+                sources[name] = loaded.source
+        else:
+            assert current is not None
+            job_plan = _plan_absent(current, desired, options, prune_all)
+        jobs.append(job_plan)
+    return Plan(
+        jobs=tuple(jobs),
+        options=options,
+        observed_fingerprint=observed_fingerprint(observed),
+        diagnostics=desired.diagnostics,
+        desired=acted,
+        sources=sources,
+    )

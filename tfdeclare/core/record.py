@@ -1,0 +1,206 @@
+"""The controller's memory of one job: what was applied and where its run stands.
+
+A ``JobRecord`` is written to the state folder after every change (atomically), so a crash
+at any point leaves a record the next controller adopts. It holds the applied canonical spec
+(what the planner diffs against), the attempt and restart counters, the addresses given to
+each slot (reused on restart), phase, conditions and the last observed tasks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+from tfdeclare.core.enums import Phase, Role, TaskState
+from tfdeclare.core.loader import SourceRef
+from tfdeclare.core.model import JobSpec
+from tfdeclare.core.observed import ObservedJob
+from tfdeclare.core.tasks import TaskKey
+
+RECORD_VERSION = 1
+
+
+class ConditionType(StrEnum):
+    READY = "Ready"
+    SYNCED = "Synced"
+    RECONCILING = "Reconciling"
+    STALLED = "Stalled"
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    type: ConditionType
+    status: str  # "True" | "False" | "Unknown"
+    reason: str
+    message: str
+    last_transition: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": self.type.value,
+            "status": self.status,
+            "reason": self.reason,
+            "message": self.message,
+            "lastTransitionTime": self.last_transition,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Condition:
+        return cls(
+            ConditionType(data["type"]),
+            data["status"],
+            data["reason"],
+            data["message"],
+            float(data["lastTransitionTime"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRecord:
+    """A task as last observed (the status file's ``tasks`` entries come from these)."""
+
+    task_id: str
+    key: TaskKey
+    attempt: int
+    state: TaskState
+    host: str | None = None
+    port: int | None = None
+    exit_code: int | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    message: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.task_id,
+            "role": self.key.role.value,
+            "index": self.key.index,
+            "attempt": self.attempt,
+            "state": self.state.value,
+            "host": self.host,
+            "port": self.port,
+            "exitCode": self.exit_code,
+            "startedAt": self.started_at,
+            "finishedAt": self.finished_at,
+            "message": self.message,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TaskRecord:
+        return cls(
+            task_id=data["id"],
+            key=TaskKey(Role(data["role"]), int(data["index"])),
+            attempt=int(data["attempt"]),
+            state=TaskState(data["state"]),
+            host=data.get("host"),
+            port=data.get("port"),
+            exit_code=data.get("exitCode"),
+            started_at=data.get("startedAt"),
+            finished_at=data.get("finishedAt"),
+            message=data.get("message", ""),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    name: str
+    uid: str  # distinguishes this job from an earlier one of the same name (task ids)
+    canonical: Mapping[str, Any]
+    spec_hash: str
+    phase: Phase = Phase.PENDING
+    reason: str = "Created"
+    message: str = ""
+    source: SourceRef | None = None
+    revision: str | None = None
+    revision_info: Mapping[str, Any] | None = None
+    last_attempted_revision: str | None = None
+    backend: str = "local"
+    attempt: int = 0  # +1 per whole-job (re)launch after a failure or a restart-forcing change
+    restarts: int = 0  # restarts after failures (backoffLimit counts these)
+    launches: int = 0  # launch batches so far; part of every task id
+    addresses: Mapping[str, str] = field(default_factory=dict)  # "worker-0" -> "host:port"
+    start_time: float | None = None
+    completion_time: float | None = None
+    next_launch_at: float | None = None  # backoff: no launch before this
+    deleting: bool = False
+    invalid: tuple[str, ...] = ()  # formatted diagnostics while the job's file is invalid
+    conditions: tuple[Condition, ...] = ()
+    tasks: tuple[TaskRecord, ...] = ()
+
+    @property
+    def spec(self) -> JobSpec:
+        return JobSpec.from_canonical(self.canonical)
+
+    def evolve(self, **changes: Any) -> JobRecord:
+        return replace(self, **changes)
+
+    def observed(self) -> ObservedJob:
+        return ObservedJob(
+            name=self.name,
+            canonical=self.canonical,
+            spec_hash=self.spec_hash,
+            phase=Phase.DELETING if self.deleting else self.phase,
+            source=self.source,
+            running=tuple(sorted(t.key for t in self.tasks if t.state.alive)),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": RECORD_VERSION,
+            "name": self.name,
+            "uid": self.uid,
+            "spec": self.canonical,
+            "specHash": self.spec_hash,
+            "phase": self.phase.value,
+            "reason": self.reason,
+            "message": self.message,
+            "source": {"file": self.source.file, "line": self.source.line} if self.source else None,
+            "revision": self.revision,
+            "revisionInfo": self.revision_info,
+            "lastAttemptedRevision": self.last_attempted_revision,
+            "backend": self.backend,
+            "attempt": self.attempt,
+            "restarts": self.restarts,
+            "launches": self.launches,
+            "addresses": dict(self.addresses),
+            "startTime": self.start_time,
+            "completionTime": self.completion_time,
+            "nextLaunchAt": self.next_launch_at,
+            "deleting": self.deleting,
+            "invalid": list(self.invalid),
+            "conditions": [c.to_json() for c in self.conditions],
+            "tasks": [t.to_json() for t in self.tasks],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> JobRecord:
+        if data.get("version") != RECORD_VERSION:
+            raise ValueError(f"unsupported record version {data.get('version')!r}")
+        source = data.get("source")
+        return cls(
+            name=data["name"],
+            uid=data["uid"],
+            canonical=data["spec"],
+            spec_hash=data["specHash"],
+            phase=Phase(data["phase"]),
+            reason=data.get("reason", ""),
+            message=data.get("message", ""),
+            source=SourceRef(source["file"], int(source["line"])) if source else None,
+            revision=data.get("revision"),
+            revision_info=data.get("revisionInfo"),
+            last_attempted_revision=data.get("lastAttemptedRevision"),
+            backend=data.get("backend", "local"),
+            attempt=int(data.get("attempt", 0)),
+            restarts=int(data.get("restarts", 0)),
+            launches=int(data.get("launches", 0)),
+            addresses=dict(data.get("addresses", {})),
+            start_time=data.get("startTime"),
+            completion_time=data.get("completionTime"),
+            next_launch_at=data.get("nextLaunchAt"),
+            deleting=bool(data.get("deleting", False)),
+            invalid=tuple(data.get("invalid", ())),
+            conditions=tuple(Condition.from_json(c) for c in data.get("conditions", ())),
+            tasks=tuple(TaskRecord.from_json(t) for t in data.get("tasks", ())),
+        )

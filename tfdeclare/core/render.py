@@ -1,0 +1,245 @@
+"""Plans as text (Terraform-like), JSON (the same plan as data) and Markdown (PR comments).
+
+Environment values whose names look like secrets are never shown (``(sensitive)``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from tfdeclare.core.diagnostics import Diagnostic
+from tfdeclare.core.planner import ABSENT, Action, FieldChange, JobPlan, Plan
+from tfdeclare.core.tasks import TaskKey
+
+_SENSITIVE = re.compile(r"SECRET|TOKEN|PASSW|CREDENTIAL|PRIVATE|API_?KEY|ACCESS_?KEY|AUTH", re.IGNORECASE)
+_VERB = {
+    Action.CREATE: "will be created",
+    Action.UPDATE: "will be updated in place",
+    Action.RESIZE: "will be resized",
+    Action.RESTART: "will be restarted",
+    Action.DELETE: "will be deleted",
+    Action.NOOP: "is unchanged",
+    Action.ORPHAN: "is orphaned",
+    Action.KEEP: "is kept as applied",
+}
+_LISTED = (Action.CREATE, Action.UPDATE, Action.RESIZE, Action.RESTART, Action.DELETE)
+
+
+def is_sensitive(env_name: str) -> bool:
+    return bool(_SENSITIVE.search(env_name))
+
+
+def _redacted(value: Any, in_env: bool) -> Any:
+    if isinstance(value, dict):
+        return {
+            k: "(sensitive)" if in_env and is_sensitive(k) else _redacted(v, k == "env")
+            for k, v in value.items()
+        }
+    return value
+
+
+def _shown(change: FieldChange, value: Any) -> Any:
+    """The value as it may be shown: secret-looking environment values replaced."""
+    if value is ABSENT:
+        return ABSENT
+    path = change.path
+    if len(path) >= 2 and path[-2] == "env" and isinstance(path[-1], str) and is_sensitive(path[-1]):
+        return "(sensitive)"
+    return _redacted(value, path[-1] == "env")
+
+
+def _value_text(value: Any, limit: int = 80) -> str:
+    if value is ABSENT:
+        return "(absent)"
+    text = json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def summary_line(plan: Plan) -> str:
+    line = (
+        f"Plan: {plan.count(Action.CREATE)} to create, {plan.count(Action.RESIZE)} to resize, "
+        f"{plan.count(Action.RESTART)} to restart, {plan.count(Action.DELETE)} to delete."
+    )
+    extra = []
+    if plan.count(Action.UPDATE):
+        extra.append(f"{plan.count(Action.UPDATE)} to update in place")
+    if plan.count(Action.NOOP):
+        extra.append(f"{plan.count(Action.NOOP)} unchanged")
+    if plan.count(Action.ORPHAN):
+        extra.append(f"{plan.count(Action.ORPHAN)} orphaned")
+    if plan.count(Action.KEEP):
+        extra.append(f"{plan.count(Action.KEEP)} kept despite invalid specs")
+    return line + (f" ({', '.join(extra)})" if extra else "")
+
+
+def task_list(keys: tuple[TaskKey, ...]) -> str:
+    """``worker-0, worker-1, worker-2`` -> ``worker-0..2``."""
+    parts: list[str] = []
+    run: list[TaskKey] = []
+    for key in [*keys, None]:
+        if run and (key is None or key.role is not run[-1].role or key.index != run[-1].index + 1):
+            parts.append(run[0].name if len(run) == 1 else f"{run[0].name}..{run[-1].index}")
+            run = []
+        if key is not None:
+            run.append(key)
+    return ", ".join(parts)
+
+
+def _change_line(change: FieldChange) -> str:
+    old, new = _shown(change, change.old), _shown(change, change.new)
+    if old is ABSENT:
+        body = f"+ {change.dotted} = {_value_text(new)}"
+    elif new is ABSENT:
+        body = f"- {change.dotted} (was {_value_text(old)})"
+    else:
+        body = f"~ {change.dotted}: {_value_text(old)} → {_value_text(new)}"
+    note = {"restart": "forces restart", "resize": "resizes", "in-place": "in place"}[change.effect.value]
+    return f"{body}   # {note}"
+
+
+def _job_text(job: JobPlan) -> list[str]:
+    where = f"  ({job.source})" if job.source else ""
+    lines = [f"  {job.action.symbol} {job.name} {_VERB[job.action]}{where}", f"      why: {job.message}"]
+    lines.extend(f"      {_change_line(c)}" for c in job.changes)
+    if job.restart:
+        lines.append(f"      restarts: {task_list(job.restart)}")
+    if job.start:
+        lines.append(f"      starts: {task_list(job.start)}")
+    if job.stop:
+        lines.append(f"      stops: {task_list(job.stop)}")
+    return lines
+
+
+def render_text(plan: Plan, *, show_unchanged: bool = False) -> str:
+    lines: list[str] = []
+    listed = [j for j in plan.jobs if j.action in _LISTED or (show_unchanged and j.action is Action.NOOP)]
+    if listed:
+        lines.append("tfdeclare will perform these actions:")
+        lines.append("")
+        for job in listed:
+            lines.extend(_job_text(job))
+            lines.append("")
+    else:
+        lines.append("No changes: the running jobs match the files.")
+        lines.append("")
+    kept = [j for j in plan.jobs if j.action is Action.KEEP]
+    if kept:
+        lines.append("Kept running as applied, because their specs are now invalid:")
+        lines.extend(f"  ! {j.name}: {j.message}" for j in kept)
+        lines.append("")
+    orphans = [j for j in plan.jobs if j.action is Action.ORPHAN]
+    if orphans:
+        lines.append("Not in the files (orphaned; nothing is done to them):")
+        lines.extend(
+            f"  ? {j.name} ({j.phase.value if j.phase else 'unknown'}): {j.message}" for j in orphans
+        )
+        lines.append("")
+    lines.append(summary_line(plan))
+    return "\n".join(lines) + "\n"
+
+
+def _change_json(change: FieldChange) -> dict[str, Any]:
+    old, new = _shown(change, change.old), _shown(change, change.new)
+    return {
+        "path": change.dotted,
+        "old": None if old is ABSENT else old,
+        "new": None if new is ABSENT else new,
+        "oldPresent": old is not ABSENT,
+        "newPresent": new is not ABSENT,
+        "effect": change.effect.value,
+    }
+
+
+def plan_json(plan: Plan) -> dict[str, Any]:
+    return {
+        "formatVersion": 1,
+        "summary": {action.value: plan.count(action) for action in Action},
+        "hasChanges": plan.has_changes,
+        "options": {"prune": plan.options.prune, "allowEmpty": plan.options.allow_empty},
+        "jobs": [
+            {
+                "name": job.name,
+                "action": job.action.value,
+                "symbol": job.action.symbol,
+                "reasons": [r.value for r in job.reasons],
+                "message": job.message,
+                "source": {"file": job.source.file, "line": job.source.line} if job.source else None,
+                "phase": job.phase.value if job.phase else None,
+                "specHash": job.spec_hash,
+                "previousSpecHash": job.previous_hash,
+                "changes": [_change_json(c) for c in job.changes],
+                "tasks": {
+                    "restart": [k.name for k in job.restart],
+                    "start": [k.name for k in job.start],
+                    "stop": [k.name for k in job.stop],
+                },
+                "diagnostics": [d.to_json() for d in job.diagnostics],
+            }
+            for job in plan.jobs
+        ],
+        "diagnostics": [d.to_json() for d in plan.diagnostics],
+    }
+
+
+def render_json(plan: Plan) -> str:
+    return json.dumps(plan_json(plan), indent=2, ensure_ascii=False) + "\n"
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(plan: Plan) -> str:
+    out = ["### tfdeclare plan", "", f"**{summary_line(plan)}**", ""]
+    if plan.diagnostics:
+        errors = [d for d in plan.diagnostics if d.is_error]
+        out.append(f"<details open><summary>{len(errors)} error(s) in the specs</summary>")
+        out.append("")
+        out.append("```")
+        out.extend(d.format() for d in plan.diagnostics)
+        out.append("```")
+        out.append("</details>")
+        out.append("")
+    rows = [j for j in plan.jobs if j.action is not Action.NOOP]
+    if rows:
+        out.append("| | job | action | why | tasks |")
+        out.append("|---|---|---|---|---|")
+        for job in rows:
+            tasks = "; ".join(
+                f"{label} {task_list(keys)}"
+                for label, keys in (("restart", job.restart), ("start", job.start), ("stop", job.stop))
+                if keys
+            )
+            cells = [
+                f"`{job.action.symbol}`",
+                f"`{job.name}`",
+                job.action.value,
+                _md(job.message),
+                _md(tasks),
+            ]
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+        for job in rows:
+            if not job.changes:
+                continue
+            out.append(
+                f"<details><summary><code>{job.name}</code>: {len(job.changes)} field(s) changed</summary>"
+            )
+            out.append("")
+            out.append("```diff")
+            for change in job.changes:
+                line = _change_line(change)
+                out.append(("-" if line.startswith("-") else "+" if line.startswith("+") else "!") + line[1:])
+            out.append("```")
+            out.append("</details>")
+            out.append("")
+    else:
+        out.append("No changes.")
+        out.append("")
+    return "\n".join(out)
+
+
+def render_diagnostics(diagnostics: tuple[Diagnostic, ...] | list[Diagnostic]) -> str:
+    return "".join(d.format() + "\n" for d in diagnostics)

@@ -1,0 +1,70 @@
+"""The state folder: job records (one JSON file each, written atomically) and where the
+backends keep their own state. Reading needs no lock; writing is for the lock holder.
+
+Layout::
+
+    <state-dir>/lock            the controller lock (shell.lock)
+    <state-dir>/jobs/<name>.json  one JobRecord per job
+    <state-dir>/local/...       the local backend's task folders
+    <state-dir>/mesos/...       the Mesos backend's framework id and task journal
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tfdeclare.core.names import is_job_name
+from tfdeclare.core.observed import ObservedJob
+from tfdeclare.core.record import JobRecord
+from tfdeclare.shell.atomic import remove, write_atomic
+
+
+class StateError(Exception):
+    """The state folder holds something we cannot read (named, with the file)."""
+
+
+class StateStore:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.jobs_dir = root / "jobs"
+
+    def record_path(self, name: str) -> Path:
+        if not is_job_name(name):
+            raise StateError(f"{name!r} is not a job name")
+        return self.jobs_dir / f"{name}.json"
+
+    def load(self, name: str) -> JobRecord | None:
+        path = self.record_path(name)
+        try:
+            data = json.loads(path.read_bytes())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as err:
+            raise StateError(f"{path}: cannot read job record: {err}") from err
+        try:
+            return JobRecord.from_json(data)
+        except (KeyError, TypeError, ValueError) as err:
+            raise StateError(f"{path}: invalid job record: {err}") from err
+
+    def records(self) -> dict[str, JobRecord]:
+        out: dict[str, JobRecord] = {}
+        if not self.jobs_dir.is_dir():
+            return out
+        for path in sorted(self.jobs_dir.glob("*.json")):
+            name = path.stem
+            if is_job_name(name):
+                record = self.load(name)
+                if record is not None:
+                    out[name] = record
+        return out
+
+    def observed(self) -> dict[str, ObservedJob]:
+        return {name: record.observed() for name, record in self.records().items()}
+
+    def save(self, record: JobRecord) -> None:
+        data = json.dumps(record.to_json(), indent=1, sort_keys=True).encode()
+        write_atomic(self.record_path(record.name), data)
+
+    def delete(self, name: str) -> None:
+        remove(self.record_path(name))
