@@ -1,0 +1,57 @@
+"""Shared test helpers: running the real ``tfdeclare`` command and writing spec files."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def cli(
+    *args: str, cwd: Path, timeout: float = 120, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m tfdeclare ARGS`` as a real process."""
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "tfdeclare", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+        check=False,
+    )
+
+
+def job_yaml(
+    name: str, *, workers: int = 1, command: str = "[sleep, '30']", extra: str = "", roles: str | None = None
+) -> str:
+    replicas = roles or f"worker: {{count: {workers}, resources: {{cpus: 0.1, mem: 64}}}}"
+    return (
+        textwrap.dedent(
+            f"""\
+        apiVersion: tfdeclare/v1
+        kind: TFJob
+        metadata:
+          name: {name}
+        spec:
+          command: {command}
+          replicas:
+            {replicas}
+        """
+        )
+        + extra
+    )
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Iterator[Path]:
+    (tmp_path / "specs").mkdir()
+    yield tmp_path

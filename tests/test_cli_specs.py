@@ -1,0 +1,110 @@
+"""``validate``, ``plan`` and ``schema`` as a user runs them: exit codes, outputs, saved plans."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.conftest import cli, job_yaml
+
+
+def test_validate_ok_and_error_exit_codes(workdir: Path) -> None:
+    (workdir / "specs" / "a.yaml").write_text(job_yaml("a"))
+    ok = cli("validate", "specs", cwd=workdir)
+    assert ok.returncode == 0, ok.stderr
+    assert "1 job(s) in 1 file(s): valid" in ok.stdout
+    (workdir / "specs" / "b.yaml").write_text(job_yaml("b").replace("count: 1", "count: many"))
+    bad = cli("validate", "specs", cwd=workdir)
+    assert bad.returncode == 1
+    assert (
+        'specs/b.yaml:8:21: error: expected a whole number, got "many" (at $.spec.replicas.worker.count)'
+        in bad.stderr
+    )
+    assert "Traceback" not in bad.stderr + bad.stdout
+
+
+def test_validate_json_output(workdir: Path) -> None:
+    (workdir / "specs" / "a.yaml").write_text(job_yaml("a") + "  extra: 1\n")
+    result = cli("validate", "specs", "-o", "json", cwd=workdir)
+    assert result.returncode == 1
+    data = json.loads(result.stdout)
+    assert data["valid"] is False
+    assert data["diagnostics"][0] == {
+        "path": "specs/a.yaml",
+        "line": 9,
+        "column": 3,
+        "severity": "error",
+        "code": "schema",
+        "message": "unknown field 'extra'; allowed: activeDeadlineSeconds, backoffLimit, clusterSpec, "
+        "command, env, "
+        "image, placement, replicas, restartPolicy, terminationGracePeriodSeconds, volumes, workingDir",
+        "jsonPath": "$.spec.extra",
+    }
+
+
+def test_validate_missing_path_and_hidden_files(workdir: Path) -> None:
+    (workdir / "specs" / ".hidden.yaml").write_text("not: [valid")
+    (workdir / "specs" / "notes.txt").write_text("ignored")
+    (workdir / "specs" / "a.yml").write_text(job_yaml("a"))
+    assert cli("validate", "specs", cwd=workdir).returncode == 0
+    missing = cli("validate", "nope", cwd=workdir)
+    assert missing.returncode == 1
+    assert "nope: error: no such file or folder" in missing.stderr
+
+
+def test_status_and_state_dirs_are_not_read_as_specs(workdir: Path) -> None:
+    (workdir / "status").mkdir()
+    (workdir / "status" / "a.yaml").write_text("kind: TFJobStatus\n")
+    (workdir / "a.yaml").write_text(job_yaml("a"))
+    result = cli("validate", ".", cwd=workdir)
+    assert result.returncode == 0, result.stderr
+
+
+def test_plan_text_detailed_exitcode_and_saved_plan(workdir: Path) -> None:
+    (workdir / "specs" / "a.yaml").write_text(job_yaml("a", workers=2))
+    plain = cli("plan", "specs", cwd=workdir)
+    assert plain.returncode == 0
+    assert "+ a will be created" in plain.stdout
+    assert "Plan: 1 to create, 0 to resize, 0 to restart, 0 to delete." in plain.stdout
+    detailed = cli("plan", "specs", "--detailed-exitcode", "--out", "plan.json", cwd=workdir)
+    assert detailed.returncode == 2
+    saved = json.loads((workdir / "plan.json").read_text())
+    assert saved["kind"] == "TFDeclarePlan"
+    assert set(saved["desired"]) == {"a"}
+    assert saved["plan"]["summary"]["create"] == 1
+
+
+def test_plan_json_and_markdown(workdir: Path) -> None:
+    (workdir / "specs" / "a.yaml").write_text(job_yaml("a"))
+    data = json.loads(cli("plan", "specs", "-o", "json", cwd=workdir).stdout)
+    assert data["jobs"][0]["action"] == "create" and data["jobs"][0]["reasons"] == ["NewJob"]
+    markdown = cli("plan", "specs", "-o", "markdown", cwd=workdir).stdout
+    assert markdown.startswith("### tfdeclare plan")
+    assert "| `+` | `a` | create |" in markdown
+
+
+def test_plan_with_errors_exits_1_and_refuses_to_save(workdir: Path) -> None:
+    (workdir / "specs" / "a.yaml").write_text("apiVersion: [")
+    result = cli("plan", "specs", "--out", "plan.json", "--detailed-exitcode", cwd=workdir)
+    assert result.returncode == 1
+    assert "specs/a.yaml:2:1: error:" in result.stderr
+    assert not (workdir / "plan.json").exists()
+    assert "Traceback" not in result.stderr
+
+
+def test_invalid_config_names_file_line_and_path(workdir: Path) -> None:
+    (workdir / "tfdeclare.yaml").write_text("backend: kubernetes\n")
+    result = cli("validate", "specs", cwd=workdir)
+    assert result.returncode == 1
+    assert (
+        'tfdeclare.yaml:1:10: error: must be one of local, mesos; got "kubernetes" (at $.backend)'
+        in result.stderr
+    )
+
+
+def test_schema_command_prints_valid_json(workdir: Path) -> None:
+    for name in ("job", "status", "config"):
+        result = cli("schema", name, cwd=workdir)
+        assert result.returncode == 0
+        assert json.loads(result.stdout)["$id"].endswith(f"{name}.schema.json")
+    assert cli("schema", "nope", cwd=workdir).returncode == 1
