@@ -44,7 +44,7 @@ def _observed(entry: dict[str, Any]) -> ObservedJob:
         TaskKey(Role(role), int(index))
         for role, index in (t.rsplit("-", 1) for t in entry.get("running", []))
     )
-    return ObservedJob(job.name, job.canonical, job.spec.spec_hash, Phase(entry["phase"]), source, running)
+    return ObservedJob(job.name, job.canonical, job.spec_hash, Phase(entry["phase"]), source, running)
 
 
 def run_case(case: Path) -> Plan:

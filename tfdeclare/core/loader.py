@@ -11,12 +11,13 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from tfdeclare.core.diagnostics import Code, Diagnostic
 from tfdeclare.core.documents import Document, parse_documents
 from tfdeclare.core.enums import ClusterSpecStyle, Role
-from tfdeclare.core.model import JobSpec, canonicalize
+from tfdeclare.core.model import JobSpec, canonicalize, fingerprint
 from tfdeclare.core.resources import QuantityError
 from tfdeclare.core.schema import load_schema
 
@@ -31,15 +32,17 @@ class SourceRef:
         return f"{self.file}:{self.line}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class LoadedJob:
-    spec: JobSpec
+    name: str
     canonical: Mapping[str, Any]
+    spec_hash: str
     source: SourceRef
 
-    @property
-    def name(self) -> str:
-        return self.spec.name
+    @cached_property
+    def spec(self) -> JobSpec:
+        """Built on first use: a plan of unchanged jobs only compares hashes."""
+        return JobSpec.from_canonical(self.canonical)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +122,8 @@ def _load_document(
     problems = _semantic_problems(document, canonical, context)
     if problems:
         return None, problems
-    return LoadedJob(JobSpec.from_canonical(canonical), canonical, source), []
+    name = canonical["metadata"]["name"]
+    return LoadedJob(name, canonical, fingerprint(canonical), source), []
 
 
 def _quantity_path(filled: Mapping[str, Any], message: str) -> tuple[str | int, ...]:

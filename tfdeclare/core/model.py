@@ -101,6 +101,17 @@ def fingerprint(canonical: Mapping[str, Any]) -> str:
     return hashlib.sha256(encoded.encode("utf-8")).hexdigest()
 
 
+def task_keys_of(canonical: Mapping[str, Any]) -> tuple[TaskKey, ...]:
+    """Every task of a canonical spec, without building the ``JobSpec``."""
+    replicas = canonical["spec"]["replicas"]
+    return tuple(
+        TaskKey(role, i)
+        for role in ROLE_ORDER
+        if role.value in replicas
+        for i in range(replicas[role.value]["count"])
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class ReplicaSpec:
     role: Role
@@ -132,9 +143,10 @@ class JobSpec:
     @classmethod
     def from_canonical(cls, canonical: Mapping[str, Any]) -> JobSpec:
         spec = canonical["spec"]
+        by_role = spec["replicas"]
         replicas = tuple(
             ReplicaSpec(
-                role=Role(role),
+                role=role,
                 count=entry["count"],
                 resources=Resources(
                     float(entry["resources"]["cpus"]), entry["resources"]["mem"], entry["resources"]["gpus"]
@@ -142,7 +154,8 @@ class JobSpec:
                 env=tuple(entry.get("env", {}).items()),
                 command=tuple(entry["command"]) if "command" in entry else None,
             )
-            for role, entry in sorted(spec["replicas"].items(), key=lambda kv: ROLE_ORDER.index(Role(kv[0])))
+            for role in ROLE_ORDER
+            if (entry := by_role.get(role.value)) is not None
         )
         return cls(
             name=canonical["metadata"]["name"],

@@ -28,8 +28,8 @@ from tfdeclare.core.clusterspec import symbolic_addresses, task_configs
 from tfdeclare.core.desired import DesiredState
 from tfdeclare.core.diagnostics import Diagnostic, format_json_path
 from tfdeclare.core.enums import Phase
-from tfdeclare.core.loader import SourceRef
-from tfdeclare.core.model import JobSpec
+from tfdeclare.core.loader import LoadedJob, SourceRef
+from tfdeclare.core.model import JobSpec, task_keys_of
 from tfdeclare.core.observed import ObservedJob, ObservedState, observed_fingerprint
 from tfdeclare.core.tasks import TaskKey
 
@@ -205,23 +205,35 @@ def _task_sets(
     return restart, start, stop
 
 
-def _plan_present(
-    name: str,
-    desired_canonical: Mapping[str, Any],
-    desired_spec: JobSpec,
-    source: SourceRef,
-    observed: ObservedJob | None,
-) -> JobPlan:
+def _plan_present(loaded: LoadedJob, observed: ObservedJob | None) -> JobPlan:
+    name, source, desired_canonical = loaded.name, loaded.source, loaded.canonical
     if observed is None:
         return JobPlan(
             name,
             Action.CREATE,
             (Reason.NEW_JOB,),
             "new job",
-            start=desired_spec.task_keys(),
+            start=task_keys_of(desired_canonical),
             source=source,
-            spec_hash=desired_spec.spec_hash,
+            spec_hash=loaded.spec_hash,
         )
+    if observed.spec_hash == loaded.spec_hash and observed.phase is not Phase.DELETING:
+        reason, why = (
+            (Reason.COMPLETED, f"{observed.phase.value}; not run again unless its spec changes")
+            if observed.phase.terminal
+            else (Reason.UNCHANGED, "up to date")
+        )
+        return JobPlan(
+            name,
+            Action.NOOP,
+            (reason,),
+            why,
+            source=source,
+            phase=observed.phase,
+            spec_hash=loaded.spec_hash,
+            previous_hash=observed.spec_hash,
+        )
+    desired_spec = loaded.spec
     common: dict[str, Any] = {
         "source": source,
         "phase": observed.phase,
@@ -372,7 +384,7 @@ def plan(desired: DesiredState, observed: ObservedState, options: PlanOptions | 
         loaded = desired.jobs.get(name)
         current = observed.get(name)
         if loaded is not None:
-            job_plan = _plan_present(name, loaded.canonical, loaded.spec, loaded.source, current)
+            job_plan = _plan_present(loaded, current)
             if job_plan.action.changes_something:
                 acted[name] = loaded.canonical
                 sources[name] = loaded.source

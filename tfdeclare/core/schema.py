@@ -98,6 +98,13 @@ _TYPE_TESTS: dict[str, Callable[[Any], bool]] = {
     "boolean": lambda v: isinstance(v, bool),
     "null": lambda v: v is None,
 }
+_PYTHON_TYPES: dict[str, type] = {
+    "object": dict,
+    "array": list,
+    "string": str,
+    "integer": int,
+    "null": type(None),
+}
 _TYPE_WORDS = {
     "object": "a mapping",
     "array": "a list",
@@ -125,10 +132,15 @@ def describe(value: Any) -> str:
     return repr(value)
 
 
+_KINDS = {type(None): "null", bool: "boolean", dict: "object", list: "array", str: "string", int: "integer"}
+
+
 def _type_of(value: Any) -> str:
-    for name in ("null", "boolean", "object", "array", "string", "integer", "number"):
-        if _TYPE_TESTS[name](value):
-            return name
+    kind = _KINDS.get(type(value))
+    if kind is not None:
+        return kind
+    if isinstance(value, float):
+        return "integer" if value.is_integer() else "number"
     return "unknown"
 
 
@@ -137,7 +149,7 @@ class SchemaDefinitionError(Exception):
 
 
 class _Node:
-    __slots__ = ("checks", "defaults", "item", "patterns", "properties", "types")
+    __slots__ = ("checks", "deep", "defaults", "item", "patterns", "properties", "types")
 
     def __init__(self) -> None:
         self.checks: list[Check] = []
@@ -146,6 +158,7 @@ class _Node:
         self.defaults: dict[str, Any] = {}
         self.patterns: list[tuple[re.Pattern[str], _Node]] = []
         self.item: _Node | None = None
+        self.deep = True
 
     def validate(self, value: Any, path: JsonPath, errors: list[SchemaError]) -> None:
         if value is REPORTED:
@@ -154,23 +167,50 @@ class _Node:
             check(value, path, errors)
 
     def fill(self, value: Any) -> Any:
-        if isinstance(value, dict):
-            out = {}
+        """Fill in the ``default``s below this node, in place; returns ``value``."""
+        if not self.deep:
+            return value
+        if type(value) is dict:
+            properties = self.properties
             for key, item in value.items():
-                sub = self.properties.get(key)
+                sub = properties.get(key)
                 if sub is None:
                     for pattern, node in self.patterns:
                         if pattern.search(key):
                             sub = node
                             break
-                out[key] = sub.fill(item) if sub is not None else item
+                if sub is not None and sub.deep:
+                    sub.fill(item)
             for key, default in self.defaults.items():
-                if key not in out:
-                    out[key] = self.properties[key].fill(json.loads(json.dumps(default)))
-            return out
-        if isinstance(value, list) and self.item is not None:
-            return [self.item.fill(v) for v in value]
+                if key not in value:
+                    value[key] = properties[key].fill(_copy(default))
+        elif type(value) is list and self.item is not None and self.item.deep:
+            for element in value:
+                self.item.fill(element)
         return value
+
+
+def _copy(value: Any) -> Any:
+    if type(value) is dict:
+        return {k: _copy(v) for k, v in value.items()}
+    if type(value) is list:
+        return [_copy(v) for v in value]
+    return value
+
+
+def _mark_deep(node: _Node, seen: set[int]) -> bool:
+    """Whether any default lies at or below ``node`` (so ``fill`` can skip the rest)."""
+    if id(node) in seen:
+        return node.deep
+    seen.add(id(node))
+    children = [*node.properties.values(), *(n for _, n in node.patterns)]
+    if node.item is not None:
+        children.append(node.item)
+    deep = bool(node.defaults)
+    for child in children:
+        deep = _mark_deep(child, seen) or deep
+    node.deep = deep
+    return deep
 
 
 class Compiler:
@@ -212,13 +252,23 @@ class Compiler:
         if "type" not in schema:
             return
         types = (schema["type"],) if isinstance(schema["type"], str) else tuple(schema["type"])
-        tests = [_TYPE_TESTS[t] for t in types]
         node.types = types
         words = " or ".join(_TYPE_WORDS[t] for t in types)
+        # Python types that pass outright; floats are checked further for "integer".
+        exact = {
+            bool if t == "boolean" else _PYTHON_TYPES[t]
+            for t in types
+            if t in _PYTHON_TYPES or t == "boolean"
+        }
+        if "number" in types:
+            exact |= {int, float}
+        whole_floats = "integer" in types and float not in exact
 
         def check(value: Any, path: JsonPath, errors: list[SchemaError]) -> None:
-            if not any(test(value) for test in tests):
-                errors.append(SchemaError(path, f"expected {words}, got {describe(value)}"))
+            kind = type(value)
+            if kind in exact or (whole_floats and kind is float and value.is_integer()):
+                return
+            errors.append(SchemaError(path, f"expected {words}, got {describe(value)}"))
 
         node.checks.append(check)
 
@@ -404,6 +454,20 @@ class Compiler:
                 branches: list[_Node] = branches,
                 exactly_one: bool = exactly_one,
             ) -> None:
+                kind = _type_of(value)
+                candidates = [
+                    b
+                    for b in branches
+                    if b.types is None or kind in b.types or (kind == "integer" and "number" in b.types)
+                ]
+                if len(candidates) == 1:  # the others cannot match a value of this type
+                    only: list[SchemaError] = []
+                    candidates[0].validate(value, path, only)
+                    if only:
+                        errors.extend(
+                            [SchemaError(path, f"{message}; got {describe(value)}")] if message else only
+                        )
+                    return
                 results = []
                 for branch in branches:
                     branch_errors: list[SchemaError] = []
@@ -417,7 +481,6 @@ class Compiler:
                 if message:
                     errors.append(SchemaError(path, f"{message}; got {describe(value)}"))
                     return
-                kind = _type_of(value)
                 typed = [
                     (b, e)
                     for b, e in results
@@ -459,6 +522,7 @@ class Schema:
     def __init__(self, document: Mapping[str, Any]) -> None:
         self.document = document
         self._root = Compiler(document).compile(document)
+        _mark_deep(self._root, set())
 
     def validate(self, value: Any) -> list[SchemaError]:
         errors: list[SchemaError] = []
@@ -466,6 +530,7 @@ class Schema:
         return errors
 
     def fill_defaults(self, value: Any) -> Any:
+        """``value`` (changed in place) with the schema's defaults filled in."""
         return self._root.fill(value)
 
 

@@ -23,11 +23,11 @@ _SUFFIXES = (".yaml", ".yml")
 _RACY_SECONDS = 2.0
 
 
-def display_path(path: Path, base: Path) -> str:
-    try:
-        return str(path.relative_to(base))
-    except ValueError:
-        return str(path)
+def display_path(path: str, base: str | None) -> str:
+    """``path`` relative to ``base`` when it lies below it, else as given."""
+    if base and path.startswith(base + os.sep):
+        return path[len(base) + 1 :]
+    return path
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +38,8 @@ class _StatKey:
 
 
 class SpecFiles:
-    """Loads the desired state from paths, caching per file."""
+    """Loads the desired state from paths, caching per file. Paths are shown as given (or
+    relative to ``base`` when one is set and they lie below it)."""
 
     def __init__(
         self,
@@ -48,30 +49,29 @@ class SpecFiles:
         exclude: Iterable[Path] = (),
         base: Path | None = None,
     ) -> None:
-        self.paths = [Path(p) for p in paths]
+        self.paths = [str(p) for p in paths]
         self.context = context or LoadContext()
-        self.exclude = {p.resolve() for p in exclude}
-        self.base = (base or Path.cwd()).resolve()
+        self.exclude = {os.path.realpath(p) for p in exclude}
+        self.base = str(base) if base is not None else None
         self._cache: dict[str, tuple[_StatKey, FileResult]] = {}
 
-    def discover(self) -> tuple[list[Path], list[Diagnostic]]:
-        files: list[Path] = []
+    def discover(self) -> tuple[list[str], list[Diagnostic]]:
+        files: dict[tuple[int, int], str] = {}
         problems: list[Diagnostic] = []
         for path in self.paths:
-            if path.is_file():
-                files.append(path)
-            elif path.is_dir():
-                files.extend(self._walk(path))
+            try:
+                stat = os.stat(path)
+            except OSError:
+                problems.append(Diagnostic(path, None, None, "no such file or folder", None, Code.READ_ERROR))
+                continue
+            if os.path.isdir(path):
+                if os.path.realpath(path) not in self.exclude:
+                    files.update(self._walk(path, stat.st_dev))
             else:
-                problems.append(
-                    Diagnostic(str(path), None, None, "no such file or folder", None, Code.READ_ERROR)
-                )
-        unique = sorted({f.resolve(): f for f in files}.values(), key=str)
-        return unique, problems
+                files.setdefault((stat.st_dev, stat.st_ino), path)
+        return sorted(files.values()), problems
 
-    def _walk(self, root: Path) -> Iterable[Path]:
-        if root.resolve() in self.exclude:
-            return
+    def _walk(self, root: str, device: int) -> Iterable[tuple[tuple[int, int], str]]:
         stack = [root]
         while stack:
             folder = stack.pop()
@@ -80,14 +80,18 @@ class SpecFiles:
             except OSError:
                 continue
             for entry in entries:
-                if entry.name.startswith("."):
+                name = entry.name
+                if name.startswith("."):
                     continue
-                if entry.is_dir(follow_symlinks=False):
-                    child = Path(entry.path)
-                    if child.resolve() not in self.exclude:
-                        stack.append(child)
-                elif entry.name.endswith(_SUFFIXES) and entry.is_file():
-                    yield Path(entry.path)
+                if name.endswith(_SUFFIXES):
+                    if entry.is_file():
+                        # d_ino from the directory listing: no extra system call
+                        yield (
+                            (device, entry.inode()) if not entry.is_symlink() else _identity(entry.path),
+                            entry.path,
+                        )
+                elif entry.is_dir(follow_symlinks=False) and os.path.realpath(entry.path) not in self.exclude:
+                    stack.append(entry.path)
 
     def load(self) -> DesiredState:
         files, problems = self.discover()
@@ -106,10 +110,10 @@ class SpecFiles:
             )
         return state
 
-    def _load_one(self, path: Path) -> FileResult:
-        shown = display_path(path.absolute(), self.base)
+    def _load_one(self, path: str) -> FileResult:
+        shown = display_path(path, self.base)
         try:
-            stat = path.stat()
+            stat = os.stat(path)
         except OSError as err:
             return _unreadable(shown, err)
         key = _StatKey(stat.st_size, stat.st_mtime_ns, stat.st_ino)
@@ -118,7 +122,8 @@ class SpecFiles:
         if cached is not None and cached[0] == key and not racy:
             return cached[1]
         try:
-            data = path.read_bytes()
+            with open(path, "rb") as handle:
+                data = handle.read()
         except OSError as err:
             return _unreadable(shown, err)
         if cached is not None and cached[1].content_hash == content_hash(data):
@@ -127,6 +132,11 @@ class SpecFiles:
             result = load_file(shown, data, self.context)
         self._cache[shown] = (key, result)
         return result
+
+
+def _identity(path: str) -> tuple[int, int]:
+    stat = os.stat(path)
+    return stat.st_dev, stat.st_ino
 
 
 def _unreadable(shown: str, err: OSError) -> FileResult:
