@@ -1,0 +1,279 @@
+"""A job's run, level-triggered: (record, its tasks as observed, now) -> what to do next.
+
+Pure and clock-free (``now`` is an argument), so every timing rule is tested without sleeping.
+Each call looks at everything afresh; nothing depends on what the previous call decided
+except what it wrote into the record. The rules (contract §5):
+
+- A task's identity is its *config hash* (``clusterspec``): alive tasks whose hash is not the
+  desired one are stale and stopped; desired slots without a current task are launched
+  together, as one gang, once no stale task is alive (ports are reused) and any backoff is over.
+- Completion: with a chief, the chief exiting 0; without one, every worker exiting 0. Then
+  every task still alive (ps, evaluator) is stopped.
+- Failure of a current task: ``Never`` fails the job; ``ExitCode`` fails it for exit codes
+  1-127 except 42; otherwise the whole job restarts (attempt + 1, every task replaced, same
+  ports) after an exponential backoff, at most ``backoffLimit`` times. ``Always`` also treats
+  a ps or evaluator (or, with a chief, a worker) that exits 0 early as a failure.
+- ``activeDeadlineSeconds`` past the first start fails the job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from tfdeclare.core.clusterspec import TaskConfig, task_configs
+from tfdeclare.core.enums import Phase, RestartPolicy, Role, TaskState
+from tfdeclare.core.model import JobSpec
+from tfdeclare.core.record import JobRecord
+from tfdeclare.core.tasks import ObservedTask, TaskKey
+
+RETRYABLE_EXIT = 42  # "checkpoint saved, restart me"
+
+
+class Why(StrEnum):
+    """Reasons for a job's phase: stable CamelCase tokens (status ``reason``)."""
+
+    CREATED = "Created"
+    LAUNCHING = "Launching"
+    TASKS_STARTING = "TasksStarting"
+    ALL_TASKS_RUNNING = "AllTasksRunning"
+    WAITING_FOR_TASKS_TO_STOP = "WaitingForTasksToStop"
+    BACKING_OFF = "BackingOff"
+    RESTARTING = "Restarting"
+    SPEC_CHANGED = "SpecChanged"
+    RESIZED = "Resized"
+    CHIEF_SUCCEEDED = "ChiefSucceeded"
+    WORKERS_SUCCEEDED = "AllWorkersSucceeded"
+    TASK_FAILED = "TaskFailed"
+    PERMANENT_EXIT_CODE = "PermanentExitCode"
+    BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
+    DEADLINE_EXCEEDED = "DeadlineExceeded"
+    DELETING = "Deleting"
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    initial_s: float = 1.0
+    max_s: float = 300.0
+
+    def delay(self, restarts: int) -> float:
+        """Seconds before relaunch number ``restarts`` (1-based): initial * 2^(restarts-1)."""
+        if restarts <= 0:
+            return 0.0
+        return float(min(self.max_s, self.initial_s * (2 ** min(restarts - 1, 30))))
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What one look at a job decided."""
+
+    record: JobRecord
+    stop: tuple[str, ...] = ()  # task ids to stop
+    launch: tuple[TaskKey, ...] = ()  # slots to place and launch now, as one gang
+    forget: tuple[str, ...] = ()  # ended tasks no longer needed
+    events: tuple[str, ...] = ()  # what happened, for the log
+    wake_at: float | None = None  # look again no later than this
+    remove: bool = False  # the job is deleted and nothing of it runs: drop the record
+
+
+def desired_configs(spec: JobSpec, record: JobRecord) -> dict[TaskKey, TaskConfig]:
+    """What each slot should run, given the addresses placed so far (unplaced slots get a
+    stand-in address, so tasks that would see it count as stale)."""
+    addresses = {key: record.addresses.get(key.name, f"unplaced/{key.name}") for key in spec.task_keys()}
+    return task_configs(spec, addresses, record.attempt)
+
+
+def _describe_end(task: ObservedTask) -> str:
+    if task.state is TaskState.LOST:
+        return f"{task.key.name} is lost" + (f" ({task.message})" if task.message else "")
+    if task.state is TaskState.GONE:
+        return f"{task.key.name} is gone" + (f" ({task.message})" if task.message else "")
+    if task.exit_code is not None and task.exit_code > 128:
+        return f"{task.key.name} was killed by signal {task.exit_code - 128}"
+    if task.exit_code is not None:
+        return f"{task.key.name} exited {task.exit_code}"
+    return f"{task.key.name} ended ({task.state.value})" + (f": {task.message}" if task.message else "")
+
+
+def _is_failure(task: ObservedTask, spec: JobSpec) -> bool:
+    if task.state in (TaskState.FAILED, TaskState.GONE, TaskState.STOPPED):
+        return True
+    if task.state is TaskState.SUCCEEDED and spec.restart_policy is RestartPolicy.ALWAYS:
+        # Exiting 0 is only the normal end for the roles that decide completion.
+        terminal_roles = (Role.CHIEF,) if spec.has_chief else (Role.WORKER,)
+        return task.key.role not in terminal_roles
+    return False
+
+
+def _permanent(task: ObservedTask, policy: RestartPolicy) -> bool:
+    if policy is RestartPolicy.NEVER:
+        return True
+    if policy is RestartPolicy.EXIT_CODE:
+        code = task.exit_code
+        return code is not None and 1 <= code <= 127 and code != RETRYABLE_EXIT
+    return False
+
+
+def _completed(spec: JobSpec, succeeded: set[TaskKey]) -> Why | None:
+    if spec.has_chief:
+        return Why.CHIEF_SUCCEEDED if TaskKey(Role.CHIEF, 0) in succeeded else None
+    workers = [TaskKey(Role.WORKER, i) for i in range(spec.count(Role.WORKER))]
+    return Why.WORKERS_SUCCEEDED if workers and all(w in succeeded for w in workers) else None
+
+
+def step(record: JobRecord, tasks: Sequence[ObservedTask], now: float, backoff: Backoff) -> Step:
+    result = _step(record, tasks, now, backoff)
+    if result.remove or result.record.phase.terminal:
+        return result
+    # Ended tasks of earlier attempts or configurations have been accounted for: let them go
+    # (their logs stay).
+    desired = desired_configs(result.record.spec, result.record)
+    old = tuple(
+        t.task_id
+        for t in tasks
+        if t.state.ended and not (t.key in desired and t.config_hash == desired[t.key].config_hash)
+    )
+    return Step(result.record, result.stop, result.launch, old, result.events, result.wake_at)
+
+
+def _step(record: JobRecord, tasks: Sequence[ObservedTask], now: float, backoff: Backoff) -> Step:
+    alive = [t for t in tasks if t.state.alive]
+    to_stop = tuple(t.task_id for t in alive if t.state is not TaskState.STOPPING)
+
+    if record.deleting:
+        if not alive:
+            return Step(
+                record,
+                forget=tuple(t.task_id for t in tasks),
+                remove=True,
+                events=(f"{record.name}: deleted",),
+            )
+        return Step(
+            record.evolve(phase=Phase.DELETING, reason=Why.DELETING, message="stopping its tasks"),
+            stop=to_stop,
+        )
+
+    if record.phase.terminal:
+        # Completed or failed: only make sure nothing of it still runs.
+        return Step(record, stop=to_stop)
+
+    spec = record.spec
+    desired = desired_configs(spec, record)
+    current = {
+        t.task_id: t for t in tasks if t.key in desired and t.config_hash == desired[t.key].config_hash
+    }
+    stale = [t for t in alive if t.task_id not in current]
+    current_alive = [t for t in alive if t.task_id in current]
+    current_ended = [t for t in current.values() if t.state.ended]
+
+    deadline = spec.active_deadline_s
+    if deadline is not None and record.start_time is not None and now >= record.start_time + deadline:
+        message = f"still running {deadline} s after it started (activeDeadlineSeconds)"
+        return _finish(record, Phase.FAILED, Why.DEADLINE_EXCEEDED, message, now, to_stop)
+
+    succeeded = {t.key for t in current_ended if t.state is TaskState.SUCCEEDED}
+    done = _completed(spec, succeeded)
+    if done is not None:
+        what = "the chief exited 0" if done is Why.CHIEF_SUCCEEDED else "every worker exited 0"
+        return _finish(record, Phase.SUCCEEDED, done, what, now, to_stop)
+
+    # A lost task may still run (a partitioned agent): the job is degraded and restarts, but
+    # its replacement waits until the backend says it is gone (it stays "alive" until then).
+    lost = [t for t in current_alive if t.state is TaskState.LOST]
+    failures = sorted([*(t for t in current_ended if _is_failure(t, spec)), *lost], key=lambda t: t.key)
+    if failures:
+        return _on_failure(record, spec, failures, now, backoff, to_stop)
+
+    events: list[str] = []
+    stop_stale = tuple(t.task_id for t in stale if t.state is not TaskState.STOPPING)
+    if stop_stale:
+        events.append(f"{record.name}: stopping {len(stop_stale)} task(s) whose configuration changed")
+    covered = {t.key for t in current_alive} | succeeded
+    missing = tuple(key for key in desired if key not in covered)
+    if not missing:
+        running = all(t.state is TaskState.RUNNING for t in current_alive)
+        why = Why.ALL_TASKS_RUNNING if running else Why.TASKS_STARTING
+        phase = Phase.RUNNING if running else record.phase
+        message = f"{len(current_alive)} task(s) running" if running else "tasks are starting"
+        return Step(
+            record.evolve(phase=phase, reason=why, message=message), stop=stop_stale, events=tuple(events)
+        )
+    if stale:
+        waiting = record.evolve(
+            phase=_waiting_phase(record),
+            reason=Why.WAITING_FOR_TASKS_TO_STOP,
+            message=f"waiting for {len(stale)} task(s) to stop before starting {len(missing)}",
+        )
+        return Step(waiting, stop=stop_stale, events=tuple(events))
+    if record.next_launch_at is not None and now < record.next_launch_at:
+        waiting = record.evolve(
+            phase=Phase.RESTARTING,
+            reason=Why.BACKING_OFF,
+            message=f"restart {record.restarts} of {spec.backoff_limit}: backing off "
+            f"{record.next_launch_at - now:.1f} s",
+        )
+        return Step(waiting, wake_at=record.next_launch_at)
+    return Step(
+        record.evolve(reason=Why.LAUNCHING, message=f"launching {len(missing)} task(s)"),
+        launch=missing,
+        events=tuple(events),
+    )
+
+
+def _waiting_phase(record: JobRecord) -> Phase:
+    return Phase.RESTARTING if record.phase in (Phase.RUNNING, Phase.RESTARTING) else Phase.PENDING
+
+
+def _finish(
+    record: JobRecord, phase: Phase, why: Why, message: str, now: float, to_stop: tuple[str, ...]
+) -> Step:
+    finished = record.evolve(
+        phase=phase, reason=why, message=message, completion_time=now, next_launch_at=None
+    )
+    return Step(finished, stop=to_stop, events=(f"{record.name}: {phase.value}: {message}",))
+
+
+def _on_failure(
+    record: JobRecord,
+    spec: JobSpec,
+    failures: Sequence[ObservedTask],
+    now: float,
+    backoff: Backoff,
+    to_stop: tuple[str, ...],
+) -> Step:
+    what = "; ".join(_describe_end(t) for t in failures)
+    policy = spec.restart_policy
+    permanent = [t for t in failures if _permanent(t, policy)]
+    if permanent:
+        why = Why.TASK_FAILED if policy is RestartPolicy.NEVER else Why.PERMANENT_EXIT_CODE
+        return _finish(record, Phase.FAILED, why, f"{what} (restartPolicy {policy.value})", now, to_stop)
+    if record.restarts >= spec.backoff_limit:
+        message = f"{what}; {record.restarts} restart(s) used of backoffLimit {spec.backoff_limit}"
+        return _finish(record, Phase.FAILED, Why.BACKOFF_LIMIT_EXCEEDED, message, now, to_stop)
+    restarts = record.restarts + 1
+    delay = backoff.delay(restarts)
+    restarted = record.evolve(
+        phase=Phase.RESTARTING,
+        reason=Why.RESTARTING,
+        message=f"{what}: restart {restarts} of {spec.backoff_limit} in {delay:g} s",
+        restarts=restarts,
+        attempt=record.attempt + 1,
+        next_launch_at=now + delay,
+    )
+    return Step(
+        restarted,
+        stop=to_stop,
+        events=(f"{record.name}: {what}; restarting the whole job ({restarts}/{spec.backoff_limit})",),
+        wake_at=now + delay,
+    )
+
+
+def latest_per_key(tasks: Sequence[ObservedTask]) -> Mapping[TaskKey, ObservedTask]:
+    """The newest task of each slot (by attempt, then start time), for status displays."""
+    latest: dict[TaskKey, ObservedTask] = {}
+    for task in tasks:
+        seen = latest.get(task.key)
+        if seen is None or (task.attempt, task.started_at or 0.0) >= (seen.attempt, seen.started_at or 0.0):
+            latest[task.key] = task
+    return latest

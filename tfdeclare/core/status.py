@@ -1,0 +1,148 @@
+"""A job's status document (contract §6, ``schemas/status.schema.json``), computed from its
+record and its tasks. Pure: the shell writes the result atomically.
+
+Conditions are recomputed every time; a condition keeps its ``lastTransitionTime`` while its
+status and reason stay the same. ``Reconciling`` and ``Stalled`` appear only while true.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from tfdeclare.core.enums import ROLE_ORDER, Phase, TaskState
+from tfdeclare.core.record import Condition, ConditionType, JobRecord, TaskRecord
+from tfdeclare.core.tasks import ObservedTask, TaskKey
+
+STALLED_REASONS = frozenset(
+    {"Unschedulable", "BackoffLimitExceeded", "DeadlineExceeded", "PermanentExitCode", "TaskFailed"}
+)
+
+
+def rfc3339(timestamp: float | None) -> str | None:
+    if timestamp is None:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(timestamp))
+
+
+def task_records(record: JobRecord, current: Sequence[ObservedTask]) -> tuple[TaskRecord, ...]:
+    """The newest task of each desired slot, in role and index order."""
+    by_key: dict[TaskKey, ObservedTask] = {}
+    for task in current:
+        seen = by_key.get(task.key)
+        if seen is None or (task.started_at or 0.0) >= (seen.started_at or 0.0):
+            by_key[task.key] = task
+    return tuple(
+        TaskRecord(
+            task_id=t.task_id,
+            key=t.key,
+            attempt=t.attempt,
+            state=t.state,
+            host=t.host,
+            port=t.port,
+            exit_code=t.exit_code,
+            started_at=t.started_at,
+            finished_at=t.finished_at,
+            message=t.message,
+        )
+        for t in sorted(by_key.values(), key=lambda t: t.key)
+    )
+
+
+def conditions(record: JobRecord, now: float) -> tuple[Condition, ...]:
+    previous = {c.type: c for c in record.conditions}
+
+    def make(kind: ConditionType, status: str, reason: str, message: str) -> Condition:
+        before = previous.get(kind)
+        since = before.last_transition if before and (before.status, before.reason) == (status, reason) else now
+        return Condition(kind, status, reason, message, since)
+
+    phase = record.phase
+    out = [
+        make(
+            ConditionType.READY,
+            "True" if phase is Phase.RUNNING else "False",
+            str(record.reason) or phase.value,
+            record.message,
+        )
+    ]
+    if record.invalid:
+        out.append(make(ConditionType.SYNCED, "False", "InvalidSpec", record.invalid[0]))
+    else:
+        applied = f"revision {record.revision}" if record.revision else f"spec {record.spec_hash[:12]}"
+        out.append(make(ConditionType.SYNCED, "True", "SpecApplied", f"{applied} is applied"))
+    if str(record.reason) in STALLED_REASONS:
+        out.append(make(ConditionType.STALLED, "True", str(record.reason), record.message))
+    elif phase in (Phase.PENDING, Phase.RESTARTING, Phase.DELETING):
+        out.append(make(ConditionType.RECONCILING, "True", str(record.reason) or phase.value, record.message))
+    return tuple(out)
+
+
+def status_document(record: JobRecord, now: float) -> dict[str, Any]:
+    spec = record.spec
+    tasks = {t.key: t for t in record.tasks}
+    replicas: dict[str, dict[str, int]] = {}
+    for role in ROLE_ORDER:
+        desired = spec.count(role)
+        of_role = [t for t in record.tasks if t.key.role is role]
+        if not desired and not of_role:
+            continue
+        replicas[role.value] = {
+            "desired": desired,
+            "running": sum(1 for t in of_role if t.state is TaskState.RUNNING),
+            "succeeded": sum(1 for t in of_role if t.state is TaskState.SUCCEEDED),
+            "failed": sum(1 for t in of_role if t.state in (TaskState.FAILED, TaskState.GONE)),
+        }
+    task_entries = []
+    keys = sorted(set(spec.task_keys()) | set(tasks)) if not record.deleting else sorted(tasks)
+    for key in keys:
+        task = tasks.get(key)
+        log = f"tfdeclare logs {record.name} --task {key.colon_name}"
+        if task is None:
+            task_entries.append(
+                {"id": "", "role": key.role.value, "index": key.index, "attempt": record.attempt, "state": "pending",
+                 "host": None, "port": None, "exitCode": None, "startTime": None, "finishTime": None,
+                 "message": "", "log": None}
+            )
+            continue
+        task_entries.append(
+            {
+                "id": task.task_id,
+                "role": key.role.value,
+                "index": key.index,
+                "attempt": task.attempt,
+                "state": task.state.value,
+                "host": task.host,
+                "port": task.port,
+                "exitCode": task.exit_code,
+                "startTime": rfc3339(task.started_at),
+                "finishTime": rfc3339(task.finished_at),
+                "message": task.message,
+                "log": log,
+            }
+        )
+    return {
+        "apiVersion": "tfdeclare/v1",
+        "kind": "TFJobStatus",
+        "name": record.name,
+        "phase": (Phase.DELETING if record.deleting else record.phase).value,
+        "specHash": record.spec_hash,
+        "revision": record.revision,
+        "revisionInfo": dict(record.revision_info) if record.revision_info else None,
+        "lastAttemptedRevision": record.last_attempted_revision,
+        "source": {"file": record.source.file, "line": record.source.line} if record.source else None,
+        "backend": record.backend,
+        "attempt": record.attempt,
+        "restarts": record.restarts,
+        "nextRestartTime": rfc3339(record.next_launch_at) if record.phase is Phase.RESTARTING else None,
+        "replicas": replicas,
+        "tasks": task_entries,
+        "conditions": [
+            {**c.to_json(), "lastTransitionTime": rfc3339(c.last_transition)} for c in record.conditions
+        ],
+        "startTime": rfc3339(record.start_time),
+        "completionTime": rfc3339(record.completion_time),
+        "message": record.message,
+        "updatedAt": rfc3339(now),
+    }
