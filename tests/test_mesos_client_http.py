@@ -647,3 +647,25 @@ def test_tls_verified_by_default(tls_files: tuple[Path, Path], make_client: Any)
 def test_errors_are_mesos_errors() -> None:
     for cls in (FrameworkRemovedError, ClientStoppedError, MesosConnectionError, NotSubscribedError):
         assert issubclass(cls, MesosError)
+
+
+def test_update_framework_is_used_on_resubscribe(server: ScriptServer, make_client: Any) -> None:
+    client, _ = make_client(server.url, FrameworkInfo(user="svc", name="old", roles=("a", "b")))
+    client.wait_subscribed(5)
+    server.on_call = lambda req: Reply(200 if req.type == "UPDATE_FRAMEWORK" else 202)
+    client.update_framework(FrameworkInfo(user="svc", name="new", roles=("a", "b")), suppressed_roles=["b"])
+    (upd,) = server.calls("UPDATE_FRAMEWORK")
+    assert upd.json["update_framework"]["framework_info"]["id"] == {"value": "fw-1"}
+    server.streams[0].abort()
+    server.wait(lambda: len(server.subscribes()) == 2)
+    sub = server.subscribes()[1].json["subscribe"]
+    assert sub["framework_info"]["name"] == "new" and sub["suppressed_roles"] == ["b"]
+
+
+def test_silence_before_subscribed_is_bounded(server: ScriptServer, make_client: Any) -> None:
+    answers = iter([Stream()])  # headers, then nothing
+    server.on_subscribe = lambda req: next(answers, None) or server.default_subscribe(req)
+    client, handler = make_client(server.url, subscribe_timeout=0.2)
+    assert client.wait_subscribed(5) == "fw-1"
+    assert len(server.subscribes()) == 2
+    assert not handler.named("disconnected")  # it was never subscribed

@@ -131,6 +131,7 @@ class SchedulerClient:
         self._candidate = 0
         self._endpoint: str | None = spec.endpoints[0] if spec.endpoints else None
         self._framework = config.framework
+        self._suppressed_roles = config.suppressed_roles
         self._backoff = Backoff(
             config.backoff_initial,
             config.backoff_cap,
@@ -339,15 +340,17 @@ class SchedulerClient:
         self.call(calls.reconcile(tasks))
 
     def update_framework(self, info: FrameworkInfo, suppressed_roles: Sequence[str] = ()) -> None:
-        """UPDATE_FRAMEWORK (synchronous, 200). The new info is also used on re-subscribe."""
+        """UPDATE_FRAMEWORK (synchronous, 200). Info and suppressed roles are also used on re-subscribe."""
         with self._call_lock:
             info = info.with_id(self._framework.id)
             self.call(calls.update_framework(info, suppressed_roles), expect=(200,))
-            self._framework = info
+            self._framework, self._suppressed_roles = info, tuple(suppressed_roles)
 
     def teardown(self) -> None:
         """TEARDOWN: the master kills every task and forgets the framework. Then stop()."""
-        self.call(calls.teardown())
+        with self._call_lock:  # the stream thread cannot re-subscribe before _stop is set
+            self.call(calls.teardown())
+            self._stop.set()
         log.warning("framework %s torn down", self._framework.id)
         self.stop()
 
@@ -398,7 +401,7 @@ class SchedulerClient:
     def _subscribe_once(self, endpoint: str) -> str:
         """One SUBSCRIBE and its stream, dispatched until it ends. Returns why it ended."""
         assert self._streams is not None
-        body = _dump(calls.subscribe(self._framework, self._config.suppressed_roles))
+        body = _dump(calls.subscribe(self._framework, self._suppressed_roles))
         headers = {
             "Content-Type": "application/json",
             "Accept": "application/json",
@@ -490,9 +493,9 @@ class SchedulerClient:
             self._stop.wait(tick)
 
     def _sleep(self, delay: float) -> None:
+        """Wait ``delay``, or less if stop() or a leader change sets ``_wake``."""
+        self._wake.wait(delay)
         self._wake.clear()
-        if not self._stop.is_set():  # stop() sets _stop before _wake
-            self._wake.wait(delay)
 
     def _set_leader(self, endpoint: str | None) -> None:
         """Leader detection says the leader is now ``endpoint`` (None: no leader)."""
