@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -224,6 +225,39 @@ def test_zookeeper_detector_reports_leader_changes() -> None:
         None,
         None,
     ]
+
+
+def test_zookeeper_detector_waits_for_the_path() -> None:
+    class FakeKazoo:
+        def __init__(self) -> None:
+            self.exists_result = False
+            self.watches: list[Any] = []
+
+        def exists(self, path: str, watch: Any = None) -> bool:
+            self.watches.append(watch)
+            return self.exists_result
+
+        def get(self, path: str) -> tuple[bytes, None]:
+            return b'{"address": {"ip": "10.0.0.5", "port": 5050}}', None
+
+    seen: list[str | None] = []
+    armed: list[str] = []
+
+    def children_watch(client: Any, path: str, func: Any) -> None:
+        armed.append(path)
+        func(["json.info_0000000001"])
+
+    detector = ZooKeeperDetector(ZooKeeperMaster("zk:2181", "/mesos"), seen.append)
+    fake = FakeKazoo()
+    detector._client = fake
+    detector._children_watch = children_watch
+    detector._path_changed()
+    assert seen == [None] and armed == []
+    fake.exists_result = True
+    fake.watches[-1](SimpleNamespace(type="CREATED"))
+    assert armed == ["/mesos"] and seen == [None, "http://10.0.0.5:5050/api/v1/scheduler"]
+    fake.watches[-1](SimpleNamespace(type="CHANGED"))  # a data change arms no second watch
+    assert armed == ["/mesos"]
 
 
 # --------------------------------------------------------------- auth and config

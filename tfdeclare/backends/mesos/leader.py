@@ -133,6 +133,7 @@ class ZooKeeperDetector:
         self._scheme = scheme
         self._timeout = timeout
         self._client: Any = None
+        self._children_watch: Any = None
         self._lock = threading.Lock()
 
     def start(self) -> None:
@@ -143,7 +144,18 @@ class ZooKeeperDetector:
             raise ConfigError("a zk:// master needs kazoo: pip install 'tfdeclare[zookeeper]'") from None
         self._client = KazooClient(hosts=self._zk.hosts, timeout=self._timeout)
         self._client.start(timeout=self._timeout)
-        ChildrenWatch(self._client, self._zk.path, self._children_changed)
+        self._children_watch = ChildrenWatch
+        self._path_changed()
+
+    def _path_changed(self, event: Any = None) -> None:
+        """(Re-)arm the children watch once the path exists; kazoo drops it when the path goes."""
+        if self._client is None:
+            return
+        if not self._client.exists(self._zk.path, watch=self._path_changed):
+            log.warning("ZooKeeper path %s does not exist (yet)", self._zk.path)
+            self._on_leader(None)
+        elif event is None or getattr(event, "type", None) == "CREATED":
+            self._children_watch(self._client, self._zk.path, self._children_changed)
 
     def _children_changed(self, children: list[str]) -> None:
         with self._lock:
