@@ -554,11 +554,12 @@ class SchedulerClient:
         elif not self._subscribed:
             log.warning("ignoring a %s event received before SUBSCRIBED", kind)
         elif kind == "OFFERS":
-            try:
-                offers = [Offer.from_json(o) for o in (event.get("offers") or {}).get("offers") or []]
-            except ProtocolError as exc:
-                log.warning("ignoring a malformed OFFERS event: %s", exc)
-                return
+            offers = []
+            for raw in (event.get("offers") or {}).get("offers") or []:
+                try:
+                    offers.append(Offer.from_json(raw))
+                except ProtocolError as exc:
+                    log.warning("ignoring a malformed offer: %s", exc)
             self._callback("offers", offers)
         elif kind == "RESCIND":
             offer_id = id_value((event.get("rescind") or {}).get("offer_id"))
