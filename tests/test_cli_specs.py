@@ -70,7 +70,7 @@ def test_plan_text_detailed_exitcode_and_saved_plan(workdir: Path) -> None:
     assert detailed.returncode == 2
     saved = json.loads((workdir / "plan.json").read_text())
     assert saved["kind"] == "TFDeclarePlan"
-    assert set(saved["desired"]) == {"a"}
+    assert set(saved["desiredAll"]) == {"a"}
     assert saved["plan"]["summary"]["create"] == 1
 
 

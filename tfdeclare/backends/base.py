@@ -58,6 +58,10 @@ class Backend(Protocol):
         """Drop ended tasks from ``observe`` (their logs stay readable until the job is gone)."""
         ...
 
+    def purge(self, job: str) -> None:
+        """Forget every ended task of a deleted job, and its logs."""
+        ...
+
     def read_log(self, task_id: str, offset: int = 0, limit: int = 1 << 20) -> LogChunk:
         """Bytes of a task's output from ``offset``."""
         ...

@@ -33,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     from tfdeclare.cli import specs_commands
 
     specs_commands.add_parsers(sub, common)
+    from tfdeclare.cli import run_commands
+
+    run_commands.add_parsers(sub, common)
     return parser
 
 

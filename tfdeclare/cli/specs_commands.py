@@ -23,7 +23,7 @@ from tfdeclare.core.desired import DesiredState
 from tfdeclare.core.planner import Plan, PlanOptions, plan
 from tfdeclare.core.render import plan_json, render_json, render_markdown, render_text
 from tfdeclare.core.schema import SCHEMA_NAMES, schema_text
-from tfdeclare.shell.atomic import write_atomic
+from tfdeclare.files import write_atomic
 from tfdeclare.shell.sources import SpecFiles, no_files_warning
 from tfdeclare.shell.store import StateError, StateStore
 
@@ -69,16 +69,19 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return EXIT_OK if valid else EXIT_ERROR
 
 
-def compute_plan(paths: list[str], settings: Settings, options: PlanOptions) -> Plan:
+def compute_plan(paths: list[str], settings: Settings, options: PlanOptions) -> tuple[Plan, DesiredState]:
     desired, _ = load_desired(paths, settings)
     try:
         observed = StateStore(settings.state_dir).observed()
     except StateError as err:
         raise UserError(str(err)) from err
-    return plan(desired, observed, options)
+    return plan(desired, observed, options), desired
 
 
-def saved_plan(result: Plan, settings: Settings, paths: list[str]) -> dict[str, Any]:
+def saved_plan(result: Plan, desired: DesiredState, settings: Settings, paths: list[str]) -> dict[str, Any]:
+    """The plan file: everything `apply PLANFILE` needs to re-plan from the same specs and to
+    refuse the plan when the state it was computed against has moved (it holds the specs,
+    environment values included: keep it where you keep the specs)."""
     return {
         "kind": PLAN_KIND,
         "formatVersion": 1,
@@ -88,8 +91,13 @@ def saved_plan(result: Plan, settings: Settings, paths: list[str]) -> dict[str, 
         "stateDir": str(settings.state_dir),
         "paths": paths,
         "observedFingerprint": result.observed_fingerprint,
-        "desired": {name: dict(spec) for name, spec in result.desired.items()},
-        "sources": {name: {"file": s.file, "line": s.line} for name, s in result.sources.items()},
+        "desiredAll": {
+            name: {"spec": dict(job.canonical), "file": job.source.file, "line": job.source.line}
+            for name, job in desired.jobs.items()
+        },
+        "protected": sorted(desired.protected),
+        "invalidFiles": sorted(desired.invalid_files),
+        "files": list(desired.files),
         "plan": plan_json(result),
     }
 
@@ -97,7 +105,7 @@ def saved_plan(result: Plan, settings: Settings, paths: list[str]) -> dict[str, 
 def cmd_plan(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     options = PlanOptions(prune=args.prune, allow_empty=args.allow_empty)
-    result = compute_plan(args.paths, settings, options)
+    result, desired = compute_plan(args.paths, settings, options)
     print_diagnostics(result.diagnostics)
     if args.output == "json":
         stdout_write(render_json(result))
@@ -108,7 +116,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.out:
         if result.has_errors:
             raise UserError(f"not saving {args.out}: the specs have errors")
-        document = saved_plan(result, settings, args.paths)
+        document = saved_plan(result, desired, settings, args.paths)
         write_atomic(Path(args.out), (json.dumps(document, indent=1, sort_keys=True) + "\n").encode())
     if result.has_errors:
         return EXIT_ERROR

@@ -163,12 +163,15 @@ class Plan:
 def diff(
     old: Any, new: Any, path: tuple[str | int, ...] = ()
 ) -> list[tuple[tuple[str | int, ...], Any, Any]]:
-    """Leaf differences between two canonical specs; mappings recurse, lists are leaves."""
+    """Leaf differences between two canonical specs. Mappings recurse; lists of the same
+    length recurse by index (``spec.command[3]``); other lists are leaves."""
     if isinstance(old, dict) and isinstance(new, dict):
         out = []
         for key in sorted(old.keys() | new.keys()):
             out.extend(diff(old.get(key, ABSENT), new.get(key, ABSENT), (*path, key)))
         return out
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        return [d for i, (a, b) in enumerate(zip(old, new, strict=True)) for d in diff(a, b, (*path, i))]
     if old == new and type(old) is type(new):
         return []
     return [(path, old, new)]

@@ -87,6 +87,18 @@ def task_list(keys: tuple[TaskKey, ...]) -> str:
     return ", ".join(parts)
 
 
+def _pair_text(old: Any, new: Any, limit: int = 80) -> tuple[str, str]:
+    """Two long strings that share a beginning are shown from just before they differ."""
+    if isinstance(old, str) and isinstance(new, str):
+        common = 0
+        while common < min(len(old), len(new)) and old[common] == new[common]:
+            common += 1
+        if common > 30:
+            cut = common - 15
+            return _value_text("…" + old[cut:], limit), _value_text("…" + new[cut:], limit)
+    return _value_text(old, limit), _value_text(new, limit)
+
+
 def _change_line(change: FieldChange) -> str:
     old, new = _shown(change, change.old), _shown(change, change.new)
     if old is ABSENT:
@@ -94,7 +106,8 @@ def _change_line(change: FieldChange) -> str:
     elif new is ABSENT:
         body = f"- {change.dotted} (was {_value_text(old)})"
     else:
-        body = f"~ {change.dotted}: {_value_text(old)} → {_value_text(new)}"
+        before, after = _pair_text(old, new)
+        body = f"~ {change.dotted}: {before} → {after}"
     note = {"restart": "forces restart", "resize": "resizes", "in-place": "in place"}[change.effect.value]
     return f"{body}   # {note}"
 

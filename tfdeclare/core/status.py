@@ -26,7 +26,7 @@ def rfc3339(timestamp: float | None) -> str | None:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(timestamp))
 
 
-def task_records(record: JobRecord, current: Sequence[ObservedTask]) -> tuple[TaskRecord, ...]:
+def task_records(current: Sequence[ObservedTask]) -> tuple[TaskRecord, ...]:
     """The newest task of each desired slot, in role and index order."""
     by_key: dict[TaskKey, ObservedTask] = {}
     for task in current:
@@ -55,7 +55,9 @@ def conditions(record: JobRecord, now: float) -> tuple[Condition, ...]:
 
     def make(kind: ConditionType, status: str, reason: str, message: str) -> Condition:
         before = previous.get(kind)
-        since = before.last_transition if before and (before.status, before.reason) == (status, reason) else now
+        since = (
+            before.last_transition if before and (before.status, before.reason) == (status, reason) else now
+        )
         return Condition(kind, status, reason, message, since)
 
     phase = record.phase
@@ -101,9 +103,20 @@ def status_document(record: JobRecord, now: float) -> dict[str, Any]:
         log = f"tfdeclare logs {record.name} --task {key.colon_name}"
         if task is None:
             task_entries.append(
-                {"id": "", "role": key.role.value, "index": key.index, "attempt": record.attempt, "state": "pending",
-                 "host": None, "port": None, "exitCode": None, "startTime": None, "finishTime": None,
-                 "message": "", "log": None}
+                {
+                    "id": "",
+                    "role": key.role.value,
+                    "index": key.index,
+                    "attempt": record.attempt,
+                    "state": "pending",
+                    "host": None,
+                    "port": None,
+                    "exitCode": None,
+                    "startTime": None,
+                    "finishTime": None,
+                    "message": "",
+                    "log": None,
+                }
             )
             continue
         task_entries.append(

@@ -147,6 +147,7 @@ class TaskLaunch:
     image: str | None = None
     volumes: tuple[Volume, ...] = ()
     grace_period_s: float = 10.0
+    source_dir: str | None = None  # folder of the spec file (local backend: default working dir)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 from tfdeclare.core.names import is_job_name
 from tfdeclare.core.observed import ObservedJob
 from tfdeclare.core.record import JobRecord
-from tfdeclare.shell.atomic import remove, write_atomic
+from tfdeclare.files import remove, write_atomic
 
 
 class StateError(Exception):

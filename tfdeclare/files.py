@@ -1,4 +1,5 @@
-"""Crash-safe file writes: temp file in the same folder, fsync, rename, fsync the folder.
+"""Crash-safe file writes, for every layer that writes state: temp file in the same folder,
+fsync, rename, fsync the folder.
 
 A reader sees the old content or the new, never half of either; a crash leaves at most a
 stray ``.*.tmp`` file that the next write ignores.

@@ -1,0 +1,162 @@
+"""The per-task supervisor: ``python -m tfdeclare.backends.local.supervisor TASK_DIR``.
+
+One small process per task, in its own session so it outlives the CLI that started it. It
+starts the task's command (an argv list, never a shell) as the leader of a new process group,
+its output going straight to the task's log file, and records, atomically:
+
+- ``state.json`` once the task runs: its pid (= process group id) and start tick, and ours;
+- ``exit.json`` when it ends: the exit code (128+N for signal N), and whether it was asked to
+  stop.
+
+It is started with ``--detach`` and writes ``launch.json`` (its own pid) first. A stop request
+is SIGTERM to the supervisor (after ``stop.json`` was written): it sends
+SIGTERM to the task's process group, waits the grace period, then SIGKILLs the group. When
+the task ends, whatever is left of its group is killed too, so no task process outlives it.
+
+Standard library only, so it starts fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+POLL_S = 0.05
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """Field 22 of /proc/PID/stat: tells a process from a later one that reused its pid."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    fields = data[data.rfind(b")") + 2 :].split()
+    return int(fields[19])
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(data, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def kill_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+class Supervisor:
+    def __init__(self, task_dir: Path) -> None:
+        self.task_dir = task_dir
+        self.spec = json.loads((task_dir / "task.json").read_text(encoding="utf-8"))
+        self.stop_requested_at: float | None = None
+        self.grace_s = float(self.spec.get("graceSeconds", 10.0))
+
+    def _on_sigterm(self, signum: int, frame: object) -> None:
+        if self.stop_requested_at is None:
+            self.stop_requested_at = time.monotonic()
+            with contextlib.suppress(OSError, ValueError):
+                request = json.loads((self.task_dir / "stop.json").read_text(encoding="utf-8"))
+                self.grace_s = float(request.get("graceSeconds", self.grace_s))
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        log_path = Path(self.spec["logPath"])
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        started = time.time()
+        with open(log_path, "ab", buffering=0) as log, open(os.devnull, "rb") as devnull:
+            try:
+                child = subprocess.Popen(
+                    self.spec["argv"],
+                    env=self.spec["env"],
+                    cwd=self.spec.get("cwd") or None,
+                    stdin=devnull,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    process_group=0,
+                    close_fds=True,
+                )
+            except OSError as err:
+                log.write(
+                    f"tfdeclare: cannot start {self.spec['argv'][0]!r}: {err.strerror or err}\n".encode()
+                )
+                write_json(
+                    self.task_dir / "exit.json",
+                    {
+                        "exitCode": 127,
+                        "finishedAt": time.time(),
+                        "stopped": False,
+                        "message": f"cannot start: {err.strerror or err}",
+                    },
+                )
+                return 0
+        write_json(
+            self.task_dir / "state.json",
+            {
+                "pid": child.pid,
+                "ticks": process_start_ticks(child.pid),
+                "supervisorPid": os.getpid(),
+                "supervisorTicks": process_start_ticks(os.getpid()),
+                "startedAt": started,
+            },
+        )
+        if (self.task_dir / "stop.json").exists() and self.stop_requested_at is None:
+            self._on_sigterm(signal.SIGTERM, None)  # a stop that came before we were ready
+        returncode = self._wait(child)
+        kill_group(child.pid, signal.SIGKILL)  # stragglers of the task's group
+        exit_code = returncode if returncode >= 0 else 128 - returncode
+        write_json(
+            self.task_dir / "exit.json",
+            {"exitCode": exit_code, "finishedAt": time.time(), "stopped": self.stop_requested_at is not None},
+        )
+        return 0
+
+    def _wait(self, child: subprocess.Popen[bytes]) -> int:
+        termed = killed = False
+        while True:
+            code = child.poll()
+            if code is not None:
+                return code
+            if self.stop_requested_at is not None:
+                if not termed:
+                    kill_group(child.pid, signal.SIGTERM)
+                    termed = True
+                elif not killed and time.monotonic() - self.stop_requested_at >= self.grace_s:
+                    kill_group(child.pid, signal.SIGKILL)
+                    killed = True
+            time.sleep(POLL_S)
+
+
+def main(argv: list[str]) -> int:
+    """``--detach TASK_DIR`` forks, and the parent exits at once: the supervisor is then nobody's
+    child (no zombie in a long-running controller) and leads its own session."""
+    detach = argv[:1] == ["--detach"]
+    args = argv[1:] if detach else argv
+    if len(args) != 1:
+        sys.stderr.write("usage: python -m tfdeclare.backends.local.supervisor [--detach] TASK_DIR\n")
+        return 2
+    task_dir = Path(args[0])
+    if detach:
+        if os.fork() > 0:
+            os._exit(0)
+        os.setsid()
+    me = os.getpid()
+    write_json(task_dir / "launch.json", {"supervisorPid": me, "supervisorTicks": process_start_ticks(me)})
+    return Supervisor(task_dir).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

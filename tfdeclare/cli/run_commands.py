@@ -1,0 +1,459 @@
+"""``apply``, ``status``, ``logs`` and ``delete``: the commands that act on running jobs.
+
+``apply`` takes the state folder's lock, applies the plan to the job records and runs
+reconcile passes: without ``--wait`` until every job's tasks are launched (or waiting for
+resources), with ``--wait`` until every job of the files has Succeeded or Failed, printing
+progress as it changes. Tasks are detached processes (or Mesos tasks): interrupting ``apply``
+never stops them; a later ``apply``, ``status`` or the daemon adopts them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from tfdeclare.backends.base import Backend, BackendError
+from tfdeclare.cli.common import (
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    Settings,
+    UserError,
+    print_diagnostics,
+    settings_from,
+    stderr_line,
+    stdout_write,
+)
+from tfdeclare.cli.specs_commands import PLAN_KIND, load_desired
+from tfdeclare.cli.wiring import locked, make_backend, make_controller
+from tfdeclare.controller import Controller
+from tfdeclare.core.desired import DesiredState
+from tfdeclare.core.enums import Phase, Role
+from tfdeclare.core.loader import LoadedJob, SourceRef
+from tfdeclare.core.model import fingerprint
+from tfdeclare.core.planner import Plan, PlanOptions, plan
+from tfdeclare.core.record import JobRecord
+from tfdeclare.core.render import render_text
+from tfdeclare.core.tasks import TaskKey
+from tfdeclare.shell.lock import ControllerLock
+from tfdeclare.shell.statuswriter import StatusWriter
+from tfdeclare.shell.store import StateError, StateStore
+
+# A job has what it needs for now (apply without --wait may return) in these states.
+_LAUNCHED_REASONS = frozenset(
+    {
+        "AllTasksRunning",
+        "TasksStarting",
+        "WaitingForResources",
+        "WaitingForGPUs",
+        "WaitingForOffers",
+        "Unschedulable",
+        "BackingOff",
+    }
+)
+
+
+def _is_plan_file(paths: list[str]) -> bool:
+    if len(paths) != 1 or not Path(paths[0]).is_file():
+        return False
+    try:
+        with open(paths[0], encoding="utf-8") as handle:
+            head = handle.read(1)
+            if head != "{":
+                return False
+            handle.seek(0)
+            return bool(json.load(handle).get("kind") == PLAN_KIND)
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _saved_plan(path: str, settings: Settings, store: StateStore) -> tuple[Plan, DesiredState]:
+    """Re-plan from a saved plan's specs; refuse it when the state moved since."""
+    try:
+        saved = json.loads(Path(path).read_text(encoding="utf-8"))
+        desired_specs: dict[str, Any] = saved["desiredAll"]
+        options = PlanOptions(
+            prune=saved["plan"]["options"]["prune"], allow_empty=saved["plan"]["options"]["allowEmpty"]
+        )
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise UserError(f"{path}: not a readable tfdeclare plan ({err})") from err
+    if saved.get("backend") != settings.backend or saved.get("stateDir") != str(settings.state_dir):
+        raise UserError(
+            f"{path} was made for backend {saved.get('backend')} and state folder {saved.get('stateDir')}; "
+            f"this is backend {settings.backend} with {settings.state_dir}"
+        )
+    jobs = {
+        name: LoadedJob(
+            name, entry["spec"], fingerprint(entry["spec"]), SourceRef(entry["file"], entry["line"])
+        )
+        for name, entry in desired_specs.items()
+    }
+    desired = DesiredState(
+        jobs,
+        (),
+        dict.fromkeys(saved.get("protected", []), ()),
+        frozenset(saved.get("invalidFiles", [])),
+        tuple(saved.get("files", [])),
+    )
+    observed = store.observed()
+    current = plan(desired, observed, options)
+    stale = current.observed_fingerprint != saved["observedFingerprint"] or [
+        (j["name"], j["action"]) for j in saved["plan"]["jobs"]
+    ] != [(j.name, j.action.value) for j in current.jobs]
+    if stale:
+        raise UserError(
+            f"{path} is stale: the jobs it was planned against have changed since (another apply, a "
+            "completion or a failure). Run `tfdeclare plan` again."
+        )
+    return current, desired
+
+
+class _Waker:
+    """Lets the backend's watcher cut a sleep between passes short."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+
+    def __call__(self) -> None:
+        self.event.set()
+
+    def sleep(self, seconds: float) -> None:
+        self.event.wait(seconds)
+        self.event.clear()
+
+
+def _progress_line(record: JobRecord) -> str:
+    spec = record.spec
+    desired = len(spec.task_keys())
+    running = sum(1 for t in record.tasks if t.state.value == "running")
+    done = sum(1 for t in record.tasks if t.state.value == "succeeded")
+    phase = "Deleting" if record.deleting else record.phase.value
+    parts = [f"{record.name:<24} {phase:<10} {running}/{desired} running"]
+    if done:
+        parts.append(f"{done} succeeded")
+    if record.restarts:
+        parts.append(f"restarts {record.restarts}/{spec.backoff_limit}")
+    return ", ".join(parts) + (f" — {record.message}" if record.message else "")
+
+
+def _run_passes(
+    controller: Controller, backend: Backend, names: set[str], *, wait: bool, timeout: float | None
+) -> tuple[dict[str, JobRecord], bool]:
+    """Reconcile until the jobs in ``names`` are launched (or finished, with ``wait``).
+    Returns the last records and whether it timed out."""
+    waker = _Waker()
+    backend.watch(waker)
+    started = time.monotonic()
+    shown: dict[str, tuple[object, ...]] = {}
+    limit = timeout if timeout is not None else (None if wait else 60.0)
+    while True:
+        result = controller.reconcile()
+        for error in result.errors:
+            stderr_line(f"tfdeclare: {error}")
+        records = {n: r for n, r in controller.store.records().items() if n in names}
+        elapsed = time.monotonic() - started
+        for name in sorted(names):
+            record = records.get(name)
+            line = _progress_line(record) if record else f"{name:<24} deleted"
+            # Print when something a reader cares about changed (not a backoff countdown).
+            key = (
+                (record.phase, record.deleting, record.reason, record.restarts, record.tasks)
+                if record
+                else ()
+            )
+            if shown.get(name) != key:
+                shown[name] = key
+                stdout_write(f"[{elapsed:6.1f}s] {line}\n")
+        if _finished(records, wait):
+            return records, False
+        if limit is not None and elapsed >= limit:
+            return records, True
+        pause = 0.25 if not wait else 0.5
+        if result.wake_at is not None:
+            pause = min(pause, max(0.05, result.wake_at - time.time()))
+        waker.sleep(pause)
+
+
+def _finished(records: dict[str, JobRecord], wait: bool) -> bool:
+    for record in records.values():
+        if record.deleting:
+            if wait:
+                return False
+            continue
+        if record.phase.terminal:
+            continue
+        if wait:
+            if record.reason != "Unschedulable":
+                return False
+        elif str(record.reason) not in _LAUNCHED_REASONS:
+            return False
+    return True
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    store = StateStore(settings.state_dir)
+    with locked(settings, "apply", source=" ".join(args.paths)):
+        if _is_plan_file(args.paths):
+            result, desired = _saved_plan(args.paths[0], settings, store)
+        else:
+            desired, _ = load_desired(args.paths, settings)
+            if desired.has_errors:
+                print_diagnostics(desired.diagnostics)
+                raise UserError("nothing applied: the specs have errors (see above)")
+            print_diagnostics(desired.diagnostics)  # warnings
+            try:
+                result = plan(
+                    desired, store.observed(), PlanOptions(prune=args.prune, allow_empty=args.allow_empty)
+                )
+            except StateError as err:
+                raise UserError(str(err)) from err
+        stdout_write(render_text(result))
+        backend = make_backend(settings)
+        try:
+            controller = make_controller(settings, backend)
+            controller.apply(result, desired)
+            names = set(desired.jobs) | {j.name for j in result.jobs if j.action.value == "delete"}
+            if not names:
+                return EXIT_OK
+            stdout_write("\n")
+            try:
+                records, timed_out = _run_passes(
+                    controller, backend, names, wait=args.wait, timeout=args.timeout
+                )
+            except KeyboardInterrupt:
+                stderr_line("tfdeclare: interrupted; the jobs keep running (`tfdeclare status` adopts them)")
+                return EXIT_INTERRUPTED
+        finally:
+            backend.close()
+    return _apply_outcome(records, timed_out, wait=args.wait)
+
+
+def _apply_outcome(records: dict[str, JobRecord], timed_out: bool, *, wait: bool) -> int:
+    failed = sorted(n for n, r in records.items() if r.phase is Phase.FAILED)
+    stuck = sorted(n for n, r in records.items() if r.reason == "Unschedulable" and not r.phase.terminal)
+    if stuck:
+        stderr_line(f"tfdeclare: cannot be scheduled: {', '.join(stuck)} (see `tfdeclare status NAME`)")
+    if wait and failed:
+        stderr_line(f"tfdeclare: failed: {', '.join(failed)}")
+        return EXIT_ERROR
+    if timed_out:
+        stderr_line("tfdeclare: timed out waiting; the jobs keep running (`tfdeclare status`)")
+        return EXIT_ERROR
+    return EXIT_ERROR if (wait and stuck) else EXIT_OK
+
+
+# ---- status -----------------------------------------------------------------------------
+
+
+def _refresh(settings: Settings) -> str | None:
+    """Run one reconcile pass when no other controller holds the state folder (so status
+    adopts tasks and notices ends); otherwise say who keeps the status files fresh."""
+    lock = ControllerLock(settings.state_dir)
+    holder = lock.holder()
+    if holder is not None:
+        return f"status files kept by {holder.get('purpose', 'a controller')} (pid {holder.get('pid', '?')})"
+    if not StateStore(settings.state_dir).jobs_dir.is_dir():
+        return None
+    with locked(settings, "status"):
+        backend = make_backend(settings)
+        try:
+            result = make_controller(settings, backend).reconcile()
+        finally:
+            backend.close()
+    for error in result.errors:
+        stderr_line(f"tfdeclare: {error}")
+    return None
+
+
+def _age(timestamp: str | None) -> str:
+    if not timestamp:
+        return "-"
+    then = time.mktime(time.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
+    seconds = max(0, int(time.time() - then))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _status_table(documents: list[dict[str, Any]]) -> str:
+    rows = [("NAME", "PHASE", "TASKS", "RESTARTS", "AGE", "MESSAGE")]
+    for doc in documents:
+        tasks = doc.get("tasks", [])
+        running = sum(1 for t in tasks if t["state"] == "running")
+        done = sum(1 for t in tasks if t["state"] == "succeeded")
+        counts = f"{running}/{len(tasks)}" + (f" ({done} done)" if done else "")
+        rows.append(
+            (
+                doc["name"],
+                doc["phase"],
+                counts,
+                str(doc.get("restarts", 0)),
+                _age(doc.get("startTime")),
+                doc.get("message", ""),
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    return "".join(
+        "  ".join(c.ljust(w) for c, w in zip(r[:5], widths, strict=True)) + "  " + r[5] + "\n" for r in rows
+    )
+
+
+def _status_detail(doc: dict[str, Any]) -> str:
+    lines = [f"{doc['name']}: {doc['phase']} — {doc.get('message', '')}"]
+    if doc.get("source"):
+        lines.append(f"  source:    {doc['source']['file']}:{doc['source']['line']}")
+    lines.append(f"  spec hash: {doc['specHash'][:16]}   revision: {doc.get('revision') or '-'}")
+    lines.append(f"  attempt {doc.get('attempt', 0)}, restarts {doc.get('restarts', 0)}")
+    lines.append(f"  started {doc.get('startTime') or '-'}, completed {doc.get('completionTime') or '-'}")
+    lines.append("  conditions:")
+    for c in doc.get("conditions", []):
+        lines.append(f"    {c['type']:<12} {c['status']:<6} {c['reason']}: {c['message']}")
+    lines.append("  tasks:")
+    for t in doc.get("tasks", []):
+        where = f"{t['host']}:{t['port']}" if t.get("host") else "-"
+        code = "" if t.get("exitCode") is None else f" exit {t['exitCode']}"
+        name = f"{t['role']}-{t['index']}"
+        lines.append(f"    {name:<12} {t['state']:<10} {where:<21}{code} {t.get('message', '')}".rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    note = _refresh(settings)
+    statuses = StatusWriter(settings.status_dir)
+    names = [args.name] if args.name else statuses.names()
+    documents = [d for d in (statuses.read(n) for n in names) if d is not None]
+    if args.name and not documents:
+        raise UserError(f"no job named {args.name!r} (no status file in {settings.status_dir})")
+    if args.output == "json":
+        stdout_write(json.dumps(documents[0] if args.name else documents, indent=2) + "\n")
+    elif args.name:
+        stdout_write(_status_detail(documents[0]))
+    elif documents:
+        stdout_write(_status_table(documents))
+    else:
+        stdout_write("No jobs.\n")
+    if note and args.output != "json":
+        stderr_line(f"({note})")
+    return EXIT_OK
+
+
+# ---- logs ---------------------------------------------------------------------------------
+
+
+def _task_for(record: JobRecord, task: str | None) -> str:
+    if task is None:
+        spec = record.spec
+        key = TaskKey(Role.CHIEF, 0) if spec.has_chief else spec.task_keys()[0]
+    else:
+        role, _, index = task.partition(":")
+        try:
+            key = TaskKey(Role(role), int(index or 0))
+        except ValueError:
+            raise UserError(f"--task takes ROLE:INDEX, e.g. worker:1 (got {task!r})") from None
+    for entry in record.tasks:
+        if entry.key == key and entry.task_id:
+            return entry.task_id
+    raise UserError(f"job {record.name} has no task {key.colon_name} that has started")
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    record = StateStore(settings.state_dir).load(args.name)
+    if record is None:
+        raise UserError(f"no job named {args.name!r}")
+    task_id = _task_for(record, args.task)
+    backend = make_backend(settings)
+    offset = 0
+    try:
+        while True:
+            try:
+                chunk = backend.read_log(task_id, offset)
+            except BackendError as err:
+                raise UserError(str(err)) from err
+            if chunk.data:
+                sys.stdout.buffer.write(chunk.data)
+                sys.stdout.buffer.flush()
+            offset = chunk.next_offset
+            if not args.follow or (chunk.complete and not chunk.data):
+                return EXIT_OK
+            if not chunk.data:
+                time.sleep(0.2)
+    finally:
+        backend.close()
+
+
+# ---- delete -------------------------------------------------------------------------------
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    store = StateStore(settings.state_dir)
+    names = sorted(store.records()) if args.all else list(args.names)
+    if not names:
+        if args.all:
+            return EXIT_OK
+        raise UserError("name the jobs to delete (or --all)")
+    with locked(settings, "delete", source=" ".join(names)):
+        backend = make_backend(settings)
+        try:
+            controller = make_controller(settings, backend)
+            missing = controller.delete(names)
+            present = set(names) - set(missing)
+            if present:
+                _, timed_out = _run_passes(controller, backend, present, wait=True, timeout=args.timeout)
+                if timed_out:
+                    stderr_line(
+                        "tfdeclare: timed out waiting for tasks to stop; they are still being stopped"
+                    )
+                    return EXIT_ERROR
+        finally:
+            backend.close()
+    if missing:
+        raise UserError(f"no job named {', '.join(repr(m) for m in missing)}")
+    return EXIT_OK
+
+
+def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
+    apply = sub.add_parser(
+        "apply",
+        parents=[common],
+        help="make the running jobs match the files (or a saved plan)",
+        description="Plan and apply: create, update, resize, restart (and with --prune delete) jobs so "
+        "they match the files. Given a PLANFILE from `plan --out`, apply exactly that plan, or refuse it "
+        "if stale.",
+    )
+    apply.add_argument("paths", nargs="+", metavar="PATH|PLANFILE")
+    apply.add_argument("--wait", action="store_true", help="wait until every job has Succeeded or Failed")
+    apply.add_argument(
+        "--timeout", type=float, metavar="SECONDS", help="give up waiting after this long (exit 1)"
+    )
+    apply.add_argument("--prune", action="store_true", help="delete jobs that are gone from the files")
+    apply.add_argument("--allow-empty", action="store_true", help="with --prune, allow deleting every job")
+    apply.set_defaults(func=cmd_apply)
+
+    status_parser = sub.add_parser("status", parents=[common], help="show jobs and their tasks")
+    status_parser.add_argument("name", nargs="?", metavar="NAME")
+    status_parser.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    status_parser.set_defaults(func=cmd_status)
+
+    logs = sub.add_parser("logs", parents=[common], help="print a task's output")
+    logs.add_argument("name", metavar="NAME")
+    logs.add_argument(
+        "--task", metavar="ROLE:INDEX", help="which task (default: chief:0, else the first task)"
+    )
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing until the task ends")
+    logs.set_defaults(func=cmd_logs)
+
+    delete = sub.add_parser("delete", parents=[common], help="stop jobs and forget them")
+    delete.add_argument("names", nargs="*", metavar="NAME")
+    delete.add_argument("--all", action="store_true", help="every job in the state folder")
+    delete.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS")
+    delete.set_defaults(func=cmd_delete)

@@ -1,0 +1,62 @@
+"""Building the pieces a command needs from its settings: backend, controller, lock."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from tfdeclare.backends.base import Backend
+from tfdeclare.cli.common import Settings, UserError
+from tfdeclare.controller import Controller
+from tfdeclare.core.lifecycle import Backoff
+from tfdeclare.shell.lock import ControllerLock, LockHeld
+from tfdeclare.shell.statuswriter import StatusWriter
+from tfdeclare.shell.store import StateStore
+
+
+def make_backend(settings: Settings) -> Backend:
+    config = settings.config
+    if config.backend == "local":
+        from tfdeclare.backends.local.backend import LocalBackend, LocalCapacity
+
+        local = config.local
+        capacity = LocalCapacity.detect(
+            local.cpus, local.mem_mib, local.gpus, local.port_first, local.port_last
+        )
+        return LocalBackend(settings.state_dir, capacity)
+    raise UserError(f"unknown backend {config.backend!r}")
+
+
+def make_controller(settings: Settings, backend: Backend) -> Controller:
+    return Controller(
+        StateStore(settings.state_dir),
+        backend,
+        StatusWriter(settings.status_dir),
+        backoff=Backoff(settings.config.backoff_initial_s, settings.config.backoff_max_s),
+    )
+
+
+def lock_error(err: LockHeld) -> UserError:
+    holder = err.holder
+    if holder.get("purpose") == "daemon":
+        source = holder.get("source", "its source")
+        return UserError(
+            f"a tfdeclare daemon (pid {holder.get('pid', '?')} on {holder.get('host', '?')}) manages this "
+            f"state folder from {source}: change the jobs there (it applies them), or stop the daemon first. "
+            "`tfdeclare plan` and `tfdeclare status` still work while it runs."
+        )
+    return UserError(f"{err}; wait for it to finish (one controller per state folder)")
+
+
+@contextmanager
+def locked(settings: Settings, purpose: str, **details: Any) -> Iterator[ControllerLock]:
+    lock = ControllerLock(settings.state_dir)
+    try:
+        lock.acquire(purpose, **details)
+    except LockHeld as err:
+        raise lock_error(err) from None
+    try:
+        yield lock
+    finally:
+        lock.release()

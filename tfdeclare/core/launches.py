@@ -1,0 +1,69 @@
+"""Turning a placed gang into task launches: ids, addresses, and each task's configuration.
+
+Task ids are ``<job>.<uid>.<role>-<index>.<launch>``: unique per launch (Mesos never sees an
+id twice), without ``/``, well under 255 characters, and readable in ``ps`` and logs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from tfdeclare.core.clusterspec import task_configs
+from tfdeclare.core.record import JobRecord
+from tfdeclare.core.tasks import Address, GangRequest, Placement, SlotRequest, TaskKey, TaskLaunch
+
+
+def task_id(record: JobRecord, key: TaskKey, launch: int) -> str:
+    return f"{record.name}.{record.uid}.{key.name}.{launch}"
+
+
+def gang_request(record: JobRecord, keys: tuple[TaskKey, ...]) -> GangRequest:
+    spec = record.spec
+    slots = []
+    for key in keys:
+        previous = record.addresses.get(key.name)
+        address = None
+        if previous is not None:
+            host, _, port = previous.rpartition(":")
+            address = Address(host, int(port))
+        slots.append(SlotRequest(key, spec.resources_for(key.role), address))
+    return GangRequest(record.name, record.attempt, tuple(slots), spec.strategy, spec.constraints)
+
+
+def placed(record: JobRecord, placement: Placement) -> JobRecord:
+    """The record with the placement's addresses and a new launch number, before launching."""
+    keys = {key.name for key in record.spec.task_keys()}
+    addresses: dict[str, str] = {name: a for name, a in record.addresses.items() if name in keys}
+    for slot in placement.slots:
+        addresses[slot.key.name] = str(slot.address)
+    return record.evolve(addresses=addresses, launches=record.launches + 1)
+
+
+def launches(record: JobRecord, placement: Placement, source_dir: str | None) -> list[TaskLaunch]:
+    """The launches of every placed slot; ``record`` is the one returned by ``placed``."""
+    spec = record.spec
+    addresses: Mapping[TaskKey, str] = {key: record.addresses[key.name] for key in spec.task_keys()}
+    configs = task_configs(spec, addresses, record.attempt)
+    out = []
+    for slot in placement.slots:
+        config = configs[slot.key]
+        out.append(
+            TaskLaunch(
+                task_id=task_id(record, slot.key, record.launches),
+                job=record.name,
+                key=slot.key,
+                attempt=record.attempt,
+                spec_hash=record.spec_hash,
+                config_hash=config.config_hash,
+                argv=config.argv,
+                env=config.env,
+                resources=config.resources,
+                slot=slot,
+                working_dir=config.working_dir,
+                image=config.image,
+                volumes=config.volumes,
+                grace_period_s=spec.grace_period_s,
+                source_dir=source_dir,
+            )
+        )
+    return out
