@@ -1,0 +1,259 @@
+"""End to end on the local backend, as a user runs it: real CLI processes, real task
+processes, real signals. TensorFlow itself is exercised in test_e2e_tensorflow.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from tests.conftest import REPO, cli
+from tfdeclare.core.schema import schema_text
+
+TASK = str(REPO / "tests" / "e2e_task.py")
+CONFIG = """\
+restartBackoff: {initialSeconds: 0.2, maxSeconds: 1}
+local: {cpus: 8, mem: 8Gi, gpus: 0, portRange: {first: 32000, last: 32999}}
+"""
+
+
+def spec(name: str, replicas: dict[str, tuple[int, str]], *, extra: str = "", legacy: bool = False) -> str:
+    lines = [
+        "apiVersion: tfdeclare/v1",
+        "kind: TFJob",
+        f"metadata: {{name: {name}}}",
+        "spec:",
+        "  env: {OUT: out}",
+        "  workingDir: .",
+    ]
+    if legacy:
+        lines.append("  clusterSpec: legacy_flags")
+    lines.append("  replicas:")
+    for role, (count, mode) in replicas.items():
+        flags = ", '--ps_hosts={ps_hosts}', '--worker_hosts={worker_hosts}', '--job_name={job_name}', '--task_index={task_index}'" if legacy else ""
+        lines.append(f"    {role}: {{count: {count}, resources: {{cpus: 0.1, mem: 64}}, command: [python, {TASK}, '{mode}'{flags}]}}")
+    return "\n".join(lines) + "\n" + extra
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "out").mkdir()
+    (tmp_path / "tfdeclare.yaml").write_text(CONFIG)
+    return tmp_path
+
+
+def records(project: Path) -> dict[str, dict[str, object]]:
+    return {p.stem: json.loads(p.read_text()) for p in (project / "specs" / "out").glob("*.json")}
+
+
+def status_of(project: Path, name: str) -> dict[str, object]:
+    document = yaml.safe_load((project / "status" / f"{name}.yaml").read_text())
+    jsonschema.validate(document, json.loads(schema_text("status")))
+    return document  # type: ignore[no-any-return]
+
+
+def pids_alive(pids: list[int]) -> list[int]:
+    alive = []
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            if handle.read().split(b") ")[1][:1] != b"Z":
+                alive.append(pid)
+    return alive
+
+
+def wait_until(predicate, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        time.sleep(0.1)
+
+
+def test_every_role_gets_its_cluster_and_completion_stops_the_rest(project: Path) -> None:
+    (project / "specs" / "job.yaml").write_text(
+        spec("roles", {"chief": (1, "wait=5"), "ps": (1, "serve"), "worker": (2, "serve"), "evaluator": (1, "serve")})
+    )
+    result = cli("apply", "specs", "--wait", "--timeout", "60", cwd=project)
+    assert result.returncode == 0, result.stdout + result.stderr
+    seen = records(project)
+    assert set(seen) == {"chief-0.0", "ps-0.0", "worker-0.0", "worker-1.0", "evaluator-0.0"}
+    training = [seen[n]["tfConfig"] for n in ("chief-0.0", "ps-0.0", "worker-0.0", "worker-1.0")]
+    clusters = [c["cluster"] for c in training]  # type: ignore[index]
+    assert all(c == clusters[0] for c in clusters), "every training task sees the same cluster"
+    assert set(clusters[0]) == {"chief", "ps", "worker"}, "the evaluator is kept out of the training cluster"
+    assert [c["task"] for c in training] == [  # type: ignore[index]
+        {"type": "chief", "index": 0}, {"type": "ps", "index": 0}, {"type": "worker", "index": 0}, {"type": "worker", "index": 1}
+    ]
+    evaluator = seen["evaluator-0.0"]["tfConfig"]
+    assert evaluator["task"] == {"type": "evaluator", "index": 0}  # type: ignore[index]
+    assert set(evaluator["cluster"]) == {"chief", "ps", "worker", "evaluator"}  # type: ignore[index]
+    addresses = [a for c in evaluator["cluster"].values() for a in c]  # type: ignore[index]
+    assert len(set(addresses)) == 5
+    assert pids_alive([int(r["pid"]) for r in seen.values()]) == [], "ps, workers and evaluator were stopped"
+    document = status_of(project, "roles")
+    assert document["phase"] == "Succeeded"
+    assert {t["role"]: t["state"] for t in document["tasks"]}["chief"] == "succeeded"  # type: ignore[index, union-attr]
+
+
+def test_legacy_flags_are_substituted(project: Path) -> None:
+    (project / "specs" / "job.yaml").write_text(spec("legacy", {"ps": (1, "serve"), "worker": (2, "wait=3")}, legacy=True))
+    result = cli("apply", "specs", "--wait", "--timeout", "60", cwd=project)
+    assert result.returncode == 0, result.stdout + result.stderr
+    seen = records(project)
+    worker1 = seen["worker-1.0"]["argv"]
+    ps_hosts = worker1[2].removeprefix("--ps_hosts=")  # type: ignore[index]
+    worker_hosts = worker1[3].removeprefix("--worker_hosts=").split(",")  # type: ignore[index]
+    assert worker1[4:] == ["--job_name=worker", "--task_index=1"]  # type: ignore[index]
+    assert len(worker_hosts) == 2 and ps_hosts.count(":") == 1
+    assert seen["ps-0.0"]["argv"][4:] == ["--job_name=ps", "--task_index=0"]  # type: ignore[index]
+    assert seen["worker-1.0"]["tfConfig"] is None
+
+
+def test_a_task_that_fails_once_restarts_the_job_on_the_same_ports(project: Path) -> None:
+    (project / "specs" / "job.yaml").write_text(spec("flaky", {"worker": (2, "fail-once")}))
+    result = cli("apply", "specs", "--wait", "--timeout", "60", cwd=project)
+    assert result.returncode == 0, result.stdout + result.stderr
+    document = status_of(project, "flaky")
+    assert document["phase"] == "Succeeded" and document["restarts"] == 1 and document["attempt"] == 1
+    seen = records(project)
+    assert seen["worker-0.1"]["env"]["TFDECLARE_ATTEMPT"] == "1"  # type: ignore[index]
+    assert seen["worker-0.0"]["tfConfig"]["cluster"] == seen["worker-0.1"]["tfConfig"]["cluster"]  # type: ignore[index]
+
+
+def test_a_job_that_fails_for_good_exits_1_and_leaves_no_process(project: Path) -> None:
+    (project / "specs" / "job.yaml").write_text(
+        spec("doomed", {"chief": (1, "exit=2"), "ps": (1, "serve"), "worker": (1, "serve")},
+             extra="  backoffLimit: 1\n  restartPolicy: OnFailure\n")
+    )
+    result = cli("apply", "specs", "--wait", "--timeout", "60", cwd=project)
+    assert result.returncode == 1
+    assert "failed: doomed" in result.stderr
+    document = status_of(project, "doomed")
+    assert document["phase"] == "Failed" and document["restarts"] == 1
+    reasons = {c["type"]: c["reason"] for c in document["conditions"]}  # type: ignore[union-attr]
+    assert reasons["Stalled"] == "BackoffLimitExceeded"
+    wait_until(lambda: pids_alive([int(r["pid"]) for r in records(project).values()]) == [])
+
+
+def test_killed_from_outside_is_restarted_per_policy(project: Path) -> None:
+    (project / "specs" / "job.yaml").write_text(spec("victim", {"worker": (1, "serve")}))
+    assert cli("apply", "specs", cwd=project).returncode == 0
+    wait_until(lambda: "worker-0.0" in records(project))
+    os.kill(int(records(project)["worker-0.0"]["pid"]), signal.SIGKILL)  # type: ignore[call-overload]
+    wait_until(lambda: (cli("status", cwd=project), "worker-0.1" in records(project))[1], timeout=30)
+    document = status_of(project, "victim")
+    assert document["restarts"] == 1
+    assert cli("delete", "victim", cwd=project).returncode == 0
+    wait_until(lambda: pids_alive([int(r["pid"]) for r in records(project).values()]) == [])
+
+
+def test_cli_killed_during_apply_then_run_again_launches_no_duplicates(project: Path) -> None:
+    (project / "specs" / "job.yaml").write_text(spec("survivor", {"ps": (1, "serve"), "worker": (2, "serve")}))
+    first = subprocess.Popen(
+        [sys.executable, "-m", "tfdeclare", "apply", "specs", "--wait"], cwd=project,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    wait_until(lambda: len(records(project)) == 3)
+    first.kill()
+    first.wait()
+    pids = sorted(int(r["pid"]) for r in records(project).values())
+    again = cli("apply", "specs", cwd=project)
+    assert again.returncode == 0, again.stderr
+    assert "No changes" in again.stdout
+    time.sleep(1)
+    assert len(records(project)) == 3, "nothing was launched twice"
+    assert pids_alive(pids) == pids, "the running tasks were adopted, not replaced"
+    document = status_of(project, "survivor")
+    assert document["phase"] == "Running"
+    assert cli("delete", "survivor", cwd=project).returncode == 0
+    assert pids_alive(pids) == []
+    assert not (project / "status" / "survivor.yaml").exists()
+
+
+def test_lock_names_the_holder_and_a_dead_holder_frees_it(project: Path) -> None:
+    (project / "specs" / "job.yaml").write_text(spec("long", {"worker": (1, "serve")}))
+    holder = subprocess.Popen(
+        [sys.executable, "-m", "tfdeclare", "apply", "specs", "--wait"], cwd=project,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    wait_until(lambda: len(records(project)) == 1)
+    second = cli("apply", "specs", cwd=project)
+    assert second.returncode == 1
+    assert f"pid {holder.pid}" in second.stderr and "holds the state folder lock" in second.stderr
+    holder.kill()
+    holder.wait()
+    third = cli("apply", "specs", cwd=project)  # the kernel released the dead holder's lock
+    assert third.returncode == 0, third.stderr
+    assert cli("delete", "long", cwd=project).returncode == 0
+
+
+def test_apply_without_wait_returns_and_status_notices_completion(project: Path) -> None:
+    (project / "specs" / "job.yaml").write_text(spec("quick", {"worker": (2, "sleep=1")}))
+    started = time.monotonic()
+    result = cli("apply", "specs", cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - started < 10
+    wait_until(lambda: (cli("status", cwd=project), status_of(project, "quick")["phase"] == "Succeeded")[1])
+    shown = cli("status", "quick", cwd=project)
+    assert "quick: Succeeded" in shown.stdout
+    as_json = json.loads(cli("status", "-o", "json", cwd=project).stdout)
+    assert [d["name"] for d in as_json] == ["quick"]
+    logs = cli("logs", "quick", "--task", "worker:1", cwd=project)
+    assert logs.returncode == 0
+
+
+def test_saved_plan_is_refused_when_stale(project: Path) -> None:
+    (project / "specs" / "job.yaml").write_text(spec("planned", {"worker": (1, "serve")}))
+    assert cli("plan", "specs", "--out", "plan.json", cwd=project).returncode == 0
+    assert cli("apply", "specs", cwd=project).returncode == 0  # the state moves on
+    stale = cli("apply", "plan.json", cwd=project)
+    assert stale.returncode == 1 and "is stale" in stale.stderr
+    (project / "specs" / "job.yaml").write_text(spec("planned", {"worker": (1, "serve")}, extra="  backoffLimit: 7\n"))
+    assert cli("plan", "specs", "--out", "plan2.json", cwd=project).returncode == 0
+    applied = cli("apply", "plan2.json", cwd=project)
+    assert applied.returncode == 0, applied.stderr
+    assert "planned will be updated in place" in applied.stdout
+    assert cli("delete", "planned", cwd=project).returncode == 0
+
+
+def test_adding_an_evaluator_restarts_nothing_else(project: Path) -> None:
+    (project / "specs" / "job.yaml").write_text(spec("grow", {"chief": (1, "serve"), "worker": (1, "serve")}))
+    assert cli("apply", "specs", cwd=project).returncode == 0
+    wait_until(lambda: len(records(project)) == 2)
+    before = {n: r["pid"] for n, r in records(project).items()}
+    (project / "specs" / "job.yaml").write_text(
+        spec("grow", {"chief": (1, "serve"), "worker": (1, "serve"), "evaluator": (1, "serve")})
+    )
+    planned = cli("plan", "specs", cwd=project)
+    assert "± grow will be resized" in planned.stdout and "starts: evaluator-0" in planned.stdout
+    assert "restarts:" not in planned.stdout
+    assert cli("apply", "specs", cwd=project).returncode == 0
+    wait_until(lambda: len(records(project)) == 3)
+    after = records(project)
+    assert {n: after[n]["pid"] for n in before} == before
+    assert pids_alive([int(p) for p in before.values()]) == [int(p) for p in before.values()]
+    assert cli("delete", "grow", cwd=project).returncode == 0
+
+
+def test_an_invalid_file_keeps_its_job_running(project: Path) -> None:
+    (project / "specs" / "job.yaml").write_text(spec("steady", {"worker": (1, "serve")}))
+    assert cli("apply", "specs", cwd=project).returncode == 0
+    wait_until(lambda: len(records(project)) == 1)
+    (project / "specs" / "job.yaml").write_text("apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: steady\n")
+    result = cli("apply", "specs", "--prune", cwd=project)
+    assert result.returncode == 1 and "specs/job.yaml:4:1: error:" in result.stderr
+    assert pids_alive([int(records(project)["worker-0.0"]["pid"])])
+    assert cli("delete", "steady", cwd=project).returncode == 0

@@ -1,0 +1,223 @@
+"""The job lifecycle, table by table, with an injected clock: completion, restart policies,
+backoff, deadlines, rollouts of changed tasks, deletion, lost tasks."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from tfdeclare.core.enums import Phase, Role, TaskState
+from tfdeclare.core.lifecycle import Backoff, Why, desired_configs, step
+from tfdeclare.core.loader import load_file
+from tfdeclare.core.record import JobRecord
+from tfdeclare.core.resources import Resources
+from tfdeclare.core.tasks import ObservedTask, TaskKey
+
+BACKOFF = Backoff(initial_s=1.0, max_s=8.0)
+T0 = 1_000_000.0
+
+
+def record_for(replicas: str, extra: str = "", **fields: object) -> JobRecord:
+    text = textwrap.dedent(
+        f"""\
+        apiVersion: tfdeclare/v1
+        kind: TFJob
+        metadata: {{name: job}}
+        spec:
+          command: [train]
+          replicas: {replicas}
+        """
+    ) + extra
+    result = load_file("job.yaml", text.encode())
+    assert not result.diagnostics, result.diagnostics
+    job = result.jobs[0]
+    record = JobRecord(name="job", uid="u1", canonical=job.canonical, spec_hash=job.spec_hash)
+    addresses = {key.name: f"127.0.0.1:{20000 + i}" for i, key in enumerate(record.spec.task_keys())}
+    return record.evolve(**{"addresses": addresses, "start_time": T0, "launches": 1, **fields})
+
+
+def task(record: JobRecord, name: str, state: TaskState, exit_code: int | None = None, *, stale: bool = False) -> ObservedTask:
+    role, index = name.rsplit("-", 1)
+    key = TaskKey(Role(role), int(index))
+    configs = desired_configs(record.spec, record)
+    config_hash = "0000stale" if stale or key not in configs else configs[key].config_hash
+    return ObservedTask(
+        task_id=f"job.u1.{name}.{record.launches}", job="job", key=key, attempt=record.attempt,
+        config_hash=config_hash, state=state, resources=Resources(1, 64), exit_code=exit_code, started_at=T0,
+    )
+
+
+PSS = "{chief: {count: 1}, ps: {count: 1}, worker: {count: 2}}"
+MWMS = "{worker: {count: 2}}"
+R, S, F = TaskState.RUNNING, TaskState.SUCCEEDED, TaskState.FAILED
+
+
+def test_new_job_launches_every_task_as_one_gang() -> None:
+    record = record_for(PSS, start_time=None, launches=0)
+    result = step(record, [], T0, BACKOFF)
+    assert [k.name for k in result.launch] == ["chief-0", "ps-0", "worker-0", "worker-1"]
+    assert result.record.reason == Why.LAUNCHING
+
+
+def test_all_running_is_running_and_starting_is_not() -> None:
+    record = record_for(PSS)
+    running = [task(record, n, R) for n in ("chief-0", "ps-0", "worker-0", "worker-1")]
+    assert step(record, running, T0, BACKOFF).record.phase is Phase.RUNNING
+    starting = [*running[:3], task(record, "worker-1", TaskState.STARTING)]
+    result = step(record, starting, T0, BACKOFF)
+    assert result.record.phase is Phase.PENDING and result.record.reason == Why.TASKS_STARTING
+    assert result.launch == ()
+
+
+@pytest.mark.parametrize(
+    ("replicas", "ended", "still_running", "why"),
+    [
+        (PSS, {"chief-0": (S, 0)}, ["ps-0", "worker-0", "worker-1"], Why.CHIEF_SUCCEEDED),
+        (MWMS, {"worker-0": (S, 0), "worker-1": (S, 0)}, [], Why.WORKERS_SUCCEEDED),
+        ("{worker: {count: 2}, evaluator: {count: 1}}", {"worker-0": (S, 0), "worker-1": (S, 0)}, ["evaluator-0"],
+         Why.WORKERS_SUCCEEDED),
+        ("{ps: {count: 1}, worker: {count: 2}}", {"worker-0": (S, 0), "worker-1": (S, 0)}, ["ps-0"],
+         Why.WORKERS_SUCCEEDED),
+    ],
+)
+def test_completion_stops_what_still_runs(
+    replicas: str, ended: dict[str, tuple[TaskState, int]], still_running: list[str], why: Why
+) -> None:
+    record = record_for(replicas)
+    tasks = [task(record, n, s, c) for n, (s, c) in ended.items()] + [task(record, n, R) for n in still_running]
+    result = step(record, tasks, T0 + 5, BACKOFF)
+    assert result.record.phase is Phase.SUCCEEDED and result.record.reason == why
+    assert result.record.completion_time == T0 + 5
+    assert sorted(result.stop) == sorted(f"job.u1.{n}.1" for n in still_running)
+
+
+def test_one_worker_done_is_not_completion_without_chief() -> None:
+    record = record_for(MWMS)
+    result = step(record, [task(record, "worker-0", S, 0), task(record, "worker-1", R)], T0, BACKOFF)
+    assert result.record.phase is not Phase.SUCCEEDED
+    assert result.launch == () and result.stop == ()
+
+
+@pytest.mark.parametrize(
+    ("policy", "exit_code", "outcome"),
+    [
+        ("OnFailure", 1, "restart"),
+        ("OnFailure", 137, "restart"),
+        ("Never", 137, Why.TASK_FAILED),
+        ("ExitCode", 1, Why.PERMANENT_EXIT_CODE),
+        ("ExitCode", 127, Why.PERMANENT_EXIT_CODE),
+        ("ExitCode", 42, "restart"),
+        ("ExitCode", 137, "restart"),
+        ("ExitCode", 255, "restart"),
+        ("Always", 3, "restart"),
+    ],
+)
+def test_restart_policies(policy: str, exit_code: int, outcome: object) -> None:
+    record = record_for(MWMS, f"  restartPolicy: {policy}\n", phase=Phase.RUNNING)
+    tasks = [task(record, "worker-0", F, exit_code), task(record, "worker-1", R)]
+    result = step(record, tasks, T0 + 10, BACKOFF)
+    if outcome == "restart":
+        assert result.record.phase is Phase.RESTARTING
+        assert (result.record.attempt, result.record.restarts) == (1, 1)
+        assert result.record.next_launch_at == T0 + 11
+        assert result.stop == ("job.u1.worker-1.1",)
+        assert result.launch == ()
+    else:
+        assert result.record.phase is Phase.FAILED and result.record.reason == outcome
+        assert result.stop == ("job.u1.worker-1.1",)
+
+
+def test_backoff_then_relaunch_of_the_whole_job_on_the_same_ports() -> None:
+    record = record_for(MWMS, phase=Phase.RESTARTING, attempt=1, restarts=1, next_launch_at=T0 + 1)
+    old = [task(record, "worker-0", F, 1, stale=True), task(record, "worker-1", TaskState.STOPPING, stale=True)]
+    waiting = step(record, old, T0 + 0.5, BACKOFF)
+    assert waiting.record.reason == Why.WAITING_FOR_TASKS_TO_STOP and waiting.launch == ()
+    stopped = [old[0], task(record, "worker-1", TaskState.STOPPED, 143, stale=True)]
+    backing = step(record, stopped, T0 + 0.5, BACKOFF)
+    assert backing.record.reason == Why.BACKING_OFF and backing.wake_at == T0 + 1 and backing.launch == ()
+    assert set(backing.forget) == {"job.u1.worker-0.1", "job.u1.worker-1.1"}
+    relaunch = step(record, stopped, T0 + 1, BACKOFF)
+    assert [k.name for k in relaunch.launch] == ["worker-0", "worker-1"]
+    assert relaunch.record.addresses == record.addresses
+
+
+def test_backoff_limit_fails_the_job() -> None:
+    record = record_for(MWMS, "  backoffLimit: 2\n", phase=Phase.RUNNING, restarts=2, attempt=2)
+    result = step(record, [task(record, "worker-0", F, 1), task(record, "worker-1", R)], T0, BACKOFF)
+    assert result.record.phase is Phase.FAILED and result.record.reason == Why.BACKOFF_LIMIT_EXCEEDED
+
+
+def test_backoff_grows_exponentially_and_is_capped() -> None:
+    assert [BACKOFF.delay(n) for n in range(0, 7)] == [0.0, 1.0, 2.0, 4.0, 8.0, 8.0, 8.0]
+
+
+@pytest.mark.parametrize(("policy", "restarts"), [("OnFailure", False), ("Always", True)])
+def test_a_ps_that_exits_0_early_restarts_only_under_always(policy: str, restarts: bool) -> None:
+    record = record_for(PSS, f"  restartPolicy: {policy}\n", phase=Phase.RUNNING)
+    tasks = [task(record, "chief-0", R), task(record, "ps-0", S, 0), task(record, "worker-0", R), task(record, "worker-1", R)]
+    result = step(record, tasks, T0, BACKOFF)
+    assert (result.record.phase is Phase.RESTARTING) is restarts
+    if not restarts:
+        assert result.launch == ()
+
+
+def test_deadline_fails_and_stops_everything() -> None:
+    record = record_for(MWMS, "  activeDeadlineSeconds: 60\n", phase=Phase.RUNNING)
+    tasks = [task(record, "worker-0", R), task(record, "worker-1", R)]
+    assert step(record, tasks, T0 + 59, BACKOFF).record.phase is Phase.RUNNING
+    result = step(record, tasks, T0 + 60, BACKOFF)
+    assert result.record.phase is Phase.FAILED and result.record.reason == Why.DEADLINE_EXCEEDED
+    assert len(result.stop) == 2
+
+
+def test_deleting_stops_then_removes() -> None:
+    record = record_for(MWMS, phase=Phase.RUNNING, deleting=True)
+    stopping = step(record, [task(record, "worker-0", R), task(record, "worker-1", TaskState.STOPPING)], T0, BACKOFF)
+    assert stopping.stop == ("job.u1.worker-0.1",) and not stopping.remove
+    assert stopping.record.phase is Phase.DELETING
+    done = step(record, [task(record, "worker-0", TaskState.STOPPED, 143)], T0, BACKOFF)
+    assert done.remove and done.forget == ("job.u1.worker-0.1",)
+
+
+def test_finished_jobs_never_launch_and_stop_leftovers() -> None:
+    record = record_for(PSS, phase=Phase.SUCCEEDED, reason=Why.CHIEF_SUCCEEDED)
+    result = step(record, [task(record, "chief-0", S, 0), task(record, "ps-0", R)], T0, BACKOFF)
+    assert result.launch == () and result.stop == ("job.u1.ps-0.1",)
+    assert result.record.phase is Phase.SUCCEEDED
+
+
+def test_resize_replaces_tasks_whose_cluster_changed() -> None:
+    before = record_for(PSS, phase=Phase.RUNNING)
+    running = [task(before, n, R) for n in ("chief-0", "ps-0", "worker-0", "worker-1")]
+    after = record_for("{chief: {count: 1}, ps: {count: 1}, worker: {count: 3}}", phase=Phase.RUNNING)
+    after = after.evolve(addresses={k: v for k, v in after.addresses.items() if k != "worker-2"})
+    result = step(after, running, T0, BACKOFF)
+    assert len(result.stop) == 4 and result.launch == ()  # everyone sees a new cluster: stop first
+    stopped = [task(before, n, TaskState.STOPPED, 143) for n in ("chief-0", "ps-0", "worker-0", "worker-1")]
+    result = step(after, stopped, T0, BACKOFF)
+    assert [k.name for k in result.launch] == ["chief-0", "ps-0", "worker-0", "worker-1", "worker-2"]
+
+
+def test_adding_an_evaluator_touches_nothing_else() -> None:
+    before = record_for(PSS, phase=Phase.RUNNING)
+    running = [task(before, n, R) for n in ("chief-0", "ps-0", "worker-0", "worker-1")]
+    after = record_for("{chief: {count: 1}, ps: {count: 1}, worker: {count: 2}, evaluator: {count: 1}}",
+                       phase=Phase.RUNNING)
+    after = after.evolve(addresses={k: v for k, v in before.addresses.items()})
+    result = step(after, running, T0, BACKOFF)
+    assert result.stop == ()
+    assert [k.name for k in result.launch] == ["evaluator-0"]
+
+
+def test_a_lost_task_restarts_the_job_but_its_replacement_waits_until_it_is_gone() -> None:
+    record = record_for(MWMS, phase=Phase.RUNNING)
+    lost = [task(record, "worker-0", TaskState.LOST), task(record, "worker-1", R)]
+    result = step(record, lost, T0, BACKOFF)
+    assert result.record.phase is Phase.RESTARTING and result.record.restarts == 1
+    restarted = result.record
+    still_lost = [task(record, "worker-0", TaskState.LOST), task(record, "worker-1", TaskState.STOPPED, 143)]
+    waiting = step(restarted, still_lost, T0 + 100, BACKOFF)
+    assert waiting.launch == () and waiting.record.reason == Why.WAITING_FOR_TASKS_TO_STOP
+    gone = [task(record, "worker-0", TaskState.GONE), task(record, "worker-1", TaskState.STOPPED, 143)]
+    assert [k.name for k in step(restarted, gone, T0 + 100, BACKOFF).launch] == ["worker-0", "worker-1"]
