@@ -63,6 +63,7 @@ class TaskResult:
     exit_code: int  # negative: killed by that signal (e.g. -15 after the runner's SIGTERM)
     stopped_by_runner: bool
     output: str  # stdout and stderr, interleaved
+    exited_s: float | None  # seconds from the job's launch to the runner seeing it exit
 
     @property
     def name(self) -> str:
@@ -91,7 +92,9 @@ class JobResult:
 
     def summary(self) -> str:
         codes = " ".join(
-            f"{n}={t.exit_code}{'*' if t.stopped_by_runner else ''}" for n, t in self.tasks.items()
+            f"{n}={t.exit_code}{'*' if t.stopped_by_runner else ''}"
+            + (f"@{t.exited_s:.1f}s" if t.exited_s is not None else "")
+            for n, t in self.tasks.items()
         )
         mem = f" peak_rss={self.peak_rss_mib:.0f}MiB" if self.peak_rss_mib is not None else ""
         if self.peak_pss_mib is not None:
@@ -211,8 +214,10 @@ def _memory_by_group_kib(pgids: set[int]) -> dict[int, tuple[int, int]]:
 class _Task:
     """A started task: its process (group leader) and its log file."""
 
-    def __init__(self, spec: TaskSpec, log_dir: Path) -> None:
+    def __init__(self, spec: TaskSpec, log_dir: Path, launched: float) -> None:
         self.spec = spec
+        self.launched = launched
+        self.exited_at: float | None = None
         self.log_path = log_dir / f"{spec.name}.log"
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
@@ -227,7 +232,10 @@ class _Task:
         self.stopped_by_runner = False
 
     def poll(self) -> int | None:
-        return self.proc.poll()
+        code = self.proc.poll()
+        if code is not None and self.exited_at is None:
+            self.exited_at = time.monotonic()
+        return code
 
     def signal_group(self, sig: signal.Signals) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -235,8 +243,10 @@ class _Task:
 
     def result(self) -> TaskResult:
         code = self.proc.wait()
+        self.poll()
         output = self.log_path.read_text(errors="replace")
-        return TaskResult(self.spec.role, self.spec.index, code, self.stopped_by_runner, output)
+        exited_s = None if self.exited_at is None else self.exited_at - self.launched
+        return TaskResult(self.spec.role, self.spec.index, code, self.stopped_by_runner, output, exited_s)
 
 
 def stop_tasks(tasks: Sequence[_Task], grace_s: float) -> None:
@@ -252,6 +262,7 @@ def stop_tasks(tasks: Sequence[_Task], grace_s: float) -> None:
         task.signal_group(signal.SIGKILL)
     for task in tasks:
         task.proc.wait()
+        task.poll()  # records the exit time
 
 
 def _decide(tasks: Sequence[_Task]) -> tuple[bool, str] | None:
@@ -304,7 +315,7 @@ def run_job(
         decision: tuple[bool, str] | None = None
         try:
             for task_spec in specs:  # every address is known before the first task starts
-                tasks.append(_Task(task_spec, log_dir))
+                tasks.append(_Task(task_spec, log_dir, started))
             next_sample = started
             while decision is None:
                 if time.monotonic() >= next_sample:
