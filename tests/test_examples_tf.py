@@ -71,6 +71,7 @@ def last_value(task: TaskResult, prefix: str) -> str:
 
 
 def test_every_example_is_listed() -> None:
+    # A new example in specs/ belongs in EXAMPLES, and gets a run test below.
     assert sorted(p.name for p in SPECS.glob("*.yaml")) == sorted(EXAMPLES)
 
 
