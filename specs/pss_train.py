@@ -56,11 +56,12 @@ def train(resolver: tf.distribute.cluster_resolver.TFConfigClusterResolver) -> N
         optimizer.build(model.trainable_variables)
 
     def dataset_fn() -> tf.data.Dataset:
-        # Runs on every worker (traced on the chief, so the global seed fixes the shuffle too).
+        # Runs on every worker. Each one reads the same data in the same seeded order; a real
+        # job would give each worker its own files.
         rng = np.random.default_rng(SEED)
         x = rng.random((1024, 16), dtype=np.float32)
         y = (x.sum(axis=1, keepdims=True) > 8).astype(np.float32)
-        ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(1024).repeat()
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(1024, seed=SEED).repeat()
         return ds.batch(PER_WORKER_BATCH, drop_remainder=True)
 
     per_worker_iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
