@@ -304,7 +304,7 @@ def run_job(
     name: str = spec["metadata"]["name"]
     cluster = build_cluster(replica_counts(spec))
     python_bin = python_bin or Path(sys.executable).parent
-    specs = plan_tasks(spec, spec_dir, cluster, python_bin)
+    plans = plan_tasks(spec, spec_dir, cluster, python_bin)
     with contextlib.ExitStack() as stack:
         if log_dir is None:
             log_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"tfrun-{name}-")))
@@ -314,8 +314,8 @@ def run_job(
         peak_rss = peak_pss = 0
         decision: tuple[bool, str] | None = None
         try:
-            for task_spec in specs:  # every address is known before the first task starts
-                tasks.append(_Task(task_spec, log_dir, started))
+            for plan in plans:  # every address is known before the first task starts
+                tasks.append(_Task(plan, log_dir, started))
             next_sample = started
             while decision is None:
                 if time.monotonic() >= next_sample:
