@@ -17,8 +17,15 @@ $(STAMP): pyproject.toml requirements/dev.txt requirements/tensorflow.txt
 	$(PY) -m pip install --quiet -r requirements/dev.txt -r requirements/tensorflow.txt -e .
 	touch $(STAMP)
 
+DEMO_DIRS := --state-dir .demo/state --status-dir .demo/status
+TFD := $(VENV)/bin/tfdeclare
+
+# Trains the example jobs of specs/ on this machine (local backend), then shows their status.
+# Each run starts from scratch: the previous demo's jobs are deleted first.
 demo: $(STAMP)
-	$(PY) -m tfdeclare.demo
+	$(TFD) delete --all $(DEMO_DIRS)
+	$(TFD) apply specs --wait --timeout 900 $(DEMO_DIRS)
+	$(TFD) status $(DEMO_DIRS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

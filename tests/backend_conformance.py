@@ -51,13 +51,22 @@ class Harness:
             backend.close()
 
 
-def gang(job: str, n: int, resources: Resources = SMALL, previous: dict[int, Address] | None = None) -> GangRequest:
+def gang(
+    job: str, n: int, resources: Resources = SMALL, previous: dict[int, Address] | None = None
+) -> GangRequest:
     slots = tuple(SlotRequest(TaskKey(Role.WORKER, i), resources, (previous or {}).get(i)) for i in range(n))
     return GangRequest(job, 0, slots)
 
 
-def launches(harness: Harness, placement: Placement, argv: Sequence[str], *, grace: float = 5.0,
-             env: dict[str, str] | None = None, resources: Resources = SMALL) -> list[TaskLaunch]:
+def launches(
+    harness: Harness,
+    placement: Placement,
+    argv: Sequence[str],
+    *,
+    grace: float = 5.0,
+    env: dict[str, str] | None = None,
+    resources: Resources = SMALL,
+) -> list[TaskLaunch]:
     harness.counter += 1
     out = []
     for slot in placement.slots:
@@ -70,7 +79,9 @@ def launches(harness: Harness, placement: Placement, argv: Sequence[str], *, gra
                 spec_hash="s" * 64,
                 config_hash="c" * 16,
                 argv=tuple(argv),
-                env=tuple(sorted({"PORT": str(slot.port), "PATH": os.environ["PATH"], **(env or {})}.items())),
+                env=tuple(
+                    sorted({"PORT": str(slot.port), "PATH": os.environ["PATH"], **(env or {})}.items())
+                ),
                 resources=resources,
                 slot=slot,
                 grace_period_s=grace,
@@ -80,7 +91,9 @@ def launches(harness: Harness, placement: Placement, argv: Sequence[str], *, gra
     return out
 
 
-def wait_for(backend: Backend, predicate: Callable[[dict[str, ObservedTask]], bool], timeout: float = 20.0) -> dict[str, ObservedTask]:
+def wait_for(
+    backend: Backend, predicate: Callable[[dict[str, ObservedTask]], bool], timeout: float = 20.0
+) -> dict[str, ObservedTask]:
     deadline = time.monotonic() + timeout
     while True:
         tasks = {t.task_id: t for t in backend.observe()}
@@ -91,7 +104,9 @@ def wait_for(backend: Backend, predicate: Callable[[dict[str, ObservedTask]], bo
         time.sleep(0.05)
 
 
-def start(harness: Harness, backend: Backend, job: str, n: int, argv: Sequence[str], **kw: object) -> list[TaskLaunch]:
+def start(
+    harness: Harness, backend: Backend, job: str, n: int, argv: Sequence[str], **kw: object
+) -> list[TaskLaunch]:
     placement = backend.place(gang(job, n))
     assert isinstance(placement, Placement), placement
     tasks = launches(harness, placement, argv, **kw)  # type: ignore[arg-type]
@@ -126,7 +141,9 @@ def check_exit_codes(harness: Harness) -> None:
     backend = harness.backend()
     ok = start(harness, backend, "ok", 1, [PY, "-c", "print('fine')"])[0].task_id
     bad = start(harness, backend, "bad", 1, [PY, "-c", "import sys; sys.exit(3)"])[0].task_id
-    shell_free = start(harness, backend, "argv", 1, [PY, "-c", "import sys; sys.exit(len(sys.argv))", "a;b", "$X"])[0].task_id
+    shell_free = start(
+        harness, backend, "argv", 1, [PY, "-c", "import sys; sys.exit(len(sys.argv))", "a;b", "$X"]
+    )[0].task_id
     tasks = wait_for(backend, lambda ts: all(ts[i].state.ended for i in (ok, bad, shell_free)))
     assert (tasks[ok].state, tasks[ok].exit_code) == (TaskState.SUCCEEDED, 0)
     assert (tasks[bad].state, tasks[bad].exit_code) == (TaskState.FAILED, 3)
@@ -136,9 +153,19 @@ def check_exit_codes(harness: Harness) -> None:
 def check_killed_from_outside_is_a_failure_with_the_signal(harness: Harness) -> None:
     backend = harness.backend()
     pid_file = harness.workdir / "victim.pid"
-    task_id = start(harness, backend, "victim", 1,
-                    [PY, "-c", f"import os,time; open({str(pid_file)!r},'w').write(str(os.getpid())); time.sleep(60)"])[0].task_id
-    wait_for(backend, lambda ts: ts[task_id].state is TaskState.RUNNING and pid_file.exists() and pid_file.read_text() != "")
+    task_id = start(
+        harness,
+        backend,
+        "victim",
+        1,
+        [PY, "-c", f"import os,time; open({str(pid_file)!r},'w').write(str(os.getpid())); time.sleep(60)"],
+    )[0].task_id
+    wait_for(
+        backend,
+        lambda ts: (
+            ts[task_id].state is TaskState.RUNNING and pid_file.exists() and pid_file.read_text() != ""
+        ),
+    )
     os.kill(int(pid_file.read_text()), signal.SIGKILL)
     tasks = wait_for(backend, lambda ts: ts[task_id].state.ended)
     assert (tasks[task_id].state, tasks[task_id].exit_code) == (TaskState.FAILED, 128 + signal.SIGKILL)
@@ -148,10 +175,19 @@ def check_stop_with_grace_then_kill(harness: Harness) -> None:
     backend = harness.backend()
     polite = start(harness, backend, "polite", 1, [PY, "-c", "import time; time.sleep(60)"])[0].task_id
     stubborn = start(
-        harness, backend, "stubborn", 1,
-        [PY, "-c", "import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"],
+        harness,
+        backend,
+        "stubborn",
+        1,
+        [
+            PY,
+            "-c",
+            "import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)",
+        ],
     )[0].task_id
-    wait_for(backend, lambda ts: ts[polite].state is TaskState.RUNNING and ts[stubborn].state is TaskState.RUNNING)
+    wait_for(
+        backend, lambda ts: ts[polite].state is TaskState.RUNNING and ts[stubborn].state is TaskState.RUNNING
+    )
     time.sleep(0.5)  # let the stubborn one install its handler
     started = time.monotonic()
     backend.stop([polite, stubborn], 1.5)
@@ -168,7 +204,9 @@ def check_resources_are_accounted(harness: Harness) -> None:
     assert isinstance(too_big, Unplaced) and too_big.reason is UnplacedReason.UNSCHEDULABLE
     first = backend.place(gang("first", 3, Resources(1, 512, 0)))
     assert isinstance(first, Placement)
-    tasks = launches(harness, first, [PY, "-c", "import time; time.sleep(60)"], resources=Resources(1, 512, 0))
+    tasks = launches(
+        harness, first, [PY, "-c", "import time; time.sleep(60)"], resources=Resources(1, 512, 0)
+    )
     backend.launch(first, tasks)
     ids = [t.task_id for t in tasks]
     wait_for(backend, lambda ts: states(ts, ids) == [TaskState.RUNNING] * 3)
@@ -186,7 +224,9 @@ def check_ports_are_reused_for_a_slot(harness: Harness) -> None:
     first = start(harness, backend, "reuse", 2, [PY, "-c", "import time; time.sleep(60)"])
     ids = [t.task_id for t in first]
     tasks = wait_for(backend, lambda ts: states(ts, ids) == [TaskState.RUNNING] * 2)
-    previous = {i: Address(tasks[t.task_id].host or "", tasks[t.task_id].port or 0) for i, t in enumerate(first)}
+    previous = {
+        i: Address(tasks[t.task_id].host or "", tasks[t.task_id].port or 0) for i, t in enumerate(first)
+    }
     backend.stop(ids, 1.0)
     wait_for(backend, lambda ts: all(ts[i].state.ended for i in ids))
     placement = backend.place(gang("reuse", 2, previous=previous))
@@ -214,7 +254,9 @@ def check_launch_is_idempotent_and_adoptable(harness: Harness) -> None:
 
 def check_logs_and_forget(harness: Harness) -> None:
     backend = harness.backend()
-    task_id = start(harness, backend, "talk", 1, [PY, "-c", "print('hello from the task'); print('é')"])[0].task_id
+    task_id = start(harness, backend, "talk", 1, [PY, "-c", "print('hello from the task'); print('é')"])[
+        0
+    ].task_id
     wait_for(backend, lambda ts: ts[task_id].state.ended)
     deadline = time.monotonic() + 10
     data = b""

@@ -28,7 +28,9 @@ def main() -> int:
         "tfConfig": json.loads(os.environ["TF_CONFIG"]) if "TF_CONFIG" in os.environ else None,
         "pid": os.getpid(),
         "cwd": os.getcwd(),
-        "env": {k: v for k, v in os.environ.items() if k.startswith("TFDECLARE_") or k == "CUDA_VISIBLE_DEVICES"},
+        "env": {
+            k: v for k, v in os.environ.items() if k.startswith("TFDECLARE_") or k == "CUDA_VISIBLE_DEVICES"
+        },
     }
     tmp = out / f".{role}-{index}.{attempt}.tmp"
     tmp.write_text(json.dumps(record))

@@ -38,8 +38,14 @@ def spec(name: str, replicas: dict[str, tuple[int, str]], *, extra: str = "", le
         lines.append("  clusterSpec: legacy_flags")
     lines.append("  replicas:")
     for role, (count, mode) in replicas.items():
-        flags = ", '--ps_hosts={ps_hosts}', '--worker_hosts={worker_hosts}', '--job_name={job_name}', '--task_index={task_index}'" if legacy else ""
-        lines.append(f"    {role}: {{count: {count}, resources: {{cpus: 0.1, mem: 64}}, command: [python, {TASK}, '{mode}'{flags}]}}")
+        flags = (
+            ", '--ps_hosts={ps_hosts}', '--worker_hosts={worker_hosts}', '--job_name={job_name}', '--task_index={task_index}'"
+            if legacy
+            else ""
+        )
+        lines.append(
+            f"    {role}: {{count: {count}, resources: {{cpus: 0.1, mem: 64}}, command: [python, {TASK}, '{mode}'{flags}]}}"
+        )
     return "\n".join(lines) + "\n" + extra
 
 
@@ -84,7 +90,10 @@ def wait_until(predicate, timeout: float = 30.0) -> None:  # type: ignore[no-unt
 
 def test_every_role_gets_its_cluster_and_completion_stops_the_rest(project: Path) -> None:
     (project / "specs" / "job.yaml").write_text(
-        spec("roles", {"chief": (1, "wait=5"), "ps": (1, "serve"), "worker": (2, "serve"), "evaluator": (1, "serve")})
+        spec(
+            "roles",
+            {"chief": (1, "wait=5"), "ps": (1, "serve"), "worker": (2, "serve"), "evaluator": (1, "serve")},
+        )
     )
     result = cli("apply", "specs", "--wait", "--timeout", "60", cwd=project)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -95,7 +104,10 @@ def test_every_role_gets_its_cluster_and_completion_stops_the_rest(project: Path
     assert all(c == clusters[0] for c in clusters), "every training task sees the same cluster"
     assert set(clusters[0]) == {"chief", "ps", "worker"}, "the evaluator is kept out of the training cluster"
     assert [c["task"] for c in training] == [  # type: ignore[index]
-        {"type": "chief", "index": 0}, {"type": "ps", "index": 0}, {"type": "worker", "index": 0}, {"type": "worker", "index": 1}
+        {"type": "chief", "index": 0},
+        {"type": "ps", "index": 0},
+        {"type": "worker", "index": 0},
+        {"type": "worker", "index": 1},
     ]
     evaluator = seen["evaluator-0.0"]["tfConfig"]
     assert evaluator["task"] == {"type": "evaluator", "index": 0}  # type: ignore[index]
@@ -109,7 +121,9 @@ def test_every_role_gets_its_cluster_and_completion_stops_the_rest(project: Path
 
 
 def test_legacy_flags_are_substituted(project: Path) -> None:
-    (project / "specs" / "job.yaml").write_text(spec("legacy", {"ps": (1, "serve"), "worker": (2, "wait=3")}, legacy=True))
+    (project / "specs" / "job.yaml").write_text(
+        spec("legacy", {"ps": (1, "serve"), "worker": (2, "wait=3")}, legacy=True)
+    )
     result = cli("apply", "specs", "--wait", "--timeout", "60", cwd=project)
     assert result.returncode == 0, result.stdout + result.stderr
     seen = records(project)
@@ -135,8 +149,11 @@ def test_a_task_that_fails_once_restarts_the_job_on_the_same_ports(project: Path
 
 def test_a_job_that_fails_for_good_exits_1_and_leaves_no_process(project: Path) -> None:
     (project / "specs" / "job.yaml").write_text(
-        spec("doomed", {"chief": (1, "exit=2"), "ps": (1, "serve"), "worker": (1, "serve")},
-             extra="  backoffLimit: 1\n  restartPolicy: OnFailure\n")
+        spec(
+            "doomed",
+            {"chief": (1, "exit=2"), "ps": (1, "serve"), "worker": (1, "serve")},
+            extra="  backoffLimit: 1\n  restartPolicy: OnFailure\n",
+        )
     )
     result = cli("apply", "specs", "--wait", "--timeout", "60", cwd=project)
     assert result.returncode == 1
@@ -161,10 +178,14 @@ def test_killed_from_outside_is_restarted_per_policy(project: Path) -> None:
 
 
 def test_cli_killed_during_apply_then_run_again_launches_no_duplicates(project: Path) -> None:
-    (project / "specs" / "job.yaml").write_text(spec("survivor", {"ps": (1, "serve"), "worker": (2, "serve")}))
+    (project / "specs" / "job.yaml").write_text(
+        spec("survivor", {"ps": (1, "serve"), "worker": (2, "serve")})
+    )
     first = subprocess.Popen(
-        [sys.executable, "-m", "tfdeclare", "apply", "specs", "--wait"], cwd=project,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [sys.executable, "-m", "tfdeclare", "apply", "specs", "--wait"],
+        cwd=project,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     wait_until(lambda: len(records(project)) == 3)
     first.kill()
@@ -186,8 +207,10 @@ def test_cli_killed_during_apply_then_run_again_launches_no_duplicates(project: 
 def test_lock_names_the_holder_and_a_dead_holder_frees_it(project: Path) -> None:
     (project / "specs" / "job.yaml").write_text(spec("long", {"worker": (1, "serve")}))
     holder = subprocess.Popen(
-        [sys.executable, "-m", "tfdeclare", "apply", "specs", "--wait"], cwd=project,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [sys.executable, "-m", "tfdeclare", "apply", "specs", "--wait"],
+        cwd=project,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     wait_until(lambda: len(records(project)) == 1)
     second = cli("apply", "specs", cwd=project)
@@ -221,7 +244,9 @@ def test_saved_plan_is_refused_when_stale(project: Path) -> None:
     assert cli("apply", "specs", cwd=project).returncode == 0  # the state moves on
     stale = cli("apply", "plan.json", cwd=project)
     assert stale.returncode == 1 and "is stale" in stale.stderr
-    (project / "specs" / "job.yaml").write_text(spec("planned", {"worker": (1, "serve")}, extra="  backoffLimit: 7\n"))
+    (project / "specs" / "job.yaml").write_text(
+        spec("planned", {"worker": (1, "serve")}, extra="  backoffLimit: 7\n")
+    )
     assert cli("plan", "specs", "--out", "plan2.json", cwd=project).returncode == 0
     applied = cli("apply", "plan2.json", cwd=project)
     assert applied.returncode == 0, applied.stderr
@@ -252,7 +277,9 @@ def test_an_invalid_file_keeps_its_job_running(project: Path) -> None:
     (project / "specs" / "job.yaml").write_text(spec("steady", {"worker": (1, "serve")}))
     assert cli("apply", "specs", cwd=project).returncode == 0
     wait_until(lambda: len(records(project)) == 1)
-    (project / "specs" / "job.yaml").write_text("apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: steady\n")
+    (project / "specs" / "job.yaml").write_text(
+        "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: steady\n"
+    )
     result = cli("apply", "specs", "--prune", cwd=project)
     assert result.returncode == 1 and "specs/job.yaml:4:1: error:" in result.stderr
     assert pids_alive([int(records(project)["worker-0.0"]["pid"])])

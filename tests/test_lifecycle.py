@@ -19,8 +19,9 @@ T0 = 1_000_000.0
 
 
 def record_for(replicas: str, extra: str = "", **fields: object) -> JobRecord:
-    text = textwrap.dedent(
-        f"""\
+    text = (
+        textwrap.dedent(
+            f"""\
         apiVersion: tfdeclare/v1
         kind: TFJob
         metadata: {{name: job}}
@@ -28,7 +29,9 @@ def record_for(replicas: str, extra: str = "", **fields: object) -> JobRecord:
           command: [train]
           replicas: {replicas}
         """
-    ) + extra
+        )
+        + extra
+    )
     result = load_file("job.yaml", text.encode())
     assert not result.diagnostics, result.diagnostics
     job = result.jobs[0]
@@ -37,14 +40,23 @@ def record_for(replicas: str, extra: str = "", **fields: object) -> JobRecord:
     return record.evolve(**{"addresses": addresses, "start_time": T0, "launches": 1, **fields})
 
 
-def task(record: JobRecord, name: str, state: TaskState, exit_code: int | None = None, *, stale: bool = False) -> ObservedTask:
+def task(
+    record: JobRecord, name: str, state: TaskState, exit_code: int | None = None, *, stale: bool = False
+) -> ObservedTask:
     role, index = name.rsplit("-", 1)
     key = TaskKey(Role(role), int(index))
     configs = desired_configs(record.spec, record)
     config_hash = "0000stale" if stale or key not in configs else configs[key].config_hash
     return ObservedTask(
-        task_id=f"job.u1.{name}.{record.launches}", job="job", key=key, attempt=record.attempt,
-        config_hash=config_hash, state=state, resources=Resources(1, 64), exit_code=exit_code, started_at=T0,
+        task_id=f"job.u1.{name}.{record.launches}",
+        job="job",
+        key=key,
+        attempt=record.attempt,
+        config_hash=config_hash,
+        state=state,
+        resources=Resources(1, 64),
+        exit_code=exit_code,
+        started_at=T0,
     )
 
 
@@ -75,17 +87,27 @@ def test_all_running_is_running_and_starting_is_not() -> None:
     [
         (PSS, {"chief-0": (S, 0)}, ["ps-0", "worker-0", "worker-1"], Why.CHIEF_SUCCEEDED),
         (MWMS, {"worker-0": (S, 0), "worker-1": (S, 0)}, [], Why.WORKERS_SUCCEEDED),
-        ("{worker: {count: 2}, evaluator: {count: 1}}", {"worker-0": (S, 0), "worker-1": (S, 0)}, ["evaluator-0"],
-         Why.WORKERS_SUCCEEDED),
-        ("{ps: {count: 1}, worker: {count: 2}}", {"worker-0": (S, 0), "worker-1": (S, 0)}, ["ps-0"],
-         Why.WORKERS_SUCCEEDED),
+        (
+            "{worker: {count: 2}, evaluator: {count: 1}}",
+            {"worker-0": (S, 0), "worker-1": (S, 0)},
+            ["evaluator-0"],
+            Why.WORKERS_SUCCEEDED,
+        ),
+        (
+            "{ps: {count: 1}, worker: {count: 2}}",
+            {"worker-0": (S, 0), "worker-1": (S, 0)},
+            ["ps-0"],
+            Why.WORKERS_SUCCEEDED,
+        ),
     ],
 )
 def test_completion_stops_what_still_runs(
     replicas: str, ended: dict[str, tuple[TaskState, int]], still_running: list[str], why: Why
 ) -> None:
     record = record_for(replicas)
-    tasks = [task(record, n, s, c) for n, (s, c) in ended.items()] + [task(record, n, R) for n in still_running]
+    tasks = [task(record, n, s, c) for n, (s, c) in ended.items()] + [
+        task(record, n, R) for n in still_running
+    ]
     result = step(record, tasks, T0 + 5, BACKOFF)
     assert result.record.phase is Phase.SUCCEEDED and result.record.reason == why
     assert result.record.completion_time == T0 + 5
@@ -130,7 +152,10 @@ def test_restart_policies(policy: str, exit_code: int, outcome: object) -> None:
 
 def test_backoff_then_relaunch_of_the_whole_job_on_the_same_ports() -> None:
     record = record_for(MWMS, phase=Phase.RESTARTING, attempt=1, restarts=1, next_launch_at=T0 + 1)
-    old = [task(record, "worker-0", F, 1, stale=True), task(record, "worker-1", TaskState.STOPPING, stale=True)]
+    old = [
+        task(record, "worker-0", F, 1, stale=True),
+        task(record, "worker-1", TaskState.STOPPING, stale=True),
+    ]
     waiting = step(record, old, T0 + 0.5, BACKOFF)
     assert waiting.record.reason == Why.WAITING_FOR_TASKS_TO_STOP and waiting.launch == ()
     stopped = [old[0], task(record, "worker-1", TaskState.STOPPED, 143, stale=True)]
@@ -155,7 +180,12 @@ def test_backoff_grows_exponentially_and_is_capped() -> None:
 @pytest.mark.parametrize(("policy", "restarts"), [("OnFailure", False), ("Always", True)])
 def test_a_ps_that_exits_0_early_restarts_only_under_always(policy: str, restarts: bool) -> None:
     record = record_for(PSS, f"  restartPolicy: {policy}\n", phase=Phase.RUNNING)
-    tasks = [task(record, "chief-0", R), task(record, "ps-0", S, 0), task(record, "worker-0", R), task(record, "worker-1", R)]
+    tasks = [
+        task(record, "chief-0", R),
+        task(record, "ps-0", S, 0),
+        task(record, "worker-0", R),
+        task(record, "worker-1", R),
+    ]
     result = step(record, tasks, T0, BACKOFF)
     assert (result.record.phase is Phase.RESTARTING) is restarts
     if not restarts:
@@ -173,7 +203,9 @@ def test_deadline_fails_and_stops_everything() -> None:
 
 def test_deleting_stops_then_removes() -> None:
     record = record_for(MWMS, phase=Phase.RUNNING, deleting=True)
-    stopping = step(record, [task(record, "worker-0", R), task(record, "worker-1", TaskState.STOPPING)], T0, BACKOFF)
+    stopping = step(
+        record, [task(record, "worker-0", R), task(record, "worker-1", TaskState.STOPPING)], T0, BACKOFF
+    )
     assert stopping.stop == ("job.u1.worker-0.1",) and not stopping.remove
     assert stopping.record.phase is Phase.DELETING
     done = step(record, [task(record, "worker-0", TaskState.STOPPED, 143)], T0, BACKOFF)
@@ -202,9 +234,10 @@ def test_resize_replaces_tasks_whose_cluster_changed() -> None:
 def test_adding_an_evaluator_touches_nothing_else() -> None:
     before = record_for(PSS, phase=Phase.RUNNING)
     running = [task(before, n, R) for n in ("chief-0", "ps-0", "worker-0", "worker-1")]
-    after = record_for("{chief: {count: 1}, ps: {count: 1}, worker: {count: 2}, evaluator: {count: 1}}",
-                       phase=Phase.RUNNING)
-    after = after.evolve(addresses={k: v for k, v in before.addresses.items()})
+    after = record_for(
+        "{chief: {count: 1}, ps: {count: 1}, worker: {count: 2}, evaluator: {count: 1}}", phase=Phase.RUNNING
+    )
+    after = after.evolve(addresses=dict(before.addresses))
     result = step(after, running, T0, BACKOFF)
     assert result.stop == ()
     assert [k.name for k in result.launch] == ["evaluator-0"]

@@ -186,6 +186,8 @@ def _finished(records: dict[str, JobRecord], wait: bool) -> bool:
                 return False
             continue
         if record.phase.terminal:
+            if wait and any(t.state.alive for t in record.tasks):
+                return False  # done, but still stopping what ran beside the chief
             continue
         if wait:
             if record.reason != "Unschedulable":

@@ -1,0 +1,47 @@
+"""Real distributed TensorFlow through tfdeclare: the example jobs of specs/ run to Succeeded on
+the local backend, all three at once (as `make demo` runs them); the two MWMS workers end with
+identical weights, the PSS chief finishes its steps, and the TF1 workers reach the last step."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO, cli
+
+pytestmark = [
+    pytest.mark.tf,
+    pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="TensorFlow is not installed"),
+]
+
+
+def test_example_jobs_train_to_success(tmp_path: Path) -> None:
+    shutil.copytree(REPO / "specs", tmp_path / "specs")
+    assert cli("validate", "specs", cwd=tmp_path).returncode == 0
+    result = cli("apply", "specs", "--wait", "--timeout", "400", cwd=tmp_path, timeout=450)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for name in ("mnist-mwms", "pss", "legacy-flags"):
+        document = yaml.safe_load((tmp_path / "status" / f"{name}.yaml").read_text())
+        assert document["phase"] == "Succeeded", (name, document["message"])
+
+    def log(job: str, task: str) -> str:
+        shown = cli("logs", job, "--task", task, cwd=tmp_path)
+        assert shown.returncode == 0, shown.stderr
+        return shown.stdout
+
+    hashes = [
+        re.findall(r"^FINAL_WEIGHTS_SHA256 ([0-9a-f]{64})$", log("mnist-mwms", f"worker:{i}"), re.M)
+        for i in (0, 1)
+    ]
+    assert hashes[0] and hashes[0] == hashes[1], "both MWMS workers end with identical weights"
+    assert re.search(r"^DONE steps=\d+", log("pss", "chief:0"), re.M)
+    for index in (0, 1):
+        steps = re.findall(r"^FINAL_GLOBAL_STEP (\d+)", log("legacy-flags", f"worker:{index}"), re.M)
+        assert steps and int(steps[0]) >= 200
+    status = cli("status", cwd=tmp_path)
+    assert status.stdout.count("Succeeded") == 3
