@@ -36,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     from tfdeclare.cli import run_commands
 
     run_commands.add_parsers(sub, common)
+    from tfdeclare.cli import daemon_command
+
+    daemon_command.add_parsers(sub, common)
     return parser
 
 

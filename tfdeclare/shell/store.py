@@ -12,6 +12,7 @@ Layout::
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from tfdeclare.core.names import is_job_name
@@ -28,6 +29,9 @@ class StateStore:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.jobs_dir = root / "jobs"
+        # Parsed records by file name, with the (mtime, size) they were read at: a pass over
+        # a thousand unchanged jobs stats them, it does not parse them again.
+        self._cache: dict[str, tuple[tuple[int, int, int], JobRecord]] = {}
 
     def record_path(self, name: str) -> Path:
         if not is_job_name(name):
@@ -49,14 +53,29 @@ class StateStore:
 
     def records(self) -> dict[str, JobRecord]:
         out: dict[str, JobRecord] = {}
-        if not self.jobs_dir.is_dir():
+        try:
+            entries = sorted(os.scandir(self.jobs_dir), key=lambda e: e.name)
+        except FileNotFoundError:
             return out
-        for path in sorted(self.jobs_dir.glob("*.json")):
-            name = path.stem
-            if is_job_name(name):
-                record = self.load(name)
-                if record is not None:
-                    out[name] = record
+        for entry in entries:
+            name = entry.name.removesuffix(".json")
+            if not entry.name.endswith(".json") or not is_job_name(name):
+                continue
+            try:
+                stat = entry.stat()
+            except FileNotFoundError:
+                continue
+            key = (stat.st_ino, stat.st_mtime_ns, stat.st_size)  # atomic writes make a new inode
+            cached = self._cache.get(name)
+            if cached is not None and cached[0] == key:
+                out[name] = cached[1]
+                continue
+            record = self.load(name)
+            if record is not None:
+                self._cache[name] = (key, record)
+                out[name] = record
+        for gone in self._cache.keys() - out.keys():
+            del self._cache[gone]
         return out
 
     def observed(self) -> dict[str, ObservedJob]:

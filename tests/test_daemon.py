@@ -1,0 +1,316 @@
+"""The daemon end to end: real folders and real git repositories (file:// remotes), the real
+CLI as a process, real task processes, its HTTP endpoints."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import REPO, cli
+
+TASK = str(REPO / "tests" / "e2e_task.py")
+CONFIG = "restartBackoff: {initialSeconds: 0.2, maxSeconds: 1}\nlocal: {cpus: 8, mem: 8Gi, gpus: 0, portRange: {first: 33000, last: 33999}}\n"
+
+
+def job(name: str, mode: str = "serve", *, count: int = 1, extra: str = "") -> str:
+    return (
+        f"apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {{name: {name}}}\nspec:\n"
+        f"  command: [python, {TASK}, {mode}]\n  env: {{OUT: {name}-out}}\n"
+        f"  replicas:\n    worker: {{count: {count}, resources: {{cpus: 0.1, mem: 64}}}}\n{extra}"
+    )
+
+
+class Daemon:
+    def __init__(self, cwd: Path, *args: str) -> None:
+        self.cwd = cwd
+        self.log = cwd / f"daemon-{time.monotonic_ns()}.log"
+        self.handle = open(self.log, "w")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tfdeclare", "daemon", "--port", "0", *args],
+            cwd=cwd,
+            stdout=self.handle,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        self.url = ""
+        wait_until(
+            lambda: bool(re.search(r"listening on (http://\S+)", self.text())) or self.proc.poll() is not None
+        )
+        match = re.search(r"listening on (http://\S+)", self.text())
+        assert match, self.text()
+        self.url = match.group(1)
+
+    def text(self) -> str:
+        return self.log.read_text()
+
+    def get(self, path: str) -> tuple[int, Any]:
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=5) as response:
+                body = response.read()
+                return response.status, json.loads(body) if path != "/metrics" else body.decode()
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read())
+
+    def post(self, path: str) -> int:
+        request = urllib.request.Request(self.url + path, method="POST")
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        code = self.proc.wait(timeout=30)
+        self.handle.close()
+        return code
+
+
+def wait_until(predicate: Any, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        time.sleep(0.05)
+
+
+def status(cwd: Path, name: str) -> dict[str, Any] | None:
+    path = cwd / "status" / f"{name}.yaml"
+    if not path.exists():
+        return None
+    return yaml.safe_load(path.read_text())  # type: ignore[no-any-return]
+
+
+def pids(folder: Path) -> list[int]:
+    return sorted(json.loads(p.read_text())["pid"] for p in folder.glob("*.json")) if folder.exists() else []
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().split(b") ")[1][:1] != b"Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.fixture
+def cwd(tmp_path: Path) -> Iterator[Path]:
+    (tmp_path / "tfdeclare.yaml").write_text(CONFIG)
+    (tmp_path / "specs").mkdir()
+    yield tmp_path
+    cli("delete", "--all", cwd=tmp_path)
+
+
+def out_dir(cwd: Path, name: str, base: str = "specs") -> Path:
+    folder = cwd / base / f"{name}-out"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def test_folder_mode_create_edit_invalid_delete(cwd: Path) -> None:
+    daemon = Daemon(cwd, "--specs", "specs", "--prune", "--interval", "5")
+    try:
+        outputs = out_dir(cwd, "a")
+        out_dir(cwd, "b")
+        (cwd / "specs" / "b.yaml").write_text(job("b"))
+        (cwd / "specs" / "a.yaml").write_text(job("a"))
+        wait_until(lambda: len(pids(outputs)) == 1)
+        wait_until(lambda: (status(cwd, "a") or {}).get("phase") == "Running")
+        first = pids(outputs)[0]
+
+        (cwd / "specs" / "a.yaml").write_text(
+            job("a", extra="  env: {OUT: a-out, LR: '0.2'}\n").replace("  env: {OUT: a-out}\n", "")
+        )
+        wait_until(lambda: len(pids(outputs)) == 2 and not alive(first))
+        assert "applied -/+ a: spec.env.LR changed" in daemon.text()
+
+        running = [p for p in pids(outputs) if alive(p)]
+        (cwd / "specs" / "a.yaml").write_text(
+            "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: a}\nspec: {replicas: {worker: {count: x}}}\n"
+        )
+        wait_until(
+            lambda: any(
+                c["type"] == "Synced" and c["status"] == "False"
+                for c in (status(cwd, "a") or {}).get("conditions", [])
+            )
+        )
+        synced = next(c for c in status(cwd, "a")["conditions"] if c["type"] == "Synced")  # type: ignore[index]
+        assert synced["reason"] == "InvalidSpec" and "specs/a.yaml:4:" in synced["message"]
+        assert "specs/a.yaml:4:" in daemon.text()
+        assert all(alive(p) for p in running), "an invalid file never stops its job"
+
+        (cwd / "specs" / "a.yaml").unlink()
+        wait_until(lambda: status(cwd, "a") is None)
+        wait_until(lambda: not any(alive(p) for p in running))
+
+        (cwd / "specs" / "b.yaml").unlink()  # pruning everything at once is refused
+        time.sleep(1.5)
+        assert (status(cwd, "b") or {}).get("phase") == "Running"
+        assert cli("plan", "specs", "--prune", cwd=cwd).stdout.count("--allow-empty") == 1
+
+        health, detail = daemon.get("/healthz")
+        assert health == 200 and detail["status"] == "ok"
+        code, metrics = daemon.get("/metrics")
+        assert (
+            code == 200
+            and "tfdeclare_reconcile_passes_total" in metrics
+            and "tfdeclare_tasks_launched_total 3" in metrics
+        )
+    finally:
+        assert daemon.stop() == 0
+    assert "stopping (signal 15); the jobs keep running" in daemon.text()
+
+
+def test_daemon_killed_then_restarted_adopts_without_duplicates(cwd: Path) -> None:
+    outputs = out_dir(cwd, "keep")
+    (cwd / "specs" / "keep.yaml").write_text(job("keep", count=2))
+    first = Daemon(cwd, "--specs", "specs")
+    wait_until(lambda: len(pids(outputs)) == 2)
+    started = pids(outputs)
+    second = subprocess.run(
+        [sys.executable, "-m", "tfdeclare", "daemon", "--specs", "specs", "--port", "0"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert second.returncode == 1 and f"pid {first.proc.pid}" in second.stderr
+    applied = cli("apply", "specs", cwd=cwd)
+    assert (
+        applied.returncode == 1
+        and "a tfdeclare daemon" in applied.stderr
+        and "folder specs" in applied.stderr
+    )
+    assert cli("plan", "specs", cwd=cwd).returncode == 0, "plan still works read-only"
+    first.stop(signal.SIGKILL)
+    assert all(alive(p) for p in started), "tasks outlive the daemon"
+    again = Daemon(cwd, "--specs", "specs")
+    try:
+        wait_until(lambda: (status(cwd, "keep") or {}).get("phase") == "Running")
+        time.sleep(1)
+        assert pids(outputs) == started, "adopted, nothing launched twice"
+        _, jobs = again.get("/jobs")
+        assert [j["name"] for j in jobs] == ["keep"]
+    finally:
+        again.stop()
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
+        env={
+            **os.environ,
+            "GIT_AUTHOR_NAME": "Ada",
+            "GIT_AUTHOR_EMAIL": "ada@example.com",
+            "GIT_COMMITTER_NAME": "Ada",
+            "GIT_COMMITTER_EMAIL": "ada@example.com",
+        },
+    ).stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> tuple[Path, Path]:
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "--bare", "--initial-branch=main", str(remote))
+    work = tmp_path / "work"
+    git(tmp_path, "clone", str(remote), str(work))
+    (work / "jobs").mkdir()
+    return remote, work
+
+
+def commit(work: Path, message: str, files: dict[str, str | None]) -> str:
+    for name, text in files.items():
+        path = work / "jobs" / name
+        if text is None:
+            path.unlink()
+        else:
+            path.write_text(text)
+    git(work, "add", "-A")
+    git(work, "commit", "-q", "-m", message)
+    git(work, "push", "-q", "origin", "HEAD:main", "--force")
+    return git(work, "rev-parse", "HEAD")
+
+
+def test_git_mode_commits_force_push_invalid_commit_and_status_branch(
+    cwd: Path, repo: tuple[Path, Path]
+) -> None:
+    remote, work = repo
+    outputs = cwd / "g-out"
+    outputs.mkdir()
+    spec = job("g").replace("env: {OUT: g-out}", f"env: {{OUT: {outputs}}}")
+    first = commit(work, "add g", {"g.yaml": spec})
+    daemon = Daemon(
+        cwd,
+        "--git",
+        f"file://{remote}",
+        "--branch",
+        "main",
+        "--path",
+        "jobs",
+        "--interval",
+        "1",
+        "--push-status",
+    )
+    try:
+        wait_until(lambda: len(pids(outputs)) == 1)
+        wait_until(lambda: (status(cwd, "g") or {}).get("revision") == first)
+        document = status(cwd, "g")
+        assert document["revisionInfo"]["author"] == "Ada <ada@example.com>"  # type: ignore[index]
+        assert document["source"]["file"] == "jobs/g.yaml"  # type: ignore[index]
+
+        bad = commit(work, "break g", {"g.yaml": spec.replace("count: 1", "count: -1")})
+        wait_until(lambda: (status(cwd, "g") or {}).get("lastAttemptedRevision") == bad)
+        document = status(cwd, "g")
+        assert document["revision"] == first, "the invalid revision is not applied"  # type: ignore[index]
+        assert alive(pids(outputs)[0])
+
+        second = commit(work, "change g", {"g.yaml": spec.replace("[python,", "[python, -u,")})
+        wait_until(lambda: (status(cwd, "g") or {}).get("revision") == second)
+        wait_until(lambda: len(pids(outputs)) == 2)
+
+        git(work, "reset", "-q", "--hard", first)
+        git(work, "push", "-q", "--force", "origin", "HEAD:main")
+        assert daemon.post("/sync") == 202
+        wait_until(lambda: (status(cwd, "g") or {}).get("revision") == first, timeout=15)
+
+        wait_until(lambda: "tfdeclare-status" in git(remote, "branch", "--list", "tfdeclare-status"))
+        files = git(remote, "ls-tree", "-r", "--name-only", "tfdeclare-status")
+        assert files == "status/g.yaml"
+        assert git(remote, "rev-parse", "main") == first, "the watched branch is never written"
+        shown = yaml.safe_load(git(remote, "show", "tfdeclare-status:status/g.yaml"))
+        assert shown["name"] == "g"
+    finally:
+        daemon.stop()
+
+
+def test_unreachable_remote_keeps_the_jobs_and_is_reported(cwd: Path, repo: tuple[Path, Path]) -> None:
+    remote, work = repo
+    outputs = cwd / "u-out"
+    outputs.mkdir()
+    commit(work, "add u", {"u.yaml": job("u").replace("env: {OUT: u-out}", f"env: {{OUT: {outputs}}}")})
+    daemon = Daemon(cwd, "--git", f"file://{remote}", "--path", "jobs", "--interval", "0.5")
+    try:
+        wait_until(lambda: len(pids(outputs)) == 1)
+        remote.rename(remote.with_name("gone.git"))
+        wait_until(lambda: daemon.get("/healthz")[0] == 503)
+        _, detail = daemon.get("/healthz")
+        assert detail["sourceError"]
+        assert alive(pids(outputs)[0])
+        assert "source unavailable, the last applied state keeps running" in daemon.text()
+    finally:
+        daemon.stop()

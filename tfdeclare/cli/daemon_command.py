@@ -1,0 +1,156 @@
+"""``tfdeclare daemon``: keep the jobs converged on a folder or a git branch.
+
+It holds the state folder's lock for as long as it runs (``apply`` then points here), logs
+as text or JSON lines, and stops on SIGTERM or Ctrl-C after the pass in flight, leaving every
+task running for the next controller to adopt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tfdeclare.cli.common import EXIT_OK, UserError, settings_from
+from tfdeclare.cli.wiring import locked, make_backend, make_controller
+from tfdeclare.daemon.server import DaemonServer
+from tfdeclare.daemon.service import Daemon, DaemonOptions, Source
+from tfdeclare.daemon.sources import FolderSource, GitSettings, GitSource, SourceError
+from tfdeclare.shell.sources import SpecFiles
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return json.dumps(
+            {
+                "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.created)),
+                "level": record.levelname.lower(),
+                "logger": record.name,
+                "message": record.getMessage(),
+            },
+            ensure_ascii=False,
+        )
+
+
+def _setup_logging(fmt: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(_JsonFormatter())
+    else:
+        formatter = logging.Formatter("%(asctime)s %(levelname)-7s %(message)s", "%Y-%m-%dT%H:%M:%SZ")
+        formatter.converter = time.gmtime
+        handler.setFormatter(formatter)
+    root = logging.getLogger("tfdeclare")
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+    root.propagate = False
+
+
+def cmd_daemon(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    daemon_config = settings.config.daemon
+    _setup_logging(args.log_format or daemon_config.log_format)
+    log = logging.getLogger("tfdeclare.daemon")
+    source: Source
+    base_dir: Path
+    try:
+        if args.git:
+            git = GitSettings(
+                args.git,
+                args.branch,
+                args.path,
+                args.status_branch or daemon_config.status_branch,
+                args.push_status,
+            )
+            source = GitSource(git, settings.state_dir / "git")
+            base_dir = source.clone_dir
+        else:
+            folder = Path(args.specs)
+            if not folder.is_dir():
+                raise UserError(f"--specs {folder}: no such folder")
+            source = FolderSource(folder, [settings.state_dir, settings.status_dir])
+            base_dir = Path.cwd()
+    except SourceError as err:
+        raise UserError(str(err)) from err
+    interval = args.interval if args.interval is not None else daemon_config.interval_s
+    options = DaemonOptions(interval, daemon_config.debounce_s, args.prune, args.allow_empty)
+    with locked(settings, "daemon", source=source.description):
+        backend = make_backend(settings)
+        controller = make_controller(settings, backend)
+        controller.base_dir = base_dir
+        files = SpecFiles(
+            [source.specs_path],
+            context=settings.load_context,
+            exclude=(settings.state_dir, settings.status_dir),
+            base=base_dir if args.git else None,
+        )
+        daemon = Daemon(source, controller, files, settings.status_dir, options)
+        server = DaemonServer(
+            args.host or daemon_config.host,
+            args.port if args.port is not None else daemon_config.port,
+            daemon,
+        )
+        server.start()
+        host, port = server.address
+        log.info(
+            "tfdeclare daemon listening on http://%s:%d (%s, interval %gs)",
+            host,
+            port,
+            source.description,
+            interval,
+        )
+
+        def stop(signum: int, frame: object) -> None:
+            log.info("stopping (signal %d); the jobs keep running", signum)
+            daemon.stop()
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        try:
+            daemon.run()
+        finally:
+            server.close()
+            source.close()
+            backend.close()
+    log.info("stopped")
+    return EXIT_OK
+
+
+def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
+    daemon = sub.add_parser(
+        "daemon",
+        parents=[common],
+        help="keep the jobs converged on a folder or a git branch",
+        description="Watch a folder (file events) or a git branch (fetched every --interval and "
+        "on POST /sync) and reconcile: create, update, resize, restart jobs as their files change, "
+        "restart failed tasks by policy, write status. Serves /healthz, /metrics, /jobs on 127.0.0.1.",
+    )
+    where = daemon.add_mutually_exclusive_group(required=True)
+    where.add_argument("--specs", metavar="DIR", help="a folder of job files")
+    where.add_argument("--git", metavar="URL", help="a git repository")
+    daemon.add_argument("--branch", default="main", help="the branch to apply (default main)")
+    daemon.add_argument(
+        "--path", default=".", metavar="SUBDIR", help="folder of the job files in the repository"
+    )
+    daemon.add_argument(
+        "--interval", type=float, metavar="SECONDS", help="resync (and fetch) period (default 30)"
+    )
+    daemon.add_argument("--prune", action="store_true", help="delete jobs that are gone from the source")
+    daemon.add_argument("--allow-empty", action="store_true", help="with --prune, allow deleting every job")
+    daemon.add_argument(
+        "--status-branch", metavar="B", help="git mode: branch for status files (default tfdeclare-status)"
+    )
+    daemon.add_argument(
+        "--push-status", action="store_true", help="git mode: push the status branch to origin"
+    )
+    daemon.add_argument("--host", help="address of the HTTP endpoints (default 127.0.0.1)")
+    daemon.add_argument(
+        "--port", type=int, help="port of the HTTP endpoints (default 8470; 0: any free port)"
+    )
+    daemon.add_argument("--log-format", choices=("text", "json"), help="log lines as text (default) or JSON")
+    daemon.set_defaults(func=cmd_daemon)

@@ -1,0 +1,86 @@
+"""The daemon's HTTP endpoints, on 127.0.0.1 unless configured:
+
+- ``GET /healthz`` — 200 while passes run on time, 503 when the last pass is overdue or the
+  source cannot be read (JSON body says which);
+- ``GET /metrics`` — Prometheus text format;
+- ``GET /jobs`` — every job's status document, as JSON;
+- ``POST /sync`` — fetch the source now and run a pass (202).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Protocol
+
+
+class Endpoints(Protocol):
+    """What the server asks the daemon; implemented by ``service.Daemon``."""
+
+    def health(self) -> tuple[bool, dict[str, Any]]: ...
+
+    def metrics_text(self) -> str: ...
+
+    def jobs(self) -> list[dict[str, Any]]: ...
+
+    def request_sync(self) -> None: ...
+
+
+class DaemonServer:
+    def __init__(self, host: str, port: int, endpoints: Endpoints) -> None:
+        handler = _handler_for(endpoints)
+        self.httpd = ThreadingHTTPServer((host, port), handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, name="daemon-http", daemon=True)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self.httpd.server_address[:2]
+        return str(host), int(port)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _handler_for(endpoints: Endpoints) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "tfdeclare"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return  # requests are not worth a log line each
+
+        def _send(self, code: int, body: bytes, content_type: str) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _json(self, code: int, data: Any) -> None:
+            self._send(code, (json.dumps(data, indent=1) + "\n").encode(), "application/json")
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/healthz":
+                healthy, detail = endpoints.health()
+                self._json(200 if healthy else 503, detail)
+            elif path == "/metrics":
+                self._send(200, endpoints.metrics_text().encode(), "text/plain; version=0.0.4; charset=utf-8")
+            elif path == "/jobs":
+                self._json(200, endpoints.jobs())
+            else:
+                self._json(404, {"error": f"no such endpoint {path}"})
+
+        def do_POST(self) -> None:
+            if self.path.split("?", 1)[0] == "/sync":
+                endpoints.request_sync()
+                self._json(202, {"sync": "requested"})
+            else:
+                self._json(404, {"error": f"no such endpoint {self.path}"})
+
+    return Handler

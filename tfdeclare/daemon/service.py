@@ -1,0 +1,204 @@
+"""``Daemon``: the level-triggered loop. Anything may ask for a pass (``request_pass``); the
+loop runs one pass at a time, at least every ``interval`` (resync; git fetch), sooner when a
+job wants a look (backoff expiry), after file events once they have been quiet for
+``debounce``. A pass that cannot read the source keeps the last applied state running and
+says so (log, /healthz, metrics); the newest revision always supersedes an older one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from tfdeclare.controller import Controller
+from tfdeclare.controller.reconciler import Revision
+from tfdeclare.core.diagnostics import Diagnostic
+from tfdeclare.core.planner import PlanOptions, plan
+from tfdeclare.daemon.metrics import Metrics
+from tfdeclare.daemon.sources import SourceError
+from tfdeclare.shell.sources import SpecFiles
+
+log = logging.getLogger("tfdeclare.daemon")
+
+
+class Source(Protocol):
+    kind: str
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def specs_path(self) -> Path: ...
+
+    def sync(self) -> Revision | None: ...
+
+    def watch(self, on_change: Callable[[], None]) -> None: ...
+
+    def write_status(self, status_dir: Path, revision: Revision | None) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonOptions:
+    interval_s: float = 30.0
+    debounce_s: float = 0.05
+    prune: bool = False
+    allow_empty: bool = False
+
+
+class Daemon:
+    def __init__(
+        self,
+        source: Source,
+        controller: Controller,
+        spec_files: SpecFiles,
+        status_dir: Path,
+        options: DaemonOptions,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.source = source
+        self.controller = controller
+        self.spec_files = spec_files
+        self.status_dir = status_dir
+        self.options = options
+        self.clock = clock
+        self.metrics = Metrics()
+        self._trigger = threading.Event()
+        self._sync_requested = threading.Event()
+        self._stopping = threading.Event()
+        self._last_event = 0.0
+        self._diagnostics: tuple[Diagnostic, ...] = ()
+        self.revision: Revision | None = None
+        self.source_error: str | None = None
+        self.last_pass_at: float | None = None
+
+    # ---- asking for passes ----------------------------------------------------------------
+
+    def request_pass(self) -> None:
+        self._trigger.set()
+
+    def request_sync(self) -> None:
+        self._sync_requested.set()
+        self._trigger.set()
+
+    def on_file_event(self) -> None:
+        self._last_event = time.monotonic()
+        self._trigger.set()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._trigger.set()
+
+    # ---- the loop -------------------------------------------------------------------------
+
+    def run(self) -> None:
+        self.source.watch(self.on_file_event)
+        self.controller.backend.watch(self.request_pass)
+        next_sync = 0.0
+        while not self._stopping.is_set():
+            now = time.monotonic()
+            if self._sync_requested.is_set() or now >= next_sync:
+                self._sync_requested.clear()
+                self._sync()
+                next_sync = time.monotonic() + self.options.interval_s
+            wake_at = self._pass()
+            timeout = next_sync - time.monotonic()
+            if wake_at is not None:
+                timeout = min(timeout, wake_at - self.clock())
+            self._trigger.wait(max(0.01, timeout))
+            self._trigger.clear()
+            self._debounce()
+
+    def _debounce(self) -> None:
+        """After file events, wait until they have been quiet for ``debounce`` (at most 1 s)."""
+        started = time.monotonic()
+        while not self._stopping.is_set():
+            quiet = time.monotonic() - self._last_event
+            if quiet >= self.options.debounce_s or time.monotonic() - started > 1.0:
+                return
+            time.sleep(self.options.debounce_s - quiet)
+
+    def _sync(self) -> None:
+        try:
+            revision = self.source.sync()
+        except SourceError as err:
+            if self.source_error != str(err):
+                log.error("source unavailable, the last applied state keeps running: %s", err)
+            self.source_error = str(err)
+            self.metrics.source_errors += 1
+            return
+        if self.source_error is not None:
+            log.info("source available again: %s", self.source.description)
+        self.source_error = None
+        if revision is not None and (self.revision is None or revision.commit != self.revision.commit):
+            log.info("revision %s by %s: %s", revision.commit[:12], revision.author, revision.subject)
+        self.revision = revision
+
+    def _pass(self) -> float | None:
+        started = time.monotonic()
+        if self.source_error is None:
+            self._apply_desired()
+        result = self.controller.reconcile()  # it logs what it does
+        for error in result.errors:
+            log.error("%s", error)
+        records = self.controller.store.records()
+        tasks = Counter(t.state.value for r in records.values() for t in r.tasks)
+        self.metrics.set_jobs(
+            {n: p.value for n, p in result.phases.items()}, tasks, {n: r.restarts for n, r in records.items()}
+        )
+        if self.source.kind == "git" and self.source_error is None:
+            try:
+                self.source.write_status(self.status_dir, self.revision)
+            except SourceError as err:
+                log.error("%s", err)
+                self.metrics.source_errors += 1
+        self.last_pass_at = self.clock()
+        self.metrics.observe_pass(
+            time.monotonic() - started, self.last_pass_at, result.launched, result.stopped, len(result.errors)
+        )
+        return result.wake_at
+
+    def _apply_desired(self) -> None:
+        desired = self.spec_files.load()
+        if desired.diagnostics != self._diagnostics:
+            self._diagnostics = desired.diagnostics
+            for diagnostic in desired.diagnostics:
+                log.warning("%s", diagnostic.format())
+        options = PlanOptions(prune=self.options.prune, allow_empty=self.options.allow_empty)
+        current = plan(desired, self.controller.store.observed(), options)
+        for line in self.controller.apply(current, desired, self.revision):
+            log.info("applied %s", line)
+        revision = self.revision.commit if self.revision else None
+        self.metrics.attempted_revision = revision
+        if not desired.has_errors:
+            self.metrics.applied_revision = revision
+
+    # ---- what the HTTP endpoints show -----------------------------------------------------
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        overdue = max(3 * self.options.interval_s, 60.0)
+        late = self.last_pass_at is None or self.clock() - self.last_pass_at > overdue
+        healthy = not late and self.source_error is None
+        return healthy, {
+            "status": "ok" if healthy else "degraded",
+            "source": self.source.description,
+            "sourceError": self.source_error,
+            "revision": self.revision.commit if self.revision else None,
+            "lastPassAt": self.last_pass_at,
+            "passOverdue": late,
+        }
+
+    def jobs(self) -> list[dict[str, Any]]:
+        statuses = self.controller.statuses
+        return [doc for doc in (statuses.read(name) for name in statuses.names()) if doc is not None]
+
+    def metrics_text(self) -> str:
+        return self.metrics.render()

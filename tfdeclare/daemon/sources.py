@@ -1,0 +1,233 @@
+"""Where the daemon reads the desired state: a folder (filesystem events) or a git branch.
+
+Both only *say* when to look again (``on_change``); the daemon's pass reads the files.
+
+- ``FolderSource`` watches a folder with watchdog, ignoring hidden files and the state and
+  status folders, so status writes never trigger a pass.
+- ``GitSource`` clones into the state folder and, on ``sync()``, fetches the branch (force
+  pushes included) and checks its head out, detached. Status files are committed to their own
+  branch (default ``tfdeclare-status``) with git plumbing, never to the watched branch, and
+  pushed when asked. A failed fetch keeps the last checkout (the last applied state runs on);
+  a corrupt clone is moved aside and cloned again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tfdeclare.controller.reconciler import Revision
+
+log = logging.getLogger("tfdeclare.daemon")
+
+_SPEC_SUFFIXES = (".yaml", ".yml")
+
+
+class SourceError(Exception):
+    """The source cannot be read now (unreachable remote, corrupt clone, missing folder)."""
+
+
+class FolderSource:
+    kind = "folder"
+
+    def __init__(self, folder: Path, ignore: list[Path]) -> None:
+        self.folder = folder
+        self.ignore = [str(p.resolve()) for p in ignore]
+        self._observer: Any = None
+
+    @property
+    def description(self) -> str:
+        return f"folder {self.folder}"
+
+    @property
+    def specs_path(self) -> Path:
+        return self.folder
+
+    def sync(self) -> Revision | None:
+        if not self.folder.is_dir():
+            raise SourceError(f"{self.folder} is not a folder")
+        return None
+
+    def _relevant(self, path: str) -> bool:
+        real = os.path.realpath(path)
+        if any(real == p or real.startswith(p + os.sep) for p in self.ignore):
+            return False
+        name = os.path.basename(path)
+        if name.startswith("."):
+            return False
+        return name.endswith(_SPEC_SUFFIXES) or os.path.isdir(path) or "." not in name
+
+    def watch(self, on_change: Callable[[], None]) -> None:
+        from watchdog.events import FileSystemEvent, FileSystemEventHandler
+        from watchdog.observers import Observer
+
+        source = self
+
+        class Handler(FileSystemEventHandler):
+            def on_any_event(self, event: FileSystemEvent) -> None:
+                if event.event_type in ("opened", "closed_no_write"):
+                    return
+                paths = [str(event.src_path), str(getattr(event, "dest_path", "") or "")]
+                if any(p and source._relevant(p) for p in paths):
+                    on_change()
+
+        observer = Observer()
+        observer.schedule(Handler(), str(self.folder), recursive=True)
+        observer.daemon = True
+        observer.start()
+        self._observer = observer
+
+    def write_status(self, status_dir: Path, revision: Revision | None) -> None:
+        """Folder mode: the status folder is the write-back."""
+
+    def close(self) -> None:
+        if self._observer is not None:
+            self._observer.stop()
+            self._observer.join(timeout=2)
+
+
+@dataclass(frozen=True, slots=True)
+class GitSettings:
+    url: str
+    branch: str = "main"
+    subdir: str = "."
+    status_branch: str = "tfdeclare-status"
+    push_status: bool = False
+
+
+class GitSource:
+    kind = "git"
+
+    def __init__(self, settings: GitSettings, workdir: Path) -> None:
+        if settings.status_branch == settings.branch:
+            raise SourceError(f"the status branch must not be the watched branch ({settings.branch})")
+        subdir = Path(settings.subdir)
+        if subdir.is_absolute() or ".." in subdir.parts:
+            raise SourceError(f"--path must be a folder inside the repository, not {settings.subdir}")
+        self.settings = settings
+        self.workdir = workdir
+        self.clone_dir = workdir / "checkout"
+        self._lock = threading.Lock()
+        self.revision: Revision | None = None
+        self._last_status_tree: str | None = None
+
+    @property
+    def description(self) -> str:
+        return f"git {self.settings.url} branch {self.settings.branch}" + (
+            f" path {self.settings.subdir}" if self.settings.subdir not in ("", ".") else ""
+        )
+
+    @property
+    def specs_path(self) -> Path:
+        return self.clone_dir / self.settings.subdir
+
+    def _repo(self) -> Any:
+        import git
+
+        if not (self.clone_dir / ".git").exists():
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            tmp = self.workdir / f".clone-{os.getpid()}"
+            shutil.rmtree(tmp, ignore_errors=True)
+            git.Repo.clone_from(self.settings.url, tmp, no_checkout=True, single_branch=False)
+            tmp.rename(self.clone_dir)
+        return git.Repo(self.clone_dir)
+
+    def sync(self) -> Revision:
+        """Fetch the branch and check its head out. Raises ``SourceError``; the previous
+        checkout is then left as it was."""
+        import git
+
+        with self._lock:
+            try:
+                repo = self._repo()
+                branch = self.settings.branch
+                repo.git.fetch(
+                    "--prune", "--force", "origin", f"+refs/heads/{branch}:refs/remotes/origin/{branch}"
+                )
+                commit = repo.commit(f"refs/remotes/origin/{branch}")
+                if (
+                    self.revision is None
+                    or self.revision.commit != commit.hexsha
+                    or repo.is_dirty(untracked_files=True)
+                ):
+                    repo.git.checkout("--force", "--detach", commit.hexsha)
+                    repo.git.clean("-ffdx")
+            except git.GitCommandError as err:
+                detail = (err.stderr or str(err)).strip().splitlines()
+                raise SourceError(f"git: {detail[-1] if detail else err}") from err
+            except (git.InvalidGitRepositoryError, git.NoSuchPathError, ValueError, OSError) as err:
+                self._set_aside()
+                raise SourceError(
+                    f"the clone in {self.clone_dir} is unusable ({err}); it will be cloned again"
+                ) from err
+            self.revision = Revision(
+                commit=commit.hexsha,
+                author=f"{commit.author.name} <{commit.author.email}>",
+                time=float(commit.committed_date),
+                subject=commit.summary if isinstance(commit.summary, str) else commit.summary.decode(),
+            )
+            return self.revision
+
+    def _set_aside(self) -> None:
+        if self.clone_dir.exists():
+            aside = self.workdir / f"corrupt-{int(time.time())}"
+            shutil.move(str(self.clone_dir), aside)
+            log.warning("moved an unusable clone aside to %s", aside)
+
+    def watch(self, on_change: Callable[[], None]) -> None:
+        """Git mode polls: the daemon calls ``sync`` every interval and on POST /sync."""
+
+    def write_status(self, status_dir: Path, revision: Revision | None) -> None:
+        """Commit the status files to the status branch (never the watched one); push if asked."""
+        import git
+
+        with self._lock:
+            try:
+                repo = self._repo()
+                index = self.workdir / "status-index"
+                env = {"GIT_INDEX_FILE": str(index)}
+                repo.git.read_tree("--empty", env=env)
+                for path in sorted(status_dir.glob("*.yaml")):
+                    blob = repo.git.hash_object("-w", str(path))
+                    repo.git.update_index(
+                        "--add", "--cacheinfo", f"100644,{blob},status/{path.name}", env=env
+                    )
+                tree = repo.git.write_tree(env=env)
+                if tree == self._last_status_tree:
+                    return
+                ref = f"refs/heads/{self.settings.status_branch}"
+                try:
+                    parent = repo.git.rev_parse("--verify", "--quiet", ref)
+                except git.GitCommandError:
+                    parent = ""
+                if parent and repo.git.rev_parse(f"{parent}^{{tree}}") == tree:
+                    self._last_status_tree = tree
+                    return
+                message = "tfdeclare status" + (f" at {revision.commit[:12]}" if revision else "")
+                args = [tree, "-m", message] + (["-p", parent] if parent else [])
+                identity = {
+                    "GIT_AUTHOR_NAME": "tfdeclare",
+                    "GIT_AUTHOR_EMAIL": "tfdeclare@localhost",
+                    "GIT_COMMITTER_NAME": "tfdeclare",
+                    "GIT_COMMITTER_EMAIL": "tfdeclare@localhost",
+                }
+                commit = repo.git.commit_tree(*args, env=identity)
+                repo.git.update_ref(ref, commit)
+                self._last_status_tree = tree
+                if self.settings.push_status:
+                    repo.git.push("--force", "origin", f"{ref}:{ref}")
+            except git.GitCommandError as err:
+                detail = (err.stderr or str(err)).strip().splitlines()
+                raise SourceError(
+                    f"writing status to branch {self.settings.status_branch}: {detail[-1] if detail else err}"
+                ) from err
+
+    def close(self) -> None:
+        """Nothing to release."""
