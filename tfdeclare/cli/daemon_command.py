@@ -14,7 +14,6 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from tfdeclare.cli.common import EXIT_OK, UserError, settings_from
 from tfdeclare.cli.wiring import locked, make_backend, make_controller
@@ -119,38 +118,3 @@ def cmd_daemon(args: argparse.Namespace) -> int:
             backend.close()
     log.info("stopped")
     return EXIT_OK
-
-
-def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
-    daemon = sub.add_parser(
-        "daemon",
-        parents=[common],
-        help="keep the jobs converged on a folder or a git branch",
-        description="Watch a folder (file events) or a git branch (fetched every --interval and "
-        "on POST /sync) and reconcile: create, update, resize, restart jobs as their files change, "
-        "restart failed tasks by policy, write status. Serves /healthz, /metrics, /jobs on 127.0.0.1.",
-    )
-    where = daemon.add_mutually_exclusive_group(required=True)
-    where.add_argument("--specs", metavar="DIR", help="a folder of job files")
-    where.add_argument("--git", metavar="URL", help="a git repository")
-    daemon.add_argument("--branch", default="main", help="the branch to apply (default main)")
-    daemon.add_argument(
-        "--path", default=".", metavar="SUBDIR", help="folder of the job files in the repository"
-    )
-    daemon.add_argument(
-        "--interval", type=float, metavar="SECONDS", help="resync (and fetch) period (default 30)"
-    )
-    daemon.add_argument("--prune", action="store_true", help="delete jobs that are gone from the source")
-    daemon.add_argument("--allow-empty", action="store_true", help="with --prune, allow deleting every job")
-    daemon.add_argument(
-        "--status-branch", metavar="B", help="git mode: branch for status files (default tfdeclare-status)"
-    )
-    daemon.add_argument(
-        "--push-status", action="store_true", help="git mode: push the status branch to origin"
-    )
-    daemon.add_argument("--host", help="address of the HTTP endpoints (default 127.0.0.1)")
-    daemon.add_argument(
-        "--port", type=int, help="port of the HTTP endpoints (default 8470; 0: any free port)"
-    )
-    daemon.add_argument("--log-format", choices=("text", "json"), help="log lines as text (default) or JSON")
-    daemon.set_defaults(func=cmd_daemon)

@@ -6,10 +6,12 @@ Imports of heavy modules happen inside the commands, so ``tfdeclare validate`` s
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import traceback
 
 from tfdeclare import __version__
+from tfdeclare.cli import parsers
 from tfdeclare.cli.common import (
     EXIT_ERROR,
     EXIT_INTERNAL,
@@ -30,23 +32,17 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     add_common_options(common)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    from tfdeclare.cli import specs_commands
-
-    specs_commands.add_parsers(sub, common)
-    from tfdeclare.cli import run_commands
-
-    run_commands.add_parsers(sub, common)
-    from tfdeclare.cli import daemon_command
-
-    daemon_command.add_parsers(sub, common)
+    parsers.add_parsers(sub, common)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    module, _, function = args.handler.partition(":")
+    command = getattr(importlib.import_module(module), function)
     try:
-        return int(args.func(args))
+        return int(command(args))
     except UserError as err:
         print_diagnostics(err.diagnostics)
         stderr_line(f"tfdeclare: error: {err}")

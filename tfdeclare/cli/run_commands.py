@@ -29,7 +29,8 @@ from tfdeclare.cli.common import (
     stderr_line,
     stdout_write,
 )
-from tfdeclare.cli.specs_commands import PLAN_KIND, load_desired
+from tfdeclare.cli.specs_commands import PLAN_KIND
+from tfdeclare.cli.validate_command import load_desired
 from tfdeclare.cli.wiring import locked, make_backend, make_controller
 from tfdeclare.controller import Controller
 from tfdeclare.core.desired import DesiredState
@@ -421,41 +422,3 @@ def cmd_delete(args: argparse.Namespace) -> int:
     if missing:
         raise UserError(f"no job named {', '.join(repr(m) for m in missing)}")
     return EXIT_OK
-
-
-def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
-    apply = sub.add_parser(
-        "apply",
-        parents=[common],
-        help="make the running jobs match the files (or a saved plan)",
-        description="Plan and apply: create, update, resize, restart (and with --prune delete) jobs so "
-        "they match the files. Given a PLANFILE from `plan --out`, apply exactly that plan, or refuse it "
-        "if stale.",
-    )
-    apply.add_argument("paths", nargs="+", metavar="PATH|PLANFILE")
-    apply.add_argument("--wait", action="store_true", help="wait until every job has Succeeded or Failed")
-    apply.add_argument(
-        "--timeout", type=float, metavar="SECONDS", help="give up waiting after this long (exit 1)"
-    )
-    apply.add_argument("--prune", action="store_true", help="delete jobs that are gone from the files")
-    apply.add_argument("--allow-empty", action="store_true", help="with --prune, allow deleting every job")
-    apply.set_defaults(func=cmd_apply)
-
-    status_parser = sub.add_parser("status", parents=[common], help="show jobs and their tasks")
-    status_parser.add_argument("name", nargs="?", metavar="NAME")
-    status_parser.add_argument("-o", "--output", choices=("text", "json"), default="text")
-    status_parser.set_defaults(func=cmd_status)
-
-    logs = sub.add_parser("logs", parents=[common], help="print a task's output")
-    logs.add_argument("name", metavar="NAME")
-    logs.add_argument(
-        "--task", metavar="ROLE:INDEX", help="which task (default: chief:0, else the first task)"
-    )
-    logs.add_argument("-f", "--follow", action="store_true", help="keep printing until the task ends")
-    logs.set_defaults(func=cmd_logs)
-
-    delete = sub.add_parser("delete", parents=[common], help="stop jobs and forget them")
-    delete.add_argument("names", nargs="*", metavar="NAME")
-    delete.add_argument("--all", action="store_true", help="every job in the state folder")
-    delete.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS")
-    delete.set_defaults(func=cmd_delete)

@@ -23,8 +23,8 @@ from tfdeclare.core.enums import (
     Role,
     VolumeMode,
 )
+from tfdeclare.core.keys import AttributeConstraint, TaskKey, Volume
 from tfdeclare.core.resources import Resources, parse_mem_mib
-from tfdeclare.core.tasks import AttributeConstraint, TaskKey, Volume
 
 Pairs = tuple[tuple[str, str], ...]
 

@@ -12,39 +12,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from tfdeclare.core.enums import ConstraintOperator, PlacementStrategy, Role, TaskState, VolumeMode
+from tfdeclare.core.enums import PlacementStrategy, TaskState
+from tfdeclare.core.keys import AttributeConstraint, TaskKey, Volume
 from tfdeclare.core.resources import Resources
 
-
-@dataclass(frozen=True, slots=True, order=True)
-class TaskKey:
-    """One position in a job's cluster, e.g. ``worker-1``."""
-
-    role: Role
-    index: int
-
-    @property
-    def name(self) -> str:
-        return f"{self.role.value}-{self.index}"
-
-    @property
-    def colon_name(self) -> str:
-        """The ``ROLE:INDEX`` form users type (``tfdeclare logs --task worker:1``)."""
-        return f"{self.role.value}:{self.index}"
-
-
-@dataclass(frozen=True, slots=True)
-class AttributeConstraint:
-    attribute: str
-    operator: ConstraintOperator
-    values: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Volume:
-    host_path: str
-    container_path: str
-    mode: VolumeMode = VolumeMode.RO
+__all__ = [
+    "Address",
+    "AttributeConstraint",
+    "GangRequest",
+    "ObservedTask",
+    "Placement",
+    "Slot",
+    "SlotRequest",
+    "TaskKey",
+    "TaskLaunch",
+    "Unplaced",
+    "UnplacedReason",
+    "Volume",
+]
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,62 @@
+"""``make bench``: run the benchmarks and write bench/out/results.md (a table for
+docs/benchmarks.md, with the machine and date) and bench/out/results.json.
+
+    python -m bench [--quick] [--only core,local,daemon,mesos]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from bench.common import REPO, Result, machine
+
+SUITES = ("core", "local", "daemon", "mesos")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument("--only", default=",".join(SUITES), help="comma-separated: " + ", ".join(SUITES))
+    args = parser.parse_args()
+    results: list[Result] = []
+    for suite in args.only.split(","):
+        started = time.monotonic()
+        module = __import__(f"bench.{suite}_bench", fromlist=["main"])
+        module.main(results, args.quick)
+        print(f"{suite}: {time.monotonic() - started:.0f} s", flush=True)
+    header = [
+        f"Machine: {machine()}. Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
+        "",
+        "| benchmark | target | median | range | runs | target | notes |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    table = "\n".join(header + [r.row() for r in results]) + "\n"
+    out = REPO / "bench" / "out"
+    out.mkdir(exist_ok=True)
+    (out / "results.md").write_text(table)
+    (out / "results.json").write_text(
+        json.dumps(
+            [
+                {
+                    "name": r.name,
+                    "target": r.target,
+                    "median": r.median,
+                    "unit": r.unit,
+                    "samples": r.samples,
+                    "met": r.met,
+                    "note": r.note,
+                    **r.extra,
+                }
+                for r in results
+            ],
+            indent=1,
+        )
+    )
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

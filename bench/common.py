@@ -1,0 +1,124 @@
+"""Shared benchmark helpers: timing, medians, generated job files, the CLI, the machine."""
+
+from __future__ import annotations
+
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+TFDECLARE = [sys.executable, "-m", "tfdeclare"]
+CLI_SCRIPT = str(Path(sys.executable).parent / "tfdeclare")  # the console script users run
+
+
+@dataclass
+class Result:
+    name: str
+    target: str
+    samples: list[float]
+    unit: str = "s"
+    lower_is_better: bool = True
+    limit: float | None = None  # the target as a number, in `unit`
+    note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def met(self) -> bool | None:
+        if self.limit is None:
+            return None
+        return self.median <= self.limit if self.lower_is_better else self.median >= self.limit
+
+    def row(self) -> str:
+        spread = f"{min(self.samples):.3g}–{max(self.samples):.3g}" if len(self.samples) > 1 else "-"
+        verdict = {True: "met", False: "**missed**", None: "-"}[self.met]
+        return (
+            f"| {self.name} | {self.target} | {self.median:.3g} {self.unit} | {spread} | {len(self.samples)} | "
+            f"{verdict} | {self.note} |"
+        )
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{os.cpu_count()} cores ({cpu}), {mem_gib:.0f} GiB, Python {platform.python_version()}, {platform.system()}"
+
+
+def timed(action: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    action()
+    return time.perf_counter() - started
+
+
+def run(
+    args: Sequence[str], cwd: Path, check: bool = True, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        list(args),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    if check and result.returncode != 0:
+        raise RuntimeError(
+            f"{' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
+        )
+    return result
+
+
+def job_text(name: str, rng: random.Random, command: str = "[python, train.py, --epochs, '10']") -> str:
+    """A realistic job file: labels, env, three roles, resources in both spellings."""
+    workers = rng.randint(1, 8)
+    return (
+        f"apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata:\n  name: {name}\n"
+        f"  labels: {{team: t{rng.randint(0, 16)}, owner: user{rng.randint(0, 52)}}}\n"
+        f"spec:\n  image: registry.example.com/tf:2.21.0\n  command: {command}\n"
+        f"  env: {{DATA_DIR: /data/{name}, TF_ENABLE_ONEDNN_OPTS: '0'}}\n"
+        f"  replicas:\n"
+        f"    chief: {{count: 1, resources: {{cpus: 2, mem: 4Gi}}}}\n"
+        f"    ps: {{count: 2, resources: {{cpus: 1, mem: 2048}}}}\n"
+        f"    worker: {{count: {workers}, resources: {{cpus: 4, mem: 8Gi, gpus: 1}}}}\n"
+        f"  restartPolicy: OnFailure\n  backoffLimit: 3\n"
+    )
+
+
+def generate(folder: Path, count: int, seed: int = 1) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    paths = []
+    for i in range(count):
+        path = folder / f"job-{i:05d}.yaml"
+        path.write_text(job_text(f"job-{i:05d}", rng))
+        paths.append(path)
+    return paths
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 60.0, poll: float = 0.002) -> float:
+    """Seconds until ``predicate`` holds (polling quickly, for latency measurements)."""
+    started = time.perf_counter()
+    while not predicate():
+        if time.perf_counter() - started > timeout:
+            raise TimeoutError("benchmark condition never held")
+        time.sleep(poll)
+    return time.perf_counter() - started

@@ -1,0 +1,126 @@
+"""The command line's parsers, kept apart from the commands so that parsing imports nothing
+heavy: a command's module is imported only when that command runs (``tfdeclare validate``
+must start fast)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def _specs_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    validate = sub.add_parser(
+        "validate",
+        parents=[common],
+        help="check spec files; exit 0 when valid, 1 otherwise",
+        description="Check spec files (recursive *.yaml/*.yml under folders). Diagnostics are "
+        "PATH:LINE:COL: error: MESSAGE (at $.json.path).",
+    )
+    validate.add_argument("paths", nargs="+", metavar="PATH")
+    validate.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    validate.set_defaults(handler="tfdeclare.cli.validate_command:cmd_validate")
+
+    plan_parser = sub.add_parser(
+        "plan",
+        parents=[common],
+        help="show what apply would change, and why",
+        description="Compare the spec files with what is applied and show each job's action "
+        "(+ create, ~ update in place, ± resize, -/+ restart, - delete) with its reasons.",
+    )
+    plan_parser.add_argument("paths", nargs="+", metavar="PATH")
+    plan_parser.add_argument("-o", "--output", choices=("text", "json", "markdown"), default="text")
+    plan_parser.add_argument("--out", metavar="PLANFILE", help="save the plan for `tfdeclare apply PLANFILE`")
+    plan_parser.add_argument(
+        "--detailed-exitcode", action="store_true", help="exit 2 when the plan has changes (0 none, 1 error)"
+    )
+    plan_parser.add_argument("--prune", action="store_true", help="delete jobs that are gone from the files")
+    plan_parser.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="with --prune, allow deleting every job when the files define none",
+    )
+    plan_parser.add_argument("--show-unchanged", action="store_true", help="list unchanged jobs too")
+    plan_parser.set_defaults(handler="tfdeclare.cli.specs_commands:cmd_plan")
+
+    schema = sub.add_parser("schema", help="print a JSON Schema: job (default), status or config")
+    schema.add_argument("name", nargs="?", default="job")
+    schema.set_defaults(handler="tfdeclare.cli.specs_commands:cmd_schema")
+
+
+def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    apply = sub.add_parser(
+        "apply",
+        parents=[common],
+        help="make the running jobs match the files (or a saved plan)",
+        description="Plan and apply: create, update, resize, restart (and with --prune delete) jobs so "
+        "they match the files. Given a PLANFILE from `plan --out`, apply exactly that plan, or refuse it "
+        "if stale.",
+    )
+    apply.add_argument("paths", nargs="+", metavar="PATH|PLANFILE")
+    apply.add_argument("--wait", action="store_true", help="wait until every job has Succeeded or Failed")
+    apply.add_argument(
+        "--timeout", type=float, metavar="SECONDS", help="give up waiting after this long (exit 1)"
+    )
+    apply.add_argument("--prune", action="store_true", help="delete jobs that are gone from the files")
+    apply.add_argument("--allow-empty", action="store_true", help="with --prune, allow deleting every job")
+    apply.set_defaults(handler="tfdeclare.cli.run_commands:cmd_apply")
+
+    status_parser = sub.add_parser("status", parents=[common], help="show jobs and their tasks")
+    status_parser.add_argument("name", nargs="?", metavar="NAME")
+    status_parser.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    status_parser.set_defaults(handler="tfdeclare.cli.run_commands:cmd_status")
+
+    logs = sub.add_parser("logs", parents=[common], help="print a task's output")
+    logs.add_argument("name", metavar="NAME")
+    logs.add_argument(
+        "--task", metavar="ROLE:INDEX", help="which task (default: chief:0, else the first task)"
+    )
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing until the task ends")
+    logs.set_defaults(handler="tfdeclare.cli.run_commands:cmd_logs")
+
+    delete = sub.add_parser("delete", parents=[common], help="stop jobs and forget them")
+    delete.add_argument("names", nargs="*", metavar="NAME")
+    delete.add_argument("--all", action="store_true", help="every job in the state folder")
+    delete.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS")
+    delete.set_defaults(handler="tfdeclare.cli.run_commands:cmd_delete")
+
+
+def _daemon_command(sub: Any, common: argparse.ArgumentParser) -> None:
+    daemon = sub.add_parser(
+        "daemon",
+        parents=[common],
+        help="keep the jobs converged on a folder or a git branch",
+        description="Watch a folder (file events) or a git branch (fetched every --interval and "
+        "on POST /sync) and reconcile: create, update, resize, restart jobs as their files change, "
+        "restart failed tasks by policy, write status. Serves /healthz, /metrics, /jobs on 127.0.0.1.",
+    )
+    where = daemon.add_mutually_exclusive_group(required=True)
+    where.add_argument("--specs", metavar="DIR", help="a folder of job files")
+    where.add_argument("--git", metavar="URL", help="a git repository")
+    daemon.add_argument("--branch", default="main", help="the branch to apply (default main)")
+    daemon.add_argument(
+        "--path", default=".", metavar="SUBDIR", help="folder of the job files in the repository"
+    )
+    daemon.add_argument(
+        "--interval", type=float, metavar="SECONDS", help="resync (and fetch) period (default 30)"
+    )
+    daemon.add_argument("--prune", action="store_true", help="delete jobs that are gone from the source")
+    daemon.add_argument("--allow-empty", action="store_true", help="with --prune, allow deleting every job")
+    daemon.add_argument(
+        "--status-branch", metavar="B", help="git mode: branch for status files (default tfdeclare-status)"
+    )
+    daemon.add_argument(
+        "--push-status", action="store_true", help="git mode: push the status branch to origin"
+    )
+    daemon.add_argument("--host", help="address of the HTTP endpoints (default 127.0.0.1)")
+    daemon.add_argument(
+        "--port", type=int, help="port of the HTTP endpoints (default 8470; 0: any free port)"
+    )
+    daemon.add_argument("--log-format", choices=("text", "json"), help="log lines as text (default) or JSON")
+    daemon.set_defaults(handler="tfdeclare.cli.daemon_command:cmd_daemon")
+
+
+def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
+    _specs_commands(sub, common)
+    _run_commands(sub, common)
+    _daemon_command(sub, common)

@@ -1,0 +1,50 @@
+"""``validate``: check spec files, fast (this module imports only what loading needs)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from tfdeclare.cli.common import EXIT_ERROR, EXIT_OK, Settings, print_diagnostics, settings_from, stdout_write
+from tfdeclare.core.desired import DesiredState
+from tfdeclare.shell.sources import SpecFiles, no_files_warning
+
+
+def load_desired(paths: list[str], settings: Settings) -> tuple[DesiredState, SpecFiles]:
+    files = SpecFiles(
+        [Path(p) for p in paths],
+        context=settings.load_context,
+        exclude=(settings.state_dir, settings.status_dir),
+    )
+    return files.load(), files
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    desired, _ = load_desired(args.paths, settings)
+    diagnostics = list(desired.diagnostics)
+    if not desired.files and not diagnostics:
+        diagnostics.append(no_files_warning([Path(p) for p in args.paths]))
+    valid = not any(d.is_error for d in diagnostics)
+    if args.output == "json":
+        stdout_write(
+            json.dumps(
+                {
+                    "valid": valid,
+                    "files": len(desired.files),
+                    "jobs": sorted(desired.jobs),
+                    "diagnostics": [d.to_json() for d in diagnostics],
+                },
+                indent=2,
+            )
+            + "\n"
+        )
+    else:
+        print_diagnostics(diagnostics)
+        errors = sum(1 for d in diagnostics if d.is_error)
+        if valid:
+            stdout_write(f"{len(desired.jobs)} job(s) in {len(desired.files)} file(s): valid\n")
+        else:
+            stdout_write(f"{errors} error(s) in {len(desired.invalid_files)} file(s)\n")
+    return EXIT_OK if valid else EXIT_ERROR
