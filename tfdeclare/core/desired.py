@@ -7,12 +7,12 @@ invalid (the diagnostics name both places). Names seen in invalid documents or f
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from tfdeclare.core.diagnostics import Code, Diagnostic
-from tfdeclare.core.loader import FileResult, LoadedJob, SourceRef
+from tfdeclare.core.loader import FileResult, LoadedJob
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,47 +30,43 @@ class DesiredState:
 
 def assemble(results: Iterable[FileResult]) -> DesiredState:
     results = sorted(results, key=lambda r: r.path)
-    definitions: dict[str, list[SourceRef]] = defaultdict(list)
-    for result in results:
-        for name, source in result.named:
-            definitions[name].append(source)
+    counts = Counter(name for result in results for name, _ in result.named)
     diagnostics: list[Diagnostic] = []
     protected: dict[str, list[Diagnostic]] = defaultdict(list)
     jobs: dict[str, LoadedJob] = {}
     invalid_files: set[str] = set()
     for result in results:
-        errors = [d for d in result.diagnostics if d.is_error]
-        diagnostics.extend(result.diagnostics)
-        if errors:
-            invalid_files.add(result.path)
-            valid_names = {job.name for job in result.jobs}
-            for name, _ in result.named:
-                if name not in valid_names:
-                    protected[name].extend(errors)
+        if result.diagnostics:
+            diagnostics.extend(result.diagnostics)
+            errors = [d for d in result.diagnostics if d.is_error]
+            if errors:
+                invalid_files.add(result.path)
+                valid_names = {job.name for job in result.jobs}
+                for name, _ in result.named:
+                    if name not in valid_names:
+                        protected[name].extend(errors)
         for job in result.jobs:
-            places = definitions[job.name]
-            if len(places) > 1:
-                here = next(
-                    p for p in places if (p.file, p.document) == (job.source.file, job.source.document)
-                )
-                others = ", ".join(str(p) for p in places if p is not here)
-                problem = Diagnostic(
-                    here.file,
-                    here.line,
-                    None,
-                    f"job name {job.name!r} is also defined at {others}",
-                    "$.metadata.name",
-                    Code.DUPLICATE_NAME,
-                )
-                diagnostics.append(problem)
-                protected[job.name].append(problem)
-                invalid_files.add(job.source.file)
+            if counts[job.name] == 1:
+                jobs[job.name] = job
                 continue
-            jobs[job.name] = job
+            problem = _duplicate(job, results)  # the rare case: look where else it is defined
+            diagnostics.append(problem)
+            protected[job.name].append(problem)
+            invalid_files.add(job.source.file)
     return DesiredState(
         jobs=jobs,
         diagnostics=tuple(diagnostics),
         protected={name: tuple(problems) for name, problems in protected.items()},
         invalid_files=frozenset(invalid_files),
         files=tuple(r.path for r in results),
+    )
+
+
+def _duplicate(job: LoadedJob, results: list[FileResult]) -> Diagnostic:
+    places = [source for result in results for name, source in result.named if name == job.name]
+    here = next(p for p in places if (p.file, p.document) == (job.source.file, job.source.document))
+    others = ", ".join(str(p) for p in places if p is not here)
+    return Diagnostic(
+        here.file, here.line, None, f"job name {job.name!r} is also defined at {others}", "$.metadata.name",
+        Code.DUPLICATE_NAME,
     )

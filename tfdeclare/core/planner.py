@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 from typing import Any
 
 from tfdeclare.core.clusterspec import symbolic_addresses, task_configs
@@ -133,14 +134,19 @@ class JobPlan:
     diagnostics: tuple[Diagnostic, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Plan:
     jobs: tuple[JobPlan, ...]
     options: PlanOptions
-    observed_fingerprint: str
+    observed: ObservedState
     diagnostics: tuple[Diagnostic, ...] = ()
     desired: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # canonical specs acted on
     sources: Mapping[str, SourceRef] = field(default_factory=dict)
+
+    @cached_property
+    def observed_fingerprint(self) -> str:
+        """What this plan was computed from (a saved plan is stale once it differs)."""
+        return observed_fingerprint(self.observed)
 
     def count(self, action: Action) -> int:
         return sum(1 for job in self.jobs if job.action is action)
@@ -377,17 +383,40 @@ def _plan_absent(
     )
 
 
-def plan(desired: DesiredState, observed: ObservedState, options: PlanOptions | None = None) -> Plan:
+class PlanCache:
+    """Remembers each job's plan by the identity of its loaded and observed inputs, so a warm
+    re-plan (the daemon's) only plans what changed. Correct because both inputs are frozen:
+    the same objects always give the same job plan."""
+
+    def __init__(self) -> None:
+        self._plans: dict[str, tuple[LoadedJob, ObservedJob | None, JobPlan]] = {}
+
+    def present(self, loaded: LoadedJob, observed: ObservedJob | None) -> JobPlan:
+        remembered = self._plans.get(loaded.name)
+        if remembered is not None and remembered[0] is loaded and remembered[1] is observed:
+            return remembered[2]
+        job_plan = _plan_present(loaded, observed)
+        self._plans[loaded.name] = (loaded, observed, job_plan)
+        return job_plan
+
+
+def plan(
+    desired: DesiredState,
+    observed: ObservedState,
+    options: PlanOptions | None = None,
+    cache: PlanCache | None = None,
+) -> Plan:
     options = options or PlanOptions()
     jobs: list[JobPlan] = []
     acted: dict[str, Mapping[str, Any]] = {}
     sources: dict[str, SourceRef] = {}
     prune_all = not desired.jobs and not desired.protected and not desired.invalid_files
+    present = cache.present if cache is not None else _plan_present
     for name in sorted(desired.jobs.keys() | observed.keys()):
         loaded = desired.jobs.get(name)
         current = observed.get(name)
         if loaded is not None:
-            job_plan = _plan_present(loaded, current)
+            job_plan = present(loaded, current)
             if job_plan.action.changes_something:
                 acted[name] = loaded.canonical
                 sources[name] = loaded.source
@@ -398,7 +427,7 @@ def plan(desired: DesiredState, observed: ObservedState, options: PlanOptions | 
     return Plan(
         jobs=tuple(jobs),
         options=options,
-        observed_fingerprint=observed_fingerprint(observed),
+        observed=observed,
         diagnostics=desired.diagnostics,
         desired=acted,
         sources=sources,

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from tfdeclare.controller import Controller
 from tfdeclare.controller.reconciler import Revision
 from tfdeclare.core.diagnostics import Diagnostic
-from tfdeclare.core.planner import PlanOptions, plan
+from tfdeclare.core.planner import PlanCache, PlanOptions, plan
 from tfdeclare.daemon.metrics import Metrics
 from tfdeclare.daemon.sources import SourceError
 from tfdeclare.shell.sources import SpecFiles
@@ -38,7 +38,7 @@ class Source(Protocol):
 
     def sync(self) -> Revision | None: ...
 
-    def watch(self, on_change: Callable[[], None]) -> None: ...
+    def watch(self, on_change: Callable[[list[str]], None]) -> None: ...
 
     def write_status(self, status_dir: Path, revision: Revision | None) -> None: ...
 
@@ -75,7 +75,10 @@ class Daemon:
         self._sync_requested = threading.Event()
         self._stopping = threading.Event()
         self._last_event = 0.0
+        self._changes: set[str] | None = None  # paths changed since the last pass; None: read all
+        self._changes_lock = threading.Lock()
         self._diagnostics: tuple[Diagnostic, ...] = ()
+        self._plans = PlanCache()
         self.revision: Revision | None = None
         self.source_error: str | None = None
         self.last_pass_at: float | None = None
@@ -89,7 +92,10 @@ class Daemon:
         self._sync_requested.set()
         self._trigger.set()
 
-    def on_file_event(self) -> None:
+    def on_file_event(self, paths: list[str]) -> None:
+        with self._changes_lock:
+            if self._changes is not None:  # None: the next pass reads everything anyway
+                self._changes.update(paths)
         self._last_event = time.monotonic()
         self._trigger.set()
 
@@ -109,6 +115,8 @@ class Daemon:
                 self._sync_requested.clear()
                 self._sync()
                 next_sync = time.monotonic() + self.options.interval_s
+                with self._changes_lock:
+                    self._changes = None  # a resync reads every file, whatever events said
             wake_at = self._pass()
             timeout = next_sync - time.monotonic()
             if wake_at is not None:
@@ -167,13 +175,15 @@ class Daemon:
         return result.wake_at
 
     def _apply_desired(self) -> None:
-        desired = self.spec_files.load()
+        with self._changes_lock:
+            changed, self._changes = self._changes, set()
+        desired = self.spec_files.load(changed if self.source.kind == "folder" else None)
         if desired.diagnostics != self._diagnostics:
             self._diagnostics = desired.diagnostics
             for diagnostic in desired.diagnostics:
                 log.warning("%s", diagnostic.format())
         options = PlanOptions(prune=self.options.prune, allow_empty=self.options.allow_empty)
-        current = plan(desired, self.controller.store.observed(), options)
+        current = plan(desired, self.controller.store.observed(), options, self._plans)
         for line in self.controller.apply(current, desired, self.revision):
             log.info("applied %s", line)
         revision = self.revision.commit if self.revision else None

@@ -64,7 +64,9 @@ class FolderSource:
             return False
         return name.endswith(_SPEC_SUFFIXES) or os.path.isdir(path) or "." not in name
 
-    def watch(self, on_change: Callable[[], None]) -> None:
+    def watch(self, on_change: Callable[[list[str]], None]) -> None:
+        """Report the paths that changed (the daemon re-reads only those, until its next
+        resync reads everything)."""
         from watchdog.events import FileSystemEvent, FileSystemEventHandler
         from watchdog.observers import Observer
 
@@ -74,9 +76,10 @@ class FolderSource:
             def on_any_event(self, event: FileSystemEvent) -> None:
                 if event.event_type in ("opened", "closed_no_write"):
                     return
-                paths = [str(event.src_path), str(getattr(event, "dest_path", "") or "")]
-                if any(p and source._relevant(p) for p in paths):
-                    on_change()
+                paths = [p for p in (str(event.src_path), str(getattr(event, "dest_path", "") or "")) if p]
+                relevant = [p for p in paths if source._relevant(p)]
+                if relevant:
+                    on_change(relevant)
 
         observer = Observer()
         observer.schedule(Handler(), str(self.folder), recursive=True)
@@ -181,7 +184,7 @@ class GitSource:
             shutil.move(str(self.clone_dir), aside)
             log.warning("moved an unusable clone aside to %s", aside)
 
-    def watch(self, on_change: Callable[[], None]) -> None:
+    def watch(self, on_change: Callable[[list[str]], None]) -> None:
         """Git mode polls: the daemon calls ``sync`` every interval and on POST /sync."""
 
     def write_status(self, status_dir: Path, revision: Revision | None) -> None:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import gc
 import os
+import stat as stat_module
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 
 from tfdeclare.core.desired import DesiredState, assemble
@@ -29,13 +29,6 @@ def display_path(path: str, base: str | None) -> str:
     if base and path.startswith(base + os.sep):
         return path[len(base) + 1 :]
     return path
-
-
-@dataclass(frozen=True, slots=True)
-class _StatKey:
-    size: int
-    mtime_ns: int
-    ino: int
 
 
 class SpecFiles:
@@ -54,10 +47,13 @@ class SpecFiles:
         self.context = context or LoadContext()
         self.exclude = {os.path.realpath(p) for p in exclude}
         self.base = str(base) if base is not None else None
-        self._cache: dict[str, tuple[_StatKey, FileResult]] = {}
+        self._cache: dict[str, tuple[tuple[int, int, int], FileResult]] = {}
+        self._last: tuple[list[FileResult], DesiredState] | None = None
+        self._discovered: tuple[list[tuple[str, os.stat_result]], list[Diagnostic]] | None = None
 
-    def discover(self) -> tuple[list[str], list[Diagnostic]]:
-        files: dict[tuple[int, int], str] = {}
+    def discover(self) -> tuple[list[tuple[str, os.stat_result]], list[Diagnostic]]:
+        """Every spec file with its stat, once each (links to the same file count once)."""
+        files: dict[tuple[int, int], tuple[str, os.stat_result]] = {}
         problems: list[Diagnostic] = []
         for path in self.paths:
             try:
@@ -67,12 +63,12 @@ class SpecFiles:
                 continue
             if os.path.isdir(path):
                 if os.path.realpath(path) not in self.exclude:
-                    files.update(self._walk(path, stat.st_dev))
+                    files.update(self._walk(path))
             else:
-                files.setdefault((stat.st_dev, stat.st_ino), path)
-        return sorted(files.values()), problems
+                files.setdefault((stat.st_dev, stat.st_ino), (path, stat))
+        return sorted(files.values(), key=lambda item: item[0]), problems
 
-    def _walk(self, root: str, device: int) -> Iterable[tuple[tuple[int, int], str]]:
+    def _walk(self, root: str) -> Iterable[tuple[tuple[int, int], tuple[str, os.stat_result]]]:
         stack = [root]
         while stack:
             folder = stack.pop()
@@ -85,50 +81,83 @@ class SpecFiles:
                 if name.startswith("."):
                     continue
                 if name.endswith(_SUFFIXES):
-                    if entry.is_file():
-                        # d_ino from the directory listing: no extra system call
-                        yield (
-                            (device, entry.inode()) if not entry.is_symlink() else _identity(entry.path),
-                            entry.path,
-                        )
+                    try:
+                        stat = entry.stat()  # the one system call per file of a warm load
+                    except OSError:
+                        continue
+                    if stat_module.S_ISREG(stat.st_mode):
+                        yield (stat.st_dev, stat.st_ino), (entry.path, stat)
                 elif entry.is_dir(follow_symlinks=False) and os.path.realpath(entry.path) not in self.exclude:
                     stack.append(entry.path)
 
-    def load(self) -> DesiredState:
-        files, problems = self.discover()
+    def load(self, changed: Collection[str] | None = None) -> DesiredState:
+        """The desired state. ``changed``, when the caller knows it (the daemon's file
+        events), lists the only paths that may have changed since the last load: then just
+        those are looked at again, instead of every file (a full scan stats them all)."""
+        known = self._discovered
+        if changed is None or known is None or not self._incremental(changed):
+            known = self.discover()
+        else:
+            known = self._refresh(known, changed)
+        self._discovered = known
+        files, problems = known
+        now = time.time()
         # Loading makes many short-lived, acyclic objects: the cyclic collector would only
         # spend time here (about a fifth of a cold 10,000-file load; docs/benchmarks.md).
         collecting = gc.isenabled()
         gc.disable()
         try:
-            results = [self._load_one(f) for f in files]
+            results = [self._load_one(path, stat, now) for path, stat in files]
         finally:
             if collecting:
                 gc.enable()
-        seen = {r.path for r in results}
-        for gone in [p for p in self._cache if p not in seen]:
-            del self._cache[gone]
+        if len(self._cache) > len(results):
+            seen = {r.path for r in results}
+            for gone in [p for p in self._cache if p not in seen]:
+                del self._cache[gone]
+        if self._last is not None and not problems and len(self._last[0]) == len(results) and all(
+            a is b for a, b in zip(self._last[0], results, strict=True)
+        ):
+            return self._last[1]  # nothing changed: the same desired state, object and all
         state = assemble(results)
         if problems:
-            return DesiredState(
+            state = DesiredState(
                 jobs=state.jobs,
                 diagnostics=tuple(problems) + state.diagnostics,
                 protected=state.protected,
                 invalid_files=state.invalid_files,
                 files=state.files,
             )
+        self._last = (results, state)
         return state
 
-    def _load_one(self, path: str) -> FileResult:
+    @staticmethod
+    def _incremental(changed: Collection[str]) -> bool:
+        """Only changes to spec files can be handled without a rescan (a folder appearing or
+        going, a rename of a folder, ... rescans)."""
+        return all(path.endswith(_SUFFIXES) and not os.path.isdir(path) for path in changed)
+
+    def _refresh(
+        self, known: tuple[list[tuple[str, os.stat_result]], list[Diagnostic]], changed: Collection[str]
+    ) -> tuple[list[tuple[str, os.stat_result]], list[Diagnostic]]:
+        files = dict(known[0])
+        for path in changed:
+            if os.path.basename(path).startswith("."):
+                continue
+            try:
+                stat = os.stat(path)
+            except OSError:
+                files.pop(path, None)
+                continue
+            if stat_module.S_ISREG(stat.st_mode):
+                files[path] = stat
+        return sorted(files.items()), known[1]
+
+    def _load_one(self, path: str, stat: os.stat_result, now: float) -> FileResult:
         shown = display_path(path, self.base)
-        try:
-            stat = os.stat(path)
-        except OSError as err:
-            return _unreadable(shown, err)
-        key = _StatKey(stat.st_size, stat.st_mtime_ns, stat.st_ino)
+        key = (stat.st_size, stat.st_mtime_ns, stat.st_ino)
         cached = self._cache.get(shown)
-        racy = time.time() - stat.st_mtime < _RACY_SECONDS
-        if cached is not None and cached[0] == key and not racy:
+        if cached is not None and cached[0] == key and now - stat.st_mtime >= _RACY_SECONDS:
             return cached[1]
         try:
             with open(path, "rb") as handle:
@@ -141,11 +170,6 @@ class SpecFiles:
             result = load_file(shown, data, self.context)
         self._cache[shown] = (key, result)
         return result
-
-
-def _identity(path: str) -> tuple[int, int]:
-    stat = os.stat(path)
-    return stat.st_dev, stat.st_ino
 
 
 def _unreadable(shown: str, err: OSError) -> FileResult:

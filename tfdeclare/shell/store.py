@@ -32,6 +32,7 @@ class StateStore:
         # Parsed records by file name, with the (mtime, size) they were read at: a pass over
         # a thousand unchanged jobs stats them, it does not parse them again.
         self._cache: dict[str, tuple[tuple[int, int, int], JobRecord]] = {}
+        self._observed: dict[str, tuple[JobRecord, ObservedJob]] = {}
 
     def record_path(self, name: str) -> Path:
         if not is_job_name(name):
@@ -79,7 +80,18 @@ class StateStore:
         return out
 
     def observed(self) -> dict[str, ObservedJob]:
-        return {name: record.observed() for name, record in self.records().items()}
+        """Per job what the planner compares against; the same object while its record is
+        unchanged (so plans of unchanged jobs can be reused)."""
+        out = {}
+        for name, record in self.records().items():
+            remembered = self._observed.get(name)
+            if remembered is None or remembered[0] is not record:
+                remembered = (record, record.observed())
+                self._observed[name] = remembered
+            out[name] = remembered[1]
+        for gone in self._observed.keys() - out.keys():
+            del self._observed[gone]
+        return out
 
     def save(self, record: JobRecord) -> None:
         data = json.dumps(record.to_json(), indent=1, sort_keys=True).encode()

@@ -1,0 +1,80 @@
+"""Spec file discovery and the warm caches: what is read, what is skipped, and that a cache
+never serves stale content."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from tests.conftest import job_yaml
+from tfdeclare.shell.sources import SpecFiles
+
+
+def _age(path: Path, seconds: float = 10.0) -> None:
+    """Move a file's mtime out of the racy window, as if it was written a while ago."""
+    past = time.time() - seconds
+    os.utime(path, (past, past))
+
+
+def test_discovery_skips_hidden_excluded_and_other_files(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(job_yaml("a"))
+    (tmp_path / "b.yml").write_text(job_yaml("b"))
+    (tmp_path / ".hidden.yaml").write_text(job_yaml("hidden"))
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "x.yaml").write_text(job_yaml("git"))
+    (tmp_path / "status").mkdir()
+    (tmp_path / "status" / "a.yaml").write_text("kind: TFJobStatus\n")
+    (tmp_path / "deep" / "er").mkdir(parents=True)
+    (tmp_path / "deep" / "er" / "c.yaml").write_text(job_yaml("c"))
+    (tmp_path / "notes.txt").write_text("x")
+    os.symlink(tmp_path / "a.yaml", tmp_path / "again.yaml")  # the same file twice counts once
+    desired = SpecFiles([tmp_path], exclude=[tmp_path / "status"]).load()
+    assert sorted(desired.jobs) == ["a", "b", "c"]
+    assert not desired.diagnostics
+
+
+def test_warm_loads_reuse_unchanged_files_and_see_changes(tmp_path: Path) -> None:
+    path = tmp_path / "a.yaml"
+    path.write_text(job_yaml("a", workers=1))
+    _age(path)
+    files = SpecFiles([tmp_path])
+    first = files.load()
+    assert files.load() is first, "nothing changed: the same desired state"
+    path.write_text(job_yaml("a", workers=2))  # same size? no matter: mtime and inode key it
+    _age(path, 5)
+    second = files.load()
+    assert second is not first and second.jobs["a"].spec.count(second.jobs["a"].spec.replicas[0].role) == 2
+
+
+def test_racy_window_rereads_a_file_changed_within_the_same_mtime(tmp_path: Path) -> None:
+    path = tmp_path / "a.yaml"
+    path.write_text(job_yaml("a", workers=1))
+    files = SpecFiles([tmp_path])
+    files.load()
+    stat = path.stat()
+    text = path.read_text()
+    with open(path, "r+") as handle:  # in place: same size, same inode, mtime forced back
+        handle.write(text.replace("count: 1", "count: 3"))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert path.stat().st_ino == stat.st_ino and path.stat().st_size == stat.st_size
+    desired = files.load()
+    assert desired.jobs["a"].canonical["spec"]["replicas"]["worker"]["count"] == 3
+
+
+def test_told_what_changed_only_those_paths_are_looked_at(tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.yaml").write_text(job_yaml(name))
+        _age(tmp_path / f"{name}.yaml")
+    files = SpecFiles([tmp_path])
+    assert sorted(files.load().jobs) == ["a", "b"]
+    (tmp_path / "c.yaml").write_text(job_yaml("c"))
+    (tmp_path / "b.yaml").unlink()
+    (tmp_path / "a.yaml").write_text(job_yaml("a", workers=4))
+    desired = files.load({str(tmp_path / "c.yaml"), str(tmp_path / "b.yaml"), str(tmp_path / "a.yaml")})
+    assert sorted(desired.jobs) == ["a", "c"]
+    assert desired.jobs["a"].canonical["spec"]["replicas"]["worker"]["count"] == 4
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "d.yaml").write_text(job_yaml("d"))
+    assert sorted(files.load({str(tmp_path / "sub")}).jobs) == ["a", "c", "d"], "a folder change rescans"
+    assert sorted(files.load().jobs) == ["a", "c", "d"]
