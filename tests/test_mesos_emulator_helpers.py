@@ -190,7 +190,9 @@ class Subscriber:
             out.extend(self.next("OFFERS", timeout=remaining)["offers"]["offers"])
         return out
 
-    def no_event(self, kind: str, within: float, predicate: Callable[[dict[str, Any]], bool] | None = None) -> None:
+    def no_event(
+        self, kind: str, within: float, predicate: Callable[[dict[str, Any]], bool] | None = None
+    ) -> None:
         try:
             event = self.next(kind, predicate, timeout=within)
         except AssertionError:
@@ -203,8 +205,8 @@ class Subscriber:
         kind: str,
         body: dict[str, Any] | None = None,
         *,
-        stream_id: str | None | bool = True,
-        framework_id: str | None | bool = True,
+        stream_id: str | bool | None = True,
+        framework_id: str | bool | None = True,
         headers: dict[str, str] | None = None,
     ) -> httpx.Response:
         payload: dict[str, Any] = {"type": kind}
@@ -295,8 +297,7 @@ def command_task(
         resources.append({"name": "gpus", "type": "SCALAR", "scalar": {"value": gpus}})
     if ports:
         resources.append(
-            {"name": "ports", "type": "RANGES",
-             "ranges": {"range": [{"begin": p, "end": p} for p in ports]}}
+            {"name": "ports", "type": "RANGES", "ranges": {"range": [{"begin": p, "end": p} for p in ports]}}
         )
     cmd: dict[str, Any] = {"shell": shell, "value": command}
     if arguments is not None:
@@ -335,9 +336,7 @@ def subscribers(emulator: Emulator) -> Iterator[list[Subscriber]]:
         sub.close()
 
 
-def subscribe(
-    emulator: Emulator, made: list[Subscriber], name: str = "test", **info: Any
-) -> Subscriber:
+def subscribe(emulator: Emulator, made: list[Subscriber], name: str = "test", **info: Any) -> Subscriber:
     sub = Subscriber(emulator.url, framework_info(name, **info)).subscribe()
     made.append(sub)
     sub.next("SUBSCRIBED")
