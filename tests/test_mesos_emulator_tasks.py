@@ -6,6 +6,7 @@ import base64
 import json
 import os
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -296,11 +297,12 @@ def test_real_ports_can_be_bound(emulator: Emulator, subscribers: list[Subscribe
     offer = sub.offers()[0]
     port = offer["resources"][-1]["ranges"]["range"][0]["begin"]
     script = (
-        f"import socket;s=socket.socket();s.bind(('127.0.0.1',{port}));s.listen();"
+        "import socket;s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);"
+        f"s.bind(('127.0.0.1',{port}));s.listen();"
         "c,_=s.accept();c.sendall(b'hi');c.close()"
     )
     task = command_task(
-        "srv", offer, "python3", shell=False, arguments=["python3", "-c", script], ports=[port]
+        "srv", offer, sys.executable, shell=False, arguments=["python3", "-c", script], ports=[port]
     )
     sub.accept([offer["id"]["value"]], [task])
     sub.ack(sub.update("srv", "TASK_STARTING"))
