@@ -312,3 +312,37 @@ def _alive(pid: int) -> bool:
             return handle.read().split(")")[-1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_delayed_updates_arrive_late(emulator: Emulator, subscribers: list[Subscriber]) -> None:
+    sub = subscribe(emulator, subscribers)
+    emulator.delay_updates(0.4)
+    offer = sub.offers()[0]
+    start = time.monotonic()
+    sub.accept([offer["id"]["value"]], [command_task("late", offer, "sleep 30")])
+    sub.update("late", "TASK_STARTING", timeout=3)
+    assert time.monotonic() - start >= 0.35
+    emulator.delay_updates(0)
+
+
+def test_manual_clock_drives_every_timer(subscribers: list[Subscriber]) -> None:
+    with Emulator(**{**FAST, "clock": "manual", "heartbeat_interval": 15.0}) as emu:
+        sub = Subscriber(emu.url, framework_info(failover_timeout=100.0)).subscribe()
+        subscribers.append(sub)
+        sub.next("SUBSCRIBED")
+        sub.next("HEARTBEAT")  # the immediate one
+        emu.advance(0)  # the allocation triggered by the subscription
+        offer = sub.offers()[0]
+        sub.decline([offer["id"]["value"]], refuse_seconds=10)
+        emu.advance(9.9)
+        sub.no_event("OFFERS", within=0.1)
+        assert len(sub.all("HEARTBEAT")) == 1  # 9.9 virtual seconds < 15
+        emu.advance(5.2)  # past the filter and the first periodic heartbeat
+        sub.offers(timeout=1)
+        sub.next("HEARTBEAT", timeout=1)
+        emu.drop_stream(sub.framework_id or "")
+        sub.wait_closed()
+        emu.advance(99)
+        assert sub.framework_id not in emu.completed_framework_ids()
+        emu.advance(2)
+        assert sub.framework_id in emu.completed_framework_ids()

@@ -9,7 +9,9 @@ suite checks the emulator, not a client. tfdeclare's real client lives in
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -74,6 +76,7 @@ class Subscriber:
         self.calls = httpx.Client(timeout=5.0, auth=auth)
         self._stream_client: httpx.Client | None = None
         self._thread: threading.Thread | None = None
+        self._socket: socket.socket | None = None
 
     # -- subscription ---------------------------------------------------------------
     def subscribe(
@@ -92,6 +95,7 @@ class Subscriber:
                 with self._stream_client.stream(
                     "POST", self.url, json=call, headers=request_headers
                 ) as response:
+                    self._socket = response.extensions["network_stream"].get_extra_info("socket")
                     self.status_code = response.status_code
                     self.response_headers = response.headers
                     self.stream_id = response.headers.get("Mesos-Stream-Id")
@@ -122,6 +126,9 @@ class Subscriber:
         return self
 
     def close(self) -> None:
+        if self._socket is not None:
+            with contextlib.suppress(OSError):
+                self._socket.shutdown(socket.SHUT_RDWR)
         if self._stream_client is not None:
             self._stream_client.close()
         if self._thread is not None:
