@@ -25,7 +25,6 @@ import collections
 import contextlib
 import logging
 import os
-import uuid as uuidlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -41,7 +40,7 @@ from .executor import (
     labels_of,
 )
 from .resources import Resources
-from .status import is_terminal, make_status, new_uuid
+from .status import is_terminal, make_status, new_uuid, new_uuid_string
 from .validation import capabilities
 
 if TYPE_CHECKING:
@@ -90,6 +89,7 @@ class AgentTask:
     runner: Runner | None = None
     kill_requested: bool = False
     kill_policy: dict[str, Any] | None = None
+    simulated: bool = False
 
     @property
     def executor_id(self) -> str:
@@ -147,7 +147,6 @@ class Agent:
         self.tasks: dict[tuple[str, str], AgentTask] = {}
         self.completed: collections.deque[AgentTask] = collections.deque(maxlen=200)
         self.streams: dict[tuple[str, str], UpdateStream] = {}
-        self.sandboxes: dict[str, Path] = {}
 
     # -- connectivity --------------------------------------------------------------------
     def _master(self) -> Master | None:
@@ -192,11 +191,13 @@ class Agent:
         tid = task["task_id"]["value"]
         self.frameworks[fid] = framework_info
         self.shutdown_frameworks.discard(fid)
-        container_id = str(uuidlib.uuid4())
-        sandbox = self._make_sandbox(fid, tid, container_id)
-        entry = AgentTask(fid, tid, task, container_id, sandbox)
+        container_id = new_uuid_string()
+        simulated = self.host.config.executor == "simulated"
+        simulated = simulated or labels_of(task).get("emulator.executor") == "simulated"
+        # Simulated tasks run nothing, so their sandbox is never created (scale mode).
+        sandbox = self._make_sandbox(fid, tid, container_id, create=not simulated)
+        entry = AgentTask(fid, tid, task, container_id, sandbox, simulated=simulated)
         self.tasks[(fid, tid)] = entry
-        self.sandboxes[str(sandbox)] = sandbox
         error = container_launch_error(task, self.host.config.failing_images)
         if error is None and "executor" in task:
             error = "custom executors are not supported by the emulator"
@@ -242,14 +243,12 @@ class Agent:
         spec = LaunchSpec(
             task.info,
             task.sandbox,
-            self._environment(task),
+            {} if task.simulated else self._environment(task),
             self.host.config.kill_grace_period,
             "TASK_KILLING_STATE" in capabilities(framework),
         )
         events = _Events(self, task)
-        simulated = self.host.config.executor == "simulated"
-        simulated = simulated or labels_of(task.info).get("emulator.executor") == "simulated"
-        if simulated:
+        if task.simulated:
             runner: Runner = SimulatedRunner(spec, events, self.host.clock)
         else:
             runner = ProcessRunner(spec, events, self.host.clock, self.host.loop, self.host.track_process)
@@ -457,18 +456,13 @@ class Agent:
                 stream.timer.cancel()
 
     # -- sandboxes -------------------------------------------------------------------------
-    def _make_sandbox(self, fid: str, executor_id: str, container_id: str) -> Path:
-        runs = (
-            self.host.sandbox_root
-            / "slaves"
-            / self.id
-            / "frameworks"
-            / fid
-            / "executors"
-            / executor_id
-            / "runs"
-        )
-        sandbox = runs / container_id
+    def _make_sandbox(self, fid: str, executor_id: str, container_id: str, create: bool) -> Path:
+        root = self.host.sandbox_root
+        runs_text = f"{root}/slaves/{self.id}/frameworks/{fid}/executors/{executor_id}/runs"
+        sandbox = Path(f"{runs_text}/{container_id}")
+        if not create:
+            return sandbox
+        runs = Path(runs_text)
         sandbox.mkdir(parents=True, exist_ok=True)
         latest = runs / "latest"
         with contextlib.suppress(OSError):

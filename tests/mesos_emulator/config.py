@@ -20,8 +20,9 @@ class EmulatorConfig:
     agent_resources: str = DEFAULT_AGENT_RESOURCES
     agent_attributes: str = ""
     agent_hostname: str = "127.0.0.1"
-    # None: give each agent a disjoint copy of the port ranges when that fits below 65536
-    # (all agents share 127.0.0.1, so tasks must not collide); 0: identical ranges.
+    # None: with the process executor, give each agent a disjoint copy of the port ranges
+    # while that fits below 65536 (all agents share 127.0.0.1, so real tasks must not
+    # collide); with the simulated executor identical ranges. N: shift agent i by i*N.
     agent_port_offset: int | None = None
     # network
     host: str = "127.0.0.1"

@@ -192,7 +192,8 @@ class Cluster:
             return total
         offset = self.config.agent_port_offset
         if offset is None:
-            offset = ports[-1][1] - ports[0][0] + 1
+            # Real processes share 127.0.0.1, so by default agents get disjoint copies.
+            offset = ports[-1][1] - ports[0][0] + 1 if self.config.executor == "process" else 0
         shift = offset * index
         if ports[-1][1] + shift > 65535:
             return total
@@ -648,6 +649,17 @@ class Emulator:
 
     def dropped_updates(self) -> list[dict[str, Any]]:
         return self._call(lambda c: list(c.faults.dropped))
+
+    def task_state_counts(self) -> dict[str, int]:
+        """How many tasks the master has in each state (cheap, for large clusters)."""
+
+        def run(c: Cluster) -> dict[str, int]:
+            counts: collections.Counter[str] = collections.Counter()
+            for framework in self._master(c).frameworks.values():
+                counts.update(task.state for task in framework.tasks.values())
+            return dict(counts)
+
+        return self._call(run)
 
     def check_invariants(self) -> list[str]:
         """Ledger violations seen so far plus a fresh check of every agent."""

@@ -14,11 +14,11 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from . import jsonenc
 from .model import Subscription
+from .status import new_uuid_string
 from .validation import validate_call
 from .wire import EventStream, Request, Response, StreamStarter
 
@@ -159,7 +159,7 @@ class MasterEndpoints:
                 return Response.text(
                     400, "Subscribe calls should not include the 'Mesos-Stream-Id' header"
                 ), call
-            stream_id = str(uuid.uuid4())
+            stream_id = new_uuid_string()
             stream = start_stream([("Content-Type", APPLICATION_JSON), ("Mesos-Stream-Id", stream_id)])
             cluster.note_stream(stream_id)
             master.subscribe(Subscription(stream_id, stream), call["subscribe"], principal)

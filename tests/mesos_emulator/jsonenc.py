@@ -20,7 +20,20 @@ import binascii
 import json
 from typing import Any
 
-from .schema import ENUM_SETS, FIELDS_BY_NAME, MESSAGES, OPAQUE, Field
+from .schema import (
+    CATEGORY_BOOL,
+    CATEGORY_BYTES,
+    CATEGORY_ENUM,
+    CATEGORY_FLOAT,
+    CATEGORY_MESSAGE,
+    CATEGORY_STRING,
+    ENUM_SETS,
+    FIELDS_BY_NAME,
+    MESSAGES,
+    OPAQUE,
+    REQUIRED,
+    Field,
+)
 
 Message = dict[str, Any]
 
@@ -40,10 +53,11 @@ def parse(message_type: str, value: object) -> Message:
     """Convert a decoded JSON value into a message dict, or raise ``ParseError``."""
     if not isinstance(value, dict):
         raise ParseError("Expecting a JSON object")
-    message = _parse_message(message_type, value)
-    missing: list[str] = []
-    _missing_required(message_type, message, "", missing)
-    if missing:
+    incomplete = [False]
+    message = _parse_message(message_type, value, incomplete)
+    if incomplete[0]:
+        missing: list[str] = []
+        _missing_required(message_type, message, "", missing)
         raise ParseError("Missing required fields: " + ", ".join(missing))
     return message
 
@@ -53,7 +67,7 @@ def parse_json_bytes(message_type: str, body: bytes) -> Message:
     return parse(message_type, json.loads(body))
 
 
-def _parse_message(message_type: str, obj: dict[str, Any]) -> Message:
+def _parse_message(message_type: str, obj: dict[str, Any], incomplete: list[bool]) -> Message:
     if message_type in OPAQUE:
         return dict(obj)
     fields = FIELDS_BY_NAME[message_type]
@@ -62,34 +76,43 @@ def _parse_message(message_type: str, obj: dict[str, Any]) -> Message:
         field = fields.get(key)
         if field is None or raw is None:
             continue
-        _apply(out, field, raw)
+        if type(raw) is list:
+            if field.label != "repeated":
+                raise ParseError(f"Not expecting a JSON array for field '{key}'")
+            _extend(out, field, raw, incomplete)
+        elif field.label == "map":
+            if type(raw) is not dict:
+                raise ParseError(_not_expecting(raw, key))
+            target = out.setdefault(key, {})
+            for name, item in raw.items():
+                value = _parse_value(field, item, "value", incomplete)
+                if value is not _UNSET:
+                    target[name] = value
+        else:
+            value = _parse_value(field, raw, key, incomplete)
+            if value is _UNSET:
+                continue
+            if field.label == "repeated":
+                out.setdefault(key, []).append(value)
+            else:
+                out[key] = value
+    for name in REQUIRED[message_type]:
+        if name not in out:
+            incomplete[0] = True
+            break
     return out
 
 
-def _apply(out: Message, field: Field, raw: object) -> None:
-    if isinstance(raw, list):
-        if field.label != "repeated":
-            raise ParseError(f"Not expecting a JSON array for field '{field.name}'")
-        for element in raw:
-            if element is not None:
-                _apply(out, field, element)
-        return
-    if field.label == "map":
-        if not isinstance(raw, dict):
-            raise ParseError(_not_expecting(raw, field.name))
-        target = out.setdefault(field.name, {})
-        for key, item in raw.items():
-            value = _parse_value(field, item, "value")
-            if value is not _UNSET:
-                target[key] = value
-        return
-    value = _parse_value(field, raw, field.name)
-    if value is _UNSET:
-        return
-    if field.label == "repeated":
-        out.setdefault(field.name, []).append(value)
-    else:
-        out[field.name] = value
+def _extend(out: Message, field: Field, raw: list[Any], incomplete: list[bool]) -> None:
+    for element in raw:
+        if element is None:
+            continue
+        if type(element) is list:
+            _extend(out, field, element, incomplete)
+            continue
+        value = _parse_value(field, element, field.name, incomplete)
+        if value is not _UNSET:
+            out.setdefault(field.name, []).append(value)
 
 
 class _Unset:
@@ -113,38 +136,38 @@ def _not_expecting(raw: object, name: str) -> str:
     return f"Not expecting a JSON {what} for field '{name}'"
 
 
-def _parse_value(field: Field, raw: object, name: str) -> object:
-    kind = field.kind
+def _parse_value(field: Field, raw: object, name: str, incomplete: list[bool]) -> object:
+    category = field.category
     if raw is None:
         return _UNSET
-    if field.is_message:
-        if not isinstance(raw, dict):
+    if category == CATEGORY_MESSAGE:
+        if type(raw) is not dict:
             raise ParseError(_not_expecting(raw, name))
-        return _parse_message(kind, raw)
+        return _parse_message(field.kind, raw, incomplete)
     if isinstance(raw, dict):
         raise ParseError(_not_expecting(raw, name))
-    if kind in ENUM_SETS:
-        if not isinstance(raw, str):
+    if category == CATEGORY_STRING:
+        if type(raw) is not str:
             raise ParseError(_not_expecting(raw, name))
-        if raw not in ENUM_SETS[kind]:
+        return raw
+    if category == CATEGORY_ENUM:
+        if type(raw) is not str:
+            raise ParseError(_not_expecting(raw, name))
+        if raw not in ENUM_SETS[field.kind]:
             if field.label == "required":
                 raise ParseError(f"Failed to find enum for '{raw}'")
             return _UNSET
         return raw
-    if kind == "string":
-        if not isinstance(raw, str):
-            raise ParseError(_not_expecting(raw, name))
-        return raw
-    if kind == "bytes":
+    if category == CATEGORY_BYTES:
         if not isinstance(raw, str):
             raise ParseError(_not_expecting(raw, name))
         try:
             return base64.b64decode(raw.encode("ascii"), validate=True)
         except (binascii.Error, UnicodeEncodeError) as exc:
             raise ParseError(f"Failed to base64 decode bytes field '{name}': {exc}") from exc
-    if kind == "bool":
+    if category == CATEGORY_BOOL:
         return _parse_bool(raw, name)
-    return _parse_number(kind, raw, name)
+    return _parse_number(field.kind, raw, name)
 
 
 def _parse_bool(raw: object, name: str) -> bool:
@@ -210,35 +233,52 @@ def _missing_required(message_type: str, message: Message, prefix: str, out: lis
 # writing
 
 
+_NO_DEFAULT = object()
+# Per message: (name, label, category, kind, default to write when unset).
+_PLAN: dict[str, tuple[tuple[str, str, int, str, object], ...]] = {
+    message: tuple(
+        (
+            f.name,
+            f.label,
+            f.category,
+            f.kind,
+            f.default
+            if f.default is not None and not f.deprecated and f.label != "repeated"
+            else _NO_DEFAULT,
+        )
+        for f in fields
+    )
+    for message, fields in MESSAGES.items()
+}
+
+
 def encode(message_type: str, message: Message) -> dict[str, Any]:
     """Return the stout JSON object (an ordered dict) for a message dict."""
     if message_type in OPAQUE:
         return message
     out: dict[str, Any] = {}
-    for field in MESSAGES[message_type]:
-        name = field.name
+    for name, label, category, kind, default in _PLAN[message_type]:
         if name in message:
             value = message[name]
-            if field.label == "repeated":
+            if label == "repeated":
                 if value:
-                    out[name] = [_encode_value(field, item) for item in value]
-            elif field.label == "map":
+                    out[name] = [_encode_value(category, kind, item) for item in value]
+            elif label == "map":
                 if value:
-                    out[name] = {key: _encode_value(field, item) for key, item in value.items()}
+                    out[name] = {k: _encode_value(category, kind, v) for k, v in value.items()}
             else:
-                out[name] = _encode_value(field, value)
-        elif field.default is not None and not field.deprecated and field.label != "repeated":
-            out[name] = field.default
+                out[name] = _encode_value(category, kind, value)
+        elif default is not _NO_DEFAULT:
+            out[name] = default
     return out
 
 
-def _encode_value(field: Field, value: Any) -> Any:
-    kind = field.kind
-    if field.is_message:
+def _encode_value(category: int, kind: str, value: Any) -> Any:
+    if category == CATEGORY_MESSAGE:
         return encode(kind, value)
-    if kind == "bytes":
+    if category == CATEGORY_BYTES:
         return base64.b64encode(value).decode("ascii")
-    if kind in _FLOAT_KINDS:
+    if category == CATEGORY_FLOAT:
         return float(value)
     return value
 

@@ -95,13 +95,11 @@ class AgentLifecycle:
 
     def _to_agent(self, record: AgentRecord, message: Callable[[Agent], None]) -> None:
         """Send a message to an agent; it is lost if the agent is dead or cut off."""
-        agent = record.agent
+        self.cluster.loop.call_soon(self._deliver, record.agent, message)
 
-        def deliver() -> None:
-            if agent.alive and agent.link_up and not self.dead:
-                message(agent)
-
-        self.cluster.loop.call_soon(deliver)
+    def _deliver(self, agent: Agent, message: Callable[[Agent], None]) -> None:
+        if agent.alive and agent.link_up and not self.dead:
+            message(agent)
 
     def check_ledger(self, record: AgentRecord) -> None:
         error = record.ledger_error()

@@ -382,6 +382,21 @@ _MESSAGES: dict[str, str] = {
 }
 
 
+CATEGORY_MESSAGE, CATEGORY_ENUM, CATEGORY_STRING, CATEGORY_BYTES = 0, 1, 2, 3
+CATEGORY_BOOL, CATEGORY_FLOAT, CATEGORY_INT = 4, 5, 6
+_SCALAR_CATEGORY = {
+    "string": CATEGORY_STRING,
+    "bytes": CATEGORY_BYTES,
+    "bool": CATEGORY_BOOL,
+    "double": CATEGORY_FLOAT,
+    "float": CATEGORY_FLOAT,
+    "int32": CATEGORY_INT,
+    "int64": CATEGORY_INT,
+    "uint32": CATEGORY_INT,
+    "uint64": CATEGORY_INT,
+}
+
+
 @dataclass(frozen=True, slots=True)
 class Field:
     """One protobuf field: ``label`` is ``optional``, ``required``, ``repeated`` or ``map``."""
@@ -391,10 +406,8 @@ class Field:
     label: str
     default: object = None
     deprecated: bool = False
-
-    @property
-    def is_message(self) -> bool:
-        return self.kind not in SCALARS and self.kind not in ENUMS
+    is_message: bool = False  # computed by ``_parse_field``
+    category: int = 0  # one of the CATEGORY_* constants, computed by ``_parse_field``
 
 
 def _parse_default(kind: str, text: str) -> object:
@@ -424,7 +437,14 @@ def _parse_field(spec: str) -> Field:
         label, rest = "map", rest[:-2]
     if isinstance(default, str):
         default = _parse_default(rest, default)
-    return Field(name, rest, label, default, deprecated)
+    is_message = rest not in SCALARS and rest not in _ENUM_TEXT
+    if is_message:
+        category = CATEGORY_MESSAGE
+    elif rest in _ENUM_TEXT:
+        category = CATEGORY_ENUM
+    else:
+        category = _SCALAR_CATEGORY[rest]
+    return Field(name, rest, label, default, deprecated, is_message, category)
 
 
 def _build() -> dict[str, tuple[Field, ...]]:
@@ -444,3 +464,6 @@ FIELDS_BY_NAME: dict[str, dict[str, Field]] = {
     message: {field.name: field for field in fields} for message, fields in MESSAGES.items()
 }
 ENUM_SETS: dict[str, frozenset[str]] = {name: frozenset(values) for name, values in ENUMS.items()}
+REQUIRED: dict[str, tuple[str, ...]] = {
+    message: tuple(f.name for f in fields if f.label == "required") for message, fields in MESSAGES.items()
+}

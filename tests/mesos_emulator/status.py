@@ -7,7 +7,7 @@ agent/executor updates) and the helpers around task states.
 
 from __future__ import annotations
 
-import uuid as uuidlib
+import os
 from typing import Any
 
 TERMINAL_STATES = frozenset(
@@ -31,7 +31,16 @@ def is_terminal(state: str) -> bool:
 
 def new_uuid() -> bytes:
     """A random RFC 4122 version-4 UUID, as ``id::UUID::random()`` makes."""
-    return uuidlib.uuid4().bytes
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40
+    raw[8] = (raw[8] & 0x3F) | 0x80
+    return bytes(raw)
+
+
+def new_uuid_string() -> str:
+    """The canonical text form of a fresh v4 UUID (stream ids, container ids)."""
+    hexed = new_uuid().hex()
+    return f"{hexed[:8]}-{hexed[8:12]}-{hexed[12:16]}-{hexed[16:20]}-{hexed[20:]}"
 
 
 def valid_uuid_bytes(value: bytes) -> bool:

@@ -17,10 +17,12 @@ import contextlib
 import functools
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from email.utils import formatdate
 from http import HTTPStatus
+from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 log = logging.getLogger("mesos_emulator.wire")
@@ -137,9 +139,20 @@ async def _read_body(reader: asyncio.StreamReader, headers: Headers) -> bytes:
     return await reader.readexactly(length)
 
 
+_date_cache: list[Any] = [0, ""]
+
+
+def http_date() -> str:
+    """The ``Date`` header value, formatted at most once per second."""
+    now = int(time.time())
+    if _date_cache[0] != now:
+        _date_cache[0], _date_cache[1] = now, formatdate(now, usegmt=True)
+    return str(_date_cache[1])
+
+
 def render_response(response: Response, keep_alive: bool) -> bytes:
     reason = HTTPStatus(response.status).phrase
-    lines = [f"HTTP/1.1 {response.status} {reason}", f"Date: {formatdate(usegmt=True)}"]
+    lines = [f"HTTP/1.1 {response.status} {reason}", f"Date: {http_date()}"]
     lines.extend(f"{name}: {value}" for name, value in response.headers)
     if response.content_type:
         lines.append(f"Content-Type: {response.content_type}")
@@ -163,8 +176,10 @@ class EventStream:
         self._loop = loop
         self.chunk_mode = chunk_mode
         self._rng = random.Random(seed)
-        self._pending = bytearray()
+        self._pending = bytearray()  # records waiting to be merged (coalesce mode)
         self._flush_scheduled = False
+        self._out = bytearray()  # framed chunks waiting for one transport write
+        self._write_scheduled = False
         self.stalled = False
         self.closed = False
         self._on_close: list[Callable[[], None]] = []
@@ -177,7 +192,7 @@ class EventStream:
             self._on_close.append(callback)
 
     def start(self, headers: list[tuple[str, str]]) -> None:
-        lines = ["HTTP/1.1 200 OK", f"Date: {formatdate(usegmt=True)}"]
+        lines = ["HTTP/1.1 200 OK", f"Date: {http_date()}"]
         lines.extend(f"{name}: {value}" for name, value in headers)
         lines.append("Transfer-Encoding: chunked")
         self._writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
@@ -210,16 +225,27 @@ class EventStream:
         self._pending.clear()
 
     def _chunk(self, data: bytes) -> None:
+        """Frame one HTTP chunk; all chunks of a loop iteration share one socket write."""
         if not data:
             return
         self.bytes_written += len(data)
-        self._writer.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self._out += b"%x\r\n%s\r\n" % (len(data), data)
+        if not self._write_scheduled:
+            self._write_scheduled = True
+            self._loop.call_soon(self._write_out)
+
+    def _write_out(self) -> None:
+        self._write_scheduled = False
+        if self._out and not self.closed:
+            self._writer.write(bytes(self._out))
+        self._out.clear()
 
     def close(self) -> None:
         """End the response normally (final chunk) and close the connection."""
         if self.closed:
             return
         self._flush()
+        self._write_out()
         with contextlib.suppress(Exception):
             self._writer.write(b"0\r\n\r\n")
             self._writer.close()
