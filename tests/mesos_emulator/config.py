@@ -56,6 +56,11 @@ class EmulatorConfig:
     max_calls_recorded: int = 10000
     version: str = "1.11.0"
 
+    @property
+    def host_ip(self) -> str:
+        """The IP address agents and the master listen on."""
+        return "127.0.0.1"
+
     def validate(self) -> None:
         if self.executor not in ("process", "simulated"):
             raise ValueError("executor must be 'process' or 'simulated'")
@@ -65,5 +70,5 @@ class EmulatorConfig:
             raise ValueError("chunk_mode must be record, split, coalesce or bytes")
         if self.allocation_interval <= 0 or self.heartbeat_interval <= 0:
             raise ValueError("intervals must be positive")
-        if self.host not in ("127.0.0.1", "localhost", "::1"):
+        if self.host not in ("127.0.0.1", "localhost"):
             raise ValueError("the emulator only binds loopback addresses")

@@ -74,8 +74,9 @@ class Master(AgentLifecycle):
     def master_info(self) -> dict[str, Any]:
         host = self.cluster.config.host
         port = self.cluster.master_port
-        ip = host if host != "localhost" else "127.0.0.1"
-        packed = struct.unpack("<I", socket.inet_aton(ip if ":" not in ip else "127.0.0.1"))[0]
+        ip = self.cluster.config.host_ip
+        # MasterInfo.ip is the in_addr in network byte order read as a host integer.
+        packed = struct.unpack("<I", socket.inet_aton(ip))[0]
         return {
             "id": self.id,
             "ip": packed,
@@ -454,7 +455,7 @@ class Master(AgentLifecycle):
             "hostname": agent.hostname,
             "url": {
                 "scheme": "http",
-                "address": {"hostname": agent.hostname, "ip": agent.hostname, "port": port},
+                "address": {"hostname": agent.hostname, "ip": self.cluster.config.host_ip, "port": port},
                 "path": f"/{agent.pid_path}",
             },
             "resources": offer.resources.to_json(offer.role, pre_refinement),
@@ -699,9 +700,10 @@ class Master(AgentLifecycle):
         if was_live and (is_terminal(latest_state) or latest_state == "TASK_UNREACHABLE"):
             record = self.agents.get(task.agent_id)
             if record is not None:
+                # Like the hierarchical allocator, recovering resources does not trigger an
+                # allocation (MESOS-3078): they are offered at the next interval.
                 record.free(task.framework_id, task.resources)
                 self.check_ledger(record)
-                self.request_allocation()
 
     def remove_task(self, task: Task, unreachable: bool = False) -> None:
         if not is_terminal(task.state) and task.state != "TASK_UNREACHABLE":
