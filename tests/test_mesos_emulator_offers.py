@@ -327,3 +327,32 @@ def test_two_frameworks_share_agents(subscribers: list[Subscriber]) -> None:
         assert emu.check_invariants() == []
         a.close()
         b.close()
+
+
+def test_unsupported_operations_are_reported(emulator: Emulator, subscribers: list[Subscriber]) -> None:
+    sub = subscribe(emulator, subscribers)
+    offer = sub.offers()[0]
+    group_task = command_task("grp", offer)
+    custom = command_task("custom", offer)
+    del custom["command"]
+    custom["executor"] = {"executor_id": {"value": "ex"}, "command": {"value": "my-executor"}}
+    operations = [
+        {"type": "RESERVE", "id": {"value": "op-1"}, "reserve": {"resources": []}},
+        {
+            "type": "LAUNCH_GROUP",
+            "launch_group": {
+                "executor": {"executor_id": {"value": "default"}, "type": "DEFAULT"},
+                "task_group": {"tasks": [group_task]},
+            },
+        },
+        {"type": "LAUNCH", "launch": {"task_infos": [custom]}},
+    ]
+    sub.accept([_oid(offer)], operations=operations)
+    status = sub.next("UPDATE_OPERATION_STATUS")["update_operation_status"]["status"]
+    assert status["operation_id"] == {"value": "op-1"} and status["state"] == "OPERATION_ERROR"
+    grp = sub.update("grp")
+    assert (grp["state"], grp["reason"]) == ("TASK_ERROR", "REASON_TASK_GROUP_INVALID")
+    failed = sub.update("custom")
+    assert (failed["state"], failed["reason"]) == ("TASK_FAILED", "REASON_CONTAINER_LAUNCH_FAILED")
+    sub.ack(failed)
+    assert emulator.check_invariants() == []

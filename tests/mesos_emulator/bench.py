@@ -282,7 +282,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--agents", type=int, default=1000)
     parser.add_argument("--tasks", type=int, default=10000)
-    parser.add_argument("--ack-connections", type=int, default=2)
+    parser.add_argument("--ack-connections", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--profile", default=None, help="write a cProfile of the emulator here")
     args = parser.parse_args()
