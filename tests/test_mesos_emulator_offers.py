@@ -356,3 +356,21 @@ def test_unsupported_operations_are_reported(emulator: Emulator, subscribers: li
     assert (failed["state"], failed["reason"]) == ("TASK_FAILED", "REASON_CONTAINER_LAUNCH_FAILED")
     sub.ack(failed)
     assert emulator.check_invariants() == []
+
+
+def test_filters_are_per_role(emulator: Emulator, subscribers: list[Subscriber]) -> None:
+    sub = subscribe(emulator, subscribers, capabilities=["MULTI_ROLE"], roles=["a", "b"])
+    offer = sub.offers()[0]
+    assert offer["allocation_info"] == {"role": "a"}
+    assert {r["allocation_info"]["role"] for r in offer["resources"]} == {"a"}
+    sub.decline([_oid(offer)], refuse_seconds=30)
+    again = sub.offers(timeout=2)[0]
+    assert again["allocation_info"] == {"role": "b"}  # the filter only covers role a
+    task = command_task("t", offer)  # resources allocated to role a, offer for role b
+    task["resources"][0]["allocation_info"] = {"role": "a"}
+    sub.accept([_oid(again)], [task])
+    status = sub.update("t")
+    assert status["state"] == "TASK_ERROR"
+    assert status["message"].startswith(
+        "Invalid task resources: The resources have multiple allocation roles ('b' and 'a')"
+    )

@@ -52,7 +52,6 @@ class EmulatorConfig:
     clock: str = "real"  # "real" | "manual"
     sandbox_root: str | None = None
     max_unreachable_tasks: int = 1000
-    max_completed_tasks: int = 1000
     max_calls_recorded: int = 10000
     version: str = "1.11.0"
 
