@@ -131,7 +131,7 @@ class Cluster:
         self.master = Master(self, str(uuid.uuid4()), recovered)
         delay = self.config.agent_reregister_delay if reregister_delay is None else reregister_delay
         for agent in self.agents.values():
-            if agent.alive and agent.link_up and agent.id in registry.admitted:
+            if agent.alive and agent.link_up:
                 self.clock.call_later(delay, agent.register)
 
     def restart_master(self, reregister_delay: float | None = None) -> None:
