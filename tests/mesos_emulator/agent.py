@@ -1,0 +1,485 @@
+"""Emulated agents: task launch, kill, sandboxes and the status update manager.
+
+Owns the agent side of the cluster — what survives a master restart and keeps running
+through a partition:
+
+* ``run_task`` / ``kill_task`` / ``shutdown_framework`` as the master asks, using the
+  runners of ``executor``; sandboxes under ``<root>/slaves/<agent>/frameworks/<fw>/
+  executors/<task>/runs/<container>`` with a ``latest`` link, like a real agent;
+* the per-task status update stream: every update gets a fresh v4 UUID, only the head
+  is forwarded (with ``latest_state``), it is re-sent with exponential backoff until the
+  framework acknowledges that UUID, then the next one goes; streams are flushed when the
+  agent re-registers;
+* the report an agent sends when it (re-)registers, and the answer to master
+  reconciliation of tasks it does not know (``TASK_LOST`` / ``TASK_DROPPED`` from
+  ``SOURCE_AGENT`` with a UUID).
+
+Messages to the master only get through while the agent is alive, its link is up and it
+is registered with the current master; anything else is lost, as on a real network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .clock import Clock, Handle
+from .executor import (
+    LaunchSpec,
+    ProcessRunner,
+    Runner,
+    SimulatedRunner,
+    container_launch_error,
+    fetch_uris,
+    labels_of,
+)
+from .resources import Resources
+from .status import is_terminal, make_status, new_uuid, new_uuid_string
+from .validation import capabilities
+
+if TYPE_CHECKING:
+    from .config import EmulatorConfig
+    from .master import Master
+
+log = logging.getLogger("mesos_emulator.agent")
+
+
+class AgentHost(Protocol):
+    """What an agent needs from the emulated cluster."""
+
+    clock: Clock
+    loop: asyncio.AbstractEventLoop
+    config: EmulatorConfig
+    sandbox_root: Path
+
+    @property
+    def agent_port(self) -> int: ...
+
+    @property
+    def master(self) -> Master | None: ...
+
+    def track_process(self, pid: int, alive: bool) -> None: ...
+
+
+@dataclass
+class UpdateStream:
+    framework_id: str
+    task_id: str
+    pending: collections.deque[dict[str, Any]] = field(default_factory=collections.deque)
+    latest_state: str = "TASK_STAGING"
+    timer: Handle | None = None
+    backoff: float = 0.0
+    done: bool = False
+
+
+@dataclass
+class AgentTask:
+    framework_id: str
+    task_id: str
+    info: dict[str, Any]
+    container_id: str
+    sandbox: Path
+    state: str = "TASK_STAGING"
+    runner: Runner | None = None
+    kill_requested: bool = False
+    kill_policy: dict[str, Any] | None = None
+    simulated: bool = False
+
+    @property
+    def executor_id(self) -> str:
+        return str(self.info.get("executor", {}).get("executor_id", {}).get("value", self.task_id))
+
+
+@dataclass
+class TaskReport:
+    """One task as the agent reports it when (re-)registering."""
+
+    framework_id: str
+    framework_info: dict[str, Any]
+    info: dict[str, Any]
+    state: str
+    status_update_state: str | None
+    status_update_uuid: bytes | None
+
+
+class _Events:
+    def __init__(self, agent: Agent, task: AgentTask) -> None:
+        self.agent = agent
+        self.task = task
+
+    def running(self) -> None:
+        self.agent._executor_update(self.task, "TASK_RUNNING")
+
+    def exited(self, state: str, message: str, reason: str | None) -> None:
+        self.agent._executor_update(self.task, state, message=message, reason=reason)
+
+
+class Agent:
+    def __init__(
+        self,
+        host: AgentHost,
+        index: int,
+        agent_id: str,
+        *,
+        hostname: str,
+        resources: Resources,
+        attributes: list[dict[str, Any]],
+    ) -> None:
+        self.host = host
+        self.index = index
+        self.id = agent_id
+        self.hostname = hostname
+        self.resources = resources
+        self.attributes = attributes
+        self.pid_path = f"slave({index})"
+        self.alive = True
+        self.link_up = True
+        self.registered = False
+        self.ever_registered = False
+        self.frameworks: dict[str, dict[str, Any]] = {}
+        self.shutdown_frameworks: set[str] = set()
+        self.tasks: dict[tuple[str, str], AgentTask] = {}
+        self.completed: collections.deque[AgentTask] = collections.deque(maxlen=200)
+        self.streams: dict[tuple[str, str], UpdateStream] = {}
+
+    # -- connectivity --------------------------------------------------------------------
+    def _master(self) -> Master | None:
+        if self.alive and self.link_up and self.registered:
+            return self.host.master
+        return None
+
+    def register(self) -> None:
+        """(Re-)register with the current master, if it can be reached."""
+        master = self.host.master
+        if not (self.alive and self.link_up) or master is None:
+            return
+        master.agent_registers(self)
+
+    def on_registered(self) -> None:
+        self.registered = True
+        self.ever_registered = True
+        for stream in list(self.streams.values()):
+            if stream.pending:
+                self._forward_head(stream, reset=True)
+
+    def report(self) -> list[TaskReport]:
+        reports = []
+        for (fid, _tid), task in self.tasks.items():
+            stream = self.streams.get((fid, task.task_id))
+            head = stream.pending[0] if stream and stream.pending else None
+            reports.append(
+                TaskReport(
+                    fid,
+                    self.frameworks.get(fid, {}),
+                    task.info,
+                    task.state,
+                    head["state"] if head else task.state,
+                    head["uuid"] if head else None,
+                )
+            )
+        return reports
+
+    # -- commands from the master --------------------------------------------------------
+    def run_task(self, framework_info: dict[str, Any], task: dict[str, Any]) -> None:
+        fid = framework_info["id"]["value"]
+        tid = task["task_id"]["value"]
+        self.frameworks[fid] = framework_info
+        self.shutdown_frameworks.discard(fid)
+        container_id = new_uuid_string()
+        simulated = self.host.config.executor == "simulated"
+        simulated = simulated or labels_of(task).get("emulator.executor") == "simulated"
+        # Simulated tasks run nothing, so their sandbox is never created (scale mode).
+        sandbox = self._make_sandbox(fid, tid, container_id, create=not simulated)
+        entry = AgentTask(fid, tid, task, container_id, sandbox, simulated=simulated)
+        self.tasks[(fid, tid)] = entry
+        error = container_launch_error(task, self.host.config.failing_images)
+        if error is None and "executor" in task:
+            error = "custom executors are not supported by the emulator"
+        if error is not None:
+            self._launch_failed(entry, error)
+            return
+        uris = task.get("command", {}).get("uris", [])
+        if uris:
+            future = self.host.loop.run_in_executor(None, fetch_uris, uris, sandbox)
+            future.add_done_callback(lambda f: self._fetched(entry, f))
+            return
+        self._start(entry)
+
+    def _fetched(self, task: AgentTask, future: asyncio.Future[str | None]) -> None:
+        error = future.result() if not future.cancelled() else "fetch cancelled"
+        if (task.framework_id, task.task_id) not in self.tasks or not self.alive:
+            return
+        if error is not None:
+            self._launch_failed(
+                task, f"Failed to fetch all URIs for container '{task.container_id}': {error}"
+            )
+            return
+        self._start(task)
+
+    def _launch_failed(self, task: AgentTask, error: str) -> None:
+        self._agent_update(
+            task,
+            "TASK_FAILED",
+            message=f"Failed to launch container: {error}",
+            reason="REASON_CONTAINER_LAUNCH_FAILED",
+        )
+
+    def _start(self, task: AgentTask) -> None:
+        if task.kill_requested:
+            self._agent_update(
+                task,
+                "TASK_KILLED",
+                message="Task killed before it was launched",
+                reason="REASON_TASK_KILLED_DURING_LAUNCH",
+            )
+            return
+        framework = self.frameworks.get(task.framework_id, {})
+        spec = LaunchSpec(
+            task.info,
+            task.sandbox,
+            {} if task.simulated else self._environment(task),
+            self.host.config.kill_grace_period,
+            "TASK_KILLING_STATE" in capabilities(framework),
+        )
+        events = _Events(self, task)
+        if task.simulated:
+            runner: Runner = SimulatedRunner(spec, events, self.host.clock)
+        else:
+            runner = ProcessRunner(spec, events, self.host.clock, self.host.loop, self.host.track_process)
+        task.runner = runner
+        self._executor_update(task, "TASK_STARTING")
+        runner.launch()
+
+    def _environment(self, task: AgentTask) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            {
+                "MESOS_SANDBOX": str(task.sandbox),
+                "MESOS_DIRECTORY": str(task.sandbox),
+                "MESOS_TASK_ID": task.task_id,
+                "MESOS_EXECUTOR_ID": task.executor_id,
+                "MESOS_AGENT_ID": self.id,
+                "MESOS_FRAMEWORK_ID": task.framework_id,
+                "MESOS_AGENT_ENDPOINT": f"{self.hostname}:{self.host.agent_port}",
+            }
+        )
+        for variable in task.info.get("command", {}).get("environment", {}).get("variables", []):
+            if variable.get("type", "VALUE") == "VALUE" and "value" in variable:
+                env[variable["name"]] = variable["value"]
+        self._link_volumes(task)
+        return env
+
+    def _link_volumes(self, task: AgentTask) -> None:
+        """Relative ``container_path`` host volumes become links inside the sandbox."""
+        for volume in task.info.get("container", {}).get("volumes", []):
+            container_path = volume.get("container_path", "")
+            host_path = volume.get("host_path")
+            if host_path and container_path and not container_path.startswith("/"):
+                link = task.sandbox / container_path
+                with contextlib.suppress(OSError):
+                    link.parent.mkdir(parents=True, exist_ok=True)
+                    link.symlink_to(host_path)
+
+    def kill_task(self, fid: str, tid: str, kill_policy: dict[str, Any] | None) -> None:
+        task = self.tasks.get((fid, tid))
+        if task is None or is_terminal(task.state):
+            return
+        task.kill_policy = kill_policy
+        if task.runner is None:
+            task.kill_requested = True
+            return
+        if task.runner.killed or task.runner.finished:
+            return
+        if "TASK_KILLING_STATE" in capabilities(self.frameworks.get(fid, {})):
+            self._executor_update(task, "TASK_KILLING")
+        task.runner.kill(task.runner.grace_period(kill_policy))
+
+    def shutdown_framework(self, fid: str) -> None:
+        self.shutdown_frameworks.add(fid)
+        for key, task in list(self.tasks.items()):
+            if key[0] != fid:
+                continue
+            if task.runner is not None and not task.runner.finished:
+                task.runner.kill(task.runner.grace_period(None))
+            else:
+                task.kill_requested = True
+        for key in [key for key in self.streams if key[0] == fid]:
+            self._drop_stream(key)
+
+    def reconcile_unknown(self, fid: str, framework_info: dict[str, Any], task_ids: list[str]) -> None:
+        partition_aware = "PARTITION_AWARE" in capabilities(framework_info)
+        state = "TASK_DROPPED" if partition_aware else "TASK_LOST"
+        for tid in task_ids:
+            if (fid, tid) in self.tasks:
+                continue
+            status = make_status(
+                tid,
+                state,
+                source="SOURCE_AGENT",
+                wall=self.host.clock.wall(),
+                agent_id=self.id,
+                message="Reconciliation: task unknown to the agent",
+                reason="REASON_RECONCILIATION",
+                uuid=new_uuid(),
+            )
+            self._enqueue(fid, tid, status)
+
+    def acknowledge(self, fid: str, tid: str, uuid: bytes) -> None:
+        stream = self.streams.get((fid, tid))
+        if stream is None or not stream.pending or stream.pending[0].get("uuid") != uuid:
+            return
+        acked = stream.pending.popleft()
+        if stream.timer is not None:
+            stream.timer.cancel()
+            stream.timer = None
+        stream.backoff = 0.0
+        if is_terminal(acked["state"]) and not stream.pending:
+            self._drop_stream((fid, tid))
+            task = self.tasks.pop((fid, tid), None)
+            if task is not None:
+                self.completed.append(task)
+            return
+        if stream.pending:
+            self._forward_head(stream)
+
+    # -- death and restart ----------------------------------------------------------------
+    def die(self) -> None:
+        """The agent process dies: its tasks die with it and its memory is gone."""
+        self.alive = False
+        self.registered = False
+        for task in self.tasks.values():
+            if task.runner is not None:
+                task.runner.destroy()
+        for stream in self.streams.values():
+            if stream.timer is not None:
+                stream.timer.cancel()
+        self.tasks.clear()
+        self.streams.clear()
+        self.frameworks.clear()
+
+    def destroy_all(self) -> None:
+        for task in self.tasks.values():
+            if task.runner is not None:
+                task.runner.destroy()
+        for stream in self.streams.values():
+            if stream.timer is not None:
+                stream.timer.cancel()
+
+    # -- updates ---------------------------------------------------------------------------
+    def _executor_update(
+        self, task: AgentTask, state: str, message: str | None = None, reason: str | None = None
+    ) -> None:
+        container_status = None
+        if state == "TASK_RUNNING":
+            container_status = {
+                "container_id": {"value": task.container_id},
+                "network_infos": [{"ip_addresses": [{"ip_address": self.hostname}]}],
+            }
+        status = make_status(
+            task.task_id,
+            state,
+            source="SOURCE_EXECUTOR",
+            wall=self.host.clock.wall(),
+            agent_id=self.id,
+            message=message,
+            reason=reason,
+            executor_id=task.executor_id,
+            uuid=new_uuid(),
+            container_status=container_status,
+        )
+        self._record(task, status)
+
+    def _agent_update(self, task: AgentTask, state: str, message: str, reason: str) -> None:
+        status = make_status(
+            task.task_id,
+            state,
+            source="SOURCE_AGENT",
+            wall=self.host.clock.wall(),
+            agent_id=self.id,
+            message=message,
+            reason=reason,
+            uuid=new_uuid(),
+        )
+        self._record(task, status)
+
+    def _record(self, task: AgentTask, status: dict[str, Any]) -> None:
+        if is_terminal(task.state):
+            return
+        task.state = status["state"]
+        if task.framework_id in self.shutdown_frameworks:
+            if is_terminal(task.state):
+                self.tasks.pop((task.framework_id, task.task_id), None)
+                self.completed.append(task)
+            return
+        self._enqueue(task.framework_id, task.task_id, status)
+
+    def _enqueue(self, fid: str, tid: str, status: dict[str, Any]) -> None:
+        stream = self.streams.get((fid, tid))
+        if stream is None:
+            stream = self.streams[(fid, tid)] = UpdateStream(fid, tid)
+        stream.pending.append(status)
+        stream.latest_state = status["state"]
+        if len(stream.pending) == 1:
+            self._forward_head(stream)
+
+    def _forward_head(self, stream: UpdateStream, reset: bool = False) -> None:
+        if stream.done or not stream.pending:
+            return
+        if stream.timer is not None:
+            stream.timer.cancel()
+        config = self.host.config
+        if reset or stream.backoff == 0.0:
+            stream.backoff = config.update_retry_interval
+        else:
+            stream.backoff = min(stream.backoff * 2, config.update_retry_max)
+        stream.timer = self.host.clock.call_later(stream.backoff, lambda: self._forward_head(stream))
+        if self._master() is not None:
+            head = dict(stream.pending[0])
+            self.host.loop.call_soon(self._deliver, stream.framework_id, head, stream.latest_state)
+
+    def _deliver(self, framework_id: str, status: dict[str, Any], latest_state: str) -> None:
+        master = self._master()
+        if master is not None:
+            master.agent_status_update(self, framework_id, status, latest_state)
+
+    def _drop_stream(self, key: tuple[str, str]) -> None:
+        stream = self.streams.pop(key, None)
+        if stream is not None:
+            stream.done = True
+            if stream.timer is not None:
+                stream.timer.cancel()
+
+    # -- sandboxes -------------------------------------------------------------------------
+    def _make_sandbox(self, fid: str, executor_id: str, container_id: str, create: bool) -> Path:
+        root = self.host.sandbox_root
+        runs_text = f"{root}/slaves/{self.id}/frameworks/{fid}/executors/{executor_id}/runs"
+        sandbox = Path(f"{runs_text}/{container_id}")
+        if not create:
+            return sandbox
+        runs = Path(runs_text)
+        sandbox.mkdir(parents=True, exist_ok=True)
+        latest = runs / "latest"
+        with contextlib.suppress(OSError):
+            if latest.is_symlink():
+                latest.unlink()
+            latest.symlink_to(container_id)
+        (sandbox / "stdout").touch()
+        (sandbox / "stderr").touch()
+        return sandbox
+
+    def executor_directory(self, fid: str, executor_id: str) -> Path | None:
+        for task in [*self.tasks.values(), *self.completed]:
+            if task.framework_id == fid and task.executor_id == executor_id:
+                return task.sandbox
+        return None
+
+    def each_task(self) -> list[tuple[AgentTask, bool]]:
+        out = [(task, False) for task in self.tasks.values()]
+        out += [(task, True) for task in self.completed]
+        return out

@@ -1,0 +1,73 @@
+"""Every knob of the emulator, with Mesos' defaults where Mesos has one.
+
+Owns ``EmulatorConfig``. Timings default to the real master's values (1 s allocation
+interval, 15 s heartbeats, 15 s x 5 ping timeouts, 10 s..10 min update retries, 3 s
+kill grace period, 10 min agent re-registration timeout) so the CLI behaves like a
+master; tests pass much shorter values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DEFAULT_AGENT_RESOURCES = "cpus:4;mem:8192;disk:10240;ports:[31000-31099]"
+
+
+@dataclass
+class EmulatorConfig:
+    # cluster shape
+    agents: int = 1
+    agent_resources: str = DEFAULT_AGENT_RESOURCES
+    agent_attributes: str = ""
+    agent_hostname: str = "127.0.0.1"
+    # None: with the process executor, give each agent a disjoint copy of the port ranges
+    # while that fits below 65536 (all agents share 127.0.0.1, so real tasks must not
+    # collide); with the simulated executor identical ranges. N: shift agent i by i*N.
+    agent_port_offset: int | None = None
+    # network
+    host: str = "127.0.0.1"
+    port: int = 0
+    agent_port: int = 0
+    # timings (seconds)
+    heartbeat_interval: float = 15.0
+    allocation_interval: float = 1.0
+    offer_timeout: float | None = None
+    agent_ping_timeout: float = 15.0
+    max_agent_ping_timeouts: int = 5
+    agent_reregister_timeout: float = 600.0
+    agent_reregister_delay: float = 0.0
+    registry_recovery_delay: float = 0.0
+    update_retry_interval: float = 10.0
+    update_retry_max: float = 600.0
+    kill_grace_period: float = 3.0
+    # behaviour
+    executor: str = "process"  # "process" | "simulated"
+    filter_gpu_resources: bool = True
+    root_submissions: bool = True
+    roles: set[str] | None = None  # master --roles whitelist
+    credentials: dict[str, str] | None = None  # principal -> secret; enables Basic auth
+    failing_images: set[str] = field(default_factory=set)
+    chunk_mode: str = "record"
+    seed: int = 0
+    clock: str = "real"  # "real" | "manual"
+    sandbox_root: str | None = None
+    max_unreachable_tasks: int = 1000
+    max_calls_recorded: int = 10000
+    version: str = "1.11.0"
+
+    @property
+    def host_ip(self) -> str:
+        """The IP address agents and the master listen on."""
+        return "127.0.0.1"
+
+    def validate(self) -> None:
+        if self.executor not in ("process", "simulated"):
+            raise ValueError("executor must be 'process' or 'simulated'")
+        if self.clock not in ("real", "manual"):
+            raise ValueError("clock must be 'real' or 'manual'")
+        if self.chunk_mode not in ("record", "split", "coalesce", "bytes"):
+            raise ValueError("chunk_mode must be record, split, coalesce or bytes")
+        if self.allocation_interval <= 0 or self.heartbeat_interval <= 0:
+            raise ValueError("intervals must be positive")
+        if self.host not in ("127.0.0.1", "localhost"):
+            raise ValueError("the emulator only binds loopback addresses")
