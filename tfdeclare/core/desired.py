@@ -67,6 +67,10 @@ def _duplicate(job: LoadedJob, results: list[FileResult]) -> Diagnostic:
     here = next(p for p in places if (p.file, p.document) == (job.source.file, job.source.document))
     others = ", ".join(str(p) for p in places if p is not here)
     return Diagnostic(
-        here.file, here.line, None, f"job name {job.name!r} is also defined at {others}", "$.metadata.name",
+        here.file,
+        here.line,
+        None,
+        f"job name {job.name!r} is also defined at {others}",
+        "$.metadata.name",
         Code.DUPLICATE_NAME,
     )

@@ -115,8 +115,11 @@ class SpecFiles:
             seen = {r.path for r in results}
             for gone in [p for p in self._cache if p not in seen]:
                 del self._cache[gone]
-        if self._last is not None and not problems and len(self._last[0]) == len(results) and all(
-            a is b for a, b in zip(self._last[0], results, strict=True)
+        if (
+            self._last is not None
+            and not problems
+            and len(self._last[0]) == len(results)
+            and all(a is b for a, b in zip(self._last[0], results, strict=True))
         ):
             return self._last[1]  # nothing changed: the same desired state, object and all
         state = assemble(results)
