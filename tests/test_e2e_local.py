@@ -25,13 +25,20 @@ local: {cpus: 8, mem: 8Gi, gpus: 0, portRange: {first: 32000, last: 32999}}
 """
 
 
-def spec(name: str, replicas: dict[str, tuple[int, str]], *, extra: str = "", legacy: bool = False) -> str:
+def spec(
+    name: str,
+    replicas: dict[str, tuple[int, str]],
+    *,
+    extra: str = "",
+    legacy: bool = False,
+    out: str = "out",
+) -> str:
     lines = [
         "apiVersion: tfdeclare/v1",
         "kind: TFJob",
         f"metadata: {{name: {name}}}",
         "spec:",
-        "  env: {OUT: out}",
+        f"  env: {{OUT: {out}}}",
         "  workingDir: .",
     ]
     if legacy:
@@ -284,3 +291,20 @@ def test_an_invalid_file_keeps_its_job_running(project: Path) -> None:
     assert result.returncode == 1 and "specs/job.yaml:4:1: error:" in result.stderr
     assert pids_alive([int(records(project)["worker-0.0"]["pid"])])
     assert cli("delete", "steady", cwd=project).returncode == 0
+
+
+def test_a_damaged_record_leaves_its_job_alone_and_the_others_managed(project: Path) -> None:
+    (project / "specs" / "a.yaml").write_text(spec("hurt", {"worker": (1, "serve")}))
+    (project / "specs" / "fine-out").mkdir()
+    (project / "specs" / "b.yaml").write_text(spec("fine", {"worker": (1, "sleep=1")}, out="fine-out"))
+    assert cli("apply", "specs", cwd=project).returncode == 0
+    wait_until(lambda: len(records(project)) == 1)
+    (project / ".tfdeclare" / "jobs" / "hurt.json").write_text("{not json")
+    shown = cli("status", cwd=project)
+    assert shown.returncode == 0
+    assert "hurt: its record cannot be read, so it is left alone" in shown.stderr
+    wait_until(lambda: (cli("status", cwd=project), status_of(project, "fine")["phase"] == "Succeeded")[1])
+    assert pids_alive([int(records(project)["worker-0.0"]["pid"])]), "the damaged job's task was not stopped"
+    (project / ".tfdeclare" / "jobs" / "hurt.json").unlink()
+    cli("status", cwd=project)  # now its task belongs to no job and is stopped
+    wait_until(lambda: pids_alive([int(records(project)["worker-0.0"]["pid"])]) == [])

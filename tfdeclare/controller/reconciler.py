@@ -206,8 +206,11 @@ class Controller:
             except BackendError as err:
                 result.errors.append(f"{name}: {err}")
                 log.warning("%s: backend error: %s", name, err)
+        for name, why in sorted(self.store.unreadable.items()):
+            result.errors.append(f"{name}: its record cannot be read, so it is left alone: {why}")
         for job, orphans in sorted(by_job.items()):
-            self._stop_orphans(job, orphans, result)
+            if job not in self.store.unreadable:
+                self._stop_orphans(job, orphans, result)
         return result
 
     def _reconcile_job(

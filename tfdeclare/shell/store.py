@@ -33,6 +33,7 @@ class StateStore:
         # a thousand unchanged jobs stats them, it does not parse them again.
         self._cache: dict[str, tuple[tuple[int, int, int], JobRecord]] = {}
         self._observed: dict[str, tuple[JobRecord, ObservedJob]] = {}
+        self.unreadable: dict[str, str] = {}
 
     def record_path(self, name: str) -> Path:
         if not is_job_name(name):
@@ -53,7 +54,11 @@ class StateStore:
             raise StateError(f"{path}: invalid job record: {err}") from err
 
     def records(self) -> dict[str, JobRecord]:
+        """Every readable record. Unreadable ones are left out and listed in ``unreadable``
+        (name -> why), so one damaged file never stops the others being managed, and the
+        controller knows not to treat that job's tasks as orphans."""
         out: dict[str, JobRecord] = {}
+        self.unreadable = {}
         try:
             entries = sorted(os.scandir(self.jobs_dir), key=lambda e: e.name)
         except FileNotFoundError:
@@ -71,7 +76,11 @@ class StateStore:
             if cached is not None and cached[0] == key:
                 out[name] = cached[1]
                 continue
-            record = self.load(name)
+            try:
+                record = self.load(name)
+            except StateError as err:
+                self.unreadable[name] = str(err)
+                continue
             if record is not None:
                 self._cache[name] = (key, record)
                 out[name] = record
