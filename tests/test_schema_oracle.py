@@ -65,7 +65,7 @@ def _oracle_paths(name: str, value: Any) -> set[tuple[str | int, ...]]:
         if error.validator == "additionalProperties":  # reported on the object; we point at the key
             extra = set(error.instance) - set(error.schema.get("properties", {}))
             paths.update((*path, key) for key in extra)
-        elif error.validator == "propertyNames":
+        elif "propertyNames" in error.absolute_schema_path:  # a bad key: we point at the key itself
             paths.add((*path, error.instance))
         else:
             paths.add(path)
