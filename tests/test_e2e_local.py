@@ -308,3 +308,36 @@ def test_a_damaged_record_leaves_its_job_alone_and_the_others_managed(project: P
     (project / ".tfdeclare" / "jobs" / "hurt.json").unlink()
     cli("status", cwd=project)  # now its task belongs to no job and is stopped
     wait_until(lambda: pids_alive([int(records(project)["worker-0.0"]["pid"])]) == [])
+
+
+def test_gpu_tasks_get_exactly_their_own_devices(project: Path) -> None:
+    (project / "tfdeclare.yaml").write_text(CONFIG.replace("gpus: 0", "gpus: 2"))
+    replicas = "\n".join(
+        [
+            "  replicas:",
+            f"    chief: {{count: 1, resources: {{cpus: 0.1, mem: 64}}, command: [python, {TASK}, 'wait=3']}}",
+            f"    worker: {{count: 2, resources: {{cpus: 0.1, mem: 64, gpus: 1}}, command: [python, {TASK}, serve]}}",
+        ]
+    )
+    (project / "specs" / "gpu.yaml").write_text(
+        "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: gpu}\nspec:\n  env: {OUT: out}\n  workingDir: .\n"
+        + replicas
+        + "\n"
+    )
+    (project / "specs" / "more-out").mkdir()
+    (project / "specs" / "more.yaml").write_text(
+        spec("more", {"worker": (1, "serve")}, out="more-out").replace("mem: 64}", "mem: 64, gpus: 1}")
+    )
+    assert cli("apply", "specs/gpu.yaml", cwd=project).returncode == 0
+    wait_until(lambda: len(records(project)) == 3)
+    seen = records(project)
+    devices = sorted(seen[f"worker-{i}.0"]["env"]["CUDA_VISIBLE_DEVICES"] for i in (0, 1))  # type: ignore[index]
+    assert devices == ["0", "1"], "each GPU task sees exactly its own device"
+    assert seen["chief-0.0"]["env"]["CUDA_VISIBLE_DEVICES"] == "", "a CPU task on a GPU machine sees none"
+    assert cli("apply", "specs", cwd=project).returncode == 0
+    document = status_of(project, "more")
+    assert document["phase"] == "Pending"
+    assert {c["type"]: c["reason"] for c in document["conditions"]}["Reconciling"] == "WaitingForGPUs"  # type: ignore[union-attr]
+    wait_until(lambda: (cli("status", cwd=project), status_of(project, "more")["phase"] == "Running")[1])
+    assert records(project)  # the second job got a GPU once the first one finished
+    assert cli("delete", "--all", cwd=project).returncode == 0
