@@ -116,6 +116,6 @@ def main(results: list[Result], quick: bool) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         results.append(hundred_jobs(Path(tmp)))
     with tempfile.TemporaryDirectory() as tmp:
-        overhead = tf_overhead(Path(tmp), 3 if quick else 5)
+        overhead = tf_overhead(Path(tmp), 3 if quick else 7)
         if overhead is not None:
             results.append(overhead)

@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 WARMUP_STEPS = 50
-MEASURED_STEPS = 600
+MEASURED_STEPS = 4000
 
 
 def main() -> None:
