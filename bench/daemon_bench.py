@@ -125,7 +125,7 @@ def thousand_jobs(workdir: Path, passes: int) -> tuple[Result, Result]:
     specs = workdir / "specs"
     specs.mkdir()
     for i in range(1000):
-        (specs / f"j{i:04d}.yaml").write_text(_job(f"job-{i:04d}", "[true]"))
+        (specs / f"j{i:04d}.yaml").write_text(_job(f"job-{i:04d}", "['true']"))
     run([CLI_SCRIPT, "apply", "specs", "--wait", "--timeout", "1200"], workdir, timeout=1300)
     time.sleep(2.1)  # leave the racy-mtime window, as a long-running daemon would have
 

@@ -30,7 +30,7 @@ def make_backend(settings: Settings) -> Backend:
 
 def make_controller(settings: Settings, backend: Backend) -> Controller:
     return Controller(
-        StateStore(settings.state_dir),
+        StateStore(settings.state_dir, exclusive=True),  # the caller holds the lock
         backend,
         StatusWriter(settings.status_dir),
         backoff=Backoff(settings.config.backoff_initial_s, settings.config.backoff_max_s),

@@ -69,6 +69,22 @@ class PassResult:
             self.wake_at = at
 
 
+def _provenance(record: JobRecord, source: SourceRef | None, revision: Revision | None) -> JobRecord:
+    """An unchanged job's record with where its spec now comes from (a new revision, a moved
+    file) and no error; the same record object when nothing differs (the common case)."""
+    changes: dict[str, Any] = {}
+    if record.invalid:
+        changes["invalid"] = ()
+    if source != record.source:
+        changes["source"] = source
+    if revision is not None and revision.commit != record.revision:
+        changes["revision"] = revision.commit
+        changes["revision_info"] = revision.to_json()
+    if revision is not None and revision.commit != record.last_attempted_revision:
+        changes["last_attempted_revision"] = revision.commit
+    return record.evolve(**changes) if changes else record
+
+
 class Controller:
     def __init__(
         self,
@@ -109,14 +125,8 @@ class Controller:
                     last_attempted_revision=revision.commit if revision else record.last_attempted_revision,
                 )
             elif job.action is Action.NOOP and record is not None:
-                updated = record.evolve(
-                    invalid=(),
-                    source=source or job.source or record.source,
-                    revision=revision.commit if revision else record.revision,
-                    revision_info=revision.to_json() if revision else record.revision_info,
-                    last_attempted_revision=revision.commit if revision else record.last_attempted_revision,
-                )
-            if updated is not None and updated != record:
+                updated = _provenance(record, source or job.source or record.source, revision)
+            if updated is not None and updated is not record and updated != record:
                 self.store.save(updated)
                 if job.action.changes_something:
                     changes.append(f"{job.action.symbol} {job.name}: {job.message}")
@@ -241,11 +251,16 @@ class Controller:
         if decided.launch:
             updated, launched = self._launch(updated, decided.launch, now, result)
             shown.update((t.key, t) for t in launched)
-        updated = updated.evolve(tasks=tuple(shown[k] for k in sorted(shown)))
-        updated = updated.evolve(conditions=status.conditions(updated, now))
+        tasks_now = tuple(shown[k] for k in sorted(shown))
+        if tasks_now != updated.tasks:
+            updated = updated.evolve(tasks=tasks_now)
+        conditions = status.conditions(updated, now)
+        if conditions != updated.conditions:
+            updated = updated.evolve(conditions=conditions)
         if updated != record:
             self.store.save(updated)
-        self.statuses.write(status.status_document(updated, now))
+        if updated != record or not self.statuses.written(updated.name):
+            self.statuses.write(status.status_document(updated, now))
         result.phases[updated.name] = Phase.DELETING if updated.deleting else updated.phase
 
     @staticmethod

@@ -17,6 +17,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 from tfdeclare.core.enums import ROLE_ORDER, ClusterSpecStyle, Role
 from tfdeclare.core.model import JobSpec
@@ -60,7 +61,7 @@ def substitute(argv: tuple[str, ...], values: Mapping[str, str]) -> tuple[str, .
     return tuple(_PLACEHOLDER.sub(lambda m: values[m.group(1)], arg) for arg in argv)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class TaskConfig:
     key: TaskKey
     argv: tuple[str, ...]
@@ -70,7 +71,7 @@ class TaskConfig:
     working_dir: str | None
     volumes: tuple[Volume, ...]
 
-    @property
+    @cached_property
     def config_hash(self) -> str:
         encoded = json.dumps(
             {

@@ -21,6 +21,10 @@ from tfdeclare.core.tasks import TaskKey
 
 RECORD_VERSION = 1
 
+# JobSpec by spec hash: the hash is the canonical spec's fingerprint, so equal hashes mean
+# equal specs. A plain bounded memo, not a source of truth.
+_SPECS: dict[str, JobSpec] = {}
+
 
 class ConditionType(StrEnum):
     READY = "Ready"
@@ -131,7 +135,13 @@ class JobRecord:
 
     @property
     def spec(self) -> JobSpec:
-        return JobSpec.from_canonical(self.canonical)
+        """The typed spec; built once per spec hash (records are rebuilt on every change)."""
+        spec = _SPECS.get(self.spec_hash)
+        if spec is None:
+            if len(_SPECS) > 4096:
+                _SPECS.clear()
+            spec = _SPECS[self.spec_hash] = JobSpec.from_canonical(self.canonical)
+        return spec
 
     def evolve(self, **changes: Any) -> JobRecord:
         return replace(self, **changes)

@@ -35,6 +35,10 @@ class StatusWriter:
         self._last[name] = comparable
         return True
 
+    def written(self, name: str) -> bool:
+        """Whether this writer wrote the job's status file (and it is still there)."""
+        return name in self._last and self.path(name).exists()
+
     def remove(self, name: str) -> None:
         remove(self.path(name))
         self._last.pop(name, None)

@@ -26,7 +26,13 @@ class StateError(Exception):
 
 
 class StateStore:
-    def __init__(self, root: Path) -> None:
+    """Job records. With ``exclusive=True`` (the lock holder, the only writer) records read
+    once are trusted until this store itself saves or deletes them; otherwise every read
+    checks each file's stat."""
+
+    def __init__(self, root: Path, *, exclusive: bool = False) -> None:
+        self.exclusive = exclusive
+        self._all_read = False
         self.root = root
         self.jobs_dir = root / "jobs"
         # Parsed records by file name, with the (mtime, size) they were read at: a pass over
@@ -57,6 +63,8 @@ class StateStore:
         """Every readable record. Unreadable ones are left out and listed in ``unreadable``
         (name -> why), so one damaged file never stops the others being managed, and the
         controller knows not to treat that job's tasks as orphans."""
+        if self.exclusive and self._all_read:
+            return {name: entry[1] for name, entry in self._cache.items()}
         out: dict[str, JobRecord] = {}
         self.unreadable = {}
         try:
@@ -86,6 +94,7 @@ class StateStore:
                 out[name] = record
         for gone in self._cache.keys() - out.keys():
             del self._cache[gone]
+        self._all_read = not self.unreadable
         return out
 
     def observed(self) -> dict[str, ObservedJob]:
@@ -104,7 +113,11 @@ class StateStore:
 
     def save(self, record: JobRecord) -> None:
         data = json.dumps(record.to_json(), indent=1, sort_keys=True).encode()
-        write_atomic(self.record_path(record.name), data)
+        path = self.record_path(record.name)
+        write_atomic(path, data)
+        stat = path.stat()
+        self._cache[record.name] = ((stat.st_ino, stat.st_mtime_ns, stat.st_size), record)
 
     def delete(self, name: str) -> None:
         remove(self.record_path(name))
+        self._cache.pop(name, None)

@@ -118,6 +118,8 @@ class LocalBackend:
         self.python = python or sys.executable
         self._reservations: dict[str, _Reservation] = {}
         self._specs: dict[str, dict[str, Any]] = {}  # task.json never changes: read once
+        # task id -> (folder mtime, what was observed, launch.json): reused while unchanged
+        self._observed: dict[str, tuple[int, ObservedTask, dict[str, Any]]] = {}
         self._watcher: threading.Thread | None = None
         self._closed = threading.Event()
         self._next_port = self.capacity.port_first
@@ -141,15 +143,41 @@ class LocalBackend:
         return spec
 
     def observe(self) -> Sequence[ObservedTask]:
+        """Every task folder, read again only when it changed: supervisors write their files
+        into it (changing its mtime), and a live task's supervisor is checked every time."""
         observed = []
-        for task_dir in self._task_dirs():
+        seen: set[str] = set()
+        try:
+            entries = [e for e in os.scandir(self.tasks_dir) if not e.name.startswith(".") and e.is_dir()]
+        except FileNotFoundError:
+            entries = []
+        for entry in entries:
+            seen.add(entry.name)
+            try:
+                mtime = entry.stat().st_mtime_ns
+            except FileNotFoundError:
+                continue
+            cached = self._observed.get(entry.name)
+            if cached is not None and cached[0] == mtime:
+                if cached[1].state.ended or self._still_alive(cached[2]):
+                    observed.append(cached[1])
+                    continue
+            task_dir = Path(entry.path)
             spec = self._spec(task_dir)
             if spec is None:
                 continue  # a launch that crashed before writing task.json: nothing started
-            observed.append(self._observe_one(task_dir, spec))
+            task, launch_info = self._observe_one(task_dir, spec)
+            self._observed[entry.name] = (mtime, task, launch_info)
+            observed.append(task)
+        for gone in self._observed.keys() - seen:
+            del self._observed[gone]
         return observed
 
-    def _observe_one(self, task_dir: Path, spec: dict[str, Any]) -> ObservedTask:
+    @staticmethod
+    def _still_alive(launch_info: dict[str, Any]) -> bool:
+        return _alive(launch_info.get("supervisorPid"), launch_info.get("supervisorTicks"))
+
+    def _observe_one(self, task_dir: Path, spec: dict[str, Any]) -> tuple[ObservedTask, dict[str, Any]]:
         exit_info = _read_json(task_dir / "exit.json")
         state_info = _read_json(task_dir / "state.json")
         launch_info = _read_json(task_dir / "launch.json") or {}
@@ -177,10 +205,11 @@ class LocalBackend:
                     state = TaskState.STOPPING if stopping else TaskState.RUNNING
             elif not launch_info and time.time() - spec["createdAt"] < START_TIMEOUT_S:
                 state = TaskState.STARTING  # being launched right now by another call
+                launch_info = {"supervisorPid": None}  # not cached as alive: look again
             else:
                 state, exit_code, message = self._supervisor_gone(task_dir, state_info, stopping)
                 finished_at = time.time()
-        return ObservedTask(
+        task = ObservedTask(
             task_id=spec["taskId"],
             job=spec["job"],
             key=TaskKey(Role(spec["role"]), int(spec["index"])),
@@ -197,6 +226,7 @@ class LocalBackend:
             message=message,
             extra={"gpus": ",".join(str(g) for g in spec.get("gpuDevices", []))},
         )
+        return task, launch_info
 
     def _supervisor_gone(
         self, task_dir: Path, state_info: dict[str, Any] | None, stopping: bool
