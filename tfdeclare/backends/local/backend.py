@@ -158,10 +158,10 @@ class LocalBackend:
             except FileNotFoundError:
                 continue
             cached = self._observed.get(entry.name)
-            if cached is not None and cached[0] == mtime:
-                if cached[1].state.ended or self._still_alive(cached[2]):
-                    observed.append(cached[1])
-                    continue
+            unchanged = cached is not None and cached[0] == mtime
+            if cached is not None and unchanged and (cached[1].state.ended or self._still_alive(cached[2])):
+                observed.append(cached[1])
+                continue
             task_dir = Path(entry.path)
             spec = self._spec(task_dir)
             if spec is None:
