@@ -6,6 +6,7 @@ Imports of heavy modules happen inside the commands, so ``tfdeclare validate`` s
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import sys
 import traceback
@@ -37,6 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Commands build large object graphs once (10,000 specs: millions of objects) and make
+    # few cycles: collecting rarely saves about a third of a big plan (docs/benchmarks.md).
+    gc.set_threshold(100_000, 50, 100)
     parser = build_parser()
     args = parser.parse_args(argv)
     module, _, function = args.handler.partition(":")

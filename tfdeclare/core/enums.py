@@ -19,6 +19,9 @@ class Role(StrEnum):
 
 
 ROLE_ORDER: tuple[Role, ...] = tuple(Role)
+# (role, its name) pairs: ``Role.value`` goes through the enum descriptor, which is slow in
+# hot loops; a StrEnum member is also its own name as a str key.
+ROLE_NAMES: tuple[tuple[Role, str], ...] = tuple((role, str(role.value)) for role in ROLE_ORDER)
 
 
 class RestartPolicy(StrEnum):

@@ -17,12 +17,12 @@ class TaskKey:
 
     @property
     def name(self) -> str:
-        return f"{self.role.value}-{self.index}"
+        return f"{self.role}-{self.index}"  # a StrEnum formats as its value
 
     @property
     def colon_name(self) -> str:
         """The ``ROLE:INDEX`` form users type (``tfdeclare logs --task worker:1``)."""
-        return f"{self.role.value}:{self.index}"
+        return f"{self.role}:{self.index}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfdeclare.core.enums import (
-    ROLE_ORDER,
+    ROLE_NAMES,
     ClusterSpecStyle,
     ConstraintOperator,
     PlacementStrategy,
@@ -42,8 +42,8 @@ def canonicalize(filled: Mapping[str, Any]) -> dict[str, Any]:
     """
     spec = filled["spec"]
     replicas: dict[str, Any] = {}
-    for role in ROLE_ORDER:
-        replica = spec["replicas"].get(role.value)
+    for _, role_name in ROLE_NAMES:
+        replica = spec["replicas"].get(role_name)
         if replica is None or replica["count"] == 0:
             continue
         resources = replica["resources"]
@@ -59,7 +59,7 @@ def canonicalize(filled: Mapping[str, Any]) -> dict[str, Any]:
             entry["env"] = dict(sorted(replica["env"].items()))
         if "command" in replica:
             entry["command"] = list(replica["command"])
-        replicas[role.value] = entry
+        replicas[role_name] = entry
     canonical_spec: dict[str, Any] = {
         "command": list(spec["command"]) if "command" in spec else None,
         "env": dict(sorted(spec["env"].items())),
@@ -105,10 +105,7 @@ def task_keys_of(canonical: Mapping[str, Any]) -> tuple[TaskKey, ...]:
     """Every task of a canonical spec, without building the ``JobSpec``."""
     replicas = canonical["spec"]["replicas"]
     return tuple(
-        TaskKey(role, i)
-        for role in ROLE_ORDER
-        if role.value in replicas
-        for i in range(replicas[role.value]["count"])
+        TaskKey(role, i) for role, name in ROLE_NAMES if name in replicas for i in range(replicas[name]["count"])
     )
 
 
@@ -154,8 +151,8 @@ class JobSpec:
                 env=tuple(entry.get("env", {}).items()),
                 command=tuple(entry["command"]) if "command" in entry else None,
             )
-            for role in ROLE_ORDER
-            if (entry := by_role.get(role.value)) is not None
+            for role, name in ROLE_NAMES
+            if (entry := by_role.get(name)) is not None
         )
         return cls(
             name=canonical["metadata"]["name"],
