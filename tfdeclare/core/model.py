@@ -105,7 +105,10 @@ def task_keys_of(canonical: Mapping[str, Any]) -> tuple[TaskKey, ...]:
     """Every task of a canonical spec, without building the ``JobSpec``."""
     replicas = canonical["spec"]["replicas"]
     return tuple(
-        TaskKey(role, i) for role, name in ROLE_NAMES if name in replicas for i in range(replicas[name]["count"])
+        TaskKey(role, i)
+        for role, name in ROLE_NAMES
+        if name in replicas
+        for i in range(replicas[name]["count"])
     )
 
 
