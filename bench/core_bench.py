@@ -3,7 +3,6 @@ after one change, and peak memory for 10,000 jobs."""
 
 from __future__ import annotations
 
-import json
 import random
 import subprocess
 import sys
@@ -11,22 +10,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import CLI_SCRIPT, REPO, Result, generate, job_text, run, timed
+from bench.common import CLI_SCRIPT, Result, generate, job_text, run, timed
 
-_IN_PROCESS = """
-import json, resource, sys, time
+_MEASURE_CHILD = """
+import resource, subprocess, sys, time
 started = time.perf_counter()
-from pathlib import Path
-from tfdeclare.core.planner import PlanCache, plan
-from tfdeclare.core.render import render_text
-from tfdeclare.shell.sources import SpecFiles
-from tfdeclare.shell.store import StateStore
-desired = SpecFiles([Path(sys.argv[1])]).load()
-result = plan(desired, StateStore(Path(sys.argv[2])).observed())
-text = render_text(result)
+done = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 elapsed = time.perf_counter() - started
-assert len(desired.jobs) == int(sys.argv[3]) and not desired.diagnostics
-print(json.dumps({"seconds": elapsed, "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+assert done.returncode == 0, done.stderr
+print(elapsed, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 """
 
 
@@ -45,26 +37,38 @@ def cold_validate(workdir: Path, runs: int) -> Result:
 
 
 def plan_10k(workdir: Path, runs: int) -> tuple[Result, Result]:
+    """The real command, `tfdeclare plan DIR`, as a user runs it: process start to exit."""
     specs = workdir / "specs10k"
     generate(specs, 10_000)
-    state = workdir / "state"
     seconds, memory = [], []
     for _ in range(runs):
         out = subprocess.run(
-            [sys.executable, "-c", _IN_PROCESS, str(specs), str(state), "10000"],
+            [
+                sys.executable,
+                "-c",
+                _MEASURE_CHILD,
+                CLI_SCRIPT,
+                "plan",
+                str(specs),
+                "--state-dir",
+                str(workdir / "state"),
+            ],
             capture_output=True,
             text=True,
             check=True,
-            cwd=REPO,
+            cwd=workdir,
         )
-        data = json.loads(out.stdout)
-        seconds.append(data["seconds"])
-        memory.append(data["maxrss_kib"] / 1024)
+        elapsed, maxrss_kib = out.stdout.split()
+        seconds.append(float(elapsed))
+        memory.append(int(maxrss_kib) / 1024)
     return (
         Result(
-            "validate + plan of 10,000 job files, one process (imports included)", "≤ 3 s", seconds, limit=3.0
+            "`tfdeclare plan` of 10,000 job files (validate + plan, one process, start to exit)",
+            "≤ 3 s",
+            seconds,
+            limit=3.0,
         ),
-        Result("peak memory (RSS) for 10,000 jobs", "≤ 300 MB", memory, "MB", limit=300),
+        Result("peak memory (RSS) of that process", "≤ 300 MB", memory, "MB", limit=300),
     )
 
 
@@ -85,7 +89,7 @@ def replan_warm(workdir: Path, runs: int, *, told: bool) -> Result:
     cache = PlanCache()
     plan(applied, observed, None, cache)
     samples = []
-    rng = random.Random(7)
+    rng = random.Random(7 if told else 8)  # never write back what is already applied
     target = specs / "job-00042.yaml"
     for i in range(runs):
         target.write_text(job_text("job-00042", rng).replace("'10'", f"'{i}'"))
@@ -94,8 +98,13 @@ def replan_warm(workdir: Path, runs: int, *, told: bool) -> Result:
         result = plan(desired, observed, None, cache)
         samples.append((time.perf_counter() - started) * 1000)
         assert sum(1 for j in result.jobs if j.action.changes_something) == 1
+    how = "told which file changed (the daemon's file events)" if told else "full rescan (every file stat'ed)"
     return Result(
-        "re-plan of 10,000 jobs after one file changed, warm process", "≤ 50 ms", samples, "ms", limit=50
+        f"re-plan of 10,000 jobs after one file changed, warm process, {how}",
+        "≤ 50 ms",
+        samples,
+        "ms",
+        limit=50,
     )
 
 

@@ -78,3 +78,20 @@ def test_told_what_changed_only_those_paths_are_looked_at(tmp_path: Path) -> Non
     (tmp_path / "sub" / "d.yaml").write_text(job_yaml("d"))
     assert sorted(files.load({str(tmp_path / "sub")}).jobs) == ["a", "c", "d"], "a folder change rescans"
     assert sorted(files.load().jobs) == ["a", "c", "d"]
+
+
+def test_told_changes_that_touch_other_files_fall_back_to_a_full_load(tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.yaml").write_text(job_yaml(name))
+        _age(tmp_path / f"{name}.yaml")
+    files = SpecFiles([tmp_path])
+    files.load()
+    (tmp_path / "b.yaml").write_text(job_yaml("a"))  # now two files define "a"
+    duplicated = files.load({str(tmp_path / "b.yaml")})
+    assert duplicated.jobs == {} and {d.code.value for d in duplicated.diagnostics} == {"duplicate-name"}
+    (tmp_path / "b.yaml").write_text(job_yaml("b").replace("count: 1", "count: x"))
+    broken = files.load({str(tmp_path / "b.yaml")})
+    assert sorted(broken.jobs) == ["a"] and "b.yaml" in str(broken.invalid_files)
+    (tmp_path / "b.yaml").write_text(job_yaml("b"))
+    fixed = files.load({str(tmp_path / "b.yaml")})
+    assert sorted(fixed.jobs) == ["a", "b"] and not fixed.diagnostics

@@ -49,7 +49,7 @@ class SpecFiles:
         self.base = str(base) if base is not None else None
         self._cache: dict[str, tuple[tuple[int, int, int], FileResult]] = {}
         self._last: tuple[list[FileResult], DesiredState] | None = None
-        self._discovered: tuple[list[tuple[str, os.stat_result]], list[Diagnostic]] | None = None
+        self._files: dict[str, os.stat_result] = {}  # spec files found by the last scan
 
     def discover(self) -> tuple[list[tuple[str, os.stat_result]], list[Diagnostic]]:
         """Every spec file with its stat, once each (links to the same file count once)."""
@@ -93,14 +93,13 @@ class SpecFiles:
     def load(self, changed: Collection[str] | None = None) -> DesiredState:
         """The desired state. ``changed``, when the caller knows it (the daemon's file
         events), lists the only paths that may have changed since the last load: then just
-        those are looked at again, instead of every file (a full scan stats them all)."""
-        known = self._discovered
-        if changed is None or known is None or not self._incremental(changed):
-            known = self.discover()
-        else:
-            known = self._refresh(known, changed)
-        self._discovered = known
-        files, problems = known
+        those are read again and the previous state patched, instead of every file being
+        looked at (a full scan stats them all)."""
+        if changed is not None and self._incremental(changed):
+            patched = self._patch(changed)
+            if patched is not None:
+                return patched
+        files, problems = self.discover()
         now = time.time()
         # Loading makes many short-lived, acyclic objects: the cyclic collector would only
         # spend time here (about a fifth of a cold 10,000-file load; docs/benchmarks.md).
@@ -115,13 +114,15 @@ class SpecFiles:
             seen = {r.path for r in results}
             for gone in [p for p in self._cache if p not in seen]:
                 del self._cache[gone]
+        self._files = dict(files)
+        last = self._last
         if (
-            self._last is not None
+            last is not None
             and not problems
-            and len(self._last[0]) == len(results)
-            and all(a is b for a, b in zip(self._last[0], results, strict=True))
+            and len(last[0]) == len(results)
+            and all(a is b for a, b in zip(last[0], results, strict=True))
         ):
-            return self._last[1]  # nothing changed: the same desired state, object and all
+            return last[1]  # nothing changed: the same desired state, object and all
         state = assemble(results)
         if problems:
             state = DesiredState(
@@ -136,25 +137,53 @@ class SpecFiles:
 
     @staticmethod
     def _incremental(changed: Collection[str]) -> bool:
-        """Only changes to spec files can be handled without a rescan (a folder appearing or
-        going, a rename of a folder, ... rescans)."""
+        """Only changes to spec files can be patched in (a folder appearing or going, a rename
+        of a folder, ... needs a scan)."""
         return all(path.endswith(_SUFFIXES) and not os.path.isdir(path) for path in changed)
 
-    def _refresh(
-        self, known: tuple[list[tuple[str, os.stat_result]], list[Diagnostic]], changed: Collection[str]
-    ) -> tuple[list[tuple[str, os.stat_result]], list[Diagnostic]]:
-        files = dict(known[0])
+    def _patch(self, changed: Collection[str]) -> DesiredState | None:
+        """The previous state with the changed files' jobs replaced, when that cannot affect
+        anything else: the state was clean, stays clean, and no name moves between files.
+        Otherwise None, and the caller loads everything."""
+        if self._last is None or self._last[1].diagnostics:
+            return None
+        previous = self._last[1]
+        jobs = dict(previous.jobs)
+        files = self._files
+        now = time.time()
+        added_or_removed = False
         for path in changed:
             if os.path.basename(path).startswith("."):
                 continue
+            shown = display_path(path, self.base)
+            old = self._cache.get(shown)
             try:
-                stat = os.stat(path)
+                stat: os.stat_result | None = os.stat(path)
             except OSError:
-                files.pop(path, None)
-                continue
-            if stat_module.S_ISREG(stat.st_mode):
+                stat = None
+            new: FileResult | None = None
+            if stat is None or not stat_module.S_ISREG(stat.st_mode):
+                self._cache.pop(shown, None)
+                added_or_removed |= files.pop(path, None) is not None
+            else:
+                added_or_removed |= path not in files
                 files[path] = stat
-        return sorted(files.items()), known[1]
+                new = self._load_one(path, stat, now)
+                if new.diagnostics:
+                    return None
+            for job in old[1].jobs if old is not None else ():
+                if jobs.get(job.name) is job:
+                    del jobs[job.name]
+            for job in new.jobs if new is not None else ():
+                if job.name in jobs:
+                    return None  # the name is defined elsewhere too: assemble reports it
+                jobs[job.name] = job
+        shown_files = (
+            tuple(sorted(display_path(p, self.base) for p in files)) if added_or_removed else previous.files
+        )
+        state = DesiredState(jobs, (), {}, frozenset(), shown_files)
+        self._last = ([], state)  # no per-file list: the next full load compares nothing
+        return state
 
     def _load_one(self, path: str, stat: os.stat_result, now: float) -> FileResult:
         shown = display_path(path, self.base)
