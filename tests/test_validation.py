@@ -345,3 +345,13 @@ def test_spec_hash_ignores_formatting_order_and_defaults() -> None:
     assert a.spec.spec_hash == b.spec.spec_hash
     c = load_file("c.yaml", GOOD.replace("count: 2", "count: 3").encode()).jobs[0]
     assert c.spec.spec_hash != a.spec.spec_hash
+
+
+def test_quoted_keys_that_look_like_other_scalars_are_strings() -> None:
+    result = load_file(
+        "job.yaml", GOOD.replace("name: good", "name: good\n  labels: {'true': x, '1': y, null1: z}").encode()
+    )
+    assert result.diagnostics == ()
+    assert dict(result.jobs[0].spec.labels) == {"true": "x", "1": "y", "null1": "z"}
+    unquoted = load_file("job.yaml", GOOD.replace("name: good", "name: good\n  labels: {true: x}").encode())
+    assert [d.code for d in unquoted.diagnostics] == [Code.NON_STRING_KEY]

@@ -45,6 +45,7 @@ _FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?\Z")
 _NULLS = frozenset({"", "~", "null", "Null", "NULL"})
 _TRUE = frozenset({"true", "True", "TRUE"})
 _FALSE = frozenset({"false", "False", "FALSE"})
+_NOT_STRING_WORDS = _NULLS | _TRUE | _FALSE
 _SPECIAL_FLOATS = frozenset(
     {".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF", "-.inf", "-.Inf", "-.INF", ".nan", ".NaN", ".NAN"}
 )
@@ -71,17 +72,19 @@ def resolve_plain(text: str) -> Any:
     if not text:
         return None
     first = text[0]
+    if first in "nNtTfF~":  # null, true, false, or (much more often) a word such as "name"
+        if text in _NULLS:
+            return None
+        if text in _TRUE:
+            return True
+        if text in _FALSE:
+            return False
+        return text
     if first.isascii() and first.isdigit():
         if text.isascii() and text.isdigit():
             return int(text)
-    elif first not in "-+.nNtTfF~":
+    elif first not in "-+.":
         return text  # a word, a path, ...: the common case
-    if text in _NULLS:
-        return None
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
     if _INT.match(text):
         return int(text, 10)
     if _OCT.match(text):
@@ -203,6 +206,8 @@ class _Converter:
                 if first.isalpha() and first not in "nNtTfF":
                     return text  # the common case: a word
                 value = resolve_plain(text)
+                if type(value) is str:
+                    return value
             elif tag in _EXPLICIT_SCALARS:
                 try:
                     value = _resolve_tagged(tag, text)
@@ -236,7 +241,7 @@ class _Converter:
                 self.fail(key_node, path, "keys must be plain strings", Code.NON_STRING_KEY)
                 continue
             key = key_node.value
-            if key_tag == _PLAIN and not (key[:1].isalpha() and key[0] not in "nNtTfF"):
+            if key_tag == _PLAIN and (not key[:1].isalpha() or key in _NOT_STRING_WORDS):
                 if not isinstance(resolve_plain(key), str):
                     # ``1: x`` or ``true: x``: YAML would make a number or bool of it; say so.
                     self.fail(key_node, path, f"key {key!r} must be a string (quote it)", Code.NON_STRING_KEY)
