@@ -341,3 +341,18 @@ def test_gpu_tasks_get_exactly_their_own_devices(project: Path) -> None:
     wait_until(lambda: (cli("status", cwd=project), status_of(project, "more")["phase"] == "Running")[1])
     assert records(project)  # the second job got a GPU once the first one finished
     assert cli("delete", "--all", cwd=project).returncode == 0
+
+
+def test_labels_of_a_finished_job_change_in_place_without_a_rerun(project: Path) -> None:
+    (project / "specs" / "job.yaml").write_text(spec("done", {"worker": (1, "exit=0")}))
+    assert cli("apply", "specs", "--wait", cwd=project).returncode == 0
+    (project / "specs" / "job.yaml").write_text(
+        spec("done", {"worker": (1, "exit=0")}).replace(
+            "metadata: {name: done}", "metadata: {name: done, labels: {team: ml}}"
+        )
+    )
+    planned = cli("plan", "specs", cwd=project)
+    assert "~ done will be updated in place" in planned.stdout
+    assert cli("apply", "specs", "--wait", cwd=project).returncode == 0
+    assert status_of(project, "done")["phase"] == "Succeeded"
+    assert sorted(records(project)) == ["worker-0.0"], "nothing ran again"

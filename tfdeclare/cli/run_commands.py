@@ -220,7 +220,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         backend = make_backend(settings)
         try:
             controller = make_controller(settings, backend)
-            controller.apply(result, desired)
+            controller.apply(result)
             names = set(desired.jobs) | {j.name for j in result.jobs if j.action.value == "delete"}
             if not names:
                 return EXIT_OK

@@ -20,7 +20,6 @@ from typing import Any
 
 from tfdeclare.backends.base import Backend, BackendError
 from tfdeclare.core import lifecycle, status
-from tfdeclare.core.desired import DesiredState
 from tfdeclare.core.enums import Phase, TaskState
 from tfdeclare.core.launches import gang_request, launches, placed
 from tfdeclare.core.lifecycle import Backoff, Why
@@ -105,12 +104,7 @@ class Controller:
 
     # ---- applying a plan ------------------------------------------------------------------
 
-    def apply(
-        self,
-        plan: Plan,
-        desired: DesiredState | None = None,
-        revision: Revision | None = None,
-    ) -> list[str]:
+    def apply(self, plan: Plan, revision: Revision | None = None) -> list[str]:
         """Write the plan's decisions into the records. Returns one line per change."""
         records = self.store.records()
         changes: list[str] = []
@@ -165,7 +159,8 @@ class Controller:
                 **provenance,
             )
         changed = record.evolve(canonical=canonical, spec_hash=spec_hash, **provenance)
-        if action is Action.CREATE or record.phase.terminal:  # re-created after delete, or re-run
+        if action is Action.CREATE or (action is Action.RESTART and record.phase.terminal):
+            # re-created while being deleted, or a finished job whose spec changed: run again
             return changed.evolve(
                 deleting=False,
                 phase=Phase.PENDING,

@@ -214,6 +214,24 @@ def _task_sets(
     return restart, start, stop
 
 
+def _unchanged(loaded: LoadedJob, observed: ObservedJob) -> JobPlan:
+    reason, why = (
+        (Reason.COMPLETED, f"{observed.phase.value}; not run again unless its spec changes")
+        if observed.phase.terminal
+        else (Reason.UNCHANGED, "up to date")
+    )
+    return JobPlan(
+        loaded.name,
+        Action.NOOP,
+        (reason,),
+        why,
+        source=loaded.source,
+        phase=observed.phase,
+        spec_hash=loaded.spec_hash,
+        previous_hash=observed.spec_hash,
+    )
+
+
 def _plan_present(loaded: LoadedJob, observed: ObservedJob | None) -> JobPlan:
     name, source, desired_canonical = loaded.name, loaded.source, loaded.canonical
     if observed is None:
@@ -227,21 +245,7 @@ def _plan_present(loaded: LoadedJob, observed: ObservedJob | None) -> JobPlan:
             spec_hash=loaded.spec_hash,
         )
     if observed.spec_hash == loaded.spec_hash and observed.phase is not Phase.DELETING:
-        reason, why = (
-            (Reason.COMPLETED, f"{observed.phase.value}; not run again unless its spec changes")
-            if observed.phase.terminal
-            else (Reason.UNCHANGED, "up to date")
-        )
-        return JobPlan(
-            name,
-            Action.NOOP,
-            (reason,),
-            why,
-            source=source,
-            phase=observed.phase,
-            spec_hash=loaded.spec_hash,
-            previous_hash=observed.spec_hash,
-        )
+        return _unchanged(loaded, observed)
     desired_spec = loaded.spec
     common: dict[str, Any] = {
         "source": source,
@@ -260,16 +264,8 @@ def _plan_present(loaded: LoadedJob, observed: ObservedJob | None) -> JobPlan:
         )
     changes = field_changes(observed.canonical, desired_canonical)
     effects = {c.effect for c in changes}
-    if not changes:
-        if observed.phase.terminal:
-            return JobPlan(
-                name,
-                Action.NOOP,
-                (Reason.COMPLETED,),
-                f"{observed.phase.value}; not run again unless its spec changes",
-                **common,
-            )
-        return JobPlan(name, Action.NOOP, (Reason.UNCHANGED,), "up to date", **common)
+    if not changes:  # a different hash for the same spec: only after a change of the hashing
+        return _unchanged(loaded, observed)
     if effects == {Effect.IN_PLACE}:
         return JobPlan(
             name,

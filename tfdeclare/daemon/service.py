@@ -184,7 +184,7 @@ class Daemon:
                 log.warning("%s", diagnostic.format())
         options = PlanOptions(prune=self.options.prune, allow_empty=self.options.allow_empty)
         current = plan(desired, self.controller.store.observed(), options, self._plans)
-        for line in self.controller.apply(current, desired, self.revision):
+        for line in self.controller.apply(current, self.revision):
             log.info("applied %s", line)
         revision = self.revision.commit if self.revision else None
         self.metrics.attempted_revision = revision
