@@ -356,3 +356,20 @@ def test_labels_of_a_finished_job_change_in_place_without_a_rerun(project: Path)
     assert cli("apply", "specs", "--wait", cwd=project).returncode == 0
     assert status_of(project, "done")["phase"] == "Succeeded"
     assert sorted(records(project)) == ["worker-0.0"], "nothing ran again"
+
+
+def test_a_restart_driven_from_another_folder_keeps_the_spec_folder_as_working_dir(project: Path) -> None:
+    (project / "specs" / "job.yaml").write_text(spec("moved", {"worker": (1, "fail-once")}))
+    assert cli("apply", "specs", cwd=project).returncode == 0
+    elsewhere = project / "elsewhere"
+    elsewhere.mkdir()
+    dirs = [
+        "--state-dir",
+        str(project / ".tfdeclare"),
+        "--status-dir",
+        str(project / "status"),
+        "--config",
+        str(project / "tfdeclare.yaml"),
+    ]
+    wait_until(lambda: (cli("status", *dirs, cwd=elsewhere), "worker-0.1" in records(project))[1])
+    assert records(project)["worker-0.1"]["cwd"] == str((project / "specs").resolve())

@@ -68,7 +68,9 @@ class PassResult:
             self.wake_at = at
 
 
-def _provenance(record: JobRecord, source: SourceRef | None, revision: Revision | None) -> JobRecord:
+def _provenance(
+    record: JobRecord, source: SourceRef | None, source_dir: str | None, revision: Revision | None
+) -> JobRecord:
     """An unchanged job's record with where its spec now comes from (a new revision, a moved
     file) and no error; the same record object when nothing differs (the common case)."""
     changes: dict[str, Any] = {}
@@ -76,6 +78,7 @@ def _provenance(record: JobRecord, source: SourceRef | None, revision: Revision 
         changes["invalid"] = ()
     if source != record.source:
         changes["source"] = source
+        changes["source_dir"] = source_dir
     if revision is not None and revision.commit != record.revision:
         changes["revision"] = revision.commit
         changes["revision_info"] = revision.to_json()
@@ -100,7 +103,7 @@ class Controller:
         self.statuses = statuses
         self.backoff = backoff or Backoff()
         self.clock = clock
-        self.base_dir = base_dir or Path.cwd()  # spec sources are relative to this
+        self.base_dir = base_dir or Path.cwd()  # spec file paths are relative to this when applied
 
     # ---- applying a plan ------------------------------------------------------------------
 
@@ -119,12 +122,16 @@ class Controller:
                     last_attempted_revision=revision.commit if revision else record.last_attempted_revision,
                 )
             elif job.action is Action.NOOP and record is not None:
-                updated = _provenance(record, source or job.source or record.source, revision)
+                where = source or job.source or record.source
+                updated = _provenance(record, where, self._source_dir(where), revision)
             if updated is not None and updated is not record and updated != record:
                 self.store.save(updated)
                 if job.action.changes_something:
                     changes.append(f"{job.action.symbol} {job.name}: {job.message}")
         return changes
+
+    def _source_dir(self, source: SourceRef | None) -> str | None:
+        return str((self.base_dir / source.file).parent.resolve()) if source else None
 
     def _applied(
         self,
@@ -137,6 +144,7 @@ class Controller:
     ) -> JobRecord | None:
         provenance: dict[str, Any] = {
             "source": source,
+            "source_dir": self._source_dir(source),
             "revision": revision.commit if revision else None,
             "revision_info": revision.to_json() if revision else None,
             "last_attempted_revision": revision.commit if revision else None,
@@ -278,8 +286,7 @@ class Controller:
             message=f"starting {len(placement.slots)} task(s)",
         )
         self.store.save(ready)  # write-ahead: addresses and launch number before any task exists
-        source_dir = str((self.base_dir / record.source.file).parent) if record.source else None
-        to_launch = launches(ready, placement, source_dir)
+        to_launch = launches(ready, placement, record.source_dir)
         try:
             self.backend.launch(placement, to_launch)
         except BackendError:

@@ -117,6 +117,7 @@ class JobRecord:
     reason: str = "Created"
     message: str = ""
     source: SourceRef | None = None
+    source_dir: str | None = None  # absolute folder of the spec file when applied (local working dir)
     revision: str | None = None
     revision_info: Mapping[str, Any] | None = None
     last_attempted_revision: str | None = None
@@ -167,6 +168,7 @@ class JobRecord:
             "reason": self.reason,
             "message": self.message,
             "source": {"file": self.source.file, "line": self.source.line} if self.source else None,
+            "sourceDir": self.source_dir,
             "revision": self.revision,
             "revisionInfo": self.revision_info,
             "lastAttemptedRevision": self.last_attempted_revision,
@@ -198,6 +200,7 @@ class JobRecord:
             reason=data.get("reason", ""),
             message=data.get("message", ""),
             source=SourceRef(source["file"], int(source["line"])) if source else None,
+            source_dir=data.get("sourceDir"),
             revision=data.get("revision"),
             revision_info=data.get("revisionInfo"),
             last_attempted_revision=data.get("lastAttemptedRevision"),
