@@ -355,3 +355,8 @@ def test_quoted_keys_that_look_like_other_scalars_are_strings() -> None:
     assert dict(result.jobs[0].spec.labels) == {"true": "x", "1": "y", "null1": "z"}
     unquoted = load_file("job.yaml", GOOD.replace("name: good", "name: good\n  labels: {true: x}").encode())
     assert [d.code for d in unquoted.diagnostics] == [Code.NON_STRING_KEY]
+
+
+def test_braces_in_a_flow_list_get_a_hint_to_quote() -> None:
+    found = diagnostics("spec:\n  command: [train, --task_index={task_index}]\n")
+    assert any("quote every item that holds { or }" in d[3] for d in found)

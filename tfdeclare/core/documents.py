@@ -308,6 +308,10 @@ def _mark_diagnostic(source: str, text: str, err: yaml.MarkedYAMLError) -> Diagn
     problem = err.problem or "invalid YAML"
     if mark is not None and 0 <= mark.index < len(text) and text[mark.index] == "\t":
         problem = "a tab cannot indent YAML; use spaces"
+    elif mark is not None and "flow sequence" in (err.context or ""):
+        line = text.splitlines()[mark.line] if mark.line < len(text.splitlines()) else ""
+        if "{" in line or "}" in line:
+            problem += "; inside [...] quote every item that holds { or }, e.g. '--task_index={task_index}'"
     if err.context:
         problem = f"{problem} ({err.context})"
     if mark is None:
