@@ -206,9 +206,7 @@ def _step(record: JobRecord, tasks: Sequence[ObservedTask], now: float, backoff:
         why = Why.ALL_TASKS_RUNNING if running else Why.TASKS_STARTING
         phase = Phase.RUNNING if running else record.phase
         message = f"{len(current_alive)} task(s) running" if running else "tasks are starting"
-        return Step(
-            record.evolve(phase=phase, reason=why, message=message), stop=stop_stale, events=tuple(events)
-        )
+        return Step(_update(record, phase, why, message), stop=stop_stale, events=tuple(events))
     if stale:
         waiting = record.evolve(
             phase=_waiting_phase(record),
@@ -229,6 +227,14 @@ def _step(record: JobRecord, tasks: Sequence[ObservedTask], now: float, backoff:
         launch=missing,
         events=tuple(events),
     )
+
+
+def _update(record: JobRecord, phase: Phase, why: Why, message: str) -> JobRecord:
+    """The record with this phase, reason and message; itself when nothing changes (the
+    steady state of a running job, every pass)."""
+    if (record.phase, record.reason, record.message) == (phase, why, message):
+        return record
+    return record.evolve(phase=phase, reason=why, message=message)
 
 
 def _waiting_phase(record: JobRecord) -> Phase:
