@@ -108,3 +108,13 @@ def test_schema_command_prints_valid_json(workdir: Path) -> None:
         assert result.returncode == 0
         assert json.loads(result.stdout)["$id"].endswith(f"{name}.schema.json")
     assert cli("schema", "nope", cwd=workdir).returncode == 1
+
+
+def test_common_options_work_before_and_after_the_command(workdir: Path) -> None:
+    (workdir / "specs" / "a.yaml").write_text(job_yaml("a"))
+    (workdir / "tfdeclare.yaml").write_text("backend: kubernetes\n")  # invalid: must not be read
+    before = cli("--config", "other.yaml", "validate", "specs", cwd=workdir)
+    assert before.returncode == 1 and "cannot read config other.yaml" in before.stderr
+    (workdir / "good.yaml").write_text("backend: local\n")
+    after = cli("--config", "other.yaml", "validate", "specs", "--config", "good.yaml", cwd=workdir)
+    assert after.returncode == 0, after.stderr
