@@ -114,7 +114,7 @@ class StateStore:
     def save(self, record: JobRecord) -> None:
         data = json.dumps(record.to_json(), indent=1, sort_keys=True).encode()
         path = self.record_path(record.name)
-        write_atomic(path, data)
+        write_atomic(path, data, mode=0o600)  # the spec's environment may hold secrets
         stat = path.stat()
         self._cache[record.name] = ((stat.st_ino, stat.st_mtime_ns, stat.st_size), record)
 
