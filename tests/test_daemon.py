@@ -314,3 +314,53 @@ def test_unreachable_remote_keeps_the_jobs_and_is_reported(cwd: Path, repo: tupl
         assert "source unavailable, the last applied state keeps running" in daemon.text()
     finally:
         daemon.stop()
+
+
+def test_git_mode_corrupt_clone_is_recloned_and_prune_by_commit(cwd: Path, repo: tuple[Path, Path]) -> None:
+    remote, work = repo
+    keep_out, gone_out = cwd / "keep-out", cwd / "gone-out"
+    keep_out.mkdir()
+    gone_out.mkdir()
+    commit(
+        work,
+        "two jobs",
+        {
+            "keep.yaml": job("keep").replace("env: {OUT: keep-out}", f"env: {{OUT: {keep_out}}}"),
+            "gone.yaml": job("gone").replace("env: {OUT: gone-out}", f"env: {{OUT: {gone_out}}}"),
+        },
+    )
+    daemon = Daemon(
+        cwd,
+        "--git",
+        f"file://{remote}",
+        "--path",
+        "jobs",
+        "--interval",
+        "0.5",
+        "--prune",
+        "--log-format",
+        "json",
+    )
+    try:
+        wait_until(lambda: len(pids(keep_out)) == 1 and len(pids(gone_out)) == 1)
+        gone_pid = pids(gone_out)[0]
+        commit(work, "drop gone", {"gone.yaml": None})
+        wait_until(lambda: not alive(gone_pid) and status(cwd, "gone") is None)
+        (cwd / ".tfdeclare" / "git" / "checkout" / ".git" / "HEAD").write_text("garbage\n")
+        third = commit(
+            work,
+            "touch keep",
+            {
+                "keep.yaml": job("keep", extra="  backoffLimit: 5\n").replace(
+                    "env: {OUT: keep-out}", f"env: {{OUT: {keep_out}}}"
+                )
+            },
+        )
+        wait_until(lambda: (status(cwd, "keep") or {}).get("revision") == third, timeout=30)
+        assert alive(pids(keep_out)[0]), "an in-place update after a re-clone restarts nothing"
+        assert list((cwd / ".tfdeclare" / "git").glob("corrupt-*")), "the unusable clone was set aside"
+    finally:
+        daemon.stop()
+    lines = [json.loads(line) for line in daemon.text().splitlines() if line.startswith("{")]
+    assert lines and {"time", "level", "logger", "message"} <= set(lines[0])
+    assert any("unusable" in line["message"] for line in lines)

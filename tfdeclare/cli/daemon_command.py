@@ -25,15 +25,15 @@ from tfdeclare.shell.sources import SpecFiles
 
 class _JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        return json.dumps(
-            {
-                "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.created)),
-                "level": record.levelname.lower(),
-                "logger": record.name,
-                "message": record.getMessage(),
-            },
-            ensure_ascii=False,
-        )
+        line: dict[str, str] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.created)),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, ensure_ascii=False)
 
 
 def _setup_logging(fmt: str) -> None:

@@ -117,7 +117,12 @@ class Daemon:
                 next_sync = time.monotonic() + self.options.interval_s
                 with self._changes_lock:
                     self._changes = None  # a resync reads every file, whatever events said
-            wake_at = self._pass()
+            try:
+                wake_at = self._pass()
+            except Exception:  # a bug must not take the controller of every job down with it
+                log.exception("internal error in a reconcile pass (a bug; please report it); retrying")
+                self.metrics.pass_errors += 1
+                wake_at = self.clock() + min(self.options.interval_s, 5.0)
             timeout = next_sync - time.monotonic()
             if wake_at is not None:
                 timeout = min(timeout, wake_at - self.clock())
