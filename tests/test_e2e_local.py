@@ -373,3 +373,18 @@ def test_a_restart_driven_from_another_folder_keeps_the_spec_folder_as_working_d
     ]
     wait_until(lambda: (cli("status", *dirs, cwd=elsewhere), "worker-0.1" in records(project))[1])
     assert records(project)["worker-0.1"]["cwd"] == str((project / "specs").resolve())
+
+
+def test_logs_follow_prints_until_the_task_ends(project: Path) -> None:
+    (project / "specs" / "talk.yaml").write_text(
+        "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: talk}\nspec:\n"
+        "  command: [sh, -c, 'echo one; sleep 1.5; echo two']\n"
+        "  replicas: {worker: {count: 1, resources: {cpus: 0.1, mem: 64}}}\n"
+    )
+    assert cli("apply", "specs", cwd=project).returncode == 0
+    started = time.monotonic()
+    followed = cli("logs", "talk", "--follow", cwd=project)
+    assert followed.returncode == 0 and followed.stdout == "one\ntwo\n"
+    assert time.monotonic() - started >= 1.0, "it waited for the task"
+    assert cli("logs", "talk", "--task", "ps:0", cwd=project).returncode == 1
+    assert cli("logs", "nope", cwd=project).returncode == 1
