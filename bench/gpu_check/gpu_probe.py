@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import torch
 
@@ -35,6 +36,7 @@ def main() -> None:
         "trained": trained,
     }
     print("GPU_PROBE " + json.dumps(report), flush=True)
+    time.sleep(float(os.environ.get("PROBE_LINGER", "0")))  # GPU workers outlast the CPU probe
 
 
 if __name__ == "__main__":

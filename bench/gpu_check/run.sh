@@ -15,20 +15,20 @@ metadata: {name: gpu-check}
 spec:
   command: [python3, gpu_probe.py]
   replicas:
-    chief: {count: 1, resources: {cpus: 1, mem: 2Gi}}
-    worker: {count: $workers, resources: {cpus: 1, mem: 4Gi, gpus: 1}}
+    worker: {count: $workers, resources: {cpus: 1, mem: 4Gi, gpus: 1}, env: {PROBE_LINGER: "10"}}
+    evaluator: {count: 1, resources: {cpus: 1, mem: 2Gi}}
 SPEC
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 cd "$work"
 python3 -m tfdeclare apply gpu.yaml --wait --timeout 300
-for task in chief:0 $(seq -s ' ' -f 'worker:%g' 0 $((workers - 1))); do
+for task in evaluator:0 $(seq -s ' ' -f 'worker:%g' 0 $((workers - 1))); do
   python3 -m tfdeclare logs gpu-check --task "$task" | grep '^GPU_PROBE' | sed "s/^/$task /"
 done | tee "$work/probes.txt"
 python3 - "$work/probes.txt" "$workers" <<'PY'
 import json, sys
 probes = {line.split()[0]: json.loads(line.split(" ", 2)[2]) for line in open(sys.argv[1])}
 workers = [p for task, p in probes.items() if task.startswith("worker")]
-assert probes["chief:0"]["count"] == 0, probes["chief:0"]
+assert probes["evaluator:0"]["count"] == 0, probes["evaluator:0"]
 assert len(workers) == int(sys.argv[2]) and all(p["count"] == 1 and p["trained"] for p in workers), workers
 assert len({p["uuids"][0] for p in workers}) == len(workers), "two tasks shared a GPU"
 print(f"GPU CHECK PASSED: {len(workers)} GPU task(s), each on its own device; the CPU task saw none")
