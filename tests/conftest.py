@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -51,7 +52,31 @@ def job_yaml(
     )
 
 
+def kill_leftovers(folder: Path) -> list[int]:
+    """SIGKILL every process whose command line mentions ``folder`` (and its group): a failed
+    test must not leave task processes behind. Returns the pids it found."""
+    found = []
+    marker = str(folder).encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                cmdline = handle.read()
+        except OSError:
+            continue
+        if marker in cmdline:
+            found.append(int(entry))
+            for kill in (lambda p: os.killpg(p, signal.SIGKILL), lambda p: os.kill(p, signal.SIGKILL)):
+                try:
+                    kill(int(entry))
+                except (ProcessLookupError, PermissionError):
+                    pass
+    return found
+
+
 @pytest.fixture
 def workdir(tmp_path: Path) -> Iterator[Path]:
     (tmp_path / "specs").mkdir()
     yield tmp_path
+    kill_leftovers(tmp_path)

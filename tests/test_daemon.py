@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import REPO, cli
+from tests.conftest import REPO, cli, kill_leftovers
 
 TASK = str(REPO / "tests" / "e2e_task.py")
 CONFIG = "restartBackoff: {initialSeconds: 0.2, maxSeconds: 1}\nlocal: {cpus: 8, mem: 8Gi, gpus: 0, portRange: {first: 33000, last: 33999}}\n"
@@ -110,6 +110,7 @@ def cwd(tmp_path: Path) -> Iterator[Path]:
     (tmp_path / "specs").mkdir()
     yield tmp_path
     cli("delete", "--all", cwd=tmp_path)
+    assert kill_leftovers(tmp_path) == [], "a task outlived its job"
 
 
 def out_dir(cwd: Path, name: str, base: str = "specs") -> Path:

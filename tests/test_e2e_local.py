@@ -9,13 +9,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import jsonschema
 import pytest
 import yaml
 
-from tests.conftest import REPO, cli
+from tests.conftest import REPO, cli, kill_leftovers
 from tfdeclare.core.schema import schema_text
 
 TASK = str(REPO / "tests" / "e2e_task.py")
@@ -57,11 +58,13 @@ def spec(
 
 
 @pytest.fixture
-def project(tmp_path: Path) -> Path:
+def project(tmp_path: Path) -> Iterator[Path]:
     (tmp_path / "specs").mkdir()
     (tmp_path / "specs" / "out").mkdir()
     (tmp_path / "tfdeclare.yaml").write_text(CONFIG)
-    return tmp_path
+    yield tmp_path
+    cli("delete", "--all", cwd=tmp_path)
+    assert kill_leftovers(tmp_path) == [], "a task outlived its job"
 
 
 def records(project: Path) -> dict[str, dict[str, object]]:
