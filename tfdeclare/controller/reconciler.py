@@ -69,7 +69,10 @@ class PassResult:
 
 
 def _provenance(
-    record: JobRecord, source: SourceRef | None, source_dir: str | None, revision: Revision | None
+    record: JobRecord,
+    source: SourceRef | None,
+    source_dir: Callable[[SourceRef | None], str | None],
+    revision: Revision | None,
 ) -> JobRecord:
     """An unchanged job's record with where its spec now comes from (a new revision, a moved
     file) and no error; the same record object when nothing differs (the common case)."""
@@ -78,7 +81,7 @@ def _provenance(
         changes["invalid"] = ()
     if source != record.source:
         changes["source"] = source
-        changes["source_dir"] = source_dir
+        changes["source_dir"] = source_dir(source)
     if revision is not None and revision.commit != record.revision:
         changes["revision"] = revision.commit
         changes["revision_info"] = revision.to_json()
@@ -123,7 +126,7 @@ class Controller:
                 )
             elif job.action is Action.NOOP and record is not None:
                 where = source or job.source or record.source
-                updated = _provenance(record, where, self._source_dir(where), revision)
+                updated = _provenance(record, where, self._source_dir, revision)
             if updated is not None and updated is not record and updated != record:
                 self.store.save(updated)
                 if job.action.changes_something:
