@@ -497,6 +497,22 @@ def test_ack_only_after_the_handler_returned(server: ScriptServer, make_client: 
         assert ack.headers["mesos-stream-id"] == stream.stream_id
 
 
+def test_explicit_acknowledgement_leaves_acks_to_the_owner(server: ScriptServer, make_client: Any) -> None:
+    """With auto_acknowledge=False the client never acks; the owner's ack goes out as sent."""
+    client, handler = make_client(server.url, auto_acknowledge=False)
+    client.wait_subscribed(5)
+    uid = new_uuid()
+    stream = server.streams[0]
+    stream.update("t1", "TASK_RUNNING", uid)
+    stream.update("t2", "TASK_RUNNING", None)  # barrier
+    handler.wait("update", 2)
+    time.sleep(0.1)
+    assert server.calls("ACKNOWLEDGE") == []
+    client.acknowledge("agent-1", "t1", uid)
+    [ack] = server.calls("ACKNOWLEDGE")
+    assert ack.json["acknowledge"]["uuid"] == uid
+
+
 def test_updates_without_uuid_are_never_acknowledged(server: ScriptServer, make_client: Any) -> None:
     client, handler = make_client(server.url)
     client.wait_subscribed(5)

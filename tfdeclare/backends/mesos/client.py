@@ -74,6 +74,9 @@ class ClientConfig:
     call_503_retries: int = 3
     max_redirects: int = 5
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE
+    # False: the owner acknowledges updates itself with ``acknowledge()`` once they are
+    # durable (e.g. after a group fsync on another thread); the client never does.
+    auto_acknowledge: bool = True
     zk_scheme: str = "http"
     zk_timeout: float = 10.0
 
@@ -605,8 +608,8 @@ class SchedulerClient:
         if not self._callback("update", status):
             log.warning("not acknowledging the update of task %s: the master will resend it", status.task_id)
             return
-        if status.uuid is None:
-            return  # master-generated: never acknowledged
+        if status.uuid is None or not self._config.auto_acknowledge:
+            return  # master-generated (never acknowledged), or the owner acknowledges
         if status.agent_id is None:
             log.warning("cannot acknowledge the update of task %s: no agent_id", status.task_id)
             return
