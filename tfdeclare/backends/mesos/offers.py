@@ -1,0 +1,241 @@
+"""The offers the Mesos backend holds, as placement sees them.
+
+This module owns turning an ``Offer`` into what placement needs (unreserved cpus, mem,
+whole GPUs, port ranges, text attributes, the agent's HTTP address) and the pool of held
+offers: per (agent, role) views that combine every held offer of that agent, minus what
+placements reserved, and the largest capacity seen per agent (for "can this ever fit?").
+
+The pool is not thread-safe by itself: the backend uses it under its lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from tfdeclare.backends.mesos.events import Offer
+from tfdeclare.core.placement import AgentOffer, PortRanges, SlotAssignment, remove_ports
+
+AgentRole = tuple[str, str]
+
+
+def _unreserved(resource: dict[str, Any]) -> bool:
+    """Plain unreserved resources only (no reservations, disk, revocable, shared...)."""
+    if resource.get("role", "*") != "*" or resource.get("reservations") or "reservation" in resource:
+        return False
+    return not any(key in resource for key in ("disk", "revocable", "shared", "provider_id"))
+
+
+def merge_ranges(ranges: Iterable[tuple[int, int]]) -> PortRanges:
+    out: list[tuple[int, int]] = []
+    for begin, end in sorted(ranges):
+        if out and begin <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((begin, end))
+    return tuple(out)
+
+
+def _attribute_text(attribute: dict[str, Any]) -> str | None:
+    kind = attribute.get("type")
+    if kind == "TEXT":
+        return str((attribute.get("text") or {}).get("value", ""))
+    if kind == "SCALAR":
+        return f"{float((attribute.get('scalar') or {}).get('value', 0)):g}"
+    if kind == "SET":
+        return ",".join(sorted(str(i) for i in (attribute.get("set") or {}).get("item", [])))
+    if kind == "RANGES":
+        ranges = (attribute.get("ranges") or {}).get("range", [])
+        return ",".join(f"[{r.get('begin')}-{r.get('end')}]" for r in ranges)
+    return None
+
+
+def agent_url(raw: dict[str, Any]) -> str:
+    """``scheme://ip:port/path`` of the offer's agent ("" when the offer has no url)."""
+    url = raw.get("url")
+    if not isinstance(url, dict):
+        return ""
+    address = url.get("address") or {}
+    host = address.get("ip") or address.get("hostname")
+    port = address.get("port")
+    if not host or not port:
+        return ""
+    return f"{url.get('scheme', 'http')}://{host}:{port}{url.get('path', '')}"
+
+
+@dataclass(frozen=True, slots=True)
+class HeldOffer:
+    offer_id: str
+    agent_id: str
+    hostname: str
+    role: str
+    cpus: float
+    mem_mib: float
+    gpus: int
+    ports: PortRanges
+    attributes: dict[str, str]
+    agent_url: str
+    received_at: float
+    hold_until: float
+
+    @classmethod
+    def parse(cls, offer: Offer, now: float, hold_s: float) -> HeldOffer:
+        cpus = mem = gpus = 0.0
+        ports: list[tuple[int, int]] = []
+        for resource in offer.resources:
+            if not _unreserved(resource):
+                continue
+            name = resource.get("name")
+            if resource.get("type") == "SCALAR":
+                value = float((resource.get("scalar") or {}).get("value", 0.0))
+                if name == "cpus":
+                    cpus += value
+                elif name == "mem":
+                    mem += value
+                elif name == "gpus":
+                    gpus += value
+            elif resource.get("type") == "RANGES" and name == "ports":
+                for entry in (resource.get("ranges") or {}).get("range", []):
+                    ports.append((int(entry["begin"]), int(entry["end"])))
+        attributes = {}
+        for attribute in offer.attributes:
+            text = _attribute_text(attribute)
+            if text is not None and "name" in attribute:
+                attributes[str(attribute["name"])] = text
+        return cls(
+            offer_id=offer.id,
+            agent_id=offer.agent_id,
+            hostname=offer.hostname,
+            role=offer.role or "*",
+            cpus=round(cpus, 3),
+            mem_mib=round(mem, 3),
+            gpus=int(gpus + 1e-9),
+            ports=merge_ranges(ports),
+            attributes=attributes,
+            agent_url=agent_url(offer.raw),
+            received_at=now,
+            hold_until=now + hold_s,
+        )
+
+
+@dataclass(slots=True)
+class OfferPool:
+    offers: dict[str, HeldOffer] = field(default_factory=dict)
+    by_agent: dict[AgentRole, set[str]] = field(default_factory=dict)
+    capacity: dict[str, AgentOffer] = field(default_factory=dict)  # the largest seen per agent
+    gpu_agents: set[str] = field(default_factory=set)
+    agent_urls: dict[str, str] = field(default_factory=dict)
+
+    def add(self, held: HeldOffer, ours_on_agent: tuple[float, float, int] = (0.0, 0.0, 0)) -> None:
+        self.offers[held.offer_id] = held
+        self.by_agent.setdefault((held.agent_id, held.role), set()).add(held.offer_id)
+        if held.gpus > 0:
+            self.gpu_agents.add(held.agent_id)
+        if held.agent_url:
+            self.agent_urls[held.agent_id] = held.agent_url
+        self._note_capacity(held, ours_on_agent)
+
+    def _note_capacity(self, added: HeldOffer, ours: tuple[float, float, int]) -> None:
+        """The agent is at least as big as everything offered now plus our tasks on it."""
+        agent_id = added.agent_id
+        held = [self.offers[i] for i in self.by_agent.get((agent_id, added.role), ())]
+        first = added
+        cpus = sum(h.cpus for h in held) + ours[0]
+        mem = sum(h.mem_mib for h in held) + ours[1]
+        gpus = sum(h.gpus for h in held) + ours[2]
+        ports = merge_ranges(r for h in held for r in h.ports)
+        seen = self.capacity.get(agent_id)
+        if seen is not None:
+            cpus, mem, gpus = max(cpus, seen.cpus), max(mem, seen.mem_mib), max(gpus, seen.gpus)
+            ports = merge_ranges([*ports, *seen.ports])
+        self.capacity[agent_id] = AgentOffer(
+            agent_id,
+            first.hostname,
+            round(cpus, 3),
+            mem,
+            gpus,
+            ports,
+            first.attributes,
+            first.role,
+            gpu_agent=agent_id in self.gpu_agents,
+        )
+
+    def remove(self, offer_id: str) -> HeldOffer | None:
+        held = self.offers.pop(offer_id, None)
+        if held is not None:
+            key = (held.agent_id, held.role)
+            ids = self.by_agent.get(key)
+            if ids is not None:
+                ids.discard(offer_id)
+                if not ids:
+                    del self.by_agent[key]
+        return held
+
+    def clear(self) -> list[HeldOffer]:
+        """Forget every held offer (void after a re-subscribe); returns them."""
+        held = list(self.offers.values())
+        self.offers.clear()
+        self.by_agent.clear()
+        return held
+
+    def of_agent(self, agent_id: str, role: str) -> list[HeldOffer]:
+        return [self.offers[i] for i in sorted(self.by_agent.get((agent_id, role), ()))]
+
+    def views(self, reserved: Sequence[SlotAssignment] = ()) -> list[AgentOffer]:
+        """One view per (agent, role) with held offers, minus the ``reserved`` assignments."""
+        taken: dict[AgentRole, list[SlotAssignment]] = {}
+        for assignment in reserved:
+            taken.setdefault((assignment.agent_id, assignment.role), []).append(assignment)
+        out = []
+        for (agent_id, role), ids in self.by_agent.items():
+            held = [self.offers[i] for i in ids]
+            first = held[0]
+            cpus = sum(h.cpus for h in held)
+            mem = sum(h.mem_mib for h in held)
+            gpus = sum(h.gpus for h in held)
+            ports = held[0].ports if len(held) == 1 else merge_ranges(r for h in held for r in h.ports)
+            for assignment in taken.get((agent_id, role), ()):
+                cpus -= assignment.resources.cpus
+                mem -= assignment.resources.mem_mib
+                gpus -= assignment.resources.gpus
+            if (agent_id, role) in taken:
+                ports = remove_ports(ports, {a.port for a in taken[(agent_id, role)]})
+            out.append(
+                AgentOffer(
+                    agent_id,
+                    first.hostname,
+                    max(0.0, round(cpus, 3)),
+                    max(0.0, mem),
+                    max(0, gpus),
+                    ports,
+                    first.attributes,
+                    role,
+                    gpu_agent=agent_id in self.gpu_agents,
+                )
+            )
+        return out
+
+    def covers(
+        self, agent_id: str, role: str, assignments: Sequence[SlotAssignment]
+    ) -> list[HeldOffer] | None:
+        """The held offers of (agent, role) when together they hold ``assignments`` (resources
+        and each port); None otherwise."""
+        held = self.of_agent(agent_id, role)
+        if not held:
+            return None
+        cpus = sum(h.cpus for h in held)
+        mem = sum(h.mem_mib for h in held)
+        gpus = sum(h.gpus for h in held)
+        need_cpus = sum(a.resources.cpus for a in assignments)
+        need_mem = sum(a.resources.mem_mib for a in assignments)
+        need_gpus = sum(a.resources.gpus for a in assignments)
+        if need_cpus > cpus + 1e-6 or need_mem > mem + 1e-6 or need_gpus > gpus:
+            return None
+        for assignment in assignments:
+            if not any(b <= assignment.port <= e for h in held for b, e in h.ports):
+                return None
+        return held
+
+    def capacities(self) -> list[AgentOffer]:
+        return [replace(c, gpu_agent=c.agent_id in self.gpu_agents) for c in self.capacity.values()]
