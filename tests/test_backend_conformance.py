@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 
 from tests.backend_conformance import SUITE, Harness
-from tests.mesos_emulator import Emulator
+from tests.mesos_fixtures import mesos_test_config, start_emulator
 from tfdeclare.backends.local.backend import LocalBackend, LocalCapacity
 from tfdeclare.backends.mesos.backend import MesosBackend
-from tfdeclare.core.config import MesosConfig
 
 
 @pytest.fixture
@@ -33,34 +32,9 @@ def test_local_backend(local_harness: Harness, check: Callable[[Harness], None])
     check(local_harness)
 
 
-def mesos_test_config(master: str, **changes: object) -> MesosConfig:
-    """Short timings for tests against the emulator."""
-    values: dict[str, object] = {
-        "master": master,
-        "offer_hold_s": 1.0,
-        "refuse_s": 1.0,
-        "fencing_timeout_s": 5.0,
-        "reconcile_interval_s": 30.0,
-        "subscribe_timeout_s": 10.0,
-        "place_wait_s": 2.0,
-        "failover_timeout_s": 120.0,
-        "framework_name": "tfdeclare-test",
-        **changes,
-    }
-    return MesosConfig(**values)  # type: ignore[arg-type]
-
-
 @pytest.fixture
 def mesos_harness(tmp_path: Path) -> Iterator[Harness]:
-    emulator = Emulator(
-        agents=1,
-        agent_resources="cpus:4;mem:4096;ports:[31000-31999]",
-        heartbeat_interval=0.5,
-        allocation_interval=0.05,
-        update_retry_interval=0.2,
-        kill_grace_period=1.0,
-        sandbox_root=str(tmp_path / "sandboxes"),
-    ).start()
+    emulator = start_emulator(tmp_path)  # one agent: cpus:4;mem:4096;ports:[31000-31999]
     config = mesos_test_config(emulator.url)
     harness = Harness(lambda: MesosBackend(tmp_path / "state", config), tmp_path)
     try:

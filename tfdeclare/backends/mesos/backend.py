@@ -205,10 +205,12 @@ class MesosBackend:
         self._reconciled = threading.Event()
         self._implicit_next_at = 0.0
         self._kill_sent: dict[str, float] = {}  # task id -> when KILL was last sent
-        self._unknown_kills: dict[str, str | None] = {}
+        self._unknown_kills: dict[str, str | None] = {}  # to kill on the next tick
+        self._unknown_killed: dict[str, float] = {}  # when a KILL was sent for an unknown task
         self._lost: set[str] = {t.task_id for t in self._tasks.values() if t.state in LOST_LIKE}
         self._interest_lock = threading.Lock()
         self._old_clients: list[SchedulerClient] = []
+        self._removed_ids: set[str] = set()
         # acknowledgements
         self._ack_lock = threading.Lock()
         self._acks: list[tuple[str, str, str]] = []
@@ -341,7 +343,11 @@ class MesosBackend:
     # ---- framework removed / failed over -----------------------------------------------------
 
     def _framework_removed(self) -> None:
+        """The master refused our framework id for good: stop, or start anew (policy)."""
         framework_id = self._framework.framework_id
+        if framework_id is None or framework_id in self._removed_ids:
+            return  # handled already (the stream thread and the connecting thread both see it)
+        self._removed_ids.add(framework_id)
         path = self._framework_store.path
         if self.config.on_framework_removed != "newFramework":
             self._fatal = BackendError(
@@ -393,10 +399,10 @@ class MesosBackend:
                 )
             log.error("%s", self._fatal)
         elif isinstance(error, FrameworkRemovedError):
-            with self._connect_lock:
-                if self._client is not None:
-                    self._old_clients.append(self._client)
-                self._client = None
+            if self._client is None:
+                return  # still connecting: _connect() handles it
+            self._old_clients.append(self._client)
+            self._client = None
             self._framework_removed()
         else:
             self._fatal = BackendError(f"the Mesos client stopped: {error}")
