@@ -135,6 +135,7 @@ def test_a_forgotten_task_that_comes_back_is_shown_again() -> None:
         ("TASK_LOST", "", False, (TaskState.LOST, None)),
         ("TASK_UNREACHABLE", "", False, (TaskState.LOST, None)),
         ("TASK_UNKNOWN", "", False, (TaskState.LOST, None)),
+        ("TASK_UNREACHABLE", "", True, (TaskState.STOPPING, None)),  # asked to stop, cut off
     ],
 )
 def test_observed_state(

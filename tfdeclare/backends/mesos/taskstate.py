@@ -13,8 +13,8 @@ This module owns two mappings:
   code from the executor's message ("Command exited with status N" -> N, "... terminated
   with signal S" -> 128 + S); KILLED -> stopped when we asked, else failed; ERROR -> failed;
   DROPPED / GONE / GONE_BY_OPERATOR -> gone; LOST / UNREACHABLE / UNKNOWN -> lost (may
-  still run: no replacement starts) until ``fencing_s`` has passed, then gone ("presumed
-  gone").
+  still run: no replacement starts; stopping if a kill was asked for) until ``fencing_s``
+  has passed, then gone ("presumed gone").
 """
 
 from __future__ import annotations
@@ -153,5 +153,8 @@ def observed_state(entry: TaskEntry, now: float, fencing_s: float) -> tuple[Task
                 None,
                 f"presumed gone: unreachable for {now - since:.0f} s (fencingTimeoutSeconds){why}",
             )
-        return TaskState.LOST, None, message or state.removeprefix("TASK_").lower()
+        # Asked to stop and cut off: it may still run, so it stays alive, and stopping is
+        # what the controller asked for (it does not ask again every pass).
+        lost = TaskState.STOPPING if entry.kill_requested else TaskState.LOST
+        return lost, None, message or state.removeprefix("TASK_").lower()
     return TaskState.GONE, None, message or state.removeprefix("TASK_").lower()
