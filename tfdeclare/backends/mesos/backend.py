@@ -575,13 +575,12 @@ class MesosBackend:
                 )
                 continue
             client = self._client
-            for agent_id, task_id, uuid in batch:
-                if client is None or self._closed.is_set():
-                    break
-                try:
-                    client.acknowledge(agent_id, task_id, uuid)
-                except MesosError as err:
-                    log.debug("ACKNOWLEDGE of %s failed (the master resends it): %s", task_id, err)
+            if client is None or self._closed.is_set():
+                continue
+            try:
+                client.acknowledge_many(batch)
+            except MesosError as err:
+                log.debug("ACKNOWLEDGE of %d update(s) failed (the master resends them): %s", len(batch), err)
 
     # ---- periodic work (timer thread) ----------------------------------------------------------
 
