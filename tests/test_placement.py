@@ -314,3 +314,49 @@ def test_backfill_leaves_the_heads_placement_alone_when_it_fits() -> None:
 def test_remove_ports() -> None:
     assert remove_ports(((10, 20),), {10, 15, 20}) == ((11, 14), (16, 19))
     assert remove_ports(((10, 10), (12, 13)), {10}) == ((12, 13),)
+
+
+# ---- properties over random inputs ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_gangs_respect_every_rule(seed: int) -> None:
+    rng = random.Random(seed)
+    offers = [
+        agent(
+            f"a{i:03}",
+            rng.choice([0.5, 1, 2, 4, 8]),
+            rng.choice([512, 2048, 8192]),
+            gpus=rng.choice([0, 0, 0, 1, 2]),
+            ports=((31000 + 10 * i, 31000 + 10 * i + rng.randint(0, 4)),),
+            rack=f"r{i % 3}",
+        )
+        for i in range(rng.randint(1, 30))
+    ]
+    shapes = [Resources(0.5, 256), Resources(1, 1024), Resources(2, 512), Resources(1, 1024, 1)]
+    slots = tuple(SlotRequest(TaskKey(Role.WORKER, i), rng.choice(shapes)) for i in range(rng.randint(1, 24)))
+    constraints = (c("rack", ConstraintOperator.NOT_IN, "r1"),) if rng.random() < 0.3 else ()
+    strategy = rng.choice(list(PlacementStrategy))
+    request = GangRequest("job", 0, slots, strategy, constraints)
+    fit = place_gang(request, offers)
+    shuffled = offers[:]
+    rng.shuffle(shuffled)
+    assert place_gang(request, shuffled) == fit
+    if isinstance(fit, NoFit):
+        return
+    assert sorted(a.key for a in fit.assignments) == sorted(s.key for s in slots)
+    by_id = {o.agent_id: o for o in offers}
+    used: dict[str, list[Resources]] = {}
+    for a in fit.assignments:
+        view = by_id[a.agent_id]
+        assert any(b <= a.port <= e for b, e in view.ports)
+        assert matches(view.attributes, constraints)
+        assert (a.resources.gpus > 0) == (view.gpus > 0), "GPU tasks on GPU agents, others off them"
+        used.setdefault(a.agent_id, []).append(a.resources)
+    for agent_id, taken in used.items():
+        view = by_id[agent_id]
+        assert sum(r.cpus for r in taken) <= view.cpus + 1e-6
+        assert sum(r.mem_mib for r in taken) <= view.mem_mib
+        assert sum(r.gpus for r in taken) <= view.gpus
+    ports = [(a.agent_id, a.port) for a in fit.assignments]
+    assert len(ports) == len(set(ports))

@@ -21,6 +21,8 @@ every tie is broken by agent id.
 
 from __future__ import annotations
 
+import bisect
+import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -123,6 +125,8 @@ def eligible_for(request: GangRequest, view: AgentOffer, options: PlacementOptio
 @dataclass(slots=True)
 class _Bin:
     view: AgentOffer
+    index: int  # position in the sorted views (ties are broken by it: agent id, role)
+    gpu_agent: bool
     cpus: float
     mem: float
     gpus: int
@@ -136,6 +140,11 @@ class _Bin:
             and resources.gpus <= self.gpus
             and bool(self.free_ports)
         )
+
+    def allows(self, resources: Resources, options: PlacementOptions) -> bool:
+        if resources.gpus > 0:
+            return self.gpu_agent
+        return options.cpu_tasks_on_gpu_agents or not self.gpu_agent
 
     def has_port(self, port: int) -> bool:
         return any(begin <= port <= end for begin, end in self.free_ports)
@@ -166,6 +175,9 @@ class _Bin:
     def port_count(self) -> int:
         return sum(end - begin + 1 for begin, end in self.free_ports)
 
+    def spread_key(self) -> tuple[int, float, float, int]:
+        return (self.used, -self.cpus, -self.mem, self.index)
+
 
 def _slot_order(slot: SlotRequest) -> tuple[int, int, float, int, TaskKey]:
     r = slot.resources
@@ -193,10 +205,9 @@ class _Rest:
 
 def _holds_all(b: _Bin, rest: _Rest, options: PlacementOptions) -> bool:
     """Can this agent take every slot still to place (summed), GPU rules included?"""
-    gpu_agent = b.view.gpu_agent or b.view.gpus > 0
-    if rest.any_gpu and not gpu_agent:
+    if rest.any_gpu and not b.gpu_agent:
         return False
-    if rest.any_cpu_only and gpu_agent and not options.cpu_tasks_on_gpu_agents:
+    if rest.any_cpu_only and b.gpu_agent and not options.cpu_tasks_on_gpu_agents:
         return False
     need = rest.need
     return (
@@ -207,52 +218,109 @@ def _holds_all(b: _Bin, rest: _Rest, options: PlacementOptions) -> bool:
     )
 
 
-def _choose(
-    candidates: list[_Bin], strategy: PlacementStrategy, rest: _Rest, options: PlacementOptions
-) -> _Bin:
-    if strategy is PlacementStrategy.SPREAD:
-        return min(candidates, key=lambda b: (b.used, -b.cpus, -b.mem, b.view.agent_id, b.view.role))
-    whole = [b for b in candidates if _holds_all(b, rest, options)]
-    if whole:  # the tightest agent that takes the rest of the gang in one place
-        return min(whole, key=lambda b: (b.cpus, b.mem, b.gpus, b.view.agent_id, b.view.role))
-    return min(candidates, key=lambda b: (-b.cpus, -b.mem, -b.gpus, b.view.agent_id, b.view.role))
+class _Shape:
+    """The agents one shape of slot (cpus, mem, gpus) may use, indexed for the strategy.
+
+    ``spread``: a heap on (slots of the gang there, most free cpus, most free mem, order),
+    entries re-checked when popped (a placement changes a bin's key). ``pack``: the unused
+    agents sorted by (cpus, mem, gpus, order), so the tightest agent that takes the rest of
+    the gang is found by bisection.
+    """
+
+    def __init__(
+        self, resources: Resources, bins: list[_Bin], options: PlacementOptions, spread: bool
+    ) -> None:
+        self.resources = resources
+        self.eligible = [b for b in bins if b.allows(resources, options)]
+        self.position = {b.index: i for i, b in enumerate(self.eligible)}
+        self.heap: list[tuple[tuple[int, float, float, int], int]] = []
+        self.by_size: list[_Bin] = []
+        self.cpus_sorted: list[float] = []
+        if spread:
+            self.heap = [(b.spread_key(), i) for i, b in enumerate(self.eligible) if b.fits(resources)]
+            heapq.heapify(self.heap)
+        else:
+            self.by_size = sorted(
+                (b for b in self.eligible if b.used == 0), key=lambda b: (b.cpus, b.mem, b.gpus, b.index)
+            )
+            self.cpus_sorted = [b.cpus for b in self.by_size]
+
+    def spread_pick(self) -> _Bin | None:
+        while self.heap:
+            key, i = heapq.heappop(self.heap)
+            b = self.eligible[i]
+            if not b.fits(self.resources):
+                continue
+            current = b.spread_key()
+            if current != key:  # changed since it was pushed: queue it again as it is now
+                heapq.heappush(self.heap, (current, i))
+                continue
+            return b
+        return None
+
+    def spread_return(self, b: _Bin) -> None:
+        """``b`` (picked from the heap) took a slot: queue it again with its new key."""
+        i = self.position.get(b.index)
+        if i is not None and b.fits(self.resources):
+            heapq.heappush(self.heap, (b.spread_key(), i))
+
+    def pack_open(self, rest: _Rest, options: PlacementOptions) -> _Bin | None:
+        """A new agent for ``pack``: the tightest that takes the whole rest, else the largest."""
+        start = bisect.bisect_left(self.cpus_sorted, rest.need.cpus - _EPS)
+        for b in self.by_size[start:]:
+            if b.used == 0 and b.fits(self.resources) and _holds_all(b, rest, options):
+                return b
+        fitting = [b for b in self.by_size if b.used == 0 and b.fits(self.resources)]
+        best = min(fitting, key=lambda b: (-b.cpus, -b.mem, -b.gpus, b.index), default=None)
+        return best
 
 
 def place_gang(
     request: GangRequest, offers: Sequence[AgentOffer], options: PlacementOptions = PlacementOptions()
 ) -> GangFit | NoFit:
     """Place every slot of ``request`` on the offered agents, or none (see the module doc)."""
-    views = sorted(
-        (v for v in offers if matches(v.attributes, request.constraints)), key=lambda v: (v.agent_id, v.role)
-    )
-    bins = [_Bin(v, v.cpus, v.mem_mib, v.gpus, list(v.ports)) for v in views]
+    constraints = request.constraints
+    views = [v for v in offers if not constraints or matches(v.attributes, constraints)]
+    views.sort(key=lambda v: (v.agent_id, v.role))
+    bins = [
+        _Bin(v, i, v.gpu_agent or v.gpus > 0, v.cpus, v.mem_mib, v.gpus, list(v.ports))
+        for i, v in enumerate(views)
+    ]
     by_host: dict[str, list[_Bin]] = {}
     for b in bins:
         by_host.setdefault(b.view.hostname, []).append(b)
-    opened: list[_Bin] = []  # agents this gang uses so far, in the order they were opened
+    spread = request.strategy is PlacementStrategy.SPREAD
+    opened: list[_Bin] = []  # agents this gang uses so far
     slots = sorted(request.slots, key=_slot_order)
     wanted = {(s.previous.host, s.previous.port) for s in slots if s.previous is not None}
+    shape: _Shape | None = None
     assignments: list[SlotAssignment] = []
     for position, slot in enumerate(slots):
         resources = slot.resources
         chosen: _Bin | None = None
         port: int | None = None
+        from_heap = False
         if slot.previous is not None:
             previous = slot.previous
             for b in by_host.get(previous.host, ()):  # sorted by agent id: deterministic
-                if b.has_port(previous.port) and allowed(b.view, resources, options) and b.fits(resources):
+                if b.has_port(previous.port) and b.allows(resources, options) and b.fits(resources):
                     chosen, port = b, previous.port
                     break
-        if chosen is None and request.strategy is PlacementStrategy.PACK:
-            # Keep filling the agents this gang already uses, the fullest first.
-            filling = [b for b in opened if allowed(b.view, resources, options) and b.fits(resources)]
-            if filling:
-                chosen = min(filling, key=lambda b: (-b.used, b.cpus, b.mem, b.view.agent_id, b.view.role))
         if chosen is None:
-            candidates = [b for b in bins if allowed(b.view, resources, options) and b.fits(resources)]
-            if not candidates:
+            if shape is None or shape.resources != resources:
+                shape = _Shape(resources, bins, options, spread)
+            if spread:
+                chosen = shape.spread_pick()
+                from_heap = True
+            else:
+                # Keep filling the agents this gang already uses, the fullest first.
+                filling = [b for b in opened if b.allows(resources, options) and b.fits(resources)]
+                if filling:
+                    chosen = min(filling, key=lambda b: (-b.used, b.cpus, b.mem, b.index))
+                else:
+                    chosen = shape.pack_open(_Rest.of(slots[position:]), options)
+            if chosen is None:
                 return _no_fit(request, slot, views, options)
-            chosen = _choose(candidates, request.strategy, _Rest.of(slots[position:]), options)
         if port is None:
             host = chosen.view.hostname
             avoid = {p for h, p in wanted if h == host}
@@ -264,11 +332,10 @@ def place_gang(
         if chosen.used == 0:
             opened.append(chosen)
         chosen.take(resources, port)
-        assignments.append(
-            SlotAssignment(
-                slot.key, chosen.view.agent_id, chosen.view.hostname, chosen.view.role, port, resources
-            )
-        )
+        if from_heap and shape is not None:
+            shape.spread_return(chosen)
+        v = chosen.view
+        assignments.append(SlotAssignment(slot.key, v.agent_id, v.hostname, v.role, port, resources))
     return GangFit(tuple(sorted(assignments, key=lambda a: a.key)))
 
 

@@ -180,6 +180,8 @@ class MesosBackend:
             raise BackendError(str(err)) from err
         self._options = PlacementOptions(cpu_tasks_on_gpu_agents=config.cpu_tasks_on_gpu_agents)
         self._pool = OfferPool()
+        self._never_fits_cache: dict[object, str | None] = {}
+        self._never_fits_version = -1
         self._reservations: dict[str, _Reservation] = {}
         self._queue: dict[str, _Waiting] = {}
         self._client: SchedulerClient | None = None
@@ -844,7 +846,7 @@ class MesosBackend:
         if not self._connected:
             message = "not connected to the Mesos master (re-subscribing)"
             return Unplaced(UnplacedReason.WAITING_FOR_OFFERS, message), False, None
-        why = never_fits(request, self._pool.capacities(), self._options)
+        why = self._never_fits(request)
         if why is not None:
             return Unplaced(UnplacedReason.UNSCHEDULABLE, why), True, None
         reserved = [a for r in self._reservations.values() for a in r.fit.assignments]
@@ -868,6 +870,17 @@ class MesosBackend:
             if a.key in wanted
         )
         return Placement(request.job, request.attempt, slots, secrets.token_hex(8)), ideal, fit
+
+    def _never_fits(self, request: GangRequest) -> str | None:
+        """``never_fits`` against the capacities seen, cached until they change."""
+        version = self._pool.capacity_version
+        if version != self._never_fits_version:
+            self._never_fits_cache.clear()
+            self._never_fits_version = version
+        key = (tuple((s.key, s.resources) for s in request.slots), request.constraints)
+        if key not in self._never_fits_cache:
+            self._never_fits_cache[key] = never_fits(request, self._pool.capacities(), self._options)
+        return self._never_fits_cache[key]
 
     def release(self, placement: Placement) -> None:
         with self._cond:

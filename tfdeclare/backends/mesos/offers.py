@@ -126,15 +126,41 @@ class OfferPool:
     capacity: dict[str, AgentOffer] = field(default_factory=dict)  # the largest seen per agent
     gpu_agents: set[str] = field(default_factory=set)
     agent_urls: dict[str, str] = field(default_factory=dict)
+    capacity_version: int = 0  # changes whenever ``capacity`` does
+    _views: dict[AgentRole, AgentOffer] = field(default_factory=dict)  # per (agent, role), kept current
+    _capacities: list[AgentOffer] | None = None
 
     def add(self, held: HeldOffer, ours_on_agent: tuple[float, float, int] = (0.0, 0.0, 0)) -> None:
         self.offers[held.offer_id] = held
         self.by_agent.setdefault((held.agent_id, held.role), set()).add(held.offer_id)
-        if held.gpus > 0:
+        if held.gpus > 0 and held.agent_id not in self.gpu_agents:
             self.gpu_agents.add(held.agent_id)
+            self._views = {
+                k: replace(v, gpu_agent=True) if k[0] == held.agent_id else v for k, v in self._views.items()
+            }
         if held.agent_url:
             self.agent_urls[held.agent_id] = held.agent_url
         self._note_capacity(held, ours_on_agent)
+        self._refresh((held.agent_id, held.role))
+
+    def _refresh(self, key: AgentRole) -> None:
+        ids = self.by_agent.get(key)
+        if not ids:
+            self._views.pop(key, None)
+            return
+        held = [self.offers[i] for i in ids]
+        first = held[0]
+        self._views[key] = AgentOffer(
+            key[0],
+            first.hostname,
+            round(sum(h.cpus for h in held), 3),
+            sum(h.mem_mib for h in held),
+            sum(h.gpus for h in held),
+            first.ports if len(held) == 1 else merge_ranges(r for h in held for r in h.ports),
+            first.attributes,
+            key[1],
+            gpu_agent=key[0] in self.gpu_agents,
+        )
 
     def _note_capacity(self, added: HeldOffer, ours: tuple[float, float, int]) -> None:
         """The agent is at least as big as everything offered now plus our tasks on it."""
@@ -147,8 +173,12 @@ class OfferPool:
         ports = merge_ranges(r for h in held for r in h.ports)
         seen = self.capacity.get(agent_id)
         if seen is not None:
+            if cpus <= seen.cpus and mem <= seen.mem_mib and gpus <= seen.gpus and ports == seen.ports:
+                return  # nothing larger than before (the usual case)
             cpus, mem, gpus = max(cpus, seen.cpus), max(mem, seen.mem_mib), max(gpus, seen.gpus)
             ports = merge_ranges([*ports, *seen.ports])
+        self.capacity_version += 1
+        self._capacities = None
         self.capacity[agent_id] = AgentOffer(
             agent_id,
             first.hostname,
@@ -170,6 +200,7 @@ class OfferPool:
                 ids.discard(offer_id)
                 if not ids:
                     del self.by_agent[key]
+            self._refresh(key)
         return held
 
     def clear(self) -> list[HeldOffer]:
@@ -177,6 +208,7 @@ class OfferPool:
         held = list(self.offers.values())
         self.offers.clear()
         self.by_agent.clear()
+        self._views.clear()
         return held
 
     def of_agent(self, agent_id: str, role: str) -> list[HeldOffer]:
@@ -184,37 +216,24 @@ class OfferPool:
 
     def views(self, reserved: Sequence[SlotAssignment] = ()) -> list[AgentOffer]:
         """One view per (agent, role) with held offers, minus the ``reserved`` assignments."""
+        if not reserved:
+            return list(self._views.values())
         taken: dict[AgentRole, list[SlotAssignment]] = {}
         for assignment in reserved:
             taken.setdefault((assignment.agent_id, assignment.role), []).append(assignment)
-        out = []
-        for (agent_id, role), ids in self.by_agent.items():
-            held = [self.offers[i] for i in ids]
-            first = held[0]
-            cpus = sum(h.cpus for h in held)
-            mem = sum(h.mem_mib for h in held)
-            gpus = sum(h.gpus for h in held)
-            ports = held[0].ports if len(held) == 1 else merge_ranges(r for h in held for r in h.ports)
-            for assignment in taken.get((agent_id, role), ()):
-                cpus -= assignment.resources.cpus
-                mem -= assignment.resources.mem_mib
-                gpus -= assignment.resources.gpus
-            if (agent_id, role) in taken:
-                ports = remove_ports(ports, {a.port for a in taken[(agent_id, role)]})
-            out.append(
-                AgentOffer(
-                    agent_id,
-                    first.hostname,
-                    max(0.0, round(cpus, 3)),
-                    max(0.0, mem),
-                    max(0, gpus),
-                    ports,
-                    first.attributes,
-                    role,
-                    gpu_agent=agent_id in self.gpu_agents,
-                )
+        out = dict(self._views)
+        for key, assignments in taken.items():
+            view = out.get(key)
+            if view is None:
+                continue
+            out[key] = replace(
+                view,
+                cpus=max(0.0, round(view.cpus - sum(a.resources.cpus for a in assignments), 3)),
+                mem_mib=max(0.0, view.mem_mib - sum(a.resources.mem_mib for a in assignments)),
+                gpus=max(0, view.gpus - sum(a.resources.gpus for a in assignments)),
+                ports=remove_ports(view.ports, {a.port for a in assignments}),
             )
-        return out
+        return list(out.values())
 
     def covers(
         self, agent_id: str, role: str, assignments: Sequence[SlotAssignment]
@@ -238,4 +257,8 @@ class OfferPool:
         return held
 
     def capacities(self) -> list[AgentOffer]:
-        return [replace(c, gpu_agent=c.agent_id in self.gpu_agents) for c in self.capacity.values()]
+        if self._capacities is None:
+            self._capacities = [
+                replace(c, gpu_agent=c.agent_id in self.gpu_agents) for c in self.capacity.values()
+            ]
+        return self._capacities
