@@ -217,6 +217,7 @@ def test_gpu_tasks_only_on_gpu_agents_and_cpu_tasks_off_them(cluster: Cluster) -
     assert "GPU_RESOURCES" in caps
     gpu_tasks = launches(cluster.harness, placement, SLEEP, resources=Resources(1, 256, 1))
     backend.launch(placement, gpu_tasks)
+    wait_for(backend, lambda ts: all(ts[t.task_id].state is TaskState.RUNNING for t in gpu_tasks))
     for call in cluster.calls("ACCEPT")[-1:]:
         [info] = call["call"]["accept"]["operations"][0]["launch"]["task_infos"][:1]
         assert {"name": "gpus", "value": 1.0} in [
@@ -347,6 +348,7 @@ def test_launch_is_written_ahead(cluster: Cluster) -> None:
 
     client.launch = spy  # type: ignore[method-assign]
     backend.launch(placement, tasks)
+    wait_for(backend, lambda ts: all(ts[t.task_id].state is TaskState.RUNNING for t in tasks))
     assert seen == [{t.task_id for t in tasks}]
     infos = cluster.calls("ACCEPT")[-1]["call"]["accept"]["operations"][0]["launch"]["task_infos"]
     labels = {label["key"]: label["value"] for label in infos[0]["labels"]["labels"]}

@@ -185,7 +185,7 @@ def test_compaction_then_a_stale_log_replays_to_the_same_state(tmp_path: Path) -
     journal.put([a], sync=True)
     stale_log = (tmp_path / "tasks.log").read_bytes()
     journal.compact([a])
-    assert (tmp_path / "tasks.log").read_bytes() == b""
+    assert not (tmp_path / "tasks.log").exists() and not (tmp_path / "tasks.log.old").exists()
     # A crash between the snapshot and emptying the log: the old log is replayed again.
     (tmp_path / "tasks.log").write_bytes(stale_log)
     loaded = TaskJournal(tmp_path).load()
@@ -198,9 +198,32 @@ def test_journal_needs_compaction_after_many_lines(tmp_path: Path) -> None:
     journal = TaskJournal(tmp_path, compact_after=10)
     for i in range(11):
         journal.put([entry(task_id=f"t{i}")], sync=False)
-    assert journal.needs_compaction
+    assert journal.needs_compaction(live=2)
+    assert not journal.needs_compaction(live=3), "the log is short for a journal of 3 records"
     journal.compact([])
-    assert not journal.needs_compaction
+    assert not journal.needs_compaction(live=0)
+
+
+def test_a_crash_during_compaction_loses_nothing(tmp_path: Path) -> None:
+    journal = TaskJournal(tmp_path)
+    a, b = entry(task_id="a"), entry(task_id="b")
+    journal.put([a, b], sync=True)
+    snapshot = journal.begin_compaction([a, b])  # the log is rotated to tasks.log.old
+    a.state = "TASK_RUNNING"
+    journal.put([a], sync=True)  # a change after the rotation goes to a fresh log
+    journal.close()
+    # the process dies before finish_compaction: old snapshot (none) + old log + new log
+    loaded = TaskJournal(tmp_path).load()
+    assert set(loaded) == {"a", "b"} and loaded["a"].state == "TASK_RUNNING"
+    assert snapshot  # never written: the first process died
+    # the next process compacts what it loaded: the unfinished rotation's lines are kept
+    again = TaskJournal(tmp_path)
+    state = again.load()
+    pending = again.begin_compaction(state.values())
+    assert TaskJournal(tmp_path).load()["a"].state == "TASK_RUNNING"
+    again.finish_compaction(pending)
+    assert not (tmp_path / "tasks.log.old").exists()
+    assert TaskJournal(tmp_path).load()["a"].state == "TASK_RUNNING"
 
 
 def test_framework_store(tmp_path: Path) -> None:

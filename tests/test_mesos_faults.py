@@ -25,7 +25,6 @@ from tests.conftest import REPO, cli
 from tests.mesos_emulator import Emulator
 from tests.mesos_fixtures import PY, config_yaml, eventually, running_on_agents, slots_running, start_emulator
 from tfdeclare.backends.base import Backend
-from tfdeclare.backends.mesos.client import SchedulerClient
 from tfdeclare.cli.common import settings_from
 from tfdeclare.cli.validate_command import load_desired
 from tfdeclare.cli.wiring import make_backend, make_controller
@@ -161,33 +160,56 @@ def launched_ids(emulator: Emulator, job: str) -> list[str]:
 
 # ---- a controller that crashes in the middle of a launch --------------------------------------
 
+# A controller process that applies the specs and reconciles once; its ACCEPT call announces
+# itself on stdout and then hangs (before or after the request reached the master) until the
+# test kills the process with SIGKILL.
+CRASHING_CONTROLLER = """
+import argparse, sys, threading
+from tfdeclare.backends.mesos.client import SchedulerClient
+from tfdeclare.cli.common import settings_from
+from tfdeclare.cli.validate_command import load_desired
+from tfdeclare.cli.wiring import make_backend, make_controller
+from tfdeclare.core.planner import PlanOptions, plan
 
-class Crash(BaseException):
-    """The controller process dies here (nothing after it runs)."""
+when, root = sys.argv[1], sys.argv[2]
+real_launch = SchedulerClient.launch
+
+def hanging_launch(self, *args, **kwargs):
+    if when == "after_accept":
+        real_launch(self, *args, **kwargs)
+    print(when, flush=True)
+    threading.Event().wait()
+
+SchedulerClient.launch = hanging_launch
+settings = settings_from(argparse.Namespace(config=root + "/tfdeclare.yaml", backend=None, state_dir=None, status_dir=None))
+controller = make_controller(settings, make_backend(settings))
+desired, _ = load_desired([root + "/specs"], settings)
+controller.apply(plan(desired, controller.store.observed(), PlanOptions()), desired)
+controller.reconcile()
+threading.Event().wait()
+"""
 
 
 @pytest.mark.parametrize("when", ["before_accept", "after_accept"])
 def test_controller_crash_mid_launch_loses_nothing_and_duplicates_nothing(
-    project: Project, emulator: Emulator, monkeypatch: pytest.MonkeyPatch, when: str
+    project: Project, emulator: Emulator, when: str
 ) -> None:
     project.write("crashy", spec("crashy", {"ps": (1, "serve"), "worker": (2, "wait=3")}))
-    real_launch = SchedulerClient.launch
-    crashed: list[bool] = []
-
-    def dying_launch(self: SchedulerClient, *args: Any, **kwargs: Any) -> None:
-        if not crashed:
-            crashed.append(True)
-            if when == "after_accept":
-                real_launch(self, *args, **kwargs)
-            raise Crash
-
-    monkeypatch.setattr(SchedulerClient, "launch", dying_launch)
-    first = project.controller()
-    project.apply(first)
-    with pytest.raises(Crash):
-        first.reconcile()
-    first.backend.close()  # what a dead process leaves: the journal it wrote, nothing more
-    monkeypatch.setattr(SchedulerClient, "launch", real_launch)
+    first = subprocess.Popen(
+        [sys.executable, "-c", CRASHING_CONTROLLER, when, str(project.root)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert first.stdout is not None
+        assert first.stdout.readline().strip() == when  # the tasks are journaled; the ACCEPT is in flight
+    finally:
+        first.kill()  # SIGKILL: nothing after this point runs
+        first.wait()
+    journal = (project.root / ".tfdeclare" / "mesos" / "tasks.log").read_text()
+    assert journal.count('"job":"crashy"') == 3, "written ahead of the ACCEPT"
+    assert len(launched_ids(emulator, "crashy")) == (3 if when == "after_accept" else 0)
 
     second = project.controller()
     project.passes(
@@ -198,12 +220,8 @@ def test_controller_crash_mid_launch_loses_nothing_and_duplicates_nothing(
     record = project.record(second, "crashy")
     assert record.restarts == 0, record.message
     ids = launched_ids(emulator, "crashy")
-    slots = sorted(i.split(".")[2] for i in ids)
-    if when == "after_accept":
-        assert len(ids) == 3 and len(set(ids)) == 3, f"launched once each, adopted after the crash: {ids}"
-    else:
-        # The first ACCEPT never reached the master: the slots are launched once, after the restart.
-        assert slots == ["ps-0", "worker-0", "worker-1"], ids
+    assert len(ids) == 3 and len(set(ids)) == 3, f"each slot launched exactly once: {ids}"
+    assert sorted(i.split(".")[2] for i in ids) == ["ps-0", "worker-0", "worker-1"]
     assert sorted(project.outputs()) == ["ps-0.0", "worker-0.0", "worker-1.0"]
     eventually(lambda: not slots_running(emulator, "crashy"))  # the ps was stopped after success
 
@@ -342,9 +360,12 @@ def test_a_healed_partition_has_its_surplus_copy_killed(project: Project, emulat
     assert sorted(final) == ["worker-0", "worker-1"] and all(len(ids) == 1 for ids in final.values())
     assert all(ids[0].split(".")[3] != behind.split(".")[3] for ids in final.values())
     assert project.record(controller, "split").phase is Phase.RUNNING
-    observed = {t.task_id: t for t in controller.backend.observe()}
-    if behind in observed:
-        assert observed[behind].state.ended
+
+    def surplus_ended() -> bool:
+        observed = {t.task_id: t for t in controller.backend.observe()}
+        return behind not in observed or observed[behind].state.ended
+
+    eventually(surplus_ended)
 
 
 # ---- the CLI ----------------------------------------------------------------------------------------

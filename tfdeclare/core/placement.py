@@ -280,7 +280,7 @@ def place_gang(
 ) -> GangFit | NoFit:
     """Place every slot of ``request`` on the offered agents, or none (see the module doc)."""
     constraints = request.constraints
-    views = [v for v in offers if not constraints or matches(v.attributes, constraints)]
+    views = [v for v in offers if matches(v.attributes, constraints)] if constraints else list(offers)
     views.sort(key=lambda v: (v.agent_id, v.role))
     bins = [
         _Bin(v, i, v.gpu_agent or v.gpus > 0, v.cpus, v.mem_mib, v.gpus, list(v.ports))
@@ -385,8 +385,18 @@ def never_fits(
             f"{c.attribute} {c.operator.value} {list(c.values)}".rstrip(" []") for c in request.constraints
         )
         return f"no agent seen matches the placement constraints ({described})"
+    gpu_hosts = [c for c in matching if c.gpu_agent or c.gpus > 0]
+    cpu_hosts = (
+        matching
+        if options.cpu_tasks_on_gpu_agents
+        else [c for c in matching if not (c.gpu_agent or c.gpus > 0)]
+    )
+    checked: set[Resources] = set()
     for slot in sorted(request.slots, key=lambda s: s.key):
-        hosts = [c for c in matching if allowed(c, slot.resources, options)]
+        if slot.resources in checked:
+            continue  # slots of one role share their resources: check each shape once
+        checked.add(slot.resources)
+        hosts = gpu_hosts if slot.resources.gpus > 0 else cpu_hosts
         if not hosts:
             what = "GPUs" if slot.resources.gpus else "no GPUs (cpuTasksOnGpuAgents is off)"
             return f"{slot.key.name} needs an agent with {what}, and no such agent was seen"
@@ -401,15 +411,16 @@ def never_fits(
     for group, label in ((gpu_slots, "GPU tasks"), (cpu_slots, "tasks")):
         if not group:
             continue
-        hosts = [c for c in matching if allowed(c, group[0].resources, options)]
+        hosts = gpu_hosts if group is gpu_slots else cpu_hosts
         need = Resources(0.0, 0, 0)
         for slot in group:
             need = need + slot.resources
-        have = Resources(0.0, 0, 0)
-        ports = 0
-        for c in hosts:
-            have = have + _as_resources(c)
-            ports += c.port_count
+        have = Resources(
+            round(sum(c.cpus for c in hosts), 3),
+            int(sum(c.mem_mib for c in hosts) + _EPS),
+            sum(c.gpus for c in hosts),
+        )
+        ports = sum(c.port_count for c in hosts)
         if not need.fits_in(have):
             return (
                 f"its {label} need {need.describe()} together, more than all usable agents seen "

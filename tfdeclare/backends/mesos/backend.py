@@ -22,6 +22,7 @@ backfill, fencing and reconciliation policies.
 
 from __future__ import annotations
 
+import collections
 import getpass
 import logging
 import re
@@ -43,6 +44,7 @@ from tfdeclare.backends.mesos.errors import (
     FrameworkRemovedError,
     MesosConnectionError,
     MesosError,
+    NotSubscribedError,
     SubscribeTimeoutError,
     TerminalError,
 )
@@ -101,6 +103,7 @@ RECONCILE_MAX_RETRY_S = 60.0
 FIRST_OBSERVE_WAIT_S = 2.0  # the first observe() after subscribing waits this long for answers
 QUEUE_TTL_S = 15.0  # a waiting job that has not asked again for this long left the queue
 MIN_KILL_RETRY_S = 10.0
+LAUNCH_DRAIN_S = 30.0  # close() waits this long for queued ACCEPTs
 
 
 @dataclass(slots=True)
@@ -108,6 +111,17 @@ class _Reservation:
     job: str
     fit: GangFit
     expires_at: float
+
+
+@dataclass(slots=True)
+class _Accept:
+    """One ACCEPT to send: the tasks of one gang on one agent, with that agent's offers."""
+
+    job: str
+    agent_id: str
+    role: str
+    offer_ids: list[str]
+    tasks: list[TaskLaunch]
 
 
 @dataclass(slots=True)
@@ -180,6 +194,9 @@ class MesosBackend:
             raise BackendError(str(err)) from err
         self._options = PlacementOptions(cpu_tasks_on_gpu_agents=config.cpu_tasks_on_gpu_agents)
         self._pool = OfferPool()
+        self._on_agent: dict[str, set[str]] = {}  # agent id -> ids of our tasks there
+        for entry in self._tasks.values():
+            self._on_agent.setdefault(entry.agent_id, set()).add(entry.task_id)
         self._never_fits_cache: dict[object, str | None] = {}
         self._never_fits_version = -1
         self._reservations: dict[str, _Reservation] = {}
@@ -196,6 +213,7 @@ class MesosBackend:
         self._connected = False
         self._subscribed_at = 0.0
         self._last_offers_at = 0.0
+        self._last_demand_at = 0.0
         self._expect_offers_since = 0.0
         self._suppressed = False
         self._revive_wanted = False
@@ -224,6 +242,9 @@ class MesosBackend:
         self._closed = threading.Event()
         self._wake = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._accepts: collections.deque[_Accept] = collections.deque()  # ACCEPTs to send, in order
+        self._accepts_ready = threading.Condition(self._lock)
+        self._unsent: set[str] = set()  # journaled tasks whose ACCEPT has not been answered
         self._sandbox: SandboxReader | None = None
 
     # ---- connection ----------------------------------------------------------------------------
@@ -318,6 +339,7 @@ class MesosBackend:
         for name, target in (
             ("mesos-backend-timer", self._timer_loop),
             ("mesos-backend-acks", self._ack_loop),
+            ("mesos-backend-launcher", self._launcher_loop),
         ):
             thread = threading.Thread(target=target, name=name, daemon=True)
             self._threads.append(thread)
@@ -427,7 +449,9 @@ class MesosBackend:
             self._suppressed = False
             self._revive_wanted = True
             self._reconcile_pending = {
-                t.task_id: t.agent_id for t in self._tasks.values() if not is_terminal(t.state)
+                t.task_id: t.agent_id
+                for t in self._tasks.values()
+                if not is_terminal(t.state) and t.task_id not in self._unsent
             }
             self._reconcile_next_at = now
             self._reconcile_delay = RECONCILE_FIRST_RETRY_S
@@ -454,25 +478,38 @@ class MesosBackend:
             self._pool.clear()
             self._cond.notify_all()
 
-    def _ours_on_agents(self) -> dict[str, tuple[float, float, int]]:
-        sums: dict[str, tuple[float, float, int]] = {}
-        for entry in self._tasks.values():
+    def _add_task(self, entry: TaskEntry) -> None:
+        self._tasks[entry.task_id] = entry
+        self._on_agent.setdefault(entry.agent_id, set()).add(entry.task_id)
+
+    def _drop_task(self, task_id: str) -> None:
+        entry = self._tasks.pop(task_id, None)
+        if entry is not None:
+            self._on_agent.get(entry.agent_id, set()).discard(task_id)
+
+    def _ours_on(self, agent_id: str) -> tuple[float, float, int]:
+        """What our live tasks hold on an agent (its capacity is at least offered + this)."""
+        cpus = mem = 0.0
+        gpus = 0
+        for task_id in self._on_agent.get(agent_id, ()):
+            entry = self._tasks[task_id]
             if not is_terminal(entry.state):
-                cpus, mem, gpus = sums.get(entry.agent_id, (0.0, 0.0, 0))
-                sums[entry.agent_id] = (cpus + entry.cpus, mem + entry.mem_mib, gpus + entry.gpus)
-        return sums
+                cpus, mem, gpus = cpus + entry.cpus, mem + entry.mem_mib, gpus + entry.gpus
+        return cpus, mem, gpus
 
     def _on_offers(self, offers: Sequence[Offer]) -> None:
         with self._lock:
             if self._read_only or not self._connected:
                 return
             now = self.clock()
-            demand = bool(self._queue) or bool(self._reservations)
+            # Hold offers while work waits, or waited a moment ago (the controller places one
+            # job after the other); with nothing to do, decline at once (with a filter).
+            recent = now - self._last_demand_at < self.config.offer_hold_s
+            demand = bool(self._queue) or bool(self._reservations) or recent
             hold = self.config.offer_hold_s if demand else 0.0
-            ours = self._ours_on_agents()
             for offer in offers:
                 held = HeldOffer.parse(offer, now, hold)
-                self._pool.add(held, ours.get(held.agent_id, (0.0, 0.0, 0)))
+                self._pool.add(held, self._ours_on(held.agent_id))
             self._last_offers_at = now
             self._cond.notify_all()
         self._wake.set()
@@ -492,9 +529,10 @@ class MesosBackend:
             now = self.clock()
             task_id = status.task_id
             entry = self._tasks.get(task_id)
-            self._reconcile_pending.pop(task_id, None)
-            if not self._reconcile_pending:
-                self._reconciled.set()
+            if self._reconcile_pending:
+                self._reconcile_pending.pop(task_id, None)
+                if not self._reconcile_pending:
+                    self._reconciled.set()
             if entry is None:
                 if status.state not in TERMINAL and self._is_ours(task_id, status):
                     log.warning(
@@ -512,7 +550,7 @@ class MesosBackend:
                     status.reason,
                     status.message,
                 )
-                del self._tasks[task_id]
+                self._drop_task(task_id)
                 self._journal.delete([task_id], sync=False)
                 changed = True
             else:
@@ -642,8 +680,17 @@ class MesosBackend:
                 elif now - entry.lost_since >= config.fencing_timeout_s:
                     self._lost.discard(task_id)  # presumed gone from now on: the controller acts
                     notify = True
-            if self._journal.needs_compaction:
-                self._compact()
+            snapshot = None
+            if self._journal.needs_compaction(len(self._tasks)):
+                try:
+                    snapshot = self._journal.begin_compaction(self._tasks.values())
+                except OSError as err:
+                    log.error("cannot compact the task journal: %s", err)
+        if snapshot is not None:
+            try:
+                self._journal.finish_compaction(snapshot)
+            except OSError as err:
+                log.error("cannot write the task journal snapshot: %s", err)
         if declines:
             self._call("DECLINE", lambda c: c.decline(declines, config.refuse_s))
         if reconcile:
@@ -809,6 +856,7 @@ class MesosBackend:
             self._enable_gpu_offers()
         with self._cond:
             now = self.clock()
+            self._last_demand_at = now
             waiting = self._queue.get(request.job)
             new = waiting is None
             if waiting is None:
@@ -816,7 +864,11 @@ class MesosBackend:
                 self._queue[request.job] = waiting
             else:
                 waiting.request, waiting.last_asked = request, now
-        # Work arrived: make sure offers come (REVIVE clears our filters and un-suppresses).
+            answer, ideal, fit = self._try_place(request, waiting)
+            if ideal:
+                return self._settle(request, answer, fit)
+        # Not placed from the offers held: make sure offers come (REVIVE clears our filters and
+        # un-suppresses), then wait a little for an offer round that is on its way.
         self._sync_offer_interest(revive_now=new)
         with self._cond:
             deadline = self.clock() + self.config.place_wait_s
@@ -829,14 +881,20 @@ class MesosBackend:
                 if remaining <= 0 or not offers_coming:
                     break
                 self._cond.wait(min(remaining, 0.25))
-            if isinstance(answer, Placement) and fit is not None:
-                self._reservations[answer.token] = _Reservation(
-                    request.job, fit, self.clock() + max(self.config.offer_hold_s, 1.0)
-                )
-                self._queue.pop(request.job, None)
-            elif isinstance(answer, Unplaced) and answer.reason is UnplacedReason.UNSCHEDULABLE:
-                self._queue.pop(request.job, None)
-            return answer
+            return self._settle(request, answer, fit)
+
+    def _settle(
+        self, request: GangRequest, answer: Placement | Unplaced, fit: GangFit | None
+    ) -> Placement | Unplaced:
+        """Reserve what a placement took, or leave the queue for good (under the lock)."""
+        if isinstance(answer, Placement) and fit is not None:
+            self._reservations[answer.token] = _Reservation(
+                request.job, fit, self.clock() + max(self.config.offer_hold_s, 1.0)
+            )
+            self._queue.pop(request.job, None)
+        elif isinstance(answer, Unplaced) and answer.reason is UnplacedReason.UNSCHEDULABLE:
+            self._queue.pop(request.job, None)
+        return answer
 
     def _try_place(
         self, request: GangRequest, waiting: _Waiting
@@ -909,7 +967,7 @@ class MesosBackend:
     # ---- launch ---------------------------------------------------------------------------------
 
     def launch(self, placement: Placement, tasks: Sequence[TaskLaunch]) -> None:
-        client = self._connect()
+        self._connect()
         self._usable()
         with self._cond:
             todo = [t for t in tasks if t.task_id not in self._tasks]
@@ -940,59 +998,114 @@ class MesosBackend:
                 self._entry(task, agent_id, now) for (agent_id, _), group in groups.items() for task in group
             ]
             for entry in entries:
-                self._tasks[entry.task_id] = entry
+                self._add_task(entry)
             self._journal.put(entries, sync=True)  # write-ahead: before any ACCEPT
             for held in backing.values():
                 for offer in held:
                     self._pool.remove(offer.offer_id)
             self._reservations.pop(placement.token, None)
-        failures: list[str] = []
-        accepted: list[str] = []
-        uncertain: list[str] = []
-        refused: list[str] = []
-        for (agent_id, role), group in sorted(groups.items()):
-            infos = [
-                task_info(
-                    task,
-                    agent_id,
-                    role,
-                    task_labels(task, self.owner),
-                    containerizer=self.config.containerizer,
-                    shared_filesystem=self.config.shared_filesystem,
-                )
-                for task in group
-            ]
-            ids = [t.task_id for t in group]
-            try:
-                # What the tasks leave of the offers comes back at the next allocation (no filter):
-                # the next gang may need it; unused, it is declined with refuseSeconds then.
-                client.launch([o.offer_id for o in backing[(agent_id, role)]], infos, 0.0)
-                accepted.extend(ids)
-            except MesosConnectionError as err:
-                uncertain.extend(ids)
-                failures.append(f"agent {agent_id}: {err}")
-            except MesosError as err:
-                refused.extend(ids)
-                failures.append(f"agent {agent_id}: {err}")
-        with self._cond:
-            if accepted:
-                self._expect_offers_since = max(self._expect_offers_since, self.clock())
-            done = [self._tasks[i] for i in accepted if i in self._tasks]
-            for entry in done:
-                entry.accepted = True
-            self._journal.put(done, sync=False)
-            if refused:  # the master never took them: they do not exist
-                for task_id in refused:
-                    self._tasks.pop(task_id, None)
-                self._journal.delete(refused, sync=True)
-            for task_id in uncertain:  # did the master get it? Reconciliation will say.
-                self._reconcile_pending[task_id] = self._tasks[task_id].agent_id
-                self._reconcile_next_at = self.clock()
-            self._cond.notify_all()
-        self._wake.set()
+            for (agent_id, role), group in sorted(groups.items()):
+                offer_ids = [o.offer_id for o in backing[(agent_id, role)]]
+                self._accepts.append(_Accept(placement.job, agent_id, role, offer_ids, group))
+                self._unsent.update(t.task_id for t in group)
+            # What the tasks leave of those offers comes back once the ACCEPT is done.
+            self._expect_offers_since = max(self._expect_offers_since, now)
+            self._accepts_ready.notify_all()
         self._notify()
-        if failures:
-            raise BackendError(f"launching {placement.job}: " + "; ".join(failures))
+
+    # ---- ACCEPTs (launcher thread) -------------------------------------------------------------
+
+    def _launcher_loop(self) -> None:
+        """Sends the queued ACCEPTs in order, so that the controller never waits for the master."""
+        while True:
+            with self._cond:
+                while not self._accepts and not self._closed.is_set():
+                    self._accepts_ready.wait(0.5)
+                if not self._accepts:
+                    return  # closed and drained
+                accept = self._accepts.popleft()
+                # Tasks asked to stop before their ACCEPT are not launched at all.
+                keep = [
+                    t
+                    for t in accept.tasks
+                    if (e := self._tasks.get(t.task_id)) is not None and not e.kill_requested
+                ]
+                dropped = [t.task_id for t in accept.tasks if t not in keep]
+                if dropped:
+                    self._forget_unlaunched(dropped, "it was stopped before its launch")
+            try:
+                self._send_accept(accept, keep)
+            except Exception:
+                log.exception("launching on agent %s failed unexpectedly", accept.agent_id)
+                with self._cond:
+                    self._forget_unlaunched([t.task_id for t in keep], "its launch failed")
+            finally:
+                with self._cond:
+                    self._unsent.difference_update(t.task_id for t in accept.tasks)
+                    self._accepts_ready.notify_all()
+
+    def _send_accept(self, accept: _Accept, tasks: list[TaskLaunch]) -> None:
+        client = self._client
+        if not tasks:
+            if client is not None:
+                self._call("DECLINE", lambda c: c.decline(accept.offer_ids, 0.0))
+            return
+        infos = [
+            task_info(
+                task,
+                accept.agent_id,
+                accept.role,
+                task_labels(task, self.owner),
+                containerizer=self.config.containerizer,
+                shared_filesystem=self.config.shared_filesystem,
+            )
+            for task in tasks
+        ]
+        ids = [t.task_id for t in tasks]
+        try:
+            if client is None:
+                raise NotSubscribedError("not connected")
+            # What the tasks leave of the offers comes back at the next allocation (no filter):
+            # the next gang may need it; unused, it is declined with refuseSeconds then.
+            client.launch(accept.offer_ids, infos, 0.0)
+        except MesosConnectionError as err:
+            log.warning(
+                "launching %s on agent %s: %s; reconciliation will tell", accept.job, accept.agent_id, err
+            )
+            with self._cond:
+                for task_id in ids:  # did the master get it? Reconciliation will say.
+                    if (entry := self._tasks.get(task_id)) is not None:
+                        self._reconcile_pending[task_id] = entry.agent_id
+                self._reconcile_next_at = self.clock()
+                self._reconciled.clear()
+            self._wake.set()
+            return
+        except MesosError as err:
+            with self._cond:
+                self._forget_unlaunched(ids, f"the master refused its launch ({err})")
+            self._notify()
+            return
+        with self._cond:
+            self._expect_offers_since = max(self._expect_offers_since, self.clock())
+            for task_id in ids:  # informational: written with the task's next change
+                if (entry := self._tasks.get(task_id)) is not None:
+                    entry.accepted = True
+            self._cond.notify_all()
+
+    def _forget_unlaunched(self, task_ids: list[str], why: str) -> None:
+        """Tasks whose ACCEPT was not sent or was refused never existed: the controller sees
+        the slot empty and launches it again. Called under the lock."""
+        for task_id in task_ids:
+            log.warning("task %s was not launched: %s", task_id, why)
+            self._drop_task(task_id)
+        self._journal.delete(task_ids, sync=True)
+        self._cond.notify_all()
+
+    def _drain_launches(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while (self._accepts or self._unsent) and time.monotonic() < deadline:
+                self._accepts_ready.wait(max(0.0, min(0.1, deadline - time.monotonic())))
 
     def _await_backing(
         self,
@@ -1089,7 +1202,7 @@ class MesosBackend:
             now = self.clock()
             gone = [t.task_id for t in self._tasks.values() if t.job == job and self._ended(t, now)]
             for task_id in gone:
-                del self._tasks[task_id]
+                self._drop_task(task_id)
                 self._kill_sent.pop(task_id, None)
                 if self._sandbox is not None:
                     self._sandbox.forget(task_id)
@@ -1127,7 +1240,10 @@ class MesosBackend:
 
     def close(self) -> None:
         """Stop threads and connections. No TEARDOWN: the tasks keep running."""
+        self._drain_launches(LAUNCH_DRAIN_S)  # ACCEPTs already decided go out first
         self._closed.set()
+        with self._cond:
+            self._accepts_ready.notify_all()
         self._wake.set()
         self._ack_event.set()
         for thread in self._threads:

@@ -6,15 +6,20 @@ This module owns the files and their crash safety:
     The framework id the master assigned, this state folder's instance id (task labels name
     it), and whether GPU offers were asked for. Written atomically (``write_atomic``) as soon
     as the id is known, before it is acted on.
-``tasks.json`` + ``tasks.log``
+``tasks.json`` + ``tasks.log`` (+ ``tasks.log.old`` while compacting)
     The task journal: every task is recorded *before* the ACCEPT that launches it, then each
     change (status update, kill request, forget). ``tasks.json`` is an atomic snapshot;
     ``tasks.log`` holds the changes since, one JSON line per change, each a complete task
-    record (``{"put": {...}}``) or a removal (``{"del": id}``). Replaying the log over the
-    snapshot is idempotent, so a crash between writing a new snapshot and emptying the log
-    is harmless, and a torn last line (a crash mid-write) is ignored. Writes reach the
-    kernel at once (``write(2)``: a crashed *process* loses nothing); ``sync()`` makes them
-    durable against a machine crash and runs before every acknowledgement, once per batch.
+    record (``{"put": {...}}``) or a removal (``{"del": id}``). Writes reach the kernel at
+    once (``write(2)``: a crashed *process* loses nothing); ``sync()`` makes them durable
+    against a machine crash and runs before every acknowledgement, once per batch.
+
+    Compaction never stops writers for the file write: under the owner's lock the records
+    are serialised and the log is rotated (``tasks.log`` -> ``tasks.log.old``, new changes
+    go to a fresh ``tasks.log``); then, outside it, the snapshot is written and the old log
+    removed. Loading replays snapshot, ``tasks.log.old``, ``tasks.log``. Replay is idempotent
+    (every line is a whole record), so a crash at any point of a compaction loses nothing,
+    and a torn last line (a crash mid-write) is ignored.
 
 Reconciliation answers carry no labels, so this journal is how a restarted controller knows
 its tasks.
@@ -29,7 +34,7 @@ import os
 import secrets
 import threading
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -73,12 +78,14 @@ class TaskEntry:
     forgotten: bool = False  # out of observe(); kept for its logs until the job is purged
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {name: getattr(self, name) for name in _ENTRY_FIELDS}  # flat: no deep copy
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> TaskEntry:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in raw.items() if k in known})
+        return cls(**{k: v for k, v in raw.items() if k in _ENTRY_FIELDS})
+
+
+_ENTRY_FIELDS = tuple(f.name for f in fields(TaskEntry))
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +144,7 @@ class TaskJournal:
         self.root = root
         self.snapshot_path = root / "tasks.json"
         self.log_path = root / "tasks.log"
+        self.old_log_path = root / "tasks.log.old"
         self.compact_after = compact_after
         self._lock = threading.Lock()  # the log file descriptor
         self._fd: int | None = None
@@ -157,9 +165,14 @@ class TaskJournal:
             pass
         except (OSError, ValueError, TypeError) as err:
             raise JournalError(f"{self.snapshot_path} is unreadable: {err}") from err
+        self._replay(self.old_log_path, tasks)
+        self._lines = self._replay(self.log_path, tasks)
+        return tasks
+
+    def _replay(self, path: Path, tasks: dict[str, TaskEntry]) -> int:
         lines = 0
         try:
-            with open(self.log_path, "rb") as handle:
+            with open(path, "rb") as handle:
                 for line in handle:
                     lines += 1
                     try:
@@ -170,13 +183,12 @@ class TaskJournal:
                         elif "del" in change:
                             tasks.pop(str(change["del"]), None)
                     except (ValueError, TypeError, KeyError):
-                        log.warning("%s: ignoring a torn or unreadable line %d", self.log_path, lines)
+                        log.warning("%s: ignoring a torn or unreadable line %d", path, lines)
         except FileNotFoundError:
             pass
         except OSError as err:
-            raise JournalError(f"{self.log_path} is unreadable: {err}") from err
-        self._lines = lines
-        return tasks
+            raise JournalError(f"{path} is unreadable: {err}") from err
+        return lines
 
     # ---- writing -----------------------------------------------------------------------------
 
@@ -217,22 +229,44 @@ class TaskJournal:
                 os.fsync(self._fd)
                 self._dirty = False
 
-    @property
-    def needs_compaction(self) -> bool:
-        return self._lines > self.compact_after
+    def needs_compaction(self, live: int) -> bool:
+        """The log is long compared with the journal (``live`` records)."""
+        return self._lines > max(self.compact_after, 4 * live)
 
-    def compact(self, tasks: Iterable[TaskEntry]) -> None:
-        """Write a snapshot of ``tasks`` and start an empty log."""
+    def begin_compaction(self, tasks: Iterable[TaskEntry]) -> bytes:
+        """Serialise ``tasks`` and rotate the log; call under the owner's lock (it is quick),
+        then ``finish_compaction`` with the result outside it."""
         body = {"version": SNAPSHOT_VERSION, "tasks": [t.to_json() for t in tasks]}
         with self._lock:
-            write_atomic(self.snapshot_path, json.dumps(body, separators=(",", ":")).encode(), mode=0o600)
             if self._fd is not None:
+                if self._dirty:
+                    os.fsync(self._fd)
                 os.close(self._fd)
                 self._fd = None
-            write_atomic(self.log_path, b"", mode=0o600)
+            if self.log_path.exists():
+                if self.old_log_path.exists():  # an unfinished compaction: keep its lines too
+                    with open(self.old_log_path, "ab") as old, open(self.log_path, "rb") as new:
+                        old.write(new.read())
+                        old.flush()
+                        os.fsync(old.fileno())
+                    self.log_path.unlink()
+                else:
+                    os.replace(self.log_path, self.old_log_path)
+                fsync_dir(self.root)
             self._lines = 0
             self._dirty = False
             self.wrote = True
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    def finish_compaction(self, snapshot: bytes) -> None:
+        write_atomic(self.snapshot_path, snapshot, mode=0o600)
+        with contextlib.suppress(FileNotFoundError):
+            self.old_log_path.unlink()
+            fsync_dir(self.root)
+
+    def compact(self, tasks: Iterable[TaskEntry]) -> None:
+        """Both steps at once (when nothing else writes: tests, close)."""
+        self.finish_compaction(self.begin_compaction(tasks))
 
     def close(self) -> None:
         with self._lock:

@@ -173,7 +173,8 @@ class OfferPool:
         ports = merge_ranges(r for h in held for r in h.ports)
         seen = self.capacity.get(agent_id)
         if seen is not None:
-            if cpus <= seen.cpus and mem <= seen.mem_mib and gpus <= seen.gpus and ports == seen.ports:
+            inside = all(any(sb <= b and e <= se for sb, se in seen.ports) for b, e in ports)
+            if cpus <= seen.cpus + 1e-6 and mem <= seen.mem_mib + 1e-6 and gpus <= seen.gpus and inside:
                 return  # nothing larger than before (the usual case)
             cpus, mem, gpus = max(cpus, seen.cpus), max(mem, seen.mem_mib), max(gpus, seen.gpus)
             ports = merge_ranges([*ports, *seen.ports])
