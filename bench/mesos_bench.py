@@ -20,9 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from bench.common import REPO, Result
-from tfdeclare.backends.mesos.backend import MesosBackend, _Waiting
+from tfdeclare.backends.mesos.backend import MesosBackend
 from tfdeclare.backends.mesos.events import Offer
 from tfdeclare.backends.mesos.offers import HeldOffer
+from tfdeclare.backends.mesos.state import Waiting
 from tfdeclare.core.config import MesosConfig
 from tfdeclare.core.enums import PlacementStrategy, Role, TaskState
 from tfdeclare.core.placement import PlacementOptions, never_fits, place_gang
@@ -209,13 +210,13 @@ def decision_backend(workdir: Path, agents: int, waiting: int) -> MesosBackend:
         "big", 0, tuple(SlotRequest(TaskKey(Role.WORKER, i), Resources(32, 1024)) for i in range(4))
     )
     for n in range(waiting):  # needs 32-cpu agents: fits nothing held now
-        backend._queue[f"wait{n:04d}"] = _Waiting(big, now - 10 + n * 1e-6, now)
+        backend._queue[f"wait{n:04d}"] = Waiting(big, now - 10 + n * 1e-6, now)
     return backend
 
 
 def decision_time(backend: MesosBackend, size: int, strategy: PlacementStrategy, runs: int) -> list[float]:
     gang = request("newcomer", size, strategy)
-    entry = _Waiting(gang, time.time(), time.time())
+    entry = Waiting(gang, time.time(), time.time())
     samples = []
     for _ in range(runs):
         before = time.perf_counter()

@@ -1,85 +1,57 @@
 """``MesosBackend``: the backend protocol on a Mesos cluster, tfdeclare as a v1 HTTP framework.
 
-Threads (all daemon threads, started on first use, none at import):
+The protocol side lives here: connecting (lazily, on first use; ``BackendError`` when no
+SUBSCRIBED comes within ``subscribeTimeoutSeconds``), ``observe`` (the journal mapped onto
+``TaskState``), ``place`` (gang placement over the held offers, FIFO with backfill),
+``launch`` (write-ahead journal, then ACCEPTs queued for the launcher thread), ``stop``
+(KILL with the grace period), ``forget``/``purge``, ``read_log`` (the agent's sandbox) and
+``close`` (no TEARDOWN: tasks keep running). The events from the master are handled in
+``scheduler``, the backend's threads in ``workers``, the shared state in ``state``.
 
-- the client's *stream* thread delivers events to ``_Events``: offers go into the pool,
-  status updates into the journal (written before they are acknowledged), the framework id
-  into ``framework.json`` (before anything acts on it);
-- the client's heartbeat *watchdog*;
-- ``mesos-backend-acks``: fsyncs the journal once per batch of updates, then acknowledges
-  them (updates are acknowledged only once durable);
-- ``mesos-backend-timer``: declines offers held longer than ``offerHoldSeconds`` (with a
-  ``refuseSeconds`` filter), expires unused reservations, retries explicit reconciliation
-  with backoff until every task has an answer, runs implicit reconciliation every
-  ``reconcileIntervalSeconds``, re-sends unconfirmed KILLs, kills unknown tasks of ours,
-  REVIVEs when work waits and SUPPRESSes when nothing does, notices fencing deadlines;
-- the caller's thread (the controller) for ``observe``/``place``/``launch``/``stop``/...
-
-One lock guards the journal, the offer pool, reservations and the queue of waiting jobs;
-HTTP calls are made outside it. See ``docs/architecture.md`` (Mesos backend) for the offer,
-backfill, fencing and reconciliation policies.
+Threads (daemon threads started on first use, none at import): the client's stream thread
+and heartbeat watchdog; ``mesos-backend-acks``, ``mesos-backend-timer`` and
+``mesos-backend-launcher`` (``workers``); and the caller's (the controller's). One lock
+guards the journal, offers, reservations and queues; HTTP calls are made outside it. See
+``docs/architecture.md`` (Mesos backend) for the offer, backfill, fencing and reconciliation
+policies.
 """
 
 from __future__ import annotations
 
-import collections
-import getpass
 import logging
-import re
 import secrets
-import socket
-import threading
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from tfdeclare.backends.base import BackendError, LogChunk
 from tfdeclare.backends.mesos.auth import Credentials, load_credentials
 from tfdeclare.backends.mesos.client import ClientConfig, SchedulerClient
 from tfdeclare.backends.mesos.errors import (
-    ClientStoppedError,
     ConfigError,
-    FrameworkFailedOverError,
     FrameworkRemovedError,
-    MesosConnectionError,
     MesosError,
-    NotSubscribedError,
     SubscribeTimeoutError,
     TerminalError,
 )
-from tfdeclare.backends.mesos.events import BaseHandler, Offer, TaskStatus
-from tfdeclare.backends.mesos.info import Capability, FrameworkInfo, validate_id
-from tfdeclare.backends.mesos.journal import (
-    FrameworkState,
-    FrameworkStore,
-    JournalError,
-    TaskEntry,
-    TaskJournal,
-)
-from tfdeclare.backends.mesos.offers import HeldOffer, OfferPool
+from tfdeclare.backends.mesos.info import validate_id
+from tfdeclare.backends.mesos.journal import TaskEntry
+from tfdeclare.backends.mesos.offers import HeldOffer
 from tfdeclare.backends.mesos.sandbox import SandboxError, SandboxReader
-from tfdeclare.backends.mesos.taskinfo import LABEL_PREFIX, task_info, task_labels
-from tfdeclare.backends.mesos.taskstate import (
-    LOST_LIKE,
-    NEVER_LAUNCHED,
-    TERMINAL,
-    apply_status,
-    is_terminal,
-    observed_state,
+from tfdeclare.backends.mesos.scheduler import EventHandler, SchedulerEvents
+from tfdeclare.backends.mesos.state import (
+    FIRST_OBSERVE_WAIT_S,
+    LAUNCH_DRAIN_S,
+    MIN_KILL_RETRY_S,
+    Accept,
+    Reservation,
+    Waiting,
 )
+from tfdeclare.backends.mesos.taskstate import is_terminal, observed_state
+from tfdeclare.backends.mesos.workers import BackgroundWork
 from tfdeclare.core.config import MesosConfig
 from tfdeclare.core.enums import Role
-from tfdeclare.core.placement import (
-    AgentOffer,
-    GangFit,
-    PlacementOptions,
-    SlotAssignment,
-    backfill_views,
-    eligible_for,
-    never_fits,
-    place_gang,
-)
+from tfdeclare.core.placement import GangFit, SlotAssignment, backfill_views, never_fits, place_gang
 from tfdeclare.core.resources import Resources
 from tfdeclare.core.tasks import (
     GangRequest,
@@ -94,77 +66,8 @@ from tfdeclare.core.tasks import (
 
 log = logging.getLogger("tfdeclare.mesos")
 
-# Task ids the controller makes: <job>.<uid>.<role>-<index>.<launch>
-OUR_TASK_ID = re.compile(
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\.[^./\\]+\.(chief|ps|worker|evaluator)-\d+\.[^./\\]+$"
-)
-RECONCILE_FIRST_RETRY_S = 1.0
-RECONCILE_MAX_RETRY_S = 60.0
-FIRST_OBSERVE_WAIT_S = 2.0  # the first observe() after subscribing waits this long for answers
-QUEUE_TTL_S = 15.0  # a waiting job that has not asked again for this long left the queue
-MIN_KILL_RETRY_S = 10.0
-LAUNCH_DRAIN_S = 30.0  # close() waits this long for queued ACCEPTs
 
-
-@dataclass(slots=True)
-class _Reservation:
-    job: str
-    fit: GangFit
-    expires_at: float
-
-
-@dataclass(slots=True)
-class _Accept:
-    """One ACCEPT to send: the tasks of one gang on one agent, with that agent's offers."""
-
-    job: str
-    agent_id: str
-    role: str
-    offer_ids: list[str]
-    tasks: list[TaskLaunch]
-
-
-@dataclass(slots=True)
-class _Waiting:
-    """A job in the FIFO queue of gangs waiting for offers."""
-
-    request: GangRequest
-    first_asked: float
-    last_asked: float
-
-
-class _Events(BaseHandler):
-    """Client callbacks (the stream thread) forwarded to the backend."""
-
-    def __init__(self, backend: MesosBackend) -> None:
-        self.backend = backend
-
-    def subscribed(
-        self, framework_id: str, heartbeat_interval: float, master_info: dict[str, object]
-    ) -> None:
-        self.backend._on_subscribed(framework_id)
-
-    def offers(self, offers: Sequence[Offer]) -> None:
-        self.backend._on_offers(offers)
-
-    def rescind(self, offer_id: str) -> None:
-        self.backend._on_rescind(offer_id)
-
-    def update(self, status: TaskStatus) -> None:
-        self.backend._on_update(status)
-
-    def failure(self, agent_id: str | None, executor_id: str | None, status: int | None) -> None:
-        if agent_id is not None and executor_id is None:
-            log.warning("the master removed agent %s; its tasks are reported separately", agent_id)
-
-    def disconnected(self, reason: str) -> None:
-        self.backend._on_disconnected(reason)
-
-    def terminated(self, error: TerminalError) -> None:
-        self.backend._on_terminated(error)
-
-
-class MesosBackend:
+class MesosBackend(SchedulerEvents, BackgroundWork):
     """The backend protocol (``tfdeclare.backends.base.Backend``) as a Mesos framework."""
 
     name = "mesos"
@@ -172,105 +75,6 @@ class MesosBackend:
     @classmethod
     def from_config(cls, state_dir: Path, config: MesosConfig) -> MesosBackend:
         return cls(state_dir, config)
-
-    def __init__(
-        self, state_dir: Path, config: MesosConfig, *, clock: Callable[[], float] = time.time
-    ) -> None:
-        if config.on_framework_removed not in ("fail", "newFramework"):
-            raise BackendError(
-                f"mesos.onFrameworkRemoved must be fail or newFramework, not {config.on_framework_removed!r}"
-            )
-        self.config = config
-        self.clock = clock
-        self.root = state_dir / "mesos"
-        self._lock = threading.RLock()
-        self._cond = threading.Condition(self._lock)
-        self._journal = TaskJournal(self.root)
-        self._framework_store = FrameworkStore(self.root)
-        try:
-            self._tasks: dict[str, TaskEntry] = self._journal.load()
-            self._framework: FrameworkState = self._framework_store.load()
-        except JournalError as err:
-            raise BackendError(str(err)) from err
-        self._options = PlacementOptions(cpu_tasks_on_gpu_agents=config.cpu_tasks_on_gpu_agents)
-        self._pool = OfferPool()
-        self._on_agent: dict[str, set[str]] = {}  # agent id -> ids of our tasks there
-        for entry in self._tasks.values():
-            self._on_agent.setdefault(entry.agent_id, set()).add(entry.task_id)
-        self._never_fits_cache: dict[object, str | None] = {}
-        self._never_fits_version = -1
-        self._reservations: dict[str, _Reservation] = {}
-        self._queue: dict[str, _Waiting] = {}
-        self._client: SchedulerClient | None = None
-        self._connect_lock = threading.Lock()
-        self._credentials: Credentials | None = None
-        self._gpu_enabled = (
-            config.gpu_resources
-            or self._framework.gpu_resources
-            or any(t.gpus > 0 and not is_terminal(t.state) for t in self._tasks.values())
-        )
-        # subscription and offers
-        self._connected = False
-        self._subscribed_at = 0.0
-        self._last_offers_at = 0.0
-        self._last_demand_at = 0.0
-        self._expect_offers_since = 0.0
-        self._suppressed = False
-        self._revive_wanted = False
-        self._last_revive_at = 0.0
-        # reconciliation, kills, fencing
-        self._reconcile_pending: dict[str, str | None] = {}
-        self._reconcile_next_at = 0.0
-        self._reconcile_delay = RECONCILE_FIRST_RETRY_S
-        self._reconciled = threading.Event()
-        self._implicit_next_at = 0.0
-        self._kill_sent: dict[str, float] = {}  # task id -> when KILL was last sent
-        self._unknown_kills: dict[str, str | None] = {}  # to kill on the next tick
-        self._unknown_killed: dict[str, float] = {}  # when a KILL was sent for an unknown task
-        self._lost: set[str] = {t.task_id for t in self._tasks.values() if t.state in LOST_LIKE}
-        self._interest_lock = threading.Lock()
-        self._old_clients: list[SchedulerClient] = []
-        self._removed_ids: set[str] = set()
-        # acknowledgements
-        self._ack_lock = threading.Lock()
-        self._acks: list[tuple[str, str, str]] = []
-        self._ack_event = threading.Event()
-        # life cycle
-        self._watchers: list[Callable[[], None]] = []
-        self._fatal: BackendError | None = None
-        self._read_only = False
-        self._closed = threading.Event()
-        self._wake = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self._accepts: collections.deque[_Accept] = collections.deque()  # ACCEPTs to send, in order
-        self._accepts_ready = threading.Condition(self._lock)
-        self._unsent: set[str] = set()  # journaled tasks whose ACCEPT has not been answered
-        self._sandbox: SandboxReader | None = None
-
-    # ---- connection ----------------------------------------------------------------------------
-
-    @property
-    def owner(self) -> str:
-        return f"{self.config.framework_name}/{self._framework.instance_id}"
-
-    def _framework_info(self) -> FrameworkInfo:
-        config = self.config
-        capabilities = [Capability.PARTITION_AWARE, Capability.TASK_KILLING_STATE]
-        if self._gpu_enabled:
-            capabilities.append(Capability.GPU_RESOURCES)
-        return FrameworkInfo(
-            user=config.user or getpass.getuser(),
-            name=config.framework_name,
-            id=self._framework.framework_id,
-            failover_timeout=config.failover_timeout_s,
-            checkpoint=config.checkpoint,
-            roles=tuple(config.roles),
-            principal=config.principal,
-            hostname=config.hostname or socket.gethostname(),
-            webui_url=config.webui_url,
-            capabilities=tuple(capabilities),
-            labels={f"{LABEL_PREFIX}instance": self._framework.instance_id},
-        )
 
     def _load_credentials(self) -> Credentials | None:
         config = self.config
@@ -293,7 +97,7 @@ class MesosBackend:
                     insecure_skip_tls_verify=not self.config.tls_verify,
                     auto_acknowledge=False,
                 ),
-                _Events(self),
+                EventHandler(self),
             )
         except (ConfigError, ValueError) as err:
             raise BackendError(f"the mesos settings are not usable: {err}") from None
@@ -332,477 +136,6 @@ class MesosBackend:
                 self._start_threads()
                 return client
             raise BackendError(f"cannot subscribe a new framework at {self.config.master}")
-
-    def _start_threads(self) -> None:
-        if self._threads:
-            return
-        for name, target in (
-            ("mesos-backend-timer", self._timer_loop),
-            ("mesos-backend-acks", self._ack_loop),
-            ("mesos-backend-launcher", self._launcher_loop),
-        ):
-            thread = threading.Thread(target=target, name=name, daemon=True)
-            self._threads.append(thread)
-            thread.start()
-
-    def _send_kill(self, task_id: str, agent_id: str | None, grace_s: float | None) -> None:
-        self._call(f"KILL {task_id}", lambda c: c.kill(task_id, agent_id, grace_s))
-
-    def _usable(self) -> None:
-        if self._fatal is not None:
-            raise self._fatal
-
-    def _call(self, what: str, fn: Callable[[SchedulerClient], None]) -> bool:
-        """Make one call; a failure is logged (the timer retries what must be retried)."""
-        client = self._client
-        if client is None or self._read_only:
-            return False
-        try:
-            fn(client)
-        except MesosError as err:
-            log.warning("%s failed: %s", what, err)
-            return False
-        return True
-
-    # ---- framework removed / failed over -----------------------------------------------------
-
-    def _framework_removed(self) -> None:
-        """The master refused our framework id for good: stop, or start anew (policy)."""
-        framework_id = self._framework.framework_id
-        if framework_id is None or framework_id in self._removed_ids:
-            return  # handled already (the stream thread and the connecting thread both see it)
-        self._removed_ids.add(framework_id)
-        path = self._framework_store.path
-        if self.config.on_framework_removed != "newFramework":
-            self._fatal = BackendError(
-                f"the Mesos master removed framework {framework_id} (its failover timeout ran out, or it "
-                "was torn down), so its tasks were killed. To start a new framework, move "
-                f"{path} away (or set mesos.onFrameworkRemoved: newFramework); the old tasks are then "
-                "reported gone and their jobs restart per their restart policy."
-            )
-            log.error("%s", self._fatal)
-            return
-        with self._lock:
-            archived = self._framework_store.archive(f"removed-{int(self.clock())}")
-            log.error(
-                "the Mesos master removed framework %s; starting a new framework (old id kept in %s)",
-                framework_id,
-                archived,
-            )
-            now = self.clock()
-            gone = []
-            for entry in self._tasks.values():
-                if not is_terminal(entry.state):
-                    apply_status(
-                        entry,
-                        "TASK_GONE",
-                        reason="REASON_FRAMEWORK_REMOVED",
-                        source="SOURCE_MASTER",
-                        message=f"framework {framework_id} was removed by the master",
-                        timestamp=None,
-                        now=now,
-                    )
-                    gone.append(entry)
-            self._journal.put(gone, sync=True)
-            self._framework = FrameworkState(None, self._framework.instance_id, self._framework.gpu_resources)
-            self._framework_store.save(self._framework)
-            self._connected = False
-            self._pool.clear()
-        self._notify()
-
-    def _on_terminated(self, error: TerminalError) -> None:
-        if isinstance(error, ClientStoppedError) or self._closed.is_set():
-            return
-        if isinstance(error, FrameworkFailedOverError):
-            with self._lock:
-                self._read_only = True
-                self._connected = False
-                self._fatal = BackendError(
-                    f"another scheduler subscribed as framework {self._framework.framework_id} and took "
-                    "over; this controller stops acting (is the same state folder used elsewhere?)"
-                )
-            log.error("%s", self._fatal)
-        elif isinstance(error, FrameworkRemovedError):
-            if self._client is None:
-                return  # still connecting: _connect() handles it
-            self._old_clients.append(self._client)
-            self._client = None
-            self._framework_removed()
-        else:
-            self._fatal = BackendError(f"the Mesos client stopped: {error}")
-        self._notify()
-
-    # ---- events from the master (stream thread) ---------------------------------------------
-
-    def _on_subscribed(self, framework_id: str) -> None:
-        with self._lock:
-            if self._read_only:
-                return
-            if framework_id != self._framework.framework_id:
-                self._framework = replace(self._framework, framework_id=framework_id)
-                self._framework_store.save(self._framework)  # before anything acts on it
-            now = self.clock()
-            self._connected = True
-            self._subscribed_at = now
-            self._expect_offers_since = now
-            self._pool.clear()  # offers of an earlier subscription are void
-            self._suppressed = False
-            self._revive_wanted = True
-            self._reconcile_pending = {
-                t.task_id: t.agent_id
-                for t in self._tasks.values()
-                if not is_terminal(t.state) and t.task_id not in self._unsent
-            }
-            self._reconcile_next_at = now
-            self._reconcile_delay = RECONCILE_FIRST_RETRY_S
-            if self._reconcile_pending:
-                self._reconciled.clear()
-            else:
-                self._reconciled.set()
-            for task_id in list(self._kill_sent):
-                self._kill_sent[task_id] = 0.0  # re-send every unconfirmed KILL
-            for entry in self._tasks.values():
-                if entry.kill_requested and not is_terminal(entry.state):
-                    self._kill_sent[entry.task_id] = 0.0
-            self._implicit_next_at = now + self.config.reconcile_interval_s
-            self._cond.notify_all()
-        log.info(
-            "subscribed as framework %s; reconciling %d task(s)", framework_id, len(self._reconcile_pending)
-        )
-        self._wake.set()
-        self._notify()
-
-    def _on_disconnected(self, reason: str) -> None:
-        with self._lock:
-            self._connected = False
-            self._pool.clear()
-            self._cond.notify_all()
-
-    def _add_task(self, entry: TaskEntry) -> None:
-        self._tasks[entry.task_id] = entry
-        self._on_agent.setdefault(entry.agent_id, set()).add(entry.task_id)
-
-    def _drop_task(self, task_id: str) -> None:
-        entry = self._tasks.pop(task_id, None)
-        if entry is not None:
-            self._on_agent.get(entry.agent_id, set()).discard(task_id)
-
-    def _ours_on(self, agent_id: str) -> tuple[float, float, int]:
-        """What our live tasks hold on an agent (its capacity is at least offered + this)."""
-        cpus = mem = 0.0
-        gpus = 0
-        for task_id in self._on_agent.get(agent_id, ()):
-            entry = self._tasks[task_id]
-            if not is_terminal(entry.state):
-                cpus, mem, gpus = cpus + entry.cpus, mem + entry.mem_mib, gpus + entry.gpus
-        return cpus, mem, gpus
-
-    def _on_offers(self, offers: Sequence[Offer]) -> None:
-        with self._lock:
-            if self._read_only or not self._connected:
-                return
-            now = self.clock()
-            # Hold offers while work waits, or waited a moment ago (the controller places one
-            # job after the other); with nothing to do, decline at once (with a filter).
-            recent = now - self._last_demand_at < self.config.offer_hold_s
-            demand = bool(self._queue) or bool(self._reservations) or recent
-            hold = self.config.offer_hold_s if demand else 0.0
-            for offer in offers:
-                held = HeldOffer.parse(offer, now, hold)
-                self._pool.add(held, self._ours_on(held.agent_id))
-            self._last_offers_at = now
-            self._cond.notify_all()
-        self._wake.set()
-        if demand:
-            self._notify()
-
-    def _on_rescind(self, offer_id: str) -> None:
-        with self._lock:
-            self._pool.remove(offer_id)
-            self._cond.notify_all()
-
-    def _on_update(self, status: TaskStatus) -> None:
-        changed = False
-        with self._lock:
-            if self._read_only:
-                return  # another scheduler owns the framework now: not ours to record or ack
-            now = self.clock()
-            task_id = status.task_id
-            entry = self._tasks.get(task_id)
-            if self._reconcile_pending:
-                self._reconcile_pending.pop(task_id, None)
-                if not self._reconcile_pending:
-                    self._reconciled.set()
-            if entry is None:
-                if status.state not in TERMINAL and self._is_ours(task_id, status):
-                    log.warning(
-                        "task %s runs on the master but tfdeclare does not know it: killing it", task_id
-                    )
-                    self._unknown_kills[task_id] = status.agent_id
-                    self._wake.set()
-            elif entry.state is None and status.state in NEVER_LAUNCHED:
-                # The task never reached an agent: its launch did not happen. Forget it, so the
-                # controller launches the slot again (this is not a failure of the task).
-                log.warning(
-                    "task %s was never launched (%s %s: %s); it will be launched again",
-                    task_id,
-                    status.state,
-                    status.reason,
-                    status.message,
-                )
-                self._drop_task(task_id)
-                self._journal.delete([task_id], sync=False)
-                changed = True
-            else:
-                was_lost = entry.state in LOST_LIKE
-                changed = apply_status(
-                    entry,
-                    status.state,
-                    reason=status.reason,
-                    source=status.source,
-                    message=status.message,
-                    timestamp=status.timestamp,
-                    now=now,
-                )
-                if changed:
-                    self._journal.put([entry], sync=False)
-                    if status.state in TERMINAL:
-                        self._kill_sent.pop(task_id, None)
-                        self._expect_offers_since = max(self._expect_offers_since, now)
-                    elif (
-                        entry.kill_requested
-                        and status.state in ("TASK_RUNNING", "TASK_STARTING")
-                        and was_lost
-                    ):
-                        self._kill_sent[task_id] = 0.0  # it came back: kill it again now
-                        self._wake.set()
-                    if status.state in LOST_LIKE:
-                        self._lost.add(task_id)
-            if changed:
-                self._cond.notify_all()
-        if status.uuid is not None and status.agent_id is not None:
-            with self._ack_lock:
-                self._acks.append((status.agent_id, task_id, status.uuid))
-            self._ack_event.set()
-        if changed:
-            self._notify()
-
-    def _is_ours(self, task_id: str, status: TaskStatus) -> bool:
-        if not OUR_TASK_ID.match(task_id):
-            return False
-        labels = status.raw.get("labels")
-        if isinstance(labels, dict):
-            for label in labels.get("labels", []):
-                if label.get("key") == f"{LABEL_PREFIX}owner":
-                    return bool(label.get("value") == self.owner)
-        return True
-
-    # ---- acknowledgements (acks thread) ---------------------------------------------------------
-
-    def _ack_loop(self) -> None:
-        while not self._closed.is_set():
-            self._ack_event.wait(0.5)
-            self._ack_event.clear()
-            with self._ack_lock:
-                batch, self._acks = self._acks, []
-            if not batch:
-                continue
-            try:
-                self._journal.sync()  # durable first: only then may the master forget them
-            except OSError as err:
-                log.error(
-                    "cannot sync the task journal (%s); not acknowledging %d update(s)", err, len(batch)
-                )
-                continue
-            client = self._client
-            if client is None or self._closed.is_set():
-                continue
-            try:
-                client.acknowledge_many(batch)
-            except MesosError as err:
-                log.debug("ACKNOWLEDGE of %d update(s) failed (the master resends them): %s", len(batch), err)
-
-    # ---- periodic work (timer thread) ----------------------------------------------------------
-
-    def _timer_loop(self) -> None:
-        tick = max(0.02, min(0.2, self.config.offer_hold_s / 4 if self.config.offer_hold_s > 0 else 0.05))
-        while not self._closed.is_set():
-            try:
-                self._tick()
-            except Exception:
-                log.exception("Mesos backend timer: unexpected error (continuing)")
-            self._wake.wait(tick)
-            self._wake.clear()
-
-    def _head(self, before: float | None = None, exclude: str | None = None) -> tuple[str, _Waiting] | None:
-        """The job first in line (optionally: that asked before ``before``)."""
-        for job, waiting in self._queue.items():  # insertion order = first asked
-            if job == exclude:
-                continue
-            if before is not None and waiting.first_asked >= before:
-                return None
-            return job, waiting
-        return None
-
-    def _tick(self) -> None:
-        config = self.config
-        notify = False
-        with self._lock:
-            now = self.clock()
-            if self._read_only or self._closed.is_set():
-                return
-            for token, reservation in list(self._reservations.items()):
-                if reservation.expires_at <= now:
-                    log.info("placement of %s was not launched in time: released", reservation.job)
-                    del self._reservations[token]
-            for job, waiting in list(self._queue.items()):
-                if now - waiting.last_asked > QUEUE_TTL_S:
-                    del self._queue[job]
-            connected = self._connected
-            declines = self._expired_offers(now) if connected else []
-            reconcile: list[tuple[str, str | None]] = []
-            if connected and self._reconcile_pending and now >= self._reconcile_next_at:
-                reconcile = sorted(self._reconcile_pending.items(), key=lambda kv: kv[0])
-                self._reconcile_next_at = now + self._reconcile_delay
-                self._reconcile_delay = min(RECONCILE_MAX_RETRY_S, self._reconcile_delay * 2)
-            implicit = connected and now >= self._implicit_next_at
-            if implicit:
-                self._implicit_next_at = now + config.reconcile_interval_s
-            kills = self._kills_due(now) if connected else []
-            unknown: list[tuple[str, str | None]] = []
-            if connected:
-                unknown = list(self._unknown_kills.items())
-                self._unknown_kills.clear()
-            for task_id in list(self._lost):
-                entry = self._tasks.get(task_id)
-                if entry is None or entry.state not in LOST_LIKE or entry.lost_since is None:
-                    self._lost.discard(task_id)
-                elif now - entry.lost_since >= config.fencing_timeout_s:
-                    self._lost.discard(task_id)  # presumed gone from now on: the controller acts
-                    notify = True
-            snapshot = None
-            if self._journal.needs_compaction(len(self._tasks)):
-                try:
-                    snapshot = self._journal.begin_compaction(self._tasks.values())
-                except OSError as err:
-                    log.error("cannot compact the task journal: %s", err)
-        if snapshot is not None:
-            try:
-                self._journal.finish_compaction(snapshot)
-            except OSError as err:
-                log.error("cannot write the task journal snapshot: %s", err)
-        if declines:
-            self._call("DECLINE", lambda c: c.decline(declines, config.refuse_s))
-        if reconcile:
-            log.info("reconciling %d task(s)", len(reconcile))
-            self._call("RECONCILE", lambda c: c.reconcile(reconcile))
-        if implicit:
-            self._call("RECONCILE (implicit)", lambda c: c.reconcile([]))
-        for task_id, agent_id, grace in kills:
-            self._send_kill(task_id, agent_id, grace)
-        for task_id, agent_id in unknown:
-            self._send_kill(task_id, agent_id, None)
-        self._sync_offer_interest()
-        if notify:
-            self._notify()
-
-    def _sync_offer_interest(self, revive_now: bool = False) -> None:
-        """REVIVE when work waits (and we are suppressed, or were asked to), SUPPRESS when
-        nothing waits and no offer is held. Decision and call are serialised, so the master
-        always ends up told the latest decision."""
-        with self._interest_lock:
-            with self._lock:
-                if not self._connected or self._read_only:
-                    return
-                now = self.clock()
-                demand = bool(self._queue) or bool(self._reservations)
-                action = None
-                if demand and (
-                    self._suppressed
-                    or self._revive_wanted
-                    or (revive_now and now - self._last_revive_at >= 1.0)
-                ):
-                    action = "REVIVE"
-                    self._last_revive_at = now
-                    self._expect_offers_since = now
-                elif not demand and not self._pool.offers and (self._revive_wanted or not self._suppressed):
-                    action = "SUPPRESS"
-                self._revive_wanted = False
-            if action is None:
-                return
-            roles = list(self.config.roles)
-            if action == "REVIVE":
-                ok = self._call("REVIVE", lambda c: c.revive(roles))
-            else:
-                ok = self._call("SUPPRESS", lambda c: c.suppress(roles))
-            with self._lock:
-                if ok:
-                    self._suppressed = action == "SUPPRESS"
-                else:
-                    self._revive_wanted = True  # decide again on the next tick
-
-    def _expired_offers(self, now: float) -> list[str]:
-        """Held offers whose time is up (removed from the pool); kept: offers of agents with
-        a live reservation, and offers a long-waiting head of the queue can use (bounded)."""
-        reserved = {(a.agent_id, a.role) for r in self._reservations.values() for a in r.fit.assignments}
-        head = self._head()
-        draining = head is not None and now - head[1].first_asked >= self.config.fifo_backfill_s
-        expired = []
-        for held in list(self._pool.offers.values()):
-            if held.hold_until > now or (held.agent_id, held.role) in reserved:
-                continue
-            if (
-                draining
-                and head is not None
-                and now - held.received_at < self.config.head_of_line_hold_s
-                and eligible_for(head[1].request, self._view_of(held), self._options)
-            ):
-                continue
-            self._pool.remove(held.offer_id)
-            expired.append(held.offer_id)
-        return expired
-
-    @staticmethod
-    def _view_of(held: HeldOffer) -> AgentOffer:
-        return AgentOffer(
-            held.agent_id,
-            held.hostname,
-            held.cpus,
-            held.mem_mib,
-            held.gpus,
-            held.ports,
-            held.attributes,
-            held.role,
-            gpu_agent=held.gpus > 0,
-        )
-
-    def _kills_due(self, now: float) -> list[tuple[str, str | None, float | None]]:
-        due: list[tuple[str, str | None, float | None]] = []
-        for task_id, sent in self._kill_sent.items():
-            entry = self._tasks.get(task_id)
-            if entry is None or is_terminal(entry.state):
-                continue
-            grace = entry.kill_grace_s
-            retry = max(MIN_KILL_RETRY_S, 2 * (grace or 0.0))
-            if now - sent >= retry:
-                self._kill_sent[task_id] = now
-                due.append((task_id, entry.agent_id, grace))
-        return due
-
-    def _compact(self) -> None:
-        try:
-            self._journal.compact(self._tasks.values())
-        except OSError as err:
-            log.error("cannot compact the task journal: %s", err)
-
-    # ---- watchers -----------------------------------------------------------------------------
-
-    def _notify(self) -> None:
-        for notify in list(self._watchers):
-            try:
-                notify()
-            except Exception:
-                log.exception("a watcher of the Mesos backend raised")
 
     def watch(self, notify: Callable[[], None]) -> None:
         """``notify`` is called (from the backend's threads) on every status update, offer
@@ -860,7 +193,7 @@ class MesosBackend:
             waiting = self._queue.get(request.job)
             new = waiting is None
             if waiting is None:
-                waiting = _Waiting(request, now, now)
+                waiting = Waiting(request, now, now)
                 self._queue[request.job] = waiting
             else:
                 waiting.request, waiting.last_asked = request, now
@@ -888,7 +221,7 @@ class MesosBackend:
     ) -> Placement | Unplaced:
         """Reserve what a placement took, or leave the queue for good (under the lock)."""
         if isinstance(answer, Placement) and fit is not None:
-            self._reservations[answer.token] = _Reservation(
+            self._reservations[answer.token] = Reservation(
                 request.job, fit, self.clock() + max(self.config.offer_hold_s, 1.0)
             )
             self._queue.pop(request.job, None)
@@ -897,7 +230,7 @@ class MesosBackend:
         return answer
 
     def _try_place(
-        self, request: GangRequest, waiting: _Waiting
+        self, request: GangRequest, waiting: Waiting
     ) -> tuple[Placement | Unplaced, bool, GangFit | None]:
         """(answer, ideal, fit): ideal when nothing better can come from offers on their way."""
         now = self.clock()
@@ -1006,7 +339,7 @@ class MesosBackend:
             self._reservations.pop(placement.token, None)
             for (agent_id, role), group in sorted(groups.items()):
                 offer_ids = [o.offer_id for o in backing[(agent_id, role)]]
-                self._accepts.append(_Accept(placement.job, agent_id, role, offer_ids, group))
+                self._accepts.append(Accept(placement.job, agent_id, role, offer_ids, group))
                 self._unsent.update(t.task_id for t in group)
             # What the tasks leave of those offers comes back once the ACCEPT is done.
             self._expect_offers_since = max(self._expect_offers_since, now)
@@ -1014,98 +347,6 @@ class MesosBackend:
         self._notify()
 
     # ---- ACCEPTs (launcher thread) -------------------------------------------------------------
-
-    def _launcher_loop(self) -> None:
-        """Sends the queued ACCEPTs in order, so that the controller never waits for the master."""
-        while True:
-            with self._cond:
-                while not self._accepts and not self._closed.is_set():
-                    self._accepts_ready.wait(0.5)
-                if not self._accepts:
-                    return  # closed and drained
-                accept = self._accepts.popleft()
-                # Tasks asked to stop before their ACCEPT are not launched at all.
-                keep = [
-                    t
-                    for t in accept.tasks
-                    if (e := self._tasks.get(t.task_id)) is not None and not e.kill_requested
-                ]
-                dropped = [t.task_id for t in accept.tasks if t not in keep]
-                if dropped:
-                    self._forget_unlaunched(dropped, "it was stopped before its launch")
-            try:
-                self._send_accept(accept, keep)
-            except Exception:
-                log.exception("launching on agent %s failed unexpectedly", accept.agent_id)
-                with self._cond:
-                    self._forget_unlaunched([t.task_id for t in keep], "its launch failed")
-            finally:
-                with self._cond:
-                    self._unsent.difference_update(t.task_id for t in accept.tasks)
-                    self._accepts_ready.notify_all()
-
-    def _send_accept(self, accept: _Accept, tasks: list[TaskLaunch]) -> None:
-        client = self._client
-        if not tasks:
-            if client is not None:
-                self._call("DECLINE", lambda c: c.decline(accept.offer_ids, 0.0))
-            return
-        infos = [
-            task_info(
-                task,
-                accept.agent_id,
-                accept.role,
-                task_labels(task, self.owner),
-                containerizer=self.config.containerizer,
-                shared_filesystem=self.config.shared_filesystem,
-            )
-            for task in tasks
-        ]
-        ids = [t.task_id for t in tasks]
-        try:
-            if client is None:
-                raise NotSubscribedError("not connected")
-            # What the tasks leave of the offers comes back at the next allocation (no filter):
-            # the next gang may need it; unused, it is declined with refuseSeconds then.
-            client.launch(accept.offer_ids, infos, 0.0)
-        except MesosConnectionError as err:
-            log.warning(
-                "launching %s on agent %s: %s; reconciliation will tell", accept.job, accept.agent_id, err
-            )
-            with self._cond:
-                for task_id in ids:  # did the master get it? Reconciliation will say.
-                    if (entry := self._tasks.get(task_id)) is not None:
-                        self._reconcile_pending[task_id] = entry.agent_id
-                self._reconcile_next_at = self.clock()
-                self._reconciled.clear()
-            self._wake.set()
-            return
-        except MesosError as err:
-            with self._cond:
-                self._forget_unlaunched(ids, f"the master refused its launch ({err})")
-            self._notify()
-            return
-        with self._cond:
-            self._expect_offers_since = max(self._expect_offers_since, self.clock())
-            for task_id in ids:  # informational: written with the task's next change
-                if (entry := self._tasks.get(task_id)) is not None:
-                    entry.accepted = True
-            self._cond.notify_all()
-
-    def _forget_unlaunched(self, task_ids: list[str], why: str) -> None:
-        """Tasks whose ACCEPT was not sent or was refused never existed: the controller sees
-        the slot empty and launches it again. Called under the lock."""
-        for task_id in task_ids:
-            log.warning("task %s was not launched: %s", task_id, why)
-            self._drop_task(task_id)
-        self._journal.delete(task_ids, sync=True)
-        self._cond.notify_all()
-
-    def _drain_launches(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while (self._accepts or self._unsent) and time.monotonic() < deadline:
-                self._accepts_ready.wait(max(0.0, min(0.1, deadline - time.monotonic())))
 
     def _await_backing(
         self,
@@ -1181,10 +422,6 @@ class MesosBackend:
             self._send_kill(task_id, agent_id, grace_s)
         if changed:
             self._notify()
-
-    def _ended(self, entry: TaskEntry, now: float) -> bool:
-        state, _, _ = observed_state(entry, now, self.config.fencing_timeout_s)
-        return state.ended
 
     def forget(self, task_ids: Sequence[str]) -> None:
         with self._lock:
