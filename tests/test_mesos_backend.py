@@ -354,3 +354,89 @@ def test_launch_is_written_ahead(cluster: Cluster) -> None:
     labels = {label["key"]: label["value"] for label in infos[0]["labels"]["labels"]}
     assert labels["tfdeclare.job"] == "ahead" and labels["tfdeclare.owner"].startswith("tfdeclare-test/")
     assert infos[0]["name"] == "/job:worker/task:0"
+
+
+# ---- auth, roles, ids, logs, watchers ------------------------------------------------------------
+
+
+@pytest.mark.emulator(credentials={"tfd": "s3cret-Val"}, roles={"ml"})
+@pytest.mark.backend(principal="tfd", secret_env="TFD_TEST_SECRET", roles=("ml",))
+def test_principal_secret_and_roles(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TFD_TEST_SECRET", "s3cret-Val")
+    backend = cluster.backend()
+    task_id = start(cluster.harness, backend, "authed", 1, SLEEP)[0].task_id
+    wait_for(backend, lambda ts: ts[task_id].state is TaskState.RUNNING)
+    info = cluster.calls("SUBSCRIBE")[0]["call"]["subscribe"]["framework_info"]
+    assert info["principal"] == "tfd" and info["roles"] == ["ml"]
+    [accept] = cluster.calls("ACCEPT")
+    resources = accept["call"]["accept"]["operations"][0]["launch"]["task_infos"][0]["resources"]
+    assert {r["allocation_info"]["role"] for r in resources} == {"ml"}
+    monkeypatch.setenv("TFD_TEST_SECRET", "wrong")
+    refused = MesosBackend(cluster.tmp_path / "other", mesos_test_config(cluster.emulator.url, principal="tfd",
+                           secret_env="TFD_TEST_SECRET", subscribe_timeout_s=1.0))  # fmt: skip
+    with pytest.raises(BackendError) as info_:
+        refused.observe()
+    refused.close()
+    assert "cannot reach the Mesos master" in str(info_.value) and "401" in str(info_.value)
+    assert "wrong" not in str(info_.value) and "s3cret" not in str(info_.value)
+
+
+def test_rescinded_offers_are_never_used(cluster: Cluster) -> None:
+    """[7] A placement whose offers were rescinded (the agent went away) is not launched on
+    them; the launch fails cleanly and the job is placed again."""
+    backend = cluster.backend()
+    placement = backend.place(gang("rescinded", 1))
+    assert isinstance(placement, Placement)
+    held = set(backend._pool.offers)
+    agent = cluster.emulator.agent_ids()[0]
+    cluster.emulator.disconnect_agent(agent)
+    eventually(lambda: not set(backend._pool.offers) & held)  # RESCIND seen
+    with pytest.raises(BackendError, match="used or rescinded"):
+        backend.launch(placement, launches(cluster.harness, placement, SLEEP))
+    assert cluster.calls("ACCEPT") == []
+    assert backend.observe() == []
+
+
+def test_every_offer_is_answered_when_idle(cluster: Cluster) -> None:
+    """[10] Nothing waits: held offers are declined with a filter and offers suppressed."""
+    backend = cluster.backend()
+    task_id = start(cluster.harness, backend, "one", 1, SLEEP)[0].task_id
+    wait_for(backend, lambda ts: ts[task_id].state is TaskState.RUNNING)
+    eventually(lambda: cluster.emulator.offers(cluster.framework_id()) == [] and cluster.calls("SUPPRESS"))
+
+
+def test_task_ids_must_be_valid_mesos_ids(cluster: Cluster) -> None:
+    backend = cluster.backend()
+    placement = backend.place(gang("badid", 1))
+    assert isinstance(placement, Placement)
+    [task] = launches(cluster.harness, placement, SLEEP)
+    with pytest.raises(BackendError, match="invalid task id"):
+        backend.launch(placement, [replace(task, task_id="has/slash")])
+    backend.release(placement)
+
+
+def test_logs_end_with_stderr_once_the_task_ended(cluster: Cluster) -> None:
+    backend = cluster.backend()
+    script = "import sys; print('out line'); print('Traceback: boom', file=sys.stderr); sys.exit(2)"
+    task_id = start(cluster.harness, backend, "talky", 1, [PY, "-c", script])[0].task_id
+    wait_for(backend, lambda ts: ts[task_id].state.ended)
+    data, offset = b"", 0
+    for _ in range(100):
+        chunk = backend.read_log(task_id, offset, limit=7)  # small pieces: offsets must add up
+        data, offset = data + chunk.data, chunk.next_offset
+        if chunk.complete:
+            break
+    else:
+        raise AssertionError("the log never completed")
+    assert data == b"out line\n\n--- stderr ---\nTraceback: boom\n"
+    with pytest.raises(BackendError, match="no log"):
+        backend.read_log("nobody.ab12.worker-0.1")
+
+
+def test_watchers_hear_about_updates(cluster: Cluster) -> None:
+    backend = cluster.backend()
+    calls: list[float] = []
+    backend.watch(lambda: calls.append(time.monotonic()))
+    task_id = start(cluster.harness, backend, "watched", 1, [PY, "-c", "pass"])[0].task_id
+    wait_for(backend, lambda ts: ts[task_id].state.ended)
+    assert len(calls) >= 3  # subscribed / offers, STARTING, RUNNING, FINISHED

@@ -237,7 +237,11 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
         if not self._connected:
             message = "not connected to the Mesos master (re-subscribing)"
             return Unplaced(UnplacedReason.WAITING_FOR_OFFERS, message), False, None
-        why = self._never_fits(request)
+        # Trust "can never fit" only once an offer round has shown every agent with free
+        # resources since the last REVIVE (e.g. GPU agents right after GPU_RESOURCES).
+        reset = self._offers_reset_at
+        trusted = self._last_offers_at > reset or now - reset >= self.config.place_wait_s
+        why = self._never_fits(request) if trusted else None
         if why is not None:
             return Unplaced(UnplacedReason.UNSCHEDULABLE, why), True, None
         reserved = [a for r in self._reservations.values() for a in r.fit.assignments]
@@ -294,6 +298,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
             self._framework = replace(self._framework, gpu_resources=True)
             self._framework_store.save(self._framework)
             self._revive_wanted = True
+            self._offers_reset_at = self.clock()
         log.info("asked the master for offers from GPU agents (GPU_RESOURCES)")
         self._wake.set()
 

@@ -143,6 +143,7 @@ class SchedulerEvents(BackendState):
             now = self.clock()
             self._connected = True
             self._subscribed_at = now
+            self._offers_reset_at = now
             self._expect_offers_since = now
             self._pool.clear()  # offers of an earlier subscription are void
             self._suppressed = False

@@ -129,6 +129,10 @@ class BackendState:
         self._suppressed = False
         self._revive_wanted = False
         self._last_revive_at = 0.0
+        # An offer round after this time shows every agent with free resources (a REVIVE, a
+        # new subscription, GPU offers asked for): only then is "can never fit" trusted.
+        self._offers_reset_at = 0.0
+        self._filtered = False  # we declined with a filter since the last REVIVE
         # reconciliation, kills, fencing
         self._reconcile_pending: dict[str, str | None] = {}
         self._reconcile_next_at = 0.0

@@ -134,8 +134,9 @@ class BackgroundWork(BackendState):
                 self._journal.finish_compaction(snapshot)
             except OSError as err:
                 log.error("cannot write the task journal snapshot: %s", err)
-        if declines:
-            self._call("DECLINE", lambda c: c.decline(declines, config.refuse_s))
+        declined = bool(declines) and self._call("DECLINE", lambda c: c.decline(declines, config.refuse_s))
+        if declined and config.refuse_s > 0:
+            self._filtered = True  # those agents are hidden from us for refuse_s: REVIVE to see them
         if reconcile:
             log.info("reconciling %d task(s)", len(reconcile))
             self._call("RECONCILE", lambda c: c.reconcile(reconcile))
@@ -160,13 +161,16 @@ class BackgroundWork(BackendState):
                 now = self.clock()
                 demand = bool(self._queue) or bool(self._reservations)
                 action = None
+                # A new job that does not fit what is held revives only when our own filters
+                # (declines with refuseSeconds) may hide agents from us.
                 if demand and (
                     self._suppressed
                     or self._revive_wanted
-                    or (revive_now and now - self._last_revive_at >= 1.0)
+                    or (revive_now and self._filtered and now - self._last_revive_at >= 1.0)
                 ):
                     action = "REVIVE"
                     self._last_revive_at = now
+                    self._offers_reset_at = now
                     self._expect_offers_since = now
                 elif not demand and not self._pool.offers and (self._revive_wanted or not self._suppressed):
                     action = "SUPPRESS"
@@ -181,6 +185,8 @@ class BackgroundWork(BackendState):
             with self._lock:
                 if ok:
                     self._suppressed = action == "SUPPRESS"
+                    if action == "REVIVE":
+                        self._filtered = False
                 else:
                     self._revive_wanted = True  # decide again on the next tick
 
