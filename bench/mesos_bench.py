@@ -150,10 +150,10 @@ def end_to_end(workdir: Path, agents: int, tasks: int) -> tuple[dict[str, float]
                     return sum(1 for e in backend._tasks.values() if e.state in states)
 
             while count("TASK_STARTING", "TASK_RUNNING") < tasks:  # launched by the master
-                time.sleep(0.02)
+                time.sleep(0.1)
             launched = time.perf_counter()
             while count("TASK_RUNNING") < tasks:
-                time.sleep(0.02)
+                time.sleep(0.1)
             running = time.perf_counter()
             assert sum(1 for t in backend.observe() if t.state is TaskState.RUNNING) == tasks
             cpu = time.process_time() - cpu_before[0], cpu_seconds(pid) - cpu_before[1]
