@@ -351,8 +351,6 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
             self._accepts_ready.notify_all()
         self._notify()
 
-    # ---- ACCEPTs (launcher thread) -------------------------------------------------------------
-
     def _await_backing(
         self,
         groups: dict[tuple[str, str], list[TaskLaunch]],

@@ -24,7 +24,12 @@ from tfdeclare.backends.mesos.errors import (
 from tfdeclare.backends.mesos.events import BaseHandler, Offer, TaskStatus
 from tfdeclare.backends.mesos.journal import FrameworkState
 from tfdeclare.backends.mesos.offers import HeldOffer
-from tfdeclare.backends.mesos.state import OUR_TASK_ID, RECONCILE_FIRST_RETRY_S, BackendState
+from tfdeclare.backends.mesos.state import (
+    MIN_KILL_RETRY_S,
+    OUR_TASK_ID,
+    RECONCILE_FIRST_RETRY_S,
+    BackendState,
+)
 from tfdeclare.backends.mesos.taskinfo import LABEL_PREFIX
 from tfdeclare.backends.mesos.taskstate import LOST_LIKE, NEVER_LAUNCHED, TERMINAL, apply_status, is_terminal
 
@@ -215,10 +220,11 @@ class SchedulerEvents(BackendState):
                 if not self._reconcile_pending:
                     self._reconciled.set()
             if entry is None:
-                if status.state not in TERMINAL and self._is_ours(task_id, status):
-                    log.warning(
-                        "task %s runs on the master but tfdeclare does not know it: killing it", task_id
-                    )
+                alive = status.state not in TERMINAL and status.state != "TASK_KILLING"
+                recently = now - self._unknown_killed.get(task_id, -MIN_KILL_RETRY_S) < MIN_KILL_RETRY_S
+                if alive and not recently and self._is_ours(task_id, status):
+                    log.warning("task %s runs but tfdeclare does not know it: killing it", task_id)
+                    self._unknown_killed[task_id] = now
                     self._unknown_kills[task_id] = status.agent_id
                     self._wake.set()
             elif entry.state is None and status.state in NEVER_LAUNCHED:
@@ -277,5 +283,3 @@ class SchedulerEvents(BackendState):
                 if label.get("key") == f"{LABEL_PREFIX}owner":
                     return bool(label.get("value") == self.owner)
         return True
-
-    # ---- acknowledgements (acks thread) ---------------------------------------------------------

@@ -162,7 +162,7 @@ class BackendState:
         self._unsent: set[str] = set()  # journaled tasks whose ACCEPT has not been answered
         self._sandbox: SandboxReader | None = None
 
-    # ---- connection ----------------------------------------------------------------------------
+    # ---- helpers -------------------------------------------------------------------------------
 
     @property
     def owner(self) -> str:
@@ -205,8 +205,6 @@ class BackendState:
             log.warning("%s failed: %s", what, err)
             return False
         return True
-
-    # ---- framework removed / failed over -----------------------------------------------------
 
     def _add_task(self, entry: TaskEntry) -> None:
         self._tasks[entry.task_id] = entry
@@ -267,5 +265,3 @@ class BackendState:
             self._journal.compact(self._tasks.values())
         except OSError as err:
             log.error("cannot compact the task journal: %s", err)
-
-    # ---- watchers -----------------------------------------------------------------------------

@@ -52,6 +52,8 @@ class BackgroundWork(BackendState):
             self._threads.append(thread)
             thread.start()
 
+    # ---- acknowledgements (acks thread) ---------------------------------------------------------
+
     def _ack_loop(self) -> None:
         while not self._closed.is_set():
             self._ack_event.wait(0.5)
@@ -223,6 +225,8 @@ class BackgroundWork(BackendState):
                 self._kill_sent[task_id] = now
                 due.append((task_id, entry.agent_id, grace))
         return due
+
+    # ---- ACCEPTs (launcher thread) -------------------------------------------------------------
 
     def _launcher_loop(self) -> None:
         """Sends the queued ACCEPTs in order, so that the controller never waits for the master."""
