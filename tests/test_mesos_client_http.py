@@ -367,6 +367,7 @@ def test_basic_auth_on_every_request_and_secret_never_shown(
     client, _ = make_client(server.url, credentials=creds)
     client.wait_subscribed(5)
     client.revive()
+    client.acknowledge_many([("a", "t", new_uuid())])
     server.on_call = lambda req: Reply(401, b"")
     with pytest.raises(AuthenticationError) as info:
         client.revive()
@@ -495,6 +496,56 @@ def test_ack_only_after_the_handler_returned(server: ScriptServer, make_client: 
             "uuid": uid,
         }
         assert ack.headers["mesos-stream-id"] == stream.stream_id
+
+
+def test_explicit_acknowledgement_leaves_acks_to_the_owner(server: ScriptServer, make_client: Any) -> None:
+    """With auto_acknowledge=False the client never acks; the owner's ack goes out as sent."""
+    client, handler = make_client(server.url, auto_acknowledge=False)
+    client.wait_subscribed(5)
+    uid = new_uuid()
+    stream = server.streams[0]
+    stream.update("t1", "TASK_RUNNING", uid)
+    stream.update("t2", "TASK_RUNNING", None)  # barrier
+    handler.wait("update", 2)
+    time.sleep(0.1)
+    assert server.calls("ACKNOWLEDGE") == []
+    client.acknowledge("agent-1", "t1", uid)
+    [ack] = server.calls("ACKNOWLEDGE")
+    assert ack.json["acknowledge"]["uuid"] == uid
+
+
+def test_acknowledge_many_pipelines_on_one_connection(server: ScriptServer, make_client: Any) -> None:
+    """[13] Many acks in one burst: each echoes its uuid, carries the current stream id, and
+    they share one connection (HTTP/1.1 pipelining)."""
+    client, _ = make_client(server.url, auto_acknowledge=False)
+    client.wait_subscribed(5)
+    acks = [(f"agent-{i % 3}", f"t{i}", new_uuid()) for i in range(300)]
+    assert client.acknowledge_many(acks) == 300
+    seen = server.calls("ACKNOWLEDGE")
+    assert [(a.json["acknowledge"]["task_id"]["value"], a.json["acknowledge"]["uuid"]) for a in seen] == [
+        (t, u) for _, t, u in acks
+    ]
+    assert len({a.conn for a in seen}) == 1
+    stream = server.streams[0]
+    assert all(a.headers["mesos-stream-id"] == stream.stream_id for a in seen)
+    assert all(a.json["framework_id"] == {"value": "fw-1"} for a in seen)
+    server.on_call = lambda req: (
+        Reply(400, b"bad uuid") if req.json["acknowledge"]["task_id"]["value"] == "x1" else Reply(202)
+    )
+    assert (
+        client.acknowledge_many([("a", "x0", new_uuid()), ("a", "x1", new_uuid()), ("a", "x2", new_uuid())])
+        == 2
+    )
+
+
+def test_acknowledge_many_survives_a_closed_connection(server: ScriptServer, make_client: Any) -> None:
+    client, _ = make_client(server.url, auto_acknowledge=False)
+    client.wait_subscribed(5)
+    closing = iter([Reply(202), Reply(202, b"", {"Connection": "close"})])
+    server.on_call = lambda req: next(closing, None) or Reply(202)
+    with pytest.raises(MesosConnectionError, match="closed the connection"):
+        client.acknowledge_many([("a", f"t{i}", new_uuid()) for i in range(5)])
+    assert client.acknowledge_many([("a", "again", new_uuid())]) == 1  # a new connection
 
 
 def test_updates_without_uuid_are_never_acknowledged(server: ScriptServer, make_client: Any) -> None:
@@ -638,6 +689,7 @@ def test_tls_verified_by_default(tls_files: tuple[Path, Path], make_client: Any)
         trusted, _ = make_client(srv.url, ca_file=str(cert))
         assert trusted.wait_subscribed(5) == "fw-1"
         trusted.revive()
+        assert trusted.acknowledge_many([("a", "t", new_uuid())]) == 1  # pipelined, verified TLS
         insecure, _ = make_client(srv.url, insecure_skip_tls_verify=True)
         assert insecure.wait_subscribed(5) == "fw-1"
     finally:

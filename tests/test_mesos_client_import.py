@@ -1,4 +1,5 @@
-"""Importing the Mesos client has no side effects (checked in a fresh interpreter)."""
+"""Importing the Mesos client and backend has no side effects, and a backend that is not used
+starts nothing (checked in a fresh interpreter)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,12 @@ import tfdeclare.backends.mesos
 import tfdeclare.backends.mesos.auth, tfdeclare.backends.mesos.calls, tfdeclare.backends.mesos.client
 import tfdeclare.backends.mesos.errors, tfdeclare.backends.mesos.events, tfdeclare.backends.mesos.info
 import tfdeclare.backends.mesos.leader, tfdeclare.backends.mesos.recordio
+import tfdeclare.backends.mesos.backend, tfdeclare.backends.mesos.pipeline, tfdeclare.backends.mesos.sandbox
+from pathlib import Path
+import tempfile
+from tfdeclare.backends.mesos.backend import MesosBackend
+from tfdeclare.core.config import MesosConfig
+MesosBackend(Path(tempfile.mkdtemp()), MesosConfig(master="http://127.0.0.1:1"))  # connects lazily
 after = snapshot()
 kazoo = any(m.startswith("kazoo") for m in sys.modules)
 print(json.dumps({"before": before, "after": after, "kazoo": kazoo}))

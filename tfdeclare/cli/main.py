@@ -12,6 +12,7 @@ import sys
 import traceback
 
 from tfdeclare import __version__
+from tfdeclare.backends.base import BackendError
 from tfdeclare.cli import parsers
 from tfdeclare.cli.common import (
     EXIT_ERROR,
@@ -52,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(command(args))
     except UserError as err:
         print_diagnostics(err.diagnostics)
+        stderr_line(f"tfdeclare: error: {err}")
+        return EXIT_ERROR
+    except BackendError as err:  # e.g. the cluster is unreachable: nothing running is harmed
         stderr_line(f"tfdeclare: error: {err}")
         return EXIT_ERROR
     except KeyboardInterrupt:

@@ -45,6 +45,13 @@ class MesosConfig:
     cpu_tasks_on_gpu_agents: bool = False
     hostname: str | None = None
     webui_url: str | None = None
+    subscribe_timeout_s: float = 30.0
+    place_wait_s: float = 2.0
+    fifo_backfill_s: float = 60.0
+    head_of_line_hold_s: float = 60.0
+    on_framework_removed: str = "fail"  # fail | newFramework
+    gpu_resources: bool = False
+    shared_filesystem: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +134,13 @@ def parse_config(path: str, data: bytes) -> tuple[Config | None, list[Diagnostic
             cpu_tasks_on_gpu_agents=mesos["cpuTasksOnGpuAgents"],
             hostname=mesos.get("hostname"),
             webui_url=mesos.get("webuiUrl"),
+            subscribe_timeout_s=float(mesos["subscribeTimeoutSeconds"]),
+            place_wait_s=float(mesos["placeWaitSeconds"]),
+            fifo_backfill_s=float(mesos["fifoBackfillSeconds"]),
+            head_of_line_hold_s=float(mesos["headOfLineHoldSeconds"]),
+            on_framework_removed=mesos["onFrameworkRemoved"],
+            gpu_resources=mesos["gpuResources"],
+            shared_filesystem=mesos["sharedFilesystem"],
         ),
         daemon=DaemonConfig(
             interval_s=float(daemon["interval"]),

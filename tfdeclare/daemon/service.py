@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from tfdeclare.backends.base import BackendError
 from tfdeclare.controller import Controller
 from tfdeclare.controller.reconciler import Revision
 from tfdeclare.core.diagnostics import Diagnostic
@@ -159,7 +160,13 @@ class Daemon:
         started = time.monotonic()
         if self.source_error is None:
             self._apply_desired()
-        result = self.controller.reconcile()  # it logs what it does
+        try:
+            result = self.controller.reconcile()  # it logs what it does
+        except BackendError as err:  # the cluster is unreachable: try again next pass
+            log.error("backend unavailable, the jobs keep running: %s", err)
+            self.last_pass_at = self.clock()
+            self.metrics.observe_pass(time.monotonic() - started, self.last_pass_at, 0, 0, 1)
+            return None
         for error in result.errors:
             log.error("%s", error)
         records = self.controller.store.records()

@@ -7,6 +7,7 @@ only ``reveal()`` returns the value, and only the auth object calls it.
 
 from __future__ import annotations
 
+import base64
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +52,11 @@ class Credentials:
 
     def httpx_auth(self) -> httpx.Auth:
         return httpx.BasicAuth(self.principal, self.secret.reveal())
+
+    def basic_header(self) -> str:
+        """The ``Authorization`` header value (never log it)."""
+        token = base64.b64encode(f"{self.principal}:{self.secret.reveal()}".encode()).decode("ascii")
+        return f"Basic {token}"
 
 
 def load_credentials(

@@ -1,0 +1,507 @@
+"""``MesosBackend``: the backend protocol on a Mesos cluster, tfdeclare as a v1 HTTP framework.
+
+The protocol side lives here: connecting (lazily, on first use; ``BackendError`` when no
+SUBSCRIBED comes within ``subscribeTimeoutSeconds``), ``observe`` (the journal mapped onto
+``TaskState``), ``place`` (gang placement over the held offers, FIFO with backfill),
+``launch`` (write-ahead journal, then ACCEPTs queued for the launcher thread), ``stop``
+(KILL with the grace period), ``forget``/``purge``, ``read_log`` (the agent's sandbox) and
+``close`` (no TEARDOWN: tasks keep running). The events from the master are handled in
+``scheduler``, the backend's threads in ``workers``, the shared state in ``state``.
+
+Threads (daemon threads started on first use, none at import): the client's stream thread
+and heartbeat watchdog; ``mesos-backend-acks``, ``mesos-backend-timer`` and
+``mesos-backend-launcher`` (``workers``); and the caller's (the controller's). One lock
+guards the journal, offers, reservations and queues; HTTP calls are made outside it. See
+``docs/architecture.md`` (Mesos backend) for the offer, backfill, fencing and reconciliation
+policies.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from tfdeclare.backends.base import BackendError, LogChunk
+from tfdeclare.backends.mesos.auth import Credentials, load_credentials
+from tfdeclare.backends.mesos.client import ClientConfig, SchedulerClient
+from tfdeclare.backends.mesos.errors import (
+    ConfigError,
+    FrameworkRemovedError,
+    MesosError,
+    SubscribeTimeoutError,
+    TerminalError,
+)
+from tfdeclare.backends.mesos.info import validate_id
+from tfdeclare.backends.mesos.journal import TaskEntry
+from tfdeclare.backends.mesos.offers import HeldOffer
+from tfdeclare.backends.mesos.sandbox import SandboxError, SandboxReader
+from tfdeclare.backends.mesos.scheduler import EventHandler, SchedulerEvents
+from tfdeclare.backends.mesos.state import (
+    FIRST_OBSERVE_WAIT_S,
+    LAUNCH_DRAIN_S,
+    MIN_KILL_RETRY_S,
+    Accept,
+    Reservation,
+    Waiting,
+)
+from tfdeclare.backends.mesos.taskstate import is_terminal, observed_state
+from tfdeclare.backends.mesos.workers import BackgroundWork
+from tfdeclare.core.config import MesosConfig
+from tfdeclare.core.enums import Role
+from tfdeclare.core.placement import GangFit, SlotAssignment, backfill_views, never_fits, place_gang
+from tfdeclare.core.resources import Resources
+from tfdeclare.core.tasks import (
+    GangRequest,
+    ObservedTask,
+    Placement,
+    Slot,
+    TaskKey,
+    TaskLaunch,
+    Unplaced,
+    UnplacedReason,
+)
+
+log = logging.getLogger("tfdeclare.mesos")
+
+
+class MesosBackend(SchedulerEvents, BackgroundWork):
+    """The backend protocol (``tfdeclare.backends.base.Backend``) as a Mesos framework."""
+
+    name = "mesos"
+
+    @classmethod
+    def from_config(cls, state_dir: Path, config: MesosConfig) -> MesosBackend:
+        return cls(state_dir, config)
+
+    def _load_credentials(self) -> Credentials | None:
+        config = self.config
+        if config.principal is None or (config.secret_file is None and config.secret_env is None):
+            return None
+        return load_credentials(
+            config.principal, secret_file=config.secret_file, secret_env=config.secret_env
+        )
+
+    def _new_client(self) -> SchedulerClient:
+        try:
+            if self._credentials is None:
+                self._credentials = self._load_credentials()
+            return SchedulerClient(
+                ClientConfig(
+                    master=self.config.master,
+                    framework=self._framework_info(),
+                    credentials=self._credentials,
+                    ca_file=self.config.ca_file,
+                    insecure_skip_tls_verify=not self.config.tls_verify,
+                    auto_acknowledge=False,
+                ),
+                EventHandler(self),
+            )
+        except (ConfigError, ValueError) as err:
+            raise BackendError(f"the mesos settings are not usable: {err}") from None
+
+    def _connect(self) -> SchedulerClient:
+        """The subscribed client, connecting on first use (raises ``BackendError``)."""
+        client = self._client
+        if client is not None and self._fatal is None:
+            return client
+        with self._connect_lock:
+            self._usable()
+            if self._client is not None:
+                return self._client
+            for _ in range(2):  # a second time only to subscribe as a new framework
+                client = self._new_client()
+                client.start()
+                try:
+                    client.wait_subscribed(self.config.subscribe_timeout_s)
+                except FrameworkRemovedError:
+                    client.stop()
+                    self._framework_removed()
+                    self._usable()
+                    continue
+                except TerminalError as err:
+                    client.stop()
+                    self._usable()
+                    raise BackendError(f"the Mesos client stopped: {err}") from None
+                except SubscribeTimeoutError as err:
+                    client.stop()
+                    detail = f": {err.last_error}" if err.last_error else " (no answer)"
+                    raise BackendError(
+                        f"cannot reach the Mesos master at {self.config.master} within "
+                        f"{self.config.subscribe_timeout_s:g} s{detail}"
+                    ) from None
+                self._client = client
+                self._start_threads()
+                return client
+            raise BackendError(f"cannot subscribe a new framework at {self.config.master}")
+
+    def watch(self, notify: Callable[[], None]) -> None:
+        """``notify`` is called (from the backend's threads) on every status update, offer
+        change that matters to a waiting job, fencing deadline and (re)subscription."""
+        self._watchers.append(notify)
+
+    # ---- observe -----------------------------------------------------------------------------
+
+    def observe(self) -> Sequence[ObservedTask]:
+        self._connect()
+        self._usable()
+        # Right after subscribing, give explicit reconciliation a moment to answer, so the
+        # first pass of a restarted controller sees what happened while it was away.
+        if self._subscribed_at and self.clock() - self._subscribed_at < FIRST_OBSERVE_WAIT_S:
+            self._reconciled.wait(max(0.0, FIRST_OBSERVE_WAIT_S - (self.clock() - self._subscribed_at)))
+        with self._lock:
+            now = self.clock()
+            return [self._observed(entry, now) for entry in self._tasks.values() if not entry.forgotten]
+
+    def _observed(self, entry: TaskEntry, now: float) -> ObservedTask:
+        state, exit_code, message = observed_state(entry, now, self.config.fencing_timeout_s)
+        extra = {"agentId": entry.agent_id}
+        if entry.state is not None:
+            extra["mesosState"] = entry.state
+        if entry.reason:
+            extra["mesosReason"] = entry.reason
+        return ObservedTask(
+            task_id=entry.task_id,
+            job=entry.job,
+            key=TaskKey(Role(entry.role), entry.index),
+            attempt=entry.attempt,
+            config_hash=entry.config_hash,
+            state=state,
+            resources=Resources(entry.cpus, entry.mem_mib, entry.gpus),
+            host=entry.host,
+            port=entry.port,
+            exit_code=exit_code,
+            started_at=entry.started_at,
+            finished_at=entry.finished_at if state.ended else None,
+            message=message,
+            spec_hash=entry.spec_hash,
+            extra=extra,
+        )
+
+    # ---- place / release -----------------------------------------------------------------------
+
+    def place(self, request: GangRequest) -> Placement | Unplaced:
+        self._connect()
+        self._usable()
+        if request.total.gpus > 0 and not self._gpu_enabled:
+            self._enable_gpu_offers()
+        with self._cond:
+            now = self.clock()
+            self._last_demand_at = now
+            waiting = self._queue.get(request.job)
+            new = waiting is None
+            if waiting is None:
+                waiting = Waiting(request, now, now)
+                self._queue[request.job] = waiting
+            else:
+                waiting.request, waiting.last_asked = request, now
+            answer, ideal, fit = self._try_place(request, waiting)
+            if ideal:
+                return self._settle(request, answer, fit)
+        # Not placed from the offers held: make sure offers come (REVIVE clears our filters and
+        # un-suppresses), then wait a little for an offer round that is on its way.
+        self._sync_offer_interest(revive_now=new)
+        with self._cond:
+            deadline = self.clock() + self.config.place_wait_s
+            while True:
+                answer, ideal, fit = self._try_place(request, waiting)
+                if ideal:
+                    break
+                remaining = deadline - self.clock()
+                offers_coming = self._connected and self._last_offers_at < self._expect_offers_since
+                if remaining <= 0 or not offers_coming:
+                    break
+                self._cond.wait(min(remaining, 0.25))
+            return self._settle(request, answer, fit)
+
+    def _settle(
+        self, request: GangRequest, answer: Placement | Unplaced, fit: GangFit | None
+    ) -> Placement | Unplaced:
+        """Reserve what a placement took, or leave the queue for good (under the lock)."""
+        if isinstance(answer, Placement) and fit is not None:
+            self._reservations[answer.token] = Reservation(
+                request.job, fit, self.clock() + max(self.config.offer_hold_s, 1.0)
+            )
+            self._queue.pop(request.job, None)
+        elif isinstance(answer, Unplaced) and answer.reason is UnplacedReason.UNSCHEDULABLE:
+            self._queue.pop(request.job, None)
+        return answer
+
+    def _try_place(
+        self, request: GangRequest, waiting: Waiting
+    ) -> tuple[Placement | Unplaced, bool, GangFit | None]:
+        """(answer, ideal, fit): ideal when nothing better can come from offers on their way."""
+        now = self.clock()
+        if not self._connected:
+            message = "not connected to the Mesos master (re-subscribing)"
+            return Unplaced(UnplacedReason.WAITING_FOR_OFFERS, message), False, None
+        # Trust "can never fit" only once an offer round has shown every agent with free
+        # resources since the last REVIVE (e.g. GPU agents right after GPU_RESOURCES).
+        reset = self._offers_reset_at
+        trusted = self._last_offers_at > reset or now - reset >= self.config.place_wait_s
+        why = self._never_fits(request) if trusted else None
+        if why is not None:
+            return Unplaced(UnplacedReason.UNSCHEDULABLE, why), True, None
+        reserved = [a for r in self._reservations.values() for a in r.fit.assignments]
+        views = self._pool.views(reserved)
+        note = ""
+        head = self._head(before=waiting.first_asked, exclude=request.job)
+        if head is not None:
+            backfill = backfill_views(
+                head[1].request, now - head[1].first_asked, views, self.config.fifo_backfill_s, self._options
+            )
+            views, note = list(backfill.views), backfill.note
+        fit = place_gang(request, views, self._options)
+        if not isinstance(fit, GangFit):
+            message = f"{fit.message}; {note}" if note else fit.message
+            return Unplaced(fit.reason, message), False, None
+        slots = tuple(Slot(a.key, a.hostname, a.port, a.agent_id) for a in fit.assignments)
+        wanted = {s.key: s.previous for s in request.slots if s.previous is not None}
+        ideal = all(
+            (a.hostname, a.port) == (wanted[a.key].host, wanted[a.key].port)
+            for a in fit.assignments
+            if a.key in wanted
+        )
+        return Placement(request.job, request.attempt, slots, secrets.token_hex(8)), ideal, fit
+
+    def _never_fits(self, request: GangRequest) -> str | None:
+        """``never_fits`` against the capacities seen, cached until they change."""
+        version = self._pool.capacity_version
+        if version != self._never_fits_version:
+            self._never_fits_cache.clear()
+            self._never_fits_version = version
+        key = (tuple((s.key, s.resources) for s in request.slots), request.constraints)
+        if key not in self._never_fits_cache:
+            self._never_fits_cache[key] = never_fits(request, self._pool.capacities(), self._options)
+        return self._never_fits_cache[key]
+
+    def release(self, placement: Placement) -> None:
+        with self._cond:
+            self._reservations.pop(placement.token, None)
+            self._cond.notify_all()
+        self._wake.set()
+
+    def _enable_gpu_offers(self) -> None:
+        """Add GPU_RESOURCES (UPDATE_FRAMEWORK) the first time a job asks for GPUs."""
+        client = self._connect()
+        self._gpu_enabled = True
+        try:
+            client.update_framework(self._framework_info())
+        except MesosError as err:
+            self._gpu_enabled = False
+            raise BackendError(
+                f"cannot ask the Mesos master for GPU offers (UPDATE_FRAMEWORK): {err}"
+            ) from err
+        with self._lock:
+            self._framework = replace(self._framework, gpu_resources=True)
+            self._framework_store.save(self._framework)
+            self._revive_wanted = True
+            self._offers_reset_at = self.clock()
+        log.info("asked the master for offers from GPU agents (GPU_RESOURCES)")
+        self._wake.set()
+
+    # ---- launch ---------------------------------------------------------------------------------
+
+    def launch(self, placement: Placement, tasks: Sequence[TaskLaunch]) -> None:
+        self._connect()
+        self._usable()
+        with self._cond:
+            todo = [t for t in tasks if t.task_id not in self._tasks]
+            if not todo:
+                self._reservations.pop(placement.token, None)
+                return
+            for task in todo:
+                try:
+                    validate_id(task.task_id, "task id")
+                except ConfigError as err:
+                    raise BackendError(str(err)) from None
+            reservation = self._reservations.get(placement.token)
+            if reservation is None:
+                raise BackendError(
+                    f"{placement.job}: its placement was released before the launch (offers are held "
+                    f"{self.config.offer_hold_s:g} s); it is placed again"
+                )
+            assignment_of = {a.key: a for a in reservation.fit.assignments}
+            groups: dict[tuple[str, str], list[TaskLaunch]] = {}
+            for task in todo:
+                assignment = assignment_of.get(task.key)
+                if assignment is None or assignment.port != task.slot.port:
+                    raise BackendError(f"{task.task_id}: not part of placement {placement.token}")
+                groups.setdefault((assignment.agent_id, assignment.role), []).append(task)
+            backing = self._await_backing(groups, assignment_of, placement.job)
+            now = self.clock()
+            entries = [
+                self._entry(task, agent_id, now) for (agent_id, _), group in groups.items() for task in group
+            ]
+            for entry in entries:
+                self._add_task(entry)
+            self._journal.put(entries, sync=True)  # write-ahead: before any ACCEPT
+            for held in backing.values():
+                for offer in held:
+                    self._pool.remove(offer.offer_id)
+            self._reservations.pop(placement.token, None)
+            for (agent_id, role), group in sorted(groups.items()):
+                offer_ids = [o.offer_id for o in backing[(agent_id, role)]]
+                self._accepts.append(Accept(placement.job, agent_id, role, offer_ids, group))
+                self._unsent.update(t.task_id for t in group)
+            # What the tasks leave of those offers comes back once the ACCEPT is done.
+            self._expect_offers_since = max(self._expect_offers_since, now)
+            self._accepts_ready.notify_all()
+        self._notify()
+
+    def _await_backing(
+        self,
+        groups: dict[tuple[str, str], list[TaskLaunch]],
+        assignment_of: dict[TaskKey, SlotAssignment],
+        job: str,
+    ) -> dict[tuple[str, str], list[HeldOffer]]:
+        """The held offers to ACCEPT per (agent, role); waits (bounded) for offers that an
+        earlier launch on the same agent used up to come back."""
+        deadline = self.clock() + self.config.place_wait_s
+        while True:
+            backing: dict[tuple[str, str], list[HeldOffer]] = {}
+            missing = []
+            for (agent_id, role), group in groups.items():
+                held = self._pool.covers(agent_id, role, [assignment_of[t.key] for t in group])
+                if held is None:
+                    missing.append(agent_id)
+                else:
+                    backing[(agent_id, role)] = held
+            if not missing:
+                return backing
+            remaining = deadline - self.clock()
+            if remaining <= 0 or not self._connected:
+                raise BackendError(
+                    f"{job}: the offers of agent(s) {', '.join(sorted(missing))} were used or rescinded "
+                    "before the launch; it is placed again"
+                )
+            self._cond.wait(min(remaining, 0.25))
+
+    def _entry(self, task: TaskLaunch, agent_id: str, now: float) -> TaskEntry:
+        return TaskEntry(
+            task_id=task.task_id,
+            job=task.job,
+            role=task.key.role.value,
+            index=task.key.index,
+            attempt=task.attempt,
+            config_hash=task.config_hash,
+            spec_hash=task.spec_hash,
+            cpus=task.resources.cpus,
+            mem_mib=task.resources.mem_mib,
+            gpus=task.resources.gpus,
+            agent_id=agent_id,
+            host=task.slot.host,
+            port=task.slot.port,
+            agent_url=self._pool.agent_urls.get(agent_id, ""),
+            created_at=now,
+            kill_grace_s=task.grace_period_s,
+        )
+
+    # ---- stop / forget / purge ----------------------------------------------------------------
+
+    def stop(self, task_ids: Sequence[str], grace_s: float) -> None:
+        self._connect()
+        self._usable()
+        now = self.clock()
+        send: list[tuple[str, str | None]] = []
+        with self._lock:
+            changed = []
+            for task_id in task_ids:
+                entry = self._tasks.get(task_id)
+                if entry is None or is_terminal(entry.state):
+                    continue
+                if not entry.kill_requested or entry.kill_grace_s != grace_s:
+                    entry.kill_requested = True
+                    entry.kill_grace_s = grace_s
+                    changed.append(entry)
+                last = self._kill_sent.get(task_id)
+                if last is None or now - last >= max(MIN_KILL_RETRY_S, 2 * grace_s):
+                    self._kill_sent[task_id] = now
+                    send.append((task_id, entry.agent_id))
+            self._journal.put(changed, sync=True)
+        for task_id, agent_id in send:
+            self._send_kill(task_id, agent_id, grace_s)
+        if changed:
+            self._notify()
+
+    def forget(self, task_ids: Sequence[str]) -> None:
+        with self._lock:
+            now = self.clock()
+            forgotten = []
+            for task_id in task_ids:
+                entry = self._tasks.get(task_id)
+                if entry is not None and not entry.forgotten and self._ended(entry, now):
+                    entry.forgotten = True
+                    forgotten.append(entry)
+            self._journal.put(forgotten, sync=False)
+
+    def purge(self, job: str) -> None:
+        with self._lock:
+            now = self.clock()
+            gone = [t.task_id for t in self._tasks.values() if t.job == job and self._ended(t, now)]
+            for task_id in gone:
+                self._drop_task(task_id)
+                self._kill_sent.pop(task_id, None)
+                if self._sandbox is not None:
+                    self._sandbox.forget(task_id)
+            self._journal.delete(gone, sync=False)
+
+    # ---- logs ---------------------------------------------------------------------------------
+
+    def read_log(self, task_id: str, offset: int = 0, limit: int = 1 << 20) -> LogChunk:
+        with self._lock:
+            entry = self._tasks.get(task_id)
+            if entry is None:
+                raise BackendError(f"no log for task {task_id}")
+            ended = self._ended(entry, self.clock())
+            agent_url = entry.agent_url
+            if self._sandbox is None:
+                try:
+                    if self._credentials is None:
+                        self._credentials = self._load_credentials()
+                except ConfigError as err:
+                    raise BackendError(f"the mesos settings are not usable: {err}") from None
+                self._sandbox = SandboxReader(
+                    verify=self.config.ca_file or self.config.tls_verify,
+                    auth=self._credentials.httpx_auth() if self._credentials else None,
+                )
+            reader = self._sandbox
+        if not agent_url:
+            raise BackendError(f"no log for task {task_id}: the offer named no agent address")
+        try:
+            piece = reader.read(agent_url, task_id, offset, limit, ended)
+        except SandboxError as err:
+            raise BackendError(f"cannot read the log of {task_id}: {err}") from None
+        return LogChunk(piece.data, piece.next_offset, piece.complete)
+
+    # ---- close ------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop threads and connections. No TEARDOWN: the tasks keep running."""
+        self._drain_launches(LAUNCH_DRAIN_S)  # ACCEPTs already decided go out first
+        self._closed.set()
+        with self._cond:
+            self._accepts_ready.notify_all()
+        self._wake.set()
+        self._ack_event.set()
+        for thread in self._threads:
+            thread.join(timeout=5)
+        client, self._client = self._client, None
+        for old in [*self._old_clients, *([client] if client is not None else [])]:
+            old.stop()
+        with self._lock:
+            if self._journal.wrote and not self._read_only:
+                self._compact()
+            self._journal.close()
+        if self._sandbox is not None:
+            self._sandbox.close()
+
+    def teardown(self) -> None:
+        """TEARDOWN: the master kills every task of the framework and forgets it. Only ever
+        called explicitly (never by close() or on errors)."""
+        client = self._connect()
+        client.teardown()
+        with self._lock:
+            self._client = None

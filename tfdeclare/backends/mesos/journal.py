@@ -1,0 +1,278 @@
+"""The Mesos backend's durable state under ``<state-dir>/mesos/``: framework and task journal.
+
+This module owns the files and their crash safety:
+
+``framework.json``
+    The framework id the master assigned, this state folder's instance id (task labels name
+    it), and whether GPU offers were asked for. Written atomically (``write_atomic``) as soon
+    as the id is known, before it is acted on.
+``tasks.json`` + ``tasks.log`` (+ ``tasks.log.old`` while compacting)
+    The task journal: every task is recorded *before* the ACCEPT that launches it, then each
+    change (status update, kill request, forget). ``tasks.json`` is an atomic snapshot;
+    ``tasks.log`` holds the changes since, one JSON line per change, each a complete task
+    record (``{"put": {...}}``) or a removal (``{"del": id}``). Writes reach the kernel at
+    once (``write(2)``: a crashed *process* loses nothing); ``sync()`` makes them durable
+    against a machine crash and runs before every acknowledgement, once per batch.
+
+    Compaction never stops writers for the file write: under the owner's lock the records
+    are serialised and the log is rotated (``tasks.log`` -> ``tasks.log.old``, new changes
+    go to a fresh ``tasks.log``); then, outside it, the snapshot is written and the old log
+    removed. Loading replays snapshot, ``tasks.log.old``, ``tasks.log``. Replay is idempotent
+    (every line is a whole record), so a crash at any point of a compaction loses nothing,
+    and a torn last line (a crash mid-write) is ignored.
+
+Reconciliation answers carry no labels, so this journal is how a restarted controller knows
+its tasks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import secrets
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from tfdeclare.files import fsync_dir, write_atomic
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_VERSION = 1
+
+
+@dataclass(slots=True)
+class TaskEntry:
+    """One task as the journal records it."""
+
+    task_id: str
+    job: str
+    role: str
+    index: int
+    attempt: int
+    config_hash: str
+    spec_hash: str
+    cpus: float
+    mem_mib: int
+    gpus: int
+    agent_id: str
+    host: str
+    port: int
+    agent_url: str  # the agent's HTTP base and libprocess path, e.g. http://10.0.0.7:5051/slave(1)
+    created_at: float
+    accepted: bool = False  # the ACCEPT carrying it was answered 202
+    kill_requested: bool = False
+    kill_grace_s: float | None = None
+    state: str | None = None  # the latest Mesos state (TASK_*); None before any update
+    reason: str | None = None
+    source: str | None = None
+    message: str = ""
+    started_at: float | None = None
+    finished_at: float | None = None
+    lost_since: float | None = None  # when it became LOST / UNREACHABLE / UNKNOWN (fencing)
+    updated_at: float | None = None
+    forgotten: bool = False  # out of observe(); kept for its logs until the job is purged
+
+    def to_json(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in _ENTRY_FIELDS}  # flat: no deep copy
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> TaskEntry:
+        return cls(**{k: v for k, v in raw.items() if k in _ENTRY_FIELDS})
+
+
+_ENTRY_FIELDS = tuple(f.name for f in fields(TaskEntry))
+
+
+@dataclass(frozen=True, slots=True)
+class FrameworkState:
+    framework_id: str | None
+    instance_id: str  # names this state folder in task labels (owner)
+    gpu_resources: bool = False  # GPU_RESOURCES was asked for once: keep asking
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "frameworkId": self.framework_id,
+            "instanceId": self.instance_id,
+            "gpuResources": self.gpu_resources,
+        }
+
+
+class FrameworkStore:
+    def __init__(self, root: Path) -> None:
+        self.path = root / "framework.json"
+
+    def load(self) -> FrameworkState:
+        try:
+            raw = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return FrameworkState(None, secrets.token_hex(4))
+        except (OSError, ValueError) as err:
+            raise JournalError(
+                f"{self.path} is unreadable ({err}); move it away to start a new framework"
+            ) from err
+        framework_id = raw.get("frameworkId")
+        return FrameworkState(
+            framework_id if isinstance(framework_id, str) and framework_id else None,
+            str(raw.get("instanceId") or secrets.token_hex(4)),
+            bool(raw.get("gpuResources", False)),
+        )
+
+    def save(self, state: FrameworkState) -> None:
+        write_atomic(self.path, (json.dumps(state.to_json(), indent=2) + "\n").encode())
+
+    def archive(self, suffix: str) -> Path:
+        """Move framework.json aside (a removed framework); returns the new path."""
+        target = self.path.with_name(f"framework.{suffix}.json")
+        os.replace(self.path, target)
+        fsync_dir(self.path.parent)
+        return target
+
+
+class JournalError(Exception):
+    """The journal files cannot be read or written."""
+
+
+class TaskJournal:
+    """Snapshot + write-ahead log of ``TaskEntry`` records (see the module docstring)."""
+
+    def __init__(self, root: Path, compact_after: int = 2000) -> None:
+        self.root = root
+        self.snapshot_path = root / "tasks.json"
+        self.log_path = root / "tasks.log"
+        self.old_log_path = root / "tasks.log.old"
+        self.compact_after = compact_after
+        self._lock = threading.Lock()  # the log file descriptor
+        self._fd: int | None = None
+        self._lines = 0
+        self._dirty = False  # written since the last fsync
+        self.wrote = False  # this instance changed the journal (close() compacts only then)
+
+    # ---- reading -----------------------------------------------------------------------------
+
+    def load(self) -> dict[str, TaskEntry]:
+        tasks: dict[str, TaskEntry] = {}
+        try:
+            raw = json.loads(self.snapshot_path.read_text(encoding="utf-8"))
+            for item in raw.get("tasks", []):
+                entry = TaskEntry.from_json(item)
+                tasks[entry.task_id] = entry
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, TypeError) as err:
+            raise JournalError(f"{self.snapshot_path} is unreadable: {err}") from err
+        self._replay(self.old_log_path, tasks)
+        self._lines = self._replay(self.log_path, tasks)
+        return tasks
+
+    def _replay(self, path: Path, tasks: dict[str, TaskEntry]) -> int:
+        lines = 0
+        try:
+            with open(path, "rb") as handle:
+                for line in handle:
+                    lines += 1
+                    try:
+                        change = json.loads(line)
+                        if "put" in change:
+                            entry = TaskEntry.from_json(change["put"])
+                            tasks[entry.task_id] = entry
+                        elif "del" in change:
+                            tasks.pop(str(change["del"]), None)
+                    except (ValueError, TypeError, KeyError):
+                        log.warning("%s: ignoring a torn or unreadable line %d", path, lines)
+        except FileNotFoundError:
+            pass
+        except OSError as err:
+            raise JournalError(f"{path} is unreadable: {err}") from err
+        return lines
+
+    # ---- writing -----------------------------------------------------------------------------
+
+    def _open(self) -> int:
+        if self._fd is None:
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        return self._fd
+
+    def _append(self, lines: Iterable[dict[str, Any]], sync: bool) -> None:
+        data = b"".join(json.dumps(line, separators=(",", ":")).encode() + b"\n" for line in lines)
+        if not data:
+            return
+        with self._lock:
+            fd = self._open()
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            self._lines += data.count(b"\n")
+            self._dirty = True
+            self.wrote = True
+            if sync:
+                os.fsync(fd)
+                self._dirty = False
+
+    def put(self, entries: Iterable[TaskEntry], sync: bool) -> None:
+        """Record these task records (complete); ``sync``: durable before returning."""
+        self._append(({"put": e.to_json()} for e in entries), sync)
+
+    def delete(self, task_ids: Iterable[str], sync: bool) -> None:
+        self._append(({"del": task_id} for task_id in task_ids), sync)
+
+    def sync(self) -> None:
+        """Make every write so far durable (one fsync for a whole batch)."""
+        with self._lock:
+            if self._dirty and self._fd is not None:
+                os.fsync(self._fd)
+                self._dirty = False
+
+    def needs_compaction(self, live: int) -> bool:
+        """The log is long compared with the journal (``live`` records)."""
+        return self._lines > max(self.compact_after, 4 * live)
+
+    def begin_compaction(self, tasks: Iterable[TaskEntry]) -> bytes:
+        """Serialise ``tasks`` and rotate the log; call under the owner's lock (it is quick),
+        then ``finish_compaction`` with the result outside it."""
+        body = {"version": SNAPSHOT_VERSION, "tasks": [t.to_json() for t in tasks]}
+        with self._lock:
+            if self._fd is not None:
+                if self._dirty:
+                    os.fsync(self._fd)
+                os.close(self._fd)
+                self._fd = None
+            if self.log_path.exists():
+                if self.old_log_path.exists():  # an unfinished compaction: keep its lines too
+                    with open(self.old_log_path, "ab") as old, open(self.log_path, "rb") as new:
+                        old.write(new.read())
+                        old.flush()
+                        os.fsync(old.fileno())
+                    self.log_path.unlink()
+                else:
+                    os.replace(self.log_path, self.old_log_path)
+                fsync_dir(self.root)
+            self._lines = 0
+            self._dirty = False
+            self.wrote = True
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    def finish_compaction(self, snapshot: bytes) -> None:
+        write_atomic(self.snapshot_path, snapshot, mode=0o600)
+        with contextlib.suppress(FileNotFoundError):
+            self.old_log_path.unlink()
+            fsync_dir(self.root)
+
+    def compact(self, tasks: Iterable[TaskEntry]) -> None:
+        """Both steps at once (when nothing else writes: tests, close)."""
+        self.finish_compaction(self.begin_compaction(tasks))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd is not None:
+                with contextlib.suppress(OSError):
+                    if self._dirty:
+                        os.fsync(self._fd)
+                os.close(self._fd)
+                self._fd = None

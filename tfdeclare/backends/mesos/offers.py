@@ -1,0 +1,265 @@
+"""The offers the Mesos backend holds, as placement sees them.
+
+This module owns turning an ``Offer`` into what placement needs (unreserved cpus, mem,
+whole GPUs, port ranges, text attributes, the agent's HTTP address) and the pool of held
+offers: per (agent, role) views that combine every held offer of that agent, minus what
+placements reserved, and the largest capacity seen per agent (for "can this ever fit?").
+
+The pool is not thread-safe by itself: the backend uses it under its lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from tfdeclare.backends.mesos.events import Offer
+from tfdeclare.core.placement import AgentOffer, PortRanges, SlotAssignment, remove_ports
+
+AgentRole = tuple[str, str]
+
+
+def _unreserved(resource: dict[str, Any]) -> bool:
+    """Plain unreserved resources only (no reservations, disk, revocable, shared...)."""
+    if resource.get("role", "*") != "*" or resource.get("reservations") or "reservation" in resource:
+        return False
+    return not any(key in resource for key in ("disk", "revocable", "shared", "provider_id"))
+
+
+def merge_ranges(ranges: Iterable[tuple[int, int]]) -> PortRanges:
+    out: list[tuple[int, int]] = []
+    for begin, end in sorted(ranges):
+        if out and begin <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((begin, end))
+    return tuple(out)
+
+
+def _attribute_text(attribute: dict[str, Any]) -> str | None:
+    kind = attribute.get("type")
+    if kind == "TEXT":
+        return str((attribute.get("text") or {}).get("value", ""))
+    if kind == "SCALAR":
+        return f"{float((attribute.get('scalar') or {}).get('value', 0)):g}"
+    if kind == "SET":
+        return ",".join(sorted(str(i) for i in (attribute.get("set") or {}).get("item", [])))
+    if kind == "RANGES":
+        ranges = (attribute.get("ranges") or {}).get("range", [])
+        return ",".join(f"[{r.get('begin')}-{r.get('end')}]" for r in ranges)
+    return None
+
+
+def agent_url(raw: dict[str, Any]) -> str:
+    """``scheme://ip:port/path`` of the offer's agent ("" when the offer has no url)."""
+    url = raw.get("url")
+    if not isinstance(url, dict):
+        return ""
+    address = url.get("address") or {}
+    host = address.get("ip") or address.get("hostname")
+    port = address.get("port")
+    if not host or not port:
+        return ""
+    return f"{url.get('scheme', 'http')}://{host}:{port}{url.get('path', '')}"
+
+
+@dataclass(frozen=True, slots=True)
+class HeldOffer:
+    offer_id: str
+    agent_id: str
+    hostname: str
+    role: str
+    cpus: float
+    mem_mib: float
+    gpus: int
+    ports: PortRanges
+    attributes: dict[str, str]
+    agent_url: str
+    received_at: float
+    hold_until: float
+
+    @classmethod
+    def parse(cls, offer: Offer, now: float, hold_s: float) -> HeldOffer:
+        cpus = mem = gpus = 0.0
+        ports: list[tuple[int, int]] = []
+        for resource in offer.resources:
+            if not _unreserved(resource):
+                continue
+            name = resource.get("name")
+            if resource.get("type") == "SCALAR":
+                value = float((resource.get("scalar") or {}).get("value", 0.0))
+                if name == "cpus":
+                    cpus += value
+                elif name == "mem":
+                    mem += value
+                elif name == "gpus":
+                    gpus += value
+            elif resource.get("type") == "RANGES" and name == "ports":
+                for entry in (resource.get("ranges") or {}).get("range", []):
+                    ports.append((int(entry["begin"]), int(entry["end"])))
+        attributes = {}
+        for attribute in offer.attributes:
+            text = _attribute_text(attribute)
+            if text is not None and "name" in attribute:
+                attributes[str(attribute["name"])] = text
+        return cls(
+            offer_id=offer.id,
+            agent_id=offer.agent_id,
+            hostname=offer.hostname,
+            role=offer.role or "*",
+            cpus=round(cpus, 3),
+            mem_mib=round(mem, 3),
+            gpus=int(gpus + 1e-9),
+            ports=merge_ranges(ports),
+            attributes=attributes,
+            agent_url=agent_url(offer.raw),
+            received_at=now,
+            hold_until=now + hold_s,
+        )
+
+
+@dataclass(slots=True)
+class OfferPool:
+    offers: dict[str, HeldOffer] = field(default_factory=dict)
+    by_agent: dict[AgentRole, set[str]] = field(default_factory=dict)
+    capacity: dict[str, AgentOffer] = field(default_factory=dict)  # the largest seen per agent
+    gpu_agents: set[str] = field(default_factory=set)
+    agent_urls: dict[str, str] = field(default_factory=dict)
+    capacity_version: int = 0  # changes whenever ``capacity`` does
+    _views: dict[AgentRole, AgentOffer] = field(default_factory=dict)  # per (agent, role), kept current
+    _capacities: list[AgentOffer] | None = None
+
+    def add(self, held: HeldOffer, ours_on_agent: tuple[float, float, int] = (0.0, 0.0, 0)) -> None:
+        self.offers[held.offer_id] = held
+        self.by_agent.setdefault((held.agent_id, held.role), set()).add(held.offer_id)
+        if held.gpus > 0 and held.agent_id not in self.gpu_agents:
+            self.gpu_agents.add(held.agent_id)
+            self._views = {
+                k: replace(v, gpu_agent=True) if k[0] == held.agent_id else v for k, v in self._views.items()
+            }
+        if held.agent_url:
+            self.agent_urls[held.agent_id] = held.agent_url
+        self._note_capacity(held, ours_on_agent)
+        self._refresh((held.agent_id, held.role))
+
+    def _refresh(self, key: AgentRole) -> None:
+        ids = self.by_agent.get(key)
+        if not ids:
+            self._views.pop(key, None)
+            return
+        held = [self.offers[i] for i in ids]
+        first = held[0]
+        self._views[key] = AgentOffer(
+            key[0],
+            first.hostname,
+            round(sum(h.cpus for h in held), 3),
+            sum(h.mem_mib for h in held),
+            sum(h.gpus for h in held),
+            first.ports if len(held) == 1 else merge_ranges(r for h in held for r in h.ports),
+            first.attributes,
+            key[1],
+            gpu_agent=key[0] in self.gpu_agents,
+        )
+
+    def _note_capacity(self, added: HeldOffer, ours: tuple[float, float, int]) -> None:
+        """The agent is at least as big as everything offered now plus our tasks on it."""
+        agent_id = added.agent_id
+        held = [self.offers[i] for i in self.by_agent.get((agent_id, added.role), ())]
+        first = added
+        cpus = sum(h.cpus for h in held) + ours[0]
+        mem = sum(h.mem_mib for h in held) + ours[1]
+        gpus = sum(h.gpus for h in held) + ours[2]
+        ports = merge_ranges(r for h in held for r in h.ports)
+        seen = self.capacity.get(agent_id)
+        if seen is not None:
+            inside = all(any(sb <= b and e <= se for sb, se in seen.ports) for b, e in ports)
+            if cpus <= seen.cpus + 1e-6 and mem <= seen.mem_mib + 1e-6 and gpus <= seen.gpus and inside:
+                return  # nothing larger than before (the usual case)
+            cpus, mem, gpus = max(cpus, seen.cpus), max(mem, seen.mem_mib), max(gpus, seen.gpus)
+            ports = merge_ranges([*ports, *seen.ports])
+        self.capacity_version += 1
+        self._capacities = None
+        self.capacity[agent_id] = AgentOffer(
+            agent_id,
+            first.hostname,
+            round(cpus, 3),
+            mem,
+            gpus,
+            ports,
+            first.attributes,
+            first.role,
+            gpu_agent=agent_id in self.gpu_agents,
+        )
+
+    def remove(self, offer_id: str) -> HeldOffer | None:
+        held = self.offers.pop(offer_id, None)
+        if held is not None:
+            key = (held.agent_id, held.role)
+            ids = self.by_agent.get(key)
+            if ids is not None:
+                ids.discard(offer_id)
+                if not ids:
+                    del self.by_agent[key]
+            self._refresh(key)
+        return held
+
+    def clear(self) -> list[HeldOffer]:
+        """Forget every held offer (void after a re-subscribe); returns them."""
+        held = list(self.offers.values())
+        self.offers.clear()
+        self.by_agent.clear()
+        self._views.clear()
+        return held
+
+    def of_agent(self, agent_id: str, role: str) -> list[HeldOffer]:
+        return [self.offers[i] for i in sorted(self.by_agent.get((agent_id, role), ()))]
+
+    def views(self, reserved: Sequence[SlotAssignment] = ()) -> list[AgentOffer]:
+        """One view per (agent, role) with held offers, minus the ``reserved`` assignments."""
+        if not reserved:
+            return list(self._views.values())
+        taken: dict[AgentRole, list[SlotAssignment]] = {}
+        for assignment in reserved:
+            taken.setdefault((assignment.agent_id, assignment.role), []).append(assignment)
+        out = dict(self._views)
+        for key, assignments in taken.items():
+            view = out.get(key)
+            if view is None:
+                continue
+            out[key] = replace(
+                view,
+                cpus=max(0.0, round(view.cpus - sum(a.resources.cpus for a in assignments), 3)),
+                mem_mib=max(0.0, view.mem_mib - sum(a.resources.mem_mib for a in assignments)),
+                gpus=max(0, view.gpus - sum(a.resources.gpus for a in assignments)),
+                ports=remove_ports(view.ports, {a.port for a in assignments}),
+            )
+        return list(out.values())
+
+    def covers(
+        self, agent_id: str, role: str, assignments: Sequence[SlotAssignment]
+    ) -> list[HeldOffer] | None:
+        """The held offers of (agent, role) when together they hold ``assignments`` (resources
+        and each port); None otherwise."""
+        held = self.of_agent(agent_id, role)
+        if not held:
+            return None
+        cpus = sum(h.cpus for h in held)
+        mem = sum(h.mem_mib for h in held)
+        gpus = sum(h.gpus for h in held)
+        need_cpus = sum(a.resources.cpus for a in assignments)
+        need_mem = sum(a.resources.mem_mib for a in assignments)
+        need_gpus = sum(a.resources.gpus for a in assignments)
+        if need_cpus > cpus + 1e-6 or need_mem > mem + 1e-6 or need_gpus > gpus:
+            return None
+        for assignment in assignments:
+            if not any(b <= assignment.port <= e for h in held for b, e in h.ports):
+                return None
+        return held
+
+    def capacities(self) -> list[AgentOffer]:
+        if self._capacities is None:
+            self._capacities = [
+                replace(c, gpu_agent=c.agent_id in self.gpu_agents) for c in self.capacity.values()
+            ]
+        return self._capacities

@@ -1,0 +1,145 @@
+"""TaskInfo JSON for one ``TaskLaunch`` (reference §1.9): a pure builder.
+
+This module owns the wire shape of what tfdeclare launches: the TF-style ``name``, the id,
+the agent, resources (cpus, mem, gpus when > 0, the task's port as a single-port range, each
+tagged with the offer's allocation role), the command without a shell, the environment,
+the container (the image through the Mesos containerizer, or the Docker containerizer with
+HOST networking), volumes, the kill policy and labels.
+
+The Mesos command executor execs ``value`` with ``arguments`` as the whole argv; the Docker
+containerizer appends ``value`` then ``arguments`` to ``docker run IMAGE`` (the image's
+entrypoint stays), so there ``arguments`` is argv without its first word.
+
+A working directory is honoured without a shell interpreting the user's argv: the command
+becomes ``/bin/sh -c 'cd -- "$1" && shift && exec "$@"' tfdeclare-workdir DIR ARGV...``,
+where DIR and ARGV are positional parameters, never parsed as shell text. A relative DIR is
+taken from the Mesos sandbox (the executor's working directory). With Docker it is
+``docker run --workdir``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from tfdeclare.core.enums import VolumeMode
+from tfdeclare.core.tasks import TaskLaunch
+
+JSON = dict[str, Any]
+
+CD_SCRIPT = 'cd -- "$1" && shift && exec "$@"'
+LABEL_PREFIX = "tfdeclare."
+
+
+def _scalar(name: str, value: float, role: str) -> JSON:
+    return {
+        "name": name,
+        "type": "SCALAR",
+        "scalar": {"value": value},
+        "role": "*",
+        "allocation_info": {"role": role},
+    }
+
+
+def resources_json(launch: TaskLaunch, role: str) -> list[JSON]:
+    r = launch.resources
+    out = [_scalar("cpus", float(r.cpus), role), _scalar("mem", float(r.mem_mib), role)]
+    if r.gpus > 0:
+        out.append(_scalar("gpus", float(r.gpus), role))
+    port = launch.slot.port
+    out.append(
+        {
+            "name": "ports",
+            "type": "RANGES",
+            "ranges": {"range": [{"begin": port, "end": port}]},
+            "role": "*",
+            "allocation_info": {"role": role},
+        }
+    )
+    return out
+
+
+def working_dir(launch: TaskLaunch, shared_filesystem: bool) -> str | None:
+    """Where the task starts: the spec's folder rules of the local backend when the agents
+    share this machine's files, else ``workingDir`` as given (relative: from the sandbox)."""
+    if not shared_filesystem or launch.source_dir is None:
+        return launch.working_dir
+    if launch.working_dir is None:
+        return launch.source_dir
+    if os.path.isabs(launch.working_dir):
+        return launch.working_dir
+    return os.path.normpath(os.path.join(launch.source_dir, launch.working_dir))
+
+
+def task_info(
+    launch: TaskLaunch,
+    agent_id: str,
+    role: str,
+    labels: Mapping[str, str],
+    *,
+    containerizer: str = "mesos",
+    shared_filesystem: bool = False,
+) -> JSON:
+    argv = list(launch.argv)
+    directory = working_dir(launch, shared_filesystem)
+    docker = containerizer == "docker" and launch.image is not None
+    command: JSON = {"shell": False}
+    if docker:
+        command["value"] = argv[0]
+        command["arguments"] = argv[1:]
+    elif directory is not None:
+        command["value"] = "/bin/sh"
+        command["arguments"] = ["sh", "-c", CD_SCRIPT, "tfdeclare-workdir", directory, *argv]
+    else:
+        command["value"] = argv[0]
+        command["arguments"] = argv
+    if launch.env:
+        command["environment"] = {"variables": [{"name": k, "value": v} for k, v in launch.env]}
+    info: JSON = {
+        "name": f"/job:{launch.key.role.value}/task:{launch.key.index}",
+        "task_id": {"value": launch.task_id},
+        "agent_id": {"value": agent_id},
+        "resources": resources_json(launch, role),
+        "command": command,
+        "kill_policy": {"grace_period": {"nanoseconds": round(launch.grace_period_s * 1e9)}},
+        "labels": {"labels": [{"key": k, "value": v} for k, v in labels.items()]},
+    }
+    volumes = [
+        {
+            "container_path": v.container_path,
+            "host_path": v.host_path,
+            "mode": "RO" if v.mode is VolumeMode.RO else "RW",
+        }
+        for v in launch.volumes
+    ]
+    if docker:
+        assert launch.image is not None
+        docker_info: JSON = {"image": launch.image, "network": "HOST"}
+        if directory is not None:
+            docker_info["parameters"] = [{"key": "workdir", "value": directory}]
+        container: JSON = {"type": "DOCKER", "docker": docker_info}
+        if volumes:
+            container["volumes"] = volumes
+        info["container"] = container
+    elif launch.image is not None or volumes:
+        container = {"type": "MESOS"}
+        if launch.image is not None:
+            container["mesos"] = {"image": {"type": "DOCKER", "docker": {"name": launch.image}}}
+        if volumes:
+            container["volumes"] = volumes
+        info["container"] = container
+    return info
+
+
+def task_labels(launch: TaskLaunch, owner: str) -> dict[str, str]:
+    """Labels for operators (the journal, not these, is what tfdeclare reads back)."""
+    return {
+        f"{LABEL_PREFIX}owner": owner,
+        f"{LABEL_PREFIX}job": launch.job,
+        f"{LABEL_PREFIX}role": launch.key.role.value,
+        f"{LABEL_PREFIX}index": str(launch.key.index),
+        f"{LABEL_PREFIX}attempt": str(launch.attempt),
+        f"{LABEL_PREFIX}configHash": launch.config_hash,
+        f"{LABEL_PREFIX}specHash": launch.spec_hash,
+    }

@@ -1,0 +1,160 @@
+"""Mesos task states in tfdeclare's terms: pure functions, table-tested.
+
+This module owns two mappings:
+
+- ``apply_status``: which status updates change a journal entry. Updates of one task arrive
+  in order from its agent, but duplicates and master-generated answers (reconciliation,
+  agent removal) interleave: a terminal state is final; a state never goes back (RUNNING
+  never returns to STARTING); LOST / UNREACHABLE / UNKNOWN may come back to RUNNING (a
+  partition healed).
+- ``observed_state``: an entry as the controller sees it (``TaskState``, exit code,
+  message). STAGING/STARTING -> starting; RUNNING -> running, or stopping once a kill was
+  asked for; KILLING -> stopping; FINISHED -> succeeded (0); FAILED -> failed with the exit
+  code from the executor's message ("Command exited with status N" -> N, "... terminated
+  with signal S" -> 128 + S); KILLED -> stopped when we asked, else failed; ERROR -> failed;
+  DROPPED / GONE / GONE_BY_OPERATOR -> gone; LOST / UNREACHABLE / UNKNOWN -> lost (may
+  still run: no replacement starts; stopping if a kill was asked for) until ``fencing_s``
+  has passed, then gone ("presumed gone").
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+
+from tfdeclare.backends.mesos.journal import TaskEntry
+from tfdeclare.core.enums import TaskState
+
+TERMINAL = frozenset(
+    {
+        "TASK_FINISHED",
+        "TASK_FAILED",
+        "TASK_KILLED",
+        "TASK_ERROR",
+        "TASK_DROPPED",
+        "TASK_GONE",
+        "TASK_GONE_BY_OPERATOR",
+    }
+)
+LOST_LIKE = frozenset({"TASK_LOST", "TASK_UNREACHABLE", "TASK_UNKNOWN"})
+# Progress of a live task; a lower rank never replaces a higher one.
+_RANK = {"TASK_STAGING": 0, "TASK_STARTING": 1, "TASK_RUNNING": 2, "TASK_KILLING": 3}
+# Definite answers that a task never reached an agent (it did not run, and never will).
+NEVER_LAUNCHED = frozenset({"TASK_DROPPED", "TASK_GONE"})
+
+_EXITED = re.compile(r"exited with status (-?\d+)")
+_SIGNALED = re.compile(r"terminated with signal (.+?)\s*$")
+
+
+def _signal_numbers() -> dict[str, int]:
+    names: dict[str, int] = {}
+    for sig in signal.Signals:
+        names[sig.name.upper()] = sig.value
+        names[sig.name[3:].upper()] = sig.value
+        text = signal.strsignal(sig)
+        if text:
+            names[text.upper()] = sig.value
+    return names
+
+
+_SIGNALS = _signal_numbers()
+
+
+def exit_code_from(message: str | None) -> int | None:
+    """The exit code an executor's message describes (128 + N for signal N), if any."""
+    if not message:
+        return None
+    exited = _EXITED.search(message)
+    if exited:
+        return int(exited.group(1))
+    signaled = _SIGNALED.search(message)
+    if signaled:
+        name = signaled.group(1).strip().rstrip(".").upper()
+        if name.isdigit():
+            return 128 + int(name)
+        number = _SIGNALS.get(name)
+        if number is not None:
+            return 128 + number
+    return None
+
+
+def is_terminal(state: str | None) -> bool:
+    return state in TERMINAL
+
+
+def apply_status(
+    entry: TaskEntry,
+    state: str,
+    *,
+    reason: str | None,
+    source: str | None,
+    message: str | None,
+    timestamp: float | None,
+    now: float,
+) -> bool:
+    """Fold one status update into ``entry``; True when the entry changed."""
+    current = entry.state
+    if current in TERMINAL:
+        return False  # final: a late duplicate or a reconciliation echo
+    if current is not None and current not in LOST_LIKE and state not in TERMINAL and state not in LOST_LIKE:
+        if _RANK.get(state, 0) < _RANK.get(current, 0):
+            return False  # never backwards (a stale answer)
+        if state == current:
+            return False  # a duplicate
+    if state == current and state in LOST_LIKE:
+        return False
+    when = timestamp if timestamp is not None else now
+    entry.state = state
+    entry.reason = reason
+    entry.source = source
+    entry.message = message or ""
+    entry.updated_at = now
+    if state in LOST_LIKE:
+        if entry.lost_since is None:
+            entry.lost_since = now
+    else:
+        entry.lost_since = None
+    if state in ("TASK_STARTING", "TASK_RUNNING") and entry.started_at is None:
+        entry.started_at = when
+    if state in TERMINAL:
+        entry.finished_at = when
+    elif entry.forgotten and state not in LOST_LIKE:
+        entry.forgotten = False  # it came back (a healed partition): show it again
+    return True
+
+
+def observed_state(entry: TaskEntry, now: float, fencing_s: float) -> tuple[TaskState, int | None, str]:
+    """(state, exit code, message) of ``entry`` for ``observe()``."""
+    state = entry.state
+    message = entry.message
+    if state is None or state in ("TASK_STAGING", "TASK_STARTING"):
+        return (TaskState.STOPPING if entry.kill_requested else TaskState.STARTING), None, message
+    if state == "TASK_RUNNING":
+        return (TaskState.STOPPING if entry.kill_requested else TaskState.RUNNING), None, message
+    if state == "TASK_KILLING":
+        return TaskState.STOPPING, None, message
+    if state == "TASK_FINISHED":
+        return TaskState.SUCCEEDED, 0, message
+    if state == "TASK_FAILED":
+        return TaskState.FAILED, exit_code_from(message), message or "failed"
+    if state == "TASK_KILLED":
+        code = exit_code_from(message)
+        if entry.kill_requested:
+            return TaskState.STOPPED, code, message
+        return TaskState.FAILED, code, message or "killed, not by tfdeclare"
+    if state == "TASK_ERROR":
+        return TaskState.FAILED, None, message or "the master refused the task"
+    if state in LOST_LIKE:
+        since = entry.lost_since if entry.lost_since is not None else now
+        if now - since >= fencing_s:
+            why = f" ({message})" if message else ""
+            return (
+                TaskState.GONE,
+                None,
+                f"presumed gone: unreachable for {now - since:.0f} s (fencingTimeoutSeconds){why}",
+            )
+        # Asked to stop and cut off: it may still run, so it stays alive, and stopping is
+        # what the controller asked for (it does not ask again every pass).
+        lost = TaskState.STOPPING if entry.kill_requested else TaskState.LOST
+        return lost, None, message or state.removeprefix("TASK_").lower()
+    return TaskState.GONE, None, message or state.removeprefix("TASK_").lower()

@@ -1,0 +1,503 @@
+"""Gang placement over resource offers: pure, deterministic, table-tested.
+
+This module owns three decisions a cluster backend makes for a gang (all the tasks of one job
+attempt), each a pure function of its inputs:
+
+- ``place_gang``: every slot gets an agent and one port from that agent's offered ranges, or
+  the whole gang is refused with a typed reason (all or nothing). A slot's previous
+  ``host:port`` is reused when an agent with that hostname offers that port. GPUs are whole;
+  tasks without GPUs stay off agents that have GPUs unless ``cpu_tasks_on_gpu_agents``.
+  ``pack`` fills few agents (the tightest agent that can take every remaining slot, else the
+  largest), ``spread`` uses as many agents as possible (the least used, then the emptiest).
+- ``never_fits``: a cheap necessary check against the largest capacities seen per agent, so a
+  gang that can never be placed is reported as such instead of waiting forever.
+- ``backfill_views``: the FIFO-with-backfill policy. A gang behind the head of the queue may
+  use what the head cannot; once the head has waited longer than a bound, nothing the head
+  could use is given to anyone else (the agents drain for it).
+
+The same input always gives the same answer: agents are ordered by id, slots by key, and
+every tie is broken by agent id.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from tfdeclare.core.enums import ConstraintOperator, PlacementStrategy
+from tfdeclare.core.keys import AttributeConstraint, TaskKey
+from tfdeclare.core.resources import Resources
+from tfdeclare.core.tasks import GangRequest, SlotRequest, UnplacedReason
+
+_EPS = 1e-6
+
+PortRanges = tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentOffer:
+    """What one agent offers now (every held offer of that agent and role combined)."""
+
+    agent_id: str
+    hostname: str
+    cpus: float
+    mem_mib: float
+    gpus: int
+    ports: PortRanges
+    attributes: Mapping[str, str] = field(default_factory=dict)
+    role: str = "*"
+    gpu_agent: bool = False  # the agent has GPUs, even if none are offered now
+
+    @property
+    def port_count(self) -> int:
+        return sum(end - begin + 1 for begin, end in self.ports)
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementOptions:
+    cpu_tasks_on_gpu_agents: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SlotAssignment:
+    key: TaskKey
+    agent_id: str
+    hostname: str
+    role: str
+    port: int
+    resources: Resources
+
+
+@dataclass(frozen=True, slots=True)
+class GangFit:
+    assignments: tuple[SlotAssignment, ...]
+
+    def on_agent(self, agent_id: str) -> tuple[SlotAssignment, ...]:
+        return tuple(a for a in self.assignments if a.agent_id == agent_id)
+
+
+@dataclass(frozen=True, slots=True)
+class NoFit:
+    reason: UnplacedReason
+    message: str
+
+
+# ---- constraints and eligibility -----------------------------------------------------------
+
+
+def matches(attributes: Mapping[str, str], constraints: Sequence[AttributeConstraint]) -> bool:
+    """Every constraint holds for these agent attributes."""
+    for constraint in constraints:
+        value = attributes.get(constraint.attribute)
+        operator = constraint.operator
+        if operator is ConstraintOperator.EXISTS:
+            ok = value is not None
+        elif operator is ConstraintOperator.DOES_NOT_EXIST:
+            ok = value is None
+        elif operator is ConstraintOperator.IN:
+            ok = value is not None and value in constraint.values
+        else:  # NOT_IN: an agent without the attribute is not in the list
+            ok = value is None or value not in constraint.values
+        if not ok:
+            return False
+    return True
+
+
+def allowed(view: AgentOffer, resources: Resources, options: PlacementOptions) -> bool:
+    """May a task with ``resources`` go to this agent at all (GPU rules only)?"""
+    if resources.gpus > 0:
+        return view.gpu_agent or view.gpus > 0
+    return options.cpu_tasks_on_gpu_agents or not (view.gpu_agent or view.gpus > 0)
+
+
+def eligible_for(request: GangRequest, view: AgentOffer, options: PlacementOptions) -> bool:
+    """Could any slot of ``request`` ever use this agent (constraints and GPU rules)?"""
+    if not matches(view.attributes, request.constraints):
+        return False
+    return any(allowed(view, slot.resources, options) for slot in request.slots)
+
+
+# ---- placing one gang ------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Bin:
+    view: AgentOffer
+    index: int  # position in the sorted views (ties are broken by it: agent id, role)
+    gpu_agent: bool
+    cpus: float
+    mem: float
+    gpus: int
+    free_ports: list[tuple[int, int]]
+    used: int = 0  # slots of this gang placed here
+
+    def fits(self, resources: Resources) -> bool:
+        return (
+            resources.cpus <= self.cpus + _EPS
+            and resources.mem_mib <= self.mem + _EPS
+            and resources.gpus <= self.gpus
+            and bool(self.free_ports)
+        )
+
+    def allows(self, resources: Resources, options: PlacementOptions) -> bool:
+        if resources.gpus > 0:
+            return self.gpu_agent
+        return options.cpu_tasks_on_gpu_agents or not self.gpu_agent
+
+    def has_port(self, port: int) -> bool:
+        return any(begin <= port <= end for begin, end in self.free_ports)
+
+    def lowest_port(self, avoid: set[int]) -> int | None:
+        for begin, end in self.free_ports:
+            for port in range(begin, end + 1):
+                if port not in avoid:
+                    return port
+        return None
+
+    def take(self, resources: Resources, port: int) -> None:
+        self.cpus -= resources.cpus
+        self.mem -= resources.mem_mib
+        self.gpus -= resources.gpus
+        self.used += 1
+        remaining: list[tuple[int, int]] = []
+        for begin, end in self.free_ports:
+            if begin <= port <= end:
+                if begin < port:
+                    remaining.append((begin, port - 1))
+                if port < end:
+                    remaining.append((port + 1, end))
+            else:
+                remaining.append((begin, end))
+        self.free_ports = remaining
+
+    def port_count(self) -> int:
+        return sum(end - begin + 1 for begin, end in self.free_ports)
+
+    def spread_key(self) -> tuple[int, float, float, int]:
+        return (self.used, -self.cpus, -self.mem, self.index)
+
+
+def _slot_order(slot: SlotRequest) -> tuple[int, int, float, int, TaskKey]:
+    r = slot.resources
+    return (0 if slot.previous is not None else 1, -r.gpus, -r.cpus, -r.mem_mib, slot.key)
+
+
+@dataclass(frozen=True, slots=True)
+class _Rest:
+    """The slots still to place, summed (for ``pack``'s "takes the whole rest" test)."""
+
+    need: Resources
+    count: int
+    any_gpu: bool
+    any_cpu_only: bool
+
+    @classmethod
+    def of(cls, slots: Sequence[SlotRequest]) -> _Rest:
+        need = Resources(0.0, 0, 0)
+        for slot in slots:
+            need = need + slot.resources
+        gpu = any(s.resources.gpus > 0 for s in slots)
+        cpu_only = any(s.resources.gpus == 0 for s in slots)
+        return cls(need, len(slots), gpu, cpu_only)
+
+
+def _holds_all(b: _Bin, rest: _Rest, options: PlacementOptions) -> bool:
+    """Can this agent take every slot still to place (summed), GPU rules included?"""
+    if rest.any_gpu and not b.gpu_agent:
+        return False
+    if rest.any_cpu_only and b.gpu_agent and not options.cpu_tasks_on_gpu_agents:
+        return False
+    need = rest.need
+    return (
+        need.cpus <= b.cpus + _EPS
+        and need.mem_mib <= b.mem + _EPS
+        and need.gpus <= b.gpus
+        and rest.count <= b.port_count()
+    )
+
+
+class _Shape:
+    """The agents one shape of slot (cpus, mem, gpus) may use, indexed for the strategy.
+
+    ``spread``: a heap on (slots of the gang there, most free cpus, most free mem, order),
+    entries re-checked when popped (a placement changes a bin's key). ``pack``: the unused
+    agents sorted by (cpus, mem, gpus, order), so the tightest agent that takes the rest of
+    the gang is found by bisection.
+    """
+
+    def __init__(
+        self, resources: Resources, bins: list[_Bin], options: PlacementOptions, spread: bool
+    ) -> None:
+        self.resources = resources
+        self.eligible = [b for b in bins if b.allows(resources, options)]
+        self.position = {b.index: i for i, b in enumerate(self.eligible)}
+        self.heap: list[tuple[tuple[int, float, float, int], int]] = []
+        self.by_size: list[_Bin] = []
+        self.cpus_sorted: list[float] = []
+        if spread:
+            self.heap = [(b.spread_key(), i) for i, b in enumerate(self.eligible) if b.fits(resources)]
+            heapq.heapify(self.heap)
+        else:
+            self.by_size = sorted(
+                (b for b in self.eligible if b.used == 0), key=lambda b: (b.cpus, b.mem, b.gpus, b.index)
+            )
+            self.cpus_sorted = [b.cpus for b in self.by_size]
+
+    def spread_pick(self) -> _Bin | None:
+        while self.heap:
+            key, i = heapq.heappop(self.heap)
+            b = self.eligible[i]
+            if not b.fits(self.resources):
+                continue
+            current = b.spread_key()
+            if current != key:  # changed since it was pushed: queue it again as it is now
+                heapq.heappush(self.heap, (current, i))
+                continue
+            return b
+        return None
+
+    def spread_return(self, b: _Bin) -> None:
+        """``b`` (picked from the heap) took a slot: queue it again with its new key."""
+        i = self.position.get(b.index)
+        if i is not None and b.fits(self.resources):
+            heapq.heappush(self.heap, (b.spread_key(), i))
+
+    def pack_open(self, rest: _Rest, options: PlacementOptions) -> _Bin | None:
+        """A new agent for ``pack``: the tightest that takes the whole rest, else the largest."""
+        start = bisect.bisect_left(self.cpus_sorted, rest.need.cpus - _EPS)
+        for b in self.by_size[start:]:
+            if b.used == 0 and b.fits(self.resources) and _holds_all(b, rest, options):
+                return b
+        fitting = [b for b in self.by_size if b.used == 0 and b.fits(self.resources)]
+        best = min(fitting, key=lambda b: (-b.cpus, -b.mem, -b.gpus, b.index), default=None)
+        return best
+
+
+def place_gang(
+    request: GangRequest, offers: Sequence[AgentOffer], options: PlacementOptions = PlacementOptions()
+) -> GangFit | NoFit:
+    """Place every slot of ``request`` on the offered agents, or none (see the module doc)."""
+    constraints = request.constraints
+    views = [v for v in offers if matches(v.attributes, constraints)] if constraints else list(offers)
+    views.sort(key=lambda v: (v.agent_id, v.role))
+    bins = [
+        _Bin(v, i, v.gpu_agent or v.gpus > 0, v.cpus, v.mem_mib, v.gpus, list(v.ports))
+        for i, v in enumerate(views)
+    ]
+    by_host: dict[str, list[_Bin]] = {}
+    for b in bins:
+        by_host.setdefault(b.view.hostname, []).append(b)
+    spread = request.strategy is PlacementStrategy.SPREAD
+    opened: list[_Bin] = []  # agents this gang uses so far
+    slots = sorted(request.slots, key=_slot_order)
+    wanted = {(s.previous.host, s.previous.port) for s in slots if s.previous is not None}
+    shape: _Shape | None = None
+    assignments: list[SlotAssignment] = []
+    for position, slot in enumerate(slots):
+        resources = slot.resources
+        chosen: _Bin | None = None
+        port: int | None = None
+        from_heap = False
+        if slot.previous is not None:
+            previous = slot.previous
+            for b in by_host.get(previous.host, ()):  # sorted by agent id: deterministic
+                if b.has_port(previous.port) and b.allows(resources, options) and b.fits(resources):
+                    chosen, port = b, previous.port
+                    break
+        if chosen is None:
+            if shape is None or shape.resources != resources:
+                shape = _Shape(resources, bins, options, spread)
+            if spread:
+                chosen = shape.spread_pick()
+                from_heap = True
+            else:
+                # Keep filling the agents this gang already uses, the fullest first.
+                filling = [b for b in opened if b.allows(resources, options) and b.fits(resources)]
+                if filling:
+                    chosen = min(filling, key=lambda b: (-b.used, b.cpus, b.mem, b.index))
+                else:
+                    chosen = shape.pack_open(_Rest.of(slots[position:]), options)
+            if chosen is None:
+                return _no_fit(request, slot, views, options)
+        if port is None:
+            host = chosen.view.hostname
+            avoid = {p for h, p in wanted if h == host}
+            port = chosen.lowest_port(avoid)
+            if port is None:  # only ports other slots want back: take one anyway
+                port = chosen.lowest_port(set())
+            assert port is not None  # fits() checked there is a free port
+        wanted.discard((chosen.view.hostname, port))
+        if chosen.used == 0:
+            opened.append(chosen)
+        chosen.take(resources, port)
+        if from_heap and shape is not None:
+            shape.spread_return(chosen)
+        v = chosen.view
+        assignments.append(SlotAssignment(slot.key, v.agent_id, v.hostname, v.role, port, resources))
+    return GangFit(tuple(sorted(assignments, key=lambda a: a.key)))
+
+
+def _no_fit(
+    request: GangRequest, slot: SlotRequest, views: Sequence[AgentOffer], options: PlacementOptions
+) -> NoFit:
+    need = request.total
+    usable = [v for v in views if eligible_for(request, v, options)]
+    free_gpus = sum(v.gpus for v in usable)
+    free = Resources(round(sum(v.cpus for v in usable), 3), int(sum(v.mem_mib for v in usable)), free_gpus)
+    gpu_short = need.gpus > 0 and (slot.resources.gpus > 0 or free_gpus < need.gpus)
+    reason = UnplacedReason.WAITING_FOR_GPUS if gpu_short else UnplacedReason.WAITING_FOR_OFFERS
+    if not usable:
+        where = "no offer held now is from an agent this job may use"
+    else:
+        largest = max(usable, key=lambda v: (v.cpus, v.mem_mib, v.gpus, v.agent_id))
+        where = (
+            f"offers held from {len(usable)} usable agent(s) total {free.describe()}; the largest has "
+            f"{_describe_view(largest)}"
+        )
+    return NoFit(
+        reason,
+        f"needs {need.describe()} for {len(request.slots)} task(s) ({slot.key.name} needs "
+        f"{slot.resources.describe()}); {where}",
+    )
+
+
+def _describe_view(view: AgentOffer) -> str:
+    text = f"cpus {view.cpus:g}, mem {view.mem_mib:g} MiB"
+    return f"{text}, gpus {view.gpus}" if view.gpus else text
+
+
+# ---- can it ever fit? ------------------------------------------------------------------------
+
+
+def never_fits(
+    request: GangRequest, capacities: Sequence[AgentOffer], options: PlacementOptions = PlacementOptions()
+) -> str | None:
+    """Why ``request`` can never be placed on agents of these (largest seen) capacities, or
+    None when it might be. Necessary conditions only (no bin packing); unknown when no agent
+    has been seen yet."""
+    if not capacities:
+        return None
+    matching = [c for c in capacities if matches(c.attributes, request.constraints)]
+    if not matching:
+        described = ", ".join(
+            f"{c.attribute} {c.operator.value} {list(c.values)}".rstrip(" []") for c in request.constraints
+        )
+        return f"no agent seen matches the placement constraints ({described})"
+    gpu_hosts = [c for c in matching if c.gpu_agent or c.gpus > 0]
+    cpu_hosts = (
+        matching
+        if options.cpu_tasks_on_gpu_agents
+        else [c for c in matching if not (c.gpu_agent or c.gpus > 0)]
+    )
+    checked: set[Resources] = set()
+    for slot in sorted(request.slots, key=lambda s: s.key):
+        if slot.resources in checked:
+            continue  # slots of one role share their resources: check each shape once
+        checked.add(slot.resources)
+        hosts = gpu_hosts if slot.resources.gpus > 0 else cpu_hosts
+        if not hosts:
+            what = "GPUs" if slot.resources.gpus else "no GPUs (cpuTasksOnGpuAgents is off)"
+            return f"{slot.key.name} needs an agent with {what}, and no such agent was seen"
+        if not any(slot.resources.fits_in(_as_resources(c)) and c.port_count > 0 for c in hosts):
+            largest = max(hosts, key=lambda c: (c.cpus, c.mem_mib, c.gpus, c.agent_id))
+            return (
+                f"{slot.key.name} needs {slot.resources.describe()} but the largest agent seen has "
+                f"{_describe_view(largest)}"
+            )
+    gpu_slots = [s for s in request.slots if s.resources.gpus > 0]
+    cpu_slots = [s for s in request.slots if s.resources.gpus == 0]
+    for group, label in ((gpu_slots, "GPU tasks"), (cpu_slots, "tasks")):
+        if not group:
+            continue
+        hosts = gpu_hosts if group is gpu_slots else cpu_hosts
+        need = Resources(0.0, 0, 0)
+        for slot in group:
+            need = need + slot.resources
+        have = Resources(
+            round(sum(c.cpus for c in hosts), 3),
+            int(sum(c.mem_mib for c in hosts) + _EPS),
+            sum(c.gpus for c in hosts),
+        )
+        ports = sum(c.port_count for c in hosts)
+        if not need.fits_in(have):
+            return (
+                f"its {label} need {need.describe()} together, more than all usable agents seen "
+                f"have ({have.describe()})"
+            )
+        if len(group) > ports:
+            return f"its {len(group)} {label} need a port each; usable agents offer {ports} in all"
+    return None
+
+
+def _as_resources(view: AgentOffer) -> Resources:
+    return Resources(view.cpus, int(view.mem_mib + _EPS), view.gpus)
+
+
+# ---- FIFO with backfill -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Backfill:
+    """What a gang that is not the head of the queue may use now, and why."""
+
+    views: tuple[AgentOffer, ...]
+    note: str = ""  # set when something was withheld for the head
+
+
+def backfill_views(
+    head: GangRequest | None,
+    head_waited_s: float,
+    offers: Sequence[AgentOffer],
+    drain_after_s: float,
+    options: PlacementOptions = PlacementOptions(),
+) -> Backfill:
+    """The offers a gang behind ``head`` may use.
+
+    - No head: everything.
+    - The head fits what is offered now: everything except what the head's placement takes.
+    - The head does not fit and has waited less than ``drain_after_s``: everything (backfill).
+    - Otherwise only agents the head can never use (constraints, GPU rules): the others drain
+      until the head fits.
+    """
+    if head is None:
+        return Backfill(tuple(offers))
+    fit = place_gang(head, offers, options)
+    if isinstance(fit, GangFit):
+        return Backfill(tuple(_subtract(offers, fit)), f"held for {head.job}, first in line")
+    if head_waited_s < drain_after_s:
+        return Backfill(tuple(offers))
+    kept = tuple(v for v in offers if not eligible_for(head, v, options))
+    return Backfill(
+        kept, f"{head.job} has waited {head_waited_s:.0f} s for resources; agents it can use are kept for it"
+    )
+
+
+def _subtract(offers: Sequence[AgentOffer], fit: GangFit) -> list[AgentOffer]:
+    out = []
+    for view in offers:
+        taken = [a for a in fit.assignments if a.agent_id == view.agent_id and a.role == view.role]
+        if not taken:
+            out.append(view)
+            continue
+        cpus = view.cpus - sum(a.resources.cpus for a in taken)
+        mem = view.mem_mib - sum(a.resources.mem_mib for a in taken)
+        gpus = view.gpus - sum(a.resources.gpus for a in taken)
+        ports = remove_ports(view.ports, {a.port for a in taken})
+        out.append(replace(view, cpus=max(0.0, cpus), mem_mib=max(0.0, mem), gpus=max(0, gpus), ports=ports))
+    return out
+
+
+def remove_ports(ranges: PortRanges, ports: set[int]) -> PortRanges:
+    """``ranges`` without ``ports`` (inclusive ranges, order kept)."""
+    out: list[tuple[int, int]] = []
+    for begin, end in ranges:
+        start = begin
+        for port in sorted(p for p in ports if begin <= p <= end):
+            if start < port:
+                out.append((start, port - 1))
+            start = port + 1
+        if start <= end:
+            out.append((start, end))
+    return tuple(out)
