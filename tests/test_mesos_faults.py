@@ -80,7 +80,7 @@ class Project:
     def apply(self, controller: Controller) -> None:
         desired, _ = load_desired([str(self.root / "specs")], self.settings)
         assert not desired.has_errors, desired.diagnostics
-        controller.apply(plan(desired, controller.store.observed(), PlanOptions()), desired)
+        controller.apply(plan(desired, controller.store.observed(), PlanOptions()))
 
     def record(self, controller: Controller, name: str) -> JobRecord:
         record = controller.store.load(name)
@@ -184,7 +184,7 @@ SchedulerClient.launch = hanging_launch
 settings = settings_from(argparse.Namespace(config=root + "/tfdeclare.yaml", backend=None, state_dir=None, status_dir=None))
 controller = make_controller(settings, make_backend(settings))
 desired, _ = load_desired([root + "/specs"], settings)
-controller.apply(plan(desired, controller.store.observed(), PlanOptions()), desired)
+controller.apply(plan(desired, controller.store.observed(), PlanOptions()))
 controller.reconcile()
 threading.Event().wait()
 """
