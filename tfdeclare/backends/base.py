@@ -13,11 +13,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from tfdeclare.backends.errors import BackendError
 from tfdeclare.core.tasks import GangRequest, ObservedTask, Placement, TaskLaunch, Unplaced
 
-
-class BackendError(Exception):
-    """The backend cannot do what was asked (unreachable cluster, refused launch, ...)."""
+__all__ = ["Backend", "BackendError", "LogChunk"]
 
 
 @dataclass(frozen=True, slots=True)

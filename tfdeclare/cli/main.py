@@ -12,7 +12,7 @@ import sys
 import traceback
 
 from tfdeclare import __version__
-from tfdeclare.backends.base import BackendError
+from tfdeclare.backends.errors import BackendError
 from tfdeclare.cli import parsers
 from tfdeclare.cli.common import (
     EXIT_ERROR,
