@@ -163,6 +163,9 @@ def test_offer_invariants(cluster: Cluster) -> None:
     eventually(lambda: cluster.calls("SUPPRESS"), timeout=10)
     for call in cluster.calls("DECLINE"):
         assert call["call"]["decline"]["filters"]["refuse_seconds"] == cluster.config.refuse_s
+    # An offer round may already be on its way when SUPPRESS goes out; once the backend holds
+    # nothing (it declines what came), new work must REVIVE.
+    eventually(lambda: not cluster.emulator.offers(), timeout=15)
     suppressed_at = cluster.calls("SUPPRESS")[-1]["time"]
     start(cluster.harness, backend, "d", 1, SLEEP)
     assert any(c["time"] > suppressed_at for c in cluster.calls("REVIVE")), "work arrived: REVIVE"
