@@ -104,11 +104,24 @@ def wait_for(
         time.sleep(0.05)
 
 
+def place_soon(backend: Backend, request: GangRequest, timeout: float = 15.0) -> Placement:
+    """Place a gang that fits, as the controller does: asking again on later passes while the
+    backend waits for resources (Mesos: the next offer round after a launch)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        answer = backend.place(request)
+        if isinstance(answer, Placement):
+            return answer
+        assert answer.reason is not UnplacedReason.UNSCHEDULABLE, answer
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never placed: {answer}")
+        time.sleep(0.1)
+
+
 def start(
     harness: Harness, backend: Backend, job: str, n: int, argv: Sequence[str], **kw: object
 ) -> list[TaskLaunch]:
-    placement = backend.place(gang(job, n))
-    assert isinstance(placement, Placement), placement
+    placement = place_soon(backend, gang(job, n))
     tasks = launches(harness, placement, argv, **kw)  # type: ignore[arg-type]
     backend.launch(placement, tasks)
     return tasks
@@ -202,8 +215,7 @@ def check_resources_are_accounted(harness: Harness) -> None:
     backend = harness.backend()
     too_big = backend.place(gang("huge", 1, Resources(64, 128, 0)))
     assert isinstance(too_big, Unplaced) and too_big.reason is UnplacedReason.UNSCHEDULABLE
-    first = backend.place(gang("first", 3, Resources(1, 512, 0)))
-    assert isinstance(first, Placement)
+    first = place_soon(backend, gang("first", 3, Resources(1, 512, 0)))
     tasks = launches(
         harness, first, [PY, "-c", "import time; time.sleep(60)"], resources=Resources(1, 512, 0)
     )
@@ -214,8 +226,7 @@ def check_resources_are_accounted(harness: Harness) -> None:
     assert isinstance(second, Unplaced) and second.reason is not UnplacedReason.UNSCHEDULABLE, second
     backend.stop(ids, 1.0)
     wait_for(backend, lambda ts: all(ts[i].state.ended for i in ids))
-    again = backend.place(gang("second", 2, Resources(1, 512, 0)))
-    assert isinstance(again, Placement), again
+    again = place_soon(backend, gang("second", 2, Resources(1, 512, 0)))
     backend.release(again)
 
 
@@ -229,16 +240,14 @@ def check_ports_are_reused_for_a_slot(harness: Harness) -> None:
     }
     backend.stop(ids, 1.0)
     wait_for(backend, lambda ts: all(ts[i].state.ended for i in ids))
-    placement = backend.place(gang("reuse", 2, previous=previous))
-    assert isinstance(placement, Placement)
+    placement = place_soon(backend, gang("reuse", 2, previous=previous))
     assert [s.address for s in placement.slots] == [previous[0], previous[1]]
     backend.release(placement)
 
 
 def check_launch_is_idempotent_and_adoptable(harness: Harness) -> None:
     backend = harness.backend()
-    placement = backend.place(gang("once", 1))
-    assert isinstance(placement, Placement)
+    placement = place_soon(backend, gang("once", 1))
     tasks = launches(harness, placement, [PY, "-c", "import time; time.sleep(60)"])
     backend.launch(placement, tasks)
     backend.launch(placement, tasks)  # a retried launch never starts a task twice
