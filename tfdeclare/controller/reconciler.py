@@ -107,6 +107,8 @@ class Controller:
         self.backoff = backoff or Backoff()
         self.clock = clock
         self.base_dir = base_dir or Path.cwd()  # spec file paths are relative to this when applied
+        self._seen: dict[str, tuple[int, ...]] = {}
+        self._seen_tasks: dict[str, list[object]] = {}  # keeps the ids above meaningful
 
     # ---- applying a plan ------------------------------------------------------------------
 
@@ -249,7 +251,13 @@ class Controller:
             self.backend.purge(record.name)
             self.store.delete(record.name)
             self.statuses.remove(record.name)
+            self._seen.pop(record.name, None)
+            self._seen_tasks.pop(record.name, None)
             return
+        result.phases[record.name] = Phase.DELETING if updated.deleting else updated.phase
+        seen = (id(record), *map(id, tasks))
+        if updated is record and not decided.launch and self._seen.get(record.name) == seen:
+            return  # the same record and tasks as last pass, all written: nothing to do
         shown = {
             t.key: t
             for t in status.task_records(tasks if updated.deleting else self._current(updated, tasks))
@@ -267,7 +275,12 @@ class Controller:
             self.store.save(updated)
         if updated != record or not self.statuses.written(updated.name):
             self.statuses.write(status.status_document(updated, now))
-        result.phases[updated.name] = Phase.DELETING if updated.deleting else updated.phase
+        # The record and tasks this pass ended with, by identity: the store and the backends
+        # hand out the same objects while nothing changes, so the same tuple next pass means
+        # nothing to recompute. (The objects are kept, so their ids cannot be reused.)
+        kept = updated if updated != record else record  # what the store holds now
+        self._seen[record.name] = (id(kept), *map(id, tasks))
+        self._seen_tasks[record.name] = [kept, *tasks]
 
     @staticmethod
     def _current(record: JobRecord, tasks: list[ObservedTask]) -> list[ObservedTask]:

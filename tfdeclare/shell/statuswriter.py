@@ -36,8 +36,8 @@ class StatusWriter:
         return True
 
     def written(self, name: str) -> bool:
-        """Whether this writer wrote the job's status file (and it is still there)."""
-        return name in self._last and self.path(name).exists()
+        """Whether this writer has written the job's status file (it is the only writer)."""
+        return name in self._last
 
     def remove(self, name: str) -> None:
         remove(self.path(name))
