@@ -342,14 +342,14 @@ def test_launch_is_written_ahead(cluster: Cluster) -> None:
     seen: list[set[str]] = []
     client = backend._client
     assert client is not None
-    real_launch = client.launch
+    real_launch = client.launch_many
 
-    def spy(offer_ids: Any, infos: Any, refuse: Any = None) -> None:
+    def spy(bursts: Any) -> Any:
         journal = (cluster.tmp_path / "state" / "mesos" / "tasks.log").read_text()
         seen.append({t.task_id for t in tasks if t.task_id in journal})
-        real_launch(offer_ids, infos, refuse)
+        return real_launch(bursts)
 
-    client.launch = spy  # type: ignore[method-assign]
+    client.launch_many = spy  # type: ignore[method-assign]
     backend.launch(placement, tasks)
     wait_for(backend, lambda ts: all(ts[t.task_id].state is TaskState.RUNNING for t in tasks))
     assert seen == [{t.task_id for t in tasks}]

@@ -172,7 +172,7 @@ from tfdeclare.cli.wiring import make_backend, make_controller
 from tfdeclare.core.planner import PlanOptions, plan
 
 when, root = sys.argv[1], sys.argv[2]
-real_launch = SchedulerClient.launch
+real_launch = SchedulerClient.launch_many
 
 def hanging_launch(self, *args, **kwargs):
     if when == "after_accept":
@@ -180,7 +180,7 @@ def hanging_launch(self, *args, **kwargs):
     print(when, flush=True)
     threading.Event().wait()
 
-SchedulerClient.launch = hanging_launch
+SchedulerClient.launch_many = hanging_launch
 settings = settings_from(argparse.Namespace(config=root + "/tfdeclare.yaml", backend=None, state_dir=None, status_dir=None))
 controller = make_controller(settings, make_backend(settings))
 desired, _ = load_desired([root + "/specs"], settings)

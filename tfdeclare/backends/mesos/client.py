@@ -143,6 +143,9 @@ class SchedulerClient:
             random.Random(config.backoff_seed),  # noqa: S311 (jitter, not crypto)
         )
         self._call_lock = threading.RLock()  # serialises calls and stream-id changes
+        # The pipelined ACKNOWLEDGE connection has its own lock, so a burst of acknowledgements
+        # never holds up an ACCEPT (and the other way round). Order: _ack_lock, then _call_lock.
+        self._ack_lock = threading.Lock()
         self._state = threading.Condition()  # guards the fields below
         self._stream_id: str | None = None
         self._subscribed = False
@@ -158,7 +161,8 @@ class SchedulerClient:
         self._calls: httpx.Client | None = None
         self._streams: httpx.Client | None = None
         self._ssl_context: ssl.SSLContext | None = None  # for the pipelined connection (https)
-        self._pipeline: PipelinedConnection | None = None
+        self._pipeline: PipelinedConnection | None = None  # ACKNOWLEDGEs (under _ack_lock)
+        self._launches: PipelinedConnection | None = None  # ACCEPTs (under _call_lock)
         self._detector: ZooKeeperDetector | None = None
         self._started = False
 
@@ -269,6 +273,9 @@ class SchedulerClient:
             for client in (self._calls, self._streams):
                 if client is not None:
                     client.close()
+            if self._launches is not None:
+                self._launches.close()
+        with self._ack_lock:  # after any acknowledgement in flight
             if self._pipeline is not None:
                 self._pipeline.close()
 
@@ -334,6 +341,59 @@ class SchedulerClient:
         """ACCEPT the offers (one agent, one role) with a single LAUNCH of ``task_infos``."""
         self.call(calls.accept(offer_ids, [calls.launch_operation(task_infos)], refuse_seconds))
 
+    def launch_many(
+        self, launches: Sequence[tuple[Sequence[str], Sequence[JSON], float | None]]
+    ) -> list[MesosError | None]:
+        """``launch()`` for each (offer ids, task infos, refuse seconds), in order, HTTP/1.1-
+        pipelined on one connection: the master works through a burst of ACCEPTs without
+        waiting for this process between them. Returns, per launch, None (202) or its error.
+
+        An ACCEPT answered with anything but 202 (a redirect, 503, 4xx) was not taken, so it
+        is sent once more as a plain ``call()``, which follows redirects, retries 503 and
+        raises the typed error. ACCEPTs whose answer was lost with the connection get a
+        ``MesosConnectionError``: the master may or may not have them."""
+        bodies = [calls.accept(o, [calls.launch_operation(i)], r) for o, i, r in launches]
+        results: list[MesosError | None] = [None] * len(bodies)
+        if not bodies:
+            return results
+        with self._call_lock:
+            if self._terminal is not None:
+                raise self._terminal
+            endpoint, stream_id, framework_id = self._endpoint, self._stream_id, self._framework.id
+            if endpoint is None or stream_id is None or framework_id is None:
+                raise NotSubscribedError("ACCEPT: not subscribed to a Mesos master")
+            if self._launches is None or self._launches.endpoint != endpoint:
+                if self._launches is not None:
+                    self._launches.close()
+                try:
+                    self._launches = PipelinedConnection(
+                        endpoint, self._ssl_context, self._config.call_timeout
+                    )
+                except PipelineError as exc:
+                    raise MesosConnectionError(f"ACCEPT: {exc}") from None
+            framework = {"value": framework_id}
+            contents = [_dump({**body, "framework_id": framework}) for body in bodies]
+            try:
+                statuses = self._launches.post_many(contents, self._pipeline_headers(stream_id))
+            except PipelineError as exc:
+                statuses = exc.statuses
+                lost = MesosConnectionError(f"ACCEPT to {endpoint}: {exc}")
+                for index in range(len(statuses), len(bodies)):
+                    results[index] = lost
+            for index, status in enumerate(statuses):
+                if status != 202:
+                    try:
+                        self.call(bodies[index])
+                    except MesosError as err:
+                        results[index] = err
+        return results
+
+    def _pipeline_headers(self, stream_id: str) -> dict[str, str]:
+        headers = {"Content-Type": "application/json", "Mesos-Stream-Id": stream_id}
+        if self._config.credentials is not None:
+            headers["Authorization"] = self._config.credentials.basic_header()
+        return headers
+
     def decline(self, offer_ids: Sequence[str], refuse_seconds: float | None = None) -> None:
         self.call(calls.decline(offer_ids, refuse_seconds))
 
@@ -357,10 +417,11 @@ class SchedulerClient:
         master accepted (202); the rest are as if never sent (the master redelivers them)."""
         if not acks:
             return 0
-        with self._call_lock:
-            if self._terminal is not None:
-                raise self._terminal
-            endpoint, stream_id, framework_id = self._endpoint, self._stream_id, self._framework.id
+        with self._ack_lock:
+            with self._call_lock:  # a consistent endpoint, stream id and framework id
+                if self._terminal is not None:
+                    raise self._terminal
+                endpoint, stream_id, framework_id = self._endpoint, self._stream_id, self._framework.id
             if endpoint is None or stream_id is None or framework_id is None:
                 raise NotSubscribedError("ACKNOWLEDGE: not subscribed to a Mesos master")
             if self._pipeline is None or self._pipeline.endpoint != endpoint:
@@ -372,10 +433,7 @@ class SchedulerClient:
                     )
                 except PipelineError as exc:
                     raise MesosConnectionError(f"ACKNOWLEDGE: {exc}") from None
-            headers = {"Content-Type": "application/json", "Mesos-Stream-Id": stream_id}
-            credentials = self._config.credentials
-            if credentials is not None:
-                headers["Authorization"] = credentials.basic_header()
+            headers = self._pipeline_headers(stream_id)
             framework = {"value": framework_id}
             bodies = [_dump({**calls.acknowledge(a, t, u), "framework_id": framework}) for a, t, u in acks]
             accepted = 0
@@ -567,6 +625,8 @@ class SchedulerClient:
     def _end_stream(self, reason: str) -> None:
         with self._call_lock:  # no call is in flight with the old stream id after this
             self._stream_id = None
+        with self._ack_lock:
+            pass  # nor any acknowledgement
         with self._state:
             was, self._subscribed = self._subscribed, False
         if was:

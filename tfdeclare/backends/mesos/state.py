@@ -52,6 +52,7 @@ FIRST_OBSERVE_WAIT_S = 2.0  # the first observe() after subscribing waits this l
 QUEUE_TTL_S = 15.0  # a waiting job that has not asked again for this long left the queue
 MIN_KILL_RETRY_S = 10.0
 LAUNCH_DRAIN_S = 30.0  # close() waits this long for queued ACCEPTs
+LAUNCH_BURST = 64  # ACCEPTs pipelined in one go at most
 
 
 @dataclass(slots=True)

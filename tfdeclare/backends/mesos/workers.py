@@ -23,6 +23,7 @@ import time
 
 from tfdeclare.backends.mesos.errors import MesosConnectionError, MesosError, NotSubscribedError
 from tfdeclare.backends.mesos.state import (
+    LAUNCH_BURST,
     MIN_KILL_RETRY_S,
     QUEUE_TTL_S,
     RECONCILE_MAX_RETRY_S,
@@ -229,61 +230,87 @@ class BackgroundWork(BackendState):
     # ---- ACCEPTs (launcher thread) -------------------------------------------------------------
 
     def _launcher_loop(self) -> None:
-        """Sends the queued ACCEPTs in order, so that the controller never waits for the master."""
+        """Sends the queued ACCEPTs in order, so that the controller never waits for the master;
+        whatever queued up while a burst was out goes in the next burst (pipelined)."""
         while True:
             with self._cond:
                 while not self._accepts and not self._closed.is_set():
                     self._accepts_ready.wait(0.5)
                 if not self._accepts:
                     return  # closed and drained
-                accept = self._accepts.popleft()
-                # Tasks asked to stop before their ACCEPT are not launched at all.
-                keep = [
-                    t
-                    for t in accept.tasks
-                    if (e := self._tasks.get(t.task_id)) is not None and not e.kill_requested
-                ]
-                dropped = [t.task_id for t in accept.tasks if t not in keep]
-                if dropped:
-                    self._forget_unlaunched(dropped, "it was stopped before its launch")
+                burst: list[tuple[Accept, list[TaskLaunch]]] = []
+                while self._accepts and len(burst) < LAUNCH_BURST:
+                    accept = self._accepts.popleft()
+                    # Tasks asked to stop before their ACCEPT are not launched at all.
+                    keep = [
+                        t
+                        for t in accept.tasks
+                        if (e := self._tasks.get(t.task_id)) is not None and not e.kill_requested
+                    ]
+                    dropped = [t.task_id for t in accept.tasks if t not in keep]
+                    if dropped:
+                        self._forget_unlaunched(dropped, "it was stopped before its launch")
+                    burst.append((accept, keep))
             try:
-                self._send_accept(accept, keep)
+                self._send_accepts(burst)
             except Exception:
-                log.exception("launching on agent %s failed unexpectedly", accept.agent_id)
+                log.exception("launching %d ACCEPT(s) failed unexpectedly", len(burst))
                 with self._cond:
-                    self._forget_unlaunched([t.task_id for t in keep], "its launch failed")
+                    self._forget_unlaunched(
+                        [t.task_id for _, keep in burst for t in keep], "its launch failed"
+                    )
             finally:
                 with self._cond:
-                    self._unsent.difference_update(t.task_id for t in accept.tasks)
+                    for accept, _ in burst:
+                        self._unsent.difference_update(t.task_id for t in accept.tasks)
                     self._accepts_ready.notify_all()
 
-    def _send_accept(self, accept: Accept, tasks: list[TaskLaunch]) -> None:
+    def _send_accepts(self, burst: list[tuple[Accept, list[TaskLaunch]]]) -> None:
         client = self._client
-        if not tasks:
-            if client is not None:
-                self._call("DECLINE", lambda c: c.decline(accept.offer_ids, 0.0))
+        launches = [(accept, tasks) for accept, tasks in burst if tasks]
+        for accept, tasks in burst:
+            if not tasks and client is not None:
+                self._decline_now(accept.offer_ids)
+        if not launches:
             return
-        infos = [
-            task_info(
-                task,
-                accept.agent_id,
-                accept.role,
-                task_labels(task, self.owner),
-                containerizer=self.config.containerizer,
-                shared_filesystem=self.config.shared_filesystem,
+        # What the tasks leave of the offers comes back at the next allocation (no filter):
+        # the next gang may need it; unused, it is declined with refuseSeconds then.
+        bodies = [
+            (
+                accept.offer_ids,
+                [
+                    task_info(
+                        task,
+                        accept.agent_id,
+                        accept.role,
+                        task_labels(task, self.owner),
+                        containerizer=self.config.containerizer,
+                        shared_filesystem=self.config.shared_filesystem,
+                    )
+                    for task in tasks
+                ],
+                0.0,
             )
-            for task in tasks
+            for accept, tasks in launches
         ]
-        ids = [t.task_id for t in tasks]
+        results: list[MesosError | None]
         try:
             if client is None:
                 raise NotSubscribedError("not connected")
-            # What the tasks leave of the offers comes back at the next allocation (no filter):
-            # the next gang may need it; unused, it is declined with refuseSeconds then.
-            client.launch(accept.offer_ids, infos, 0.0)
-        except MesosConnectionError as err:
+            results = client.launch_many(bodies)
+        except MesosError as err:
+            results = [err] * len(launches)
+        for (accept, tasks), result in zip(launches, results, strict=True):
+            self._launched(accept, [t.task_id for t in tasks], result)
+
+    def _decline_now(self, offer_ids: list[str]) -> None:
+        self._call("DECLINE", lambda c: c.decline(offer_ids, 0.0))
+
+    def _launched(self, accept: Accept, ids: list[str], result: MesosError | None) -> None:
+        """Book the answer to one ACCEPT."""
+        if isinstance(result, MesosConnectionError):
             log.warning(
-                "launching %s on agent %s: %s; reconciliation will tell", accept.job, accept.agent_id, err
+                "launching %s on agent %s: %s; reconciliation will tell", accept.job, accept.agent_id, result
             )
             with self._cond:
                 for task_id in ids:  # did the master get it? Reconciliation will say.
@@ -293,9 +320,9 @@ class BackgroundWork(BackendState):
                 self._reconciled.clear()
             self._wake.set()
             return
-        except MesosError as err:
+        if result is not None:
             with self._cond:
-                self._forget_unlaunched(ids, f"the master refused its launch ({err})")
+                self._forget_unlaunched(ids, f"the master refused its launch ({result})")
             self._notify()
             return
         with self._cond:
