@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tfdeclare.core.schema import SCHEMA_NAMES, Schema, SchemaDefinitionError, load_schema, schema_text
+from tfdeclare.core.schema_codegen import compile_filler, compile_predicate
 
 
 def oracle(name: str) -> jsonschema.Draft202012Validator:
@@ -72,7 +73,19 @@ def _oracle_paths(name: str, value: Any) -> set[tuple[str | int, ...]]:
     return paths
 
 
+_predicates = {name: compile_predicate(json.loads(schema_text(name))) for name in SCHEMA_NAMES}
+_fillers = {name: compile_filler(load_schema(name)._root) for name in SCHEMA_NAMES}
+
+
 def _validity(name: str, value: Any) -> tuple[bool, bool]:
+    """Ours and the reference's verdicts; ours is the interpreter's and the generated
+    predicate's at once (they must agree, or the assertion names which one strayed)."""
+    interpreted: list[Any] = []
+    load_schema(name)._root.validate(value, (), interpreted)
+    generated = _predicates[name](value)
+    assert generated == (not interpreted), f"generated predicate says {generated}: {interpreted}"
+    filled = load_schema(name)._root.fill(json.loads(json.dumps(value)))
+    assert _fillers[name](json.loads(json.dumps(value))) == filled, "generated defaults differ"
     return (not load_schema(name).validate(value), oracle(name).is_valid(value))
 
 

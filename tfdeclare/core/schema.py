@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tfdeclare.core.diagnostics import REPORTED, JsonPath
+from tfdeclare.core.schema_codegen import compile_filler, compile_predicate, copy_json, json_equal
 
 _ANNOTATIONS = frozenset(
     {
@@ -183,19 +184,11 @@ class _Node:
                     sub.fill(item)
             for key, default in self.defaults.items():
                 if key not in value:
-                    value[key] = properties[key].fill(_copy(default))
+                    value[key] = properties[key].fill(copy_json(default))
         elif type(value) is list and self.item is not None and self.item.deep:
             for element in value:
                 self.item.fill(element)
         return value
-
-
-def _copy(value: Any) -> Any:
-    if type(value) is dict:
-        return {k: _copy(v) for k, v in value.items()}
-    if type(value) is list:
-        return [_copy(v) for v in value]
-    return value
 
 
 def _mark_deep(node: _Node, seen: set[int]) -> bool:
@@ -371,7 +364,7 @@ class Compiler:
             listing = ", ".join(str(o) for o in options)
 
             def check_enum(value: Any, path: JsonPath, errors: list[SchemaError]) -> None:
-                if not any(_same(value, o) for o in options):
+                if not any(json_equal(value, o) for o in options):
                     errors.append(SchemaError(path, f"must be one of {listing}; got {describe(value)}"))
 
             node.checks.append(check_enum)
@@ -379,7 +372,7 @@ class Compiler:
             const = schema["const"]
 
             def check_const(value: Any, path: JsonPath, errors: list[SchemaError]) -> None:
-                if not _same(value, const):
+                if not json_equal(value, const):
                     errors.append(SchemaError(path, f"must be {describe(const)}; got {describe(value)}"))
 
             node.checks.append(check_const)
@@ -509,11 +502,9 @@ class Compiler:
             node.checks.append(check_not)
 
 
-def _same(a: Any, b: Any) -> bool:
-    """JSON equality: 1 == 1.0, but true != 1."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    return bool(a == b)
+# Validations before the schema is also compiled to Python (``schema_codegen``): compiling
+# takes a few milliseconds, which a one-file ``validate`` would feel and a big load wins back.
+_INTERPRETED_CALLS = 32
 
 
 class Schema:
@@ -523,15 +514,35 @@ class Schema:
         self.document = document
         self._root = Compiler(document).compile(document)
         _mark_deep(self._root, set())
+        self._calls = 0
+        self._accepts: Callable[[Any], bool] | None = None
+        self._fills = 0
+        self._fill: Callable[[Any], Any] | None = None
 
     def validate(self, value: Any) -> list[SchemaError]:
+        """Every error in ``value`` (none: valid). A valid value is recognised by the
+        generated predicate once this schema has been used a few times; the interpreter
+        then runs only for values with errors, to collect and place them."""
+        accepts = self._accepts
+        if accepts is None:
+            self._calls += 1
+            if self._calls > _INTERPRETED_CALLS:
+                accepts = self._accepts = compile_predicate(self.document)
+        if accepts is not None and accepts(value):
+            return []
         errors: list[SchemaError] = []
         self._root.validate(value, (), errors)
         return errors
 
     def fill_defaults(self, value: Any) -> Any:
-        """``value`` (changed in place) with the schema's defaults filled in."""
-        return self._root.fill(value)
+        """``value`` (changed in place) with the schema's defaults filled in (by generated
+        code once the schema is in steady use, like ``validate``)."""
+        if self._fill is None:
+            self._fills += 1
+            if self._fills <= _INTERPRETED_CALLS:
+                return self._root.fill(value)
+            self._fill = compile_filler(self._root)
+        return self._fill(value)
 
 
 SCHEMA_NAMES = ("job", "status", "config")
