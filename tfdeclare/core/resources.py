@@ -6,6 +6,7 @@ write it, a bare ``K M G T`` suffix; both mean powers of 1024 here, the way Meso
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ class QuantityError(ValueError):
     """A quantity that the schema's pattern let through but that has no sensible value."""
 
 
+@functools.lru_cache(maxsize=4096, typed=True)  # a few spellings recur in thousands of files
 def parse_mem_mib(value: int | float | str) -> int:
     """``8192`` -> 8192, ``"16Gi"`` -> 16384, ``"512Ki"`` -> 1 (rounded up to whole MiB)."""
     if isinstance(value, bool):
