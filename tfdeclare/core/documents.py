@@ -51,8 +51,9 @@ _SPECIAL_FLOATS = frozenset(
 )
 
 
-class _Loader(yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader):  # type: ignore[misc]
-    """libyaml's parser and composer with our own scalar resolution."""
+class _Loader(yaml.cyaml.CParser if yaml.__with_libyaml__ else yaml.SafeLoader):  # type: ignore[misc]
+    """libyaml's parser and composer (no constructor: nothing is built from tags) with our
+    own scalar resolution."""
 
     def resolve(self, kind: type, value: Any, implicit: Any) -> str:
         if kind is yaml.ScalarNode:
