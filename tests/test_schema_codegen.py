@@ -74,6 +74,7 @@ CASES: list[tuple[str, dict[str, Any], list[Any]]] = [
         [1, 0, "4Gi", "4", 1.0, None],
     ),
     ("oneOf", {"oneOf": [{"minimum": 0}, {"maximum": 10}]}, [-1, 5, 11, "x"]),
+    ("oneOf of one", {"oneOf": [{"type": "string"}]}, ["a", 1]),
     ("allOf", {"allOf": [{"minimum": 0}, {"maximum": 10}]}, [-1, 5, 11]),
     ("not", {"not": {"type": "string"}}, ["a", 1, None]),
     (

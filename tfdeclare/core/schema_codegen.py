@@ -133,7 +133,7 @@ class _Generator:
             self.emit(depth, f"if not ({tests}): return False")
         if "oneOf" in schema:
             tests = ", ".join(self.predicate(b, var) for b in schema["oneOf"])
-            self.emit(depth, f"if ({tests}).count(True) != 1: return False")
+            self.emit(depth, f"if ({tests},).count(True) != 1: return False")
         if "not" in schema:
             self.emit(depth, f"if {self.predicate(schema['not'], var)}: return False")
 
