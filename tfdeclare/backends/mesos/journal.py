@@ -43,6 +43,7 @@ from tfdeclare.files import fsync_dir, write_atomic
 log = logging.getLogger(__name__)
 
 SNAPSHOT_VERSION = 1
+_LINE = json.JSONEncoder(separators=(",", ":"))  # one encoder for every log line (no per-call setup)
 
 
 @dataclass(slots=True)
@@ -199,7 +200,8 @@ class TaskJournal:
         return self._fd
 
     def _append(self, lines: Iterable[dict[str, Any]], sync: bool) -> None:
-        data = b"".join(json.dumps(line, separators=(",", ":")).encode() + b"\n" for line in lines)
+        encode = _LINE.encode
+        data = b"".join(encode(line).encode() + b"\n" for line in lines)
         if not data:
             return
         with self._lock:
