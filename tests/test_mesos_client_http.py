@@ -548,6 +548,48 @@ def test_acknowledge_many_survives_a_closed_connection(server: ScriptServer, mak
     assert client.acknowledge_many([("a", "again", new_uuid())]) == 1  # a new connection
 
 
+def _accepted_tasks(server: ScriptServer) -> list[str]:
+    return [
+        info["task_id"]["value"]
+        for call in server.calls("ACCEPT")
+        for info in call.json["accept"]["operations"][0]["launch"]["task_infos"]
+    ]
+
+
+def test_launch_many_pipelines_in_order_and_types_each_answer(server: ScriptServer, make_client: Any) -> None:
+    """A burst of ACCEPTs goes out in order on one connection with the stream id; an ACCEPT
+    answered with anything but 202 is sent once more as a plain call and its typed error is
+    returned for that launch alone; answers lost with the connection are connection errors."""
+    client, _ = make_client(server.url)
+    client.wait_subscribed(5)
+    launches = [([f"offer-{i}"], [{"task_id": {"value": f"t{i}"}}], 0.0) for i in range(5)]
+    assert client.launch_many(launches) == [None] * 5
+    seen = server.calls("ACCEPT")
+    assert _accepted_tasks(server) == [f"t{i}" for i in range(5)]
+    assert len({c.conn for c in seen}) == 1
+    assert all(c.headers["mesos-stream-id"] == server.streams[0].stream_id for c in seen)
+    assert [c.json["accept"]["offer_ids"] for c in seen] == [[{"value": f"offer-{i}"}] for i in range(5)]
+
+    server.requests.clear()
+    server.on_call = lambda req: (
+        Reply(400, b"Failed to validate") if "bad" in req.body.decode() else Reply(202)
+    )
+    mixed = [(["o1"], [{"task_id": {"value": "ok1"}}], 0.0), (["o2"], [{"task_id": {"value": "bad"}}], 0.0)]
+    mixed.append((["o3"], [{"task_id": {"value": "ok2"}}], 0.0))
+    results = client.launch_many(mixed)
+    assert results[0] is None and results[2] is None
+    assert isinstance(results[1], BadRequestError) and "Failed to validate" in str(results[1])
+    assert _accepted_tasks(server) == ["ok1", "bad", "ok2", "bad"]  # the bad one sent once more
+
+    server.requests.clear()
+    closing = iter([Reply(202), Reply(202, b"", {"Connection": "close"})])
+    server.on_call = lambda req: next(closing, None) or Reply(202)
+    results = client.launch_many([([f"o{i}"], [{"task_id": {"value": f"c{i}"}}], 0.0) for i in range(4)])
+    assert results[:2] == [None, None]
+    assert all(isinstance(r, MesosConnectionError) for r in results[2:]), results
+    assert client.launch_many([(["o9"], [{"task_id": {"value": "again"}}], 0.0)]) == [None]  # new connection
+
+
 def test_updates_without_uuid_are_never_acknowledged(server: ScriptServer, make_client: Any) -> None:
     client, handler = make_client(server.url)
     client.wait_subscribed(5)
