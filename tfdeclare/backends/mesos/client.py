@@ -362,15 +362,7 @@ class SchedulerClient:
             endpoint, stream_id, framework_id = self._endpoint, self._stream_id, self._framework.id
             if endpoint is None or stream_id is None or framework_id is None:
                 raise NotSubscribedError("ACCEPT: not subscribed to a Mesos master")
-            if self._launches is None or self._launches.endpoint != endpoint:
-                if self._launches is not None:
-                    self._launches.close()
-                try:
-                    self._launches = PipelinedConnection(
-                        endpoint, self._ssl_context, self._config.call_timeout
-                    )
-                except PipelineError as exc:
-                    raise MesosConnectionError(f"ACCEPT: {exc}") from None
+            self._launches = self._connection_to(endpoint, self._launches, "ACCEPT")
             framework = {"value": framework_id}
             contents = [_dump({**body, "framework_id": framework}) for body in bodies]
             try:
@@ -387,6 +379,19 @@ class SchedulerClient:
                     except MesosError as err:
                         results[index] = err
         return results
+
+    def _connection_to(
+        self, endpoint: str, current: PipelinedConnection | None, what: str
+    ) -> PipelinedConnection:
+        """``current`` if it still goes to ``endpoint``, else a new pipelined connection."""
+        if current is not None and current.endpoint == endpoint:
+            return current
+        if current is not None:
+            current.close()
+        try:
+            return PipelinedConnection(endpoint, self._ssl_context, self._config.call_timeout)
+        except PipelineError as exc:
+            raise MesosConnectionError(f"{what}: {exc}") from None
 
     def _pipeline_headers(self, stream_id: str) -> dict[str, str]:
         headers = {"Content-Type": "application/json", "Mesos-Stream-Id": stream_id}
@@ -424,15 +429,7 @@ class SchedulerClient:
                 endpoint, stream_id, framework_id = self._endpoint, self._stream_id, self._framework.id
             if endpoint is None or stream_id is None or framework_id is None:
                 raise NotSubscribedError("ACKNOWLEDGE: not subscribed to a Mesos master")
-            if self._pipeline is None or self._pipeline.endpoint != endpoint:
-                if self._pipeline is not None:
-                    self._pipeline.close()
-                try:
-                    self._pipeline = PipelinedConnection(
-                        endpoint, self._ssl_context, self._config.call_timeout
-                    )
-                except PipelineError as exc:
-                    raise MesosConnectionError(f"ACKNOWLEDGE: {exc}") from None
+            self._pipeline = self._connection_to(endpoint, self._pipeline, "ACKNOWLEDGE")
             headers = self._pipeline_headers(stream_id)
             framework = {"value": framework_id}
             bodies = [_dump({**calls.acknowledge(a, t, u), "framework_id": framework}) for a, t, u in acks]
