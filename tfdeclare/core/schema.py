@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tfdeclare.core.diagnostics import REPORTED, JsonPath
-from tfdeclare.core.schema_codegen import compile_filler, compile_predicate, copy_json, json_equal
+from tfdeclare.core.schema_codegen import compile_filler, compile_predicate, copy_json, is_integer, json_equal
 
 _ANNOTATIONS = frozenset(
     {
@@ -84,17 +84,11 @@ class SchemaError:
 Check = Callable[[Any, JsonPath, list[SchemaError]], None]
 
 
-def _is_integer(value: Any) -> bool:
-    if isinstance(value, bool):
-        return False
-    return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
-
-
 _TYPE_TESTS: dict[str, Callable[[Any], bool]] = {
     "object": lambda v: isinstance(v, dict),
     "array": lambda v: isinstance(v, list),
     "string": lambda v: isinstance(v, str),
-    "integer": _is_integer,
+    "integer": is_integer,
     "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
     "boolean": lambda v: isinstance(v, bool),
     "null": lambda v: v is None,
@@ -420,7 +414,7 @@ class Compiler:
                         errors.append(SchemaError(path, f"must be more than {limit}; got {value}"))
                     elif keyword == "exclusiveMaximum" and value >= limit:
                         errors.append(SchemaError(path, f"must be less than {limit}; got {value}"))
-                if multiple is not None and not _is_integer(value / multiple):
+                if multiple is not None and not is_integer(value / multiple):
                     errors.append(SchemaError(path, f"must be a multiple of {multiple}; got {value}"))
 
             node.checks.append(check_number)

@@ -1,4 +1,5 @@
-"""A schema compiled to Python source: one predicate that says whether a value is valid.
+"""A schema compiled to Python source: a predicate that says whether a value is valid, and
+the filling of its defaults.
 
 ``schema.Schema.validate`` interprets a tree of checks and collects every error with its JSON
 path; that is the work a bad file needs. A good file only needs a yes, and most files are good:
@@ -9,7 +10,8 @@ that ``accepts(v) == (validate(v) == [])`` on generated documents and against ``
 
 The predicate mirrors the interpreter keyword by keyword (same type rules: ``true`` is no
 number, ``2.0`` is an integer; same order-free semantics). Keywords the schemas rarely use
-(``uniqueItems``, ``multipleOf``) call small helpers instead of being inlined.
+(``uniqueItems``, ``multipleOf``) call small helpers instead of being inlined. The filler
+(``compile_filler``) is generated from the interpreter's compiled tree, so both fill the same.
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ def _unique(value: list[Any]) -> bool:
     return len(set(encoded)) == len(encoded)
 
 
-def _whole(value: float) -> bool:
+def is_integer(value: Any) -> bool:
+    """JSON Schema's integer: 2 and 2.0, not true."""
     return not isinstance(value, bool) and (
         isinstance(value, int) or (isinstance(value, float) and value.is_integer())
     )
@@ -55,8 +58,8 @@ class _Generator:
     def __init__(self, root: Mapping[str, Any]) -> None:
         self.root = root
         self.lines: list[str] = []
-        self.constants: dict[str, Any] = {"_MISSING": _MISSING, "_same": json_equal, "_unique": _unique}
-        self.constants["_whole"] = _whole
+        self.constants: dict[str, Any] = {"_MISSING": _MISSING, "_same": json_equal}
+        self.constants.update(_unique=_unique, _whole=is_integer)
         self.defs: dict[str, str] = {}  # "#/$defs/X" -> function name
         self.pending: list[str] = []
         self.counter = 0
