@@ -357,11 +357,7 @@ class SchedulerClient:
         if not bodies:
             return results
         with self._call_lock:
-            if self._terminal is not None:
-                raise self._terminal
-            endpoint, stream_id, framework_id = self._endpoint, self._stream_id, self._framework.id
-            if endpoint is None or stream_id is None or framework_id is None:
-                raise NotSubscribedError("ACCEPT: not subscribed to a Mesos master")
+            endpoint, stream_id, framework_id = self._subscription("ACCEPT")
             self._launches = self._connection_to(endpoint, self._launches, "ACCEPT")
             framework = {"value": framework_id}
             contents = [_dump({**body, "framework_id": framework}) for body in bodies]
@@ -379,6 +375,16 @@ class SchedulerClient:
                     except MesosError as err:
                         results[index] = err
         return results
+
+    def _subscription(self, what: str) -> tuple[str, str, str]:
+        """The endpoint, stream id and framework id of the current subscription (call
+        under ``_call_lock``); raises when the client is done or not subscribed."""
+        if self._terminal is not None:
+            raise self._terminal
+        endpoint, stream_id, framework_id = self._endpoint, self._stream_id, self._framework.id
+        if endpoint is None or stream_id is None or framework_id is None:
+            raise NotSubscribedError(f"{what}: not subscribed to a Mesos master")
+        return endpoint, stream_id, framework_id
 
     def _connection_to(
         self, endpoint: str, current: PipelinedConnection | None, what: str
@@ -424,11 +430,7 @@ class SchedulerClient:
             return 0
         with self._ack_lock:
             with self._call_lock:  # a consistent endpoint, stream id and framework id
-                if self._terminal is not None:
-                    raise self._terminal
-                endpoint, stream_id, framework_id = self._endpoint, self._stream_id, self._framework.id
-            if endpoint is None or stream_id is None or framework_id is None:
-                raise NotSubscribedError("ACKNOWLEDGE: not subscribed to a Mesos master")
+                endpoint, stream_id, framework_id = self._subscription("ACKNOWLEDGE")
             self._pipeline = self._connection_to(endpoint, self._pipeline, "ACKNOWLEDGE")
             headers = self._pipeline_headers(stream_id)
             framework = {"value": framework_id}
