@@ -219,6 +219,22 @@ CASES = [
         GOOD.replace("cpus: 1", "cpus: .inf"),
         [(8, 42, "$.spec.replicas.worker.resources.cpus", "not a finite number", Code.SCHEMA)],
     ),
+    # Python cannot write out an integer of more than 4,300 digits: no fingerprint, no message.
+    (
+        "huge decimal integer",
+        GOOD.replace("count: 2", "count: " + "9" * 5000),
+        [(8, 21, "$.spec.replicas.worker.count", "integer of 5000 digits is too large", Code.SCHEMA)],
+    ),
+    (
+        "huge hexadecimal integer",
+        GOOD + "  backoffLimit: 0x" + "f" * 4000 + "\n",
+        [(9, 17, "$.spec.backoffLimit", "integer of 4002 characters is too large", Code.SCHEMA)],
+    ),
+    (
+        "huge octal integer key",
+        GOOD + "  ? 0o" + "7" * 5000 + "\n  : x\n",
+        [(9, 5, "$.spec", "must be a string", Code.NON_STRING_KEY)],
+    ),
 ]
 
 

@@ -6,14 +6,18 @@ stay strings), refuse every tag but the standard scalar/collection ones, report 
 non-string keys, bound the file size, the nesting depth and the number of nodes visited (an
 alias bomb stops after ``max_nodes`` visits, in milliseconds), and reject invalid UTF-8.
 
-A ``Document`` keeps its composed node tree so that validation errors, found later by JSON
-path, can be placed at a line and column; ``release()`` drops it once a file is done.
+Most files are read by ``yaml_subset`` (the common part of YAML, straight into values, with
+no node tree: about 0.6 of the time for a typical job file); anything else, and everything
+wrong, by libyaml's composer here. Both give the same values for the same text
+(``tests/test_yaml_subset.py``).
+
+A ``Document`` can place validation errors, found later by JSON path, at a line and column;
+``release()`` drops what it kept for that once a file is done.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +25,8 @@ from typing import Any
 import yaml
 
 from tfdeclare.core.diagnostics import REPORTED, Code, Diagnostic, JsonPath, format_json_path
+from tfdeclare.core.scalars import NOT_STRING_WORDS, resolve_plain
+from tfdeclare.core.yaml_subset import Positions, parse_subset
 
 MAX_FILE_BYTES = 1 << 20
 MAX_NODES = 100_000
@@ -38,18 +44,6 @@ _EXPLICIT_SCALARS = {
     "tag:yaml.org,2002:null",
 }
 
-_INT = re.compile(r"[-+]?[0-9]+\Z")
-_OCT = re.compile(r"0o[0-7]+\Z")
-_HEX = re.compile(r"0x[0-9a-fA-F]+\Z")
-_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?\Z")
-_NULLS = frozenset({"", "~", "null", "Null", "NULL"})
-_TRUE = frozenset({"true", "True", "TRUE"})
-_FALSE = frozenset({"false", "False", "FALSE"})
-_NOT_STRING_WORDS = _NULLS | _TRUE | _FALSE
-_SPECIAL_FLOATS = frozenset(
-    {".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF", "-.inf", "-.Inf", "-.INF", ".nan", ".NaN", ".NAN"}
-)
-
 
 class _Loader(yaml.cyaml.CParser if yaml.__with_libyaml__ else yaml.SafeLoader):  # type: ignore[misc]
     """libyaml's parser and composer (no constructor: nothing is built from tags) with our
@@ -66,37 +60,6 @@ class _Loader(yaml.cyaml.CParser if yaml.__with_libyaml__ else yaml.SafeLoader):
 
     def ascend_resolver(self) -> None:
         return None
-
-
-def resolve_plain(text: str) -> Any:
-    """YAML 1.2 core schema for an untagged plain scalar (hot: ordered by what is common)."""
-    if not text:
-        return None
-    first = text[0]
-    if first in "nNtTfF~":  # null, true, false, or (much more often) a word such as "name"
-        if text in _NULLS:
-            return None
-        if text in _TRUE:
-            return True
-        if text in _FALSE:
-            return False
-        return text
-    if first.isascii() and first.isdigit():
-        if text.isascii() and text.isdigit():
-            return int(text)
-    elif first not in "-+.":
-        return text  # a word, a path, ...: the common case
-    if _INT.match(text):
-        return int(text, 10)
-    if _OCT.match(text):
-        return int(text[2:], 8)
-    if _HEX.match(text):
-        return int(text[2:], 16)
-    if _FLOAT.match(text):
-        return float(text)
-    if text in _SPECIAL_FLOATS:
-        return float(text.replace(".", "", 1))
-    return text
 
 
 def _resolve_tagged(tag: str, text: str) -> Any:
@@ -127,7 +90,13 @@ def _pos(node: yaml.Node) -> tuple[int, int]:
 
 @dataclass(slots=True)
 class Document:
-    """One YAML document of a file: its plain value and (until released) its node tree."""
+    """One YAML document of a file: its plain value and (until released) where its nodes are.
+
+    A document read by the full path keeps its node tree. One read by the subset reader keeps
+    its file's text and the positions of its top-level scalars, and composes the node tree on
+    the first question those cannot answer (a validation error: rare, so the common path never
+    builds one).
+    """
 
     source: str
     index: int  # 0-based position of the document in its file
@@ -135,6 +104,8 @@ class Document:
     value: Any
     _root: yaml.Node | None = field(default=None, repr=False)
     refused: bool = False  # some value was refused while loading (and reported); not usable
+    _text: str | None = field(default=None, repr=False)
+    _positions: Positions | None = field(default=None, repr=False)
 
     def locate(self, path: JsonPath, *, key: bool = False) -> tuple[int, int]:
         """Line and column of the node at ``path``; its nearest existing parent if absent.
@@ -143,7 +114,15 @@ class Document:
         """
         node = self._root
         if node is None:
-            return self.line, 1
+            if self._text is None:
+                return self.line, 1
+            if not key and self._positions is not None:
+                known = self._positions.get(path)  # type: ignore[arg-type]
+                if known is not None:
+                    return known
+            node = self._root = _compose(self._text, self.index)
+            if node is None:
+                return self.line, 1
         # Where a missing child is reported: the key that names its parent (``spec:``).
         anchor = _pos(node)
         for depth, part in enumerate(path):
@@ -177,6 +156,8 @@ class Document:
 
     def release(self) -> None:
         self._root = None
+        self._text = None
+        self._positions = None
 
 
 class _Converter:
@@ -206,7 +187,11 @@ class _Converter:
                 first = text[:1]
                 if first.isalpha() and first not in "nNtTfF":
                     return text  # the common case: a word
-                value = resolve_plain(text)
+                try:
+                    value = resolve_plain(text)
+                except ValueError as err:
+                    self.fail(node, path, str(err), Code.SCHEMA)
+                    return REPORTED
                 if type(value) is str:
                     return value
             elif tag in _EXPLICIT_SCALARS:
@@ -242,8 +227,8 @@ class _Converter:
                 self.fail(key_node, path, "keys must be plain strings", Code.NON_STRING_KEY)
                 continue
             key = key_node.value
-            if key_tag == _PLAIN and (not key[:1].isalpha() or key in _NOT_STRING_WORDS):
-                if not isinstance(resolve_plain(key), str):
+            if key_tag == _PLAIN and (not key[:1].isalpha() or key in NOT_STRING_WORDS):
+                if not _is_string_key(key):
                     # ``1: x`` or ``true: x``: YAML would make a number or bool of it; say so.
                     self.fail(key_node, path, f"key {key!r} must be a string (quote it)", Code.NON_STRING_KEY)
                     continue
@@ -252,6 +237,14 @@ class _Converter:
                 continue
             mapping[key] = convert(value_node, (path, key), depth)
         return mapping
+
+
+def _is_string_key(key: str) -> bool:
+    """Whether a plain key stays a string (``1``, ``true``, ``~`` do not)."""
+    try:
+        return isinstance(resolve_plain(key), str)
+    except ValueError:  # a huge integer
+        return False
 
 
 # A JSON path as a linked list (parent, key), built cheaply per node and flattened only
@@ -321,16 +314,30 @@ def _mark_diagnostic(source: str, text: str, err: yaml.MarkedYAMLError) -> Diagn
 
 
 def parse_documents(
-    source: str, data: bytes, *, max_nodes: int = MAX_NODES
+    source: str, data: bytes, *, max_nodes: int = MAX_NODES, subset: bool = True
 ) -> tuple[list[Document], list[Diagnostic]]:
     """All documents of one file, and every problem found on the way.
 
     Documents that parsed are returned even when a later one has a syntax error, so that the
-    jobs they name can still be recognised (and protected) by the planner.
+    jobs they name can still be recognised (and protected) by the planner. ``subset=False``
+    skips the fast reader (the tests compare the two).
     """
     text, problem = _decode(source, data)
     if text is None:
         return [], [problem] if problem else []
+    # Without aliases every node takes at least one character: a text shorter than the node
+    # bound cannot reach it, and the subset reader has no aliases.
+    fast = parse_subset(text) if subset and len(text) < max_nodes else None
+    if fast is not None:
+        return [
+            Document(source, index, line, value, None, False, text, positions)
+            for index, (line, value, positions) in enumerate(fast)
+        ], []
+    return _parse_full(source, text, max_nodes)
+
+
+def _parse_full(source: str, text: str, max_nodes: int) -> tuple[list[Document], list[Diagnostic]]:
+    """``parse_documents`` by libyaml's composer: any YAML, every problem reported."""
     documents: list[Document] = []
     diagnostics: list[Diagnostic] = []
     converter = _Converter(source, max_nodes)
@@ -357,6 +364,20 @@ def parse_documents(
         loader.dispose()
     diagnostics.extend(converter.diagnostics)
     return documents, diagnostics
+
+
+def _compose(text: str, index: int) -> yaml.Node | None:
+    """The node tree of document ``index`` of a text the subset reader accepted."""
+    loader = _Loader(text)
+    try:
+        for at, root in enumerate(_iter_nodes(loader)):
+            if at == index:
+                return root
+    except yaml.YAMLError:
+        pass  # cannot happen for a text the subset reader accepted; placed at its start
+    finally:
+        loader.dispose()
+    return None
 
 
 def _iter_nodes(loader: Any) -> Iterator[yaml.Node]:
