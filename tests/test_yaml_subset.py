@@ -22,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
+from bench.common import job_text  # the benchmark's generated job files
 from tfdeclare.core.diagnostics import Diagnostic
 from tfdeclare.core.documents import Document, parse_documents
 from tfdeclare.core.scalars import resolve_plain
@@ -112,22 +113,6 @@ def _accepted(text: str) -> list[tuple[int, Any, Any]]:
 
 # --------------------------------------------------------------------------------------------
 # Texts the subset reader must take
-
-
-def job_text(name: str, rng: random.Random, command: str = "[python, train.py, --epochs, '10']") -> str:
-    """A realistic job file, as ``bench/common.py`` writes them."""
-    workers = rng.randint(1, 8)
-    return (
-        f"apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata:\n  name: {name}\n"
-        f"  labels: {{team: t{rng.randint(0, 16)}, owner: user{rng.randint(0, 52)}}}\n"
-        f"spec:\n  image: registry.example.com/tf:2.21.0\n  command: {command}\n"
-        f"  env: {{DATA_DIR: /data/{name}, TF_ENABLE_ONEDNN_OPTS: '0'}}\n"
-        f"  replicas:\n"
-        f"    chief: {{count: 1, resources: {{cpus: 2, mem: 4Gi}}}}\n"
-        f"    ps: {{count: 2, resources: {{cpus: 1, mem: 2048}}}}\n"
-        f"    worker: {{count: {workers}, resources: {{cpus: 4, mem: 8Gi, gpus: 1}}}}\n"
-        f"  restartPolicy: OnFailure\n  backoffLimit: 3\n"
-    )
 
 
 JOBS = [job_text(f"job-{i:05d}", random.Random(i)) for i in range(3)]

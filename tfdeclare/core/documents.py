@@ -117,7 +117,7 @@ class Document:
             if self._text is None:
                 return self.line, 1
             if not key and self._positions is not None:
-                known = self._positions.get(path)  # type: ignore[arg-type]
+                known = self._positions.get(path)
                 if known is not None:
                     return known
             node = self._root = _compose(self._text, self.index)

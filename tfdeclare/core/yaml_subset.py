@@ -29,7 +29,7 @@ from typing import Any
 
 from tfdeclare.core.scalars import NOT_STRING_WORDS, resolve_plain
 
-Positions = dict[tuple[str, ...], tuple[int, int]]
+Positions = dict[tuple[str | int, ...], tuple[int, int]]  # JSON path -> (line, column)
 
 MAX_DEPTH = 48  # below documents.MAX_DEPTH: deeper files take the full path and its bound
 # libyaml refuses a key whose ":" is more than 1,024 characters past the key's start; a line
