@@ -310,10 +310,13 @@ def test_kill_is_sent_again_after_a_resubscribe(cluster: Cluster) -> None:
     backend = cluster.backend()
     task_id = start(cluster.harness, backend, "stubborn", 1, SLEEP)[0].task_id
     wait_for(backend, lambda ts: ts[task_id].state is TaskState.RUNNING)
-    cluster.emulator.drop_stream(cluster.framework_id())
+    # No leader: the stream drops and every re-subscription is refused until one is elected
+    # again (a dropped stream alone is re-subscribed within 0.5 s, racing the KILL below).
+    cluster.emulator.set_leader(False)
     eventually(lambda: not backend._connected)
     backend.stop([task_id], 0.5)  # the KILL fails: not subscribed
     assert cluster.emulator.tasks()[task_id]["agent_state"] == "TASK_RUNNING"
+    cluster.emulator.set_leader(True)
     tasks = wait_for(backend, lambda ts: ts[task_id].state.ended)
     assert tasks[task_id].state is TaskState.STOPPED
 
