@@ -74,8 +74,8 @@ def plan_10k(workdir: Path, runs: int) -> tuple[Result, Result]:
 
 def replan_warm(workdir: Path, runs: int, *, told: bool) -> Result:
     from tfdeclare.core.enums import Phase
-    from tfdeclare.core.observed import ObservedJob
-    from tfdeclare.core.planner import PlanCache, plan
+    from tfdeclare.core.plan.observed import ObservedJob
+    from tfdeclare.core.plan.planner import PlanCache, plan
     from tfdeclare.shell.sources import SpecFiles
 
     specs = workdir / "specs10k"

@@ -23,12 +23,12 @@ from bench.common import REPO, Result
 from tfdeclare.backends.mesos.backend import MesosBackend
 from tfdeclare.backends.mesos.events import Offer
 from tfdeclare.backends.mesos.offers import HeldOffer
+from tfdeclare.backends.mesos.placement import PlacementOptions, never_fits, place_gang
 from tfdeclare.backends.mesos.state import Waiting
 from tfdeclare.core.config import MesosConfig
 from tfdeclare.core.enums import PlacementStrategy, Role, TaskState
-from tfdeclare.core.placement import PlacementOptions, never_fits, place_gang
-from tfdeclare.core.resources import Resources
-from tfdeclare.core.tasks import GangRequest, Placement, SlotRequest, TaskKey, TaskLaunch
+from tfdeclare.core.run.tasks import GangRequest, Placement, SlotRequest, TaskKey, TaskLaunch
+from tfdeclare.core.spec.resources import Resources
 
 AGENT = "cpus:16;mem:65536;ports:[31000-31999]"
 TASK = Resources(0.1, 64, 0)

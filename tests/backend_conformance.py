@@ -18,8 +18,7 @@ from pathlib import Path
 
 from tfdeclare.backends.base import Backend
 from tfdeclare.core.enums import Role, TaskState
-from tfdeclare.core.resources import Resources
-from tfdeclare.core.tasks import (
+from tfdeclare.core.run.tasks import (
     Address,
     GangRequest,
     ObservedTask,
@@ -30,6 +29,7 @@ from tfdeclare.core.tasks import (
     Unplaced,
     UnplacedReason,
 )
+from tfdeclare.core.spec.resources import Resources
 
 SMALL = Resources(0.5, 128, 0)
 

@@ -18,10 +18,10 @@ from typing import Any
 import yaml
 
 from tfdeclare.core.enums import Phase, Role
-from tfdeclare.core.loader import SourceRef, load_file
-from tfdeclare.core.observed import ObservedJob
-from tfdeclare.core.planner import Plan, PlanOptions, plan
-from tfdeclare.core.tasks import TaskKey
+from tfdeclare.core.plan.observed import ObservedJob
+from tfdeclare.core.plan.planner import Plan, PlanOptions, plan
+from tfdeclare.core.run.tasks import TaskKey
+from tfdeclare.core.spec.loader import SourceRef, load_file
 from tfdeclare.shell.sources import SpecFiles
 
 ROOT = Path(__file__).parent / "golden" / "plan"

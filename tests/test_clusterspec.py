@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import textwrap
 
-from tfdeclare.core.clusterspec import task_configs
 from tfdeclare.core.enums import Role
-from tfdeclare.core.loader import load_file
-from tfdeclare.core.model import JobSpec
-from tfdeclare.core.tasks import TaskKey
+from tfdeclare.core.run.clusterspec import task_configs
+from tfdeclare.core.run.tasks import TaskKey
+from tfdeclare.core.spec.loader import load_file
+from tfdeclare.core.spec.model import JobSpec
 
 
 def job(

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, cli, kill_leftovers
-from tfdeclare.core.schema import schema_text
+from tfdeclare.core.spec.schema import schema_text
 
 TASK = str(REPO / "tests" / "e2e_task.py")
 CONFIG = """\

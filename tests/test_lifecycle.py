@@ -8,11 +8,11 @@ import textwrap
 import pytest
 
 from tfdeclare.core.enums import Phase, Role, TaskState
-from tfdeclare.core.lifecycle import Backoff, Why, desired_configs, step
-from tfdeclare.core.loader import load_file
-from tfdeclare.core.record import JobRecord
-from tfdeclare.core.resources import Resources
-from tfdeclare.core.tasks import ObservedTask, TaskKey
+from tfdeclare.core.run.lifecycle import Backoff, Why, desired_configs, step
+from tfdeclare.core.run.record import JobRecord
+from tfdeclare.core.run.tasks import ObservedTask, TaskKey
+from tfdeclare.core.spec.loader import load_file
+from tfdeclare.core.spec.resources import Resources
 
 BACKOFF = Backoff(initial_s=1.0, max_s=8.0)
 T0 = 1_000_000.0

@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tfdeclare.core.diagnostics import Diagnostic
-from tfdeclare.core.loader import load_file
+from tfdeclare.core.spec.loader import load_file
 
 GOOD = (
     b"apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata:\n  name: good\nspec:\n"

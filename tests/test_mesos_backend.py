@@ -22,8 +22,8 @@ from tfdeclare.backends.base import BackendError
 from tfdeclare.backends.mesos.backend import MesosBackend
 from tfdeclare.core.config import MesosConfig
 from tfdeclare.core.enums import Role, TaskState
-from tfdeclare.core.resources import Resources
-from tfdeclare.core.tasks import GangRequest, Placement, SlotRequest, TaskKey, Unplaced, UnplacedReason
+from tfdeclare.core.run.tasks import GangRequest, Placement, SlotRequest, TaskKey, Unplaced, UnplacedReason
+from tfdeclare.core.spec.resources import Resources
 
 SLEEP = [PY, "-c", "import time; time.sleep(60)"]
 

@@ -10,13 +10,13 @@ import pytest
 from tfdeclare.backends.mesos.events import Offer
 from tfdeclare.backends.mesos.journal import FrameworkStore, TaskEntry, TaskJournal
 from tfdeclare.backends.mesos.offers import HeldOffer, OfferPool, merge_ranges
+from tfdeclare.backends.mesos.placement import SlotAssignment
 from tfdeclare.backends.mesos.taskinfo import CD_SCRIPT, task_info, task_labels
 from tfdeclare.backends.mesos.taskstate import apply_status, exit_code_from, observed_state
 from tfdeclare.core.enums import Role, TaskState, VolumeMode
-from tfdeclare.core.keys import Volume
-from tfdeclare.core.placement import SlotAssignment
-from tfdeclare.core.resources import Resources
-from tfdeclare.core.tasks import Slot, TaskKey, TaskLaunch
+from tfdeclare.core.run.tasks import Slot, TaskKey, TaskLaunch
+from tfdeclare.core.spec.keys import Volume
+from tfdeclare.core.spec.resources import Resources
 
 
 def entry(**changes: object) -> TaskEntry:

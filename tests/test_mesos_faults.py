@@ -30,8 +30,8 @@ from tfdeclare.cli.validate_command import load_desired
 from tfdeclare.cli.wiring import make_backend, make_controller
 from tfdeclare.controller import Controller
 from tfdeclare.core.enums import Phase
-from tfdeclare.core.planner import PlanOptions, plan
-from tfdeclare.core.record import JobRecord
+from tfdeclare.core.plan.planner import PlanOptions, plan
+from tfdeclare.core.run.record import JobRecord
 
 TASK = str(REPO / "tests" / "e2e_task.py")
 
@@ -169,7 +169,7 @@ from tfdeclare.backends.mesos.client import SchedulerClient
 from tfdeclare.cli.common import settings_from
 from tfdeclare.cli.validate_command import load_desired
 from tfdeclare.cli.wiring import make_backend, make_controller
-from tfdeclare.core.planner import PlanOptions, plan
+from tfdeclare.core.plan.planner import PlanOptions, plan
 
 when, root = sys.argv[1], sys.argv[2]
 real_launch = SchedulerClient.launch_many

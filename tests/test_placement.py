@@ -1,4 +1,4 @@
-"""Tables for ``tfdeclare.core.placement``: gang placement over offers, pure and deterministic."""
+"""Tables for ``tfdeclare.backends.mesos.placement``: gang placement over offers, pure and deterministic."""
 
 from __future__ import annotations
 
@@ -7,9 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from tfdeclare.core.enums import ConstraintOperator, PlacementStrategy, Role
-from tfdeclare.core.keys import AttributeConstraint, TaskKey
-from tfdeclare.core.placement import (
+from tfdeclare.backends.mesos.placement import (
     AgentOffer,
     GangFit,
     NoFit,
@@ -20,8 +18,10 @@ from tfdeclare.core.placement import (
     place_gang,
     remove_ports,
 )
-from tfdeclare.core.resources import Resources
-from tfdeclare.core.tasks import Address, GangRequest, SlotRequest, UnplacedReason
+from tfdeclare.core.enums import ConstraintOperator, PlacementStrategy, Role
+from tfdeclare.core.run.tasks import Address, GangRequest, SlotRequest, UnplacedReason
+from tfdeclare.core.spec.keys import AttributeConstraint, TaskKey
+from tfdeclare.core.spec.resources import Resources
 
 ONE = Resources(1, 1024, 0)
 GPU = Resources(1, 1024, 1)

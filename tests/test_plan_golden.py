@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.golden_plans import cases, run_case
-from tfdeclare.core.planner import Action, Reason
-from tfdeclare.core.render import plan_json, render_text
+from tfdeclare.core.plan.planner import Action, Reason
+from tfdeclare.core.plan.render import plan_json, render_text
 
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from tfdeclare.core.schema import Schema
-from tfdeclare.core.schema_codegen import compile_predicate, predicate_source
+from tfdeclare.core.spec.schema import Schema
+from tfdeclare.core.spec.schema_codegen import compile_predicate, predicate_source
 
 DEFS = {"Name": {"type": "string", "pattern": "^[a-z]+$", "maxLength": 5}}
 

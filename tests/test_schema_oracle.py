@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tfdeclare.core.schema import SCHEMA_NAMES, Schema, SchemaDefinitionError, load_schema, schema_text
-from tfdeclare.core.schema_codegen import compile_filler, compile_predicate
+from tfdeclare.core.spec.schema import SCHEMA_NAMES, Schema, SchemaDefinitionError, load_schema, schema_text
+from tfdeclare.core.spec.schema_codegen import compile_filler, compile_predicate
 
 
 def oracle(name: str) -> jsonschema.Draft202012Validator:

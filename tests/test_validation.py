@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from tfdeclare.core.desired import assemble
 from tfdeclare.core.diagnostics import Code
-from tfdeclare.core.loader import LoadContext, load_file
+from tfdeclare.core.plan.desired import assemble
+from tfdeclare.core.spec.loader import LoadContext, load_file
 
 GOOD = """\
 apiVersion: tfdeclare/v1

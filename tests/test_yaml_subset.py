@@ -24,9 +24,9 @@ from hypothesis import strategies as st
 
 from bench.common import job_text  # the benchmark's generated job files
 from tfdeclare.core.diagnostics import Diagnostic
-from tfdeclare.core.documents import Document, parse_documents
-from tfdeclare.core.scalars import resolve_plain
-from tfdeclare.core.yaml_subset import parse_subset
+from tfdeclare.core.spec.documents import Document, parse_documents
+from tfdeclare.core.spec.scalars import resolve_plain
+from tfdeclare.core.spec.yaml_subset import parse_subset
 
 SOURCE = "subset.yaml"
 REPO = Path(__file__).resolve().parents[1]

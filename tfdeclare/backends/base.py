@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from tfdeclare.backends.errors import BackendError
-from tfdeclare.core.tasks import GangRequest, ObservedTask, Placement, TaskLaunch, Unplaced
+from tfdeclare.core.run.tasks import GangRequest, ObservedTask, Placement, TaskLaunch, Unplaced
 
 __all__ = ["Backend", "BackendError", "LogChunk"]
 

@@ -7,7 +7,6 @@ Exit codes (contract §3): 0 success, 1 user or environment error, 2 plan has ch
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,7 +14,7 @@ from pathlib import Path
 
 from tfdeclare.core.config import Config, parse_config
 from tfdeclare.core.diagnostics import Diagnostic
-from tfdeclare.core.loader import LoadContext
+from tfdeclare.core.spec.loader import LoadContext
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -95,8 +94,3 @@ def stderr_line(text: str) -> None:
 def print_diagnostics(diagnostics: Sequence[Diagnostic]) -> None:
     for diagnostic in diagnostics:
         stderr_line(diagnostic.format())
-
-
-def use_color(stream: object = None) -> bool:
-    stream = stream or sys.stdout
-    return bool(getattr(stream, "isatty", lambda: False)()) and "NO_COLOR" not in os.environ

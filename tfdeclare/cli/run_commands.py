@@ -33,14 +33,14 @@ from tfdeclare.cli.specs_commands import PLAN_KIND
 from tfdeclare.cli.validate_command import load_desired
 from tfdeclare.cli.wiring import locked, make_backend, make_controller
 from tfdeclare.controller import Controller
-from tfdeclare.core.desired import DesiredState
 from tfdeclare.core.enums import Phase, Role
-from tfdeclare.core.loader import LoadedJob, SourceRef
-from tfdeclare.core.model import fingerprint
-from tfdeclare.core.planner import Plan, PlanOptions, plan
-from tfdeclare.core.record import JobRecord
-from tfdeclare.core.render import render_text
-from tfdeclare.core.tasks import TaskKey
+from tfdeclare.core.plan.desired import DesiredState
+from tfdeclare.core.plan.planner import Plan, PlanOptions, plan
+from tfdeclare.core.plan.render import render_text
+from tfdeclare.core.run.record import JobRecord
+from tfdeclare.core.run.tasks import TaskKey
+from tfdeclare.core.spec.loader import LoadedJob, SourceRef
+from tfdeclare.core.spec.model import fingerprint
 from tfdeclare.shell.lock import ControllerLock
 from tfdeclare.shell.statuswriter import StatusWriter
 from tfdeclare.shell.store import StateError, StateStore

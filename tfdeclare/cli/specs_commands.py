@@ -20,10 +20,10 @@ from tfdeclare.cli.common import (
     stdout_write,
 )
 from tfdeclare.cli.validate_command import load_desired
-from tfdeclare.core.desired import DesiredState
-from tfdeclare.core.planner import Plan, PlanOptions, plan
-from tfdeclare.core.render import plan_json, render_json, render_markdown, render_text
-from tfdeclare.core.schema import SCHEMA_NAMES, schema_text
+from tfdeclare.core.plan.desired import DesiredState
+from tfdeclare.core.plan.planner import Plan, PlanOptions, plan
+from tfdeclare.core.plan.render import plan_json, render_json, render_markdown, render_text
+from tfdeclare.core.spec.schema import SCHEMA_NAMES, schema_text
 from tfdeclare.files import write_atomic
 from tfdeclare.shell.store import StateError, StateStore
 

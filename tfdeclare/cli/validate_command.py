@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from tfdeclare.cli.common import EXIT_ERROR, EXIT_OK, Settings, print_diagnostics, settings_from, stdout_write
-from tfdeclare.core.desired import DesiredState
+from tfdeclare.core.plan.desired import DesiredState
 from tfdeclare.shell.sources import SpecFiles, no_files_warning
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from tfdeclare.backends.base import Backend
 from tfdeclare.cli.common import Settings, UserError
 from tfdeclare.controller import Controller
-from tfdeclare.core.lifecycle import Backoff
+from tfdeclare.core.run.lifecycle import Backoff
 from tfdeclare.shell.lock import ControllerLock, LockHeld
 from tfdeclare.shell.statuswriter import StatusWriter
 from tfdeclare.shell.store import StateStore

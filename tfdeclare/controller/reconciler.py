@@ -19,37 +19,19 @@ from pathlib import Path
 from typing import Any
 
 from tfdeclare.backends.base import Backend, BackendError
-from tfdeclare.core import lifecycle, status
 from tfdeclare.core.enums import Phase, TaskState
-from tfdeclare.core.launches import gang_request, launches, placed
-from tfdeclare.core.lifecycle import Backoff, Why
-from tfdeclare.core.loader import SourceRef
-from tfdeclare.core.model import fingerprint
-from tfdeclare.core.planner import Action, Plan
-from tfdeclare.core.record import JobRecord, TaskRecord
-from tfdeclare.core.tasks import ObservedTask, Placement, TaskKey, Unplaced
+from tfdeclare.core.plan.planner import Action, Plan
+from tfdeclare.core.run import lifecycle, status
+from tfdeclare.core.run.launches import gang_request, launches, placed
+from tfdeclare.core.run.lifecycle import Backoff, Why
+from tfdeclare.core.run.record import JobRecord, Revision, TaskRecord
+from tfdeclare.core.run.tasks import ObservedTask, Placement, TaskKey, Unplaced
+from tfdeclare.core.spec.loader import SourceRef
+from tfdeclare.core.spec.model import fingerprint
 from tfdeclare.shell.statuswriter import StatusWriter
 from tfdeclare.shell.store import StateStore
 
 log = logging.getLogger("tfdeclare.controller")
-
-
-@dataclass(frozen=True, slots=True)
-class Revision:
-    """Where the applied specs came from (git mode), for provenance in status."""
-
-    commit: str
-    author: str = ""
-    time: float | None = None
-    subject: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "commit": self.commit,
-            "author": self.author,
-            "time": status.rfc3339(self.time),
-            "subject": self.subject,
-        }
 
 
 @dataclass(slots=True)

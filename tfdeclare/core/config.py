@@ -10,9 +10,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tfdeclare.core.diagnostics import Diagnostic
-from tfdeclare.core.documents import parse_documents
-from tfdeclare.core.resources import QuantityError, parse_mem_mib
-from tfdeclare.core.schema import load_schema
+from tfdeclare.core.spec.documents import parse_documents
+from tfdeclare.core.spec.resources import QuantityError, parse_mem_mib
+from tfdeclare.core.spec.schema import load_schema
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,9 +18,9 @@ from typing import Any, Protocol
 
 from tfdeclare.backends.base import BackendError
 from tfdeclare.controller import Controller
-from tfdeclare.controller.reconciler import Revision
 from tfdeclare.core.diagnostics import Diagnostic
-from tfdeclare.core.planner import PlanCache, PlanOptions, plan
+from tfdeclare.core.plan.planner import PlanCache, PlanOptions, plan
+from tfdeclare.core.run.record import Revision
 from tfdeclare.daemon.metrics import Metrics
 from tfdeclare.daemon.sources import SourceError
 from tfdeclare.shell.sources import SpecFiles

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tfdeclare.controller.reconciler import Revision
+from tfdeclare.core.run.record import Revision
 
 log = logging.getLogger("tfdeclare.daemon")
 

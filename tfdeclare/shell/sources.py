@@ -16,9 +16,9 @@ import time
 from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 
-from tfdeclare.core.desired import DesiredState, assemble
 from tfdeclare.core.diagnostics import Code, Diagnostic, Severity
-from tfdeclare.core.loader import FileResult, LoadContext, content_hash, load_file
+from tfdeclare.core.plan.desired import DesiredState, assemble
+from tfdeclare.core.spec.loader import FileResult, LoadContext, content_hash, load_file
 
 _SUFFIXES = (".yaml", ".yml")
 _RACY_SECONDS = 2.0

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from tfdeclare.core.names import is_job_name
+from tfdeclare.core.spec.names import is_job_name
 from tfdeclare.files import remove, write_atomic
 
 

@@ -15,9 +15,9 @@ import json
 import os
 from pathlib import Path
 
-from tfdeclare.core.names import is_job_name
-from tfdeclare.core.observed import ObservedJob
-from tfdeclare.core.record import JobRecord
+from tfdeclare.core.plan.observed import ObservedJob, observed_job
+from tfdeclare.core.run.record import JobRecord
+from tfdeclare.core.spec.names import is_job_name
 from tfdeclare.files import remove, write_atomic
 
 
@@ -104,7 +104,7 @@ class StateStore:
         for name, record in self.records().items():
             remembered = self._observed.get(name)
             if remembered is None or remembered[0] is not record:
-                remembered = (record, record.observed())
+                remembered = (record, observed_job(record))
                 self._observed[name] = remembered
             out[name] = remembered[1]
         for gone in self._observed.keys() - out.keys():

@@ -38,8 +38,7 @@ from tfdeclare.backends.base import BackendError, LogChunk
 from tfdeclare.backends.local import machine
 from tfdeclare.backends.local.supervisor import kill_group, process_start_ticks
 from tfdeclare.core.enums import Role, TaskState
-from tfdeclare.core.resources import Resources
-from tfdeclare.core.tasks import (
+from tfdeclare.core.run.tasks import (
     GangRequest,
     ObservedTask,
     Placement,
@@ -49,6 +48,7 @@ from tfdeclare.core.tasks import (
     Unplaced,
     UnplacedReason,
 )
+from tfdeclare.core.spec.resources import Resources
 from tfdeclare.files import write_atomic
 
 HOST = "127.0.0.1"

@@ -37,6 +37,7 @@ from tfdeclare.backends.mesos.errors import (
 from tfdeclare.backends.mesos.info import validate_id
 from tfdeclare.backends.mesos.journal import TaskEntry
 from tfdeclare.backends.mesos.offers import HeldOffer
+from tfdeclare.backends.mesos.placement import GangFit, SlotAssignment, backfill_views, never_fits, place_gang
 from tfdeclare.backends.mesos.sandbox import SandboxError, SandboxReader
 from tfdeclare.backends.mesos.scheduler import EventHandler, SchedulerEvents
 from tfdeclare.backends.mesos.state import (
@@ -51,9 +52,7 @@ from tfdeclare.backends.mesos.taskstate import is_terminal, observed_state
 from tfdeclare.backends.mesos.workers import BackgroundWork
 from tfdeclare.core.config import MesosConfig
 from tfdeclare.core.enums import Role
-from tfdeclare.core.placement import GangFit, SlotAssignment, backfill_views, never_fits, place_gang
-from tfdeclare.core.resources import Resources
-from tfdeclare.core.tasks import (
+from tfdeclare.core.run.tasks import (
     GangRequest,
     ObservedTask,
     Placement,
@@ -63,6 +62,7 @@ from tfdeclare.core.tasks import (
     Unplaced,
     UnplacedReason,
 )
+from tfdeclare.core.spec.resources import Resources
 
 log = logging.getLogger("tfdeclare.mesos")
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tfdeclare.backends.mesos.events import Offer
-from tfdeclare.core.placement import AgentOffer, PortRanges, SlotAssignment, remove_ports
+from tfdeclare.backends.mesos.placement import AgentOffer, PortRanges, SlotAssignment, remove_ports
 
 AgentRole = tuple[str, str]
 

@@ -33,12 +33,12 @@ from tfdeclare.backends.mesos.journal import (
     TaskJournal,
 )
 from tfdeclare.backends.mesos.offers import HeldOffer, OfferPool
+from tfdeclare.backends.mesos.placement import AgentOffer, GangFit, PlacementOptions
 from tfdeclare.backends.mesos.sandbox import SandboxReader
 from tfdeclare.backends.mesos.taskinfo import LABEL_PREFIX
 from tfdeclare.backends.mesos.taskstate import LOST_LIKE, is_terminal, observed_state
 from tfdeclare.core.config import MesosConfig
-from tfdeclare.core.placement import AgentOffer, GangFit, PlacementOptions
-from tfdeclare.core.tasks import GangRequest, TaskLaunch
+from tfdeclare.core.run.tasks import GangRequest, TaskLaunch
 
 log = logging.getLogger("tfdeclare.mesos")
 

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tfdeclare.core.enums import VolumeMode
-from tfdeclare.core.tasks import TaskLaunch
+from tfdeclare.core.run.tasks import TaskLaunch
 
 JSON = dict[str, Any]
 

@@ -22,6 +22,7 @@ import threading
 import time
 
 from tfdeclare.backends.mesos.errors import MesosConnectionError, MesosError, NotSubscribedError
+from tfdeclare.backends.mesos.placement import eligible_for
 from tfdeclare.backends.mesos.state import (
     LAUNCH_BURST,
     MIN_KILL_RETRY_S,
@@ -32,8 +33,7 @@ from tfdeclare.backends.mesos.state import (
 )
 from tfdeclare.backends.mesos.taskinfo import task_info, task_labels
 from tfdeclare.backends.mesos.taskstate import LOST_LIKE, is_terminal
-from tfdeclare.core.placement import eligible_for
-from tfdeclare.core.tasks import TaskLaunch
+from tfdeclare.core.run.tasks import TaskLaunch
 
 log = logging.getLogger("tfdeclare.mesos")
 

@@ -18,15 +18,15 @@ except what it wrote into the record. The rules (contract §5):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from tfdeclare.core.clusterspec import TaskConfig, task_configs
 from tfdeclare.core.enums import Phase, RestartPolicy, Role, TaskState
-from tfdeclare.core.model import JobSpec
-from tfdeclare.core.record import JobRecord
-from tfdeclare.core.tasks import ObservedTask, TaskKey
+from tfdeclare.core.run.clusterspec import TaskConfig, task_configs
+from tfdeclare.core.run.record import JobRecord
+from tfdeclare.core.run.tasks import ObservedTask, TaskKey
+from tfdeclare.core.spec.model import JobSpec
 
 RETRYABLE_EXIT = 42  # "checkpoint saved, restart me"
 
@@ -283,13 +283,3 @@ def _on_failure(
         events=(f"{record.name}: {what}; restarting the whole job ({restarts}/{spec.backoff_limit})",),
         wake_at=now + delay,
     )
-
-
-def latest_per_key(tasks: Sequence[ObservedTask]) -> Mapping[TaskKey, ObservedTask]:
-    """The newest task of each slot (by attempt, then start time), for status displays."""
-    latest: dict[TaskKey, ObservedTask] = {}
-    for task in tasks:
-        seen = latest.get(task.key)
-        if seen is None or (task.attempt, task.started_at or 0.0) >= (seen.attempt, seen.started_at or 0.0):
-            latest[task.key] = task
-    return latest

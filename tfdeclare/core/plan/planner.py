@@ -25,14 +25,14 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any
 
-from tfdeclare.core.clusterspec import symbolic_addresses, task_configs
-from tfdeclare.core.desired import DesiredState
 from tfdeclare.core.diagnostics import Diagnostic, format_json_path
 from tfdeclare.core.enums import Phase
-from tfdeclare.core.loader import LoadedJob, SourceRef
-from tfdeclare.core.model import JobSpec, task_keys_of
-from tfdeclare.core.observed import ObservedJob, ObservedState, observed_fingerprint
-from tfdeclare.core.tasks import TaskKey
+from tfdeclare.core.plan.desired import DesiredState
+from tfdeclare.core.plan.observed import ObservedJob, ObservedState, observed_fingerprint
+from tfdeclare.core.run.clusterspec import symbolic_addresses, task_configs
+from tfdeclare.core.run.tasks import TaskKey
+from tfdeclare.core.spec.loader import LoadedJob, SourceRef
+from tfdeclare.core.spec.model import JobSpec, task_keys_of
 
 
 class Action(StrEnum):

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from tfdeclare.core.enums import PlacementStrategy, TaskState
-from tfdeclare.core.keys import AttributeConstraint, TaskKey, Volume
-from tfdeclare.core.resources import Resources
+from tfdeclare.core.spec.keys import AttributeConstraint, TaskKey, Volume
+from tfdeclare.core.spec.resources import Resources
 
 __all__ = [
     "Address",

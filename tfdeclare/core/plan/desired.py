@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from tfdeclare.core.diagnostics import Code, Diagnostic
-from tfdeclare.core.loader import FileResult, LoadedJob
+from tfdeclare.core.spec.loader import FileResult, LoadedJob
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,9 +27,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from tfdeclare.core.enums import ConstraintOperator, PlacementStrategy
-from tfdeclare.core.keys import AttributeConstraint, TaskKey
-from tfdeclare.core.resources import Resources
-from tfdeclare.core.tasks import GangRequest, SlotRequest, UnplacedReason
+from tfdeclare.core.run.tasks import GangRequest, SlotRequest, UnplacedReason
+from tfdeclare.core.spec.keys import AttributeConstraint, TaskKey
+from tfdeclare.core.spec.resources import Resources
 
 _EPS = 1e-6
 
@@ -73,9 +73,6 @@ class SlotAssignment:
 @dataclass(frozen=True, slots=True)
 class GangFit:
     assignments: tuple[SlotAssignment, ...]
-
-    def on_agent(self, agent_id: str) -> tuple[SlotAssignment, ...]:
-        return tuple(a for a in self.assignments if a.agent_id == agent_id)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from tfdeclare.core.clusterspec import task_configs
-from tfdeclare.core.record import JobRecord
-from tfdeclare.core.tasks import Address, GangRequest, Placement, SlotRequest, TaskKey, TaskLaunch
+from tfdeclare.core.run.clusterspec import task_configs
+from tfdeclare.core.run.record import JobRecord
+from tfdeclare.core.run.tasks import Address, GangRequest, Placement, SlotRequest, TaskKey, TaskLaunch
 
 
 def task_id(record: JobRecord, key: TaskKey, launch: int) -> str:

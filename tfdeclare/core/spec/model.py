@@ -24,8 +24,8 @@ from tfdeclare.core.enums import (
     Role,
     VolumeMode,
 )
-from tfdeclare.core.keys import AttributeConstraint, TaskKey, Volume
-from tfdeclare.core.resources import Resources, parse_mem_mib
+from tfdeclare.core.spec.keys import AttributeConstraint, TaskKey, Volume
+from tfdeclare.core.spec.resources import Resources, parse_mem_mib
 
 Pairs = tuple[tuple[str, str], ...]
 

@@ -9,9 +9,8 @@ import json
 import re
 from typing import Any
 
-from tfdeclare.core.diagnostics import Diagnostic
-from tfdeclare.core.planner import ABSENT, Action, FieldChange, JobPlan, Plan
-from tfdeclare.core.tasks import TaskKey
+from tfdeclare.core.plan.planner import ABSENT, Action, FieldChange, JobPlan, Plan
+from tfdeclare.core.run.tasks import TaskKey
 
 _SENSITIVE = re.compile(r"SECRET|TOKEN|PASSW|CREDENTIAL|PRIVATE|API_?KEY|ACCESS_?KEY|AUTH", re.IGNORECASE)
 _VERB = {
@@ -252,7 +251,3 @@ def render_markdown(plan: Plan) -> str:
         out.append("No changes.")
         out.append("")
     return "\n".join(out)
-
-
-def render_diagnostics(diagnostics: tuple[Diagnostic, ...] | list[Diagnostic]) -> str:
-    return "".join(d.format() + "\n" for d in diagnostics)

@@ -8,22 +8,46 @@ each slot (reused on restart), phase, conditions and the last observed tasks.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
 from tfdeclare.core.enums import Phase, Role, TaskState
-from tfdeclare.core.loader import SourceRef
-from tfdeclare.core.model import JobSpec
-from tfdeclare.core.observed import ObservedJob
-from tfdeclare.core.tasks import TaskKey
+from tfdeclare.core.spec.keys import TaskKey
+from tfdeclare.core.spec.loader import SourceRef
+from tfdeclare.core.spec.model import JobSpec
 
 RECORD_VERSION = 1
 
 # JobSpec by spec hash: the hash is the canonical spec's fingerprint, so equal hashes mean
 # equal specs. A plain bounded memo, not a source of truth.
 _SPECS: dict[str, JobSpec] = {}
+
+
+def rfc3339(timestamp: float | None) -> str | None:
+    if timestamp is None:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(timestamp))
+
+
+@dataclass(frozen=True, slots=True)
+class Revision:
+    """The git commit a job's spec was applied from (git mode), for provenance in status."""
+
+    commit: str
+    author: str = ""
+    time: float | None = None
+    subject: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "commit": self.commit,
+            "author": self.author,
+            "time": rfc3339(self.time),
+            "subject": self.subject,
+        }
 
 
 class ConditionType(StrEnum):
@@ -146,16 +170,6 @@ class JobRecord:
 
     def evolve(self, **changes: Any) -> JobRecord:
         return replace(self, **changes)
-
-    def observed(self) -> ObservedJob:
-        return ObservedJob(
-            name=self.name,
-            canonical=self.canonical,
-            spec_hash=self.spec_hash,
-            phase=Phase.DELETING if self.deleting else self.phase,
-            source=self.source,
-            running=tuple(sorted(t.key for t in self.tasks if t.state.alive)),
-        )
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -22,7 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from tfdeclare.core.diagnostics import REPORTED, JsonPath
-from tfdeclare.core.schema_codegen import compile_filler, compile_predicate, copy_json, is_integer, json_equal
+from tfdeclare.core.spec.schema_codegen import (
+    compile_filler,
+    compile_predicate,
+    copy_json,
+    is_integer,
+    json_equal,
+)
 
 _ANNOTATIONS = frozenset(
     {
@@ -546,7 +552,7 @@ _cache: dict[str, Schema] = {}
 def schema_text(name: str) -> str:
     """The JSON text of ``schemas/<name>.schema.json`` (from the wheel, or the source tree)."""
     filename = f"{name}.schema.json"
-    package = Path(__file__).resolve().parents[1]
+    package = Path(__file__).resolve().parents[2]  # the tfdeclare package
     packaged = package / "_schemas" / filename  # installed wheel
     if packaged.is_file():
         return packaged.read_text(encoding="utf-8")

@@ -7,23 +7,16 @@ status and reason stay the same. ``Reconciling`` and ``Stalled`` appear only whi
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any
 
 from tfdeclare.core.enums import ROLE_ORDER, Phase, TaskState
-from tfdeclare.core.record import Condition, ConditionType, JobRecord, TaskRecord
-from tfdeclare.core.tasks import ObservedTask, TaskKey
+from tfdeclare.core.run.record import Condition, ConditionType, JobRecord, TaskRecord, rfc3339
+from tfdeclare.core.run.tasks import ObservedTask, TaskKey
 
 STALLED_REASONS = frozenset(
     {"Unschedulable", "BackoffLimitExceeded", "DeadlineExceeded", "PermanentExitCode", "TaskFailed"}
 )
-
-
-def rfc3339(timestamp: float | None) -> str | None:
-    if timestamp is None:
-        return None
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(timestamp))
 
 
 def task_records(current: Sequence[ObservedTask]) -> tuple[TaskRecord, ...]:

@@ -27,7 +27,7 @@ import math
 import re
 from typing import Any
 
-from tfdeclare.core.scalars import NOT_STRING_WORDS, resolve_plain
+from tfdeclare.core.spec.scalars import NOT_STRING_WORDS, resolve_plain
 
 Positions = dict[tuple[str | int, ...], tuple[int, int]]  # JSON path -> (line, column)
 

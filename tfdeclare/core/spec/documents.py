@@ -25,8 +25,8 @@ from typing import Any
 import yaml
 
 from tfdeclare.core.diagnostics import REPORTED, Code, Diagnostic, JsonPath, format_json_path
-from tfdeclare.core.scalars import NOT_STRING_WORDS, resolve_plain
-from tfdeclare.core.yaml_subset import Positions, parse_subset
+from tfdeclare.core.spec.scalars import NOT_STRING_WORDS, resolve_plain
+from tfdeclare.core.spec.yaml_subset import Positions, parse_subset
 
 MAX_FILE_BYTES = 1 << 20
 MAX_NODES = 100_000

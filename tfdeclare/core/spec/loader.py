@@ -15,11 +15,11 @@ from functools import cached_property
 from typing import Any
 
 from tfdeclare.core.diagnostics import Code, Diagnostic
-from tfdeclare.core.documents import Document, parse_documents
 from tfdeclare.core.enums import ClusterSpecStyle, Role
-from tfdeclare.core.model import JobSpec, canonicalize, fingerprint
-from tfdeclare.core.resources import QuantityError
-from tfdeclare.core.schema import load_schema
+from tfdeclare.core.spec.documents import Document, parse_documents
+from tfdeclare.core.spec.model import JobSpec, canonicalize, fingerprint
+from tfdeclare.core.spec.resources import QuantityError
+from tfdeclare.core.spec.schema import load_schema
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfdeclare.core.enums import Phase
-from tfdeclare.core.loader import SourceRef
-from tfdeclare.core.tasks import TaskKey
+from tfdeclare.core.run.record import JobRecord
+from tfdeclare.core.spec.keys import TaskKey
+from tfdeclare.core.spec.loader import SourceRef
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +29,18 @@ class ObservedJob:
 
 
 ObservedState = Mapping[str, ObservedJob]
+
+
+def observed_job(record: JobRecord) -> ObservedJob:
+    """What the planner needs of a controller's job record."""
+    return ObservedJob(
+        name=record.name,
+        canonical=record.canonical,
+        spec_hash=record.spec_hash,
+        phase=Phase.DELETING if record.deleting else record.phase,
+        source=record.source,
+        running=tuple(sorted(t.key for t in record.tasks if t.state.alive)),
+    )
 
 
 def _standing(phase: Phase) -> str:

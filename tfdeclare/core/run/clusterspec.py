@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from tfdeclare.core.enums import ROLE_ORDER, ClusterSpecStyle, Role
-from tfdeclare.core.model import JobSpec
-from tfdeclare.core.resources import Resources
-from tfdeclare.core.tasks import TaskKey, Volume
+from tfdeclare.core.run.tasks import TaskKey, Volume
+from tfdeclare.core.spec.model import JobSpec
+from tfdeclare.core.spec.resources import Resources
 
 _PLACEHOLDER = re.compile(r"\{(ps_hosts|worker_hosts|job_name|task_index)\}")
 
