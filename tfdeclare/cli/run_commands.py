@@ -33,9 +33,9 @@ from tfdeclare.cli.specs_commands import PLAN_KIND
 from tfdeclare.cli.validate_command import load_desired
 from tfdeclare.cli.wiring import locked, make_backend, make_controller
 from tfdeclare.controller import Controller
-from tfdeclare.core.enums import Phase, Role
+from tfdeclare.core.enums import Phase, Reason, Role, TaskState
 from tfdeclare.core.plan.desired import DesiredState
-from tfdeclare.core.plan.planner import Plan, PlanOptions, plan
+from tfdeclare.core.plan.planner import Action, Plan, PlanOptions, plan
 from tfdeclare.core.plan.render import render_text
 from tfdeclare.core.run.record import JobRecord
 from tfdeclare.core.run.tasks import TaskKey
@@ -48,13 +48,13 @@ from tfdeclare.shell.store import StateError, StateStore
 # A job has what it needs for now (apply without --wait may return) in these states.
 _LAUNCHED_REASONS = frozenset(
     {
-        "AllTasksRunning",
-        "TasksStarting",
-        "WaitingForResources",
-        "WaitingForGPUs",
-        "WaitingForOffers",
-        "Unschedulable",
-        "BackingOff",
+        Reason.ALL_TASKS_RUNNING,
+        Reason.TASKS_STARTING,
+        Reason.WAITING_FOR_RESOURCES,
+        Reason.WAITING_FOR_GPUS,
+        Reason.WAITING_FOR_OFFERS,
+        Reason.UNSCHEDULABLE,
+        Reason.BACKING_OFF,
     }
 )
 
@@ -131,9 +131,9 @@ class _Waker:
 def _progress_line(record: JobRecord) -> str:
     spec = record.spec
     desired = len(spec.task_keys())
-    running = sum(1 for t in record.tasks if t.state.value == "running")
-    done = sum(1 for t in record.tasks if t.state.value == "succeeded")
-    phase = "Deleting" if record.deleting else record.phase.value
+    running = sum(1 for t in record.tasks if t.state is TaskState.RUNNING)
+    done = sum(1 for t in record.tasks if t.state is TaskState.SUCCEEDED)
+    phase = Phase.DELETING if record.deleting else record.phase
     parts = [f"{record.name:<24} {phase:<10} {running}/{desired} running"]
     if done:
         parts.append(f"{done} succeeded")
@@ -191,9 +191,9 @@ def _finished(records: dict[str, JobRecord], wait: bool) -> bool:
                 return False  # done, but still stopping what ran beside the chief
             continue
         if wait:
-            if record.reason != "Unschedulable":
+            if record.reason is not Reason.UNSCHEDULABLE:
                 return False
-        elif str(record.reason) not in _LAUNCHED_REASONS:
+        elif record.reason not in _LAUNCHED_REASONS:
             return False
     return True
 
@@ -221,7 +221,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         try:
             controller = make_controller(settings, backend)
             controller.apply(result)
-            names = set(desired.jobs) | {j.name for j in result.jobs if j.action.value == "delete"}
+            names = set(desired.jobs) | {j.name for j in result.jobs if j.action is Action.DELETE}
             if not names:
                 return EXIT_OK
             stdout_write("\n")
@@ -239,7 +239,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
 def _apply_outcome(records: dict[str, JobRecord], timed_out: bool, *, wait: bool) -> int:
     failed = sorted(n for n, r in records.items() if r.phase is Phase.FAILED)
-    stuck = sorted(n for n, r in records.items() if r.reason == "Unschedulable" and not r.phase.terminal)
+    stuck = sorted(n for n, r in records.items() if r.reason is Reason.UNSCHEDULABLE and not r.phase.terminal)
     if stuck:
         stderr_line(f"tfdeclare: cannot be scheduled: {', '.join(stuck)} (see `tfdeclare status NAME`)")
     if wait and failed:
@@ -289,8 +289,8 @@ def _status_table(documents: list[dict[str, Any]]) -> str:
     rows = [("NAME", "PHASE", "TASKS", "RESTARTS", "AGE", "MESSAGE")]
     for doc in documents:
         tasks = doc.get("tasks", [])
-        running = sum(1 for t in tasks if t["state"] == "running")
-        done = sum(1 for t in tasks if t["state"] == "succeeded")
+        running = sum(1 for t in tasks if t["state"] == TaskState.RUNNING)
+        done = sum(1 for t in tasks if t["state"] == TaskState.SUCCEEDED)
         counts = f"{running}/{len(tasks)}" + (f" ({done} done)" if done else "")
         rows.append(
             (

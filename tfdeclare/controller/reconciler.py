@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from tfdeclare.backends.base import Backend, BackendError
-from tfdeclare.core.enums import Phase, TaskState
+from tfdeclare.core.enums import Phase, Reason, TaskState
 from tfdeclare.core.plan.planner import Action, Plan
 from tfdeclare.core.run import lifecycle, status
 from tfdeclare.core.run.launches import gang_request, launches, placed
-from tfdeclare.core.run.lifecycle import Backoff, Why
+from tfdeclare.core.run.lifecycle import Backoff
 from tfdeclare.core.run.record import JobRecord, Revision, TaskRecord
 from tfdeclare.core.run.tasks import ObservedTask, Placement, TaskKey, Unplaced
 from tfdeclare.core.spec.loader import SourceRef
@@ -149,7 +149,7 @@ class Controller:
                 canonical=canonical,
                 spec_hash=spec_hash,
                 backend=self.backend.name,
-                reason=Why.CREATED,
+                reason=Reason.CREATED,
                 message="created",
                 **provenance,
             )
@@ -159,7 +159,7 @@ class Controller:
             return changed.evolve(
                 deleting=False,
                 phase=Phase.PENDING,
-                reason=Why.SPEC_CHANGED,
+                reason=Reason.SPEC_CHANGED,
                 message="runs again",
                 attempt=record.attempt + 1,
                 restarts=0,
@@ -173,11 +173,11 @@ class Controller:
             return changed.evolve(
                 attempt=record.attempt + 1,
                 next_launch_at=None,
-                reason=Why.SPEC_CHANGED,
+                reason=Reason.SPEC_CHANGED,
                 message="spec changed: restarting every task",
             )
         if action is Action.RESIZE:
-            return changed.evolve(reason=Why.RESIZED, message="replica counts changed")
+            return changed.evolve(reason=Reason.RESIZED, message="replica counts changed")
         return changed
 
     def delete(self, names: Sequence[str]) -> list[str]:
@@ -276,11 +276,11 @@ class Controller:
         if isinstance(answer, Unplaced):
             phase = Phase.RESTARTING if record.phase is Phase.RESTARTING else Phase.PENDING
             result.wake(now + 2.0)
-            return record.evolve(phase=phase, reason=answer.reason.value, message=answer.message), []
+            return record.evolve(phase=phase, reason=Reason(answer.reason), message=answer.message), []
         placement: Placement = answer
         ready = placed(record, placement).evolve(
             start_time=record.start_time or now,
-            reason=Why.TASKS_STARTING,
+            reason=Reason.TASKS_STARTING,
             message=f"starting {len(placement.slots)} task(s)",
         )
         self.store.save(ready)  # write-ahead: addresses and launch number before any task exists

@@ -29,7 +29,10 @@ log = logging.getLogger("tfdeclare.daemon")
 
 
 class Source(Protocol):
-    kind: str
+    """Where desired state comes from (``FolderSource``, ``GitSource``). ``sync`` brings the
+    files up to date (a no-op for a folder) and names the revision; ``watch`` reports paths
+    changed between syncs (a git checkout changes only at ``sync``, so it reports none);
+    ``write_status`` publishes the status folder (a no-op for a folder, which is its own)."""
 
     @property
     def description(self) -> str: ...
@@ -174,7 +177,7 @@ class Daemon:
         self.metrics.set_jobs(
             {n: p.value for n, p in result.phases.items()}, tasks, {n: r.restarts for n, r in records.items()}
         )
-        if self.source.kind == "git" and self.source_error is None:
+        if self.source_error is None:
             try:
                 self.source.write_status(self.status_dir, self.revision)
             except SourceError as err:
@@ -189,7 +192,7 @@ class Daemon:
     def _apply_desired(self) -> None:
         with self._changes_lock:
             changed, self._changes = self._changes, set()
-        desired = self.spec_files.load(changed if self.source.kind == "folder" else None)
+        desired = self.spec_files.load(changed)
         if desired.diagnostics != self._diagnostics:
             self._diagnostics = desired.diagnostics
             for diagnostic in desired.diagnostics:

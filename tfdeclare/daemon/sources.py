@@ -35,8 +35,6 @@ class SourceError(Exception):
 
 
 class FolderSource:
-    kind = "folder"
-
     def __init__(self, folder: Path, ignore: list[Path]) -> None:
         self.folder = folder
         self.ignore = [str(p.resolve()) for p in ignore]
@@ -106,8 +104,6 @@ class GitSettings:
 
 
 class GitSource:
-    kind = "git"
-
     def __init__(self, settings: GitSettings, workdir: Path) -> None:
         if settings.status_branch == settings.branch:
             raise SourceError(f"the status branch must not be the watched branch ({settings.branch})")

@@ -13,7 +13,7 @@ is SIGTERM to the supervisor (after ``stop.json`` was written): it sends
 SIGTERM to the task's process group, waits the grace period, then SIGKILLs the group. When
 the task ends, whatever is left of its group is killed too, so no task process outlives it.
 
-Standard library only, so it starts fast.
+Standard library (and ``tfdeclare.files``) only, so it starts fast.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from tfdeclare.files import write_atomic
 
 POLL_S = 0.05
 
@@ -43,12 +45,7 @@ def process_start_ticks(pid: int) -> int | None:
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(data, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data).encode())
 
 
 def kill_group(pgid: int, sig: int) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from tfdeclare.core.enums import Phase, Role, TaskState
+from tfdeclare.core.enums import Phase, Reason, Role, TaskState
 from tfdeclare.core.spec.keys import TaskKey
 from tfdeclare.core.spec.loader import SourceRef
 from tfdeclare.core.spec.model import JobSpec
@@ -61,7 +61,7 @@ class ConditionType(StrEnum):
 class Condition:
     type: ConditionType
     status: str  # "True" | "False" | "Unknown"
-    reason: str
+    reason: Reason
     message: str
     last_transition: float
 
@@ -69,7 +69,7 @@ class Condition:
         return {
             "type": self.type.value,
             "status": self.status,
-            "reason": self.reason,
+            "reason": self.reason.value,
             "message": self.message,
             "lastTransitionTime": self.last_transition,
         }
@@ -79,7 +79,7 @@ class Condition:
         return cls(
             ConditionType(data["type"]),
             data["status"],
-            data["reason"],
+            Reason(data["reason"]),
             data["message"],
             float(data["lastTransitionTime"]),
         )
@@ -138,7 +138,7 @@ class JobRecord:
     canonical: Mapping[str, Any]
     spec_hash: str
     phase: Phase = Phase.PENDING
-    reason: str = "Created"
+    reason: Reason = Reason.CREATED
     message: str = ""
     source: SourceRef | None = None
     source_dir: str | None = None  # absolute folder of the spec file when applied (local working dir)
@@ -179,7 +179,7 @@ class JobRecord:
             "spec": self.canonical,
             "specHash": self.spec_hash,
             "phase": self.phase.value,
-            "reason": self.reason,
+            "reason": self.reason.value,
             "message": self.message,
             "source": {"file": self.source.file, "line": self.source.line} if self.source else None,
             "sourceDir": self.source_dir,
@@ -211,7 +211,7 @@ class JobRecord:
             canonical=data["spec"],
             spec_hash=data["specHash"],
             phase=Phase(data["phase"]),
-            reason=data.get("reason", ""),
+            reason=Reason(data.get("reason") or Reason.CREATED),
             message=data.get("message", ""),
             source=SourceRef(source["file"], int(source["line"])) if source else None,
             source_dir=data.get("sourceDir"),
