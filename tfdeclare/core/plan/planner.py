@@ -166,15 +166,28 @@ class Plan:
         raise KeyError(name)
 
 
+def _unset(value: Any) -> bool:
+    return value is ABSENT or value is None or (isinstance(value, dict | list) and not value)
+
+
 def diff(
     old: Any, new: Any, path: tuple[str | int, ...] = ()
 ) -> list[tuple[tuple[str | int, ...], Any, Any]]:
     """Leaf differences between two canonical specs. Mappings recurse; lists of the same
-    length recurse by index (``spec.command[3]``); other lists are leaves."""
+    length recurse by index (``spec.command[3]``); other lists are leaves.
+
+    A key missing on one side equals an unset value on the other (``None``, ``{}``, ``[]``):
+    a record applied by an earlier release lacks the fields added since, and that must never
+    count as a change (contract §5: an upgrade never changes a running job's plan). So a field
+    added to the canonical form must be unset there when the user did not set it
+    (``tests/test_upgrade.py`` holds records of earlier releases)."""
     if isinstance(old, dict) and isinstance(new, dict):
         out = []
         for key in sorted(old.keys() | new.keys()):
-            out.extend(diff(old.get(key, ABSENT), new.get(key, ABSENT), (*path, key)))
+            before, after = old.get(key, ABSENT), new.get(key, ABSENT)
+            if (before is ABSENT or after is ABSENT) and _unset(before) and _unset(after):
+                continue
+            out.extend(diff(before, after, (*path, key)))
         return out
     if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
         return [d for i, (a, b) in enumerate(zip(old, new, strict=True)) for d in diff(a, b, (*path, i))]

@@ -73,6 +73,9 @@ class TaskConfig:
 
     @cached_property
     def config_hash(self) -> str:
+        """A task's identity. Its encoding is frozen: a running task whose hash changes is
+        replaced, so a field added later enters it only when set (``tests/test_upgrade.py``
+        checks the hashes of an earlier release's tasks)."""
         encoded = json.dumps(
             {
                 "argv": self.argv,

@@ -4,6 +4,12 @@ A ``JobSpec`` is built only from a *canonical* spec: the schema-valid document w
 filled in and quantities normalised (``mem`` in MiB, ``cpus: 2`` == ``cpus: 2.0``, roles with
 ``count: 0`` dropped). The canonical form is what is stored as "applied", diffed by the planner
 and hashed into ``spec_hash``, so formatting, key order and defaults never count as changes.
+
+Upgrades: records keep the canonical form of the release that applied them, and an upgrade must
+never change a running job's plan (contract §5). The planner takes a key missing on one side
+as equal to an unset value (``None``, ``{}``, ``[]``), so a field added to this form must be
+unset when the user did not set it, and ``from_canonical`` must read it with a default.
+(``tests/test_upgrade.py`` plans against records written by earlier releases.)
 """
 
 from __future__ import annotations
