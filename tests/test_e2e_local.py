@@ -180,7 +180,9 @@ def test_killed_from_outside_is_restarted_per_policy(project: Path) -> None:
     assert cli("apply", "specs", cwd=project).returncode == 0
     wait_until(lambda: "worker-0.0" in records(project))
     os.kill(int(records(project)["worker-0.0"]["pid"]), signal.SIGKILL)  # type: ignore[call-overload]
-    wait_until(lambda: (cli("status", cwd=project), "worker-0.1" in records(project))[1], timeout=30)
+    wait_until(
+        lambda: (cli("status", "--refresh", cwd=project), "worker-0.1" in records(project))[1], timeout=30
+    )
     document = status_of(project, "victim")
     assert document["restarts"] == 1
     assert cli("delete", "victim", cwd=project).returncode == 0
@@ -239,7 +241,12 @@ def test_apply_without_wait_returns_and_status_notices_completion(project: Path)
     result = cli("apply", "specs", cwd=project)
     assert result.returncode == 0, result.stderr
     assert time.monotonic() - started < 10
-    wait_until(lambda: (cli("status", cwd=project), status_of(project, "quick")["phase"] == "Succeeded")[1])
+    wait_until(
+        lambda: (
+            cli("status", "--refresh", cwd=project),
+            status_of(project, "quick")["phase"] == "Succeeded",
+        )[1]
+    )
     shown = cli("status", "quick", cwd=project)
     assert "quick: Succeeded" in shown.stdout
     as_json = json.loads(cli("status", "-o", "json", cwd=project).stdout)
@@ -303,13 +310,17 @@ def test_a_damaged_record_leaves_its_job_alone_and_the_others_managed(project: P
     assert cli("apply", "specs", cwd=project).returncode == 0
     wait_until(lambda: len(records(project)) == 1)
     (project / ".tfdeclare" / "jobs" / "hurt.json").write_text("{not json")
-    shown = cli("status", cwd=project)
+    shown = cli("status", "--refresh", cwd=project)
     assert shown.returncode == 0
     assert "hurt: its record cannot be read, so it is left alone" in shown.stderr
-    wait_until(lambda: (cli("status", cwd=project), status_of(project, "fine")["phase"] == "Succeeded")[1])
+    wait_until(
+        lambda: (cli("status", "--refresh", cwd=project), status_of(project, "fine")["phase"] == "Succeeded")[
+            1
+        ]
+    )
     assert pids_alive([int(records(project)["worker-0.0"]["pid"])]), "the damaged job's task was not stopped"
     (project / ".tfdeclare" / "jobs" / "hurt.json").unlink()
-    cli("status", cwd=project)  # now its task belongs to no job and is stopped
+    cli("status", "--refresh", cwd=project)  # now its task belongs to no job and is stopped
     wait_until(lambda: pids_alive([int(records(project)["worker-0.0"]["pid"])]) == [])
 
 
@@ -341,7 +352,9 @@ def test_gpu_tasks_get_exactly_their_own_devices(project: Path) -> None:
     document = status_of(project, "more")
     assert document["phase"] == "Pending"
     assert {c["type"]: c["reason"] for c in document["conditions"]}["Reconciling"] == "WaitingForGPUs"  # type: ignore[union-attr]
-    wait_until(lambda: (cli("status", cwd=project), status_of(project, "more")["phase"] == "Running")[1])
+    wait_until(
+        lambda: (cli("status", "--refresh", cwd=project), status_of(project, "more")["phase"] == "Running")[1]
+    )
     assert records(project)  # the second job got a GPU once the first one finished
     assert cli("delete", "--all", cwd=project).returncode == 0
 
@@ -374,7 +387,9 @@ def test_a_restart_driven_from_another_folder_keeps_the_spec_folder_as_working_d
         "--config",
         str(project / "tfdeclare.yaml"),
     ]
-    wait_until(lambda: (cli("status", *dirs, cwd=elsewhere), "worker-0.1" in records(project))[1])
+    wait_until(
+        lambda: (cli("status", "--refresh", *dirs, cwd=elsewhere), "worker-0.1" in records(project))[1]
+    )
     assert records(project)["worker-0.1"]["cwd"] == str((project / "specs").resolve())
 
 

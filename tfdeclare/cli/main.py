@@ -26,7 +26,7 @@ from tfdeclare.cli.common import (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = parsers.Parser(
         prog="tfdeclare",
         description="Declarative runner for distributed TensorFlow training: validate, plan, apply.",
     )

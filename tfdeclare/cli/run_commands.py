@@ -10,6 +10,7 @@ never stops them; a later ``apply``, ``status`` or the daemon adopts them.
 from __future__ import annotations
 
 import argparse
+import calendar
 import json
 import sys
 import threading
@@ -254,16 +255,11 @@ def _apply_outcome(records: dict[str, JobRecord], timed_out: bool, *, wait: bool
 # ---- status -----------------------------------------------------------------------------
 
 
-def _refresh(settings: Settings) -> str | None:
-    """Run one reconcile pass when no other controller holds the state folder (so status
-    adopts tasks and notices ends); otherwise say who keeps the status files fresh."""
-    lock = ControllerLock(settings.state_dir)
-    holder = lock.holder()
-    if holder is not None:
-        return f"status files kept by {holder.get('purpose', 'a controller')} (pid {holder.get('pid', '?')})"
+def _refresh(settings: Settings) -> None:
+    """One reconcile pass (``status --refresh``): adopt tasks, notice the ones that ended."""
     if not StateStore(settings.state_dir).jobs_dir.is_dir():
-        return None
-    with locked(settings, "status"):
+        return
+    with locked(settings, "status --refresh"):
         backend = make_backend(settings)
         try:
             result = make_controller(settings, backend).reconcile()
@@ -271,13 +267,23 @@ def _refresh(settings: Settings) -> str | None:
             backend.close()
     for error in result.errors:
         stderr_line(f"tfdeclare: {error}")
-    return None
+
+
+def _freshness(settings: Settings) -> str:
+    """Who keeps the status files current, for a note under the table."""
+    holder = ControllerLock(settings.state_dir).holder()
+    if holder is not None:
+        who = holder.get("purpose", "a controller")
+        return f"status files kept current by {who} (pid {holder.get('pid', '?')})"
+    return (
+        "as of the last reconcile pass; no controller is running: `tfdeclare status --refresh` updates them"
+    )
 
 
 def _age(timestamp: str | None) -> str:
     if not timestamp:
         return "-"
-    then = time.mktime(time.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
+    then = calendar.timegm(time.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ"))  # UTC, whatever the DST
     seconds = max(0, int(time.time() - then))
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
@@ -329,7 +335,8 @@ def _status_detail(doc: dict[str, Any]) -> str:
 
 def cmd_status(args: argparse.Namespace) -> int:
     settings = settings_from(args)
-    note = _refresh(settings)
+    if args.refresh:
+        _refresh(settings)
     statuses = StatusWriter(settings.status_dir)
     names = [args.name] if args.name else statuses.names()
     documents = [d for d in (statuses.read(n) for n in names) if d is not None]
@@ -343,8 +350,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         stdout_write(_status_table(documents))
     else:
         stdout_write("No jobs.\n")
-    if note and args.output != "json":
-        stderr_line(f"({note})")
+    if documents and args.output != "json":
+        stderr_line(f"({_freshness(settings)})")
     return EXIT_OK
 
 
