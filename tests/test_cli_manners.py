@@ -112,3 +112,16 @@ def test_status_only_reads_and_refresh_reconciles(project: Path) -> None:
 
     assert cli("status", "--refresh", cwd=project).returncode == 0
     assert status_of(project, "quick")["phase"] == "Succeeded"
+
+
+@pytest.mark.parametrize("output", ["text", "markdown"])
+def test_plan_of_files_with_errors_shows_no_plan(tmp_path: Path, output: str) -> None:
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "good.yaml").write_text(spec("good", {"worker": (1, "serve")}))
+    (tmp_path / "specs" / "bad.yaml").write_text("apiVersion: [")
+    for paths in (["specs"], ["specs/good.yaml", "missing-folder"]):
+        result = cli("plan", *paths, "-o", output, cwd=tmp_path)
+        assert result.returncode == 1
+        assert "No plan: the files have 1 error(s)" in result.stdout
+        assert "No changes" not in result.stdout and "good" not in result.stdout
+        assert "to create" not in result.stdout

@@ -124,10 +124,18 @@ def _job_text(job: JobPlan) -> list[str]:
     return lines
 
 
+def _no_plan(errors: int) -> str:
+    return f"No plan: the files have {errors} error(s). Running jobs are not affected."
+
+
 def render_text(plan: Plan, *, show_unchanged: bool = False) -> str:
     lines: list[str] = []
     listed = [j for j in plan.jobs if j.action in _LISTED or (show_unchanged and j.action is Action.NOOP)]
-    if listed:
+    errors = sum(1 for d in plan.diagnostics if d.is_error)
+    if errors:  # as Terraform: no plan from files with errors (it would be a plan of some of them)
+        lines.append(_no_plan(errors))
+        lines.append("")
+    elif listed:
         lines.append("tfdeclare will perform these actions:")
         lines.append("")
         for job in listed:
@@ -148,8 +156,9 @@ def render_text(plan: Plan, *, show_unchanged: bool = False) -> str:
             f"  ? {j.name} ({j.phase.value if j.phase else 'unknown'}): {j.message}" for j in orphans
         )
         lines.append("")
-    lines.append(summary_line(plan))
-    return "\n".join(lines) + "\n"
+    if not errors:
+        lines.append(summary_line(plan))
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def _change_json(change: FieldChange) -> dict[str, Any]:
@@ -204,10 +213,11 @@ def _md(text: str) -> str:
 
 
 def render_markdown(plan: Plan) -> str:
-    out = ["### tfdeclare plan", "", f"**{summary_line(plan)}**", ""]
+    errors = sum(1 for d in plan.diagnostics if d.is_error)
+    headline = _no_plan(errors) if errors else summary_line(plan)
+    out = ["### tfdeclare plan", "", f"**{headline}**", ""]
     if plan.diagnostics:
-        errors = [d for d in plan.diagnostics if d.is_error]
-        out.append(f"<details open><summary>{len(errors)} error(s) in the specs</summary>")
+        out.append(f"<details open><summary>{errors} error(s) in the specs</summary>")
         out.append("")
         out.append("```")
         out.extend(d.format() for d in plan.diagnostics)
@@ -215,7 +225,7 @@ def render_markdown(plan: Plan) -> str:
         out.append("</details>")
         out.append("")
     rows = [j for j in plan.jobs if j.action is not Action.NOOP]
-    if rows:
+    if rows and not errors:
         out.append("| | job | action | why | tasks |")
         out.append("|---|---|---|---|---|")
         for job in rows:
@@ -247,7 +257,7 @@ def render_markdown(plan: Plan) -> str:
             out.append("```")
             out.append("</details>")
             out.append("")
-    else:
+    elif not errors:
         out.append("No changes.")
         out.append("")
     return "\n".join(out)
