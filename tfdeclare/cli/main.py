@@ -63,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return EXIT_ERROR
+    except OSError as err:  # the environment (a full or read-only disk), not a bug: no traceback
+        stderr_line(f"tfdeclare: error: {err}")
+        return EXIT_ERROR
     except Exception:
         stderr_line("tfdeclare: internal error (this is a bug; please report it with the trace below)")
         traceback.print_exc(file=sys.stderr)

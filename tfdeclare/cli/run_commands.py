@@ -145,18 +145,22 @@ def _progress_line(record: JobRecord) -> str:
 
 def _run_passes(
     controller: Controller, backend: Backend, names: set[str], *, wait: bool, timeout: float | None
-) -> tuple[dict[str, JobRecord], bool]:
+) -> tuple[dict[str, JobRecord], bool, list[str]]:
     """Reconcile until the jobs in ``names`` are launched (or finished, with ``wait``).
-    Returns the last records and whether it timed out."""
+    Returns the last records, whether it timed out, and the errors of the last pass (each
+    error is printed once, when first seen)."""
     waker = _Waker()
     backend.watch(waker)
     started = time.monotonic()
     shown: dict[str, tuple[object, ...]] = {}
+    told: set[str] = set()
     limit = timeout if timeout is not None else (None if wait else 60.0)
     while True:
         result = controller.reconcile()
         for error in result.errors:
-            stderr_line(f"tfdeclare: {error}")
+            if error not in told:
+                told.add(error)
+                stderr_line(f"tfdeclare: {error}")
         records = {n: r for n, r in controller.store.records().items() if n in names}
         elapsed = time.monotonic() - started
         for name in sorted(names):
@@ -172,9 +176,9 @@ def _run_passes(
                 shown[name] = key
                 stdout_write(f"[{elapsed:6.1f}s] {line}\n")
         if _finished(records, wait):
-            return records, False
+            return records, False, result.errors
         if limit is not None and elapsed >= limit:
-            return records, True
+            return records, True, result.errors
         pause = 0.25 if not wait else 0.5
         if result.wake_at is not None:
             pause = min(pause, max(0.05, result.wake_at - time.time()))
@@ -227,7 +231,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
                 return EXIT_OK
             stdout_write("\n")
             try:
-                records, timed_out = _run_passes(
+                records, timed_out, errors = _run_passes(
                     controller, backend, names, wait=args.wait, timeout=args.timeout
                 )
             except KeyboardInterrupt:
@@ -235,10 +239,10 @@ def cmd_apply(args: argparse.Namespace) -> int:
                 return EXIT_INTERRUPTED
         finally:
             backend.close()
-    return _apply_outcome(records, timed_out, wait=args.wait)
+    return _apply_outcome(records, timed_out, errors, wait=args.wait)
 
 
-def _apply_outcome(records: dict[str, JobRecord], timed_out: bool, *, wait: bool) -> int:
+def _apply_outcome(records: dict[str, JobRecord], timed_out: bool, errors: list[str], *, wait: bool) -> int:
     failed = sorted(n for n, r in records.items() if r.phase is Phase.FAILED)
     stuck = sorted(n for n, r in records.items() if r.reason is Reason.UNSCHEDULABLE and not r.phase.terminal)
     if stuck:
@@ -248,6 +252,9 @@ def _apply_outcome(records: dict[str, JobRecord], timed_out: bool, *, wait: bool
         return EXIT_ERROR
     if timed_out:
         stderr_line("tfdeclare: timed out waiting; the jobs keep running (`tfdeclare status`)")
+        return EXIT_ERROR
+    if errors:
+        stderr_line(f"tfdeclare: {len(errors)} problem(s) remain (above); the next pass retries them")
         return EXIT_ERROR
     return EXIT_ERROR if (wait and stuck) else EXIT_OK
 
@@ -418,7 +425,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
             missing = controller.delete(names)
             present = set(names) - set(missing)
             if present:
-                _, timed_out = _run_passes(controller, backend, present, wait=True, timeout=args.timeout)
+                _, timed_out, _ = _run_passes(controller, backend, present, wait=True, timeout=args.timeout)
                 if timed_out:
                     stderr_line(
                         "tfdeclare: timed out waiting for tasks to stop; they are still being stopped"

@@ -34,6 +34,12 @@ from tfdeclare.shell.store import StateStore
 log = logging.getLogger("tfdeclare.controller")
 
 
+def _failed_write(err: OSError) -> str:
+    """``status/a.yaml (No space left on device)``: the file meant, not the temporary one."""
+    target = err.filename2 or err.filename
+    return f"{target} ({err.strerror})" if target and err.strerror else str(err)
+
+
 @dataclass(slots=True)
 class PassResult:
     """What one reconcile pass saw and did."""
@@ -206,6 +212,10 @@ class Controller:
             except BackendError as err:
                 result.errors.append(f"{name}: {err}")
                 log.warning("%s: backend error: %s", name, err)
+            except OSError as err:  # e.g. the state or status disk is full: the other jobs go on
+                self._seen.pop(name, None)  # look at it again next pass
+                result.errors.append(f"{name}: cannot write {_failed_write(err)}; retrying next pass")
+                result.wake(now + 5.0)
         for name, why in sorted(self.store.unreadable.items()):
             result.errors.append(f"{name}: its record cannot be read, so it is left alone: {why}")
         for job, orphans in sorted(by_job.items()):

@@ -123,6 +123,10 @@ class Daemon:
                     self._changes = None  # a resync reads every file, whatever events said
             try:
                 wake_at = self._pass()
+            except OSError as err:  # e.g. the state disk is full: nothing to report as a bug
+                log.error("cannot write the state folder (%s); retrying", err)
+                self.metrics.pass_errors += 1
+                wake_at = self.clock() + min(self.options.interval_s, 5.0)
             except Exception:  # a bug must not take the controller of every job down with it
                 log.exception("internal error in a reconcile pass (a bug; please report it); retrying")
                 self.metrics.pass_errors += 1
