@@ -257,7 +257,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
         if not isinstance(fit, GangFit):
             message = f"{fit.message}; {note}" if note else fit.message
             return Unplaced(fit.reason, message), False, None
-        slots = tuple(Slot(a.key, a.hostname, a.port, a.agent_id) for a in fit.assignments)
+        slots = tuple(Slot(a.key, a.hostname, a.port, backend_ref=a.agent_id) for a in fit.assignments)
         wanted = {s.key: s.previous for s in request.slots if s.previous is not None}
         ideal = all(
             (a.hostname, a.port) == (wanted[a.key].host, wanted[a.key].port)
