@@ -20,7 +20,7 @@ from tests.mesos_emulator import Emulator
 from tests.mesos_fixtures import PY, eventually, mesos_test_config, offer_ids_of, start_emulator
 from tfdeclare.backends.base import BackendError
 from tfdeclare.backends.mesos.backend import MesosBackend
-from tfdeclare.core.config import MesosConfig
+from tfdeclare.backends.mesos.config import MesosConfig
 from tfdeclare.core.enums import Role, TaskState
 from tfdeclare.core.run.tasks import GangRequest, Placement, SlotRequest, TaskKey, Unplaced, UnplacedReason
 from tfdeclare.core.spec.resources import Resources

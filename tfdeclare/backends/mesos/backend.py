@@ -27,6 +27,7 @@ from pathlib import Path
 from tfdeclare.backends.base import BackendError, LogChunk
 from tfdeclare.backends.mesos.auth import Credentials, load_credentials
 from tfdeclare.backends.mesos.client import ClientConfig, SchedulerClient
+from tfdeclare.backends.mesos.config import MesosConfig
 from tfdeclare.backends.mesos.errors import (
     ConfigError,
     FrameworkRemovedError,
@@ -50,7 +51,6 @@ from tfdeclare.backends.mesos.state import (
 )
 from tfdeclare.backends.mesos.taskstate import is_terminal, observed_state
 from tfdeclare.backends.mesos.workers import BackgroundWork
-from tfdeclare.core.config import MesosConfig
 from tfdeclare.core.enums import Role
 from tfdeclare.core.run.tasks import (
     GangRequest,
