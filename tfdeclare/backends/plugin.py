@@ -1,16 +1,17 @@
 """What a backend brings besides running tasks: its name, its section of the config file
-(schema fragment, parsed into its own config), its checks of a job spec, and how to build it.
+(schema fragment, parsed into its own config), its check of a job spec, and how to build it.
 
-Each backend package registers one ``BackendPlugin`` in ``tfdeclare.backends.registry``; the
-rest of tfdeclare knows backends only through that. A plugin module must be cheap to import
-(``validate`` loads it): it imports its backend's heavy parts in ``build``.
+Each backend package makes one ``BackendPlugin`` (``<package>/plugin.py``, ``PLUGIN``) and
+``tfdeclare.backends.registry`` lists them; the rest of tfdeclare knows backends only through
+the registry. A plugin module must be cheap to import (``validate`` loads every one): it
+imports its backend's heavy parts in ``build``.
 """
 
 from __future__ import annotations
 
 import json
-from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -24,31 +25,24 @@ if TYPE_CHECKING:
 ConfigT = TypeVar("ConfigT")
 
 
-class BackendPlugin(ABC, Generic[ConfigT]):
-    """One backend, as the registry knows it. ``name`` is what ``--backend`` and the config's
-    ``backend:`` say, and the key of its config section; ``config_type()`` is its default
-    config (the schema fragment's defaults)."""
-
+@dataclass(frozen=True)
+class BackendPlugin(Generic[ConfigT]):
+    # What ``--backend`` and the config's ``backend:`` say, and the key of its config section.
     name: str
+    # Its own config; ``config_type()`` is the default (the schema fragment's defaults).
     config_type: type[ConfigT]
+    # (its section, schema-valid with defaults filled; the config file's folder, for relative
+    # file paths) -> its config. Raises ``tfdeclare.core.config.ConfigProblem`` for what the
+    # schema cannot judge.
+    parse_config: Callable[[Mapping[str, Any], str | None], ConfigT]
+    # (its config, a job that passed every general rule, ``at``) -> one diagnostic per field
+    # of the job it cannot honour, made by ``at(json_path, message)``. Pure: it runs in
+    # ``validate``, ``plan``, ``apply`` and the daemon alike.
+    check_job: Callable[[ConfigT, LoadedJob, Locate], list[Diagnostic]]
+    # (state folder, its config) -> the backend itself.
+    build: Callable[[Path, ConfigT], Backend]
 
     def config_schema(self) -> dict[str, Any]:
-        """The JSON Schema of this backend's config section: ``schemas/backends/<name>.schema.json``."""
+        """The JSON Schema of its config section: ``schemas/backends/<name>.schema.json``."""
         document: dict[str, Any] = json.loads(schema_text(f"backends/{self.name}"))
         return document
-
-    @abstractmethod
-    def parse_config(self, section: Mapping[str, Any], base_dir: str | None) -> ConfigT:
-        """The config section (schema-valid, defaults filled) as this backend's config; file
-        paths in it taken from ``base_dir`` (the config file's folder) when relative. Raises
-        ``tfdeclare.core.config.ConfigProblem`` for what the schema cannot say."""
-
-    @abstractmethod
-    def check_job(self, config: ConfigT, job: LoadedJob, at: Locate) -> list[Diagnostic]:
-        """What this backend, so configured, cannot honour in ``job`` (which passed every
-        general rule): one diagnostic per problem, made by ``at`` at the field's JSON path.
-        Pure: it runs in ``validate``, ``plan``, ``apply`` and the daemon alike."""
-
-    @abstractmethod
-    def build(self, state_dir: Path, config: ConfigT) -> Backend:
-        """The backend itself, keeping its state under ``state_dir``."""

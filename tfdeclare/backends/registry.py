@@ -7,7 +7,6 @@ Cheap to import: plugin modules import their backend's heavy parts only when it 
 
 from __future__ import annotations
 
-import copy
 import functools
 import json
 from collections.abc import Mapping
@@ -39,8 +38,9 @@ def plugin(name: str) -> BackendPlugin[Any]:
         raise UnknownBackend(name) from None
 
 
-@functools.cache
-def _config_schema() -> dict[str, Any]:
+def config_schema() -> dict[str, Any]:
+    """The config file's JSON Schema: ``schemas/config.schema.json`` with each backend's section
+    (its schema fragment) and the backend names composed in."""
     document: dict[str, Any] = json.loads(schema_text("config"))
     properties = document["properties"]
     properties["backend"]["enum"] = list(PLUGINS)
@@ -53,12 +53,6 @@ def _config_schema() -> dict[str, Any]:
     return document
 
 
-def config_schema() -> dict[str, Any]:
-    """The config file's JSON Schema: ``schemas/config.schema.json`` with each backend's section
-    (its schema fragment) and the backend names composed in."""
-    return copy.deepcopy(_config_schema())
-
-
 def parse_config_file(path: str, data: bytes, base_dir: str | None) -> tuple[Config | None, list[Diagnostic]]:
     """The config file, every backend's section parsed by its plugin (so a mistake in any
     section is reported, whichever backend is chosen)."""
@@ -68,4 +62,4 @@ def parse_config_file(path: str, data: bytes, base_dir: str | None) -> tuple[Con
 
 @functools.cache
 def _compiled_schema() -> Schema:
-    return Schema(_config_schema())
+    return Schema(config_schema())

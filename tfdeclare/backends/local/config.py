@@ -20,7 +20,8 @@ class LocalConfig:
     port_last: int = 29999
 
 
-def parse_local_config(section: Mapping[str, Any]) -> LocalConfig:
+def parse_local_config(section: Mapping[str, Any], base_dir: str | None) -> LocalConfig:
+    """The section as a ``LocalConfig`` (it names no files: ``base_dir`` is not needed)."""
     try:
         mem = parse_mem_mib(section["mem"]) if "mem" in section else None
     except QuantityError as err:

@@ -9,9 +9,8 @@ nothing to choose between on one machine and is accepted.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tfdeclare.backends.local.config import LocalConfig, parse_local_config
 from tfdeclare.backends.plugin import BackendPlugin
@@ -54,23 +53,13 @@ def check_job(config: LocalConfig, job: LoadedJob, at: Locate) -> list[Diagnosti
     return problems
 
 
-class LocalPlugin(BackendPlugin[LocalConfig]):
-    name = "local"
-    config_type = LocalConfig
+def build(state_dir: Path, config: LocalConfig) -> Backend:
+    from tfdeclare.backends.local.backend import LocalBackend, LocalCapacity
 
-    def parse_config(self, section: Mapping[str, Any], base_dir: str | None) -> LocalConfig:
-        return parse_local_config(section)
-
-    def check_job(self, config: LocalConfig, job: LoadedJob, at: Locate) -> list[Diagnostic]:
-        return check_job(config, job, at)
-
-    def build(self, state_dir: Path, config: LocalConfig) -> Backend:
-        from tfdeclare.backends.local.backend import LocalBackend, LocalCapacity
-
-        capacity = LocalCapacity.detect(
-            config.cpus, config.mem_mib, config.gpus, config.port_first, config.port_last
-        )
-        return LocalBackend(state_dir, capacity)
+    capacity = LocalCapacity.detect(
+        config.cpus, config.mem_mib, config.gpus, config.port_first, config.port_last
+    )
+    return LocalBackend(state_dir, capacity)
 
 
-PLUGIN = LocalPlugin()
+PLUGIN = BackendPlugin("local", LocalConfig, parse_local_config, check_job, build)

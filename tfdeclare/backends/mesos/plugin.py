@@ -7,9 +7,8 @@ this module imports no Mesos client (``build`` does).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tfdeclare.backends.mesos.config import MesosConfig, parse_mesos_config
 from tfdeclare.backends.plugin import BackendPlugin
@@ -35,20 +34,10 @@ def check_job(config: MesosConfig, job: LoadedJob, at: Locate) -> list[Diagnosti
     return []
 
 
-class MesosPlugin(BackendPlugin[MesosConfig]):
-    name = "mesos"
-    config_type = MesosConfig
+def build(state_dir: Path, config: MesosConfig) -> Backend:
+    from tfdeclare.backends.mesos.backend import MesosBackend
 
-    def parse_config(self, section: Mapping[str, Any], base_dir: str | None) -> MesosConfig:
-        return parse_mesos_config(section, base_dir)
-
-    def check_job(self, config: MesosConfig, job: LoadedJob, at: Locate) -> list[Diagnostic]:
-        return check_job(config, job, at)
-
-    def build(self, state_dir: Path, config: MesosConfig) -> Backend:
-        from tfdeclare.backends.mesos.backend import MesosBackend
-
-        return MesosBackend.from_config(state_dir, config)
+    return MesosBackend.from_config(state_dir, config)
 
 
-PLUGIN = MesosPlugin()
+PLUGIN = BackendPlugin("mesos", MesosConfig, parse_mesos_config, check_job, build)
