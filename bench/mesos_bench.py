@@ -21,11 +21,11 @@ from pathlib import Path
 
 from bench.common import REPO, Result
 from tfdeclare.backends.mesos.backend import MesosBackend
+from tfdeclare.backends.mesos.config import MesosConfig
 from tfdeclare.backends.mesos.events import Offer
 from tfdeclare.backends.mesos.offers import HeldOffer
 from tfdeclare.backends.mesos.placement import PlacementOptions, never_fits, place_gang
 from tfdeclare.backends.mesos.state import Waiting
-from tfdeclare.core.config import MesosConfig
 from tfdeclare.core.enums import PlacementStrategy, Role, TaskState
 from tfdeclare.core.run.tasks import GangRequest, Placement, SlotRequest, TaskKey, TaskLaunch
 from tfdeclare.core.spec.resources import Resources

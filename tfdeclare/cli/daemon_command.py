@@ -84,7 +84,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
         controller.base_dir = base_dir
         files = SpecFiles(
             [source.specs_path],
-            context=settings.load_context,
+            checks=settings.spec_checks,
             exclude=(settings.state_dir, settings.status_dir),
             base=base_dir if args.git else None,
         )

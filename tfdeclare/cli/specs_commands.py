@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tfdeclare import __version__
+from tfdeclare.backends import registry
 from tfdeclare.cli.common import (
     EXIT_CHANGES,
     EXIT_ERROR,
@@ -89,5 +90,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_schema(args: argparse.Namespace) -> int:
     if args.name not in SCHEMA_NAMES:
         raise UserError(f"unknown schema {args.name!r}; one of {', '.join(SCHEMA_NAMES)}")
-    stdout_write(schema_text(args.name))
+    if args.name == "config":  # with every backend's section composed in
+        stdout_write(json.dumps(registry.config_schema(), indent=2, ensure_ascii=False) + "\n")
+    else:
+        stdout_write(schema_text(args.name))
     return EXIT_OK

@@ -14,7 +14,7 @@ from tfdeclare.shell.sources import SpecFiles, no_files_warning
 def load_desired(paths: list[str], settings: Settings) -> tuple[DesiredState, SpecFiles]:
     files = SpecFiles(
         [Path(p) for p in paths],
-        context=settings.load_context,
+        checks=settings.spec_checks,
         exclude=(settings.state_dir, settings.status_dir),
     )
     return files.load(), files

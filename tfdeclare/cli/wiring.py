@@ -16,30 +16,7 @@ from tfdeclare.shell.store import StateStore
 
 
 def make_backend(settings: Settings) -> Backend:
-    config = settings.config
-    if config.backend == "local":
-        from tfdeclare.backends.local.backend import LocalBackend, LocalCapacity
-
-        local = config.local
-        capacity = LocalCapacity.detect(
-            local.cpus, local.mem_mib, local.gpus, local.port_first, local.port_last
-        )
-        return LocalBackend(settings.state_dir, capacity)
-    if config.backend == "mesos":
-        from dataclasses import replace
-
-        from tfdeclare.backends.mesos.backend import MesosBackend
-
-        mesos = config.mesos
-        if settings.config_path is not None:  # files named in the config are relative to it
-            base = settings.config_path.resolve().parent
-            mesos = replace(
-                mesos,
-                secret_file=str(base / mesos.secret_file) if mesos.secret_file else None,
-                ca_file=str(base / mesos.ca_file) if mesos.ca_file else None,
-            )
-        return MesosBackend.from_config(settings.state_dir, mesos)
-    raise UserError(f"unknown backend {config.backend!r}")
+    return settings.plugin.build(settings.state_dir, settings.backend_config)
 
 
 def make_controller(settings: Settings, backend: Backend) -> Controller:

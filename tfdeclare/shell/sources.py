@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tfdeclare.core.diagnostics import Code, Diagnostic, Severity
 from tfdeclare.core.plan.desired import DesiredState, assemble
-from tfdeclare.core.spec.loader import FileResult, LoadContext, content_hash, load_file
+from tfdeclare.core.spec.loader import FileResult, SpecCheck, content_hash, load_file
 
 _SUFFIXES = (".yaml", ".yml")
 _RACY_SECONDS = 2.0
@@ -39,12 +39,12 @@ class SpecFiles:
         self,
         paths: Sequence[Path],
         *,
-        context: LoadContext | None = None,
+        checks: Sequence[SpecCheck] = (),
         exclude: Iterable[Path] = (),
         base: Path | None = None,
     ) -> None:
         self.paths = [str(p) for p in paths]
-        self.context = context or LoadContext()
+        self.checks = tuple(checks)
         self.exclude = {os.path.realpath(p) for p in exclude}
         self.base = str(base) if base is not None else None
         self._cache: dict[str, tuple[tuple[int, int, int], FileResult]] = {}
@@ -198,7 +198,7 @@ class SpecFiles:
         if cached is not None and cached[1].content_hash == content_hash(data):
             result = cached[1]  # touched, not changed
         else:
-            result = load_file(shown, data, self.context)
+            result = load_file(shown, data, self.checks)
         self._cache[shown] = (key, result)
         return result
 

@@ -298,7 +298,7 @@ class LocalBackend:
             chosen_ports.add(port)
             devices = tuple(free_gpus[: slot_request.resources.gpus])
             free_gpus = free_gpus[slot_request.resources.gpus :]
-            slots.append(Slot(slot_request.key, HOST, port, None, devices))
+            slots.append(Slot(slot_request.key, HOST, port, gpu_devices=devices))
         token = uuid.uuid4().hex
         self._reservations[token] = _Reservation(
             need, chosen_ports, {g for s in slots for g in s.gpu_devices}

@@ -27,6 +27,7 @@ from pathlib import Path
 from tfdeclare.backends.base import BackendError, LogChunk
 from tfdeclare.backends.mesos.auth import Credentials, load_credentials
 from tfdeclare.backends.mesos.client import ClientConfig, SchedulerClient
+from tfdeclare.backends.mesos.config import MesosConfig
 from tfdeclare.backends.mesos.errors import (
     ConfigError,
     FrameworkRemovedError,
@@ -50,7 +51,6 @@ from tfdeclare.backends.mesos.state import (
 )
 from tfdeclare.backends.mesos.taskstate import is_terminal, observed_state
 from tfdeclare.backends.mesos.workers import BackgroundWork
-from tfdeclare.core.config import MesosConfig
 from tfdeclare.core.enums import Role
 from tfdeclare.core.run.tasks import (
     GangRequest,
@@ -257,7 +257,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
         if not isinstance(fit, GangFit):
             message = f"{fit.message}; {note}" if note else fit.message
             return Unplaced(fit.reason, message), False, None
-        slots = tuple(Slot(a.key, a.hostname, a.port, a.agent_id) for a in fit.assignments)
+        slots = tuple(Slot(a.key, a.hostname, a.port, backend_ref=a.agent_id) for a in fit.assignments)
         wanted = {s.key: s.previous for s in request.slots if s.previous is not None}
         ideal = all(
             (a.hostname, a.port) == (wanted[a.key].host, wanted[a.key].port)

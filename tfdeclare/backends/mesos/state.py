@@ -23,6 +23,7 @@ from pathlib import Path
 from tfdeclare.backends.base import BackendError
 from tfdeclare.backends.mesos.auth import Credentials
 from tfdeclare.backends.mesos.client import SchedulerClient
+from tfdeclare.backends.mesos.config import MesosConfig
 from tfdeclare.backends.mesos.errors import MesosError
 from tfdeclare.backends.mesos.info import Capability, FrameworkInfo
 from tfdeclare.backends.mesos.journal import (
@@ -37,7 +38,6 @@ from tfdeclare.backends.mesos.placement import AgentOffer, GangFit, PlacementOpt
 from tfdeclare.backends.mesos.sandbox import SandboxReader
 from tfdeclare.backends.mesos.taskinfo import LABEL_PREFIX
 from tfdeclare.backends.mesos.taskstate import LOST_LIKE, is_terminal, observed_state
-from tfdeclare.core.config import MesosConfig
 from tfdeclare.core.run.tasks import GangRequest, TaskLaunch
 
 log = logging.getLogger("tfdeclare.mesos")
