@@ -1,8 +1,9 @@
 """Golden plan cases: each folder under tests/golden/plan/ is one case.
 
     specs/*.yaml     the desired state (paths shown relative to the case folder)
-    observed.yaml    a list of applied jobs: {phase, running: [worker-0, ...], source: FILE:LINE, job: TFJob}
-    options.yaml     optional planner options: {prune: bool, allowEmpty: bool}
+    observed.yaml    a list of applied jobs: {phase, running: [worker-0, ...], source: FILE:LINE,
+                     backend: NAME, job: TFJob}
+    options.yaml     optional planner options: {prune: bool, allowEmpty: bool, backend: NAME}
     expected.txt     the text plan
     expected.json    the JSON plan
 
@@ -44,7 +45,9 @@ def _observed(entry: dict[str, Any]) -> ObservedJob:
         TaskKey(Role(role), int(index))
         for role, index in (t.rsplit("-", 1) for t in entry.get("running", []))
     )
-    return ObservedJob(job.name, job.canonical, job.spec_hash, Phase(entry["phase"]), source, running)
+    return ObservedJob(
+        job.name, job.canonical, job.spec_hash, Phase(entry["phase"]), source, running, entry.get("backend")
+    )
 
 
 def run_case(case: Path) -> Plan:
@@ -61,5 +64,9 @@ def run_case(case: Path) -> Plan:
     return plan(
         desired,
         observed,
-        PlanOptions(prune=options.get("prune", False), allow_empty=options.get("allowEmpty", False)),
+        PlanOptions(
+            prune=options.get("prune", False),
+            allow_empty=options.get("allowEmpty", False),
+            backend=options.get("backend"),
+        ),
     )

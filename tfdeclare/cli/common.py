@@ -55,8 +55,12 @@ class Settings:
     @property
     def backend_config(self) -> Any:
         """The chosen backend's own config (its section of the config file, or its defaults)."""
-        config = self.config.backends.get(self.config.backend)
-        return config if config is not None else self.plugin.config_type()
+        return self.config_of(self.config.backend)
+
+    def config_of(self, backend: str) -> Any:
+        """A backend's own config (its section of the config file, or its defaults)."""
+        config = self.config.backends.get(backend)
+        return config if config is not None else registry.plugin(backend).config_type()
 
     @property
     def spec_checks(self) -> tuple[SpecCheck, ...]:

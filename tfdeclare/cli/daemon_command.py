@@ -115,6 +115,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
         finally:
             server.close()
             source.close()
+            controller.close()
             backend.close()
     log.info("stopped")
     return EXIT_OK

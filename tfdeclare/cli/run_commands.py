@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tfdeclare.backends.base import Backend, BackendError
+from tfdeclare.backends.base import BackendError
 from tfdeclare.cli.common import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -32,7 +32,7 @@ from tfdeclare.cli.common import (
 )
 from tfdeclare.cli.specs_commands import PLAN_KIND
 from tfdeclare.cli.validate_command import load_desired
-from tfdeclare.cli.wiring import locked, make_backend, make_controller
+from tfdeclare.cli.wiring import controller_for, locked, make_backend
 from tfdeclare.controller import Controller
 from tfdeclare.core.enums import Phase, Reason, Role, TaskState
 from tfdeclare.core.plan.desired import DesiredState
@@ -80,7 +80,9 @@ def _saved_plan(path: str, settings: Settings, store: StateStore) -> tuple[Plan,
         saved = json.loads(Path(path).read_text(encoding="utf-8"))
         desired_specs: dict[str, Any] = saved["desiredAll"]
         options = PlanOptions(
-            prune=saved["plan"]["options"]["prune"], allow_empty=saved["plan"]["options"]["allowEmpty"]
+            prune=saved["plan"]["options"]["prune"],
+            allow_empty=saved["plan"]["options"]["allowEmpty"],
+            backend=settings.backend,
         )
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise UserError(f"{path}: not a readable tfdeclare plan ({err})") from err
@@ -144,13 +146,13 @@ def _progress_line(record: JobRecord) -> str:
 
 
 def _run_passes(
-    controller: Controller, backend: Backend, names: set[str], *, wait: bool, timeout: float | None
+    controller: Controller, names: set[str], *, wait: bool, timeout: float | None
 ) -> tuple[dict[str, JobRecord], bool, list[str]]:
     """Reconcile until the jobs in ``names`` are launched (or finished, with ``wait``).
     Returns the last records, whether it timed out, and the errors of the last pass (each
     error is printed once, when first seen)."""
     waker = _Waker()
-    backend.watch(waker)
+    controller.backend.watch(waker)
     started = time.monotonic()
     shown: dict[str, tuple[object, ...]] = {}
     told: set[str] = set()
@@ -217,14 +219,14 @@ def cmd_apply(args: argparse.Namespace) -> int:
             print_diagnostics(desired.diagnostics)  # warnings
             try:
                 result = plan(
-                    desired, store.observed(), PlanOptions(prune=args.prune, allow_empty=args.allow_empty)
+                    desired,
+                    store.observed(),
+                    PlanOptions(prune=args.prune, allow_empty=args.allow_empty, backend=settings.backend),
                 )
             except StateError as err:
                 raise UserError(str(err)) from err
         stdout_write(render_text(result))
-        backend = make_backend(settings)
-        try:
-            controller = make_controller(settings, backend)
+        with controller_for(settings) as controller:
             controller.apply(result)
             names = set(desired.jobs) | {j.name for j in result.jobs if j.action is Action.DELETE}
             if not names:
@@ -232,13 +234,11 @@ def cmd_apply(args: argparse.Namespace) -> int:
             stdout_write("\n")
             try:
                 records, timed_out, errors = _run_passes(
-                    controller, backend, names, wait=args.wait, timeout=args.timeout
+                    controller, names, wait=args.wait, timeout=args.timeout
                 )
             except KeyboardInterrupt:
                 stderr_line("tfdeclare: interrupted; the jobs keep running (`tfdeclare status` adopts them)")
                 return EXIT_INTERRUPTED
-        finally:
-            backend.close()
     return _apply_outcome(records, timed_out, errors, wait=args.wait)
 
 
@@ -266,12 +266,8 @@ def _refresh(settings: Settings) -> None:
     """One reconcile pass (``status --refresh``): adopt tasks, notice the ones that ended."""
     if not StateStore(settings.state_dir).jobs_dir.is_dir():
         return
-    with locked(settings, "status --refresh"):
-        backend = make_backend(settings)
-        try:
-            result = make_controller(settings, backend).reconcile()
-        finally:
-            backend.close()
+    with locked(settings, "status --refresh"), controller_for(settings) as controller:
+        result = controller.reconcile()
     for error in result.errors:
         stderr_line(f"tfdeclare: {error}")
 
@@ -418,21 +414,14 @@ def cmd_delete(args: argparse.Namespace) -> int:
         if args.all:
             return EXIT_OK
         raise UserError("name the jobs to delete (or --all)")
-    with locked(settings, "delete", source=" ".join(names)):
-        backend = make_backend(settings)
-        try:
-            controller = make_controller(settings, backend)
-            missing = controller.delete(names)
-            present = set(names) - set(missing)
-            if present:
-                _, timed_out, _ = _run_passes(controller, backend, present, wait=True, timeout=args.timeout)
-                if timed_out:
-                    stderr_line(
-                        "tfdeclare: timed out waiting for tasks to stop; they are still being stopped"
-                    )
-                    return EXIT_ERROR
-        finally:
-            backend.close()
+    with locked(settings, "delete", source=" ".join(names)), controller_for(settings) as controller:
+        missing = controller.delete(names)
+        present = set(names) - set(missing)
+        if present:
+            _, timed_out, _ = _run_passes(controller, present, wait=True, timeout=args.timeout)
+            if timed_out:
+                stderr_line("tfdeclare: timed out waiting for tasks to stop; they are still being stopped")
+                return EXIT_ERROR
     if missing:
         raise UserError(f"no job named {', '.join(repr(m) for m in missing)}")
     return EXIT_OK

@@ -66,7 +66,7 @@ def saved_plan(result: Plan, desired: DesiredState, settings: Settings, paths: l
 
 def cmd_plan(args: argparse.Namespace) -> int:
     settings = settings_from(args)
-    options = PlanOptions(prune=args.prune, allow_empty=args.allow_empty)
+    options = PlanOptions(prune=args.prune, allow_empty=args.allow_empty, backend=settings.backend)
     result, desired = compute_plan(args.paths, settings, options)
     print_diagnostics(result.diagnostics)
     if args.output == "json":

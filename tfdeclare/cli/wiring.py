@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from tfdeclare.backends import registry
 from tfdeclare.backends.base import Backend
 from tfdeclare.cli.common import Settings, UserError
 from tfdeclare.controller import Controller
@@ -20,12 +21,30 @@ def make_backend(settings: Settings) -> Backend:
 
 
 def make_controller(settings: Settings, backend: Backend) -> Controller:
+    def other_backend(name: str) -> Backend:  # a job moving away from it stops its tasks there
+        return registry.plugin(name).build(settings.state_dir, settings.config_of(name))
+
     return Controller(
         StateStore(settings.state_dir, exclusive=True),  # the caller holds the lock
         backend,
         StatusWriter(settings.status_dir),
         backoff=Backoff(settings.config.backoff_initial_s, settings.config.backoff_max_s),
+        other_backends=other_backend,
     )
+
+
+@contextmanager
+def controller_for(settings: Settings) -> Iterator[Controller]:
+    """A controller on the chosen backend; its backends are closed (tasks keep running)."""
+    backend = make_backend(settings)
+    try:
+        controller = make_controller(settings, backend)
+        try:
+            yield controller
+        finally:
+            controller.close()
+    finally:
+        backend.close()
 
 
 def lock_error(err: LockHeld) -> UserError:

@@ -89,6 +89,7 @@ class Reason(StrEnum):
     BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
     DEADLINE_EXCEEDED = "DeadlineExceeded"
     DELETING = "Deleting"
+    MOVING_BACKEND = "MovingBackend"  # its tasks on the backend it leaves are stopping
     # A backend could not place the job's gang (``UnplacedReason`` carries the same values).
     WAITING_FOR_RESOURCES = "WaitingForResources"
     WAITING_FOR_GPUS = "WaitingForGPUs"

@@ -201,7 +201,11 @@ class Daemon:
             self._diagnostics = desired.diagnostics
             for diagnostic in desired.diagnostics:
                 log.warning("%s", diagnostic.format())
-        options = PlanOptions(prune=self.options.prune, allow_empty=self.options.allow_empty)
+        options = PlanOptions(
+            prune=self.options.prune,
+            allow_empty=self.options.allow_empty,
+            backend=self.controller.backend.name,
+        )
         current = plan(desired, self.controller.store.observed(), options, self._plans)
         for line in self.controller.apply(current, self.revision):
             log.info("applied %s", line)

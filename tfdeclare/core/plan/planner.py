@@ -44,6 +44,7 @@ class Action(StrEnum):
     NOOP = "no-op"
     ORPHAN = "orphan"
     KEEP = "keep"
+    MOVE = "move"  # to another backend: stopped there before it starts on the new one
 
     @property
     def symbol(self) -> str:
@@ -51,7 +52,14 @@ class Action(StrEnum):
 
     @property
     def changes_something(self) -> bool:
-        return self in (Action.CREATE, Action.UPDATE, Action.RESIZE, Action.RESTART, Action.DELETE)
+        return self in (
+            Action.CREATE,
+            Action.UPDATE,
+            Action.RESIZE,
+            Action.RESTART,
+            Action.DELETE,
+            Action.MOVE,
+        )
 
 
 _SYMBOLS = {
@@ -63,6 +71,7 @@ _SYMBOLS = {
     Action.NOOP: "=",
     Action.ORPHAN: "?",
     Action.KEEP: "!",
+    Action.MOVE: "-/+",
 }
 
 
@@ -79,6 +88,7 @@ class Reason(StrEnum):
     NOT_IN_SOURCE = "NotInSource"
     PRUNE_EVERYTHING_REFUSED = "PruneEverythingRefused"
     INVALID_SPEC = "InvalidSpec"
+    BACKEND_CHANGED = "BackendChanged"
 
 
 class Effect(StrEnum):
@@ -115,6 +125,8 @@ class FieldChange:
 class PlanOptions:
     prune: bool = False
     allow_empty: bool = False
+    # The backend the plan is applied to: a running job on another one moves (None: not checked)
+    backend: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +144,7 @@ class JobPlan:
     spec_hash: str | None = None  # desired
     previous_hash: str | None = None  # applied
     diagnostics: tuple[Diagnostic, ...] = ()
+    moves: tuple[str, str] | None = None  # (from, to) backend of a move
 
 
 @dataclass(frozen=True)
@@ -392,6 +405,40 @@ def _plan_absent(
     )
 
 
+def _plan_move(loaded: LoadedJob, observed: ObservedJob, old: str, backend: str) -> JobPlan:
+    """A job belongs to the backend that runs it: another one means a move, never a second
+    copy. Its tasks there stop before it starts on ``backend`` (contract §5)."""
+    spec = loaded.spec
+    return JobPlan(
+        loaded.name,
+        Action.MOVE,
+        (Reason.BACKEND_CHANGED,),
+        f"moves {old} → {backend}: its tasks on {old} stop before it starts on {backend}",
+        changes=field_changes(observed.canonical, loaded.canonical),
+        start=spec.task_keys(),
+        stop=observed.running,
+        source=loaded.source,
+        phase=observed.phase,
+        spec_hash=loaded.spec_hash,
+        previous_hash=observed.spec_hash,
+        moves=(old, backend),
+    )
+
+
+def _move(observed: ObservedJob | None, options: PlanOptions) -> tuple[str, str] | None:
+    """(from, to) when a running job is planned for another backend than it runs on. A
+    finished job is not moved (it is not re-run unless its spec changes)."""
+    if observed is None or options.backend is None or observed.backend is None:
+        return None
+    if observed.backend == options.backend or observed.phase in (
+        Phase.SUCCEEDED,
+        Phase.FAILED,
+        Phase.DELETING,
+    ):
+        return None
+    return observed.backend, options.backend
+
+
 class PlanCache:
     """Remembers each job's plan by the identity of its loaded and observed inputs, so a warm
     re-plan (the daemon's) only plans what changed. Correct because both inputs are frozen:
@@ -425,7 +472,11 @@ def plan(
         loaded = desired.jobs.get(name)
         current = observed.get(name)
         if loaded is not None:
-            job_plan = present(loaded, current)
+            move = _move(current, options)
+            if current is not None and move is not None:
+                job_plan = _plan_move(loaded, current, *move)
+            else:
+                job_plan = present(loaded, current)
             if job_plan.action.changes_something:
                 acted[name] = loaded.canonical
                 sources[name] = loaded.source

@@ -22,8 +22,9 @@ _VERB = {
     Action.NOOP: "is unchanged",
     Action.ORPHAN: "is orphaned",
     Action.KEEP: "is kept as applied",
+    Action.MOVE: "will move to another backend",
 }
-_LISTED = (Action.CREATE, Action.UPDATE, Action.RESIZE, Action.RESTART, Action.DELETE)
+_LISTED = (Action.CREATE, Action.UPDATE, Action.RESIZE, Action.RESTART, Action.MOVE, Action.DELETE)
 
 
 def is_sensitive(env_name: str) -> bool:
@@ -62,6 +63,8 @@ def summary_line(plan: Plan) -> str:
         f"{plan.count(Action.RESTART)} to restart, {plan.count(Action.DELETE)} to delete."
     )
     extra = []
+    if plan.count(Action.MOVE):
+        extra.append(f"{plan.count(Action.MOVE)} to move to another backend")
     if plan.count(Action.UPDATE):
         extra.append(f"{plan.count(Action.UPDATE)} to update in place")
     if plan.count(Action.NOOP):
@@ -197,6 +200,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
                     "stop": [k.name for k in job.stop],
                 },
                 "diagnostics": [d.to_json() for d in job.diagnostics],
+                "moves": {"from": job.moves[0], "to": job.moves[1]} if job.moves else None,
             }
             for job in plan.jobs
         ],

@@ -146,6 +146,8 @@ class JobRecord:
     revision_info: Mapping[str, Any] | None = None
     last_attempted_revision: str | None = None
     backend: str = "local"
+    # While a job moves to ``backend``: the backend it leaves, until its tasks there are gone
+    moving_from: str | None = None
     attempt: int = 0  # +1 per whole-job (re)launch after a failure or a restart-forcing change
     restarts: int = 0  # restarts after failures (backoffLimit counts these)
     launches: int = 0  # launch batches so far; part of every task id
@@ -187,6 +189,7 @@ class JobRecord:
             "revisionInfo": self.revision_info,
             "lastAttemptedRevision": self.last_attempted_revision,
             "backend": self.backend,
+            "movingFrom": self.moving_from,
             "attempt": self.attempt,
             "restarts": self.restarts,
             "launches": self.launches,
@@ -219,6 +222,7 @@ class JobRecord:
             revision_info=data.get("revisionInfo"),
             last_attempted_revision=data.get("lastAttemptedRevision"),
             backend=data.get("backend", "local"),
+            moving_from=data.get("movingFrom"),
             attempt=int(data.get("attempt", 0)),
             restarts=int(data.get("restarts", 0)),
             launches=int(data.get("launches", 0)),
