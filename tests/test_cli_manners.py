@@ -125,3 +125,25 @@ def test_plan_of_files_with_errors_shows_no_plan(tmp_path: Path, output: str) ->
         assert "No plan: the files have 1 error(s)" in result.stdout
         assert "No changes" not in result.stdout and "good" not in result.stdout
         assert "to create" not in result.stdout
+
+
+def test_a_job_bigger_than_the_policy_allows_is_refused_with_its_line(tmp_path: Path) -> None:
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "big.yaml").write_text(
+        "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: big}\nspec:\n"
+        "  command: [python, x.py]\n  replicas:\n    ps: {count: 2}\n    worker: {count: 100000}\n"
+    )
+    for command in ("validate", "plan", "apply"):
+        result = cli(command, "specs", cwd=tmp_path)
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert (
+            "specs/big.yaml:8:21: error: the job has 100002 tasks; at most 1000 per job "
+            "(policy.maxTasksPerJob in the config) (at $.spec.replicas.worker.count)"
+        ) in result.stderr
+    assert not (tmp_path / ".tfdeclare" / "jobs").exists()
+    (tmp_path / "tfdeclare.yaml").write_text("policy: {maxTasksPerJob: 100000}\n")
+    assert "at most 100000 per job" in cli("validate", "specs", cwd=tmp_path).stderr
+    (tmp_path / "tfdeclare.yaml").write_text("policy: {maxTasksPerJob: 2000}\n")
+    text = (tmp_path / "specs" / "big.yaml").read_text().replace("100000", "1998")
+    (tmp_path / "specs" / "big.yaml").write_text(text)
+    assert cli("validate", "specs", cwd=tmp_path).returncode == 0

@@ -19,6 +19,7 @@ from tfdeclare.backends.plugin import BackendPlugin
 from tfdeclare.core.config import Config
 from tfdeclare.core.diagnostics import Diagnostic
 from tfdeclare.core.spec.loader import SpecCheck
+from tfdeclare.core.spec.policy import check_task_count
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -64,8 +65,12 @@ class Settings:
 
     @property
     def spec_checks(self) -> tuple[SpecCheck, ...]:
-        """What the chosen backend checks in every job (validate, plan, apply, the daemon)."""
-        return (partial(self.plugin.check_job, self.backend_config),)
+        """What every job is checked for besides its schema (validate, plan, apply, the daemon):
+        the config's policy, and what the chosen backend cannot honour."""
+        return (
+            partial(check_task_count, self.config.policy.max_tasks_per_job),
+            partial(self.plugin.check_job, self.backend_config),
+        )
 
 
 def add_common_options(parser: argparse.ArgumentParser) -> None:

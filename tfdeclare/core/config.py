@@ -44,6 +44,11 @@ class DaemonConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    max_tasks_per_job: int = 1000
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     backend: str = "local"
     state_dir: str = ".tfdeclare"
@@ -51,6 +56,7 @@ class Config:
     backoff_initial_s: float = 1.0
     backoff_max_s: float = 300.0
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
     backends: Mapping[str, object] = field(default_factory=dict)  # backend name -> its own config
 
     def with_overrides(self, **changes: Any) -> Config:
@@ -99,6 +105,7 @@ def parse_config(
             debounce_s=float(daemon["debounceSeconds"]),
             status_branch=daemon["statusBranch"],
         ),
+        policy=PolicyConfig(max_tasks_per_job=raw["policy"]["maxTasksPerJob"]),
         backends=backends,
     )
     return config, []
