@@ -8,10 +8,15 @@ its output going straight to the task's log file, and records, atomically:
 - ``exit.json`` when it ends: the exit code (128+N for signal N), and whether it was asked to
   stop.
 
-It is started with ``--detach`` and writes ``launch.json`` (its own pid) first. A stop request
-is SIGTERM to the supervisor (after ``stop.json`` was written): it sends
+It is started with ``--detach``, takes an exclusive ``flock`` on ``task.json`` (a second
+supervisor of the same task, from a retried launch, finds it held and exits at once) and
+writes ``launch.json`` (its own pid). A stop request is the file ``stop.json``: the
+supervisor looks for it on every poll, and SIGTERM only wakes it sooner, so a controller that
+dies between writing the request and signalling still gets its task stopped. It then sends
 SIGTERM to the task's process group, waits the grace period, then SIGKILLs the group. When
 the task ends, whatever is left of its group is killed too, so no task process outlives it.
+Inherited file descriptors (the controller passes the task's machine-wide port reservation)
+stay open for the supervisor's life and are not passed on to the task.
 
 Standard library (and ``tfdeclare.files``) only, so it starts fast.
 """
@@ -19,6 +24,7 @@ Standard library (and ``tfdeclare.files``) only, so it starts fast.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -59,6 +65,12 @@ class Supervisor:
         self.spec = json.loads((task_dir / "task.json").read_text(encoding="utf-8"))
         self.stop_requested_at: float | None = None
         self.grace_s = float(self.spec.get("graceSeconds", 10.0))
+
+    def _stop_requested(self) -> float | None:
+        """When the stop was asked for (by ``stop.json``, with or without a signal), or None."""
+        if self.stop_requested_at is None and (self.task_dir / "stop.json").exists():
+            self._on_sigterm(signal.SIGTERM, None)
+        return self.stop_requested_at
 
     def _on_sigterm(self, signum: int, frame: object) -> None:
         if self.stop_requested_at is None:
@@ -110,8 +122,6 @@ class Supervisor:
                 "startedAt": started,
             },
         )
-        if (self.task_dir / "stop.json").exists() and self.stop_requested_at is None:
-            self._on_sigterm(signal.SIGTERM, None)  # a stop that came before we were ready
         returncode = self._wait(child)
         kill_group(child.pid, signal.SIGKILL)  # stragglers of the task's group
         exit_code = returncode if returncode >= 0 else 128 - returncode
@@ -127,11 +137,12 @@ class Supervisor:
             code = child.poll()
             if code is not None:
                 return code
-            if self.stop_requested_at is not None:
+            asked_at = self._stop_requested()
+            if asked_at is not None:
                 if not termed:
                     kill_group(child.pid, signal.SIGTERM)
                     termed = True
-                elif not killed and time.monotonic() - self.stop_requested_at >= self.grace_s:
+                elif not killed and time.monotonic() - asked_at >= self.grace_s:
                     kill_group(child.pid, signal.SIGKILL)
                     killed = True
             time.sleep(POLL_S)
@@ -150,6 +161,11 @@ def main(argv: list[str]) -> int:
         if os.fork() > 0:
             os._exit(0)
         os.setsid()
+    lock = os.open(task_dir / "task.json", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held until we exit
+    except BlockingIOError:
+        return 0  # this task's supervisor already runs (a retried launch)
     me = os.getpid()
     write_json(task_dir / "launch.json", {"supervisorPid": me, "supervisorTicks": process_start_ticks(me)})
     return Supervisor(task_dir).run()
