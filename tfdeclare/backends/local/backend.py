@@ -451,7 +451,14 @@ class LocalBackend:
         once), handing it the descriptor that holds the task's port reservation."""
         try:
             starter = subprocess.Popen(
-                [self.python, "-m", "tfdeclare.backends.local.supervisor", "--detach", str(task_dir)],
+                [
+                    self.python,
+                    "-m",
+                    "tfdeclare.backends.local.supervisor",
+                    "--detach",
+                    *(["--port-fd", str(port_fd)] if port_fd is not None else []),
+                    str(task_dir),
+                ],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
