@@ -8,6 +8,16 @@ State lives under ``<state-dir>/local``::
     tasks/<task-id>/stop.json    a stop request (grace period)
     tasks/<task-id>/exit.json    written by the supervisor when the task has ended
     logs/<job>/<task-id>.log     the task's output (kept after the task is forgotten)
+    work/<job>/<role>-<index>/   the task's own writable working folder (never deleted)
+
+A task's working folder is the same for every launch of its slot (restarts, spec changes,
+a deleted and re-created job of the same name), so what it writes there (checkpoints)
+survives, and tfdeclare never deletes or overwrites it. Unless ``workingDir`` is absolute,
+the task runs in it, and every entry of its source folder (the spec file's folder, or
+``workingDir`` relative to it; hidden entries left out) appears in it as a link, refreshed at
+each launch: a link whose name the source no longer has is removed, while a file or folder
+the task made itself is left alone (and wins over a source entry of the same name). The
+task's environment names both: ``TFDECLARE_WORK_DIR`` and ``TFDECLARE_SOURCE_DIR``.
 
 Everything a later controller needs to adopt the tasks is in those files, so tasks survive
 the CLI, and a crash at any point leaves a state the next run reads. Placement accounts for
@@ -111,6 +121,48 @@ def _supervisor_holds(task_dir: Path) -> bool:
     return False
 
 
+def _source_folder(task: TaskLaunch) -> Path | None:
+    """The folder whose files a task sees: its spec file's folder, or ``workingDir`` (relative
+    to that folder; to the controller's folder when there is no spec file)."""
+    if task.working_dir is None:
+        return Path(task.source_dir) if task.source_dir is not None else None
+    return Path(os.path.abspath(Path(task.source_dir or ".") / task.working_dir))
+
+
+_SOURCE_MARK = ".tfdeclare-source"  # in a working folder: the source folder linked last
+
+
+def _link_entries(work: Path, source: Path) -> None:
+    """Show every (non-hidden) entry of ``source`` in ``work`` as a link. Links are replaced
+    atomically; links into the previously linked source that it no longer has are removed;
+    a file or folder that is not a link (the task's own) is never touched."""
+    try:
+        names = {e.name for e in os.scandir(source) if not e.name.startswith(".")}
+    except FileNotFoundError:
+        names = set()
+    previous = (work / _SOURCE_MARK).read_text(encoding="utf-8") if (work / _SOURCE_MARK).exists() else ""
+    for entry in os.scandir(work):
+        if (
+            previous
+            and entry.is_symlink()
+            and entry.name not in names
+            and os.path.dirname(os.readlink(entry.path)) == previous
+        ):
+            os.unlink(entry.path)
+    for name in names:
+        link, target = work / name, str(source / name)
+        if link.is_symlink():
+            if os.readlink(link) != target:
+                staged = work / f".{name}.tfdeclare-link"
+                with contextlib.suppress(FileNotFoundError):
+                    staged.unlink()
+                staged.symlink_to(target)
+                staged.replace(link)
+        elif not os.path.lexists(link):
+            link.symlink_to(target)
+    write_atomic(work / _SOURCE_MARK, str(source).encode())
+
+
 def _read_json(path: Path) -> dict[str, Any] | None:
     try:
         with open(path, encoding="utf-8") as handle:
@@ -141,6 +193,7 @@ class LocalBackend:
         self.root = state_dir / "local"
         self.tasks_dir = self.root / "tasks"
         self.logs_dir = self.root / "logs"
+        self.work_dir = self.root / "work"
         self.capacity = capacity or LocalCapacity.detect()
         self.python = python or sys.executable
         self._reservations: dict[str, _Reservation] = {}
@@ -252,7 +305,10 @@ class LocalBackend:
             started_at=started_at,
             finished_at=finished_at,
             message=message,
-            extra={"gpus": ",".join(str(g) for g in spec.get("gpuDevices", []))},
+            extra={
+                "gpus": ",".join(str(g) for g in spec.get("gpuDevices", [])),
+                "source": spec.get("sourceDir") or "",
+            },
         )
         return task, launch_info
 
@@ -420,6 +476,18 @@ class LocalBackend:
         env["PATH"] = python_bin + os.pathsep + env.get("PATH", os.environ.get("PATH", os.defpath))
         if self.capacity.gpus or task.resources.gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in task.slot.gpu_devices)
+        work = self.work_dir / task.job / task.key.name
+        source = _source_folder(task)
+        cwd = task.working_dir if task.working_dir and Path(task.working_dir).is_absolute() else str(work)
+        try:
+            work.mkdir(parents=True, exist_ok=True)
+            if source is not None and cwd == str(work):
+                _link_entries(work, source)
+        except OSError as err:
+            raise BackendError(f"cannot prepare the working folder {work} of {task.task_id}: {err}") from err
+        env["TFDECLARE_WORK_DIR"] = str(work)
+        if source is not None:
+            env["TFDECLARE_SOURCE_DIR"] = str(source)
         spec = {
             "taskId": task.task_id,
             "job": task.job,
@@ -430,7 +498,9 @@ class LocalBackend:
             "specHash": task.spec_hash,
             "argv": list(task.argv),
             "env": env,
-            "cwd": self._working_dir(task),
+            "cwd": cwd,
+            "workDir": str(work),
+            "sourceDir": str(source) if source is not None else None,
             "resources": [task.resources.cpus, task.resources.mem_mib, task.resources.gpus],
             "host": task.slot.host,
             "port": task.slot.port,
@@ -469,15 +539,6 @@ class LocalBackend:
             raise BackendError(f"cannot start the supervisor of {task_dir.name}: {err}") from err
         self._started[task_dir.name] = time.monotonic()
         return starter
-
-    @staticmethod
-    def _working_dir(task: TaskLaunch) -> str | None:
-        base = task.source_dir
-        if task.working_dir is None:
-            return base
-        if Path(task.working_dir).is_absolute() or base is None:
-            return task.working_dir
-        return os.path.normpath(Path(base) / task.working_dir)
 
     def stop(self, task_ids: Sequence[str], grace_s: float) -> None:
         for task_id in task_ids:
