@@ -411,6 +411,7 @@ def test_git_mode_never_deletes_what_a_task_writes_and_keeps_its_revision(
         assert [c.split()[0] for c in written()] == [pid] * len(written()), "nothing restarted"
         assert all("# v1" in c for c in written()), "the task still runs from its own revision"
         assert (snapshots / first).is_dir(), "the snapshot in use is kept"
+        assert not (snapshots / first / "jobs" / "ckpt.py").stat().st_mode & 0o222, "read-only"
 
         third = commit(work, "v3: restart", {"ck.yaml": spec.replace("env: {", "env: {X: '1', ")})
         wait_until(lambda: (status(cwd, "ck") or {}).get("revision") == third)

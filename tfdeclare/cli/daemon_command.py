@@ -55,7 +55,9 @@ def _folders_in_use(controller: Controller) -> set[str]:
     """The source folders that job records and live tasks refer to (their git snapshots are
     kept)."""
     used = {r.source_dir for r in controller.store.records().values() if r.source_dir}
-    used.update(t.extra["source"] for t in controller.backend.observe() if t.extra.get("source"))
+    used.update(
+        t.extra["source"] for t in controller.backend.observe() if t.state.alive and t.extra.get("source")
+    )
     return used
 
 

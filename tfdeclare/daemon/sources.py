@@ -19,6 +19,7 @@ Both only *say* when to look again (``on_change``); the daemon's pass reads the 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -109,7 +110,8 @@ def _remove_tree(root: Path) -> None:
     if not root.exists():
         return
     for folder, _, _ in os.walk(root):
-        os.chmod(folder, stat.S_IRWXU)
+        with contextlib.suppress(OSError):
+            os.chmod(folder, stat.S_IRWXU)
     shutil.rmtree(root, ignore_errors=True)
 
 
@@ -175,13 +177,11 @@ class GitSource:
                     "--prune", "--force", "origin", f"+refs/heads/{branch}:refs/remotes/origin/{branch}"
                 )
                 commit = repo.commit(f"refs/remotes/origin/{branch}")
-                snapshot = self._snapshot(repo, commit.hexsha)
-                if not self.current.is_symlink() or os.readlink(self.current) != snapshot:
-                    staged = self.workdir / ".current.tmp"
-                    staged.unlink(missing_ok=True)
-                    staged.symlink_to(snapshot)  # relative: the state folder may move
-                    staged.replace(self.current)
-                self._remove_unused(commit.hexsha)
+                try:
+                    self._make_current(self._snapshot(repo, commit.hexsha))
+                    self._remove_unused(commit.hexsha)
+                except OSError as err:  # the folder, not the clone: keep the clone
+                    raise SourceError(f"cannot write the snapshot of {commit.hexsha[:12]}: {err}") from err
             except git.GitCommandError as err:
                 detail = (err.stderr or str(err)).strip().splitlines()
                 raise SourceError(f"git: {detail[-1] if detail else err}") from err
@@ -218,6 +218,13 @@ class GitSource:
             os.chmod(folder, os.stat(folder).st_mode & ~_WRITE_BITS)
         staged.rename(self.workdir / relative)
         return relative
+
+    def _make_current(self, snapshot: str) -> None:
+        if not self.current.is_symlink() or os.readlink(self.current) != snapshot:
+            staged = self.workdir / ".current.tmp"
+            staged.unlink(missing_ok=True)
+            staged.symlink_to(snapshot)  # relative: the state folder may move
+            staged.replace(self.current)
 
     def _remove_unused(self, current: str) -> None:
         """Remove the snapshots (and leftovers of interrupted ones) that are neither current
