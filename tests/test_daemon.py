@@ -365,3 +365,64 @@ def test_git_mode_corrupt_clone_is_recloned_and_prune_by_commit(cwd: Path, repo:
     lines = [json.loads(line) for line in daemon.text().splitlines() if line.startswith("{")]
     assert lines and {"time", "level", "logger", "message"} <= set(lines[0])
     assert any("unusable" in line["message"] for line in lines)
+
+
+CHECKPOINTER = """\
+# {version}
+import os, time
+from pathlib import Path
+Path(os.environ["OUT"], "cwd").write_text(os.getcwd())
+Path("checkpoints").mkdir(exist_ok=True)
+n = len(os.listdir("checkpoints"))
+while True:
+    Path("checkpoints", "ckpt-%04d" % n).write_text(str(os.getpid()) + " " + Path("ckpt.py").read_text())
+    n += 1
+    time.sleep(0.2)
+"""
+
+
+def test_git_mode_never_deletes_what_a_task_writes_and_keeps_its_revision(
+    cwd: Path, repo: tuple[Path, Path]
+) -> None:
+    remote, work = repo
+    spec = (
+        "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: ck}\nspec:\n"
+        "  command: [python, ckpt.py]\n"
+        f"  env: {{OUT: '{cwd}'}}\n"
+        "  replicas: {worker: {count: 1, resources: {cpus: 0.1, mem: 64}}}\n"
+    )
+    first = commit(work, "v1", {"ck.yaml": spec, "ckpt.py": CHECKPOINTER.format(version="v1")})
+    snapshots = cwd / ".tfdeclare" / "git" / "revisions"
+
+    def checkpoints() -> Path:  # where the task runs
+        return Path((cwd / "cwd").read_text() if (cwd / "cwd").exists() else cwd / "none") / "checkpoints"
+
+    def written() -> list[str]:
+        return [p.read_text() for p in sorted(checkpoints().iterdir())] if checkpoints().is_dir() else []
+
+    daemon = Daemon(cwd, "--git", f"file://{remote}", "--path", "jobs", "--interval", "0.5")
+    try:
+        wait_until(lambda: len(written()) >= 3)
+        pid = written()[0].split()[0]
+        second = commit(work, "v2: a new script", {"ckpt.py": CHECKPOINTER.format(version="v2")})
+        wait_until(lambda: (status(cwd, "ck") or {}).get("revision") == second)
+        seen = len(written())
+        wait_until(lambda: len(written()) >= seen + 5)  # several syncs later
+        assert [c.split()[0] for c in written()] == [pid] * len(written()), "nothing restarted"
+        assert all("# v1" in c for c in written()), "the task still runs from its own revision"
+        assert (snapshots / first).is_dir(), "the snapshot in use is kept"
+        assert not (snapshots / first / "jobs" / "ckpt.py").stat().st_mode & 0o222, "read-only"
+
+        third = commit(work, "v3: restart", {"ck.yaml": spec.replace("env: {", "env: {X: '1', ")})
+        wait_until(lambda: (status(cwd, "ck") or {}).get("revision") == third)
+        wait_until(lambda: "# v2" in written()[-1])
+        before = written()
+        assert before[0].split()[0] == pid and len({c.split()[0] for c in before}) == 2
+        assert checkpoints().parent == cwd / ".tfdeclare" / "local" / "work" / "ck" / "worker-0"
+        assert [p.name for p in sorted(checkpoints().iterdir())] == [
+            f"ckpt-{i:04d}" for i in range(len(before))
+        ]
+        wait_until(lambda: not (snapshots / first).exists())  # no job or task uses it any more
+        assert (snapshots / third).is_dir()
+    finally:
+        daemon.stop()

@@ -374,7 +374,7 @@ def test_labels_of_a_finished_job_change_in_place_without_a_rerun(project: Path)
     assert sorted(records(project)) == ["worker-0.0"], "nothing ran again"
 
 
-def test_a_restart_driven_from_another_folder_keeps_the_spec_folder_as_working_dir(project: Path) -> None:
+def test_a_restart_driven_from_another_folder_keeps_the_spec_folder_as_source(project: Path) -> None:
     (project / "specs" / "job.yaml").write_text(spec("moved", {"worker": (1, "fail-once")}))
     assert cli("apply", "specs", cwd=project).returncode == 0
     elsewhere = project / "elsewhere"
@@ -390,7 +390,9 @@ def test_a_restart_driven_from_another_folder_keeps_the_spec_folder_as_working_d
     wait_until(
         lambda: (cli("status", "--refresh", *dirs, cwd=elsewhere), "worker-0.1" in records(project))[1]
     )
-    assert records(project)["worker-0.1"]["cwd"] == str((project / "specs").resolve())
+    seen = records(project)["worker-0.1"]
+    assert seen["env"]["TFDECLARE_SOURCE_DIR"] == str((project / "specs").resolve())  # type: ignore[index]
+    assert seen["cwd"] == str(project / ".tfdeclare" / "local" / "work" / "moved" / "worker-0")
 
 
 def test_logs_follow_prints_until_the_task_ends(project: Path) -> None:
@@ -406,3 +408,35 @@ def test_logs_follow_prints_until_the_task_ends(project: Path) -> None:
     assert time.monotonic() - started >= 1.0, "it waited for the task"
     assert cli("logs", "talk", "--task", "ps:0", cwd=project).returncode == 1
     assert cli("logs", "nope", cwd=project).returncode == 1
+
+
+CHECKPOINTING = """\
+import os, sys
+from pathlib import Path
+attempt = os.environ["TFDECLARE_ATTEMPT"]
+Path("checkpoints").mkdir(exist_ok=True)
+Path("checkpoints", "ckpt-" + attempt).write_text(attempt)
+Path("seen-" + attempt).write_text(",".join(sorted(os.listdir("checkpoints"))))
+sys.exit(1 if attempt == "0" else 0)
+"""
+
+
+def test_a_task_writes_into_its_own_working_folder_which_outlives_restarts_and_the_job(
+    project: Path,
+) -> None:
+    specs = project / "specs"
+    (specs / "ckpt.py").write_text(CHECKPOINTING)
+    (specs / "ck.yaml").write_text(
+        "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: ck}\nspec:\n"
+        "  command: [python, ckpt.py]\n"
+        "  replicas: {worker: {count: 1, resources: {cpus: 0.1, mem: 64}}}\n"
+    )
+    applied = cli("apply", "specs", "--wait", cwd=project)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    work = project / ".tfdeclare" / "local" / "work" / "ck" / "worker-0"
+    assert (work / "seen-1").read_text() == "ckpt-0,ckpt-1", "the restart found the first checkpoint"
+    assert (work / "ckpt.py").is_symlink() and (work / "ckpt.py").resolve() == (specs / "ckpt.py").resolve()
+    assert not (specs / "checkpoints").exists(), "nothing is written into the spec folder"
+    assert cli("delete", "ck", cwd=project).returncode == 0
+    wait_until(lambda: not (project / "status" / "ck.yaml").exists())
+    assert sorted(p.name for p in (work / "checkpoints").iterdir()) == ["ckpt-0", "ckpt-1"], "never deleted"

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from tfdeclare.cli.common import EXIT_OK, UserError, settings_from
 from tfdeclare.cli.wiring import locked, make_backend, make_controller
+from tfdeclare.controller import Controller
 from tfdeclare.daemon.server import DaemonServer
 from tfdeclare.daemon.service import Daemon, DaemonOptions, Source
 from tfdeclare.daemon.sources import FolderSource, GitSettings, GitSource, SourceError
@@ -50,6 +51,16 @@ def _setup_logging(fmt: str) -> None:
     root.propagate = False
 
 
+def _folders_in_use(controller: Controller) -> set[str]:
+    """The source folders that job records and live tasks refer to (their git snapshots are
+    kept)."""
+    used = {r.source_dir for r in controller.store.records().values() if r.source_dir}
+    used.update(
+        t.extra["source"] for t in controller.backend.observe() if t.state.alive and t.extra.get("source")
+    )
+    return used
+
+
 def cmd_daemon(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     daemon_config = settings.config.daemon
@@ -67,7 +78,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
                 args.push_status,
             )
             source = GitSource(git, settings.state_dir / "git")
-            base_dir = source.clone_dir
+            base_dir = source.current
         else:
             folder = Path(args.specs)
             if not folder.is_dir():
@@ -82,6 +93,8 @@ def cmd_daemon(args: argparse.Namespace) -> int:
         backend = make_backend(settings)
         controller = make_controller(settings, backend)
         controller.base_dir = base_dir
+        if isinstance(source, GitSource):
+            source.in_use = lambda: _folders_in_use(controller)
         files = SpecFiles(
             [source.specs_path],
             checks=settings.spec_checks,

@@ -103,6 +103,7 @@ def _provenance(
     if revision is not None and revision.commit != record.revision:
         changes["revision"] = revision.commit
         changes["revision_info"] = revision.to_json()
+        changes["source_dir"] = source_dir(source)  # the new revision's snapshot, for later launches
     if revision is not None and revision.commit != record.last_attempted_revision:
         changes["last_attempted_revision"] = revision.commit
     return record.evolve(**changes) if changes else record
