@@ -147,3 +147,16 @@ def test_a_job_bigger_than_the_policy_allows_is_refused_with_its_line(tmp_path: 
     text = (tmp_path / "specs" / "big.yaml").read_text().replace("100000", "1998")
     (tmp_path / "specs" / "big.yaml").write_text(text)
     assert cli("validate", "specs", cwd=tmp_path).returncode == 0
+
+
+def test_apply_of_a_job_that_can_never_fit_exits_1(tmp_path: Path) -> None:
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "tfdeclare.yaml").write_text("local: {cpus: 2, mem: 4Gi, gpus: 0}\n")
+    (tmp_path / "specs" / "huge.yaml").write_text(
+        "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: huge}\nspec:\n"
+        "  command: [python, x.py]\n  replicas:\n    worker: {count: 1, resources: {cpus: 64}}\n"
+    )
+    result = cli("apply", "specs", cwd=tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "cannot be scheduled: huge" in result.stderr
+    cli("delete", "--all", cwd=tmp_path)

@@ -310,7 +310,9 @@ def test_unreachable_remote_keeps_the_jobs_and_is_reported(cwd: Path, repo: tupl
         remote.rename(remote.with_name("gone.git"))
         wait_until(lambda: daemon.get("/healthz")[0] == 503)
         _, detail = daemon.get("/healthz")
-        assert detail["sourceError"]
+        assert detail["sourceError"] == (
+            f"git: '{remote}' does not appear to be a git repository; Could not read from remote repository."
+        )
         assert alive(pids(outputs)[0])
         assert "source unavailable, the last applied state keeps running" in daemon.text()
     finally:
@@ -426,3 +428,20 @@ def test_git_mode_never_deletes_what_a_task_writes_and_keeps_its_revision(
         assert (snapshots / third).is_dir()
     finally:
         daemon.stop()
+
+
+def test_clients_that_hang_up_leave_no_traceback_in_the_log(cwd: Path) -> None:
+    import socket
+    import struct
+
+    daemon = Daemon(cwd, "--specs", "specs", "--interval", "5")
+    try:
+        host, port = daemon.url.removeprefix("http://").rstrip("/").split(":")
+        for path in ["/jobs", "/metrics", "/healthz"] * 20:
+            with socket.create_connection((host, int(port))) as client:
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # RST
+                client.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        assert daemon.get("/healthz")[0] == 200  # still serving
+    finally:
+        assert daemon.stop() == 0
+    assert "Traceback" not in daemon.text() and "Exception occurred" not in daemon.text()

@@ -49,6 +49,13 @@ def _setup_logging(fmt: str) -> None:
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO)
     root.propagate = False
+    # Libraries log in our format, and only what needs a person: watchdog warns about events it
+    # drops while a watched folder is replaced, which the next resync covers anyway.
+    for name, level in (("watchdog", logging.ERROR), ("git", logging.ERROR), ("kazoo", logging.WARNING)):
+        library = logging.getLogger(name)
+        library.handlers[:] = [handler]
+        library.setLevel(level)
+        library.propagate = False
 
 
 def _folders_in_use(controller: Controller) -> set[str]:

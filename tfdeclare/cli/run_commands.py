@@ -256,7 +256,7 @@ def _apply_outcome(records: dict[str, JobRecord], timed_out: bool, errors: list[
     if errors:
         stderr_line(f"tfdeclare: {len(errors)} problem(s) remain (above); the next pass retries them")
         return EXIT_ERROR
-    return EXIT_ERROR if (wait and stuck) else EXIT_OK
+    return EXIT_ERROR if stuck else EXIT_OK  # it can never run as configured: a user error
 
 
 # ---- status -----------------------------------------------------------------------------

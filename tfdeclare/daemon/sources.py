@@ -38,6 +38,17 @@ log = logging.getLogger("tfdeclare.daemon")
 _SPEC_SUFFIXES = (".yaml", ".yml")
 
 
+def git_problem(err: Any) -> str:
+    """What git said went wrong (its ``fatal:``/``error:`` lines), from a GitCommandError."""
+    stderr = str(err.stderr or "").strip()
+    stderr = stderr.removeprefix("stderr:").strip().strip("'").strip()
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    fatal = [line.split(":", 1)[1].strip() for line in lines if line.startswith(("fatal:", "error:"))]
+    if fatal:
+        return "; ".join(dict.fromkeys(fatal))
+    return lines[-1] if lines else f"git failed (exit code {getattr(err, 'status', '?')})"
+
+
 class SourceError(Exception):
     """The source cannot be read now (unreachable remote, corrupt clone, missing folder)."""
 
@@ -183,8 +194,7 @@ class GitSource:
                 except OSError as err:  # the folder, not the clone: keep the clone
                     raise SourceError(f"cannot write the snapshot of {commit.hexsha[:12]}: {err}") from err
             except git.GitCommandError as err:
-                detail = (err.stderr or str(err)).strip().splitlines()
-                raise SourceError(f"git: {detail[-1] if detail else err}") from err
+                raise SourceError(f"git: {git_problem(err)}") from err
             except (git.InvalidGitRepositoryError, git.NoSuchPathError, ValueError, OSError) as err:
                 self._set_aside()
                 raise SourceError(
@@ -289,9 +299,8 @@ class GitSource:
                 if self.settings.push_status:
                     repo.git.push("--force", "origin", f"{ref}:{ref}")
             except git.GitCommandError as err:
-                detail = (err.stderr or str(err)).strip().splitlines()
                 raise SourceError(
-                    f"writing status to branch {self.settings.status_branch}: {detail[-1] if detail else err}"
+                    f"writing status to branch {self.settings.status_branch}: {git_problem(err)}"
                 ) from err
 
     def close(self) -> None:
