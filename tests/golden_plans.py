@@ -2,7 +2,8 @@
 
     specs/*.yaml     the desired state (paths shown relative to the case folder)
     observed.yaml    a list of applied jobs: {phase, running: [worker-0, ...], source: FILE:LINE, job: TFJob}
-    options.yaml     optional planner options: {prune: bool, allowEmpty: bool}
+    options.yaml     optional planner options: {prune: bool, allowEmpty: bool, settleSeconds: S,
+                     now: T, sightings: {NAME: {specHash: HASH or null, since: T}}}
     expected.txt     the text plan
     expected.json    the JSON plan
 
@@ -19,7 +20,7 @@ import yaml
 
 from tfdeclare.core.enums import Phase, Role
 from tfdeclare.core.plan.observed import ObservedJob
-from tfdeclare.core.plan.planner import Plan, PlanOptions, plan
+from tfdeclare.core.plan.planner import Plan, PlanOptions, Sighting, plan
 from tfdeclare.core.run.tasks import TaskKey
 from tfdeclare.core.spec.loader import SourceRef, load_file
 from tfdeclare.shell.sources import SpecFiles
@@ -61,5 +62,14 @@ def run_case(case: Path) -> Plan:
     return plan(
         desired,
         observed,
-        PlanOptions(prune=options.get("prune", False), allow_empty=options.get("allowEmpty", False)),
+        PlanOptions(
+            prune=options.get("prune", False),
+            allow_empty=options.get("allowEmpty", False),
+            settle_s=options.get("settleSeconds", 0.0),
+        ),
+        now=options.get("now", 0.0),
+        sightings={
+            name: Sighting(seen["specHash"], seen["since"])
+            for name, seen in options.get("sightings", {}).items()
+        },
     )

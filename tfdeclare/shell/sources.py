@@ -1,7 +1,9 @@
 """Spec files from folders and files: discovery, reading, and a cache of parse results.
 
 Discovery takes every ``*.yaml``/``*.yml`` under the given paths, skipping hidden files and
-folders and the state and status folders, not following links to folders. The cache keeps
+folders and the state and status folders, not following links to folders. A folder or file
+that cannot be listed or looked at is a read error (``Code.READ_ERROR``), never skipped
+silently: the listing is then incomplete, and the planner prunes nothing. The cache keeps
 one ``FileResult`` per file keyed by its stat (size, mtime, inode); a file modified within the
 last two seconds is re-read regardless (mtime granularity), and results are reused by content
 hash, so a warm re-plan reads only what changed.
@@ -14,10 +16,11 @@ import os
 import stat as stat_module
 import time
 from collections.abc import Collection, Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from tfdeclare.core.diagnostics import Code, Diagnostic, Severity
-from tfdeclare.core.plan.desired import DesiredState, assemble
+from tfdeclare.core.plan.desired import DesiredState, assemble, holds_no_job
 from tfdeclare.core.spec.loader import FileResult, LoadContext, content_hash, load_file
 
 _SUFFIXES = (".yaml", ".yml")
@@ -63,18 +66,22 @@ class SpecFiles:
                 continue
             if os.path.isdir(path):
                 if os.path.realpath(path) not in self.exclude:
-                    files.update(self._walk(path))
+                    files.update(self._walk(path, problems))
             else:
                 files.setdefault((stat.st_dev, stat.st_ino), (path, stat))
         return sorted(files.values(), key=lambda item: item[0]), problems
 
-    def _walk(self, root: str) -> Iterable[tuple[tuple[int, int], tuple[str, os.stat_result]]]:
+    def _walk(
+        self, root: str, problems: list[Diagnostic]
+    ) -> Iterable[tuple[tuple[int, int], tuple[str, os.stat_result]]]:
+        """Spec files below ``root``; what cannot be read is added to ``problems``."""
         stack = [root]
         while stack:
             folder = stack.pop()
             try:
                 entries = list(os.scandir(folder))
-            except OSError:
+            except OSError as err:
+                problems.append(_read_error(display_path(folder, self.base), "cannot list this folder", err))
                 continue
             for entry in entries:
                 name = entry.name
@@ -83,7 +90,8 @@ class SpecFiles:
                 if name.endswith(_SUFFIXES):
                     try:
                         stat = entry.stat()  # the one system call per file of a warm load
-                    except OSError:
+                    except OSError as err:
+                        problems.append(_read_error(display_path(entry.path, self.base), "cannot read", err))
                         continue
                     if stat_module.S_ISREG(stat.st_mode):
                         yield (stat.st_dev, stat.st_ino), (entry.path, stat)
@@ -125,13 +133,7 @@ class SpecFiles:
             return last[1]  # nothing changed: the same desired state, object and all
         state = assemble(results)
         if problems:
-            state = DesiredState(
-                jobs=state.jobs,
-                diagnostics=tuple(problems) + state.diagnostics,
-                protected=state.protected,
-                invalid_files=state.invalid_files,
-                files=state.files,
-            )
+            state = replace(state, diagnostics=tuple(problems) + state.diagnostics)
         self._last = (results, state)
         return state
 
@@ -143,8 +145,8 @@ class SpecFiles:
 
     def _patch(self, changed: Collection[str]) -> DesiredState | None:
         """The previous state with the changed files' jobs replaced, when that cannot affect
-        anything else: the state was clean, stays clean, and no name moves between files.
-        Otherwise None, and the caller loads everything."""
+        anything else: the state was clean, stays clean (every changed file still holds a
+        job), and no name moves between files. Otherwise None, and the caller loads everything."""
         if self._last is None or self._last[1].diagnostics:
             return None
         previous = self._last[1]
@@ -169,7 +171,7 @@ class SpecFiles:
                 added_or_removed |= path not in files
                 files[path] = stat
                 new = self._load_one(path, stat, now)
-                if new.diagnostics:
+                if new.diagnostics or holds_no_job(new):
                     return None
             for job in old[1].jobs if old is not None else ():
                 if jobs.get(job.name) is job:
@@ -215,9 +217,12 @@ def _read(path: str, size: int) -> bytes:
         os.close(fd)
 
 
+def _read_error(shown: str, what: str, err: OSError) -> Diagnostic:
+    return Diagnostic(shown, None, None, f"{what}: {err.strerror or err}", None, Code.READ_ERROR)
+
+
 def _unreadable(shown: str, err: OSError) -> FileResult:
-    problem = Diagnostic(shown, None, None, f"cannot read: {err.strerror or err}", None, Code.READ_ERROR)
-    return FileResult(shown, "", (), (problem,), ())
+    return FileResult(shown, "", (), (_read_error(shown, "cannot read", err),), ())
 
 
 def no_files_warning(paths: Sequence[Path]) -> Diagnostic:
