@@ -51,7 +51,8 @@ class SpecFiles:
         self.exclude = {os.path.realpath(p) for p in exclude}
         self.base = str(base) if base is not None else None
         self._cache: dict[str, tuple[tuple[int, int, int], FileResult]] = {}
-        self._last: tuple[list[FileResult], DesiredState] | None = None
+        # The last state and the per-file results it was assembled from (None after a patch).
+        self._last: tuple[list[FileResult] | None, DesiredState] | None = None
         self._files: dict[str, os.stat_result] = {}  # spec files found by the last scan
 
     def discover(self) -> tuple[list[tuple[str, os.stat_result]], list[Diagnostic]]:
@@ -103,6 +104,8 @@ class SpecFiles:
         events), lists the only paths that may have changed since the last load: then just
         those are read again and the previous state patched, instead of every file being
         looked at (a full scan stats them all)."""
+        if changed is not None and not changed and self._last is not None:
+            return self._last[1]  # nothing changed since the last load
         if changed is not None and self._incremental(changed):
             patched = self._patch(changed)
             if patched is not None:
@@ -126,6 +129,7 @@ class SpecFiles:
         last = self._last
         if (
             last is not None
+            and last[0] is not None
             and not problems
             and len(last[0]) == len(results)
             and all(a is b for a, b in zip(last[0], results, strict=True))
@@ -184,7 +188,7 @@ class SpecFiles:
             tuple(sorted(display_path(p, self.base) for p in files)) if added_or_removed else previous.files
         )
         state = DesiredState(jobs, (), {}, frozenset(), shown_files)
-        self._last = ([], state)  # no per-file list: the next full load compares nothing
+        self._last = (None, state)  # no per-file list: the next full load compares nothing
         return state
 
     def _load_one(self, path: str, stat: os.stat_result, now: float) -> FileResult:
