@@ -62,6 +62,7 @@ class DaemonConfig:
     log_format: str = "text"
     debounce_s: float = 0.05
     status_branch: str = "tfdeclare-status"
+    settle_s: float = 3.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +150,7 @@ def parse_config(path: str, data: bytes) -> tuple[Config | None, list[Diagnostic
             log_format=daemon["logFormat"],
             debounce_s=float(daemon["debounceSeconds"]),
             status_branch=daemon["statusBranch"],
+            settle_s=float(daemon["settleSeconds"]),
         ),
     )
     return config, []
