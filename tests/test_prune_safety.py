@@ -202,3 +202,21 @@ def test_the_synced_condition_says_why_the_files_are_not_applied() -> None:
     legacy = {**record.to_json(), "invalid": ["specs/a.yaml:4:5: error: x"]}
     del legacy["notSynced"]
     assert JobRecord.from_json(legacy).not_synced == (Reason.INVALID_SPEC, "specs/a.yaml:4:5: error: x")
+
+
+def test_a_saved_plan_keeps_the_protection_of_a_file_without_a_job(workdir: Path) -> None:
+    (workdir / "specs" / "a.yaml").write_text(job_yaml("a"))
+    (workdir / "specs" / "b.yaml").write_text(job_yaml("b"))
+    try:
+        assert cli("apply", "specs", cwd=workdir).returncode == 0
+        (workdir / "specs" / "a.yaml").write_text("")
+        planned = cli("plan", "specs", "--prune", "--out", "plan.json", cwd=workdir)
+        assert (
+            planned.returncode == 0 and "! a: its file specs/a.yaml holds no job document" in planned.stdout
+        )
+        applied = cli("apply", "plan.json", cwd=workdir)
+        assert applied.returncode == 0, applied.stderr
+        assert "will be deleted" not in applied.stdout
+        assert "a " in cli("status", cwd=workdir).stdout
+    finally:
+        cli("delete", "--all", cwd=workdir)
