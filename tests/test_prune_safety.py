@@ -176,17 +176,19 @@ def test_a_removal_is_made_only_after_the_settle_time_in_complete_listings() -> 
     assert _step(without, observed, 15.0, emptied).job("a").action is Action.KEEP, "the clock started again"
 
 
-def test_a_settled_sighting_is_a_plan_of_its_own() -> None:
+def test_only_changes_that_stop_or_restart_tasks_wait_to_settle() -> None:
+    settle = PlanOptions(settle_s=2.0)
     new = _loaded("n")
-    held = plan(new, {}, PlanOptions(settle_s=2.0), now=5.0)
-    assert held.job("n").action is Action.KEEP and held.sightings == {
-        "n": Sighting(new.jobs["n"].spec_hash, 5.0)
-    }
-    assert (
-        plan(new, {}, PlanOptions(settle_s=2.0), now=7.0, sightings=held.sightings).job("n").action
-        is Action.CREATE
-    )
-    assert plan(new, {}).job("n").action is Action.CREATE, "no settle time (the CLI): at once"
+    assert plan(new, {}, settle, now=5.0).job("n").action is Action.CREATE, "nothing runs yet: at once"
+    observed = _observed("a")
+    relabeled = _files(("specs/a.yaml", job_yaml("a").replace("name: a", "name: a\n  labels: {team: x}")))
+    assert plan(relabeled, observed, settle, now=5.0).job("a").action is Action.UPDATE, "in place: at once"
+    resized = _files(("specs/a.yaml", job_yaml("a", workers=2)))
+    held = plan(resized, observed, settle, now=5.0)
+    assert held.job("a").action is Action.KEEP
+    assert held.sightings == {"a": Sighting(resized.jobs["a"].spec_hash, 5.0)}
+    assert plan(resized, observed, settle, now=7.0, sightings=held.sightings).job("a").action is Action.RESIZE
+    assert plan(resized, observed).job("a").action is Action.RESIZE, "no settle time (the CLI): at once"
 
 
 # ---- the Synced condition ----------------------------------------------------------------

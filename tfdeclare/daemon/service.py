@@ -4,9 +4,10 @@ job wants a look (backoff expiry), after file events once they have been quiet f
 ``debounce``. A pass that cannot read the source keeps the last applied state running and
 says so (log, /healthz, metrics); the newest revision always supersedes an older one.
 
-Files are seen while they are written, so the daemon plans with a settle time: a change the
-files ask for is made once they have said the same for ``settle`` seconds (the planner's
-settle rule; the daemon keeps its sightings from pass to pass and wakes when one settles).
+Files are seen while they are written, so the daemon plans with a settle time: a change that
+stops or restarts tasks is made once the files have said the same for ``settle`` seconds (the
+planner's settle rule; the daemon keeps its sightings from pass to pass and wakes when one
+settles).
 Jobs the plan keeps as applied for a reason (an unreadable listing, a file without a job,
 the prune-everything guard) are logged as a warning whenever that set changes.
 """

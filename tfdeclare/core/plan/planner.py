@@ -18,8 +18,9 @@ Per job exactly one action, each with the reasons that make it:
   what the files say has not settled yet.
 
 The settle rule (``PlanOptions.settle_s``, for the daemon, which sees files while they are
-written): a change to a job — create, update, resize, restart, delete — is made only once the
-files have said the same of it for ``settle_s`` seconds. The caller passes ``now`` and the
+written): a change that stops or restarts running tasks — resize, restart, delete — is made
+only once the files have said the same of the job for ``settle_s`` seconds. Creates and
+in-place updates, which stop nothing, are made at once. The caller passes ``now`` and the
 previous plan's ``sightings`` (when each pending change was first seen); the plan gives the
 new ones and ``wake_at``, when the next pending change settles.
 """
@@ -456,18 +457,13 @@ class PlanCache:
         return job_plan
 
 
-_DONE = {
-    Action.CREATE: "created",
-    Action.UPDATE: "updated",
-    Action.RESIZE: "resized",
-    Action.RESTART: "restarted",
-    Action.DELETE: "deleted",
-}
+# The changes that wait for the files to settle (they stop or restart tasks), as done.
+_SETTLED = {Action.RESIZE: "resized", Action.RESTART: "restarted", Action.DELETE: "deleted"}
 
 
 class _Settling:
-    """The settle rule over one plan: holds back changes the files have not said for long
-    enough, and remembers when each was first seen."""
+    """The settle rule over one plan: holds back changes that stop or restart tasks until the
+    files have said them for long enough, and remembers when each was first seen."""
 
     def __init__(self, seconds: float, now: float, seen: Mapping[str, Sighting]) -> None:
         self.seconds, self.now, self.seen = seconds, now, seen
@@ -475,7 +471,7 @@ class _Settling:
         self.wake_at: float | None = None
 
     def hold(self, job: JobPlan, spec_hash: str | None) -> JobPlan:
-        if self.seconds <= 0:
+        if self.seconds <= 0 or job.action not in _SETTLED:
             return job
         before = self.seen.get(job.name)
         sighting = before if before and before.spec_hash == spec_hash else Sighting(spec_hash, self.now)
@@ -489,7 +485,7 @@ class _Settling:
             job,
             action=Action.KEEP,
             reasons=(Reason.NOT_SETTLED,),
-            message=f"{what} less than {self.seconds:g} s ago: it is {_DONE[job.action]} "
+            message=f"{what} less than {self.seconds:g} s ago: it is {_SETTLED[job.action]} "
             f"once the files have stayed so for {self.seconds:g} s",
             restart=(),
             start=(),
@@ -518,17 +514,13 @@ def plan(
         loaded = desired.jobs.get(name)
         current = observed.get(name)
         if loaded is not None:
-            job_plan = present(loaded, current)
-            if job_plan.action.changes_something:
-                job_plan = settling.hold(job_plan, loaded.spec_hash)
+            job_plan = settling.hold(present(loaded, current), loaded.spec_hash)
             if job_plan.action.changes_something:
                 acted[name] = loaded.canonical
                 sources[name] = loaded.source
         else:
             assert current is not None
-            job_plan = _plan_absent(current, desired, options, prune_all)
-            if job_plan.action is Action.DELETE:
-                job_plan = settling.hold(job_plan, None)
+            job_plan = settling.hold(_plan_absent(current, desired, options, prune_all), None)
         jobs.append(job_plan)
     return Plan(
         jobs=tuple(jobs),
