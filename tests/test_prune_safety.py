@@ -127,9 +127,9 @@ def test_a_read_error_anywhere_stops_pruning_and_says_why() -> None:
         (problem,),
     )
     assert job.not_synced is not None and job.not_synced[0] is Reason.FILES_UNREADABLE
-    assert plan(incomplete, observed).job("a").action is Action.ORPHAN, (
-        "without --prune: an orphan, as before"
-    )
+    orphan = plan(incomplete, observed).job("a")
+    assert orphan.action is Action.ORPHAN, "without --prune: an orphan, as before"
+    assert orphan.not_synced == (Reason.NOT_IN_SOURCE, orphan.message)
 
 
 def _step(desired: DesiredState, observed: dict[str, ObservedJob], now: float, previous: Plan | None) -> Plan:

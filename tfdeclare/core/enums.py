@@ -101,6 +101,7 @@ class Reason(StrEnum):
     FILES_UNREADABLE = "FilesUnreadable"  # a file or folder could not be read: nothing is pruned
     NOT_SETTLED = "NotSettled"  # the files changed; acted on once they have stayed so (settle time)
     PRUNE_REFUSED = "PruneRefused"  # the files define no job at all: pruning everything is refused
+    NOT_IN_SOURCE = "NotInSource"  # gone from the files, and pruning is off (an orphan)
 
     @property
     def stalled(self) -> bool:

@@ -99,6 +99,7 @@ _NOT_SYNCED = {
     Reason.FILES_UNREADABLE: enums.Reason.FILES_UNREADABLE,
     Reason.NOT_SETTLED: enums.Reason.NOT_SETTLED,
     Reason.PRUNE_EVERYTHING_REFUSED: enums.Reason.PRUNE_REFUSED,
+    Reason.NOT_IN_SOURCE: enums.Reason.NOT_IN_SOURCE,
 }
 
 
