@@ -58,6 +58,18 @@ def test_validate_reports_an_unreadable_folder_as_an_error(workdir: Path, locked
     assert "Traceback" not in result.stderr
 
 
+def test_validate_reports_an_unreadable_file_as_an_error_on_line_1(workdir: Path) -> None:
+    path = workdir / "specs" / "a.yaml"
+    path.write_text(job_yaml("a"))
+    path.chmod(0)
+    try:
+        result = as_ordinary_user("validate", "specs", cwd=workdir)
+    finally:
+        path.chmod(0o644)
+    assert result.returncode == 1
+    assert "specs/a.yaml:1: error: cannot read: Permission denied" in result.stderr
+
+
 def test_validate_warns_about_a_file_without_a_job(workdir: Path) -> None:
     (workdir / "specs" / "a.yaml").write_text(job_yaml("a"))
     (workdir / "specs" / "empty.yaml").write_text("")

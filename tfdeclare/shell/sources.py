@@ -82,7 +82,8 @@ class SpecFiles:
             try:
                 entries = list(os.scandir(folder))
             except OSError as err:
-                problems.append(_read_error(display_path(folder, self.base), "cannot list this folder", err))
+                shown = display_path(folder, self.base)
+                problems.append(_read_error(shown, None, "cannot list this folder", err))
                 continue
             for entry in entries:
                 name = entry.name
@@ -92,7 +93,9 @@ class SpecFiles:
                     try:
                         stat = entry.stat()  # the one system call per file of a warm load
                     except OSError as err:
-                        problems.append(_read_error(display_path(entry.path, self.base), "cannot read", err))
+                        problems.append(
+                            _read_error(display_path(entry.path, self.base), 1, "cannot read", err)
+                        )
                         continue
                     if stat_module.S_ISREG(stat.st_mode):
                         yield (stat.st_dev, stat.st_ino), (entry.path, stat)
@@ -221,12 +224,13 @@ def _read(path: str, size: int) -> bytes:
         os.close(fd)
 
 
-def _read_error(shown: str, what: str, err: OSError) -> Diagnostic:
-    return Diagnostic(shown, None, None, f"{what}: {err.strerror or err}", None, Code.READ_ERROR)
+def _read_error(shown: str, line: int | None, what: str, err: OSError) -> Diagnostic:
+    """A file's read error is a whole-file problem (line 1); a folder's has no line."""
+    return Diagnostic(shown, line, None, f"{what}: {err.strerror or err}", None, Code.READ_ERROR)
 
 
 def _unreadable(shown: str, err: OSError) -> FileResult:
-    return FileResult(shown, "", (), (_read_error(shown, "cannot read", err),), ())
+    return FileResult(shown, "", (), (_read_error(shown, 1, "cannot read", err),), ())
 
 
 def no_files_warning(paths: Sequence[Path]) -> Diagnostic:
