@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import REPO, cli, kill_leftovers
+from tests.conftest import ORDINARY_USER, REPO, cli, kill_leftovers
 
 TASK = str(REPO / "tests" / "e2e_task.py")
 CONFIG = "restartBackoff: {initialSeconds: 0.2, maxSeconds: 1}\nlocal: {cpus: 8, mem: 8Gi, gpus: 0, portRange: {first: 33000, last: 33999}}\n"
@@ -31,11 +31,6 @@ def job(name: str, mode: str = "serve", *, count: int = 1, extra: str = "") -> s
         f"  command: [python, {TASK}, {mode}]\n  env: {{OUT: {name}-out}}\n"
         f"  replicas:\n    worker: {{count: {count}, resources: {{cpus: 0.1, mem: 64}}}}\n{extra}"
     )
-
-
-# Runs a command as a user whom a folder's mode can lock out: under root, without the
-# capabilities that override file modes.
-ORDINARY_USER = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"] if os.geteuid() == 0 else []
 
 
 class Daemon:

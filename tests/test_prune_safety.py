@@ -4,7 +4,6 @@ what the files say until they have said it for a while (the clock is passed in).
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import cli, job_yaml
+from tests.conftest import ORDINARY_USER, cli, job_yaml
 from tfdeclare.core.diagnostics import Code, Diagnostic
 from tfdeclare.core.enums import Phase, Reason
 from tfdeclare.core.plan.desired import DesiredState, assemble
@@ -25,11 +24,9 @@ from tfdeclare.core.spec.loader import load_file
 
 
 def as_ordinary_user(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """``tfdeclare ARGS`` as a user whom a folder's mode can lock out: under root, with the
-    capabilities that override file modes dropped (``setpriv``)."""
-    prefix = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"] if os.geteuid() == 0 else []
+    """``tfdeclare ARGS`` as a user whom a folder's mode can lock out."""
     return subprocess.run(
-        [*prefix, sys.executable, "-m", "tfdeclare", *args],
+        [*ORDINARY_USER, sys.executable, "-m", "tfdeclare", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
