@@ -3,7 +3,8 @@
     specs/*.yaml     the desired state (paths shown relative to the case folder)
     observed.yaml    a list of applied jobs: {phase, running: [worker-0, ...], source: FILE:LINE,
                      backend: NAME, job: TFJob}
-    options.yaml     optional planner options: {prune: bool, allowEmpty: bool, backend: NAME}
+    options.yaml     optional planner options: {prune: bool, allowEmpty: bool, backend: NAME,
+                     settleSeconds: S, now: T, sightings: {NAME: {specHash: HASH or null, since: T}}}
     expected.txt     the text plan
     expected.json    the JSON plan
 
@@ -20,7 +21,7 @@ import yaml
 
 from tfdeclare.core.enums import Phase, Role
 from tfdeclare.core.plan.observed import ObservedJob
-from tfdeclare.core.plan.planner import Plan, PlanOptions, plan
+from tfdeclare.core.plan.planner import Plan, PlanOptions, Sighting, plan
 from tfdeclare.core.run.tasks import TaskKey
 from tfdeclare.core.spec.loader import SourceRef, load_file
 from tfdeclare.shell.sources import SpecFiles
@@ -68,5 +69,11 @@ def run_case(case: Path) -> Plan:
             prune=options.get("prune", False),
             allow_empty=options.get("allowEmpty", False),
             backend=options.get("backend"),
+            settle_s=options.get("settleSeconds", 0.0),
         ),
+        now=options.get("now", 0.0),
+        sightings={
+            name: Sighting(seen["specHash"], seen["since"])
+            for name, seen in options.get("sightings", {}).items()
+        },
     )

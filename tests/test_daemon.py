@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import REPO, cli, kill_leftovers
+from tests.conftest import ORDINARY_USER, REPO, cli, kill_leftovers
 
 TASK = str(REPO / "tests" / "e2e_task.py")
 CONFIG = "restartBackoff: {initialSeconds: 0.2, maxSeconds: 1}\nlocal: {cpus: 8, mem: 8Gi, gpus: 0, portRange: {first: 33000, last: 33999}}\n"
@@ -34,12 +34,12 @@ def job(name: str, mode: str = "serve", *, count: int = 1, extra: str = "") -> s
 
 
 class Daemon:
-    def __init__(self, cwd: Path, *args: str) -> None:
+    def __init__(self, cwd: Path, *args: str, prefix: list[str] | None = None) -> None:
         self.cwd = cwd
         self.log = cwd / f"daemon-{time.monotonic_ns()}.log"
         self.handle = open(self.log, "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tfdeclare", "daemon", "--port", "0", *args],
+            [*(prefix or []), sys.executable, "-m", "tfdeclare", "daemon", "--port", "0", *args],
             cwd=cwd,
             stdout=self.handle,
             stderr=subprocess.STDOUT,
@@ -90,6 +90,14 @@ def status(cwd: Path, name: str) -> dict[str, Any] | None:
     if not path.exists():
         return None
     return yaml.safe_load(path.read_text())  # type: ignore[no-any-return]
+
+
+def sync_state(cwd: Path, name: str) -> tuple[str, str] | None:
+    """The job's Synced condition as (status, reason)."""
+    for condition in (status(cwd, name) or {}).get("conditions", []):
+        if condition["type"] == "Synced":
+            return condition["status"], condition["reason"]
+    return None
 
 
 def pids(folder: Path) -> list[int]:
@@ -156,8 +164,9 @@ def test_folder_mode_create_edit_invalid_delete(cwd: Path) -> None:
         wait_until(lambda: not any(alive(p) for p in running))
 
         (cwd / "specs" / "b.yaml").unlink()  # pruning everything at once is refused
-        time.sleep(1.5)
+        wait_until(lambda: sync_state(cwd, "b") == ("False", "PruneRefused"))
         assert (status(cwd, "b") or {}).get("phase") == "Running"
+        assert "WARNING kept as applied (PruneRefused): b — the files define no jobs at all" in daemon.text()
         assert cli("plan", "specs", "--prune", cwd=cwd).stdout.count("--allow-empty") == 1
 
         health, detail = daemon.get("/healthz")
@@ -445,3 +454,82 @@ def test_clients_that_hang_up_leave_no_traceback_in_the_log(cwd: Path) -> None:
     finally:
         assert daemon.stop() == 0
     assert "Traceback" not in daemon.text() and "Exception occurred" not in daemon.text()
+
+
+def test_folder_mode_a_file_emptied_and_rewritten_keeps_its_job(cwd: Path) -> None:
+    """What some editors and ``cp`` do: the file is empty for a moment, then written again."""
+    daemon = Daemon(cwd, "--specs", "specs", "--prune", "--interval", "30")
+    try:
+        outputs = out_dir(cwd, "a")
+        spec = cwd / "specs" / "a.yaml"
+        (cwd / "specs" / "b.yaml").write_text(job("b"))
+        spec.write_text(job("a"))
+        wait_until(lambda: len(pids(outputs)) == 1 and (status(cwd, "a") or {}).get("phase") == "Running")
+        first = pids(outputs)[0]
+        for empty_for in (0.15, 3.5):  # shorter and longer than the settle time (3 s)
+            spec.write_text("")
+            wait_until(lambda: sync_state(cwd, "a") == ("False", "FileHoldsNoJob"))
+            time.sleep(empty_for)  # the user's timing, not a wait for the daemon
+            spec.write_text(job("a"))
+            wait_until(lambda: sync_state(cwd, "a") == ("True", "SpecApplied"))
+        assert pids(outputs) == [first] and alive(first), "never deleted nor restarted"
+        assert "applied - a" not in daemon.text() and "applied -/+ a" not in daemon.text()
+        assert "specs/a.yaml:1: warning: holds no job document" in daemon.text()
+    finally:
+        daemon.stop()
+
+
+def test_folder_mode_a_slow_write_restarts_the_job_once(cwd: Path) -> None:
+    """A save written in two parts, the first a valid spec for 0.3 s: one restart, to the
+    whole file's spec (each part alone would restart every task)."""
+
+    def spec(*args: str) -> str:
+        head = job("a").replace(f"  command: [python, {TASK}, serve]\n", "")
+        return head + f"  command:\n  - python\n  - {TASK}\n  - serve\n" + "".join(f"  - {a}\n" for a in args)
+
+    daemon = Daemon(cwd, "--specs", "specs", "--interval", "30")
+    try:
+        outputs = out_dir(cwd, "a")
+        path = cwd / "specs" / "a.yaml"
+        path.write_text(spec("--lr=0.1"))
+        wait_until(lambda: len(pids(outputs)) == 1 and (status(cwd, "a") or {}).get("phase") == "Running")
+        whole = spec("--lr=0.2", "--batch=64")
+        half = whole.index("  - --batch=64")  # the first part alone is a valid spec: --lr=0.2
+        with open(path, "w") as handle:
+            handle.write(whole[:half])
+            handle.flush()
+            time.sleep(0.3)  # the writer's pause, not a wait for the daemon
+            handle.write(whole[half:])
+        wait_until(
+            lambda: any(json.loads(p.read_text())["argv"][-1] == "--batch=64" for p in outputs.glob("*.json"))
+        )
+        assert daemon.text().count("applied -/+ a:") == 1, daemon.text()
+        assert (status(cwd, "a") or {}).get("attempt") == 1
+    finally:
+        daemon.stop()
+
+
+def test_folder_mode_an_unreadable_subfolder_prunes_nothing(cwd: Path) -> None:
+    """``chmod 000 specs/team-a`` under a daemon run by an ordinary user: team-a's job keeps
+    running, the read error is logged and shown in its status, until the folder is readable."""
+    (cwd / "specs" / "team-a").mkdir()
+    outputs = out_dir(cwd, "a", "specs/team-a")
+    (cwd / "specs" / "team-a" / "a.yaml").write_text(job("a"))
+    (cwd / "specs" / "b.yaml").write_text(job("b"))
+    out_dir(cwd, "b")
+    daemon = Daemon(cwd, "--specs", "specs", "--prune", "--interval", "1", prefix=ORDINARY_USER)
+    try:
+        wait_until(lambda: len(pids(outputs)) == 1 and (status(cwd, "a") or {}).get("phase") == "Running")
+        (cwd / "specs" / "team-a").chmod(0)
+        try:
+            wait_until(lambda: sync_state(cwd, "a") == ("False", "FilesUnreadable"))
+            conditions = (status(cwd, "a") or {})["conditions"]
+            message = next(c["message"] for c in conditions if c["type"] == "Synced")
+            assert "specs/team-a: error: cannot list this folder: Permission denied" in message
+            assert "kept as applied (FilesUnreadable): a" in daemon.text()
+        finally:
+            (cwd / "specs" / "team-a").chmod(0o755)
+        wait_until(lambda: sync_state(cwd, "a") == ("True", "SpecApplied"))
+        assert len(pids(outputs)) == 1 and alive(pids(outputs)[0]), "never deleted nor restarted"
+    finally:
+        daemon.stop()

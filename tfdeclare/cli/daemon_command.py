@@ -95,7 +95,9 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     except SourceError as err:
         raise UserError(str(err)) from err
     interval = args.interval if args.interval is not None else daemon_config.interval_s
-    options = DaemonOptions(interval, daemon_config.debounce_s, args.prune, args.allow_empty)
+    options = DaemonOptions(
+        interval, daemon_config.debounce_s, args.prune, args.allow_empty, daemon_config.settle_s
+    )
     with locked(settings, "daemon", source=source.description):
         backend = make_backend(settings)
         controller = make_controller(settings, backend)

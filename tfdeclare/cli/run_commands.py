@@ -103,6 +103,7 @@ def _saved_plan(path: str, settings: Settings, store: StateStore) -> tuple[Plan,
         dict.fromkeys(saved.get("protected", []), ()),
         frozenset(saved.get("invalidFiles", [])),
         tuple(saved.get("files", [])),
+        frozenset(saved.get("emptyFiles", [])),
     )
     observed = store.observed()
     current = plan(desired, observed, options)

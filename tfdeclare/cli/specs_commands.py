@@ -59,6 +59,7 @@ def saved_plan(result: Plan, desired: DesiredState, settings: Settings, paths: l
         },
         "protected": sorted(desired.protected),
         "invalidFiles": sorted(desired.invalid_files),
+        "emptyFiles": sorted(desired.empty_files),
         "files": list(desired.files),
         "plan": plan_json(result),
     }

@@ -46,5 +46,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
         if valid:
             stdout_write(f"{len(desired.jobs)} job(s) in {len(desired.files)} file(s): valid\n")
         else:
-            stdout_write(f"{errors} error(s) in {len(desired.invalid_files)} file(s)\n")
+            places = len({d.path for d in diagnostics if d.is_error})
+            stdout_write(f"{errors} error(s) in {places} file(s)\n")
     return EXIT_OK if valid else EXIT_ERROR

@@ -95,8 +95,8 @@ def _provenance(
     """An unchanged job's record with where its spec now comes from (a new revision, a moved
     file) and no error; the same record object when nothing differs (the common case)."""
     changes: dict[str, Any] = {}
-    if record.invalid:
-        changes["invalid"] = ()
+    if record.not_synced:
+        changes["not_synced"] = None
     if source != record.source:
         changes["source"] = source
         changes["source_dir"] = source_dir(source)
@@ -159,9 +159,9 @@ class Controller:
             canonical = plan.desired.get(job.name)
             source = plan.sources.get(job.name)
             updated = self._applied(job.action, record, job.name, canonical, source, revision)
-            if job.action is Action.KEEP and record is not None:
+            if job.not_synced is not None and record is not None:
                 updated = record.evolve(
-                    invalid=tuple(d.format() for d in job.diagnostics) or (job.message,),
+                    not_synced=job.not_synced,
                     last_attempted_revision=revision.commit if revision else record.last_attempted_revision,
                 )
             elif job.action is Action.NOOP and record is not None:
@@ -191,7 +191,7 @@ class Controller:
             "revision": revision.commit if revision else None,
             "revision_info": revision.to_json() if revision else None,
             "last_attempted_revision": revision.commit if revision else None,
-            "invalid": (),
+            "not_synced": None,
         }
         if action is Action.DELETE:
             return record.evolve(deleting=True) if record else None

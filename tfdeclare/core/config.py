@@ -41,6 +41,7 @@ class DaemonConfig:
     log_format: str = "text"
     debounce_s: float = 0.05
     status_branch: str = "tfdeclare-status"
+    settle_s: float = 3.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +105,7 @@ def parse_config(
             log_format=daemon["logFormat"],
             debounce_s=float(daemon["debounceSeconds"]),
             status_branch=daemon["statusBranch"],
+            settle_s=float(daemon["settleSeconds"]),
         ),
         policy=PolicyConfig(max_tasks_per_job=raw["policy"]["maxTasksPerJob"]),
         backends=backends,

@@ -95,9 +95,14 @@ class Reason(StrEnum):
     WAITING_FOR_GPUS = "WaitingForGPUs"
     WAITING_FOR_OFFERS = "WaitingForOffers"
     UNSCHEDULABLE = "Unschedulable"
-    # The Synced condition.
+    # The Synced condition (False: the job runs as last applied, not as its files say now).
     INVALID_SPEC = "InvalidSpec"
     SPEC_APPLIED = "SpecApplied"
+    FILE_HOLDS_NO_JOB = "FileHoldsNoJob"  # its file is empty or being rewritten
+    FILES_UNREADABLE = "FilesUnreadable"  # a file or folder could not be read: nothing is pruned
+    NOT_SETTLED = "NotSettled"  # the files changed; acted on once they have stayed so (settle time)
+    PRUNE_REFUSED = "PruneRefused"  # the files define no job at all: pruning everything is refused
+    NOT_IN_SOURCE = "NotInSource"  # gone from the files, and pruning is off (an orphan)
 
     @property
     def stalled(self) -> bool:

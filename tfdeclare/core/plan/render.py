@@ -72,7 +72,7 @@ def summary_line(plan: Plan) -> str:
     if plan.count(Action.ORPHAN):
         extra.append(f"{plan.count(Action.ORPHAN)} orphaned")
     if plan.count(Action.KEEP):
-        extra.append(f"{plan.count(Action.KEEP)} kept despite invalid specs")
+        extra.append(f"{plan.count(Action.KEEP)} kept as applied")
     return line + (f" ({', '.join(extra)})" if extra else "")
 
 
@@ -149,7 +149,7 @@ def render_text(plan: Plan, *, show_unchanged: bool = False) -> str:
         lines.append("")
     kept = [j for j in plan.jobs if j.action is Action.KEEP]
     if kept:
-        lines.append("Kept running as applied, because their specs are now invalid:")
+        lines.append("Kept as applied, not acted on now:")
         lines.extend(f"  ! {j.name}: {j.message}" for j in kept)
         lines.append("")
     orphans = [j for j in plan.jobs if j.action is Action.ORPHAN]

@@ -156,7 +156,9 @@ class JobRecord:
     completion_time: float | None = None
     next_launch_at: float | None = None  # backoff: no launch before this
     deleting: bool = False
-    invalid: tuple[str, ...] = ()  # formatted diagnostics while the job's file is invalid
+    # Why the files' newest word on this job is not applied (Synced=False): its file is invalid,
+    # unreadable or empty, pruning was refused, a change has not settled. None: applied.
+    not_synced: tuple[Reason, str] | None = None
     conditions: tuple[Condition, ...] = ()
     tasks: tuple[TaskRecord, ...] = ()
 
@@ -198,7 +200,11 @@ class JobRecord:
             "completionTime": self.completion_time,
             "nextLaunchAt": self.next_launch_at,
             "deleting": self.deleting,
-            "invalid": list(self.invalid),
+            "notSynced": (
+                {"reason": self.not_synced[0].value, "message": self.not_synced[1]}
+                if self.not_synced
+                else None
+            ),
             "conditions": [c.to_json() for c in self.conditions],
             "tasks": [t.to_json() for t in self.tasks],
         }
@@ -231,7 +237,15 @@ class JobRecord:
             completion_time=data.get("completionTime"),
             next_launch_at=data.get("nextLaunchAt"),
             deleting=bool(data.get("deleting", False)),
-            invalid=tuple(data.get("invalid", ())),
+            not_synced=_not_synced(data),
             conditions=tuple(Condition.from_json(c) for c in data.get("conditions", ())),
             tasks=tuple(TaskRecord.from_json(t) for t in data.get("tasks", ())),
         )
+
+
+def _not_synced(data: Mapping[str, Any]) -> tuple[Reason, str] | None:
+    entry = data.get("notSynced")
+    if entry:
+        return Reason(entry["reason"]), str(entry["message"])
+    invalid = data.get("invalid")  # records written before notSynced: the file's errors
+    return (Reason.INVALID_SPEC, str(invalid[0])) if invalid else None

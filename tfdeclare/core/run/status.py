@@ -58,8 +58,8 @@ def conditions(record: JobRecord, now: float) -> tuple[Condition, ...]:
             record.message,
         )
     ]
-    if record.invalid:
-        out.append(make(ConditionType.SYNCED, "False", Reason.INVALID_SPEC, record.invalid[0]))
+    if record.not_synced:
+        out.append(make(ConditionType.SYNCED, "False", *record.not_synced))
     else:
         applied = f"revision {record.revision}" if record.revision else f"spec {record.spec_hash[:12]}"
         out.append(make(ConditionType.SYNCED, "True", Reason.SPEC_APPLIED, f"{applied} is applied"))
