@@ -31,7 +31,7 @@ from tfdeclare.core.enums import (
     VolumeMode,
 )
 from tfdeclare.core.spec.keys import AttributeConstraint, TaskKey, Volume
-from tfdeclare.core.spec.resources import Resources, parse_mem_mib
+from tfdeclare.core.spec.resources import QuantityError, Resources, parse_mem_mib
 
 Pairs = tuple[tuple[str, str], ...]
 
@@ -44,8 +44,8 @@ def _number(value: float) -> int | float:
 def canonicalize(filled: Mapping[str, Any]) -> dict[str, Any]:
     """The canonical form of a schema-valid, default-filled job document.
 
-    Raises ``QuantityError`` for a quantity the schema's pattern admitted but that makes no
-    sense (``0Gi``); the loader turns that into a diagnostic.
+    Raises ``QuantityError`` (with its path) for a quantity the schema's pattern admitted but
+    that makes no sense (``0Gi``); the loader turns that into a diagnostic.
     """
     spec = filled["spec"]
     replicas: dict[str, Any] = {}
@@ -54,11 +54,15 @@ def canonicalize(filled: Mapping[str, Any]) -> dict[str, Any]:
         if replica is None or replica["count"] == 0:
             continue
         resources = replica["resources"]
+        try:
+            mem = parse_mem_mib(resources["mem"])
+        except QuantityError as err:
+            raise QuantityError(str(err), ("spec", "replicas", role_name, "resources", "mem")) from None
         entry: dict[str, Any] = {
             "count": int(replica["count"]),
             "resources": {
                 "cpus": _number(resources["cpus"]),
-                "mem": parse_mem_mib(resources["mem"]),
+                "mem": mem,
                 "gpus": int(resources["gpus"]),
             },
         }
