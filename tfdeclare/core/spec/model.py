@@ -14,7 +14,6 @@ unset when the user did not set it, and ``from_canonical`` must read it with a d
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 from collections.abc import Mapping
@@ -115,13 +114,11 @@ def fingerprint(canonical: Mapping[str, Any]) -> str:
 def task_keys_of(canonical: Mapping[str, Any]) -> tuple[TaskKey, ...]:
     """Every task of a canonical spec, without building the ``JobSpec``."""
     replicas = canonical["spec"]["replicas"]
-    return _task_keys(tuple(replicas[name]["count"] if name in replicas else 0 for _, name in ROLE_NAMES))
-
-
-@functools.lru_cache(maxsize=1024)  # the same few shapes recur across thousands of jobs
-def _task_keys(counts: tuple[int, ...]) -> tuple[TaskKey, ...]:
     return tuple(
-        TaskKey(role, i) for (role, _), count in zip(ROLE_NAMES, counts, strict=True) for i in range(count)
+        TaskKey(role, i)
+        for role, name in ROLE_NAMES
+        if name in replicas
+        for i in range(replicas[name]["count"])
     )
 
 
