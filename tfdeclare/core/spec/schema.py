@@ -113,6 +113,13 @@ def _without_refused(value: Any, path: JsonPath, refused: list[JsonPath]) -> Any
 
 # -- wording ---------------------------------------------------------------------------------
 
+_BOUNDS = {
+    "minimum": "must be at least",
+    "maximum": "must be at most",
+    "exclusiveMinimum": "must be more than",
+    "exclusiveMaximum": "must be less than",
+}
+
 # A string failing several of its length and pattern keywords is told only the first of them.
 _STRING_KEYWORDS = ("minLength", "maxLength", "pattern")
 
@@ -206,14 +213,9 @@ def _render(error: ValidationError, document: Mapping[str, Any]) -> list[SchemaE
             return said(f"must be at most {limit} characters; got {len(value)}")
         case Kind.Pattern(pattern=pattern):
             return said(f"{message or f'must match the pattern {pattern}'}; got {describe(value)}")
-        case Kind.Minimum():
-            return said(f"must be at least {node['minimum']}; got {value}")
-        case Kind.Maximum():
-            return said(f"must be at most {node['maximum']}; got {value}")
-        case Kind.ExclusiveMinimum():
-            return said(f"must be more than {node['exclusiveMinimum']}; got {value}")
-        case Kind.ExclusiveMaximum():
-            return said(f"must be less than {node['exclusiveMaximum']}; got {value}")
+        case Kind.Minimum() | Kind.Maximum() | Kind.ExclusiveMinimum() | Kind.ExclusiveMaximum():
+            bound = str(error.schema_path[-1])
+            return said(f"{_BOUNDS[bound]} {node[bound]}; got {value}")
         case Kind.MultipleOf():
             return said(f"must be a multiple of {node['multipleOf']}; got {value}")
         case Kind.OneOfMultipleValid():
