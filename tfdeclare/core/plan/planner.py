@@ -504,7 +504,10 @@ def _move(observed: ObservedJob | None, options: PlanOptions) -> tuple[str, str]
 class PlanCache:
     """Remembers each job's plan by the identity of its loaded and observed inputs, so a warm
     re-plan (the daemon's) only plans what changed. Correct because both inputs are frozen:
-    the same objects always give the same job plan."""
+    the same objects always give the same job plan.
+
+    Kept because the target needs it (bench/core_bench.py, 10,000 jobs, one file changed, told
+    which): a re-plan takes 42 ms with it and 309 ms without it (target 50 ms; 2026-12-03)."""
 
     def __init__(self) -> None:
         self._plans: dict[str, tuple[LoadedJob, ObservedJob | None, JobPlan]] = {}

@@ -55,21 +55,11 @@ class Step:
     remove: bool = False  # the job is deleted and nothing of it runs: drop the record
 
 
-_CONFIGS: dict[tuple[str, int, tuple[tuple[str, str], ...]], dict[TaskKey, TaskConfig]] = {}
-
-
 def desired_configs(spec: JobSpec, record: JobRecord) -> dict[TaskKey, TaskConfig]:
     """What each slot should run, given the addresses placed so far (unplaced slots get a
-    stand-in address, so tasks that would see it count as stale). Memoised: the result is a
-    function of the spec hash, the attempt and the addresses."""
-    memo_key = (spec.spec_hash, record.attempt, tuple(sorted(record.addresses.items())))
-    configs = _CONFIGS.get(memo_key)
-    if configs is None:
-        addresses = {key: record.addresses.get(key.name, f"unplaced/{key.name}") for key in spec.task_keys()}
-        if len(_CONFIGS) > 4096:
-            _CONFIGS.clear()
-        configs = _CONFIGS[memo_key] = task_configs(spec, addresses, record.attempt)
-    return configs
+    stand-in address, so tasks that would see it count as stale)."""
+    addresses = {key: record.addresses.get(key.name, f"unplaced/{key.name}") for key in spec.task_keys()}
+    return task_configs(spec, addresses, record.attempt)
 
 
 def _describe_end(task: ObservedTask) -> str:

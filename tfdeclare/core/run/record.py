@@ -21,10 +21,6 @@ from tfdeclare.core.spec.model import JobSpec
 
 RECORD_VERSION = 1
 
-# JobSpec by spec hash: the hash is the canonical spec's fingerprint, so equal hashes mean
-# equal specs. A plain bounded memo, not a source of truth.
-_SPECS: dict[str, JobSpec] = {}
-
 
 def rfc3339(timestamp: float | None) -> str | None:
     if timestamp is None:
@@ -164,13 +160,8 @@ class JobRecord:
 
     @property
     def spec(self) -> JobSpec:
-        """The typed spec; built once per spec hash (records are rebuilt on every change)."""
-        spec = _SPECS.get(self.spec_hash)
-        if spec is None:
-            if len(_SPECS) > 4096:
-                _SPECS.clear()
-            spec = _SPECS[self.spec_hash] = JobSpec.from_canonical(self.canonical)
-        return spec
+        """The typed spec."""
+        return JobSpec.from_canonical(self.canonical)
 
     def evolve(self, **changes: Any) -> JobRecord:
         return replace(self, **changes)

@@ -118,7 +118,7 @@ def _load_document(
     try:
         canonical = canonicalize(filled)
     except QuantityError as err:
-        return None, [document.diagnostic(_quantity_path(filled, str(err)), str(err), Code.QUANTITY)]
+        return None, [document.diagnostic(err.path, str(err), Code.QUANTITY)]
     problems = _semantic_problems(document, canonical)
     if problems:
         return None, problems
@@ -133,13 +133,6 @@ def _load_document(
         if problems:
             return None, problems
     return job, []
-
-
-def _quantity_path(filled: Mapping[str, Any], message: str) -> tuple[str | int, ...]:
-    for role, replica in filled["spec"]["replicas"].items():
-        if repr(replica["resources"]["mem"]) in message:
-            return ("spec", "replicas", role, "resources", "mem")
-    return ("spec", "replicas")
 
 
 def _semantic_problems(document: Document, canonical: Mapping[str, Any]) -> list[Diagnostic]:

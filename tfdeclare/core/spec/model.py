@@ -14,7 +14,6 @@ unset when the user did not set it, and ``from_canonical`` must read it with a d
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 from collections.abc import Mapping
@@ -31,7 +30,7 @@ from tfdeclare.core.enums import (
     VolumeMode,
 )
 from tfdeclare.core.spec.keys import AttributeConstraint, TaskKey, Volume
-from tfdeclare.core.spec.resources import Resources, parse_mem_mib
+from tfdeclare.core.spec.resources import QuantityError, Resources, parse_mem_mib
 
 Pairs = tuple[tuple[str, str], ...]
 
@@ -44,8 +43,8 @@ def _number(value: float) -> int | float:
 def canonicalize(filled: Mapping[str, Any]) -> dict[str, Any]:
     """The canonical form of a schema-valid, default-filled job document.
 
-    Raises ``QuantityError`` for a quantity the schema's pattern admitted but that makes no
-    sense (``0Gi``); the loader turns that into a diagnostic.
+    Raises ``QuantityError`` (with its path) for a quantity the schema's pattern admitted but
+    that makes no sense (``0Gi``); the loader turns that into a diagnostic.
     """
     spec = filled["spec"]
     replicas: dict[str, Any] = {}
@@ -54,11 +53,15 @@ def canonicalize(filled: Mapping[str, Any]) -> dict[str, Any]:
         if replica is None or replica["count"] == 0:
             continue
         resources = replica["resources"]
+        try:
+            mem = parse_mem_mib(resources["mem"])
+        except QuantityError as err:
+            raise QuantityError(str(err), ("spec", "replicas", role_name, "resources", "mem")) from None
         entry: dict[str, Any] = {
             "count": int(replica["count"]),
             "resources": {
                 "cpus": _number(resources["cpus"]),
-                "mem": parse_mem_mib(resources["mem"]),
+                "mem": mem,
                 "gpus": int(resources["gpus"]),
             },
         }
@@ -111,13 +114,11 @@ def fingerprint(canonical: Mapping[str, Any]) -> str:
 def task_keys_of(canonical: Mapping[str, Any]) -> tuple[TaskKey, ...]:
     """Every task of a canonical spec, without building the ``JobSpec``."""
     replicas = canonical["spec"]["replicas"]
-    return _task_keys(tuple(replicas[name]["count"] if name in replicas else 0 for _, name in ROLE_NAMES))
-
-
-@functools.lru_cache(maxsize=1024)  # the same few shapes recur across thousands of jobs
-def _task_keys(counts: tuple[int, ...]) -> tuple[TaskKey, ...]:
     return tuple(
-        TaskKey(role, i) for (role, _), count in zip(ROLE_NAMES, counts, strict=True) for i in range(count)
+        TaskKey(role, i)
+        for role, name in ROLE_NAMES
+        if name in replicas
+        for i in range(replicas[name]["count"])
     )
 
 
