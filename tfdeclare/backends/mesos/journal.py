@@ -21,7 +21,8 @@ This module owns the files and their crash safety:
     point of a compaction loses nothing, and a torn last line (a crash mid-write) is ignored.
 
 Reconciliation answers carry no labels, so this journal is how a restarted controller knows
-its tasks. A journal is not thread-safe: one thread owns it (the backend's loop).
+its tasks. A journal is not thread-safe: one thread owns it (the backend's loop); another
+thread may only fsync a ``durable_handle()`` it was given.
 """
 
 from __future__ import annotations
@@ -225,6 +226,17 @@ class TaskJournal:
         if self._dirty and self._fd is not None:
             os.fsync(self._fd)
             self._dirty = False
+
+    def durable_handle(self) -> int | None:
+        """A duplicate of the log's descriptor for another thread to ``fsync`` and close:
+        once that returns, everything written so far is durable (the duplicate stays on the
+        file those writes went to, even if the log is rotated meanwhile). None when nothing
+        was written since the last sync."""
+        if not self._dirty or self._fd is None:
+            return None
+        handle = os.dup(self._fd)
+        self._dirty = False  # whoever holds the handle makes it durable
+        return handle
 
     def needs_compaction(self, live: int) -> bool:
         """The log is long compared with the journal (``live`` records)."""

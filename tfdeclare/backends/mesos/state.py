@@ -8,9 +8,10 @@ runs. The others send the loop messages (callables run in order on the loop): ``
 not wait, ``_request`` waits on a future the loop resolves, at once or later (a *waiter*
 re-checked after each batch of messages and on every tick: a placement waiting for offers, a
 launch waiting for its offers to come back, the first ``observe`` waiting for reconciliation,
-``close`` waiting for queued ACCEPTs). The loop never makes an HTTP call: it hands calls to
-``mesos-backend-calls`` and acknowledgements to ``mesos-backend-acks`` (``workers``), which
-report back with messages. ``scheduler`` (events from the master), ``workers`` (upkeep and
+``close`` waiting for queued ACCEPTs). The loop never makes an HTTP call nor waits for an
+fsync of status updates: it hands calls to ``mesos-backend-calls`` and acknowledgements, with
+a journal descriptor to fsync first, to ``mesos-backend-acks`` (``workers``); they report
+back with messages. ``scheduler`` (events from the master), ``workers`` (upkeep and
 the sender threads) and ``backend`` (the protocol) build on it.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import collections
 import getpass
 import logging
+import os
 import queue
 import re
 import socket
@@ -70,6 +72,7 @@ MESSAGE_BATCH = 1024  # messages the loop handles before its after-batch work (f
 Message = Callable[[], None]
 Waiter = Callable[[float], bool]  # (now) -> done: it resolved its future
 Outgoing = Callable[[], None]  # a call for the calls thread, its client already bound
+AckBatch = tuple[SchedulerClient, list[tuple[str, str, str]], int | None]
 
 
 @dataclass(slots=True)
@@ -128,7 +131,7 @@ class BackendState:
         self._never_fits_version = -1
         self._reservations: dict[str, Reservation] = {}
         self._queue: dict[str, Waiting] = {}
-        self._client: SchedulerClient | None = None
+        self._client: SchedulerClient | None = None  # written by the loop, read by callers
         self._credentials: Credentials | None = None
         self._gpu_enabled = (
             config.gpu_resources
@@ -175,9 +178,8 @@ class BackendState:
         self._closed = False  # set by close() once the loop is gone
         self._inbox: queue.SimpleQueue[Message | None] = queue.SimpleQueue()
         self._calls_out: queue.SimpleQueue[Outgoing | None] = queue.SimpleQueue()
-        self._acks_out: queue.SimpleQueue[tuple[SchedulerClient, list[tuple[str, str, str]]] | None] = (
-            queue.SimpleQueue()
-        )
+        # (client, acks, a journal descriptor to fsync before acknowledging them)
+        self._acks_out: queue.SimpleQueue[AckBatch | None] = queue.SimpleQueue()
         self._waiters: list[tuple[Future[Any], Waiter]] = []
         self._changed = False  # something a waiter may wait for changed in this batch
         self._tick_soon = False
@@ -295,17 +297,20 @@ class BackendState:
         self._acks_out.put(None)
 
     def _after_batch(self, ticked: bool) -> None:
-        """Acknowledge what the batch journaled (durable first), send ACCEPTs, re-check the
+        """Acknowledge what the batch journaled (the acks thread makes it durable first), send
+        ACCEPTs, re-check the
         waiters if something they wait for changed (or their deadlines on a tick)."""
         if self._acks_due:
             acks, self._acks_due = self._acks_due, []
             try:
-                self._journal.sync()  # durable first: only then may the master forget them
+                handle = self._journal.durable_handle()  # fsynced by the acks thread, then acked
             except OSError as err:
                 log.error("cannot sync the task journal (%s); not acknowledging %d update(s)", err, len(acks))
             else:
                 if self._client is not None:
-                    self._acks_out.put((self._client, acks))
+                    self._acks_out.put((self._client, acks, handle))
+                elif handle is not None:
+                    os.close(handle)
         self._dispatch_accepts()
         if self._waiters and (self._changed or ticked):
             now = self.clock()

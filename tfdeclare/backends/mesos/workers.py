@@ -16,13 +16,16 @@ This module owns ``BackgroundWork``:
   goes in the next one (HTTP/1.1-pipelined);
 - ``mesos-backend-calls`` makes the calls the loop decided, in order, and posts what came of
   them back to the loop; it owns nothing but the call in hand;
-- ``mesos-backend-acks`` acknowledges the batches of updates the loop has made durable
-  (HTTP/1.1-pipelined), apart from the calls so acknowledgements never hold up an ACCEPT.
+- ``mesos-backend-acks`` fsyncs the journal (a descriptor the loop hands over with each
+  batch of updates), then acknowledges them (HTTP/1.1-pipelined): an update is acknowledged
+  only once durable; apart from the calls, so acknowledgements never hold up an ACCEPT.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
+import os
 import queue
 
 from tfdeclare.backends.mesos.client import SchedulerClient
@@ -34,6 +37,7 @@ from tfdeclare.backends.mesos.state import (
     QUEUE_TTL_S,
     RECONCILE_MAX_RETRY_S,
     Accept,
+    AckBatch,
     BackendState,
 )
 from tfdeclare.backends.mesos.taskinfo import task_info, task_labels
@@ -56,31 +60,40 @@ class BackgroundWork(BackendState):
 
     def _acks_loop(self) -> None:
         while (item := self._acks_out.get()) is not None:
-            client, batch = item
-            more: list[tuple[str, str, str]] = []
-            stop = False
-            while not stop:  # what queued up meanwhile goes in the same burst
+            batches = [item]
+            while True:  # what queued up meanwhile goes in the same burst
                 try:
-                    nxt = self._acks_out.get_nowait()
+                    more = self._acks_out.get_nowait()
                 except queue.Empty:
                     break
-                if nxt is None:
-                    stop = True
-                elif nxt[0] is client:
-                    more.extend(nxt[1])
-                else:
-                    self._acknowledge(client, batch + more)
-                    client, batch, more = nxt[0], nxt[1], []
-            self._acknowledge(client, batch + more)
-            if stop:
-                return
+                if more is None:
+                    self._acks_out.put(None)  # the loop's last word: stop after this burst
+                    break
+                batches.append(more)
+            self._acknowledge(batches)
 
     @staticmethod
-    def _acknowledge(client: SchedulerClient, batch: list[tuple[str, str, str]]) -> None:
-        try:
-            client.acknowledge_many(batch)
-        except MesosError as err:
-            log.debug("ACKNOWLEDGE of %d update(s) failed (the master resends them): %s", len(batch), err)
+    def _acknowledge(batches: list[AckBatch]) -> None:
+        """Make the journal durable, then acknowledge (an update only once durable)."""
+        durable = True
+        for _, _, handle in batches:
+            if handle is not None:
+                try:
+                    os.fsync(handle)
+                except OSError as err:
+                    durable = False
+                    log.error("cannot sync the task journal: %s", err)
+                finally:
+                    os.close(handle)
+        if not durable:
+            log.error("not acknowledging %d update(s)", sum(len(acks) for _, acks, _ in batches))
+            return
+        for client, group in itertools.groupby(batches, key=lambda batch: batch[0]):
+            acks = [ack for _, batch_acks, _ in group for ack in batch_acks]
+            try:
+                client.acknowledge_many(acks)
+            except MesosError as err:
+                log.debug("ACKNOWLEDGE of %d update(s) failed (the master resends them): %s", len(acks), err)
 
     # ---- periodic work (on the loop) -------------------------------------------------------------
 
