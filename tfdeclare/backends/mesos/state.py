@@ -342,17 +342,19 @@ class BackendState:
 
         self._calls_out.put(call)
 
+    # Defined in ``workers``: the ACCEPT bursts, the periodic work, the two sender threads.
+
     def _dispatch_accepts(self) -> None:
-        """Defined in ``workers`` (the ACCEPT bursts)."""
+        raise NotImplementedError
 
     def _upkeep(self) -> None:
-        """Defined in ``workers`` (the periodic work)."""
+        raise NotImplementedError
 
     def _calls_loop(self) -> None:
-        """Defined in ``workers``."""
+        raise NotImplementedError
 
     def _acks_loop(self) -> None:
-        """Defined in ``workers``."""
+        raise NotImplementedError
 
     # ---- helpers (on the loop) -------------------------------------------------------------------
 
