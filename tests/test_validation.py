@@ -228,6 +228,23 @@ CASES = [
         GOOD + "  backoffLimit: 0x" + "f" * 4000 + "\n",
         [(9, 17, "$.spec.backoffLimit", "integer of 4002 characters is too large", Code.SCHEMA)],
     ),
+    # A NUL passes every schema but could never reach a process: refused where it is written.
+    (
+        "NUL in a command",
+        GOOD.replace("train.py]", '"train\\0.py"]'),
+        [(6, 21, "$.spec.command[1]", "a NUL character (\\0) cannot reach a process", Code.SCHEMA)],
+    ),
+    (
+        "NUL in an env key",
+        GOOD + '  env: {"A\\0B": x}\n',
+        [(9, 9, "$.spec.env", "key 'A\\x00B': a NUL character", Code.SCHEMA)],
+    ),
+    # A raw control character is placed where it is, not on line 1.
+    (
+        "raw NUL in a comment",
+        GOOD + "  # a\0b\n",
+        [(9, 6, None, "unacceptable character 0x0000", Code.YAML_SYNTAX)],
+    ),
     (
         "huge octal integer key",
         GOOD + "  ? 0o" + "7" * 5000 + "\n  : x\n",

@@ -176,6 +176,9 @@ class _Converter:
                 except ValueError as err:
                     self.fail(node, path, str(err), Code.YAML_SYNTAX)
                     return REPORTED
+                if type(value) is str and "\0" in value:  # only a quoted "\0" can make one
+                    self.fail(node, path, _NUL, Code.SCHEMA)
+                    return REPORTED
             else:
                 self.fail(
                     node, path, f"tag {_short(tag)} is not allowed (only plain YAML data)", Code.FORBIDDEN_TAG
@@ -203,6 +206,9 @@ class _Converter:
                 self.fail(key_node, path, "keys must be plain strings", Code.NON_STRING_KEY)
                 continue
             key = key_node.value
+            if key_tag == _STR and "\0" in key:
+                self.fail(key_node, path, f"key {key!r}: {_NUL}", Code.SCHEMA)
+                continue
             maybe_not_string = not key[:1].isalpha() or key in NOT_STRING_WORDS
             if key_tag == _PLAIN and maybe_not_string and not _is_string_key(key):
                 # ``1: x`` or ``true: x``: YAML would make a number or bool of it; say so.
@@ -213,6 +219,9 @@ class _Converter:
                 continue
             mapping[key] = convert(value_node, (path, key), depth)
         return mapping
+
+
+_NUL = "a NUL character (\\0) cannot reach a process: argv, environment and paths are C strings"
 
 
 def _is_string_key(key: str) -> bool:
@@ -320,7 +329,13 @@ def parse_documents(
             documents.append(Document(source, len(documents), line, value, root, refused))
     except yaml.MarkedYAMLError as err:
         diagnostics.append(_mark_diagnostic(source, text, err))
-    except yaml.YAMLError as err:  # reader errors (e.g. control characters) without a mark
+    except yaml.reader.ReaderError as err:  # e.g. a control character: placed by its position
+        before = text[: err.position]
+        line, column = before.count("\n") + 1, err.position - (before.rfind("\n") + 1) + 1
+        what = f"character {err.character:#06x}" if isinstance(err.character, int) else "character"
+        message = f"unacceptable {what}: {err.reason}"
+        diagnostics.append(Diagnostic(source, line, column, message, None, Code.YAML_SYNTAX))
+    except yaml.YAMLError as err:  # without a mark
         diagnostics.append(Diagnostic(source, 1, None, str(err).splitlines()[0], None, Code.YAML_SYNTAX))
     finally:
         loader.dispose()
