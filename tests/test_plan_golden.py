@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.golden_plans import cases, run_case
-from tfdeclare.core.plan.planner import Action, Reason
+from tfdeclare.core.plan.planner import Action, PlanReason
 from tfdeclare.core.plan.render import plan_json, render_text
 
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
@@ -36,4 +36,4 @@ def test_every_action_and_reason_has_a_golden_case() -> None:
             seen_actions.add(job["action"])
             seen_reasons.update(job["reasons"])
     assert {a.value for a in Action} <= seen_actions
-    assert {r.value for r in Reason} <= seen_reasons
+    assert {r.value for r in PlanReason} <= seen_reasons

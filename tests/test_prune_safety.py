@@ -16,8 +16,7 @@ from tfdeclare.core.diagnostics import Code, Diagnostic
 from tfdeclare.core.enums import Phase, Reason
 from tfdeclare.core.plan.desired import DesiredState, assemble
 from tfdeclare.core.plan.observed import ObservedJob
-from tfdeclare.core.plan.planner import Action, Plan, PlanOptions, Sighting, plan
-from tfdeclare.core.plan.planner import Reason as PlanReason
+from tfdeclare.core.plan.planner import Action, Plan, PlanOptions, PlanReason, Sighting, plan
 from tfdeclare.core.run.record import ConditionType, JobRecord
 from tfdeclare.core.run.status import conditions
 from tfdeclare.core.spec.loader import load_file

@@ -84,7 +84,10 @@ _SYMBOLS = {
 }
 
 
-class Reason(StrEnum):
+class PlanReason(StrEnum):
+    """Why a job gets its plan action (the plan's ``reasons``); not the status ``Reason`` of
+    ``core.enums``, which says why a job is in its phase."""
+
     NEW_JOB = "NewJob"
     RECREATE_AFTER_DELETE = "RecreateAfterDelete"
     UNCHANGED = "Unchanged"
@@ -104,12 +107,12 @@ class Reason(StrEnum):
 
 
 _NOT_SYNCED = {
-    Reason.INVALID_SPEC: enums.Reason.INVALID_SPEC,
-    Reason.FILE_HOLDS_NO_JOB: enums.Reason.FILE_HOLDS_NO_JOB,
-    Reason.FILES_UNREADABLE: enums.Reason.FILES_UNREADABLE,
-    Reason.NOT_SETTLED: enums.Reason.NOT_SETTLED,
-    Reason.PRUNE_EVERYTHING_REFUSED: enums.Reason.PRUNE_REFUSED,
-    Reason.NOT_IN_SOURCE: enums.Reason.NOT_IN_SOURCE,
+    PlanReason.INVALID_SPEC: enums.Reason.INVALID_SPEC,
+    PlanReason.FILE_HOLDS_NO_JOB: enums.Reason.FILE_HOLDS_NO_JOB,
+    PlanReason.FILES_UNREADABLE: enums.Reason.FILES_UNREADABLE,
+    PlanReason.NOT_SETTLED: enums.Reason.NOT_SETTLED,
+    PlanReason.PRUNE_EVERYTHING_REFUSED: enums.Reason.PRUNE_REFUSED,
+    PlanReason.NOT_IN_SOURCE: enums.Reason.NOT_IN_SOURCE,
 }
 
 
@@ -165,7 +168,7 @@ class Sighting:
 class JobPlan:
     name: str
     action: Action
-    reasons: tuple[Reason, ...]
+    reasons: tuple[PlanReason, ...]
     message: str
     changes: tuple[FieldChange, ...] = ()
     restart: tuple[TaskKey, ...] = ()  # running tasks that restart
@@ -283,9 +286,9 @@ def _task_sets(
 
 def _unchanged(loaded: LoadedJob, observed: ObservedJob) -> JobPlan:
     reason, why = (
-        (Reason.COMPLETED, f"{observed.phase.value}; not run again unless its spec changes")
+        (PlanReason.COMPLETED, f"{observed.phase.value}; not run again unless its spec changes")
         if observed.phase.terminal
-        else (Reason.UNCHANGED, "up to date")
+        else (PlanReason.UNCHANGED, "up to date")
     )
     return JobPlan(
         loaded.name,
@@ -305,7 +308,7 @@ def _plan_present(loaded: LoadedJob, observed: ObservedJob | None) -> JobPlan:
         return JobPlan(
             name,
             Action.CREATE,
-            (Reason.NEW_JOB,),
+            (PlanReason.NEW_JOB,),
             "new job",
             start=task_keys_of(desired_canonical),
             source=source,
@@ -324,7 +327,7 @@ def _plan_present(loaded: LoadedJob, observed: ObservedJob | None) -> JobPlan:
         return JobPlan(
             name,
             Action.CREATE,
-            (Reason.RECREATE_AFTER_DELETE,),
+            (PlanReason.RECREATE_AFTER_DELETE,),
             "being deleted; it is created again once its tasks have stopped",
             start=desired_spec.task_keys(),
             **common,
@@ -337,7 +340,7 @@ def _plan_present(loaded: LoadedJob, observed: ObservedJob | None) -> JobPlan:
         return JobPlan(
             name,
             Action.UPDATE,
-            (Reason.IN_PLACE_CHANGE,),
+            (PlanReason.IN_PLACE_CHANGE,),
             "only fields that touch no running task changed",
             changes=changes,
             **common,
@@ -347,7 +350,7 @@ def _plan_present(loaded: LoadedJob, observed: ObservedJob | None) -> JobPlan:
         return JobPlan(
             name,
             Action.RESTART,
-            (Reason.RERUN_AFTER_COMPLETION,),
+            (PlanReason.RERUN_AFTER_COMPLETION,),
             f"{observed.phase.value}, and its spec changed: it runs again",
             changes=changes,
             start=desired_spec.task_keys(),
@@ -355,8 +358,8 @@ def _plan_present(loaded: LoadedJob, observed: ObservedJob | None) -> JobPlan:
         )
     if Effect.RESTART in effects:
         forcing = [c.dotted for c in changes if c.effect is Effect.RESTART]
-        reasons = (Reason.FIELDS_FORCE_RESTART,) + (
-            (Reason.REPLICAS_CHANGED,) if Effect.RESIZE in effects else ()
+        reasons = (PlanReason.FIELDS_FORCE_RESTART,) + (
+            (PlanReason.REPLICAS_CHANGED,) if Effect.RESIZE in effects else ()
         )
         new_keys, old_keys = set(desired_spec.task_keys()), set(old_spec.task_keys())
         return JobPlan(
@@ -381,7 +384,7 @@ def _plan_present(loaded: LoadedJob, observed: ObservedJob | None) -> JobPlan:
     return JobPlan(
         name,
         Action.RESIZE,
-        (Reason.REPLICAS_CHANGED,),
+        (PlanReason.REPLICAS_CHANGED,),
         message,
         changes=changes,
         restart=restart,
@@ -418,7 +421,7 @@ def _plan_absent(
         return JobPlan(
             observed.name,
             Action.KEEP,
-            (Reason.FILES_UNREADABLE if unreadable else Reason.INVALID_SPEC,),
+            (PlanReason.FILES_UNREADABLE if unreadable else PlanReason.INVALID_SPEC,),
             f"its {what}, so it keeps running as applied: {first}",
             diagnostics=protected,
             **common,
@@ -427,7 +430,7 @@ def _plan_absent(
         return JobPlan(
             observed.name,
             Action.KEEP,
-            (Reason.FILE_HOLDS_NO_JOB,),
+            (PlanReason.FILE_HOLDS_NO_JOB,),
             f"its file {file} holds no job document now, so it keeps running as applied "
             "(delete the file to delete the job)",
             **common,
@@ -436,7 +439,7 @@ def _plan_absent(
         return JobPlan(
             observed.name,
             Action.ORPHAN,
-            (Reason.NOT_IN_SOURCE,),
+            (PlanReason.NOT_IN_SOURCE,),
             "not in the files any more; use --prune to delete it",
             **common,
         )
@@ -444,7 +447,7 @@ def _plan_absent(
         return JobPlan(
             observed.name,
             Action.KEEP,
-            (Reason.FILES_UNREADABLE,),
+            (PlanReason.FILES_UNREADABLE,),
             f"not pruned: the files could not all be read ({desired.read_errors[0].format()})",
             diagnostics=desired.read_errors,
             **common,
@@ -453,14 +456,14 @@ def _plan_absent(
         return JobPlan(
             observed.name,
             Action.ORPHAN,
-            (Reason.PRUNE_EVERYTHING_REFUSED,),
+            (PlanReason.PRUNE_EVERYTHING_REFUSED,),
             "the files define no jobs at all, so nothing is pruned (use --allow-empty to delete everything)",
             **common,
         )
     return JobPlan(
         observed.name,
         Action.DELETE,
-        (Reason.REMOVED_FROM_SOURCE,),
+        (PlanReason.REMOVED_FROM_SOURCE,),
         "not in the files any more (--prune): its tasks are stopped",
         stop=observed.running,
         **common,
@@ -474,7 +477,7 @@ def _plan_move(loaded: LoadedJob, observed: ObservedJob, old: str, backend: str)
     return JobPlan(
         loaded.name,
         Action.MOVE,
-        (Reason.BACKEND_CHANGED,),
+        (PlanReason.BACKEND_CHANGED,),
         f"moves {old} → {backend}: its tasks on {old} stop before it starts on {backend}",
         changes=field_changes(observed.canonical, loaded.canonical),
         start=spec.task_keys(),
@@ -548,7 +551,7 @@ class _Settling:
         return replace(
             job,
             action=Action.KEEP,
-            reasons=(Reason.NOT_SETTLED,),
+            reasons=(PlanReason.NOT_SETTLED,),
             message=f"{what} less than {self.seconds:g} s ago: it is {_SETTLED[job.action]} "
             f"once the files have stayed so for {self.seconds:g} s",
             restart=(),
