@@ -5,6 +5,7 @@
     options.yaml     optional planner options: {prune: bool, allowEmpty: bool}
     expected.txt     the text plan
     expected.json    the JSON plan
+    expected.md      the Markdown plan (as `plan -o markdown` prints it)
 
 Run ``UPDATE_GOLDEN=1 pytest tests/test_plan_golden.py`` to rewrite the expected files after an
 intended change, then read the diff.
