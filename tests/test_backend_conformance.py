@@ -1,7 +1,9 @@
 """Every backend passes the same conformance suite (tests/backend_conformance.py).
 
 The ``mesos`` harness runs the suite against the master emulator (real processes, one agent
-``cpus:4;mem:4096;ports:[31000-31999]``) over real HTTP, with short timings.
+``cpus:4;mem:4096;ports:[31000-31999]``) over real HTTP, with short timings. The in-memory
+fake of ``tests/fake_backend.py`` (which the controller and daemon tests use) runs the checks
+that need no real process, on its injected clock.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.backend_conformance import SUITE, Harness
+from tests.backend_conformance import SUITE, WITHOUT_PROCESSES, Harness
+from tests.fake_backend import Clock, FakeBackend, FakeCluster
 from tests.mesos_fixtures import mesos_test_config, start_emulator
 from tfdeclare.backends.local.backend import LocalBackend, LocalCapacity
 from tfdeclare.backends.mesos.backend import MesosBackend
@@ -27,6 +30,7 @@ def local_harness(tmp_path: Path) -> Iterator[Harness]:
     harness.close()
 
 
+@pytest.mark.slow  # real processes
 @pytest.mark.parametrize("check", SUITE, ids=lambda c: c.__name__.removeprefix("check_"))
 def test_local_backend(local_harness: Harness, check: Callable[[Harness], None]) -> None:
     check(local_harness)
@@ -35,7 +39,9 @@ def test_local_backend(local_harness: Harness, check: Callable[[Harness], None])
 @pytest.fixture
 def mesos_harness(tmp_path: Path) -> Iterator[Harness]:
     emulator = start_emulator(tmp_path)  # one agent: cpus:4;mem:4096;ports:[31000-31999]
-    config = mesos_test_config(emulator.url)
+    # The emulator's agent runs tasks on this machine: its files are shared, as the suite's
+    # working-directory check needs.
+    config = mesos_test_config(emulator.url, shared_filesystem=True)
     harness = Harness(lambda: MesosBackend(tmp_path / "state", config), tmp_path)
     try:
         yield harness
@@ -45,6 +51,15 @@ def mesos_harness(tmp_path: Path) -> Iterator[Harness]:
         emulator.stop()  # kills whatever still runs
 
 
+@pytest.mark.slow  # real processes behind the master emulator
 @pytest.mark.parametrize("check", SUITE, ids=lambda c: c.__name__.removeprefix("check_"))
 def test_mesos_backend(mesos_harness: Harness, check: Callable[[Harness], None]) -> None:
     check(mesos_harness)
+
+
+@pytest.mark.parametrize("check", WITHOUT_PROCESSES, ids=lambda c: c.__name__.removeprefix("check_"))
+def test_fake_backend(tmp_path: Path, check: Callable[[Harness], None]) -> None:
+    cluster, clock = FakeCluster(), Clock()
+    harness = Harness(lambda: FakeBackend(cluster, clock), tmp_path, clock)
+    check(harness)
+    harness.close()
