@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import textwrap
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,19 +42,56 @@ def job_text(
     ) + "".join(f"  {line}\n" for line in extra.splitlines())
 
 
+class PassCountingController(Controller):
+    """The real controller, which also tells waiting tests that a pass has ended."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.passes = 0
+        self.passed = threading.Condition()
+
+    def reconcile(self) -> PassResult:
+        result = super().reconcile()
+        with self.passed:
+            self.passes += 1
+            self.passed.notify_all()
+        return result
+
+    def wait_for_pass(
+        self, after: int, check: Callable[[], bool] = lambda: True, timeout: float = 10.0
+    ) -> int:
+        """Until a pass numbered above ``after`` has ended with ``check`` true; returns its number."""
+        deadline = time.monotonic() + timeout
+        with self.passed:
+            while True:
+                if self.passes > after and check():
+                    return self.passes
+                remaining = deadline - time.monotonic()
+                assert remaining > 0, f"no pass after {after} with the expected outcome"
+                self.passed.wait(remaining)
+
+
 class World:
-    def __init__(self, root: Path, cluster: FakeCluster | None = None, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        cluster: FakeCluster | None = None,
+        clock: Clock | None = None,
+        *,
+        status_dir: Path | None = None,
+    ) -> None:
         self.root = root
         self.specs = root / "specs"
         self.specs.mkdir(parents=True, exist_ok=True)
         self.clock = clock or Clock()
         self.backend = FakeBackend(cluster or FakeCluster(), self.clock)
         self.store = StateStore(root / "state", exclusive=True)
-        self.statuses = StatusWriter(root / "status")
-        self.controller = Controller(
+        self.status_dir = status_dir or root / "status"
+        self.statuses = StatusWriter(self.status_dir)
+        self.controller = PassCountingController(
             self.store, self.backend, self.statuses, backoff=BACKOFF, clock=self.clock, base_dir=root
         )
-        self.files = SpecFiles([self.specs], base=root)
+        self.files = SpecFiles([self.specs], exclude=(root / "state", self.status_dir), base=root)
 
     # ---- the user's side --------------------------------------------------------------------
 
