@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
-import random
 import re
 import statistics
 import subprocess
@@ -78,16 +77,47 @@ def _reported(output: str, name: str) -> float:
     return float(match.group(1))
 
 
-def bootstrap_interval(
-    values: list[float], confidence: float = 0.95, resamples: int = 10_000, seed: int = 0
-) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean of ``values`` (seeded: the same samples give
-    the same interval)."""
-    rng = random.Random(seed)
-    n = len(values)
-    means = sorted(statistics.fmean(rng.choices(values, k=n)) for _ in range(resamples))
-    tail = (1 - confidence) / 2
-    return means[int(tail * resamples)], means[int((1 - tail) * resamples) - 1]
+# Two-sided 95 % quantiles of Student's t by degrees of freedom (df above 30: the value at 30,
+# a little wider than the true one).
+T_975 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
+
+
+def t_interval(values: list[float]) -> tuple[float, float]:
+    """95 % confidence interval of the mean of ``values`` (Student's t)."""
+    mean = statistics.fmean(values)
+    half = T_975[min(len(values) - 1, len(T_975)) - 1] * statistics.stdev(values) / math.sqrt(len(values))
+    return mean - half, mean + half
 
 
 def _percent(log_ratio: float) -> float:
@@ -95,11 +125,11 @@ def _percent(log_ratio: float) -> float:
 
 
 def tf_overhead(workdir: Path, budget_s: float, min_pairs: int = 6) -> list[Result]:
-    """Pairs of the same training run by hand and under tfdeclare, *at the same time*: both
-    warm up, then start their measured steps together (``BENCH_SYNC_DIR``), so both see the
-    same machine, whatever else runs on it. Per pair, the log of the ratio of CPU seconds per
-    step (tfdeclare / by hand); the overhead is the mean ratio with a 95 % bootstrap interval.
-    The verdict comes from the interval: "met" when all of it is at most 2 %, "missed" when
+    """Pairs of the same training run by hand and under tfdeclare, taking turns block by block
+    (``tf_throughput.py``: ``BENCH_SYNC_DIR``), so both see the same machine, whatever else
+    runs on it, and never compete with each other. Per pair, the log of the ratio of CPU
+    seconds per step (tfdeclare / by hand); the overhead is their mean (a geometric mean
+    ratio) with a 95 % Student's t interval. The verdict comes from the interval: "met" when all of it is at most 2 %, "missed" when
     all of it is above, "inconclusive" otherwise. Wall-clock steps/s is reported the same way
     (it also measures the machine's other load, so its interval is wider)."""
     if importlib.util.find_spec("tensorflow") is None:
@@ -107,15 +137,26 @@ def tf_overhead(workdir: Path, budget_s: float, min_pairs: int = 6) -> list[Resu
     (workdir / "tfdeclare.yaml").write_text(CONFIG)
     env = {"TF_ENABLE_ONEDNN_OPTS": "0", "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
     cpu_logs, wall_logs = [], []
+    cpus = sorted(os.sched_getaffinity(0))
     started = time.monotonic()
     i = 0
     while i < min_pairs or time.monotonic() - started < budget_s:
+        # Both copies on the same core (each pair the next one): a core busier than another
+        # then slows both alike. The task under tfdeclare inherits it through `apply` and its
+        # supervisor, as it would inherit any other process attribute.
+        cpu = cpus[i % len(cpus)]
+
+        def pin(cpu: int = cpu) -> None:
+            os.sched_setaffinity(0, {cpu})
+
         sync = workdir / f"sync{i}"
         sync.mkdir()
+        for role in ("hand", "through"):
+            os.mkfifo(sync / f"{role}.turn")
         pair_env = {**env, "BENCH_SYNC_DIR": str(sync)}
         specs = workdir / f"tf{i}"
         specs.mkdir()
-        env_yaml = ", ".join(f"{k}: '{v}'" for k, v in pair_env.items())
+        env_yaml = ", ".join(f"{k}: '{v}'" for k, v in {**pair_env, "BENCH_ROLE": "through"}.items())
         (specs / "tf.yaml").write_text(
             _job(f"tf{i}", 1, f"[python, {THROUGHPUT}]", cpus=1).replace(
                 "  replicas:", f"  env: {{{env_yaml}}}\n  replicas:"
@@ -126,16 +167,19 @@ def tf_overhead(workdir: Path, budget_s: float, min_pairs: int = 6) -> list[Resu
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
-            env={**os.environ, **pair_env},
+            env={**os.environ, **pair_env, "BENCH_ROLE": "hand"},
+            preexec_fn=pin,
         )
         through = subprocess.Popen(
             [CLI_SCRIPT, "apply", str(specs), "--wait", "--timeout", "600"],
             cwd=workdir,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            preexec_fn=pin,
         )
         wait_for(lambda: len(list(sync.glob("ready-*"))) == 2, timeout=300, poll=0.01)  # noqa: B023
-        (sync / "go").touch()
+        with open(sync / "hand.turn", "wb") as turn:  # the copy by hand starts, then they alternate
+            turn.write(b"t")
         hand_out, _ = hand.communicate(timeout=600)
         if through.wait(timeout=600) != 0 or hand.returncode != 0:
             raise RuntimeError(f"pair {i} failed: by hand {hand.returncode}, apply {through.returncode}")
@@ -152,10 +196,10 @@ def tf_overhead(workdir: Path, budget_s: float, min_pairs: int = 6) -> list[Resu
         i += 1
     results = []
     for what, logs in (("CPU time per step", cpu_logs), ("wall time per step", wall_logs)):
-        low, high = bootstrap_interval(logs)
+        low, high = t_interval(logs)
         results.append(
             Result(
-                f"runner overhead on a TF job's {what} (tfdeclare vs by hand, the pair at the same time)",
+                f"runner overhead on a TF job's {what} (tfdeclare vs by hand, in alternate blocks)",
                 "≤ 2 %",
                 [_percent(x) for x in logs],
                 "%",
@@ -174,14 +218,14 @@ def main(results: list[Result], quick: bool) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         results.append(hundred_jobs(Path(tmp)))
     with tempfile.TemporaryDirectory() as tmp:
-        results.extend(tf_overhead(Path(tmp), 30 if quick else 240))
+        results.extend(tf_overhead(Path(tmp), 30 if quick else 270))
 
 
 if __name__ == "__main__":
     import json
 
     with tempfile.TemporaryDirectory() as tmp:
-        measured = tf_overhead(Path(tmp), float(sys.argv[2]) if len(sys.argv) > 2 else 240)
+        measured = tf_overhead(Path(tmp), float(sys.argv[2]) if len(sys.argv) > 2 else 270)
     print(f"Machine: {machine()}. Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.")
     for result in measured:
         print(result.row())
