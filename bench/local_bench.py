@@ -7,6 +7,7 @@ the runner's overhead on a real TensorFlow job's steps, 100 small concurrent job
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import os
 import re
@@ -79,38 +80,12 @@ def _reported(output: str, name: str) -> float:
 
 # Two-sided 95 % quantiles of Student's t by degrees of freedom (df above 30: the value at 30,
 # a little wider than the true one).
+# fmt: off
 T_975 = (
-    12.706,
-    4.303,
-    3.182,
-    2.776,
-    2.571,
-    2.447,
-    2.365,
-    2.306,
-    2.262,
-    2.228,
-    2.201,
-    2.179,
-    2.160,
-    2.145,
-    2.131,
-    2.120,
-    2.110,
-    2.101,
-    2.093,
-    2.086,
-    2.080,
-    2.074,
-    2.069,
-    2.064,
-    2.060,
-    2.056,
-    2.052,
-    2.048,
-    2.045,
-    2.042,
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+    2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
 )
+# fmt: on
 
 
 def t_interval(values: list[float]) -> tuple[float, float]:
@@ -129,9 +104,10 @@ def tf_overhead(workdir: Path, budget_s: float, min_pairs: int = 6) -> list[Resu
     (``tf_throughput.py``: ``BENCH_SYNC_DIR``), so both see the same machine, whatever else
     runs on it, and never compete with each other. Per pair, the log of the ratio of CPU
     seconds per step (tfdeclare / by hand); the overhead is their mean (a geometric mean
-    ratio) with a 95 % Student's t interval. The verdict comes from the interval: "met" when all of it is at most 2 %, "missed" when
-    all of it is above, "inconclusive" otherwise. Wall-clock steps/s is reported the same way
-    (it also measures the machine's other load, so its interval is wider)."""
+    ratio) with a 95 % Student's t interval. The verdict comes from the interval: "met" when
+    all of it is at most 2 %, "missed" when all of it is above, "inconclusive" otherwise.
+    Wall-clock steps/s is reported the same way (it also measures the machine's other load,
+    so its interval is wider)."""
     if importlib.util.find_spec("tensorflow") is None:
         return []
     (workdir / "tfdeclare.yaml").write_text(CONFIG)
@@ -222,8 +198,6 @@ def main(results: list[Result], quick: bool) -> None:
 
 
 if __name__ == "__main__":
-    import json
-
     with tempfile.TemporaryDirectory() as tmp:
         measured = tf_overhead(Path(tmp), float(sys.argv[2]) if len(sys.argv) > 2 else 270)
     print(f"Machine: {machine()}. Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.")
