@@ -15,7 +15,7 @@ from typing import Any
 from tests.fake_backend import Clock, FakeBackend, FakeCluster
 from tfdeclare.controller import Controller
 from tfdeclare.controller.reconciler import PassResult
-from tfdeclare.core.enums import Role, TaskState
+from tfdeclare.core.enums import Role
 from tfdeclare.core.plan.planner import Plan, PlanOptions, plan
 from tfdeclare.core.run.lifecycle import Backoff
 from tfdeclare.core.run.record import JobRecord
@@ -139,7 +139,3 @@ class World:
         for _ in range(passes - 1):
             result = self.reconcile()
         return result
-
-
-def running_states(world: World, job: str) -> set[TaskState]:
-    return {t.state for t in world.tasks(job).values()}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +41,9 @@ class Running:
         self.thread = threading.Thread(target=self.daemon.run, name="daemon-under-test", daemon=True)
         self.thread.start()
 
-    def wait(self, check: object = None, after: int | None = None) -> int:
+    def wait(self, check: Callable[[], bool] = lambda: True, after: int | None = None) -> int:
         """Until a pass (after the current one, or pass ``after``) ends with ``check`` true."""
-        done = self.controller.passes if after is None else after
-        return self.controller.wait_for_pass(done, check if callable(check) else lambda: True)
+        return self.controller.wait_for_pass(self.controller.passes if after is None else after, check)
 
     def stop(self) -> None:
         self.daemon.stop()
