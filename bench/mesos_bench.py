@@ -21,11 +21,11 @@ from pathlib import Path
 
 from bench.common import REPO, Result
 from tfdeclare.backends.mesos.backend import MesosBackend
+from tfdeclare.backends.mesos.config import MesosConfig
 from tfdeclare.backends.mesos.events import Offer
 from tfdeclare.backends.mesos.offers import HeldOffer
 from tfdeclare.backends.mesos.placement import PlacementOptions, never_fits, place_gang
 from tfdeclare.backends.mesos.state import Waiting
-from tfdeclare.core.config import MesosConfig
 from tfdeclare.core.enums import PlacementStrategy, Role, TaskState
 from tfdeclare.core.run.tasks import GangRequest, Placement, SlotRequest, TaskKey, TaskLaunch
 from tfdeclare.core.spec.resources import Resources
@@ -144,10 +144,9 @@ def end_to_end(workdir: Path, agents: int, tasks: int) -> tuple[dict[str, float]
             decided = time.perf_counter()
 
             def count(*states: str) -> int:
-                # The journal's latest Mesos state per task, read cheaply (a full observe() of
-                # 10,000 tasks in a tight loop would steal the interpreter from the backend).
-                with backend._lock:
-                    return sum(1 for e in backend._tasks.values() if e.state in states)
+                # The journal's latest Mesos state per task, read cheaply on the backend's loop
+                # (a full observe() of 10,000 tasks in a tight loop would steal the interpreter).
+                return backend._ask(lambda: sum(1 for e in backend._tasks.values() if e.state in states))
 
             while count("TASK_STARTING", "TASK_RUNNING") < tasks:  # launched by the master
                 time.sleep(0.1)
@@ -220,8 +219,7 @@ def decision_time(backend: MesosBackend, size: int, strategy: PlacementStrategy,
     samples = []
     for _ in range(runs):
         before = time.perf_counter()
-        with backend._lock:
-            answer, _, _ = backend._try_place(gang, entry)
+        answer, _, _ = backend._try_place(gang, entry)  # never connected: no loop runs
         samples.append(time.perf_counter() - before)
         assert isinstance(answer, Placement), answer
     return samples

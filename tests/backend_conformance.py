@@ -414,26 +414,28 @@ def check_logs_and_forget(harness: Harness) -> None:
 
 @needs_processes
 def check_working_dir_and_environment(harness: Harness) -> None:
-    """The folder a task really runs in: the spec's folder by default, ``workingDir`` when
-    given (relative to the spec's folder). Checked by the task itself."""
+    """Where a task really runs, as it sees it: by default its folder shows the files of the
+    spec's folder, with a relative ``workingDir`` those of that folder under it (the local
+    backend runs the task in a working folder of its own with them linked in), and with an
+    absolute ``workingDir`` it runs exactly there. Checked by the task itself."""
     backend = harness.backend()
     out = harness.workdir / "env-out.json"
     script = (
         "import os, json, sys; "
-        "open(sys.argv[1], 'w').write(json.dumps({'cwd': os.getcwd(), 'x': os.environ['X']}))"
+        "marker = open('marker.txt').read() if os.path.exists('marker.txt') else None; "
+        "open(sys.argv[1], 'w').write(json.dumps({'cwd': os.getcwd(), 'marker': marker, 'x': os.environ['X']}))"
     )
-    (harness.workdir / "sub").mkdir()
+    sub = harness.workdir / "sub"
+    sub.mkdir()
+    (harness.workdir / "marker.txt").write_text("spec folder")
+    (sub / "marker.txt").write_text("sub folder")
     seen = {}
-    for label, working_dir in (
-        ("default", None),
-        ("relative", "sub"),
-        ("absolute", str(harness.workdir / "sub")),
-    ):
+    for label, working_dir in (("default", None), ("relative", "sub"), ("absolute", str(sub))):
         out.unlink(missing_ok=True)
         task_id = start(
             harness,
             backend,
-            "env",
+            f"env-{label}",
             1,
             [PY, "-c", script, str(out)],
             env={"X": "a b;c"},
@@ -443,9 +445,10 @@ def check_working_dir_and_environment(harness: Harness) -> None:
         assert tasks[task_id].state is TaskState.SUCCEEDED, backend.read_log(task_id).data
         seen[label] = json.loads(out.read_text())
         assert seen[label]["x"] == "a b;c"
-    assert Path(seen["default"]["cwd"]).resolve() == harness.workdir.resolve()
-    assert Path(seen["relative"]["cwd"]).resolve() == (harness.workdir / "sub").resolve()
-    assert Path(seen["absolute"]["cwd"]).resolve() == (harness.workdir / "sub").resolve()
+    assert seen["default"]["marker"] == "spec folder"
+    assert seen["relative"]["marker"] == "sub folder"
+    assert Path(seen["absolute"]["cwd"]).resolve() == sub.resolve()
+    assert seen["absolute"]["marker"] == "sub folder"
 
 
 TF_CONFIG_SERVER = """

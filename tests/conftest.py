@@ -16,6 +16,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# A command prefix that runs a process as a user whom a file's mode can lock out: under root,
+# without the capabilities that override file modes (``chmod 000`` then means what it says).
+ORDINARY_USER = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"] if os.geteuid() == 0 else []
+
 
 def cli(
     *args: str, cwd: Path, timeout: float = 120, env: dict[str, str] | None = None

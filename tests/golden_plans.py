@@ -1,8 +1,10 @@
 """Golden plan cases: each folder under tests/golden/plan/ is one case.
 
     specs/*.yaml     the desired state (paths shown relative to the case folder)
-    observed.yaml    a list of applied jobs: {phase, running: [worker-0, ...], source: FILE:LINE, job: TFJob}
-    options.yaml     optional planner options: {prune: bool, allowEmpty: bool}
+    observed.yaml    a list of applied jobs: {phase, running: [worker-0, ...], source: FILE:LINE,
+                     backend: NAME, job: TFJob}
+    options.yaml     optional planner options: {prune: bool, allowEmpty: bool, backend: NAME,
+                     settleSeconds: S, now: T, sightings: {NAME: {specHash: HASH or null, since: T}}}
     expected.txt     the text plan
     expected.json    the JSON plan
     expected.md      the Markdown plan (as `plan -o markdown` prints it)
@@ -20,7 +22,7 @@ import yaml
 
 from tfdeclare.core.enums import Phase, Role
 from tfdeclare.core.plan.observed import ObservedJob
-from tfdeclare.core.plan.planner import Plan, PlanOptions, plan
+from tfdeclare.core.plan.planner import Plan, PlanOptions, Sighting, plan
 from tfdeclare.core.run.tasks import TaskKey
 from tfdeclare.core.spec.loader import SourceRef, load_file
 from tfdeclare.shell.sources import SpecFiles
@@ -45,7 +47,9 @@ def _observed(entry: dict[str, Any]) -> ObservedJob:
         TaskKey(Role(role), int(index))
         for role, index in (t.rsplit("-", 1) for t in entry.get("running", []))
     )
-    return ObservedJob(job.name, job.canonical, job.spec_hash, Phase(entry["phase"]), source, running)
+    return ObservedJob(
+        job.name, job.canonical, job.spec_hash, Phase(entry["phase"]), source, running, entry.get("backend")
+    )
 
 
 def run_case(case: Path) -> Plan:
@@ -62,5 +66,15 @@ def run_case(case: Path) -> Plan:
     return plan(
         desired,
         observed,
-        PlanOptions(prune=options.get("prune", False), allow_empty=options.get("allowEmpty", False)),
+        PlanOptions(
+            prune=options.get("prune", False),
+            allow_empty=options.get("allowEmpty", False),
+            backend=options.get("backend"),
+            settle_s=options.get("settleSeconds", 0.0),
+        ),
+        now=options.get("now", 0.0),
+        sightings={
+            name: Sighting(seen["specHash"], seen["since"])
+            for name, seen in options.get("sightings", {}).items()
+        },
     )

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.mesos_emulator import Emulator
-from tfdeclare.core.config import MesosConfig
+from tfdeclare.backends.mesos.config import MesosConfig
 
 PY = sys.executable
 

@@ -65,6 +65,7 @@ class Reply:
     status: int
     body: bytes = b""
     headers: dict[str, str] = field(default_factory=dict)
+    interim: tuple[int, ...] = ()  # 1xx answers sent before this one (e.g. 100 Continue)
 
 
 _END, _ABORT = object(), object()
@@ -243,6 +244,8 @@ class ScriptServer:
                         self._cond.notify_all()
                     self._stream(sock, answer)
                     return
+                for status in answer.interim:
+                    sock.sendall(f"HTTP/1.1 {status} Interim\r\n\r\n".encode())
                 head = [f"HTTP/1.1 {answer.status} X", f"Content-Length: {len(answer.body)}"]
                 head += [f"{k}: {v}" for k, v in answer.headers.items()]
                 sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode() + answer.body)

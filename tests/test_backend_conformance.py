@@ -1,14 +1,17 @@
-"""Every backend passes the same conformance suite (tests/backend_conformance.py).
+"""Every registered backend passes the same conformance suite (tests/backend_conformance.py).
 
-The ``mesos`` harness runs the suite against the master emulator (real processes, one agent
-``cpus:4;mem:4096;ports:[31000-31999]``) over real HTTP, with short timings. The in-memory
-fake of ``tests/fake_backend.py`` (which the controller and daemon tests use) runs the checks
-that need no real process, on its injected clock.
+``HARNESSES`` holds one harness per registry name (a new backend adds one); each builds its
+backend through the registry, as the CLI does. The ``mesos`` harness runs the suite against
+the master emulator (real processes, one agent ``cpus:4;mem:4096;ports:[31000-31999]``) over
+real HTTP, with short timings. The in-memory fake of ``tests/fake_backend.py`` (which the
+controller and daemon tests use; not a registered backend) runs the checks that need no real
+process, on its injected clock.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import pytest
@@ -16,33 +19,29 @@ import pytest
 from tests.backend_conformance import SUITE, WITHOUT_PROCESSES, Harness
 from tests.fake_backend import Clock, FakeBackend, FakeCluster
 from tests.mesos_fixtures import mesos_test_config, start_emulator
-from tfdeclare.backends.local.backend import LocalBackend, LocalCapacity
-from tfdeclare.backends.mesos.backend import MesosBackend
+from tfdeclare.backends import registry
+from tfdeclare.backends.local.config import LocalConfig
 
 
-@pytest.fixture
+@contextmanager
 def local_harness(tmp_path: Path) -> Iterator[Harness]:
-    capacity = LocalCapacity(cpus=4, mem_mib=4096, gpus=0, port_first=31000, port_last=31999)
-    harness = Harness(lambda: LocalBackend(tmp_path / "state", capacity), tmp_path)
-    yield harness
-    for backend in harness.backends:
-        backend.stop([t.task_id for t in backend.observe() if t.state.alive], 0.5)
-    harness.close()
+    config = LocalConfig(cpus=4, mem_mib=4096, gpus=0, port_first=31000, port_last=31999)
+    harness = Harness(lambda: registry.plugin("local").build(tmp_path / "state", config), tmp_path)
+    try:
+        yield harness
+    finally:
+        for backend in harness.backends:
+            backend.stop([t.task_id for t in backend.observe() if t.state.alive], 0.5)
+        harness.close()
 
 
-@pytest.mark.slow  # real processes
-@pytest.mark.parametrize("check", SUITE, ids=lambda c: c.__name__.removeprefix("check_"))
-def test_local_backend(local_harness: Harness, check: Callable[[Harness], None]) -> None:
-    check(local_harness)
-
-
-@pytest.fixture
+@contextmanager
 def mesos_harness(tmp_path: Path) -> Iterator[Harness]:
     emulator = start_emulator(tmp_path)  # one agent: cpus:4;mem:4096;ports:[31000-31999]
     # The emulator's agent runs tasks on this machine: its files are shared, as the suite's
     # working-directory check needs.
     config = mesos_test_config(emulator.url, shared_filesystem=True)
-    harness = Harness(lambda: MesosBackend(tmp_path / "state", config), tmp_path)
+    harness = Harness(lambda: registry.plugin("mesos").build(tmp_path / "state", config), tmp_path)
     try:
         yield harness
         assert emulator.check_invariants() == []
@@ -51,10 +50,26 @@ def mesos_harness(tmp_path: Path) -> Iterator[Harness]:
         emulator.stop()  # kills whatever still runs
 
 
-@pytest.mark.slow  # real processes behind the master emulator
+HARNESSES: dict[str, Callable[[Path], AbstractContextManager[Harness]]] = {
+    "local": local_harness,
+    "mesos": mesos_harness,
+}
+
+
+def test_every_registered_backend_has_a_harness() -> None:
+    assert sorted(HARNESSES) == sorted(registry.names())
+
+
+@pytest.fixture(params=registry.names())
+def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
+    with HARNESSES[request.param](tmp_path) as harness:
+        yield harness
+
+
+@pytest.mark.slow  # real processes (and the emulator)
 @pytest.mark.parametrize("check", SUITE, ids=lambda c: c.__name__.removeprefix("check_"))
-def test_mesos_backend(mesos_harness: Harness, check: Callable[[Harness], None]) -> None:
-    check(mesos_harness)
+def test_backend(harness: Harness, check: Callable[[Harness], None]) -> None:
+    check(harness)
 
 
 @pytest.mark.parametrize("check", WITHOUT_PROCESSES, ids=lambda c: c.__name__.removeprefix("check_"))

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.controller_world import BACKOFF, World, job_text
-from tfdeclare.core.enums import Phase, Role, TaskState
+from tfdeclare.core.enums import Phase, Reason, Role, TaskState
 from tfdeclare.core.plan.planner import Action
 
 
@@ -239,8 +239,8 @@ def test_an_invalid_file_keeps_its_job_running_and_says_why(world: World) -> Non
     world.apply(prune=True)
     world.settle()
     assert {t.task_id for t in world.tasks("v").values()} == ids
-    record = world.record("v")
-    assert record.invalid and "v.yaml" in record.invalid[0]
+    not_synced = world.record("v").not_synced
+    assert not_synced is not None and not_synced[0] is Reason.INVALID_SPEC and "v.yaml" in not_synced[1]
 
 
 def test_tasks_of_no_job_are_stopped(world: World, tmp_path: Path) -> None:

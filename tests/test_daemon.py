@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import REPO, cli, kill_leftovers
+from tests.conftest import ORDINARY_USER, REPO, cli, kill_leftovers
 
 pytestmark = pytest.mark.e2e  # the daemon as a process, real jobs, git repositories
 
@@ -36,12 +36,12 @@ def job(name: str, mode: str = "serve", *, count: int = 1, extra: str = "") -> s
 
 
 class Daemon:
-    def __init__(self, cwd: Path, *args: str) -> None:
+    def __init__(self, cwd: Path, *args: str, prefix: list[str] | None = None) -> None:
         self.cwd = cwd
         self.log = cwd / f"daemon-{time.monotonic_ns()}.log"
         self.handle = open(self.log, "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tfdeclare", "daemon", "--port", "0", *args],
+            [*(prefix or []), sys.executable, "-m", "tfdeclare", "daemon", "--port", "0", *args],
             cwd=cwd,
             stdout=self.handle,
             stderr=subprocess.STDOUT,
@@ -92,6 +92,14 @@ def status(cwd: Path, name: str) -> dict[str, Any] | None:
     if not path.exists():
         return None
     return yaml.safe_load(path.read_text())  # type: ignore[no-any-return]
+
+
+def sync_state(cwd: Path, name: str) -> tuple[str, str] | None:
+    """The job's Synced condition as (status, reason)."""
+    for condition in (status(cwd, name) or {}).get("conditions", []):
+        if condition["type"] == "Synced":
+            return condition["status"], condition["reason"]
+    return None
 
 
 def pids(folder: Path) -> list[int]:
@@ -158,8 +166,9 @@ def test_folder_mode_create_edit_invalid_delete(cwd: Path) -> None:
         wait_until(lambda: not any(alive(p) for p in running))
 
         (cwd / "specs" / "b.yaml").unlink()  # pruning everything at once is refused
-        time.sleep(1.5)
+        wait_until(lambda: sync_state(cwd, "b") == ("False", "PruneRefused"))
         assert (status(cwd, "b") or {}).get("phase") == "Running"
+        assert "WARNING kept as applied (PruneRefused): b — the files define no jobs at all" in daemon.text()
         assert cli("plan", "specs", "--prune", cwd=cwd).stdout.count("--allow-empty") == 1
 
         health, detail = daemon.get("/healthz")
@@ -312,7 +321,9 @@ def test_unreachable_remote_keeps_the_jobs_and_is_reported(cwd: Path, repo: tupl
         remote.rename(remote.with_name("gone.git"))
         wait_until(lambda: daemon.get("/healthz")[0] == 503)
         _, detail = daemon.get("/healthz")
-        assert detail["sourceError"]
+        assert detail["sourceError"] == (
+            f"git: '{remote}' does not appear to be a git repository; Could not read from remote repository."
+        )
         assert alive(pids(outputs)[0])
         assert "source unavailable, the last applied state keeps running" in daemon.text()
     finally:
@@ -367,3 +378,160 @@ def test_git_mode_corrupt_clone_is_recloned_and_prune_by_commit(cwd: Path, repo:
     lines = [json.loads(line) for line in daemon.text().splitlines() if line.startswith("{")]
     assert lines and {"time", "level", "logger", "message"} <= set(lines[0])
     assert any("unusable" in line["message"] for line in lines)
+
+
+CHECKPOINTER = """\
+# {version}
+import os, time
+from pathlib import Path
+Path(os.environ["OUT"], "cwd").write_text(os.getcwd())
+Path("checkpoints").mkdir(exist_ok=True)
+n = len(os.listdir("checkpoints"))
+while True:
+    Path("checkpoints", "ckpt-%04d" % n).write_text(str(os.getpid()) + " " + Path("ckpt.py").read_text())
+    n += 1
+    time.sleep(0.2)
+"""
+
+
+def test_git_mode_never_deletes_what_a_task_writes_and_keeps_its_revision(
+    cwd: Path, repo: tuple[Path, Path]
+) -> None:
+    remote, work = repo
+    spec = (
+        "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: ck}\nspec:\n"
+        "  command: [python, ckpt.py]\n"
+        f"  env: {{OUT: '{cwd}'}}\n"
+        "  replicas: {worker: {count: 1, resources: {cpus: 0.1, mem: 64}}}\n"
+    )
+    first = commit(work, "v1", {"ck.yaml": spec, "ckpt.py": CHECKPOINTER.format(version="v1")})
+    snapshots = cwd / ".tfdeclare" / "git" / "revisions"
+
+    def checkpoints() -> Path:  # where the task runs
+        return Path((cwd / "cwd").read_text() if (cwd / "cwd").exists() else cwd / "none") / "checkpoints"
+
+    def written() -> list[str]:
+        return [p.read_text() for p in sorted(checkpoints().iterdir())] if checkpoints().is_dir() else []
+
+    daemon = Daemon(cwd, "--git", f"file://{remote}", "--path", "jobs", "--interval", "0.5")
+    try:
+        wait_until(lambda: len(written()) >= 3)
+        pid = written()[0].split()[0]
+        second = commit(work, "v2: a new script", {"ckpt.py": CHECKPOINTER.format(version="v2")})
+        wait_until(lambda: (status(cwd, "ck") or {}).get("revision") == second)
+        seen = len(written())
+        wait_until(lambda: len(written()) >= seen + 5)  # several syncs later
+        assert [c.split()[0] for c in written()] == [pid] * len(written()), "nothing restarted"
+        assert all("# v1" in c for c in written()), "the task still runs from its own revision"
+        assert (snapshots / first).is_dir(), "the snapshot in use is kept"
+        assert not (snapshots / first / "jobs" / "ckpt.py").stat().st_mode & 0o222, "read-only"
+
+        third = commit(work, "v3: restart", {"ck.yaml": spec.replace("env: {", "env: {X: '1', ")})
+        wait_until(lambda: (status(cwd, "ck") or {}).get("revision") == third)
+        wait_until(lambda: "# v2" in written()[-1])
+        before = written()
+        assert before[0].split()[0] == pid and len({c.split()[0] for c in before}) == 2
+        assert checkpoints().parent == cwd / ".tfdeclare" / "local" / "work" / "ck" / "worker-0"
+        assert [p.name for p in sorted(checkpoints().iterdir())] == [
+            f"ckpt-{i:04d}" for i in range(len(before))
+        ]
+        wait_until(lambda: not (snapshots / first).exists())  # no job or task uses it any more
+        assert (snapshots / third).is_dir()
+    finally:
+        daemon.stop()
+
+
+def test_clients_that_hang_up_leave_no_traceback_in_the_log(cwd: Path) -> None:
+    import socket
+    import struct
+
+    daemon = Daemon(cwd, "--specs", "specs", "--interval", "5")
+    try:
+        host, port = daemon.url.removeprefix("http://").rstrip("/").split(":")
+        for path in ["/jobs", "/metrics", "/healthz"] * 20:
+            with socket.create_connection((host, int(port))) as client:
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # RST
+                client.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        assert daemon.get("/healthz")[0] == 200  # still serving
+    finally:
+        assert daemon.stop() == 0
+    assert "Traceback" not in daemon.text() and "Exception occurred" not in daemon.text()
+
+
+def test_folder_mode_a_file_emptied_and_rewritten_keeps_its_job(cwd: Path) -> None:
+    """What some editors and ``cp`` do: the file is empty for a moment, then written again."""
+    daemon = Daemon(cwd, "--specs", "specs", "--prune", "--interval", "30")
+    try:
+        outputs = out_dir(cwd, "a")
+        spec = cwd / "specs" / "a.yaml"
+        (cwd / "specs" / "b.yaml").write_text(job("b"))
+        spec.write_text(job("a"))
+        wait_until(lambda: len(pids(outputs)) == 1 and (status(cwd, "a") or {}).get("phase") == "Running")
+        first = pids(outputs)[0]
+        for empty_for in (0.15, 3.5):  # shorter and longer than the settle time (3 s)
+            spec.write_text("")
+            wait_until(lambda: sync_state(cwd, "a") == ("False", "FileHoldsNoJob"))
+            time.sleep(empty_for)  # the user's timing, not a wait for the daemon
+            spec.write_text(job("a"))
+            wait_until(lambda: sync_state(cwd, "a") == ("True", "SpecApplied"))
+        assert pids(outputs) == [first] and alive(first), "never deleted nor restarted"
+        assert "applied - a" not in daemon.text() and "applied -/+ a" not in daemon.text()
+        assert "specs/a.yaml:1: warning: holds no job document" in daemon.text()
+    finally:
+        daemon.stop()
+
+
+def test_folder_mode_a_slow_write_restarts_the_job_once(cwd: Path) -> None:
+    """A save written in two parts, the first a valid spec for 0.3 s: one restart, to the
+    whole file's spec (each part alone would restart every task)."""
+
+    def spec(*args: str) -> str:
+        head = job("a").replace(f"  command: [python, {TASK}, serve]\n", "")
+        return head + f"  command:\n  - python\n  - {TASK}\n  - serve\n" + "".join(f"  - {a}\n" for a in args)
+
+    daemon = Daemon(cwd, "--specs", "specs", "--interval", "30")
+    try:
+        outputs = out_dir(cwd, "a")
+        path = cwd / "specs" / "a.yaml"
+        path.write_text(spec("--lr=0.1"))
+        wait_until(lambda: len(pids(outputs)) == 1 and (status(cwd, "a") or {}).get("phase") == "Running")
+        whole = spec("--lr=0.2", "--batch=64")
+        half = whole.index("  - --batch=64")  # the first part alone is a valid spec: --lr=0.2
+        with open(path, "w") as handle:
+            handle.write(whole[:half])
+            handle.flush()
+            time.sleep(0.3)  # the writer's pause, not a wait for the daemon
+            handle.write(whole[half:])
+        wait_until(
+            lambda: any(json.loads(p.read_text())["argv"][-1] == "--batch=64" for p in outputs.glob("*.json"))
+        )
+        assert daemon.text().count("applied -/+ a:") == 1, daemon.text()
+        assert (status(cwd, "a") or {}).get("attempt") == 1
+    finally:
+        daemon.stop()
+
+
+def test_folder_mode_an_unreadable_subfolder_prunes_nothing(cwd: Path) -> None:
+    """``chmod 000 specs/team-a`` under a daemon run by an ordinary user: team-a's job keeps
+    running, the read error is logged and shown in its status, until the folder is readable."""
+    (cwd / "specs" / "team-a").mkdir()
+    outputs = out_dir(cwd, "a", "specs/team-a")
+    (cwd / "specs" / "team-a" / "a.yaml").write_text(job("a"))
+    (cwd / "specs" / "b.yaml").write_text(job("b"))
+    out_dir(cwd, "b")
+    daemon = Daemon(cwd, "--specs", "specs", "--prune", "--interval", "1", prefix=ORDINARY_USER)
+    try:
+        wait_until(lambda: len(pids(outputs)) == 1 and (status(cwd, "a") or {}).get("phase") == "Running")
+        (cwd / "specs" / "team-a").chmod(0)
+        try:
+            wait_until(lambda: sync_state(cwd, "a") == ("False", "FilesUnreadable"))
+            conditions = (status(cwd, "a") or {})["conditions"]
+            message = next(c["message"] for c in conditions if c["type"] == "Synced")
+            assert "specs/team-a: error: cannot list this folder: Permission denied" in message
+            assert "kept as applied (FilesUnreadable): a" in daemon.text()
+        finally:
+            (cwd / "specs" / "team-a").chmod(0o755)
+        wait_until(lambda: sync_state(cwd, "a") == ("True", "SpecApplied"))
+        assert len(pids(outputs)) == 1 and alive(pids(outputs)[0]), "never deleted nor restarted"
+    finally:
+        daemon.stop()

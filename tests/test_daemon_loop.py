@@ -13,9 +13,11 @@ from typing import Any
 import pytest
 
 from tests.controller_world import BACKOFF, World, job_text
-from tfdeclare.core.enums import Phase, Role
+from tfdeclare.core.enums import Phase, Reason, Role
 from tfdeclare.daemon.service import Daemon, DaemonOptions
 from tfdeclare.daemon.sources import FolderSource
+
+SETTLE_S = 3.0  # the daemon's settle time for changes that stop or restart tasks
 
 
 class RecordingDaemon(Daemon):
@@ -60,7 +62,7 @@ def world(tmp_path: Path) -> World:
 @pytest.fixture
 def daemon(world: World) -> Iterator[Running]:
     world.write("a", job_text("a"))
-    running = Running(world, DaemonOptions(interval_s=3600, debounce_s=0.0, prune=True))
+    running = Running(world, DaemonOptions(interval_s=3600, debounce_s=0.0, prune=True, settle_s=SETTLE_S))
     running.wait(lambda: len(world.tasks("a")) == 2, after=0)
     yield running
     running.stop()
@@ -80,9 +82,16 @@ def test_a_new_file_is_applied_on_its_file_event(daemon: Running, world: World) 
     assert world.record("b").source is not None
 
 
-def test_a_changed_file_restarts_its_job(daemon: Running, world: World) -> None:
+def test_a_changed_file_restarts_its_job_once_it_has_settled_on_the_clock(
+    daemon: Running, world: World
+) -> None:
     before = {t.task_id for t in world.tasks("a").values()}
     world.write("a", job_text("a", extra="env: {LR: '0.1'}"))
+    daemon.wait(lambda: world.record("a").not_synced is not None)
+    assert world.record("a").not_synced[0] is Reason.NOT_SETTLED  # type: ignore[index]
+    assert {t.task_id for t in world.tasks("a").values()} == before, "nothing restarts before the settle time"
+    world.clock.advance(SETTLE_S)
+    daemon.daemon.request_pass()
     daemon.wait(
         lambda: len(world.tasks("a")) == 2 and not {t.task_id for t in world.tasks("a").values()} & before
     )
@@ -105,16 +114,20 @@ def test_a_task_that_ends_wakes_the_loop_and_backoff_runs_on_the_clock(daemon: R
 def test_an_invalid_file_keeps_its_job_running_and_the_loop_goes_on(daemon: Running, world: World) -> None:
     ids = {t.task_id for t in world.tasks("a").values()}
     world.write("a", "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: a}\nspec: {replicas: 3}\n")
-    daemon.wait(lambda: bool(world.record("a").invalid))
+    daemon.wait(lambda: (world.record("a").not_synced or (None,))[0] is Reason.INVALID_SPEC)
     assert {t.task_id for t in world.tasks("a").values()} == ids
     world.write("b", job_text("b"))
     daemon.wait(lambda: len(world.tasks("b")) == 2)
 
 
-def test_a_removed_file_deletes_its_job_with_prune(daemon: Running, world: World) -> None:
+def test_a_removed_file_deletes_its_job_with_prune_once_settled(daemon: Running, world: World) -> None:
     world.write("b", job_text("b"))
     daemon.wait(lambda: len(world.tasks("b")) == 2)
     (world.specs / "a.yaml").unlink()
+    daemon.wait(lambda: world.record("a").not_synced is not None)
+    assert len(world.tasks("a")) == 2, "nothing is deleted before the settle time"
+    world.clock.advance(SETTLE_S)
+    daemon.daemon.request_pass()
     daemon.wait(lambda: world.store.load("a") is None and world.status("a") is None)
     assert world.tasks("a") == {} and len(world.tasks("b")) == 2
 

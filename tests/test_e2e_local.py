@@ -182,7 +182,9 @@ def test_killed_from_outside_is_restarted_per_policy(project: Path) -> None:
     assert cli("apply", "specs", cwd=project).returncode == 0
     wait_until(lambda: "worker-0.0" in records(project))
     os.kill(int(records(project)["worker-0.0"]["pid"]), signal.SIGKILL)  # type: ignore[call-overload]
-    wait_until(lambda: (cli("status", cwd=project), "worker-0.1" in records(project))[1], timeout=30)
+    wait_until(
+        lambda: (cli("status", "--refresh", cwd=project), "worker-0.1" in records(project))[1], timeout=30
+    )
     document = status_of(project, "victim")
     assert document["restarts"] == 1
     assert cli("delete", "victim", cwd=project).returncode == 0
@@ -241,7 +243,12 @@ def test_apply_without_wait_returns_and_status_notices_completion(project: Path)
     result = cli("apply", "specs", cwd=project)
     assert result.returncode == 0, result.stderr
     assert time.monotonic() - started < 10
-    wait_until(lambda: (cli("status", cwd=project), status_of(project, "quick")["phase"] == "Succeeded")[1])
+    wait_until(
+        lambda: (
+            cli("status", "--refresh", cwd=project),
+            status_of(project, "quick")["phase"] == "Succeeded",
+        )[1]
+    )
     shown = cli("status", "quick", cwd=project)
     assert "quick: Succeeded" in shown.stdout
     as_json = json.loads(cli("status", "-o", "json", cwd=project).stdout)
@@ -305,13 +312,17 @@ def test_a_damaged_record_leaves_its_job_alone_and_the_others_managed(project: P
     assert cli("apply", "specs", cwd=project).returncode == 0
     wait_until(lambda: len(records(project)) == 1)
     (project / ".tfdeclare" / "jobs" / "hurt.json").write_text("{not json")
-    shown = cli("status", cwd=project)
+    shown = cli("status", "--refresh", cwd=project)
     assert shown.returncode == 0
     assert "hurt: its record cannot be read, so it is left alone" in shown.stderr
-    wait_until(lambda: (cli("status", cwd=project), status_of(project, "fine")["phase"] == "Succeeded")[1])
+    wait_until(
+        lambda: (cli("status", "--refresh", cwd=project), status_of(project, "fine")["phase"] == "Succeeded")[
+            1
+        ]
+    )
     assert pids_alive([int(records(project)["worker-0.0"]["pid"])]), "the damaged job's task was not stopped"
     (project / ".tfdeclare" / "jobs" / "hurt.json").unlink()
-    cli("status", cwd=project)  # now its task belongs to no job and is stopped
+    cli("status", "--refresh", cwd=project)  # now its task belongs to no job and is stopped
     wait_until(lambda: pids_alive([int(records(project)["worker-0.0"]["pid"])]) == [])
 
 
@@ -343,7 +354,9 @@ def test_gpu_tasks_get_exactly_their_own_devices(project: Path) -> None:
     document = status_of(project, "more")
     assert document["phase"] == "Pending"
     assert {c["type"]: c["reason"] for c in document["conditions"]}["Reconciling"] == "WaitingForGPUs"  # type: ignore[union-attr]
-    wait_until(lambda: (cli("status", cwd=project), status_of(project, "more")["phase"] == "Running")[1])
+    wait_until(
+        lambda: (cli("status", "--refresh", cwd=project), status_of(project, "more")["phase"] == "Running")[1]
+    )
     assert records(project)  # the second job got a GPU once the first one finished
     assert cli("delete", "--all", cwd=project).returncode == 0
 
@@ -363,7 +376,7 @@ def test_labels_of_a_finished_job_change_in_place_without_a_rerun(project: Path)
     assert sorted(records(project)) == ["worker-0.0"], "nothing ran again"
 
 
-def test_a_restart_driven_from_another_folder_keeps_the_spec_folder_as_working_dir(project: Path) -> None:
+def test_a_restart_driven_from_another_folder_keeps_the_spec_folder_as_source(project: Path) -> None:
     (project / "specs" / "job.yaml").write_text(spec("moved", {"worker": (1, "fail-once")}))
     assert cli("apply", "specs", cwd=project).returncode == 0
     elsewhere = project / "elsewhere"
@@ -376,8 +389,12 @@ def test_a_restart_driven_from_another_folder_keeps_the_spec_folder_as_working_d
         "--config",
         str(project / "tfdeclare.yaml"),
     ]
-    wait_until(lambda: (cli("status", *dirs, cwd=elsewhere), "worker-0.1" in records(project))[1])
-    assert records(project)["worker-0.1"]["cwd"] == str((project / "specs").resolve())
+    wait_until(
+        lambda: (cli("status", "--refresh", *dirs, cwd=elsewhere), "worker-0.1" in records(project))[1]
+    )
+    seen = records(project)["worker-0.1"]
+    assert seen["env"]["TFDECLARE_SOURCE_DIR"] == str((project / "specs").resolve())  # type: ignore[index]
+    assert seen["cwd"] == str(project / ".tfdeclare" / "local" / "work" / "moved" / "worker-0")
 
 
 def test_logs_follow_prints_until_the_task_ends(project: Path) -> None:
@@ -393,3 +410,35 @@ def test_logs_follow_prints_until_the_task_ends(project: Path) -> None:
     assert time.monotonic() - started >= 1.0, "it waited for the task"
     assert cli("logs", "talk", "--task", "ps:0", cwd=project).returncode == 1
     assert cli("logs", "nope", cwd=project).returncode == 1
+
+
+CHECKPOINTING = """\
+import os, sys
+from pathlib import Path
+attempt = os.environ["TFDECLARE_ATTEMPT"]
+Path("checkpoints").mkdir(exist_ok=True)
+Path("checkpoints", "ckpt-" + attempt).write_text(attempt)
+Path("seen-" + attempt).write_text(",".join(sorted(os.listdir("checkpoints"))))
+sys.exit(1 if attempt == "0" else 0)
+"""
+
+
+def test_a_task_writes_into_its_own_working_folder_which_outlives_restarts_and_the_job(
+    project: Path,
+) -> None:
+    specs = project / "specs"
+    (specs / "ckpt.py").write_text(CHECKPOINTING)
+    (specs / "ck.yaml").write_text(
+        "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: ck}\nspec:\n"
+        "  command: [python, ckpt.py]\n"
+        "  replicas: {worker: {count: 1, resources: {cpus: 0.1, mem: 64}}}\n"
+    )
+    applied = cli("apply", "specs", "--wait", cwd=project)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    work = project / ".tfdeclare" / "local" / "work" / "ck" / "worker-0"
+    assert (work / "seen-1").read_text() == "ckpt-0,ckpt-1", "the restart found the first checkpoint"
+    assert (work / "ckpt.py").is_symlink() and (work / "ckpt.py").resolve() == (specs / "ckpt.py").resolve()
+    assert not (specs / "checkpoints").exists(), "nothing is written into the spec folder"
+    assert cli("delete", "ck", cwd=project).returncode == 0
+    wait_until(lambda: not (project / "status" / "ck.yaml").exists())
+    assert sorted(p.name for p in (work / "checkpoints").iterdir()) == ["ckpt-0", "ckpt-1"], "never deleted"

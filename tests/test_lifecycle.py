@@ -7,8 +7,8 @@ import textwrap
 
 import pytest
 
-from tfdeclare.core.enums import Phase, Role, TaskState
-from tfdeclare.core.run.lifecycle import Backoff, Why, desired_configs, step
+from tfdeclare.core.enums import Phase, Reason, Role, TaskState
+from tfdeclare.core.run.lifecycle import Backoff, desired_configs, step
 from tfdeclare.core.run.record import JobRecord
 from tfdeclare.core.run.tasks import ObservedTask, TaskKey
 from tfdeclare.core.spec.loader import load_file
@@ -69,7 +69,7 @@ def test_new_job_launches_every_task_as_one_gang() -> None:
     record = record_for(PSS, start_time=None, launches=0)
     result = step(record, [], T0, BACKOFF)
     assert [k.name for k in result.launch] == ["chief-0", "ps-0", "worker-0", "worker-1"]
-    assert result.record.reason == Why.LAUNCHING
+    assert result.record.reason == Reason.LAUNCHING
 
 
 def test_all_running_is_running_and_starting_is_not() -> None:
@@ -78,31 +78,31 @@ def test_all_running_is_running_and_starting_is_not() -> None:
     assert step(record, running, T0, BACKOFF).record.phase is Phase.RUNNING
     starting = [*running[:3], task(record, "worker-1", TaskState.STARTING)]
     result = step(record, starting, T0, BACKOFF)
-    assert result.record.phase is Phase.PENDING and result.record.reason == Why.TASKS_STARTING
+    assert result.record.phase is Phase.PENDING and result.record.reason == Reason.TASKS_STARTING
     assert result.launch == ()
 
 
 @pytest.mark.parametrize(
     ("replicas", "ended", "still_running", "why"),
     [
-        (PSS, {"chief-0": (S, 0)}, ["ps-0", "worker-0", "worker-1"], Why.CHIEF_SUCCEEDED),
-        (MWMS, {"worker-0": (S, 0), "worker-1": (S, 0)}, [], Why.WORKERS_SUCCEEDED),
+        (PSS, {"chief-0": (S, 0)}, ["ps-0", "worker-0", "worker-1"], Reason.CHIEF_SUCCEEDED),
+        (MWMS, {"worker-0": (S, 0), "worker-1": (S, 0)}, [], Reason.WORKERS_SUCCEEDED),
         (
             "{worker: {count: 2}, evaluator: {count: 1}}",
             {"worker-0": (S, 0), "worker-1": (S, 0)},
             ["evaluator-0"],
-            Why.WORKERS_SUCCEEDED,
+            Reason.WORKERS_SUCCEEDED,
         ),
         (
             "{ps: {count: 1}, worker: {count: 2}}",
             {"worker-0": (S, 0), "worker-1": (S, 0)},
             ["ps-0"],
-            Why.WORKERS_SUCCEEDED,
+            Reason.WORKERS_SUCCEEDED,
         ),
     ],
 )
 def test_completion_stops_what_still_runs(
-    replicas: str, ended: dict[str, tuple[TaskState, int]], still_running: list[str], why: Why
+    replicas: str, ended: dict[str, tuple[TaskState, int]], still_running: list[str], why: Reason
 ) -> None:
     record = record_for(replicas)
     tasks = [task(record, n, s, c) for n, (s, c) in ended.items()] + [
@@ -126,9 +126,9 @@ def test_one_worker_done_is_not_completion_without_chief() -> None:
     [
         ("OnFailure", 1, "restart"),
         ("OnFailure", 137, "restart"),
-        ("Never", 137, Why.TASK_FAILED),
-        ("ExitCode", 1, Why.PERMANENT_EXIT_CODE),
-        ("ExitCode", 127, Why.PERMANENT_EXIT_CODE),
+        ("Never", 137, Reason.TASK_FAILED),
+        ("ExitCode", 1, Reason.PERMANENT_EXIT_CODE),
+        ("ExitCode", 127, Reason.PERMANENT_EXIT_CODE),
         ("ExitCode", 42, "restart"),
         ("ExitCode", 137, "restart"),
         ("ExitCode", 255, "restart"),
@@ -157,10 +157,10 @@ def test_backoff_then_relaunch_of_the_whole_job_on_the_same_ports() -> None:
         task(record, "worker-1", TaskState.STOPPING, stale=True),
     ]
     waiting = step(record, old, T0 + 0.5, BACKOFF)
-    assert waiting.record.reason == Why.WAITING_FOR_TASKS_TO_STOP and waiting.launch == ()
+    assert waiting.record.reason == Reason.WAITING_FOR_TASKS_TO_STOP and waiting.launch == ()
     stopped = [old[0], task(record, "worker-1", TaskState.STOPPED, 143, stale=True)]
     backing = step(record, stopped, T0 + 0.5, BACKOFF)
-    assert backing.record.reason == Why.BACKING_OFF and backing.wake_at == T0 + 1 and backing.launch == ()
+    assert backing.record.reason == Reason.BACKING_OFF and backing.wake_at == T0 + 1 and backing.launch == ()
     assert set(backing.forget) == {"job.u1.worker-0.1", "job.u1.worker-1.1"}
     relaunch = step(record, stopped, T0 + 1, BACKOFF)
     assert [k.name for k in relaunch.launch] == ["worker-0", "worker-1"]
@@ -170,7 +170,7 @@ def test_backoff_then_relaunch_of_the_whole_job_on_the_same_ports() -> None:
 def test_backoff_limit_fails_the_job() -> None:
     record = record_for(MWMS, "  backoffLimit: 2\n", phase=Phase.RUNNING, restarts=2, attempt=2)
     result = step(record, [task(record, "worker-0", F, 1), task(record, "worker-1", R)], T0, BACKOFF)
-    assert result.record.phase is Phase.FAILED and result.record.reason == Why.BACKOFF_LIMIT_EXCEEDED
+    assert result.record.phase is Phase.FAILED and result.record.reason == Reason.BACKOFF_LIMIT_EXCEEDED
 
 
 def test_backoff_grows_exponentially_and_is_capped() -> None:
@@ -197,7 +197,7 @@ def test_deadline_fails_and_stops_everything() -> None:
     tasks = [task(record, "worker-0", R), task(record, "worker-1", R)]
     assert step(record, tasks, T0 + 59, BACKOFF).record.phase is Phase.RUNNING
     result = step(record, tasks, T0 + 60, BACKOFF)
-    assert result.record.phase is Phase.FAILED and result.record.reason == Why.DEADLINE_EXCEEDED
+    assert result.record.phase is Phase.FAILED and result.record.reason == Reason.DEADLINE_EXCEEDED
     assert len(result.stop) == 2
 
 
@@ -213,7 +213,7 @@ def test_deleting_stops_then_removes() -> None:
 
 
 def test_finished_jobs_never_launch_and_stop_leftovers() -> None:
-    record = record_for(PSS, phase=Phase.SUCCEEDED, reason=Why.CHIEF_SUCCEEDED)
+    record = record_for(PSS, phase=Phase.SUCCEEDED, reason=Reason.CHIEF_SUCCEEDED)
     result = step(record, [task(record, "chief-0", S, 0), task(record, "ps-0", R)], T0, BACKOFF)
     assert result.launch == () and result.stop == ("job.u1.ps-0.1",)
     assert result.record.phase is Phase.SUCCEEDED
@@ -251,6 +251,6 @@ def test_a_lost_task_restarts_the_job_but_its_replacement_waits_until_it_is_gone
     restarted = result.record
     still_lost = [task(record, "worker-0", TaskState.LOST), task(record, "worker-1", TaskState.STOPPED, 143)]
     waiting = step(restarted, still_lost, T0 + 100, BACKOFF)
-    assert waiting.launch == () and waiting.record.reason == Why.WAITING_FOR_TASKS_TO_STOP
+    assert waiting.launch == () and waiting.record.reason == Reason.WAITING_FOR_TASKS_TO_STOP
     gone = [task(record, "worker-0", TaskState.GONE), task(record, "worker-1", TaskState.STOPPED, 143)]
     assert [k.name for k in step(restarted, gone, T0 + 100, BACKOFF).launch] == ["worker-0", "worker-1"]

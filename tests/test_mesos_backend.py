@@ -20,7 +20,7 @@ from tests.mesos_emulator import Emulator
 from tests.mesos_fixtures import PY, eventually, mesos_test_config, offer_ids_of, start_emulator
 from tfdeclare.backends.base import BackendError
 from tfdeclare.backends.mesos.backend import MesosBackend
-from tfdeclare.core.config import MesosConfig
+from tfdeclare.backends.mesos.config import MesosConfig
 from tfdeclare.core.enums import Role, TaskState
 from tfdeclare.core.run.tasks import GangRequest, Placement, SlotRequest, TaskKey, Unplaced, UnplacedReason
 from tfdeclare.core.spec.resources import Resources
@@ -215,7 +215,7 @@ def test_gpu_tasks_only_on_gpu_agents_and_cpu_tasks_off_them(cluster: Cluster) -
     )
     placement = backend.place(request)
     assert isinstance(placement, Placement), placement
-    assert {s.agent_id for s in placement.slots} == {gpu_agent}
+    assert {s.backend_ref for s in placement.slots} == {gpu_agent}
     update = cluster.calls("UPDATE_FRAMEWORK")
     assert len(update) == 1
     caps = {c["type"] for c in update[0]["call"]["update_framework"]["framework_info"]["capabilities"]}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -224,6 +225,33 @@ def test_a_crash_during_compaction_loses_nothing(tmp_path: Path) -> None:
     again.finish_compaction(pending)
     assert not (tmp_path / "tasks.log.old").exists()
     assert TaskJournal(tmp_path).load()["a"].state == "TASK_RUNNING"
+
+
+def test_durable_handle_stays_on_the_file_the_writes_went_to(tmp_path: Path) -> None:
+    """The acknowledging thread fsyncs a duplicate descriptor: it names the log the updates
+    were written to, even once compaction has rotated that log away; nothing new to sync,
+    no handle."""
+    journal = TaskJournal(tmp_path)
+    assert journal.durable_handle() is None
+    journal.put([entry(task_id="a")], sync=False)
+    written_to = os.stat(tmp_path / "tasks.log").st_ino
+    handle = journal.durable_handle()
+    assert handle is not None
+    assert journal.durable_handle() is None, "handed over: the holder makes it durable"
+    journal.begin_compaction([entry(task_id="a")])  # rotated: tasks.log -> tasks.log.old
+    journal.put([entry(task_id="b")], sync=False)
+    try:
+        assert os.fstat(handle).st_ino == written_to != os.stat(tmp_path / "tasks.log").st_ino
+        os.fsync(handle)
+    finally:
+        os.close(handle)
+    second = journal.durable_handle()  # the write after the rotation: the new log
+    assert second is not None
+    try:
+        assert os.fstat(second).st_ino == os.stat(tmp_path / "tasks.log").st_ino
+    finally:
+        os.close(second)
+    journal.close()
 
 
 def test_framework_store(tmp_path: Path) -> None:

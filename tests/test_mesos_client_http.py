@@ -548,6 +548,26 @@ def test_acknowledge_many_survives_a_closed_connection(server: ScriptServer, mak
     assert client.acknowledge_many([("a", "again", new_uuid())]) == 1  # a new connection
 
 
+def test_pipelined_calls_skip_interim_answers(server: ScriptServer, make_client: Any) -> None:
+    """A 1xx answer (100 Continue, 103 Early Hints) before the final one is skipped: each
+    pipelined call is judged by its final answer, and the answers stay paired with their calls."""
+    client, _ = make_client(server.url, auto_acknowledge=False)
+    client.wait_subscribed(5)
+    server.on_call = lambda req: (
+        Reply(400, b"bad uuid", interim=(100,))
+        if req.json["acknowledge"]["task_id"]["value"] == "t1"
+        else Reply(202, interim=(100, 103))
+    )
+    acks = [("a", f"t{i}", new_uuid()) for i in range(4)]
+    assert client.acknowledge_many(acks) == 3
+    assert client.acknowledge_many([("a", "t9", new_uuid())]) == 1  # the connection is still in step
+    assert len({a.conn for a in server.calls("ACKNOWLEDGE")}) == 1
+    server.on_call = lambda req: Reply(202, interim=(100,))
+    launches = [([f"o{i}"], [{"task_id": {"value": f"c{i}"}}], 0.0) for i in range(3)]
+    assert client.launch_many(launches) == [None] * 3
+    assert _accepted_tasks(server) == ["c0", "c1", "c2"]  # each sent once: no 1xx taken as final
+
+
 def _accepted_tasks(server: ScriptServer) -> list[str]:
     return [
         info["task_id"]["value"]

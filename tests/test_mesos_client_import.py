@@ -41,7 +41,7 @@ import tfdeclare.backends.mesos.backend, tfdeclare.backends.mesos.pipeline, tfde
 from pathlib import Path
 import tempfile
 from tfdeclare.backends.mesos.backend import MesosBackend
-from tfdeclare.core.config import MesosConfig
+from tfdeclare.backends.mesos.config import MesosConfig
 MesosBackend(Path(tempfile.mkdtemp()), MesosConfig(master="http://127.0.0.1:1"))  # connects lazily
 after = snapshot()
 kazoo = any(m.startswith("kazoo") for m in sys.modules)

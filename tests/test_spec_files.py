@@ -95,3 +95,31 @@ def test_told_changes_that_touch_other_files_fall_back_to_a_full_load(tmp_path: 
     (tmp_path / "b.yaml").write_text(job_yaml("b"))
     fixed = files.load({str(tmp_path / "b.yaml")})
     assert sorted(fixed.jobs) == ["a", "b"] and not fixed.diagnostics
+
+
+def test_a_full_load_after_a_patch_sees_the_last_file_go(tmp_path: Path) -> None:
+    """A patched state has no per-file results to compare: a full load that finds no file at
+    all is a new, empty state (it returned the stale one, so the daemon never saw the last
+    file deleted)."""
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.yaml").write_text(job_yaml(name))
+        _age(tmp_path / f"{name}.yaml")
+    files = SpecFiles([tmp_path])
+    files.load()
+    (tmp_path / "a.yaml").unlink()
+    assert sorted(files.load({str(tmp_path / "a.yaml")}).jobs) == ["b"]
+    assert files.load(set()) is files.load(set()), "told nothing changed: the same state"
+    (tmp_path / "b.yaml").unlink()
+    assert files.load().jobs == {}
+
+
+def test_a_file_without_a_job_is_never_patched_in(tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.yaml").write_text(job_yaml(name))
+        _age(tmp_path / f"{name}.yaml")
+    files = SpecFiles([tmp_path])
+    files.load()
+    (tmp_path / "a.yaml").write_text("")
+    emptied = files.load({str(tmp_path / "a.yaml")})
+    assert sorted(emptied.jobs) == ["b"] and emptied.empty_files == {str(tmp_path / "a.yaml")}
+    assert [d.code.value for d in emptied.diagnostics] == ["no-job-document"]

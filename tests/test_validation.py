@@ -10,7 +10,7 @@ import pytest
 
 from tfdeclare.core.diagnostics import Code
 from tfdeclare.core.plan.desired import assemble
-from tfdeclare.core.spec.loader import LoadContext, load_file
+from tfdeclare.core.spec.loader import load_file
 
 GOOD = """\
 apiVersion: tfdeclare/v1
@@ -24,10 +24,8 @@ spec:
 """
 
 
-def diagnostics(
-    text: str, context: LoadContext | None = None
-) -> list[tuple[int | None, int | None, str | None, str, Code]]:
-    result = load_file("job.yaml", textwrap.dedent(text).encode(), context)
+def diagnostics(text: str) -> list[tuple[int | None, int | None, str | None, str, Code]]:
+    result = load_file("job.yaml", textwrap.dedent(text).encode())
     return [(d.line, d.column, d.json_path, d.message, d.code) for d in result.diagnostics]
 
 
@@ -337,13 +335,6 @@ def test_duplicate_names_across_files_name_both_places() -> None:
         "b.yaml:5: error: job name 'good' is also defined at a.yaml:4 (at $.metadata.name)",
     ]
     assert set(state.protected) == {"good"}
-
-
-def test_gpu_job_with_docker_containerizer_is_a_validation_error() -> None:
-    text = GOOD.replace("mem: 2Gi", "mem: 2Gi, gpus: 1")
-    assert diagnostics(text) == []
-    found = diagnostics(text, LoadContext(backend="mesos", mesos_containerizer="docker"))
-    assert [(d[2], d[4]) for d in found] == [("$.spec.replicas", Code.BACKEND)]
 
 
 def test_spec_hash_ignores_formatting_order_and_defaults() -> None:

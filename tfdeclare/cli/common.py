@@ -10,11 +10,16 @@ import argparse
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import Any
 
-from tfdeclare.core.config import Config, parse_config
+from tfdeclare.backends import registry
+from tfdeclare.backends.plugin import BackendPlugin
+from tfdeclare.core.config import Config
 from tfdeclare.core.diagnostics import Diagnostic
-from tfdeclare.core.spec.loader import LoadContext
+from tfdeclare.core.spec.loader import SpecCheck
+from tfdeclare.core.spec.policy import check_task_count
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -45,8 +50,27 @@ class Settings:
         return self.config.backend
 
     @property
-    def load_context(self) -> LoadContext:
-        return LoadContext(backend=self.config.backend, mesos_containerizer=self.config.mesos.containerizer)
+    def plugin(self) -> BackendPlugin[Any]:
+        return registry.plugin(self.config.backend)
+
+    @property
+    def backend_config(self) -> Any:
+        """The chosen backend's own config (its section of the config file, or its defaults)."""
+        return self.config_of(self.config.backend)
+
+    def config_of(self, backend: str) -> Any:
+        """A backend's own config (its section of the config file, or its defaults)."""
+        config = self.config.backends.get(backend)
+        return config if config is not None else registry.plugin(backend).config_type()
+
+    @property
+    def spec_checks(self) -> tuple[SpecCheck, ...]:
+        """What every job is checked for besides its schema (validate, plan, apply, the daemon):
+        the config's policy, and what the chosen backend cannot honour."""
+        return (
+            partial(check_task_count, self.config.policy.max_tasks_per_job),
+            partial(self.plugin.check_job, self.backend_config),
+        )
 
 
 def add_common_options(parser: argparse.ArgumentParser) -> None:
@@ -54,7 +78,7 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--config", metavar="FILE", help=f"config file (default ./{DEFAULT_CONFIG} when present)"
     )
-    group.add_argument("--backend", choices=("local", "mesos"), help="where jobs run (default local)")
+    group.add_argument("--backend", choices=registry.names(), help="where jobs run (default local)")
     group.add_argument("--state-dir", metavar="DIR", help="controller state (default ./.tfdeclare)")
     group.add_argument("--status-dir", metavar="DIR", help="status files (default ./status)")
 
@@ -70,11 +94,11 @@ def settings_from(args: argparse.Namespace) -> Settings:
             data = config_path.read_bytes()
         except OSError as err:
             raise UserError(f"cannot read config {config_path}: {err.strerror or err}") from err
-        parsed, problems = parse_config(str(config_path), data)
+        base = config_path.resolve().parent
+        parsed, problems = registry.parse_config_file(str(config_path), data, str(base))
         if parsed is None:
             raise UserError(f"invalid config {config_path}", problems)
         config = parsed
-        base = config_path.resolve().parent
     config = config.with_overrides(backend=args.backend)
     state_dir = Path(args.state_dir) if args.state_dir else base / config.state_dir
     status_dir = Path(args.status_dir) if args.status_dir else base / config.status_dir

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from tfdeclare.cli.common import EXIT_OK, UserError, settings_from
 from tfdeclare.cli.wiring import locked, make_backend, make_controller
+from tfdeclare.controller import Controller
 from tfdeclare.daemon.server import DaemonServer
 from tfdeclare.daemon.service import Daemon, DaemonOptions, Source
 from tfdeclare.daemon.sources import FolderSource, GitSettings, GitSource, SourceError
@@ -48,6 +49,23 @@ def _setup_logging(fmt: str) -> None:
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO)
     root.propagate = False
+    # Libraries log in our format, and only what needs a person: watchdog warns about events it
+    # drops while a watched folder is replaced, which the next resync covers anyway.
+    for name, level in (("watchdog", logging.ERROR), ("git", logging.ERROR), ("kazoo", logging.WARNING)):
+        library = logging.getLogger(name)
+        library.handlers[:] = [handler]
+        library.setLevel(level)
+        library.propagate = False
+
+
+def _folders_in_use(controller: Controller) -> set[str]:
+    """The source folders that job records and live tasks refer to (their git snapshots are
+    kept)."""
+    used = {r.source_dir for r in controller.store.records().values() if r.source_dir}
+    used.update(
+        t.extra["source"] for t in controller.backend.observe() if t.state.alive and t.extra.get("source")
+    )
+    return used
 
 
 def cmd_daemon(args: argparse.Namespace) -> int:
@@ -67,7 +85,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
                 args.push_status,
             )
             source = GitSource(git, settings.state_dir / "git")
-            base_dir = source.clone_dir
+            base_dir = source.current
         else:
             folder = Path(args.specs)
             if not folder.is_dir():
@@ -77,14 +95,18 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     except SourceError as err:
         raise UserError(str(err)) from err
     interval = args.interval if args.interval is not None else daemon_config.interval_s
-    options = DaemonOptions(interval, daemon_config.debounce_s, args.prune, args.allow_empty)
+    options = DaemonOptions(
+        interval, daemon_config.debounce_s, args.prune, args.allow_empty, daemon_config.settle_s
+    )
     with locked(settings, "daemon", source=source.description):
         backend = make_backend(settings)
         controller = make_controller(settings, backend)
         controller.base_dir = base_dir
+        if isinstance(source, GitSource):
+            source.in_use = lambda: _folders_in_use(controller)
         files = SpecFiles(
             [source.specs_path],
-            context=settings.load_context,
+            checks=settings.spec_checks,
             exclude=(settings.state_dir, settings.status_dir),
             base=base_dir if args.git else None,
         )
@@ -115,6 +137,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
         finally:
             server.close()
             source.close()
+            controller.close()
             backend.close()
     log.info("stopped")
     return EXIT_OK

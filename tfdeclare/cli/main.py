@@ -26,7 +26,7 @@ from tfdeclare.cli.common import (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = parsers.Parser(
         prog="tfdeclare",
         description="Declarative runner for distributed TensorFlow training: validate, plan, apply.",
     )
@@ -62,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
         stderr_line("tfdeclare: interrupted")
         return EXIT_INTERRUPTED
     except BrokenPipeError:
+        return EXIT_ERROR
+    except OSError as err:  # the environment (a full or read-only disk), not a bug: no traceback
+        stderr_line(f"tfdeclare: error: {err}")
         return EXIT_ERROR
     except Exception:
         stderr_line("tfdeclare: internal error (this is a bug; please report it with the trace below)")

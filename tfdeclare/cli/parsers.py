@@ -5,7 +5,29 @@ must start fast)."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import sys
+from typing import Any, NoReturn
+
+from tfdeclare.core.spec.names import is_job_name
+
+EXIT_USAGE = 1  # as Terraform: 2 would read as "the plan has changes" under --detailed-exitcode
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with usage errors exiting 1, not 2 (exit codes: contract §3)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def job_name(text: str) -> str:
+    """A NAME argument: a job name, so it can never name a file outside the state folders."""
+    if not is_job_name(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a job name (lowercase letters, digits and '-', at most 63 characters)"
+        )
+    return text
 
 
 def _specs_commands(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -65,13 +87,23 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     apply.add_argument("--allow-empty", action="store_true", help="with --prune, allow deleting every job")
     apply.set_defaults(handler="tfdeclare.cli.run_commands:cmd_apply")
 
-    status_parser = sub.add_parser("status", parents=[common], help="show jobs and their tasks")
-    status_parser.add_argument("name", nargs="?", metavar="NAME")
+    status_parser = sub.add_parser(
+        "status",
+        parents=[common],
+        help="show jobs and their tasks (reads the status files only)",
+        description="Show the status files. Read-only: never takes the lock, never starts or stops "
+        "anything. The daemon, apply and delete keep the files current; --refresh runs one "
+        "reconcile pass first (it takes the lock, so not while a daemon runs).",
+    )
+    status_parser.add_argument("name", nargs="?", metavar="NAME", type=job_name)
     status_parser.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    status_parser.add_argument(
+        "--refresh", action="store_true", help="reconcile once first: adopt tasks, notice ended ones"
+    )
     status_parser.set_defaults(handler="tfdeclare.cli.run_commands:cmd_status")
 
     logs = sub.add_parser("logs", parents=[common], help="print a task's output")
-    logs.add_argument("name", metavar="NAME")
+    logs.add_argument("name", metavar="NAME", type=job_name)
     logs.add_argument(
         "--task", metavar="ROLE:INDEX", help="which task (default: chief:0, else the first task)"
     )
@@ -79,7 +111,7 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     logs.set_defaults(handler="tfdeclare.cli.run_commands:cmd_logs")
 
     delete = sub.add_parser("delete", parents=[common], help="stop jobs and forget them")
-    delete.add_argument("names", nargs="*", metavar="NAME")
+    delete.add_argument("names", nargs="*", metavar="NAME", type=job_name)
     delete.add_argument("--all", action="store_true", help="every job in the state folder")
     delete.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS")
     delete.set_defaults(handler="tfdeclare.cli.run_commands:cmd_delete")

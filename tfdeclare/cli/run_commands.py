@@ -10,6 +10,7 @@ never stops them; a later ``apply``, ``status`` or the daemon adopts them.
 from __future__ import annotations
 
 import argparse
+import calendar
 import json
 import sys
 import threading
@@ -17,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tfdeclare.backends.base import Backend, BackendError
+from tfdeclare.backends.base import BackendError
 from tfdeclare.cli.common import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -31,11 +32,11 @@ from tfdeclare.cli.common import (
 )
 from tfdeclare.cli.specs_commands import PLAN_KIND
 from tfdeclare.cli.validate_command import load_desired
-from tfdeclare.cli.wiring import locked, make_backend, make_controller
+from tfdeclare.cli.wiring import controller_for, locked, make_backend
 from tfdeclare.controller import Controller
-from tfdeclare.core.enums import Phase, Role
+from tfdeclare.core.enums import Phase, Reason, Role, TaskState
 from tfdeclare.core.plan.desired import DesiredState
-from tfdeclare.core.plan.planner import Plan, PlanOptions, plan
+from tfdeclare.core.plan.planner import Action, Plan, PlanOptions, plan
 from tfdeclare.core.plan.render import render_text
 from tfdeclare.core.run.record import JobRecord
 from tfdeclare.core.run.tasks import TaskKey
@@ -48,13 +49,13 @@ from tfdeclare.shell.store import StateError, StateStore
 # A job has what it needs for now (apply without --wait may return) in these states.
 _LAUNCHED_REASONS = frozenset(
     {
-        "AllTasksRunning",
-        "TasksStarting",
-        "WaitingForResources",
-        "WaitingForGPUs",
-        "WaitingForOffers",
-        "Unschedulable",
-        "BackingOff",
+        Reason.ALL_TASKS_RUNNING,
+        Reason.TASKS_STARTING,
+        Reason.WAITING_FOR_RESOURCES,
+        Reason.WAITING_FOR_GPUS,
+        Reason.WAITING_FOR_OFFERS,
+        Reason.UNSCHEDULABLE,
+        Reason.BACKING_OFF,
     }
 )
 
@@ -79,7 +80,9 @@ def _saved_plan(path: str, settings: Settings, store: StateStore) -> tuple[Plan,
         saved = json.loads(Path(path).read_text(encoding="utf-8"))
         desired_specs: dict[str, Any] = saved["desiredAll"]
         options = PlanOptions(
-            prune=saved["plan"]["options"]["prune"], allow_empty=saved["plan"]["options"]["allowEmpty"]
+            prune=saved["plan"]["options"]["prune"],
+            allow_empty=saved["plan"]["options"]["allowEmpty"],
+            backend=settings.backend,
         )
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise UserError(f"{path}: not a readable tfdeclare plan ({err})") from err
@@ -100,6 +103,7 @@ def _saved_plan(path: str, settings: Settings, store: StateStore) -> tuple[Plan,
         dict.fromkeys(saved.get("protected", []), ()),
         frozenset(saved.get("invalidFiles", [])),
         tuple(saved.get("files", [])),
+        frozenset(saved.get("emptyFiles", [])),
     )
     observed = store.observed()
     current = plan(desired, observed, options)
@@ -131,9 +135,9 @@ class _Waker:
 def _progress_line(record: JobRecord) -> str:
     spec = record.spec
     desired = len(spec.task_keys())
-    running = sum(1 for t in record.tasks if t.state.value == "running")
-    done = sum(1 for t in record.tasks if t.state.value == "succeeded")
-    phase = "Deleting" if record.deleting else record.phase.value
+    running = sum(1 for t in record.tasks if t.state is TaskState.RUNNING)
+    done = sum(1 for t in record.tasks if t.state is TaskState.SUCCEEDED)
+    phase = Phase.DELETING if record.deleting else record.phase
     parts = [f"{record.name:<24} {phase:<10} {running}/{desired} running"]
     if done:
         parts.append(f"{done} succeeded")
@@ -143,19 +147,23 @@ def _progress_line(record: JobRecord) -> str:
 
 
 def _run_passes(
-    controller: Controller, backend: Backend, names: set[str], *, wait: bool, timeout: float | None
-) -> tuple[dict[str, JobRecord], bool]:
+    controller: Controller, names: set[str], *, wait: bool, timeout: float | None
+) -> tuple[dict[str, JobRecord], bool, list[str]]:
     """Reconcile until the jobs in ``names`` are launched (or finished, with ``wait``).
-    Returns the last records and whether it timed out."""
+    Returns the last records, whether it timed out, and the errors of the last pass (each
+    error is printed once, when first seen)."""
     waker = _Waker()
-    backend.watch(waker)
+    controller.backend.watch(waker)
     started = time.monotonic()
     shown: dict[str, tuple[object, ...]] = {}
+    told: set[str] = set()
     limit = timeout if timeout is not None else (None if wait else 60.0)
     while True:
         result = controller.reconcile()
         for error in result.errors:
-            stderr_line(f"tfdeclare: {error}")
+            if error not in told:
+                told.add(error)
+                stderr_line(f"tfdeclare: {error}")
         records = {n: r for n, r in controller.store.records().items() if n in names}
         elapsed = time.monotonic() - started
         for name in sorted(names):
@@ -171,9 +179,9 @@ def _run_passes(
                 shown[name] = key
                 stdout_write(f"[{elapsed:6.1f}s] {line}\n")
         if _finished(records, wait):
-            return records, False
+            return records, False, result.errors
         if limit is not None and elapsed >= limit:
-            return records, True
+            return records, True, result.errors
         pause = 0.25 if not wait else 0.5
         if result.wake_at is not None:
             pause = min(pause, max(0.05, result.wake_at - time.time()))
@@ -191,9 +199,9 @@ def _finished(records: dict[str, JobRecord], wait: bool) -> bool:
                 return False  # done, but still stopping what ran beside the chief
             continue
         if wait:
-            if record.reason != "Unschedulable":
+            if record.reason is not Reason.UNSCHEDULABLE:
                 return False
-        elif str(record.reason) not in _LAUNCHED_REASONS:
+        elif record.reason not in _LAUNCHED_REASONS:
             return False
     return True
 
@@ -212,34 +220,32 @@ def cmd_apply(args: argparse.Namespace) -> int:
             print_diagnostics(desired.diagnostics)  # warnings
             try:
                 result = plan(
-                    desired, store.observed(), PlanOptions(prune=args.prune, allow_empty=args.allow_empty)
+                    desired,
+                    store.observed(),
+                    PlanOptions(prune=args.prune, allow_empty=args.allow_empty, backend=settings.backend),
                 )
             except StateError as err:
                 raise UserError(str(err)) from err
         stdout_write(render_text(result))
-        backend = make_backend(settings)
-        try:
-            controller = make_controller(settings, backend)
+        with controller_for(settings) as controller:
             controller.apply(result)
-            names = set(desired.jobs) | {j.name for j in result.jobs if j.action.value == "delete"}
+            names = set(desired.jobs) | {j.name for j in result.jobs if j.action is Action.DELETE}
             if not names:
                 return EXIT_OK
             stdout_write("\n")
             try:
-                records, timed_out = _run_passes(
-                    controller, backend, names, wait=args.wait, timeout=args.timeout
+                records, timed_out, errors = _run_passes(
+                    controller, names, wait=args.wait, timeout=args.timeout
                 )
             except KeyboardInterrupt:
                 stderr_line("tfdeclare: interrupted; the jobs keep running (`tfdeclare status` adopts them)")
                 return EXIT_INTERRUPTED
-        finally:
-            backend.close()
-    return _apply_outcome(records, timed_out, wait=args.wait)
+    return _apply_outcome(records, timed_out, errors, wait=args.wait)
 
 
-def _apply_outcome(records: dict[str, JobRecord], timed_out: bool, *, wait: bool) -> int:
+def _apply_outcome(records: dict[str, JobRecord], timed_out: bool, errors: list[str], *, wait: bool) -> int:
     failed = sorted(n for n, r in records.items() if r.phase is Phase.FAILED)
-    stuck = sorted(n for n, r in records.items() if r.reason == "Unschedulable" and not r.phase.terminal)
+    stuck = sorted(n for n, r in records.items() if r.reason is Reason.UNSCHEDULABLE and not r.phase.terminal)
     if stuck:
         stderr_line(f"tfdeclare: cannot be scheduled: {', '.join(stuck)} (see `tfdeclare status NAME`)")
     if wait and failed:
@@ -248,36 +254,40 @@ def _apply_outcome(records: dict[str, JobRecord], timed_out: bool, *, wait: bool
     if timed_out:
         stderr_line("tfdeclare: timed out waiting; the jobs keep running (`tfdeclare status`)")
         return EXIT_ERROR
-    return EXIT_ERROR if (wait and stuck) else EXIT_OK
+    if errors:
+        stderr_line(f"tfdeclare: {len(errors)} problem(s) remain (above); the next pass retries them")
+        return EXIT_ERROR
+    return EXIT_ERROR if stuck else EXIT_OK  # it can never run as configured: a user error
 
 
 # ---- status -----------------------------------------------------------------------------
 
 
-def _refresh(settings: Settings) -> str | None:
-    """Run one reconcile pass when no other controller holds the state folder (so status
-    adopts tasks and notices ends); otherwise say who keeps the status files fresh."""
-    lock = ControllerLock(settings.state_dir)
-    holder = lock.holder()
-    if holder is not None:
-        return f"status files kept by {holder.get('purpose', 'a controller')} (pid {holder.get('pid', '?')})"
+def _refresh(settings: Settings) -> None:
+    """One reconcile pass (``status --refresh``): adopt tasks, notice the ones that ended."""
     if not StateStore(settings.state_dir).jobs_dir.is_dir():
-        return None
-    with locked(settings, "status"):
-        backend = make_backend(settings)
-        try:
-            result = make_controller(settings, backend).reconcile()
-        finally:
-            backend.close()
+        return
+    with locked(settings, "status --refresh"), controller_for(settings) as controller:
+        result = controller.reconcile()
     for error in result.errors:
         stderr_line(f"tfdeclare: {error}")
-    return None
+
+
+def _freshness(settings: Settings) -> str:
+    """Who keeps the status files current, for a note under the table."""
+    holder = ControllerLock(settings.state_dir).holder()
+    if holder is not None:
+        who = holder.get("purpose", "a controller")
+        return f"status files kept current by {who} (pid {holder.get('pid', '?')})"
+    return (
+        "as of the last reconcile pass; no controller is running: `tfdeclare status --refresh` updates them"
+    )
 
 
 def _age(timestamp: str | None) -> str:
     if not timestamp:
         return "-"
-    then = time.mktime(time.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
+    then = calendar.timegm(time.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ"))  # UTC, whatever the DST
     seconds = max(0, int(time.time() - then))
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
@@ -289,8 +299,8 @@ def _status_table(documents: list[dict[str, Any]]) -> str:
     rows = [("NAME", "PHASE", "TASKS", "RESTARTS", "AGE", "MESSAGE")]
     for doc in documents:
         tasks = doc.get("tasks", [])
-        running = sum(1 for t in tasks if t["state"] == "running")
-        done = sum(1 for t in tasks if t["state"] == "succeeded")
+        running = sum(1 for t in tasks if t["state"] == TaskState.RUNNING)
+        done = sum(1 for t in tasks if t["state"] == TaskState.SUCCEEDED)
         counts = f"{running}/{len(tasks)}" + (f" ({done} done)" if done else "")
         rows.append(
             (
@@ -329,7 +339,8 @@ def _status_detail(doc: dict[str, Any]) -> str:
 
 def cmd_status(args: argparse.Namespace) -> int:
     settings = settings_from(args)
-    note = _refresh(settings)
+    if args.refresh:
+        _refresh(settings)
     statuses = StatusWriter(settings.status_dir)
     names = [args.name] if args.name else statuses.names()
     documents = [d for d in (statuses.read(n) for n in names) if d is not None]
@@ -343,8 +354,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         stdout_write(_status_table(documents))
     else:
         stdout_write("No jobs.\n")
-    if note and args.output != "json":
-        stderr_line(f"({note})")
+    if documents and args.output != "json":
+        stderr_line(f"({_freshness(settings)})")
     return EXIT_OK
 
 
@@ -404,21 +415,14 @@ def cmd_delete(args: argparse.Namespace) -> int:
         if args.all:
             return EXIT_OK
         raise UserError("name the jobs to delete (or --all)")
-    with locked(settings, "delete", source=" ".join(names)):
-        backend = make_backend(settings)
-        try:
-            controller = make_controller(settings, backend)
-            missing = controller.delete(names)
-            present = set(names) - set(missing)
-            if present:
-                _, timed_out = _run_passes(controller, backend, present, wait=True, timeout=args.timeout)
-                if timed_out:
-                    stderr_line(
-                        "tfdeclare: timed out waiting for tasks to stop; they are still being stopped"
-                    )
-                    return EXIT_ERROR
-        finally:
-            backend.close()
+    with locked(settings, "delete", source=" ".join(names)), controller_for(settings) as controller:
+        missing = controller.delete(names)
+        present = set(names) - set(missing)
+        if present:
+            _, timed_out, _ = _run_passes(controller, present, wait=True, timeout=args.timeout)
+            if timed_out:
+                stderr_line("tfdeclare: timed out waiting for tasks to stop; they are still being stopped")
+                return EXIT_ERROR
     if missing:
         raise UserError(f"no job named {', '.join(repr(m) for m in missing)}")
     return EXIT_OK

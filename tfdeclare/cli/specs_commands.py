@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tfdeclare import __version__
+from tfdeclare.backends import registry
 from tfdeclare.cli.common import (
     EXIT_CHANGES,
     EXIT_ERROR,
@@ -58,6 +59,7 @@ def saved_plan(result: Plan, desired: DesiredState, settings: Settings, paths: l
         },
         "protected": sorted(desired.protected),
         "invalidFiles": sorted(desired.invalid_files),
+        "emptyFiles": sorted(desired.empty_files),
         "files": list(desired.files),
         "plan": plan_json(result),
     }
@@ -65,7 +67,7 @@ def saved_plan(result: Plan, desired: DesiredState, settings: Settings, paths: l
 
 def cmd_plan(args: argparse.Namespace) -> int:
     settings = settings_from(args)
-    options = PlanOptions(prune=args.prune, allow_empty=args.allow_empty)
+    options = PlanOptions(prune=args.prune, allow_empty=args.allow_empty, backend=settings.backend)
     result, desired = compute_plan(args.paths, settings, options)
     print_diagnostics(result.diagnostics)
     if args.output == "json":
@@ -89,5 +91,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_schema(args: argparse.Namespace) -> int:
     if args.name not in SCHEMA_NAMES:
         raise UserError(f"unknown schema {args.name!r}; one of {', '.join(SCHEMA_NAMES)}")
-    stdout_write(schema_text(args.name))
+    if args.name == "config":  # with every backend's section composed in
+        stdout_write(json.dumps(registry.config_schema(), indent=2, ensure_ascii=False) + "\n")
+    else:
+        stdout_write(schema_text(args.name))
     return EXIT_OK

@@ -14,7 +14,7 @@ from tfdeclare.shell.sources import SpecFiles, no_files_warning
 def load_desired(paths: list[str], settings: Settings) -> tuple[DesiredState, SpecFiles]:
     files = SpecFiles(
         [Path(p) for p in paths],
-        context=settings.load_context,
+        checks=settings.spec_checks,
         exclude=(settings.state_dir, settings.status_dir),
     )
     return files.load(), files
@@ -46,5 +46,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
         if valid:
             stdout_write(f"{len(desired.jobs)} job(s) in {len(desired.files)} file(s): valid\n")
         else:
-            stdout_write(f"{errors} error(s) in {len(desired.invalid_files)} file(s)\n")
+            places = len({d.path for d in diagnostics if d.is_error})
+            stdout_write(f"{errors} error(s) in {places} file(s)\n")
     return EXIT_OK if valid else EXIT_ERROR

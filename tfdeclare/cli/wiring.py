@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from tfdeclare.backends import registry
 from tfdeclare.backends.base import Backend
 from tfdeclare.cli.common import Settings, UserError
 from tfdeclare.controller import Controller
@@ -16,39 +17,34 @@ from tfdeclare.shell.store import StateStore
 
 
 def make_backend(settings: Settings) -> Backend:
-    config = settings.config
-    if config.backend == "local":
-        from tfdeclare.backends.local.backend import LocalBackend, LocalCapacity
-
-        local = config.local
-        capacity = LocalCapacity.detect(
-            local.cpus, local.mem_mib, local.gpus, local.port_first, local.port_last
-        )
-        return LocalBackend(settings.state_dir, capacity)
-    if config.backend == "mesos":
-        from dataclasses import replace
-
-        from tfdeclare.backends.mesos.backend import MesosBackend
-
-        mesos = config.mesos
-        if settings.config_path is not None:  # files named in the config are relative to it
-            base = settings.config_path.resolve().parent
-            mesos = replace(
-                mesos,
-                secret_file=str(base / mesos.secret_file) if mesos.secret_file else None,
-                ca_file=str(base / mesos.ca_file) if mesos.ca_file else None,
-            )
-        return MesosBackend.from_config(settings.state_dir, mesos)
-    raise UserError(f"unknown backend {config.backend!r}")
+    return settings.plugin.build(settings.state_dir, settings.backend_config)
 
 
 def make_controller(settings: Settings, backend: Backend) -> Controller:
+    def other_backend(name: str) -> Backend:  # a job moving away from it stops its tasks there
+        return registry.plugin(name).build(settings.state_dir, settings.config_of(name))
+
     return Controller(
         StateStore(settings.state_dir, exclusive=True),  # the caller holds the lock
         backend,
         StatusWriter(settings.status_dir),
         backoff=Backoff(settings.config.backoff_initial_s, settings.config.backoff_max_s),
+        other_backends=other_backend,
     )
+
+
+@contextmanager
+def controller_for(settings: Settings) -> Iterator[Controller]:
+    """A controller on the chosen backend; its backends are closed (tasks keep running)."""
+    backend = make_backend(settings)
+    try:
+        controller = make_controller(settings, backend)
+        try:
+            yield controller
+        finally:
+            controller.close()
+    finally:
+        backend.close()
 
 
 def lock_error(err: LockHeld) -> UserError:

@@ -1,57 +1,36 @@
 """tfdeclare's own configuration (``tfdeclare.yaml``): parsed, validated, typed.
 
-Every field has a default in ``schemas/config.schema.json``; command-line options override
-the file (the CLI does that). Relative folders are taken from the config file's folder.
+Every field has a default in the config schema; command-line options override the file (the
+CLI does that). Relative folders are taken from the config file's folder. Each backend's
+section (``local:``, ``mesos:``) belongs to that backend: the caller passes the schema with
+every section composed in (``tfdeclare.backends.registry``) and a parser per section, and
+``Config.backends`` holds what each parser made, opaque here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tfdeclare.core.diagnostics import Diagnostic
+from tfdeclare.core.diagnostics import Diagnostic, JsonPath
 from tfdeclare.core.spec.documents import parse_documents
-from tfdeclare.core.spec.resources import QuantityError, parse_mem_mib
-from tfdeclare.core.spec.schema import load_schema
+from tfdeclare.core.spec.schema import Schema
 
 
-@dataclass(frozen=True, slots=True)
-class LocalConfig:
-    cpus: float | None = None
-    mem_mib: int | None = None
-    gpus: int | None = None
-    port_first: int = 20000
-    port_last: int = 29999
+class ConfigProblem(Exception):
+    """A section parser's complaint about a value the schema admitted, at ``path`` (within the
+    section)."""
+
+    def __init__(self, path: JsonPath, message: str) -> None:
+        super().__init__(message)
+        self.path = path
+        self.message = message
 
 
-@dataclass(frozen=True, slots=True)
-class MesosConfig:
-    master: str = "http://127.0.0.1:5050"
-    framework_name: str = "tfdeclare"
-    user: str | None = None
-    roles: tuple[str, ...] = ("*",)
-    principal: str | None = None
-    secret_file: str | None = None
-    secret_env: str | None = None
-    failover_timeout_s: float = 604800.0
-    checkpoint: bool = True
-    containerizer: str = "mesos"
-    tls_verify: bool = True
-    ca_file: str | None = None
-    offer_hold_s: float = 5.0
-    refuse_s: float = 5.0
-    fencing_timeout_s: float = 300.0
-    reconcile_interval_s: float = 900.0
-    cpu_tasks_on_gpu_agents: bool = False
-    hostname: str | None = None
-    webui_url: str | None = None
-    subscribe_timeout_s: float = 30.0
-    place_wait_s: float = 2.0
-    fifo_backfill_s: float = 60.0
-    head_of_line_hold_s: float = 60.0
-    on_framework_removed: str = "fail"  # fail | newFramework
-    gpu_resources: bool = False
-    shared_filesystem: bool = False
+SectionParser = Callable[[Mapping[str, Any], str | None], object]
+"""(a backend's section, schema-valid with defaults filled; the config file's folder, for
+relative paths) -> that backend's own config. Raises ``ConfigProblem``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +41,12 @@ class DaemonConfig:
     log_format: str = "text"
     debounce_s: float = 0.05
     status_branch: str = "tfdeclare-status"
+    settle_s: float = 3.0
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    max_tasks_per_job: int = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,15 +56,19 @@ class Config:
     status_dir: str = "status"
     backoff_initial_s: float = 1.0
     backoff_max_s: float = 300.0
-    local: LocalConfig = field(default_factory=LocalConfig)
-    mesos: MesosConfig = field(default_factory=MesosConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    backends: Mapping[str, object] = field(default_factory=dict)  # backend name -> its own config
 
     def with_overrides(self, **changes: Any) -> Config:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
-def parse_config(path: str, data: bytes) -> tuple[Config | None, list[Diagnostic]]:
+def parse_config(
+    path: str, data: bytes, schema: Schema, sections: Mapping[str, SectionParser], base_dir: str | None
+) -> tuple[Config | None, list[Diagnostic]]:
+    """The config file ``path`` with its ``data``, validated against ``schema``; ``sections``
+    parse each backend's section, relative paths in them taken from ``base_dir``."""
     documents, problems = parse_documents(path, data)
     if problems:
         return None, problems
@@ -89,59 +78,26 @@ def parse_config(path: str, data: bytes) -> tuple[Config | None, list[Diagnostic
     if len(values) > 1:
         return None, [values[1].diagnostic((), "a config file holds one document")]
     document = values[0]
-    schema = load_schema("config")
     errors = schema.validate(document.value)
     if errors:
         return None, [document.diagnostic(e.path, e.message, key=e.at_key) for e in errors]
     raw = schema.fill_defaults(document.value)
-    local, mesos, daemon = raw["local"], raw["mesos"], raw["daemon"]
-    try:
-        mem = parse_mem_mib(local["mem"]) if "mem" in local else None
-    except QuantityError as err:
-        return None, [document.diagnostic(("local", "mem"), str(err))]
-    if local["portRange"]["first"] > local["portRange"]["last"]:
-        return None, [document.diagnostic(("local", "portRange"), "first must not be after last")]
+    backends: dict[str, object] = {}
+    diagnostics: list[Diagnostic] = []
+    for name, parse in sections.items():
+        try:
+            backends[name] = parse(raw[name], base_dir)
+        except ConfigProblem as problem:
+            diagnostics.append(document.diagnostic((name, *problem.path), problem.message))
+    if diagnostics:
+        return None, diagnostics
+    daemon = raw["daemon"]
     config = Config(
         backend=raw["backend"],
         state_dir=raw["stateDir"],
         status_dir=raw["statusDir"],
         backoff_initial_s=float(raw["restartBackoff"]["initialSeconds"]),
         backoff_max_s=float(raw["restartBackoff"]["maxSeconds"]),
-        local=LocalConfig(
-            cpus=float(local["cpus"]) if "cpus" in local else None,
-            mem_mib=mem,
-            gpus=local.get("gpus"),
-            port_first=local["portRange"]["first"],
-            port_last=local["portRange"]["last"],
-        ),
-        mesos=MesosConfig(
-            master=mesos["master"],
-            framework_name=mesos["frameworkName"],
-            user=mesos.get("user"),
-            roles=tuple(mesos["roles"]),
-            principal=mesos.get("principal"),
-            secret_file=mesos.get("secretFile"),
-            secret_env=mesos.get("secretEnv"),
-            failover_timeout_s=float(mesos["failoverTimeoutSeconds"]),
-            checkpoint=mesos["checkpoint"],
-            containerizer=mesos["containerizer"],
-            tls_verify=mesos["tlsVerify"],
-            ca_file=mesos.get("caFile"),
-            offer_hold_s=float(mesos["offerHoldSeconds"]),
-            refuse_s=float(mesos["refuseSeconds"]),
-            fencing_timeout_s=float(mesos["fencingTimeoutSeconds"]),
-            reconcile_interval_s=float(mesos["reconcileIntervalSeconds"]),
-            cpu_tasks_on_gpu_agents=mesos["cpuTasksOnGpuAgents"],
-            hostname=mesos.get("hostname"),
-            webui_url=mesos.get("webuiUrl"),
-            subscribe_timeout_s=float(mesos["subscribeTimeoutSeconds"]),
-            place_wait_s=float(mesos["placeWaitSeconds"]),
-            fifo_backfill_s=float(mesos["fifoBackfillSeconds"]),
-            head_of_line_hold_s=float(mesos["headOfLineHoldSeconds"]),
-            on_framework_removed=mesos["onFrameworkRemoved"],
-            gpu_resources=mesos["gpuResources"],
-            shared_filesystem=mesos["sharedFilesystem"],
-        ),
         daemon=DaemonConfig(
             interval_s=float(daemon["interval"]),
             host=daemon["host"],
@@ -149,6 +105,9 @@ def parse_config(path: str, data: bytes) -> tuple[Config | None, list[Diagnostic
             log_format=daemon["logFormat"],
             debounce_s=float(daemon["debounceSeconds"]),
             status_branch=daemon["statusBranch"],
+            settle_s=float(daemon["settleSeconds"]),
         ),
+        policy=PolicyConfig(max_tasks_per_job=raw["policy"]["maxTasksPerJob"]),
+        backends=backends,
     )
     return config, []

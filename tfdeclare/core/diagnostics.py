@@ -34,6 +34,7 @@ class Code(StrEnum):
     DUPLICATE_NAME = "duplicate-name"
     BACKEND = "backend"  # valid in general, not on the configured backend
     NO_FILES = "no-files"
+    NO_JOB_DOCUMENT = "no-job-document"  # a file without a job: it protects the jobs it held
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,6 +69,58 @@ class Phase(StrEnum):
         return self in (Phase.SUCCEEDED, Phase.FAILED)
 
 
+class Reason(StrEnum):
+    """Why a job is in its phase: the status file's ``reason`` and its conditions' reasons.
+    Stable CamelCase tokens that alerts and dashboards match on."""
+
+    CREATED = "Created"
+    LAUNCHING = "Launching"
+    TASKS_STARTING = "TasksStarting"
+    ALL_TASKS_RUNNING = "AllTasksRunning"
+    WAITING_FOR_TASKS_TO_STOP = "WaitingForTasksToStop"
+    BACKING_OFF = "BackingOff"
+    RESTARTING = "Restarting"
+    SPEC_CHANGED = "SpecChanged"
+    RESIZED = "Resized"
+    CHIEF_SUCCEEDED = "ChiefSucceeded"
+    WORKERS_SUCCEEDED = "AllWorkersSucceeded"
+    TASK_FAILED = "TaskFailed"
+    PERMANENT_EXIT_CODE = "PermanentExitCode"
+    BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
+    DEADLINE_EXCEEDED = "DeadlineExceeded"
+    DELETING = "Deleting"
+    MOVING_BACKEND = "MovingBackend"  # its tasks on the backend it leaves are stopping
+    # A backend could not place the job's gang (``UnplacedReason`` carries the same values).
+    WAITING_FOR_RESOURCES = "WaitingForResources"
+    WAITING_FOR_GPUS = "WaitingForGPUs"
+    WAITING_FOR_OFFERS = "WaitingForOffers"
+    UNSCHEDULABLE = "Unschedulable"
+    # The Synced condition (False: the job runs as last applied, not as its files say now).
+    INVALID_SPEC = "InvalidSpec"
+    SPEC_APPLIED = "SpecApplied"
+    FILE_HOLDS_NO_JOB = "FileHoldsNoJob"  # its file is empty or being rewritten
+    FILES_UNREADABLE = "FilesUnreadable"  # a file or folder could not be read: nothing is pruned
+    NOT_SETTLED = "NotSettled"  # the files changed; acted on once they have stayed so (settle time)
+    PRUNE_REFUSED = "PruneRefused"  # the files define no job at all: pruning everything is refused
+    NOT_IN_SOURCE = "NotInSource"  # gone from the files, and pruning is off (an orphan)
+
+    @property
+    def stalled(self) -> bool:
+        """The job cannot progress without a change (the Stalled condition)."""
+        return self in _STALLED
+
+
+_STALLED = frozenset(
+    {
+        Reason.UNSCHEDULABLE,
+        Reason.BACKOFF_LIMIT_EXCEEDED,
+        Reason.DEADLINE_EXCEEDED,
+        Reason.PERMANENT_EXIT_CODE,
+        Reason.TASK_FAILED,
+    }
+)
+
+
 class TaskState(StrEnum):
     """What a backend says about one task. Backends map their own states onto these."""
 

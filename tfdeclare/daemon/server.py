@@ -10,9 +10,13 @@
 from __future__ import annotations
 
 import json
+import logging
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
+
+log = logging.getLogger("tfdeclare.daemon")
 
 
 class Endpoints(Protocol):
@@ -27,10 +31,18 @@ class Endpoints(Protocol):
     def request_sync(self) -> None: ...
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up early is no error of ours: no traceback in the log."""
+        if isinstance(sys.exc_info()[1], ConnectionError):  # BrokenPipe, ConnectionReset, ...
+            return
+        log.exception("HTTP request from %s failed", client_address[0] if client_address else "?")
+
+
 class DaemonServer:
     def __init__(self, host: str, port: int, endpoints: Endpoints) -> None:
         handler = _handler_for(endpoints)
-        self.httpd = ThreadingHTTPServer((host, port), handler)
+        self.httpd = _Server((host, port), handler)
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="daemon-http", daemon=True)
 

@@ -3,6 +3,13 @@ loop runs one pass at a time, at least every ``interval`` (resync; git fetch), s
 job wants a look (backoff expiry), after file events once they have been quiet for
 ``debounce``. A pass that cannot read the source keeps the last applied state running and
 says so (log, /healthz, metrics); the newest revision always supersedes an older one.
+
+Files are seen while they are written, so the daemon plans with a settle time: a change that
+stops or restarts tasks is made once the files have said the same for ``settle`` seconds (the
+planner's settle rule; the daemon keeps its sightings from pass to pass and wakes when one
+settles).
+Jobs the plan keeps as applied for a reason (an unreadable listing, a file without a job,
+the prune-everything guard) are logged as a warning whenever that set changes.
 """
 
 from __future__ import annotations
@@ -11,7 +18,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -19,7 +26,8 @@ from typing import Any, Protocol
 from tfdeclare.backends.base import BackendError
 from tfdeclare.controller import Controller
 from tfdeclare.core.diagnostics import Diagnostic
-from tfdeclare.core.plan.planner import PlanCache, PlanOptions, plan
+from tfdeclare.core.enums import Reason
+from tfdeclare.core.plan.planner import Plan, PlanCache, PlanOptions, Sighting, plan
 from tfdeclare.core.run.record import Revision
 from tfdeclare.daemon.metrics import Metrics
 from tfdeclare.daemon.sources import SourceError
@@ -29,7 +37,10 @@ log = logging.getLogger("tfdeclare.daemon")
 
 
 class Source(Protocol):
-    kind: str
+    """Where desired state comes from (``FolderSource``, ``GitSource``). ``sync`` brings the
+    files up to date (a no-op for a folder) and names the revision; ``watch`` reports paths
+    changed between syncs (a git checkout changes only at ``sync``, so it reports none);
+    ``write_status`` publishes the status folder (a no-op for a folder, which is its own)."""
 
     @property
     def description(self) -> str: ...
@@ -52,6 +63,7 @@ class DaemonOptions:
     debounce_s: float = 0.05
     prune: bool = False
     allow_empty: bool = False
+    settle_s: float = 3.0
 
 
 class Daemon:
@@ -80,6 +92,8 @@ class Daemon:
         self._changes_lock = threading.Lock()
         self._diagnostics: tuple[Diagnostic, ...] = ()
         self._plans = PlanCache()
+        self._sightings: Mapping[str, Sighting] = {}
+        self._held: Mapping[str, tuple[Reason, str]] = {}  # jobs kept as applied, as last logged
         self.revision: Revision | None = None
         self.source_error: str | None = None
         self.last_pass_at: float | None = None
@@ -120,6 +134,10 @@ class Daemon:
                     self._changes = None  # a resync reads every file, whatever events said
             try:
                 wake_at = self._pass()
+            except OSError as err:  # e.g. the state disk is full: nothing to report as a bug
+                log.error("cannot write the state folder (%s); retrying", err)
+                self.metrics.pass_errors += 1
+                wake_at = self.clock() + min(self.options.interval_s, 5.0)
             except Exception:  # a bug must not take the controller of every job down with it
                 log.exception("internal error in a reconcile pass (a bug; please report it); retrying")
                 self.metrics.pass_errors += 1
@@ -158,8 +176,7 @@ class Daemon:
 
     def _pass(self) -> float | None:
         started = time.monotonic()
-        if self.source_error is None:
-            self._apply_desired()
+        settles_at = self._apply_desired() if self.source_error is None else None
         try:
             result = self.controller.reconcile()  # it logs what it does
         except BackendError as err:  # the cluster is unreachable: try again next pass
@@ -174,7 +191,7 @@ class Daemon:
         self.metrics.set_jobs(
             {n: p.value for n, p in result.phases.items()}, tasks, {n: r.restarts for n, r in records.items()}
         )
-        if self.source.kind == "git" and self.source_error is None:
+        if self.source_error is None:
             try:
                 self.source.write_status(self.status_dir, self.revision)
             except SourceError as err:
@@ -184,24 +201,54 @@ class Daemon:
         self.metrics.observe_pass(
             time.monotonic() - started, self.last_pass_at, result.launched, result.stopped, len(result.errors)
         )
-        return result.wake_at
+        wakes = [at for at in (result.wake_at, settles_at) if at is not None]
+        return min(wakes) if wakes else None
 
-    def _apply_desired(self) -> None:
+    def _apply_desired(self) -> float | None:
+        """Plan and apply what the files say; returns when the next pending change settles."""
         with self._changes_lock:
             changed, self._changes = self._changes, set()
-        desired = self.spec_files.load(changed if self.source.kind == "folder" else None)
+        desired = self.spec_files.load(changed)
         if desired.diagnostics != self._diagnostics:
             self._diagnostics = desired.diagnostics
             for diagnostic in desired.diagnostics:
                 log.warning("%s", diagnostic.format())
-        options = PlanOptions(prune=self.options.prune, allow_empty=self.options.allow_empty)
-        current = plan(desired, self.controller.store.observed(), options, self._plans)
+        options = PlanOptions(
+            prune=self.options.prune,
+            allow_empty=self.options.allow_empty,
+            backend=self.controller.backend.name,
+            settle_s=self.options.settle_s,
+        )
+        current = plan(
+            desired,
+            self.controller.store.observed(),
+            options,
+            self._plans,
+            now=self.clock(),
+            sightings=self._sightings,
+        )
+        self._sightings = current.sightings
+        self._log_held(current)
         for line in self.controller.apply(current, self.revision):
             log.info("applied %s", line)
         revision = self.revision.commit if self.revision else None
         self.metrics.attempted_revision = revision
         if not desired.has_errors:
             self.metrics.applied_revision = revision
+        return current.wake_at
+
+    def _log_held(self, current: Plan) -> None:
+        """One line per reason, naming the jobs, when the jobs kept as applied change."""
+        held = {job.name: job.not_synced for job in current.jobs if job.not_synced is not None}
+        if held == self._held:
+            return
+        self._held = held
+        by_reason: dict[Reason, list[str]] = {}
+        for name, (reason, _) in sorted(held.items()):
+            by_reason.setdefault(reason, []).append(name)
+        for reason, names in by_reason.items():
+            level = logging.INFO if reason is Reason.NOT_SETTLED else logging.WARNING
+            log.log(level, "kept as applied (%s): %s — %s", reason.value, ", ".join(names), held[names[0]][1])
 
     # ---- what the HTTP endpoints show -----------------------------------------------------
 

@@ -5,20 +5,28 @@ Both only *say* when to look again (``on_change``); the daemon's pass reads the 
 - ``FolderSource`` watches a folder with watchdog, ignoring hidden files and the state and
   status folders, so status writes never trigger a pass.
 - ``GitSource`` clones into the state folder and, on ``sync()``, fetches the branch (force
-  pushes included) and checks its head out, detached. Status files are committed to their own
-  branch (default ``tfdeclare-status``) with git plumbing, never to the watched branch, and
-  pushed when asked. A failed fetch keeps the last checkout (the last applied state runs on);
-  a corrupt clone is moved aside and cloned again.
+  pushes included) and materialises its head as an immutable snapshot,
+  ``revisions/<commit>/`` (written from git's objects, made read-only, renamed into place
+  complete); ``current`` is a link to the snapshot being applied, and the daemon reads specs
+  through it. Tasks run from the snapshot of the revision they were launched with, which
+  stays as it was for their whole life: a snapshot is removed only once it is neither current
+  nor named by ``in_use`` (the daemon's job records and live tasks). The clone's own working
+  tree is never checked out or cleaned. Status files are committed to their own branch
+  (default ``tfdeclare-status``) with git plumbing, never to the watched branch, and pushed
+  when asked. A failed fetch keeps the last snapshot (the last applied state runs on); a
+  corrupt clone is moved aside and cloned again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
+import stat
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,13 +38,22 @@ log = logging.getLogger("tfdeclare.daemon")
 _SPEC_SUFFIXES = (".yaml", ".yml")
 
 
+def git_problem(err: Any) -> str:
+    """What git said went wrong (its ``fatal:``/``error:`` lines), from a GitCommandError."""
+    stderr = str(err.stderr or "").strip()
+    stderr = stderr.removeprefix("stderr:").strip().strip("'").strip()
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    fatal = [line.split(":", 1)[1].strip() for line in lines if line.startswith(("fatal:", "error:"))]
+    if fatal:
+        return "; ".join(dict.fromkeys(fatal))
+    return lines[-1] if lines else f"git failed (exit code {getattr(err, 'status', '?')})"
+
+
 class SourceError(Exception):
     """The source cannot be read now (unreachable remote, corrupt clone, missing folder)."""
 
 
 class FolderSource:
-    kind = "folder"
-
     def __init__(self, folder: Path, ignore: list[Path]) -> None:
         self.folder = folder
         self.ignore = [str(p.resolve()) for p in ignore]
@@ -96,6 +113,19 @@ class FolderSource:
             self._observer.join(timeout=2)
 
 
+_WRITE_BITS = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
+
+
+def _remove_tree(root: Path) -> None:
+    """Remove a snapshot folder (read-only: its folders are made writable first)."""
+    if not root.exists():
+        return
+    for folder, _, _ in os.walk(root):
+        with contextlib.suppress(OSError):
+            os.chmod(folder, stat.S_IRWXU)
+    shutil.rmtree(root, ignore_errors=True)
+
+
 @dataclass(frozen=True, slots=True)
 class GitSettings:
     url: str
@@ -106,8 +136,6 @@ class GitSettings:
 
 
 class GitSource:
-    kind = "git"
-
     def __init__(self, settings: GitSettings, workdir: Path) -> None:
         if settings.status_branch == settings.branch:
             raise SourceError(f"the status branch must not be the watched branch ({settings.branch})")
@@ -116,7 +144,12 @@ class GitSource:
             raise SourceError(f"--path must be a folder inside the repository, not {settings.subdir}")
         self.settings = settings
         self.workdir = workdir
-        self.clone_dir = workdir / "checkout"
+        self.clone_dir = workdir / "checkout"  # the repository (its working tree is not used)
+        self.revisions_dir = workdir / "revisions"
+        self.current = workdir / "current"  # a link to the snapshot being applied
+        # Folders in use (job records' source folders, live tasks'): the snapshots that hold
+        # one are kept. The daemon sets this once its controller exists; until then, all are.
+        self.in_use: Callable[[], Collection[str]] | None = None
         self._lock = threading.Lock()
         self.revision: Revision | None = None
         self._last_status_tree: str | None = None
@@ -129,7 +162,7 @@ class GitSource:
 
     @property
     def specs_path(self) -> Path:
-        return self.clone_dir / self.settings.subdir
+        return self.current / self.settings.subdir
 
     def _repo(self) -> Any:
         import git
@@ -143,8 +176,8 @@ class GitSource:
         return git.Repo(self.clone_dir)
 
     def sync(self) -> Revision:
-        """Fetch the branch and check its head out. Raises ``SourceError``; the previous
-        checkout is then left as it was."""
+        """Fetch the branch and make its head the current snapshot. Raises ``SourceError``;
+        the previous snapshot then stays current."""
         import git
 
         with self._lock:
@@ -155,16 +188,13 @@ class GitSource:
                     "--prune", "--force", "origin", f"+refs/heads/{branch}:refs/remotes/origin/{branch}"
                 )
                 commit = repo.commit(f"refs/remotes/origin/{branch}")
-                if (
-                    self.revision is None
-                    or self.revision.commit != commit.hexsha
-                    or repo.is_dirty(untracked_files=True)
-                ):
-                    repo.git.checkout("--force", "--detach", commit.hexsha)
-                    repo.git.clean("-ffdx")
+                try:
+                    self._make_current(self._snapshot(repo, commit.hexsha))
+                    self._remove_unused(commit.hexsha)
+                except OSError as err:  # the folder, not the clone: keep the clone
+                    raise SourceError(f"cannot write the snapshot of {commit.hexsha[:12]}: {err}") from err
             except git.GitCommandError as err:
-                detail = (err.stderr or str(err)).strip().splitlines()
-                raise SourceError(f"git: {detail[-1] if detail else err}") from err
+                raise SourceError(f"git: {git_problem(err)}") from err
             except (git.InvalidGitRepositoryError, git.NoSuchPathError, ValueError, OSError) as err:
                 self._set_aside()
                 raise SourceError(
@@ -177,6 +207,48 @@ class GitSource:
                 subject=commit.summary if isinstance(commit.summary, str) else commit.summary.decode(),
             )
             return self.revision
+
+    def _snapshot(self, repo: Any, commit: str) -> str:
+        """``revisions/<commit>`` made from git's objects (complete, read-only) if missing;
+        returns its path relative to the work folder."""
+        relative = f"{self.revisions_dir.name}/{commit}"
+        if (self.workdir / relative).is_dir():
+            return relative
+        staged = self.revisions_dir / f".{commit}.tmp"
+        _remove_tree(staged)
+        staged.mkdir(parents=True)
+        index = {"GIT_INDEX_FILE": str(self.workdir / "snapshot-index")}
+        repo.git.read_tree(commit, env=index)
+        repo.git.checkout_index("--all", "--force", f"--prefix={staged}/", env=index)
+        for folder, _, files in os.walk(staged):
+            for name in files:
+                path = os.path.join(folder, name)
+                if not os.path.islink(path):
+                    os.chmod(path, os.stat(path).st_mode & ~_WRITE_BITS)
+            os.chmod(folder, os.stat(folder).st_mode & ~_WRITE_BITS)
+        staged.rename(self.workdir / relative)
+        return relative
+
+    def _make_current(self, snapshot: str) -> None:
+        if not self.current.is_symlink() or os.readlink(self.current) != snapshot:
+            staged = self.workdir / ".current.tmp"
+            staged.unlink(missing_ok=True)
+            staged.symlink_to(snapshot)  # relative: the state folder may move
+            staged.replace(self.current)
+
+    def _remove_unused(self, current: str) -> None:
+        """Remove the snapshots (and leftovers of interrupted ones) that are neither current
+        nor hold a folder in use."""
+        if self.in_use is None:
+            return
+        used = [os.path.realpath(p) for p in self.in_use()]
+        for entry in os.scandir(self.revisions_dir):
+            if entry.name == current:
+                continue
+            root = os.path.realpath(entry.path)
+            if not any(p == root or p.startswith(root + os.sep) for p in used):
+                log.info("removing the snapshot of revision %s (no job or task uses it)", entry.name[:12])
+                _remove_tree(Path(entry.path))
 
     def _set_aside(self) -> None:
         if self.clone_dir.exists():
@@ -227,9 +299,8 @@ class GitSource:
                 if self.settings.push_status:
                     repo.git.push("--force", "origin", f"{ref}:{ref}")
             except git.GitCommandError as err:
-                detail = (err.stderr or str(err)).strip().splitlines()
                 raise SourceError(
-                    f"writing status to branch {self.settings.status_branch}: {detail[-1] if detail else err}"
+                    f"writing status to branch {self.settings.status_branch}: {git_problem(err)}"
                 ) from err
 
     def close(self) -> None:

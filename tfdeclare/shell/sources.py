@@ -1,7 +1,9 @@
 """Spec files from folders and files: discovery, reading, and a cache of parse results.
 
 Discovery takes every ``*.yaml``/``*.yml`` under the given paths, skipping hidden files and
-folders and the state and status folders, not following links to folders. The cache keeps
+folders and the state and status folders, not following links to folders. A folder or file
+that cannot be listed or looked at is a read error (``Code.READ_ERROR``), never skipped
+silently: the listing is then incomplete, and the planner prunes nothing. The cache keeps
 one ``FileResult`` per file keyed by its stat (size, mtime, inode); a file modified within the
 last two seconds is re-read regardless (mtime granularity), and results are reused by content
 hash, so a warm re-plan reads only what changed.
@@ -14,11 +16,12 @@ import os
 import stat as stat_module
 import time
 from collections.abc import Collection, Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from tfdeclare.core.diagnostics import Code, Diagnostic, Severity
-from tfdeclare.core.plan.desired import DesiredState, assemble
-from tfdeclare.core.spec.loader import FileResult, LoadContext, content_hash, load_file
+from tfdeclare.core.plan.desired import DesiredState, assemble, holds_no_job
+from tfdeclare.core.spec.loader import FileResult, SpecCheck, content_hash, load_file
 
 _SUFFIXES = (".yaml", ".yml")
 _RACY_SECONDS = 2.0
@@ -39,16 +42,17 @@ class SpecFiles:
         self,
         paths: Sequence[Path],
         *,
-        context: LoadContext | None = None,
+        checks: Sequence[SpecCheck] = (),
         exclude: Iterable[Path] = (),
         base: Path | None = None,
     ) -> None:
         self.paths = [str(p) for p in paths]
-        self.context = context or LoadContext()
+        self.checks = tuple(checks)
         self.exclude = {os.path.realpath(p) for p in exclude}
         self.base = str(base) if base is not None else None
         self._cache: dict[str, tuple[tuple[int, int, int], FileResult]] = {}
-        self._last: tuple[list[FileResult], DesiredState] | None = None
+        # The last state and the per-file results it was assembled from (None after a patch).
+        self._last: tuple[list[FileResult] | None, DesiredState] | None = None
         self._files: dict[str, os.stat_result] = {}  # spec files found by the last scan
 
     def discover(self) -> tuple[list[tuple[str, os.stat_result]], list[Diagnostic]]:
@@ -63,18 +67,23 @@ class SpecFiles:
                 continue
             if os.path.isdir(path):
                 if os.path.realpath(path) not in self.exclude:
-                    files.update(self._walk(path))
+                    files.update(self._walk(path, problems))
             else:
                 files.setdefault((stat.st_dev, stat.st_ino), (path, stat))
         return sorted(files.values(), key=lambda item: item[0]), problems
 
-    def _walk(self, root: str) -> Iterable[tuple[tuple[int, int], tuple[str, os.stat_result]]]:
+    def _walk(
+        self, root: str, problems: list[Diagnostic]
+    ) -> Iterable[tuple[tuple[int, int], tuple[str, os.stat_result]]]:
+        """Spec files below ``root``; what cannot be read is added to ``problems``."""
         stack = [root]
         while stack:
             folder = stack.pop()
             try:
                 entries = list(os.scandir(folder))
-            except OSError:
+            except OSError as err:
+                shown = display_path(folder, self.base)
+                problems.append(_read_error(shown, None, "cannot list this folder", err))
                 continue
             for entry in entries:
                 name = entry.name
@@ -83,7 +92,10 @@ class SpecFiles:
                 if name.endswith(_SUFFIXES):
                     try:
                         stat = entry.stat()  # the one system call per file of a warm load
-                    except OSError:
+                    except OSError as err:
+                        problems.append(
+                            _read_error(display_path(entry.path, self.base), 1, "cannot read", err)
+                        )
                         continue
                     if stat_module.S_ISREG(stat.st_mode):
                         yield (stat.st_dev, stat.st_ino), (entry.path, stat)
@@ -95,6 +107,8 @@ class SpecFiles:
         events), lists the only paths that may have changed since the last load: then just
         those are read again and the previous state patched, instead of every file being
         looked at (a full scan stats them all)."""
+        if changed is not None and not changed and self._last is not None:
+            return self._last[1]  # nothing changed since the last load
         if changed is not None and self._incremental(changed):
             patched = self._patch(changed)
             if patched is not None:
@@ -118,6 +132,7 @@ class SpecFiles:
         last = self._last
         if (
             last is not None
+            and last[0] is not None
             and not problems
             and len(last[0]) == len(results)
             and all(a is b for a, b in zip(last[0], results, strict=True))
@@ -125,13 +140,7 @@ class SpecFiles:
             return last[1]  # nothing changed: the same desired state, object and all
         state = assemble(results)
         if problems:
-            state = DesiredState(
-                jobs=state.jobs,
-                diagnostics=tuple(problems) + state.diagnostics,
-                protected=state.protected,
-                invalid_files=state.invalid_files,
-                files=state.files,
-            )
+            state = replace(state, diagnostics=tuple(problems) + state.diagnostics)
         self._last = (results, state)
         return state
 
@@ -143,8 +152,8 @@ class SpecFiles:
 
     def _patch(self, changed: Collection[str]) -> DesiredState | None:
         """The previous state with the changed files' jobs replaced, when that cannot affect
-        anything else: the state was clean, stays clean, and no name moves between files.
-        Otherwise None, and the caller loads everything."""
+        anything else: the state was clean, stays clean (every changed file still holds a
+        job), and no name moves between files. Otherwise None, and the caller loads everything."""
         if self._last is None or self._last[1].diagnostics:
             return None
         previous = self._last[1]
@@ -169,7 +178,7 @@ class SpecFiles:
                 added_or_removed |= path not in files
                 files[path] = stat
                 new = self._load_one(path, stat, now)
-                if new.diagnostics:
+                if new.diagnostics or holds_no_job(new):
                     return None
             for job in old[1].jobs if old is not None else ():
                 if jobs.get(job.name) is job:
@@ -182,7 +191,7 @@ class SpecFiles:
             tuple(sorted(display_path(p, self.base) for p in files)) if added_or_removed else previous.files
         )
         state = DesiredState(jobs, (), {}, frozenset(), shown_files)
-        self._last = ([], state)  # no per-file list: the next full load compares nothing
+        self._last = (None, state)  # no per-file list: the next full load compares nothing
         return state
 
     def _load_one(self, path: str, stat: os.stat_result, now: float) -> FileResult:
@@ -198,7 +207,7 @@ class SpecFiles:
         if cached is not None and cached[1].content_hash == content_hash(data):
             result = cached[1]  # touched, not changed
         else:
-            result = load_file(shown, data, self.context)
+            result = load_file(shown, data, self.checks)
         self._cache[shown] = (key, result)
         return result
 
@@ -215,9 +224,13 @@ def _read(path: str, size: int) -> bytes:
         os.close(fd)
 
 
+def _read_error(shown: str, line: int | None, what: str, err: OSError) -> Diagnostic:
+    """A file's read error is a whole-file problem (line 1); a folder's has no line."""
+    return Diagnostic(shown, line, None, f"{what}: {err.strerror or err}", None, Code.READ_ERROR)
+
+
 def _unreadable(shown: str, err: OSError) -> FileResult:
-    problem = Diagnostic(shown, None, None, f"cannot read: {err.strerror or err}", None, Code.READ_ERROR)
-    return FileResult(shown, "", (), (problem,), ())
+    return FileResult(shown, "", (), (_read_error(shown, 1, "cannot read", err),), ())
 
 
 def no_files_warning(paths: Sequence[Path]) -> Diagnostic:

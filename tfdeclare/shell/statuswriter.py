@@ -13,6 +13,8 @@ import yaml
 from tfdeclare.core.spec.names import is_job_name
 from tfdeclare.files import remove, write_atomic
 
+_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
 
 class StatusWriter:
     def __init__(self, root: Path) -> None:
@@ -30,7 +32,10 @@ class StatusWriter:
         comparable = {k: v for k, v in document.items() if k != "updatedAt"}
         if self._last.get(name) == comparable and self.path(name).exists():
             return False
-        text = yaml.safe_dump(document, sort_keys=False, allow_unicode=True, default_flow_style=False)
+        # libyaml's emitter: PyYAML's own took 1.8 s for the status of a 2,000-task job
+        text = yaml.dump(
+            document, Dumper=_DUMPER, sort_keys=False, allow_unicode=True, default_flow_style=False
+        )
         write_atomic(self.path(name), text.encode("utf-8"))
         self._last[name] = comparable
         return True

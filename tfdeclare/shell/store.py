@@ -99,7 +99,8 @@ class StateStore:
 
     def observed(self) -> dict[str, ObservedJob]:
         """Per job what the planner compares against; the same object while its record is
-        unchanged (so plans of unchanged jobs can be reused)."""
+        unchanged, so that ``PlanCache`` reuses the plans of unchanged jobs (which a warm
+        re-plan needs to meet its target: see there)."""
         out = {}
         for name, record in self.records().items():
             remembered = self._observed.get(name)

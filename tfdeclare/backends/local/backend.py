@@ -8,18 +8,35 @@ State lives under ``<state-dir>/local``::
     tasks/<task-id>/stop.json    a stop request (grace period)
     tasks/<task-id>/exit.json    written by the supervisor when the task has ended
     logs/<job>/<task-id>.log     the task's output (kept after the task is forgotten)
+    work/<job>/<role>-<index>/   the task's own writable working folder (never deleted)
+
+A task's working folder is the same for every launch of its slot (restarts, spec changes,
+a deleted and re-created job of the same name), so what it writes there (checkpoints)
+survives, and tfdeclare never deletes or overwrites it. Unless ``workingDir`` is absolute,
+the task runs in it, and every entry of its source folder (the spec file's folder, or
+``workingDir`` relative to it; hidden entries left out) appears in it as a link, refreshed at
+each launch: a link whose name the source no longer has is removed, while a file or folder
+the task made itself is left alone (and wins over a source entry of the same name). The
+task's environment names both: ``TFDECLARE_WORK_DIR`` and ``TFDECLARE_SOURCE_DIR``.
 
 Everything a later controller needs to adopt the tasks is in those files, so tasks survive
 the CLI, and a crash at any point leaves a state the next run reads. Placement accounts for
 the resources of every live task against the machine (or configured) capacity; a gang that
 does not fit waits, and one that can never fit is unschedulable. Ports come from a range,
-checked bindable, reused for a slot when its previous port is still free. GPU tasks get
+reserved machine-wide (``ports.py``: no two state folders hand out the same port) and checked
+bindable, reused for a slot when its previous port is still free. GPU tasks get
 ``CUDA_VISIBLE_DEVICES`` with exactly their devices; other tasks on a GPU machine get none.
+
+Crash safety: a task folder whose supervisor never started (the controller died between
+making the folder and starting it) is started by the next controller, not counted as a
+failure; a stop request is a file the supervisor polls, so a controller that dies before its
+signal still gets the task stopped.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -35,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from tfdeclare.backends.base import BackendError, LogChunk
-from tfdeclare.backends.local import machine
+from tfdeclare.backends.local import machine, ports
 from tfdeclare.backends.local.supervisor import kill_group, process_start_ticks
 from tfdeclare.core.enums import Role, TaskState
 from tfdeclare.core.run.tasks import (
@@ -89,6 +106,63 @@ def _alive(pid: int | None, ticks: int | None) -> bool:
     return pid is not None and ticks is not None and process_start_ticks(pid) == ticks
 
 
+def _supervisor_holds(task_dir: Path) -> bool:
+    """Does a supervisor hold this task's lock (an exclusive ``flock`` on ``task.json``)?"""
+    try:
+        fd = os.open(task_dir / "task.json", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def _source_folder(task: TaskLaunch) -> Path | None:
+    """The folder whose files a task sees: its spec file's folder, or ``workingDir`` (relative
+    to that folder; to the controller's folder when there is no spec file)."""
+    if task.working_dir is None:
+        return Path(task.source_dir) if task.source_dir is not None else None
+    return Path(os.path.abspath(Path(task.source_dir or ".") / task.working_dir))
+
+
+_SOURCE_MARK = ".tfdeclare-source"  # in a working folder: the source folder linked last
+
+
+def _link_entries(work: Path, source: Path) -> None:
+    """Show every (non-hidden) entry of ``source`` in ``work`` as a link. Links are replaced
+    atomically; links into the previously linked source that it no longer has are removed;
+    a file or folder that is not a link (the task's own) is never touched."""
+    try:
+        names = {e.name for e in os.scandir(source) if not e.name.startswith(".")}
+    except FileNotFoundError:
+        names = set()
+    previous = (work / _SOURCE_MARK).read_text(encoding="utf-8") if (work / _SOURCE_MARK).exists() else ""
+    for entry in os.scandir(work):
+        if (
+            previous
+            and entry.is_symlink()
+            and entry.name not in names
+            and os.path.dirname(os.readlink(entry.path)) == previous
+        ):
+            os.unlink(entry.path)
+    for name in names:
+        link, target = work / name, str(source / name)
+        if link.is_symlink():
+            if os.readlink(link) != target:
+                staged = work / f".{name}.tfdeclare-link"
+                with contextlib.suppress(FileNotFoundError):
+                    staged.unlink()
+                staged.symlink_to(target)
+                staged.replace(link)
+        elif not os.path.lexists(link):
+            link.symlink_to(target)
+    write_atomic(work / _SOURCE_MARK, str(source).encode())
+
+
 def _read_json(path: Path) -> dict[str, Any] | None:
     try:
         with open(path, encoding="utf-8") as handle:
@@ -101,8 +175,13 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 @dataclass(slots=True)
 class _Reservation:
     resources: Resources
-    ports: set[int]
+    ports: dict[int, int]  # port -> the descriptor holding its machine-wide reservation
     gpus: set[int]
+
+    def close(self) -> None:
+        for fd in self.ports.values():
+            os.close(fd)
+        self.ports.clear()
 
 
 class LocalBackend:
@@ -114,6 +193,7 @@ class LocalBackend:
         self.root = state_dir / "local"
         self.tasks_dir = self.root / "tasks"
         self.logs_dir = self.root / "logs"
+        self.work_dir = self.root / "work"
         self.capacity = capacity or LocalCapacity.detect()
         self.python = python or sys.executable
         self._reservations: dict[str, _Reservation] = {}
@@ -124,6 +204,7 @@ class LocalBackend:
         self._notifiers: list[Callable[[], None]] = []
         self._closed = threading.Event()
         self._next_port = self.capacity.port_first
+        self._started: dict[str, float] = {}  # supervisors this controller started: monotonic time
 
     # ---- observe --------------------------------------------------------------------------
 
@@ -204,8 +285,8 @@ class LocalBackend:
                     state = TaskState.STARTING
                 else:
                     state = TaskState.STOPPING if stopping else TaskState.RUNNING
-            elif not launch_info and time.time() - spec["createdAt"] < START_TIMEOUT_S:
-                state = TaskState.STARTING  # being launched right now by another call
+            elif state_info is None and self._starting(task_dir, spec):
+                state = TaskState.STARTING  # its supervisor is on its way
                 launch_info = {"supervisorPid": None}  # not cached as alive: look again
             else:
                 state, exit_code, message = self._supervisor_gone(task_dir, state_info, stopping)
@@ -225,9 +306,35 @@ class LocalBackend:
             started_at=started_at,
             finished_at=finished_at,
             message=message,
-            extra={"gpus": ",".join(str(g) for g in spec.get("gpuDevices", []))},
+            extra={
+                "gpus": ",".join(str(g) for g in spec.get("gpuDevices", [])),
+                "source": spec.get("sourceDir") or "",
+            },
         )
         return task, launch_info
+
+    def _starting(self, task_dir: Path, spec: dict[str, Any]) -> bool:
+        """A task that has not started yet (no ``state.json``) and whose supervisor is not
+        known alive: still starting when this controller started its supervisor less than
+        ``START_TIMEOUT_S`` ago or a supervisor holds the task's lock; a launch that never
+        started (a controller died before the supervisor ran) is started again, once per
+        controller, and is never counted as a failure."""
+        started = self._started.get(task_dir.name)
+        if started is not None:
+            return time.monotonic() - started < START_TIMEOUT_S
+        if _supervisor_holds(task_dir):
+            return True
+        log_path = Path(spec["logPath"])
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:
+            log.write(b"tfdeclare: this task's launch never started (its controller stopped); starting it\n")
+        fd = ports.reserve(spec["port"]) if spec.get("port") is not None else None
+        try:
+            self._start_supervisor(task_dir, fd).wait()
+        finally:
+            if fd is not None:
+                os.close(fd)
+        return True
 
     def _supervisor_gone(
         self, task_dir: Path, state_info: dict[str, Any] | None, stopping: bool
@@ -257,18 +364,18 @@ class LocalBackend:
 
     def _in_use(self, live: Sequence[ObservedTask]) -> tuple[Resources, set[int], set[int]]:
         used = Resources(0.0, 0, 0)
-        ports: set[int] = set()
+        ports_used: set[int] = set()
         gpus: set[int] = set()
         for task in live:
             used = used + task.resources
             if task.port is not None:
-                ports.add(task.port)
+                ports_used.add(task.port)
             gpus.update(int(g) for g in task.extra.get("gpus", "").split(",") if g)
         for reservation in self._reservations.values():
             used = used + reservation.resources
-            ports |= reservation.ports
+            ports_used |= reservation.ports.keys()
             gpus |= reservation.gpus
-        return used, ports, gpus
+        return used, ports_used, gpus
 
     def place(self, request: GangRequest) -> Placement | Unplaced:
         need = request.total
@@ -287,52 +394,73 @@ class LocalBackend:
             if need.cpus <= free.cpus + 1e-9 and need.mem_mib <= free.mem_mib:
                 reason = UnplacedReason.WAITING_FOR_GPUS
             return Unplaced(reason, f"needs {need.describe()}; free now: {free.describe()}")
-        chosen_ports: set[int] = set()
+        reservation = _Reservation(need, {}, set())
         free_gpus = [g for g in range(self.capacity.gpus) if g not in gpus_used]
         slots = []
         for slot_request in request.slots:
-            port = self._choose_port(
-                slot_request.previous.port if slot_request.previous else None, ports_used | chosen_ports
-            )
+            try:
+                port = self._choose_port(
+                    slot_request.previous.port if slot_request.previous else None,
+                    ports_used | reservation.ports.keys(),
+                    reservation,
+                )
+            except OSError as err:
+                reservation.close()
+                raise BackendError(f"cannot reserve a port in {ports.ports_dir()}: {err}") from err
             if port is None:
+                reservation.close()
                 return Unplaced(UnplacedReason.WAITING_FOR_RESOURCES, "no free port in the configured range")
-            chosen_ports.add(port)
             devices = tuple(free_gpus[: slot_request.resources.gpus])
             free_gpus = free_gpus[slot_request.resources.gpus :]
-            slots.append(Slot(slot_request.key, HOST, port, None, devices))
+            reservation.gpus.update(devices)
+            slots.append(Slot(slot_request.key, HOST, port, gpu_devices=devices))
         token = uuid.uuid4().hex
-        self._reservations[token] = _Reservation(
-            need, chosen_ports, {g for s in slots for g in s.gpu_devices}
-        )
+        self._reservations[token] = reservation
         return Placement(request.job, request.attempt, tuple(slots), token)
 
-    def _choose_port(self, previous: int | None, taken: set[int]) -> int | None:
+    @staticmethod
+    def _take(port: int, reservation: _Reservation) -> bool:
+        """Reserve ``port`` machine-wide into ``reservation`` if nobody holds it and it binds."""
+        fd = ports.reserve(port)
+        if fd is None:
+            return False
+        if not machine.port_is_free(port):
+            os.close(fd)
+            return False
+        reservation.ports[port] = fd
+        return True
+
+    def _choose_port(self, previous: int | None, taken: set[int], reservation: _Reservation) -> int | None:
         first, last = self.capacity.port_first, self.capacity.port_last
         if (
             previous is not None
             and first <= previous <= last
             and previous not in taken
-            and machine.port_is_free(previous)
+            and self._take(previous, reservation)
         ):
             return previous
         span = last - first + 1
         for offset in range(span):
             port = first + (self._next_port - first + offset) % span
-            if port not in taken and machine.port_is_free(port):
+            if port not in taken and self._take(port, reservation):
                 self._next_port = port + 1 if port < last else first
                 return port
         return None
 
     def release(self, placement: Placement) -> None:
-        self._reservations.pop(placement.token, None)
+        reservation = self._reservations.pop(placement.token, None)
+        if reservation is not None:
+            reservation.close()
 
     # ---- launch / stop --------------------------------------------------------------------
 
     def launch(self, placement: Placement, tasks: Sequence[TaskLaunch]) -> None:
         starters: list[subprocess.Popen[bytes]] = []
+        reservation = self._reservations.get(placement.token)
+        held = reservation.ports if reservation is not None else {}
         try:
             for task in tasks:
-                starter = self._launch_one(task)
+                starter = self._launch_one(task, held.get(task.slot.port) if task.slot.port else None)
                 if starter is not None:
                     starters.append(starter)
         finally:
@@ -340,7 +468,7 @@ class LocalBackend:
                 starter.wait()
             self.release(placement)
 
-    def _launch_one(self, task: TaskLaunch) -> subprocess.Popen[bytes] | None:
+    def _launch_one(self, task: TaskLaunch, port_fd: int | None) -> subprocess.Popen[bytes] | None:
         task_dir = self.tasks_dir / task.task_id
         if task_dir.exists():
             return None  # launched before (a retried apply): never twice
@@ -349,6 +477,18 @@ class LocalBackend:
         env["PATH"] = python_bin + os.pathsep + env.get("PATH", os.environ.get("PATH", os.defpath))
         if self.capacity.gpus or task.resources.gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in task.slot.gpu_devices)
+        work = self.work_dir / task.job / task.key.name
+        source = _source_folder(task)
+        cwd = task.working_dir if task.working_dir and Path(task.working_dir).is_absolute() else str(work)
+        try:
+            work.mkdir(parents=True, exist_ok=True)
+            if source is not None and cwd == str(work):
+                _link_entries(work, source)
+        except OSError as err:
+            raise BackendError(f"cannot prepare the working folder {work} of {task.task_id}: {err}") from err
+        env["TFDECLARE_WORK_DIR"] = str(work)
+        if source is not None:
+            env["TFDECLARE_SOURCE_DIR"] = str(source)
         spec = {
             "taskId": task.task_id,
             "job": task.job,
@@ -359,7 +499,9 @@ class LocalBackend:
             "specHash": task.spec_hash,
             "argv": list(task.argv),
             "env": env,
-            "cwd": self._working_dir(task),
+            "cwd": cwd,
+            "workDir": str(work),
+            "sourceDir": str(source) if source is not None else None,
             "resources": [task.resources.cpus, task.resources.mem_mib, task.resources.gpus],
             "host": task.slot.host,
             "port": task.slot.port,
@@ -373,25 +515,31 @@ class LocalBackend:
         tmp_dir.mkdir(parents=True)
         write_atomic(tmp_dir / "task.json", json.dumps(spec).encode(), mode=0o600)
         tmp_dir.rename(task_dir)  # the task exists from here on, complete
+        return self._start_supervisor(task_dir, port_fd)
+
+    def _start_supervisor(self, task_dir: Path, port_fd: int | None) -> subprocess.Popen[bytes]:
+        """Start the task's supervisor (it forks and detaches; the returned process exits at
+        once), handing it the descriptor that holds the task's port reservation."""
         try:
-            return subprocess.Popen(
-                [self.python, "-m", "tfdeclare.backends.local.supervisor", "--detach", str(task_dir)],
+            starter = subprocess.Popen(
+                [
+                    self.python,
+                    "-m",
+                    "tfdeclare.backends.local.supervisor",
+                    "--detach",
+                    *(["--port-fd", str(port_fd)] if port_fd is not None else []),
+                    str(task_dir),
+                ],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 close_fds=True,
+                pass_fds=(port_fd,) if port_fd is not None else (),
             )
         except OSError as err:
-            raise BackendError(f"cannot start the supervisor of {task.task_id}: {err}") from err
-
-    @staticmethod
-    def _working_dir(task: TaskLaunch) -> str | None:
-        base = task.source_dir
-        if task.working_dir is None:
-            return base
-        if Path(task.working_dir).is_absolute() or base is None:
-            return task.working_dir
-        return os.path.normpath(Path(base) / task.working_dir)
+            raise BackendError(f"cannot start the supervisor of {task_dir.name}: {err}") from err
+        self._started[task_dir.name] = time.monotonic()
+        return starter
 
     def stop(self, task_ids: Sequence[str], grace_s: float) -> None:
         for task_id in task_ids:

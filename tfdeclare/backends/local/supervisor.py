@@ -8,17 +8,24 @@ its output going straight to the task's log file, and records, atomically:
 - ``exit.json`` when it ends: the exit code (128+N for signal N), and whether it was asked to
   stop.
 
-It is started with ``--detach`` and writes ``launch.json`` (its own pid) first. A stop request
-is SIGTERM to the supervisor (after ``stop.json`` was written): it sends
+It is started with ``--detach``, takes an exclusive ``flock`` on ``task.json`` (a second
+supervisor of the same task, from a retried launch, finds it held and exits at once) and
+writes ``launch.json`` (its own pid). A stop request is the file ``stop.json``: the
+supervisor looks for it on every poll, and SIGTERM only wakes it sooner, so a controller that
+dies between writing the request and signalling still gets its task stopped. It then sends
 SIGTERM to the task's process group, waits the grace period, then SIGKILLs the group. When
 the task ends, whatever is left of its group is killed too, so no task process outlives it.
+The controller passes the descriptor holding the task's machine-wide port reservation
+(``--port-fd``): it is never passed on to the task, and is closed once the task has ended.
 
-Standard library only, so it starts fast.
+Standard library (and ``tfdeclare.files``) only, so it starts fast.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -27,6 +34,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from tfdeclare.files import write_atomic
 
 POLL_S = 0.05
 
@@ -43,12 +52,7 @@ def process_start_ticks(pid: int) -> int | None:
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(data, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data).encode())
 
 
 def kill_group(pgid: int, sig: int) -> None:
@@ -57,11 +61,24 @@ def kill_group(pgid: int, sig: int) -> None:
 
 
 class Supervisor:
-    def __init__(self, task_dir: Path) -> None:
+    def __init__(self, task_dir: Path, port_fd: int | None = None) -> None:
         self.task_dir = task_dir
+        self.port_fd = port_fd
         self.spec = json.loads((task_dir / "task.json").read_text(encoding="utf-8"))
         self.stop_requested_at: float | None = None
         self.grace_s = float(self.spec.get("graceSeconds", 10.0))
+
+    def _release_port(self) -> None:
+        if self.port_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.port_fd)
+            self.port_fd = None
+
+    def _stop_requested(self) -> float | None:
+        """When the stop was asked for (by ``stop.json``, with or without a signal), or None."""
+        if self.stop_requested_at is None and (self.task_dir / "stop.json").exists():
+            self._on_sigterm(signal.SIGTERM, None)
+        return self.stop_requested_at
 
     def _on_sigterm(self, signum: int, frame: object) -> None:
         if self.stop_requested_at is None:
@@ -93,6 +110,7 @@ class Supervisor:
                 log.write(
                     f"tfdeclare: cannot start {self.spec['argv'][0]!r}: {err.strerror or err}\n".encode()
                 )
+                self._release_port()
                 write_json(
                     self.task_dir / "exit.json",
                     {
@@ -113,10 +131,9 @@ class Supervisor:
                 "startedAt": started,
             },
         )
-        if (self.task_dir / "stop.json").exists() and self.stop_requested_at is None:
-            self._on_sigterm(signal.SIGTERM, None)  # a stop that came before we were ready
         returncode = self._wait(child)
         kill_group(child.pid, signal.SIGKILL)  # stragglers of the task's group
+        self._release_port()
         exit_code = returncode if returncode >= 0 else 128 - returncode
         write_json(
             self.task_dir / "exit.json",
@@ -130,32 +147,40 @@ class Supervisor:
             code = child.poll()
             if code is not None:
                 return code
-            if self.stop_requested_at is not None:
+            asked_at = self._stop_requested()
+            if asked_at is not None:
                 if not termed:
                     kill_group(child.pid, signal.SIGTERM)
                     termed = True
-                elif not killed and time.monotonic() - self.stop_requested_at >= self.grace_s:
+                elif not killed and time.monotonic() - asked_at >= self.grace_s:
                     kill_group(child.pid, signal.SIGKILL)
                     killed = True
             time.sleep(POLL_S)
 
 
 def main(argv: list[str]) -> int:
-    """``--detach TASK_DIR`` forks, and the parent exits at once: the supervisor is then nobody's
-    child (no zombie in a long-running controller) and leads its own session."""
-    detach = argv[:1] == ["--detach"]
-    args = argv[1:] if detach else argv
-    if len(args) != 1:
-        sys.stderr.write("usage: python -m tfdeclare.backends.local.supervisor [--detach] TASK_DIR\n")
-        return 2
-    task_dir = Path(args[0])
-    if detach:
+    """``--detach`` forks, and the parent exits at once: the supervisor is then nobody's child
+    (no zombie in a long-running controller) and leads its own session. ``--port-fd N`` names
+    the inherited descriptor that holds the task's port reservation: it is closed once the
+    task has ended, before ``exit.json`` says so, so the port is free when the end is seen."""
+    parser = argparse.ArgumentParser(prog="python -m tfdeclare.backends.local.supervisor")
+    parser.add_argument("--detach", action="store_true")
+    parser.add_argument("--port-fd", type=int)
+    parser.add_argument("task_dir", type=Path)
+    args = parser.parse_args(argv)
+    task_dir: Path = args.task_dir
+    if args.detach:
         if os.fork() > 0:
             os._exit(0)
         os.setsid()
+    lock = os.open(task_dir / "task.json", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held until we exit
+    except BlockingIOError:
+        return 0  # this task's supervisor already runs (a retried launch)
     me = os.getpid()
     write_json(task_dir / "launch.json", {"supervisorPid": me, "supervisorTicks": process_start_ticks(me)})
-    return Supervisor(task_dir).run()
+    return Supervisor(task_dir, args.port_fd).run()
 
 
 if __name__ == "__main__":

@@ -3,17 +3,17 @@
 The protocol side lives here: connecting (lazily, on first use; ``BackendError`` when no
 SUBSCRIBED comes within ``subscribeTimeoutSeconds``), ``observe`` (the journal mapped onto
 ``TaskState``), ``place`` (gang placement over the held offers, FIFO with backfill),
-``launch`` (write-ahead journal, then ACCEPTs queued for the launcher thread), ``stop``
+``launch`` (write-ahead journal, then ACCEPTs queued, sent in bursts by the calls thread), ``stop``
 (KILL with the grace period), ``forget``/``purge``, ``read_log`` (the agent's sandbox) and
 ``close`` (no TEARDOWN: tasks keep running). The events from the master are handled in
-``scheduler``, the backend's threads in ``workers``, the shared state in ``state``.
+``scheduler``, upkeep and the sender threads in ``workers``, the state and its loop in
+``state``.
 
-Threads (daemon threads started on first use, none at import): the client's stream thread
-and heartbeat watchdog; ``mesos-backend-acks``, ``mesos-backend-timer`` and
-``mesos-backend-launcher`` (``workers``); and the caller's (the controller's). One lock
-guards the journal, offers, reservations and queues; HTTP calls are made outside it. See
-``docs/architecture.md`` (Mesos backend) for the offer, backfill, fencing and reconciliation
-policies.
+Each method here runs in the caller's thread and sends the loop (``state``), which owns every
+piece of the backend's state, a message, waiting for its answer where there is one; only
+connecting, UPDATE_FRAMEWORK and reading logs make HTTP calls in the caller's thread. See
+``docs/architecture.md`` (Mesos backend) for the threads and for the offer, backfill, fencing
+and reconciliation policies.
 """
 
 from __future__ import annotations
@@ -21,12 +21,14 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import replace
 from pathlib import Path
 
 from tfdeclare.backends.base import BackendError, LogChunk
 from tfdeclare.backends.mesos.auth import Credentials, load_credentials
 from tfdeclare.backends.mesos.client import ClientConfig, SchedulerClient
+from tfdeclare.backends.mesos.config import MesosConfig
 from tfdeclare.backends.mesos.errors import (
     ConfigError,
     FrameworkRemovedError,
@@ -37,7 +39,7 @@ from tfdeclare.backends.mesos.errors import (
 from tfdeclare.backends.mesos.info import validate_id
 from tfdeclare.backends.mesos.journal import TaskEntry
 from tfdeclare.backends.mesos.offers import HeldOffer
-from tfdeclare.backends.mesos.placement import GangFit, SlotAssignment, backfill_views, never_fits, place_gang
+from tfdeclare.backends.mesos.placement import GangFit, backfill_views, never_fits, place_gang
 from tfdeclare.backends.mesos.sandbox import SandboxError, SandboxReader
 from tfdeclare.backends.mesos.scheduler import EventHandler, SchedulerEvents
 from tfdeclare.backends.mesos.state import (
@@ -50,7 +52,6 @@ from tfdeclare.backends.mesos.state import (
 )
 from tfdeclare.backends.mesos.taskstate import is_terminal, observed_state
 from tfdeclare.backends.mesos.workers import BackgroundWork
-from tfdeclare.core.config import MesosConfig
 from tfdeclare.core.enums import Role
 from tfdeclare.core.run.tasks import (
     GangRequest,
@@ -84,29 +85,41 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
             config.principal, secret_file=config.secret_file, secret_env=config.secret_env
         )
 
+    def _credentials_once(self) -> Credentials | None:
+        """The credentials, loaded on first use (on the loop)."""
+        if self._credentials is None:
+            self._credentials = self._load_credentials()
+        return self._credentials
+
     def _new_client(self) -> SchedulerClient:
         try:
-            if self._credentials is None:
-                self._credentials = self._load_credentials()
-            return SchedulerClient(
+            framework, credentials = self._ask(lambda: (self._framework_info(), self._credentials_once()))
+            handler = EventHandler(self)
+            client = SchedulerClient(
                 ClientConfig(
                     master=self.config.master,
-                    framework=self._framework_info(),
-                    credentials=self._credentials,
+                    framework=framework,
+                    credentials=credentials,
                     ca_file=self.config.ca_file,
                     insecure_skip_tls_verify=not self.config.tls_verify,
                     auto_acknowledge=False,
                 ),
-                EventHandler(self),
+                handler,
             )
         except (ConfigError, ValueError) as err:
             raise BackendError(f"the mesos settings are not usable: {err}") from None
+        handler.client = client
+        return client
 
     def _connect(self) -> SchedulerClient:
         """The subscribed client, connecting on first use (raises ``BackendError``)."""
         client = self._client
         if client is not None and self._fatal is None:
             return client
+        unreachable = (
+            f"cannot reach the Mesos master at {self.config.master} within "
+            f"{self.config.subscribe_timeout_s:g} s"
+        )
         with self._connect_lock:
             self._usable()
             if self._client is not None:
@@ -118,7 +131,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
                     client.wait_subscribed(self.config.subscribe_timeout_s)
                 except FrameworkRemovedError:
                     client.stop()
-                    self._framework_removed()
+                    self._ask(self._framework_removed)
                     self._usable()
                     continue
                 except TerminalError as err:
@@ -127,33 +140,62 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
                     raise BackendError(f"the Mesos client stopped: {err}") from None
                 except SubscribeTimeoutError as err:
                     client.stop()
+                    self._forget_client(client)
                     detail = f": {err.last_error}" if err.last_error else " (no answer)"
-                    raise BackendError(
-                        f"cannot reach the Mesos master at {self.config.master} within "
-                        f"{self.config.subscribe_timeout_s:g} s{detail}"
-                    ) from None
-                self._client = client
-                self._start_threads()
+                    raise BackendError(f"{unreachable}{detail}") from None
+                self._adopt(client, unreachable)
                 return client
             raise BackendError(f"cannot subscribe a new framework at {self.config.master}")
 
+    def _adopt(self, client: SchedulerClient, unreachable: str) -> None:
+        """Wait until the loop has handled this client's SUBSCRIBED (framework id saved, the
+        client taken as the one to call through)."""
+        deadline = self.clock() + self.config.subscribe_timeout_s
+
+        def adopted(future: Future[None], now: float) -> bool:
+            if self._client is client:
+                future.set_result(None)
+            elif self._fatal is not None:
+                future.set_exception(self._fatal)
+            elif now >= deadline:
+                future.set_exception(BackendError(f"{unreachable} (SUBSCRIBED was not handled)"))
+            else:
+                return False
+            return True
+
+        self._request(lambda f: self._keep_trying(f, lambda now: adopted(f, now)))
+
+    def _forget_client(self, client: SchedulerClient) -> None:
+        """Calls no longer go through ``client`` (it stopped)."""
+
+        def forget() -> None:
+            if self._client is client:
+                self._client = None
+                self._connected = False
+
+        self._ask(forget)
+
     def watch(self, notify: Callable[[], None]) -> None:
-        """``notify`` is called (from the backend's threads) on every status update, offer
-        change that matters to a waiting job, fencing deadline and (re)subscription."""
-        self._watchers.append(notify)
+        """``notify`` is called (from the backend's loop thread) on every status update, offer
+        change that matters to a waiting job, fencing deadline and (re)subscription. It must
+        only wake someone up, never call the backend itself."""
+        self._post(lambda: self._watchers.append(notify))
 
     # ---- observe -----------------------------------------------------------------------------
 
     def observe(self) -> Sequence[ObservedTask]:
         self._connect()
         self._usable()
-        # Right after subscribing, give explicit reconciliation a moment to answer, so the
-        # first pass of a restarted controller sees what happened while it was away.
-        if self._subscribed_at and self.clock() - self._subscribed_at < FIRST_OBSERVE_WAIT_S:
-            self._reconciled.wait(max(0.0, FIRST_OBSERVE_WAIT_S - (self.clock() - self._subscribed_at)))
-        with self._lock:
-            now = self.clock()
-            return [self._observed(entry, now) for entry in self._tasks.values() if not entry.forgotten]
+
+        def answer(future: Future[list[ObservedTask]], now: float) -> bool:
+            # Right after subscribing, give explicit reconciliation a moment to answer, so the
+            # first pass of a restarted controller sees what happened while it was away.
+            if self._reconcile_pending and now - self._subscribed_at < FIRST_OBSERVE_WAIT_S:
+                return False
+            future.set_result([self._observed(e, now) for e in self._tasks.values() if not e.forgotten])
+            return True
+
+        return self._request(lambda f: self._keep_trying(f, lambda now: answer(f, now)))
 
     def _observed(self, entry: TaskEntry, now: float) -> ObservedTask:
         state, exit_code, message = observed_state(entry, now, self.config.fencing_timeout_s)
@@ -185,41 +227,45 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
     def place(self, request: GangRequest) -> Placement | Unplaced:
         self._connect()
         self._usable()
-        if request.total.gpus > 0 and not self._gpu_enabled:
+        if request.total.gpus > 0:
             self._enable_gpu_offers()
-        with self._cond:
-            now = self.clock()
-            self._last_demand_at = now
-            waiting = self._queue.get(request.job)
-            new = waiting is None
-            if waiting is None:
-                waiting = Waiting(request, now, now)
-                self._queue[request.job] = waiting
-            else:
-                waiting.request, waiting.last_asked = request, now
-            answer, ideal, fit = self._try_place(request, waiting)
-            if ideal:
-                return self._settle(request, answer, fit)
+        return self._request(lambda f: self._place(f, request))
+
+    def _place(self, future: Future[Placement | Unplaced], request: GangRequest) -> None:
+        now = self.clock()
+        self._last_demand_at = now
+        waiting = self._queue.get(request.job)
+        new = waiting is None
+        if waiting is None:
+            waiting = Waiting(request, now, now)
+            self._queue[request.job] = waiting
+        else:
+            waiting.request, waiting.last_asked = request, now
+        answer, ideal, fit = self._try_place(request, waiting)
+        if ideal:
+            future.set_result(self._settle(request, answer, fit))
+            return
         # Not placed from the offers held: make sure offers come (REVIVE clears our filters and
         # un-suppresses), then wait a little for an offer round that is on its way.
         self._sync_offer_interest(revive_now=new)
-        with self._cond:
-            deadline = self.clock() + self.config.place_wait_s
-            while True:
-                answer, ideal, fit = self._try_place(request, waiting)
-                if ideal:
-                    break
-                remaining = deadline - self.clock()
-                offers_coming = self._connected and self._last_offers_at < self._expect_offers_since
-                if remaining <= 0 or not offers_coming:
-                    break
-                self._cond.wait(min(remaining, 0.25))
-            return self._settle(request, answer, fit)
+        deadline = now + self.config.place_wait_s
+
+        def attempt(now: float) -> bool:
+            answer, ideal, fit = self._try_place(request, waiting)
+            # Offers are on their way, or a REVIVE may be decided once the call out is answered.
+            coming = self._last_offers_at < self._expect_offers_since or self._revive_now_asked
+            offers_coming = self._connected and coming
+            if not ideal and now < deadline and offers_coming:
+                return False
+            future.set_result(self._settle(request, answer, fit))
+            return True
+
+        self._keep_trying(future, attempt)
 
     def _settle(
         self, request: GangRequest, answer: Placement | Unplaced, fit: GangFit | None
     ) -> Placement | Unplaced:
-        """Reserve what a placement took, or leave the queue for good (under the lock)."""
+        """Reserve what a placement took, or leave the queue for good."""
         if isinstance(answer, Placement) and fit is not None:
             self._reservations[answer.token] = Reservation(
                 request.job, fit, self.clock() + max(self.config.offer_hold_s, 1.0)
@@ -257,7 +303,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
         if not isinstance(fit, GangFit):
             message = f"{fit.message}; {note}" if note else fit.message
             return Unplaced(fit.reason, message), False, None
-        slots = tuple(Slot(a.key, a.hostname, a.port, a.agent_id) for a in fit.assignments)
+        slots = tuple(Slot(a.key, a.hostname, a.port, backend_ref=a.agent_id) for a in fit.assignments)
         wanted = {s.key: s.previous for s in request.slots if s.previous is not None}
         ideal = all(
             (a.hostname, a.port) == (wanted[a.key].host, wanted[a.key].port)
@@ -278,89 +324,70 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
         return self._never_fits_cache[key]
 
     def release(self, placement: Placement) -> None:
-        with self._cond:
+        def release() -> None:
             self._reservations.pop(placement.token, None)
-            self._cond.notify_all()
-        self._wake.set()
+            self._changed = self._tick_soon = True
+
+        self._post(release)
 
     def _enable_gpu_offers(self) -> None:
         """Add GPU_RESOURCES (UPDATE_FRAMEWORK) the first time a job asks for GPUs."""
-        client = self._connect()
-        self._gpu_enabled = True
+        info = self._ask(lambda: None if self._gpu_enabled else self._framework_info(gpu=True))
+        if info is None:
+            return
         try:
-            client.update_framework(self._framework_info())
+            self._connect().update_framework(info)
         except MesosError as err:
-            self._gpu_enabled = False
             raise BackendError(
                 f"cannot ask the Mesos master for GPU offers (UPDATE_FRAMEWORK): {err}"
             ) from err
-        with self._lock:
-            self._framework = replace(self._framework, gpu_resources=True)
-            self._framework_store.save(self._framework)
-            self._revive_wanted = True
-            self._offers_reset_at = self.clock()
+        self._ask(self._gpu_offers_asked)
         log.info("asked the master for offers from GPU agents (GPU_RESOURCES)")
-        self._wake.set()
+
+    def _gpu_offers_asked(self) -> None:
+        self._gpu_enabled = True
+        self._framework = replace(self._framework, gpu_resources=True)
+        self._framework_store.save(self._framework)
+        self._revive_wanted = True
+        self._offers_reset_at = self.clock()
+        self._tick_soon = True
 
     # ---- launch ---------------------------------------------------------------------------------
 
     def launch(self, placement: Placement, tasks: Sequence[TaskLaunch]) -> None:
         self._connect()
         self._usable()
-        with self._cond:
-            todo = [t for t in tasks if t.task_id not in self._tasks]
-            if not todo:
-                self._reservations.pop(placement.token, None)
-                return
-            for task in todo:
-                try:
-                    validate_id(task.task_id, "task id")
-                except ConfigError as err:
-                    raise BackendError(str(err)) from None
-            reservation = self._reservations.get(placement.token)
-            if reservation is None:
-                raise BackendError(
-                    f"{placement.job}: its placement was released before the launch (offers are held "
-                    f"{self.config.offer_hold_s:g} s); it is placed again"
-                )
-            assignment_of = {a.key: a for a in reservation.fit.assignments}
-            groups: dict[tuple[str, str], list[TaskLaunch]] = {}
-            for task in todo:
-                assignment = assignment_of.get(task.key)
-                if assignment is None or assignment.port != task.slot.port:
-                    raise BackendError(f"{task.task_id}: not part of placement {placement.token}")
-                groups.setdefault((assignment.agent_id, assignment.role), []).append(task)
-            backing = self._await_backing(groups, assignment_of, placement.job)
-            now = self.clock()
-            entries = [
-                self._entry(task, agent_id, now) for (agent_id, _), group in groups.items() for task in group
-            ]
-            for entry in entries:
-                self._add_task(entry)
-            self._journal.put(entries, sync=True)  # write-ahead: before any ACCEPT
-            for held in backing.values():
-                for offer in held:
-                    self._pool.remove(offer.offer_id)
-            self._reservations.pop(placement.token, None)
-            for (agent_id, role), group in sorted(groups.items()):
-                offer_ids = [o.offer_id for o in backing[(agent_id, role)]]
-                self._accepts.append(Accept(placement.job, agent_id, role, offer_ids, group))
-                self._unsent.update(t.task_id for t in group)
-            # What the tasks leave of those offers comes back once the ACCEPT is done.
-            self._expect_offers_since = max(self._expect_offers_since, now)
-            self._accepts_ready.notify_all()
-        self._notify()
+        for task in tasks:
+            try:
+                validate_id(task.task_id, "task id")
+            except ConfigError as err:
+                raise BackendError(str(err)) from None
+        self._request(lambda f: self._launch(f, placement, list(tasks)))
 
-    def _await_backing(
-        self,
-        groups: dict[tuple[str, str], list[TaskLaunch]],
-        assignment_of: dict[TaskKey, SlotAssignment],
-        job: str,
-    ) -> dict[tuple[str, str], list[HeldOffer]]:
-        """The held offers to ACCEPT per (agent, role); waits (bounded) for offers that an
-        earlier launch on the same agent used up to come back."""
+    def _launch(self, future: Future[None], placement: Placement, tasks: list[TaskLaunch]) -> None:
+        todo = [t for t in tasks if t.task_id not in self._tasks]
+        if not todo:
+            self._reservations.pop(placement.token, None)
+            future.set_result(None)
+            return
+        reservation = self._reservations.get(placement.token)
+        if reservation is None:
+            raise BackendError(
+                f"{placement.job}: its placement was released before the launch (offers are held "
+                f"{self.config.offer_hold_s:g} s); it is placed again"
+            )
+        assignment_of = {a.key: a for a in reservation.fit.assignments}
+        groups: dict[tuple[str, str], list[TaskLaunch]] = {}
+        for task in todo:
+            assignment = assignment_of.get(task.key)
+            if assignment is None or assignment.port != task.slot.port:
+                raise BackendError(f"{task.task_id}: not part of placement {placement.token}")
+            groups.setdefault((assignment.agent_id, assignment.role), []).append(task)
         deadline = self.clock() + self.config.place_wait_s
-        while True:
+
+        def attempt(now: float) -> bool:
+            # The held offers to ACCEPT per (agent, role); waits (bounded) for offers that an
+            # earlier launch on the same agent used up to come back.
             backing: dict[tuple[str, str], list[HeldOffer]] = {}
             missing = []
             for (agent_id, role), group in groups.items():
@@ -369,15 +396,44 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
                     missing.append(agent_id)
                 else:
                     backing[(agent_id, role)] = held
-            if not missing:
-                return backing
-            remaining = deadline - self.clock()
-            if remaining <= 0 or not self._connected:
+            if missing:
+                if now < deadline and self._connected:
+                    return False
                 raise BackendError(
-                    f"{job}: the offers of agent(s) {', '.join(sorted(missing))} were used or rescinded "
-                    "before the launch; it is placed again"
+                    f"{placement.job}: the offers of agent(s) {', '.join(sorted(missing))} were used or "
+                    "rescinded before the launch; it is placed again"
                 )
-            self._cond.wait(min(remaining, 0.25))
+            self._queue_accepts(placement, groups, backing, now)
+            future.set_result(None)
+            return True
+
+        self._keep_trying(future, attempt)
+
+    def _queue_accepts(
+        self,
+        placement: Placement,
+        groups: dict[tuple[str, str], list[TaskLaunch]],
+        backing: dict[tuple[str, str], list[HeldOffer]],
+        now: float,
+    ) -> None:
+        entries = [
+            self._entry(task, agent_id, now) for (agent_id, _), group in groups.items() for task in group
+        ]
+        for entry in entries:
+            self._add_task(entry)
+        self._journal.put(entries, sync=True)  # write-ahead: before any ACCEPT
+        for held in backing.values():
+            for offer in held:
+                self._pool.remove(offer.offer_id)
+        self._reservations.pop(placement.token, None)
+        for (agent_id, role), group in sorted(groups.items()):
+            offer_ids = [o.offer_id for o in backing[(agent_id, role)]]
+            self._accepts.append(Accept(placement.job, agent_id, role, offer_ids, group))
+            self._unsent.update(t.task_id for t in group)
+        # What the tasks leave of those offers comes back once the ACCEPT is done.
+        self._expect_offers_since = max(self._expect_offers_since, now)
+        self._changed = True
+        self._notify()
 
     def _entry(self, task: TaskLaunch, agent_id: str, now: float) -> TaskEntry:
         return TaskEntry(
@@ -404,30 +460,30 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
     def stop(self, task_ids: Sequence[str], grace_s: float) -> None:
         self._connect()
         self._usable()
+        self._ask(lambda: self._stop(task_ids, grace_s))
+
+    def _stop(self, task_ids: Sequence[str], grace_s: float) -> None:
         now = self.clock()
-        send: list[tuple[str, str | None]] = []
-        with self._lock:
-            changed = []
-            for task_id in task_ids:
-                entry = self._tasks.get(task_id)
-                if entry is None or is_terminal(entry.state):
-                    continue
-                if not entry.kill_requested or entry.kill_grace_s != grace_s:
-                    entry.kill_requested = True
-                    entry.kill_grace_s = grace_s
-                    changed.append(entry)
-                last = self._kill_sent.get(task_id)
-                if last is None or now - last >= max(MIN_KILL_RETRY_S, 2 * grace_s):
-                    self._kill_sent[task_id] = now
-                    send.append((task_id, entry.agent_id))
-            self._journal.put(changed, sync=True)
-        for task_id, agent_id in send:
-            self._send_kill(task_id, agent_id, grace_s)
+        changed = []
+        for task_id in task_ids:
+            entry = self._tasks.get(task_id)
+            if entry is None or is_terminal(entry.state):
+                continue
+            if not entry.kill_requested or entry.kill_grace_s != grace_s:
+                entry.kill_requested = True
+                entry.kill_grace_s = grace_s
+                changed.append(entry)
+            last = self._kill_sent.get(task_id)
+            if last is None or now - last >= max(MIN_KILL_RETRY_S, 2 * grace_s):
+                self._kill_sent[task_id] = now
+                self._send_kill(task_id, entry.agent_id, grace_s)
+        self._journal.put(changed, sync=True)
         if changed:
+            self._changed = True
             self._notify()
 
     def forget(self, task_ids: Sequence[str]) -> None:
-        with self._lock:
+        def forget() -> None:
             now = self.clock()
             forgotten = []
             for task_id in task_ids:
@@ -437,8 +493,10 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
                     forgotten.append(entry)
             self._journal.put(forgotten, sync=False)
 
+        self._ask(forget)
+
     def purge(self, job: str) -> None:
-        with self._lock:
+        def purge() -> None:
             now = self.clock()
             gone = [t.task_id for t in self._tasks.values() if t.job == job and self._ended(t, now)]
             for task_id in gone:
@@ -448,26 +506,12 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
                     self._sandbox.forget(task_id)
             self._journal.delete(gone, sync=False)
 
+        self._ask(purge)
+
     # ---- logs ---------------------------------------------------------------------------------
 
     def read_log(self, task_id: str, offset: int = 0, limit: int = 1 << 20) -> LogChunk:
-        with self._lock:
-            entry = self._tasks.get(task_id)
-            if entry is None:
-                raise BackendError(f"no log for task {task_id}")
-            ended = self._ended(entry, self.clock())
-            agent_url = entry.agent_url
-            if self._sandbox is None:
-                try:
-                    if self._credentials is None:
-                        self._credentials = self._load_credentials()
-                except ConfigError as err:
-                    raise BackendError(f"the mesos settings are not usable: {err}") from None
-                self._sandbox = SandboxReader(
-                    verify=self.config.ca_file or self.config.tls_verify,
-                    auth=self._credentials.httpx_auth() if self._credentials else None,
-                )
-            reader = self._sandbox
+        agent_url, ended, reader = self._ask(lambda: self._log_source(task_id))
         if not agent_url:
             raise BackendError(f"no log for task {task_id}: the offer named no agent address")
         try:
@@ -476,25 +520,49 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
             raise BackendError(f"cannot read the log of {task_id}: {err}") from None
         return LogChunk(piece.data, piece.next_offset, piece.complete)
 
+    def _log_source(self, task_id: str) -> tuple[str, bool, SandboxReader]:
+        """Where a task's log is, whether it is complete, and the reader (thread-safe) to use."""
+        entry = self._tasks.get(task_id)
+        if entry is None:
+            raise BackendError(f"no log for task {task_id}")
+        if self._sandbox is None:
+            try:
+                credentials = self._credentials_once()
+            except ConfigError as err:
+                raise BackendError(f"the mesos settings are not usable: {err}") from None
+            self._sandbox = SandboxReader(
+                verify=self.config.ca_file or self.config.tls_verify,
+                auth=credentials.httpx_auth() if credentials else None,
+            )
+        return entry.agent_url, self._ended(entry, self.clock()), self._sandbox
+
     # ---- close ------------------------------------------------------------------------------------
 
     def close(self) -> None:
         """Stop threads and connections. No TEARDOWN: the tasks keep running."""
-        self._drain_launches(LAUNCH_DRAIN_S)  # ACCEPTs already decided go out first
-        self._closed.set()
-        with self._cond:
-            self._accepts_ready.notify_all()
-        self._wake.set()
-        self._ack_event.set()
-        for thread in self._threads:
-            thread.join(timeout=5)
+        if self._closed:
+            return
+        if self._loop_thread is not None:
+            deadline = self.clock() + LAUNCH_DRAIN_S  # ACCEPTs already decided go out first
+
+            def drained(future: Future[None], now: float) -> bool:
+                if (self._accepts or self._unsent or self._burst_out) and now < deadline:
+                    return False
+                future.set_result(None)
+                return True
+
+            self._request(lambda f: self._keep_trying(f, lambda now: drained(f, now)))
+            self._inbox.put(None)  # the loop stops after what is queued, then the senders
+            for thread in self._threads:
+                thread.join(timeout=5)
+        self._closed = True
+        # The loop is gone: what it owned is this thread's now.
         client, self._client = self._client, None
         for old in [*self._old_clients, *([client] if client is not None else [])]:
             old.stop()
-        with self._lock:
-            if self._journal.wrote and not self._read_only:
-                self._compact()
-            self._journal.close()
+        if self._journal.wrote and not self._read_only:
+            self._compact()
+        self._journal.close()
         if self._sandbox is not None:
             self._sandbox.close()
 
@@ -503,5 +571,4 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
         called explicitly (never by close() or on errors)."""
         client = self._connect()
         client.teardown()
-        with self._lock:
-            self._client = None
+        self._forget_client(client)

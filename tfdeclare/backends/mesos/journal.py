@@ -14,15 +14,15 @@ This module owns the files and their crash safety:
     once (``write(2)``: a crashed *process* loses nothing); ``sync()`` makes them durable
     against a machine crash and runs before every acknowledgement, once per batch.
 
-    Compaction never stops writers for the file write: under the owner's lock the records
-    are serialised and the log is rotated (``tasks.log`` -> ``tasks.log.old``, new changes
-    go to a fresh ``tasks.log``); then, outside it, the snapshot is written and the old log
-    removed. Loading replays snapshot, ``tasks.log.old``, ``tasks.log``. Replay is idempotent
-    (every line is a whole record), so a crash at any point of a compaction loses nothing,
-    and a torn last line (a crash mid-write) is ignored.
+    Compaction has two steps: the records are serialised and the log is rotated
+    (``tasks.log`` -> ``tasks.log.old``, new changes go to a fresh ``tasks.log``); then the
+    snapshot is written and the old log removed. Loading replays snapshot, ``tasks.log.old``,
+    ``tasks.log``. Replay is idempotent (every line is a whole record), so a crash at any
+    point of a compaction loses nothing, and a torn last line (a crash mid-write) is ignored.
 
 Reconciliation answers carry no labels, so this journal is how a restarted controller knows
-its tasks.
+its tasks. A journal is not thread-safe: one thread owns it (the backend's loop); another
+thread may only fsync a ``durable_handle()`` it was given.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ import json
 import logging
 import os
 import secrets
-import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -147,7 +146,6 @@ class TaskJournal:
         self.log_path = root / "tasks.log"
         self.old_log_path = root / "tasks.log.old"
         self.compact_after = compact_after
-        self._lock = threading.Lock()  # the log file descriptor
         self._fd: int | None = None
         self._lines = 0
         self._dirty = False  # written since the last fsync
@@ -204,18 +202,17 @@ class TaskJournal:
         data = b"".join(encode(line).encode() + b"\n" for line in lines)
         if not data:
             return
-        with self._lock:
-            fd = self._open()
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-            self._lines += data.count(b"\n")
-            self._dirty = True
-            self.wrote = True
-            if sync:
-                os.fsync(fd)
-                self._dirty = False
+        fd = self._open()
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        self._lines += data.count(b"\n")
+        self._dirty = True
+        self.wrote = True
+        if sync:
+            os.fsync(fd)
+            self._dirty = False
 
     def put(self, entries: Iterable[TaskEntry], sync: bool) -> None:
         """Record these task records (complete); ``sync``: durable before returning."""
@@ -226,38 +223,46 @@ class TaskJournal:
 
     def sync(self) -> None:
         """Make every write so far durable (one fsync for a whole batch)."""
-        with self._lock:
-            if self._dirty and self._fd is not None:
-                os.fsync(self._fd)
-                self._dirty = False
+        if self._dirty and self._fd is not None:
+            os.fsync(self._fd)
+            self._dirty = False
+
+    def durable_handle(self) -> int | None:
+        """A duplicate of the log's descriptor for another thread to ``fsync`` and close:
+        once that returns, everything written so far is durable (the duplicate stays on the
+        file those writes went to, even if the log is rotated meanwhile). None when nothing
+        was written since the last sync."""
+        if not self._dirty or self._fd is None:
+            return None
+        handle = os.dup(self._fd)
+        self._dirty = False  # whoever holds the handle makes it durable
+        return handle
 
     def needs_compaction(self, live: int) -> bool:
         """The log is long compared with the journal (``live`` records)."""
         return self._lines > max(self.compact_after, 4 * live)
 
     def begin_compaction(self, tasks: Iterable[TaskEntry]) -> bytes:
-        """Serialise ``tasks`` and rotate the log; call under the owner's lock (it is quick),
-        then ``finish_compaction`` with the result outside it."""
+        """Serialise ``tasks`` and rotate the log; then ``finish_compaction`` with the result."""
         body = {"version": SNAPSHOT_VERSION, "tasks": [t.to_json() for t in tasks]}
-        with self._lock:
-            if self._fd is not None:
-                if self._dirty:
-                    os.fsync(self._fd)
-                os.close(self._fd)
-                self._fd = None
-            if self.log_path.exists():
-                if self.old_log_path.exists():  # an unfinished compaction: keep its lines too
-                    with open(self.old_log_path, "ab") as old, open(self.log_path, "rb") as new:
-                        old.write(new.read())
-                        old.flush()
-                        os.fsync(old.fileno())
-                    self.log_path.unlink()
-                else:
-                    os.replace(self.log_path, self.old_log_path)
-                fsync_dir(self.root)
-            self._lines = 0
-            self._dirty = False
-            self.wrote = True
+        if self._fd is not None:
+            if self._dirty:
+                os.fsync(self._fd)
+            os.close(self._fd)
+            self._fd = None
+        if self.log_path.exists():
+            if self.old_log_path.exists():  # an unfinished compaction: keep its lines too
+                with open(self.old_log_path, "ab") as old, open(self.log_path, "rb") as new:
+                    old.write(new.read())
+                    old.flush()
+                    os.fsync(old.fileno())
+                self.log_path.unlink()
+            else:
+                os.replace(self.log_path, self.old_log_path)
+            fsync_dir(self.root)
+        self._lines = 0
+        self._dirty = False
+        self.wrote = True
         return json.dumps(body, separators=(",", ":")).encode()
 
     def finish_compaction(self, snapshot: bytes) -> None:
@@ -267,14 +272,13 @@ class TaskJournal:
             fsync_dir(self.root)
 
     def compact(self, tasks: Iterable[TaskEntry]) -> None:
-        """Both steps at once (when nothing else writes: tests, close)."""
+        """Both steps at once."""
         self.finish_compaction(self.begin_compaction(tasks))
 
     def close(self) -> None:
-        with self._lock:
-            if self._fd is not None:
-                with contextlib.suppress(OSError):
-                    if self._dirty:
-                        os.fsync(self._fd)
-                os.close(self._fd)
-                self._fd = None
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                if self._dirty:
+                    os.fsync(self._fd)
+            os.close(self._fd)
+            self._fd = None

@@ -5,7 +5,7 @@ whole GPUs, port ranges, text attributes, the agent's HTTP address) and the pool
 offers: per (agent, role) views that combine every held offer of that agent, minus what
 placements reserved, and the largest capacity seen per agent (for "can this ever fit?").
 
-The pool is not thread-safe by itself: the backend uses it under its lock.
+The pool is not thread-safe: it belongs to the backend's loop thread.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 This module owns a deliberately small HTTP/1.1 client: it writes a batch of POST requests in
 one go and reads the responses in order (status line, headers, a ``Content-Length`` or
-chunked body). libprocess, the Mesos HTTP server, answers pipelined requests in order.
+chunked body; interim ``1xx`` answers such as ``100 Continue`` are skipped, the final answer
+that follows counts). libprocess, the Mesos HTTP server, answers pipelined requests in order.
 
 A framework must acknowledge every status update; at 10,000 tasks that is 20,000 calls. One
 request and response at a time through httpx costs about 1 ms of CPU per call in this
@@ -93,6 +94,10 @@ class PipelinedConnection:
         sock.sendall(out)
         for _ in range(count):
             status, close = self._read_response(sock)
+            while 100 <= status < 200:  # interim (100 Continue, 102, 103): the final answer follows
+                if status == 101:
+                    raise PipelineError("the server switched protocols")
+                status, close = self._read_response(sock)
             statuses.append(status)
             if close:
                 self.close()
@@ -122,11 +127,13 @@ class PipelinedConnection:
             name, _, value = line.partition(":")
             fields[name.strip().lower()] = value.strip()
         close = fields.get("connection", "").lower() == "close" or parts[0] == "HTTP/1.0"
+        if 100 <= status < 200 or status in (204, 304):
+            return status, close  # never a body (RFC 9112, section 6.3)
         if "chunked" in fields.get("transfer-encoding", "").lower():
             self._skip_chunked(sock)
         elif "content-length" in fields:
             self._skip(sock, int(fields["content-length"]))
-        elif status not in (204, 304) and not 100 <= status < 200:
+        else:
             raise PipelineError("a response without a length")
         return status, close
 

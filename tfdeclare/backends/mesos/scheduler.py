@@ -1,6 +1,8 @@
-"""What the Mesos backend does with the master's events (on the client's stream thread).
+"""What the Mesos backend does with the master's events.
 
-This module owns ``SchedulerEvents``: SUBSCRIBED (persist the framework id before anything
+The client's stream thread only posts each event to the loop (``state``), which handles it
+in order with everything else; the stream thread never waits for the backend. This module
+owns ``SchedulerEvents``: SUBSCRIBED (persist the framework id before anything
 acts on it, void held offers, start explicit reconciliation, re-send unconfirmed KILLs),
 OFFERS (into the pool, held while work waits or waited a moment ago, else declined at
 once), RESCIND, UPDATE (folded into the journal, which is written before the update is
@@ -15,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from tfdeclare.backends.base import BackendError
+from tfdeclare.backends.mesos.client import SchedulerClient
 from tfdeclare.backends.mesos.errors import (
     ClientStoppedError,
     FrameworkFailedOverError,
@@ -37,44 +40,46 @@ log = logging.getLogger("tfdeclare.mesos")
 
 
 class EventHandler(BaseHandler):
-    """Client callbacks (the stream thread) forwarded to the backend."""
+    """Client callbacks (the stream thread) posted to the backend's loop, in order."""
 
     def __init__(self, backend: SchedulerEvents) -> None:
         self.backend = backend
+        self.client: SchedulerClient | None = None  # the client these events come from
 
     def subscribed(
         self, framework_id: str, heartbeat_interval: float, master_info: dict[str, object]
     ) -> None:
-        self.backend._on_subscribed(framework_id)
+        client = self.client
+        self.backend._post(lambda: self.backend._on_subscribed(framework_id, client))
 
     def offers(self, offers: Sequence[Offer]) -> None:
-        self.backend._on_offers(offers)
+        self.backend._post(lambda: self.backend._on_offers(offers))
 
     def rescind(self, offer_id: str) -> None:
-        self.backend._on_rescind(offer_id)
+        self.backend._post(lambda: self.backend._on_rescind(offer_id))
 
     def update(self, status: TaskStatus) -> None:
-        self.backend._on_update(status)
+        self.backend._post(lambda: self.backend._on_update(status))
 
     def failure(self, agent_id: str | None, executor_id: str | None, status: int | None) -> None:
         if agent_id is not None and executor_id is None:
             log.warning("the master removed agent %s; its tasks are reported separately", agent_id)
 
     def disconnected(self, reason: str) -> None:
-        self.backend._on_disconnected(reason)
+        self.backend._post(self.backend._on_disconnected)
 
     def terminated(self, error: TerminalError) -> None:
-        self.backend._on_terminated(error)
+        self.backend._post(lambda: self.backend._on_terminated(error))
 
 
 class SchedulerEvents(BackendState):
-    """Handlers of the master's events; see the module docstring."""
+    """Handlers of the master's events (on the loop); see the module docstring."""
 
     def _framework_removed(self) -> None:
         """The master refused our framework id for good: stop, or start anew (policy)."""
         framework_id = self._framework.framework_id
         if framework_id is None or framework_id in self._removed_ids:
-            return  # handled already (the stream thread and the connecting thread both see it)
+            return  # handled already (the client's terminal event and the connecting caller both report it)
         self._removed_ids.add(framework_id)
         path = self._framework_store.path
         if self.config.on_framework_removed != "newFramework":
@@ -86,45 +91,44 @@ class SchedulerEvents(BackendState):
             )
             log.error("%s", self._fatal)
             return
-        with self._lock:
-            archived = self._framework_store.archive(f"removed-{int(self.clock())}")
-            log.error(
-                "the Mesos master removed framework %s; starting a new framework (old id kept in %s)",
-                framework_id,
-                archived,
-            )
-            now = self.clock()
-            gone = []
-            for entry in self._tasks.values():
-                if not is_terminal(entry.state):
-                    apply_status(
-                        entry,
-                        "TASK_GONE",
-                        reason="REASON_FRAMEWORK_REMOVED",
-                        source="SOURCE_MASTER",
-                        message=f"framework {framework_id} was removed by the master",
-                        timestamp=None,
-                        now=now,
-                    )
-                    gone.append(entry)
-            self._journal.put(gone, sync=True)
-            self._framework = FrameworkState(None, self._framework.instance_id, self._framework.gpu_resources)
-            self._framework_store.save(self._framework)
-            self._connected = False
-            self._pool.clear()
+        archived = self._framework_store.archive(f"removed-{int(self.clock())}")
+        log.error(
+            "the Mesos master removed framework %s; starting a new framework (old id kept in %s)",
+            framework_id,
+            archived,
+        )
+        now = self.clock()
+        gone = []
+        for entry in self._tasks.values():
+            if not is_terminal(entry.state):
+                apply_status(
+                    entry,
+                    "TASK_GONE",
+                    reason="REASON_FRAMEWORK_REMOVED",
+                    source="SOURCE_MASTER",
+                    message=f"framework {framework_id} was removed by the master",
+                    timestamp=None,
+                    now=now,
+                )
+                gone.append(entry)
+        self._journal.put(gone, sync=True)
+        self._framework = FrameworkState(None, self._framework.instance_id, self._framework.gpu_resources)
+        self._framework_store.save(self._framework)
+        self._connected = False
+        self._pool.clear()
+        self._changed = True
         self._notify()
 
     def _on_terminated(self, error: TerminalError) -> None:
-        if isinstance(error, ClientStoppedError) or self._closed.is_set():
+        if isinstance(error, ClientStoppedError):
             return
         if isinstance(error, FrameworkFailedOverError):
-            with self._lock:
-                self._read_only = True
-                self._connected = False
-                self._fatal = BackendError(
-                    f"another scheduler subscribed as framework {self._framework.framework_id} and took "
-                    "over; this controller stops acting (is the same state folder used elsewhere?)"
-                )
+            self._read_only = True
+            self._connected = False
+            self._fatal = BackendError(
+                f"another scheduler subscribed as framework {self._framework.framework_id} and took "
+                "over; this controller stops acting (is the same state folder used elsewhere?)"
+            )
             log.error("%s", self._fatal)
         elif isinstance(error, FrameworkRemovedError):
             if self._client is None:
@@ -134,144 +138,128 @@ class SchedulerEvents(BackendState):
             self._framework_removed()
         else:
             self._fatal = BackendError(f"the Mesos client stopped: {error}")
+        self._changed = True
         self._notify()
 
-    # ---- events from the master (stream thread) ---------------------------------------------
+    # ---- events from the master (posted by the stream thread) ---------------------------------
 
-    def _on_subscribed(self, framework_id: str) -> None:
-        with self._lock:
-            if self._read_only:
-                return
-            if framework_id != self._framework.framework_id:
-                self._framework = replace(self._framework, framework_id=framework_id)
-                self._framework_store.save(self._framework)  # before anything acts on it
-            now = self.clock()
-            self._connected = True
-            self._subscribed_at = now
-            self._offers_reset_at = now
-            self._expect_offers_since = now
-            self._pool.clear()  # offers of an earlier subscription are void
-            self._suppressed = False
-            self._revive_wanted = True
-            self._reconcile_pending = {
-                t.task_id: t.agent_id
-                for t in self._tasks.values()
-                if not is_terminal(t.state) and t.task_id not in self._unsent
-            }
-            self._reconcile_next_at = now
-            self._reconcile_delay = RECONCILE_FIRST_RETRY_S
-            if self._reconcile_pending:
-                self._reconciled.clear()
-            else:
-                self._reconciled.set()
-            for task_id in list(self._kill_sent):
-                self._kill_sent[task_id] = 0.0  # re-send every unconfirmed KILL
-            for entry in self._tasks.values():
-                if entry.kill_requested and not is_terminal(entry.state):
-                    self._kill_sent[entry.task_id] = 0.0
-            self._implicit_next_at = now + self.config.reconcile_interval_s
-            self._cond.notify_all()
+    def _on_subscribed(self, framework_id: str, client: SchedulerClient | None) -> None:
+        if self._read_only:
+            return
+        if framework_id != self._framework.framework_id:
+            self._framework = replace(self._framework, framework_id=framework_id)
+            self._framework_store.save(self._framework)  # before anything acts on it
+        if client is not None:
+            self._client = client
+        now = self.clock()
+        self._connected = True
+        self._subscribed_at = now
+        self._offers_reset_at = now
+        self._expect_offers_since = now
+        self._pool.clear()  # offers of an earlier subscription are void
+        self._suppressed = False
+        self._revive_wanted = True
+        self._reconcile_pending = {
+            t.task_id: t.agent_id
+            for t in self._tasks.values()
+            if not is_terminal(t.state) and t.task_id not in self._unsent
+        }
+        self._reconcile_next_at = now
+        self._reconcile_delay = RECONCILE_FIRST_RETRY_S
+        for task_id in list(self._kill_sent):
+            self._kill_sent[task_id] = 0.0  # re-send every unconfirmed KILL
+        for entry in self._tasks.values():
+            if entry.kill_requested and not is_terminal(entry.state):
+                self._kill_sent[entry.task_id] = 0.0
+        self._implicit_next_at = now + self.config.reconcile_interval_s
+        self._changed = self._tick_soon = True
         log.info(
             "subscribed as framework %s; reconciling %d task(s)", framework_id, len(self._reconcile_pending)
         )
-        self._wake.set()
         self._notify()
 
-    def _on_disconnected(self, reason: str) -> None:
-        with self._lock:
-            self._connected = False
-            self._pool.clear()
-            self._cond.notify_all()
+    def _on_disconnected(self) -> None:
+        self._connected = False
+        self._pool.clear()
+        self._changed = True
 
     def _on_offers(self, offers: Sequence[Offer]) -> None:
-        with self._lock:
-            if self._read_only or not self._connected:
-                return
-            now = self.clock()
-            # Hold offers while work waits, or waited a moment ago (the controller places one
-            # job after the other); with nothing to do, decline at once (with a filter).
-            recent = now - self._last_demand_at < self.config.offer_hold_s
-            demand = bool(self._queue) or bool(self._reservations) or recent
-            hold = self.config.offer_hold_s if demand else 0.0
-            for offer in offers:
-                held = HeldOffer.parse(offer, now, hold)
-                self._pool.add(held, self._ours_on(held.agent_id))
-            self._last_offers_at = now
-            self._cond.notify_all()
-        self._wake.set()
+        if self._read_only or not self._connected:
+            return
+        now = self.clock()
+        # Hold offers while work waits, or waited a moment ago (the controller places one
+        # job after the other); with nothing to do, decline at once (with a filter).
+        recent = now - self._last_demand_at < self.config.offer_hold_s
+        demand = bool(self._queue) or bool(self._reservations) or recent
+        hold = self.config.offer_hold_s if demand else 0.0
+        for offer in offers:
+            held = HeldOffer.parse(offer, now, hold)
+            self._pool.add(held, self._ours_on(held.agent_id))
+        self._last_offers_at = now
+        self._changed = self._tick_soon = True
         if demand:
             self._notify()
 
     def _on_rescind(self, offer_id: str) -> None:
-        with self._lock:
-            self._pool.remove(offer_id)
-            self._cond.notify_all()
+        self._pool.remove(offer_id)
+        self._changed = True
 
     def _on_update(self, status: TaskStatus) -> None:
+        if self._read_only:
+            return  # another scheduler owns the framework now: not ours to record or ack
         changed = False
-        with self._lock:
-            if self._read_only:
-                return  # another scheduler owns the framework now: not ours to record or ack
-            now = self.clock()
-            task_id = status.task_id
-            entry = self._tasks.get(task_id)
-            if self._reconcile_pending:
-                self._reconcile_pending.pop(task_id, None)
-                if not self._reconcile_pending:
-                    self._reconciled.set()
-            if entry is None:
-                alive = status.state not in TERMINAL and status.state != "TASK_KILLING"
-                recently = now - self._unknown_killed.get(task_id, -MIN_KILL_RETRY_S) < MIN_KILL_RETRY_S
-                if alive and not recently and self._is_ours(task_id, status):
-                    log.warning("task %s runs but tfdeclare does not know it: killing it", task_id)
-                    self._unknown_killed[task_id] = now
-                    self._unknown_kills[task_id] = status.agent_id
-                    self._wake.set()
-            elif entry.state is None and status.state in NEVER_LAUNCHED:
-                # The task never reached an agent: its launch did not happen. Forget it, so the
-                # controller launches the slot again (this is not a failure of the task).
-                log.warning(
-                    "task %s was never launched (%s %s: %s); it will be launched again",
-                    task_id,
-                    status.state,
-                    status.reason,
-                    status.message,
-                )
-                self._drop_task(task_id)
-                self._journal.delete([task_id], sync=False)
-                changed = True
-            else:
-                was_lost = entry.state in LOST_LIKE
-                changed = apply_status(
-                    entry,
-                    status.state,
-                    reason=status.reason,
-                    source=status.source,
-                    message=status.message,
-                    timestamp=status.timestamp,
-                    now=now,
-                )
-                if changed:
-                    self._journal.put([entry], sync=False)
-                    if status.state in TERMINAL:
-                        self._kill_sent.pop(task_id, None)
-                        self._expect_offers_since = max(self._expect_offers_since, now)
-                    elif (
-                        entry.kill_requested
-                        and status.state in ("TASK_RUNNING", "TASK_STARTING")
-                        and was_lost
-                    ):
-                        self._kill_sent[task_id] = 0.0  # it came back: kill it again now
-                        self._wake.set()
-                    if status.state in LOST_LIKE:
-                        self._lost.add(task_id)
+        now = self.clock()
+        task_id = status.task_id
+        entry = self._tasks.get(task_id)
+        if task_id in self._reconcile_pending:
+            del self._reconcile_pending[task_id]
+            self._changed = True  # the first observe() may be waiting for these answers
+        if entry is None:
+            alive = status.state not in TERMINAL and status.state != "TASK_KILLING"
+            recently = now - self._unknown_killed.get(task_id, -MIN_KILL_RETRY_S) < MIN_KILL_RETRY_S
+            if alive and not recently and self._is_ours(task_id, status):
+                log.warning("task %s runs but tfdeclare does not know it: killing it", task_id)
+                self._unknown_killed[task_id] = now
+                self._unknown_kills[task_id] = status.agent_id
+                self._tick_soon = True
+        elif entry.state is None and status.state in NEVER_LAUNCHED:
+            # The task never reached an agent: its launch did not happen. Forget it, so the
+            # controller launches the slot again (this is not a failure of the task).
+            log.warning(
+                "task %s was never launched (%s %s: %s); it will be launched again",
+                task_id,
+                status.state,
+                status.reason,
+                status.message,
+            )
+            self._drop_task(task_id)
+            self._journal.delete([task_id], sync=False)
+            changed = True
+        else:
+            was_lost = entry.state in LOST_LIKE
+            changed = apply_status(
+                entry,
+                status.state,
+                reason=status.reason,
+                source=status.source,
+                message=status.message,
+                timestamp=status.timestamp,
+                now=now,
+            )
             if changed:
-                self._cond.notify_all()
+                self._journal.put([entry], sync=False)
+                if status.state in TERMINAL:
+                    self._kill_sent.pop(task_id, None)
+                    self._expect_offers_since = max(self._expect_offers_since, now)
+                elif entry.kill_requested and status.state in ("TASK_RUNNING", "TASK_STARTING") and was_lost:
+                    self._kill_sent[task_id] = 0.0  # it came back: kill it again now
+                    self._tick_soon = True
+                if status.state in LOST_LIKE:
+                    self._lost.add(task_id)
         if status.uuid is not None and status.agent_id is not None:
-            with self._ack_lock:
-                self._acks.append((status.agent_id, task_id, status.uuid))
-            self._ack_event.set()
+            self._acks_due.append((status.agent_id, task_id, status.uuid))  # once the journal is synced
         if changed:
+            self._changed = True
             self._notify()
 
     def _is_ours(self, task_id: str, status: TaskStatus) -> bool:

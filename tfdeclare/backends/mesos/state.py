@@ -1,10 +1,18 @@
-"""The Mesos backend's shared state and the small helpers every part of it uses.
+"""The Mesos backend's state, the one thread that owns it, and how the others talk to it.
 
-This module owns ``BackendState``: the journal and framework files, the offer pool, the
-reservations of placed gangs, the FIFO queue of waiting gangs, the queue of ACCEPTs to send,
-reconciliation and kill bookkeeping, and the one lock (``_lock``, with the conditions
-``_cond`` and ``_accepts_ready``) that guards all of it. ``scheduler`` (events from the
-master), ``workers`` (the backend's threads) and ``backend`` (the protocol) build on it.
+This module owns ``BackendState``: the journal and framework files, the task table, the offer
+pool, the reservations of placed gangs, the FIFO queue of waiting gangs, the queue of ACCEPTs
+to send, reconciliation, kill and fencing bookkeeping, and the offer-interest flags. All of it
+belongs to one thread, ``mesos-backend-loop``; nothing else reads or writes it while the loop
+runs. The others send the loop messages (callables run in order on the loop): ``_post`` does
+not wait, ``_request`` waits on a future the loop resolves, at once or later (a *waiter*
+re-checked after each batch of messages and on every tick: a placement waiting for offers, a
+launch waiting for its offers to come back, the first ``observe`` waiting for reconciliation,
+``close`` waiting for queued ACCEPTs). The loop never makes an HTTP call nor waits for an
+fsync of status updates: it hands calls to ``mesos-backend-calls`` and acknowledgements, with
+a journal descriptor to fsync first, to ``mesos-backend-acks`` (``workers``); they report
+back with messages. ``scheduler`` (events from the master), ``workers`` (upkeep and
+the sender threads) and ``backend`` (the protocol) build on it.
 """
 
 from __future__ import annotations
@@ -12,17 +20,22 @@ from __future__ import annotations
 import collections
 import getpass
 import logging
+import os
+import queue
 import re
 import socket
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 from tfdeclare.backends.base import BackendError
 from tfdeclare.backends.mesos.auth import Credentials
 from tfdeclare.backends.mesos.client import SchedulerClient
+from tfdeclare.backends.mesos.config import MesosConfig
 from tfdeclare.backends.mesos.errors import MesosError
 from tfdeclare.backends.mesos.info import Capability, FrameworkInfo
 from tfdeclare.backends.mesos.journal import (
@@ -37,10 +50,11 @@ from tfdeclare.backends.mesos.placement import AgentOffer, GangFit, PlacementOpt
 from tfdeclare.backends.mesos.sandbox import SandboxReader
 from tfdeclare.backends.mesos.taskinfo import LABEL_PREFIX
 from tfdeclare.backends.mesos.taskstate import LOST_LIKE, is_terminal, observed_state
-from tfdeclare.core.config import MesosConfig
 from tfdeclare.core.run.tasks import GangRequest, TaskLaunch
 
 log = logging.getLogger("tfdeclare.mesos")
+
+T = TypeVar("T")
 
 # Task ids the controller makes: <job>.<uid>.<role>-<index>.<launch>
 OUR_TASK_ID = re.compile(
@@ -53,6 +67,12 @@ QUEUE_TTL_S = 15.0  # a waiting job that has not asked again for this long left 
 MIN_KILL_RETRY_S = 10.0
 LAUNCH_DRAIN_S = 30.0  # close() waits this long for queued ACCEPTs
 LAUNCH_BURST = 64  # ACCEPTs pipelined in one go at most
+MESSAGE_BATCH = 1024  # messages the loop handles before its after-batch work (fsync, acks, waiters)
+
+Message = Callable[[], None]
+Waiter = Callable[[float], bool]  # (now) -> done: it resolved its future
+Outgoing = Callable[[], None]  # a call for the calls thread, its client already bound
+AckBatch = tuple[SchedulerClient, list[tuple[str, str, str]], int | None]
 
 
 @dataclass(slots=True)
@@ -83,7 +103,7 @@ class Waiting:
 
 
 class BackendState:
-    """Everything the parts of the Mesos backend share; see the module docstring."""
+    """Everything the loop thread owns, and the loop; see the module docstring."""
 
     def __init__(
         self, state_dir: Path, config: MesosConfig, *, clock: Callable[[], float] = time.time
@@ -95,8 +115,6 @@ class BackendState:
         self.config = config
         self.clock = clock
         self.root = state_dir / "mesos"
-        self._lock = threading.RLock()
-        self._cond = threading.Condition(self._lock)
         self._journal = TaskJournal(self.root)
         self._framework_store = FrameworkStore(self.root)
         try:
@@ -113,8 +131,7 @@ class BackendState:
         self._never_fits_version = -1
         self._reservations: dict[str, Reservation] = {}
         self._queue: dict[str, Waiting] = {}
-        self._client: SchedulerClient | None = None
-        self._connect_lock = threading.Lock()
+        self._client: SchedulerClient | None = None  # written by the loop, read by callers
         self._credentials: Credentials | None = None
         self._gpu_enabled = (
             config.gpu_resources
@@ -130,6 +147,8 @@ class BackendState:
         self._suppressed = False
         self._revive_wanted = False
         self._last_revive_at = 0.0
+        self._interest_in_flight = False  # a REVIVE or SUPPRESS is with the calls thread
+        self._revive_now_asked = False  # asked for while one was in flight: decide again after it
         # An offer round after this time shows every agent with free resources (a REVIVE, a
         # new subscription, GPU offers asked for): only then is "can never fit" trusted.
         self._offers_reset_at = 0.0
@@ -138,41 +157,215 @@ class BackendState:
         self._reconcile_pending: dict[str, str | None] = {}
         self._reconcile_next_at = 0.0
         self._reconcile_delay = RECONCILE_FIRST_RETRY_S
-        self._reconciled = threading.Event()
         self._implicit_next_at = 0.0
         self._kill_sent: dict[str, float] = {}  # task id -> when KILL was last sent
         self._unknown_kills: dict[str, str | None] = {}  # to kill on the next tick
         self._unknown_killed: dict[str, float] = {}  # when a KILL was sent for an unknown task
         self._lost: set[str] = {t.task_id for t in self._tasks.values() if t.state in LOST_LIKE}
-        self._interest_lock = threading.Lock()
         self._old_clients: list[SchedulerClient] = []
         self._removed_ids: set[str] = set()
-        # acknowledgements
-        self._ack_lock = threading.Lock()
-        self._acks: list[tuple[str, str, str]] = []
-        self._ack_event = threading.Event()
-        # life cycle
-        self._watchers: list[Callable[[], None]] = []
-        self._fatal: BackendError | None = None
-        self._read_only = False
-        self._closed = threading.Event()
-        self._wake = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self._accepts: collections.deque[Accept] = collections.deque()  # ACCEPTs to send, in order
-        self._accepts_ready = threading.Condition(self._lock)
+        # acknowledgements: journaled updates to acknowledge once the journal is synced
+        self._acks_due: list[tuple[str, str, str]] = []
+        # ACCEPTs: queued in order; one burst at a time is with the calls thread
+        self._accepts: collections.deque[Accept] = collections.deque()
+        self._burst_out = False
         self._unsent: set[str] = set()  # journaled tasks whose ACCEPT has not been answered
         self._sandbox: SandboxReader | None = None
+        # the loop
+        self._watchers: list[Callable[[], None]] = []
+        self._fatal: BackendError | None = None  # written by the loop, read by callers
+        self._read_only = False
+        self._closed = False  # set by close() once the loop is gone
+        self._inbox: queue.SimpleQueue[Message | None] = queue.SimpleQueue()
+        self._calls_out: queue.SimpleQueue[Outgoing | None] = queue.SimpleQueue()
+        # (client, acks, a journal descriptor to fsync before acknowledging them)
+        self._acks_out: queue.SimpleQueue[AckBatch | None] = queue.SimpleQueue()
+        self._waiters: list[tuple[Future[Any], Waiter]] = []
+        self._changed = False  # something a waiter may wait for changed in this batch
+        self._tick_soon = False
+        self._loop_thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
+        # Callers only: serialises connecting and starting the threads (re-entrant: connecting
+        # sends the loop messages, which start the threads).
+        self._connect_lock = threading.RLock()
 
-    # ---- helpers -------------------------------------------------------------------------------
+    # ---- messages to the loop -----------------------------------------------------------------
+
+    def _start_threads(self) -> None:
+        if self._loop_thread is not None:
+            return
+        with self._connect_lock:
+            if self._threads:  # started meanwhile
+                return
+            for name, target in (
+                ("mesos-backend-calls", self._calls_loop),
+                ("mesos-backend-acks", self._acks_loop),
+            ):
+                thread = threading.Thread(target=target, name=name, daemon=True)
+                self._threads.append(thread)
+                thread.start()
+            loop = threading.Thread(target=self._loop, name="mesos-backend-loop", daemon=True)
+            self._threads.append(loop)
+            loop.start()
+            self._loop_thread = loop
+
+    def _post(self, message: Message) -> None:
+        """Run ``message`` on the loop, after every message posted before it; do not wait."""
+        self._start_threads()
+        self._inbox.put(message)
+
+    def _request(self, start: Callable[[Future[T]], None]) -> T:
+        """Run ``start(future)`` on the loop and wait for the future: ``start`` resolves it at
+        once or leaves a waiter that resolves it later. Exceptions reach the caller."""
+        if self._closed:
+            raise BackendError("the Mesos backend is closed")
+        if threading.current_thread() is self._loop_thread:
+            raise RuntimeError("the loop cannot wait for itself")  # e.g. a watcher calling back
+        future: Future[T] = Future()
+
+        def message() -> None:
+            try:
+                start(future)
+            except BaseException as err:  # handed to the caller
+                if not future.done():
+                    future.set_exception(err)
+
+        self._post(message)
+        return future.result()
+
+    def _ask(self, fn: Callable[[], T]) -> T:
+        """``fn()`` on the loop, its result (or exception) here."""
+
+        def start(future: Future[T]) -> None:
+            future.set_result(fn())
+
+        return self._request(start)
+
+    def _keep_trying(self, future: Future[T], attempt: Waiter) -> None:
+        """``attempt(now)`` now and, until it says done (having resolved ``future``), after
+        every batch of messages that changed something and on every tick. An exception
+        resolves the future with it."""
+
+        def waiter(now: float) -> bool:
+            try:
+                return attempt(now)
+            except BaseException as err:  # handed to the caller
+                future.set_exception(err)
+                return True
+
+        if not waiter(self.clock()):
+            self._waiters.append((future, waiter))
+
+    # ---- the loop -----------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        tick = max(0.02, min(0.2, self.config.offer_hold_s / 4 if self.config.offer_hold_s > 0 else 0.05))
+        next_tick = 0.0
+        stopping = False
+        while not stopping:
+            batch: list[Message | None] = []
+            try:
+                batch.append(self._inbox.get(timeout=max(0.0, next_tick - time.monotonic())))
+            except queue.Empty:
+                pass
+            else:
+                while len(batch) < MESSAGE_BATCH:
+                    try:
+                        batch.append(self._inbox.get_nowait())
+                    except queue.Empty:
+                        break
+            for message in batch:
+                if message is None:
+                    stopping = True
+                    continue
+                try:
+                    message()
+                except Exception:
+                    log.exception("Mesos backend: a message failed (continuing)")
+            ticked = self._tick_soon or time.monotonic() >= next_tick
+            if ticked:
+                self._tick_soon = False
+                next_tick = time.monotonic() + tick
+                try:
+                    self._upkeep()
+                except Exception:
+                    log.exception("Mesos backend upkeep: unexpected error (continuing)")
+            self._after_batch(ticked)
+        for future, _ in self._waiters:
+            future.set_exception(BackendError("the Mesos backend was closed"))
+        self._calls_out.put(None)
+        self._acks_out.put(None)
+
+    def _after_batch(self, ticked: bool) -> None:
+        """Acknowledge what the batch journaled (the acks thread makes it durable first), send
+        ACCEPTs, re-check the
+        waiters if something they wait for changed (or their deadlines on a tick)."""
+        if self._acks_due:
+            acks, self._acks_due = self._acks_due, []
+            try:
+                handle = self._journal.durable_handle()  # fsynced by the acks thread, then acked
+            except OSError as err:
+                log.error("cannot sync the task journal (%s); not acknowledging %d update(s)", err, len(acks))
+            else:
+                if self._client is not None:
+                    self._acks_out.put((self._client, acks, handle))
+                elif handle is not None:
+                    os.close(handle)
+        self._dispatch_accepts()
+        if self._waiters and (self._changed or ticked):
+            now = self.clock()
+            self._waiters = [(future, waiter) for future, waiter in self._waiters if not waiter(now)]
+        self._changed = False
+
+    def _send(
+        self, what: str, fn: Callable[[SchedulerClient], None], on_done: Callable[[bool], None] | None = None
+    ) -> None:
+        """Hand one call to the calls thread (in order); ``on_done(ok)`` runs on the loop after."""
+        client = self._client
+        if client is None or self._read_only:
+            if on_done is not None:
+                on_done(False)
+            return
+
+        def call() -> None:
+            ok = True
+            try:
+                fn(client)
+            except MesosError as err:
+                log.warning("%s failed: %s", what, err)
+                ok = False
+            except Exception:
+                log.exception("%s failed unexpectedly", what)
+                ok = False
+            if on_done is not None:
+                self._inbox.put(lambda: on_done(ok))
+
+        self._calls_out.put(call)
+
+    # Defined in ``workers``: the ACCEPT bursts, the periodic work, the two sender threads.
+
+    def _dispatch_accepts(self) -> None:
+        raise NotImplementedError
+
+    def _upkeep(self) -> None:
+        raise NotImplementedError
+
+    def _calls_loop(self) -> None:
+        raise NotImplementedError
+
+    def _acks_loop(self) -> None:
+        raise NotImplementedError
+
+    # ---- helpers (on the loop) -------------------------------------------------------------------
 
     @property
     def owner(self) -> str:
         return f"{self.config.framework_name}/{self._framework.instance_id}"
 
-    def _framework_info(self) -> FrameworkInfo:
+    def _framework_info(self, gpu: bool | None = None) -> FrameworkInfo:
         config = self.config
         capabilities = [Capability.PARTITION_AWARE, Capability.TASK_KILLING_STATE]
-        if self._gpu_enabled:
+        if self._gpu_enabled if gpu is None else gpu:
             capabilities.append(Capability.GPU_RESOURCES)
         return FrameworkInfo(
             user=config.user or getpass.getuser(),
@@ -189,23 +382,11 @@ class BackendState:
         )
 
     def _send_kill(self, task_id: str, agent_id: str | None, grace_s: float | None) -> None:
-        self._call(f"KILL {task_id}", lambda c: c.kill(task_id, agent_id, grace_s))
+        self._send(f"KILL {task_id}", lambda c: c.kill(task_id, agent_id, grace_s))
 
     def _usable(self) -> None:
         if self._fatal is not None:
             raise self._fatal
-
-    def _call(self, what: str, fn: Callable[[SchedulerClient], None]) -> bool:
-        """Make one call; a failure is logged (the timer retries what must be retried)."""
-        client = self._client
-        if client is None or self._read_only:
-            return False
-        try:
-            fn(client)
-        except MesosError as err:
-            log.warning("%s failed: %s", what, err)
-            return False
-        return True
 
     def _add_task(self, entry: TaskEntry) -> None:
         self._tasks[entry.task_id] = entry
@@ -251,6 +432,7 @@ class BackendState:
         )
 
     def _notify(self) -> None:
+        """Tell the watchers (on the loop: a watcher only wakes someone, it never calls back)."""
         for notify in list(self._watchers):
             try:
                 notify()

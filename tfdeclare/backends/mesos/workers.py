@@ -1,26 +1,34 @@
-"""The Mesos backend's threads: acknowledgements, periodic upkeep, and the ACCEPT sender.
+"""The Mesos backend's periodic upkeep (on the loop) and its two sender threads.
 
 This module owns ``BackgroundWork``:
 
-- ``mesos-backend-acks`` fsyncs the journal once per batch of updates, then acknowledges the
-  batch (HTTP/1.1-pipelined): an update is acknowledged only once it is durable;
-- ``mesos-backend-timer`` declines offers held longer than ``offerHoldSeconds`` (with a
-  ``refuseSeconds`` filter; offers a long-waiting head of the queue can use are held up to
-  ``headOfLineHoldSeconds``), expires unused reservations and stale queue entries, retries
-  explicit reconciliation with backoff until every task has an answer, runs implicit
-  reconciliation every ``reconcileIntervalSeconds``, re-sends unconfirmed KILLs, kills
-  unknown tasks of ours, REVIVEs/SUPPRESSes, notices fencing deadlines, compacts the journal;
-- ``mesos-backend-launcher`` sends the queued ACCEPTs in order (one per agent and gang), so
-  the controller never waits for the master; tasks stopped before their ACCEPT are not
-  launched, tasks the master refused are forgotten (the controller launches them again).
+- upkeep, run by the loop (``state``) on every tick: declines offers held longer than
+  ``offerHoldSeconds`` (with a ``refuseSeconds`` filter; offers a long-waiting head of the
+  queue can use are held up to ``headOfLineHoldSeconds``), expires unused reservations and
+  stale queue entries, retries explicit reconciliation with backoff until every task has an
+  answer, runs implicit reconciliation every ``reconcileIntervalSeconds``, re-sends
+  unconfirmed KILLs, kills unknown tasks of ours, REVIVEs/SUPPRESSes, notices fencing
+  deadlines, compacts the journal;
+- ACCEPT bursts: the loop hands the queued ACCEPTs (one per agent and gang), in order and at
+  most ``LAUNCH_BURST`` at a time, to the calls thread, so the controller never waits for the
+  master; tasks stopped before their ACCEPT are not launched, tasks the master refused are
+  forgotten (the controller launches them again); whatever queued up while a burst was out
+  goes in the next one (HTTP/1.1-pipelined);
+- ``mesos-backend-calls`` makes the calls the loop decided, in order, and posts what came of
+  them back to the loop; it owns nothing but the call in hand;
+- ``mesos-backend-acks`` fsyncs the journal (a descriptor the loop hands over with each
+  batch of updates), then acknowledges them (HTTP/1.1-pipelined): an update is acknowledged
+  only once durable; apart from the calls, so acknowledgements never hold up an ACCEPT.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
-import threading
-import time
+import os
+import queue
 
+from tfdeclare.backends.mesos.client import SchedulerClient
 from tfdeclare.backends.mesos.errors import MesosConnectionError, MesosError, NotSubscribedError
 from tfdeclare.backends.mesos.placement import eligible_for
 from tfdeclare.backends.mesos.state import (
@@ -29,6 +37,7 @@ from tfdeclare.backends.mesos.state import (
     QUEUE_TTL_S,
     RECONCILE_MAX_RETRY_S,
     Accept,
+    AckBatch,
     BackendState,
 )
 from tfdeclare.backends.mesos.taskinfo import task_info, task_labels
@@ -37,161 +46,153 @@ from tfdeclare.core.run.tasks import TaskLaunch
 
 log = logging.getLogger("tfdeclare.mesos")
 
+Burst = list[tuple[Accept, list[TaskLaunch]]]
+
 
 class BackgroundWork(BackendState):
-    """The backend's own threads; see the module docstring."""
+    """Upkeep and the sender threads; see the module docstring."""
 
-    def _start_threads(self) -> None:
-        if self._threads:
+    # ---- the sender threads -------------------------------------------------------------------
+
+    def _calls_loop(self) -> None:
+        while (call := self._calls_out.get()) is not None:
+            call()
+
+    def _acks_loop(self) -> None:
+        while (item := self._acks_out.get()) is not None:
+            batches = [item]
+            while True:  # what queued up meanwhile goes in the same burst
+                try:
+                    more = self._acks_out.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    self._acks_out.put(None)  # the loop's last word: stop after this burst
+                    break
+                batches.append(more)
+            self._acknowledge(batches)
+
+    @staticmethod
+    def _acknowledge(batches: list[AckBatch]) -> None:
+        """Make the journal durable, then acknowledge (an update only once durable)."""
+        durable = True
+        for _, _, handle in batches:
+            if handle is not None:
+                try:
+                    os.fsync(handle)
+                except OSError as err:
+                    durable = False
+                    log.error("cannot sync the task journal: %s", err)
+                finally:
+                    os.close(handle)
+        if not durable:
+            log.error("not acknowledging %d update(s)", sum(len(acks) for _, acks, _ in batches))
             return
-        for name, target in (
-            ("mesos-backend-timer", self._timer_loop),
-            ("mesos-backend-acks", self._ack_loop),
-            ("mesos-backend-launcher", self._launcher_loop),
-        ):
-            thread = threading.Thread(target=target, name=name, daemon=True)
-            self._threads.append(thread)
-            thread.start()
-
-    # ---- acknowledgements (acks thread) ---------------------------------------------------------
-
-    def _ack_loop(self) -> None:
-        while not self._closed.is_set():
-            self._ack_event.wait(0.5)
-            self._ack_event.clear()
-            with self._ack_lock:
-                batch, self._acks = self._acks, []
-            if not batch:
-                continue
+        for client, group in itertools.groupby(batches, key=lambda batch: batch[0]):
+            acks = [ack for _, batch_acks, _ in group for ack in batch_acks]
             try:
-                self._journal.sync()  # durable first: only then may the master forget them
-            except OSError as err:
-                log.error(
-                    "cannot sync the task journal (%s); not acknowledging %d update(s)", err, len(batch)
-                )
-                continue
-            client = self._client
-            if client is None or self._closed.is_set():
-                continue
-            try:
-                client.acknowledge_many(batch)
+                client.acknowledge_many(acks)
             except MesosError as err:
-                log.debug("ACKNOWLEDGE of %d update(s) failed (the master resends them): %s", len(batch), err)
+                log.debug("ACKNOWLEDGE of %d update(s) failed (the master resends them): %s", len(acks), err)
 
-    # ---- periodic work (timer thread) ----------------------------------------------------------
+    # ---- periodic work (on the loop) -------------------------------------------------------------
 
-    def _timer_loop(self) -> None:
-        tick = max(0.02, min(0.2, self.config.offer_hold_s / 4 if self.config.offer_hold_s > 0 else 0.05))
-        while not self._closed.is_set():
-            try:
-                self._tick()
-            except Exception:
-                log.exception("Mesos backend timer: unexpected error (continuing)")
-            self._wake.wait(tick)
-            self._wake.clear()
-
-    def _tick(self) -> None:
+    def _upkeep(self) -> None:
         config = self.config
-        notify = False
-        with self._lock:
-            now = self.clock()
-            if self._read_only or self._closed.is_set():
-                return
-            for token, reservation in list(self._reservations.items()):
-                if reservation.expires_at <= now:
-                    log.info("placement of %s was not launched in time: released", reservation.job)
-                    del self._reservations[token]
-            for job, waiting in list(self._queue.items()):
-                if now - waiting.last_asked > QUEUE_TTL_S:
-                    del self._queue[job]
-            connected = self._connected
-            declines = self._expired_offers(now) if connected else []
-            reconcile: list[tuple[str, str | None]] = []
-            if connected and self._reconcile_pending and now >= self._reconcile_next_at:
+        now = self.clock()
+        if self._read_only or self._closed:
+            return
+        for token, reservation in list(self._reservations.items()):
+            if reservation.expires_at <= now:
+                log.info("placement of %s was not launched in time: released", reservation.job)
+                del self._reservations[token]
+        for job, waiting in list(self._queue.items()):
+            if now - waiting.last_asked > QUEUE_TTL_S:
+                del self._queue[job]
+        connected = self._connected
+        if connected:
+            declines = self._expired_offers(now)
+            if declines:
+                self._send("DECLINE", lambda c: c.decline(declines, config.refuse_s))
+                # Those agents are hidden from us for refuse_s (if the DECLINE goes through):
+                # a job that does not fit what is held REVIVEs to see them.
+                self._filtered = self._filtered or config.refuse_s > 0
+            if self._reconcile_pending and now >= self._reconcile_next_at:
                 reconcile = sorted(self._reconcile_pending.items(), key=lambda kv: kv[0])
                 self._reconcile_next_at = now + self._reconcile_delay
                 self._reconcile_delay = min(RECONCILE_MAX_RETRY_S, self._reconcile_delay * 2)
-            implicit = connected and now >= self._implicit_next_at
-            if implicit:
+                log.info("reconciling %d task(s)", len(reconcile))
+                self._send("RECONCILE", lambda c: c.reconcile(reconcile))
+            if now >= self._implicit_next_at:
                 self._implicit_next_at = now + config.reconcile_interval_s
-            kills = self._kills_due(now) if connected else []
-            unknown: list[tuple[str, str | None]] = []
-            if connected:
-                unknown = list(self._unknown_kills.items())
-                self._unknown_kills.clear()
-            for task_id in list(self._lost):
-                entry = self._tasks.get(task_id)
-                if entry is None or entry.state not in LOST_LIKE or entry.lost_since is None:
-                    self._lost.discard(task_id)
-                elif now - entry.lost_since >= config.fencing_timeout_s:
-                    self._lost.discard(task_id)  # presumed gone from now on: the controller acts
-                    notify = True
-            snapshot = None
-            if self._journal.needs_compaction(len(self._tasks)):
-                try:
-                    snapshot = self._journal.begin_compaction(self._tasks.values())
-                except OSError as err:
-                    log.error("cannot compact the task journal: %s", err)
-        if snapshot is not None:
-            try:
-                self._journal.finish_compaction(snapshot)
-            except OSError as err:
-                log.error("cannot write the task journal snapshot: %s", err)
-        declined = bool(declines) and self._call("DECLINE", lambda c: c.decline(declines, config.refuse_s))
-        if declined and config.refuse_s > 0:
-            self._filtered = True  # those agents are hidden from us for refuse_s: REVIVE to see them
-        if reconcile:
-            log.info("reconciling %d task(s)", len(reconcile))
-            self._call("RECONCILE", lambda c: c.reconcile(reconcile))
-        if implicit:
-            self._call("RECONCILE (implicit)", lambda c: c.reconcile([]))
-        for task_id, agent_id, grace in kills:
-            self._send_kill(task_id, agent_id, grace)
-        for task_id, agent_id in unknown:
-            self._send_kill(task_id, agent_id, None)
+                self._send("RECONCILE (implicit)", lambda c: c.reconcile([]))
+            for task_id, agent_id, grace in self._kills_due(now):
+                self._send_kill(task_id, agent_id, grace)
+            for task_id, unknown_agent in self._unknown_kills.items():
+                self._send_kill(task_id, unknown_agent, None)
+            self._unknown_kills.clear()
+        notify = False
+        for task_id in list(self._lost):
+            entry = self._tasks.get(task_id)
+            if entry is None or entry.state not in LOST_LIKE or entry.lost_since is None:
+                self._lost.discard(task_id)
+            elif now - entry.lost_since >= config.fencing_timeout_s:
+                self._lost.discard(task_id)  # presumed gone from now on: the controller acts
+                notify = True
+        if self._journal.needs_compaction(len(self._tasks)):
+            self._compact()
         self._sync_offer_interest()
         if notify:
+            self._changed = True
             self._notify()
 
     def _sync_offer_interest(self, revive_now: bool = False) -> None:
         """REVIVE when work waits (and we are suppressed, or were asked to), SUPPRESS when
-        nothing waits and no offer is held. Decision and call are serialised, so the master
+        nothing waits and no offer is held. One decision at a time is out, so the master
         always ends up told the latest decision."""
-        with self._interest_lock:
-            with self._lock:
-                if not self._connected or self._read_only:
-                    return
-                now = self.clock()
-                demand = bool(self._queue) or bool(self._reservations)
-                action = None
-                # A new job that does not fit what is held revives only when our own filters
-                # (declines with refuseSeconds) may hide agents from us.
-                if demand and (
-                    self._suppressed
-                    or self._revive_wanted
-                    or (revive_now and self._filtered and now - self._last_revive_at >= 1.0)
-                ):
-                    action = "REVIVE"
-                    self._last_revive_at = now
-                    self._offers_reset_at = now
-                    self._expect_offers_since = now
-                elif not demand and not self._pool.offers and (self._revive_wanted or not self._suppressed):
-                    action = "SUPPRESS"
-                self._revive_wanted = False
-            if action is None:
-                return
-            roles = list(self.config.roles)
-            if action == "REVIVE":
-                ok = self._call("REVIVE", lambda c: c.revive(roles))
+        if self._interest_in_flight:
+            self._revive_now_asked = self._revive_now_asked or revive_now
+            return
+        if not self._connected or self._read_only:
+            return
+        now = self.clock()
+        demand = bool(self._queue) or bool(self._reservations)
+        action = None
+        # A new job that does not fit what is held revives only when our own filters
+        # (declines with refuseSeconds) may hide agents from us.
+        if demand and (
+            self._suppressed
+            or self._revive_wanted
+            or (revive_now and self._filtered and now - self._last_revive_at >= 1.0)
+        ):
+            action = "REVIVE"
+            self._last_revive_at = now
+            self._offers_reset_at = now
+            self._expect_offers_since = now
+        elif not demand and not self._pool.offers and (self._revive_wanted or not self._suppressed):
+            action = "SUPPRESS"
+        self._revive_wanted = False
+        if action is None:
+            return
+        roles = list(self.config.roles)
+        self._interest_in_flight = True
+
+        def done(ok: bool) -> None:
+            self._interest_in_flight = False
+            if ok:
+                self._suppressed = action == "SUPPRESS"
+                if action == "REVIVE":
+                    self._filtered = False
             else:
-                ok = self._call("SUPPRESS", lambda c: c.suppress(roles))
-            with self._lock:
-                if ok:
-                    self._suppressed = action == "SUPPRESS"
-                    if action == "REVIVE":
-                        self._filtered = False
-                else:
-                    self._revive_wanted = True  # decide again on the next tick
+                self._revive_wanted = True  # decide again on the next tick
+            again, self._revive_now_asked = self._revive_now_asked, False
+            if again:
+                self._sync_offer_interest(revive_now=True)
+
+        if action == "REVIVE":
+            self._send("REVIVE", lambda c: c.revive(roles), on_done=done)
+        else:
+            self._send("SUPPRESS", lambda c: c.suppress(roles), on_done=done)
 
     def _expired_offers(self, now: float) -> list[str]:
         """Held offers whose time is up (removed from the pool); kept: offers of agents with
@@ -227,52 +228,52 @@ class BackgroundWork(BackendState):
                 due.append((task_id, entry.agent_id, grace))
         return due
 
-    # ---- ACCEPTs (launcher thread) -------------------------------------------------------------
+    # ---- ACCEPTs (bursts built on the loop, sent by the calls thread) --------------------------
 
-    def _launcher_loop(self) -> None:
-        """Sends the queued ACCEPTs in order, so that the controller never waits for the master;
-        whatever queued up while a burst was out goes in the next burst (pipelined)."""
-        while True:
-            with self._cond:
-                while not self._accepts and not self._closed.is_set():
-                    self._accepts_ready.wait(0.5)
-                if not self._accepts:
-                    return  # closed and drained
-                burst: list[tuple[Accept, list[TaskLaunch]]] = []
-                while self._accepts and len(burst) < LAUNCH_BURST:
-                    accept = self._accepts.popleft()
-                    # Tasks asked to stop before their ACCEPT are not launched at all.
-                    keep = [
-                        t
-                        for t in accept.tasks
-                        if (e := self._tasks.get(t.task_id)) is not None and not e.kill_requested
-                    ]
-                    dropped = [t.task_id for t in accept.tasks if t not in keep]
-                    if dropped:
-                        self._forget_unlaunched(dropped, "it was stopped before its launch")
-                    burst.append((accept, keep))
+    def _dispatch_accepts(self) -> None:
+        """Hand the next burst of queued ACCEPTs to the calls thread, unless one is out."""
+        if self._burst_out or not self._accepts:
+            return
+        burst: Burst = []
+        while self._accepts and len(burst) < LAUNCH_BURST:
+            accept = self._accepts.popleft()
+            # Tasks asked to stop before their ACCEPT are not launched at all.
+            keep = [
+                t
+                for t in accept.tasks
+                if (e := self._tasks.get(t.task_id)) is not None and not e.kill_requested
+            ]
+            dropped = [t.task_id for t in accept.tasks if t not in keep]
+            if dropped:
+                self._forget_unlaunched(dropped, "it was stopped before its launch")
+            burst.append((accept, keep))
+        self._burst_out = True
+        client, owner = self._client, self.owner
+
+        def send() -> None:
             try:
-                self._send_accepts(burst)
+                results = self._send_accepts(client, owner, burst)
             except Exception:
                 log.exception("launching %d ACCEPT(s) failed unexpectedly", len(burst))
-                with self._cond:
-                    self._forget_unlaunched(
-                        [t.task_id for _, keep in burst for t in keep], "its launch failed"
-                    )
-            finally:
-                with self._cond:
-                    for accept, _ in burst:
-                        self._unsent.difference_update(t.task_id for t in accept.tasks)
-                    self._accepts_ready.notify_all()
+                results = None
+            self._inbox.put(lambda: self._burst_sent(burst, results))
 
-    def _send_accepts(self, burst: list[tuple[Accept, list[TaskLaunch]]]) -> None:
-        client = self._client
-        launches = [(accept, tasks) for accept, tasks in burst if tasks]
+        self._calls_out.put(send)
+
+    def _send_accepts(
+        self, client: SchedulerClient | None, owner: str, burst: Burst
+    ) -> list[MesosError | None]:
+        """On the calls thread: one ACCEPT per entry with tasks (pipelined), a plain DECLINE
+        for the others; the answer of each entry (None for the declined ones)."""
         for accept, tasks in burst:
             if not tasks and client is not None:
-                self._decline_now(accept.offer_ids)
+                try:
+                    client.decline(accept.offer_ids, 0.0)
+                except MesosError as err:
+                    log.warning("DECLINE failed: %s", err)
+        launches = [(accept, tasks) for accept, tasks in burst if tasks]
         if not launches:
-            return
+            return [None] * len(burst)
         # What the tasks leave of the offers comes back at the next allocation (no filter):
         # the next gang may need it; unused, it is declined with refuseSeconds then.
         bodies = [
@@ -283,7 +284,7 @@ class BackgroundWork(BackendState):
                         task,
                         accept.agent_id,
                         accept.role,
-                        task_labels(task, self.owner),
+                        task_labels(task, owner),
                         containerizer=self.config.containerizer,
                         shared_filesystem=self.config.shared_filesystem,
                     )
@@ -300,11 +301,20 @@ class BackgroundWork(BackendState):
             results = client.launch_many(bodies)
         except MesosError as err:
             results = [err] * len(launches)
-        for (accept, tasks), result in zip(launches, results, strict=True):
-            self._launched(accept, [t.task_id for t in tasks], result)
+        answers = iter(results)
+        return [next(answers) if tasks else None for _, tasks in burst]
 
-    def _decline_now(self, offer_ids: list[str]) -> None:
-        self._call("DECLINE", lambda c: c.decline(offer_ids, 0.0))
+    def _burst_sent(self, burst: Burst, results: list[MesosError | None] | None) -> None:
+        """Book the answers to a burst (on the loop) and send the next one."""
+        self._burst_out = False
+        for (accept, tasks), result in zip(burst, results or [None] * len(burst), strict=True):
+            ids = [t.task_id for t in tasks]
+            if results is None:
+                self._forget_unlaunched(ids, "its launch failed")
+            elif tasks:
+                self._launched(accept, ids, result)
+            self._unsent.difference_update(t.task_id for t in accept.tasks)
+        self._changed = True
 
     def _launched(self, accept: Accept, ids: list[str], result: MesosError | None) -> None:
         """Book the answer to one ACCEPT."""
@@ -312,37 +322,26 @@ class BackgroundWork(BackendState):
             log.warning(
                 "launching %s on agent %s: %s; reconciliation will tell", accept.job, accept.agent_id, result
             )
-            with self._cond:
-                for task_id in ids:  # did the master get it? Reconciliation will say.
-                    if (entry := self._tasks.get(task_id)) is not None:
-                        self._reconcile_pending[task_id] = entry.agent_id
-                self._reconcile_next_at = self.clock()
-                self._reconciled.clear()
-            self._wake.set()
+            for task_id in ids:  # did the master get it? Reconciliation will say.
+                if (entry := self._tasks.get(task_id)) is not None:
+                    self._reconcile_pending[task_id] = entry.agent_id
+            self._reconcile_next_at = self.clock()
+            self._tick_soon = True
             return
         if result is not None:
-            with self._cond:
-                self._forget_unlaunched(ids, f"the master refused its launch ({result})")
+            self._forget_unlaunched(ids, f"the master refused its launch ({result})")
             self._notify()
             return
-        with self._cond:
-            self._expect_offers_since = max(self._expect_offers_since, self.clock())
-            for task_id in ids:  # informational: written with the task's next change
-                if (entry := self._tasks.get(task_id)) is not None:
-                    entry.accepted = True
-            self._cond.notify_all()
+        self._expect_offers_since = max(self._expect_offers_since, self.clock())
+        for task_id in ids:  # informational: written with the task's next change
+            if (entry := self._tasks.get(task_id)) is not None:
+                entry.accepted = True
 
     def _forget_unlaunched(self, task_ids: list[str], why: str) -> None:
         """Tasks whose ACCEPT was not sent or was refused never existed: the controller sees
-        the slot empty and launches it again. Called under the lock."""
+        the slot empty and launches it again."""
         for task_id in task_ids:
             log.warning("task %s was not launched: %s", task_id, why)
             self._drop_task(task_id)
         self._journal.delete(task_ids, sync=True)
-        self._cond.notify_all()
-
-    def _drain_launches(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while (self._accepts or self._unsent) and time.monotonic() < deadline:
-                self._accepts_ready.wait(max(0.0, min(0.1, deadline - time.monotonic())))
+        self._changed = True

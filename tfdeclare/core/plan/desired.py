@@ -2,7 +2,9 @@
 
 Names are unique across everything loaded: a name defined twice makes both definitions
 invalid (the diagnostics name both places). Names seen in invalid documents or files are
-*protected*: the planner never deletes or restarts the jobs they held.
+*protected*: the planner never deletes or restarts the jobs they held. So are the jobs last
+loaded from a file that now holds no job document (empty, or being rewritten: a warning),
+and every job when the listing is incomplete (a file or folder could not be read).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from tfdeclare.core.diagnostics import Code, Diagnostic
+from tfdeclare.core.diagnostics import Code, Diagnostic, Severity
 from tfdeclare.core.spec.loader import FileResult, LoadedJob
 
 
@@ -22,10 +24,21 @@ class DesiredState:
     protected: Mapping[str, tuple[Diagnostic, ...]]  # name -> why it cannot be applied now
     invalid_files: frozenset[str]
     files: tuple[str, ...]
+    empty_files: frozenset[str] = frozenset()  # files that hold no job document
 
     @property
     def has_errors(self) -> bool:
         return any(d.is_error for d in self.diagnostics)
+
+    @property
+    def read_errors(self) -> tuple[Diagnostic, ...]:
+        """Files or folders that could not be read: the listing is incomplete."""
+        return tuple(d for d in self.diagnostics if d.code is Code.READ_ERROR)
+
+
+def holds_no_job(result: FileResult) -> bool:
+    """A readable, valid file without a single job document (empty, comments, ``---``)."""
+    return not result.named and not result.diagnostics
 
 
 def assemble(results: Iterable[FileResult]) -> DesiredState:
@@ -35,7 +48,11 @@ def assemble(results: Iterable[FileResult]) -> DesiredState:
     protected: dict[str, list[Diagnostic]] = defaultdict(list)
     jobs: dict[str, LoadedJob] = {}
     invalid_files: set[str] = set()
+    empty_files: set[str] = set()
     for result in results:
+        if holds_no_job(result):
+            empty_files.add(result.path)
+            diagnostics.append(_no_job(result.path))
         if result.diagnostics:
             diagnostics.extend(result.diagnostics)
             errors = [d for d in result.diagnostics if d.is_error]
@@ -59,6 +76,19 @@ def assemble(results: Iterable[FileResult]) -> DesiredState:
         protected={name: tuple(problems) for name, problems in protected.items()},
         invalid_files=frozenset(invalid_files),
         files=tuple(r.path for r in results),
+        empty_files=frozenset(empty_files),
+    )
+
+
+def _no_job(path: str) -> Diagnostic:
+    return Diagnostic(
+        path,
+        1,
+        None,
+        "holds no job document: the jobs last applied from it keep running (delete the file to delete them)",
+        None,
+        Code.NO_JOB_DOCUMENT,
+        Severity.WARNING,
     )
 
 

@@ -26,6 +26,7 @@ class ObservedJob:
     phase: Phase
     source: SourceRef | None = None
     running: tuple[TaskKey, ...] = ()  # tasks alive now (or at the last pass)
+    backend: str | None = None  # where it runs (None: not recorded, as in golden cases)
 
 
 ObservedState = Mapping[str, ObservedJob]
@@ -40,6 +41,7 @@ def observed_job(record: JobRecord) -> ObservedJob:
         phase=Phase.DELETING if record.deleting else record.phase,
         source=record.source,
         running=tuple(sorted(t.key for t in record.tasks if t.state.alive)),
+        backend=record.backend,
     )
 
 

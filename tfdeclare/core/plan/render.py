@@ -22,8 +22,9 @@ _VERB = {
     Action.NOOP: "is unchanged",
     Action.ORPHAN: "is orphaned",
     Action.KEEP: "is kept as applied",
+    Action.MOVE: "will move to another backend",
 }
-_LISTED = (Action.CREATE, Action.UPDATE, Action.RESIZE, Action.RESTART, Action.DELETE)
+_LISTED = (Action.CREATE, Action.UPDATE, Action.RESIZE, Action.RESTART, Action.MOVE, Action.DELETE)
 
 
 def is_sensitive(env_name: str) -> bool:
@@ -62,6 +63,8 @@ def summary_line(plan: Plan) -> str:
         f"{plan.count(Action.RESTART)} to restart, {plan.count(Action.DELETE)} to delete."
     )
     extra = []
+    if plan.count(Action.MOVE):
+        extra.append(f"{plan.count(Action.MOVE)} to move to another backend")
     if plan.count(Action.UPDATE):
         extra.append(f"{plan.count(Action.UPDATE)} to update in place")
     if plan.count(Action.NOOP):
@@ -69,7 +72,7 @@ def summary_line(plan: Plan) -> str:
     if plan.count(Action.ORPHAN):
         extra.append(f"{plan.count(Action.ORPHAN)} orphaned")
     if plan.count(Action.KEEP):
-        extra.append(f"{plan.count(Action.KEEP)} kept despite invalid specs")
+        extra.append(f"{plan.count(Action.KEEP)} kept as applied")
     return line + (f" ({', '.join(extra)})" if extra else "")
 
 
@@ -124,10 +127,18 @@ def _job_text(job: JobPlan) -> list[str]:
     return lines
 
 
+def _no_plan(errors: int) -> str:
+    return f"No plan: the files have {errors} error(s). Running jobs are not affected."
+
+
 def render_text(plan: Plan, *, show_unchanged: bool = False) -> str:
     lines: list[str] = []
     listed = [j for j in plan.jobs if j.action in _LISTED or (show_unchanged and j.action is Action.NOOP)]
-    if listed:
+    errors = sum(1 for d in plan.diagnostics if d.is_error)
+    if errors:  # as Terraform: no plan from files with errors (it would be a plan of some of them)
+        lines.append(_no_plan(errors))
+        lines.append("")
+    elif listed:
         lines.append("tfdeclare will perform these actions:")
         lines.append("")
         for job in listed:
@@ -138,7 +149,7 @@ def render_text(plan: Plan, *, show_unchanged: bool = False) -> str:
         lines.append("")
     kept = [j for j in plan.jobs if j.action is Action.KEEP]
     if kept:
-        lines.append("Kept running as applied, because their specs are now invalid:")
+        lines.append("Kept as applied, not acted on now:")
         lines.extend(f"  ! {j.name}: {j.message}" for j in kept)
         lines.append("")
     orphans = [j for j in plan.jobs if j.action is Action.ORPHAN]
@@ -148,8 +159,9 @@ def render_text(plan: Plan, *, show_unchanged: bool = False) -> str:
             f"  ? {j.name} ({j.phase.value if j.phase else 'unknown'}): {j.message}" for j in orphans
         )
         lines.append("")
-    lines.append(summary_line(plan))
-    return "\n".join(lines) + "\n"
+    if not errors:
+        lines.append(summary_line(plan))
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def _change_json(change: FieldChange) -> dict[str, Any]:
@@ -188,6 +200,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
                     "stop": [k.name for k in job.stop],
                 },
                 "diagnostics": [d.to_json() for d in job.diagnostics],
+                "moves": {"from": job.moves[0], "to": job.moves[1]} if job.moves else None,
             }
             for job in plan.jobs
         ],
@@ -204,10 +217,11 @@ def _md(text: str) -> str:
 
 
 def render_markdown(plan: Plan) -> str:
-    out = ["### tfdeclare plan", "", f"**{summary_line(plan)}**", ""]
+    errors = sum(1 for d in plan.diagnostics if d.is_error)
+    headline = _no_plan(errors) if errors else summary_line(plan)
+    out = ["### tfdeclare plan", "", f"**{headline}**", ""]
     if plan.diagnostics:
-        errors = [d for d in plan.diagnostics if d.is_error]
-        out.append(f"<details open><summary>{len(errors)} error(s) in the specs</summary>")
+        out.append(f"<details open><summary>{errors} error(s) in the specs</summary>")
         out.append("")
         out.append("```")
         out.extend(d.format() for d in plan.diagnostics)
@@ -215,7 +229,7 @@ def render_markdown(plan: Plan) -> str:
         out.append("</details>")
         out.append("")
     rows = [j for j in plan.jobs if j.action is not Action.NOOP]
-    if rows:
+    if rows and not errors:
         out.append("| | job | action | why | tasks |")
         out.append("|---|---|---|---|---|")
         for job in rows:
@@ -247,7 +261,7 @@ def render_markdown(plan: Plan) -> str:
             out.append("```")
             out.append("</details>")
             out.append("")
-    else:
+    elif not errors:
         out.append("No changes.")
         out.append("")
     return "\n".join(out)

@@ -39,21 +39,22 @@ def cluster_for(addresses: Mapping[TaskKey, str], role: Role) -> dict[str, list[
     return cluster
 
 
-def tf_config(addresses: Mapping[TaskKey, str], key: TaskKey) -> str:
-    return json.dumps(
-        {"cluster": cluster_for(addresses, key.role), "task": {"type": key.role.value, "index": key.index}},
-        separators=(",", ":"),
-    )
+def cluster_json(addresses: Mapping[TaskKey, str], role: Role) -> str:
+    return json.dumps(cluster_for(addresses, role), separators=(",", ":"))
 
 
-def legacy_values(addresses: Mapping[TaskKey, str], key: TaskKey) -> dict[str, str]:
+def tf_config(cluster: str, key: TaskKey) -> str:
+    """``TF_CONFIG`` of ``key`` given its role's ``cluster_json``: the same bytes as dumping the
+    whole document (task identities depend on them), with the cluster made once per role, not
+    once per task (which made a job's cost grow with the cube of its size)."""
+    task = json.dumps({"type": key.role.value, "index": key.index}, separators=(",", ":"))
+    return f'{{"cluster":{cluster},"task":{task}}}'
+
+
+def legacy_hosts(addresses: Mapping[TaskKey, str]) -> dict[str, str]:
+    """The ``{ps_hosts}`` and ``{worker_hosts}`` values (the same for every task)."""
     cluster = cluster_for(addresses, Role.WORKER)
-    return {
-        "ps_hosts": ",".join(cluster.get("ps", [])),
-        "worker_hosts": ",".join(cluster.get("worker", [])),
-        "job_name": key.role.value,
-        "task_index": str(key.index),
-    }
+    return {"ps_hosts": ",".join(cluster.get("ps", [])), "worker_hosts": ",".join(cluster.get("worker", []))}
 
 
 def substitute(argv: tuple[str, ...], values: Mapping[str, str]) -> tuple[str, ...]:
@@ -73,6 +74,9 @@ class TaskConfig:
 
     @cached_property
     def config_hash(self) -> str:
+        """A task's identity. Its encoding is frozen: a running task whose hash changes is
+        replaced, so a field added later enters it only when set (``tests/test_upgrade.py``
+        checks the hashes of an earlier release's tasks)."""
         encoded = json.dumps(
             {
                 "argv": self.argv,
@@ -90,13 +94,18 @@ class TaskConfig:
 def task_configs(spec: JobSpec, addresses: Mapping[TaskKey, str], attempt: int) -> dict[TaskKey, TaskConfig]:
     """What every task of ``spec`` runs, given every task's address."""
     configs: dict[TaskKey, TaskConfig] = {}
+    clusters: dict[Role, str] = {}  # per role: the evaluator's differs from the others'
+    hosts: dict[str, str] | None = None
     for key in spec.task_keys():
         env = spec.env_for(key.role)
         argv = spec.command_for(key.role)
         if spec.cluster_spec in (ClusterSpecStyle.TF_CONFIG, ClusterSpecStyle.BOTH):
-            env["TF_CONFIG"] = tf_config(addresses, key)
+            if key.role not in clusters:
+                clusters[key.role] = cluster_json(addresses, key.role)
+            env["TF_CONFIG"] = tf_config(clusters[key.role], key)
         if spec.cluster_spec in (ClusterSpecStyle.LEGACY_FLAGS, ClusterSpecStyle.BOTH):
-            argv = substitute(argv, legacy_values(addresses, key))
+            hosts = hosts if hosts is not None else legacy_hosts(addresses)
+            argv = substitute(argv, {**hosts, "job_name": key.role.value, "task_index": str(key.index)})
         env.update(
             {
                 "TFDECLARE_JOB": spec.name,

@@ -20,36 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 
-from tfdeclare.core.enums import Phase, RestartPolicy, Role, TaskState
+from tfdeclare.core.enums import Phase, Reason, RestartPolicy, Role, TaskState
 from tfdeclare.core.run.clusterspec import TaskConfig, task_configs
 from tfdeclare.core.run.record import JobRecord
 from tfdeclare.core.run.tasks import ObservedTask, TaskKey
 from tfdeclare.core.spec.model import JobSpec
 
 RETRYABLE_EXIT = 42  # "checkpoint saved, restart me"
-
-
-class Why(StrEnum):
-    """Reasons for a job's phase: stable CamelCase tokens (status ``reason``)."""
-
-    CREATED = "Created"
-    LAUNCHING = "Launching"
-    TASKS_STARTING = "TasksStarting"
-    ALL_TASKS_RUNNING = "AllTasksRunning"
-    WAITING_FOR_TASKS_TO_STOP = "WaitingForTasksToStop"
-    BACKING_OFF = "BackingOff"
-    RESTARTING = "Restarting"
-    SPEC_CHANGED = "SpecChanged"
-    RESIZED = "Resized"
-    CHIEF_SUCCEEDED = "ChiefSucceeded"
-    WORKERS_SUCCEEDED = "AllWorkersSucceeded"
-    TASK_FAILED = "TaskFailed"
-    PERMANENT_EXIT_CODE = "PermanentExitCode"
-    BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
-    DEADLINE_EXCEEDED = "DeadlineExceeded"
-    DELETING = "Deleting"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,21 +55,11 @@ class Step:
     remove: bool = False  # the job is deleted and nothing of it runs: drop the record
 
 
-_CONFIGS: dict[tuple[str, int, tuple[tuple[str, str], ...]], dict[TaskKey, TaskConfig]] = {}
-
-
 def desired_configs(spec: JobSpec, record: JobRecord) -> dict[TaskKey, TaskConfig]:
     """What each slot should run, given the addresses placed so far (unplaced slots get a
-    stand-in address, so tasks that would see it count as stale). Memoised: the result is a
-    function of the spec hash, the attempt and the addresses."""
-    memo_key = (spec.spec_hash, record.attempt, tuple(sorted(record.addresses.items())))
-    configs = _CONFIGS.get(memo_key)
-    if configs is None:
-        addresses = {key: record.addresses.get(key.name, f"unplaced/{key.name}") for key in spec.task_keys()}
-        if len(_CONFIGS) > 4096:
-            _CONFIGS.clear()
-        configs = _CONFIGS[memo_key] = task_configs(spec, addresses, record.attempt)
-    return configs
+    stand-in address, so tasks that would see it count as stale)."""
+    addresses = {key: record.addresses.get(key.name, f"unplaced/{key.name}") for key in spec.task_keys()}
+    return task_configs(spec, addresses, record.attempt)
 
 
 def _describe_end(task: ObservedTask) -> str:
@@ -125,11 +93,11 @@ def _permanent(task: ObservedTask, policy: RestartPolicy) -> bool:
     return False
 
 
-def _completed(spec: JobSpec, succeeded: set[TaskKey]) -> Why | None:
+def _completed(spec: JobSpec, succeeded: set[TaskKey]) -> Reason | None:
     if spec.has_chief:
-        return Why.CHIEF_SUCCEEDED if TaskKey(Role.CHIEF, 0) in succeeded else None
+        return Reason.CHIEF_SUCCEEDED if TaskKey(Role.CHIEF, 0) in succeeded else None
     workers = [TaskKey(Role.WORKER, i) for i in range(spec.count(Role.WORKER))]
-    return Why.WORKERS_SUCCEEDED if workers and all(w in succeeded for w in workers) else None
+    return Reason.WORKERS_SUCCEEDED if workers and all(w in succeeded for w in workers) else None
 
 
 def step(record: JobRecord, tasks: Sequence[ObservedTask], now: float, backoff: Backoff) -> Step:
@@ -160,7 +128,7 @@ def _step(record: JobRecord, tasks: Sequence[ObservedTask], now: float, backoff:
                 events=(f"{record.name}: deleted",),
             )
         return Step(
-            record.evolve(phase=Phase.DELETING, reason=Why.DELETING, message="stopping its tasks"),
+            record.evolve(phase=Phase.DELETING, reason=Reason.DELETING, message="stopping its tasks"),
             stop=to_stop,
         )
 
@@ -180,12 +148,12 @@ def _step(record: JobRecord, tasks: Sequence[ObservedTask], now: float, backoff:
     deadline = spec.active_deadline_s
     if deadline is not None and record.start_time is not None and now >= record.start_time + deadline:
         message = f"still running {deadline} s after it started (activeDeadlineSeconds)"
-        return _finish(record, Phase.FAILED, Why.DEADLINE_EXCEEDED, message, now, to_stop)
+        return _finish(record, Phase.FAILED, Reason.DEADLINE_EXCEEDED, message, now, to_stop)
 
     succeeded = {t.key for t in current_ended if t.state is TaskState.SUCCEEDED}
     done = _completed(spec, succeeded)
     if done is not None:
-        what = "the chief exited 0" if done is Why.CHIEF_SUCCEEDED else "every worker exited 0"
+        what = "the chief exited 0" if done is Reason.CHIEF_SUCCEEDED else "every worker exited 0"
         return _finish(record, Phase.SUCCEEDED, done, what, now, to_stop)
 
     # A lost task may still run (a partitioned agent): the job is degraded and restarts, but
@@ -203,33 +171,33 @@ def _step(record: JobRecord, tasks: Sequence[ObservedTask], now: float, backoff:
     missing = tuple(key for key in desired if key not in covered)
     if not missing:
         running = all(t.state is TaskState.RUNNING for t in current_alive)
-        why = Why.ALL_TASKS_RUNNING if running else Why.TASKS_STARTING
+        why = Reason.ALL_TASKS_RUNNING if running else Reason.TASKS_STARTING
         phase = Phase.RUNNING if running else record.phase
         message = f"{len(current_alive)} task(s) running" if running else "tasks are starting"
         return Step(_update(record, phase, why, message), stop=stop_stale, events=tuple(events))
     if stale:
         waiting = record.evolve(
             phase=_waiting_phase(record),
-            reason=Why.WAITING_FOR_TASKS_TO_STOP,
+            reason=Reason.WAITING_FOR_TASKS_TO_STOP,
             message=f"waiting for {len(stale)} task(s) to stop before starting {len(missing)}",
         )
         return Step(waiting, stop=stop_stale, events=tuple(events))
     if record.next_launch_at is not None and now < record.next_launch_at:
         waiting = record.evolve(
             phase=Phase.RESTARTING,
-            reason=Why.BACKING_OFF,
+            reason=Reason.BACKING_OFF,
             message=f"restart {record.restarts} of {spec.backoff_limit}: backing off "
             f"{record.next_launch_at - now:.1f} s",
         )
         return Step(waiting, wake_at=record.next_launch_at)
     return Step(
-        record.evolve(reason=Why.LAUNCHING, message=f"launching {len(missing)} task(s)"),
+        record.evolve(reason=Reason.LAUNCHING, message=f"launching {len(missing)} task(s)"),
         launch=missing,
         events=tuple(events),
     )
 
 
-def _update(record: JobRecord, phase: Phase, why: Why, message: str) -> JobRecord:
+def _update(record: JobRecord, phase: Phase, why: Reason, message: str) -> JobRecord:
     """The record with this phase, reason and message; itself when nothing changes (the
     steady state of a running job, every pass)."""
     if (record.phase, record.reason, record.message) == (phase, why, message):
@@ -242,7 +210,7 @@ def _waiting_phase(record: JobRecord) -> Phase:
 
 
 def _finish(
-    record: JobRecord, phase: Phase, why: Why, message: str, now: float, to_stop: tuple[str, ...]
+    record: JobRecord, phase: Phase, why: Reason, message: str, now: float, to_stop: tuple[str, ...]
 ) -> Step:
     finished = record.evolve(
         phase=phase, reason=why, message=message, completion_time=now, next_launch_at=None
@@ -262,16 +230,16 @@ def _on_failure(
     policy = spec.restart_policy
     permanent = [t for t in failures if _permanent(t, policy)]
     if permanent:
-        why = Why.TASK_FAILED if policy is RestartPolicy.NEVER else Why.PERMANENT_EXIT_CODE
+        why = Reason.TASK_FAILED if policy is RestartPolicy.NEVER else Reason.PERMANENT_EXIT_CODE
         return _finish(record, Phase.FAILED, why, f"{what} (restartPolicy {policy.value})", now, to_stop)
     if record.restarts >= spec.backoff_limit:
         message = f"{what}; {record.restarts} restart(s) used of backoffLimit {spec.backoff_limit}"
-        return _finish(record, Phase.FAILED, Why.BACKOFF_LIMIT_EXCEEDED, message, now, to_stop)
+        return _finish(record, Phase.FAILED, Reason.BACKOFF_LIMIT_EXCEEDED, message, now, to_stop)
     restarts = record.restarts + 1
     delay = backoff.delay(restarts)
     restarted = record.evolve(
         phase=Phase.RESTARTING,
-        reason=Why.RESTARTING,
+        reason=Reason.RESTARTING,
         message=f"{what}: restart {restarts} of {spec.backoff_limit} in {delay:g} s",
         restarts=restarts,
         attempt=record.attempt + 1,

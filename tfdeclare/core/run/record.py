@@ -14,16 +14,12 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from tfdeclare.core.enums import Phase, Role, TaskState
+from tfdeclare.core.enums import Phase, Reason, Role, TaskState
 from tfdeclare.core.spec.keys import TaskKey
 from tfdeclare.core.spec.loader import SourceRef
 from tfdeclare.core.spec.model import JobSpec
 
 RECORD_VERSION = 1
-
-# JobSpec by spec hash: the hash is the canonical spec's fingerprint, so equal hashes mean
-# equal specs. A plain bounded memo, not a source of truth.
-_SPECS: dict[str, JobSpec] = {}
 
 
 def rfc3339(timestamp: float | None) -> str | None:
@@ -61,7 +57,7 @@ class ConditionType(StrEnum):
 class Condition:
     type: ConditionType
     status: str  # "True" | "False" | "Unknown"
-    reason: str
+    reason: Reason
     message: str
     last_transition: float
 
@@ -69,7 +65,7 @@ class Condition:
         return {
             "type": self.type.value,
             "status": self.status,
-            "reason": self.reason,
+            "reason": self.reason.value,
             "message": self.message,
             "lastTransitionTime": self.last_transition,
         }
@@ -79,7 +75,7 @@ class Condition:
         return cls(
             ConditionType(data["type"]),
             data["status"],
-            data["reason"],
+            Reason(data["reason"]),
             data["message"],
             float(data["lastTransitionTime"]),
         )
@@ -138,7 +134,7 @@ class JobRecord:
     canonical: Mapping[str, Any]
     spec_hash: str
     phase: Phase = Phase.PENDING
-    reason: str = "Created"
+    reason: Reason = Reason.CREATED
     message: str = ""
     source: SourceRef | None = None
     source_dir: str | None = None  # absolute folder of the spec file when applied (local working dir)
@@ -146,6 +142,8 @@ class JobRecord:
     revision_info: Mapping[str, Any] | None = None
     last_attempted_revision: str | None = None
     backend: str = "local"
+    # While a job moves to ``backend``: the backend it leaves, until its tasks there are gone
+    moving_from: str | None = None
     attempt: int = 0  # +1 per whole-job (re)launch after a failure or a restart-forcing change
     restarts: int = 0  # restarts after failures (backoffLimit counts these)
     launches: int = 0  # launch batches so far; part of every task id
@@ -154,19 +152,16 @@ class JobRecord:
     completion_time: float | None = None
     next_launch_at: float | None = None  # backoff: no launch before this
     deleting: bool = False
-    invalid: tuple[str, ...] = ()  # formatted diagnostics while the job's file is invalid
+    # Why the files' newest word on this job is not applied (Synced=False): its file is invalid,
+    # unreadable or empty, pruning was refused, a change has not settled. None: applied.
+    not_synced: tuple[Reason, str] | None = None
     conditions: tuple[Condition, ...] = ()
     tasks: tuple[TaskRecord, ...] = ()
 
     @property
     def spec(self) -> JobSpec:
-        """The typed spec; built once per spec hash (records are rebuilt on every change)."""
-        spec = _SPECS.get(self.spec_hash)
-        if spec is None:
-            if len(_SPECS) > 4096:
-                _SPECS.clear()
-            spec = _SPECS[self.spec_hash] = JobSpec.from_canonical(self.canonical)
-        return spec
+        """The typed spec."""
+        return JobSpec.from_canonical(self.canonical)
 
     def evolve(self, **changes: Any) -> JobRecord:
         return replace(self, **changes)
@@ -179,7 +174,7 @@ class JobRecord:
             "spec": self.canonical,
             "specHash": self.spec_hash,
             "phase": self.phase.value,
-            "reason": self.reason,
+            "reason": self.reason.value,
             "message": self.message,
             "source": {"file": self.source.file, "line": self.source.line} if self.source else None,
             "sourceDir": self.source_dir,
@@ -187,6 +182,7 @@ class JobRecord:
             "revisionInfo": self.revision_info,
             "lastAttemptedRevision": self.last_attempted_revision,
             "backend": self.backend,
+            "movingFrom": self.moving_from,
             "attempt": self.attempt,
             "restarts": self.restarts,
             "launches": self.launches,
@@ -195,7 +191,11 @@ class JobRecord:
             "completionTime": self.completion_time,
             "nextLaunchAt": self.next_launch_at,
             "deleting": self.deleting,
-            "invalid": list(self.invalid),
+            "notSynced": (
+                {"reason": self.not_synced[0].value, "message": self.not_synced[1]}
+                if self.not_synced
+                else None
+            ),
             "conditions": [c.to_json() for c in self.conditions],
             "tasks": [t.to_json() for t in self.tasks],
         }
@@ -211,7 +211,7 @@ class JobRecord:
             canonical=data["spec"],
             spec_hash=data["specHash"],
             phase=Phase(data["phase"]),
-            reason=data.get("reason", ""),
+            reason=Reason(data.get("reason") or Reason.CREATED),
             message=data.get("message", ""),
             source=SourceRef(source["file"], int(source["line"])) if source else None,
             source_dir=data.get("sourceDir"),
@@ -219,6 +219,7 @@ class JobRecord:
             revision_info=data.get("revisionInfo"),
             last_attempted_revision=data.get("lastAttemptedRevision"),
             backend=data.get("backend", "local"),
+            moving_from=data.get("movingFrom"),
             attempt=int(data.get("attempt", 0)),
             restarts=int(data.get("restarts", 0)),
             launches=int(data.get("launches", 0)),
@@ -227,7 +228,15 @@ class JobRecord:
             completion_time=data.get("completionTime"),
             next_launch_at=data.get("nextLaunchAt"),
             deleting=bool(data.get("deleting", False)),
-            invalid=tuple(data.get("invalid", ())),
+            not_synced=_not_synced(data),
             conditions=tuple(Condition.from_json(c) for c in data.get("conditions", ())),
             tasks=tuple(TaskRecord.from_json(t) for t in data.get("tasks", ())),
         )
+
+
+def _not_synced(data: Mapping[str, Any]) -> tuple[Reason, str] | None:
+    entry = data.get("notSynced")
+    if entry:
+        return Reason(entry["reason"]), str(entry["message"])
+    invalid = data.get("invalid")  # records written before notSynced: the file's errors
+    return (Reason.INVALID_SPEC, str(invalid[0])) if invalid else None

@@ -10,13 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tfdeclare.core.enums import ROLE_ORDER, Phase, TaskState
+from tfdeclare.core.enums import ROLE_ORDER, Phase, Reason, TaskState
 from tfdeclare.core.run.record import Condition, ConditionType, JobRecord, TaskRecord, rfc3339
 from tfdeclare.core.run.tasks import ObservedTask, TaskKey
-
-STALLED_REASONS = frozenset(
-    {"Unschedulable", "BackoffLimitExceeded", "DeadlineExceeded", "PermanentExitCode", "TaskFailed"}
-)
 
 
 def task_records(current: Sequence[ObservedTask]) -> tuple[TaskRecord, ...]:
@@ -46,7 +42,7 @@ def task_records(current: Sequence[ObservedTask]) -> tuple[TaskRecord, ...]:
 def conditions(record: JobRecord, now: float) -> tuple[Condition, ...]:
     previous = {c.type: c for c in record.conditions}
 
-    def make(kind: ConditionType, status: str, reason: str, message: str) -> Condition:
+    def make(kind: ConditionType, status: str, reason: Reason, message: str) -> Condition:
         before = previous.get(kind)
         since = (
             before.last_transition if before and (before.status, before.reason) == (status, reason) else now
@@ -58,19 +54,19 @@ def conditions(record: JobRecord, now: float) -> tuple[Condition, ...]:
         make(
             ConditionType.READY,
             "True" if phase is Phase.RUNNING else "False",
-            str(record.reason) or phase.value,
+            record.reason,
             record.message,
         )
     ]
-    if record.invalid:
-        out.append(make(ConditionType.SYNCED, "False", "InvalidSpec", record.invalid[0]))
+    if record.not_synced:
+        out.append(make(ConditionType.SYNCED, "False", *record.not_synced))
     else:
         applied = f"revision {record.revision}" if record.revision else f"spec {record.spec_hash[:12]}"
-        out.append(make(ConditionType.SYNCED, "True", "SpecApplied", f"{applied} is applied"))
-    if str(record.reason) in STALLED_REASONS:
-        out.append(make(ConditionType.STALLED, "True", str(record.reason), record.message))
+        out.append(make(ConditionType.SYNCED, "True", Reason.SPEC_APPLIED, f"{applied} is applied"))
+    if record.reason.stalled:
+        out.append(make(ConditionType.STALLED, "True", record.reason, record.message))
     elif phase in (Phase.PENDING, Phase.RESTARTING, Phase.DELETING):
-        out.append(make(ConditionType.RECONCILING, "True", str(record.reason) or phase.value, record.message))
+        out.append(make(ConditionType.RECONCILING, "True", record.reason, record.message))
     return tuple(out)
 
 

@@ -73,7 +73,8 @@ class Slot:
     key: TaskKey
     host: str
     port: int
-    agent_id: str | None = None  # Mesos agent; None for the local backend
+    # The backend's own name for where the task runs (a Mesos agent id, ...): opaque here.
+    backend_ref: str | None = None
     gpu_devices: tuple[int, ...] = ()  # device indices, where the backend chooses them
 
     @property

@@ -6,11 +6,6 @@ stay strings), refuse every tag but the standard scalar/collection ones, report 
 non-string keys, bound the file size, the nesting depth and the number of nodes visited (an
 alias bomb stops after ``max_nodes`` visits, in milliseconds), and reject invalid UTF-8.
 
-Most files are read by ``yaml_subset`` (the common part of YAML, straight into values, with
-no node tree: about 0.6 of the time for a typical job file); anything else, and everything
-wrong, by libyaml's composer here. Both give the same values for the same text
-(``tests/test_yaml_subset.py``).
-
 A ``Document`` can place validation errors, found later by JSON path, at a line and column;
 ``release()`` drops what it kept for that once a file is done.
 """
@@ -26,7 +21,6 @@ import yaml
 
 from tfdeclare.core.diagnostics import REPORTED, Code, Diagnostic, JsonPath, format_json_path
 from tfdeclare.core.spec.scalars import NOT_STRING_WORDS, resolve_plain
-from tfdeclare.core.spec.yaml_subset import Positions, parse_subset
 
 MAX_FILE_BYTES = 1 << 20
 MAX_NODES = 100_000
@@ -90,13 +84,7 @@ def _pos(node: yaml.Node) -> tuple[int, int]:
 
 @dataclass(slots=True)
 class Document:
-    """One YAML document of a file: its plain value and (until released) where its nodes are.
-
-    A document read by the full path keeps its node tree. One read by the subset reader keeps
-    its file's text and the positions of its top-level scalars, and composes the node tree on
-    the first question those cannot answer (a validation error: rare, so the common path never
-    builds one).
-    """
+    """One YAML document of a file: its plain value and (until released) its node tree."""
 
     source: str
     index: int  # 0-based position of the document in its file
@@ -104,8 +92,6 @@ class Document:
     value: Any
     _root: yaml.Node | None = field(default=None, repr=False)
     refused: bool = False  # some value was refused while loading (and reported); not usable
-    _text: str | None = field(default=None, repr=False)
-    _positions: Positions | None = field(default=None, repr=False)
 
     def locate(self, path: JsonPath, *, key: bool = False) -> tuple[int, int]:
         """Line and column of the node at ``path``; its nearest existing parent if absent.
@@ -114,15 +100,7 @@ class Document:
         """
         node = self._root
         if node is None:
-            if self._text is None:
-                return self.line, 1
-            if not key and self._positions is not None:
-                known = self._positions.get(path)
-                if known is not None:
-                    return known
-            node = self._root = _compose(self._text, self.index)
-            if node is None:
-                return self.line, 1
+            return self.line, 1
         # Where a missing child is reported: the key that names its parent (``spec:``).
         anchor = _pos(node)
         for depth, part in enumerate(path):
@@ -156,8 +134,6 @@ class Document:
 
     def release(self) -> None:
         self._root = None
-        self._text = None
-        self._positions = None
 
 
 class _Converter:
@@ -211,7 +187,7 @@ class _Converter:
             return value
         if depth >= MAX_DEPTH:
             raise _TooComplex(node, f"document nests deeper than {MAX_DEPTH} levels")
-        if tag != _MAP and tag != _SEQ:
+        if tag not in (_MAP, _SEQ):
             self.fail(
                 node, path, f"tag {_short(tag)} is not allowed (only plain YAML data)", Code.FORBIDDEN_TAG
             )
@@ -223,15 +199,15 @@ class _Converter:
         mapping: dict[str, Any] = {}
         for key_node, value_node in node.value:
             key_tag = key_node.tag
-            if type(key_node) is not _ScalarNode or (key_tag != _PLAIN and key_tag != _STR):
+            if type(key_node) is not _ScalarNode or key_tag not in (_PLAIN, _STR):
                 self.fail(key_node, path, "keys must be plain strings", Code.NON_STRING_KEY)
                 continue
             key = key_node.value
-            if key_tag == _PLAIN and (not key[:1].isalpha() or key in NOT_STRING_WORDS):
-                if not _is_string_key(key):
-                    # ``1: x`` or ``true: x``: YAML would make a number or bool of it; say so.
-                    self.fail(key_node, path, f"key {key!r} must be a string (quote it)", Code.NON_STRING_KEY)
-                    continue
+            maybe_not_string = not key[:1].isalpha() or key in NOT_STRING_WORDS
+            if key_tag == _PLAIN and maybe_not_string and not _is_string_key(key):
+                # ``1: x`` or ``true: x``: YAML would make a number or bool of it; say so.
+                self.fail(key_node, path, f"key {key!r} must be a string (quote it)", Code.NON_STRING_KEY)
+                continue
             if key in mapping:
                 self.fail(key_node, (path, key), f"duplicate key {key!r}", Code.DUPLICATE_KEY)
                 continue
@@ -314,30 +290,16 @@ def _mark_diagnostic(source: str, text: str, err: yaml.MarkedYAMLError) -> Diagn
 
 
 def parse_documents(
-    source: str, data: bytes, *, max_nodes: int = MAX_NODES, subset: bool = True
+    source: str, data: bytes, *, max_nodes: int = MAX_NODES
 ) -> tuple[list[Document], list[Diagnostic]]:
     """All documents of one file, and every problem found on the way.
 
     Documents that parsed are returned even when a later one has a syntax error, so that the
-    jobs they name can still be recognised (and protected) by the planner. ``subset=False``
-    skips the fast reader (the tests compare the two).
+    jobs they name can still be recognised (and protected) by the planner.
     """
     text, problem = _decode(source, data)
     if text is None:
         return [], [problem] if problem else []
-    # Without aliases every node takes at least one character: a text shorter than the node
-    # bound cannot reach it, and the subset reader has no aliases.
-    fast = parse_subset(text) if subset and len(text) < max_nodes else None
-    if fast is not None:
-        return [
-            Document(source, index, line, value, None, False, text, positions)
-            for index, (line, value, positions) in enumerate(fast)
-        ], []
-    return _parse_full(source, text, max_nodes)
-
-
-def _parse_full(source: str, text: str, max_nodes: int) -> tuple[list[Document], list[Diagnostic]]:
-    """``parse_documents`` by libyaml's composer: any YAML, every problem reported."""
     documents: list[Document] = []
     diagnostics: list[Diagnostic] = []
     converter = _Converter(source, max_nodes)
@@ -364,20 +326,6 @@ def _parse_full(source: str, text: str, max_nodes: int) -> tuple[list[Document],
         loader.dispose()
     diagnostics.extend(converter.diagnostics)
     return documents, diagnostics
-
-
-def _compose(text: str, index: int) -> yaml.Node | None:
-    """The node tree of document ``index`` of a text the subset reader accepted."""
-    loader = _Loader(text)
-    try:
-        for at, root in enumerate(_iter_nodes(loader)):
-            if at == index:
-                return root
-    except yaml.YAMLError:
-        pass  # cannot happen for a text the subset reader accepted; placed at its start
-    finally:
-        loader.dispose()
-    return None
 
 
 def _iter_nodes(loader: Any) -> Iterator[yaml.Node]:

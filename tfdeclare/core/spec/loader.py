@@ -1,4 +1,5 @@
-"""One file's bytes -> its jobs and diagnostics (parse, schema, semantic rules, model).
+"""One file's bytes -> its jobs and diagnostics (parse, schema, semantic rules, the configured
+backend's checks, model).
 
 Pure: the caller reads the bytes. ``FileResult`` is cacheable by content hash (the shell
 caches it so a warm re-plan only re-parses files that changed). Rules that need every file —
@@ -9,12 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from tfdeclare.core.diagnostics import Code, Diagnostic
+from tfdeclare.core.diagnostics import Code, Diagnostic, JsonPath
 from tfdeclare.core.enums import ClusterSpecStyle, Role
 from tfdeclare.core.spec.documents import Document, parse_documents
 from tfdeclare.core.spec.model import JobSpec, canonicalize, fingerprint
@@ -45,12 +46,12 @@ class LoadedJob:
         return JobSpec.from_canonical(self.canonical)
 
 
-@dataclass(frozen=True, slots=True)
-class LoadContext:
-    """What validity depends on besides the file: the backend and how it runs containers."""
+Locate = Callable[[JsonPath, str], Diagnostic]
+"""Makes the diagnostic ``message`` at a JSON path of the job's document (file:line:col)."""
 
-    backend: str = "local"
-    mesos_containerizer: str = "mesos"
+SpecCheck = Callable[[LoadedJob, Locate], Sequence[Diagnostic]]
+"""What validity depends on besides the file: a pure check of a job that passed every general
+rule, answering what the configured backend cannot honour (the backends bring them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,8 +75,7 @@ def content_hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def load_file(path: str, data: bytes, context: LoadContext | None = None) -> FileResult:
-    context = context or LoadContext()
+def load_file(path: str, data: bytes, checks: Sequence[SpecCheck] = ()) -> FileResult:
     documents, diagnostics = parse_documents(path, data)
     jobs: list[LoadedJob] = []
     named: list[tuple[str, SourceRef]] = []
@@ -88,7 +88,7 @@ def load_file(path: str, data: bytes, context: LoadContext | None = None) -> Fil
         if name is not None:
             name_line, _ = document.locate(("metadata", "name"))
             named.append((name, SourceRef(path, name_line, document.index)))
-        job, problems = _load_document(document, source, context)
+        job, problems = _load_document(document, source, checks)
         diagnostics.extend(problems)
         if job is not None:
             jobs.append(job)
@@ -106,7 +106,7 @@ def _name_of(value: Any) -> str | None:
 
 
 def _load_document(
-    document: Document, source: SourceRef, context: LoadContext
+    document: Document, source: SourceRef, checks: Sequence[SpecCheck]
 ) -> tuple[LoadedJob | None, list[Diagnostic]]:
     value = document.value
     if not isinstance(value, dict):
@@ -118,24 +118,24 @@ def _load_document(
     try:
         canonical = canonicalize(filled)
     except QuantityError as err:
-        return None, [document.diagnostic(_quantity_path(filled, str(err)), str(err), Code.QUANTITY)]
-    problems = _semantic_problems(document, canonical, context)
+        return None, [document.diagnostic(err.path, str(err), Code.QUANTITY)]
+    problems = _semantic_problems(document, canonical)
     if problems:
         return None, problems
     name = canonical["metadata"]["name"]
-    return LoadedJob(name, canonical, fingerprint(canonical), source), []
+    job = LoadedJob(name, canonical, fingerprint(canonical), source)
+    if checks:
+
+        def locate(path: JsonPath, message: str) -> Diagnostic:
+            return document.diagnostic(path, message, Code.BACKEND)
+
+        problems = [problem for check in checks for problem in check(job, locate)]
+        if problems:
+            return None, problems
+    return job, []
 
 
-def _quantity_path(filled: Mapping[str, Any], message: str) -> tuple[str | int, ...]:
-    for role, replica in filled["spec"]["replicas"].items():
-        if repr(replica["resources"]["mem"]) in message:
-            return ("spec", "replicas", role, "resources", "mem")
-    return ("spec", "replicas")
-
-
-def _semantic_problems(
-    document: Document, canonical: Mapping[str, Any], context: LoadContext
-) -> list[Diagnostic]:
+def _semantic_problems(document: Document, canonical: Mapping[str, Any]) -> list[Diagnostic]:
     """The rules a JSON Schema cannot say well."""
     spec = canonical["spec"]
     replicas = spec["replicas"]
@@ -176,14 +176,4 @@ def _semantic_problems(
                     "{job_name} or {task_index}",
                 )
             )
-    gpus = sum(e["resources"]["gpus"] for e in replicas.values())
-    if gpus and context.backend == "mesos" and context.mesos_containerizer == "docker":
-        problems.append(
-            document.diagnostic(
-                ("spec", "replicas"),
-                "GPUs need the Mesos containerizer; this controller is configured with the Docker "
-                "containerizer (mesos.containerizer), which cannot give a task its GPUs",
-                Code.BACKEND,
-            )
-        )
     return problems

@@ -4,11 +4,16 @@ A ``JobSpec`` is built only from a *canonical* spec: the schema-valid document w
 filled in and quantities normalised (``mem`` in MiB, ``cpus: 2`` == ``cpus: 2.0``, roles with
 ``count: 0`` dropped). The canonical form is what is stored as "applied", diffed by the planner
 and hashed into ``spec_hash``, so formatting, key order and defaults never count as changes.
+
+Upgrades: records keep the canonical form of the release that applied them, and an upgrade must
+never change a running job's plan (contract §5). The planner takes a key missing on one side
+as equal to an unset value (``None``, ``{}``, ``[]``), so a field added to this form must be
+unset when the user did not set it, and ``from_canonical`` must read it with a default.
+(``tests/test_upgrade.py`` plans against records written by earlier releases.)
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 from collections.abc import Mapping
@@ -25,7 +30,7 @@ from tfdeclare.core.enums import (
     VolumeMode,
 )
 from tfdeclare.core.spec.keys import AttributeConstraint, TaskKey, Volume
-from tfdeclare.core.spec.resources import Resources, parse_mem_mib
+from tfdeclare.core.spec.resources import QuantityError, Resources, parse_mem_mib
 
 Pairs = tuple[tuple[str, str], ...]
 
@@ -38,8 +43,8 @@ def _number(value: float) -> int | float:
 def canonicalize(filled: Mapping[str, Any]) -> dict[str, Any]:
     """The canonical form of a schema-valid, default-filled job document.
 
-    Raises ``QuantityError`` for a quantity the schema's pattern admitted but that makes no
-    sense (``0Gi``); the loader turns that into a diagnostic.
+    Raises ``QuantityError`` (with its path) for a quantity the schema's pattern admitted but
+    that makes no sense (``0Gi``); the loader turns that into a diagnostic.
     """
     spec = filled["spec"]
     replicas: dict[str, Any] = {}
@@ -48,11 +53,15 @@ def canonicalize(filled: Mapping[str, Any]) -> dict[str, Any]:
         if replica is None or replica["count"] == 0:
             continue
         resources = replica["resources"]
+        try:
+            mem = parse_mem_mib(resources["mem"])
+        except QuantityError as err:
+            raise QuantityError(str(err), ("spec", "replicas", role_name, "resources", "mem")) from None
         entry: dict[str, Any] = {
             "count": int(replica["count"]),
             "resources": {
                 "cpus": _number(resources["cpus"]),
-                "mem": parse_mem_mib(resources["mem"]),
+                "mem": mem,
                 "gpus": int(resources["gpus"]),
             },
         }
@@ -105,13 +114,11 @@ def fingerprint(canonical: Mapping[str, Any]) -> str:
 def task_keys_of(canonical: Mapping[str, Any]) -> tuple[TaskKey, ...]:
     """Every task of a canonical spec, without building the ``JobSpec``."""
     replicas = canonical["spec"]["replicas"]
-    return _task_keys(tuple(replicas[name]["count"] if name in replicas else 0 for _, name in ROLE_NAMES))
-
-
-@functools.lru_cache(maxsize=1024)  # the same few shapes recur across thousands of jobs
-def _task_keys(counts: tuple[int, ...]) -> tuple[TaskKey, ...]:
     return tuple(
-        TaskKey(role, i) for (role, _), count in zip(ROLE_NAMES, counts, strict=True) for i in range(count)
+        TaskKey(role, i)
+        for role, name in ROLE_NAMES
+        if name in replicas
+        for i in range(replicas[name]["count"])
     )
 
 

@@ -6,10 +6,11 @@ write it, a bare ``K M G T`` suffix; both mean powers of 1024 here, the way Meso
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 from dataclasses import dataclass
+
+from tfdeclare.core.diagnostics import JsonPath
 
 _MEM = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*(Ki|Mi|Gi|Ti|K|M|G|T)?$")
 _FACTOR_TO_MIB = {
@@ -28,10 +29,14 @@ MAX_MEM_MIB = 1 << 40
 
 
 class QuantityError(ValueError):
-    """A quantity that the schema's pattern let through but that has no sensible value."""
+    """A quantity that the schema's pattern let through but that has no sensible value;
+    ``path`` says where it stands in its document, where the caller knows."""
+
+    def __init__(self, message: str, path: JsonPath = ()) -> None:
+        super().__init__(message)
+        self.path = path
 
 
-@functools.lru_cache(maxsize=4096, typed=True)  # a few spellings recur in thousands of files
 def parse_mem_mib(value: int | float | str) -> int:
     """``8192`` -> 8192, ``"16Gi"`` -> 16384, ``"512Ki"`` -> 1 (rounded up to whole MiB)."""
     if isinstance(value, bool):

@@ -1,4 +1,4 @@
-"""Plain scalars: the YAML 1.2 core schema, shared by both ways ``documents`` reads a file.
+"""Plain scalars: the YAML 1.2 core schema, as ``documents`` resolves an untagged scalar.
 
 ``NO``, ``yes`` and ``on`` stay strings; ``0o17`` and ``0x1f`` are integers; ``.inf`` and ``.nan``
 are floats (which ``documents`` then refuses as not finite). An integer too large for Python

@@ -1,0 +1,286 @@
+"""Backends as plugins: the registry, the composed config schema and file, and each backend's
+spec checks, as pure functions and through the real CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from tests.conftest import cli, job_yaml
+from tfdeclare.backends import registry
+from tfdeclare.backends.local.config import LocalConfig
+from tfdeclare.backends.local.plugin import check_job as local_check
+from tfdeclare.backends.mesos.config import MesosConfig
+from tfdeclare.backends.mesos.plugin import check_job as mesos_check
+from tfdeclare.core.diagnostics import Code, Diagnostic
+from tfdeclare.core.spec.loader import LoadedJob, load_file
+from tfdeclare.core.spec.schema import Schema
+
+# ---- the registry -----------------------------------------------------------------------------
+
+
+def test_registry_names_each_backend_once() -> None:
+    assert registry.names() == ("local", "mesos")
+    for name in registry.names():
+        plugin = registry.plugin(name)
+        assert plugin.name == name
+        assert plugin.config_schema()["$id"].endswith(f"/backends/{name}.schema.json")
+
+
+def test_an_unknown_backend_is_a_lookup_error_naming_the_known_ones() -> None:
+    with pytest.raises(registry.UnknownBackend, match=r"unknown backend 'kubernetes'; one of local, mesos"):
+        registry.plugin("kubernetes")
+
+
+def test_importing_the_registry_imports_no_backend() -> None:
+    probe = (
+        "import sys, tfdeclare.backends.registry\n"
+        "heavy = [m for m in sys.modules if m == 'httpx' or m.startswith("
+        "('tfdeclare.backends.mesos.client', 'tfdeclare.backends.mesos.backend', "
+        "'tfdeclare.backends.local.backend'))]\n"
+        "print(heavy)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+# ---- the config schema and file ---------------------------------------------------------------
+
+
+def _undescribed(schema: Any, path: str = "$") -> list[str]:
+    missing = []
+    for key, sub in schema.get("properties", {}).items():
+        if "description" not in sub:
+            missing.append(f"{path}.{key}")
+        missing.extend(_undescribed(sub, f"{path}.{key}"))
+    return missing
+
+
+def test_the_config_schema_is_composed_from_each_backends_fragment() -> None:
+    document = registry.config_schema()
+    jsonschema.Draft202012Validator.check_schema(document)
+    assert document["properties"]["backend"]["enum"] == ["local", "mesos"]
+    for name in registry.names():
+        fragment = registry.plugin(name).config_schema()
+        assert document["properties"][name]["properties"] == fragment["properties"]
+    assert _undescribed(document) == []
+    assert {e["backend"] for e in document["examples"]} == {"local", "mesos"}
+    reference = jsonschema.Draft202012Validator(document)
+    ours = Schema(document)
+    for example in document["examples"]:
+        assert ours.validate(example) == []
+        assert not list(reference.iter_errors(example))
+    for wrong in ({"backend": "yarn"}, {"mesos": {"nope": 1}}, {"local": {"gpus": -1}}):
+        assert ours.validate(wrong) != []
+        assert list(reference.iter_errors(wrong))
+
+
+def test_schema_config_prints_the_composed_schema(tmp_path: Path) -> None:
+    result = cli("schema", "config", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == registry.config_schema()
+
+
+@pytest.mark.parametrize("name", ["local", "mesos"])
+def test_each_backends_default_config_is_its_schema_defaults(name: str) -> None:
+    config, problems = registry.parse_config_file("c.yaml", b"backend: local\n", "/etc/tfdeclare")
+    assert problems == [] and config is not None
+    assert config.backends[name] == registry.plugin(name).config_type()
+
+
+def _problems(text: str) -> list[str]:
+    config, problems = registry.parse_config_file("c.yaml", textwrap.dedent(text).encode(), "/cfg")
+    assert (config is None) == bool(problems)
+    return [p.format() for p in problems]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("backend: yarn\n", 'c.yaml:1:10: error: must be one of local, mesos; got "yarn" (at $.backend)'),
+        ("mesos:\n  containerizer: rkt\n", "c.yaml:2:18: error: must be one of mesos, docker"),
+        ("mesos:\n  nope: 1\n", "c.yaml:2:3: error: unknown field 'nope'"),
+        ("local:\n  mem: 0Gi\n", "c.yaml:2:8: error: mem '0Gi' must be more than 0 (at $.local.mem)"),
+        (
+            "local:\n  portRange: {first: 3000, last: 2000}\n",
+            "c.yaml:2:3: error: first must not be after last (at $.local.portRange)",
+        ),
+    ],
+)
+def test_config_errors_name_file_line_and_json_path(text: str, expected: str) -> None:
+    (problem,) = _problems(text)
+    assert problem.startswith(expected), problem
+
+
+def test_a_mistake_in_any_backends_section_is_reported_whichever_is_chosen() -> None:
+    assert _problems("backend: mesos\nlocal: {mem: 0Gi}\n") == [
+        "c.yaml:2:14: error: mem '0Gi' must be more than 0 (at $.local.mem)"
+    ]
+
+
+def test_sections_parse_into_each_backends_config_with_files_from_the_config_folder() -> None:
+    text = """\
+        backend: mesos
+        local: {cpus: 2, mem: 1Gi, portRange: {first: 21000, last: 21999}}
+        mesos: {master: "zk://zk:2181/mesos", secretFile: secret.txt, caFile: /etc/ca.pem, roles: [ml]}
+        """
+    config, problems = registry.parse_config_file("c.yaml", textwrap.dedent(text).encode(), "/cfg")
+    assert problems == [] and config is not None
+    assert config.backend == "mesos"
+    assert config.backends["local"] == LocalConfig(cpus=2.0, mem_mib=1024, port_first=21000, port_last=21999)
+    mesos = config.backends["mesos"]
+    assert isinstance(mesos, MesosConfig)
+    assert (mesos.master, mesos.secret_file, mesos.ca_file, mesos.roles) == (
+        "zk://zk:2181/mesos",
+        "/cfg/secret.txt",
+        "/etc/ca.pem",
+        ("ml",),
+    )
+
+
+# ---- spec checks, pure ------------------------------------------------------------------------
+
+JOB = """\
+apiVersion: tfdeclare/v1
+kind: TFJob
+metadata: {name: j}
+spec:
+  command: [python, train.py]
+  replicas:
+    chief: {count: 1, resources: {cpus: 1, mem: 1Gi}}
+    worker: {count: 2, resources: {cpus: 1, mem: 1Gi, gpus: 1}}
+"""
+IMAGE = "  image: tf:2\n"
+VOLUMES = "  volumes: [{hostPath: /mnt/data, containerPath: /data}]\n"
+CONSTRAINTS = "  placement: {constraints: [{attribute: rack, operator: In, values: [r1]}]}\n"
+
+
+def _job(text: str) -> LoadedJob:
+    (job,) = load_file("j.yaml", text.encode()).jobs
+    return job
+
+
+def _at(path: tuple[str | int, ...], message: str) -> Diagnostic:
+    return Diagnostic("j.yaml", None, None, message, ".".join(map(str, path)), Code.BACKEND)
+
+
+def _paths(found: list[Diagnostic]) -> list[str | None]:
+    return [d.json_path for d in found]
+
+
+def test_local_accepts_a_job_it_can_run() -> None:
+    assert local_check(LocalConfig(), _job(JOB), _at) == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "path", "words"),
+    [
+        (IMAGE, "spec.image", "no container runtime"),
+        (VOLUMES, "spec.volumes", "cannot mount spec.volumes"),
+        (CONSTRAINTS, "spec.placement.constraints", "no agent attributes"),
+    ],
+)
+def test_local_refuses_what_it_cannot_honour(extra: str, path: str, words: str) -> None:
+    (problem,) = local_check(LocalConfig(), _job(JOB + extra), _at)
+    assert problem.json_path == path and words in problem.message
+
+
+def test_local_reports_every_problem_of_a_job() -> None:
+    found = local_check(LocalConfig(), _job(JOB + IMAGE + VOLUMES + CONSTRAINTS), _at)
+    assert _paths(found) == ["spec.image", "spec.volumes", "spec.placement.constraints"]
+
+
+def test_mesos_refuses_gpus_with_the_docker_containerizer_only() -> None:
+    gpu_job, cpu_job = _job(JOB), _job(JOB.replace(", gpus: 1", ""))
+    assert mesos_check(MesosConfig(containerizer="mesos"), gpu_job, _at) == []
+    assert mesos_check(MesosConfig(containerizer="docker"), cpu_job, _at) == []
+    found = mesos_check(MesosConfig(containerizer="docker"), gpu_job, _at)
+    assert _paths(found) == ["spec.replicas.worker.resources.gpus"]
+    assert "GPUs need the Mesos containerizer" in found[0].message
+
+
+def test_mesos_accepts_images_volumes_and_constraints() -> None:
+    assert mesos_check(MesosConfig(), _job(JOB + IMAGE + VOLUMES + CONSTRAINTS), _at) == []
+
+
+def test_the_loader_places_a_checks_problems_and_keeps_the_job_out() -> None:
+    result = load_file("j.yaml", (JOB + VOLUMES).encode(), (partial(local_check, LocalConfig()),))
+    assert result.jobs == ()
+    assert [(d.line, d.column, d.json_path, d.code) for d in result.diagnostics] == [
+        (9, 3, "$.spec.volumes", Code.BACKEND)
+    ]
+
+
+# ---- spec checks through the CLI --------------------------------------------------------------
+
+
+def _write(workdir: Path, extra: str) -> None:
+    (workdir / "specs" / "j.yaml").write_text(job_yaml("j", extra=extra))
+
+
+@pytest.mark.parametrize(
+    ("extra", "where"),
+    [
+        (IMAGE, "specs/j.yaml:9:10: error: the local backend has no container runtime"),
+        (VOLUMES, "specs/j.yaml:9:3: error: the local backend cannot mount spec.volumes"),
+        (CONSTRAINTS, "specs/j.yaml:9:15: error: the local backend has no agent attributes"),
+    ],
+)
+def test_validate_and_plan_on_local_report_the_field(workdir: Path, extra: str, where: str) -> None:
+    _write(workdir, extra)
+    for command in ("validate", "plan"):
+        result = cli(command, "specs", cwd=workdir)
+        assert result.returncode == 1, result.stdout
+        assert where in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+    assert cli("validate", "specs", "--backend", "mesos", cwd=workdir).returncode == 0
+
+
+def test_apply_on_local_refuses_a_job_with_an_image(workdir: Path) -> None:
+    _write(workdir, IMAGE)
+    result = cli("apply", "specs", cwd=workdir)
+    assert result.returncode == 1
+    assert "specs/j.yaml:9:10: error: the local backend has no container runtime" in result.stderr
+    assert not (workdir / "status" / "j.yaml").exists()
+
+
+def test_plan_on_mesos_with_docker_refuses_gpus(workdir: Path) -> None:
+    (workdir / "tfdeclare.yaml").write_text("backend: mesos\nmesos: {containerizer: docker}\n")
+    gpus = "worker: {count: 1, resources: {cpus: 1, mem: 64, gpus: 1}}"
+    (workdir / "specs" / "j.yaml").write_text(job_yaml("j", roles=gpus))
+    result = cli("plan", "specs", cwd=workdir)
+    assert result.returncode == 1
+    assert (
+        "specs/j.yaml:8:60: error: GPUs need the Mesos containerizer; this controller is configured "
+        "with the Docker containerizer (mesos.containerizer), which cannot give a task its GPUs "
+        "(at $.spec.replicas.worker.resources.gpus)"
+    ) in result.stderr
+    assert cli("plan", "specs", "--backend", "local", cwd=workdir).returncode == 0
+
+
+def test_the_example_specs_are_valid_on_both_backends(tmp_path: Path) -> None:
+    specs = Path(__file__).resolve().parents[1] / "specs"
+    for backend in registry.names():
+        result = cli("validate", str(specs), "--backend", backend, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+
+
+def test_the_daemon_reports_what_the_backend_cannot_honour(workdir: Path) -> None:
+    from tests.test_daemon import Daemon, wait_until
+
+    _write(workdir, VOLUMES)
+    daemon = Daemon(workdir, "--specs", "specs", "--interval", "5")
+    try:
+        where = "specs/j.yaml:9:3: error: the local backend cannot mount spec.volumes"
+        wait_until(lambda: where in daemon.text())
+        assert not (workdir / "status" / "j.yaml").exists()
+    finally:
+        assert daemon.stop() == 0

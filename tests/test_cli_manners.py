@@ -1,0 +1,162 @@
+"""What the CLI promises around the commands themselves: exit codes of usage errors, NAME
+arguments that cannot name a file elsewhere, a ``status`` that only reads, ages in UTC."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import cli
+from tests.test_e2e_local import pids_alive, project, records, spec, status_of, wait_until
+from tfdeclare.cli.run_commands import _age
+from tfdeclare.core.run.record import rfc3339
+
+__all__ = ["project"]  # the fixture
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("plan",),  # a required argument missing
+        ("apply", "specs", "--timeout", "soon"),
+        ("no-such-command",),
+        ("plan", "specs", "--detailed-exitcode", "--no-such-flag"),
+    ],
+)
+def test_usage_errors_exit_1_not_2_which_means_changes(tmp_path: Path, args: tuple[str, ...]) -> None:
+    result = cli(*args, cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert "usage: tfdeclare" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("delete", "Nope"), ("status", "../x"), ("logs", "../../etc/passwd"), ("delete", "a", "b/../../c")],
+)
+def test_a_name_that_is_not_a_job_name_is_a_usage_error(tmp_path: Path, args: tuple[str, ...]) -> None:
+    result = cli(*args, cwd=tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "is not a job name" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_ages_are_counted_in_utc_whatever_the_local_daylight_saving_time() -> None:
+    code = (
+        "import time; from tfdeclare.cli.run_commands import _age; "
+        "from tfdeclare.core.run.record import rfc3339; print(_age(rfc3339(time.time() - 90)))"
+    )
+    for zone in ("Australia/Sydney", "America/New_York", "Europe/Berlin", "UTC"):
+        shown = subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "TZ": zone},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert shown.stdout.strip() == "1m", zone
+    assert _age(rfc3339(time.time() - 3 * 3600 - 5)) == "3h"
+
+
+def _hold_lock(project: Path) -> subprocess.Popen[str]:
+    """Another controller holding the state folder's lock, as a real process."""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, pathlib; from tfdeclare.shell.lock import ControllerLock; "
+            "lock = ControllerLock(pathlib.Path('.tfdeclare')); lock.acquire('daemon', source='x'); "
+            "print('held', flush=True); sys.stdin.read()",
+        ],
+        cwd=project,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_status_only_reads_and_refresh_reconciles(project: Path) -> None:
+    (project / "specs" / "a.yaml").write_text(spec("quick", {"worker": (1, "sleep=0.5")}))
+    assert cli("apply", "specs", cwd=project).returncode == 0
+    wait_until(lambda: len(records(project)) == 1)
+    pid = int(records(project)["worker-0.0"]["pid"])  # type: ignore[call-overload]
+    wait_until(lambda: pids_alive([pid]) == [])
+    # the task has ended and its supervisor has recorded how; no controller has looked since
+    wait_until(lambda: any((project / ".tfdeclare" / "local" / "tasks").glob("*/exit.json")))
+    before = {p: p.read_bytes() for p in (project / ".tfdeclare").rglob("*.json")}
+    status_before = (project / "status" / "quick.yaml").read_bytes()
+
+    holder = _hold_lock(project)
+    try:
+        shown = cli("status", cwd=project)
+        assert shown.returncode == 0, shown.stderr
+        assert "quick" in shown.stdout and "kept current by daemon" in shown.stderr
+        refused = cli("status", "--refresh", cwd=project)
+        assert refused.returncode == 1 and "daemon" in refused.stderr
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(10)
+
+    shown = cli("status", "quick", cwd=project)
+    assert shown.returncode == 0 and "--refresh" in shown.stderr
+    after = {p: p.read_bytes() for p in (project / ".tfdeclare").rglob("*.json")}
+    assert after == before, "status wrote to the state folder"
+    assert (project / "status" / "quick.yaml").read_bytes() == status_before
+    assert status_of(project, "quick")["phase"] != "Succeeded"
+
+    assert cli("status", "--refresh", cwd=project).returncode == 0
+    assert status_of(project, "quick")["phase"] == "Succeeded"
+
+
+@pytest.mark.parametrize("output", ["text", "markdown"])
+def test_plan_of_files_with_errors_shows_no_plan(tmp_path: Path, output: str) -> None:
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "good.yaml").write_text(spec("good", {"worker": (1, "serve")}))
+    (tmp_path / "specs" / "bad.yaml").write_text("apiVersion: [")
+    for paths in (["specs"], ["specs/good.yaml", "missing-folder"]):
+        result = cli("plan", *paths, "-o", output, cwd=tmp_path)
+        assert result.returncode == 1
+        assert "No plan: the files have 1 error(s)" in result.stdout
+        assert "No changes" not in result.stdout and "good" not in result.stdout
+        assert "to create" not in result.stdout
+
+
+def test_a_job_bigger_than_the_policy_allows_is_refused_with_its_line(tmp_path: Path) -> None:
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "big.yaml").write_text(
+        "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: big}\nspec:\n"
+        "  command: [python, x.py]\n  replicas:\n    ps: {count: 2}\n    worker: {count: 100000}\n"
+    )
+    for command in ("validate", "plan", "apply"):
+        result = cli(command, "specs", cwd=tmp_path)
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert (
+            "specs/big.yaml:8:21: error: the job has 100002 tasks; at most 1000 per job "
+            "(policy.maxTasksPerJob in the config) (at $.spec.replicas.worker.count)"
+        ) in result.stderr
+    assert not (tmp_path / ".tfdeclare" / "jobs").exists()
+    (tmp_path / "tfdeclare.yaml").write_text("policy: {maxTasksPerJob: 100000}\n")
+    assert "at most 100000 per job" in cli("validate", "specs", cwd=tmp_path).stderr
+    (tmp_path / "tfdeclare.yaml").write_text("policy: {maxTasksPerJob: 2000}\n")
+    text = (tmp_path / "specs" / "big.yaml").read_text().replace("100000", "1998")
+    (tmp_path / "specs" / "big.yaml").write_text(text)
+    assert cli("validate", "specs", cwd=tmp_path).returncode == 0
+
+
+def test_apply_of_a_job_that_can_never_fit_exits_1(tmp_path: Path) -> None:
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "tfdeclare.yaml").write_text("local: {cpus: 2, mem: 4Gi, gpus: 0}\n")
+    (tmp_path / "specs" / "huge.yaml").write_text(
+        "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: huge}\nspec:\n"
+        "  command: [python, x.py]\n  replicas:\n    worker: {count: 1, resources: {cpus: 64}}\n"
+    )
+    result = cli("apply", "specs", cwd=tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "cannot be scheduled: huge" in result.stderr
+    cli("delete", "--all", cwd=tmp_path)

@@ -1,0 +1,43 @@
+"""The Mesos backend's registration: config section, spec checks, construction.
+
+The spec check: a job asking for GPUs needs the Mesos (universal) containerizer; with
+``mesos.containerizer: docker`` it is an error at the first role that asks for them. Importing
+this module imports no Mesos client (``build`` does).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tfdeclare.backends.mesos.config import MesosConfig, parse_mesos_config
+from tfdeclare.backends.plugin import BackendPlugin
+
+if TYPE_CHECKING:
+    from tfdeclare.backends.base import Backend
+    from tfdeclare.core.diagnostics import Diagnostic
+    from tfdeclare.core.spec.loader import LoadedJob, Locate
+
+
+def check_job(config: MesosConfig, job: LoadedJob, at: Locate) -> list[Diagnostic]:
+    if config.containerizer != "docker":
+        return []
+    for role, replica in job.canonical["spec"]["replicas"].items():
+        if replica["resources"]["gpus"]:
+            return [
+                at(
+                    ("spec", "replicas", role, "resources", "gpus"),
+                    "GPUs need the Mesos containerizer; this controller is configured with the "
+                    "Docker containerizer (mesos.containerizer), which cannot give a task its GPUs",
+                )
+            ]
+    return []
+
+
+def build(state_dir: Path, config: MesosConfig) -> Backend:
+    from tfdeclare.backends.mesos.backend import MesosBackend
+
+    return MesosBackend.from_config(state_dir, config)
+
+
+PLUGIN = BackendPlugin("mesos", MesosConfig, parse_mesos_config, check_job, build)
