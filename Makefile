@@ -37,8 +37,10 @@ typecheck: $(STAMP)
 layers: $(STAMP)
 	$(VENV)/bin/lint-imports
 
+# The fast tests only: no TensorFlow, no real jobs through the CLI, no waiting on processes or
+# timers (markers tf, e2e, slow in pyproject.toml). Well under a minute.
 unit: $(STAMP)
-	$(VENV)/bin/pytest -m 'not tf and not slow' -q
+	$(VENV)/bin/pytest -m 'not tf and not slow and not e2e' -q
 
 test: lint typecheck layers
 	$(VENV)/bin/pytest -q

@@ -51,6 +51,7 @@ def main() -> int:
                     "unit": r.unit,
                     "samples": r.samples,
                     "met": r.met,
+                    "interval": r.interval,
                     "note": r.note,
                     **r.extra,
                 }

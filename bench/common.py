@@ -27,6 +27,9 @@ class Result:
     unit: str = "s"
     lower_is_better: bool = True
     limit: float | None = None  # the target as a number, in `unit`
+    # A confidence interval of the estimate: when given, the verdict is read from it (met,
+    # missed, or None: inconclusive, the interval straddles the limit), not from the median.
+    interval: tuple[float, float] | None = None
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -38,11 +41,18 @@ class Result:
     def met(self) -> bool | None:
         if self.limit is None:
             return None
+        if self.interval is not None:
+            low, high = self.interval
+            if self.lower_is_better:
+                good, bad = high <= self.limit, low > self.limit
+            else:
+                good, bad = low >= self.limit, high < self.limit
+            return True if good else False if bad else None
         return self.median <= self.limit if self.lower_is_better else self.median >= self.limit
 
     def row(self) -> str:
         spread = f"{min(self.samples):.3g}–{max(self.samples):.3g}" if len(self.samples) > 1 else "-"
-        verdict = {True: "met", False: "**missed**", None: "-"}[self.met]
+        verdict = {True: "met", False: "**missed**", None: "inconclusive" if self.interval else "-"}[self.met]
         return (
             f"| {self.name} | {self.target} | {self.median:.3g} {self.unit} | {spread} | {len(self.samples)} | "
             f"{verdict} | {self.note} |"

@@ -4,20 +4,34 @@ protocol only. ``test_backend_conformance.py`` runs it against each backend.
 A harness gives the suite a fresh backend over a state folder, the capacity it offers
 (4 cpus, 4096 MiB, 0 GPUs, in one place), and a way to make a second backend instance over
 the same state (adoption after a controller restart).
+
+The suite waits on the backends' own ``watch`` notifications, never a fixed sleep. A harness
+with an injected ``clock`` (the in-memory fake of ``tests/fake_backend.py``) moves time
+instead of waiting, so "nothing happened yet" is checked at an exact instant; it runs the
+checks that need no real process (those not marked ``needs_processes``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import sys
+import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from tfdeclare.backends.base import Backend
+from tests.fake_backend import IGNORES_SIGTERM, Clock
+from tfdeclare.backends.base import Backend, BackendError
 from tfdeclare.core.enums import Role, TaskState
+from tfdeclare.core.run.launches import gang_request, placed
+from tfdeclare.core.run.launches import launches as product_launches
+from tfdeclare.core.run.record import JobRecord
 from tfdeclare.core.run.tasks import (
     Address,
     GangRequest,
@@ -29,6 +43,7 @@ from tfdeclare.core.run.tasks import (
     Unplaced,
     UnplacedReason,
 )
+from tfdeclare.core.spec.loader import load_file
 from tfdeclare.core.spec.resources import Resources
 
 SMALL = Resources(0.5, 128, 0)
@@ -38,17 +53,45 @@ SMALL = Resources(0.5, 128, 0)
 class Harness:
     make: Callable[[], Backend]  # a backend over the harness's state (a new instance each call)
     workdir: Path
+    clock: Clock | None = None  # the backend's injected clock, where it has one
     backends: list[Backend] = field(default_factory=list)
     counter: int = 0
+    changed: threading.Event = field(default_factory=threading.Event)  # a backend's watch fired
 
     def backend(self) -> Backend:
         backend = self.make()
+        backend.watch(self.changed.set)
         self.backends.append(backend)
+        _HARNESS_OF[backend] = self
         return backend
+
+    def now(self) -> float:
+        return self.clock() if self.clock is not None else time.monotonic()
+
+    def pause(self, longest: float = 0.25) -> None:
+        """Until something may have changed: the injected clock moves on a little, or a real
+        backend's ``watch`` fires (at most ``longest``: a predicate may also wait on files)."""
+        if self.clock is not None:
+            self.clock.advance(0.05)
+            return
+        self.changed.wait(longest)
+        self.changed.clear()
 
     def close(self) -> None:
         for backend in self.backends:
             backend.close()
+
+
+_HARNESS_OF: weakref.WeakKeyDictionary[Backend, Harness] = weakref.WeakKeyDictionary()
+
+
+def pause(backend: Backend, longest: float = 0.25) -> None:
+    """Until something may have changed for ``backend`` (see ``Harness.pause``)."""
+    harness = _HARNESS_OF.get(backend)
+    if harness is None:  # a backend made outside a harness
+        time.sleep(0.05)
+    else:
+        harness.pause(longest)
 
 
 def gang(
@@ -66,6 +109,7 @@ def launches(
     grace: float = 5.0,
     env: dict[str, str] | None = None,
     resources: Resources = SMALL,
+    working_dir: str | None = None,
 ) -> list[TaskLaunch]:
     harness.counter += 1
     out = []
@@ -79,11 +123,10 @@ def launches(
                 spec_hash="s" * 64,
                 config_hash="c" * 16,
                 argv=tuple(argv),
-                env=tuple(
-                    sorted({"PORT": str(slot.port), "PATH": os.environ["PATH"], **(env or {})}.items())
-                ),
+                env=tuple(sorted({"PATH": os.environ["PATH"], **(env or {})}.items())),
                 resources=resources,
                 slot=slot,
+                working_dir=working_dir,
                 grace_period_s=grace,
                 source_dir=str(harness.workdir),
             )
@@ -92,7 +135,9 @@ def launches(
 
 
 def wait_for(
-    backend: Backend, predicate: Callable[[dict[str, ObservedTask]], bool], timeout: float = 20.0
+    backend: Backend,
+    predicate: Callable[[dict[str, ObservedTask]], bool],
+    timeout: float = 20.0,
 ) -> dict[str, ObservedTask]:
     deadline = time.monotonic() + timeout
     while True:
@@ -101,7 +146,7 @@ def wait_for(
             return tasks
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out; tasks: {tasks}")
-        time.sleep(0.05)
+        pause(backend)
 
 
 def place_soon(backend: Backend, request: GangRequest, timeout: float = 15.0) -> Placement:
@@ -115,14 +160,25 @@ def place_soon(backend: Backend, request: GangRequest, timeout: float = 15.0) ->
         assert answer.reason is not UnplacedReason.UNSCHEDULABLE, answer
         if time.monotonic() > deadline:
             raise AssertionError(f"never placed: {answer}")
-        time.sleep(0.1)
+        pause(backend)
+
+
+def read_log_until(backend: Backend, task_id: str, wanted: bytes, timeout: float = 10.0) -> bytes:
+    deadline = time.monotonic() + timeout
+    while True:
+        data = backend.read_log(task_id, 0).data
+        if wanted in data:
+            return data
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{wanted!r} never in the log of {task_id}: {data!r}")
+        pause(backend, 0.05)
 
 
 def start(
-    harness: Harness, backend: Backend, job: str, n: int, argv: Sequence[str], **kw: object
+    harness: Harness, backend: Backend, job: str, n: int, argv: Sequence[str], **kw: Any
 ) -> list[TaskLaunch]:
     placement = place_soon(backend, gang(job, n))
-    tasks = launches(harness, placement, argv, **kw)  # type: ignore[arg-type]
+    tasks = launches(harness, placement, argv, **kw)
     backend.launch(placement, tasks)
     return tasks
 
@@ -132,6 +188,21 @@ def states(tasks: dict[str, ObservedTask], ids: Sequence[str]) -> list[TaskState
 
 
 PY = sys.executable
+SLEEPER = [PY, "-c", "import time; time.sleep(60)"]
+
+
+def needs_processes(check: Callable[[Harness], None]) -> Callable[[Harness], None]:
+    """Marks a check that needs the tasks' programs to really run (exit codes, output, files)."""
+    check.needs_processes = True  # type: ignore[attr-defined]
+    return check
+
+
+def ended(ids: Sequence[str]) -> Callable[[dict[str, ObservedTask]], bool]:
+    return lambda ts: all(i in ts and ts[i].state.ended for i in ids)
+
+
+def running(ids: Sequence[str]) -> Callable[[dict[str, ObservedTask]], bool]:
+    return lambda ts: states(ts, ids) == [TaskState.RUNNING] * len(ids)
 
 
 # ---- the suite ---------------------------------------------------------------------------
@@ -139,17 +210,18 @@ PY = sys.executable
 
 def check_gang_launch_and_observe(harness: Harness) -> None:
     backend = harness.backend()
-    launched = start(harness, backend, "g", 3, [PY, "-c", "import time; time.sleep(60)"])
+    launched = start(harness, backend, "g", 3, SLEEPER)
     ids = [t.task_id for t in launched]
-    tasks = wait_for(backend, lambda ts: states(ts, ids) == [TaskState.RUNNING] * 3)
+    tasks = wait_for(backend, running(ids))
     ports = {tasks[i].port for i in ids}
     assert len(ports) == 3, "every task of a gang gets its own port"
     assert all(tasks[i].host for i in ids)
     assert {tasks[i].key for i in ids} == {TaskKey(Role.WORKER, n) for n in range(3)}
     backend.stop(ids, 2.0)
-    wait_for(backend, lambda ts: all(ts[i].state.ended for i in ids))
+    wait_for(backend, ended(ids))
 
 
+@needs_processes
 def check_exit_codes(harness: Harness) -> None:
     backend = harness.backend()
     ok = start(harness, backend, "ok", 1, [PY, "-c", "print('fine')"])[0].task_id
@@ -157,12 +229,13 @@ def check_exit_codes(harness: Harness) -> None:
     shell_free = start(
         harness, backend, "argv", 1, [PY, "-c", "import sys; sys.exit(len(sys.argv))", "a;b", "$X"]
     )[0].task_id
-    tasks = wait_for(backend, lambda ts: all(ts[i].state.ended for i in (ok, bad, shell_free)))
+    tasks = wait_for(backend, ended([ok, bad, shell_free]))
     assert (tasks[ok].state, tasks[ok].exit_code) == (TaskState.SUCCEEDED, 0)
     assert (tasks[bad].state, tasks[bad].exit_code) == (TaskState.FAILED, 3)
     assert tasks[shell_free].exit_code == 3, "argv is passed as a list, never through a shell"
 
 
+@needs_processes
 def check_killed_from_outside_is_a_failure_with_the_signal(harness: Harness) -> None:
     backend = harness.backend()
     pid_file = harness.workdir / "victim.pid"
@@ -180,34 +253,30 @@ def check_killed_from_outside_is_a_failure_with_the_signal(harness: Harness) -> 
         ),
     )
     os.kill(int(pid_file.read_text()), signal.SIGKILL)
-    tasks = wait_for(backend, lambda ts: ts[task_id].state.ended)
+    tasks = wait_for(backend, ended([task_id]))
     assert (tasks[task_id].state, tasks[task_id].exit_code) == (TaskState.FAILED, 128 + signal.SIGKILL)
 
 
 def check_stop_with_grace_then_kill(harness: Harness) -> None:
     backend = harness.backend()
-    polite = start(harness, backend, "polite", 1, [PY, "-c", "import time; time.sleep(60)"])[0].task_id
-    stubborn = start(
-        harness,
-        backend,
-        "stubborn",
-        1,
-        [
-            PY,
-            "-c",
-            "import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)",
-        ],
-    )[0].task_id
-    wait_for(
-        backend, lambda ts: ts[polite].state is TaskState.RUNNING and ts[stubborn].state is TaskState.RUNNING
+    polite = start(harness, backend, "polite", 1, SLEEPER)[0].task_id
+    stubborn_script = (
+        "import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); "
+        "time.sleep(60)"
     )
-    time.sleep(0.5)  # let the stubborn one install its handler
-    started = time.monotonic()
+    stubborn = start(harness, backend, "stubborn", 1, [PY, "-c", stubborn_script, IGNORES_SIGTERM])[0].task_id
+    wait_for(backend, running([polite, stubborn]))
+    if harness.clock is None:
+        read_log_until(backend, stubborn, b"ready")  # its SIGTERM handler is in place
+    started = harness.now()
     backend.stop([polite, stubborn], 1.5)
-    tasks = wait_for(backend, lambda ts: ts[polite].state.ended)
+    tasks = wait_for(backend, ended([polite]))
     assert tasks[polite].state is TaskState.STOPPED and tasks[polite].exit_code == 128 + signal.SIGTERM
-    tasks = wait_for(backend, lambda ts: ts[stubborn].state.ended)
-    assert time.monotonic() - started >= 1.4, "SIGKILL only after the grace period"
+    if harness.clock is not None:  # an exact instant: still stopping just before the grace ends
+        harness.clock.advance(started + 1.45 - harness.now())
+        assert {t.task_id: t for t in backend.observe()}[stubborn].state is TaskState.STOPPING
+    tasks = wait_for(backend, ended([stubborn]))
+    assert harness.now() - started >= 1.4, "SIGKILL only after the grace period"
     assert tasks[stubborn].state is TaskState.STOPPED and tasks[stubborn].exit_code == 128 + signal.SIGKILL
 
 
@@ -216,30 +285,41 @@ def check_resources_are_accounted(harness: Harness) -> None:
     too_big = backend.place(gang("huge", 1, Resources(64, 128, 0)))
     assert isinstance(too_big, Unplaced) and too_big.reason is UnplacedReason.UNSCHEDULABLE
     first = place_soon(backend, gang("first", 3, Resources(1, 512, 0)))
-    tasks = launches(
-        harness, first, [PY, "-c", "import time; time.sleep(60)"], resources=Resources(1, 512, 0)
-    )
+    tasks = launches(harness, first, SLEEPER, resources=Resources(1, 512, 0))
     backend.launch(first, tasks)
     ids = [t.task_id for t in tasks]
-    wait_for(backend, lambda ts: states(ts, ids) == [TaskState.RUNNING] * 3)
+    wait_for(backend, running(ids))
     second = backend.place(gang("second", 2, Resources(1, 512, 0)))
     assert isinstance(second, Unplaced) and second.reason is not UnplacedReason.UNSCHEDULABLE, second
     backend.stop(ids, 1.0)
-    wait_for(backend, lambda ts: all(ts[i].state.ended for i in ids))
+    wait_for(backend, ended(ids))
     again = place_soon(backend, gang("second", 2, Resources(1, 512, 0)))
     backend.release(again)
 
 
+def check_release_gives_the_resources_back(harness: Harness) -> None:
+    backend = harness.backend()
+    whole = gang("whole", 4, Resources(1, 512, 0))  # all 4 cpus
+    held = place_soon(backend, whole)
+    other = gang("other", 1, Resources(1, 512, 0))
+    meanwhile = backend.place(other)
+    assert isinstance(meanwhile, Unplaced), "a placement holds its resources until launch or release"
+    assert meanwhile.reason is not UnplacedReason.UNSCHEDULABLE, meanwhile
+    backend.release(held)
+    backend.release(place_soon(backend, other))  # what was released is placed again
+    backend.release(place_soon(backend, whole))  # and all of it is free once more
+
+
 def check_ports_are_reused_for_a_slot(harness: Harness) -> None:
     backend = harness.backend()
-    first = start(harness, backend, "reuse", 2, [PY, "-c", "import time; time.sleep(60)"])
+    first = start(harness, backend, "reuse", 2, SLEEPER)
     ids = [t.task_id for t in first]
-    tasks = wait_for(backend, lambda ts: states(ts, ids) == [TaskState.RUNNING] * 2)
+    tasks = wait_for(backend, running(ids))
     previous = {
         i: Address(tasks[t.task_id].host or "", tasks[t.task_id].port or 0) for i, t in enumerate(first)
     }
     backend.stop(ids, 1.0)
-    wait_for(backend, lambda ts: all(ts[i].state.ended for i in ids))
+    wait_for(backend, ended(ids))
     placement = place_soon(backend, gang("reuse", 2, previous=previous))
     assert [s.address for s in placement.slots] == [previous[0], previous[1]]
     backend.release(placement)
@@ -248,7 +328,7 @@ def check_ports_are_reused_for_a_slot(harness: Harness) -> None:
 def check_launch_is_idempotent_and_adoptable(harness: Harness) -> None:
     backend = harness.backend()
     placement = place_soon(backend, gang("once", 1))
-    tasks = launches(harness, placement, [PY, "-c", "import time; time.sleep(60)"])
+    tasks = launches(harness, placement, SLEEPER)
     backend.launch(placement, tasks)
     backend.launch(placement, tasks)  # a retried launch never starts a task twice
     task_id = tasks[0].task_id
@@ -258,21 +338,72 @@ def check_launch_is_idempotent_and_adoptable(harness: Harness) -> None:
     adopted = wait_for(other, lambda ts: task_id in ts and ts[task_id].state is TaskState.RUNNING)
     assert adopted[task_id].key == TaskKey(Role.WORKER, 0)
     other.stop([task_id], 1.0)
-    wait_for(other, lambda ts: ts[task_id].state.ended)
+    wait_for(other, ended([task_id]))
 
 
+def check_watch_notifies_when_a_task_ends(harness: Harness) -> None:
+    backend = harness.backend()
+    notified = threading.Event()
+    backend.watch(notified.set)
+    task_id = start(harness, backend, "watched", 1, SLEEPER)[0].task_id
+    wait_for(backend, running([task_id]))
+    backend.stop([task_id], 1.0)
+    deadline = time.monotonic() + 20
+    while True:  # only a notification makes us look again: without one, this times out
+        remaining = deadline - time.monotonic()
+        if harness.clock is not None:
+            harness.clock.advance(0.05)
+            backend.observe()  # time passes for the fake only when somebody looks
+        assert notified.wait(max(0.0, remaining)), "watch never said that the task ended"
+        notified.clear()
+        if {t.task_id: t for t in backend.observe()}[task_id].state.ended:
+            break
+
+
+def check_purge_forgets_a_deleted_jobs_tasks_and_logs(harness: Harness) -> None:
+    backend = harness.backend()
+    gone = start(harness, backend, "gone", 1, SLEEPER)[0].task_id
+    kept = start(harness, backend, "kept", 1, SLEEPER)[0].task_id
+    wait_for(backend, running([gone, kept]))
+    backend.stop([gone, kept], 1.0)
+    wait_for(backend, ended([gone, kept]))
+    backend.read_log(gone)  # readable before
+    backend.purge("gone")
+    assert gone not in {t.task_id for t in backend.observe()}
+    try:
+        chunk = backend.read_log(gone)
+    except BackendError:
+        pass
+    else:
+        raise AssertionError(f"the log of a purged task is still readable: {chunk}")
+    assert kept in {t.task_id for t in backend.observe()}, "purge touches only the job named"
+    backend.read_log(kept)
+
+
+def check_purge_leaves_a_running_task_alone(harness: Harness) -> None:
+    backend = harness.backend()
+    launched = start(harness, backend, "half", 2, SLEEPER)
+    done, alive = launched[0].task_id, launched[1].task_id
+    wait_for(backend, running([done, alive]))
+    backend.stop([done], 1.0)
+    wait_for(backend, ended([done]))
+    backend.purge("half")
+    tasks = {t.task_id: t for t in backend.observe()}
+    assert done not in tasks and tasks[alive].state is TaskState.RUNNING
+    backend.read_log(alive)
+    backend.stop([alive], 1.0)
+    wait_for(backend, ended([alive]))
+
+
+@needs_processes
 def check_logs_and_forget(harness: Harness) -> None:
     backend = harness.backend()
     task_id = start(harness, backend, "talk", 1, [PY, "-c", "print('hello from the task'); print('é')"])[
         0
     ].task_id
-    wait_for(backend, lambda ts: ts[task_id].state.ended)
-    deadline = time.monotonic() + 10
-    data = b""
-    while time.monotonic() < deadline and b"\xc3\xa9" not in data:
-        data = backend.read_log(task_id, 0).data
-        time.sleep(0.05)
-    assert b"hello from the task" in data and "é".encode() in data
+    wait_for(backend, ended([task_id]))
+    data = read_log_until(backend, task_id, "é".encode())
+    assert b"hello from the task" in data
     partial = backend.read_log(task_id, 6)
     assert partial.data.startswith(b"from")
     backend.forget([task_id])
@@ -281,21 +412,93 @@ def check_logs_and_forget(harness: Harness) -> None:
     backend.purge("talk")
 
 
+@needs_processes
 def check_working_dir_and_environment(harness: Harness) -> None:
+    """Where a task really runs, as it sees it: by default its folder shows the files of the
+    spec's folder, with a relative ``workingDir`` those of that folder under it (the local
+    backend runs the task in a working folder of its own with them linked in), and with an
+    absolute ``workingDir`` it runs exactly there. Checked by the task itself."""
     backend = harness.backend()
-    out = harness.workdir / "env-out.txt"
+    out = harness.workdir / "env-out.json"
     script = (
-        "import os, json; "
-        f"open({str(out)!r}, 'w').write(json.dumps({{'cwd': os.getcwd(), 'port': os.environ['PORT'], 'x': os.environ['X']}}))"
+        "import os, json, sys; "
+        "marker = open('marker.txt').read() if os.path.exists('marker.txt') else None; "
+        "open(sys.argv[1], 'w').write(json.dumps({'cwd': os.getcwd(), 'marker': marker, 'x': os.environ['X']}))"
     )
-    task_id = start(harness, backend, "env", 1, [PY, "-c", script], env={"X": "a b;c"})[0].task_id
-    tasks = wait_for(backend, lambda ts: ts[task_id].state.ended)
-    assert tasks[task_id].state is TaskState.SUCCEEDED, backend.read_log(task_id).data
-    import json
+    sub = harness.workdir / "sub"
+    sub.mkdir()
+    (harness.workdir / "marker.txt").write_text("spec folder")
+    (sub / "marker.txt").write_text("sub folder")
+    seen = {}
+    for label, working_dir in (("default", None), ("relative", "sub"), ("absolute", str(sub))):
+        out.unlink(missing_ok=True)
+        task_id = start(
+            harness,
+            backend,
+            f"env-{label}",
+            1,
+            [PY, "-c", script, str(out)],
+            env={"X": "a b;c"},
+            working_dir=working_dir,
+        )[0].task_id
+        tasks = wait_for(backend, ended([task_id]))
+        assert tasks[task_id].state is TaskState.SUCCEEDED, backend.read_log(task_id).data
+        seen[label] = json.loads(out.read_text())
+        assert seen[label]["x"] == "a b;c"
+    assert seen["default"]["marker"] == "spec folder"
+    assert seen["relative"]["marker"] == "sub folder"
+    assert Path(seen["absolute"]["cwd"]).resolve() == sub.resolve()
+    assert seen["absolute"]["marker"] == "sub folder"
 
-    seen = json.loads(out.read_text())
-    assert seen["x"] == "a b;c"
-    assert int(seen["port"]) == tasks[task_id].port
+
+TF_CONFIG_SERVER = """
+import json, os, socket, sys, time
+config = json.loads(os.environ["TF_CONFIG"])
+task = config["task"]
+host, port = config["cluster"][task["type"]][task["index"]].rsplit(":", 1)
+server = socket.socket()
+server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC does (TIME_WAIT of earlier tasks)
+server.bind(("", int(port)))
+server.listen()
+print("listening", port, flush=True)
+connection, _ = server.accept()
+connection.sendall(b"hello from " + port.encode())
+connection.close()
+time.sleep(60)
+"""
+
+
+@needs_processes
+def check_the_port_in_tf_config_is_the_tasks_own(harness: Harness) -> None:
+    """Launches built by the controller's own code (``core/run/launches``), not by the suite:
+    each task binds the port its TF_CONFIG gives it, and that is the port ``observe`` reports
+    and where it answers."""
+    text = (
+        "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: bound}\nspec:\n"
+        f"  command: [{PY}, -c, {json.dumps(TF_CONFIG_SERVER)}]\n"
+        "  replicas: {worker: {count: 2, resources: {cpus: 0.5, mem: 128}}}\n"
+    )
+    loaded = load_file("bound.yaml", text.encode())
+    assert not loaded.diagnostics, [d.format() for d in loaded.diagnostics]
+    job = loaded.jobs[0]
+    record = JobRecord(
+        name=job.name, uid="c0ffee", canonical=job.canonical, spec_hash=job.spec_hash, backend="any"
+    )
+    backend = harness.backend()
+    placement = place_soon(backend, gang_request(record, record.spec.task_keys()))
+    ready = placed(record, placement)
+    to_launch = product_launches(ready, placement, str(harness.workdir))
+    backend.launch(placement, to_launch)
+    ids = [t.task_id for t in to_launch]
+    tasks = wait_for(backend, running(ids))
+    for task_id in ids:
+        read_log_until(backend, task_id, b"listening")
+        observed = tasks[task_id]
+        assert observed.host and observed.port
+        with socket.create_connection((observed.host, observed.port), timeout=10) as connection:
+            assert connection.recv(100) == f"hello from {observed.port}".encode()
+    backend.stop(ids, 1.0)
+    wait_for(backend, ended(ids))
 
 
 SUITE = [
@@ -304,8 +507,14 @@ SUITE = [
     check_killed_from_outside_is_a_failure_with_the_signal,
     check_stop_with_grace_then_kill,
     check_resources_are_accounted,
+    check_release_gives_the_resources_back,
     check_ports_are_reused_for_a_slot,
     check_launch_is_idempotent_and_adoptable,
+    check_watch_notifies_when_a_task_ends,
+    check_purge_forgets_a_deleted_jobs_tasks_and_logs,
+    check_purge_leaves_a_running_task_alone,
     check_logs_and_forget,
     check_working_dir_and_environment,
+    check_the_port_in_tf_config_is_the_tasks_own,
 ]
+WITHOUT_PROCESSES = [check for check in SUITE if not getattr(check, "needs_processes", False)]

@@ -1,4 +1,6 @@
-"""Shared test helpers: running the real ``tfdeclare`` command and writing spec files."""
+"""Shared test helpers: running the real ``tfdeclare`` command and writing spec files; and the
+rule that a test served by the Mesos master emulator or the scripted HTTP server is ``slow``
+(real sockets and real timers: heartbeats, offer timeouts), so ``make unit`` leaves it out."""
 
 from __future__ import annotations
 
@@ -77,6 +79,15 @@ def kill_leftovers(folder: Path) -> list[int]:
                 except (ProcessLookupError, PermissionError):
                     pass
     return found
+
+
+SERVERS = {"emulator", "server"}  # fixtures: tests/test_mesos_emulator_helpers.py, test_mesos_client_http.py
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SERVERS & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@
                      settleSeconds: S, now: T, sightings: {NAME: {specHash: HASH or null, since: T}}}
     expected.txt     the text plan
     expected.json    the JSON plan
+    expected.md      the Markdown plan (as `plan -o markdown` prints it)
 
 Run ``UPDATE_GOLDEN=1 pytest tests/test_plan_golden.py`` to rewrite the expected files after an
 intended change, then read the diff.

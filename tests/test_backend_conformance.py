@@ -3,7 +3,9 @@
 ``HARNESSES`` holds one harness per registry name (a new backend adds one); each builds its
 backend through the registry, as the CLI does. The ``mesos`` harness runs the suite against
 the master emulator (real processes, one agent ``cpus:4;mem:4096;ports:[31000-31999]``) over
-real HTTP, with short timings.
+real HTTP, with short timings. The in-memory fake of ``tests/fake_backend.py`` (which the
+controller and daemon tests use; not a registered backend) runs the checks that need no real
+process, on its injected clock.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.backend_conformance import SUITE, Harness
+from tests.backend_conformance import SUITE, WITHOUT_PROCESSES, Harness
+from tests.fake_backend import Clock, FakeBackend, FakeCluster
 from tests.mesos_fixtures import mesos_test_config, start_emulator
 from tfdeclare.backends import registry
 from tfdeclare.backends.local.config import LocalConfig
@@ -35,7 +38,9 @@ def local_harness(tmp_path: Path) -> Iterator[Harness]:
 @contextmanager
 def mesos_harness(tmp_path: Path) -> Iterator[Harness]:
     emulator = start_emulator(tmp_path)  # one agent: cpus:4;mem:4096;ports:[31000-31999]
-    config = mesos_test_config(emulator.url)
+    # The emulator's agent runs tasks on this machine: its files are shared, as the suite's
+    # working-directory check needs.
+    config = mesos_test_config(emulator.url, shared_filesystem=True)
     harness = Harness(lambda: registry.plugin("mesos").build(tmp_path / "state", config), tmp_path)
     try:
         yield harness
@@ -61,6 +66,15 @@ def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]
         yield harness
 
 
+@pytest.mark.slow  # real processes (and the emulator)
 @pytest.mark.parametrize("check", SUITE, ids=lambda c: c.__name__.removeprefix("check_"))
 def test_backend(harness: Harness, check: Callable[[Harness], None]) -> None:
     check(harness)
+
+
+@pytest.mark.parametrize("check", WITHOUT_PROCESSES, ids=lambda c: c.__name__.removeprefix("check_"))
+def test_fake_backend(tmp_path: Path, check: Callable[[Harness], None]) -> None:
+    cluster, clock = FakeCluster(), Clock()
+    harness = Harness(lambda: FakeBackend(cluster, clock), tmp_path, clock)
+    check(harness)
+    harness.close()

@@ -21,6 +21,8 @@ import yaml
 
 from tests.conftest import ORDINARY_USER, REPO, cli, kill_leftovers
 
+pytestmark = pytest.mark.e2e  # the daemon as a process, real jobs, git repositories
+
 TASK = str(REPO / "tests" / "e2e_task.py")
 CONFIG = "restartBackoff: {initialSeconds: 0.2, maxSeconds: 1}\nlocal: {cpus: 8, mem: 8Gi, gpus: 0, portRange: {first: 33000, last: 33999}}\n"
 

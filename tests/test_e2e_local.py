@@ -19,6 +19,8 @@ import yaml
 from tests.conftest import REPO, cli, kill_leftovers
 from tfdeclare.core.spec.schema import schema_text
 
+pytestmark = pytest.mark.e2e  # real CLI processes running real jobs
+
 TASK = str(REPO / "tests" / "e2e_task.py")
 CONFIG = """\
 restartBackoff: {initialSeconds: 0.2, maxSeconds: 1}

@@ -20,6 +20,7 @@ from tests.mesos_fixtures import config_yaml, start_emulator
 
 pytestmark = [
     pytest.mark.tf,
+    pytest.mark.e2e,
     pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="TensorFlow is not installed"),
 ]
 

@@ -25,6 +25,8 @@ from tfdeclare.core.enums import Role, TaskState
 from tfdeclare.core.run.tasks import GangRequest, Placement, SlotRequest, TaskKey, Unplaced, UnplacedReason
 from tfdeclare.core.spec.resources import Resources
 
+pytestmark = pytest.mark.slow  # real task processes behind the emulator, offer and reconcile timers
+
 SLEEP = [PY, "-c", "import time; time.sleep(60)"]
 
 

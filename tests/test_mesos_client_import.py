@@ -7,6 +7,10 @@ import json
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.slow  # fresh interpreters importing httpx and the backend
+
 PROBE = r"""
 import json, logging, signal, sys, threading
 

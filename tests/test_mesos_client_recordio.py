@@ -35,6 +35,7 @@ def _split(data: bytes, cuts: list[int]) -> list[bytes]:
     return [data[a:b] for a, b in itertools.pairwise(bounds)]
 
 
+@pytest.mark.slow  # 300 generated streams
 @settings(max_examples=300, deadline=None)
 @given(events, st.lists(st.integers(min_value=0, max_value=10**6), max_size=40))
 def test_any_rechunking_yields_the_same_events(evs: list[dict[str, object]], cuts: list[int]) -> None:

@@ -28,6 +28,8 @@ __all__ = ["emulator", "subscribers"]
 
 REPO = Path(__file__).resolve().parent.parent
 
+pytestmark = pytest.mark.slow  # failovers, partitions and timeouts on real timers
+
 
 def _start(sub: Subscriber, offer: dict[str, Any], task_id: str, refuse: float = 0) -> None:
     sub.accept([offer["id"]["value"]], [command_task(task_id, offer, "sleep 30")], refuse_seconds=refuse)

@@ -33,6 +33,8 @@ from tfdeclare.core.enums import Phase
 from tfdeclare.core.plan.planner import PlanOptions, plan
 from tfdeclare.core.run.record import JobRecord
 
+pytestmark = pytest.mark.slow  # real task processes behind the emulator, CLI flows, fencing timers
+
 TASK = str(REPO / "tests" / "e2e_task.py")
 
 

@@ -182,6 +182,7 @@ def _mutations() -> st.SearchStrategy[dict[str, Any]]:
     return st.tuples(st.sampled_from(paths), values).map(mutate)
 
 
+@pytest.mark.slow  # 400 generated documents through both validators
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_mutations())
 def test_job_schema_agrees_with_the_reference_implementation(document: dict[str, Any]) -> None:
@@ -191,6 +192,7 @@ def test_job_schema_agrees_with_the_reference_implementation(document: dict[str,
         assert _error_paths("job", document) <= _oracle_paths("job", document) | {()}
 
 
+@pytest.mark.slow  # 300 generated documents through both validators
 @settings(max_examples=300, deadline=None)
 @given(values)
 def test_status_and_config_schemas_agree_with_the_reference_implementation(value: Any) -> None:

@@ -201,6 +201,7 @@ class LocalBackend:
         # task id -> (folder mtime, what was observed, launch.json): reused while unchanged
         self._observed: dict[str, tuple[int, ObservedTask, dict[str, Any]]] = {}
         self._watcher: threading.Thread | None = None
+        self._notifiers: list[Callable[[], None]] = []
         self._closed = threading.Event()
         self._next_port = self.capacity.port_first
         self._started: dict[str, float] = {}  # supervisors this controller started: monotonic time
@@ -594,7 +595,8 @@ class LocalBackend:
 
     def watch(self, notify: Callable[[], None]) -> None:
         """Polls the task folders' modification times (a supervisor writing state or exit
-        changes them) and calls ``notify`` on a change."""
+        changes them) and calls every ``notify`` given on a change."""
+        self._notifiers.append(notify)
         if self._watcher is not None:
             return
 
@@ -607,7 +609,8 @@ class LocalBackend:
                         now[task_dir.name] = task_dir.stat().st_mtime_ns
                 if now != last:
                     last = now
-                    notify()
+                    for each in list(self._notifiers):
+                        each()
 
         self._watcher = threading.Thread(target=loop, name="local-backend-watch", daemon=True)
         self._watcher.start()
