@@ -229,7 +229,9 @@ def render_markdown(plan: Plan) -> str:
         out.append("</details>")
         out.append("")
     rows = [j for j in plan.jobs if j.action is not Action.NOOP]
-    if rows and not errors:
+    if errors:  # no plan, but what is kept as applied is shown, as in the text plan
+        rows = [j for j in rows if j.action is Action.KEEP]
+    if rows:
         out.append("| | job | action | why | tasks |")
         out.append("|---|---|---|---|---|")
         for job in rows:
