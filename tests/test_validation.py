@@ -384,3 +384,13 @@ def test_quoted_keys_that_look_like_other_scalars_are_strings() -> None:
 def test_braces_in_a_flow_list_get_a_hint_to_quote() -> None:
     found = diagnostics("spec:\n  command: [train, --task_index={task_index}]\n")
     assert any("quote every item that holds { or }" in d[3] for d in found)
+
+
+@pytest.mark.parametrize("odd_break", ["\x85", "\u2028", "\u2029"])
+def test_lines_are_counted_as_editors_count_them(odd_break: str) -> None:
+    """libyaml (YAML 1.1) also breaks lines at NEL, LS and PS; editors do not, and a diagnostic
+    must point at the line an editor shows."""
+    text = GOOD.replace("name: good", f'name: "go{odd_break}od"').replace("count: 2", "count: x")
+    found = diagnostics(text)
+    count = [d for d in found if d[2] == "$.spec.replicas.worker.count"]
+    assert count and count[0][0] == 8, found

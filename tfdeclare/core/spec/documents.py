@@ -12,6 +12,7 @@ A ``Document`` can place validation errors, found later by JSON path, at a line 
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -77,9 +78,38 @@ def _short(tag: str) -> str:
     return "!!" + tag.removeprefix("tag:yaml.org,2002:") if tag.startswith("tag:yaml.org,2002:") else tag
 
 
-def _pos(node: yaml.Node) -> tuple[int, int]:
-    mark = node.start_mark
+# libyaml (YAML 1.1) also breaks lines at U+0085, U+2028 and U+2029; editors do not.
+_ODD_BREAKS = ("\x85", "\u2028", "\u2029")
+
+
+class EditorLines:
+    """Line and column as editors count them (CR, LF, CRLF), from a character index: for the
+    rare text in which libyaml's own line numbers would point too far down."""
+
+    def __init__(self, text: str) -> None:
+        starts = [0]
+        for index, char in enumerate(text):
+            if char == "\n" or (char == "\r" and text[index + 1 : index + 2] != "\n"):
+                starts.append(index + 1)
+        self.starts = starts
+
+    @staticmethod
+    def of(text: str) -> EditorLines | None:
+        return EditorLines(text) if any(b in text for b in _ODD_BREAKS) else None
+
+    def position(self, index: int) -> tuple[int, int]:
+        line = bisect.bisect_right(self.starts, index)
+        return line, index - self.starts[line - 1] + 1
+
+
+def _mark_pos(mark: Any, lines: EditorLines | None) -> tuple[int, int]:
+    if lines is not None:
+        return lines.position(mark.index)
     return mark.line + 1, mark.column + 1
+
+
+def _pos(node: yaml.Node, lines: EditorLines | None = None) -> tuple[int, int]:
+    return _mark_pos(node.start_mark, lines)
 
 
 @dataclass(slots=True)
@@ -92,6 +122,7 @@ class Document:
     value: Any
     _root: yaml.Node | None = field(default=None, repr=False)
     refused: bool = False  # some value was refused while loading (and reported); not usable
+    _lines: EditorLines | None = field(default=None, repr=False)
 
     def locate(self, path: JsonPath, *, key: bool = False) -> tuple[int, int]:
         """Line and column of the node at ``path``; its nearest existing parent if absent.
@@ -102,7 +133,8 @@ class Document:
         if node is None:
             return self.line, 1
         # Where a missing child is reported: the key that names its parent (``spec:``).
-        anchor = _pos(node)
+        lines = self._lines
+        anchor = _pos(node, lines)
         for depth, part in enumerate(path):
             last = depth == len(path) - 1
             child: yaml.Node | None = None
@@ -110,20 +142,20 @@ class Document:
                 for key_node, value_node in node.value:
                     if isinstance(key_node, yaml.ScalarNode) and key_node.value == part:
                         child = key_node if (last and key) else value_node
-                        next_anchor = _pos(key_node)
+                        next_anchor = _pos(key_node, lines)
                         break
             elif (
                 isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value)
             ):
                 child = node.value[part]
-                next_anchor = _pos(child)
+                next_anchor = _pos(child, lines)
             if child is None:
                 return anchor
             node = child
             anchor = next_anchor
         # A mapping or list is best shown by the key that names it; a scalar by its value.
         if key or isinstance(node, yaml.ScalarNode) or not path:
-            return _pos(node)
+            return _pos(node, lines)
         return anchor
 
     def diagnostic(
@@ -139,13 +171,14 @@ class Document:
 class _Converter:
     """Walks a composed node graph into plain values, bounding the work."""
 
-    def __init__(self, source: str, max_nodes: int) -> None:
+    def __init__(self, source: str, max_nodes: int, lines: EditorLines | None) -> None:
         self.source = source
+        self.lines = lines
         self.budget = max_nodes
         self.diagnostics: list[Diagnostic] = []
 
     def fail(self, node: yaml.Node, path: _Path, message: str, code: Code) -> None:
-        line, column = _pos(node)
+        line, column = _pos(node, self.lines)
         self.diagnostics.append(
             Diagnostic(self.source, line, column, message, format_json_path(_flatten(path)), code)
         )
@@ -282,20 +315,23 @@ def _decode(source: str, data: bytes) -> tuple[str | None, Diagnostic | None]:
     return text.removeprefix("\ufeff"), None
 
 
-def _mark_diagnostic(source: str, text: str, err: yaml.MarkedYAMLError) -> Diagnostic:
+def _mark_diagnostic(
+    source: str, text: str, err: yaml.MarkedYAMLError, lines: EditorLines | None
+) -> Diagnostic:
     mark = err.problem_mark or err.context_mark
     problem = err.problem or "invalid YAML"
     if mark is not None and 0 <= mark.index < len(text) and text[mark.index] == "\t":
         problem = "a tab cannot indent YAML; use spaces"
     elif mark is not None and "flow sequence" in (err.context or ""):
-        line = text.splitlines()[mark.line] if mark.line < len(text.splitlines()) else ""
-        if "{" in line or "}" in line:
+        text_line = text.splitlines()[mark.line] if mark.line < len(text.splitlines()) else ""
+        if "{" in text_line or "}" in text_line:
             problem += "; inside [...] quote every item that holds { or }, e.g. '--task_index={task_index}'"
     if err.context:
         problem = f"{problem} ({err.context})"
     if mark is None:
         return Diagnostic(source, 1, None, problem, None, Code.YAML_SYNTAX)
-    return Diagnostic(source, mark.line + 1, mark.column + 1, problem, None, Code.YAML_SYNTAX)
+    line, column = _mark_pos(mark, lines)
+    return Diagnostic(source, line, column, problem, None, Code.YAML_SYNTAX)
 
 
 def parse_documents(
@@ -311,27 +347,27 @@ def parse_documents(
         return [], [problem] if problem else []
     documents: list[Document] = []
     diagnostics: list[Diagnostic] = []
-    converter = _Converter(source, max_nodes)
+    lines = EditorLines.of(text)
+    converter = _Converter(source, max_nodes, lines)
     loader = _Loader(text)
     try:
         for root in _iter_nodes(loader):
-            line = root.start_mark.line + 1
+            line = _pos(root, lines)[0]
             reported = len(converter.diagnostics)
             try:
                 value = converter.convert(root, None)
             except _TooComplex as err:
-                node_line, node_column = _pos(err.node)
+                node_line, node_column = _pos(err.node, lines)
                 diagnostics.append(
                     Diagnostic(source, node_line, node_column, str(err), None, Code.TOO_COMPLEX)
                 )
                 break
             refused = len(converter.diagnostics) > reported
-            documents.append(Document(source, len(documents), line, value, root, refused))
+            documents.append(Document(source, len(documents), line, value, root, refused, lines))
     except yaml.MarkedYAMLError as err:
-        diagnostics.append(_mark_diagnostic(source, text, err))
+        diagnostics.append(_mark_diagnostic(source, text, err, lines))
     except yaml.reader.ReaderError as err:  # e.g. a control character: placed by its position
-        before = text[: err.position]
-        line, column = before.count("\n") + 1, err.position - (before.rfind("\n") + 1) + 1
+        line, column = EditorLines(text).position(err.position)
         what = f"character {err.character:#06x}" if isinstance(err.character, int) else "character"
         message = f"unacceptable {what}: {err.reason}"
         diagnostics.append(Diagnostic(source, line, column, message, None, Code.YAML_SYNTAX))
