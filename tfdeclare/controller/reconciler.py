@@ -5,6 +5,11 @@ record is saved with its new addresses and launch number *before* its tasks are 
 (a crash in between relaunches the missing tasks on the same ports next pass, with new ids);
 tasks that a backend reports for no record are stopped; records and status files are written
 atomically and only when they change.
+
+A job belongs to the backend that runs it (its record says which): a pass reconciles every
+record against its own backend, and a job moving to another one first has its tasks on the old
+one stopped, so two copies never run. One job's failure to write its record or status is
+reported and retried; it never stops the other jobs.
 """
 
 from __future__ import annotations
@@ -123,7 +128,8 @@ class Controller:
     ) -> None:
         self.store = store
         self.backend = backend
-        # Builds another backend by name: a job moving away from it stops its tasks there.
+        # Builds another backend by name, for the jobs that run there (every record is
+        # reconciled against its own backend) and for those moving away from it.
         self._build_other = other_backends
         self._others: dict[str, Backend] = {}
         self.statuses = statuses
