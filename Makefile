@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck layers unit bench clean venv
+.PHONY: demo test lint typecheck layers unit chaos bench clean venv
 
 venv: $(STAMP)
 
@@ -42,6 +42,15 @@ unit: $(STAMP)
 
 test: lint typecheck layers
 	$(VENV)/bin/pytest -q
+
+# Issue 12's proof, the long version (make test runs a short seeded one): controllers killed
+# with SIGKILL at random points amid faults, on both backends (docs/robustness.md).
+CHAOS_ITERATIONS ?= 100
+CHAOS_SEED ?= 12
+
+chaos: $(STAMP)
+	$(PY) -m tests.chaos --backend local --iterations $(CHAOS_ITERATIONS) --seed $(CHAOS_SEED)
+	$(PY) -m tests.chaos --backend mesos --iterations $(CHAOS_ITERATIONS) --seed $(CHAOS_SEED)
 
 bench: $(STAMP)
 	$(PY) -m bench
