@@ -28,6 +28,7 @@ def test_a_short_seeded_chaos_run_breaks_no_invariant(tmp_path: Path, backend: s
     assert set(tallies) == set(chaos.faults()), summary
     assert all(t.iterations == 1 and t.survived == 1 for t in tallies.values()), "\n".join([*lines, summary])
     assert chaos.seen_files, "the tasks wrote their files"
+    assert chaos.unfelt == 0, "every fault of the status folder stopped a write"
 
 
 def test_the_checks_catch_a_duplicate_a_lost_file_and_a_corrupt_status_file(tmp_path: Path) -> None:
