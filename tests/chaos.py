@@ -103,6 +103,7 @@ class Tally:
 
     iterations: int = 0
     survived: int = 0
+    interrupted: int = 0  # SIGKILLs that hit a controller still running (others had finished)
     problems: Counter[str] = field(default_factory=Counter)
 
 
@@ -257,6 +258,7 @@ class Chaos:
                 self.count_duplicates(tally, per_attempt=True)
                 time.sleep(0.05)
         finally:
+            tally.interrupted += process.poll() is None
             process.kill()
             process.wait()
         self.check_status_files(tally)
@@ -596,7 +598,9 @@ def local_tasks(root: Path) -> list[tuple[str, str, int, int]]:
 
 
 def report(backend: str, tallies: dict[str, Tally], seconds: float, notes: list[str]) -> str:
-    header = f"{'fault':16s} {'iterations':>10s} {'survived':>8s} " + " ".join(f"{p:>15s}" for p in PROBLEMS)
+    header = f"{'fault':16s} {'iterations':>10s} {'killed mid-run':>14s} {'survived':>8s} " + " ".join(
+        f"{p:>15s}" for p in PROBLEMS
+    )
     lines = [
         f"chaos, {backend} backend: {sum(t.iterations for t in tallies.values())} iterations in {seconds:.0f} s",
         header,
@@ -605,13 +609,14 @@ def report(backend: str, tallies: dict[str, Tally], seconds: float, notes: list[
     for kind, tally in sorted(tallies.items()):
         total.iterations += tally.iterations
         total.survived += tally.survived
+        total.interrupted += tally.interrupted
         total.problems.update(tally.problems)
         lines.append(
-            f"{kind:16s} {tally.iterations:10d} {tally.survived:8d} "
+            f"{kind:16s} {tally.iterations:10d} {tally.interrupted:14d} {tally.survived:8d} "
             + " ".join(f"{tally.problems[p]:15d}" for p in PROBLEMS)
         )
     lines.append(
-        f"{'all':16s} {total.iterations:10d} {total.survived:8d} "
+        f"{'all':16s} {total.iterations:10d} {total.interrupted:14d} {total.survived:8d} "
         + " ".join(f"{total.problems[p]:15d}" for p in PROBLEMS)
     )
     return "\n".join(lines + notes)
