@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from functools import partial
 from typing import Any
 
+import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from tfdeclare.backends import registry
@@ -38,13 +40,15 @@ FUZZ = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large],
 )
+# U+0085, U+2028 and U+2029 are line breaks to libyaml (YAML 1.1) but not to editors: left out
+# of generated text until they no longer shift lines (see the xfail test at the end)
+YAML11_BREAKS = "\x85\u2028\u2029"
+TEXT = st.text(st.characters(exclude_characters=YAML11_BREAKS), max_size=12)
 NAMES = st.sampled_from(["a", "b", "train", "x-1"])  # few names: duplicates and plan matches happen
-JSON_SCALARS = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(), st.text(max_size=12)
-)
+JSON_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(), TEXT)
 ANY_JSON = st.recursive(
     JSON_SCALARS,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3),
     max_leaves=8,
 )
 
@@ -93,7 +97,11 @@ def _from_schema(schema: dict[str, Any] | bool, depth: int) -> st.SearchStrategy
         if "pattern" in schema:
             text = st.from_regex(schema["pattern"], fullmatch=True)
         else:
-            text = st.text(min_size=schema.get("minLength", 0), max_size=12)
+            text = st.text(
+                st.characters(exclude_characters=YAML11_BREAKS),
+                min_size=schema.get("minLength", 0),
+                max_size=12,
+            )
         if "maxLength" in schema:
             text = text.filter(lambda s: len(s) <= schema["maxLength"])
         return text.filter(lambda s: len(s) >= schema.get("minLength", 0))
@@ -162,7 +170,7 @@ def broken(draw: st.DrawFn, document: dict[str, Any]) -> dict[str, Any]:
     elif how == "drop":
         del parent[path[-1]]
     elif isinstance(parent, dict):
-        parent[draw(st.text(min_size=1, max_size=8))] = draw(ANY_JSON)
+        parent[draw(TEXT.filter(bool))] = draw(ANY_JSON)
     return document
 
 
@@ -186,7 +194,7 @@ def spec_file(draw: st.DrawFn) -> bytes:
 
 
 def _clean(result: FileResult, data: bytes) -> None:
-    lines = data.count(b"\n") + 1
+    lines = len(re.split(rb"\r\n|\r|\n", data))  # as editors count them
     for diagnostic in result.diagnostics:
         assert isinstance(diagnostic, Diagnostic)
         assert diagnostic.path == result.path, diagnostic
@@ -258,5 +266,17 @@ def test_generated_specs_with_raw_bytes_spliced_in_never_crash(
     for position, junk in splices:
         position %= len(data) + 1
         data = data[:position] + junk + data[position + len(junk) // 2 :]
+    assume(not any(c.encode() in data for c in YAML11_BREAKS))
     result = load_file("specs/spliced.yaml", data)
     _clean(result, data)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="libyaml (YAML 1.1) counts U+0085, U+2028 and U+2029 as line breaks, editors (and YAML 1.2) "
+    "do not: every diagnostic after one points a line too far down (found by this fuzzer)",
+)
+def test_a_yaml_1_1_line_break_character_does_not_shift_diagnostic_lines() -> None:
+    data = "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: nel}\nspec:\n  image: 'a\x85b'\n  replicas:\n    ps: {}\n"
+    result = load_file("nel.yaml", data.encode())
+    assert [(d.line, d.column) for d in result.diagnostics] == [(6, 3), (7, 5)]
