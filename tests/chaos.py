@@ -78,6 +78,8 @@ MESOS_FAULTS = (
 PROBLEMS = ("duplicates", "lost_jobs", "lost_task_files", "corrupt_status", "stuck")
 NAMES = ("alpha", "bravo", "charlie", "delta")
 CONVERGE_S = 60.0
+APPLY = ["apply", "specs", "--prune"]
+DAEMON = ["daemon", "--specs", "specs", "--prune", "--interval", "0.3", "--port", "0"]
 
 
 @dataclass
@@ -238,18 +240,21 @@ class Chaos:
             check=False,
         )
 
-    def killed(
-        self, args: list[str], delay: float, tally: Tally, during: Callable[[], None] | None = None
-    ) -> None:
-        """Run ``tfdeclare ARGS`` and SIGKILL it after ``delay`` seconds (if still running),
-        sampling the live tasks meanwhile: never two copies of one slot of one attempt."""
-        process = subprocess.Popen(
+    def start(self, args: list[str]) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
             [PY, "-m", "tfdeclare", *args],
             cwd=self.root,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
+
+    def killed(
+        self, args: list[str], delay: float, tally: Tally, during: Callable[[], None] | None = None
+    ) -> None:
+        """Run ``tfdeclare ARGS`` and SIGKILL it after ``delay`` seconds (if still running),
+        sampling the live tasks meanwhile: never two copies of one slot of one attempt."""
+        process = self.start(args)
         deadline = time.monotonic() + delay
         try:
             while time.monotonic() < deadline and process.poll() is None:
@@ -330,27 +335,10 @@ class Chaos:
         """What a user does after a crash: apply with --prune, delete the jobs whose files are
         gone, run the daemon until the jobs match the files (it reconciles as long as needed),
         stop it, and expect a plan with no changes."""
-        self.cli("apply", "specs", "--prune", "--timeout", "30")
+        self.cli(*APPLY, "--timeout", "30")
         for name in sorted(self.removed):
             self.cli("delete", name, "--timeout", "30")
-        daemon = subprocess.Popen(
-            [
-                PY,
-                "-m",
-                "tfdeclare",
-                "daemon",
-                "--specs",
-                "specs",
-                "--prune",
-                "--interval",
-                "0.3",
-                "--port",
-                "0",
-            ],
-            cwd=self.root,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        daemon = self.start(DAEMON)
         deadline = time.monotonic() + CONVERGE_S
         try:
             while True:
@@ -411,32 +399,30 @@ class Chaos:
         change = self.change(rng)
         delay = rng.uniform(0.0, 2.5)
         started = time.monotonic()
-        apply = ["apply", "specs", "--prune"]
         if kind == "kill-apply":
-            self.killed(apply, delay, tally)
+            self.killed(APPLY, delay, tally)
         elif kind == "kill-daemon":
             self.killed(
-                ["daemon", "--specs", "specs", "--prune", "--interval", "0.3", "--port", "0"],
+                DAEMON,
                 delay + 1.0,
                 tally,
             )
         elif kind == "kill-delete":
             if len(self.jobs) > 1:
                 self.remove(rng.choice(sorted(self.jobs)))
-            # with one job left, --all: every job goes, and the files bring them back
-            self.killed(
-                ["delete", *sorted(self.removed)] if self.removed else ["delete", "--all"], delay, tally
-            )
+            if not self.removed:  # one job left: --all, and the files bring it back (a new run)
+                self.finished.clear()
+            self.killed(["delete", *(sorted(self.removed) or ["--all"])], delay, tally)
         elif kind == "truncate-prune":
             self.truncate_under_prune(rng, delay, tally)
         elif kind == "status-full":
             with self.status_full():
-                self.killed(apply, delay, tally)
-                self.felt(self.cli(*apply, "--timeout", "20"))
+                self.killed(APPLY, delay, tally)
+                self.felt(self.cli(*APPLY, "--timeout", "20"))
         elif kind == "status-readonly":
             with self.status_readonly():
-                self.killed(apply, delay, tally)
-                self.felt(self.cli(*apply, "--timeout", "20"))
+                self.killed(APPLY, delay, tally)
+                self.felt(self.cli(*APPLY, "--timeout", "20"))
         else:
             self.mesos_fault(kind, rng, delay, tally)
         self.recover(tally)
@@ -462,8 +448,8 @@ class Chaos:
                 break
         path.write_bytes(cut)
         slots_before = sorted(t[:3] for t in self.live() if t[0] == name)
-        self.killed(["apply", "specs", "--prune"], delay, tally)
-        self.cli("apply", "specs", "--prune", "--timeout", "20")
+        self.killed(APPLY, delay, tally)
+        self.cli(*APPLY, "--timeout", "20")
         documents = self.check_status_files(tally)
         slots_after = sorted(t[:3] for t in self.live() if t[0] == name)
         if name not in documents or slots_after != slots_before:
@@ -506,7 +492,6 @@ class Chaos:
 
     def mesos_fault(self, kind: str, rng: random.Random, delay: float, tally: Tally) -> None:
         emulator = self.emulator
-        apply = ["apply", "specs", "--prune"]
         agent = rng.choice(sorted(emulator.agent_ids()))
         if kind == "master-restart":
             fired: list[bool] = []
@@ -517,26 +502,26 @@ class Chaos:
                     fired.append(True)
                     emulator.restart_master(reregister_delay=rng.uniform(0, 1))
 
-            self.killed(apply, delay + 0.5, tally, during=restart)
+            self.killed(APPLY, delay + 0.5, tally, during=restart)
             if not fired:
                 emulator.restart_master(reregister_delay=rng.uniform(0, 1))
         elif kind == "agent-restart":
             emulator.restart_agent(agent)
-            self.killed(apply, delay, tally)
+            self.killed(APPLY, delay, tally)
         elif kind == "partition-heal":
             emulator.partition_agent(agent)
             try:
-                self.killed(apply, delay + 1.0, tally)
-                self.cli(*apply, "--timeout", "10")
+                self.killed(APPLY, delay + 1.0, tally)
+                self.cli(*APPLY, "--timeout", "10")
             finally:
                 emulator.heal_agent(agent)
         elif kind == "drop-updates":
             emulator.drop_updates(rng.randint(1, 4))
-            self.killed(apply, delay, tally)
+            self.killed(APPLY, delay, tally)
         elif kind == "delay-updates":
             emulator.delay_updates(rng.uniform(0.2, 1.5))
             try:
-                self.killed(apply, delay, tally)
+                self.killed(APPLY, delay, tally)
             finally:
                 emulator.delay_updates(0)
         else:

@@ -68,13 +68,9 @@ def test_the_checks_catch_a_duplicate_a_lost_file_and_a_corrupt_status_file(tmp_
 
 def _is_task(pid: str, job: str, role: str, index: int) -> bool:
     try:
-        with open(f"/proc/{pid}/environ", "rb") as handle:
-            environ = handle.read().split(b"\0")
+        environ = set(Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"))
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-    wanted = {
-        f"TFDECLARE_JOB={job}".encode(),
-        f"TFDECLARE_ROLE={role}".encode(),
-        f"TFDECLARE_INDEX={index}".encode(),
-    }
-    return wanted <= set(environ) and b"e2e_task.py" in open(f"/proc/{pid}/cmdline", "rb").read()
+    wanted = {f"TFDECLARE_JOB={job}", f"TFDECLARE_ROLE={role}", f"TFDECLARE_INDEX={index}"}
+    return {w.encode() for w in wanted} <= environ and b"e2e_task.py" in cmdline
