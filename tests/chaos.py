@@ -415,13 +415,14 @@ class Chaos:
             self.killed(["delete", *(sorted(self.removed) or ["--all"])], delay, tally)
         elif kind == "truncate-prune":
             self.truncate_under_prune(rng, delay, tally)
-        elif kind == "status-full":
-            with self.status_full():
+        elif kind in ("status-full", "status-readonly"):
+            with self.status_full() if kind == "status-full" else self.status_readonly():
                 self.killed(APPLY, delay, tally)
-                self.felt(self.cli(*APPLY, "--timeout", "20"))
-        elif kind == "status-readonly":
-            with self.status_readonly():
-                self.killed(APPLY, delay, tally)
+                job = self.jobs[rng.choice(sorted(self.jobs))]  # a restart: a status write is due
+                job.generation += 1
+                self.write(job)
+                if kind == "status-full":
+                    self.fill()  # again: a status file removed by a prune frees room
                 self.felt(self.cli(*APPLY, "--timeout", "20"))
         else:
             self.mesos_fault(kind, rng, delay, tally)
@@ -467,20 +468,22 @@ class Chaos:
                 f"    the fault was not felt: apply exited {applied.returncode}: {applied.stderr[-300:]}"
             )
 
-    @contextmanager
-    def status_full(self) -> Iterator[None]:
-        filler = self.root / "status" / "filler"
+    def fill(self) -> None:
         try:
-            with open(filler, "wb") as handle:
+            with open(self.root / "status" / "filler", "ab") as handle:
                 while True:
                     handle.write(b"\0" * 4096)
                     handle.flush()
         except OSError:
             pass  # full
+
+    @contextmanager
+    def status_full(self) -> Iterator[None]:
+        self.fill()
         try:
             yield
         finally:
-            filler.unlink()
+            (self.root / "status" / "filler").unlink()
 
     @contextmanager
     def status_readonly(self) -> Iterator[None]:
