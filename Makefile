@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck layers unit bench clean venv
+.PHONY: demo test lint typecheck layers unit chaos fuzz bench clean venv
 
 venv: $(STAMP)
 
@@ -44,6 +44,20 @@ unit: $(STAMP)
 
 test: lint typecheck layers
 	$(VENV)/bin/pytest -q
+
+# Issue 12's proof, long versions (make test runs short seeded ones): controllers killed with
+# SIGKILL at random points amid faults, on both backends (docs/robustness.md), and the loader
+# and planner fed generated specs and raw bytes.
+CHAOS_ITERATIONS ?= 100
+CHAOS_SEED ?= 12
+FUZZ_EXAMPLES ?= 10000
+
+chaos: $(STAMP)
+	$(PY) -m tests.chaos --backend local --iterations $(CHAOS_ITERATIONS) --seed $(CHAOS_SEED)
+	$(PY) -m tests.chaos --backend mesos --iterations $(CHAOS_ITERATIONS) --seed $(CHAOS_SEED)
+
+fuzz: $(STAMP)
+	TFDECLARE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(VENV)/bin/pytest -q -p no:cacheprovider --timeout 0 tests/test_fuzz_specs.py
 
 bench: $(STAMP)
 	$(PY) -m bench

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.chaos import local_tasks
 from tests.conftest import cli
 from tests.test_e2e_local import project, spec, status_of, wait_until
 
@@ -106,3 +107,25 @@ def test_a_full_status_disk_leaves_no_resize_half_done(project: Path, full_statu
         document = status_of(project, name)
         assert document["replicas"]["worker"]["desired"] == 2
     assert shutil.disk_usage(full_status_disk).free > 0
+
+
+def test_a_job_deleted_while_its_status_file_cannot_be_removed_does_not_leave_it_behind(
+    project: Path, full_status_disk: Path
+) -> None:
+    """Found by the chaos suite: the record went first, so a status file that could not be
+    removed (a read-only folder) stayed for good, showing a job that no longer exists."""
+    _two_jobs(project, 1)
+    assert cli("apply", "specs", cwd=project).returncode == 0
+    (project / "specs" / "b.yaml").unlink()
+    subprocess.run(["mount", "-o", "remount,ro", str(full_status_disk)], check=True)
+    try:
+        pruned = cli("apply", "specs", "--prune", "--timeout", "30", cwd=project)
+        wait_until(lambda: not [t for t in local_tasks(project) if t[0] == "b"])
+        refreshed = cli("status", "--refresh", cwd=project)  # the pass that forgets the job
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(full_status_disk)], check=True)
+    assert pruned.returncode == 1 and "Read-only file system" in pruned.stderr, pruned.stdout + pruned.stderr
+    assert "Traceback" not in pruned.stderr + refreshed.stderr
+    again = cli("apply", "specs", "--prune", cwd=project)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert sorted(p.name for p in full_status_disk.glob("*.yaml")) == ["a.yaml"]

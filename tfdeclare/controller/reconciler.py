@@ -355,8 +355,8 @@ class Controller:
             backend.forget(decided.forget)
         if decided.remove:
             backend.purge(record.name)
+            self.statuses.remove(record.name)  # first: a status file that cannot go keeps the record
             self.store.delete(record.name)
-            self.statuses.remove(record.name)
             self._seen.pop(record.name, None)
             self._seen_tasks.pop(record.name, None)
             return
