@@ -11,6 +11,8 @@ Per job exactly one action, each with the reasons that make it:
 - ``-/+ restart`` — anything else that changes a running task (image, command, env,
   resources, ...), naming each field that forces it; a Succeeded/Failed job whose spec
   changed runs again;
+- ``-/+ move`` — a running job planned for another backend than the one that runs it (a job
+  belongs to its backend): its tasks there stop before it starts on the new one;
 - ``- delete``  — gone from the files, only with ``prune`` (never everything at once unless
   ``allow_empty``); without prune it is listed as an *orphan*;
 - no-op; and ``keep`` — the job stays as applied: its file is now invalid, unreadable or
