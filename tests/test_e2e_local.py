@@ -331,7 +331,7 @@ def test_gpu_tasks_get_exactly_their_own_devices(project: Path) -> None:
     replicas = "\n".join(
         [
             "  replicas:",
-            f"    chief: {{count: 1, resources: {{cpus: 0.1, mem: 64}}, command: [python, {TASK}, 'wait=3']}}",
+            f"    chief: {{count: 1, resources: {{cpus: 0.1, mem: 64}}, command: [python, {TASK}, serve]}}",
             f"    worker: {{count: 2, resources: {{cpus: 0.1, mem: 64, gpus: 1}}, command: [python, {TASK}, serve]}}",
         ]
     )
@@ -354,10 +354,15 @@ def test_gpu_tasks_get_exactly_their_own_devices(project: Path) -> None:
     document = status_of(project, "more")
     assert document["phase"] == "Pending"
     assert {c["type"]: c["reason"] for c in document["conditions"]}["Reconciling"] == "WaitingForGPUs"  # type: ignore[union-attr]
+    # The first job holds both GPUs until it goes (it serves until stopped: no race with its end)
+    assert cli("delete", "gpu", cwd=project).returncode == 0
     wait_until(
         lambda: (cli("status", "--refresh", cwd=project), status_of(project, "more")["phase"] == "Running")[1]
     )
-    assert records(project)  # the second job got a GPU once the first one finished
+    more = json.loads(next((project / "specs" / "more-out").glob("worker-0.*.json")).read_text())
+    assert more["env"]["CUDA_VISIBLE_DEVICES"] in ("0", "1"), (
+        "the second job got a GPU once the first one went"
+    )
     assert cli("delete", "--all", cwd=project).returncode == 0
 
 
