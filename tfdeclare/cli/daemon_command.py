@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from tfdeclare.cli.common import EXIT_OK, UserError, settings_from
-from tfdeclare.cli.wiring import locked, make_backend, make_controller
+from tfdeclare.cli.wiring import controller_for, locked
 from tfdeclare.controller import Controller
 from tfdeclare.daemon.server import DaemonServer
 from tfdeclare.daemon.service import Daemon, DaemonOptions, Source
@@ -98,9 +98,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     options = DaemonOptions(
         interval, daemon_config.debounce_s, args.prune, args.allow_empty, daemon_config.settle_s
     )
-    with locked(settings, "daemon", source=source.description):
-        backend = make_backend(settings)
-        controller = make_controller(settings, backend)
+    with locked(settings, "daemon", source=source.description), controller_for(settings) as controller:
         controller.base_dir = base_dir
         if isinstance(source, GitSource):
             source.in_use = lambda: _folders_in_use(controller)
@@ -137,7 +135,5 @@ def cmd_daemon(args: argparse.Namespace) -> int:
         finally:
             server.close()
             source.close()
-            controller.close()
-            backend.close()
     log.info("stopped")
     return EXIT_OK

@@ -26,6 +26,7 @@ import re
 import socket
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -102,7 +103,7 @@ class Waiting:
     last_asked: float
 
 
-class BackendState:
+class BackendState(ABC):
     """Everything the loop thread owns, and the loop; see the module docstring."""
 
     def __init__(
@@ -344,17 +345,17 @@ class BackendState:
 
     # Defined in ``workers``: the ACCEPT bursts, the periodic work, the two sender threads.
 
-    def _dispatch_accepts(self) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def _dispatch_accepts(self) -> None: ...
 
-    def _upkeep(self) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def _upkeep(self) -> None: ...
 
-    def _calls_loop(self) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def _calls_loop(self) -> None: ...
 
-    def _acks_loop(self) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def _acks_loop(self) -> None: ...
 
     # ---- helpers (on the loop) -------------------------------------------------------------------
 
