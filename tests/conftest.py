@@ -11,6 +11,7 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -95,3 +96,27 @@ def workdir(tmp_path: Path) -> Iterator[Path]:
     (tmp_path / "specs").mkdir()
     yield tmp_path
     kill_leftovers(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Any:
+    """A Docker engine's client (tests/docker_env.py: skips without one, fails under CI=true)."""
+    from tests import docker_env
+
+    return docker_env.engine()
+
+
+@pytest.fixture(scope="session")
+def base_image(docker_client: Any) -> str:
+    """Debian with Python 3, made here by mmdebstrap; cached by content hash."""
+    from tests import docker_env
+
+    return docker_env.base_image(docker_client)
+
+
+@pytest.fixture(scope="session")
+def tensorflow_image(docker_client: Any) -> str:
+    """The base image with requirements/tensorflow.txt in /opt/venv (on PATH); cached."""
+    from tests import docker_env
+
+    return docker_env.tensorflow_image(docker_client)

@@ -1,0 +1,270 @@
+"""A Docker engine and test images for the container tests, built here from Debian and PyPI.
+
+No public image registry is reachable on the machines this project is developed and tested on,
+so nothing is pulled: the base image is a root filesystem made by `mmdebstrap` (Debian's
+packages) and imported, and the TensorFlow image is that base with `tensorflow-cpu` installed
+by pip inside a container (host networking; the host's CA bundle mounted read-only, so pip
+trusts what the host trusts) and committed.
+
+Images are tagged by a hash of everything that goes into them (the recipe below and
+requirements/tensorflow.txt), so a repeated run finds them and builds nothing; the root
+filesystem tarball is also kept in the cache folder, so even a fresh engine only re-imports it.
+
+Which engine (`engine()`):
+1. `DOCKER_HOST`, or the default socket, when it answers a ping (`.ci/run` starts one and
+   exports `DOCKER_HOST`);
+2. otherwise, as root with Debian's `dockerd` installed, a private engine this module starts on
+   a socket in the cache folder (`--iptables=false --bridge=none`: host networking only), left
+   running for the next test run and found again through its socket;
+3. otherwise none: the tests skip with one line, or fail under `CI=true`.
+
+Also a command line for `.ci/run` and people: `python3 -m tests.docker_env start` starts (or
+finds) the private engine and prints `DOCKER_HOST=...`; `stop` stops it. Standard library only
+at that level, since it runs before the virtual environment exists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = Path(os.environ.get("TFDECLARE_TEST_CACHE", Path.home() / ".cache" / "tfdeclare-tests"))
+ENGINE_DIR = CACHE / "dockerd"
+SOCKET = ENGINE_DIR / "docker.sock"
+
+DEBIAN_SUITE = "bookworm"
+BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates", "procps")
+HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+# Bump when the way an image is made changes, so old tags are not taken for new ones.
+RECIPE = "2"
+
+
+def _ping(host: str, timeout: float = 2.0) -> bool:
+    """True when a Docker engine answers `GET /_ping` at this `unix://` address."""
+    if not host.startswith("unix://"):
+        return False
+    path = host.removeprefix("unix://")
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(timeout)
+            conn.connect(path)
+            conn.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
+            return conn.recv(64).split(b" ")[1:2] == [b"200"]
+    except OSError:
+        return False
+
+
+def _running_host() -> str | None:
+    """The address of an engine that answers now, or None."""
+    for host in (os.environ.get("DOCKER_HOST", ""), "unix:///var/run/docker.sock", f"unix://{SOCKET}"):
+        if host and _ping(host):
+            return host
+    return None
+
+
+def start_private_engine(wait_s: float = 60.0) -> str:
+    """Start (or find) the private engine on the cache folder's socket; returns its address."""
+    host = f"unix://{SOCKET}"
+    if _ping(host):
+        return host
+    dockerd = shutil.which("dockerd")
+    if dockerd is None:
+        raise RuntimeError("dockerd is not installed (Debian: apt-get install docker.io)")
+    if os.geteuid() != 0:
+        raise RuntimeError("starting a Docker engine needs root")
+    ENGINE_DIR.mkdir(parents=True, exist_ok=True)
+    with open(ENGINE_DIR / "start.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _ping(host):
+            return host
+        log = open(ENGINE_DIR / "dockerd.log", "ab")  # noqa: SIM115 - handed to the engine
+        subprocess.Popen(
+            [
+                dockerd,
+                "--host", host,
+                "--data-root", str(ENGINE_DIR / "data"),
+                "--exec-root", str(ENGINE_DIR / "exec"),
+                "--pidfile", str(ENGINE_DIR / "dockerd.pid"),
+                "--iptables=false", "--ip6tables=false", "--bridge=none",
+            ],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if _ping(host):
+                return host
+            time.sleep(0.2)
+    raise RuntimeError(f"dockerd did not answer within {wait_s:.0f} s (see its log in {ENGINE_DIR})")
+
+
+def stop_private_engine() -> None:
+    """Stop the engine `start_private_engine` started (checked by name: a stale pid file never
+    signals another process)."""
+    with contextlib.suppress(OSError, ValueError):
+        pid = int((ENGINE_DIR / "dockerd.pid").read_text())
+        if Path(f"/proc/{pid}/comm").read_text().strip() == "dockerd":
+            os.kill(pid, 15)
+
+
+def _why_no_engine() -> str | None:
+    """None when an engine answers or can be started here; otherwise the reason."""
+    if _running_host() is not None:
+        return None
+    if shutil.which("dockerd") is None:
+        return "no Docker engine: none answers and dockerd is not installed (apt-get install docker.io)"
+    if os.geteuid() != 0:
+        return "no Docker engine: none answers and starting dockerd needs root"
+    return None
+
+
+def engine() -> Any:
+    """A `docker.DockerClient` for the engine the tests use; skips (fails under CI) without one."""
+    reason = _why_no_engine()
+    host = None
+    if reason is None:
+        try:
+            host = _running_host() or start_private_engine()
+        except RuntimeError as error:
+            reason = f"no Docker engine: {error}"
+    if host is None:
+        import pytest
+
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{reason} (CI=true: container tests must run)")
+        pytest.skip(reason or "no Docker engine")
+    import docker
+
+    os.environ["DOCKER_HOST"] = host
+    return docker.DockerClient(base_url=host, timeout=300)
+
+
+def _digest(*parts: str | bytes) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode() if isinstance(part, str) else part)
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def _image_exists(client: Any, tag: str) -> bool:
+    import docker.errors
+
+    try:
+        client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        return False
+    return True
+
+
+def base_image(client: Any) -> str:
+    """`tfdeclare-test-base:<hash>`: Debian with Python 3, from `mmdebstrap`; built once."""
+    digest = _digest(RECIPE, DEBIAN_SUITE, *BASE_PACKAGES)
+    tag = f"tfdeclare-test-base:{digest}"
+    with _build_lock(tag):
+        if _image_exists(client, tag):
+            return tag
+        tarball = CACHE / f"rootfs-{digest}.tar"
+        if not tarball.exists():
+            if shutil.which("mmdebstrap") is None:
+                raise RuntimeError(
+                    "building the test base image needs mmdebstrap (apt-get install mmdebstrap)"
+                )
+            partial = tarball.with_suffix(".partial.tar")
+            subprocess.run(
+                [
+                    "mmdebstrap", "--quiet", "--variant=apt",
+                    f"--include={','.join(BASE_PACKAGES)}", DEBIAN_SUITE, str(partial),
+                ],
+                check=True, stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+            partial.replace(tarball)
+        client.api.import_image_from_file(str(tarball), repository=tag.split(":", maxsplit=1)[0], tag=digest)
+        if not _image_exists(client, tag):
+            raise RuntimeError(f"importing {tarball.name} did not make {tag}")
+        return tag
+
+
+def tensorflow_image(client: Any) -> str:
+    """`tfdeclare-test-tf:<hash>`: the base with a virtual environment holding
+    requirements/tensorflow.txt at /opt/venv (on PATH); built once."""
+    base = base_image(client)
+    requirements = (ROOT / "requirements" / "tensorflow.txt").read_bytes()
+    digest = _digest(RECIPE, base, requirements)
+    tag = f"tfdeclare-test-tf:{digest}"
+    with _build_lock(tag):
+        if _image_exists(client, tag):
+            return tag
+        from docker.types import Mount
+
+        # Mounts, not `volumes=`: the SDK declares `volumes` in the container's config too, and
+        # `commit` would then bake them into the image as VOLUMEs.
+        mounts = [Mount("/requirements", str(ROOT / "requirements"), type="bind", read_only=True)]
+        environment = {"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_DEFAULT_TIMEOUT": "180"}
+        if HOST_CA_BUNDLE.exists():
+            mounts.append(Mount("/host-ca.crt", str(HOST_CA_BUNDLE), type="bind", read_only=True))
+            environment["PIP_CERT"] = "/host-ca.crt"
+        container = client.containers.create(
+            base,
+            [
+                "sh",
+                "-c",
+                "python3 -m venv /opt/venv && /opt/venv/bin/pip install -q -r /requirements/tensorflow.txt",
+            ],
+            network_mode="host",
+            mounts=mounts,
+            environment=environment,
+        )
+        try:
+            container.start()
+            result = container.wait(timeout=900)
+            if result.get("StatusCode") != 0:
+                raise RuntimeError(
+                    f"pip in the image build failed: {container.logs()[-2000:].decode(errors='replace')}"
+                )
+            container.commit(
+                repository=tag.split(":", maxsplit=1)[0],
+                tag=digest,
+                changes=[
+                    "ENV PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                    "ENV TF_ENABLE_ONEDNN_OPTS=0",
+                    "ENV PYTHONUNBUFFERED=1",
+                ],
+            )
+        finally:
+            container.remove(force=True)
+        return tag
+
+
+@contextlib.contextmanager
+def _build_lock(tag: str) -> Any:
+    """One builder per image across concurrent test runs on this machine."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / f"build-{tag.replace(':', '-')}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def main(argv: list[str]) -> int:
+    if argv == ["start"]:
+        host = _running_host() or start_private_engine()
+        print(f"DOCKER_HOST={host}")
+        return 0
+    if argv == ["stop"]:
+        stop_private_engine()
+        return 0
+    print("usage: python3 -m tests.docker_env start|stop", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
