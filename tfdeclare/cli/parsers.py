@@ -62,6 +62,12 @@ def _specs_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         help="with --prune, allow deleting every job when the files define none",
     )
     plan_parser.add_argument("--show-unchanged", action="store_true", help="list unchanged jobs too")
+    plan_parser.add_argument(
+        "--link-base",
+        metavar="URL",
+        help="-o markdown: link files under URL, e.g. https://github.com/OWNER/REPO/blob/COMMIT "
+        "(default: links relative to the current folder)",
+    )
     plan_parser.set_defaults(handler="tfdeclare.cli.specs_commands:cmd_plan")
 
     schema = sub.add_parser("schema", help="print a JSON Schema: job (default), status or config")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tfdeclare.backends.base import BackendError
+from tfdeclare.cli import terminal
 from tfdeclare.cli.common import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -42,6 +43,7 @@ from tfdeclare.core.run.record import JobRecord
 from tfdeclare.core.run.tasks import TaskKey
 from tfdeclare.core.spec.loader import LoadedJob, SourceRef
 from tfdeclare.core.spec.model import fingerprint
+from tfdeclare.core.tone import PHASE_TONES, Painter, Tone, plain
 from tfdeclare.shell.lock import ControllerLock
 from tfdeclare.shell.statuswriter import StatusWriter
 from tfdeclare.shell.store import StateError, StateStore
@@ -295,7 +297,15 @@ def _age(timestamp: str | None) -> str:
     return f"{seconds}s"
 
 
-def _status_table(documents: list[dict[str, Any]]) -> str:
+def _phase(phase: str, paint: Painter, width: int = 0) -> str:
+    try:
+        tone = PHASE_TONES[Phase(phase)]
+    except ValueError:
+        return phase.ljust(width)
+    return paint(phase, tone) + " " * (width - len(phase))
+
+
+def _status_table(documents: list[dict[str, Any]], paint: Painter = plain) -> str:
     rows = [("NAME", "PHASE", "TASKS", "RESTARTS", "AGE", "MESSAGE")]
     for doc in documents:
         tasks = doc.get("tasks", [])
@@ -313,13 +323,17 @@ def _status_table(documents: list[dict[str, Any]]) -> str:
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    return "".join(
-        "  ".join(c.ljust(w) for c, w in zip(r[:5], widths, strict=True)) + "  " + r[5] + "\n" for r in rows
-    )
+    header = "  ".join(c.ljust(w) for c, w in zip(rows[0][:5], widths, strict=True)) + "  " + rows[0][5]
+    lines = [paint(header, Tone.STRONG)]
+    for r in rows[1:]:
+        cells = [r[0].ljust(widths[0]), _phase(r[1], paint, widths[1])]
+        cells.extend(c.ljust(w) for c, w in zip(r[2:5], widths[2:], strict=True))
+        lines.append("  ".join(cells) + "  " + r[5])
+    return "".join(line.rstrip() + "\n" for line in lines)
 
 
-def _status_detail(doc: dict[str, Any]) -> str:
-    lines = [f"{doc['name']}: {doc['phase']} — {doc.get('message', '')}"]
+def _status_detail(doc: dict[str, Any], paint: Painter = plain) -> str:
+    lines = [f"{paint(doc['name'], Tone.STRONG)}: {_phase(doc['phase'], paint)} — {doc.get('message', '')}"]
     if doc.get("source"):
         lines.append(f"  source:    {doc['source']['file']}:{doc['source']['line']}")
     lines.append(f"  spec hash: {doc['specHash'][:16]}   revision: {doc.get('revision') or '-'}")
@@ -349,9 +363,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.output == "json":
         stdout_write(json.dumps(documents[0] if args.name else documents, indent=2) + "\n")
     elif args.name:
-        stdout_write(_status_detail(documents[0]))
+        stdout_write(_status_detail(documents[0], terminal.painter(sys.stdout)))
     elif documents:
-        stdout_write(_status_table(documents))
+        stdout_write(_status_table(documents, terminal.painter(sys.stdout)))
     else:
         stdout_write("No jobs.\n")
     if documents and args.output != "json":
