@@ -13,7 +13,7 @@ import traceback
 
 from tfdeclare import __version__
 from tfdeclare.backends.errors import BackendError
-from tfdeclare.cli import parsers
+from tfdeclare.cli import completion, parsers
 from tfdeclare.cli.common import (
     EXIT_ERROR,
     EXIT_INTERNAL,
@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     # few cycles: collecting rarely saves about a third of a big plan (docs/benchmarks.md).
     gc.set_threshold(100_000, 50, 100)
     parser = build_parser()
+    completion.complete_if_asked(parser)
     args = parser.parse_args(argv)
     module, _, function = args.handler.partition(":")
     command = getattr(importlib.import_module(module), function)

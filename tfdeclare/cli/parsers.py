@@ -123,6 +123,19 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     delete.set_defaults(handler="tfdeclare.cli.run_commands:cmd_delete")
 
 
+def _completion_command(sub: Any) -> None:
+    completion = sub.add_parser(
+        "completion",
+        help="print a shell's completion script: bash, zsh or fish",
+        description="Print the completion script of a shell. Load it from the shell's start-up "
+        "file: bash `source <(tfdeclare completion bash)` in ~/.bashrc; zsh `source <(tfdeclare "
+        "completion zsh)` in ~/.zshrc after compinit; fish `tfdeclare completion fish | source` in "
+        "~/.config/fish/config.fish. Commands, options, their values and job names complete.",
+    )
+    completion.add_argument("shell", choices=("bash", "zsh", "fish"))
+    completion.set_defaults(handler="tfdeclare.cli.completion:cmd_completion")
+
+
 def _daemon_command(sub: Any, common: argparse.ArgumentParser) -> None:
     daemon = sub.add_parser(
         "daemon",
@@ -162,3 +175,4 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     _specs_commands(sub, common)
     _run_commands(sub, common)
     _daemon_command(sub, common)
+    _completion_command(sub)
