@@ -13,7 +13,7 @@ import traceback
 
 from tfdeclare import __version__
 from tfdeclare.backends.errors import BackendError
-from tfdeclare.cli import completion, parsers
+from tfdeclare.cli import completion, examples, parsers
 from tfdeclare.cli.common import (
     EXIT_ERROR,
     EXIT_INTERNAL,
@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_common_options(common)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     parsers.add_parsers(sub, common)
+    examples.add_examples(parser)
     return parser
 
 

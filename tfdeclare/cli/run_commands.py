@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tfdeclare.backends.base import BackendError
 from tfdeclare.cli import terminal
 from tfdeclare.cli.common import (
     EXIT_ERROR,
@@ -33,14 +32,13 @@ from tfdeclare.cli.common import (
 )
 from tfdeclare.cli.specs_commands import PLAN_KIND
 from tfdeclare.cli.validate_command import load_desired
-from tfdeclare.cli.wiring import controller_for, locked, make_backend
+from tfdeclare.cli.wiring import controller_for, locked
 from tfdeclare.controller import Controller
-from tfdeclare.core.enums import Phase, Reason, Role, TaskState
+from tfdeclare.core.enums import Phase, Reason, TaskState
 from tfdeclare.core.plan.desired import DesiredState
 from tfdeclare.core.plan.planner import Action, Plan, PlanOptions, plan
-from tfdeclare.core.plan.render import render_text
+from tfdeclare.core.plan.render import plan_json, render_text
 from tfdeclare.core.run.record import JobRecord
-from tfdeclare.core.run.tasks import TaskKey
 from tfdeclare.core.spec.loader import LoadedJob, SourceRef
 from tfdeclare.core.spec.model import fingerprint
 from tfdeclare.core.tone import PHASE_TONES, Painter, Tone, plain
@@ -149,7 +147,7 @@ def _progress_line(record: JobRecord) -> str:
 
 
 def _run_passes(
-    controller: Controller, names: set[str], *, wait: bool, timeout: float | None
+    controller: Controller, names: set[str], *, wait: bool, timeout: float | None, show: bool = True
 ) -> tuple[dict[str, JobRecord], bool, list[str]]:
     """Reconcile until the jobs in ``names`` are launched (or finished, with ``wait``).
     Returns the last records, whether it timed out, and the errors of the last pass (each
@@ -179,7 +177,8 @@ def _run_passes(
             )
             if shown.get(name) != key:
                 shown[name] = key
-                stdout_write(f"[{elapsed:6.1f}s] {line}\n")
+                if show:
+                    stdout_write(f"[{elapsed:6.1f}s] {line}\n")
         if _finished(records, wait):
             return records, False, result.errors
         if limit is not None and elapsed >= limit:
@@ -228,20 +227,44 @@ def cmd_apply(args: argparse.Namespace) -> int:
                 )
             except StateError as err:
                 raise UserError(str(err)) from err
-        stdout_write(render_text(result))
+        machine = args.output == "json"
+        if not machine:
+            stdout_write(render_text(result, paint=terminal.painter(sys.stdout)))
         with controller_for(settings) as controller:
             controller.apply(result)
             names = set(desired.jobs) | {j.name for j in result.jobs if j.action is Action.DELETE}
-            if not names:
-                return EXIT_OK
-            stdout_write("\n")
-            try:
-                records, timed_out, errors = _run_passes(
-                    controller, names, wait=args.wait, timeout=args.timeout
-                )
-            except KeyboardInterrupt:
-                stderr_line("tfdeclare: interrupted; the jobs keep running (`tfdeclare status` adopts them)")
-                return EXIT_INTERRUPTED
+            records: dict[str, JobRecord] = {}
+            timed_out, errors = False, list[str]()
+            if names:
+                if not machine:
+                    stdout_write("\n")
+                try:
+                    records, timed_out, errors = _run_passes(
+                        controller, names, wait=args.wait, timeout=args.timeout, show=not machine
+                    )
+                except KeyboardInterrupt:
+                    stderr_line(
+                        "tfdeclare: interrupted; the jobs keep running (`tfdeclare status` adopts them)"
+                    )
+                    return EXIT_INTERRUPTED
+    if machine:
+        outcome = {
+            "plan": plan_json(result),
+            "jobs": [
+                {
+                    "name": name,
+                    "phase": record.phase.value,
+                    "reason": record.reason.value if record.reason else None,
+                    "restarts": record.restarts,
+                    "message": record.message,
+                }
+                for name, record in sorted(records.items())
+            ],
+            "deleted": sorted(names - set(records)) if names else [],
+            "timedOut": timed_out,
+            "errors": errors,
+        }
+        stdout_write(json.dumps(outcome, indent=2, ensure_ascii=False) + "\n")
     return _apply_outcome(records, timed_out, errors, wait=args.wait)
 
 
@@ -373,51 +396,6 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-# ---- logs ---------------------------------------------------------------------------------
-
-
-def _task_for(record: JobRecord, task: str | None) -> str:
-    if task is None:
-        spec = record.spec
-        key = TaskKey(Role.CHIEF, 0) if spec.has_chief else spec.task_keys()[0]
-    else:
-        role, _, index = task.partition(":")
-        try:
-            key = TaskKey(Role(role), int(index or 0))
-        except ValueError:
-            raise UserError(f"--task takes ROLE:INDEX, e.g. worker:1 (got {task!r})") from None
-    for entry in record.tasks:
-        if entry.key == key and entry.task_id:
-            return entry.task_id
-    raise UserError(f"job {record.name} has no task {key.colon_name} that has started")
-
-
-def cmd_logs(args: argparse.Namespace) -> int:
-    settings = settings_from(args)
-    record = StateStore(settings.state_dir).load(args.name)
-    if record is None:
-        raise UserError(f"no job named {args.name!r}")
-    task_id = _task_for(record, args.task)
-    backend = make_backend(settings)
-    offset = 0
-    try:
-        while True:
-            try:
-                chunk = backend.read_log(task_id, offset)
-            except BackendError as err:
-                raise UserError(str(err)) from err
-            if chunk.data:
-                sys.stdout.buffer.write(chunk.data)
-                sys.stdout.buffer.flush()
-            offset = chunk.next_offset
-            if not args.follow or (chunk.complete and not chunk.data):
-                return EXIT_OK
-            if not chunk.data:
-                time.sleep(0.2)
-    finally:
-        backend.close()
-
-
 # ---- delete -------------------------------------------------------------------------------
 
 
@@ -429,14 +407,20 @@ def cmd_delete(args: argparse.Namespace) -> int:
         if args.all:
             return EXIT_OK
         raise UserError("name the jobs to delete (or --all)")
+    timed_out = False
     with locked(settings, "delete", source=" ".join(names)), controller_for(settings) as controller:
         missing = controller.delete(names)
         present = set(names) - set(missing)
         if present:
-            _, timed_out, _ = _run_passes(controller, present, wait=True, timeout=args.timeout)
-            if timed_out:
-                stderr_line("tfdeclare: timed out waiting for tasks to stop; they are still being stopped")
-                return EXIT_ERROR
+            _, timed_out, _ = _run_passes(
+                controller, present, wait=True, timeout=args.timeout, show=args.output != "json"
+            )
+    if args.output == "json":
+        document = {"deleted": sorted(present), "missing": sorted(missing), "timedOut": timed_out}
+        stdout_write(json.dumps(document, indent=2) + "\n")
+    if timed_out:
+        stderr_line("tfdeclare: timed out waiting for tasks to stop; they are still being stopped")
+        return EXIT_ERROR
     if missing:
         raise UserError(f"no job named {', '.join(repr(m) for m in missing)}")
     return EXIT_OK

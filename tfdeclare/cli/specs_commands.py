@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import platform
 import sys
 import time
 from pathlib import Path
@@ -99,4 +100,18 @@ def cmd_schema(args: argparse.Namespace) -> int:
         stdout_write(json.dumps(registry.config_schema(), indent=2, ensure_ascii=False) + "\n")
     else:
         stdout_write(schema_text(args.name))
+    return EXIT_OK
+
+
+def cmd_version(args: argparse.Namespace) -> int:
+    if args.output == "json":
+        document = {
+            "version": __version__,
+            "apiVersion": "tfdeclare/v1",
+            "python": platform.python_version(),
+            "backends": list(registry.names()),
+        }
+        stdout_write(json.dumps(document, indent=2) + "\n")
+    else:
+        stdout_write(f"tfdeclare {__version__}\n")
     return EXIT_OK
