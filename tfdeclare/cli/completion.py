@@ -14,8 +14,6 @@ from typing import Any
 from tfdeclare.cli.common import EXIT_OK, settings_from, stdout_write
 from tfdeclare.cli.parsers import job_name
 
-SHELLS = ("bash", "zsh", "fish")
-
 
 def _job_names(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[str]:
     """Names of the jobs with a status file (the folder the command line would use)."""

@@ -68,11 +68,6 @@ def _key_of(text: str) -> TaskKey:
         raise UserError(f"--task takes ROLE:INDEX, e.g. worker:1 (got {text!r})") from None
 
 
-def _default_key(record: JobRecord) -> TaskKey:
-    spec = record.spec
-    return TaskKey(Role.CHIEF, 0) if spec.has_chief else spec.task_keys()[0]
-
-
 class _Printer:
     def __init__(self, output: str, prefixed: bool, width: int) -> None:
         self.output = output
@@ -153,6 +148,3 @@ def cmd_logs(args: argparse.Namespace) -> int:
                 time.sleep(_POLL_S)
     finally:
         backend.close()
-
-
-__all__ = ["cmd_logs"]

@@ -216,9 +216,9 @@ def cmd_apply(args: argparse.Namespace) -> int:
         else:
             desired, _ = load_desired(args.paths, settings)
             if desired.has_errors:
-                print_diagnostics(desired.diagnostics)
+                print_diagnostics(desired.diagnostics, args.output)
                 raise UserError("nothing applied: the specs have errors (see above)")
-            print_diagnostics(desired.diagnostics)  # warnings
+            print_diagnostics(desired.diagnostics, args.output)  # warnings
             try:
                 result = plan(
                     desired,
