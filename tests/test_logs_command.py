@@ -13,7 +13,12 @@ import pytest
 
 from tests.conftest import cli
 from tests.test_e2e_local import project, wait_until
+from tfdeclare.backends import registry
+from tfdeclare.cli.common import UserError
+from tfdeclare.cli.logs_command import _Tail
+from tfdeclare.core.enums import Role
 from tfdeclare.core.run.launches import launch_env
+from tfdeclare.core.run.tasks import TaskKey
 
 __all__ = ["project"]  # the fixture
 
@@ -79,3 +84,18 @@ def test_logs_of_every_task_prefixed_and_followed_while_python_tasks_run(project
     one = cli("logs", "talk", "--task", "worker:1", cwd=project)
     assert one.returncode == 0 and one.stdout == "ready 1 '1'\ndone 1"
     assert cli("logs", "talk", "--task", "worker:x", cwd=project).returncode == 1
+
+
+def test_a_log_that_cannot_be_read_stops_only_when_it_was_the_one_asked_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plugin = registry.plugin("local")
+    backend = plugin.build(tmp_path / "state", plugin.config_type())
+    try:
+        tail = _Tail(TaskKey(Role.WORKER, 0), "no-such-task")
+        assert tail.read(backend, strict=False) is False and tail.complete
+        assert "tfdeclare: worker-0: " in capsys.readouterr().err
+        with pytest.raises(UserError):
+            _Tail(TaskKey(Role.WORKER, 0), "no-such-task").read(backend, strict=True)
+    finally:
+        backend.close()

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from tfdeclare.backends.base import Backend, BackendError
 from tfdeclare.cli import terminal
-from tfdeclare.cli.common import EXIT_OK, UserError, settings_from
+from tfdeclare.cli.common import EXIT_OK, UserError, settings_from, stderr_line
 from tfdeclare.cli.wiring import make_backend
 from tfdeclare.core.enums import Phase, Role
 from tfdeclare.core.run.record import JobRecord
@@ -42,12 +42,18 @@ class _Tail:
     complete: bool = False
     lines: list[bytes] = field(default_factory=list)
 
-    def read(self, backend: Backend) -> bool:
-        """Read what is there now; complete lines go to ``lines``. Whether anything came."""
+    def read(self, backend: Backend, strict: bool) -> bool:
+        """Read what is there now; complete lines go to ``lines``. Whether anything came. A log
+        that cannot be read is an error when ``strict`` (one task asked for), else a note on
+        stderr and the other tasks' logs go on."""
         try:
             chunk = backend.read_log(self.task_id, self.offset)
         except BackendError as err:
-            raise UserError(str(err)) from err
+            if strict:
+                raise UserError(str(err)) from err
+            stderr_line(f"tfdeclare: {self.key.name}: {err}")
+            self.complete = True
+            return False
         self.offset = chunk.next_offset
         data = self.partial + chunk.data
         *whole, self.partial = data.split(b"\n")
@@ -132,8 +138,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
                 if task.task_id and task.task_id not in tails and only in (None, task.key):
                     tails[task.task_id] = _Tail(task.key, task.task_id)
             came = False
-            for tail in tails.values():
-                while not tail.complete and tail.read(backend):  # all there is now, task by task
+            for tail in tails.values():  # all there is now, task by task
+                while not tail.complete and tail.read(backend, strict=only is not None):
                     came = True
                     printer.lines(tail.key, tail.lines)
                 printer.lines(tail.key, tail.lines)
