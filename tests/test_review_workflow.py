@@ -106,3 +106,12 @@ def test_the_pre_commit_hook_checks_the_changed_spec_files(workdir: Path) -> Non
     )
     assert failed.returncode == 1
     assert re.search(r"^specs/bad\.yaml:\d+:\d+: error: ", failed.stderr, re.M), failed.stderr
+
+
+def test_a_created_jobs_spec_is_shown_with_secrets_hidden(workdir: Path) -> None:
+    text = job_yaml("a").replace("spec:\n", "spec:\n  env: {API_TOKEN: hunter2, LR: '0.1'}\n", 1)
+    (workdir / "specs" / "a.yaml").write_text(text)
+    shown = cli("plan", "specs", "-o", "markdown", cwd=workdir)
+    assert shown.returncode == 0, shown.stderr
+    assert '+ spec.env: {"API_TOKEN": "(sensitive)", "LR": "0.1"}' in shown.stdout
+    assert "hunter2" not in shown.stdout

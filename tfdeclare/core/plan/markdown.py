@@ -3,7 +3,8 @@
 What a reviewer reads, top to bottom: the summary line; one table row per job that changes,
 with a link to the line of its file; the resources every job asks for before and after the
 plan (GPUs, CPUs, memory); then per job a ``diff`` block whose ``-``/``+`` lines GitHub
-colours (an old value is a ``-`` line, the new one a ``+`` line with what it forces).
+colours (an old value is a ``-`` line, the new one a ``+`` line with what it forces; a created
+or deleted job's whole spec, folded).
 
 File links are relative to where ``plan`` ran (run it at the repository root), or absolute
 with ``link_base`` (``https://github.com/OWNER/REPO/blob/COMMIT``: the files as of that
@@ -18,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import quote
 
-from tfdeclare.core.plan.planner import ABSENT, Action, FieldChange, JobPlan, Plan
+from tfdeclare.core.plan.planner import ABSENT, Action, Effect, FieldChange, JobPlan, Plan
 from tfdeclare.core.plan.render import no_plan_line, shown_value, summary_line, task_list, value_pair
 from tfdeclare.core.spec.loader import SourceRef
 from tfdeclare.core.spec.model import JobSpec
@@ -151,17 +152,49 @@ def render_markdown(plan: Plan, *, link_base: str | None = None) -> str:
     if not errors and plan.has_changes:
         out.extend(_totals_table(plan))
     for job in rows if not errors else ():
-        if not job.changes:
+        lines, what = _job_diff(plan, job)
+        if not lines:
             continue
+        opened = " open" if job.changes else ""  # a whole spec is there on request
         out.append(
-            f"<details open><summary><code>{job.name}</code> {job.action.symbol} {job.action.value}: "
-            f"{len(job.changes)} field(s) changed</summary>"
+            f"<details{opened}><summary><code>{job.name}</code> {job.action.symbol} {job.action.value}: "
+            f"{what}</summary>"
         )
         out.append("")
         out.append("```diff")
-        for change in job.changes:
-            out.extend(diff_lines(change))
+        out.extend(lines)
         out.append("```")
         out.append("</details>")
         out.append("")
     return "\n".join(out)
+
+
+def _job_diff(plan: Plan, job: JobPlan) -> tuple[list[str], str]:
+    """A job's ``diff`` lines and what they show: its changed fields; for a created job its
+    whole spec as ``+`` lines (defaults filled in: what will run), for a deleted one as ``-``."""
+    if job.changes:
+        return [line for change in job.changes for line in diff_lines(change)], (
+            f"{len(job.changes)} field(s) changed"
+        )
+    if job.action is Action.CREATE and job.name in plan.desired:
+        return _whole(plan.desired[job.name], "+"), "the new job's spec"
+    if job.action is Action.DELETE and job.name in plan.observed:
+        return _whole(plan.observed[job.name].canonical, "-"), "the deleted job's spec"
+    return [], ""
+
+
+def _whole(canonical: Mapping[str, Any], sign: str) -> list[str]:
+    """One line per field that is set (one per role for ``replicas``)."""
+    labels = canonical["metadata"].get("labels")
+    fields: list[tuple[tuple[str, ...], Any]] = [(("metadata", "labels"), labels)]
+    for key, value in canonical["spec"].items():
+        if key == "replicas":
+            fields.extend((("spec", key, role), replica) for role, replica in value.items())
+        else:
+            fields.append((("spec", key), value))
+    fields = [(path, value) for path, value in fields if value not in (None, {}, [])]
+    lines = []
+    for path, value in fields:
+        shown = shown_value(FieldChange(path, ABSENT, value, Effect.IN_PLACE), value)
+        lines.append(f"{sign} {'.'.join(path)}: {value_pair(shown, shown, limit=100)[1]}")
+    return lines
