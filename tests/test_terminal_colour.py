@@ -1,5 +1,5 @@
-"""Colour on a terminal only: a real pseudo-terminal gets ANSI colour from validate, plan and
-status; a pipe, ``NO_COLOR``, ``TERM=dumb`` and ``-o json`` get none; ``FORCE_COLOR`` forces it."""
+"""Colour on a terminal only: a real pseudo-terminal gets ANSI colour from validate, plan,
+status and logs; a pipe, ``NO_COLOR``, ``TERM=dumb`` and ``-o json`` get none; ``FORCE_COLOR`` forces it."""
 
 from __future__ import annotations
 
@@ -98,11 +98,14 @@ def test_use_color_rules() -> None:
 
 
 @pytest.mark.slow
-def test_status_colours_phases_on_a_terminal(specs: Path) -> None:
-    (specs / "specs" / "a.yaml").write_text(job_yaml("a", command="[python, -c, pass]"))
+def test_status_phases_and_log_prefixes_are_coloured_on_a_terminal(specs: Path) -> None:
+    (specs / "specs" / "a.yaml").write_text(job_yaml("a", command="[python, -c, 'print(42)']"))
     assert cli("apply", "specs", "--wait", "--timeout", "60", cwd=specs).returncode == 0
     code, out = on_pty("status", cwd=specs)
     assert code == 0 and f"{ESC}32mSucceeded{ESC}0m" in out, out
     code, out = on_pty("status", "a", cwd=specs)
     assert code == 0 and f"{ESC}32mSucceeded{ESC}0m" in out, out
     assert ESC not in cli("status", cwd=specs).stdout
+    code, out = on_pty("logs", "a", cwd=specs)
+    assert code == 0 and f"{ESC}36mworker-0{ESC}0m | 42" in out, out
+    assert cli("logs", "a", cwd=specs).stdout == "worker-0 | 42\n"
