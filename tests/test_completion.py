@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import cli
+from tests.conftest import cli, job_yaml
 
 BIN = str(Path(sys.executable).parent)  # where the tfdeclare entry point is installed
 
@@ -27,11 +27,21 @@ c() {
     _python_argcomplete tfdeclare "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}"
     echo "$1 => $(printf '%s,' "${COMPREPLY[@]}")"
 }
-c "tfdeclare va"
-c "tfdeclare plan -o "
-c "tfdeclare status b"
-c "tfdeclare completion f"
 """
+
+
+def bash_complete(cwd: Path, *lines: str) -> list[str]:
+    """Load the completion script in a real bash and complete each command line as bash's
+    TAB does; the first line is ``complete -p tfdeclare``."""
+    if shutil.which("bash") is None:
+        pytest.fail("bash is needed")
+    env = {**os.environ, "PATH": BIN + os.pathsep + os.environ["PATH"]}
+    script = BASH_COMPLETE + "".join(f'c "{line}"\n' for line in lines)
+    done = subprocess.run(
+        ["bash", "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
 
 
 @pytest.fixture
@@ -43,14 +53,9 @@ def project(tmp_path: Path) -> Path:
 
 
 def test_bash_completes_commands_values_and_job_names(project: Path) -> None:
-    if shutil.which("bash") is None:
-        pytest.fail("bash is needed")
-    env = {**os.environ, "PATH": BIN + os.pathsep + os.environ["PATH"]}
-    done = subprocess.run(
-        ["bash", "-c", BASH_COMPLETE], cwd=project, env=env, capture_output=True, text=True, timeout=60
+    lines = bash_complete(
+        project, "tfdeclare va", "tfdeclare plan -o ", "tfdeclare status b", "tfdeclare completion f"
     )
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
     assert lines[0].startswith("complete ") and lines[0].endswith(" tfdeclare")
     assert "-F _python_argcomplete" in lines[0]
     assert "tfdeclare va => validate ," in lines
@@ -98,3 +103,13 @@ def test_zsh_and_fish_scripts_parse(project: Path, shell: str) -> None:
 def test_an_unknown_shell_is_a_usage_error(project: Path) -> None:
     result = cli("completion", "powershell", cwd=project)
     assert result.returncode == 1 and "invalid choice" in result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_task_option_completes_from_the_jobs_tasks(workdir: Path) -> None:
+    (workdir / "specs" / "a.yaml").write_text(job_yaml("a", workers=2, command="[python, -c, pass]"))
+    assert cli("apply", "specs", "--wait", "--timeout", "60", cwd=workdir).returncode == 0
+    lines = bash_complete(workdir, "tfdeclare logs a --task ", "tfdeclare logs nope --task ")
+    assert "tfdeclare logs a --task  => worker:0,worker:1," in lines
+    assert "tfdeclare logs nope --task  => ," in lines  # nothing offered

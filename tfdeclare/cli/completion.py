@@ -1,8 +1,8 @@
 """Shell completion through argcomplete: ``tfdeclare completion bash|zsh|fish`` prints the
 shell's hook, which on TAB runs ``tfdeclare`` with argcomplete's environment variables; the
-command line's own parser then answers (commands, options, choices, and job names from the
-status folder), so completion never lags behind the parser. argcomplete is imported only then
-and by ``completion``: other commands do not pay for it.
+command line's own parser then answers (commands, options, choices, job names from the
+status folder, a job's tasks for ``--task``), so completion never lags behind the parser.
+argcomplete is imported only then and by ``completion``: other commands do not pay for it.
 """
 
 from __future__ import annotations
@@ -26,14 +26,29 @@ def _job_names(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[s
         return []
 
 
+def _task_names(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[str]:
+    """``ROLE:INDEX`` of the tasks of the job named before (``logs NAME --task``)."""
+    from tfdeclare.shell.store import StateStore
+
+    try:
+        record = StateStore(settings_from(parsed_args).state_dir).load(parsed_args.name)
+        keys = record.spec.task_keys() if record is not None else ()
+        return [k.colon_name for k in keys if k.colon_name.startswith(prefix)]
+    except Exception:  # a completion never fails loudly
+        return []
+
+
 def _with_completers(parser: argparse.ArgumentParser) -> None:
-    """Job NAME arguments complete from the status folder, in every command that takes one."""
+    """Job NAME arguments complete from the status folder, in every command that takes one;
+    ``--task`` from the job's tasks."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for sub in action.choices.values():
                 _with_completers(sub)
         elif action.type is job_name:
             action.completer = _job_names  # type: ignore[attr-defined]
+        elif "--task" in action.option_strings:
+            action.completer = _task_names  # type: ignore[attr-defined]
 
 
 def complete_if_asked(parser: argparse.ArgumentParser) -> None:
