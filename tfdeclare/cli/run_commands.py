@@ -132,13 +132,13 @@ class _Waker:
         self.event.clear()
 
 
-def _progress_line(record: JobRecord) -> str:
+def _progress_line(record: JobRecord, paint: Painter = plain) -> str:
     spec = record.spec
     desired = len(spec.task_keys())
     running = sum(1 for t in record.tasks if t.state is TaskState.RUNNING)
     done = sum(1 for t in record.tasks if t.state is TaskState.SUCCEEDED)
     phase = Phase.DELETING if record.deleting else record.phase
-    parts = [f"{record.name:<24} {phase:<10} {running}/{desired} running"]
+    parts = [f"{record.name:<24} {_phase(phase, paint, 10)} {running}/{desired} running"]
     if done:
         parts.append(f"{done} succeeded")
     if record.restarts:
@@ -153,6 +153,7 @@ def _run_passes(
     Returns the last records, whether it timed out, and the errors of the last pass (each
     error is printed once, when first seen)."""
     waker = _Waker()
+    paint = terminal.painter(sys.stdout)
     controller.backend.watch(waker)
     started = time.monotonic()
     shown: dict[str, tuple[object, ...]] = {}
@@ -168,7 +169,7 @@ def _run_passes(
         elapsed = time.monotonic() - started
         for name in sorted(names):
             record = records.get(name)
-            line = _progress_line(record) if record else f"{name:<24} deleted"
+            line = _progress_line(record, paint) if record else f"{name:<24} deleted"
             # Print when something a reader cares about changed (not a backoff countdown).
             key = (
                 (record.phase, record.deleting, record.reason, record.restarts, record.tasks)
