@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck layers unit chaos fuzz bench clean venv
+.PHONY: demo demo-mesos test lint typecheck layers unit chaos fuzz bench clean venv
 
 venv: $(STAMP)
 
@@ -26,6 +26,12 @@ demo: $(STAMP)
 	$(TFD) delete --all $(DEMO_DIRS)
 	$(TFD) apply specs --wait --timeout 900 $(DEMO_DIRS)
 	$(TFD) status $(DEMO_DIRS)
+
+# The same jobs on the Mesos backend, without a cluster: the master emulator runs in the
+# background (two agents on this machine, real TensorFlow tasks), the jobs train to the end,
+# their status is shown and the emulator is stopped, also on failure (tests/demo_mesos.py).
+demo-mesos: $(STAMP)
+	$(PY) -m tests.demo_mesos
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -63,4 +69,4 @@ bench: $(STAMP)
 	$(PY) -m bench
 
 clean:
-	rm -rf $(VENV) .demo .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .demo .demo-mesos .pytest_cache .mypy_cache .ruff_cache

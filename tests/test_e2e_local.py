@@ -411,7 +411,7 @@ def test_logs_follow_prints_until_the_task_ends(project: Path) -> None:
     assert cli("apply", "specs", cwd=project).returncode == 0
     started = time.monotonic()
     followed = cli("logs", "talk", "--follow", cwd=project)
-    assert followed.returncode == 0 and followed.stdout == "one\ntwo\n"
+    assert followed.returncode == 0 and followed.stdout == "worker-0 | one\nworker-0 | two\n"
     assert time.monotonic() - started >= 1.0, "it waited for the task"
     assert cli("logs", "talk", "--task", "ps:0", cwd=project).returncode == 1
     assert cli("logs", "nope", cwd=project).returncode == 1

@@ -24,9 +24,10 @@ from tfdeclare.backends import registry
 from tfdeclare.core.diagnostics import Diagnostic
 from tfdeclare.core.enums import Phase, Role
 from tfdeclare.core.plan.desired import assemble
+from tfdeclare.core.plan.markdown import render_markdown
 from tfdeclare.core.plan.observed import ObservedJob
 from tfdeclare.core.plan.planner import PlanOptions, plan
-from tfdeclare.core.plan.render import render_json, render_markdown, render_text
+from tfdeclare.core.plan.render import render_json, render_text
 from tfdeclare.core.spec.keys import TaskKey
 from tfdeclare.core.spec.loader import FileResult, SpecCheck, load_file
 from tfdeclare.core.spec.policy import check_task_count

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from tests.golden_plans import cases, run_case
+from tfdeclare.core.plan.markdown import render_markdown
 from tfdeclare.core.plan.planner import Action, PlanReason
-from tfdeclare.core.plan.render import plan_json, render_markdown, render_text
+from tfdeclare.core.plan.render import plan_json, render_text
 
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
 

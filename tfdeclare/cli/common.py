@@ -16,6 +16,7 @@ from typing import Any
 
 from tfdeclare.backends import registry
 from tfdeclare.backends.plugin import BackendPlugin
+from tfdeclare.cli import terminal
 from tfdeclare.core.config import Config
 from tfdeclare.core.diagnostics import Diagnostic
 from tfdeclare.core.spec.loader import SpecCheck
@@ -115,6 +116,9 @@ def stderr_line(text: str) -> None:
     sys.stderr.flush()
 
 
-def print_diagnostics(diagnostics: Sequence[Diagnostic]) -> None:
+def print_diagnostics(diagnostics: Sequence[Diagnostic], output: str = "text") -> None:
+    """One line each on stderr, coloured on a terminal (not when the command prints ``output``
+    for machines)."""
+    paint = terminal.painter(sys.stderr, output)
     for diagnostic in diagnostics:
-        stderr_line(diagnostic.format())
+        stderr_line(terminal.diagnostic_line(diagnostic, paint))

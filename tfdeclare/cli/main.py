@@ -13,7 +13,7 @@ import traceback
 
 from tfdeclare import __version__
 from tfdeclare.backends.errors import BackendError
-from tfdeclare.cli import parsers
+from tfdeclare.cli import completion, examples, parsers
 from tfdeclare.cli.common import (
     EXIT_ERROR,
     EXIT_INTERNAL,
@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_common_options(common)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     parsers.add_parsers(sub, common)
+    examples.add_examples(parser)
     return parser
 
 
@@ -46,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     # few cycles: collecting rarely saves about a third of a big plan (docs/benchmarks.md).
     gc.set_threshold(100_000, 50, 100)
     parser = build_parser()
+    completion.complete_if_asked(parser)
     args = parser.parse_args(argv)
     module, _, function = args.handler.partition(":")
     command = getattr(importlib.import_module(module), function)

@@ -62,11 +62,21 @@ def _specs_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         help="with --prune, allow deleting every job when the files define none",
     )
     plan_parser.add_argument("--show-unchanged", action="store_true", help="list unchanged jobs too")
+    plan_parser.add_argument(
+        "--link-base",
+        metavar="URL",
+        help="-o markdown: link files under URL, e.g. https://github.com/OWNER/REPO/blob/COMMIT "
+        "(default: links relative to the current folder)",
+    )
     plan_parser.set_defaults(handler="tfdeclare.cli.specs_commands:cmd_plan")
 
     schema = sub.add_parser("schema", help="print a JSON Schema: job (default), status or config")
     schema.add_argument("name", nargs="?", default="job")
     schema.set_defaults(handler="tfdeclare.cli.specs_commands:cmd_schema")
+
+    version = sub.add_parser("version", help="print the version (also --version)")
+    version.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    version.set_defaults(handler="tfdeclare.cli.specs_commands:cmd_version")
 
 
 def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -85,6 +95,13 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     apply.add_argument("--prune", action="store_true", help="delete jobs that are gone from the files")
     apply.add_argument("--allow-empty", action="store_true", help="with --prune, allow deleting every job")
+    apply.add_argument(
+        "-o",
+        "--output",
+        choices=("text", "json"),
+        default="text",
+        help="json: one document at the end (the plan, each job's outcome) instead of progress",
+    )
     apply.set_defaults(handler="tfdeclare.cli.run_commands:cmd_apply")
 
     status_parser = sub.add_parser(
@@ -102,19 +119,50 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     status_parser.set_defaults(handler="tfdeclare.cli.run_commands:cmd_status")
 
-    logs = sub.add_parser("logs", parents=[common], help="print a task's output")
-    logs.add_argument("name", metavar="NAME", type=job_name)
-    logs.add_argument(
-        "--task", metavar="ROLE:INDEX", help="which task (default: chief:0, else the first task)"
+    logs = sub.add_parser(
+        "logs",
+        parents=[common],
+        help="print a job's output: every task's lines prefixed, or one task's",
+        description="Print a job's task output. Without --task every task's lines, each prefixed "
+        "with its task (worker-0 | ...); with --follow they interleave as they are written, tasks "
+        "that start later included. Python tasks run unbuffered (PYTHONUNBUFFERED=1 unless the spec "
+        "sets it), so lines appear as they are printed.",
     )
-    logs.add_argument("-f", "--follow", action="store_true", help="keep printing until the task ends")
-    logs.set_defaults(handler="tfdeclare.cli.run_commands:cmd_logs")
+    logs.add_argument("name", metavar="NAME", type=job_name)
+    logs.add_argument("--task", metavar="ROLE:INDEX", help="only this task, its output as written")
+    logs.add_argument(
+        "-f", "--follow", action="store_true", help="keep printing until the job (or the task) has ended"
+    )
+    logs.add_argument(
+        "-o", "--output", choices=("text", "json"), default="text", help='json: {"task", "line"} per line'
+    )
+    logs.set_defaults(handler="tfdeclare.cli.logs_command:cmd_logs")
 
     delete = sub.add_parser("delete", parents=[common], help="stop jobs and forget them")
     delete.add_argument("names", nargs="*", metavar="NAME", type=job_name)
     delete.add_argument("--all", action="store_true", help="every job in the state folder")
     delete.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS")
+    delete.add_argument(
+        "-o",
+        "--output",
+        choices=("text", "json"),
+        default="text",
+        help="json: deleted and missing names",
+    )
     delete.set_defaults(handler="tfdeclare.cli.run_commands:cmd_delete")
+
+
+def _completion_command(sub: Any) -> None:
+    completion = sub.add_parser(
+        "completion",
+        help="print a shell's completion script: bash, zsh or fish",
+        description="Print the completion script of a shell. Load it from the shell's start-up "
+        "file: bash `source <(tfdeclare completion bash)` in ~/.bashrc; zsh `source <(tfdeclare "
+        "completion zsh)` in ~/.zshrc after compinit; fish `tfdeclare completion fish | source` in "
+        "~/.config/fish/config.fish. Commands, options, their values and job names complete.",
+    )
+    completion.add_argument("shell", choices=("bash", "zsh", "fish"))
+    completion.set_defaults(handler="tfdeclare.cli.completion:cmd_completion")
 
 
 def _daemon_command(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -156,3 +204,4 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     _specs_commands(sub, common)
     _run_commands(sub, common)
     _daemon_command(sub, common)
+    _completion_command(sub)

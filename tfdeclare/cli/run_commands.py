@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tfdeclare.backends.base import BackendError
+from tfdeclare.cli import terminal
 from tfdeclare.cli.common import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -32,16 +32,16 @@ from tfdeclare.cli.common import (
 )
 from tfdeclare.cli.specs_commands import PLAN_KIND
 from tfdeclare.cli.validate_command import load_desired
-from tfdeclare.cli.wiring import controller_for, locked, make_backend
+from tfdeclare.cli.wiring import controller_for, locked
 from tfdeclare.controller import Controller
-from tfdeclare.core.enums import Phase, Reason, Role, TaskState
+from tfdeclare.core.enums import Phase, Reason, TaskState
 from tfdeclare.core.plan.desired import DesiredState
 from tfdeclare.core.plan.planner import Action, Plan, PlanOptions, plan
-from tfdeclare.core.plan.render import render_text
+from tfdeclare.core.plan.render import plan_json, render_text
 from tfdeclare.core.run.record import JobRecord
-from tfdeclare.core.run.tasks import TaskKey
 from tfdeclare.core.spec.loader import LoadedJob, SourceRef
 from tfdeclare.core.spec.model import fingerprint
+from tfdeclare.core.tone import PHASE_TONES, Painter, Tone, plain
 from tfdeclare.shell.lock import ControllerLock
 from tfdeclare.shell.statuswriter import StatusWriter
 from tfdeclare.shell.store import StateError, StateStore
@@ -132,13 +132,13 @@ class _Waker:
         self.event.clear()
 
 
-def _progress_line(record: JobRecord) -> str:
+def _progress_line(record: JobRecord, paint: Painter = plain) -> str:
     spec = record.spec
     desired = len(spec.task_keys())
     running = sum(1 for t in record.tasks if t.state is TaskState.RUNNING)
     done = sum(1 for t in record.tasks if t.state is TaskState.SUCCEEDED)
     phase = Phase.DELETING if record.deleting else record.phase
-    parts = [f"{record.name:<24} {phase:<10} {running}/{desired} running"]
+    parts = [f"{record.name:<24} {_phase(phase, paint, 10)} {running}/{desired} running"]
     if done:
         parts.append(f"{done} succeeded")
     if record.restarts:
@@ -147,12 +147,13 @@ def _progress_line(record: JobRecord) -> str:
 
 
 def _run_passes(
-    controller: Controller, names: set[str], *, wait: bool, timeout: float | None
+    controller: Controller, names: set[str], *, wait: bool, timeout: float | None, show: bool = True
 ) -> tuple[dict[str, JobRecord], bool, list[str]]:
     """Reconcile until the jobs in ``names`` are launched (or finished, with ``wait``).
     Returns the last records, whether it timed out, and the errors of the last pass (each
     error is printed once, when first seen)."""
     waker = _Waker()
+    paint = terminal.painter(sys.stdout)
     controller.backend.watch(waker)
     started = time.monotonic()
     shown: dict[str, tuple[object, ...]] = {}
@@ -168,7 +169,7 @@ def _run_passes(
         elapsed = time.monotonic() - started
         for name in sorted(names):
             record = records.get(name)
-            line = _progress_line(record) if record else f"{name:<24} deleted"
+            line = _progress_line(record, paint) if record else f"{name:<24} deleted"
             # Print when something a reader cares about changed (not a backoff countdown).
             key = (
                 (record.phase, record.deleting, record.reason, record.restarts, record.tasks)
@@ -177,7 +178,8 @@ def _run_passes(
             )
             if shown.get(name) != key:
                 shown[name] = key
-                stdout_write(f"[{elapsed:6.1f}s] {line}\n")
+                if show:
+                    stdout_write(f"[{elapsed:6.1f}s] {line}\n")
         if _finished(records, wait):
             return records, False, result.errors
         if limit is not None and elapsed >= limit:
@@ -215,9 +217,9 @@ def cmd_apply(args: argparse.Namespace) -> int:
         else:
             desired, _ = load_desired(args.paths, settings)
             if desired.has_errors:
-                print_diagnostics(desired.diagnostics)
+                print_diagnostics(desired.diagnostics, args.output)
                 raise UserError("nothing applied: the specs have errors (see above)")
-            print_diagnostics(desired.diagnostics)  # warnings
+            print_diagnostics(desired.diagnostics, args.output)  # warnings
             try:
                 result = plan(
                     desired,
@@ -226,20 +228,44 @@ def cmd_apply(args: argparse.Namespace) -> int:
                 )
             except StateError as err:
                 raise UserError(str(err)) from err
-        stdout_write(render_text(result))
+        machine = args.output == "json"
+        if not machine:
+            stdout_write(render_text(result, paint=terminal.painter(sys.stdout)))
         with controller_for(settings) as controller:
             controller.apply(result)
             names = set(desired.jobs) | {j.name for j in result.jobs if j.action is Action.DELETE}
-            if not names:
-                return EXIT_OK
-            stdout_write("\n")
-            try:
-                records, timed_out, errors = _run_passes(
-                    controller, names, wait=args.wait, timeout=args.timeout
-                )
-            except KeyboardInterrupt:
-                stderr_line("tfdeclare: interrupted; the jobs keep running (`tfdeclare status` adopts them)")
-                return EXIT_INTERRUPTED
+            records: dict[str, JobRecord] = {}
+            timed_out, errors = False, list[str]()
+            if names:
+                if not machine:
+                    stdout_write("\n")
+                try:
+                    records, timed_out, errors = _run_passes(
+                        controller, names, wait=args.wait, timeout=args.timeout, show=not machine
+                    )
+                except KeyboardInterrupt:
+                    stderr_line(
+                        "tfdeclare: interrupted; the jobs keep running (`tfdeclare status` adopts them)"
+                    )
+                    return EXIT_INTERRUPTED
+    if machine:
+        outcome = {
+            "plan": plan_json(result),
+            "jobs": [
+                {
+                    "name": name,
+                    "phase": record.phase.value,
+                    "reason": record.reason.value if record.reason else None,
+                    "restarts": record.restarts,
+                    "message": record.message,
+                }
+                for name, record in sorted(records.items())
+            ],
+            "deleted": sorted(names - set(records)) if names else [],
+            "timedOut": timed_out,
+            "errors": errors,
+        }
+        stdout_write(json.dumps(outcome, indent=2, ensure_ascii=False) + "\n")
     return _apply_outcome(records, timed_out, errors, wait=args.wait)
 
 
@@ -295,7 +321,15 @@ def _age(timestamp: str | None) -> str:
     return f"{seconds}s"
 
 
-def _status_table(documents: list[dict[str, Any]]) -> str:
+def _phase(phase: str, paint: Painter, width: int = 0) -> str:
+    try:
+        tone = PHASE_TONES[Phase(phase)]
+    except ValueError:
+        return phase.ljust(width)
+    return paint(phase, tone) + " " * (width - len(phase))
+
+
+def _status_table(documents: list[dict[str, Any]], paint: Painter = plain) -> str:
     rows = [("NAME", "PHASE", "TASKS", "RESTARTS", "AGE", "MESSAGE")]
     for doc in documents:
         tasks = doc.get("tasks", [])
@@ -313,13 +347,17 @@ def _status_table(documents: list[dict[str, Any]]) -> str:
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    return "".join(
-        "  ".join(c.ljust(w) for c, w in zip(r[:5], widths, strict=True)) + "  " + r[5] + "\n" for r in rows
-    )
+    header = "  ".join(c.ljust(w) for c, w in zip(rows[0][:5], widths, strict=True)) + "  " + rows[0][5]
+    lines = [paint(header, Tone.STRONG)]
+    for r in rows[1:]:
+        cells = [r[0].ljust(widths[0]), _phase(r[1], paint, widths[1])]
+        cells.extend(c.ljust(w) for c, w in zip(r[2:5], widths[2:], strict=True))
+        lines.append("  ".join(cells) + "  " + r[5])
+    return "".join(line.rstrip() + "\n" for line in lines)
 
 
-def _status_detail(doc: dict[str, Any]) -> str:
-    lines = [f"{doc['name']}: {doc['phase']} — {doc.get('message', '')}"]
+def _status_detail(doc: dict[str, Any], paint: Painter = plain) -> str:
+    lines = [f"{paint(doc['name'], Tone.STRONG)}: {_phase(doc['phase'], paint)} — {doc.get('message', '')}"]
     if doc.get("source"):
         lines.append(f"  source:    {doc['source']['file']}:{doc['source']['line']}")
     lines.append(f"  spec hash: {doc['specHash'][:16]}   revision: {doc.get('revision') or '-'}")
@@ -349,59 +387,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.output == "json":
         stdout_write(json.dumps(documents[0] if args.name else documents, indent=2) + "\n")
     elif args.name:
-        stdout_write(_status_detail(documents[0]))
+        stdout_write(_status_detail(documents[0], terminal.painter(sys.stdout)))
     elif documents:
-        stdout_write(_status_table(documents))
+        stdout_write(_status_table(documents, terminal.painter(sys.stdout)))
     else:
         stdout_write("No jobs.\n")
     if documents and args.output != "json":
         stderr_line(f"({_freshness(settings)})")
     return EXIT_OK
-
-
-# ---- logs ---------------------------------------------------------------------------------
-
-
-def _task_for(record: JobRecord, task: str | None) -> str:
-    if task is None:
-        spec = record.spec
-        key = TaskKey(Role.CHIEF, 0) if spec.has_chief else spec.task_keys()[0]
-    else:
-        role, _, index = task.partition(":")
-        try:
-            key = TaskKey(Role(role), int(index or 0))
-        except ValueError:
-            raise UserError(f"--task takes ROLE:INDEX, e.g. worker:1 (got {task!r})") from None
-    for entry in record.tasks:
-        if entry.key == key and entry.task_id:
-            return entry.task_id
-    raise UserError(f"job {record.name} has no task {key.colon_name} that has started")
-
-
-def cmd_logs(args: argparse.Namespace) -> int:
-    settings = settings_from(args)
-    record = StateStore(settings.state_dir).load(args.name)
-    if record is None:
-        raise UserError(f"no job named {args.name!r}")
-    task_id = _task_for(record, args.task)
-    backend = make_backend(settings)
-    offset = 0
-    try:
-        while True:
-            try:
-                chunk = backend.read_log(task_id, offset)
-            except BackendError as err:
-                raise UserError(str(err)) from err
-            if chunk.data:
-                sys.stdout.buffer.write(chunk.data)
-                sys.stdout.buffer.flush()
-            offset = chunk.next_offset
-            if not args.follow or (chunk.complete and not chunk.data):
-                return EXIT_OK
-            if not chunk.data:
-                time.sleep(0.2)
-    finally:
-        backend.close()
 
 
 # ---- delete -------------------------------------------------------------------------------
@@ -415,14 +408,20 @@ def cmd_delete(args: argparse.Namespace) -> int:
         if args.all:
             return EXIT_OK
         raise UserError("name the jobs to delete (or --all)")
+    timed_out = False
     with locked(settings, "delete", source=" ".join(names)), controller_for(settings) as controller:
         missing = controller.delete(names)
         present = set(names) - set(missing)
         if present:
-            _, timed_out, _ = _run_passes(controller, present, wait=True, timeout=args.timeout)
-            if timed_out:
-                stderr_line("tfdeclare: timed out waiting for tasks to stop; they are still being stopped")
-                return EXIT_ERROR
+            _, timed_out, _ = _run_passes(
+                controller, present, wait=True, timeout=args.timeout, show=args.output != "json"
+            )
+    if args.output == "json":
+        document = {"deleted": sorted(present), "missing": sorted(missing), "timedOut": timed_out}
+        stdout_write(json.dumps(document, indent=2) + "\n")
+    if timed_out:
+        stderr_line("tfdeclare: timed out waiting for tasks to stop; they are still being stopped")
+        return EXIT_ERROR
     if missing:
         raise UserError(f"no job named {', '.join(repr(m) for m in missing)}")
     return EXIT_OK

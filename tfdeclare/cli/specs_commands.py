@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import platform
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from tfdeclare import __version__
 from tfdeclare.backends import registry
+from tfdeclare.cli import terminal
 from tfdeclare.cli.common import (
     EXIT_CHANGES,
     EXIT_ERROR,
@@ -22,8 +25,9 @@ from tfdeclare.cli.common import (
 )
 from tfdeclare.cli.validate_command import load_desired
 from tfdeclare.core.plan.desired import DesiredState
+from tfdeclare.core.plan.markdown import render_markdown
 from tfdeclare.core.plan.planner import Plan, PlanOptions, plan
-from tfdeclare.core.plan.render import plan_json, render_json, render_markdown, render_text
+from tfdeclare.core.plan.render import plan_json, render_json, render_text
 from tfdeclare.core.spec.schema import SCHEMA_NAMES, schema_text
 from tfdeclare.files import write_atomic
 from tfdeclare.shell.store import StateError, StateStore
@@ -69,13 +73,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     options = PlanOptions(prune=args.prune, allow_empty=args.allow_empty, backend=settings.backend)
     result, desired = compute_plan(args.paths, settings, options)
-    print_diagnostics(result.diagnostics)
+    print_diagnostics(result.diagnostics, args.output)
     if args.output == "json":
         stdout_write(render_json(result))
     elif args.output == "markdown":
-        stdout_write(render_markdown(result))
+        stdout_write(render_markdown(result, link_base=args.link_base))
     else:
-        stdout_write(render_text(result, show_unchanged=args.show_unchanged))
+        paint = terminal.painter(sys.stdout)
+        stdout_write(render_text(result, show_unchanged=args.show_unchanged, paint=paint))
     if args.out:
         if result.has_errors:
             raise UserError(f"not saving {args.out}: the specs have errors")
@@ -95,4 +100,18 @@ def cmd_schema(args: argparse.Namespace) -> int:
         stdout_write(json.dumps(registry.config_schema(), indent=2, ensure_ascii=False) + "\n")
     else:
         stdout_write(schema_text(args.name))
+    return EXIT_OK
+
+
+def cmd_version(args: argparse.Namespace) -> int:
+    if args.output == "json":
+        document = {
+            "version": __version__,
+            "apiVersion": "tfdeclare/v1",
+            "python": platform.python_version(),
+            "backends": list(registry.names()),
+        }
+        stdout_write(json.dumps(document, indent=2) + "\n")
+    else:
+        stdout_write(f"tfdeclare {__version__}\n")
     return EXIT_OK

@@ -4,18 +4,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
+from tfdeclare.cli import terminal
 from tfdeclare.cli.common import EXIT_ERROR, EXIT_OK, Settings, print_diagnostics, settings_from, stdout_write
 from tfdeclare.core.plan.desired import DesiredState
+from tfdeclare.core.spec.documents import MAX_FILE_BYTES
+from tfdeclare.core.tone import Tone
 from tfdeclare.shell.sources import SpecFiles, no_files_warning
 
 
 def load_desired(paths: list[str], settings: Settings) -> tuple[DesiredState, SpecFiles]:
+    """The specs of ``paths``; ``-`` reads one file from standard input (shown as <stdin>)."""
+    stdin = sys.stdin.buffer.read(MAX_FILE_BYTES + 1) if "-" in paths else None  # the loader bounds it
     files = SpecFiles(
-        [Path(p) for p in paths],
+        [Path(p) for p in paths if p != "-"],
         checks=settings.spec_checks,
         exclude=(settings.state_dir, settings.status_dir),
+        stdin=stdin,
     )
     return files.load(), files
 
@@ -25,7 +32,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     desired, _ = load_desired(args.paths, settings)
     diagnostics = list(desired.diagnostics)
     if not desired.files and not diagnostics:
-        diagnostics.append(no_files_warning([Path(p) for p in args.paths]))
+        diagnostics.append(no_files_warning([Path(p) for p in args.paths if p != "-"]))
     valid = not any(d.is_error for d in diagnostics)
     if args.output == "json":
         stdout_write(
@@ -42,10 +49,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
         )
     else:
         print_diagnostics(diagnostics)
+        paint = terminal.painter(sys.stdout)
         errors = sum(1 for d in diagnostics if d.is_error)
         if valid:
-            stdout_write(f"{len(desired.jobs)} job(s) in {len(desired.files)} file(s): valid\n")
+            line = paint(f"{len(desired.jobs)} job(s) in {len(desired.files)} file(s): valid", Tone.GOOD)
         else:
             places = len({d.path for d in diagnostics if d.is_error})
-            stdout_write(f"{errors} error(s) in {places} file(s)\n")
+            line = paint(f"{errors} error(s) in {places} file(s)", Tone.BAD)
+        stdout_write(line + "\n")
     return EXIT_OK if valid else EXIT_ERROR

@@ -7,6 +7,9 @@ silently: the listing is then incomplete, and the planner prunes nothing. The ca
 one ``FileResult`` per file keyed by its stat (size, mtime, inode); a file modified within the
 last two seconds is re-read regardless (mtime granularity), and results are reused by content
 hash, so a warm re-plan reads only what changed.
+
+A spec read from standard input (the command line's ``-``) is passed in as bytes and shown as
+``<stdin>``.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from tfdeclare.core.spec.loader import FileResult, SpecCheck, content_hash, load
 
 _SUFFIXES = (".yaml", ".yml")
 _RACY_SECONDS = 2.0
+STDIN_NAME = "<stdin>"
 
 
 def display_path(path: str, base: str | None) -> str:
@@ -45,8 +49,10 @@ class SpecFiles:
         checks: Sequence[SpecCheck] = (),
         exclude: Iterable[Path] = (),
         base: Path | None = None,
+        stdin: bytes | None = None,
     ) -> None:
         self.paths = [str(p) for p in paths]
+        self.stdin = stdin  # a spec read from standard input, loaded as <stdin>
         self.checks = tuple(checks)
         self.exclude = {os.path.realpath(p) for p in exclude}
         self.base = str(base) if base is not None else None
@@ -124,6 +130,8 @@ class SpecFiles:
         finally:
             if collecting:
                 gc.enable()
+        if self.stdin is not None:
+            results.append(load_file(STDIN_NAME, self.stdin, self.checks))
         if len(self._cache) > len(results):
             seen = {r.path for r in results}
             for gone in [p for p in self._cache if p not in seen]:

@@ -1,4 +1,5 @@
-"""Plans as text (Terraform-like), JSON (the same plan as data) and Markdown (PR comments).
+"""Plans as text (Terraform-like) and JSON (the same plan as data); Markdown for pull requests is
+``markdown``.
 
 Environment values whose names look like secrets are never shown (``(sensitive)``).
 """
@@ -11,6 +12,7 @@ from typing import Any
 
 from tfdeclare.core.plan.planner import ABSENT, Action, FieldChange, JobPlan, Plan
 from tfdeclare.core.run.tasks import TaskKey
+from tfdeclare.core.tone import Painter, Tone, plain
 
 _SENSITIVE = re.compile(r"SECRET|TOKEN|PASSW|CREDENTIAL|PRIVATE|API_?KEY|ACCESS_?KEY|AUTH", re.IGNORECASE)
 _VERB = {
@@ -23,6 +25,17 @@ _VERB = {
     Action.ORPHAN: "is orphaned",
     Action.KEEP: "is kept as applied",
     Action.MOVE: "will move to another backend",
+}
+_ACTION_TONES = {
+    Action.CREATE: Tone.ADDED,
+    Action.UPDATE: Tone.CHANGED,
+    Action.RESIZE: Tone.CHANGED,
+    Action.RESTART: Tone.REPLACED,
+    Action.MOVE: Tone.REPLACED,
+    Action.DELETE: Tone.REMOVED,
+    Action.NOOP: Tone.MUTED,
+    Action.ORPHAN: Tone.WARN,
+    Action.KEEP: Tone.WARN,
 }
 _LISTED = (Action.CREATE, Action.UPDATE, Action.RESIZE, Action.RESTART, Action.MOVE, Action.DELETE)
 
@@ -40,7 +53,7 @@ def _redacted(value: Any, in_env: bool) -> Any:
     return value
 
 
-def _shown(change: FieldChange, value: Any) -> Any:
+def shown_value(change: FieldChange, value: Any) -> Any:
     """The value as it may be shown: secret-looking environment values replaced."""
     if value is ABSENT:
         return ABSENT
@@ -89,7 +102,7 @@ def task_list(keys: tuple[TaskKey, ...]) -> str:
     return ", ".join(parts)
 
 
-def _pair_text(old: Any, new: Any, limit: int = 80) -> tuple[str, str]:
+def value_pair(old: Any, new: Any, limit: int = 80) -> tuple[str, str]:
     """Two long strings that share a beginning are shown from just before they differ."""
     if isinstance(old, str) and isinstance(new, str):
         common = 0
@@ -101,23 +114,24 @@ def _pair_text(old: Any, new: Any, limit: int = 80) -> tuple[str, str]:
     return _value_text(old, limit), _value_text(new, limit)
 
 
-def _change_line(change: FieldChange) -> str:
-    old, new = _shown(change, change.old), _shown(change, change.new)
+def _change_line(change: FieldChange, paint: Painter) -> str:
+    old, new = shown_value(change, change.old), shown_value(change, change.new)
     if old is ABSENT:
-        body = f"+ {change.dotted} = {_value_text(new)}"
+        body = paint(f"+ {change.dotted} = {_value_text(new)}", Tone.ADDED)
     elif new is ABSENT:
-        body = f"- {change.dotted} (was {_value_text(old)})"
+        body = paint(f"- {change.dotted} (was {_value_text(old)})", Tone.REMOVED)
     else:
-        before, after = _pair_text(old, new)
-        body = f"~ {change.dotted}: {before} → {after}"
+        before, after = value_pair(old, new)
+        body = paint(f"~ {change.dotted}: {before} → {after}", Tone.CHANGED)
     note = {"restart": "forces restart", "resize": "resizes", "in-place": "in place"}[change.effect.value]
-    return f"{body}   # {note}"
+    return body + paint(f"   # {note}", Tone.MUTED)
 
 
-def _job_text(job: JobPlan) -> list[str]:
+def _job_text(job: JobPlan, paint: Painter) -> list[str]:
     where = f"  ({job.source})" if job.source else ""
-    lines = [f"  {job.action.symbol} {job.name} {_VERB[job.action]}{where}", f"      why: {job.message}"]
-    lines.extend(f"      {_change_line(c)}" for c in job.changes)
+    headline = paint(f"{job.action.symbol} {job.name} {_VERB[job.action]}", _ACTION_TONES[job.action])
+    lines = [f"  {headline}{where}", f"      why: {job.message}"]
+    lines.extend(f"      {_change_line(c, paint)}" for c in job.changes)
     if job.restart:
         lines.append(f"      restarts: {task_list(job.restart)}")
     if job.start:
@@ -127,45 +141,46 @@ def _job_text(job: JobPlan) -> list[str]:
     return lines
 
 
-def _no_plan(errors: int) -> str:
+def no_plan_line(errors: int) -> str:
     return f"No plan: the files have {errors} error(s). Running jobs are not affected."
 
 
-def render_text(plan: Plan, *, show_unchanged: bool = False) -> str:
+def render_text(plan: Plan, *, show_unchanged: bool = False, paint: Painter = plain) -> str:
     lines: list[str] = []
     listed = [j for j in plan.jobs if j.action in _LISTED or (show_unchanged and j.action is Action.NOOP)]
     errors = sum(1 for d in plan.diagnostics if d.is_error)
     if errors:  # as Terraform: no plan from files with errors (it would be a plan of some of them)
-        lines.append(_no_plan(errors))
+        lines.append(paint(no_plan_line(errors), Tone.BAD))
         lines.append("")
     elif listed:
         lines.append("tfdeclare will perform these actions:")
         lines.append("")
         for job in listed:
-            lines.extend(_job_text(job))
+            lines.extend(_job_text(job, paint))
             lines.append("")
     else:
-        lines.append("No changes: the running jobs match the files.")
+        lines.append(paint("No changes: the running jobs match the files.", Tone.GOOD))
         lines.append("")
     kept = [j for j in plan.jobs if j.action is Action.KEEP]
     if kept:
         lines.append("Kept as applied, not acted on now:")
-        lines.extend(f"  ! {j.name}: {j.message}" for j in kept)
+        lines.extend(f"  {paint('! ' + j.name, Tone.WARN)}: {j.message}" for j in kept)
         lines.append("")
     orphans = [j for j in plan.jobs if j.action is Action.ORPHAN]
     if orphans:
         lines.append("Not in the files (orphaned; nothing is done to them):")
         lines.extend(
-            f"  ? {j.name} ({j.phase.value if j.phase else 'unknown'}): {j.message}" for j in orphans
+            f"  {paint('? ' + j.name, Tone.WARN)} ({j.phase.value if j.phase else 'unknown'}): {j.message}"
+            for j in orphans
         )
         lines.append("")
     if not errors:
-        lines.append(summary_line(plan))
+        lines.append(paint(summary_line(plan), Tone.STRONG))
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def _change_json(change: FieldChange) -> dict[str, Any]:
-    old, new = _shown(change, change.old), _shown(change, change.new)
+    old, new = shown_value(change, change.old), shown_value(change, change.new)
     return {
         "path": change.dotted,
         "old": None if old is ABSENT else old,
@@ -210,60 +225,3 @@ def plan_json(plan: Plan) -> dict[str, Any]:
 
 def render_json(plan: Plan) -> str:
     return json.dumps(plan_json(plan), indent=2, ensure_ascii=False) + "\n"
-
-
-def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def render_markdown(plan: Plan) -> str:
-    errors = sum(1 for d in plan.diagnostics if d.is_error)
-    headline = _no_plan(errors) if errors else summary_line(plan)
-    out = ["### tfdeclare plan", "", f"**{headline}**", ""]
-    if plan.diagnostics:
-        out.append(f"<details open><summary>{errors} error(s) in the specs</summary>")
-        out.append("")
-        out.append("```")
-        out.extend(d.format() for d in plan.diagnostics)
-        out.append("```")
-        out.append("</details>")
-        out.append("")
-    rows = [j for j in plan.jobs if j.action is not Action.NOOP]
-    if errors:  # no plan, but what is kept as applied is shown, as in the text plan
-        rows = [j for j in rows if j.action is Action.KEEP]
-    if rows:
-        out.append("| | job | action | why | tasks |")
-        out.append("|---|---|---|---|---|")
-        for job in rows:
-            tasks = "; ".join(
-                f"{label} {task_list(keys)}"
-                for label, keys in (("restart", job.restart), ("start", job.start), ("stop", job.stop))
-                if keys
-            )
-            cells = [
-                f"`{job.action.symbol}`",
-                f"`{job.name}`",
-                job.action.value,
-                _md(job.message),
-                _md(tasks),
-            ]
-            out.append("| " + " | ".join(cells) + " |")
-        out.append("")
-        for job in rows:
-            if not job.changes:
-                continue
-            out.append(
-                f"<details><summary><code>{job.name}</code>: {len(job.changes)} field(s) changed</summary>"
-            )
-            out.append("")
-            out.append("```diff")
-            for change in job.changes:
-                line = _change_line(change)
-                out.append(("-" if line.startswith("-") else "+" if line.startswith("+") else "!") + line[1:])
-            out.append("```")
-            out.append("</details>")
-            out.append("")
-    elif not errors:
-        out.append("No changes.")
-        out.append("")
-    return "\n".join(out)

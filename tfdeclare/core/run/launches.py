@@ -39,6 +39,18 @@ def placed(record: JobRecord, placement: Placement) -> JobRecord:
     return record.evolve(addresses=addresses, launches=record.launches + 1)
 
 
+# Given to every task unless its spec sets the name: a Python task's output reaches `logs` as
+# it is printed, not in 8 KiB blocks. Kept out of the config hash (a task's identity), so
+# adding a default here restarts no running task.
+DEFAULT_ENV = {"PYTHONUNBUFFERED": "1"}
+
+
+def launch_env(env: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """A task's environment as launched: its own, then the defaults it does not set."""
+    named = {name for name, _ in env}
+    return tuple(sorted([*env, *((k, v) for k, v in DEFAULT_ENV.items() if k not in named)]))
+
+
 def launches(record: JobRecord, placement: Placement, source_dir: str | None) -> list[TaskLaunch]:
     """The launches of every placed slot; ``record`` is the one returned by ``placed``."""
     spec = record.spec
@@ -56,7 +68,7 @@ def launches(record: JobRecord, placement: Placement, source_dir: str | None) ->
                 spec_hash=record.spec_hash,
                 config_hash=config.config_hash,
                 argv=config.argv,
-                env=config.env,
+                env=launch_env(config.env),
                 resources=config.resources,
                 slot=slot,
                 working_dir=config.working_dir,

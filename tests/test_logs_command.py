@@ -1,0 +1,101 @@
+"""``logs``: every task's lines with a prefix, ``--follow`` interleaving them as they come and
+ending with the job, ``-o json``; Python tasks unbuffered by default (their lines reach the
+log while they run), outside the task's identity (the config hash)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import cli
+from tests.test_e2e_local import project, wait_until
+from tfdeclare.backends import registry
+from tfdeclare.cli.common import UserError
+from tfdeclare.cli.logs_command import _Tail
+from tfdeclare.core.enums import Role
+from tfdeclare.core.run.launches import launch_env
+from tfdeclare.core.run.tasks import TaskKey
+
+__all__ = ["project"]  # the fixture
+
+TALKER = """\
+import os, pathlib, time
+print("ready", os.environ["TFDECLARE_INDEX"], repr(os.environ.get("PYTHONUNBUFFERED")))
+go = pathlib.Path(os.environ["GO"])
+deadline = time.time() + 60
+while not go.exists() and time.time() < deadline:
+    time.sleep(0.05)
+print("done", os.environ["TFDECLARE_INDEX"], end="")
+"""
+
+
+def _talkers(go: Path) -> str:
+    return (
+        "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: talk}\nspec:\n"
+        f"  command: [python, -c, {json.dumps(TALKER)}]\n"
+        f"  env: {{GO: {json.dumps(str(go))}}}\n"
+        "  replicas: {worker: {count: 2, resources: {cpus: 0.1, mem: 64}}}\n"
+    )
+
+
+def test_default_environment_is_added_unless_the_spec_sets_it() -> None:
+    assert launch_env((("A", "1"),)) == (("A", "1"), ("PYTHONUNBUFFERED", "1"))
+    assert launch_env((("PYTHONUNBUFFERED", ""),)) == (("PYTHONUNBUFFERED", ""),)
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_logs_of_every_task_prefixed_and_followed_while_python_tasks_run(project: Path) -> None:
+    go = project / "go"
+    (project / "specs" / "talk.yaml").write_text(_talkers(go))
+    assert cli("apply", "specs", cwd=project).returncode == 0
+
+    # The tasks wait for `go`: their first lines can only be in the log if Python did not buffer them.
+    def both_ready() -> bool:
+        shown = cli("logs", "talk", cwd=project).stdout
+        return "worker-0 | ready 0 '1'\n" in shown and "worker-1 | ready 1 '1'\n" in shown
+
+    wait_until(both_ready, timeout=60)
+    assert not go.exists()
+
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "tfdeclare", "logs", "talk", "--follow"],
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert follow.stdout is not None
+    first = {follow.stdout.readline(), follow.stdout.readline()}  # what is there already
+    assert first == {"worker-0 | ready 0 '1'\n", "worker-1 | ready 1 '1'\n"}
+    go.touch()
+    rest, errors = follow.communicate(timeout=60)  # it ends by itself once both tasks have ended
+    assert follow.returncode == 0, errors
+    assert sorted(rest.splitlines()) == ["worker-0 | done 0", "worker-1 | done 1"]  # last lines lack "\n"
+
+    as_json = [
+        json.loads(line) for line in cli("logs", "talk", "-o", "json", cwd=project).stdout.splitlines()
+    ]
+    assert {"task": "worker-1", "line": "done 1"} in as_json and len(as_json) == 4
+    one = cli("logs", "talk", "--task", "worker:1", cwd=project)
+    assert one.returncode == 0 and one.stdout == "ready 1 '1'\ndone 1"
+    assert cli("logs", "talk", "--task", "worker:x", cwd=project).returncode == 1
+
+
+def test_a_log_that_cannot_be_read_stops_only_when_it_was_the_one_asked_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plugin = registry.plugin("local")
+    backend = plugin.build(tmp_path / "state", plugin.config_type())
+    try:
+        tail = _Tail(TaskKey(Role.WORKER, 0), "no-such-task")
+        assert tail.read(backend, strict=False) is False and tail.complete
+        assert "tfdeclare: worker-0: " in capsys.readouterr().err
+        with pytest.raises(UserError):
+            _Tail(TaskKey(Role.WORKER, 0), "no-such-task").read(backend, strict=True)
+    finally:
+        backend.close()

@@ -1,0 +1,156 @@
+"""``logs``: a job's task output. Without ``--task`` every task's output, each line prefixed
+with its task (``worker-0 | ...``); with ``--follow`` the lines of all tasks interleave as they
+are written, tasks that start later (a restart) included, until the job has finished and every
+log is complete. With ``--task`` the task's bytes as written. ``-o json``: one JSON object per
+line, ``{"task": "worker-0", "line": "..."}``.
+
+Without ``--follow`` the tasks' logs come one after the other (no backend records when a line
+was written, so there is no order across tasks to restore).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+
+from tfdeclare.backends.base import Backend, BackendError
+from tfdeclare.cli import terminal
+from tfdeclare.cli.common import EXIT_OK, UserError, settings_from, stderr_line
+from tfdeclare.cli.wiring import make_backend
+from tfdeclare.core.enums import Phase, Role
+from tfdeclare.core.run.record import JobRecord
+from tfdeclare.core.run.tasks import TaskKey
+from tfdeclare.core.tone import Painter, Tone
+from tfdeclare.shell.lock import ControllerLock
+from tfdeclare.shell.store import StateStore
+
+_POLL_S = 0.2
+_PREFIX_TONES = (Tone.ACTIVE, Tone.ADDED, Tone.CHANGED, Tone.REPLACED, Tone.STRONG, Tone.WARN)
+
+
+@dataclass
+class _Tail:
+    """One task's log being read: where it has got to and the line it is in the middle of."""
+
+    key: TaskKey
+    task_id: str
+    offset: int = 0
+    partial: bytes = b""
+    complete: bool = False
+    lines: list[bytes] = field(default_factory=list)
+
+    def read(self, backend: Backend, strict: bool) -> bool:
+        """Read what is there now; complete lines go to ``lines``. Whether anything came. A log
+        that cannot be read is an error when ``strict`` (one task asked for), else a note on
+        stderr and the other tasks' logs go on."""
+        try:
+            chunk = backend.read_log(self.task_id, self.offset)
+        except BackendError as err:
+            if strict:
+                raise UserError(str(err)) from err
+            stderr_line(f"tfdeclare: {self.key.name}: {err}")
+            self.complete = True
+            return False
+        self.offset = chunk.next_offset
+        data = self.partial + chunk.data
+        *whole, self.partial = data.split(b"\n")
+        self.lines.extend(line + b"\n" for line in whole)
+        if chunk.complete and not chunk.data:
+            self.complete = True
+            if self.partial:  # the last line, without a newline
+                self.lines.append(self.partial)
+                self.partial = b""
+        return bool(chunk.data)
+
+
+def _key_of(text: str) -> TaskKey:
+    role, _, index = text.partition(":")
+    try:
+        return TaskKey(Role(role), int(index or 0))
+    except ValueError:
+        raise UserError(f"--task takes ROLE:INDEX, e.g. worker:1 (got {text!r})") from None
+
+
+class _Printer:
+    def __init__(self, output: str, prefixed: bool, width: int) -> None:
+        self.output = output
+        self.prefixed = prefixed
+        self.width = width
+        self.paint: Painter = terminal.painter(sys.stdout, output)
+        self.tones: dict[str, Tone] = {}
+
+    def lines(self, key: TaskKey, lines: list[bytes]) -> None:
+        out = sys.stdout.buffer
+        if self.output == "json":
+            for line in lines:
+                text = line.removesuffix(b"\n").decode("utf-8", errors="replace")
+                out.write(json.dumps({"task": key.name, "line": text}, ensure_ascii=False).encode() + b"\n")
+        elif self.prefixed:
+            tone = self.tones.setdefault(key.name, _PREFIX_TONES[len(self.tones) % len(_PREFIX_TONES)])
+            prefix = (self.paint(key.name.ljust(self.width), tone) + " | ").encode()
+            for line in lines:
+                out.write(prefix + line if line.endswith(b"\n") else prefix + line + b"\n")
+        else:
+            out.writelines(lines)
+        out.flush()
+        lines.clear()
+
+
+def _followed_to_the_end(
+    record: JobRecord, only: TaskKey | None, tails: dict[str, _Tail], controller_running: bool
+) -> bool:
+    """Nothing more will come: every followed log is complete, and no controller is running
+    that could start another task, or the record shows no followed task alive or new and no
+    restart coming (the job has finished; for one ``--task``, it is not restarting)."""
+    if tails and not controller_running and all(tail.complete for tail in tails.values()):
+        return True  # the records are not kept current: the backend's word is the last
+    followed = [t for t in record.tasks if only in (None, t.key)]
+    if any(t.state.alive or (t.task_id and t.task_id not in tails) for t in followed):
+        return False
+    if not all(tail.complete for tail in tails.values()):
+        return False
+    if only is None:
+        return record.phase.terminal
+    return bool(tails) and record.phase not in (Phase.RESTARTING, Phase.PENDING)
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    store = StateStore(settings.state_dir)
+    record = store.load(args.name)
+    if record is None:
+        raise UserError(f"no job named {args.name!r}")
+    only = _key_of(args.task) if args.task else None
+    if only is None and not args.follow and not any(t.task_id for t in record.tasks):
+        raise UserError(f"job {record.name} has no task that has started")
+    if only is not None and not any(t.key == only and t.task_id for t in record.tasks) and not args.follow:
+        raise UserError(f"job {record.name} has no task {only.colon_name} that has started")
+    width = max((len(k.name) for k in record.spec.task_keys()), default=0)
+    printer = _Printer(args.output, prefixed=only is None, width=width)
+    backend = make_backend(settings)
+    tails: dict[str, _Tail] = {}
+    try:
+        while True:
+            for task in sorted(record.tasks, key=lambda t: t.key):
+                if task.task_id and task.task_id not in tails and only in (None, task.key):
+                    tails[task.task_id] = _Tail(task.key, task.task_id)
+            came = False
+            for tail in tails.values():  # all there is now, task by task
+                while not tail.complete and tail.read(backend, strict=only is not None):
+                    came = True
+                    printer.lines(tail.key, tail.lines)
+                printer.lines(tail.key, tail.lines)
+            if not args.follow:
+                return EXIT_OK
+            latest = store.load(args.name)
+            running = ControllerLock(settings.state_dir).holder() is not None
+            if latest is None or _followed_to_the_end(latest, only, tails, running):
+                return EXIT_OK  # deleted, or nothing more will come
+            record = latest
+            if not came:
+                time.sleep(_POLL_S)
+    finally:
+        backend.close()
