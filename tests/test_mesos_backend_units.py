@@ -13,7 +13,7 @@ from tfdeclare.backends.mesos.events import Offer
 from tfdeclare.backends.mesos.journal import FrameworkStore, TaskEntry, TaskJournal
 from tfdeclare.backends.mesos.offers import HeldOffer, OfferPool, merge_ranges
 from tfdeclare.backends.mesos.placement import SlotAssignment
-from tfdeclare.backends.mesos.taskinfo import CD_SCRIPT, task_info, task_labels
+from tfdeclare.backends.mesos.taskinfo import MKDIR_CD_SCRIPT, task_info, task_labels
 from tfdeclare.backends.mesos.taskstate import apply_status, exit_code_from, observed_state
 from tfdeclare.core.enums import Role, TaskState, VolumeMode
 from tfdeclare.core.run.tasks import Slot, TaskKey, TaskLaunch
@@ -330,7 +330,7 @@ def test_image_volumes_and_working_dir_with_the_mesos_containerizer() -> None:
     assert command["arguments"] == [
         "sh",
         "-c",
-        CD_SCRIPT,
+        MKDIR_CD_SCRIPT,
         "tfdeclare-workdir",
         "/work",
         "python",
@@ -364,7 +364,7 @@ def test_a_container_never_starts_in_a_host_folder(containerizer: str) -> None:
             found = [p["value"] for p in info["container"]["docker"]["parameters"] if p["key"] == "workdir"]
             return found[0] if found else None
         arguments = info["command"]["arguments"]
-        return str(arguments[4]) if arguments[2] == CD_SCRIPT else None
+        return str(arguments[4]) if arguments[2] == MKDIR_CD_SCRIPT else None
 
     assert directory(source_dir="/specs") is None  # the image's own working directory
     assert directory(source_dir="/specs", working_dir="out/run") == "/mnt/mesos/sandbox/out/run"

@@ -24,7 +24,7 @@ agent's sandbox path exists: its working directory is ``workingDir`` when absolu
 sandbox's mount point in the container (``/mnt/mesos/sandbox``, the agents'
 ``--sandbox_directory`` default) joined with it when relative, and otherwise the image's own
 (its WORKDIR; the Mesos containerizer falls back to the sandbox), whatever
-``sharedFilesystem`` says.
+``sharedFilesystem`` says. A missing working directory is made, in both containerizers.
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ from tfdeclare.core.run.tasks import TaskLaunch
 JSON = dict[str, Any]
 
 CD_SCRIPT = 'cd -- "$1" && shift && exec "$@"'
+# In an image the folder is made first, as `docker run --workdir` does.
+MKDIR_CD_SCRIPT = 'mkdir -p -- "$1" && cd -- "$1" && shift && exec "$@"'
 SANDBOX_IN_CONTAINER = "/mnt/mesos/sandbox"
 LABEL_PREFIX = "tfdeclare."
 
@@ -105,7 +107,8 @@ def task_info(
         command["arguments"] = argv[1:]
     elif directory is not None:
         command["value"] = "/bin/sh"
-        command["arguments"] = ["sh", "-c", CD_SCRIPT, "tfdeclare-workdir", directory, *argv]
+        script = CD_SCRIPT if launch.image is None else MKDIR_CD_SCRIPT
+        command["arguments"] = ["sh", "-c", script, "tfdeclare-workdir", directory, *argv]
     else:
         command["value"] = argv[0]
         command["arguments"] = argv
