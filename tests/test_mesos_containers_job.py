@@ -5,6 +5,7 @@ the Mesos containerizer with the image's filesystem), as configured by `mesos.co
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -81,3 +82,48 @@ def test_a_job_with_an_image_runs_in_containers_on_the_agents(
     logs = cli("logs", "boxed", "--task", "worker:0", cwd=root)
     assert logs.returncode == 0, logs.stderr
     assert cli("delete", "boxed", cwd=root).returncode == 0
+
+
+@pytest.mark.tf
+def test_a_two_worker_tensorflow_job_in_docker_containers_ends_with_identical_weights(
+    docker_client: Any, tensorflow_image: str, tmp_path: Path
+) -> None:
+    """specs/mnist-mwms.yaml's training (MultiWorkerMirroredStrategy) in the TensorFlow image,
+    each worker a Docker container on an emulated agent, TF_CONFIG from tfdeclare."""
+    emulator = start_emulator(
+        tmp_path, agents=2, agent_resources="cpus:4;mem:16384;ports:[31000-31099]", containerizers=("docker",)
+    )
+    try:
+        root = tmp_path / "project"
+        (root / "specs").mkdir(parents=True)
+        (root / "tfdeclare.yaml").write_text(config_yaml(emulator.url, containerizer="docker"))
+        (root / "specs" / "mwms.yaml").write_text(
+            "\n".join(
+                [
+                    "apiVersion: tfdeclare/v1",
+                    "kind: TFJob",
+                    "metadata: {name: mwms}",
+                    "spec:",
+                    f"  image: {tensorflow_image}",
+                    "  command: [python, /job/mwms_train.py]",
+                    f"  volumes: [{{hostPath: {REPO / 'specs'}, containerPath: /job, mode: ro}}]",
+                    "  replicas:",
+                    "    worker: {count: 2, resources: {cpus: 1, mem: 2Gi}}",
+                    "  backoffLimit: 0",
+                    "",
+                ]
+            )
+        )
+        result = cli(
+            "apply", "specs", "--wait", "--backend", "mesos", "--timeout", "300", cwd=root, timeout=360
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        hashes = []
+        for index in (0, 1):
+            shown = cli("logs", "mwms", "--task", f"worker:{index}", cwd=root)
+            assert shown.returncode == 0, shown.stderr
+            hashes.append(re.findall(r"^FINAL_WEIGHTS_SHA256 ([0-9a-f]{64})$", shown.stdout, re.M))
+        assert hashes[0] and hashes[0] == hashes[1], hashes
+        assert emulator.check_invariants() == []
+    finally:
+        emulator.stop()
