@@ -217,6 +217,14 @@ def test_docker_containerizer_keeps_the_entrypoint_and_reports_exit_codes(
     failed = run_to(sub, "three", "TASK_FAILED")
     assert failed["message"] == "Container exited with status 3" and "reason" not in failed
     run_to(sub, "shell", "TASK_FINISHED")
+    assert (sandbox_of(emulator, "shell") / "shell.txt").read_text() == "/bin/sh\n"
+    offer = sub.offers()[0]
+    overdue = docker_task("overdue", offer, base_image, ["sleep", "60"])
+    overdue["max_completion_time"] = {"nanoseconds": 500_000_000}
+    sub.accept([offer["id"]["value"]], [overdue])
+    timed_out = run_to(sub, "overdue", "TASK_FAILED")
+    assert timed_out["reason"] == "REASON_MAX_COMPLETION_TIME_REACHED"
+    assert timed_out["message"] == "Container exited with status 137"  # docker stop -t 0
 
 
 def test_bridge_and_user_networks(
@@ -400,6 +408,32 @@ def test_an_agent_without_the_docker_containerizer_cannot_launch_docker_tasks(
             assert (status["state"], status["source"]) == ("TASK_FAILED", "SOURCE_AGENT")
             assert status["reason"] == "REASON_EXECUTOR_TERMINATED"
             assert status["message"] == "Abnormal executor termination: unknown container"
+        finally:
+            for sub in made:
+                sub.close()
+
+
+def test_a_missing_docker_cli_fails_the_launch_with_the_agent_message(tmp_path: Path) -> None:
+    with Emulator(
+        **FAST,
+        containerizers=("docker",),
+        docker=str(tmp_path / "no-docker"),
+        sandbox_root=str(tmp_path / "a"),
+    ) as emulator:
+        made: list[Subscriber] = []
+        try:
+            sub = subscribe(emulator, made)
+            offer = sub.offers()[0]
+            sub.accept([offer["id"]["value"]], [docker_task("task", offer, "img", ["true"])])
+            status = sub.update("task", timeout=10)
+            assert status["reason"] == "REASON_CONTAINER_LAUNCH_FAILED"
+            assert status["message"].startswith(
+                f"Failed to launch container: Failed to run '{tmp_path / 'no-docker'} -H "
+            ), status
+            assert (
+                "pull img:latest': exited with status 127; stderr='Failed to create subprocess"
+                in status["message"]
+            )
         finally:
             for sub in made:
                 sub.close()

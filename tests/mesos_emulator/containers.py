@@ -61,14 +61,14 @@ class DockerCli:
         self.base = [docker, "-H", socket]
 
     def run(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*self.base, *args],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
+        """The command's result; one that could not run or timed out is a failed result."""
+        argv = [*self.base, *args]
+        try:
+            return subprocess.run(
+                argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout, check=False
+            )
+        except (OSError, subprocess.SubprocessError) as error:
+            return subprocess.CompletedProcess(argv, 127, "", f"Failed to create subprocess: {error}")
 
     def inspect(self, name: str) -> dict[str, Any] | None:
         """The container's ``docker inspect`` object, or None when there is none."""
@@ -227,9 +227,20 @@ class ContainerRunner(Runner):
             return
         sandbox = self.spec.sandbox
         with (sandbox / "stdout").open("ab") as out, (sandbox / "stderr").open("ab") as err:
-            self.process = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True, close_fds=True
-            )
+            try:
+                self.process = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+            except OSError as error:  # the executor's _reaped with a failed `run` future
+                self._finish(
+                    "TASK_FAILED", f"Failed to run docker container: Failed to create subprocess: {error}"
+                )
+                return
         self._on_process(self.process.pid, True)
         threading.Thread(target=self._watch, name=f"container-{self.name}", daemon=True).start()
 
