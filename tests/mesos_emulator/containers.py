@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from .docker_run import RunOptionsError, docker_run_argv, mesos_image_error
-from .executor import LaunchSpec, Runner, RunnerEvents, describe_wait_status, fetch_uris, kill_process_group
+from .executor import LaunchSpec, ProcessRunner, RunnerEvents, describe_wait_status, fetch_uris
 
 DOCKER_INSPECT_DELAY = 0.5  # src/docker/executor.cpp
 UNSTARTED = "0001-01-01T00:00:00Z"
@@ -185,7 +185,7 @@ def prepare_mesos(
     return None, config, mounts
 
 
-class ContainerRunner(Runner):
+class ContainerRunner(ProcessRunner):
     """One task as a ``docker run`` client process, watched by ``docker inspect``."""
 
     def __init__(
@@ -198,19 +198,13 @@ class ContainerRunner(Runner):
         cli: DockerCli,
         name: str,
     ) -> None:
-        super().__init__(spec, events, clock)
-        self.loop = loop
+        super().__init__(spec, events, clock, loop, on_process)
         self.cli = cli
         self.name = name
-        self.process: subprocess.Popen[bytes] | None = None
         self.started = False
-        self._on_process = on_process
         self._pending_kill: float | None = None
 
     def argv(self) -> list[str]:
-        raise NotImplementedError
-
-    def describe_exit(self, code: int) -> str:
         raise NotImplementedError
 
     def signal_container(self, grace: float) -> None:
@@ -282,16 +276,6 @@ class ContainerRunner(Runner):
         elif not self.killed:
             self.events.running(ip_address)
 
-    def _exited(self, code: int) -> None:
-        assert self.process is not None
-        self._on_process(self.process.pid, False)
-        if self.finished:
-            return
-        state = "TASK_FINISHED" if code == 0 else "TASK_FAILED"
-        if self.killed:
-            state = "TASK_KILLED"
-        self._finish(state, self.describe_exit(code))
-
     def kill(self, grace: float) -> None:
         if self.finished or self.killed:
             return
@@ -302,9 +286,7 @@ class ContainerRunner(Runner):
             self._pending_kill = grace
 
     def destroy(self) -> None:
-        super().destroy()
-        if self.process is not None:
-            kill_process_group(self.process.pid)
+        super().destroy()  # the client's process group
         self.cli.remove(self.name)
 
 

@@ -256,7 +256,10 @@ class ProcessRunner(Runner):
         state = "TASK_FINISHED" if code == 0 else "TASK_FAILED"
         if self.killed:
             state = "TASK_KILLED"
-        self._finish(state, describe_wait_status(code))
+        self._finish(state, self.describe_exit(code))
+
+    def describe_exit(self, code: int) -> str:
+        return describe_wait_status(code)
 
     def _signal(self, signum: int) -> None:
         if self.process is None or self.process.returncode is not None:
