@@ -351,6 +351,7 @@ def test_refusals_fail_the_task_as_the_agent_does(
                 "volumes": [{"host_path": str(tmp_path / "absent"), "container_path": "/d", "mode": "RO"}]
             },
         ),
+        {**mesos_task("noexec", offer, base_image, ["-"]), "command": {"shell": False}},
         command_task(
             "hostfs",
             offer,
@@ -369,6 +370,7 @@ def test_refusals_fail_the_task_as_the_agent_does(
         "provision": f"Failed to provision image '{missing}': Failed to run 'docker -H",
         "relative": "Path 'data' in HOST_PATH volume is not absolute",
         "absent": f"Path '{tmp_path / 'absent'}' in HOST_PATH volume does not exist",
+        "noexec": "Failed to determine the launch command: No executable is found",
         "hostfs": "Mount point '/no/such/dir' is an absolute path. It must exist if the container shares the host filesystem",
     }
     for task_id, message in expected.items():

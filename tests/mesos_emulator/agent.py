@@ -4,7 +4,8 @@ Owns the agent side of the cluster — what survives a master restart and keeps 
 through a partition:
 
 * ``run_task`` / ``kill_task`` / ``shutdown_framework`` as the master asks, using the
-  runners of ``executor``; sandboxes under ``<root>/slaves/<agent>/frameworks/<fw>/
+  runners of ``executor`` (host processes, simulations) or, with ``containerizers``, the
+  composing containerizer's choice and the container runners of ``containers``; sandboxes under ``<root>/slaves/<agent>/frameworks/<fw>/
   executors/<task>/runs/<container>`` with a ``latest`` link, like a real agent;
 * the per-task status update stream: every update gets a fresh v4 UUID, only the head
   is forwarded (with ``latest_state``), it is re-sent with exponential backoff until the

@@ -42,7 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .docker_run import RunOptionsError, docker_run_argv, mesos_image_error
+from .docker_run import RunOptionsError, docker_run_argv, launch_command, mesos_image_error
 from .executor import LaunchSpec, ProcessRunner, RunnerEvents, describe_wait_status, fetch_uris
 
 DOCKER_INSPECT_DELAY = 0.5  # src/docker/executor.cpp
@@ -178,6 +178,10 @@ def prepare_mesos(
             config = cli.image_config(name) if pulled is None else None
             if config is None:
                 return f"Failed to provision image '{name}': {pulled}", None, []
+        try:  # the docker/runtime isolator's prepare
+            launch_command(task.get("command", {}), config)
+        except RunOptionsError as failure:
+            return f"Failed to determine the launch command: {failure}", None, []
     try:
         mounts = host_path_mounts(container.get("volumes", []), mapped, rootfs=image is not None)
     except RunOptionsError as failure:

@@ -318,10 +318,7 @@ def mesos_image_argv(
     from the ``volume/host_path`` rules. The executable's argv[0] cannot be set apart from its
     path in a container, so ``arguments[0]`` is not passed on.
     """
-    try:
-        executable, argv0 = launch_command(task.get("command", {}), image_config)
-    except RunOptionsError as error:
-        raise RunOptionsError(f"Failed to determine the launch command: {error}") from None
+    executable, argv0 = launch_command(task.get("command", {}), image_config)
     workdir = image_config.get("WorkingDir") or mapped
     argv = [*base, "run", "--init", "--net", "host"]
     argv += cgroup_limits(task.get("resources", []))
