@@ -74,8 +74,10 @@ def resources_json(launch: TaskLaunch, role: str) -> list[JSON]:
 
 
 def working_dir(launch: TaskLaunch, shared_filesystem: bool) -> str | None:
-    """Where the task starts: the spec's folder rules of the local backend when the agents
-    share this machine's files, else ``workingDir`` as given (relative: from the sandbox)."""
+    """Where the task starts: in an image, ``workingDir`` (relative: under the sandbox's mount
+    point) or None for the image's own; otherwise the spec's folder rules of the local backend
+    when the agents share this machine's files, else ``workingDir`` as given (relative: from
+    the sandbox)."""
     if launch.image is not None:
         if launch.working_dir is None or os.path.isabs(launch.working_dir):
             return launch.working_dir
