@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,7 +13,7 @@ from tfdeclare.backends.mesos.events import Offer
 from tfdeclare.backends.mesos.journal import FrameworkStore, TaskEntry, TaskJournal
 from tfdeclare.backends.mesos.offers import HeldOffer, OfferPool, merge_ranges
 from tfdeclare.backends.mesos.placement import SlotAssignment
-from tfdeclare.backends.mesos.taskinfo import CD_SCRIPT, task_info, task_labels
+from tfdeclare.backends.mesos.taskinfo import MKDIR_CD_SCRIPT, task_info, task_labels
 from tfdeclare.backends.mesos.taskstate import apply_status, exit_code_from, observed_state
 from tfdeclare.core.enums import Role, TaskState, VolumeMode
 from tfdeclare.core.run.tasks import Slot, TaskKey, TaskLaunch
@@ -329,7 +330,7 @@ def test_image_volumes_and_working_dir_with_the_mesos_containerizer() -> None:
     assert command["arguments"] == [
         "sh",
         "-c",
-        CD_SCRIPT,
+        MKDIR_CD_SCRIPT,
         "tfdeclare-workdir",
         "/work",
         "python",
@@ -345,10 +346,29 @@ def test_docker_containerizer_uses_host_networking_and_keeps_the_entrypoint() ->
     assert info["container"]["docker"] == {
         "image": "tf:2",
         "network": "HOST",
-        "parameters": [{"key": "workdir", "value": "/w"}],
+        "parameters": [{"key": "init", "value": "true"}, {"key": "workdir", "value": "/w"}],
     }
     assert info["command"]["value"] == "python"
     assert info["command"]["arguments"] == ["train.py", "--lr", "0.1"]
+
+
+@pytest.mark.parametrize("containerizer", ["docker", "mesos"])
+def test_a_container_never_starts_in_a_host_folder(containerizer: str) -> None:
+    """Neither the spec's folder nor the agent's sandbox path exists in an image's filesystem."""
+
+    def directory(**changes: Any) -> str | None:
+        info = task_info(
+            launch(image="tf:2", **changes), "A", "*", {}, containerizer=containerizer, shared_filesystem=True
+        )
+        if containerizer == "docker":
+            found = [p["value"] for p in info["container"]["docker"]["parameters"] if p["key"] == "workdir"]
+            return found[0] if found else None
+        arguments = info["command"]["arguments"]
+        return str(arguments[4]) if arguments[2] == MKDIR_CD_SCRIPT else None
+
+    assert directory(source_dir="/specs") is None  # the image's own working directory
+    assert directory(source_dir="/specs", working_dir="out/run") == "/mnt/mesos/sandbox/out/run"
+    assert directory(source_dir="/specs", working_dir="/workspace") == "/workspace"
 
 
 def test_shared_filesystem_starts_tasks_in_the_spec_folder() -> None:

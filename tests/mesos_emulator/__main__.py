@@ -43,6 +43,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="shift of each agent's port ranges (default: disjoint ranges when they fit)",
     )
     add("--executor", choices=("process", "simulated"), default="process")
+    add(
+        "--containerizers",
+        default=None,
+        help="like the agent flag, e.g. 'docker,mesos': run tasks that ask for a container in one "
+        "on a Docker engine (default: every task a host process)",
+    )
+    add("--docker", default="docker", help="the docker CLI the agents run")
+    add("--docker-socket", default=None, help="engine address (default: DOCKER_HOST or the default socket)")
     add("--heartbeat-interval", type=float, default=15.0)
     add("--allocation-interval", type=float, default=1.0)
     add("--offer-timeout", type=float, default=None)
@@ -80,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
         port=args.port,
         agent_port=args.agent_port,
         executor=args.executor,
+        containerizers=tuple(args.containerizers.split(",")) if args.containerizers else None,
+        docker=args.docker,
+        docker_socket=args.docker_socket,
         heartbeat_interval=args.heartbeat_interval,
         allocation_interval=args.allocation_interval,
         offer_timeout=args.offer_timeout,

@@ -4,7 +4,8 @@ Owns the agent side of the cluster — what survives a master restart and keeps 
 through a partition:
 
 * ``run_task`` / ``kill_task`` / ``shutdown_framework`` as the master asks, using the
-  runners of ``executor``; sandboxes under ``<root>/slaves/<agent>/frameworks/<fw>/
+  runners of ``executor`` (host processes, simulations) or, with ``containerizers``, the
+  composing containerizer's choice and the container runners of ``containers``; sandboxes under ``<root>/slaves/<agent>/frameworks/<fw>/
   executors/<task>/runs/<container>`` with a ``latest`` link, like a real agent;
 * the per-task status update stream: every update gets a fresh v4 UUID, only the head
   is forwarded (with ``latest_state``), it is re-sent with exponential backoff until the
@@ -30,6 +31,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .clock import Clock, Handle
+from .containers import (
+    DockerCli,
+    DockerTaskRunner,
+    MesosImageTaskRunner,
+    default_docker_socket,
+    prepare_docker,
+    prepare_mesos,
+)
+from .docker_run import container_name, containerizer_for, mesos_image_argv
 from .executor import (
     LaunchSpec,
     ProcessRunner,
@@ -90,6 +100,10 @@ class AgentTask:
     kill_requested: bool = False
     kill_policy: dict[str, Any] | None = None
     simulated: bool = False
+    # with EmulatorConfig.containerizers: which one launches it, and what preparing found
+    containerizer: str | None = None
+    image_config: dict[str, Any] | None = None
+    mounts: list[tuple[str, str, bool]] = field(default_factory=list)
 
     @property
     def executor_id(self) -> str:
@@ -113,8 +127,8 @@ class _Events:
         self.agent = agent
         self.task = task
 
-    def running(self) -> None:
-        self.agent._executor_update(self.task, "TASK_RUNNING")
+    def running(self, ip_address: str | None = None) -> None:
+        self.agent._executor_update(self.task, "TASK_RUNNING", ip_address=ip_address)
 
     def exited(self, state: str, message: str, reason: str | None) -> None:
         self.agent._executor_update(self.task, state, message=message, reason=reason)
@@ -198,6 +212,10 @@ class Agent:
         sandbox = self._make_sandbox(fid, tid, container_id, create=not simulated)
         entry = AgentTask(fid, tid, task, container_id, sandbox, simulated=simulated)
         self.tasks[(fid, tid)] = entry
+        containerizers = self.host.config.containerizers
+        if containerizers is not None and not simulated and "executor" not in task:
+            self._containerize(entry, containerizers)
+            return
         error = container_launch_error(task, self.host.config.failing_images)
         if error is None and "executor" in task:
             error = "custom executors are not supported by the emulator"
@@ -211,14 +229,53 @@ class Agent:
             return
         self._start(entry)
 
+    @property
+    def docker_cli(self) -> DockerCli:
+        config = self.host.config
+        return DockerCli(config.docker, config.docker_socket or default_docker_socket())
+
+    def _containerize(self, task: AgentTask, containerizers: tuple[str, ...]) -> None:
+        """The composing containerizer: the first that supports the task prepares it
+        (fetch, image, isolators) off the loop, then its executor starts."""
+        kind = containerizer_for(task.info, containerizers)
+        if kind is None:
+            # NOT_SUPPORTED: Slave::executorLaunched logs it, then the executor's container
+            # is unknown when it terminates (Slave::sendExecutorTerminatedStatusUpdate).
+            self._agent_update(
+                task,
+                "TASK_FAILED",
+                message="Abnormal executor termination: unknown container",
+                reason="REASON_EXECUTOR_TERMINATED",
+            )
+            return
+        task.containerizer = kind
+        run, cli, cid = self.host.loop.run_in_executor, self.docker_cli, task.container_id
+        if kind == "docker":
+            future = run(None, prepare_docker, cli, task.info, task.sandbox, cid)
+            future.add_done_callback(lambda f: self._prepared(task, f.result()))
+            return
+        mapped = self.host.config.sandbox_directory
+        prepared = run(None, prepare_mesos, cli, task.info, task.sandbox, cid, mapped)
+
+        def done(
+            f: asyncio.Future[tuple[str | None, dict[str, Any] | None, list[tuple[str, str, bool]]]],
+        ) -> None:
+            error, task.image_config, task.mounts = f.result()
+            self._prepared(task, error)
+
+        prepared.add_done_callback(done)
+
     def _fetched(self, task: AgentTask, future: asyncio.Future[str | None]) -> None:
         error = future.result() if not future.cancelled() else "fetch cancelled"
+        if error is not None:
+            error = f"Failed to fetch all URIs for container '{task.container_id}': {error}"
+        self._prepared(task, error)
+
+    def _prepared(self, task: AgentTask, error: str | None) -> None:
         if (task.framework_id, task.task_id) not in self.tasks or not self.alive:
             return
         if error is not None:
-            self._launch_failed(
-                task, f"Failed to fetch all URIs for container '{task.container_id}': {error}"
-            )
+            self._launch_failed(task, error)
             return
         self._start(task)
 
@@ -240,27 +297,61 @@ class Agent:
             )
             return
         framework = self.frameworks.get(task.framework_id, {})
+        contained = task.containerizer == "docker" or task.image_config is not None
         spec = LaunchSpec(
             task.info,
             task.sandbox,
-            {} if task.simulated else self._environment(task),
+            {} if task.simulated or contained else self._environment(task),
             self.host.config.kill_grace_period,
             "TASK_KILLING_STATE" in capabilities(framework),
         )
         events = _Events(self, task)
         if task.simulated:
             runner: Runner = SimulatedRunner(spec, events, self.host.clock)
+        elif contained:
+            runner = self._container_runner(task, spec, events)
         else:
+            self._link_volumes(task)
             runner = ProcessRunner(spec, events, self.host.clock, self.host.loop, self.host.track_process)
         task.runner = runner
         self._executor_update(task, "TASK_STARTING")
         runner.launch()
 
-    def _environment(self, task: AgentTask) -> dict[str, str]:
-        env = dict(os.environ)
+    def _container_runner(self, task: AgentTask, spec: LaunchSpec, events: _Events) -> Runner:
+        host, cli, name = self.host, self.docker_cli, container_name(task.container_id)
+        mapped = host.config.sandbox_directory
+        common = (spec, events, host.clock, host.loop, host.track_process)
+        if task.containerizer == "docker":
+            return DockerTaskRunner(*common, cli=cli, name=name, mapped=mapped)
+        assert task.image_config is not None
+        config, mounts = task.image_config, task.mounts
+        image = task.info["container"]["mesos"]["image"]["docker"]["name"]
+        # The command executor's environment (the agent's, not this process's) under the task's.
+        env = self._environment(task, inherit=False, sandbox=mapped)
+        env["MESOS_ALLOCATION_ROLE"] = task.info["resources"][0].get("allocation_info", {}).get("role", "*")
+
+        def argv() -> list[str]:
+            return mesos_image_argv(
+                cli.base,
+                task.info,
+                name=name,
+                image=image,
+                image_config=config,
+                env=env,
+                mounts=mounts,
+                sandbox=str(task.sandbox),
+                mapped=mapped,
+            )
+
+        return MesosImageTaskRunner(*common, cli=cli, name=name, argv_of=argv)
+
+    def _environment(
+        self, task: AgentTask, inherit: bool = True, sandbox: str | None = None
+    ) -> dict[str, str]:
+        env = dict(os.environ) if inherit else {}
         env.update(
             {
-                "MESOS_SANDBOX": str(task.sandbox),
+                "MESOS_SANDBOX": sandbox or str(task.sandbox),
                 "MESOS_DIRECTORY": str(task.sandbox),
                 "MESOS_TASK_ID": task.task_id,
                 "MESOS_EXECUTOR_ID": task.executor_id,
@@ -272,7 +363,6 @@ class Agent:
         for variable in task.info.get("command", {}).get("environment", {}).get("variables", []):
             if variable.get("type", "VALUE") == "VALUE" and "value" in variable:
                 env[variable["name"]] = variable["value"]
-        self._link_volumes(task)
         return env
 
     def _link_volumes(self, task: AgentTask) -> None:
@@ -373,13 +463,19 @@ class Agent:
 
     # -- updates ---------------------------------------------------------------------------
     def _executor_update(
-        self, task: AgentTask, state: str, message: str | None = None, reason: str | None = None
+        self,
+        task: AgentTask,
+        state: str,
+        message: str | None = None,
+        reason: str | None = None,
+        ip_address: str | None = None,
     ) -> None:
         container_status = None
         if state == "TASK_RUNNING":
+            # Slave::_statusUpdate fills in the agent's IP when the executor gave none.
             container_status = {
                 "container_id": {"value": task.container_id},
-                "network_infos": [{"ip_addresses": [{"ip_address": self.hostname}]}],
+                "network_infos": [{"ip_addresses": [{"ip_address": ip_address or self.hostname}]}],
             }
         status = make_status(
             task.task_id,

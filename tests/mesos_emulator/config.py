@@ -42,6 +42,13 @@ class EmulatorConfig:
     kill_grace_period: float = 3.0
     # behaviour
     executor: str = "process"  # "process" | "simulated"
+    # The agent's --containerizers (e.g. ("docker", "mesos")): tasks whose ContainerInfo asks
+    # for a container run in one on a Docker engine (containers.py). None: every task runs as a
+    # host process whatever its ContainerInfo says (only launch-time shape checks).
+    containerizers: tuple[str, ...] | None = None
+    docker: str = "docker"  # --docker: the CLI
+    docker_socket: str | None = None  # --docker_socket; None: DOCKER_HOST, else the default socket
+    sandbox_directory: str = "/mnt/mesos/sandbox"  # --sandbox_directory: the sandbox in a container
     filter_gpu_resources: bool = True
     root_submissions: bool = True
     roles: set[str] | None = None  # master --roles whitelist
@@ -63,6 +70,10 @@ class EmulatorConfig:
     def validate(self) -> None:
         if self.executor not in ("process", "simulated"):
             raise ValueError("executor must be 'process' or 'simulated'")
+        if self.containerizers is not None and (
+            not self.containerizers or not set(self.containerizers) <= {"docker", "mesos"}
+        ):
+            raise ValueError("containerizers must name 'docker' and/or 'mesos'")
         if self.clock not in ("real", "manual"):
             raise ValueError("clock must be 'real' or 'manual'")
         if self.chunk_mode not in ("record", "split", "coalesce", "bytes"):

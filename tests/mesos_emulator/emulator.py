@@ -608,6 +608,7 @@ class Emulator:
                     )
                     entry["agent_state"] = running.state
                     entry["sandbox"] = str(running.sandbox)
+                    entry["container_id"] = running.container_id
             return out
 
         return self._call(run)

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .clock import Clock, Handle
+from .docker_run import docker_network_error, mesos_image_error
 
 log = logging.getLogger("mesos_emulator.executor")
 
@@ -41,7 +42,7 @@ log = logging.getLogger("mesos_emulator.executor")
 class RunnerEvents(Protocol):
     """What a runner reports back to its agent."""
 
-    def running(self) -> None: ...
+    def running(self, ip_address: str | None = None) -> None: ...
 
     def exited(self, state: str, message: str, reason: str | None) -> None: ...
 
@@ -90,54 +91,17 @@ def container_launch_error(task: dict[str, Any], failing_images: set[str]) -> st
     if container.get("type") == "DOCKER":
         docker = container.get("docker", {})
         image = docker.get("image")
-        error = _docker_network_error(container, docker, task.get("resources", []))
+        error = docker_network_error(container, docker, task.get("resources", []))
         if error:
             return error
     elif "mesos" in container and "image" in container["mesos"]:
         spec = container["mesos"]["image"]
-        if spec.get("type") == "DOCKER" and "docker" not in spec:
-            return "Failed to create container: 'docker' is not set for a DOCKER image"
-        if spec.get("type") == "APPC" and "appc" not in spec:
-            return "Failed to create container: 'appc' is not set for an APPC image"
+        error = mesos_image_error(spec)
+        if error:
+            return error
         image = spec.get("docker", spec.get("appc", {})).get("name")
     if image is not None and (image in failing_images or "*" in failing_images):
         return f"Failed to pull image '{image}': emulated image pull failure"
-    return None
-
-
-def _docker_network_error(
-    container: dict[str, Any], docker: dict[str, Any], resources: list[dict[str, Any]]
-) -> str | None:
-    network = docker.get("network", "HOST")
-    if network == "USER":
-        infos = container.get("network_infos", [])
-        if not infos:
-            return "No network info found in container info"
-        if len(infos) > 1:
-            return "Only a single network can be defined in Docker run"
-        if "name" not in infos[0]:
-            return "No network name found in network info"
-    if "hostname" in container and network == "HOST":
-        return "Unable to set hostname with host network mode"
-    mappings = docker.get("port_mappings", [])
-    if not mappings:
-        return None
-    if network in ("HOST", "NONE"):
-        return "Port mappings are only supported for bridge and user-defined networks"
-    if not resources:
-        return "Port mappings require resources"
-    ranges = [
-        (rng["begin"], rng["end"])
-        for resource in resources
-        if resource.get("name") == "ports" and resource.get("type") == "RANGES"
-        for rng in resource.get("ranges", {}).get("range", [])
-    ]
-    if not ranges:
-        return "Port mappings require port resources"
-    for mapping in mappings:
-        port = mapping["host_port"]
-        if not any(begin <= port <= end for begin, end in ranges):
-            return f"Port [{port}] not included in resources"
     return None
 
 
@@ -292,7 +256,10 @@ class ProcessRunner(Runner):
         state = "TASK_FINISHED" if code == 0 else "TASK_FAILED"
         if self.killed:
             state = "TASK_KILLED"
-        self._finish(state, describe_wait_status(code))
+        self._finish(state, self.describe_exit(code))
+
+    def describe_exit(self, code: int) -> str:
+        return describe_wait_status(code)
 
     def _signal(self, signum: int) -> None:
         if self.process is None or self.process.returncode is not None:

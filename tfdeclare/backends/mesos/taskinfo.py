@@ -8,13 +8,23 @@ HOST networking), volumes, the kill policy and labels.
 
 The Mesos command executor execs ``value`` with ``arguments`` as the whole argv; the Docker
 containerizer appends ``value`` then ``arguments`` to ``docker run IMAGE`` (the image's
-entrypoint stays), so there ``arguments`` is argv without its first word.
+entrypoint stays), so there ``arguments`` is argv without its first word. The Docker task also
+gets ``--init`` (a DockerInfo parameter, Docker >= 1.13): without it the training process is
+PID 1 of its container, which ignores SIGTERM unless it installs a handler, so every stop would
+wait out the grace period and end in SIGKILL.
 
 A working directory is honoured without a shell interpreting the user's argv: the command
 becomes ``/bin/sh -c 'cd -- "$1" && shift && exec "$@"' tfdeclare-workdir DIR ARGV...``,
 where DIR and ARGV are positional parameters, never parsed as shell text. A relative DIR is
 taken from the Mesos sandbox (the executor's working directory). With Docker it is
 ``docker run --workdir``.
+
+A task with an image has the image's filesystem, where neither the spec's folder nor the
+agent's sandbox path exists: its working directory is ``workingDir`` when absolute, the
+sandbox's mount point in the container (``/mnt/mesos/sandbox``, the agents'
+``--sandbox_directory`` default) joined with it when relative, and otherwise the image's own
+(its WORKDIR; the Mesos containerizer falls back to the sandbox), whatever
+``sharedFilesystem`` says. A missing working directory is made, in both containerizers.
 """
 
 from __future__ import annotations
@@ -29,6 +39,9 @@ from tfdeclare.core.run.tasks import TaskLaunch
 JSON = dict[str, Any]
 
 CD_SCRIPT = 'cd -- "$1" && shift && exec "$@"'
+# In an image the folder is made first, as `docker run --workdir` does.
+MKDIR_CD_SCRIPT = 'mkdir -p -- "$1" && cd -- "$1" && shift && exec "$@"'
+SANDBOX_IN_CONTAINER = "/mnt/mesos/sandbox"
 LABEL_PREFIX = "tfdeclare."
 
 
@@ -61,8 +74,14 @@ def resources_json(launch: TaskLaunch, role: str) -> list[JSON]:
 
 
 def working_dir(launch: TaskLaunch, shared_filesystem: bool) -> str | None:
-    """Where the task starts: the spec's folder rules of the local backend when the agents
-    share this machine's files, else ``workingDir`` as given (relative: from the sandbox)."""
+    """Where the task starts: in an image, ``workingDir`` (relative: under the sandbox's mount
+    point) or None for the image's own; otherwise the spec's folder rules of the local backend
+    when the agents share this machine's files, else ``workingDir`` as given (relative: from
+    the sandbox)."""
+    if launch.image is not None:
+        if launch.working_dir is None or os.path.isabs(launch.working_dir):
+            return launch.working_dir
+        return os.path.normpath(os.path.join(SANDBOX_IN_CONTAINER, launch.working_dir))
     if not shared_filesystem or launch.source_dir is None:
         return launch.working_dir
     if launch.working_dir is None:
@@ -90,7 +109,8 @@ def task_info(
         command["arguments"] = argv[1:]
     elif directory is not None:
         command["value"] = "/bin/sh"
-        command["arguments"] = ["sh", "-c", CD_SCRIPT, "tfdeclare-workdir", directory, *argv]
+        script = CD_SCRIPT if launch.image is None else MKDIR_CD_SCRIPT
+        command["arguments"] = ["sh", "-c", script, "tfdeclare-workdir", directory, *argv]
     else:
         command["value"] = argv[0]
         command["arguments"] = argv
@@ -115,9 +135,10 @@ def task_info(
     ]
     if docker:
         assert launch.image is not None
-        docker_info: JSON = {"image": launch.image, "network": "HOST"}
+        parameters = [{"key": "init", "value": "true"}]
         if directory is not None:
-            docker_info["parameters"] = [{"key": "workdir", "value": directory}]
+            parameters.append({"key": "workdir", "value": directory})
+        docker_info: JSON = {"image": launch.image, "network": "HOST", "parameters": parameters}
         container: JSON = {"type": "DOCKER", "docker": docker_info}
         if volumes:
             container["volumes"] = volumes
