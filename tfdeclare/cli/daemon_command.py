@@ -51,7 +51,14 @@ def _setup_logging(fmt: str) -> None:
     root.propagate = False
     # Libraries log in our format, and only what needs a person: watchdog warns about events it
     # drops while a watched folder is replaced, which the next resync covers anyway.
-    for name, level in (("watchdog", logging.ERROR), ("git", logging.ERROR), ("kazoo", logging.WARNING)):
+    # httpx logs each request's URL at INFO, and a webhook's URL may hold a token.
+    quiet = {
+        "watchdog": logging.ERROR,
+        "git": logging.ERROR,
+        "kazoo": logging.WARNING,
+        "httpx": logging.WARNING,
+    }
+    for name, level in quiet.items():
         library = logging.getLogger(name)
         library.handlers[:] = [handler]
         library.setLevel(level)
@@ -96,7 +103,12 @@ def cmd_daemon(args: argparse.Namespace) -> int:
         raise UserError(str(err)) from err
     interval = args.interval if args.interval is not None else daemon_config.interval_s
     options = DaemonOptions(
-        interval, daemon_config.debounce_s, args.prune, args.allow_empty, daemon_config.settle_s
+        interval,
+        daemon_config.debounce_s,
+        args.prune,
+        args.allow_empty,
+        daemon_config.settle_s,
+        settings.config.webhooks,
     )
     with locked(settings, "daemon", source=source.description), controller_for(settings) as controller:
         controller.base_dir = base_dir

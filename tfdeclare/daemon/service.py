@@ -14,6 +14,7 @@ the prune-everything guard) are logged as a warning whenever that set changes.
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
@@ -25,12 +26,14 @@ from typing import Any, Protocol
 
 from tfdeclare.backends.base import BackendError
 from tfdeclare.controller import Controller
+from tfdeclare.core.config import WebhookConfig
 from tfdeclare.core.diagnostics import Diagnostic
-from tfdeclare.core.enums import Reason
+from tfdeclare.core.enums import Phase, Reason
 from tfdeclare.core.plan.planner import Plan, PlanCache, PlanOptions, Sighting, plan
-from tfdeclare.core.run.record import Revision
+from tfdeclare.core.run.record import JobRecord, Revision
 from tfdeclare.daemon.metrics import Metrics
 from tfdeclare.daemon.sources import SourceError
+from tfdeclare.daemon.webhooks import Notifier, PhaseChange
 from tfdeclare.shell.sources import SpecFiles
 
 log = logging.getLogger("tfdeclare.daemon")
@@ -64,6 +67,10 @@ class DaemonOptions:
     prune: bool = False
     allow_empty: bool = False
     settle_s: float = 3.0
+    webhooks: tuple[WebhookConfig, ...] = ()
+
+
+RECENT_EVENTS = 50  # phase changes the status page shows
 
 
 class Daemon:
@@ -84,6 +91,9 @@ class Daemon:
         self.options = options
         self.clock = clock
         self.metrics = Metrics()
+        self.notifier = Notifier(options.webhooks, lambda result: self.metrics.count_webhook(result.value))
+        self.events: collections.deque[PhaseChange] = collections.deque(maxlen=RECENT_EVENTS)
+        self._phases: dict[str, Phase] | None = None  # as last seen; None until the first pass
         self._trigger = threading.Event()
         self._sync_requested = threading.Event()
         self._stopping = threading.Event()
@@ -148,6 +158,7 @@ class Daemon:
             self._trigger.wait(max(0.01, timeout))
             self._trigger.clear()
             self._debounce()
+        self.notifier.close()
 
     def _debounce(self) -> None:
         """After file events, wait until they have been quiet for ``debounce`` (at most 1 s)."""
@@ -176,6 +187,11 @@ class Daemon:
 
     def _pass(self) -> float | None:
         started = time.monotonic()
+        if self._phases is None:  # what the records said before this daemon: no notice for those
+            self._phases = {
+                n: Phase.DELETING if r.deleting else r.phase
+                for n, r in self.controller.store.records().items()
+            }
         settles_at = self._apply_desired() if self.source_error is None else None
         try:
             result = self.controller.reconcile()  # it logs what it does
@@ -187,6 +203,7 @@ class Daemon:
         for error in result.errors:
             log.error("%s", error)
         records = self.controller.store.records()
+        self._phase_changes(result.phases, records)
         tasks = Counter(t.state.value for r in records.values() for t in r.tasks)
         self.metrics.set_jobs(
             {n: p.value for n, p in result.phases.items()}, tasks, {n: r.restarts for n, r in records.items()}
@@ -236,6 +253,28 @@ class Daemon:
         if not desired.has_errors:
             self.metrics.applied_revision = revision
         return current.wake_at
+
+    def _phase_changes(self, phases: Mapping[str, Phase], records: Mapping[str, JobRecord]) -> None:
+        """Each job that entered a phase since the last pass: a recent event and a notice."""
+        seen = self._phases or {}
+        now = self.clock()
+        for name, phase in sorted(phases.items()):
+            if seen.get(name) is phase:
+                continue
+            record = records.get(name)
+            change = PhaseChange(
+                name,
+                phase,
+                seen.get(name),
+                now,
+                record.revision if record else None,
+                record.restarts if record else 0,
+                record.message if record else "",
+            )
+            self.events.appendleft(change)
+            self.notifier.notify(change)
+        # a job a pass skipped (an error) keeps its phase; a job whose record is gone is forgotten
+        self._phases = {**{n: p for n, p in seen.items() if n in records}, **phases}
 
     def _log_held(self, current: Plan) -> None:
         """One line per reason, naming the jobs, when the jobs kept as applied change."""
