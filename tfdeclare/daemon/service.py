@@ -24,13 +24,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from tfdeclare.backends.base import BackendError
+from tfdeclare.backends.base import BackendError, LogChunk
 from tfdeclare.controller import Controller
 from tfdeclare.core.config import WebhookConfig
 from tfdeclare.core.diagnostics import Diagnostic
 from tfdeclare.core.enums import Phase, Reason
 from tfdeclare.core.plan.planner import Plan, PlanCache, PlanOptions, Sighting, plan
 from tfdeclare.core.run.record import JobRecord, Revision
+from tfdeclare.core.spec.names import is_job_name
+from tfdeclare.daemon import page
 from tfdeclare.daemon.metrics import Metrics
 from tfdeclare.daemon.sources import SourceError
 from tfdeclare.daemon.webhooks import Notifier, PhaseChange
@@ -310,3 +312,20 @@ class Daemon:
 
     def metrics_text(self) -> str:
         return self.metrics.render()
+
+    def page_html(self, refresh: int | None) -> str:
+        return page.render(self.jobs(), list(self.events), self.health()[1], refresh)
+
+    def task_log(self, name: str, task: str | None, offset: int) -> LogChunk:
+        """A page of the output of ``task`` (``ROLE:INDEX``; default: the job's first task that
+        started) of job ``name``. Raises ``LookupError`` naming what is not there,
+        ``BackendError`` when the backend cannot read it."""
+        document = self.controller.statuses.read(name) if is_job_name(name) else None
+        if document is None:
+            raise LookupError(f"no job named {name!r}")
+        started = [t for t in document["tasks"] if t["id"]]
+        if task is not None:
+            started = [t for t in started if f"{t['role']}:{t['index']}" == task]
+        if not started:
+            raise LookupError(f"job {name} has no task {task or ''} that has started".replace("  ", " "))
+        return self.controller.backend.read_log(started[0]["id"], offset, page.LOG_PAGE_BYTES)
