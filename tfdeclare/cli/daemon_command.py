@@ -11,6 +11,7 @@ import argparse
 import json
 import logging
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -75,6 +76,15 @@ def _folders_in_use(controller: Controller) -> set[str]:
     return used
 
 
+def page_url(host: str, port: int) -> str:
+    """Where others reach the status page: this machine's name for a wildcard address."""
+    if host in ("", "0.0.0.0", "::"):  # noqa: S104 - a comparison, not a bind
+        host = socket.getfqdn()
+    elif ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}/"
+
+
 def cmd_daemon(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     daemon_config = settings.config.daemon
@@ -110,6 +120,10 @@ def cmd_daemon(args: argparse.Namespace) -> int:
         daemon_config.settle_s,
         settings.config.webhooks,
     )
+    host = args.host or daemon_config.host
+    port = args.port if args.port is not None else daemon_config.port
+    if port:  # any free port (0, in tests) is known only once bound: then the backend is not told
+        settings = settings.with_page_url(page_url(host, port))
     with locked(settings, "daemon", source=source.description), controller_for(settings) as controller:
         controller.base_dir = base_dir
         if isinstance(source, GitSource):
@@ -121,11 +135,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
             base=base_dir if args.git else None,
         )
         daemon = Daemon(source, controller, files, settings.status_dir, options)
-        server = DaemonServer(
-            args.host or daemon_config.host,
-            args.port if args.port is not None else daemon_config.port,
-            daemon,
-        )
+        server = DaemonServer(host, port, daemon)
         server.start()
         host, port = server.address
         log.info(
