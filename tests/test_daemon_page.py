@@ -68,6 +68,15 @@ def test_the_page_escapes_what_jobs_and_events_bring(served: Served) -> None:
     assert '<meta name="viewport"' in text and "http-equiv" not in text
 
 
+def test_a_status_file_of_an_earlier_release_still_shows(served: Served) -> None:
+    path = served.world.statuses.path("a")
+    path.write_text(
+        "\n".join(line for line in path.read_text().splitlines() if not line.startswith("tensorboard:"))
+    )
+    code, _, body = served.get("/")
+    assert code == 200 and 'id="job-a"' in body.decode()
+
+
 @pytest.mark.parametrize(
     ("query", "content"), [("?refresh=10", "10"), ("?refresh=0", "2"), ("?refresh=x", None)]
 )

@@ -35,7 +35,8 @@ def _environment() -> jinja2.Environment:
     return jinja2.Environment(
         loader=jinja2.PackageLoader("tfdeclare.daemon", "templates"),
         autoescape=True,
-        undefined=jinja2.StrictUndefined,
+        # A status file written by an earlier release may lack a newer field: shown empty.
+        undefined=jinja2.ChainableUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
     )
