@@ -4,7 +4,6 @@ registers the daemon's status page as its ``webui_url``."""
 
 from __future__ import annotations
 
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from tests.conftest import kill_leftovers
 from tests.mesos_emulator import Emulator
 from tests.mesos_fixtures import PY, start_emulator
 from tests.test_mesos_faults import Project, spec
+from tests.test_tensorboard_local import answers
 from tfdeclare.core.enums import Role, TaskState
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
@@ -26,14 +26,6 @@ def emulator(tmp_path: Path) -> Iterator[Emulator]:
         yield made
     finally:
         made.stop()
-
-
-def answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status == 200 and b"TensorBoard" in response.read()
-    except OSError:
-        return False
 
 
 def test_tensorboard_on_an_agent_and_the_page_as_webui_url(tmp_path: Path, emulator: Emulator) -> None:
