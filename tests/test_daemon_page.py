@@ -56,8 +56,8 @@ def served(tmp_path: Path) -> Iterator[Served]:
 
 
 def test_the_page_escapes_what_jobs_and_events_bring(served: Served) -> None:
-    served.daemon.events.appendleft(
-        PhaseChange("a", Phase.FAILED, Phase.RUNNING, 1796280000.0, None, 1, "<script>alert(1)</script>")
+    served.daemon.events = (
+        PhaseChange("a", Phase.FAILED, Phase.RUNNING, 1796280000.0, None, 1, "<script>alert(1)</script>"),
     )
     code, headers, body = served.get("/")
     text = body.decode()

@@ -14,7 +14,6 @@ the prune-everything guard) are logged as a warning whenever that set changes.
 
 from __future__ import annotations
 
-import collections
 import logging
 import threading
 import time
@@ -94,7 +93,7 @@ class Daemon:
         self.clock = clock
         self.metrics = Metrics()
         self.notifier = Notifier(options.webhooks, lambda result: self.metrics.count_webhook(result.value))
-        self.events: collections.deque[PhaseChange] = collections.deque(maxlen=RECENT_EVENTS)
+        self.events: tuple[PhaseChange, ...] = ()  # newest first; replaced whole (HTTP threads read it)
         self._phases: dict[str, Phase] | None = None  # as last seen; None until the first pass
         self._trigger = threading.Event()
         self._sync_requested = threading.Event()
@@ -273,7 +272,7 @@ class Daemon:
                 record.restarts if record else 0,
                 record.message if record else "",
             )
-            self.events.appendleft(change)
+            self.events = (change, *self.events)[:RECENT_EVENTS]
             self.notifier.notify(change)
         # a job a pass skipped (an error) keeps its phase; a job whose record is gone is forgotten
         self._phases = {**{n: p for n, p in seen.items() if n in records}, **phases}
@@ -314,7 +313,7 @@ class Daemon:
         return self.metrics.render()
 
     def page_html(self, refresh: int | None) -> str:
-        return page.render(self.jobs(), list(self.events), self.health()[1], refresh)
+        return page.render(self.jobs(), self.events, self.health()[1], refresh)
 
     def task_log(self, name: str, task: str | None, offset: int) -> LogChunk:
         """A page of the output of ``task`` (``ROLE:INDEX``; default: the job's first task that
@@ -327,5 +326,5 @@ class Daemon:
         if task is not None:
             started = [t for t in started if f"{t['role']}:{t['index']}" == task]
         if not started:
-            raise LookupError(f"job {name} has no task {task or ''} that has started".replace("  ", " "))
+            raise LookupError(f"job {name} has no task {task + ' ' if task else ''}that has started")
         return self.controller.backend.read_log(started[0]["id"], offset, page.LOG_PAGE_BYTES)

@@ -148,13 +148,8 @@ class _Webhook:
                         self._ready.wait()
                     if self._stopping.is_set():
                         return
-                    body = self._queue[0]
-                result = self._deliver(client, body)
-                with self._ready:
-                    if self._queue and self._queue[0] is body:
-                        self._queue.popleft()
-                if result is not None:
-                    self._count(result)
+                    body = self._queue.popleft()  # in flight: no longer the queue's to drop
+                self._count(self._deliver(client, body) or WebhookResult.DROPPED)
 
     def _deliver(self, client: httpx.Client, body: dict[str, Any]) -> WebhookResult | None:
         """One notice, with its retries; None when the daemon stopped meanwhile."""

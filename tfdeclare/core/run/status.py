@@ -157,12 +157,14 @@ def _tensorboard(record: JobRecord, task: TaskRecord | None) -> dict[str, Any] |
     board = record.spec.tensorboard
     if board is None:
         return None
-    running = task is not None and task.state is TaskState.RUNNING and task.host and task.port
+    if task is None:
+        return {"logDir": board.log_dir, "state": "pending", "address": None, "url": None}
+    running = task.state is TaskState.RUNNING and task.host and task.port
     return {
         "logDir": board.log_dir,
-        "state": task.state.value if task is not None else "pending",
-        "address": f"{task.host}:{task.port}" if running and task else None,
-        "url": f"http://{_url_host(task.host)}:{task.port}/" if running and task and task.host else None,
+        "state": task.state.value,
+        "address": f"{task.host}:{task.port}" if running else None,
+        "url": f"http://{_url_host(task.host or '')}:{task.port}/" if running else None,
     }
 
 
