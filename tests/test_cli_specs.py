@@ -37,7 +37,7 @@ def test_validate_json_output(workdir: Path) -> None:
         "code": "schema",
         "message": "unknown field 'extra'; allowed: activeDeadlineSeconds, backoffLimit, clusterSpec, "
         "command, env, "
-        "image, placement, replicas, restartPolicy, terminationGracePeriodSeconds, volumes, workingDir",
+        "image, placement, replicas, restartPolicy, tensorboard, terminationGracePeriodSeconds, volumes, workingDir",
         "jsonPath": "$.spec.extra",
     }
 

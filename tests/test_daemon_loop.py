@@ -26,6 +26,15 @@ class RecordingDaemon(Daemon):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.file_events: list[str] = []
+        self.finished = 0  # passes whose bookkeeping (health, metrics, events) is done
+        self.finished_changed = threading.Condition()
+
+    def _pass(self) -> float | None:
+        wake_at = super()._pass()
+        with self.finished_changed:
+            self.finished += 1
+            self.finished_changed.notify_all()
+        return wake_at
 
     def on_file_event(self, paths: list[str]) -> None:
         self.file_events.extend(paths)
@@ -44,8 +53,13 @@ class Running:
         self.thread.start()
 
     def wait(self, check: Callable[[], bool] = lambda: True, after: int | None = None) -> int:
-        """Until a pass (after the current one, or pass ``after``) ends with ``check`` true."""
-        return self.controller.wait_for_pass(self.controller.passes if after is None else after, check)
+        """Until a pass (after the current one, or pass ``after``) ends with ``check`` true, and
+        the daemon has finished that pass (health, metrics and events are set after the
+        controller's part)."""
+        number = self.controller.wait_for_pass(self.controller.passes if after is None else after, check)
+        with self.daemon.finished_changed:
+            assert self.daemon.finished_changed.wait_for(lambda: self.daemon.finished >= number, 10)
+        return number
 
     def stop(self) -> None:
         self.daemon.stop()

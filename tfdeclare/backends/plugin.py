@@ -41,6 +41,9 @@ class BackendPlugin(Generic[ConfigT]):
     check_job: Callable[[ConfigT, LoadedJob, Locate], list[Diagnostic]]
     # (state folder, its config) -> the backend itself.
     build: Callable[[Path, ConfigT], Backend]
+    # (its config, the URL of the daemon's status page) -> its config pointing there, for a
+    # backend whose cluster shows a link to its frameworks (Mesos: FrameworkInfo.webui_url).
+    with_page_url: Callable[[ConfigT, str], ConfigT] | None = None
 
     def config_schema(self) -> dict[str, Any]:
         """The JSON Schema of its config section: ``schemas/backends/<name>.schema.json``."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -63,6 +63,13 @@ class Settings:
         """A backend's own config (its section of the config file, or its defaults)."""
         config = self.config.backends.get(backend)
         return config if config is not None else registry.plugin(backend).config_type()
+
+    def with_page_url(self, url: str) -> Settings:
+        """These settings with the chosen backend told where the daemon's status page is."""
+        if self.plugin.with_page_url is None:
+            return self
+        backends = {**self.config.backends, self.backend: self.plugin.with_page_url(self.backend_config, url)}
+        return replace(self, config=replace(self.config, backends=backends))
 
     @property
     def spec_checks(self) -> tuple[SpecCheck, ...]:

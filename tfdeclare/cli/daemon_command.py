@@ -11,6 +11,7 @@ import argparse
 import json
 import logging
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -51,7 +52,14 @@ def _setup_logging(fmt: str) -> None:
     root.propagate = False
     # Libraries log in our format, and only what needs a person: watchdog warns about events it
     # drops while a watched folder is replaced, which the next resync covers anyway.
-    for name, level in (("watchdog", logging.ERROR), ("git", logging.ERROR), ("kazoo", logging.WARNING)):
+    # httpx logs each request's URL at INFO, and a webhook's URL may hold a token.
+    quiet = {
+        "watchdog": logging.ERROR,
+        "git": logging.ERROR,
+        "kazoo": logging.WARNING,
+        "httpx": logging.WARNING,
+    }
+    for name, level in quiet.items():
         library = logging.getLogger(name)
         library.handlers[:] = [handler]
         library.setLevel(level)
@@ -66,6 +74,15 @@ def _folders_in_use(controller: Controller) -> set[str]:
         t.extra["source"] for t in controller.backend.observe() if t.state.alive and t.extra.get("source")
     )
     return used
+
+
+def page_url(host: str, port: int) -> str:
+    """Where others reach the status page: this machine's name for a wildcard address."""
+    if host in ("", "0.0.0.0", "::"):  # noqa: S104 - a comparison, not a bind
+        host = socket.getfqdn()
+    elif ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}/"
 
 
 def cmd_daemon(args: argparse.Namespace) -> int:
@@ -96,8 +113,17 @@ def cmd_daemon(args: argparse.Namespace) -> int:
         raise UserError(str(err)) from err
     interval = args.interval if args.interval is not None else daemon_config.interval_s
     options = DaemonOptions(
-        interval, daemon_config.debounce_s, args.prune, args.allow_empty, daemon_config.settle_s
+        interval,
+        daemon_config.debounce_s,
+        args.prune,
+        args.allow_empty,
+        daemon_config.settle_s,
+        settings.config.webhooks,
     )
+    host = args.host or daemon_config.host
+    port = args.port if args.port is not None else daemon_config.port
+    if port:  # any free port (0, in tests) is known only once bound: then the backend is not told
+        settings = settings.with_page_url(page_url(host, port))
     with locked(settings, "daemon", source=source.description), controller_for(settings) as controller:
         controller.base_dir = base_dir
         if isinstance(source, GitSource):
@@ -109,11 +135,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
             base=base_dir if args.git else None,
         )
         daemon = Daemon(source, controller, files, settings.status_dir, options)
-        server = DaemonServer(
-            args.host or daemon_config.host,
-            args.port if args.port is not None else daemon_config.port,
-            daemon,
-        )
+        server = DaemonServer(host, port, daemon)
         server.start()
         host, port = server.address
         log.info(

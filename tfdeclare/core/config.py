@@ -9,11 +9,13 @@ every section composed in (``tfdeclare.backends.registry``) and a parser per sec
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tfdeclare.core.diagnostics import Diagnostic, JsonPath
+from tfdeclare.core.enums import Phase
 from tfdeclare.core.spec.documents import parse_documents
 from tfdeclare.core.spec.schema import Schema
 
@@ -50,6 +52,33 @@ class PolicyConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class SecretRef:
+    """A value read only when it is used, never stored or logged: the controller's environment
+    variable ``env``, or the file ``file`` on the controller (its content, one trailing newline
+    dropped). The ``{secretRef: {env|file: ...}}`` shape of the security issue's secret
+    references."""
+
+    env: str | None = None
+    file: str | None = None
+
+    @property
+    def description(self) -> str:
+        return f"environment variable {self.env}" if self.env is not None else f"file {self.file}"
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookConfig:
+    """One ``webhooks:`` entry: where the daemon posts phase changes (README, "Webhooks")."""
+
+    name: str
+    url: str | SecretRef
+    headers: Mapping[str, str | SecretRef] = field(default_factory=dict)
+    phases: frozenset[Phase] = frozenset(Phase)  # the phases entered that are posted
+    timeout_s: float = 5.0
+    max_attempts: int = 5
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     backend: str = "local"
     state_dir: str = ".tfdeclare"
@@ -58,6 +87,7 @@ class Config:
     backoff_max_s: float = 300.0
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
+    webhooks: tuple[WebhookConfig, ...] = ()
     backends: Mapping[str, object] = field(default_factory=dict)  # backend name -> its own config
 
     def with_overrides(self, **changes: Any) -> Config:
@@ -108,6 +138,27 @@ def parse_config(
             settle_s=float(daemon["settleSeconds"]),
         ),
         policy=PolicyConfig(max_tasks_per_job=raw["policy"]["maxTasksPerJob"]),
+        webhooks=tuple(_webhook(i, entry, base_dir) for i, entry in enumerate(raw["webhooks"])),
         backends=backends,
     )
     return config, []
+
+
+def _secret(value: str | Mapping[str, Any], base_dir: str | None) -> str | SecretRef:
+    if isinstance(value, str):
+        return value
+    ref = value["secretRef"]
+    if "file" in ref and base_dir is not None:
+        return SecretRef(file=posixpath.join(base_dir, ref["file"]))
+    return SecretRef(env=ref.get("env"), file=ref.get("file"))
+
+
+def _webhook(index: int, entry: Mapping[str, Any], base_dir: str | None) -> WebhookConfig:
+    return WebhookConfig(
+        name=entry.get("name") or f"webhook {index + 1}",
+        url=_secret(entry["url"], base_dir),
+        headers={k: _secret(v, base_dir) for k, v in entry["headers"].items()},
+        phases=frozenset(Phase(p) for p in entry["phases"]) if "phases" in entry else frozenset(Phase),
+        timeout_s=float(entry["timeoutSeconds"]),
+        max_attempts=entry["maxAttempts"],
+    )

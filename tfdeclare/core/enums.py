@@ -10,15 +10,23 @@ from enum import StrEnum
 
 
 class Role(StrEnum):
-    """A TensorFlow task type. Declaration order is the canonical order everywhere."""
+    """A task's role: the TensorFlow task types (``ROLE_ORDER``), and ``tensorboard``, the
+    TensorBoard task a job may run beside its cluster (``spec.tensorboard``), which is in no
+    TF cluster, counts for no completion and restarts alone."""
 
     CHIEF = "chief"
     PS = "ps"
     WORKER = "worker"
     EVALUATOR = "evaluator"
+    TENSORBOARD = "tensorboard"
+
+    @property
+    def in_cluster(self) -> bool:
+        return self is not Role.TENSORBOARD
 
 
-ROLE_ORDER: tuple[Role, ...] = tuple(Role)
+# The TF cluster's roles; declaration order is the canonical order everywhere.
+ROLE_ORDER: tuple[Role, ...] = tuple(role for role in Role if role.in_cluster)
 # (role, its name) pairs: ``Role.value`` goes through the enum descriptor, which is slow in
 # hot loops; a StrEnum member is also its own name as a str key.
 ROLE_NAMES: tuple[tuple[Role, str], ...] = tuple((role, str(role.value)) for role in ROLE_ORDER)

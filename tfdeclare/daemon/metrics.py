@@ -1,24 +1,38 @@
-"""The daemon's Prometheus metrics, kept in memory and rendered in the text format."""
+"""The daemon's Prometheus metrics: what the loop counts, kept in memory, exposed through
+``prometheus-client`` (a custom collector reading this state at scrape time, the process
+collector and ``tfdeclare_build_info``).
+
+Values are exact: the client writes floats with all their digits (a last-pass timestamp of
+``1796280000.123`` reads ``1.796280000123e+09``, a counter of 1,234,567 reads
+``1.234567e+06``), never rounded as ``%g`` would.
+"""
 
 from __future__ import annotations
 
+import platform
 import threading
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from tfdeclare import __version__
 
 _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class Metrics:
+    """What the daemon's loop counts; thread-safe (the loop writes, the HTTP threads read)."""
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.passes = 0
         self.pass_seconds_sum = 0.0
-        self.pass_buckets = [0] * len(_BUCKETS)
+        self.pass_buckets = [0] * len(_BUCKETS)  # cumulative: passes at most each bound
         self.last_pass_time = 0.0
         self.pass_errors = 0
         self.source_errors = 0
@@ -29,6 +43,10 @@ class Metrics:
         self.restarts: Mapping[str, int] = {}
         self.applied_revision: str | None = None
         self.attempted_revision: str | None = None
+        self.webhook_results: Counter[str] = Counter()  # WebhookResult value -> deliveries
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_Collector(self))
+        ProcessCollector(registry=self.registry)
 
     def observe_pass(self, seconds: float, at: float, launched: int, stopped: int, errors: int) -> None:
         with self._lock:
@@ -48,75 +66,100 @@ class Metrics:
             self.tasks_by_state = dict(tasks)
             self.restarts = dict(restarts)
 
-    def render(self) -> str:
+    def count_webhook(self, result: str) -> None:
         with self._lock:
-            out: list[str] = []
+            self.webhook_results[result] += 1
 
-            def metric(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
-                out.append(f"# HELP {name} {help_text}")
-                out.append(f"# TYPE {name} {kind}")
-                out.extend(f"{name}{labels} {value:g}" for labels, value in samples)
+    def render(self) -> str:
+        return generate_latest(self.registry).decode()
 
-            metric(
-                "tfdeclare_reconcile_passes_total", "counter", "Reconcile passes run.", [("", self.passes)]
-            )
-            name = "tfdeclare_reconcile_pass_duration_seconds"
-            out.append(f"# HELP {name} How long reconcile passes take.")
-            out.append(f"# TYPE {name} histogram")
-            out.extend(
-                f'{name}_bucket{{le="{bound:g}"}} {count}'
-                for bound, count in zip(_BUCKETS, self.pass_buckets, strict=True)
-            )
-            out.append(f'{name}_bucket{{le="+Inf"}} {self.passes}')
-            out.append(f"{name}_sum {self.pass_seconds_sum:g}")
-            out.append(f"{name}_count {self.passes}")
-            metric(
-                "tfdeclare_last_pass_timestamp_seconds",
-                "gauge",
-                "When the last pass finished (unix time).",
-                [("", self.last_pass_time)],
-            )
-            metric(
-                "tfdeclare_reconcile_errors_total",
-                "counter",
-                "Backend errors met by passes.",
-                [("", self.pass_errors)],
-            )
-            metric(
-                "tfdeclare_source_errors_total",
-                "counter",
-                "Failures to read the source (fetch, clone, folder).",
-                [("", self.source_errors)],
-            )
-            metric("tfdeclare_tasks_launched_total", "counter", "Tasks launched.", [("", self.launched)])
-            metric("tfdeclare_tasks_stopped_total", "counter", "Task stops requested.", [("", self.stopped)])
-            metric(
-                "tfdeclare_jobs",
-                "gauge",
-                "Jobs by phase.",
-                [(f'{{phase="{_escape(p)}"}}', n) for p, n in sorted(self.jobs_by_phase.items())],
-            )
-            metric(
-                "tfdeclare_tasks",
-                "gauge",
-                "Tasks of the current attempts by state.",
-                [(f'{{state="{_escape(s)}"}}', n) for s, n in sorted(self.tasks_by_state.items())],
-            )
-            metric(
-                "tfdeclare_job_restarts",
-                "gauge",
-                "Restarts after failures, per job.",
-                [(f'{{job="{_escape(j)}"}}', n) for j, n in sorted(self.restarts.items())],
-            )
-            revisions = []
-            if self.applied_revision:
-                revisions.append((f'{{revision="{_escape(self.applied_revision)}",kind="applied"}}', 1.0))
-            if self.attempted_revision:
-                revisions.append((f'{{revision="{_escape(self.attempted_revision)}",kind="attempted"}}', 1.0))
-            metric(
-                "tfdeclare_revision_info",
-                "gauge",
-                "The last applied and attempted source revisions.",
-                revisions,
-            )
-            return "\n".join(out) + "\n"
+    def samples(self) -> list[Metric]:
+        with self._lock:
+            return list(self._families())
+
+    def _families(self) -> Iterator[Metric]:
+        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+            return CounterMetricFamily(name, doc, value=value)
+
+        yield counter("tfdeclare_reconcile_passes", "Reconcile passes run.", self.passes)
+        yield HistogramMetricFamily(
+            "tfdeclare_reconcile_pass_duration_seconds",
+            "How long reconcile passes take.",
+            buckets=[
+                *((repr(bound), count) for bound, count in zip(_BUCKETS, self.pass_buckets, strict=True)),
+                ("+Inf", self.passes),
+            ],
+            sum_value=self.pass_seconds_sum,
+        )
+        yield GaugeMetricFamily(
+            "tfdeclare_last_pass_timestamp_seconds",
+            "When the last pass finished (unix time).",
+            value=self.last_pass_time,
+        )
+        yield counter("tfdeclare_reconcile_errors", "Backend errors met by passes.", self.pass_errors)
+        yield counter(
+            "tfdeclare_source_errors",
+            "Failures to read the source (fetch, clone, folder).",
+            self.source_errors,
+        )
+        yield counter("tfdeclare_tasks_launched", "Tasks launched.", self.launched)
+        yield counter("tfdeclare_tasks_stopped", "Task stops requested.", self.stopped)
+        yield _labelled(GaugeMetricFamily, "tfdeclare_jobs", "Jobs by phase.", "phase", self.jobs_by_phase)
+        yield _labelled(
+            GaugeMetricFamily,
+            "tfdeclare_tasks",
+            "Tasks of the current attempts by state.",
+            "state",
+            self.tasks_by_state,
+        )
+        yield _labelled(
+            GaugeMetricFamily,
+            "tfdeclare_job_restarts",
+            "Restarts after failures, per job.",
+            "job",
+            self.restarts,
+        )
+        revisions = GaugeMetricFamily(
+            "tfdeclare_revision_info",
+            "The last applied and attempted source revisions.",
+            labels=["revision", "kind"],
+        )
+        for kind, revision in (("applied", self.applied_revision), ("attempted", self.attempted_revision)):
+            if revision:
+                revisions.add_metric([revision, kind], 1.0)
+        yield revisions
+        yield _labelled(
+            CounterMetricFamily,
+            "tfdeclare_webhook_deliveries",
+            "Webhook notifications by outcome (delivered, failed after retries, dropped from a full queue).",
+            "result",
+            self.webhook_results,
+        )
+        build = GaugeMetricFamily(
+            "tfdeclare_build_info",
+            "tfdeclare's version and Python's (always 1).",
+            labels=["version", "python"],
+        )
+        build.add_metric([__version__, platform.python_version()], 1.0)
+        yield build
+
+
+def _labelled(
+    family: type[GaugeMetricFamily | CounterMetricFamily],
+    name: str,
+    doc: str,
+    label: str,
+    values: Mapping[str, int],
+) -> Metric:
+    metric = family(name, doc, labels=[label])
+    for key, value in sorted(values.items()):
+        metric.add_metric([key], value)
+    return metric
+
+
+class _Collector(Collector):
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._metrics.samples()

@@ -1,5 +1,7 @@
 """The daemon's HTTP endpoints, on 127.0.0.1 unless configured:
 
+- ``GET /`` — the status page (``page.py``), also the Mesos framework's ``webui_url``;
+- ``GET /jobs/<name>/logs?task=ROLE:INDEX&offset=N`` — a page of a task's output, read-only;
 - ``GET /healthz`` — 200 while passes run on time, 503 when the last pass is overdue or the
   source cannot be read (JSON body says which);
 - ``GET /metrics`` — Prometheus text format;
@@ -15,6 +17,11 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from tfdeclare.backends.base import BackendError, LogChunk
+from tfdeclare.daemon import page
+from tfdeclare.daemon.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 
 log = logging.getLogger("tfdeclare.daemon")
 
@@ -29,6 +36,10 @@ class Endpoints(Protocol):
     def jobs(self) -> list[dict[str, Any]]: ...
 
     def request_sync(self) -> None: ...
+
+    def page_html(self, refresh: int | None) -> str: ...
+
+    def task_log(self, name: str, task: str | None, offset: int) -> LogChunk: ...
 
 
 class _Server(ThreadingHTTPServer):
@@ -66,23 +77,60 @@ def _handler_for(endpoints: Endpoints) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:
             return  # requests are not worth a log line each
 
-        def _send(self, code: int, body: bytes, content_type: str) -> None:
+        def _send(self, code: int, body: bytes, content_type: str, **headers: str) -> None:
             self.send_response(code)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
+            for name, value in headers.items():
+                self.send_header(name.replace("_", "-"), value)
             self.end_headers()
             self.wfile.write(body)
 
         def _json(self, code: int, data: Any) -> None:
             self._send(code, (json.dumps(data, indent=1) + "\n").encode(), "application/json")
 
+        def _log(self, path: str, query: dict[str, list[str]]) -> None:
+            name = unquote(path.removeprefix("/jobs/").removesuffix("/logs"))
+            offset = query.get("offset", ["0"])[0]
+            if not offset.isdigit():
+                self._json(400, {"error": "offset is a byte count"})
+                return
+            try:
+                chunk = endpoints.task_log(name, query.get("task", [None])[0], int(offset))
+            except LookupError as err:
+                self._json(404, {"error": str(err.args[0])})
+                return
+            except BackendError as err:
+                self._json(502, {"error": str(err)})
+                return
+            self._send(
+                200,
+                chunk.data,
+                "text/plain; charset=utf-8",
+                X_Content_Type_Options="nosniff",
+                X_Tfdeclare_Next_Offset=str(chunk.next_offset),
+                X_Tfdeclare_Complete="true" if chunk.complete else "false",
+            )
+
         def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/healthz":
+            url = urlsplit(self.path)
+            path, query = url.path, parse_qs(url.query)
+            if path == "/":
+                self._send(
+                    200,
+                    endpoints.page_html(page.refresh_from(query)).encode(),
+                    "text/html; charset=utf-8",
+                    Content_Security_Policy=page.CONTENT_SECURITY_POLICY,
+                    X_Content_Type_Options="nosniff",
+                    Cache_Control="no-store",
+                )
+            elif path.startswith("/jobs/") and path.endswith("/logs"):
+                self._log(path, query)
+            elif path == "/healthz":
                 healthy, detail = endpoints.health()
                 self._json(200 if healthy else 503, detail)
             elif path == "/metrics":
-                self._send(200, endpoints.metrics_text().encode(), "text/plain; version=0.0.4; charset=utf-8")
+                self._send(200, endpoints.metrics_text().encode(), METRICS_CONTENT_TYPE)
             elif path == "/jobs":
                 self._json(200, endpoints.jobs())
             else:

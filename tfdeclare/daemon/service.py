@@ -23,14 +23,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from tfdeclare.backends.base import BackendError
+from tfdeclare.backends.base import BackendError, LogChunk
 from tfdeclare.controller import Controller
+from tfdeclare.core.config import WebhookConfig
 from tfdeclare.core.diagnostics import Diagnostic
-from tfdeclare.core.enums import Reason
+from tfdeclare.core.enums import Phase, Reason
 from tfdeclare.core.plan.planner import Plan, PlanCache, PlanOptions, Sighting, plan
-from tfdeclare.core.run.record import Revision
+from tfdeclare.core.run.record import JobRecord, Revision
+from tfdeclare.core.spec.names import is_job_name
+from tfdeclare.daemon import page
 from tfdeclare.daemon.metrics import Metrics
 from tfdeclare.daemon.sources import SourceError
+from tfdeclare.daemon.webhooks import Notifier, PhaseChange
 from tfdeclare.shell.sources import SpecFiles
 
 log = logging.getLogger("tfdeclare.daemon")
@@ -64,6 +68,10 @@ class DaemonOptions:
     prune: bool = False
     allow_empty: bool = False
     settle_s: float = 3.0
+    webhooks: tuple[WebhookConfig, ...] = ()
+
+
+RECENT_EVENTS = 50  # phase changes the status page shows
 
 
 class Daemon:
@@ -84,6 +92,9 @@ class Daemon:
         self.options = options
         self.clock = clock
         self.metrics = Metrics()
+        self.notifier = Notifier(options.webhooks, lambda result: self.metrics.count_webhook(result.value))
+        self.events: tuple[PhaseChange, ...] = ()  # newest first; replaced whole (HTTP threads read it)
+        self._phases: dict[str, Phase] | None = None  # as last seen; None until the first pass
         self._trigger = threading.Event()
         self._sync_requested = threading.Event()
         self._stopping = threading.Event()
@@ -148,6 +159,7 @@ class Daemon:
             self._trigger.wait(max(0.01, timeout))
             self._trigger.clear()
             self._debounce()
+        self.notifier.close()
 
     def _debounce(self) -> None:
         """After file events, wait until they have been quiet for ``debounce`` (at most 1 s)."""
@@ -176,6 +188,11 @@ class Daemon:
 
     def _pass(self) -> float | None:
         started = time.monotonic()
+        if self._phases is None:  # what the records said before this daemon: no notice for those
+            self._phases = {
+                n: Phase.DELETING if r.deleting else r.phase
+                for n, r in self.controller.store.records().items()
+            }
         settles_at = self._apply_desired() if self.source_error is None else None
         try:
             result = self.controller.reconcile()  # it logs what it does
@@ -187,6 +204,7 @@ class Daemon:
         for error in result.errors:
             log.error("%s", error)
         records = self.controller.store.records()
+        self._phase_changes(result.phases, records)
         tasks = Counter(t.state.value for r in records.values() for t in r.tasks)
         self.metrics.set_jobs(
             {n: p.value for n, p in result.phases.items()}, tasks, {n: r.restarts for n, r in records.items()}
@@ -237,6 +255,28 @@ class Daemon:
             self.metrics.applied_revision = revision
         return current.wake_at
 
+    def _phase_changes(self, phases: Mapping[str, Phase], records: Mapping[str, JobRecord]) -> None:
+        """Each job that entered a phase since the last pass: a recent event and a notice."""
+        seen = self._phases or {}
+        now = self.clock()
+        for name, phase in sorted(phases.items()):
+            if seen.get(name) is phase:
+                continue
+            record = records.get(name)
+            change = PhaseChange(
+                name,
+                phase,
+                seen.get(name),
+                now,
+                record.revision if record else None,
+                record.restarts if record else 0,
+                record.message if record else "",
+            )
+            self.events = (change, *self.events)[:RECENT_EVENTS]
+            self.notifier.notify(change)
+        # a job a pass skipped (an error) keeps its phase; a job whose record is gone is forgotten
+        self._phases = {**{n: p for n, p in seen.items() if n in records}, **phases}
+
     def _log_held(self, current: Plan) -> None:
         """One line per reason, naming the jobs, when the jobs kept as applied change."""
         held = {job.name: job.not_synced for job in current.jobs if job.not_synced is not None}
@@ -271,3 +311,20 @@ class Daemon:
 
     def metrics_text(self) -> str:
         return self.metrics.render()
+
+    def page_html(self, refresh: int | None) -> str:
+        return page.render(self.jobs(), self.events, self.health()[1], refresh)
+
+    def task_log(self, name: str, task: str | None, offset: int) -> LogChunk:
+        """A page of the output of ``task`` (``ROLE:INDEX``; default: the job's first task that
+        started) of job ``name``. Raises ``LookupError`` naming what is not there,
+        ``BackendError`` when the backend cannot read it."""
+        document = self.controller.statuses.read(name) if is_job_name(name) else None
+        if document is None:
+            raise LookupError(f"no job named {name!r}")
+        started = [t for t in document["tasks"] if t["id"]]
+        if task is not None:
+            started = [t for t in started if f"{t['role']}:{t['index']}" == task]
+        if not started:
+            raise LookupError(f"job {name} has no task {task + ' ' if task else ''}that has started")
+        return self.controller.backend.read_log(started[0]["id"], offset, page.LOG_PAGE_BYTES)

@@ -7,6 +7,7 @@ this module imports no Mesos client (``build`` does).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,4 +41,9 @@ def build(state_dir: Path, config: MesosConfig) -> Backend:
     return MesosBackend.from_config(state_dir, config)
 
 
-PLUGIN = BackendPlugin("mesos", MesosConfig, parse_mesos_config, check_job, build)
+def with_page_url(config: MesosConfig, url: str) -> MesosConfig:
+    """The daemon's status page as FrameworkInfo.webui_url, unless the config names one."""
+    return config if config.webui_url else replace(config, webui_url=url)
+
+
+PLUGIN = BackendPlugin("mesos", MesosConfig, parse_mesos_config, check_job, build, with_page_url)

@@ -43,7 +43,7 @@ from tfdeclare.core.plan.observed import ObservedJob, ObservedState, observed_fi
 from tfdeclare.core.run.clusterspec import symbolic_addresses, task_configs
 from tfdeclare.core.run.tasks import TaskKey
 from tfdeclare.core.spec.loader import LoadedJob, SourceRef
-from tfdeclare.core.spec.model import JobSpec, task_keys_of
+from tfdeclare.core.spec.model import TENSORBOARD_KEY, JobSpec, task_keys_of
 
 
 class Action(StrEnum):
@@ -106,6 +106,7 @@ class PlanReason(StrEnum):
     FILE_HOLDS_NO_JOB = "FileHoldsNoJob"
     FILES_UNREADABLE = "FilesUnreadable"
     NOT_SETTLED = "NotSettled"
+    TENSORBOARD_CHANGED = "TensorBoardChanged"
 
 
 _NOT_SYNCED = {
@@ -262,6 +263,8 @@ def classify(path: tuple[str | int, ...]) -> Effect:
         return Effect.RESIZE  # a whole role appeared or went
     if len(path) == 4 and path[:2] == ("spec", "replicas") and path[3] == "count":
         return Effect.RESIZE
+    if path[:2] == ("spec", "tensorboard"):
+        return Effect.RESIZE  # only the TensorBoard task starts, stops or restarts
     return Effect.RESTART
 
 
@@ -364,29 +367,39 @@ def _plan_present(loaded: LoadedJob, observed: ObservedJob | None) -> JobPlan:
             (PlanReason.REPLICAS_CHANGED,) if Effect.RESIZE in effects else ()
         )
         new_keys, old_keys = set(desired_spec.task_keys()), set(old_spec.task_keys())
+        board_restarts = TENSORBOARD_KEY in _task_sets(old_spec, desired_spec, observed.running)[0]
         return JobPlan(
             name,
             Action.RESTART,
             reasons,
             f"{', '.join(forcing)} changed: every task restarts",
             changes=changes,
-            restart=tuple(k for k in observed.running if k in new_keys),
+            restart=tuple(
+                k for k in observed.running if k in new_keys and (k.role.in_cluster or board_restarts)
+            ),
             start=tuple(sorted(new_keys - old_keys)),
             stop=tuple(sorted(old_keys - new_keys)),
             **common,
         )
     restart, start, stop = _task_sets(old_spec, desired_spec, observed.running)
-    counts = [f"{c.path[2]} {_count(c.old)} → {_count(c.new)}" for c in changes if c.effect is Effect.RESIZE]
+    resized = [c for c in changes if c.effect is Effect.RESIZE]
+    counts = [f"{c.path[2]} {_count(c.old)} → {_count(c.new)}" for c in resized if c.path[1] == "replicas"]
+    board = [c for c in resized if c.path[1] == "tensorboard"]
+    if board:
+        added, removed = _unset(board[0].old), _unset(board[0].new)
+        counts.append("tensorboard " + ("added" if added else "removed" if removed else "changed"))
     message = "; ".join(counts)
+    static = ": the TF cluster spec is static" if any(k.role.in_cluster for k in restart) else ""
     message += (
-        f"; {len(restart)} running task(s) restart: the TF cluster spec is static"
-        if restart
-        else "; no running task restarts"
+        f"; {len(restart)} running task(s) restart{static}" if restart else "; no running task restarts"
+    )
+    reasons = ((PlanReason.REPLICAS_CHANGED,) if len(counts) > len(board) else ()) + (
+        (PlanReason.TENSORBOARD_CHANGED,) if board else ()
     )
     return JobPlan(
         name,
         Action.RESIZE,
-        (PlanReason.REPLICAS_CHANGED,),
+        reasons,
         message,
         changes=changes,
         restart=restart,

@@ -7,7 +7,8 @@ symbolic addresses to say which running tasks a change restarts.
 
 Rules (reference: tensorflow-distributed.md §4, §11): every training task (chief, ps, worker)
 sees the same cluster, *without* the evaluator; the evaluator sees the whole cluster including
-itself. Legacy flags know only ``ps`` and ``worker``.
+itself. Legacy flags know only ``ps`` and ``worker``. The TensorBoard task is in no cluster
+(``tensorboard_config``).
 """
 
 from __future__ import annotations
@@ -97,6 +98,9 @@ def task_configs(spec: JobSpec, addresses: Mapping[TaskKey, str], attempt: int) 
     clusters: dict[Role, str] = {}  # per role: the evaluator's differs from the others'
     hosts: dict[str, str] | None = None
     for key in spec.task_keys():
+        if not key.role.in_cluster:
+            configs[key] = tensorboard_config(spec, key, addresses[key])
+            continue
         env = spec.env_for(key.role)
         argv = spec.command_for(key.role)
         if spec.cluster_spec in (ClusterSpecStyle.TF_CONFIG, ClusterSpecStyle.BOTH):
@@ -124,6 +128,26 @@ def task_configs(spec: JobSpec, addresses: Mapping[TaskKey, str], attempt: int) 
             volumes=spec.volumes,
         )
     return configs
+
+
+def tensorboard_config(spec: JobSpec, key: TaskKey, address: str) -> TaskConfig:
+    """The TensorBoard task: its program with ``--logdir``, ``--host`` and ``--port`` of its
+    own address; none of the job's environment (no TF_CONFIG) and no attempt, so a restart of
+    the job does not replace it, only a change of its own spec or address does."""
+    board = spec.tensorboard
+    assert board is not None
+    host, _, port = address.rpartition(":")
+    argv = (*board.command, "--logdir", board.log_dir, "--host", host, "--port", port)
+    env = {"TFDECLARE_JOB": spec.name, "TFDECLARE_ROLE": key.role.value, "TFDECLARE_INDEX": str(key.index)}
+    return TaskConfig(
+        key=key,
+        argv=argv,
+        env=tuple(sorted(env.items())),
+        resources=board.resources,
+        image=spec.image,
+        working_dir=spec.working_dir,
+        volumes=spec.volumes,
+    )
 
 
 def symbolic_addresses(spec: JobSpec) -> dict[TaskKey, str]:

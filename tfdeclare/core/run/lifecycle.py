@@ -14,20 +14,24 @@ except what it wrote into the record. The rules (contract §5):
   ports) after an exponential backoff, at most ``backoffLimit`` times. ``Always`` also treats
   a ps or evaluator (or, with a chief, a worker) that exits 0 early as a failure.
 - ``activeDeadlineSeconds`` past the first start fails the job.
+- The TensorBoard task (``spec.tensorboard``) is outside all of this: it starts with the
+  job's tasks (or alone), is relaunched alone when it ends, is replaced only when its own
+  config changes, and is stopped when the job ends or is deleted.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tfdeclare.core.enums import Phase, Reason, RestartPolicy, Role, TaskState
 from tfdeclare.core.run.clusterspec import TaskConfig, task_configs
 from tfdeclare.core.run.record import JobRecord
 from tfdeclare.core.run.tasks import ObservedTask, TaskKey
-from tfdeclare.core.spec.model import JobSpec
+from tfdeclare.core.spec.model import TENSORBOARD_KEY, JobSpec
 
 RETRYABLE_EXIT = 42  # "checkpoint saved, restart me"
+TENSORBOARD_RELAUNCH_S = 10.0  # a TensorBoard task that ended is relaunched no sooner
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,10 +116,19 @@ def step(record: JobRecord, tasks: Sequence[ObservedTask], now: float, backoff: 
         for t in tasks
         if t.state.ended and not (t.key in desired and t.config_hash == desired[t.key].config_hash)
     )
-    return Step(result.record, result.stop, result.launch, old, result.events, result.wake_at)
+    return replace(result, forget=tuple(dict.fromkeys((*old, *result.forget))))
 
 
 def _step(record: JobRecord, tasks: Sequence[ObservedTask], now: float, backoff: Backoff) -> Step:
+    if record.deleting or record.phase.terminal:
+        return _ending(record, tasks)
+    boards = [t for t in tasks if not t.key.role.in_cluster]
+    result = _cluster_step(record, [t for t in tasks if t.key.role.in_cluster], now, backoff)
+    return _with_tensorboard(result, boards, now)
+
+
+def _ending(record: JobRecord, tasks: Sequence[ObservedTask]) -> Step:
+    """A job being deleted, or done: stop whatever of it still runs."""
     alive = [t for t in tasks if t.state.alive]
     to_stop = tuple(t.task_id for t in alive if t.state is not TaskState.STOPPING)
 
@@ -131,13 +144,16 @@ def _step(record: JobRecord, tasks: Sequence[ObservedTask], now: float, backoff:
             record.evolve(phase=Phase.DELETING, reason=Reason.DELETING, message="stopping its tasks"),
             stop=to_stop,
         )
+    # Completed or failed: only make sure nothing of it still runs.
+    return Step(record, stop=to_stop)
 
-    if record.phase.terminal:
-        # Completed or failed: only make sure nothing of it still runs.
-        return Step(record, stop=to_stop)
 
+def _cluster_step(record: JobRecord, tasks: Sequence[ObservedTask], now: float, backoff: Backoff) -> Step:
+    """The TF cluster's tasks (``tasks`` holds no TensorBoard task)."""
+    alive = [t for t in tasks if t.state.alive]
+    to_stop = tuple(t.task_id for t in alive if t.state is not TaskState.STOPPING)
     spec = record.spec
-    desired = desired_configs(spec, record)
+    desired = {k: c for k, c in desired_configs(spec, record).items() if k.role.in_cluster}
     current = {
         t.task_id: t for t in tasks if t.key in desired and t.config_hash == desired[t.key].config_hash
     }
@@ -195,6 +211,36 @@ def _step(record: JobRecord, tasks: Sequence[ObservedTask], now: float, backoff:
         launch=missing,
         events=tuple(events),
     )
+
+
+def _with_tensorboard(result: Step, boards: Sequence[ObservedTask], now: float) -> Step:
+    """The TensorBoard task beside what the cluster's step decided: stopped with the job,
+    replaced when its own config changed, relaunched alone (at most once per
+    ``TENSORBOARD_RELAUNCH_S``) when it ended; never a reason to restart the job."""
+    record = result.record
+    alive = [t for t in boards if t.state.alive]
+    stoppable = {t.task_id for t in alive if t.state is not TaskState.STOPPING}
+    board = record.spec.tensorboard
+    if record.phase.terminal or board is None:
+        return replace(result, stop=(*result.stop, *sorted(stoppable)))
+    config = desired_configs(record.spec, record)[TENSORBOARD_KEY]
+    current = [t for t in alive if t.config_hash == config.config_hash]
+    stale = sorted(t.task_id for t in alive if t.config_hash != config.config_hash and t.task_id in stoppable)
+    ended = [t for t in boards if t.state.ended]
+    step = replace(result, stop=(*result.stop, *stale))
+    if current:  # ended copies have been accounted for
+        return replace(step, forget=(*step.forget, *(t.task_id for t in ended)))
+    if alive:  # its replacement reuses its port: wait for it to stop
+        return step
+    last_end = max((t.finished_at or 0.0 for t in ended), default=None)
+    if last_end is not None and now < last_end + TENSORBOARD_RELAUNCH_S:
+        at = last_end + TENSORBOARD_RELAUNCH_S
+        return replace(step, wake_at=at if step.wake_at is None else min(step.wake_at, at))
+    events = step.events
+    if ended:
+        last = max(ended, key=lambda t: t.finished_at or 0.0)
+        events = (*events, f"{record.name}: {_describe_end(last)}; relaunching it")
+    return replace(step, launch=(*step.launch, TENSORBOARD_KEY), events=events)
 
 
 def _update(record: JobRecord, phase: Phase, why: Reason, message: str) -> JobRecord:

@@ -13,6 +13,7 @@ from typing import Any
 from tfdeclare.core.enums import ROLE_ORDER, Phase, Reason, TaskState
 from tfdeclare.core.run.record import Condition, ConditionType, JobRecord, TaskRecord, rfc3339
 from tfdeclare.core.run.tasks import ObservedTask, TaskKey
+from tfdeclare.core.spec.model import TENSORBOARD_KEY
 
 
 def task_records(current: Sequence[ObservedTask]) -> tuple[TaskRecord, ...]:
@@ -140,6 +141,7 @@ def status_document(record: JobRecord, now: float) -> dict[str, Any]:
         "nextRestartTime": rfc3339(record.next_launch_at) if record.phase is Phase.RESTARTING else None,
         "replicas": replicas,
         "tasks": task_entries,
+        "tensorboard": _tensorboard(record, tasks.get(TENSORBOARD_KEY)),
         "conditions": [
             {**c.to_json(), "lastTransitionTime": rfc3339(c.last_transition)} for c in record.conditions
         ],
@@ -148,3 +150,23 @@ def status_document(record: JobRecord, now: float) -> dict[str, Any]:
         "message": record.message,
         "updatedAt": rfc3339(now),
     }
+
+
+def _tensorboard(record: JobRecord, task: TaskRecord | None) -> dict[str, Any] | None:
+    """Where the job's TensorBoard is (null without ``spec.tensorboard``)."""
+    board = record.spec.tensorboard
+    if board is None:
+        return None
+    if task is None:
+        return {"logDir": board.log_dir, "state": "pending", "address": None, "url": None}
+    running = task.state is TaskState.RUNNING and task.host and task.port
+    return {
+        "logDir": board.log_dir,
+        "state": task.state.value,
+        "address": f"{task.host}:{task.port}" if running else None,
+        "url": f"http://{_url_host(task.host or '')}:{task.port}/" if running else None,
+    }
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

@@ -95,6 +95,8 @@ def canonicalize(filled: Mapping[str, Any]) -> dict[str, Any]:
             for v in spec["volumes"]
         ],
     }
+    if "tensorboard" in spec:  # absent when unset: the hash of every other job stays as it was
+        canonical_spec["tensorboard"] = _canonical_tensorboard(spec["tensorboard"])
     return {
         "apiVersion": filled["apiVersion"],
         "kind": filled["kind"],
@@ -106,6 +108,19 @@ def canonicalize(filled: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _canonical_tensorboard(board: Mapping[str, Any]) -> dict[str, Any]:
+    resources = board["resources"]
+    try:
+        mem = parse_mem_mib(resources["mem"])
+    except QuantityError as err:
+        raise QuantityError(str(err), ("spec", "tensorboard", "resources", "mem")) from None
+    return {
+        "logDir": board["logDir"],
+        "command": list(board["command"]),
+        "resources": {"cpus": _number(resources["cpus"]), "mem": mem, "gpus": int(resources["gpus"])},
+    }
+
+
 def fingerprint(canonical: Mapping[str, Any]) -> str:
     encoded = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(encoded.encode("utf-8")).hexdigest()
@@ -114,12 +129,23 @@ def fingerprint(canonical: Mapping[str, Any]) -> str:
 def task_keys_of(canonical: Mapping[str, Any]) -> tuple[TaskKey, ...]:
     """Every task of a canonical spec, without building the ``JobSpec``."""
     replicas = canonical["spec"]["replicas"]
-    return tuple(
+    keys = tuple(
         TaskKey(role, i)
         for role, name in ROLE_NAMES
         if name in replicas
         for i in range(replicas[name]["count"])
     )
+    return (*keys, TENSORBOARD_KEY) if canonical["spec"].get("tensorboard") else keys
+
+
+TENSORBOARD_KEY = TaskKey(Role.TENSORBOARD, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class TensorBoardSpec:
+    log_dir: str
+    command: tuple[str, ...]
+    resources: Resources
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +175,7 @@ class JobSpec:
     constraints: tuple[AttributeConstraint, ...]
     volumes: tuple[Volume, ...]
     spec_hash: str
+    tensorboard: TensorBoardSpec | None = None
 
     @classmethod
     def from_canonical(cls, canonical: Mapping[str, Any]) -> JobSpec:
@@ -189,6 +216,7 @@ class JobSpec:
                 Volume(v["hostPath"], v["containerPath"], VolumeMode(v["mode"])) for v in spec["volumes"]
             ),
             spec_hash=fingerprint(canonical),
+            tensorboard=_tensorboard_spec(spec.get("tensorboard")),
         )
 
     def replica(self, role: Role) -> ReplicaSpec | None:
@@ -206,7 +234,9 @@ class JobSpec:
         return self.count(Role.CHIEF) > 0
 
     def task_keys(self) -> tuple[TaskKey, ...]:
-        return tuple(TaskKey(r.role, i) for r in self.replicas for i in range(r.count))
+        """Every task: the cluster's, then the TensorBoard task when there is one."""
+        keys = tuple(TaskKey(r.role, i) for r in self.replicas for i in range(r.count))
+        return (*keys, TENSORBOARD_KEY) if self.tensorboard else keys
 
     def command_for(self, role: Role) -> tuple[str, ...]:
         replica = self.replica(role)
@@ -223,6 +253,8 @@ class JobSpec:
         return env
 
     def resources_for(self, role: Role) -> Resources:
+        if role is Role.TENSORBOARD and self.tensorboard:
+            return self.tensorboard.resources
         replica = self.replica(role)
         if replica is None:
             raise KeyError(role)
@@ -233,8 +265,19 @@ class JobSpec:
         total = Resources(0.0, 0, 0)
         for replica in self.replicas:
             total = total + replica.resources.scaled(replica.count)
-        return total
+        return total + self.tensorboard.resources if self.tensorboard else total
 
     @property
     def gpus(self) -> int:
         return self.total_resources.gpus
+
+
+def _tensorboard_spec(board: Mapping[str, Any] | None) -> TensorBoardSpec | None:
+    if not board:
+        return None
+    resources = board["resources"]
+    return TensorBoardSpec(
+        board["logDir"],
+        tuple(board["command"]),
+        Resources(float(resources["cpus"]), resources["mem"], resources["gpus"]),
+    )

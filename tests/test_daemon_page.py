@@ -1,0 +1,106 @@
+"""The status page and the log endpoint in-process over HTTP (``tfdeclare/daemon/page.py``,
+``server.py``): the real server, controller and status files, the fake backend. The browser
+test (``test_status_page.py``) checks layout; this one checks escaping, headers and the
+log endpoint's answers."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.controller_world import World, job_text
+from tfdeclare.core.enums import Phase, Role
+from tfdeclare.daemon import page
+from tfdeclare.daemon.server import DaemonServer
+from tfdeclare.daemon.service import Daemon, DaemonOptions
+from tfdeclare.daemon.sources import FolderSource
+from tfdeclare.daemon.webhooks import PhaseChange
+
+
+class Served:
+    def __init__(self, world: World) -> None:
+        self.world = world
+        source = FolderSource(world.specs, [world.root / "state", world.status_dir])
+        self.daemon = Daemon(source, world.controller, world.files, world.status_dir, DaemonOptions())
+        self.server = DaemonServer("127.0.0.1", 0, self.daemon)
+        self.server.start()
+        host, port = self.server.address
+        self.url = f"http://{host}:{port}"
+
+    def get(self, path: str) -> tuple[int, dict[str, str], bytes]:
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=5) as response:
+                return response.status, dict(response.headers), response.read()
+        except urllib.error.HTTPError as err:
+            return err.code, dict(err.headers), err.read()
+
+    def close(self) -> None:
+        self.server.close()
+        self.daemon.notifier.close()
+        self.daemon.source.close()
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    world = World(tmp_path)
+    world.write("a", job_text("a"))
+    world.apply()
+    world.settle()
+    made = Served(world)
+    yield made
+    made.close()
+
+
+def test_the_page_escapes_what_jobs_and_events_bring(served: Served) -> None:
+    served.daemon.events = (
+        PhaseChange("a", Phase.FAILED, Phase.RUNNING, 1796280000.0, None, 1, "<script>alert(1)</script>"),
+    )
+    code, headers, body = served.get("/")
+    text = body.decode()
+    assert code == 200 and headers["Content-Type"] == "text/html; charset=utf-8"
+    assert headers["Content-Security-Policy"] == page.CONTENT_SECURITY_POLICY
+    assert "<script>" not in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+    assert 'id="job-a"' in text and 'href="/jobs/a/logs?task=worker:1"' in text
+    assert '<meta name="viewport"' in text and "http-equiv" not in text
+
+
+def test_a_status_file_of_an_earlier_release_still_shows(served: Served) -> None:
+    path = served.world.statuses.path("a")
+    path.write_text(
+        "\n".join(line for line in path.read_text().splitlines() if not line.startswith("tensorboard:"))
+    )
+    code, _, body = served.get("/")
+    assert code == 200 and 'id="job-a"' in body.decode()
+
+
+@pytest.mark.parametrize(
+    ("query", "content"), [("?refresh=10", "10"), ("?refresh=0", "2"), ("?refresh=x", None)]
+)
+def test_refresh_is_optional_and_bounded(served: Served, query: str, content: str | None) -> None:
+    text = served.get("/" + query)[2].decode()
+    if content is None:
+        assert "http-equiv" not in text
+    else:
+        assert f'<meta http-equiv="refresh" content="{content}">' in text
+
+
+def test_the_log_endpoint_pages_and_refuses_what_is_not_there(served: Served) -> None:
+    task_id = served.world.task("a", Role.WORKER, 1).task_id
+    served.world.backend.write_log(task_id, b"x" * page.LOG_PAGE_BYTES + b"tail\n")
+    code, headers, body = served.get("/jobs/a/logs?task=worker:1")
+    assert code == 200 and body == b"x" * page.LOG_PAGE_BYTES
+    assert (
+        headers["Content-Type"] == "text/plain; charset=utf-8"
+        and headers["X-Content-Type-Options"] == "nosniff"
+    )
+    assert headers["X-Tfdeclare-Next-Offset"] == str(page.LOG_PAGE_BYTES)
+    code, headers, body = served.get(f"/jobs/a/logs?task=worker:1&offset={page.LOG_PAGE_BYTES}")
+    assert (code, body) == (200, b"tail\n")
+    assert served.get("/jobs/b/logs")[0] == 404
+    assert served.get("/jobs/..%2F..%2Fetc%2Fpasswd/logs")[0] == 404
+    assert served.get("/jobs/a/logs?task=worker:7")[0] == 404
+    assert served.get("/jobs/a/logs?offset=-1")[0] == 400

@@ -1,0 +1,143 @@
+"""The daemon's status page at ``/`` in a real headless browser (Debian's ``chromium`` through
+its ``chromedriver``, driven by selenium): a real daemon with real jobs, loaded at a phone
+width and a wide one, content and layout checked (no horizontal scrolling at 375 px), a log
+link followed. Without the browser the test skips with one line, and fails under ``CI=true``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import cli, kill_leftovers
+from tests.test_daemon import CONFIG, Daemon, status, wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+)
+TALK = "import sys, time\nprint('step 1 loss=<0.5> & done', flush=True)\ntime.sleep(3600)\n"
+
+
+def talking_job(name: str, count: int) -> str:
+    return textwrap.dedent(
+        f"""\
+        apiVersion: tfdeclare/v1
+        kind: TFJob
+        metadata: {{name: {name}}}
+        spec:
+          command: [python, talk.py]
+          replicas:
+            worker: {{count: {count}, resources: {{cpus: 0.1, mem: 64}}}}
+        """
+    )
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Any]:
+    if CHROMIUM is None or CHROMEDRIVER is None:
+        message = "status page test: no chromium/chromedriver (apt-get install chromium chromium-driver)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (*FLAGS, f"--user-data-dir={tmp_path / 'chromium-profile'}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture
+def cwd(tmp_path: Path) -> Iterator[Path]:
+    root = tmp_path / "project"
+    (root / "specs").mkdir(parents=True)
+    (root / "tfdeclare.yaml").write_text(CONFIG)
+    (root / "specs" / "talk.py").write_text(TALK)
+    yield root
+    cli("delete", "--all", cwd=root)
+    assert kill_leftovers(root) == [], "a task outlived its job"
+
+
+def viewport(driver: Any, width: int, height: int, mobile: bool) -> None:
+    driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": width, "height": height, "deviceScaleFactor": 2 if mobile else 1, "mobile": mobile},
+    )
+
+
+def no_horizontal_scroll(driver: Any) -> bool:
+    return bool(driver.execute_script("return document.documentElement.scrollWidth <= window.innerWidth"))
+
+
+def test_the_page_at_phone_and_wide_widths_and_a_log_link(browser: Any, cwd: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    # A file name with markup: the page must show it as text.
+    (cwd / "specs" / "odd<b>name<i>.yaml").write_text(talking_job("trainer-with-a-long-name", 3))
+    (cwd / "specs" / "small.yaml").write_text(talking_job("small", 1))
+    daemon = Daemon(cwd, "--specs", "specs", "--interval", "5")
+    try:
+        wait_until(
+            lambda: all(
+                (status(cwd, n) or {}).get("phase") == "Running"
+                for n in ("trainer-with-a-long-name", "small")
+            )
+        )
+        browser.get(daemon.url + "/")
+        viewport(browser, 375, 800, mobile=True)
+        browser.get(daemon.url + "/")
+        assert browser.execute_script("return window.innerWidth") == 375
+        body = browser.find_element(By.TAG_NAME, "body").text
+        assert "trainer-with-a-long-name" in body and "small" in body
+        assert "2 Running" in body
+        assert "specs/odd<b>name<i>.yaml:1" in body, "markup from a file name is shown as text"
+        assert browser.find_elements(By.CSS_SELECTOR, "main b, main i") == []
+        assert "worker:2" in body and "running" in body
+        assert "None → Pending" not in body and "Pending → Running" in body, "recent events listed"
+        assert no_horizontal_scroll(browser), "the page scrolls sideways at 375 px"
+        assert browser.find_elements(By.CSS_SELECTOR, "meta[name=viewport]")
+
+        viewport(browser, 1440, 900, mobile=False)
+        browser.get(daemon.url + "/?refresh=30")
+        assert browser.execute_script("return window.innerWidth") == 1440
+        cards = browser.find_elements(By.CSS_SELECTOR, "section.job")
+        assert [c.get_attribute("id") for c in cards] == ["job-small", "job-trainer-with-a-long-name"]
+        assert cards[0].rect["y"] == cards[1].rect["y"], "jobs side by side on a wide screen"
+        assert no_horizontal_scroll(browser)
+        assert (
+            browser.find_element(By.CSS_SELECTOR, "meta[http-equiv=refresh]").get_attribute("content") == "30"
+        )
+
+        links = browser.find_elements(By.LINK_TEXT, "log")
+        assert len(links) == 4
+        target = next(a for a in links if a.get_attribute("href").endswith("/jobs/small/logs?task=worker:0"))
+        target.click()
+        wait_until(lambda: "/logs" in browser.current_url)
+        assert browser.find_element(By.TAG_NAME, "body").text.strip() == "step 1 loss=<0.5> & done"
+    finally:
+        assert daemon.stop() == 0
