@@ -96,7 +96,12 @@ def cmd_daemon(args: argparse.Namespace) -> int:
         raise UserError(str(err)) from err
     interval = args.interval if args.interval is not None else daemon_config.interval_s
     options = DaemonOptions(
-        interval, daemon_config.debounce_s, args.prune, args.allow_empty, daemon_config.settle_s
+        interval,
+        daemon_config.debounce_s,
+        args.prune,
+        args.allow_empty,
+        daemon_config.settle_s,
+        settings.config.policy.quotas,
     )
     with locked(settings, "daemon", source=source.description), controller_for(settings) as controller:
         controller.base_dir = base_dir

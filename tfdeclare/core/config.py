@@ -15,6 +15,8 @@ from typing import Any
 
 from tfdeclare.core.diagnostics import Diagnostic, JsonPath
 from tfdeclare.core.spec.documents import parse_documents
+from tfdeclare.core.spec.policy import PolicyConfig, Quota
+from tfdeclare.core.spec.resources import QuantityError, parse_mem_mib
 from tfdeclare.core.spec.schema import Schema
 
 
@@ -42,11 +44,6 @@ class DaemonConfig:
     debounce_s: float = 0.05
     status_branch: str = "tfdeclare-status"
     settle_s: float = 3.0
-
-
-@dataclass(frozen=True, slots=True)
-class PolicyConfig:
-    max_tasks_per_job: int = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +86,10 @@ def parse_config(
             backends[name] = parse(raw[name], base_dir)
         except ConfigProblem as problem:
             diagnostics.append(document.diagnostic((name, *problem.path), problem.message))
+    try:
+        policy = _policy(raw["policy"])
+    except ConfigProblem as problem:
+        diagnostics.append(document.diagnostic(("policy", *problem.path), problem.message))
     if diagnostics:
         return None, diagnostics
     daemon = raw["daemon"]
@@ -107,7 +108,35 @@ def parse_config(
             status_branch=daemon["statusBranch"],
             settle_s=float(daemon["settleSeconds"]),
         ),
-        policy=PolicyConfig(max_tasks_per_job=raw["policy"]["maxTasksPerJob"]),
+        policy=policy,
         backends=backends,
     )
     return config, []
+
+
+def _policy(raw: Mapping[str, Any]) -> PolicyConfig:
+    """The ``policy`` section (schema-valid, defaults filled). Raises ``ConfigProblem``."""
+    quotas = []
+    for index, entry in enumerate(raw["quotas"]):
+        try:
+            mem = parse_mem_mib(entry["mem"]) if "mem" in entry else None
+        except QuantityError as err:
+            raise ConfigProblem(("quotas", index, "mem"), str(err)) from None
+        quotas.append(
+            Quota(
+                label=entry["label"],
+                value=entry["value"],
+                gpus=entry.get("gpus"),
+                cpus=float(entry["cpus"]) if "cpus" in entry else None,
+                mem_mib=mem,
+                tasks=entry.get("tasks"),
+            )
+        )
+    return PolicyConfig(
+        max_tasks_per_job=raw["maxTasksPerJob"],
+        allowed_images=tuple(raw["allowedImages"]) if "allowedImages" in raw else None,
+        require_image=raw["requireImage"],
+        allowed_host_paths=tuple(raw["allowedHostPaths"]),
+        max_gpus_per_job=raw.get("maxGpusPerJob"),
+        quotas=tuple(quotas),
+    )

@@ -32,7 +32,8 @@ class Code(StrEnum):
     NO_CHIEF_OR_WORKER = "no-chief-or-worker"
     MISSING_COMMAND = "missing-command"
     DUPLICATE_NAME = "duplicate-name"
-    BACKEND = "backend"  # valid in general, not on the configured backend
+    BACKEND = "backend"  # valid in general, not on the configured backend (or the config's policy)
+    QUOTA = "quota"  # the config's policy.quotas: jobs with one label value together
     NO_FILES = "no-files"
     NO_JOB_DOCUMENT = "no-job-document"  # a file without a job: it protects the jobs it held
 

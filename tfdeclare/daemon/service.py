@@ -29,6 +29,7 @@ from tfdeclare.core.diagnostics import Diagnostic
 from tfdeclare.core.enums import Reason
 from tfdeclare.core.plan.planner import Plan, PlanCache, PlanOptions, Sighting, plan
 from tfdeclare.core.run.record import Revision
+from tfdeclare.core.spec.policy import Quota
 from tfdeclare.daemon.metrics import Metrics
 from tfdeclare.daemon.sources import SourceError
 from tfdeclare.shell.sources import SpecFiles
@@ -64,6 +65,7 @@ class DaemonOptions:
     prune: bool = False
     allow_empty: bool = False
     settle_s: float = 3.0
+    quotas: tuple[Quota, ...] = ()  # the config's policy.quotas
 
 
 class Daemon:
@@ -209,15 +211,12 @@ class Daemon:
         with self._changes_lock:
             changed, self._changes = self._changes, set()
         desired = self.spec_files.load(changed)
-        if desired.diagnostics != self._diagnostics:
-            self._diagnostics = desired.diagnostics
-            for diagnostic in desired.diagnostics:
-                log.warning("%s", diagnostic.format())
         options = PlanOptions(
             prune=self.options.prune,
             allow_empty=self.options.allow_empty,
             backend=self.controller.backend.name,
             settle_s=self.options.settle_s,
+            quotas=self.options.quotas,
         )
         current = plan(
             desired,
@@ -228,12 +227,16 @@ class Daemon:
             sightings=self._sightings,
         )
         self._sightings = current.sightings
+        if current.diagnostics != self._diagnostics:  # the files' and the quotas'
+            self._diagnostics = current.diagnostics
+            for diagnostic in current.diagnostics:
+                log.warning("%s", diagnostic.format())
         self._log_held(current)
         for line in self.controller.apply(current, self.revision):
             log.info("applied %s", line)
         revision = self.revision.commit if self.revision else None
         self.metrics.attempted_revision = revision
-        if not desired.has_errors:
+        if not current.has_errors:
             self.metrics.applied_revision = revision
         return current.wake_at
 
