@@ -69,7 +69,7 @@ class Settings:
         the config's policy, and what the chosen backend cannot honour."""
         reserved = (str(self.state_dir), str(self.status_dir))
         return (
-            *policy_checks(self.config.policy, reserved),
+            *policy_checks(self.config.policy, reserved, self.config.secrets),
             partial(self.plugin.check_job, self.backend_config),
         )
 

@@ -125,8 +125,10 @@ class Controller:
         clock: Callable[[], float] = time.time,
         base_dir: Path | None = None,
         other_backends: Callable[[str], Backend] | None = None,
+        secrets_dir: str | None = None,
     ) -> None:
         self.store = store
+        self.secrets_dir = secrets_dir  # the config's secrets.dir: {name, key} references
         self.backend = backend
         # Builds another backend by name, for the jobs that run there (every record is
         # reconciled against its own backend) and for those moving away from it.
@@ -411,7 +413,7 @@ class Controller:
             message=f"starting {len(placement.slots)} task(s)",
         )
         self.store.save(ready)  # write-ahead: addresses and launch number before any task exists
-        to_launch = launches(ready, placement, record.source_dir)
+        to_launch = launches(ready, placement, record.source_dir, self.secrets_dir)
         try:
             backend.launch(placement, to_launch)
         except BackendError:

@@ -9,6 +9,7 @@ every section composed in (``tfdeclare.backends.registry``) and a parser per sec
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -18,6 +19,7 @@ from tfdeclare.core.spec.documents import parse_documents
 from tfdeclare.core.spec.policy import PolicyConfig, Quota
 from tfdeclare.core.spec.resources import QuantityError, parse_mem_mib
 from tfdeclare.core.spec.schema import Schema
+from tfdeclare.core.spec.secrets import SecretsConfig
 
 
 class ConfigProblem(Exception):
@@ -55,6 +57,7 @@ class Config:
     backoff_max_s: float = 300.0
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
+    secrets: SecretsConfig = field(default_factory=SecretsConfig)
     backends: Mapping[str, object] = field(default_factory=dict)  # backend name -> its own config
 
     def with_overrides(self, **changes: Any) -> Config:
@@ -109,6 +112,11 @@ def parse_config(
             settle_s=float(daemon["settleSeconds"]),
         ),
         policy=policy,
+        secrets=SecretsConfig(
+            dir=posixpath.join(base_dir or "", raw["secrets"]["dir"]) if "dir" in raw["secrets"] else None,
+            allowed_env=tuple(raw["secrets"]["allowedEnv"]),
+            allowed_files=tuple(raw["secrets"]["allowedFiles"]),
+        ),
         backends=backends,
     )
     return config, []

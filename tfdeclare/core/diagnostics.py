@@ -78,6 +78,12 @@ class Diagnostic:
 JsonPath = tuple[str | int, ...]
 
 
+def hides_value(path: JsonPath) -> bool:
+    """Whether ``path`` is (in) the value of an environment variable: a diagnostic there never
+    quotes the value, which may be a secret (it names the key and the problem)."""
+    return "env" in path[:-1]
+
+
 class _Reported:
     """Stands in for a YAML value that was refused (and reported) while loading, so that
     schema validation does not report it a second time."""

@@ -54,6 +54,15 @@ class VolumeMode(StrEnum):
     RW = "rw"
 
 
+class SecretSource(StrEnum):
+    """Where an environment value given by reference (``{secretRef: {...}}``) is read, at launch."""
+
+    ENV = "env"  # the controller's environment
+    FILE = "file"  # a file on the controller
+    AGENT_FILE = "agentFile"  # a file on the machine the task runs on, read as it starts
+    NAME = "name"  # <config secrets.dir>/NAME/KEY on the controller, Kubernetes-secret style
+
+
 class Phase(StrEnum):
     """A job's phase in its status file (contract §6)."""
 

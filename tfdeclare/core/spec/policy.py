@@ -11,13 +11,16 @@ wrote the config, not the spec.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from functools import partial
+from typing import Any
 
-from tfdeclare.core.diagnostics import Diagnostic
+from tfdeclare.core.diagnostics import Diagnostic, JsonPath
+from tfdeclare.core.enums import SecretSource
 from tfdeclare.core.spec.loader import LoadedJob, Locate, SpecCheck
+from tfdeclare.core.spec.secrets import SecretRef, SecretsConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,10 +50,13 @@ class PolicyConfig:
     quotas: tuple[Quota, ...] = ()
 
 
-def policy_checks(policy: PolicyConfig, reserved: Sequence[str]) -> tuple[SpecCheck, ...]:
-    """Every per-job rule of ``policy``; ``reserved`` are the controller's own folders (state,
-    status), which no job may use as its working folder or mount."""
+def policy_checks(
+    policy: PolicyConfig, reserved: Sequence[str], secrets: SecretsConfig | None = None
+) -> tuple[SpecCheck, ...]:
+    """Every per-job rule of ``policy`` and ``secrets``; ``reserved`` are the controller's own
+    folders (state, status), which no job may use as its working folder or mount."""
     checks: list[SpecCheck] = [
+        partial(check_secret_refs, secrets or SecretsConfig()),
         partial(check_task_count, policy.max_tasks_per_job),
         partial(check_images, policy),
         partial(check_host_paths, policy.allowed_host_paths),
@@ -59,6 +65,35 @@ def policy_checks(policy: PolicyConfig, reserved: Sequence[str]) -> tuple[SpecCh
     if policy.max_gpus_per_job is not None:
         checks.append(partial(check_gpus, policy.max_gpus_per_job))
     return tuple(checks)
+
+
+def check_secret_refs(secrets: SecretsConfig, job: LoadedJob, at: Locate) -> Sequence[Diagnostic]:
+    """The config's ``secrets``: which controller variables and files a spec may name."""
+    spec = job.canonical["spec"]
+    places: list[tuple[JsonPath, Mapping[str, Any]]] = [(("spec", "env"), spec["env"])]
+    places += [(("spec", "replicas", role, "env"), e.get("env", {})) for role, e in spec["replicas"].items()]
+    problems = []
+    for place, env in places:
+        for name, value in env.items():
+            if isinstance(value, str):
+                continue
+            ref = SecretRef.from_json(value)
+            problem = _refused(secrets, ref)
+            if problem is not None:
+                problems.append(at((*place, name, "secretRef"), f"{name}: {problem}"))
+    return problems
+
+
+def _refused(secrets: SecretsConfig, ref: SecretRef) -> str | None:
+    if ref.source is SecretSource.ENV and not any(fnmatchcase(ref.where, p) for p in secrets.allowed_env):
+        return f"the controller's variable {ref.where} is not readable by specs (secrets.allowedEnv)"
+    if ref.source is SecretSource.FILE:
+        path = posixpath.normpath(ref.where)
+        if not any(lies_under(path, prefix) for prefix in secrets.allowed_files):
+            return f"the controller's file {path} is not readable by specs (secrets.allowedFiles)"
+    if ref.source is SecretSource.NAME and secrets.dir is None:
+        return "{name, key} references need secrets.dir in the config"
+    return None
 
 
 def check_task_count(max_tasks: int, job: LoadedJob, at: Locate) -> Sequence[Diagnostic]:
