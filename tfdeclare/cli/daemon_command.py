@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -18,6 +20,8 @@ from pathlib import Path
 from tfdeclare.cli.common import EXIT_OK, UserError, settings_from
 from tfdeclare.cli.wiring import controller_for, locked
 from tfdeclare.controller import Controller
+from tfdeclare.core.config import DaemonConfig
+from tfdeclare.daemon.httpguard import AccessPolicy, check_listen
 from tfdeclare.daemon.server import DaemonServer
 from tfdeclare.daemon.service import Daemon, DaemonOptions, Source
 from tfdeclare.daemon.sources import FolderSource, GitSettings, GitSource, SourceError
@@ -68,10 +72,39 @@ def _folders_in_use(controller: Controller) -> set[str]:
     return used
 
 
+def access_policy(config: DaemonConfig, host: str) -> AccessPolicy:
+    """Who may use the endpoints (``tfdeclare.daemon.httpguard``): the token read from its file
+    or variable, the names served; refused (``UserError``) where the host needs a token."""
+    token: str | None = None
+    if config.token_file is not None:
+        try:
+            token = Path(config.token_file).read_text(encoding="utf-8").rstrip("\r\n")
+        except (OSError, UnicodeDecodeError) as err:
+            raise UserError(
+                f"cannot read daemon.tokenFile {config.token_file}: {type(err).__name__}"
+            ) from None
+    elif config.token_env is not None:
+        token = os.environ.get(config.token_env)
+        if token is None:
+            raise UserError(f"daemon.tokenEnv: the variable {config.token_env} is not set")
+    if token is not None and len(token) < 16:
+        raise UserError(
+            "the daemon's token is too short: use 16 characters or more (e.g. openssl rand -hex 32)"
+        )
+    names = {n.lower() for n in (*config.server_names, socket.gethostname(), socket.getfqdn(), host)}
+    policy = AccessPolicy(frozenset(names), token, config.token_for_reads)
+    problem = check_listen(host, policy)
+    if problem is not None:
+        raise UserError(problem)
+    return policy
+
+
 def cmd_daemon(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     daemon_config = settings.config.daemon
     _setup_logging(args.log_format or daemon_config.log_format)
+    host = args.host or daemon_config.host
+    access = access_policy(daemon_config, host)  # before anything starts
     log = logging.getLogger("tfdeclare.daemon")
     source: Source
     base_dir: Path
@@ -115,9 +148,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
         )
         daemon = Daemon(source, controller, files, settings.status_dir, options)
         server = DaemonServer(
-            args.host or daemon_config.host,
-            args.port if args.port is not None else daemon_config.port,
-            daemon,
+            host, args.port if args.port is not None else daemon_config.port, daemon, access
         )
         server.start()
         host, port = server.address

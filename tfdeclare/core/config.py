@@ -46,6 +46,10 @@ class DaemonConfig:
     debounce_s: float = 0.05
     status_branch: str = "tfdeclare-status"
     settle_s: float = 3.0
+    server_names: tuple[str, ...] = ()
+    token_file: str | None = None
+    token_env: str | None = None
+    token_for_reads: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +114,10 @@ def parse_config(
             debounce_s=float(daemon["debounceSeconds"]),
             status_branch=daemon["statusBranch"],
             settle_s=float(daemon["settleSeconds"]),
+            server_names=tuple(daemon["serverNames"]),
+            token_file=posixpath.join(base_dir or "", daemon["tokenFile"]) if "tokenFile" in daemon else None,
+            token_env=daemon.get("tokenEnv"),
+            token_for_reads=daemon["tokenForReads"],
         ),
         policy=policy,
         secrets=SecretsConfig(

@@ -66,6 +66,7 @@ class DaemonOptions:
     allow_empty: bool = False
     settle_s: float = 3.0
     quotas: tuple[Quota, ...] = ()  # the config's policy.quotas
+    min_sync_interval_s: float = 1.0  # POST /sync fetches at most this often (the rest coalesce)
 
 
 class Daemon:
@@ -90,6 +91,7 @@ class Daemon:
         self._sync_requested = threading.Event()
         self._stopping = threading.Event()
         self._last_event = 0.0
+        self._last_sync = float("-inf")  # monotonic time of the last fetch
         self._changes: set[str] | None = None  # paths changed since the last pass; None: read all
         self._changes_lock = threading.Lock()
         self._diagnostics: tuple[Diagnostic, ...] = ()
@@ -105,9 +107,16 @@ class Daemon:
     def request_pass(self) -> None:
         self._trigger.set()
 
-    def request_sync(self) -> None:
-        self._sync_requested.set()
-        self._trigger.set()
+    def request_sync(self) -> bool:
+        """Fetch the source and run a pass soon; False when this joins a request still pending.
+        A request within ``min_sync_interval_s`` of the last fetch waits for it to pass."""
+        with self._changes_lock:
+            if self._sync_requested.is_set():
+                return False
+            self._sync_requested.set()
+        if time.monotonic() >= self._last_sync + self.options.min_sync_interval_s:
+            self._trigger.set()
+        return True
 
     def on_file_event(self, paths: list[str]) -> None:
         with self._changes_lock:
@@ -128,8 +137,10 @@ class Daemon:
         next_sync = 0.0
         while not self._stopping.is_set():
             now = time.monotonic()
-            if self._sync_requested.is_set() or now >= next_sync:
+            sync_due = self._last_sync + self.options.min_sync_interval_s
+            if (self._sync_requested.is_set() and now >= sync_due) or now >= next_sync:
                 self._sync_requested.clear()
+                self._last_sync = time.monotonic()
                 self._sync()
                 next_sync = time.monotonic() + self.options.interval_s
                 with self._changes_lock:
@@ -145,6 +156,8 @@ class Daemon:
                 self.metrics.pass_errors += 1
                 wake_at = self.clock() + min(self.options.interval_s, 5.0)
             timeout = next_sync - time.monotonic()
+            if self._sync_requested.is_set():  # one that came too soon after the last fetch
+                timeout = min(timeout, self._last_sync + self.options.min_sync_interval_s - time.monotonic())
             if wake_at is not None:
                 timeout = min(timeout, wake_at - self.clock())
             self._trigger.wait(max(0.01, timeout))
