@@ -24,6 +24,7 @@ from tfdeclare.core.config import DaemonConfig
 from tfdeclare.daemon.httpguard import AccessPolicy, check_listen
 from tfdeclare.daemon.server import DaemonServer
 from tfdeclare.daemon.service import Daemon, DaemonOptions, Source
+from tfdeclare.daemon.signatures import SignaturePolicy, SignatureSetupError
 from tfdeclare.daemon.sources import FolderSource, GitSettings, GitSource, SourceError
 from tfdeclare.shell.sources import SpecFiles
 
@@ -99,6 +100,12 @@ def access_policy(config: DaemonConfig, host: str) -> AccessPolicy:
     return policy
 
 
+def _signatures(config: DaemonConfig) -> SignaturePolicy | None:
+    if config.allowed_signers is None and config.gpg_keyring is None:
+        return None
+    return SignaturePolicy(config.allowed_signers, config.gpg_keyring)
+
+
 def cmd_daemon(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     daemon_config = settings.config.daemon
@@ -116,6 +123,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
                 args.path,
                 args.status_branch or daemon_config.status_branch,
                 args.push_status,
+                _signatures(daemon_config),
             )
             source = GitSource(git, settings.state_dir / "git")
             base_dir = source.current
@@ -125,7 +133,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
                 raise UserError(f"--specs {folder}: no such folder")
             source = FolderSource(folder, [settings.state_dir, settings.status_dir])
             base_dir = Path.cwd()
-    except SourceError as err:
+    except (SourceError, SignatureSetupError) as err:
         raise UserError(str(err)) from err
     interval = args.interval if args.interval is not None else daemon_config.interval_s
     options = DaemonOptions(

@@ -50,6 +50,8 @@ class DaemonConfig:
     token_file: str | None = None
     token_env: str | None = None
     token_for_reads: bool = False
+    allowed_signers: str | None = None  # git mode: verify heads against these SSH keys
+    gpg_keyring: str | None = None  # or these OpenPGP keys
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,19 +117,26 @@ def parse_config(
             status_branch=daemon["statusBranch"],
             settle_s=float(daemon["settleSeconds"]),
             server_names=tuple(daemon["serverNames"]),
-            token_file=posixpath.join(base_dir or "", daemon["tokenFile"]) if "tokenFile" in daemon else None,
+            token_file=_path(base_dir, daemon.get("tokenFile")),
             token_env=daemon.get("tokenEnv"),
             token_for_reads=daemon["tokenForReads"],
+            allowed_signers=_path(base_dir, daemon.get("verifyCommits", {}).get("allowedSigners")),
+            gpg_keyring=_path(base_dir, daemon.get("verifyCommits", {}).get("gpgKeyring")),
         ),
         policy=policy,
         secrets=SecretsConfig(
-            dir=posixpath.join(base_dir or "", raw["secrets"]["dir"]) if "dir" in raw["secrets"] else None,
+            dir=_path(base_dir, raw["secrets"].get("dir")),
             allowed_env=tuple(raw["secrets"]["allowedEnv"]),
             allowed_files=tuple(raw["secrets"]["allowedFiles"]),
         ),
         backends=backends,
     )
     return config, []
+
+
+def _path(base_dir: str | None, value: str | None) -> str | None:
+    """A file the config names, relative ones taken from the config file's folder."""
+    return posixpath.join(base_dir or "", value) if value is not None else None
 
 
 def _policy(raw: Mapping[str, Any]) -> PolicyConfig:

@@ -112,6 +112,7 @@ class Reason(StrEnum):
     NOT_SETTLED = "NotSettled"  # the files changed; acted on once they have stayed so (settle time)
     PRUNE_REFUSED = "PruneRefused"  # the files define no job at all: pruning everything is refused
     NOT_IN_SOURCE = "NotInSource"  # gone from the files, and pruning is off (an orphan)
+    UNVERIFIED_REVISION = "UnverifiedRevision"  # git head not signed by a trusted key: not applied
 
     @property
     def stalled(self) -> bool:

@@ -57,6 +57,8 @@ class Source(Protocol):
 
     def close(self) -> None: ...
 
+    rejected: tuple[str, str] | None  # (commit, why) of a fetched head not applied (signatures)
+
 
 @dataclass(frozen=True, slots=True)
 class DaemonOptions:
@@ -245,7 +247,7 @@ class Daemon:
             for diagnostic in current.diagnostics:
                 log.warning("%s", diagnostic.format())
         self._log_held(current)
-        for line in self.controller.apply(current, self.revision):
+        for line in self.controller.apply(current, self.revision, self.source.rejected):
             log.info("applied %s", line)
         revision = self.revision.commit if self.revision else None
         self.metrics.attempted_revision = revision

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from tfdeclare.core.run.record import Revision
+from tfdeclare.daemon.signatures import SignaturePolicy, Verifier
 
 log = logging.getLogger("tfdeclare.daemon")
 
@@ -54,6 +55,8 @@ class SourceError(Exception):
 
 
 class FolderSource:
+    rejected: tuple[str, str] | None = None  # a folder has no signatures
+
     def __init__(self, folder: Path, ignore: list[Path]) -> None:
         self.folder = folder
         self.ignore = [str(p.resolve()) for p in ignore]
@@ -133,6 +136,7 @@ class GitSettings:
     subdir: str = "."
     status_branch: str = "tfdeclare-status"
     push_status: bool = False
+    signatures: SignaturePolicy | None = None  # verify the head's signature before applying it
 
 
 class GitSource:
@@ -153,6 +157,9 @@ class GitSource:
         self._lock = threading.Lock()
         self.revision: Revision | None = None
         self._last_status_tree: str | None = None
+        # (commit, why) of a head that was fetched but not applied: its signature failed
+        self.rejected: tuple[str, str] | None = None
+        self.verifier = Verifier(settings.signatures, workdir) if settings.signatures is not None else None
 
     @property
     def description(self) -> str:
@@ -188,6 +195,10 @@ class GitSource:
                     "--prune", "--force", "origin", f"+refs/heads/{branch}:refs/remotes/origin/{branch}"
                 )
                 commit = repo.commit(f"refs/remotes/origin/{branch}")
+                if self._refused(commit.hexsha):
+                    if self.revision is None:  # no good revision yet: nothing to apply
+                        raise SourceError(self.rejected[1] if self.rejected else "unverified")
+                    return self.revision
                 try:
                     self._make_current(self._snapshot(repo, commit.hexsha))
                     self._remove_unused(commit.hexsha)
@@ -207,6 +218,19 @@ class GitSource:
                 subject=commit.summary if isinstance(commit.summary, str) else commit.summary.decode(),
             )
             return self.revision
+
+    def _refused(self, commit: str) -> bool:
+        """Whether the head ``commit`` fails signature verification (``rejected`` says why)."""
+        problem = self.verifier.problem(self.clone_dir, commit) if self.verifier is not None else None
+        if problem is None:
+            self.rejected = None
+            return False
+        kept = f"; revision {self.revision.commit[:12]} keeps running" if self.revision else ""
+        rejected = (commit, f"revision {commit[:12]} is not applied: {problem}{kept}")
+        if rejected != self.rejected:
+            log.warning("%s", rejected[1])
+        self.rejected = rejected
+        return True
 
     def _snapshot(self, repo: Any, commit: str) -> str:
         """``revisions/<commit>`` made from git's objects (complete, read-only) if missing;
