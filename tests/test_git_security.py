@@ -7,16 +7,15 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import threading
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import cli
-from tests.controller_world import World, job_text
+from tests.controller_world import World, daemon_running, job_text
 from tfdeclare.core.diagnostics import Code
 from tfdeclare.core.enums import Reason
-from tfdeclare.daemon.service import Daemon, DaemonOptions
+from tfdeclare.daemon.service import DaemonOptions
 from tfdeclare.daemon.signatures import SignaturePolicy
 from tfdeclare.daemon.sources import GitSettings, GitSource, SourceError
 from tfdeclare.shell.sources import SpecFiles
@@ -64,6 +63,12 @@ class Repo:
         git(self.work, *sign, "commit", "-q", *(["-S"] if sign else []), "-m", "change", env=env)
         git(self.work, "push", "-q", "--force", "origin", "HEAD:main")
         return git(self.work, "rev-parse", "HEAD")
+
+
+def rejection(source: GitSource) -> tuple[str, str]:
+    """The head the source did not apply, and why."""
+    assert source.rejected is not None
+    return source.rejected
 
 
 def ssh_key(folder: Path, name: str) -> Path:
@@ -135,8 +140,8 @@ def test_signed_heads_only_with_ssh_allowed_signers(tmp_path: Path) -> None:
         git(repo.work, "reset", "-q", "--hard", head)
         git(repo.work, "push", "-q", "--force", "origin", "HEAD:main")
         assert source.sync().commit == good  # the last good revision stays current
-        assert source.rejected is not None and source.rejected[0] == head
-        assert why in source.rejected[1] and f"revision {good[:12]} keeps running" in source.rejected[1]
+        commit, message = rejection(source)
+        assert commit == head and why in message and f"revision {good[:12]} keeps running" in message
         assert os.readlink(source.current).endswith(good)
     later = repo.commit({"c.yaml": job_text("c")}, *ssh_signing(ada))
     assert source.sync().commit == later and source.rejected is None
@@ -184,8 +189,8 @@ def test_signed_heads_only_with_a_gpg_keyring(tmp_path: Path) -> None:
     )
     assert source.sync().commit == good
     unsigned = repo.commit({"b.yaml": job_text("b")})
-    assert source.sync().commit == good and source.rejected == (unsigned, source.rejected[1])  # type: ignore[index]
-    assert "it is not signed" in source.rejected[1]  # type: ignore[index]
+    assert source.sync().commit == good
+    assert rejection(source)[0] == unsigned and "it is not signed" in rejection(source)[1]
 
 
 def test_the_daemon_keeps_the_last_good_revision_and_every_status_says_why(tmp_path: Path) -> None:
@@ -201,10 +206,7 @@ def test_the_daemon_keeps_the_last_good_revision_and_every_status_says_why(tmp_p
     )
     world.files = SpecFiles([source.specs_path], base=source.current)
     options = DaemonOptions(interval_s=3600, debounce_s=0.0, settle_s=0.0, min_sync_interval_s=0.0)
-    daemon = Daemon(source, world.controller, world.files, world.status_dir, options, clock=world.clock)
-    thread = threading.Thread(target=daemon.run, daemon=True)
-    thread.start()
-    try:
+    with daemon_running(world, source, options) as daemon:
         world.controller.wait_for_pass(0, lambda: len(world.tasks("a")) == 2)
         ids = {t.task_id for t in world.tasks("a").values()}
         bad = repo.commit({"a.yaml": job_text("a", extra="backoffLimit: 9"), "b.yaml": job_text("b")})
@@ -224,7 +226,3 @@ def test_the_daemon_keeps_the_last_good_revision_and_every_status_says_why(tmp_p
         daemon.request_sync()
         world.controller.wait_for_pass(world.controller.passes, lambda: world.record("a").not_synced is None)
         assert (world.status("a") or {})["revision"] == fixed and world.tasks("b")
-    finally:
-        daemon.stop()
-        thread.join(timeout=10)
-        source.close()

@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 
 from tests.conftest import cli
-from tests.controller_world import World, job_text
+from tests.controller_world import World, daemon_running, job_text
 from tfdeclare.cli.common import UserError
 from tfdeclare.cli.daemon_command import access_policy
 from tfdeclare.core.config import DaemonConfig
 from tfdeclare.core.run.record import Revision
 from tfdeclare.daemon.httpguard import AccessPolicy
 from tfdeclare.daemon.server import MAX_CONNECTIONS, WORKERS, DaemonServer
-from tfdeclare.daemon.service import Daemon, DaemonOptions
+from tfdeclare.daemon.service import DaemonOptions
 from tfdeclare.daemon.sources import FolderSource
 
 TOKEN = "t0ken-for-the-tests-0123456789"
@@ -213,18 +213,13 @@ def test_sync_requests_are_coalesced(tmp_path: Path) -> None:
     world.write("a", job_text("a"))
     source = CountingSource(world.specs, [tmp_path / "state", world.status_dir])
     options = DaemonOptions(interval_s=3600, debounce_s=0.0, settle_s=0.0, min_sync_interval_s=60.0)
-    daemon = Daemon(source, world.controller, world.files, world.status_dir, options, clock=world.clock)
-    thread = threading.Thread(target=daemon.run, daemon=True)
-    thread.start()
-    server = DaemonServer("127.0.0.1", 0, daemon)
-    server.start()
-    try:
-        world.controller.wait_for_pass(0)  # the first pass fetched once
-        answers = [ask(server, "POST", "/sync") for _ in range(200)]
-        assert answers == [202] * 200
-        assert source.syncs == 1  # the first request waits out the minimum interval; the rest join it
-    finally:
-        server.close()
-        daemon.stop()
-        thread.join(timeout=10)
-        source.close()
+    with daemon_running(world, source, options) as daemon:
+        server = DaemonServer("127.0.0.1", 0, daemon)
+        server.start()
+        try:
+            world.controller.wait_for_pass(0)  # the first pass fetched once
+            answers = [ask(server, "POST", "/sync") for _ in range(200)]
+            assert answers == [202] * 200
+            assert source.syncs == 1  # the first request waits out the minimum interval; the rest join it
+        finally:
+            server.close()

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import stat
-import threading
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import cli
-from tests.controller_world import World, job_text
+from tests.controller_world import World, daemon_running, job_text
 from tests.fake_backend import FakeCluster
 from tfdeclare.backends import registry
 from tfdeclare.core.config import Config
@@ -22,7 +21,7 @@ from tfdeclare.core.plan.planner import Action, PlanOptions, plan
 from tfdeclare.core.spec.loader import load_file
 from tfdeclare.core.spec.policy import PolicyConfig, Quota, policy_checks
 from tfdeclare.core.spec.resources import Resources
-from tfdeclare.daemon.service import Daemon, DaemonOptions
+from tfdeclare.daemon.service import DaemonOptions
 from tfdeclare.daemon.sources import FolderSource
 from tfdeclare.shell.sources import SpecFiles
 
@@ -246,10 +245,7 @@ def test_the_daemon_keeps_the_running_version_when_a_change_breaks_a_quota(tmp_p
     world.write("a", _labelled("a", 2))
     source = FolderSource(world.specs, [tmp_path / "state", world.status_dir])
     options = DaemonOptions(interval_s=3600, debounce_s=0.0, settle_s=0.0, quotas=QUOTA)
-    daemon = Daemon(source, world.controller, world.files, world.status_dir, options, clock=world.clock)
-    thread = threading.Thread(target=daemon.run, daemon=True)
-    thread.start()
-    try:
+    with daemon_running(world, source, options):
         world.controller.wait_for_pass(0, lambda: len(world.tasks("a")) == 1)
         ids = {t.task_id for t in world.tasks("a").values()}
         world.write("a", _labelled("a", 6))  # over the quota: kept as applied
@@ -261,7 +257,3 @@ def test_the_daemon_keeps_the_running_version_when_a_change_breaks_a_quota(tmp_p
         passes = world.controller.passes
         world.controller.wait_for_pass(passes, lambda: "maxGpusPerJob" in json.dumps(world.status("a")))
         assert {t.task_id for t in world.tasks("a").values()} == ids
-    finally:
-        daemon.stop()
-        thread.join(timeout=10)
-        source.close()
