@@ -116,8 +116,13 @@ class Daemon:
             if self._sync_requested.is_set():
                 return False
             self._sync_requested.set()
-        if time.monotonic() >= self._last_sync + self.options.min_sync_interval_s:
+        wait = self._last_sync + self.options.min_sync_interval_s - time.monotonic()
+        if wait <= 0:
             self._trigger.set()
+        else:  # the loop may be asleep until the next resync: wake it when the fetch is due
+            timer = threading.Timer(wait, self._trigger.set)
+            timer.daemon = True
+            timer.start()
         return True
 
     def on_file_event(self, paths: list[str]) -> None:
