@@ -145,6 +145,12 @@ def test_signed_heads_only_with_ssh_allowed_signers(tmp_path: Path) -> None:
         assert os.readlink(source.current).endswith(good)
     later = repo.commit({"c.yaml": job_text("c")}, *ssh_signing(ada))
     assert source.sync().commit == later and source.rejected is None
+    # a restarted daemon facing an unsigned head keeps the snapshot it applied before
+    unsigned = repo.commit({"d.yaml": job_text("d")})
+    restarted = GitSource(
+        GitSettings(repo.url, signatures=SignaturePolicy(str(allowed))), tmp_path / "state" / "git"
+    )
+    assert restarted.sync().commit == later and rejection(restarted)[0] == unsigned
 
 
 @pytest.mark.skipif(shutil.which("gpg") is None, reason="needs gpg")

@@ -50,6 +50,16 @@ def git_problem(err: Any) -> str:
     return lines[-1] if lines else f"git failed (exit code {getattr(err, 'status', '?')})"
 
 
+def _revision(commit: Any) -> Revision:
+    """A GitPython commit as the revision the records name."""
+    return Revision(
+        commit=commit.hexsha,
+        author=f"{commit.author.name} <{commit.author.email}>",
+        time=float(commit.committed_date),
+        subject=commit.summary if isinstance(commit.summary, str) else commit.summary.decode(),
+    )
+
+
 class SourceError(Exception):
     """The source cannot be read now (unreachable remote, corrupt clone, missing folder)."""
 
@@ -196,6 +206,7 @@ class GitSource:
                 )
                 commit = repo.commit(f"refs/remotes/origin/{branch}")
                 if self._refused(commit.hexsha):
+                    self.revision = self.revision or self._last_good(repo)
                     if self.revision is None:  # no good revision yet: nothing to apply
                         raise SourceError(self.rejected[1] if self.rejected else "unverified")
                     return self.revision
@@ -211,13 +222,20 @@ class GitSource:
                 raise SourceError(
                     f"the clone in {self.clone_dir} is unusable ({err}); it will be cloned again"
                 ) from err
-            self.revision = Revision(
-                commit=commit.hexsha,
-                author=f"{commit.author.name} <{commit.author.email}>",
-                time=float(commit.committed_date),
-                subject=commit.summary if isinstance(commit.summary, str) else commit.summary.decode(),
-            )
+            self.revision = _revision(commit)
             return self.revision
+
+    def _last_good(self, repo: Any) -> Revision | None:
+        """After a restart: the snapshot current before it, if its commit verifies (so a head
+        refused now keeps that one running, and the jobs' status says why)."""
+        if not self.current.is_symlink():
+            return None
+        commit = os.path.basename(os.readlink(self.current))
+        if not (self.workdir / os.readlink(self.current)).is_dir():
+            return None
+        if self.verifier is not None and self.verifier.problem(self.clone_dir, commit) is not None:
+            return None
+        return _revision(repo.commit(commit))
 
     def _refused(self, commit: str) -> bool:
         """Whether the head ``commit`` fails signature verification (``rejected`` says why)."""
