@@ -22,13 +22,13 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from tests.fake_backend import IGNORES_SIGTERM, Clock
 from tfdeclare.backends.base import Backend, BackendError
-from tfdeclare.core.enums import Role, TaskState
+from tfdeclare.core.enums import Role, SecretSource, TaskState
 from tfdeclare.core.run.launches import gang_request, placed
 from tfdeclare.core.run.launches import launches as product_launches
 from tfdeclare.core.run.record import JobRecord
@@ -45,6 +45,7 @@ from tfdeclare.core.run.tasks import (
 )
 from tfdeclare.core.spec.loader import load_file
 from tfdeclare.core.spec.resources import Resources
+from tfdeclare.core.spec.secrets import SecretRef
 
 SMALL = Resources(0.5, 128, 0)
 
@@ -451,6 +452,56 @@ def check_working_dir_and_environment(harness: Harness) -> None:
     assert seen["absolute"]["marker"] == "sub folder"
 
 
+@needs_processes
+def check_secrets_reach_the_task_and_nothing_else(harness: Harness) -> None:
+    """Environment values given by reference (the controller's environment, a controller file,
+    a file on the task's machine) are in the task's environment, and nowhere in the backend's
+    state. One that cannot be read fails the launch with a message naming the variable only."""
+    backend = harness.backend()
+    values = {
+        "FROM_ENV": "env-Secret-1x7Q",
+        "FROM_FILE": "file-Secret-2y8R",
+        "FROM_AGENT": "agent-Secret-3z9S",
+    }
+    controller_file, agent_file = harness.workdir / "controller-secret", harness.workdir / "agent-secret"
+    controller_file.write_text(values["FROM_FILE"] + "\n")
+    agent_file.write_text(values["FROM_AGENT"] + "\n")
+    os.environ["TFD_CONFORMANCE_SECRET"] = values["FROM_ENV"]
+    refs = (
+        ("FROM_ENV", SecretRef(SecretSource.ENV, "TFD_CONFORMANCE_SECRET")),
+        ("FROM_FILE", SecretRef(SecretSource.FILE, str(controller_file))),
+        ("FROM_AGENT", SecretRef(SecretSource.AGENT_FILE, str(agent_file))),
+    )
+    out = harness.workdir / "secrets-out.json"
+    script = "import os, json, sys; open(sys.argv[1], 'w').write(json.dumps({k: os.environ.get(k) for k in sys.argv[2:]}))"
+    try:
+        placement = place_soon(backend, gang("secrets", 1))
+        tasks = [
+            replace(t, secrets=refs)
+            for t in launches(harness, placement, [PY, "-c", script, str(out), *values])
+        ]
+        backend.launch(placement, tasks)
+        done = wait_for(backend, ended([tasks[0].task_id]))
+        assert done[tasks[0].task_id].state is TaskState.SUCCEEDED, backend.read_log(tasks[0].task_id).data
+        assert json.loads(out.read_text()) == values
+        for path in (harness.workdir / "state").rglob("*"):
+            if path.is_file() and not path.is_symlink() and "log" not in path.name:  # not the task output
+                data = path.read_bytes()
+                assert not any(v.encode() in data for v in values.values()), path
+        missing = (("FROM_FILE", SecretRef(SecretSource.FILE, str(harness.workdir / "missing"))),)
+        placement = place_soon(backend, gang("secrets-missing", 1))
+        tasks = [replace(t, secrets=missing) for t in launches(harness, placement, [PY, "-c", "pass"])]
+        try:
+            backend.launch(placement, tasks)
+        except BackendError as err:
+            assert "FROM_FILE: cannot read the file" in str(err) and "No such file" in str(err)
+            backend.release(placement)
+        else:
+            raise AssertionError("a launch whose secret cannot be read must fail")
+    finally:
+        del os.environ["TFD_CONFORMANCE_SECRET"]
+
+
 TF_CONFIG_SERVER = """
 import json, os, socket, sys, time
 config = json.loads(os.environ["TF_CONFIG"])
@@ -516,5 +567,6 @@ SUITE = [
     check_logs_and_forget,
     check_working_dir_and_environment,
     check_the_port_in_tf_config_is_the_tasks_own,
+    check_secrets_reach_the_task_and_nothing_else,
 ]
 WITHOUT_PROCESSES = [check for check in SUITE if not getattr(check, "needs_processes", False)]

@@ -8,7 +8,8 @@ import json
 import textwrap
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from tfdeclare.core.plan.planner import Plan, PlanOptions, plan
 from tfdeclare.core.run.lifecycle import Backoff
 from tfdeclare.core.run.record import JobRecord
 from tfdeclare.core.run.tasks import ObservedTask, TaskKey
+from tfdeclare.daemon.service import Daemon, DaemonOptions, Source
 from tfdeclare.shell.sources import SpecFiles
 from tfdeclare.shell.statuswriter import StatusWriter
 from tfdeclare.shell.store import StateStore
@@ -139,3 +141,18 @@ class World:
         for _ in range(passes - 1):
             result = self.reconcile()
         return result
+
+
+@contextmanager
+def daemon_running(world: World, source: Source, options: DaemonOptions) -> Iterator[Daemon]:
+    """The real daemon loop over ``world``'s controller and files, in a thread; stopped (and
+    its source closed) after."""
+    daemon = Daemon(source, world.controller, world.files, world.status_dir, options, clock=world.clock)
+    thread = threading.Thread(target=daemon.run, name="daemon-under-test", daemon=True)
+    thread.start()
+    try:
+        yield daemon
+    finally:
+        daemon.stop()
+        thread.join(timeout=10)
+        source.close()

@@ -235,6 +235,7 @@ def _write(workdir: Path, extra: str) -> None:
     ],
 )
 def test_validate_and_plan_on_local_report_the_field(workdir: Path, extra: str, where: str) -> None:
+    (workdir / "tfdeclare.yaml").write_text("policy: {allowedHostPaths: [/mnt/data]}\n")  # none by default
     _write(workdir, extra)
     for command in ("validate", "plan"):
         result = cli(command, "specs", cwd=workdir)

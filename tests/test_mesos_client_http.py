@@ -758,6 +758,65 @@ def test_tls_verified_by_default(tls_files: tuple[Path, Path], make_client: Any)
         srv.close()
 
 
+def _openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def ca_chain(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A self-made CA, a second CA, and leaf certificates the first signed: one for
+    127.0.0.1, one for another name only."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    d = tmp_path_factory.mktemp("ca")
+    for ca in ("ca", "other-ca"):
+        _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", f"/CN=tfdeclare test {ca}",
+                 "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign",
+                 "-keyout", str(d / f"{ca}.key"), "-out", str(d / f"{ca}.pem"))  # fmt: skip
+    for leaf, san in (("master", "IP:127.0.0.1"), ("wrong-name", "DNS:master.elsewhere.example")):
+        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={leaf}", "-keyout", str(d / f"{leaf}.key"),
+                 "-out", str(d / f"{leaf}.csr"))  # fmt: skip
+        (d / f"{leaf}.ext").write_text(f"subjectAltName={san}\nbasicConstraints=CA:FALSE\n")
+        _openssl("x509", "-req", "-in", str(d / f"{leaf}.csr"), "-CA", str(d / "ca.pem"), "-CAkey", str(d / "ca.key"),
+                 "-CAcreateserial", "-days", "2", "-extfile", str(d / f"{leaf}.ext"), "-out", str(d / f"{leaf}.pem"))  # fmt: skip
+    return d
+
+
+def _tls_server(ca: Path, leaf: str) -> ScriptServer:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(ca / f"{leaf}.pem", ca / f"{leaf}.key")
+    return ScriptServer(tls=ctx)
+
+
+def test_tls_is_verified_against_the_configured_ca_bundle(ca_chain: Path, make_client: Any) -> None:
+    """A master whose certificate a self-made CA signed: trusted with that CA as caFile (the
+    subscription and the pipelined calls), refused with another CA, with the system's CAs, and
+    when the certificate names another host."""
+    srv = _tls_server(ca_chain, "master")
+    try:
+        for ca_file in (None, str(ca_chain / "other-ca.pem")):
+            refused, _ = make_client(srv.url, ca_file=ca_file)
+            with pytest.raises(SubscribeTimeoutError) as info:
+                refused.wait_subscribed(0.5)
+            assert "CERTIFICATE_VERIFY_FAILED" in str(info.value.last_error)
+            refused.stop()
+        trusted, _ = make_client(srv.url, ca_file=str(ca_chain / "ca.pem"))
+        assert trusted.wait_subscribed(5) == "fw-1"
+        trusted.revive()
+        assert trusted.acknowledge_many([("a", "t", new_uuid())]) == 1
+    finally:
+        srv.close()
+    srv = _tls_server(ca_chain, "wrong-name")
+    try:
+        mismatch, _ = make_client(srv.url, ca_file=str(ca_chain / "ca.pem"))
+        with pytest.raises(SubscribeTimeoutError) as info:
+            mismatch.wait_subscribed(0.5)
+        assert "CERTIFICATE_VERIFY_FAILED" in str(info.value.last_error)
+        assert "127.0.0.1" in str(info.value.last_error)  # "IP address mismatch"
+    finally:
+        srv.close()
+
+
 def test_errors_are_mesos_errors() -> None:
     for cls in (FrameworkRemovedError, ClientStoppedError, MesosConnectionError, NotSubscribedError):
         assert issubclass(cls, MesosError)

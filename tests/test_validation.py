@@ -150,7 +150,7 @@ CASES = [
     (
         "env value not a string",
         GOOD + "  env: {LR: 0.1}\n",
-        [(9, 13, "$.spec.env.LR", "expected a string, got 0.1", Code.SCHEMA)],
+        [(9, 13, "$.spec.env.LR", "expected a string or a mapping, got a number", Code.SCHEMA)],
     ),
     (
         "env name reserved",

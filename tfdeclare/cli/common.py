@@ -20,7 +20,7 @@ from tfdeclare.cli import terminal
 from tfdeclare.core.config import Config
 from tfdeclare.core.diagnostics import Diagnostic
 from tfdeclare.core.spec.loader import SpecCheck
-from tfdeclare.core.spec.policy import check_task_count
+from tfdeclare.core.spec.policy import policy_checks
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -75,8 +75,9 @@ class Settings:
     def spec_checks(self) -> tuple[SpecCheck, ...]:
         """What every job is checked for besides its schema (validate, plan, apply, the daemon):
         the config's policy, and what the chosen backend cannot honour."""
+        reserved = (str(self.state_dir), str(self.status_dir))
         return (
-            partial(check_task_count, self.config.policy.max_tasks_per_job),
+            *policy_checks(self.config.policy, reserved, self.config.secrets),
             partial(self.plugin.check_job, self.backend_config),
         )
 

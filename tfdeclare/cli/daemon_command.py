@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import socket
 import sys
@@ -19,8 +20,11 @@ from pathlib import Path
 from tfdeclare.cli.common import EXIT_OK, UserError, settings_from
 from tfdeclare.cli.wiring import controller_for, locked
 from tfdeclare.controller import Controller
+from tfdeclare.core.config import DaemonConfig
+from tfdeclare.daemon.httpguard import AccessPolicy, check_listen
 from tfdeclare.daemon.server import DaemonServer
 from tfdeclare.daemon.service import Daemon, DaemonOptions, Source
+from tfdeclare.daemon.signatures import SignaturePolicy, SignatureSetupError
 from tfdeclare.daemon.sources import FolderSource, GitSettings, GitSource, SourceError
 from tfdeclare.shell.sources import SpecFiles
 
@@ -85,10 +89,45 @@ def page_url(host: str, port: int) -> str:
     return f"http://{host}:{port}/"
 
 
+def access_policy(config: DaemonConfig, host: str) -> AccessPolicy:
+    """Who may use the endpoints (``tfdeclare.daemon.httpguard``): the token read from its file
+    or variable, the names served; refused (``UserError``) where the host needs a token."""
+    token: str | None = None
+    if config.token_file is not None:
+        try:
+            token = Path(config.token_file).read_text(encoding="utf-8").rstrip("\r\n")
+        except (OSError, UnicodeDecodeError) as err:
+            raise UserError(
+                f"cannot read daemon.tokenFile {config.token_file}: {type(err).__name__}"
+            ) from None
+    elif config.token_env is not None:
+        token = os.environ.get(config.token_env)
+        if token is None:
+            raise UserError(f"daemon.tokenEnv: the variable {config.token_env} is not set")
+    if token is not None and len(token) < 16:
+        raise UserError(
+            "the daemon's token is too short: use 16 characters or more (e.g. openssl rand -hex 32)"
+        )
+    names = {n.lower() for n in (*config.server_names, socket.gethostname(), socket.getfqdn(), host)}
+    policy = AccessPolicy(frozenset(names), token, config.token_for_reads)
+    problem = check_listen(host, policy)
+    if problem is not None:
+        raise UserError(problem)
+    return policy
+
+
+def _signatures(config: DaemonConfig) -> SignaturePolicy | None:
+    if config.allowed_signers is None and config.gpg_keyring is None:
+        return None
+    return SignaturePolicy(config.allowed_signers, config.gpg_keyring)
+
+
 def cmd_daemon(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     daemon_config = settings.config.daemon
     _setup_logging(args.log_format or daemon_config.log_format)
+    host = args.host or daemon_config.host
+    access = access_policy(daemon_config, host)  # before anything starts
     log = logging.getLogger("tfdeclare.daemon")
     source: Source
     base_dir: Path
@@ -100,6 +139,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
                 args.path,
                 args.status_branch or daemon_config.status_branch,
                 args.push_status,
+                _signatures(daemon_config),
             )
             source = GitSource(git, settings.state_dir / "git")
             base_dir = source.current
@@ -109,7 +149,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
                 raise UserError(f"--specs {folder}: no such folder")
             source = FolderSource(folder, [settings.state_dir, settings.status_dir])
             base_dir = Path.cwd()
-    except SourceError as err:
+    except (SourceError, SignatureSetupError) as err:
         raise UserError(str(err)) from err
     interval = args.interval if args.interval is not None else daemon_config.interval_s
     options = DaemonOptions(
@@ -119,8 +159,8 @@ def cmd_daemon(args: argparse.Namespace) -> int:
         args.allow_empty,
         daemon_config.settle_s,
         settings.config.webhooks,
+        settings.config.policy.quotas,
     )
-    host = args.host or daemon_config.host
     port = args.port if args.port is not None else daemon_config.port
     if port:  # any free port (0, in tests) is known only once bound: then the backend is not told
         settings = settings.with_page_url(page_url(host, port))
@@ -135,7 +175,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
             base=base_dir if args.git else None,
         )
         daemon = Daemon(source, controller, files, settings.status_dir, options)
-        server = DaemonServer(host, port, daemon)
+        server = DaemonServer(host, port, daemon, access)
         server.start()
         host, port = server.address
         log.info(

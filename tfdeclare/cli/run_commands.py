@@ -34,12 +34,13 @@ from tfdeclare.cli.specs_commands import PLAN_KIND
 from tfdeclare.cli.validate_command import load_desired
 from tfdeclare.cli.wiring import controller_for, locked
 from tfdeclare.controller import Controller
+from tfdeclare.core.diagnostics import Code, Diagnostic, JsonPath, format_json_path
 from tfdeclare.core.enums import Phase, Reason, TaskState
 from tfdeclare.core.plan.desired import DesiredState
 from tfdeclare.core.plan.planner import Action, Plan, PlanOptions, plan
 from tfdeclare.core.plan.render import plan_json, render_text
 from tfdeclare.core.run.record import JobRecord
-from tfdeclare.core.spec.loader import LoadedJob, SourceRef
+from tfdeclare.core.spec.loader import LoadedJob, Locate, SourceRef
 from tfdeclare.core.spec.model import fingerprint
 from tfdeclare.core.tone import PHASE_TONES, Painter, Tone, plain
 from tfdeclare.shell.lock import ControllerLock
@@ -74,6 +75,16 @@ def _is_plan_file(paths: list[str]) -> bool:
         return False
 
 
+def _locate(job: LoadedJob) -> Locate:
+    """Diagnostics on a saved plan's job, at its file and line."""
+
+    def at(path: JsonPath, message: str) -> Diagnostic:
+        source = job.source
+        return Diagnostic(source.file, source.line, None, message, format_json_path(path), Code.BACKEND)
+
+    return at
+
+
 def _saved_plan(path: str, settings: Settings, store: StateStore) -> tuple[Plan, DesiredState]:
     """Re-plan from a saved plan's specs; refuse it when the state moved since."""
     try:
@@ -83,6 +94,7 @@ def _saved_plan(path: str, settings: Settings, store: StateStore) -> tuple[Plan,
             prune=saved["plan"]["options"]["prune"],
             allow_empty=saved["plan"]["options"]["allowEmpty"],
             backend=settings.backend,
+            quotas=settings.config.policy.quotas,
         )
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise UserError(f"{path}: not a readable tfdeclare plan ({err})") from err
@@ -97,6 +109,12 @@ def _saved_plan(path: str, settings: Settings, store: StateStore) -> tuple[Plan,
         )
         for name, entry in desired_specs.items()
     }
+    problems = [
+        p for job in jobs.values() for check in settings.spec_checks for p in check(job, _locate(job))
+    ]
+    if problems:  # the policy or the backend may have changed since, or the file was edited
+        print_diagnostics(problems)
+        raise UserError(f"{path}: its jobs break the policy or the backend's rules (see above)")
     desired = DesiredState(
         jobs,
         (),
@@ -224,10 +242,18 @@ def cmd_apply(args: argparse.Namespace) -> int:
                 result = plan(
                     desired,
                     store.observed(),
-                    PlanOptions(prune=args.prune, allow_empty=args.allow_empty, backend=settings.backend),
+                    PlanOptions(
+                        prune=args.prune,
+                        allow_empty=args.allow_empty,
+                        backend=settings.backend,
+                        quotas=settings.config.policy.quotas,
+                    ),
                 )
             except StateError as err:
                 raise UserError(str(err)) from err
+        if result.has_errors:  # a quota refused a job
+            print_diagnostics([d for d in result.diagnostics if d.code is Code.QUOTA])
+            raise UserError("nothing applied: the specs break the policy (see above)")
         machine = args.output == "json"
         if not machine:
             stdout_write(render_text(result, paint=terminal.painter(sys.stdout)))

@@ -71,7 +71,12 @@ def saved_plan(result: Plan, desired: DesiredState, settings: Settings, paths: l
 
 def cmd_plan(args: argparse.Namespace) -> int:
     settings = settings_from(args)
-    options = PlanOptions(prune=args.prune, allow_empty=args.allow_empty, backend=settings.backend)
+    options = PlanOptions(
+        prune=args.prune,
+        allow_empty=args.allow_empty,
+        backend=settings.backend,
+        quotas=settings.config.policy.quotas,
+    )
     result, desired = compute_plan(args.paths, settings, options)
     print_diagnostics(result.diagnostics, args.output)
     if args.output == "json":
@@ -85,7 +90,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if result.has_errors:
             raise UserError(f"not saving {args.out}: the specs have errors")
         document = saved_plan(result, desired, settings, args.paths)
-        write_atomic(Path(args.out), (json.dumps(document, indent=1, sort_keys=True) + "\n").encode())
+        write_atomic(
+            Path(args.out), (json.dumps(document, indent=1, sort_keys=True) + "\n").encode(), mode=0o600
+        )
     if result.has_errors:
         return EXIT_ERROR
     if args.detailed_exitcode and result.has_changes:

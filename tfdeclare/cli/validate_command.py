@@ -10,6 +10,7 @@ from pathlib import Path
 from tfdeclare.cli import terminal
 from tfdeclare.cli.common import EXIT_ERROR, EXIT_OK, Settings, print_diagnostics, settings_from, stdout_write
 from tfdeclare.core.plan.desired import DesiredState
+from tfdeclare.core.plan.quotas import enforce_quotas
 from tfdeclare.core.spec.documents import MAX_FILE_BYTES
 from tfdeclare.core.tone import Tone
 from tfdeclare.shell.sources import SpecFiles, no_files_warning
@@ -30,6 +31,8 @@ def load_desired(paths: list[str], settings: Settings) -> tuple[DesiredState, Sp
 def cmd_validate(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     desired, _ = load_desired(args.paths, settings)
+    # the quotas as if the files were all that ran (validate never reads the state)
+    desired = enforce_quotas(desired, {}, settings.config.policy.quotas, prune=False)
     diagnostics = list(desired.diagnostics)
     if not desired.files and not diagnostics:
         diagnostics.append(no_files_warning([Path(p) for p in args.paths if p != "-"]))

@@ -30,6 +30,7 @@ def make_controller(settings: Settings, backend: Backend) -> Controller:
         StatusWriter(settings.status_dir),
         backoff=Backoff(settings.config.backoff_initial_s, settings.config.backoff_max_s),
         other_backends=other_backend,
+        secrets_dir=settings.config.secrets.dir,
     )
 
 

@@ -125,8 +125,10 @@ class Controller:
         clock: Callable[[], float] = time.time,
         base_dir: Path | None = None,
         other_backends: Callable[[str], Backend] | None = None,
+        secrets_dir: str | None = None,
     ) -> None:
         self.store = store
+        self.secrets_dir = secrets_dir  # the config's secrets.dir: {name, key} references
         self.backend = backend
         # Builds another backend by name, for the jobs that run there (every record is
         # reconciled against its own backend) and for those moving away from it.
@@ -156,8 +158,12 @@ class Controller:
 
     # ---- applying a plan ------------------------------------------------------------------
 
-    def apply(self, plan: Plan, revision: Revision | None = None) -> list[str]:
-        """Write the plan's decisions into the records. Returns one line per change."""
+    def apply(
+        self, plan: Plan, revision: Revision | None = None, unverified: tuple[str, str] | None = None
+    ) -> list[str]:
+        """Write the plan's decisions into the records. Returns one line per change.
+        ``unverified``: (commit, why) of a git head that was not applied (its signature): every
+        job says so in its Synced condition."""
         records = self.store.records()
         changes: list[str] = []
         for job in plan.jobs:
@@ -173,6 +179,12 @@ class Controller:
             elif job.action is Action.NOOP and record is not None:
                 where = source or job.source or record.source
                 updated = _provenance(record, where, self._source_dir, revision)
+            held = updated or record
+            if unverified is not None and held is not None:  # the job runs as applied, and says why
+                commit, why = unverified
+                updated = held.evolve(
+                    not_synced=(Reason.UNVERIFIED_REVISION, why), last_attempted_revision=commit
+                )
             if updated is not None and updated is not record and updated != record:
                 self.store.save(updated)
                 if job.action.changes_something:
@@ -411,7 +423,7 @@ class Controller:
             message=f"starting {len(placement.slots)} task(s)",
         )
         self.store.save(ready)  # write-ahead: addresses and launch number before any task exists
-        to_launch = launches(ready, placement, record.source_dir)
+        to_launch = launches(ready, placement, record.source_dir, self.secrets_dir)
         try:
             backend.launch(placement, to_launch)
         except BackendError:

@@ -17,7 +17,10 @@ from typing import Any
 from tfdeclare.core.diagnostics import Diagnostic, JsonPath
 from tfdeclare.core.enums import Phase
 from tfdeclare.core.spec.documents import parse_documents
+from tfdeclare.core.spec.policy import PolicyConfig, Quota
+from tfdeclare.core.spec.resources import QuantityError, parse_mem_mib
 from tfdeclare.core.spec.schema import Schema
+from tfdeclare.core.spec.secrets import SecretsConfig
 
 
 class ConfigProblem(Exception):
@@ -44,11 +47,12 @@ class DaemonConfig:
     debounce_s: float = 0.05
     status_branch: str = "tfdeclare-status"
     settle_s: float = 3.0
-
-
-@dataclass(frozen=True, slots=True)
-class PolicyConfig:
-    max_tasks_per_job: int = 1000
+    server_names: tuple[str, ...] = ()
+    token_file: str | None = None
+    token_env: str | None = None
+    token_for_reads: bool = False
+    allowed_signers: str | None = None  # git mode: verify heads against these SSH keys
+    gpg_keyring: str | None = None  # or these OpenPGP keys
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +92,7 @@ class Config:
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     webhooks: tuple[WebhookConfig, ...] = ()
+    secrets: SecretsConfig = field(default_factory=SecretsConfig)
     backends: Mapping[str, object] = field(default_factory=dict)  # backend name -> its own config
 
     def with_overrides(self, **changes: Any) -> Config:
@@ -119,6 +124,10 @@ def parse_config(
             backends[name] = parse(raw[name], base_dir)
         except ConfigProblem as problem:
             diagnostics.append(document.diagnostic((name, *problem.path), problem.message))
+    try:
+        policy = _policy(raw["policy"])
+    except ConfigProblem as problem:
+        diagnostics.append(document.diagnostic(("policy", *problem.path), problem.message))
     if diagnostics:
         return None, diagnostics
     daemon = raw["daemon"]
@@ -136,8 +145,19 @@ def parse_config(
             debounce_s=float(daemon["debounceSeconds"]),
             status_branch=daemon["statusBranch"],
             settle_s=float(daemon["settleSeconds"]),
+            server_names=tuple(daemon["serverNames"]),
+            token_file=_path(base_dir, daemon.get("tokenFile")),
+            token_env=daemon.get("tokenEnv"),
+            token_for_reads=daemon["tokenForReads"],
+            allowed_signers=_path(base_dir, daemon.get("verifyCommits", {}).get("allowedSigners")),
+            gpg_keyring=_path(base_dir, daemon.get("verifyCommits", {}).get("gpgKeyring")),
         ),
-        policy=PolicyConfig(max_tasks_per_job=raw["policy"]["maxTasksPerJob"]),
+        policy=policy,
+        secrets=SecretsConfig(
+            dir=_path(base_dir, raw["secrets"].get("dir")),
+            allowed_env=tuple(raw["secrets"]["allowedEnv"]),
+            allowed_files=tuple(raw["secrets"]["allowedFiles"]),
+        ),
         webhooks=tuple(_webhook(i, entry, base_dir) for i, entry in enumerate(raw["webhooks"])),
         backends=backends,
     )
@@ -161,4 +181,37 @@ def _webhook(index: int, entry: Mapping[str, Any], base_dir: str | None) -> Webh
         phases=frozenset(Phase(p) for p in entry["phases"]) if "phases" in entry else frozenset(Phase),
         timeout_s=float(entry["timeoutSeconds"]),
         max_attempts=entry["maxAttempts"],
+    )
+
+
+def _path(base_dir: str | None, value: str | None) -> str | None:
+    """A file the config names, relative ones taken from the config file's folder."""
+    return posixpath.join(base_dir or "", value) if value is not None else None
+
+
+def _policy(raw: Mapping[str, Any]) -> PolicyConfig:
+    """The ``policy`` section (schema-valid, defaults filled). Raises ``ConfigProblem``."""
+    quotas = []
+    for index, entry in enumerate(raw["quotas"]):
+        try:
+            mem = parse_mem_mib(entry["mem"]) if "mem" in entry else None
+        except QuantityError as err:
+            raise ConfigProblem(("quotas", index, "mem"), str(err)) from None
+        quotas.append(
+            Quota(
+                label=entry["label"],
+                value=entry["value"],
+                gpus=entry.get("gpus"),
+                cpus=float(entry["cpus"]) if "cpus" in entry else None,
+                mem_mib=mem,
+                tasks=entry.get("tasks"),
+            )
+        )
+    return PolicyConfig(
+        max_tasks_per_job=raw["maxTasksPerJob"],
+        allowed_images=tuple(raw["allowedImages"]) if "allowedImages" in raw else None,
+        require_image=raw["requireImage"],
+        allowed_host_paths=tuple(raw["allowedHostPaths"]),
+        max_gpus_per_job=raw.get("maxGpusPerJob"),
+        quotas=tuple(quotas),
     )

@@ -32,7 +32,8 @@ class Code(StrEnum):
     NO_CHIEF_OR_WORKER = "no-chief-or-worker"
     MISSING_COMMAND = "missing-command"
     DUPLICATE_NAME = "duplicate-name"
-    BACKEND = "backend"  # valid in general, not on the configured backend
+    BACKEND = "backend"  # valid in general, not on the configured backend (or the config's policy)
+    QUOTA = "quota"  # the config's policy.quotas: jobs with one label value together
     NO_FILES = "no-files"
     NO_JOB_DOCUMENT = "no-job-document"  # a file without a job: it protects the jobs it held
 
@@ -75,6 +76,12 @@ class Diagnostic:
 
 
 JsonPath = tuple[str | int, ...]
+
+
+def hides_value(path: JsonPath) -> bool:
+    """Whether ``path`` is (in) the value of an environment variable: a diagnostic there never
+    quotes the value, which may be a secret (it names the key and the problem)."""
+    return "env" in path[:-1]
 
 
 class _Reported:

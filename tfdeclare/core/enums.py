@@ -62,6 +62,15 @@ class VolumeMode(StrEnum):
     RW = "rw"
 
 
+class SecretSource(StrEnum):
+    """Where an environment value given by reference (``{secretRef: {...}}``) is read, at launch."""
+
+    ENV = "env"  # the controller's environment
+    FILE = "file"  # a file on the controller
+    AGENT_FILE = "agentFile"  # a file on the machine the task runs on, read as it starts
+    NAME = "name"  # <config secrets.dir>/NAME/KEY on the controller, Kubernetes-secret style
+
+
 class Phase(StrEnum):
     """A job's phase in its status file (contract §6)."""
 
@@ -111,6 +120,7 @@ class Reason(StrEnum):
     NOT_SETTLED = "NotSettled"  # the files changed; acted on once they have stayed so (settle time)
     PRUNE_REFUSED = "PruneRefused"  # the files define no job at all: pruning everything is refused
     NOT_IN_SOURCE = "NotInSource"  # gone from the files, and pruning is off (an orphan)
+    UNVERIFIED_REVISION = "UnverifiedRevision"  # git head not signed by a trusted key: not applied
 
     @property
     def stalled(self) -> bool:

@@ -6,7 +6,14 @@
   source cannot be read (JSON body says which);
 - ``GET /metrics`` — Prometheus text format;
 - ``GET /jobs`` — every job's status document, as JSON;
-- ``POST /sync`` — fetch the source now and run a pass (202).
+- ``POST /sync`` — fetch the source now and run a pass (202); requests that arrive while one
+  is pending, or sooner than a second after the last fetch, are coalesced into it.
+
+Every request first passes ``httpguard`` (Host, Origin, token, size). The server is bounded:
+``WORKERS`` threads serve requests, at most ``MAX_CONNECTIONS`` are accepted at once (others
+are closed at once), and a connection that sends nothing for ``TIMEOUT_S`` is closed. The
+standard library's server does this with a thread pool in ``process_request``; a WSGI server
+would bring the same bounds with more moving parts.
 """
 
 from __future__ import annotations
@@ -15,12 +22,14 @@ import json
 import logging
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from tfdeclare.backends.base import BackendError, LogChunk
 from tfdeclare.daemon import page
+from tfdeclare.daemon.httpguard import AccessPolicy, refusal
 from tfdeclare.daemon.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 
 log = logging.getLogger("tfdeclare.daemon")
@@ -35,14 +44,49 @@ class Endpoints(Protocol):
 
     def jobs(self) -> list[dict[str, Any]]: ...
 
-    def request_sync(self) -> None: ...
+    def request_sync(self) -> bool: ...
 
     def page_html(self, refresh: int | None) -> str: ...
 
     def task_log(self, name: str, task: str | None, offset: int) -> LogChunk: ...
 
 
-class _Server(ThreadingHTTPServer):
+WORKERS = 8
+MAX_CONNECTIONS = 64
+TIMEOUT_S = 5.0
+
+
+class _Server(HTTPServer):
+    """Requests served by a fixed pool of threads, connections bounded and timed out."""
+
+    request_queue_size = 128  # the listen backlog: a burst is accepted (and turned away) at once
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        super().__init__(address, handler)
+        self.pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="daemon-http")
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.turned_away = 0  # connections closed unserved: over MAX_CONNECTIONS
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            self.turned_away += 1
+            self.shutdown_request(request)
+            return
+        self.pool.submit(self._serve, request, client_address)
+
+    def _serve(self, request: Any, client_address: Any) -> None:
+        try:
+            self.finish_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
+        finally:
+            self.shutdown_request(request)
+            self.slots.release()
+
+    def server_close(self) -> None:
+        super().server_close()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that hangs up early is no error of ours: no traceback in the log."""
         if isinstance(sys.exc_info()[1], ConnectionError):  # BrokenPipe, ConnectionReset, ...
@@ -51,10 +95,11 @@ class _Server(ThreadingHTTPServer):
 
 
 class DaemonServer:
-    def __init__(self, host: str, port: int, endpoints: Endpoints) -> None:
-        handler = _handler_for(endpoints)
+    def __init__(
+        self, host: str, port: int, endpoints: Endpoints, access: AccessPolicy | None = None
+    ) -> None:
+        handler = _handler_for(endpoints, access or AccessPolicy(frozenset()))
         self.httpd = _Server((host, port), handler)
-        self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="daemon-http", daemon=True)
 
     @property
@@ -70,9 +115,20 @@ class DaemonServer:
         self.httpd.server_close()
 
 
-def _handler_for(endpoints: Endpoints) -> type[BaseHTTPRequestHandler]:
+def _handler_for(endpoints: Endpoints, access: AccessPolicy) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "tfdeclare"
+        timeout = TIMEOUT_S  # the socket's: a silent or slow client is dropped
+
+        def _refused(self, method: str) -> bool:
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            address: Any = self.server.server_address
+            answer = refusal(method, self.path.split("?", 1)[0], headers, int(address[1]), access)
+            if answer is None:
+                return False
+            self.close_connection = True
+            self._json(answer.code, {"error": answer.reason})
+            return True
 
         def log_message(self, format: str, *args: Any) -> None:
             return  # requests are not worth a log line each
@@ -113,6 +169,8 @@ def _handler_for(endpoints: Endpoints) -> type[BaseHTTPRequestHandler]:
             )
 
         def do_GET(self) -> None:
+            if self._refused("GET"):
+                return
             url = urlsplit(self.path)
             path, query = url.path, parse_qs(url.query)
             if path == "/":
@@ -137,9 +195,10 @@ def _handler_for(endpoints: Endpoints) -> type[BaseHTTPRequestHandler]:
                 self._json(404, {"error": f"no such endpoint {path}"})
 
         def do_POST(self) -> None:
+            if self._refused("POST"):
+                return
             if self.path.split("?", 1)[0] == "/sync":
-                endpoints.request_sync()
-                self._json(202, {"sync": "requested"})
+                self._json(202, {"sync": "requested" if endpoints.request_sync() else "coalesced"})
             else:
                 self._json(404, {"error": f"no such endpoint {self.path}"})
 

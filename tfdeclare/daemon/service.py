@@ -31,6 +31,7 @@ from tfdeclare.core.enums import Phase, Reason
 from tfdeclare.core.plan.planner import Plan, PlanCache, PlanOptions, Sighting, plan
 from tfdeclare.core.run.record import JobRecord, Revision
 from tfdeclare.core.spec.names import is_job_name
+from tfdeclare.core.spec.policy import Quota
 from tfdeclare.daemon import page
 from tfdeclare.daemon.metrics import Metrics
 from tfdeclare.daemon.sources import SourceError
@@ -60,6 +61,8 @@ class Source(Protocol):
 
     def close(self) -> None: ...
 
+    rejected: tuple[str, str] | None  # (commit, why) of a fetched head not applied (signatures)
+
 
 @dataclass(frozen=True, slots=True)
 class DaemonOptions:
@@ -69,6 +72,8 @@ class DaemonOptions:
     allow_empty: bool = False
     settle_s: float = 3.0
     webhooks: tuple[WebhookConfig, ...] = ()
+    quotas: tuple[Quota, ...] = ()  # the config's policy.quotas
+    min_sync_interval_s: float = 1.0  # POST /sync fetches at most this often (the rest coalesce)
 
 
 RECENT_EVENTS = 50  # phase changes the status page shows
@@ -99,6 +104,7 @@ class Daemon:
         self._sync_requested = threading.Event()
         self._stopping = threading.Event()
         self._last_event = 0.0
+        self._last_sync = float("-inf")  # monotonic time of the last fetch
         self._changes: set[str] | None = None  # paths changed since the last pass; None: read all
         self._changes_lock = threading.Lock()
         self._diagnostics: tuple[Diagnostic, ...] = ()
@@ -114,9 +120,21 @@ class Daemon:
     def request_pass(self) -> None:
         self._trigger.set()
 
-    def request_sync(self) -> None:
-        self._sync_requested.set()
-        self._trigger.set()
+    def request_sync(self) -> bool:
+        """Fetch the source and run a pass soon; False when this joins a request still pending.
+        A request within ``min_sync_interval_s`` of the last fetch waits for it to pass."""
+        with self._changes_lock:
+            if self._sync_requested.is_set():
+                return False
+            self._sync_requested.set()
+        wait = self._last_sync + self.options.min_sync_interval_s - time.monotonic()
+        if wait <= 0:
+            self._trigger.set()
+        else:  # the loop may be asleep until the next resync: wake it when the fetch is due
+            timer = threading.Timer(wait, self._trigger.set)
+            timer.daemon = True
+            timer.start()
+        return True
 
     def on_file_event(self, paths: list[str]) -> None:
         with self._changes_lock:
@@ -137,8 +155,10 @@ class Daemon:
         next_sync = 0.0
         while not self._stopping.is_set():
             now = time.monotonic()
-            if self._sync_requested.is_set() or now >= next_sync:
+            sync_due = self._last_sync + self.options.min_sync_interval_s
+            if (self._sync_requested.is_set() and now >= sync_due) or now >= next_sync:
                 self._sync_requested.clear()
+                self._last_sync = time.monotonic()
                 self._sync()
                 next_sync = time.monotonic() + self.options.interval_s
                 with self._changes_lock:
@@ -154,6 +174,8 @@ class Daemon:
                 self.metrics.pass_errors += 1
                 wake_at = self.clock() + min(self.options.interval_s, 5.0)
             timeout = next_sync - time.monotonic()
+            if self._sync_requested.is_set():  # one that came too soon after the last fetch
+                timeout = min(timeout, self._last_sync + self.options.min_sync_interval_s - time.monotonic())
             if wake_at is not None:
                 timeout = min(timeout, wake_at - self.clock())
             self._trigger.wait(max(0.01, timeout))
@@ -227,15 +249,12 @@ class Daemon:
         with self._changes_lock:
             changed, self._changes = self._changes, set()
         desired = self.spec_files.load(changed)
-        if desired.diagnostics != self._diagnostics:
-            self._diagnostics = desired.diagnostics
-            for diagnostic in desired.diagnostics:
-                log.warning("%s", diagnostic.format())
         options = PlanOptions(
             prune=self.options.prune,
             allow_empty=self.options.allow_empty,
             backend=self.controller.backend.name,
             settle_s=self.options.settle_s,
+            quotas=self.options.quotas,
         )
         current = plan(
             desired,
@@ -246,12 +265,16 @@ class Daemon:
             sightings=self._sightings,
         )
         self._sightings = current.sightings
+        if current.diagnostics != self._diagnostics:  # the files' and the quotas'
+            self._diagnostics = current.diagnostics
+            for diagnostic in current.diagnostics:
+                log.warning("%s", diagnostic.format())
         self._log_held(current)
-        for line in self.controller.apply(current, self.revision):
+        for line in self.controller.apply(current, self.revision, self.source.rejected):
             log.info("applied %s", line)
         revision = self.revision.commit if self.revision else None
         self.metrics.attempted_revision = revision
-        if not desired.has_errors:
+        if not current.has_errors:
             self.metrics.applied_revision = revision
         return current.wake_at
 

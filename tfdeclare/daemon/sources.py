@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from tfdeclare.core.run.record import Revision
+from tfdeclare.daemon.signatures import SignaturePolicy, Verifier
 
 log = logging.getLogger("tfdeclare.daemon")
 
@@ -49,11 +50,23 @@ def git_problem(err: Any) -> str:
     return lines[-1] if lines else f"git failed (exit code {getattr(err, 'status', '?')})"
 
 
+def _revision(commit: Any) -> Revision:
+    """A GitPython commit as the revision the records name."""
+    return Revision(
+        commit=commit.hexsha,
+        author=f"{commit.author.name} <{commit.author.email}>",
+        time=float(commit.committed_date),
+        subject=commit.summary if isinstance(commit.summary, str) else commit.summary.decode(),
+    )
+
+
 class SourceError(Exception):
     """The source cannot be read now (unreachable remote, corrupt clone, missing folder)."""
 
 
 class FolderSource:
+    rejected: tuple[str, str] | None = None  # a folder has no signatures
+
     def __init__(self, folder: Path, ignore: list[Path]) -> None:
         self.folder = folder
         self.ignore = [str(p.resolve()) for p in ignore]
@@ -133,6 +146,7 @@ class GitSettings:
     subdir: str = "."
     status_branch: str = "tfdeclare-status"
     push_status: bool = False
+    signatures: SignaturePolicy | None = None  # verify the head's signature before applying it
 
 
 class GitSource:
@@ -153,6 +167,9 @@ class GitSource:
         self._lock = threading.Lock()
         self.revision: Revision | None = None
         self._last_status_tree: str | None = None
+        # (commit, why) of a head that was fetched but not applied: its signature failed
+        self.rejected: tuple[str, str] | None = None
+        self.verifier = Verifier(settings.signatures, workdir) if settings.signatures is not None else None
 
     @property
     def description(self) -> str:
@@ -188,6 +205,11 @@ class GitSource:
                     "--prune", "--force", "origin", f"+refs/heads/{branch}:refs/remotes/origin/{branch}"
                 )
                 commit = repo.commit(f"refs/remotes/origin/{branch}")
+                if self._refused(commit.hexsha):
+                    self.revision = self.revision or self._last_good(repo)
+                    if self.revision is None:  # no good revision yet: nothing to apply
+                        raise SourceError(self.rejected[1] if self.rejected else "unverified")
+                    return self.revision
                 try:
                     self._make_current(self._snapshot(repo, commit.hexsha))
                     self._remove_unused(commit.hexsha)
@@ -200,13 +222,33 @@ class GitSource:
                 raise SourceError(
                     f"the clone in {self.clone_dir} is unusable ({err}); it will be cloned again"
                 ) from err
-            self.revision = Revision(
-                commit=commit.hexsha,
-                author=f"{commit.author.name} <{commit.author.email}>",
-                time=float(commit.committed_date),
-                subject=commit.summary if isinstance(commit.summary, str) else commit.summary.decode(),
-            )
+            self.revision = _revision(commit)
             return self.revision
+
+    def _last_good(self, repo: Any) -> Revision | None:
+        """After a restart: the snapshot current before it, if its commit verifies (so a head
+        refused now keeps that one running, and the jobs' status says why)."""
+        if not self.current.is_symlink():
+            return None
+        commit = os.path.basename(os.readlink(self.current))
+        if not (self.workdir / os.readlink(self.current)).is_dir():
+            return None
+        if self.verifier is not None and self.verifier.problem(self.clone_dir, commit) is not None:
+            return None
+        return _revision(repo.commit(commit))
+
+    def _refused(self, commit: str) -> bool:
+        """Whether the head ``commit`` fails signature verification (``rejected`` says why)."""
+        problem = self.verifier.problem(self.clone_dir, commit) if self.verifier is not None else None
+        if problem is None:
+            self.rejected = None
+            return False
+        kept = f"; revision {self.revision.commit[:12]} keeps running" if self.revision else ""
+        rejected = (commit, f"revision {commit[:12]} is not applied: {problem}{kept}")
+        if rejected != self.rejected:
+            log.warning("%s", rejected[1])
+        self.rejected = rejected
+        return True
 
     def _snapshot(self, repo: Any, commit: str) -> str:
         """``revisions/<commit>`` made from git's objects (complete, read-only) if missing;

@@ -8,6 +8,7 @@ descriptor is not inherited by child processes (task supervisors never hold it).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -34,7 +35,10 @@ class ControllerLock:
         self._fd: int | None = None
 
     def acquire(self, purpose: str, **details: Any) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not self.path.parent.exists():  # private: job records, task folders, launch files
+            self.path.parent.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileExistsError):
+                self.path.parent.mkdir(mode=0o700)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

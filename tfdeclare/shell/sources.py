@@ -10,6 +10,13 @@ hash, so a warm re-plan reads only what changed.
 
 A spec read from standard input (the command line's ``-``) is passed in as bytes and shown as
 ``<stdin>``.
+
+Files are read only from inside the folders given (in git mode: the repository's snapshot): a
+spec file that is a link to a file elsewhere is refused with a read error, in folder mode as
+in git mode (a commit adding ``jobs/x.yaml -> /etc/...`` must not make the daemon run a job
+defined outside the repository, as CVE-2022-24904 did to Argo CD). A read error keeps every
+job as applied, so a refused link never deletes one. Links inside the folder are followed; a
+file named on the command line is read wherever it lies (the user chose it).
 """
 
 from __future__ import annotations
@@ -56,6 +63,8 @@ class SpecFiles:
         self.checks = tuple(checks)
         self.exclude = {os.path.realpath(p) for p in exclude}
         self.base = str(base) if base is not None else None
+        # Where spec files may really lie (their links resolved): the folders given, the base.
+        self.roots = [os.path.realpath(p) for p in [*self.paths, *([self.base] if self.base else [])]]
         self._cache: dict[str, tuple[tuple[int, int, int], FileResult]] = {}
         # The last state and the per-file results it was assembled from (None after a patch).
         self._last: tuple[list[FileResult] | None, DesiredState] | None = None
@@ -96,6 +105,10 @@ class SpecFiles:
                 if name.startswith("."):
                     continue
                 if name.endswith(_SUFFIXES):
+                    refused = self._outside(entry.path) if entry.is_symlink() else None
+                    if refused is not None:
+                        problems.append(refused)
+                        continue
                     try:
                         stat = entry.stat()  # the one system call per file of a warm load
                     except OSError as err:
@@ -185,6 +198,8 @@ class SpecFiles:
             else:
                 added_or_removed |= path not in files
                 files[path] = stat
+                if os.path.islink(path):
+                    return None  # a full load checks where it leads
                 new = self._load_one(path, stat, now)
                 if new.diagnostics or holds_no_job(new):
                     return None
@@ -201,6 +216,14 @@ class SpecFiles:
         state = DesiredState(jobs, (), {}, frozenset(), shown_files)
         self._last = (None, state)  # no per-file list: the next full load compares nothing
         return state
+
+    def _outside(self, path: str) -> Diagnostic | None:
+        """The refusal of the link ``path`` when it leads outside every root, else None."""
+        real = os.path.realpath(path)
+        if any(real == root or real.startswith(root.rstrip(os.sep) + os.sep) for root in self.roots):
+            return None
+        message = f"a link to {real}, outside the folder: refused (files are read only from inside it)"
+        return Diagnostic(display_path(path, self.base), 1, None, message, None, Code.READ_ERROR)
 
     def _load_one(self, path: str, stat: os.stat_result, now: float) -> FileResult:
         shown = display_path(path, self.base)

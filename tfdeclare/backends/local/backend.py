@@ -54,6 +54,8 @@ from typing import Any
 from tfdeclare.backends.base import BackendError, LogChunk
 from tfdeclare.backends.local import machine, ports
 from tfdeclare.backends.local.supervisor import kill_group, process_start_ticks
+from tfdeclare.backends.secrets import SecretUnavailable, read_all
+from tfdeclare.backends.secrets import to_json as secrets_json
 from tfdeclare.core.enums import Role, TaskState
 from tfdeclare.core.run.tasks import (
     GangRequest,
@@ -472,6 +474,10 @@ class LocalBackend:
         task_dir = self.tasks_dir / task.task_id
         if task_dir.exists():
             return None  # launched before (a retried apply): never twice
+        try:  # read again by the supervisor as it starts the task: never written to its files
+            read_all(task.secrets, os.environ)
+        except SecretUnavailable as err:
+            raise BackendError(f"{task.task_id}: {err}") from None
         env = dict(task.env)
         python_bin = str(Path(self.python).parent)
         env["PATH"] = python_bin + os.pathsep + env.get("PATH", os.environ.get("PATH", os.defpath))
@@ -499,6 +505,7 @@ class LocalBackend:
             "specHash": task.spec_hash,
             "argv": list(task.argv),
             "env": env,
+            "secrets": secrets_json(task.secrets),
             "cwd": cwd,
             "workDir": str(work),
             "sourceDir": str(source) if source is not None else None,

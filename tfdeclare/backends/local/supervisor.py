@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tfdeclare.backends.secrets import SecretUnavailable, read_all
+from tfdeclare.backends.secrets import from_json as secrets_from_json
 from tfdeclare.files import write_atomic
 
 POLL_S = 0.05
@@ -95,10 +97,11 @@ class Supervisor:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         started = time.time()
         with open(log_path, "ab", buffering=0) as log, open(os.devnull, "rb") as devnull:
-            try:
+            try:  # the values of secrets are read now, and only kept in the task's environment
+                secrets = read_all(secrets_from_json(self.spec.get("secrets", [])), os.environ)
                 child = subprocess.Popen(
                     self.spec["argv"],
-                    env=self.spec["env"],
+                    env={**self.spec["env"], **secrets},
                     cwd=self.spec.get("cwd") or None,
                     stdin=devnull,
                     stdout=log,
@@ -106,10 +109,9 @@ class Supervisor:
                     process_group=0,
                     close_fds=True,
                 )
-            except OSError as err:
-                log.write(
-                    f"tfdeclare: cannot start {self.spec['argv'][0]!r}: {err.strerror or err}\n".encode()
-                )
+            except (OSError, SecretUnavailable) as err:
+                reason = getattr(err, "strerror", None) or err
+                log.write(f"tfdeclare: cannot start {self.spec['argv'][0]!r}: {reason}\n".encode())
                 self._release_port()
                 write_json(
                     self.task_dir / "exit.json",
@@ -117,7 +119,7 @@ class Supervisor:
                         "exitCode": 127,
                         "finishedAt": time.time(),
                         "stopped": False,
-                        "message": f"cannot start: {err.strerror or err}",
+                        "message": f"cannot start: {reason}",
                     },
                 )
                 return 0

@@ -19,6 +19,7 @@ and reconciliation policies.
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -52,7 +53,8 @@ from tfdeclare.backends.mesos.state import (
 )
 from tfdeclare.backends.mesos.taskstate import is_terminal, observed_state
 from tfdeclare.backends.mesos.workers import BackgroundWork
-from tfdeclare.core.enums import Role
+from tfdeclare.backends.secrets import SecretUnavailable, read_all
+from tfdeclare.core.enums import Role, SecretSource
 from tfdeclare.core.run.tasks import (
     GangRequest,
     ObservedTask,
@@ -362,7 +364,18 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
                 validate_id(task.task_id, "task id")
             except ConfigError as err:
                 raise BackendError(str(err)) from None
-        self._request(lambda f: self._launch(f, placement, list(tasks)))
+        try:  # the controller's secrets go into the TaskInfo; agentFile ones are read on the agent
+            ready = [
+                replace(
+                    task,
+                    env=(*task.env, *read_all(task.secrets, os.environ, agent_files=False).items()),
+                    secrets=tuple((n, r) for n, r in task.secrets if r.source is SecretSource.AGENT_FILE),
+                )
+                for task in tasks
+            ]
+        except SecretUnavailable as err:
+            raise BackendError(f"{placement.job}: {err}") from None
+        self._request(lambda f: self._launch(f, placement, ready))
 
     def _launch(self, future: Future[None], placement: Placement, tasks: list[TaskLaunch]) -> None:
         todo = [t for t in tasks if t.task_id not in self._tasks]

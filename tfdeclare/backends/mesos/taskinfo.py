@@ -33,6 +33,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from tfdeclare.backends.secrets import agent_file_argv
 from tfdeclare.core.enums import VolumeMode
 from tfdeclare.core.run.tasks import TaskLaunch
 
@@ -100,7 +101,7 @@ def task_info(
     containerizer: str = "mesos",
     shared_filesystem: bool = False,
 ) -> JSON:
-    argv = list(launch.argv)
+    argv = agent_file_argv(launch.argv, launch.secrets)
     directory = working_dir(launch, shared_filesystem)
     docker = containerizer == "docker" and launch.image is not None
     command: JSON = {"shell": False}

@@ -40,10 +40,12 @@ from tfdeclare.core.diagnostics import Code, Diagnostic, format_json_path
 from tfdeclare.core.enums import Phase
 from tfdeclare.core.plan.desired import DesiredState
 from tfdeclare.core.plan.observed import ObservedJob, ObservedState, observed_fingerprint
+from tfdeclare.core.plan.quotas import enforce_quotas
 from tfdeclare.core.run.clusterspec import symbolic_addresses, task_configs
 from tfdeclare.core.run.tasks import TaskKey
 from tfdeclare.core.spec.loader import LoadedJob, SourceRef
 from tfdeclare.core.spec.model import TENSORBOARD_KEY, JobSpec, task_keys_of
+from tfdeclare.core.spec.policy import Quota
 
 
 class Action(StrEnum):
@@ -156,6 +158,7 @@ class PlanOptions:
     # The backend the plan is applied to: a running job on another one moves (None: not checked)
     backend: str | None = None
     settle_s: float = 0.0  # a change is made once the files have said so this long (0: at once)
+    quotas: tuple[Quota, ...] = ()  # the config's policy.quotas, counted over what the plan runs
 
 
 @dataclass(frozen=True, slots=True)
@@ -586,6 +589,7 @@ def plan(
 ) -> Plan:
     """``now`` and ``sightings`` (the previous plan's) matter only with ``options.settle_s``."""
     options = options or PlanOptions()
+    desired = enforce_quotas(desired, observed, options.quotas, options.prune)
     settling = _Settling(options.settle_s, now, sightings or {})
     jobs: list[JobPlan] = []
     acted: dict[str, Mapping[str, Any]] = {}

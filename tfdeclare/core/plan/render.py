@@ -1,20 +1,20 @@
 """Plans as text (Terraform-like) and JSON (the same plan as data); Markdown for pull requests is
 ``markdown``.
 
-Environment values whose names look like secrets are never shown (``(sensitive)``).
+Environment values whose names or values look like secrets are never shown (``(sensitive)``,
+``tfdeclare.core.spec.secrets``); references to secrets are shown as they are (they hold none).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from tfdeclare.core.plan.planner import ABSENT, Action, FieldChange, JobPlan, Plan
 from tfdeclare.core.run.tasks import TaskKey
+from tfdeclare.core.spec.secrets import shown_env_value
 from tfdeclare.core.tone import Painter, Tone, plain
 
-_SENSITIVE = re.compile(r"SECRET|TOKEN|PASSW|CREDENTIAL|PRIVATE|API_?KEY|ACCESS_?KEY|AUTH", re.IGNORECASE)
 _VERB = {
     Action.CREATE: "will be created",
     Action.UPDATE: "will be updated in place",
@@ -40,16 +40,9 @@ _ACTION_TONES = {
 _LISTED = (Action.CREATE, Action.UPDATE, Action.RESIZE, Action.RESTART, Action.MOVE, Action.DELETE)
 
 
-def is_sensitive(env_name: str) -> bool:
-    return bool(_SENSITIVE.search(env_name))
-
-
 def _redacted(value: Any, in_env: bool) -> Any:
     if isinstance(value, dict):
-        return {
-            k: "(sensitive)" if in_env and is_sensitive(k) else _redacted(v, k == "env")
-            for k, v in value.items()
-        }
+        return {k: shown_env_value(k, v) if in_env else _redacted(v, k == "env") for k, v in value.items()}
     return value
 
 
@@ -58,8 +51,8 @@ def shown_value(change: FieldChange, value: Any) -> Any:
     if value is ABSENT:
         return ABSENT
     path = change.path
-    if len(path) >= 2 and path[-2] == "env" and isinstance(path[-1], str) and is_sensitive(path[-1]):
-        return "(sensitive)"
+    if len(path) >= 2 and path[-2] == "env" and isinstance(path[-1], str):
+        return shown_env_value(path[-1], value)
     return _redacted(value, path[-1] == "env")
 
 

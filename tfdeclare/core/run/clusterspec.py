@@ -24,6 +24,7 @@ from tfdeclare.core.enums import ROLE_ORDER, ClusterSpecStyle, Role
 from tfdeclare.core.run.tasks import TaskKey, Volume
 from tfdeclare.core.spec.model import JobSpec
 from tfdeclare.core.spec.resources import Resources
+from tfdeclare.core.spec.secrets import EnvValue
 
 _PLACEHOLDER = re.compile(r"\{(ps_hosts|worker_hosts|job_name|task_index)\}")
 
@@ -67,7 +68,7 @@ def substitute(argv: tuple[str, ...], values: Mapping[str, str]) -> tuple[str, .
 class TaskConfig:
     key: TaskKey
     argv: tuple[str, ...]
-    env: tuple[tuple[str, str], ...]  # sorted by name
+    env: tuple[tuple[str, EnvValue], ...]  # sorted by name; secrets as references
     resources: Resources
     image: str | None
     working_dir: str | None
@@ -81,7 +82,7 @@ class TaskConfig:
         encoded = json.dumps(
             {
                 "argv": self.argv,
-                "env": self.env,
+                "env": [(k, v if isinstance(v, str) else v.to_json()) for k, v in self.env],
                 "resources": [self.resources.cpus, self.resources.mem_mib, self.resources.gpus],
                 "image": self.image,
                 "workingDir": self.working_dir,

@@ -51,8 +51,11 @@ def launch_env(env: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted([*env, *((k, v) for k, v in DEFAULT_ENV.items() if k not in named)]))
 
 
-def launches(record: JobRecord, placement: Placement, source_dir: str | None) -> list[TaskLaunch]:
-    """The launches of every placed slot; ``record`` is the one returned by ``placed``."""
+def launches(
+    record: JobRecord, placement: Placement, source_dir: str | None, secrets_dir: str | None = None
+) -> list[TaskLaunch]:
+    """The launches of every placed slot; ``record`` is the one returned by ``placed``.
+    ``secrets_dir`` is the config's ``secrets.dir``, where ``{name, key}`` references lie."""
     spec = record.spec
     addresses: Mapping[TaskKey, str] = {key: record.addresses[key.name] for key in spec.task_keys()}
     configs = task_configs(spec, addresses, record.attempt)
@@ -68,7 +71,8 @@ def launches(record: JobRecord, placement: Placement, source_dir: str | None) ->
                 spec_hash=record.spec_hash,
                 config_hash=config.config_hash,
                 argv=config.argv,
-                env=launch_env(config.env),
+                env=launch_env(tuple((k, v) for k, v in config.env if isinstance(v, str))),
+                secrets=tuple((k, v.located(secrets_dir)) for k, v in config.env if not isinstance(v, str)),
                 resources=config.resources,
                 slot=slot,
                 working_dir=config.working_dir,

@@ -15,6 +15,7 @@ from enum import StrEnum
 from tfdeclare.core.enums import PlacementStrategy, TaskState
 from tfdeclare.core.spec.keys import AttributeConstraint, TaskKey, Volume
 from tfdeclare.core.spec.resources import Resources
+from tfdeclare.core.spec.secrets import SecretRef
 
 __all__ = [
     "Address",
@@ -134,6 +135,9 @@ class TaskLaunch:
     volumes: tuple[Volume, ...] = ()
     grace_period_s: float = 10.0
     source_dir: str | None = None  # folder of the spec file (local backend: default working dir)
+    # Variables given by reference, read by the backend as the task starts, never stored by
+    # tfdeclare (``tfdeclare.backends.secrets``); ``name`` references arrive as files.
+    secrets: tuple[tuple[str, SecretRef], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

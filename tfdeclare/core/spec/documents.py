@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from tfdeclare.core.diagnostics import REPORTED, Code, Diagnostic, JsonPath, format_json_path
+from tfdeclare.core.diagnostics import REPORTED, Code, Diagnostic, JsonPath, format_json_path, hides_value
 from tfdeclare.core.spec.scalars import NOT_STRING_WORDS, resolve_plain
 
 MAX_FILE_BYTES = 1 << 20
@@ -179,9 +179,11 @@ class _Converter:
 
     def fail(self, node: yaml.Node, path: _Path, message: str, code: Code) -> None:
         line, column = _pos(node, self.lines)
-        self.diagnostics.append(
-            Diagnostic(self.source, line, column, message, format_json_path(_flatten(path)), code)
-        )
+        flat = _flatten(path)
+        text = node.value if isinstance(node, yaml.ScalarNode) else None
+        if text and hides_value(flat):  # an environment value is never quoted
+            message = message.replace(repr(text), "the value").replace(text, "the value")
+        self.diagnostics.append(Diagnostic(self.source, line, column, message, format_json_path(flat), code))
 
     def convert(self, node: yaml.Node, path: _Path, depth: int = 0) -> Any:
         """The plain value of ``node``. Hot: written for speed (one call per YAML node)."""

@@ -31,8 +31,10 @@ from tfdeclare.core.enums import (
 )
 from tfdeclare.core.spec.keys import AttributeConstraint, TaskKey, Volume
 from tfdeclare.core.spec.resources import QuantityError, Resources, parse_mem_mib
+from tfdeclare.core.spec.secrets import EnvValue, env_value
 
 Pairs = tuple[tuple[str, str], ...]
+EnvPairs = tuple[tuple[str, EnvValue], ...]  # a value is a string or a reference to a secret
 
 
 def _number(value: float) -> int | float:
@@ -153,7 +155,7 @@ class ReplicaSpec:
     role: Role
     count: int
     resources: Resources
-    env: Pairs = ()
+    env: EnvPairs = ()
     command: tuple[str, ...] | None = None
 
 
@@ -163,7 +165,7 @@ class JobSpec:
     labels: Pairs
     image: str | None
     command: tuple[str, ...] | None
-    env: Pairs
+    env: EnvPairs
     working_dir: str | None
     replicas: tuple[ReplicaSpec, ...]  # role order, only roles with count > 0
     restart_policy: RestartPolicy
@@ -188,7 +190,7 @@ class JobSpec:
                 resources=Resources(
                     float(entry["resources"]["cpus"]), entry["resources"]["mem"], entry["resources"]["gpus"]
                 ),
-                env=tuple(entry.get("env", {}).items()),
+                env=tuple((k, env_value(v)) for k, v in entry.get("env", {}).items()),
                 command=tuple(entry["command"]) if "command" in entry else None,
             )
             for role, name in ROLE_NAMES
@@ -199,7 +201,7 @@ class JobSpec:
             labels=tuple(canonical["metadata"]["labels"].items()),
             image=spec["image"],
             command=tuple(spec["command"]) if spec["command"] is not None else None,
-            env=tuple(spec["env"].items()),
+            env=tuple((k, env_value(v)) for k, v in spec["env"].items()),
             working_dir=spec["workingDir"],
             replicas=replicas,
             restart_policy=RestartPolicy(spec["restartPolicy"]),
@@ -245,7 +247,7 @@ class JobSpec:
             raise ValueError(f"job {self.name}: role {role.value} has no command")
         return command
 
-    def env_for(self, role: Role) -> dict[str, str]:
+    def env_for(self, role: Role) -> dict[str, EnvValue]:
         env = dict(self.env)
         replica = self.replica(role)
         if replica:

@@ -20,7 +20,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tfdeclare.core.diagnostics import REPORTED, JsonPath
+from tfdeclare.core.diagnostics import REPORTED, JsonPath, hides_value
 
 if TYPE_CHECKING:
     from jsonschema_rs import ValidationError
@@ -58,6 +58,11 @@ def describe(value: Any) -> str:
         shown = value if len(value) <= 40 else value[:37] + "..."
         return json.dumps(shown, ensure_ascii=False)
     return repr(value)
+
+
+def _type_word(value: Any) -> str:
+    """A value as its kind alone, for places whose values are never quoted (``hides_value``)."""
+    return _TYPE_WORDS.get(_json_type(value), "a value")
 
 
 def _json_type(value: Any) -> str:
@@ -161,13 +166,16 @@ def _render(error: ValidationError, document: Mapping[str, Any]) -> list[SchemaE
     node = _node(document, error.schema_path)
     message = node.get("x-message")
 
+    def shown(what: Any) -> str:
+        return _type_word(what) if hides_value(path) else describe(what)
+
     def said(text: str) -> list[SchemaError]:
         return [SchemaError(path, text)]
 
     match kind:
         case Kind.Type():
             types = _types(node, document) or ()
-            return said(f"expected {' or '.join(_TYPE_WORDS[t] for t in types)}, got {describe(value)}")
+            return said(f"expected {' or '.join(_TYPE_WORDS[t] for t in types)}, got {shown(value)}")
         case Kind.Required(property=missing):
             return said(f"missing required field {missing!r}")
         case Kind.AdditionalProperties(unexpected=unexpected):
@@ -199,30 +207,30 @@ def _render(error: ValidationError, document: Mapping[str, Any]) -> list[SchemaE
             for i, element in enumerate(value):
                 encoded = json.dumps(element, sort_keys=True)
                 if encoded in seen:
-                    found.append(SchemaError((*path, i), f"duplicate item {describe(element)}"))
+                    found.append(SchemaError((*path, i), f"duplicate item {shown(element)}"))
                 seen.append(encoded)
             return found
         case Kind.Enum():
             listing = ", ".join(str(option) for option in node["enum"])
-            return said(f"must be one of {listing}; got {describe(value)}")
+            return said(f"must be one of {listing}; got {shown(value)}")
         case Kind.Constant():
-            return said(f"must be {describe(node['const'])}; got {describe(value)}")
+            return said(f"must be {describe(node['const'])}; got {shown(value)}")
         case Kind.MinLength(limit=limit):
             return said(message or f"must not be shorter than {limit} characters")
         case Kind.MaxLength(limit=limit):
             return said(f"must be at most {limit} characters; got {len(value)}")
         case Kind.Pattern(pattern=pattern):
-            return said(f"{message or f'must match the pattern {pattern}'}; got {describe(value)}")
+            return said(f"{message or f'must match the pattern {pattern}'}; got {shown(value)}")
         case Kind.Minimum() | Kind.Maximum() | Kind.ExclusiveMinimum() | Kind.ExclusiveMaximum():
             bound = str(error.schema_path[-1])
-            return said(f"{_BOUNDS[bound]} {node[bound]}; got {value}")
+            return said(f"{_BOUNDS[bound]} {node[bound]}; got {shown(value)}")
         case Kind.MultipleOf():
-            return said(f"must be a multiple of {node['multipleOf']}; got {value}")
+            return said(f"must be a multiple of {node['multipleOf']}; got {shown(value)}")
         case Kind.OneOfMultipleValid():
             return said("matches more than one alternative")
         case Kind.AnyOf(context=context) | Kind.OneOfNotValid(context=context):
             if message:
-                return said(f"{message}; got {describe(value)}")
+                return said(f"{message}; got {shown(value)}")
             branches = node[str(error.schema_path[-1])]
             # The branches that admit a value of this type; when only one does, its errors
             # say what is wrong better than "not any of these".
@@ -230,9 +238,9 @@ def _render(error: ValidationError, document: Mapping[str, Any]) -> list[SchemaE
             if len(admitting) == 1:
                 return _render_all(context[admitting[0]], document)
             words = sorted({_TYPE_WORDS[t] for b in branches for t in _types(b, document) or ()})
-            return said(f"expected {' or '.join(words) or 'another value'}, got {describe(value)}")
+            return said(f"expected {' or '.join(words) or 'another value'}, got {shown(value)}")
         case Kind.Not():
-            return said(message or f"{describe(value)} is not allowed")
+            return said(message or f"{shown(value)} is not allowed")
     return said(error.message)  # a keyword our schemas do not use: the library's own words
 
 

@@ -1,0 +1,230 @@
+"""The daemon's HTTP endpoints under hostile requests: the real server on a real socket, in
+front of a small stand-in for the daemon (what it answers does not matter here), and the real
+daemon loop for the coalescing of ``POST /sync``. Each test waits on answers or conditions."""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import cli
+from tests.controller_world import World, daemon_running, job_text
+from tfdeclare.cli.common import UserError
+from tfdeclare.cli.daemon_command import access_policy
+from tfdeclare.core.config import DaemonConfig
+from tfdeclare.core.run.record import Revision
+from tfdeclare.daemon.httpguard import AccessPolicy
+from tfdeclare.daemon.server import MAX_CONNECTIONS, WORKERS, DaemonServer
+from tfdeclare.daemon.service import DaemonOptions
+from tfdeclare.daemon.sources import FolderSource
+
+TOKEN = "t0ken-for-the-tests-0123456789"
+
+
+class Endpoints:
+    def __init__(self) -> None:
+        self.syncs = 0
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        return True, {"ok": True}
+
+    def metrics_text(self) -> str:
+        return "tfdeclare_up 1\n"
+
+    def jobs(self) -> list[dict[str, Any]]:
+        return [{"name": "secret-project"}]
+
+    def request_sync(self) -> bool:
+        self.syncs += 1
+        return True
+
+
+def serve(access: AccessPolicy) -> tuple[DaemonServer, Endpoints]:
+    endpoints = Endpoints()
+    server = DaemonServer("127.0.0.1", 0, endpoints, access)
+    server.start()
+    return server, endpoints
+
+
+@pytest.fixture
+def open_server() -> Iterator[tuple[DaemonServer, Endpoints]]:
+    server, endpoints = serve(AccessPolicy(frozenset({"tfd.example"})))
+    yield server, endpoints
+    server.close()
+
+
+@pytest.fixture
+def token_server() -> Iterator[tuple[DaemonServer, Endpoints]]:
+    server, endpoints = serve(AccessPolicy(frozenset(), TOKEN, token_for_reads=True))
+    yield server, endpoints
+    server.close()
+
+
+def ask(server: DaemonServer, method: str, path: str, headers: dict[str, str] | None = None) -> int:
+    host, port = server.address
+    connection = http.client.HTTPConnection(host, port, timeout=10)
+    try:
+        given = {"Host": f"127.0.0.1:{port}", **(headers or {})}
+        connection.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+        for name, value in given.items():
+            connection.putheader(name, value)
+        connection.endheaders()
+        response = connection.getresponse()
+        response.read()
+        return response.status
+    finally:
+        connection.close()
+
+
+def test_the_host_must_be_one_the_daemon_serves(open_server: tuple[DaemonServer, Endpoints]) -> None:
+    server, _ = open_server
+    port = server.address[1]
+    for host in (
+        f"127.0.0.1:{port}",
+        f"localhost:{port}",
+        "LOCALHOST",
+        "[::1]:1",
+        "10.1.2.3",
+        "tfd.example:80",
+    ):
+        assert ask(server, "GET", "/jobs", {"Host": host}) == 200, host
+    rebinding = (
+        "evil.example",
+        f"evil.example:{port}",
+        "127.0.0.1.evil.example",
+        "localhost.evil.example",
+        "",
+    )
+    for host in rebinding:
+        assert ask(server, "GET", "/jobs", {"Host": host}) == 421, host
+    with socket.create_connection(server.address) as raw:  # HTTP/1.0 without a Host header
+        raw.sendall(b"GET /jobs HTTP/1.0\r\n\r\n")
+        assert raw.recv(100).startswith(b"HTTP/1.0 421")
+
+
+def test_cross_origin_posts_are_refused(open_server: tuple[DaemonServer, Endpoints]) -> None:
+    server, endpoints = open_server
+    port = server.address[1]
+    for origin in (
+        "http://evil.example",
+        f"http://evil.example:{port}",
+        "http://127.0.0.1:8000",
+        "null",
+        "file://",
+    ):
+        assert ask(server, "POST", "/sync", {"Origin": origin}) == 403, origin
+    assert endpoints.syncs == 0
+    assert ask(server, "POST", "/sync", {"Origin": f"http://127.0.0.1:{port}"}) == 202
+    assert ask(server, "POST", "/sync") == 202  # curl sends no Origin
+    assert endpoints.syncs == 2
+
+
+def test_a_token_guards_sync_and_if_asked_the_reads(token_server: tuple[DaemonServer, Endpoints]) -> None:
+    server, endpoints = token_server
+    for given in (
+        {},
+        {"Authorization": "Bearer wrong"},
+        {"Authorization": TOKEN},
+        {"Authorization": f"Basic {TOKEN}"},
+    ):
+        assert ask(server, "POST", "/sync", given) == 401, given
+        assert ask(server, "GET", "/jobs", given) == 401, given
+        assert ask(server, "GET", "/metrics", given) == 401, given
+    assert endpoints.syncs == 0
+    assert ask(server, "GET", "/healthz") == 200  # probes need no token
+    good = {"Authorization": f"Bearer {TOKEN}"}
+    assert ask(server, "POST", "/sync", good) == 202 and ask(server, "GET", "/jobs", good) == 200
+
+
+def test_request_bodies_are_bounded(open_server: tuple[DaemonServer, Endpoints]) -> None:
+    server, endpoints = open_server
+    assert ask(server, "POST", "/sync", {"Content-Length": "1000000"}) == 413
+    assert ask(server, "POST", "/sync", {"Transfer-Encoding": "chunked"}) == 413
+    assert endpoints.syncs == 0
+
+
+def test_a_flood_of_idle_connections_is_bounded_and_timed_out(
+    open_server: tuple[DaemonServer, Endpoints],
+) -> None:
+    server, _ = open_server
+    before = threading.active_count()
+    idle = [socket.create_connection(server.address) for _ in range(300)]
+    try:
+        deadline = time.monotonic() + 10
+        while server.httpd.turned_away < 300 - MAX_CONNECTIONS and time.monotonic() < deadline:
+            time.sleep(0.01)  # the accept loop works through the backlog
+        assert server.httpd.turned_away == 300 - MAX_CONNECTIONS
+        assert threading.active_count() <= before + WORKERS
+        idle[-1].settimeout(10)
+        assert idle[-1].recv(1) == b""  # turned away: closed at once
+        idle[0].settimeout(10)
+        assert idle[0].recv(1) == b""  # a silent client is dropped after the timeout
+    finally:
+        for connection in idle:
+            connection.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # the slots come back as the server sees the closes
+        try:
+            if ask(server, "GET", "/healthz") == 200:
+                break
+        except (ConnectionError, http.client.HTTPException):
+            time.sleep(0.05)
+    assert ask(server, "GET", "/healthz") == 200
+
+
+def test_the_daemon_refuses_to_listen_beyond_loopback_without_a_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "specs").mkdir()
+    result = cli("daemon", "--specs", "specs", "--host", "0.0.0.0", cwd=tmp_path, timeout=30)
+    assert result.returncode == 1
+    assert "refusing to serve the HTTP endpoints on 0.0.0.0 without a token" in result.stderr
+    assert not (tmp_path / ".tfdeclare" / "lock").exists()  # refused before anything started
+    monkeypatch.setenv("TFD_SHORT", "abc")
+    with pytest.raises(UserError, match="too short"):
+        access_policy(DaemonConfig(token_env="TFD_SHORT"), "0.0.0.0")
+    (tmp_path / "token").write_text(TOKEN + "\n")
+    policy = access_policy(
+        DaemonConfig(token_file=str(tmp_path / "token"), server_names=("TFD.example",)), "::"
+    )
+    assert policy.token == TOKEN and "tfd.example" in policy.names and TOKEN not in repr(policy)
+    assert access_policy(DaemonConfig(), "127.0.0.1").token is None
+
+
+class CountingSource(FolderSource):
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.synced_at: list[float] = []  # monotonic
+
+    def sync(self) -> Revision | None:
+        self.synced_at.append(time.monotonic())
+        return super().sync()
+
+
+def test_sync_requests_are_coalesced(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    world.write("a", job_text("a"))
+    source = CountingSource(world.specs, [tmp_path / "state", world.status_dir])
+    options = DaemonOptions(interval_s=3600, debounce_s=0.0, settle_s=0.0, min_sync_interval_s=2.0)
+    with daemon_running(world, source, options) as daemon:
+        server = DaemonServer("127.0.0.1", 0, daemon)
+        server.start()
+        try:
+            world.controller.wait_for_pass(0)  # the first pass fetched once
+            first = time.monotonic()
+            answers = [ask(server, "POST", "/sync") for _ in range(200)]
+            last = time.monotonic()
+            assert answers == [202] * 200
+            # the last request is honoured: a fetch after it, once the minimum interval is over
+            world.controller.wait_for_pass(0, lambda: source.synced_at[-1] > last)
+            fetches = len(source.synced_at)
+            assert fetches <= 2 + (last - first) / options.min_sync_interval_s  # not 200
+        finally:
+            server.close()

@@ -1,0 +1,114 @@
+"""Who may use the daemon's HTTP endpoints: the checks made before any endpoint runs.
+
+- **Host** must be a name the daemon serves: ``localhost``, an IP literal (a DNS-rebinding
+  page reaches us under its own *name*, never an address), this machine's host names, or one
+  of ``daemon.serverNames``. Else 421.
+- **Origin**, when a browser sends one with a ``POST``, must be one of those hosts, on our
+  port (a page elsewhere cannot make us sync). Else 403.
+- **Token**: with ``daemon.tokenFile``/``tokenEnv`` set, ``POST /sync`` needs
+  ``Authorization: Bearer <token>`` (and so do ``/jobs`` and ``/metrics`` with
+  ``daemon.tokenForReads``; ``/healthz`` stays open for probes). Else 401. The daemon refuses
+  to listen on anything but loopback without a token (``check_listen``).
+- **Size**: a request with a body over 1 KiB is refused (413) unread; none of ours has one.
+
+Pure: the server passes the method, path, headers and its own port in.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+MAX_BODY = 1024
+UNGUARDED_READS = frozenset({"/healthz"})  # with tokenForReads, every other GET needs the token
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    code: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class AccessPolicy:
+    names: frozenset[str]  # host names served besides localhost and IP literals (lower case)
+    token: str | None = None
+    token_for_reads: bool = False
+
+    def __repr__(self) -> str:  # never the token
+        return f"AccessPolicy(names={sorted(self.names)}, token={'set' if self.token else None})"
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_listen(host: str, policy: AccessPolicy) -> str | None:
+    """Why the daemon may not listen on ``host`` (None: it may)."""
+    if policy.token is None and not is_loopback(host):
+        return (
+            f"refusing to serve the HTTP endpoints on {host} without a token: anyone who can reach it "
+            "could trigger syncs and read every job's status. Set daemon.tokenFile or daemon.tokenEnv "
+            "in the config (and daemon.tokenForReads to guard /jobs and /metrics too), or listen on 127.0.0.1"
+        )
+    return None
+
+
+def _host_name(value: str) -> str | None:
+    """The name part of a Host header or an origin's netloc (``[::1]:8470`` -> ``::1``)."""
+    parts = urlsplit("//" + value.strip())
+    try:
+        parts.port  # noqa: B018 - a bad port is a bad header
+    except ValueError:
+        return None
+    return parts.hostname
+
+
+def _served(name: str | None, policy: AccessPolicy) -> bool:
+    if not name:
+        return False
+    if name == "localhost" or name in policy.names:
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def refusal(
+    method: str, path: str, headers: Mapping[str, str], port: int, policy: AccessPolicy
+) -> Refusal | None:
+    """Why this request is refused (None: it may go on). ``headers`` with lower-case keys."""
+    host = headers.get("host")
+    if host is None or not _served(_host_name(host), policy):
+        return Refusal(421, "this daemon does not serve that host name (daemon.serverNames in the config)")
+    length = headers.get("content-length", "0").strip() or "0"
+    if not length.isdigit() or int(length) > MAX_BODY or "transfer-encoding" in headers:
+        return Refusal(413, f"request bodies are limited to {MAX_BODY} bytes")
+    origin = headers.get("origin")
+    if method == "POST" and origin is not None:
+        parts = urlsplit(origin)
+        try:
+            origin_port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+        except ValueError:
+            origin_port = None
+        if not _served(parts.hostname, policy) or origin_port != port:
+            return Refusal(403, "cross-origin requests are refused")
+    guarded = method == "POST" or (policy.token_for_reads and path not in UNGUARDED_READS)
+    if guarded and policy.token is not None:
+        given = headers.get("authorization", "")
+        scheme, _, credential = given.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            credential.strip().encode(), policy.token.encode()
+        ):
+            return Refusal(401, "a valid token is required (Authorization: Bearer <token>)")
+    return None
