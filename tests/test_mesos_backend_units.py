@@ -351,6 +351,19 @@ def test_docker_containerizer_uses_host_networking_and_keeps_the_entrypoint() ->
     assert info["command"]["arguments"] == ["train.py", "--lr", "0.1"]
 
 
+def test_an_images_entrypoint_gets_the_args_and_no_value() -> None:
+    for containerizer in ("mesos", "docker"):
+        info = task_info(
+            launch(image="tf:2", argv=("--epochs", "3"), entrypoint=True),
+            "A",
+            "*",
+            {},
+            containerizer=containerizer,
+        )
+        assert "value" not in info["command"] and info["command"]["arguments"] == ["--epochs", "3"]
+        assert info["command"]["shell"] is False
+
+
 def test_shared_filesystem_starts_tasks_in_the_spec_folder() -> None:
     info = task_info(launch(source_dir="/specs"), "A", "*", {}, shared_filesystem=True)
     assert info["command"]["arguments"][4] == "/specs"

@@ -71,23 +71,24 @@ class TaskConfig:
     image: str | None
     working_dir: str | None
     volumes: tuple[Volume, ...]
+    entrypoint: bool = False  # argv holds only arguments for the image's own entrypoint
 
     @cached_property
     def config_hash(self) -> str:
         """A task's identity. Its encoding is frozen: a running task whose hash changes is
         replaced, so a field added later enters it only when set (``tests/test_upgrade.py``
         checks the hashes of an earlier release's tasks)."""
-        encoded = json.dumps(
-            {
-                "argv": self.argv,
-                "env": self.env,
-                "resources": [self.resources.cpus, self.resources.mem_mib, self.resources.gpus],
-                "image": self.image,
-                "workingDir": self.working_dir,
-                "volumes": [[v.host_path, v.container_path, v.mode.value] for v in self.volumes],
-            },
-            separators=(",", ":"),
-        )
+        identity: dict[str, object] = {
+            "argv": self.argv,
+            "env": self.env,
+            "resources": [self.resources.cpus, self.resources.mem_mib, self.resources.gpus],
+            "image": self.image,
+            "workingDir": self.working_dir,
+            "volumes": [[v.host_path, v.container_path, v.mode.value] for v in self.volumes],
+        }
+        if self.entrypoint:
+            identity["entrypoint"] = True
+        encoded = json.dumps(identity, separators=(",", ":"))
         return hashlib.sha256(encoded.encode()).hexdigest()[:16]
 
 
@@ -119,9 +120,10 @@ def task_configs(spec: JobSpec, addresses: Mapping[TaskKey, str], attempt: int) 
             argv=argv,
             env=tuple(sorted(env.items())),
             resources=spec.resources_for(key.role),
-            image=spec.image,
-            working_dir=spec.working_dir,
+            image=spec.image_for(key.role),
+            working_dir=spec.working_dir_for(key.role),
             volumes=spec.volumes,
+            entrypoint=spec.runs_entrypoint(key.role),
         )
     return configs
 

@@ -64,6 +64,7 @@ def launches(record: JobRecord, placement: Placement, source_dir: str | None) ->
                 volumes=config.volumes,
                 grace_period_s=spec.grace_period_s,
                 source_dir=source_dir,
+                entrypoint=config.entrypoint,
             )
         )
     return out

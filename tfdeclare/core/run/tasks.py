@@ -134,6 +134,7 @@ class TaskLaunch:
     volumes: tuple[Volume, ...] = ()
     grace_period_s: float = 10.0
     source_dir: str | None = None  # folder of the spec file (local backend: default working dir)
+    entrypoint: bool = False  # argv holds only arguments for the image's own entrypoint
 
 
 @dataclass(frozen=True, slots=True)

@@ -149,11 +149,13 @@ def _semantic_problems(document: Document, canonical: Mapping[str, Any]) -> list
             )
         )
     for role, entry in replicas.items():
-        if spec["command"] is None and "command" not in entry:
+        has_image = spec["image"] is not None or "image" in entry  # its entrypoint runs
+        if spec["command"] is None and "command" not in entry and not has_image:
             problems.append(
                 document.diagnostic(
                     ("spec", "replicas", role),
-                    f"role {role} has no command: set spec.command or spec.replicas.{role}.command",
+                    f"role {role} has no command: set spec.command or spec.replicas.{role}.command "
+                    "(or an image, whose entrypoint then runs)",
                     Code.MISSING_COMMAND,
                 )
             )
@@ -167,7 +169,12 @@ def _semantic_problems(document: Document, canonical: Mapping[str, Any]) -> list
                         "use tf_config or both",
                     )
                 )
-        commands = [spec["command"] or [], *(e.get("command", []) for e in replicas.values())]
+        commands = [
+            spec["command"] or [],
+            spec.get("args", []),
+            *(e.get("command", []) for e in replicas.values()),
+            *(e.get("args", []) for e in replicas.values()),
+        ]
         if not any(_PLACEHOLDER.search(arg) for command in commands for arg in command):
             problems.append(
                 document.diagnostic(

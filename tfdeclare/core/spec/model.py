@@ -27,12 +27,19 @@ from tfdeclare.core.enums import (
     PlacementStrategy,
     RestartPolicy,
     Role,
+    SuccessPolicy,
     VolumeMode,
 )
 from tfdeclare.core.spec.keys import AttributeConstraint, TaskKey, Volume
 from tfdeclare.core.spec.resources import QuantityError, Resources, parse_mem_mib
 
 Pairs = tuple[tuple[str, str], ...]
+
+DEFAULT_EVALUATOR_GRACE_S = 60.0
+"""How long the evaluator may finish its final evaluation after training succeeded, when the
+spec does not say (``evaluatorGraceSeconds``): long enough for one evaluation pass of a
+typical model over a validation set, short enough that a forgotten evaluator that waits for
+checkpoints forever does not hold a finished job open for long."""
 
 
 def _number(value: float) -> int | float:
@@ -69,6 +76,10 @@ def canonicalize(filled: Mapping[str, Any]) -> dict[str, Any]:
             entry["env"] = dict(sorted(replica["env"].items()))
         if "command" in replica:
             entry["command"] = list(replica["command"])
+        # Added for Kubeflow parity: present only when set, so earlier specs hash the same.
+        for key in ("args", "image", "workingDir", "restartPolicy"):
+            if key in replica:
+                entry[key] = list(replica[key]) if key == "args" else replica[key]
         replicas[role_name] = entry
     canonical_spec: dict[str, Any] = {
         "command": list(spec["command"]) if "command" in spec else None,
@@ -95,6 +106,14 @@ def canonicalize(filled: Mapping[str, Any]) -> dict[str, Any]:
             for v in spec["volumes"]
         ],
     }
+    # Added later (Kubeflow parity): present only when set, so earlier specs keep their hash.
+    if "args" in spec:
+        canonical_spec["args"] = list(spec["args"])
+    for key in ("ttlSecondsAfterFinished", "evaluatorGraceSeconds"):
+        if key in spec:
+            canonical_spec[key] = _number(spec[key])
+    if "successPolicy" in spec:
+        canonical_spec["successPolicy"] = spec["successPolicy"]
     return {
         "apiVersion": filled["apiVersion"],
         "kind": filled["kind"],
@@ -129,6 +148,10 @@ class ReplicaSpec:
     resources: Resources
     env: Pairs = ()
     command: tuple[str, ...] | None = None
+    args: tuple[str, ...] | None = None
+    image: str | None = None
+    working_dir: str | None = None
+    restart_policy: RestartPolicy | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +172,10 @@ class JobSpec:
     constraints: tuple[AttributeConstraint, ...]
     volumes: tuple[Volume, ...]
     spec_hash: str
+    args: tuple[str, ...] | None = None
+    success_policy: SuccessPolicy = SuccessPolicy.ALL_WORKERS
+    ttl_after_finished_s: int | None = None
+    evaluator_grace_s: float = DEFAULT_EVALUATOR_GRACE_S
 
     @classmethod
     def from_canonical(cls, canonical: Mapping[str, Any]) -> JobSpec:
@@ -163,6 +190,10 @@ class JobSpec:
                 ),
                 env=tuple(entry.get("env", {}).items()),
                 command=tuple(entry["command"]) if "command" in entry else None,
+                args=tuple(entry["args"]) if "args" in entry else None,
+                image=entry.get("image"),
+                working_dir=entry.get("workingDir"),
+                restart_policy=RestartPolicy(entry["restartPolicy"]) if "restartPolicy" in entry else None,
             )
             for role, name in ROLE_NAMES
             if (entry := by_role.get(name)) is not None
@@ -189,6 +220,10 @@ class JobSpec:
                 Volume(v["hostPath"], v["containerPath"], VolumeMode(v["mode"])) for v in spec["volumes"]
             ),
             spec_hash=fingerprint(canonical),
+            args=tuple(spec["args"]) if "args" in spec else None,
+            success_policy=SuccessPolicy(spec.get("successPolicy", SuccessPolicy.ALL_WORKERS.value)),
+            ttl_after_finished_s=spec.get("ttlSecondsAfterFinished"),
+            evaluator_grace_s=float(spec.get("evaluatorGraceSeconds", DEFAULT_EVALUATOR_GRACE_S)),
         )
 
     def replica(self, role: Role) -> ReplicaSpec | None:
@@ -209,11 +244,36 @@ class JobSpec:
         return tuple(TaskKey(r.role, i) for r in self.replicas for i in range(r.count))
 
     def command_for(self, role: Role) -> tuple[str, ...]:
+        """The argv of a role: its command and its args; only the args when the role runs its
+        image's entrypoint (``runs_entrypoint``)."""
         replica = self.replica(role)
         command = replica.command if replica and replica.command else self.command
-        if command is None:  # the loader refuses such specs
+        args = replica.args if replica and replica.args is not None else self.args
+        if command is None and self.image_for(role) is None:  # the loader refuses such specs
             raise ValueError(f"job {self.name}: role {role.value} has no command")
-        return command
+        return (*(command or ()), *(args or ()))
+
+    def runs_entrypoint(self, role: Role) -> bool:
+        """No command anywhere: the role's image's own entrypoint runs (with the args)."""
+        replica = self.replica(role)
+        return self.command is None and (replica is None or replica.command is None)
+
+    def image_for(self, role: Role) -> str | None:
+        replica = self.replica(role)
+        return replica.image if replica and replica.image else self.image
+
+    def working_dir_for(self, role: Role) -> str | None:
+        replica = self.replica(role)
+        return replica.working_dir if replica and replica.working_dir else self.working_dir
+
+    def restart_policy_for(self, role: Role) -> RestartPolicy:
+        replica = self.replica(role)
+        return replica.restart_policy if replica and replica.restart_policy else self.restart_policy
+
+    @property
+    def images(self) -> tuple[str, ...]:
+        """Every image the job's roles run, each once."""
+        return tuple(dict.fromkeys(i for r in self.replicas if (i := self.image_for(r.role))))
 
     def env_for(self, role: Role) -> dict[str, str]:
         env = dict(self.env)
