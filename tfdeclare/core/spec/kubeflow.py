@@ -28,7 +28,6 @@ from tfdeclare.core.diagnostics import JsonPath
 API_GROUP = "kubeflow.org/"
 API_VERSION = "kubeflow.org/v1"
 _ROLES = {"chief": "chief", "master": "chief", "ps": "ps", "worker": "worker", "evaluator": "evaluator"}
-_ROLE_ORDER = ("chief", "ps", "worker", "evaluator")
 _TF_PORT = 2222  # Kubeflow's default TF port (its name: tfjob-port); tfdeclare assigns ports
 _HOISTED = ("image", "command", "args", "env", "workingDir")
 _RUN_POLICY = ("backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished")
@@ -59,11 +58,13 @@ class Translation:
     def native_of(self, source: JsonPath) -> JsonPath | None:
         """The native path that a part of the manifest (or its nearest mapped parent) became."""
         reverse: dict[JsonPath, JsonPath] = {}
-        for native, origin in self.origins.items():
-            reverse.setdefault(origin, native)
+        for native, origin in sorted(self.origins.items(), key=lambda item: len(item[0])):
+            reverse.setdefault(origin, native)  # the outermost native part it became
         for cut in range(len(source), -1, -1):
             if source[:cut] in reverse:
-                return reverse[source[:cut]]
+                rest = source[cut:]
+                native = reverse[source[:cut]]
+                return (*native, *rest) if rest and all(isinstance(p, int) for p in rest) else native
         return None
 
 
@@ -171,7 +172,7 @@ class _Translator:
             roles[role], volumes[role], selectors[role] = self.replica(replica, at, role)
         self.hoist(out, roles)
         if roles:
-            out["replicas"] = {r: roles[r] for r in sorted(roles, key=_ROLE_ORDER.index)}
+            out["replicas"] = roles  # in the manifest's order (the canonical form sorts them)
             self.out.origins[("spec", "replicas")] = ("spec", "tfReplicaSpecs")
         self.restart_policies(out, roles)
         self.success_policy(out, spec.get("successPolicy"), "chief" in roles)
