@@ -17,7 +17,8 @@ from tfdeclare.backends.mesos.plugin import check_job as mesos_check
 from tfdeclare.core.diagnostics import Code, Severity
 from tfdeclare.core.enums import RestartPolicy, Role
 from tfdeclare.core.plan.planner import PlanOptions, plan
-from tfdeclare.core.spec.kubeflow import parse_cpu, parse_memory_mib, translate
+from tfdeclare.core.spec.kubeflow import translate
+from tfdeclare.core.spec.kubequantity import parse_cpu, parse_memory_mib
 from tfdeclare.core.spec.loader import FileResult, load_file
 from tfdeclare.shell.sources import SpecFiles
 

@@ -17,13 +17,12 @@ request is given).
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tfdeclare.core.diagnostics import JsonPath
+from tfdeclare.core.spec.kubequantity import parse_cpu, parse_memory_mib
 
 API_GROUP = "kubeflow.org/"
 API_VERSION = "kubeflow.org/v1"
@@ -331,7 +330,8 @@ class _Translator:
         if isinstance(metadata, Mapping):
             for key in metadata:
                 if key != "creationTimestamp":
-                    self.warn((*tat, "metadata", key), f"pod {key} have no tfdeclare equivalent: ignored")
+                    message = f"the pod template's {key} have no tfdeclare equivalent: ignored"
+                    self.warn((*tat, "metadata", key), message)
         self.unknown(template, ("metadata", "spec"), tat, "template")
         pod = template["spec"]
         pat = (*tat, "spec")
@@ -525,54 +525,3 @@ class _Translator:
 def translate(document: Mapping[str, Any]) -> Translation:
     """The native form of a Kubeflow TFJob manifest (``is_kubeflow``) and what did not map."""
     return _Translator().document(document)
-
-
-# ---- Kubernetes quantities ------------------------------------------------------------------------
-
-_QUANTITY = re.compile(
-    r"^([+]?[0-9]+(?:\.[0-9]*)?|[+]?\.[0-9]+)(?:[eE]([+-]?[0-9]+))?(m|k|Ki|Mi|Gi|Ti|Pi|Ei|M|G|T|P|E)?$"
-)
-_SUFFIX = {
-    None: 1.0,
-    "m": 1e-3,
-    "k": 1e3,
-    "M": 1e6,
-    "G": 1e9,
-    "T": 1e12,
-    "P": 1e15,
-    "E": 1e18,
-    "Ki": 2.0**10,
-    "Mi": 2.0**20,
-    "Gi": 2.0**30,
-    "Ti": 2.0**40,
-    "Pi": 2.0**50,
-    "Ei": 2.0**60,
-}
-
-
-def parse_quantity(value: Any) -> float | None:
-    """A Kubernetes resource quantity (``2500m``, ``4Gi``, ``1G``, ``1e3``, ``2``) as a number."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        number = float(value)
-    else:
-        match = _QUANTITY.match(str(value).strip())
-        if match is None:
-            return None
-        number = float(match.group(1)) * 10.0 ** int(match.group(2) or 0) * _SUFFIX[match.group(3)]
-    return number if math.isfinite(number) and number > 0 else None
-
-
-def parse_cpu(value: Any) -> int | float | None:
-    cores = parse_quantity(value)
-    if cores is None:
-        return None
-    cores = round(cores, 3)  # Kubernetes counts millicores
-    return int(cores) if cores.is_integer() else cores
-
-
-def parse_memory_mib(value: Any) -> int | None:
-    """Bytes as Kubernetes writes them -> whole MiB, rounded up."""
-    size = parse_quantity(value)
-    return None if size is None else max(1, math.ceil(size / 2**20 - 1e-9))
