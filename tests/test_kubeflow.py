@@ -4,12 +4,17 @@ spec extension, or is a warning at its own line; errors keep our ``PATH:LINE:COL
 
 from __future__ import annotations
 
+import copy
+import os
 import textwrap
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import cli
 from tfdeclare.backends.mesos.config import MesosConfig
@@ -20,6 +25,7 @@ from tfdeclare.core.plan.planner import PlanOptions, plan
 from tfdeclare.core.spec.kubeflow import translate
 from tfdeclare.core.spec.kubequantity import parse_cpu, parse_memory_mib
 from tfdeclare.core.spec.loader import FileResult, load_file
+from tfdeclare.shell.convert import convert_text
 from tfdeclare.shell.sources import SpecFiles
 
 EXAMPLES = Path(__file__).parent / "kubeflow"
@@ -283,3 +289,38 @@ def test_kubernetes_cpu_quantities(value: object, cores: float | None) -> None:
 )
 def test_kubernetes_memory_quantities_in_mib_rounded_up(value: object, mib: int | None) -> None:
     assert parse_memory_mib(value) == mib
+
+
+def _paths(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    found = [path]
+    if isinstance(value, dict):
+        found += [p for key, item in value.items() for p in _paths(item, (*path, key))]
+    elif isinstance(value, list):
+        found += [p for index, item in enumerate(value) for p in _paths(item, (*path, index))]
+    return found
+
+
+ODD_VALUES = [None, -1, 7, "x", "tensorflow", "2500m", [], {}, [1], {"a": 1}, [{"name": 1}], True, 1.5]
+
+
+@settings(max_examples=int(os.environ.get("TFDECLARE_FUZZ_EXAMPLES", "100")), deadline=None)
+@given(
+    st.sampled_from([*PUBLIC, None]),
+    st.lists(st.tuples(st.integers(min_value=0), st.sampled_from(ODD_VALUES)), min_size=1, max_size=3),
+)
+def test_any_manifest_shape_gives_diagnostics_never_a_crash(path: Path | None, changes: list[Any]) -> None:
+    """A field of the wrong type anywhere in a manifest is a diagnostic (found by this fuzzer:
+    a list where Kubernetes has a mapping crashed the translation)."""
+    document = yaml.safe_load(path.read_text() if path else textwrap.dedent(EVERYTHING))
+    for index, value in changes:
+        where = _paths(document)[1:]
+        *parents, last = where[index % len(where)]
+        node = document
+        for part in parents:
+            node = node[part]
+        node[last] = copy.deepcopy(value)
+    text = yaml.safe_dump(document, sort_keys=False)
+    result = load_file("fuzz.yaml", text.encode())
+    assert all(d.format() for d in result.diagnostics)
+    if not result.has_errors:
+        assert "apiVersion: tfdeclare/v1" in convert_text(text).text

@@ -81,6 +81,22 @@ class _Translator:
         target[str(native[-1])] = value
         self.out.origins[native] = origin
 
+    def listed(self, parent: Mapping[str, Any], key: str, at: JsonPath) -> list[Any]:
+        """``parent[key]`` when it is a list (absent: empty); anything else is an error."""
+        value = parent.get(key)
+        if value is None or isinstance(value, list):
+            return value or []
+        self.error((*at, key), f"{key} must be a list")
+        return []
+
+    def mapped(self, parent: Mapping[str, Any], key: str, at: JsonPath) -> Mapping[str, Any]:
+        """``parent[key]`` when it is a mapping (absent: empty); anything else is an error."""
+        value = parent.get(key)
+        if value is None or isinstance(value, Mapping):
+            return value or {}
+        self.error((*at, key), f"{key} must be a mapping")
+        return {}
+
     def unknown(self, value: Mapping[str, Any], known: Sequence[str], at: JsonPath, what: str) -> None:
         for key in value:
             if key not in known:
@@ -212,11 +228,11 @@ class _Translator:
                     self.out.origins.pop(("spec", "replicas", role, key), None)
 
     def restart_policies(self, out: dict[str, Any], roles: dict[str, dict[str, Any]]) -> None:
-        policies = {entry.get("restartPolicy") for entry in roles.values()}
-        if len(policies) == 1 and roles:
+        policies = [entry.get("restartPolicy") for entry in roles.values()]
+        if roles and all(policy == policies[0] for policy in policies):
             first = next(iter(roles))
             origin = self.out.origins[("spec", "replicas", first, "restartPolicy")]
-            self.put(out, ("spec", "restartPolicy"), policies.pop(), origin)
+            self.put(out, ("spec", "restartPolicy"), policies[0], origin)
             for role, entry in roles.items():
                 del entry["restartPolicy"]
                 self.out.origins.pop(("spec", "replicas", role, "restartPolicy"), None)
@@ -364,7 +380,7 @@ class _Translator:
                 "the pod's restartPolicy is ignored (as by Kubeflow): the replica's restartPolicy decides",
             )
         mounts = self.container(out, containers[index], (*pat, "containers", index), native)
-        volumes = self.volumes(pod.get("volumes"), mounts, (*pat, "volumes"))
+        volumes = self.volumes(self.listed(pod, "volumes", pat), mounts, (*pat, "volumes"))
         known = (
             "containers",
             "initContainers",
@@ -391,7 +407,7 @@ class _Translator:
             )
         if "resources" in container:
             self.resources(out, container["resources"], (*cat, "resources"), native)
-        for i, port in enumerate(container.get("ports") or ()):
+        for i, port in enumerate(self.listed(container, "ports", cat)):
             if isinstance(port, Mapping) and (
                 port.get("name") == "tfjob-port" or port.get("containerPort") == _TF_PORT
             ):
@@ -407,7 +423,7 @@ class _Translator:
             )
         known = ("name", "image", "command", "args", "workingDir", "env", "envFrom", "resources", "ports")
         self.unknown(container, (*known, "imagePullPolicy", "volumeMounts"), cat, "container")
-        mounts = container.get("volumeMounts") or []
+        mounts = self.listed(container, "volumeMounts", cat)
         return [((*cat, "volumeMounts", i), m) for i, m in enumerate(mounts) if isinstance(m, Mapping)]
 
     def env(self, out: dict[str, Any], env: Any, at: JsonPath, native: JsonPath) -> None:
@@ -445,8 +461,7 @@ class _Translator:
         if not isinstance(resources, Mapping):
             self.error(at, "resources must be a mapping of requests and limits")
             return
-        requests = resources.get("requests") or {}
-        limits = resources.get("limits") or {}
+        requests, limits = (self.mapped(resources, key, at) for key in ("requests", "limits"))
         wanted: dict[str, Any] = {}
         for name in dict.fromkeys([*requests, *limits]):
             use = "requests" if name in requests else "limits"
@@ -490,16 +505,14 @@ class _Translator:
             self.out.origins[(*native, "resources")] = at
 
     def volumes(
-        self, volumes: Any, mounts: list[tuple[JsonPath, Mapping[str, Any]]], at: JsonPath
+        self, volumes: list[Any], mounts: list[tuple[JsonPath, Mapping[str, Any]]], at: JsonPath
     ) -> list[dict[str, Any]]:
-        by_name = {
-            v.get("name"): (i, v)
-            for i, v in enumerate(volumes or ())
-            if isinstance(v, Mapping) and "name" in v
-        }
+        named = [(i, v) for i, v in enumerate(volumes) if isinstance(v, Mapping)]
+        by_name = {v["name"]: (i, v) for i, v in named if isinstance(v.get("name"), str)}
         out: list[dict[str, Any]] = []
         for where, mount in mounts:
-            found = by_name.pop(mount.get("name"), None)
+            name = mount.get("name")
+            found = by_name.pop(name, None) if isinstance(name, str) else None
             if found is None:
                 self.warn(where, f"volumeMount '{mount.get('name')}' names no volume of the pod: ignored")
                 continue
