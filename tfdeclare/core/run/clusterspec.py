@@ -78,17 +78,19 @@ class TaskConfig:
         """A task's identity. Its encoding is frozen: a running task whose hash changes is
         replaced, so a field added later enters it only when set (``tests/test_upgrade.py``
         checks the hashes of an earlier release's tasks)."""
-        identity: dict[str, object] = {
-            "argv": self.argv,
-            "env": self.env,
-            "resources": [self.resources.cpus, self.resources.mem_mib, self.resources.gpus],
-            "image": self.image,
-            "workingDir": self.working_dir,
-            "volumes": [[v.host_path, v.container_path, v.mode.value] for v in self.volumes],
-        }
-        if self.entrypoint:
-            identity["entrypoint"] = True
-        encoded = json.dumps(identity, separators=(",", ":"))
+        encoded = json.dumps(
+            {
+                "argv": self.argv,
+                "env": self.env,
+                "resources": [self.resources.cpus, self.resources.mem_mib, self.resources.gpus],
+                "image": self.image,
+                "workingDir": self.working_dir,
+                "volumes": [[v.host_path, v.container_path, v.mode.value] for v in self.volumes],
+            },
+            separators=(",", ":"),
+        )
+        if self.entrypoint:  # added later: part of the identity only when set
+            encoded += "+entrypoint"
         return hashlib.sha256(encoded.encode()).hexdigest()[:16]
 
 
