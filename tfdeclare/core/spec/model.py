@@ -105,15 +105,8 @@ def canonicalize(filled: Mapping[str, Any]) -> dict[str, Any]:
             {"hostPath": v["hostPath"], "containerPath": v["containerPath"], "mode": v["mode"]}
             for v in spec["volumes"]
         ],
+        **_parity_fields(spec),
     }
-    # Added later (Kubeflow parity): present only when set, so earlier specs keep their hash.
-    if "args" in spec:
-        canonical_spec["args"] = list(spec["args"])
-    for key in ("ttlSecondsAfterFinished", "evaluatorGraceSeconds"):
-        if key in spec:
-            canonical_spec[key] = _number(spec[key])
-    if "successPolicy" in spec:
-        canonical_spec["successPolicy"] = spec["successPolicy"]
     return {
         "apiVersion": filled["apiVersion"],
         "kind": filled["kind"],
@@ -123,6 +116,20 @@ def canonicalize(filled: Mapping[str, Any]) -> dict[str, Any]:
         },
         "spec": canonical_spec,
     }
+
+
+def _parity_fields(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The job fields added for Kubeflow parity, present only when set (so earlier specs keep
+    their hash)."""
+    out: dict[str, Any] = {}
+    if "args" in spec:
+        out["args"] = list(spec["args"])
+    for key in ("ttlSecondsAfterFinished", "evaluatorGraceSeconds"):
+        if key in spec:
+            out[key] = _number(spec[key])
+    if "successPolicy" in spec:
+        out["successPolicy"] = spec["successPolicy"]
+    return out
 
 
 def fingerprint(canonical: Mapping[str, Any]) -> str:
