@@ -288,7 +288,7 @@ def _after_finish(
     event = (
         f"{record.name}: cleaned up its tasks and logs ({ttl} s after it finished, ttlSecondsAfterFinished)"
     )
-    return Step(cleaned, forget=tuple(t.task_id for t in tasks), purge=True, events=(event,))
+    return Step(cleaned, purge=True, events=(event,))  # the backend's purge forgets them too
 
 
 def _on_failure(
