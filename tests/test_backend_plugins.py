@@ -207,6 +207,23 @@ def test_mesos_refuses_gpus_with_the_docker_containerizer_only() -> None:
     assert "GPUs need the Mesos containerizer" in found[0].message
 
 
+def test_local_refuses_a_roles_own_image_too() -> None:
+    text = JOB.replace("worker: {count: 2,", "worker: {count: 2, image: tf:2,")
+    (problem,) = local_check(LocalConfig(), _job(text), _at)
+    assert problem.json_path == "spec.replicas.worker.image"
+
+
+ENTRYPOINT = JOB.replace("  command: [python, train.py]\n", "  image: tf:2\n  workingDir: /w\n")
+
+
+def test_mesos_refuses_a_working_dir_for_an_images_entrypoint_under_its_own_containerizer() -> None:
+    (problem,) = mesos_check(MesosConfig(containerizer="mesos"), _job(ENTRYPOINT), _at)
+    assert problem.json_path == "spec.workingDir" and "entrypoint" in problem.message
+    cpu_only = ENTRYPOINT.replace(", gpus: 1", "")
+    assert mesos_check(MesosConfig(containerizer="docker"), _job(cpu_only), _at) == []
+    assert mesos_check(MesosConfig(), _job(ENTRYPOINT.replace("  workingDir: /w\n", "")), _at) == []
+
+
 def test_mesos_accepts_images_volumes_and_constraints() -> None:
     assert mesos_check(MesosConfig(), _job(JOB + IMAGE + VOLUMES + CONSTRAINTS), _at) == []
 

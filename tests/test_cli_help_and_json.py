@@ -14,7 +14,9 @@ from tfdeclare.cli.main import build_parser
 
 # Commands whose output is not results: a shell script, a JSON Schema (JSON already), log lines of
 # a long-running process (--log-format json).
-NOT_RESULTS = {"completion", "schema", "daemon"}
+# completion prints a script, schema is JSON already, daemon logs (--log-format json), convert
+# prints YAML specs (its output is the converted document).
+NOT_RESULTS = {"completion", "schema", "daemon", "convert"}
 
 
 def _commands() -> dict[str, argparse.ArgumentParser]:

@@ -35,9 +35,9 @@ def test_validate_json_output(workdir: Path) -> None:
         "column": 3,
         "severity": "error",
         "code": "schema",
-        "message": "unknown field 'extra'; allowed: activeDeadlineSeconds, backoffLimit, clusterSpec, "
-        "command, env, "
-        "image, placement, replicas, restartPolicy, tensorboard, terminationGracePeriodSeconds, volumes, workingDir",
+        "message": "unknown field 'extra'; allowed: activeDeadlineSeconds, args, backoffLimit, clusterSpec, "
+        "command, env, evaluatorGraceSeconds, image, placement, replicas, restartPolicy, successPolicy, "
+        "tensorboard, terminationGracePeriodSeconds, ttlSecondsAfterFinished, volumes, workingDir",
         "jsonPath": "$.spec.extra",
     }
 

@@ -105,6 +105,7 @@ def test_every_role_gets_its_cluster_and_completion_stops_the_rest(project: Path
         spec(
             "roles",
             {"chief": (1, "wait=5"), "ps": (1, "serve"), "worker": (2, "serve"), "evaluator": (1, "serve")},
+            extra="  evaluatorGraceSeconds: 1\n",  # this evaluator never ends: stopped after its grace
         )
     )
     result = cli("apply", "specs", "--wait", "--timeout", "60", cwd=project)
@@ -129,6 +130,7 @@ def test_every_role_gets_its_cluster_and_completion_stops_the_rest(project: Path
     assert pids_alive([int(r["pid"]) for r in seen.values()]) == [], "ps, workers and evaluator were stopped"
     document = status_of(project, "roles")
     assert document["phase"] == "Succeeded"
+    assert "the evaluator was stopped after evaluatorGraceSeconds" in str(document["message"])
     assert {t["role"]: t["state"] for t in document["tasks"]}["chief"] == "succeeded"  # type: ignore[index, union-attr]
 
 

@@ -266,6 +266,6 @@ def test_generated_specs_with_raw_bytes_spliced_in_never_crash(
 def test_a_yaml_1_1_line_break_character_does_not_shift_diagnostic_lines() -> None:
     """libyaml (YAML 1.1) counts U+0085, U+2028 and U+2029 as line breaks, editors (and YAML
     1.2) do not: every diagnostic after one pointed a line too far down (found by this fuzzer)."""
-    data = "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: nel}\nspec:\n  image: 'a\x85b'\n  replicas:\n    ps: {}\n"
+    data = "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: nel}\nspec:\n  env: {A: 'a\x85b'}\n  replicas:\n    ps: {}\n"
     result = load_file("nel.yaml", data.encode())
     assert [(d.line, d.column) for d in result.diagnostics] == [(6, 3), (7, 5)]

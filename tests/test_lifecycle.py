@@ -88,12 +88,6 @@ def test_all_running_is_running_and_starting_is_not() -> None:
         (PSS, {"chief-0": (S, 0)}, ["ps-0", "worker-0", "worker-1"], Reason.CHIEF_SUCCEEDED),
         (MWMS, {"worker-0": (S, 0), "worker-1": (S, 0)}, [], Reason.WORKERS_SUCCEEDED),
         (
-            "{worker: {count: 2}, evaluator: {count: 1}}",
-            {"worker-0": (S, 0), "worker-1": (S, 0)},
-            ["evaluator-0"],
-            Reason.WORKERS_SUCCEEDED,
-        ),
-        (
             "{ps: {count: 1}, worker: {count: 2}}",
             {"worker-0": (S, 0), "worker-1": (S, 0)},
             ["ps-0"],
@@ -112,6 +106,96 @@ def test_completion_stops_what_still_runs(
     assert result.record.phase is Phase.SUCCEEDED and result.record.reason == why
     assert result.record.completion_time == T0 + 5
     assert sorted(result.stop) == sorted(f"job.u1.{n}.1" for n in still_running)
+
+
+EVALUATED = "{chief: {count: 1}, ps: {count: 1}, worker: {count: 1}, evaluator: {count: 1}}"
+TRAINED = {"chief-0": (S, 0)}
+
+
+def evaluated(extra: str = "", **fields: object) -> tuple[JobRecord, list[ObservedTask]]:
+    record = record_for(EVALUATED, extra, **fields)
+    tasks = [
+        task(record, "chief-0", S, 0),
+        *(task(record, n, R) for n in ("ps-0", "worker-0", "evaluator-0")),
+    ]
+    return record, tasks
+
+
+def test_without_a_grace_the_evaluator_is_stopped_with_the_rest() -> None:
+    record, tasks = evaluated("  evaluatorGraceSeconds: 0\n")
+    result = step(record, tasks, T0 + 5, BACKOFF)
+    assert result.record.phase is Phase.SUCCEEDED and result.record.reason == Reason.CHIEF_SUCCEEDED
+    assert sorted(result.stop) == ["job.u1.evaluator-0.1", "job.u1.ps-0.1", "job.u1.worker-0.1"]
+
+
+def test_the_evaluator_finishes_its_final_evaluation_and_then_the_job_succeeds() -> None:
+    record, tasks = evaluated("  evaluatorGraceSeconds: 120\n")
+    first = step(record, tasks, T0 + 5, BACKOFF)
+    assert first.record.phase is Phase.RUNNING and first.record.reason == Reason.FINAL_EVALUATION
+    assert sorted(first.stop) == ["job.u1.ps-0.1", "job.u1.worker-0.1"], "training tasks stop, not it"
+    assert first.wake_at == T0 + 125
+    assert first.record.completion_time is None
+
+    # The training tasks are gone (stopped: not a failure now); the evaluator still evaluates.
+    stopped = [tasks[0], task(record, "ps-0", TaskState.STOPPED), task(record, "worker-0", TaskState.STOPPED)]
+    second = step(first.record, [*stopped, tasks[3]], T0 + 60, BACKOFF)
+    assert second.record.phase is Phase.RUNNING and second.stop == () and second.launch == ()
+
+    done = step(second.record, [*stopped, task(record, "evaluator-0", S, 0)], T0 + 70, BACKOFF)
+    assert done.record.phase is Phase.SUCCEEDED and done.record.reason == Reason.CHIEF_SUCCEEDED
+    assert done.record.completion_time == T0 + 70
+    assert "evaluator-0 exited 0" in done.record.message
+
+
+def test_the_grace_runs_out_and_the_evaluator_is_stopped() -> None:
+    record, tasks = evaluated("  evaluatorGraceSeconds: 30\n")
+    first = step(record, tasks, T0 + 5, BACKOFF)
+    late = step(first.record, [tasks[0], tasks[3]], T0 + 35, BACKOFF)
+    assert late.record.phase is Phase.SUCCEEDED and late.stop == ("job.u1.evaluator-0.1",)
+    assert "evaluatorGraceSeconds" in late.record.message
+
+
+def test_the_default_grace_is_sixty_seconds_and_a_deadline_does_not_fail_a_trained_job() -> None:
+    record, tasks = evaluated("  activeDeadlineSeconds: 10\n")
+    first = step(record, tasks, T0 + 5, BACKOFF)
+    assert first.wake_at == T0 + 65
+    assert step(first.record, tasks, T0 + 30, BACKOFF).record.phase is Phase.RUNNING
+    assert step(first.record, tasks, T0 + 65, BACKOFF).record.phase is Phase.SUCCEEDED
+
+
+def test_worker0_success_policy_completes_when_worker_0_exits_0() -> None:
+    record = record_for("{worker: {count: 3}}", "  successPolicy: Worker0\n")
+    tasks = [task(record, "worker-0", S, 0), task(record, "worker-1", R), task(record, "worker-2", R)]
+    result = step(record, tasks, T0 + 5, BACKOFF)
+    assert result.record.phase is Phase.SUCCEEDED and result.record.reason == Reason.WORKER0_SUCCEEDED
+    assert sorted(result.stop) == ["job.u1.worker-1.1", "job.u1.worker-2.1"]
+    default = record_for("{worker: {count: 3}}")
+    assert step(default, tasks, T0 + 5, BACKOFF).record.phase is not Phase.SUCCEEDED
+
+
+def test_each_role_fails_by_its_own_restart_policy() -> None:
+    replicas = "{ps: {count: 1, restartPolicy: Never}, worker: {count: 1}}"
+    record = record_for(replicas, "  restartPolicy: OnFailure\n")
+    worker_failed = step(record, [task(record, "ps-0", R), task(record, "worker-0", F, 1)], T0, BACKOFF)
+    assert worker_failed.record.phase is Phase.RESTARTING
+    ps_failed = step(record, [task(record, "ps-0", F, 1), task(record, "worker-0", R)], T0, BACKOFF)
+    assert ps_failed.record.phase is Phase.FAILED and ps_failed.record.reason == Reason.TASK_FAILED
+    assert "restartPolicy Never" in ps_failed.record.message
+
+
+def test_ttl_after_finished_purges_once_nothing_runs() -> None:
+    finished = {"phase": Phase.SUCCEEDED, "completion_time": T0 + 10}
+    record = record_for(MWMS, "  ttlSecondsAfterFinished: 100\n", **finished)
+    ended = [task(record, "worker-0", S, 0), task(record, "worker-1", S, 0)]
+    early = step(record, ended, T0 + 50, BACKOFF)
+    assert not early.purge and early.wake_at == T0 + 110
+    still = step(record, [ended[0], task(record, "worker-1", TaskState.STOPPING)], T0 + 120, BACKOFF)
+    assert not still.purge, "nothing is purged while a task of it still runs"
+    due = step(record, ended, T0 + 120, BACKOFF)
+    assert due.purge and due.record.cleaned_at == T0 + 120 and due.record.phase is Phase.SUCCEEDED
+    assert not step(due.record, [], T0 + 500, BACKOFF).purge, "cleaned up once"
+    kept = record_for(MWMS, **finished)
+    assert not step(kept, ended, T0 + 10**6, BACKOFF).purge, "no TTL: kept until deleted"
 
 
 def test_one_worker_done_is_not_completion_without_chief() -> None:

@@ -371,6 +371,19 @@ def test_a_container_never_starts_in_a_host_folder(containerizer: str) -> None:
     assert directory(source_dir="/specs", working_dir="/workspace") == "/workspace"
 
 
+def test_an_images_entrypoint_gets_the_args_and_no_value() -> None:
+    for containerizer in ("mesos", "docker"):
+        info = task_info(
+            launch(image="tf:2", argv=("--epochs", "3"), entrypoint=True),
+            "A",
+            "*",
+            {},
+            containerizer=containerizer,
+        )
+        assert "value" not in info["command"] and info["command"]["arguments"] == ["--epochs", "3"]
+        assert info["command"]["shell"] is False
+
+
 def test_shared_filesystem_starts_tasks_in_the_spec_folder() -> None:
     info = task_info(launch(source_dir="/specs"), "A", "*", {}, shared_filesystem=True)
     assert info["command"]["arguments"][4] == "/specs"

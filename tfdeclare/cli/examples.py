@@ -51,6 +51,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "tfdeclare schema config",
     ),
     "version": ("tfdeclare version", "tfdeclare version -o json"),
+    "convert": (
+        "tfdeclare convert tfjob.yaml                 # the native spec on stdout, comments kept",
+        "tfdeclare convert --write k8s/*.yaml         # rewrite the manifests in place",
+    ),
     "completion": (
         "source <(tfdeclare completion bash)        # in ~/.bashrc",
         "source <(tfdeclare completion zsh)         # in ~/.zshrc, after compinit",

@@ -77,6 +77,18 @@ def _specs_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     version = sub.add_parser("version", help="print the version (also --version)")
     version.add_argument("-o", "--output", choices=("text", "json"), default="text")
     version.set_defaults(handler="tfdeclare.cli.specs_commands:cmd_version")
+    convert = sub.add_parser(
+        "convert",
+        help="write Kubeflow TFJob manifests as native tfdeclare specs, comments kept",
+        description="Convert Kubeflow kubeflow.org/v1 TFJob manifests to tfdeclare/v1 specs, keeping "
+        "comments and key order. Prints to stdout unless --write. What cannot be carried over is a "
+        "warning (and a comment atop the converted document). Example: tfdeclare convert tfjob.yaml",
+    )
+    convert.add_argument("files", nargs="+", metavar="FILE")
+    convert.add_argument(
+        "-w", "--write", action="store_true", help="rewrite each file in place instead of printing"
+    )
+    convert.set_defaults(handler="tfdeclare.cli.convert_command:cmd_convert")
 
 
 def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -246,6 +246,8 @@ class Controller:
                 next_launch_at=None,
                 start_time=None,
                 completion_time=None,
+                final_evaluation_since=None,
+                cleaned_at=None,
                 conditions=(),
                 tasks=(),
             )
@@ -365,6 +367,8 @@ class Controller:
             result.wake(now + grace + 1)
         if decided.forget:
             backend.forget(decided.forget)
+        if decided.purge:  # ttlSecondsAfterFinished: its ended tasks and their logs go
+            backend.purge(record.name)
         if decided.remove:
             backend.purge(record.name)
             self.statuses.remove(record.name)  # first: a status file that cannot go keeps the record

@@ -15,6 +15,7 @@ from typing import Any
 class Severity(StrEnum):
     ERROR = "error"
     WARNING = "warning"
+    NOTE = "note"  # information, like gcc's: e.g. "read as a Kubeflow TFJob"
 
 
 class Code(StrEnum):
@@ -36,6 +37,8 @@ class Code(StrEnum):
     QUOTA = "quota"  # the config's policy.quotas: jobs with one label value together
     NO_FILES = "no-files"
     NO_JOB_DOCUMENT = "no-job-document"  # a file without a job: it protects the jobs it held
+    KUBEFLOW = "kubeflow"  # a Kubeflow TFJob: read as such (note), or not one we can read (error)
+    KUBEFLOW_UNMAPPED = "kubeflow-unmapped"  # a Kubeflow field with no equivalent (warning)
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,13 @@ class RestartPolicy(StrEnum):
     EXIT_CODE = "ExitCode"
 
 
+class SuccessPolicy(StrEnum):
+    """When a job without a chief has succeeded (with a chief, the chief decides)."""
+
+    ALL_WORKERS = "AllWorkers"  # every worker exited 0 (the default)
+    WORKER0 = "Worker0"  # worker 0 exited 0 (Kubeflow's default)
+
+
 class ClusterSpecStyle(StrEnum):
     TF_CONFIG = "tf_config"
     LEGACY_FLAGS = "legacy_flags"
@@ -101,6 +108,8 @@ class Reason(StrEnum):
     RESIZED = "Resized"
     CHIEF_SUCCEEDED = "ChiefSucceeded"
     WORKERS_SUCCEEDED = "AllWorkersSucceeded"
+    WORKER0_SUCCEEDED = "FirstWorkerSucceeded"  # successPolicy Worker0
+    FINAL_EVALUATION = "FinalEvaluation"  # training succeeded; the evaluator finishes (a grace)
     TASK_FAILED = "TaskFailed"
     PERMANENT_EXIT_CODE = "PermanentExitCode"
     BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"

@@ -17,17 +17,19 @@ from tfdeclare.backends.plugin import BackendPlugin
 
 if TYPE_CHECKING:
     from tfdeclare.backends.base import Backend
-    from tfdeclare.core.diagnostics import Diagnostic
+    from tfdeclare.core.diagnostics import Diagnostic, JsonPath
     from tfdeclare.core.spec.loader import LoadedJob, Locate
 
 
 def check_job(config: LocalConfig, job: LoadedJob, at: Locate) -> list[Diagnostic]:
     spec = job.canonical["spec"]
     problems = []
-    if spec["image"] is not None:
+    image_paths: list[JsonPath] = [("spec", "image")] if spec["image"] is not None else []
+    image_paths += [("spec", "replicas", r, "image") for r, e in spec["replicas"].items() if "image" in e]
+    for path in image_paths[:1]:
         problems.append(
             at(
-                ("spec", "image"),
+                path,
                 "the local backend has no container runtime: the job would run as a bare process "
                 "on this machine instead of in its image; remove spec.image to run the command "
                 "here, or use a container backend (mesos)",

@@ -1,7 +1,8 @@
 """The Mesos backend's registration: config section, spec checks, construction.
 
-The spec check: a job asking for GPUs needs the Mesos (universal) containerizer; with
-``mesos.containerizer: docker`` it is an error at the first role that asks for them. Importing
+The spec checks: a job asking for GPUs needs the Mesos (universal) containerizer; with
+``mesos.containerizer: docker`` it is an error at the first role that asks for them. Under the
+Mesos containerizer, a role that runs its image's entrypoint cannot have a working directory. Importing
 this module imports no Mesos client (``build`` does).
 """
 
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 
 def check_job(config: MesosConfig, job: LoadedJob, at: Locate) -> list[Diagnostic]:
     if config.containerizer != "docker":
-        return []
+        return _entrypoint_working_dir(job, at)
     for role, replica in job.canonical["spec"]["replicas"].items():
         if replica["resources"]["gpus"]:
             return [
@@ -30,6 +31,28 @@ def check_job(config: MesosConfig, job: LoadedJob, at: Locate) -> list[Diagnosti
                     ("spec", "replicas", role, "resources", "gpus"),
                     "GPUs need the Mesos containerizer; this controller is configured with the "
                     "Docker containerizer (mesos.containerizer), which cannot give a task its GPUs",
+                )
+            ]
+    return []
+
+
+def _entrypoint_working_dir(job: LoadedJob, at: Locate) -> list[Diagnostic]:
+    """The Mesos containerizer cannot set a working directory for an image's entrypoint (the
+    ``cd`` wrapper needs the command)."""
+    spec = job.spec
+    for replica in spec.replicas:
+        if spec.runs_entrypoint(replica.role) and spec.working_dir_for(replica.role) is not None:
+            field = (
+                ("workingDir",)
+                if replica.working_dir is None
+                else ("replicas", replica.role.value, "workingDir")
+            )
+            return [
+                at(
+                    ("spec", *field),
+                    f"role {replica.role.value} runs its image's entrypoint (no command), and the "
+                    "Mesos containerizer cannot give that a working directory: set a command, "
+                    "or use mesos.containerizer: docker",
                 )
             ]
     return []

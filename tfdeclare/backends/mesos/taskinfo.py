@@ -13,6 +13,11 @@ gets ``--init`` (a DockerInfo parameter, Docker >= 1.13): without it the trainin
 PID 1 of its container, which ignores SIGTERM unless it installs a handler, so every stop would
 wait out the grace period and end in SIGKILL.
 
+A role that runs its image's entrypoint (no command, ``launch.entrypoint``) sends no
+``value``: both containerizers then run the image's entrypoint with ``arguments`` in place of
+its CMD. Its working directory needs ``docker run --workdir`` (the plugin refuses a working
+directory for it under the Mesos containerizer, which has no way to set one).
+
 A working directory is honoured without a shell interpreting the user's argv: the command
 becomes ``/bin/sh -c 'cd -- "$1" && shift && exec "$@"' tfdeclare-workdir DIR ARGV...``,
 where DIR and ARGV are positional parameters, never parsed as shell text. A relative DIR is
@@ -105,7 +110,9 @@ def task_info(
     directory = working_dir(launch, shared_filesystem)
     docker = containerizer == "docker" and launch.image is not None
     command: JSON = {"shell": False}
-    if docker:
+    if launch.entrypoint:
+        command["arguments"] = argv
+    elif docker:
         command["value"] = argv[0]
         command["arguments"] = argv[1:]
     elif directory is not None:

@@ -4,7 +4,8 @@ Per job exactly one action, each with the reasons that make it:
 
 - ``+ create``  — a name that nothing runs under yet;
 - ``~ update``  — only fields that touch no running task changed (labels, backoffLimit,
-  activeDeadlineSeconds, restartPolicy, terminationGracePeriodSeconds);
+  activeDeadlineSeconds, restartPolicy (also a role's), terminationGracePeriodSeconds,
+  successPolicy, ttlSecondsAfterFinished, evaluatorGraceSeconds);
 - ``± resize``  — replica counts changed (a role appeared or went): the TF cluster spec is
   static, so every running task whose view of the cluster changes restarts; adding or
   removing the evaluator touches nothing else;
@@ -133,6 +134,9 @@ _IN_PLACE_FIELDS = frozenset(
         ("spec", "activeDeadlineSeconds"),
         ("spec", "restartPolicy"),
         ("spec", "terminationGracePeriodSeconds"),
+        ("spec", "successPolicy"),
+        ("spec", "ttlSecondsAfterFinished"),
+        ("spec", "evaluatorGraceSeconds"),
     }
 )
 
@@ -261,6 +265,8 @@ def diff(
 
 def classify(path: tuple[str | int, ...]) -> Effect:
     if path[:2] == ("metadata", "labels") or path in _IN_PLACE_FIELDS:
+        return Effect.IN_PLACE
+    if len(path) == 4 and path[:2] == ("spec", "replicas") and path[3] == "restartPolicy":
         return Effect.IN_PLACE
     if len(path) == 3 and path[:2] == ("spec", "replicas"):
         return Effect.RESIZE  # a whole role appeared or went

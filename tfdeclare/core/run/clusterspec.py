@@ -73,6 +73,7 @@ class TaskConfig:
     image: str | None
     working_dir: str | None
     volumes: tuple[Volume, ...]
+    entrypoint: bool = False  # argv holds only arguments for the image's own entrypoint
 
     @cached_property
     def config_hash(self) -> str:
@@ -90,6 +91,8 @@ class TaskConfig:
             },
             separators=(",", ":"),
         )
+        if self.entrypoint:  # added later: part of the identity only when set
+            encoded += "+entrypoint"
         return hashlib.sha256(encoded.encode()).hexdigest()[:16]
 
 
@@ -124,9 +127,10 @@ def task_configs(spec: JobSpec, addresses: Mapping[TaskKey, str], attempt: int) 
             argv=argv,
             env=tuple(sorted(env.items())),
             resources=spec.resources_for(key.role),
-            image=spec.image,
-            working_dir=spec.working_dir,
+            image=spec.image_for(key.role),
+            working_dir=spec.working_dir_for(key.role),
             volumes=spec.volumes,
+            entrypoint=spec.runs_entrypoint(key.role),
         )
     return configs
 

@@ -80,6 +80,7 @@ def launches(
                 volumes=config.volumes,
                 grace_period_s=spec.grace_period_s,
                 source_dir=source_dir,
+                entrypoint=config.entrypoint,
             )
         )
     return out

@@ -7,12 +7,18 @@ except what it wrote into the record. The rules (contract §5):
 - A task's identity is its *config hash* (``clusterspec``): alive tasks whose hash is not the
   desired one are stale and stopped; desired slots without a current task are launched
   together, as one gang, once no stale task is alive (ports are reused) and any backoff is over.
-- Completion: with a chief, the chief exiting 0; without one, every worker exiting 0. Then
-  every task still alive (ps, evaluator) is stopped.
-- Failure of a current task: ``Never`` fails the job; ``ExitCode`` fails it for exit codes
-  1-127 except 42; otherwise the whole job restarts (attempt + 1, every task replaced, same
-  ports) after an exponential backoff, at most ``backoffLimit`` times. ``Always`` also treats
-  a ps or evaluator (or, with a chief, a worker) that exits 0 early as a failure.
+- Completion: with a chief, the chief exiting 0; without one, every worker exiting 0 (or,
+  with ``successPolicy: Worker0``, worker 0). Then every task still alive (ps, workers) is
+  stopped, except a running evaluator: it may finish its final evaluation for
+  ``evaluatorGraceSeconds`` (the phase stays Running, reason FinalEvaluation) and is stopped
+  when that runs out; the job Succeeds when the evaluator has ended.
+- ``ttlSecondsAfterFinished`` after completion (Succeeded or Failed), once nothing of the job
+  runs, its ended tasks and their logs are purged; the record keeps ``cleaned_at``.
+- Failure of a current task, by its role's restart policy: ``Never`` fails the job;
+  ``ExitCode`` fails it for exit codes 1-127 except 42; otherwise the whole job restarts
+  (attempt + 1, every task replaced, same ports) after an exponential backoff, at most
+  ``backoffLimit`` times. ``Always`` also treats a ps or evaluator (or, with a chief, a
+  worker) that exits 0 early as a failure.
 - ``activeDeadlineSeconds`` past the first start fails the job.
 - The TensorBoard task (``spec.tensorboard``) is outside all of this: it starts with the
   job's tasks (or alone), is relaunched alone when it ends, is replaced only when its own
@@ -21,10 +27,10 @@ except what it wrote into the record. The rules (contract §5):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from tfdeclare.core.enums import Phase, Reason, RestartPolicy, Role, TaskState
+from tfdeclare.core.enums import Phase, Reason, RestartPolicy, Role, SuccessPolicy, TaskState
 from tfdeclare.core.run.clusterspec import TaskConfig, task_configs
 from tfdeclare.core.run.record import JobRecord
 from tfdeclare.core.run.tasks import ObservedTask, TaskKey
@@ -57,6 +63,7 @@ class Step:
     events: tuple[str, ...] = ()  # what happened, for the log
     wake_at: float | None = None  # look again no later than this
     remove: bool = False  # the job is deleted and nothing of it runs: drop the record
+    purge: bool = False  # its TTL after finishing ran out: purge its ended tasks and logs
 
 
 def desired_configs(spec: JobSpec, record: JobRecord) -> dict[TaskKey, TaskConfig]:
@@ -81,7 +88,7 @@ def _describe_end(task: ObservedTask) -> str:
 def _is_failure(task: ObservedTask, spec: JobSpec) -> bool:
     if task.state in (TaskState.FAILED, TaskState.GONE, TaskState.STOPPED):
         return True
-    if task.state is TaskState.SUCCEEDED and spec.restart_policy is RestartPolicy.ALWAYS:
+    if task.state is TaskState.SUCCEEDED and spec.restart_policy_for(task.key.role) is RestartPolicy.ALWAYS:
         # Exiting 0 is only the normal end for the roles that decide completion.
         terminal_roles = (Role.CHIEF,) if spec.has_chief else (Role.WORKER,)
         return task.key.role not in terminal_roles
@@ -100,8 +107,17 @@ def _permanent(task: ObservedTask, policy: RestartPolicy) -> bool:
 def _completed(spec: JobSpec, succeeded: set[TaskKey]) -> Reason | None:
     if spec.has_chief:
         return Reason.CHIEF_SUCCEEDED if TaskKey(Role.CHIEF, 0) in succeeded else None
+    if spec.success_policy is SuccessPolicy.WORKER0:
+        return Reason.WORKER0_SUCCEEDED if TaskKey(Role.WORKER, 0) in succeeded else None
     workers = [TaskKey(Role.WORKER, i) for i in range(spec.count(Role.WORKER))]
     return Reason.WORKERS_SUCCEEDED if workers and all(w in succeeded for w in workers) else None
+
+
+_SUCCESS = {
+    Reason.CHIEF_SUCCEEDED: "the chief exited 0",
+    Reason.WORKERS_SUCCEEDED: "every worker exited 0",
+    Reason.WORKER0_SUCCEEDED: "worker 0 exited 0 (successPolicy Worker0)",
+}
 
 
 def step(record: JobRecord, tasks: Sequence[ObservedTask], now: float, backoff: Backoff) -> Step:
@@ -121,13 +137,13 @@ def step(record: JobRecord, tasks: Sequence[ObservedTask], now: float, backoff: 
 
 def _step(record: JobRecord, tasks: Sequence[ObservedTask], now: float, backoff: Backoff) -> Step:
     if record.deleting or record.phase.terminal:
-        return _ending(record, tasks)
+        return _ending(record, tasks, now)
     boards = [t for t in tasks if not t.key.role.in_cluster]
     result = _cluster_step(record, [t for t in tasks if t.key.role.in_cluster], now, backoff)
     return _with_tensorboard(result, boards, now)
 
 
-def _ending(record: JobRecord, tasks: Sequence[ObservedTask]) -> Step:
+def _ending(record: JobRecord, tasks: Sequence[ObservedTask], now: float) -> Step:
     """A job being deleted, or done: stop whatever of it still runs."""
     alive = [t for t in tasks if t.state.alive]
     to_stop = tuple(t.task_id for t in alive if t.state is not TaskState.STOPPING)
@@ -144,8 +160,8 @@ def _ending(record: JobRecord, tasks: Sequence[ObservedTask]) -> Step:
             record.evolve(phase=Phase.DELETING, reason=Reason.DELETING, message="stopping its tasks"),
             stop=to_stop,
         )
-    # Completed or failed: only make sure nothing of it still runs.
-    return Step(record, stop=to_stop)
+    # Completed or failed: only make sure nothing of it still runs, and clean up after it.
+    return _after_finish(record, tasks, now, to_stop)
 
 
 def _cluster_step(record: JobRecord, tasks: Sequence[ObservedTask], now: float, backoff: Backoff) -> Step:
@@ -161,16 +177,29 @@ def _cluster_step(record: JobRecord, tasks: Sequence[ObservedTask], now: float, 
     current_alive = [t for t in alive if t.task_id in current]
     current_ended = [t for t in current.values() if t.state.ended]
 
+    succeeded = {t.key for t in current_ended if t.state is TaskState.SUCCEEDED}
+    done = _completed(spec, succeeded)
+    if done is not None and record.final_evaluation_since is not None:
+        return _final_evaluation(record, done, current, alive, now)
+
     deadline = spec.active_deadline_s
     if deadline is not None and record.start_time is not None and now >= record.start_time + deadline:
         message = f"still running {deadline} s after it started (activeDeadlineSeconds)"
         return _finish(record, Phase.FAILED, Reason.DEADLINE_EXCEEDED, message, now, to_stop)
 
-    succeeded = {t.key for t in current_ended if t.state is TaskState.SUCCEEDED}
-    done = _completed(spec, succeeded)
     if done is not None:
-        what = "the chief exited 0" if done is Reason.CHIEF_SUCCEEDED else "every worker exited 0"
-        return _finish(record, Phase.SUCCEEDED, done, what, now, to_stop)
+        evaluating = [t for t in current_alive if t.key.role is Role.EVALUATOR]
+        if evaluating and spec.evaluator_grace_s > 0:
+            started = record.evolve(
+                final_evaluation_since=now,
+                phase=Phase.RUNNING,
+                reason=Reason.FINAL_EVALUATION,
+                message=f"{_SUCCESS[done]}; the evaluator finishes its final evaluation "
+                f"(up to {spec.evaluator_grace_s:g} s, evaluatorGraceSeconds)",
+            )
+            begun = (f"{record.name}: {_SUCCESS[done]}; waiting for the evaluator's final evaluation",)
+            return _final_evaluation(started, done, current, alive, now, begun)
+        return _finish(record, Phase.SUCCEEDED, done, _SUCCESS[done], now, to_stop)
 
     # A lost task may still run (a partitioned agent): the job is degraded and restarts, but
     # its replacement waits until the backend says it is gone (it stays "alive" until then).
@@ -264,6 +293,50 @@ def _finish(
     return Step(finished, stop=to_stop, events=(f"{record.name}: {phase.value}: {message}",))
 
 
+def _final_evaluation(
+    record: JobRecord,
+    done: Reason,
+    current: Mapping[str, ObservedTask],
+    alive: Sequence[ObservedTask],
+    now: float,
+    events: tuple[str, ...] = (),
+) -> Step:
+    """Training succeeded: every task but the current evaluator is stopped; the job Succeeds
+    once the evaluator has ended or its grace ran out (then it is stopped too)."""
+    assert record.final_evaluation_since is not None
+    until = record.final_evaluation_since + record.spec.evaluator_grace_s
+    evaluators = [t for t in alive if t.task_id in current and t.key.role is Role.EVALUATOR]
+    others = tuple(t.task_id for t in alive if t not in evaluators and t.state is not TaskState.STOPPING)
+    if evaluators and now < until:
+        return Step(record, stop=others, events=events, wake_at=until)
+    if evaluators:
+        what = f"{_SUCCESS[done]}; the evaluator was stopped after evaluatorGraceSeconds"
+    else:
+        ended = [t for t in current.values() if t.key.role is Role.EVALUATOR and t.state.ended]
+        what = f"{_SUCCESS[done]}; " + (_describe_end(ended[0]) if ended else "the evaluator ended")
+    to_stop = tuple(t.task_id for t in alive if t.state is not TaskState.STOPPING)
+    finished = _finish(record.evolve(final_evaluation_since=None), Phase.SUCCEEDED, done, what, now, to_stop)
+    return replace(finished, events=events + finished.events)
+
+
+def _after_finish(
+    record: JobRecord, tasks: Sequence[ObservedTask], now: float, to_stop: tuple[str, ...]
+) -> Step:
+    """``ttlSecondsAfterFinished``: once it ran out and nothing of the job runs, its ended
+    tasks and their logs are purged, once (the record and status stay)."""
+    ttl = record.spec.ttl_after_finished_s
+    if ttl is None or record.cleaned_at is not None or record.completion_time is None or to_stop:
+        return Step(record, stop=to_stop)
+    due = record.completion_time + ttl
+    if now < due or any(t.state.alive for t in tasks):
+        return Step(record, wake_at=due if now < due else None)
+    cleaned = record.evolve(cleaned_at=now, tasks=())
+    event = (
+        f"{record.name}: cleaned up its tasks and logs ({ttl} s after it finished, ttlSecondsAfterFinished)"
+    )
+    return Step(cleaned, purge=True, events=(event,))  # the backend's purge forgets them too
+
+
 def _on_failure(
     record: JobRecord,
     spec: JobSpec,
@@ -273,9 +346,9 @@ def _on_failure(
     to_stop: tuple[str, ...],
 ) -> Step:
     what = "; ".join(_describe_end(t) for t in failures)
-    policy = spec.restart_policy
-    permanent = [t for t in failures if _permanent(t, policy)]
+    permanent = [t for t in failures if _permanent(t, spec.restart_policy_for(t.key.role))]
     if permanent:
+        policy = spec.restart_policy_for(permanent[0].key.role)
         why = Reason.TASK_FAILED if policy is RestartPolicy.NEVER else Reason.PERMANENT_EXIT_CODE
         return _finish(record, Phase.FAILED, why, f"{what} (restartPolicy {policy.value})", now, to_stop)
     if record.restarts >= spec.backoff_limit:

@@ -151,6 +151,9 @@ class JobRecord:
     start_time: float | None = None
     completion_time: float | None = None
     next_launch_at: float | None = None  # backoff: no launch before this
+    # Training succeeded at this time; the evaluator finishes its final evaluation (a grace)
+    final_evaluation_since: float | None = None
+    cleaned_at: float | None = None  # ttlSecondsAfterFinished deleted its ended tasks and logs
     deleting: bool = False
     # Why the files' newest word on this job is not applied (Synced=False): its file is invalid,
     # unreadable or empty, pruning was refused, a change has not settled. None: applied.
@@ -190,6 +193,8 @@ class JobRecord:
             "startTime": self.start_time,
             "completionTime": self.completion_time,
             "nextLaunchAt": self.next_launch_at,
+            "finalEvaluationSince": self.final_evaluation_since,
+            "cleanedAt": self.cleaned_at,
             "deleting": self.deleting,
             "notSynced": (
                 {"reason": self.not_synced[0].value, "message": self.not_synced[1]}
@@ -227,6 +232,8 @@ class JobRecord:
             start_time=data.get("startTime"),
             completion_time=data.get("completionTime"),
             next_launch_at=data.get("nextLaunchAt"),
+            final_evaluation_since=data.get("finalEvaluationSince"),
+            cleaned_at=data.get("cleanedAt"),
             deleting=bool(data.get("deleting", False)),
             not_synced=_not_synced(data),
             conditions=tuple(Condition.from_json(c) for c in data.get("conditions", ())),

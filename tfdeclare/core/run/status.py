@@ -147,6 +147,7 @@ def status_document(record: JobRecord, now: float) -> dict[str, Any]:
         ],
         "startTime": rfc3339(record.start_time),
         "completionTime": rfc3339(record.completion_time),
+        "cleanupTime": rfc3339(record.cleaned_at),
         "message": record.message,
         "updatedAt": rfc3339(now),
     }

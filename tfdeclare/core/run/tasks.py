@@ -132,6 +132,7 @@ class TaskLaunch:
     slot: Slot
     working_dir: str | None = None
     image: str | None = None
+    entrypoint: bool = False  # argv holds only arguments for the image's own entrypoint
     volumes: tuple[Volume, ...] = ()
     grace_period_s: float = 10.0
     source_dir: str | None = None  # folder of the spec file (local backend: default working dir)

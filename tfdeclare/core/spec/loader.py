@@ -11,13 +11,14 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
-from tfdeclare.core.diagnostics import Code, Diagnostic, JsonPath
+from tfdeclare.core.diagnostics import Code, Diagnostic, JsonPath, Severity
 from tfdeclare.core.enums import ClusterSpecStyle, Role
 from tfdeclare.core.spec.documents import Document, parse_documents
+from tfdeclare.core.spec.kubeflow import Translation, is_kubeflow, translate
 from tfdeclare.core.spec.model import JobSpec, canonicalize, fingerprint
 from tfdeclare.core.spec.resources import QuantityError
 from tfdeclare.core.spec.schema import load_schema
@@ -83,12 +84,13 @@ def load_file(path: str, data: bytes, checks: Sequence[SpecCheck] = ()) -> FileR
         if document.value is None:
             document.release()
             continue  # an empty document, e.g. after a trailing ---
-        name = _name_of(document.value)
+        view = _View.of(document)
+        name = _name_of(view.value)
         source = SourceRef(path, document.line, document.index)
         if name is not None:
-            name_line, _ = document.locate(("metadata", "name"))
+            name_line, _ = view.locate(("metadata", "name"))
             named.append((name, SourceRef(path, name_line, document.index)))
-        job, problems = _load_document(document, source, checks)
+        job, problems = _load_document(view, source, checks)
         diagnostics.extend(problems)
         if job is not None:
             jobs.append(job)
@@ -105,21 +107,81 @@ def _name_of(value: Any) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class _View:
+    """A document as the native spec it stands for: itself, or a Kubeflow TFJob translated,
+    with every diagnostic placed at the manifest's own line and JSON path."""
+
+    document: Document
+    value: Any
+    translation: Translation | None = None
+
+    @classmethod
+    def of(cls, document: Document) -> _View:
+        if not is_kubeflow(document.value):
+            return cls(document, document.value)
+        translation = translate(document.value)
+        return cls(document, translation.native, translation)
+
+    def place(self, path: JsonPath) -> JsonPath:
+        return self.translation.source_of(path) if self.translation else path
+
+    def locate(self, path: JsonPath) -> tuple[int, int]:
+        return self.document.locate(self.place(path))
+
+    def diagnostic(
+        self, path: JsonPath, message: str, code: Code = Code.SCHEMA, *, key: bool = False
+    ) -> Diagnostic:
+        return self.document.diagnostic(self.place(path), message, code, key=key)
+
+    def kubeflow_diagnostics(self) -> list[Diagnostic]:
+        """The note that this is a Kubeflow TFJob, what did not map, and what cannot be read."""
+        if self.translation is None:
+            return []
+        doc = self.document
+        note = replace(
+            doc.diagnostic(("apiVersion",), KUBEFLOW_NOTE, Code.KUBEFLOW),
+            severity=Severity.NOTE,
+            json_path=None,
+        )
+        warnings = [
+            replace(doc.diagnostic(path, message, Code.KUBEFLOW_UNMAPPED), severity=Severity.WARNING)
+            for path, message in self.translation.warnings
+        ]
+        errors = [doc.diagnostic(path, message, Code.KUBEFLOW) for path, message in self.translation.errors]
+        return [note, *warnings, *errors]
+
+
+KUBEFLOW_NOTE = (
+    "read as a Kubeflow kubeflow.org/v1 TFJob; `tfdeclare convert` writes it in tfdeclare's own form"
+)
+
+
 def _load_document(
-    document: Document, source: SourceRef, checks: Sequence[SpecCheck]
+    view: _View, source: SourceRef, checks: Sequence[SpecCheck]
 ) -> tuple[LoadedJob | None, list[Diagnostic]]:
-    value = document.value
+    document, value = view.document, view.value
     if not isinstance(value, dict):
         return None, [document.diagnostic((), "a document must be a mapping: a tfdeclare/v1 TFJob")]
+    found = view.kubeflow_diagnostics()
+    if any(d.is_error for d in found):
+        return None, found
+    job, problems = _load_native(view, value, source, checks)
+    return job, found + problems
+
+
+def _load_native(
+    view: _View, value: dict[str, Any], source: SourceRef, checks: Sequence[SpecCheck]
+) -> tuple[LoadedJob | None, list[Diagnostic]]:
     errors = load_schema("job").validate(value)
-    if errors or document.refused:
-        return None, [document.diagnostic(e.path, e.message, key=e.at_key) for e in errors]
+    if errors or view.document.refused:
+        return None, [view.diagnostic(e.path, e.message, key=e.at_key) for e in errors]
     filled = load_schema("job").fill_defaults(value)
     try:
         canonical = canonicalize(filled)
     except QuantityError as err:
-        return None, [document.diagnostic(err.path, str(err), Code.QUANTITY)]
-    problems = _semantic_problems(document, canonical)
+        return None, [view.diagnostic(err.path, str(err), Code.QUANTITY)]
+    problems = _semantic_problems(view, canonical)
     if problems:
         return None, problems
     name = canonical["metadata"]["name"]
@@ -127,7 +189,7 @@ def _load_document(
     if checks:
 
         def locate(path: JsonPath, message: str) -> Diagnostic:
-            return document.diagnostic(path, message, Code.BACKEND)
+            return view.diagnostic(path, message, Code.BACKEND)
 
         problems = [problem for check in checks for problem in check(job, locate)]
         if problems:
@@ -135,25 +197,27 @@ def _load_document(
     return job, []
 
 
-def _semantic_problems(document: Document, canonical: Mapping[str, Any]) -> list[Diagnostic]:
+def _semantic_problems(view: _View, canonical: Mapping[str, Any]) -> list[Diagnostic]:
     """The rules a JSON Schema cannot say well."""
     spec = canonical["spec"]
     replicas = spec["replicas"]
     problems: list[Diagnostic] = []
     if not replicas.get("chief") and not replicas.get("worker"):
         problems.append(
-            document.diagnostic(
+            view.diagnostic(
                 ("spec", "replicas"),
                 "a job needs at least one chief or worker (count >= 1)",
                 Code.NO_CHIEF_OR_WORKER,
             )
         )
     for role, entry in replicas.items():
-        if spec["command"] is None and "command" not in entry:
+        has_image = spec["image"] is not None or "image" in entry  # its entrypoint runs
+        if spec["command"] is None and "command" not in entry and not has_image:
             problems.append(
-                document.diagnostic(
+                view.diagnostic(
                     ("spec", "replicas", role),
-                    f"role {role} has no command: set spec.command or spec.replicas.{role}.command",
+                    f"role {role} has no command: set spec.command or spec.replicas.{role}.command "
+                    "(or an image, whose entrypoint then runs)",
                     Code.MISSING_COMMAND,
                 )
             )
@@ -161,16 +225,21 @@ def _semantic_problems(document: Document, canonical: Mapping[str, Any]) -> list
         for role in replicas:
             if Role(role) not in _LEGACY_ROLES:
                 problems.append(
-                    document.diagnostic(
+                    view.diagnostic(
                         ("spec", "replicas", role),
                         f"clusterSpec legacy_flags knows only ps and worker, not {role}; "
                         "use tf_config or both",
                     )
                 )
-        commands = [spec["command"] or [], *(e.get("command", []) for e in replicas.values())]
+        commands = [
+            spec["command"] or [],
+            spec.get("args", []),
+            *(e.get("command", []) for e in replicas.values()),
+            *(e.get("args", []) for e in replicas.values()),
+        ]
         if not any(_PLACEHOLDER.search(arg) for command in commands for arg in command):
             problems.append(
-                document.diagnostic(
+                view.diagnostic(
                     ("spec", "clusterSpec"),
                     "clusterSpec legacy_flags but no command uses {ps_hosts}, {worker_hosts}, "
                     "{job_name} or {task_index}",

@@ -27,6 +27,7 @@ from tfdeclare.core.enums import (
     PlacementStrategy,
     RestartPolicy,
     Role,
+    SuccessPolicy,
     VolumeMode,
 )
 from tfdeclare.core.spec.keys import AttributeConstraint, TaskKey, Volume
@@ -35,6 +36,12 @@ from tfdeclare.core.spec.secrets import EnvValue, env_value
 
 Pairs = tuple[tuple[str, str], ...]
 EnvPairs = tuple[tuple[str, EnvValue], ...]  # a value is a string or a reference to a secret
+
+DEFAULT_EVALUATOR_GRACE_S = 60.0
+"""How long the evaluator may finish its final evaluation after training succeeded, when the
+spec does not say (``evaluatorGraceSeconds``): long enough for one evaluation pass of a
+typical model over a validation set, short enough that a forgotten evaluator that waits for
+checkpoints forever does not hold a finished job open for long."""
 
 
 def _number(value: float) -> int | float:
@@ -71,6 +78,10 @@ def canonicalize(filled: Mapping[str, Any]) -> dict[str, Any]:
             entry["env"] = dict(sorted(replica["env"].items()))
         if "command" in replica:
             entry["command"] = list(replica["command"])
+        # Added for Kubeflow parity: present only when set, so earlier specs hash the same.
+        for key in ("args", "image", "workingDir", "restartPolicy"):
+            if key in replica:
+                entry[key] = list(replica[key]) if key == "args" else replica[key]
         replicas[role_name] = entry
     canonical_spec: dict[str, Any] = {
         "command": list(spec["command"]) if "command" in spec else None,
@@ -96,6 +107,7 @@ def canonicalize(filled: Mapping[str, Any]) -> dict[str, Any]:
             {"hostPath": v["hostPath"], "containerPath": v["containerPath"], "mode": v["mode"]}
             for v in spec["volumes"]
         ],
+        **_parity_fields(spec),
     }
     if "tensorboard" in spec:  # absent when unset: the hash of every other job stays as it was
         canonical_spec["tensorboard"] = _canonical_tensorboard(spec["tensorboard"])
@@ -121,6 +133,20 @@ def _canonical_tensorboard(board: Mapping[str, Any]) -> dict[str, Any]:
         "command": list(board["command"]),
         "resources": {"cpus": _number(resources["cpus"]), "mem": mem, "gpus": int(resources["gpus"])},
     }
+
+
+def _parity_fields(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The job fields added for Kubeflow parity, present only when set (so earlier specs keep
+    their hash)."""
+    out: dict[str, Any] = {}
+    if "args" in spec:
+        out["args"] = list(spec["args"])
+    for key in ("ttlSecondsAfterFinished", "evaluatorGraceSeconds"):
+        if key in spec:
+            out[key] = _number(spec[key])
+    if "successPolicy" in spec:
+        out["successPolicy"] = spec["successPolicy"]
+    return out
 
 
 def fingerprint(canonical: Mapping[str, Any]) -> str:
@@ -157,6 +183,10 @@ class ReplicaSpec:
     resources: Resources
     env: EnvPairs = ()
     command: tuple[str, ...] | None = None
+    args: tuple[str, ...] | None = None
+    image: str | None = None
+    working_dir: str | None = None
+    restart_policy: RestartPolicy | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +208,10 @@ class JobSpec:
     volumes: tuple[Volume, ...]
     spec_hash: str
     tensorboard: TensorBoardSpec | None = None
+    args: tuple[str, ...] | None = None
+    success_policy: SuccessPolicy = SuccessPolicy.ALL_WORKERS
+    ttl_after_finished_s: int | None = None
+    evaluator_grace_s: float = DEFAULT_EVALUATOR_GRACE_S
 
     @classmethod
     def from_canonical(cls, canonical: Mapping[str, Any]) -> JobSpec:
@@ -192,6 +226,10 @@ class JobSpec:
                 ),
                 env=tuple((k, env_value(v)) for k, v in entry.get("env", {}).items()),
                 command=tuple(entry["command"]) if "command" in entry else None,
+                args=tuple(entry["args"]) if "args" in entry else None,
+                image=entry.get("image"),
+                working_dir=entry.get("workingDir"),
+                restart_policy=RestartPolicy(entry["restartPolicy"]) if "restartPolicy" in entry else None,
             )
             for role, name in ROLE_NAMES
             if (entry := by_role.get(name)) is not None
@@ -219,6 +257,10 @@ class JobSpec:
             ),
             spec_hash=fingerprint(canonical),
             tensorboard=_tensorboard_spec(spec.get("tensorboard")),
+            args=tuple(spec["args"]) if "args" in spec else None,
+            success_policy=SuccessPolicy(spec.get("successPolicy", SuccessPolicy.ALL_WORKERS.value)),
+            ttl_after_finished_s=spec.get("ttlSecondsAfterFinished"),
+            evaluator_grace_s=float(spec.get("evaluatorGraceSeconds", DEFAULT_EVALUATOR_GRACE_S)),
         )
 
     def replica(self, role: Role) -> ReplicaSpec | None:
@@ -241,11 +283,36 @@ class JobSpec:
         return (*keys, TENSORBOARD_KEY) if self.tensorboard else keys
 
     def command_for(self, role: Role) -> tuple[str, ...]:
+        """The argv of a role: its command and its args; only the args when the role runs its
+        image's entrypoint (``runs_entrypoint``)."""
         replica = self.replica(role)
         command = replica.command if replica and replica.command else self.command
-        if command is None:  # the loader refuses such specs
+        args = replica.args if replica and replica.args is not None else self.args
+        if command is None and self.image_for(role) is None:  # the loader refuses such specs
             raise ValueError(f"job {self.name}: role {role.value} has no command")
-        return command
+        return (*(command or ()), *(args or ()))
+
+    def runs_entrypoint(self, role: Role) -> bool:
+        """No command anywhere: the role's image's own entrypoint runs (with the args)."""
+        replica = self.replica(role)
+        return self.command is None and (replica is None or replica.command is None)
+
+    def image_for(self, role: Role) -> str | None:
+        replica = self.replica(role)
+        return replica.image if replica and replica.image else self.image
+
+    def working_dir_for(self, role: Role) -> str | None:
+        replica = self.replica(role)
+        return replica.working_dir if replica and replica.working_dir else self.working_dir
+
+    def restart_policy_for(self, role: Role) -> RestartPolicy:
+        replica = self.replica(role)
+        return replica.restart_policy if replica and replica.restart_policy else self.restart_policy
+
+    @property
+    def images(self) -> tuple[str, ...]:
+        """Every image the job's roles run, each once."""
+        return tuple(dict.fromkeys(i for r in self.replicas if (i := self.image_for(r.role))))
 
     def env_for(self, role: Role) -> dict[str, EnvValue]:
         env = dict(self.env)

@@ -1,0 +1,336 @@
+"""Kubeflow ``kubeflow.org/v1`` TFJob manifests read as they are: the public examples in
+``tests/kubeflow/`` each validate (warnings allowed) and plan; every field maps, maps onto a
+spec extension, or is a warning at its own line; errors keep our ``PATH:LINE:COL`` form."""
+
+from __future__ import annotations
+
+import copy
+import os
+import textwrap
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import cli
+from tfdeclare.backends.mesos.config import MesosConfig
+from tfdeclare.backends.mesos.plugin import check_job as mesos_check
+from tfdeclare.core.diagnostics import Code, Severity
+from tfdeclare.core.enums import RestartPolicy, Role
+from tfdeclare.core.plan.planner import PlanOptions, plan
+from tfdeclare.core.spec.kubeflow import translate
+from tfdeclare.core.spec.kubequantity import parse_cpu, parse_memory_mib
+from tfdeclare.core.spec.loader import FileResult, load_file
+from tfdeclare.shell.convert import convert_text
+from tfdeclare.shell.sources import SpecFiles
+
+EXAMPLES = Path(__file__).parent / "kubeflow"
+PUBLIC = sorted(EXAMPLES.glob("*.yaml"))
+
+
+def test_there_are_at_least_eleven_public_examples_each_naming_its_source() -> None:
+    assert len(PUBLIC) >= 11
+    for path in PUBLIC:
+        header = path.read_text().splitlines()[:3]
+        assert header[1].startswith("# Source: github.com/kubeflow/") and "Apache-2.0" in header[2], path
+
+
+@pytest.mark.parametrize("path", PUBLIC, ids=lambda p: p.stem)
+def test_each_public_example_loads_with_the_mesos_checks_and_plans_a_create(path: Path) -> None:
+    checks = (partial(mesos_check, MesosConfig()),)
+    desired = SpecFiles([path], checks=checks).load()
+    assert not any(d.is_error for d in desired.diagnostics), [d.format() for d in desired.diagnostics]
+    assert any(d.severity is Severity.NOTE for d in desired.diagnostics)
+    result = plan(desired, {}, PlanOptions(backend="mesos"))
+    assert [j.action.value for j in result.jobs] == ["create"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", PUBLIC, ids=lambda p: p.stem)
+def test_each_public_example_validates_and_plans_through_the_cli(path: Path, tmp_path: Path) -> None:
+    common = (
+        "--backend",
+        "mesos",
+        "--state-dir",
+        str(tmp_path / "state"),
+        "--status-dir",
+        str(tmp_path / "st"),
+    )
+    validated = cli("validate", str(path), *common, cwd=tmp_path)
+    assert validated.returncode == 0, validated.stderr
+    assert f"{path}:4:13: note: read as a Kubeflow kubeflow.org/v1 TFJob" in validated.stderr
+    assert "error" not in validated.stderr
+    planned = cli("plan", str(path), *common, "--detailed-exitcode", cwd=tmp_path)
+    assert planned.returncode == 2, planned.stdout + planned.stderr
+    assert "will be created" in planned.stdout
+
+
+def load(text: str) -> FileResult:
+    return load_file("tf.yaml", textwrap.dedent(text).encode())
+
+
+def messages(result: FileResult, severity: Severity) -> list[str]:
+    return [d.format() for d in result.diagnostics if d.severity is severity]
+
+
+def test_dist_mnist_maps_roles_counts_image_entrypoint_and_kubeflows_defaults() -> None:
+    result = load_file(str(EXAMPLES / "dist-mnist.yaml"), (EXAMPLES / "dist-mnist.yaml").read_bytes())
+    (job,) = result.jobs
+    spec = job.canonical["spec"]
+    assert spec["image"] == "kubeflow/tf-dist-mnist-test:1.0" and spec["command"] is None
+    assert {r: e["count"] for r, e in spec["replicas"].items()} == {"ps": 2, "worker": 4}
+    assert spec["restartPolicy"] == "Never" and spec["successPolicy"] == "Worker0"
+    assert job.spec.runs_entrypoint(Role.WORKER)
+
+
+EVERYTHING = """\
+    apiVersion: kubeflow.org/v1
+    kind: TFJob
+    metadata:
+      generateName: big-
+      namespace: team
+      labels: {team: vision}
+      annotations: {owner: me}
+    spec:
+      successPolicy: AllWorkers
+      runPolicy:
+        backoffLimit: 5
+        activeDeadlineSeconds: 3600
+        ttlSecondsAfterFinished: 600
+        cleanPodPolicy: Running
+        schedulingPolicy: {minAvailable: 3}
+      tfReplicaSpecs:
+        Master:
+          replicas: 1
+          restartPolicy: ExitCode
+          template:
+            spec:
+              nodeSelector: {zone: a}
+              containers:
+                - name: tensorflow
+                  image: tf:gpu
+                  command: [python, train.py]
+                  args: [--role, chief]
+                  workingDir: /src
+                  ports: [{containerPort: 2222, name: tfjob-port}, {containerPort: 6006}]
+                  env:
+                    - {name: LR, value: "0.1"}
+                    - name: TOKEN
+                      valueFrom: {secretKeyRef: {name: creds, key: token}}
+                    - name: POD
+                      valueFrom: {fieldRef: {fieldPath: metadata.name}}
+                  resources:
+                    requests: {cpu: 2500m, memory: 4Gi}
+                    limits: {cpu: "4", memory: 4Gi, nvidia.com/gpu: 1}
+                  volumeMounts:
+                    - {name: data, mountPath: /data, readOnly: true}
+                    - {name: ckpt, mountPath: /ckpt}
+                - name: istio-proxy
+                  image: istio/proxy
+              initContainers: [{name: fetch, image: busybox}]
+              volumes:
+                - {name: data, hostPath: {path: /mnt/data}}
+                - {name: ckpt, persistentVolumeClaim: {claimName: ckpt}}
+        PS:
+          replicas: 2
+          template:
+            spec:
+              nodeSelector: {zone: a}
+              containers:
+                - name: tensorflow
+                  image: tf:cpu
+                  command: [python, train.py]
+                  resources: {limits: {memory: 1G, cpu: 0.5}}
+                  volumeMounts: [{name: data, mountPath: /data, readOnly: true}]
+              volumes: [{name: data, hostPath: {path: /mnt/data}}]
+        Evaluator:
+          replicas: 1
+          restartPolicy: ExitCode
+          template:
+            spec:
+              nodeSelector: {zone: a}
+              containers:
+                - {name: tensorflow, image: tf:cpu, command: [python, train.py]}
+    """
+
+
+def test_every_kind_of_field_is_mapped_extended_or_warned() -> None:
+    translation = translate(__import__("yaml").safe_load(textwrap.dedent(EVERYTHING)))
+    native: dict[str, Any] = translation.native
+    spec = native["spec"]
+    assert native["metadata"] == {"name": "big", "labels": {"team": "vision"}}
+    assert spec["command"] == ["python", "train.py"], "the same in every role: the job's"
+    assert spec["replicas"]["chief"] == {
+        "count": 1,
+        "restartPolicy": "ExitCode",
+        "image": "tf:gpu",
+        "args": ["--role", "chief"],
+        "workingDir": "/src",
+        "env": {"LR": "0.1", "TOKEN": {"secretRef": {"name": "creds", "key": "token"}}},
+        "resources": {"cpus": 2.5, "mem": "4Gi", "gpus": 1},
+    }
+    assert spec["replicas"]["ps"] == {
+        "count": 2,
+        "restartPolicy": "Never",
+        "image": "tf:cpu",
+        "resources": {"mem": 954, "cpus": 0.5},
+    }
+    assert spec["successPolicy"] == "AllWorkers"
+    assert (spec["backoffLimit"], spec["activeDeadlineSeconds"], spec["ttlSecondsAfterFinished"]) == (
+        5,
+        3600,
+        600,
+    )
+    assert spec["volumes"] == [{"hostPath": "/mnt/data", "containerPath": "/data", "mode": "ro"}]
+    assert spec["placement"] == {"constraints": [{"attribute": "zone", "operator": "In", "values": ["a"]}]}
+    warned = {".".join(map(str, path)) for path, _ in translation.warnings}
+    assert warned == {
+        "metadata.generateName",
+        "metadata.namespace",
+        "metadata.annotations",
+        "spec.runPolicy.schedulingPolicy",
+        "spec.tfReplicaSpecs",  # the evaluator mounts no /data: every role gets it
+        "spec.tfReplicaSpecs.Master.template.spec.containers.0.ports.1",
+        "spec.tfReplicaSpecs.Master.template.spec.containers.0.env.2.valueFrom",
+        "spec.tfReplicaSpecs.Master.template.spec.containers.0.resources.limits.cpu",
+        "spec.tfReplicaSpecs.Master.template.spec.containers.1",
+        "spec.tfReplicaSpecs.Master.template.spec.initContainers",
+        "spec.tfReplicaSpecs.Master.template.spec.volumes.1.persistentVolumeClaim",
+    }
+    assert translation.errors == []
+
+
+def test_warnings_carry_file_line_and_json_path() -> None:
+    result = load(EVERYTHING)
+    warnings = messages(result, Severity.WARNING)
+    assert "tf.yaml:5:14: warning: namespace has no equivalent" in warnings[1]
+    assert any(
+        w.startswith("tf.yaml:44:11: warning: initContainers are not run")
+        and w.endswith("(at $.spec.tfReplicaSpecs.Master.template.spec.initContainers)")
+        for w in warnings
+    ), warnings
+    assert all(d.code in (Code.KUBEFLOW, Code.KUBEFLOW_UNMAPPED, Code.SCHEMA) for d in result.diagnostics)
+
+
+def test_a_kubeflow_restart_policy_per_role_and_defaults_reach_the_model() -> None:
+    text = EVERYTHING.replace("TOKEN\n", "TOKEN_UNUSED\n").replace(
+        "valueFrom: {secretKeyRef: {name: creds, key: token}}", "value: t"
+    )
+    (job,) = load(text).jobs
+    assert job.spec.restart_policy_for(Role.CHIEF) is RestartPolicy.EXIT_CODE
+    assert job.spec.restart_policy_for(Role.PS) is RestartPolicy.NEVER, "Kubeflow's default"
+    assert job.spec.command_for(Role.CHIEF) == ("python", "train.py", "--role", "chief")
+    assert job.spec.image_for(Role.PS) == "tf:cpu" and job.spec.working_dir_for(Role.CHIEF) == "/src"
+    assert job.spec.ttl_after_finished_s == 600
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (("kubeflow.org/v1\n", "kubeflow.org/v1beta2\n"), "tf.yaml:1:13: error: only kubeflow.org/v1 TFJobs"),
+        (
+            ("kind: TFJob", "kind: PyTorchJob"),
+            "tf.yaml:2:7: error: kind 'PyTorchJob' of kubeflow.org/v1 is not",
+        ),
+        (("PS:\n", "Launcher:\n"), "tf.yaml:48:5: error: unknown replica type 'Launcher'"),
+        (("Evaluator:\n", "Chief:\n"), "tf.yaml:60:5: error: 'Chief' is a second chief"),
+        (
+            ("- {name: tensorflow, image: tf:cpu", "- {name: main, image: tf:cpu"),
+            "tf.yaml:66:11: error: no container",
+        ),
+        (("replicas: 2\n", "replicas: -2\n"), "tf.yaml:49:17: error: must be at least 0"),
+        (("cpu: 0.5}", "cpu: lots}"), "tf.yaml:57:53: error: cpu 'lots' is not a Kubernetes quantity"),
+        (
+            ("{name: LR, value", "{name: TF_CONFIG, value"),
+            "tf.yaml:31:19: error: name 'TF_CONFIG': must be a valid environment variable name",
+        ),
+    ],
+)
+def test_errors_point_at_the_manifests_own_lines(change: tuple[str, str], expected: str) -> None:
+    text = textwrap.dedent(EVERYTHING).replace(*change)
+    text = text.replace("valueFrom: {secretKeyRef: {name: creds, key: token}}", "value: t")
+    result = load_file("tf.yaml", text.encode())
+    errors = messages(result, Severity.ERROR)
+    assert result.jobs == () and errors, errors
+    assert errors[0].startswith(expected), errors
+
+
+def test_a_native_spec_is_not_touched_by_the_kubeflow_reader() -> None:
+    result = load(
+        "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: a}\nspec: {command: [t], replicas: {worker: {}}}\n"
+    )
+    assert result.diagnostics == () and len(result.jobs) == 1
+
+
+@pytest.mark.parametrize(
+    ("value", "cores"),
+    [("2500m", 2.5), ("1", 1), (2, 2), (0.5, 0.5), ("100m", 0.1), ("1e3m", 1), ("x", None)],
+)
+def test_kubernetes_cpu_quantities(value: object, cores: float | None) -> None:
+    assert parse_cpu(value) == cores
+
+
+@pytest.mark.parametrize(
+    ("value", "mib"),
+    [
+        ("4Gi", 4096),
+        ("512Mi", 512),
+        ("1G", 954),
+        ("1M", 1),
+        ("129e6", 124),
+        (134217728, 128),
+        ("1.5Gi", 1536),
+        ("0", None),
+    ],
+)
+def test_kubernetes_memory_quantities_in_mib_rounded_up(value: object, mib: int | None) -> None:
+    assert parse_memory_mib(value) == mib
+
+
+def _paths(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    found = [path]
+    if isinstance(value, dict):
+        found += [p for key, item in value.items() for p in _paths(item, (*path, key))]
+    elif isinstance(value, list):
+        found += [p for index, item in enumerate(value) for p in _paths(item, (*path, index))]
+    return found
+
+
+ODD_VALUES = [None, -1, 7, "x", "tensorflow", "2500m", [], {}, [1], {"a": 1}, [{"name": 1}], True, 1.5]
+
+
+@settings(max_examples=int(os.environ.get("TFDECLARE_FUZZ_EXAMPLES", "100")), deadline=None)
+@given(
+    st.sampled_from([*PUBLIC, None]),
+    st.lists(st.tuples(st.integers(min_value=0), st.sampled_from(ODD_VALUES)), min_size=1, max_size=3),
+)
+def test_any_manifest_shape_gives_diagnostics_never_a_crash(path: Path | None, changes: list[Any]) -> None:
+    """A field of the wrong type anywhere in a manifest is a diagnostic (found by this fuzzer:
+    a list where Kubernetes has a mapping crashed the translation)."""
+    document = yaml.safe_load(path.read_text() if path else textwrap.dedent(EVERYTHING))
+    for index, value in changes:
+        where = _paths(document)[1:]
+        *parents, last = where[index % len(where)]
+        node = document
+        for part in parents:
+            node = node[part]
+        node[last] = copy.deepcopy(value)
+    text = yaml.safe_dump(document, sort_keys=False)
+    result = load_file("fuzz.yaml", text.encode())
+    assert all(d.format() for d in result.diagnostics)
+    if not result.has_errors:
+        assert "apiVersion: tfdeclare/v1" in convert_text(text).text
+
+
+def test_a_secret_key_ref_becomes_a_secret_reference_never_a_value() -> None:
+    from tfdeclare.core.spec.secrets import SecretRef, SecretSource
+
+    result = load(EVERYTHING)
+    assert messages(result, Severity.ERROR) == []
+    (job,) = result.jobs
+    token = job.spec.env_for(Role.CHIEF)["TOKEN"]
+    assert token == SecretRef(SecretSource.NAME, "creds", "token")

@@ -1,0 +1,44 @@
+"""``convert``: Kubeflow TFJob manifests -> native specs, comments and key order kept.
+
+To stdout by default (several files: one YAML stream, documents separated by ``---``);
+``--write`` rewrites each file in place, atomically (a file without a Kubeflow TFJob is left
+alone). A file with errors is not converted: its diagnostics are printed and the exit code
+is 1. What cannot be carried over is printed as warnings and listed atop the converted
+document.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from tfdeclare.cli.common import EXIT_ERROR, EXIT_OK, UserError, print_diagnostics, stdout_write
+from tfdeclare.core.spec.loader import load_file
+from tfdeclare.files import write_atomic
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    from tfdeclare.shell.convert import convert_text  # ruamel.yaml: only this command needs it
+
+    failed = False
+    outputs: list[str] = []
+    for name in args.files:
+        path = Path(name)
+        try:
+            data = path.read_bytes()
+        except OSError as err:
+            raise UserError(f"{name}: cannot read: {err.strerror or err}") from err
+        result = load_file(name, data)
+        print_diagnostics(result.diagnostics)
+        if result.has_errors:
+            failed = True
+            continue
+        converted = convert_text(data.decode("utf-8"))
+        if args.write:
+            if converted.kubeflow_documents:
+                write_atomic(path, converted.text.encode("utf-8"), mode=path.stat().st_mode & 0o777)
+        else:
+            outputs.append(converted.text)
+    if outputs:
+        stdout_write("---\n".join(outputs))
+    return EXIT_ERROR if failed else EXIT_OK

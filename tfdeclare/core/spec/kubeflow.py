@@ -1,0 +1,540 @@
+"""Kubeflow ``kubeflow.org/v1`` ``TFJob`` manifests -> our ``tfdeclare/v1`` document.
+
+Pure: plain values in (as ``documents`` parses them, or ruamel's round-trip tree for
+``convert``), a ``Translation`` out — the native document, where each of its parts came from
+(so errors found later point at the manifest's own line), and what could not be carried
+over, each a warning at its JSON path. Nothing is dropped silently: a field is mapped, mapped
+onto one of the spec fields added for Kubeflow (per-role image, args, restartPolicy,
+workingDir; successPolicy; ttlSecondsAfterFinished), or warned about. ``docs/migrating.md``
+lists every field and its fate; keep the two in step.
+
+Kubeflow's own defaults are written out where ours differ: a replica without
+``restartPolicy`` is ``Never``; without ``successPolicy`` and without a chief, worker 0's
+success completes the job (``successPolicy: Worker0``). Resource quantities are Kubernetes'
+(``2500m`` cores, ``1G`` = 10^9 bytes, ``4Gi``); we reserve the request (the limit when no
+request is given).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfdeclare.core.diagnostics import JsonPath
+from tfdeclare.core.spec.kubequantity import parse_cpu, parse_memory_mib
+
+API_GROUP = "kubeflow.org/"
+API_VERSION = "kubeflow.org/v1"
+_ROLES = {"chief": "chief", "master": "chief", "ps": "ps", "worker": "worker", "evaluator": "evaluator"}
+_TF_PORT = 2222  # Kubeflow's default TF port (its name: tfjob-port); tfdeclare assigns ports
+_HOISTED = ("image", "command", "args", "env", "workingDir")
+_RUN_POLICY = ("backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished")
+
+
+def is_kubeflow(value: Any) -> bool:
+    api = value.get("apiVersion") if isinstance(value, Mapping) else None
+    return isinstance(api, str) and api.startswith(API_GROUP)
+
+
+@dataclass
+class Translation:
+    native: dict[str, Any] = field(default_factory=dict)
+    origins: dict[JsonPath, JsonPath] = field(default_factory=dict)  # native path -> manifest path
+    warnings: list[tuple[JsonPath, str]] = field(default_factory=list)
+    errors: list[tuple[JsonPath, str]] = field(default_factory=list)
+
+    def source_of(self, path: JsonPath) -> JsonPath:
+        """Where a part of the native document came from: its nearest mapped parent (list
+        indexes below it carried over, as in a command's arguments)."""
+        for cut in range(len(path), -1, -1):
+            origin = self.origins.get(path[:cut])
+            if origin is not None:
+                rest = path[cut:]
+                return (*origin, *rest) if all(isinstance(p, int) for p in rest) else origin
+        return ()
+
+    def native_of(self, source: JsonPath) -> JsonPath | None:
+        """The native path that a part of the manifest (or its nearest mapped parent) became."""
+        reverse: dict[JsonPath, JsonPath] = {}
+        for native, origin in sorted(self.origins.items(), key=lambda item: len(item[0])):
+            reverse.setdefault(origin, native)  # the outermost native part it became
+        for cut in range(len(source), -1, -1):
+            if source[:cut] in reverse:
+                rest = source[cut:]
+                native = reverse[source[:cut]]
+                return (*native, *rest) if rest and all(isinstance(p, int) for p in rest) else native
+        return None
+
+
+class _Translator:
+    def __init__(self) -> None:
+        self.out = Translation()
+
+    def warn(self, path: JsonPath, message: str) -> None:
+        self.out.warnings.append((path, message))
+
+    def error(self, path: JsonPath, message: str) -> None:
+        self.out.errors.append((path, message))
+
+    def put(self, target: dict[str, Any], native: JsonPath, value: Any, origin: JsonPath) -> None:
+        target[str(native[-1])] = value
+        self.out.origins[native] = origin
+
+    def listed(self, parent: Mapping[str, Any], key: str, at: JsonPath) -> list[Any]:
+        """``parent[key]`` when it is a list (absent: empty); anything else is an error."""
+        value = parent.get(key)
+        if value is None or isinstance(value, list):
+            return value or []
+        self.error((*at, key), f"{key} must be a list")
+        return []
+
+    def mapped(self, parent: Mapping[str, Any], key: str, at: JsonPath) -> Mapping[str, Any]:
+        """``parent[key]`` when it is a mapping (absent: empty); anything else is an error."""
+        value = parent.get(key)
+        if value is None or isinstance(value, Mapping):
+            return value or {}
+        self.error((*at, key), f"{key} must be a mapping")
+        return {}
+
+    def unknown(self, value: Mapping[str, Any], known: Sequence[str], at: JsonPath, what: str) -> None:
+        for key in value:
+            if key not in known:
+                self.warn((*at, key), f"{what} field '{key}' has no tfdeclare equivalent: ignored")
+
+    # ---- the document ------------------------------------------------------------------------
+
+    def document(self, doc: Mapping[str, Any]) -> Translation:
+        if doc.get("apiVersion") != API_VERSION:
+            self.error(
+                ("apiVersion",),
+                f"only {API_VERSION} TFJobs are read; this is {doc.get('apiVersion')}: "
+                "upgrade it to v1 with Kubeflow's own tools first",
+            )
+            return self.out
+        if doc.get("kind") != "TFJob":
+            self.error(
+                ("kind",), f"kind {doc.get('kind')!r} of {API_VERSION} is not a TFJob: tfdeclare runs TFJobs"
+            )
+            return self.out
+        native = self.out.native
+        self.put(native, ("apiVersion",), "tfdeclare/v1", ("apiVersion",))
+        self.put(native, ("kind",), "TFJob", ("kind",))
+        self.out.origins[()] = ()
+        if isinstance(doc.get("metadata"), Mapping):
+            self.put(native, ("metadata",), self.metadata(doc["metadata"]), ("metadata",))
+        if "status" in doc:
+            self.warn(("status",), "status is written by tfdeclare (the status file): ignored")
+        self.unknown(doc, ("apiVersion", "kind", "metadata", "spec", "status"), (), "top-level")
+        spec = doc.get("spec")
+        if not isinstance(spec, Mapping):
+            self.error(("spec",), "a TFJob needs a spec with tfReplicaSpecs")
+            return self.out
+        self.put(native, ("spec",), self.spec(spec), ("spec",))
+        return self.out
+
+    def metadata(self, metadata: Mapping[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        at = ("metadata",)
+        if "name" in metadata:
+            self.put(out, (*at, "name"), metadata["name"], (*at, "name"))
+        elif isinstance(metadata.get("generateName"), str):
+            name = metadata["generateName"].rstrip("-")
+            self.put(out, (*at, "name"), name, (*at, "generateName"))
+            self.warn(
+                (*at, "generateName"),
+                f"generateName: tfdeclare tracks a job by a stable name, so this job is named '{name}' "
+                "(no random suffix)",
+            )
+        if "labels" in metadata:
+            self.put(out, (*at, "labels"), metadata["labels"], (*at, "labels"))
+        if "namespace" in metadata:
+            self.warn(
+                (*at, "namespace"),
+                "namespace has no equivalent: job names are unique across everything tfdeclare loads",
+            )
+        if "annotations" in metadata:
+            self.warn((*at, "annotations"), "annotations have no equivalent: ignored (labels are kept)")
+        self.unknown(metadata, ("name", "generateName", "labels", "namespace", "annotations"), at, "metadata")
+        return out
+
+    # ---- spec --------------------------------------------------------------------------------
+
+    def spec(self, spec: Mapping[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        replicas = spec.get("tfReplicaSpecs")
+        if not isinstance(replicas, Mapping) or not replicas:
+            self.error(
+                ("spec", "tfReplicaSpecs"),
+                "a TFJob needs tfReplicaSpecs (Chief/Master, PS, Worker, Evaluator)",
+            )
+            return out
+        roles: dict[str, dict[str, Any]] = {}
+        volumes: dict[str, list[dict[str, Any]]] = {}
+        selectors: dict[str, Any] = {}
+        for kind, replica in replicas.items():
+            at = ("spec", "tfReplicaSpecs", kind)
+            role = _ROLES.get(str(kind).lower())
+            if role is None:
+                self.error(at, f"unknown replica type '{kind}': one of Chief, Master, PS, Worker, Evaluator")
+                continue
+            if role in roles:
+                self.error(at, f"'{kind}' is a second {role}: a TFJob has either Chief or Master")
+                continue
+            if not isinstance(replica, Mapping):
+                self.error(at, f"{kind} must be a mapping with replicas and a template")
+                continue
+            roles[role], volumes[role], selectors[role] = self.replica(replica, at, role)
+        self.hoist(out, roles)
+        if roles:
+            out["replicas"] = roles  # in the manifest's order (the canonical form sorts them)
+            self.out.origins[("spec", "replicas")] = ("spec", "tfReplicaSpecs")
+        self.restart_policies(out, roles)
+        self.success_policy(out, spec.get("successPolicy"), "chief" in roles)
+        run_policy = spec.get("runPolicy")
+        if isinstance(run_policy, Mapping):
+            self.run_policy(out, run_policy, ("spec", "runPolicy"))
+        # Before runPolicy (v1 until 1.3) these stood in the spec itself.
+        self.run_policy(
+            out, {k: spec[k] for k in (*_RUN_POLICY, "cleanPodPolicy") if k in spec}, ("spec",), False
+        )
+        self.shared_volumes(out, volumes)
+        self.shared_selector(out, selectors)
+        if "enableDynamicWorker" in spec:
+            self.warn(
+                ("spec", "enableDynamicWorker"), "enableDynamicWorker: the cluster spec is static; ignored"
+            )
+        known = (
+            "tfReplicaSpecs",
+            "runPolicy",
+            "successPolicy",
+            "enableDynamicWorker",
+            *_RUN_POLICY,
+            "cleanPodPolicy",
+        )
+        self.unknown(spec, known, ("spec",), "spec")
+        return out
+
+    def hoist(self, out: dict[str, Any], roles: dict[str, dict[str, Any]]) -> None:
+        """A value every role has alike becomes the job's (the native form reads as people write it)."""
+        for key in _HOISTED:
+            values = [entry.get(key) for entry in roles.values()]
+            if roles and values[0] is not None and all(v == values[0] for v in values):
+                first = next(iter(roles))
+                origin = self.out.origins[("spec", "replicas", first, key)]
+                self.put(out, ("spec", key), values[0], origin)
+                for role, entry in roles.items():
+                    del entry[key]
+                    self.out.origins.pop(("spec", "replicas", role, key), None)
+
+    def restart_policies(self, out: dict[str, Any], roles: dict[str, dict[str, Any]]) -> None:
+        policies = [entry.get("restartPolicy") for entry in roles.values()]
+        if roles and all(policy == policies[0] for policy in policies):
+            first = next(iter(roles))
+            origin = self.out.origins[("spec", "replicas", first, "restartPolicy")]
+            self.put(out, ("spec", "restartPolicy"), policies[0], origin)
+            for role, entry in roles.items():
+                del entry["restartPolicy"]
+                self.out.origins.pop(("spec", "replicas", role, "restartPolicy"), None)
+
+    def success_policy(self, out: dict[str, Any], policy: Any, has_chief: bool) -> None:
+        at = ("spec", "successPolicy")
+        if policy in (None, ""):
+            if not has_chief:  # Kubeflow's default: worker 0 decides
+                self.put(out, at, "Worker0", at if policy is not None else ("spec",))
+        elif policy == "AllWorkers":
+            self.put(out, at, "AllWorkers", at)
+        else:
+            self.error(at, f'successPolicy {policy!r}: Kubeflow knows "" (the default) and AllWorkers')
+
+    def run_policy(
+        self, out: dict[str, Any], policy: Mapping[str, Any], at: JsonPath, whole: bool = True
+    ) -> None:
+        for key in _RUN_POLICY:
+            if key in policy:
+                self.put(out, ("spec", key), policy[key], (*at, key))
+        clean = policy.get("cleanPodPolicy")
+        where = (*at, "cleanPodPolicy")
+        if clean == "None":
+            self.warn(
+                where,
+                "cleanPodPolicy None: tasks still running when the job completes (ps, evaluator) are "
+                "stopped anyway; ended tasks and their logs are kept until ttlSecondsAfterFinished or delete",
+            )
+        elif clean == "All":
+            self.warn(
+                where,
+                "cleanPodPolicy All: running tasks are stopped at completion, ended ones are kept with "
+                "their logs; set ttlSecondsAfterFinished to delete them",
+            )
+        elif clean not in (None, "Running"):
+            self.error(where, f"cleanPodPolicy {clean!r}: one of Running, All, None")
+        if not whole:
+            return
+        if "schedulingPolicy" in policy:
+            self.warn(
+                (*at, "schedulingPolicy"),
+                "schedulingPolicy: tfdeclare always places a job's tasks as one gang (all or none); "
+                "queues and priorities are the backend's",
+            )
+        known = (*_RUN_POLICY, "cleanPodPolicy", "schedulingPolicy")
+        self.unknown(policy, known, at, "runPolicy")
+
+    def shared_volumes(self, out: dict[str, Any], volumes: dict[str, list[dict[str, Any]]]) -> None:
+        lists = [v for v in volumes.values() if v]
+        if not lists:
+            return
+        union: list[dict[str, Any]] = []
+        for entry in (e for v in lists for e in v):
+            if entry not in union:
+                union.append(entry)
+        if len(lists) != len(volumes) or any(v != lists[0] for v in lists):
+            self.warn(
+                ("spec", "tfReplicaSpecs"),
+                "hostPath volumes differ between replica types: tfdeclare mounts the same volumes in "
+                "every task, so every role gets all of them",
+            )
+        out["volumes"] = union
+
+    def shared_selector(self, out: dict[str, Any], selectors: dict[str, Any]) -> None:
+        found = [s for s in selectors.values() if s]
+        if not found:
+            return
+        if len(found) != len(selectors) or any(s != found[0] for s in found):
+            self.warn(
+                ("spec", "tfReplicaSpecs"),
+                "nodeSelector differs between replica types: tfdeclare's placement constraints are "
+                "the job's; none were set",
+            )
+            return
+        out["placement"] = {
+            "constraints": [
+                {"attribute": k, "operator": "In", "values": [str(v)]} for k, v in found[0].items()
+            ]
+        }
+
+    # ---- one replica type ----------------------------------------------------------------------
+
+    def replica(
+        self, replica: Mapping[str, Any], at: JsonPath, role: str
+    ) -> tuple[dict[str, Any], list[dict[str, Any]], Any]:
+        native: JsonPath = ("spec", "replicas", role)
+        out: dict[str, Any] = {}
+        self.out.origins[native] = at
+        self.put(
+            out,
+            (*native, "count"),
+            replica.get("replicas", 1),
+            (*at, "replicas") if "replicas" in replica else at,
+        )
+        policy = replica.get("restartPolicy", "Never")  # Kubeflow's default
+        self.put(
+            out,
+            (*native, "restartPolicy"),
+            policy,
+            (*at, "restartPolicy") if "restartPolicy" in replica else at,
+        )
+        self.unknown(replica, ("replicas", "restartPolicy", "template"), at, "replica")
+        template = replica.get("template")
+        if not isinstance(template, Mapping) or not isinstance(template.get("spec"), Mapping):
+            self.error(
+                (*at, "template"), "a replica needs template.spec.containers with a 'tensorflow' container"
+            )
+            return out, [], None
+        tat = (*at, "template")
+        metadata = template.get("metadata")
+        if isinstance(metadata, Mapping):
+            for key in metadata:
+                if key != "creationTimestamp":
+                    message = f"the pod template's {key} have no tfdeclare equivalent: ignored"
+                    self.warn((*tat, "metadata", key), message)
+        self.unknown(template, ("metadata", "spec"), tat, "template")
+        pod = template["spec"]
+        pat = (*tat, "spec")
+        containers = pod.get("containers")
+        if not isinstance(containers, list):
+            self.error((*pat, "containers"), "the pod template needs containers, one named 'tensorflow'")
+            return out, [], None
+        index = next(
+            (i for i, c in enumerate(containers) if isinstance(c, Mapping) and c.get("name") == "tensorflow"),
+            None,
+        )
+        if index is None:
+            self.error(
+                (*pat, "containers"),
+                "no container is named 'tensorflow': Kubeflow runs (and watches) the one of that name",
+            )
+            return out, [], None
+        for i, other in enumerate(containers):
+            if i != index:
+                name = other.get("name") if isinstance(other, Mapping) else i
+                self.warn(
+                    (*pat, "containers", i), f"sidecar container '{name}' is not run: only 'tensorflow' is"
+                )
+        for key in ("initContainers", "ephemeralContainers"):
+            if key in pod:
+                self.warn((*pat, key), f"{key} are not run: only the 'tensorflow' container is")
+        if "restartPolicy" in pod:
+            self.warn(
+                (*pat, "restartPolicy"),
+                "the pod's restartPolicy is ignored (as by Kubeflow): the replica's restartPolicy decides",
+            )
+        mounts = self.container(out, containers[index], (*pat, "containers", index), native)
+        volumes = self.volumes(self.listed(pod, "volumes", pat), mounts, (*pat, "volumes"))
+        known = (
+            "containers",
+            "initContainers",
+            "ephemeralContainers",
+            "restartPolicy",
+            "volumes",
+            "nodeSelector",
+        )
+        self.unknown(pod, known, pat, "pod")
+        return out, volumes, pod.get("nodeSelector")
+
+    def container(
+        self, out: dict[str, Any], container: Mapping[str, Any], cat: JsonPath, native: JsonPath
+    ) -> list[tuple[JsonPath, Mapping[str, Any]]]:
+        for key in ("image", "command", "args", "workingDir"):
+            if key in container:
+                self.put(out, (*native, key), container[key], (*cat, key))
+        if "env" in container:
+            self.env(out, container["env"], (*cat, "env"), native)
+        if "envFrom" in container:
+            self.warn(
+                (*cat, "envFrom"),
+                "envFrom (whole ConfigMaps or Secrets) has no equivalent: list each variable",
+            )
+        if "resources" in container:
+            self.resources(out, container["resources"], (*cat, "resources"), native)
+        for i, port in enumerate(self.listed(container, "ports", cat)):
+            if isinstance(port, Mapping) and (
+                port.get("name") == "tfjob-port" or port.get("containerPort") == _TF_PORT
+            ):
+                continue  # the TF port: tfdeclare assigns each task's and puts it in TF_CONFIG
+            number = port.get("containerPort") if isinstance(port, Mapping) else port
+            self.warn(
+                (*cat, "ports", i),
+                f"port {number} is not published: only the TF port is (tfdeclare assigns it)",
+            )
+        if "imagePullPolicy" in container:
+            self.warn(
+                (*cat, "imagePullPolicy"), "imagePullPolicy: the containerizer's pull behaviour applies"
+            )
+        known = ("name", "image", "command", "args", "workingDir", "env", "envFrom", "resources", "ports")
+        self.unknown(container, (*known, "imagePullPolicy", "volumeMounts"), cat, "container")
+        mounts = self.listed(container, "volumeMounts", cat)
+        return [((*cat, "volumeMounts", i), m) for i, m in enumerate(mounts) if isinstance(m, Mapping)]
+
+    def env(self, out: dict[str, Any], env: Any, at: JsonPath, native: JsonPath) -> None:
+        if not isinstance(env, list):
+            self.error(at, "env must be a list of {name, value} entries")
+            return
+        values: dict[str, Any] = {}
+        for i, entry in enumerate(env):
+            if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
+                self.error((*at, i), "an env entry needs a name")
+                continue
+            name = entry["name"]
+            secret = (
+                entry.get("valueFrom", {}).get("secretKeyRef")
+                if isinstance(entry.get("valueFrom"), Mapping)
+                else None
+            )
+            if isinstance(secret, Mapping):
+                values[name] = {"secretRef": {"name": secret.get("name"), "key": secret.get("key")}}
+                self.out.origins[(*native, "env", name)] = (*at, i, "valueFrom")
+            elif "valueFrom" in entry:
+                self.warn(
+                    (*at, i, "valueFrom"),
+                    f"env {name}: only secretKeyRef has an equivalent (a secret reference); "
+                    "this variable is not set",
+                )
+            else:
+                values[name] = entry.get("value", "")
+                self.out.origins[(*native, "env", name)] = (*at, i)
+        if values:
+            out["env"] = values
+            self.out.origins[(*native, "env")] = at
+
+    def resources(self, out: dict[str, Any], resources: Any, at: JsonPath, native: JsonPath) -> None:
+        if not isinstance(resources, Mapping):
+            self.error(at, "resources must be a mapping of requests and limits")
+            return
+        requests, limits = (self.mapped(resources, key, at) for key in ("requests", "limits"))
+        wanted: dict[str, Any] = {}
+        for name in dict.fromkeys([*requests, *limits]):
+            use = "requests" if name in requests else "limits"
+            value, where = (requests if use == "requests" else limits)[name], (*at, use, name)
+            if name == "cpu":
+                cpus = parse_cpu(value)
+                if cpus is None:
+                    self.error(where, f"cpu {value!r} is not a Kubernetes quantity such as 2, 0.5 or 2500m")
+                else:
+                    wanted["cpus"] = cpus
+                    self.out.origins[(*native, "resources", "cpus")] = where
+            elif name == "memory":
+                mib = parse_memory_mib(value)
+                if mib is None:
+                    self.error(
+                        where, f"memory {value!r} is not a Kubernetes quantity such as 4Gi, 512Mi or 1G"
+                    )
+                else:
+                    wanted["mem"] = f"{mib // 1024}Gi" if mib % 1024 == 0 else mib
+                    self.out.origins[(*native, "resources", "mem")] = where
+            elif name == "nvidia.com/gpu":
+                wanted["gpus"] = value
+                self.out.origins[(*native, "resources", "gpus")] = where
+            else:
+                self.warn(
+                    where, f"resource {name} has no equivalent (cpu, memory and nvidia.com/gpu do): ignored"
+                )
+            if (
+                name in requests
+                and name in limits
+                and requests[name] != limits[name]
+                and name != "nvidia.com/gpu"
+            ):
+                self.warn(
+                    (*at, "limits", name),
+                    f"{name} limit {limits[name]} differs from the request: tfdeclare reserves the request",
+                )
+        self.unknown(resources, ("requests", "limits"), at, "resources")
+        if wanted:
+            out["resources"] = wanted
+            self.out.origins[(*native, "resources")] = at
+
+    def volumes(
+        self, volumes: list[Any], mounts: list[tuple[JsonPath, Mapping[str, Any]]], at: JsonPath
+    ) -> list[dict[str, Any]]:
+        named = [(i, v) for i, v in enumerate(volumes) if isinstance(v, Mapping)]
+        by_name = {v["name"]: (i, v) for i, v in named if isinstance(v.get("name"), str)}
+        out: list[dict[str, Any]] = []
+        for where, mount in mounts:
+            name = mount.get("name")
+            found = by_name.pop(name, None) if isinstance(name, str) else None
+            if found is None:
+                self.warn(where, f"volumeMount '{mount.get('name')}' names no volume of the pod: ignored")
+                continue
+            i, volume = found
+            host = volume.get("hostPath")
+            if isinstance(host, Mapping) and isinstance(host.get("path"), str):
+                mode = "ro" if mount.get("readOnly") else "rw"
+                out.append({"hostPath": host["path"], "containerPath": mount.get("mountPath"), "mode": mode})
+                continue
+            kind = next((k for k in volume if k != "name"), "unknown")
+            self.warn(
+                (*at, i, kind),
+                f"volume '{volume.get('name')}' ({kind}) has no equivalent: put the data on the agents and "
+                "mount it with a hostPath volume (spec.volumes)",
+            )
+        for i, volume in by_name.values():
+            self.warn(
+                (*at, i), f"volume '{volume.get('name')}' is not mounted by the tensorflow container: ignored"
+            )
+        return out
+
+
+def translate(document: Mapping[str, Any]) -> Translation:
+    """The native form of a Kubeflow TFJob manifest (``is_kubeflow``) and what did not map."""
+    return _Translator().document(document)

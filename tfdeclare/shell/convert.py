@@ -1,0 +1,210 @@
+"""``tfdeclare convert``: a Kubeflow TFJob manifest's text -> our native spec's text, with the
+manifest's comments and key order kept.
+
+ruamel.yaml's round-trip mode reads the manifest (its comments and each key's line); the
+pure translation (``core/spec/kubeflow``) says what every native field came from, and each
+comment follows the part of the manifest it stood beside: an end-of-line comment stays on its
+line's field, a comment line goes before the field that followed it — or, when that field
+has no native counterpart (a container's ``name``), before the nearest one that does. Keys
+keep the manifest's order where it carries over (roles, labels, env). Documents that are not
+Kubeflow TFJobs are written back unchanged. What could not be carried over is listed in a
+comment at the top of the converted document (and printed as warnings).
+
+Input is first checked by our own safe loader (``load_file``): a file with errors is not
+converted, so ruamel never sees input our loader would refuse.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+from tfdeclare.core.diagnostics import JsonPath
+from tfdeclare.core.spec.kubeflow import Translation, is_kubeflow, translate
+
+HEADER = "Converted from a Kubeflow kubeflow.org/v1 TFJob by `tfdeclare convert`."
+
+
+@dataclass
+class Converted:
+    text: str
+    kubeflow_documents: int
+
+
+@dataclass
+class _Comments:
+    """The comments of one document, each tied to the manifest path it stood beside."""
+
+    before: dict[JsonPath, list[str]] = field(default_factory=dict)
+    end_of_line: dict[JsonPath, list[str]] = field(default_factory=dict)
+
+
+def convert_text(text: str) -> Converted:
+    """``text`` with every Kubeflow TFJob document in native form (input validated first)."""
+    yaml = _yaml()
+    documents = list(yaml.load_all(text))
+    positions = [_positions(doc) for doc in documents]
+    comments = _gather(text, documents, positions)
+    out: list[Any] = []
+    converted = 0
+    for doc, found in zip(documents, comments, strict=True):
+        if is_kubeflow(doc):
+            out.append(_native(translate(doc), found))
+            converted += 1
+        else:
+            out.append(doc)
+    stream = io.StringIO()
+    if len(out) > 1:
+        yaml.explicit_start = True
+    yaml.dump_all(out, stream)
+    return Converted(stream.getvalue(), converted)
+
+
+def _yaml() -> YAML:
+    yaml = YAML(typ="rt")
+    yaml.indent(mapping=2, sequence=4, offset=2)
+    yaml.width = 4096  # never fold a long command line
+    yaml.preserve_quotes = True
+    return yaml
+
+
+# ---- where each part of the manifest stands --------------------------------------------------
+
+
+def _positions(node: Any, path: JsonPath = ()) -> list[tuple[int, JsonPath]]:
+    """(0-based line, path) of every key and list item."""
+    out: list[tuple[int, JsonPath]] = []
+    if isinstance(node, CommentedMap):
+        for key in node:
+            out.append((node.lc.key(key)[0], (*path, key)))
+            out.extend(_positions(node[key], (*path, key)))
+    elif isinstance(node, CommentedSeq):
+        for index, item in enumerate(node):
+            out.append((node.lc.item(index)[0], (*path, index)))
+            out.extend(_positions(item, (*path, index)))
+    return out
+
+
+def _tokens(node: Any, path: JsonPath = ()) -> list[tuple[JsonPath, str, bool]]:
+    """Every comment token below ``node``: the path of the entry it hangs on, its text, and
+    whether it starts on that entry's line (ruamel's end-of-line slot; it then goes on with
+    the comment lines that follow)."""
+    out: list[tuple[JsonPath, str, bool]] = []
+    if isinstance(node, CommentedMap | CommentedSeq):
+        out.extend((path, text, False) for text in _flatten(getattr(node.ca, "comment", None)))
+        same_line = 2 if isinstance(node, CommentedMap) else 0  # ruamel's slot for it
+        for key, entry in node.ca.items.items():
+            for slot, part in enumerate(entry):
+                out.extend(((*path, key), text, slot == same_line) for text in _flatten(part))
+        children = node.items() if isinstance(node, CommentedMap) else enumerate(node)
+        for key, child in children:
+            out.extend(_tokens(child, (*path, key)))
+    return out
+
+
+def _flatten(entry: Any) -> list[str]:
+    if entry is None:
+        return []
+    if isinstance(entry, list):
+        return [text for item in entry for text in _flatten(item)]
+    value = getattr(entry, "value", None)
+    return [value] if isinstance(value, str) else []
+
+
+def _gather(text: str, documents: list[Any], positions: list[list[tuple[int, JsonPath]]]) -> list[_Comments]:
+    found = [_Comments() for _ in documents]
+    comment_lines: set[str] = set()  # what ruamel read as comments (not a block scalar's lines)
+    for index, doc in enumerate(documents):
+        for anchor, token, on_its_line in _tokens(doc):
+            if on_its_line and token.startswith("#"):
+                found[index].end_of_line.setdefault(anchor, []).append(_strip(token.partition("\n")[0]))
+            comment_lines.update(line.strip() for line in token.splitlines())
+    starts = sorted(
+        ((line, index, path) for index, lines in enumerate(positions) for line, path in lines),
+        key=lambda start: (start[0], len(start[2])),
+    )
+    for number, line in enumerate(text.splitlines()):
+        stripped = line.strip()
+        if not stripped.startswith("#") or stripped not in comment_lines:
+            continue
+        following = next(((i, p) for n, i, p in starts if n > number), None)
+        index, anchor = following if following else (len(documents) - 1, ())
+        found[index].before.setdefault(anchor, []).append(_strip(stripped))
+    return found
+
+
+def _strip(comment: str) -> str:
+    body = comment.strip()[1:]
+    return body[1:] if body.startswith(" ") else body
+
+
+# ---- the native document ----------------------------------------------------------------------
+
+
+def _native(translation: Translation, comments: _Comments) -> CommentedMap:
+    root = _fresh(translation.native)
+    assert isinstance(root, CommentedMap)
+    before: dict[JsonPath, list[str]] = {}
+    for anchor, texts in comments.before.items():
+        before.setdefault(translation.native_of(anchor) or (), []).extend(texts)
+    for anchor, texts in comments.end_of_line.items():
+        target = translation.native_of(anchor)
+        if target is None or not texts:
+            continue
+        if translation.origins.get(target) == anchor or _ends_in_index(anchor, target):
+            _eol(root, target, " / ".join(texts))
+        else:  # its field has no counterpart: the comment goes before the nearest one that does
+            before.setdefault(target, []).extend(texts)
+    start = [HEADER]
+    if translation.warnings:
+        start.append("Not carried over (tfdeclare validate shows where):")
+        start.extend(f"- {message}" for _, message in translation.warnings)
+    start.extend(before.pop((), []))
+    start.extend(before.pop(("apiVersion",), []))
+    root.yaml_set_start_comment("\n".join(start))
+    for target, texts in before.items():
+        _before(root, target, "\n".join(texts))
+    return root
+
+
+def _ends_in_index(anchor: JsonPath, target: JsonPath) -> bool:
+    return bool(anchor) and isinstance(anchor[-1], int) and bool(target) and target[-1] == anchor[-1]
+
+
+def _fresh(value: Any) -> Any:
+    """New containers (the manifest's own carry its comments, placed here one by one instead);
+    scalars are kept as read (their quoting style with them)."""
+    if isinstance(value, Mapping):
+        out = CommentedMap()
+        for key, item in value.items():
+            out[str(key)] = _fresh(item)
+        return out
+    if isinstance(value, list):
+        return CommentedSeq(_fresh(item) for item in value)
+    return value
+
+
+def _parent(root: CommentedMap, target: JsonPath) -> Any:
+    node: Any = root
+    for part in target[:-1]:
+        node = node[part]
+    return node
+
+
+def _eol(root: CommentedMap, target: JsonPath, text: str) -> None:
+    parent = _parent(root, target)
+    parent.yaml_add_eol_comment(f"# {text}", target[-1])
+
+
+def _before(root: CommentedMap, target: JsonPath, text: str) -> None:
+    while target and isinstance(target[-1], int):  # before a list item: before the list's key
+        target = target[:-1]
+    if not target:
+        return
+    parent = _parent(root, target)
+    parent.yaml_set_comment_before_after_key(target[-1], before=text, indent=2 * (len(target) - 1))
