@@ -292,7 +292,15 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
             return Unplaced(UnplacedReason.UNSCHEDULABLE, why), True, None
         reserved = [a for r in self._reservations.values() for a in r.fit.assignments]
         views = self._pool.views(reserved)
-        decision = place_in_line(waiting, self._queue, views, now, self.config.fifo_backfill_s, self._options)
+        decision = place_in_line(
+            waiting,
+            self._queue,
+            views,
+            now,
+            self.config.fifo_backfill_s,
+            self._options,
+            self._pool.capacities(),
+        )
         fit, note = decision.fit, decision.note
         if not isinstance(fit, GangFit):
             message = f"{fit.message}; {note}" if note else fit.message

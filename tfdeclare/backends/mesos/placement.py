@@ -12,8 +12,10 @@ attempt), each a pure function of its inputs:
 - ``never_fits``: a cheap necessary check against the largest capacities seen per agent, so a
   gang that can never be placed is reported as such instead of waiting forever.
 - ``backfill_views``: the FIFO-with-backfill policy. A gang behind the head of the queue may
-  use what the head cannot; once the head has waited longer than a bound, nothing the head
-  could use is given to anyone else (the agents drain for it).
+  use what the head cannot; once the head has waited longer than a bound, the fewest agents
+  that would hold the head when empty (the freest now first) are given to no one else: they
+  drain for it, and the rest of the cluster keeps backfilling (``drain_set``). Without known
+  agent capacities, every agent the head could use drains.
 
 The same input always gives the same answer: agents are ordered by id, slots by key, and
 every tie is broken by agent id.
@@ -449,14 +451,14 @@ def backfill_views(
     offers: Sequence[AgentOffer],
     drain_after_s: float,
     options: PlacementOptions = PlacementOptions(),
+    capacities: Sequence[AgentOffer] = (),
 ) -> Backfill:
     """The offers a gang behind ``head`` may use.
 
     - No head: everything.
     - The head fits what is offered now: everything except what the head's placement takes.
     - The head does not fit and has waited less than ``drain_after_s``: everything (backfill).
-    - Otherwise only agents the head can never use (constraints, GPU rules): the others drain
-      until the head fits.
+    - Otherwise everything but ``drain_set``: the agents kept for the head drain until it fits.
     """
     if head is None:
         return Backfill(tuple(offers))
@@ -465,10 +467,56 @@ def backfill_views(
         return Backfill(tuple(_subtract(offers, fit)), f"held for {head.job}, first in line")
     if head_waited_s < drain_after_s:
         return Backfill(tuple(offers))
-    kept = tuple(v for v in offers if not eligible_for(head, v, options))
+    drained = drain_set(head, offers, capacities, options)
+    kept = tuple(v for v in offers if v.agent_id not in drained)
     return Backfill(
-        kept, f"{head.job} has waited {head_waited_s:.0f} s for resources; agents it can use are kept for it"
+        kept,
+        f"{head.job} has waited {head_waited_s:.0f} s for resources; {len(drained)} agent(s) are kept for it",
     )
+
+
+def drain_set(
+    head: GangRequest,
+    offers: Sequence[AgentOffer],
+    capacities: Sequence[AgentOffer],
+    options: PlacementOptions = PlacementOptions(),
+) -> set[str]:
+    """The agents kept for a head of line that waited too long: of the agents offering now
+    that it can use, the freest first (GPUs, cpus, mem, then id), the fewest whose whole
+    capacities (``capacities``: the largest seen per agent) would hold it. Nothing is placed
+    on them, so they only get freer: they stay the freest and the head is not starved. When
+    the capacities are unknown or cannot hold it, every agent it can use."""
+    usable = [v for v in offers if eligible_for(head, v, options)]
+    everything = {v.agent_id for v in usable}
+    size = {c.agent_id: c for c in capacities}
+    freest: dict[str, AgentOffer] = {}
+    for view in sorted(usable, key=lambda v: (-v.gpus, -v.cpus, -v.mem_mib, v.agent_id, v.role)):
+        whole = size.get(view.agent_id)
+        if whole is not None and view.agent_id not in freest:
+            freest[view.agent_id] = replace(
+                whole, role=view.role, gpu_agent=whole.gpu_agent or view.gpu_agent
+            )
+    order = list(freest.values())
+
+    def holds(count: int) -> bool:
+        return isinstance(place_gang(head, order[:count], options), GangFit)
+
+    if not order or not holds(len(order)):
+        return everything
+    need = head.total
+    low, high, gpus, cpus = 0, len(order), 0, 0.0
+    for count, whole in enumerate(order, 1):  # no fewer than the sums need
+        gpus, cpus = gpus + whole.gpus, cpus + whole.cpus
+        if gpus >= need.gpus and cpus + _EPS >= need.cpus:
+            low = count - 1
+            break
+    while high - low > 1:  # the fewest that hold it (binary search; a larger prefix holds more)
+        middle = (low + high) // 2
+        if holds(middle):
+            high = middle
+        else:
+            low = middle
+    return {whole.agent_id for whole in order[:high]}
 
 
 def _subtract(offers: Sequence[AgentOffer], fit: GangFit) -> list[AgentOffer]:

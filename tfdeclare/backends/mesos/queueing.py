@@ -3,8 +3,9 @@
 This module owns the line that waiting jobs stand in (``Waiting``: by when each first asked)
 and ``place_in_line``, the one decision the backend makes each time a job asks to be placed:
 the job first in line before it (the head) is served by ``backfill_views`` (what the head's
-placement takes, or every agent the head can use once it has waited ``drain_after_s``, is
-withheld), and the job is placed on what is left by ``place_gang`` (all or nothing).
+placement takes, or the agents kept for it once it has waited ``drain_after_s``, are withheld;
+``capacities``, the largest seen per agent, choose those), and the job is placed on what is
+left by ``place_gang`` (all or nothing).
 
 The backend calls it on its loop with the offers it holds; the scheduling simulator
 (``bench/sched``) calls the very same function in virtual time, so what is measured there is
@@ -65,6 +66,7 @@ def place_in_line(
     now: float,
     drain_after_s: float,
     options: PlacementOptions,
+    capacities: Sequence[AgentOffer] = (),
 ) -> InLine:
     """Place ``waiting``'s gang on ``offers``, minus what its head of line is owed (module doc)."""
     request = waiting.request
@@ -72,6 +74,8 @@ def place_in_line(
     note = ""
     if head is not None:
         first = head[1]
-        backfill = backfill_views(first.request, now - first.first_asked, offers, drain_after_s, options)
+        backfill = backfill_views(
+            first.request, now - first.first_asked, offers, drain_after_s, options, capacities
+        )
         offers, note = backfill.views, backfill.note
     return InLine(place_gang(request, offers, options), note)
