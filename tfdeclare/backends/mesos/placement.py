@@ -235,6 +235,8 @@ class _Shape:
         self.heap: list[tuple[tuple[int, float, float, int], int]] = []
         self.by_size: list[_Bin] = []
         self.cpus_sorted: list[float] = []
+        self.largest_first: list[_Bin] | None = None  # by_size, the largest first (made when needed)
+        self.largest_at = 0  # the agents before this one in largest_first are used or do not fit
         if spread:
             self.heap = [(b.spread_key(), i) for i, b in enumerate(self.eligible) if b.fits(resources)]
             heapq.heapify(self.heap)
@@ -265,13 +267,22 @@ class _Shape:
 
     def pack_open(self, rest: _Rest, options: PlacementOptions) -> _Bin | None:
         """A new agent for ``pack``: the tightest that takes the whole rest, else the largest."""
-        start = bisect.bisect_left(self.cpus_sorted, rest.need.cpus - _EPS)
-        for b in self.by_size[start:]:
+        by_size = self.by_size
+        for i in range(bisect.bisect_left(self.cpus_sorted, rest.need.cpus - _EPS), len(by_size)):
+            b = by_size[i]
             if b.used == 0 and b.fits(self.resources) and _holds_all(b, rest, options):
                 return b
-        fitting = [b for b in self.by_size if b.used == 0 and b.fits(self.resources)]
-        best = min(fitting, key=lambda b: (-b.cpus, -b.mem, -b.gpus, b.index), default=None)
-        return best
+        # The largest unused agent that fits. An unused agent does not change while this shape
+        # is placed (taking one makes it used), so those passed over stay passed over.
+        if self.largest_first is None:
+            self.largest_first = sorted(by_size, key=lambda b: (-b.cpus, -b.mem, -b.gpus, b.index))
+        largest = self.largest_first
+        while self.largest_at < len(largest):
+            b = largest[self.largest_at]
+            if b.used == 0 and b.fits(self.resources):
+                return b
+            self.largest_at += 1
+        return None
 
 
 def place_gang(
@@ -489,28 +500,33 @@ def drain_set(
     usable = [v for v in offers if eligible_for(head, v, options)]
     everything = {v.agent_id for v in usable}
     size = {c.agent_id: c for c in capacities}
-    freest: dict[str, AgentOffer] = {}
+    order: list[AgentOffer] = []  # the capacities of the usable agents, the freest now first
+    seen: set[str] = set()
     for view in sorted(usable, key=lambda v: (-v.gpus, -v.cpus, -v.mem_mib, v.agent_id, v.role)):
         whole = size.get(view.agent_id)
-        if whole is not None and view.agent_id not in freest:
-            freest[view.agent_id] = replace(
-                whole, role=view.role, gpu_agent=whole.gpu_agent or view.gpu_agent
-            )
-    order = list(freest.values())
+        if whole is not None and view.agent_id not in seen:
+            seen.add(view.agent_id)
+            order.append(whole)
 
     def holds(count: int) -> bool:
         return isinstance(place_gang(head, order[:count], options), GangFit)
 
-    if not order or not holds(len(order)):
-        return everything
     need = head.total
-    low, high, gpus, cpus = 0, len(order), 0, 0.0
-    for count, whole in enumerate(order, 1):  # no fewer than the sums need
+    low, gpus, cpus = len(order), 0, 0.0
+    for count, whole in enumerate(order):  # fewer agents than the sums need cannot hold it
         gpus, cpus = gpus + whole.gpus, cpus + whole.cpus
         if gpus >= need.gpus and cpus + _EPS >= need.cpus:
-            low = count - 1
+            low = count
             break
-    while high - low > 1:  # the fewest that hold it (binary search; a larger prefix holds more)
+    # The fewest that hold it: a galloping search up from ``low`` (the answer is usually near),
+    # then a binary search (a longer prefix holds what a shorter one does). ``low`` never holds.
+    step, high = 1, low + 1
+    while not (high <= len(order) and holds(high)):
+        if high >= len(order):
+            return everything
+        low, step = high, step * 2
+        high = min(len(order), low + step)
+    while high - low > 1:
         middle = (low + high) // 2
         if holds(middle):
             high = middle
@@ -520,9 +536,12 @@ def drain_set(
 
 
 def _subtract(offers: Sequence[AgentOffer], fit: GangFit) -> list[AgentOffer]:
+    by_agent: dict[tuple[str, str], list[SlotAssignment]] = {}
+    for assignment in fit.assignments:
+        by_agent.setdefault((assignment.agent_id, assignment.role), []).append(assignment)
     out = []
     for view in offers:
-        taken = [a for a in fit.assignments if a.agent_id == view.agent_id and a.role == view.role]
+        taken = by_agent.get((view.agent_id, view.role))
         if not taken:
             out.append(view)
             continue
