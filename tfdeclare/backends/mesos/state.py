@@ -46,8 +46,8 @@ from tfdeclare.backends.mesos.journal import (
     TaskEntry,
     TaskJournal,
 )
-from tfdeclare.backends.mesos.offers import HeldOffer, OfferPool
-from tfdeclare.backends.mesos.placement import AgentOffer, GangFit, PlacementOptions
+from tfdeclare.backends.mesos.offers import OfferPool
+from tfdeclare.backends.mesos.placement import GangFit, PlacementOptions
 from tfdeclare.backends.mesos.queueing import Waiting, head_of
 from tfdeclare.backends.mesos.sandbox import SandboxReader
 from tfdeclare.backends.mesos.taskinfo import LABEL_PREFIX
@@ -403,20 +403,6 @@ class BackendState(ABC):
     def _head(self, before: float | None = None, exclude: str | None = None) -> tuple[str, Waiting] | None:
         """The job first in line (optionally: that asked before ``before``)."""
         return head_of(self._queue.items(), before, exclude)
-
-    @staticmethod
-    def _view_of(held: HeldOffer) -> AgentOffer:
-        return AgentOffer(
-            held.agent_id,
-            held.hostname,
-            held.cpus,
-            held.mem_mib,
-            held.gpus,
-            held.ports,
-            held.attributes,
-            held.role,
-            gpu_agent=held.gpus > 0,
-        )
 
     def _notify(self) -> None:
         """Tell the watchers (on the loop: a watcher only wakes someone, it never calls back)."""
