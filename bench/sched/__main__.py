@@ -1,6 +1,6 @@
 """``make bench-sched``: every trace under every policy, then the decision-time check.
 
-    python -m bench.sched [--agents 64] [--quick] [--policies tfdeclare,greedy,fifo]
+    python -m bench.sched [--agents 64] [--quick] [--policies tfdeclare,greedy,fifo,tfdeclare-drain-all]
 
 Writes ``bench/out/sched.json`` (``{trace: {policy: metrics}}``), ``bench/out/sched-meta.json``
 (machine, date, set-up, the decision-time check), ``bench/out/sched.md`` (the table for docs/benchmarks.md) and the plots
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from bench.common import REPO, machine
 from bench.sched import decision, report
 from bench.sched.cluster import make_cluster
-from bench.sched.policies import POLICIES
+from bench.sched.policies import DEFAULT_POLICIES, POLICIES
 from bench.sched.sim import Outcome, simulate
 from bench.sched.trace import generate
 
@@ -47,7 +47,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.sched")
     parser.add_argument("--agents", type=int, default=64, help="agents of 8 GPUs each")
     parser.add_argument("--quick", action="store_true", help="a quarter of the day, fewer agents")
-    parser.add_argument("--policies", default=",".join(POLICIES))
+    parser.add_argument(
+        "--policies", default=",".join(DEFAULT_POLICIES), help="comma-separated: " + ", ".join(POLICIES)
+    )
     args = parser.parse_args()
     agents = 16 if args.quick else args.agents
     span = SPAN_S / 4 if args.quick else SPAN_S

@@ -8,6 +8,8 @@
   one (shuffled, as Mesos' hierarchical allocator does) to the framework holding the fewest GPUs
   (DRF); a framework launches as many of its pending tasks as the offer holds, and keeps what it
   got until all its tasks run (no timeout, nothing given back): partial gangs, deadlocks.
+- ``tfdeclare-drain-all`` (only when asked for): the backend's first policy, which drained every
+  agent the head could use.
 - ``fifo``: gang scheduling without backfill: jobs in arrival order, each placed whole by
   ``place_gang``; the first that does not fit stops everyone behind it.
 """
@@ -61,7 +63,7 @@ class Policy:
     name = ""
 
     def __init__(self) -> None:
-        self.decision_s: list[float] = []  # wall time of each decision (one job or one offer)
+        self.decision_s: list[float] = []  # CPU time of each decision (one job, or one offer for greedy)
 
     def schedule(self, now: float, pending: Sequence[SimJob], cluster: Cluster, commit: Commit) -> None:
         raise NotImplementedError
@@ -74,14 +76,15 @@ class Policy:
 class Tfdeclare(Policy):
     name = "tfdeclare"
 
-    def __init__(self, drain_after_s: float = MesosConfig().fifo_backfill_s) -> None:
+    def __init__(self, drain_after_s: float = MesosConfig().fifo_backfill_s, capacities: bool = True) -> None:
         super().__init__()
         self.drain_after_s = drain_after_s
         self.options = PlacementOptions()
+        self.capacities = capacities  # False: as before any capacity is known (every agent drains)
 
     def schedule(self, now: float, pending: Sequence[SimJob], cluster: Cluster, commit: Commit) -> None:
         queue = {j.job.name: j.waiting for j in pending}  # the backend's queue: first asked first
-        capacities = cluster.capacities()  # the backend's "largest seen" per agent
+        capacities = cluster.capacities() if self.capacities else []  # the backend's "largest seen"
         free = cluster.free_gpus()
         # A job of the same shape as one refused since the last placement gets the same
         # answer (same head, same offers; gangs here are uniform, so fewer offers never fit
@@ -92,11 +95,11 @@ class Tfdeclare(Policy):
             shape = (job.gpus, job.task_gpus)
             if job.gpus > free or shape in refused:
                 continue
-            started = time.perf_counter()
+            started = time.thread_time()
             decision = place_in_line(
                 sim.waiting, queue, cluster.views(), now, self.drain_after_s, self.options, capacities
             )
-            self.decision_s.append(time.perf_counter() - started)
+            self.decision_s.append(time.thread_time() - started)
             if not isinstance(decision.fit, GangFit):
                 refused.add(shape)
                 continue
@@ -119,9 +122,9 @@ class Fifo(Policy):
     def schedule(self, now: float, pending: Sequence[SimJob], cluster: Cluster, commit: Commit) -> None:
         options = PlacementOptions()
         for sim in pending:
-            started = time.perf_counter()
+            started = time.thread_time()
             fit = place_gang(sim.request, cluster.views(), options)
-            self.decision_s.append(time.perf_counter() - started)
+            self.decision_s.append(time.thread_time() - started)
             if not isinstance(fit, GangFit):
                 return
             for a in fit.assignments:
@@ -143,7 +146,7 @@ class Greedy(Policy):
         agents = [a for a in cluster.agents if a.gpus > 0]
         self.rng.shuffle(agents)
         for agent in agents:
-            started = time.perf_counter()
+            started = time.thread_time()
             skipped = []
             while wanting and agent.gpus > 0:
                 held, i, sim = heapq.heappop(wanting)
@@ -158,9 +161,25 @@ class Greedy(Policy):
                     heapq.heappush(wanting, (held, i, sim))
             for entry in skipped:
                 heapq.heappush(wanting, entry)
-            self.decision_s.append(time.perf_counter() - started)
+            self.decision_s.append(time.thread_time() - started)
             if not wanting:
                 return
 
 
-POLICIES: dict[str, Callable[[], Policy]] = {"tfdeclare": Tfdeclare, "greedy": Greedy, "fifo": Fifo}
+class TfdeclareDrainAll(Tfdeclare):
+    """The backend's first policy, for comparison: a head that waited too long drains every
+    agent it can use (what ``place_in_line`` does when no agent capacity is known)."""
+
+    name = "tfdeclare-drain-all"
+
+    def __init__(self) -> None:
+        super().__init__(capacities=False)
+
+
+POLICIES: dict[str, Callable[[], Policy]] = {
+    "tfdeclare": Tfdeclare,
+    "greedy": Greedy,
+    "fifo": Fifo,
+    "tfdeclare-drain-all": TfdeclareDrainAll,
+}
+DEFAULT_POLICIES = ("tfdeclare", "greedy", "fifo")

@@ -23,7 +23,7 @@ COLUMNS = (
     ("deadlocked", "deadlocked", "{}"),
     ("unfinished", "never ended", "{}"),
     ("agents_spanned_mean", "agents per multi-GPU job (least)", "{:.2f}"),
-    ("decision_ms_p99", "decision p99", "{:.2f} ms"),
+    ("decision_ms_p99", "decision p99 (CPU)", "{:.2f} ms"),
 )
 
 
