@@ -1,6 +1,6 @@
 """``make bench-sched``: every trace under every policy, then the decision-time check.
 
-    python -m bench.sched [--agents 64] [--quick] [--policies tfdeclare,greedy,fifo,tfdeclare-drain-all]
+    python -m bench.sched [--agents 64] [--quick] [--policies tfdeclare,greedy,fifo,...]
 
 Writes ``bench/out/sched.json`` (``{trace: {policy: metrics}}``), ``bench/out/sched-meta.json``
 (machine, date, set-up, the decision-time check), ``bench/out/sched.md`` (the table for docs/benchmarks.md) and the plots
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from bench.common import REPO, machine
 from bench.sched import decision, report
-from bench.sched.cluster import make_cluster
+from bench.sched.cluster import Cluster, make_cluster
 from bench.sched.policies import DEFAULT_POLICIES, POLICIES
 from bench.sched.sim import Outcome, simulate
 from bench.sched.trace import generate
@@ -30,6 +30,12 @@ class Scenario:
     foreign_share: float = 0.0  # of all GPUs, held by other frameworks
     reserved_share: float = 0.0  # of the agents, reserved to role "ml" (ours too)
     about: str = ""
+
+    def cluster(self, agents: int) -> Cluster:
+        """A fresh cluster of this scenario (the same for every policy)."""
+        return make_cluster(
+            agents, seed=self.seed, foreign_share=self.foreign_share, reserved_share=self.reserved_share
+        )
 
 
 SCENARIOS = (
@@ -56,22 +62,11 @@ def main() -> int:
     results: dict[str, dict[str, dict[str, object]]] = {}
     outcomes: dict[str, dict[str, Outcome]] = {}
     for scenario in SCENARIOS:
-        cluster = make_cluster(
-            agents,
-            seed=scenario.seed,
-            foreign_share=scenario.foreign_share,
-            reserved_share=scenario.reserved_share,
-        )
-        trace = generate(scenario.name, scenario.seed, cluster.capacity_gpus, span, scenario.load)
+        capacity = scenario.cluster(agents).capacity_gpus
+        trace = generate(scenario.name, scenario.seed, capacity, span, scenario.load)
         for name in args.policies.split(","):
             started = time.monotonic()
-            cluster = make_cluster(
-                agents,
-                seed=scenario.seed,
-                foreign_share=scenario.foreign_share,
-                reserved_share=scenario.reserved_share,
-            )
-            outcome = simulate(trace, cluster, POLICIES[name]())
+            outcome = simulate(trace, scenario.cluster(agents), POLICIES[name]())
             outcomes.setdefault(scenario.name, {})[name] = outcome
             results.setdefault(scenario.name, {})[name] = dict(outcome.metrics)
             m = outcome.metrics
