@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-mesos test lint typecheck layers unit chaos fuzz bench clean venv
+.PHONY: demo demo-mesos test lint typecheck layers unit chaos fuzz bench bench-sched clean venv
 
 venv: $(STAMP)
 
@@ -67,6 +67,12 @@ fuzz: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench
+
+# Scheduling quality (issue 14): a seeded discrete-event simulation of the Mesos backend's own
+# queue and placement against a TFMesos-style greedy baseline and plain FIFO, on synthetic
+# GPU-cluster traces. Writes bench/out/sched.json, sched.md and sched-*.png (about 3 minutes).
+bench-sched: $(STAMP)
+	$(PY) -m bench.sched
 
 clean:
 	rm -rf $(VENV) .demo .demo-mesos .pytest_cache .mypy_cache .ruff_cache

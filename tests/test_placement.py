@@ -13,6 +13,7 @@ from tfdeclare.backends.mesos.placement import (
     NoFit,
     PlacementOptions,
     backfill_views,
+    drain_set,
     matches,
     never_fits,
     place_gang,
@@ -301,6 +302,22 @@ def test_backfill_after_the_bound_keeps_what_the_head_can_use() -> None:
     late = backfill_views(big, 61, offers, 60)
     assert [v.agent_id for v in late.views] == ["g"]
     assert "big" in late.note
+
+
+def test_a_long_waiting_head_drains_only_the_fewest_freest_agents_that_hold_it() -> None:
+    """Two 8-GPU tasks wait: the two freest GPU agents (8 GPUs each when empty) are kept for
+    them; the rest of the cluster keeps backfilling."""
+    free = {"a": 2, "b": 6, "c": 4, "d": 1}
+    offers = [agent(n, 32, 65536, gpus=g) for n, g in free.items()]
+    capacities = [agent(n, 32, 65536, gpus=8) for n in free]
+    head = replace(gang(2, Resources(8, 8192, 8)), job="big")
+    assert drain_set(head, offers, capacities) == {"b", "c"}
+    late = backfill_views(head, 61, offers, 60, capacities=capacities)
+    assert sorted(v.agent_id for v in late.views) == ["a", "d"]
+    assert late.note == "big has waited 61 s for resources; 2 agent(s) are kept for it"
+    # Unknown capacities, or capacities that cannot hold it: every agent it can use drains.
+    assert drain_set(head, offers, ()) == set(free)
+    assert drain_set(head, offers, capacities[:1]) == set(free)
 
 
 def test_backfill_leaves_the_heads_placement_alone_when_it_fits() -> None:

@@ -72,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--chunk-mode", choices=("record", "split", "coalesce", "bytes"), default="record")
     add("--sandbox-root", default=None)
     add("--seed", type=int, default=0)
+    add("--zk", default=None, help="zk://host:port/path: register there as a Mesos master (needs kazoo)")
     add("--log-level", default="WARNING")
     return parser
 
@@ -104,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         chunk_mode=args.chunk_mode,
         sandbox_root=args.sandbox_root,
         seed=args.seed,
+        zookeeper=args.zk,
     )
 
     def ready(emulator: Emulator) -> None:

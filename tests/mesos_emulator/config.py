@@ -61,6 +61,8 @@ class EmulatorConfig:
     max_unreachable_tasks: int = 1000
     max_calls_recorded: int = 10000
     version: str = "1.11.0"
+    # zk://host:port/path: join the masters' group there, lead while first (zookeeper.py)
+    zookeeper: str | None = None
 
     @property
     def host_ip(self) -> str:

@@ -22,7 +22,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .agent import Agent
 from .agent_http import AgentEndpoints
@@ -36,6 +36,9 @@ from .model import Registry
 from .resources import Resources, coalesce, parse_attributes, to_fixed
 from .status import is_terminal
 from .wire import EventStream, HttpServer, Request, Response
+
+if TYPE_CHECKING:
+    from .zookeeper import ZooKeeperContender
 
 log = logging.getLogger("mesos_emulator")
 T = TypeVar("T")
@@ -317,6 +320,7 @@ class Emulator:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._cluster: Cluster | None = None
+        self._contender: ZooKeeperContender | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> Emulator:
@@ -340,9 +344,24 @@ class Emulator:
         self._thread = threading.Thread(target=run, name="mesos-emulator", daemon=True)
         self._thread.start()
         ready.result(timeout=30)
+        self._join_zookeeper()
         return self
 
+    def _join_zookeeper(self) -> None:
+        if self.config.zookeeper is not None:
+            from .zookeeper import ZooKeeperContender
+
+            info = self._call(lambda c: self._master(c).master_info())
+            self._contender = ZooKeeperContender(self, self.config.zookeeper, info).start()
+
+    def leave_zookeeper(self) -> None:
+        """Leave the masters' group in ZooKeeper (as a master that stops does)."""
+        contender, self._contender = self._contender, None
+        if contender is not None:
+            contender.stop()
+
     def stop(self) -> None:
+        self.leave_zookeeper()
         loop, thread = self._loop, self._thread
         if loop is None or thread is None or self._cluster is None:
             return
@@ -365,6 +384,7 @@ class Emulator:
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         self._loop = loop
+        self._thread = threading.current_thread()  # other threads' calls go through the loop
         self._cluster = Cluster(self.config, loop)
         stop = asyncio.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -373,9 +393,12 @@ class Emulator:
         async def main() -> None:
             assert self._cluster is not None
             await self._cluster.start()
+            if self.config.zookeeper is not None:  # kazoo blocks: not on this loop
+                await asyncio.to_thread(self._join_zookeeper)
             if on_ready is not None:
                 on_ready(self)
             await stop.wait()
+            await asyncio.to_thread(self.leave_zookeeper)
             await self._cluster.stop()
 
         try:

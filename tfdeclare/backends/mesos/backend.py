@@ -40,7 +40,8 @@ from tfdeclare.backends.mesos.errors import (
 from tfdeclare.backends.mesos.info import validate_id
 from tfdeclare.backends.mesos.journal import TaskEntry
 from tfdeclare.backends.mesos.offers import HeldOffer
-from tfdeclare.backends.mesos.placement import GangFit, backfill_views, never_fits, place_gang
+from tfdeclare.backends.mesos.placement import GangFit, never_fits
+from tfdeclare.backends.mesos.queueing import Waiting, place_in_line
 from tfdeclare.backends.mesos.sandbox import SandboxError, SandboxReader
 from tfdeclare.backends.mesos.scheduler import EventHandler, SchedulerEvents
 from tfdeclare.backends.mesos.state import (
@@ -49,7 +50,6 @@ from tfdeclare.backends.mesos.state import (
     MIN_KILL_RETRY_S,
     Accept,
     Reservation,
-    Waiting,
 )
 from tfdeclare.backends.mesos.taskstate import is_terminal, observed_state
 from tfdeclare.backends.mesos.workers import BackgroundWork
@@ -294,14 +294,16 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
             return Unplaced(UnplacedReason.UNSCHEDULABLE, why), True, None
         reserved = [a for r in self._reservations.values() for a in r.fit.assignments]
         views = self._pool.views(reserved)
-        note = ""
-        head = self._head(before=waiting.first_asked, exclude=request.job)
-        if head is not None:
-            backfill = backfill_views(
-                head[1].request, now - head[1].first_asked, views, self.config.fifo_backfill_s, self._options
-            )
-            views, note = list(backfill.views), backfill.note
-        fit = place_gang(request, views, self._options)
+        decision = place_in_line(
+            waiting,
+            self._queue,
+            views,
+            now,
+            self.config.fifo_backfill_s,
+            self._options,
+            self._pool.capacities(),
+        )
+        fit, note = decision.fit, decision.note
         if not isinstance(fit, GangFit):
             message = f"{fit.message}; {note}" if note else fit.message
             return Unplaced(fit.reason, message), False, None

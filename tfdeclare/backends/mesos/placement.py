@@ -12,8 +12,10 @@ attempt), each a pure function of its inputs:
 - ``never_fits``: a cheap necessary check against the largest capacities seen per agent, so a
   gang that can never be placed is reported as such instead of waiting forever.
 - ``backfill_views``: the FIFO-with-backfill policy. A gang behind the head of the queue may
-  use what the head cannot; once the head has waited longer than a bound, nothing the head
-  could use is given to anyone else (the agents drain for it).
+  use what the head cannot; once the head has waited longer than a bound, the fewest agents
+  that would hold the head when empty (the freest now first) are given to no one else: they
+  drain for it, and the rest of the cluster keeps backfilling (``drain_set``). Without known
+  agent capacities, every agent the head could use drains.
 
 The same input always gives the same answer: agents are ordered by id, slots by key, and
 every tie is broken by agent id.
@@ -233,6 +235,8 @@ class _Shape:
         self.heap: list[tuple[tuple[int, float, float, int], int]] = []
         self.by_size: list[_Bin] = []
         self.cpus_sorted: list[float] = []
+        self.largest_first: list[_Bin] | None = None  # by_size, the largest first (made when needed)
+        self.largest_at = 0  # the agents before this one in largest_first are used or do not fit
         if spread:
             self.heap = [(b.spread_key(), i) for i, b in enumerate(self.eligible) if b.fits(resources)]
             heapq.heapify(self.heap)
@@ -263,13 +267,22 @@ class _Shape:
 
     def pack_open(self, rest: _Rest, options: PlacementOptions) -> _Bin | None:
         """A new agent for ``pack``: the tightest that takes the whole rest, else the largest."""
-        start = bisect.bisect_left(self.cpus_sorted, rest.need.cpus - _EPS)
-        for b in self.by_size[start:]:
+        by_size = self.by_size
+        for i in range(bisect.bisect_left(self.cpus_sorted, rest.need.cpus - _EPS), len(by_size)):
+            b = by_size[i]
             if b.used == 0 and b.fits(self.resources) and _holds_all(b, rest, options):
                 return b
-        fitting = [b for b in self.by_size if b.used == 0 and b.fits(self.resources)]
-        best = min(fitting, key=lambda b: (-b.cpus, -b.mem, -b.gpus, b.index), default=None)
-        return best
+        # The largest unused agent that fits. An unused agent does not change while this shape
+        # is placed (taking one makes it used), so those passed over stay passed over.
+        if self.largest_first is None:
+            self.largest_first = sorted(by_size, key=lambda b: (-b.cpus, -b.mem, -b.gpus, b.index))
+        largest = self.largest_first
+        while self.largest_at < len(largest):
+            b = largest[self.largest_at]
+            if b.used == 0 and b.fits(self.resources):
+                return b
+            self.largest_at += 1
+        return None
 
 
 def place_gang(
@@ -449,14 +462,14 @@ def backfill_views(
     offers: Sequence[AgentOffer],
     drain_after_s: float,
     options: PlacementOptions = PlacementOptions(),
+    capacities: Sequence[AgentOffer] = (),
 ) -> Backfill:
     """The offers a gang behind ``head`` may use.
 
     - No head: everything.
     - The head fits what is offered now: everything except what the head's placement takes.
     - The head does not fit and has waited less than ``drain_after_s``: everything (backfill).
-    - Otherwise only agents the head can never use (constraints, GPU rules): the others drain
-      until the head fits.
+    - Otherwise everything but ``drain_set``: the agents kept for the head drain until it fits.
     """
     if head is None:
         return Backfill(tuple(offers))
@@ -465,16 +478,70 @@ def backfill_views(
         return Backfill(tuple(_subtract(offers, fit)), f"held for {head.job}, first in line")
     if head_waited_s < drain_after_s:
         return Backfill(tuple(offers))
-    kept = tuple(v for v in offers if not eligible_for(head, v, options))
+    drained = drain_set(head, offers, capacities, options)
+    kept = tuple(v for v in offers if v.agent_id not in drained)
     return Backfill(
-        kept, f"{head.job} has waited {head_waited_s:.0f} s for resources; agents it can use are kept for it"
+        kept,
+        f"{head.job} has waited {head_waited_s:.0f} s for resources; {len(drained)} agent(s) are kept for it",
     )
 
 
+def drain_set(
+    head: GangRequest,
+    offers: Sequence[AgentOffer],
+    capacities: Sequence[AgentOffer],
+    options: PlacementOptions = PlacementOptions(),
+) -> set[str]:
+    """The agents kept for a head of line that waited too long: of the agents offering now
+    that it can use, the freest first (GPUs, cpus, mem, then id), the fewest whose whole
+    capacities (``capacities``: the largest seen per agent) would hold it. Nothing is placed
+    on them, so they only get freer: they stay the freest and the head is not starved. When
+    the capacities are unknown or cannot hold it, every agent it can use."""
+    usable = [v for v in offers if eligible_for(head, v, options)]
+    everything = {v.agent_id for v in usable}
+    size = {c.agent_id: c for c in capacities}
+    order: list[AgentOffer] = []  # the capacities of the usable agents, the freest now first
+    seen: set[str] = set()
+    for view in sorted(usable, key=lambda v: (-v.gpus, -v.cpus, -v.mem_mib, v.agent_id, v.role)):
+        whole = size.get(view.agent_id)
+        if whole is not None and view.agent_id not in seen:
+            seen.add(view.agent_id)
+            order.append(whole)
+
+    def holds(count: int) -> bool:
+        return isinstance(place_gang(head, order[:count], options), GangFit)
+
+    need = head.total
+    low, gpus, cpus = len(order), 0, 0.0
+    for count, whole in enumerate(order):  # fewer agents than the sums need cannot hold it
+        gpus, cpus = gpus + whole.gpus, cpus + whole.cpus
+        if gpus >= need.gpus and cpus + _EPS >= need.cpus:
+            low = count
+            break
+    # The fewest that hold it: a galloping search up from ``low`` (the answer is usually near),
+    # then a binary search (a longer prefix holds what a shorter one does). ``low`` never holds.
+    step, high = 1, low + 1
+    while not (high <= len(order) and holds(high)):
+        if high >= len(order):
+            return everything
+        low, step = high, step * 2
+        high = min(len(order), low + step)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if holds(middle):
+            high = middle
+        else:
+            low = middle
+    return {whole.agent_id for whole in order[:high]}
+
+
 def _subtract(offers: Sequence[AgentOffer], fit: GangFit) -> list[AgentOffer]:
+    by_agent: dict[tuple[str, str], list[SlotAssignment]] = {}
+    for assignment in fit.assignments:
+        by_agent.setdefault((assignment.agent_id, assignment.role), []).append(assignment)
     out = []
     for view in offers:
-        taken = [a for a in fit.assignments if a.agent_id == view.agent_id and a.role == view.role]
+        taken = by_agent.get((view.agent_id, view.role))
         if not taken:
             out.append(view)
             continue

@@ -46,12 +46,13 @@ from tfdeclare.backends.mesos.journal import (
     TaskEntry,
     TaskJournal,
 )
-from tfdeclare.backends.mesos.offers import HeldOffer, OfferPool
-from tfdeclare.backends.mesos.placement import AgentOffer, GangFit, PlacementOptions
+from tfdeclare.backends.mesos.offers import OfferPool
+from tfdeclare.backends.mesos.placement import GangFit, PlacementOptions
+from tfdeclare.backends.mesos.queueing import Waiting, head_of
 from tfdeclare.backends.mesos.sandbox import SandboxReader
 from tfdeclare.backends.mesos.taskinfo import LABEL_PREFIX
 from tfdeclare.backends.mesos.taskstate import LOST_LIKE, is_terminal, observed_state
-from tfdeclare.core.run.tasks import GangRequest, TaskLaunch
+from tfdeclare.core.run.tasks import TaskLaunch
 
 log = logging.getLogger("tfdeclare.mesos")
 
@@ -92,15 +93,6 @@ class Accept:
     role: str
     offer_ids: list[str]
     tasks: list[TaskLaunch]
-
-
-@dataclass(slots=True)
-class Waiting:
-    """A job in the FIFO queue of gangs waiting for offers."""
-
-    request: GangRequest
-    first_asked: float
-    last_asked: float
 
 
 class BackendState(ABC):
@@ -410,27 +402,7 @@ class BackendState(ABC):
 
     def _head(self, before: float | None = None, exclude: str | None = None) -> tuple[str, Waiting] | None:
         """The job first in line (optionally: that asked before ``before``)."""
-        for job, waiting in self._queue.items():  # insertion order = first asked
-            if job == exclude:
-                continue
-            if before is not None and waiting.first_asked >= before:
-                return None
-            return job, waiting
-        return None
-
-    @staticmethod
-    def _view_of(held: HeldOffer) -> AgentOffer:
-        return AgentOffer(
-            held.agent_id,
-            held.hostname,
-            held.cpus,
-            held.mem_mib,
-            held.gpus,
-            held.ports,
-            held.attributes,
-            held.role,
-            gpu_agent=held.gpus > 0,
-        )
+        return head_of(self._queue.items(), before, exclude)
 
     def _notify(self) -> None:
         """Tell the watchers (on the loop: a watcher only wakes someone, it never calls back)."""

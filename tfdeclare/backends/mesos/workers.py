@@ -3,8 +3,8 @@
 This module owns ``BackgroundWork``:
 
 - upkeep, run by the loop (``state``) on every tick: declines offers held longer than
-  ``offerHoldSeconds`` (with a ``refuseSeconds`` filter; offers a long-waiting head of the
-  queue can use are held up to ``headOfLineHoldSeconds``), expires unused reservations and
+  ``offerHoldSeconds`` (with a ``refuseSeconds`` filter; offers of the agents kept for a
+  long-waiting head of the queue are held up to ``headOfLineHoldSeconds``), expires unused reservations and
   stale queue entries, retries explicit reconciliation with backoff until every task has an
   answer, runs implicit reconciliation every ``reconcileIntervalSeconds``, re-sends
   unconfirmed KILLs, kills unknown tasks of ours, REVIVEs/SUPPRESSes, notices fencing
@@ -30,7 +30,7 @@ import queue
 
 from tfdeclare.backends.mesos.client import SchedulerClient
 from tfdeclare.backends.mesos.errors import MesosConnectionError, MesosError, NotSubscribedError
-from tfdeclare.backends.mesos.placement import eligible_for
+from tfdeclare.backends.mesos.placement import drain_set
 from tfdeclare.backends.mesos.state import (
     LAUNCH_BURST,
     MIN_KILL_RETRY_S,
@@ -196,20 +196,18 @@ class BackgroundWork(BackendState):
 
     def _expired_offers(self, now: float) -> list[str]:
         """Held offers whose time is up (removed from the pool); kept: offers of agents with
-        a live reservation, and offers a long-waiting head of the queue can use (bounded)."""
+        a live reservation, and offers of the agents kept for a long-waiting head of the queue
+        (``drain_set``; bounded by ``headOfLineHoldSeconds``)."""
         reserved = {(a.agent_id, a.role) for r in self._reservations.values() for a in r.fit.assignments}
         head = self._head()
-        draining = head is not None and now - head[1].first_asked >= self.config.fifo_backfill_s
+        kept: set[str] = set()
+        if head is not None and now - head[1].first_asked >= self.config.fifo_backfill_s:
+            kept = drain_set(head[1].request, self._pool.views(), self._pool.capacities(), self._options)
         expired = []
         for held in list(self._pool.offers.values()):
             if held.hold_until > now or (held.agent_id, held.role) in reserved:
                 continue
-            if (
-                draining
-                and head is not None
-                and now - held.received_at < self.config.head_of_line_hold_s
-                and eligible_for(head[1].request, self._view_of(held), self._options)
-            ):
+            if held.agent_id in kept and now - held.received_at < self.config.head_of_line_hold_s:
                 continue
             self._pool.remove(held.offer_id)
             expired.append(held.offer_id)

@@ -1,0 +1,81 @@
+"""The queue of gangs waiting for offers, and the decision for one of them: pure.
+
+This module owns the line that waiting jobs stand in (``Waiting``: by when each first asked)
+and ``place_in_line``, the one decision the backend makes each time a job asks to be placed:
+the job first in line before it (the head) is served by ``backfill_views`` (what the head's
+placement takes, or the agents kept for it once it has waited ``drain_after_s``, are withheld;
+``capacities``, the largest seen per agent, choose those), and the job is placed on what is
+left by ``place_gang`` (all or nothing).
+
+The backend calls it on its loop with the offers it holds; the scheduling simulator
+(``bench/sched``) calls the very same function in virtual time, so what is measured there is
+what the backend does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from tfdeclare.backends.mesos.placement import (
+    AgentOffer,
+    GangFit,
+    NoFit,
+    PlacementOptions,
+    backfill_views,
+    place_gang,
+)
+from tfdeclare.core.run.tasks import GangRequest
+
+
+@dataclass(slots=True)
+class Waiting:
+    """A job in the FIFO queue of gangs waiting for offers."""
+
+    request: GangRequest
+    first_asked: float
+    last_asked: float
+
+
+@dataclass(frozen=True, slots=True)
+class InLine:
+    """The decision for one job: its placement (or why not), and what was withheld for the head."""
+
+    fit: GangFit | NoFit
+    note: str = ""
+
+
+def head_of(
+    queue: Iterable[tuple[str, Waiting]], before: float | None = None, exclude: str | None = None
+) -> tuple[str, Waiting] | None:
+    """The job first in line (``queue`` in the order jobs first asked), optionally only one
+    that asked before ``before``, never ``exclude``."""
+    for job, waiting in queue:
+        if job == exclude:
+            continue
+        if before is not None and waiting.first_asked >= before:
+            return None
+        return job, waiting
+    return None
+
+
+def place_in_line(
+    waiting: Waiting,
+    queue: Mapping[str, Waiting],
+    offers: Sequence[AgentOffer],
+    now: float,
+    drain_after_s: float,
+    options: PlacementOptions,
+    capacities: Sequence[AgentOffer] = (),
+) -> InLine:
+    """Place ``waiting``'s gang on ``offers``, minus what its head of line is owed (module doc)."""
+    request = waiting.request
+    head = head_of(queue.items(), before=waiting.first_asked, exclude=request.job)
+    note = ""
+    if head is not None:
+        first = head[1]
+        backfill = backfill_views(
+            first.request, now - first.first_asked, offers, drain_after_s, options, capacities
+        )
+        offers, note = backfill.views, backfill.note
+    return InLine(place_gang(request, offers, options), note)
