@@ -10,7 +10,7 @@ import pytest
 
 from tfdeclare.backends.mesos.events import Offer
 from tfdeclare.backends.mesos.journal import FrameworkStore, TaskEntry, TaskJournal
-from tfdeclare.backends.mesos.offers import HeldOffer, OfferPool, merge_ranges
+from tfdeclare.backends.mesos.offers import HeldOffer, OfferPool, agent_capacity, merge_ranges
 from tfdeclare.backends.mesos.placement import SlotAssignment
 from tfdeclare.backends.mesos.taskinfo import CD_SCRIPT, task_info, task_labels
 from tfdeclare.backends.mesos.taskstate import apply_status, exit_code_from, observed_state
@@ -421,10 +421,47 @@ def test_pool_combines_offers_of_an_agent_and_subtracts_reservations() -> None:
     assert pool.covers("A", "*", [reserved]) is not None
     too_many = [reserved, *[reserved] * 3]
     assert pool.covers("A", "*", too_many) is None
-    assert pool.capacity["A"].cpus == 3.0
     pool.remove("o1")
     pool.remove("o2")
-    assert pool.views() == [] and pool.capacity["A"].cpus == 3.0  # the largest seen stays
+    assert pool.views() == []
+
+
+def test_capacity_is_what_the_master_lists_never_what_is_offered() -> None:
+    """Offers show what is free now (other frameworks hold the rest): only the master's
+    list of agents (GET_AGENTS) says what an agent has, and until it came nothing is known."""
+    pool = OfferPool()
+    pool.add(HeldOffer.parse(offer("o1", "A", 2.0, [(31000, 31004)]), 0, 5))
+    assert pool.capacities() == [] and not pool.agents_known
+    listed = {
+        "agent_info": {
+            "id": {"value": "A"},
+            "hostname": "a.example",
+            "resources": [{"name": "cpus", "type": "SCALAR", "scalar": {"value": 1.0}}],
+            "attributes": [{"name": "rack", "type": "TEXT", "text": {"value": "r1"}}],
+        },
+        "total_resources": [
+            {"name": "cpus", "type": "SCALAR", "scalar": {"value": 4.0}},
+            {"name": "mem", "type": "SCALAR", "scalar": {"value": 4096.0}},
+            {"name": "gpus", "type": "SCALAR", "scalar": {"value": 2.0}},
+            {"name": "ports", "type": "RANGES", "ranges": {"range": [{"begin": 31000, "end": 31099}]}},
+        ],
+    }
+    capacity = agent_capacity(listed)
+    assert capacity is not None
+    assert (capacity.cpus, capacity.mem_mib, capacity.gpus, capacity.ports) == (
+        4.0,
+        4096.0,
+        2,
+        ((31000, 31099),),
+    )
+    assert capacity.attributes == {"rack": "r1"} and capacity.gpu_agent
+    version = pool.capacity_version
+    pool.set_agents([capacity])
+    assert pool.capacities() == [capacity] and pool.capacity_version > version
+    assert pool.views()[0].gpu_agent  # GPUs all held by others: still a GPU agent for placement
+    pool.forget_agents()
+    assert pool.capacities() == []
+    assert agent_capacity({"agent_info": {}}) is None
 
 
 def test_merge_ranges() -> None:

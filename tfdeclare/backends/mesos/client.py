@@ -451,6 +451,29 @@ class SchedulerClient:
         """Explicit RECONCILE of (task_id, agent_id or None) pairs; empty means implicit."""
         self.call(calls.reconcile(tasks))
 
+    def get_agents(self) -> list[JSON]:
+        """The master's agents (operator API ``GET_AGENTS`` on the leader this client calls):
+        each with ``agent_info`` and ``total_resources``. Raises ``MesosError``."""
+        with self._call_lock:
+            endpoint, _, _ = self._subscription("GET_AGENTS")
+            assert self._calls is not None
+            url = endpoint.rsplit("/scheduler", 1)[0]  # .../api/v1/scheduler -> .../api/v1
+            try:
+                resp = self._calls.post(
+                    url,
+                    content=_dump({"type": "GET_AGENTS"}),
+                    headers={"Content-Type": "application/json", "Accept": "application/json"},
+                )
+            except httpx.HTTPError as exc:
+                raise MesosConnectionError(f"GET_AGENTS to {url}: {type(exc).__name__}: {exc}") from exc
+        if resp.status_code != 200:
+            raise error_for_status(resp.status_code, resp.text, "GET_AGENTS")
+        try:
+            agents = resp.json()["get_agents"].get("agents", [])
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ProtocolError(f"GET_AGENTS: an answer that is not a list of agents ({exc})") from None
+        return [a for a in agents if isinstance(a, dict)]
+
     def update_framework(self, info: FrameworkInfo, suppressed_roles: Sequence[str] = ()) -> None:
         """UPDATE_FRAMEWORK (synchronous, 200). Info and suppressed roles are also used on re-subscribe."""
         with self._call_lock:

@@ -1,9 +1,17 @@
-"""The offers the Mesos backend holds, as placement sees them.
+"""The offers the Mesos backend holds, and the agents' sizes, as placement sees them.
 
 This module owns turning an ``Offer`` into what placement needs (unreserved cpus, mem,
-whole GPUs, port ranges, text attributes, the agent's HTTP address) and the pool of held
-offers: per (agent, role) views that combine every held offer of that agent, minus what
-placements reserved, and the largest capacity seen per agent (for "can this ever fit?").
+whole GPUs, port ranges, text attributes, the agent's HTTP address), the pool of held
+offers (per (agent, role) views that combine every held offer of that agent, minus what
+placements reserved), and what each agent *has* (for "can this ever fit?").
+
+What an agent has is its total, as the master's operator API lists it (``GET_AGENTS``),
+never what it offers: on a shared cluster other frameworks hold part of every agent, and an
+offer shows only what is free now (issue 14: a 3-cpu job was "Unschedulable" on a 4-cpu
+agent while another framework held 2). The totals come from the master rather than from the
+sum of our offers and our tasks because the scheduler API never shows what *other*
+frameworks hold. Until the totals are known (or when the master will not list its agents),
+nothing is judged unschedulable: a gang waits.
 
 The pool is not thread-safe: it belongs to the backend's loop thread.
 """
@@ -65,6 +73,66 @@ def agent_url(raw: dict[str, Any]) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class Amounts:
+    """The cpus, mem, whole GPUs and ports of a list of ``Resource`` messages (usable ones)."""
+
+    cpus: float
+    mem_mib: float
+    gpus: int
+    ports: PortRanges
+
+    @classmethod
+    def of(cls, resources: Iterable[dict[str, Any]]) -> Amounts:
+        cpus = mem = gpus = 0.0
+        ports: list[tuple[int, int]] = []
+        for resource in resources:
+            if not _unreserved(resource):
+                continue
+            name = resource.get("name")
+            if resource.get("type") == "SCALAR":
+                value = float((resource.get("scalar") or {}).get("value", 0.0))
+                if name == "cpus":
+                    cpus += value
+                elif name == "mem":
+                    mem += value
+                elif name == "gpus":
+                    gpus += value
+            elif resource.get("type") == "RANGES" and name == "ports":
+                for entry in (resource.get("ranges") or {}).get("range", []):
+                    ports.append((int(entry["begin"]), int(entry["end"])))
+        return cls(round(cpus, 3), round(mem, 3), int(gpus + 1e-9), merge_ranges(ports))
+
+
+def attributes_of(raw: Iterable[dict[str, Any]]) -> dict[str, str]:
+    attributes = {}
+    for attribute in raw:
+        text = _attribute_text(attribute)
+        if text is not None and "name" in attribute:
+            attributes[str(attribute["name"])] = text
+    return attributes
+
+
+def agent_capacity(agent: dict[str, Any]) -> AgentOffer | None:
+    """What one agent of the operator API's ``GET_AGENTS`` answer has in all (None when the
+    entry names no agent)."""
+    info = agent.get("agent_info") or {}
+    agent_id = (info.get("id") or {}).get("value")
+    if not isinstance(agent_id, str):
+        return None
+    total = Amounts.of(agent.get("total_resources") or info.get("resources") or [])
+    return AgentOffer(
+        agent_id,
+        str(info.get("hostname", "")),
+        total.cpus,
+        total.mem_mib,
+        total.gpus,
+        total.ports,
+        attributes_of(info.get("attributes") or []),
+        gpu_agent=total.gpus > 0,
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class HeldOffer:
     offer_id: str
     agent_id: str
@@ -81,38 +149,17 @@ class HeldOffer:
 
     @classmethod
     def parse(cls, offer: Offer, now: float, hold_s: float) -> HeldOffer:
-        cpus = mem = gpus = 0.0
-        ports: list[tuple[int, int]] = []
-        for resource in offer.resources:
-            if not _unreserved(resource):
-                continue
-            name = resource.get("name")
-            if resource.get("type") == "SCALAR":
-                value = float((resource.get("scalar") or {}).get("value", 0.0))
-                if name == "cpus":
-                    cpus += value
-                elif name == "mem":
-                    mem += value
-                elif name == "gpus":
-                    gpus += value
-            elif resource.get("type") == "RANGES" and name == "ports":
-                for entry in (resource.get("ranges") or {}).get("range", []):
-                    ports.append((int(entry["begin"]), int(entry["end"])))
-        attributes = {}
-        for attribute in offer.attributes:
-            text = _attribute_text(attribute)
-            if text is not None and "name" in attribute:
-                attributes[str(attribute["name"])] = text
+        amounts = Amounts.of(offer.resources)
         return cls(
             offer_id=offer.id,
             agent_id=offer.agent_id,
             hostname=offer.hostname,
             role=offer.role or "*",
-            cpus=round(cpus, 3),
-            mem_mib=round(mem, 3),
-            gpus=int(gpus + 1e-9),
-            ports=merge_ranges(ports),
-            attributes=attributes,
+            cpus=amounts.cpus,
+            mem_mib=amounts.mem_mib,
+            gpus=amounts.gpus,
+            ports=amounts.ports,
+            attributes=attributes_of(offer.attributes),
             agent_url=agent_url(offer.raw),
             received_at=now,
             hold_until=now + hold_s,
@@ -123,25 +170,45 @@ class HeldOffer:
 class OfferPool:
     offers: dict[str, HeldOffer] = field(default_factory=dict)
     by_agent: dict[AgentRole, set[str]] = field(default_factory=dict)
-    capacity: dict[str, AgentOffer] = field(default_factory=dict)  # the largest seen per agent
+    capacity: dict[str, AgentOffer] = field(default_factory=dict)  # what each agent has in all
+    agents_known: bool = False  # ``capacity`` holds the master's list of agents
     gpu_agents: set[str] = field(default_factory=set)
     agent_urls: dict[str, str] = field(default_factory=dict)
     capacity_version: int = 0  # changes whenever ``capacity`` does
-    _views: dict[AgentRole, AgentOffer] = field(default_factory=dict)  # per (agent, role), kept current
-    _capacities: list[AgentOffer] | None = None
 
-    def add(self, held: HeldOffer, ours_on_agent: tuple[float, float, int] = (0.0, 0.0, 0)) -> None:
+    _views: dict[AgentRole, AgentOffer] = field(default_factory=dict)  # per (agent, role), kept current
+
+    def add(self, held: HeldOffer) -> None:
         self.offers[held.offer_id] = held
         self.by_agent.setdefault((held.agent_id, held.role), set()).add(held.offer_id)
-        if held.gpus > 0 and held.agent_id not in self.gpu_agents:
-            self.gpu_agents.add(held.agent_id)
-            self._views = {
-                k: replace(v, gpu_agent=True) if k[0] == held.agent_id else v for k, v in self._views.items()
-            }
+        if held.gpus > 0:
+            self._mark_gpu_agent(held.agent_id)
         if held.agent_url:
             self.agent_urls[held.agent_id] = held.agent_url
-        self._note_capacity(held, ours_on_agent)
         self._refresh((held.agent_id, held.role))
+
+    def _mark_gpu_agent(self, agent_id: str) -> None:
+        if agent_id in self.gpu_agents:
+            return
+        self.gpu_agents.add(agent_id)
+        views = self._views.items()
+        self._views = {k: replace(v, gpu_agent=True) if k[0] == agent_id else v for k, v in views}
+
+    def set_agents(self, capacities: Iterable[AgentOffer]) -> None:
+        """The master's list of agents and what each has (``GET_AGENTS``)."""
+        capacity = {c.agent_id: c for c in capacities}
+        for c in capacity.values():
+            if c.gpus > 0:
+                self._mark_gpu_agent(c.agent_id)
+        if capacity != self.capacity or not self.agents_known:
+            self.capacity = capacity
+            self.capacity_version += 1
+        self.agents_known = True
+
+    def forget_agents(self) -> None:
+        """The list is out of date (a new subscription, maybe to another master)."""
+        self.agents_known = False
+        self.capacity_version += 1
 
     def _refresh(self, key: AgentRole) -> None:
         ids = self.by_agent.get(key)
@@ -160,36 +227,6 @@ class OfferPool:
             first.attributes,
             key[1],
             gpu_agent=key[0] in self.gpu_agents,
-        )
-
-    def _note_capacity(self, added: HeldOffer, ours: tuple[float, float, int]) -> None:
-        """The agent is at least as big as everything offered now plus our tasks on it."""
-        agent_id = added.agent_id
-        held = [self.offers[i] for i in self.by_agent.get((agent_id, added.role), ())]
-        first = added
-        cpus = sum(h.cpus for h in held) + ours[0]
-        mem = sum(h.mem_mib for h in held) + ours[1]
-        gpus = sum(h.gpus for h in held) + ours[2]
-        ports = merge_ranges(r for h in held for r in h.ports)
-        seen = self.capacity.get(agent_id)
-        if seen is not None:
-            inside = all(any(sb <= b and e <= se for sb, se in seen.ports) for b, e in ports)
-            if cpus <= seen.cpus + 1e-6 and mem <= seen.mem_mib + 1e-6 and gpus <= seen.gpus and inside:
-                return  # nothing larger than before (the usual case)
-            cpus, mem, gpus = max(cpus, seen.cpus), max(mem, seen.mem_mib), max(gpus, seen.gpus)
-            ports = merge_ranges([*ports, *seen.ports])
-        self.capacity_version += 1
-        self._capacities = None
-        self.capacity[agent_id] = AgentOffer(
-            agent_id,
-            first.hostname,
-            round(cpus, 3),
-            mem,
-            gpus,
-            ports,
-            first.attributes,
-            first.role,
-            gpu_agent=agent_id in self.gpu_agents,
         )
 
     def remove(self, offer_id: str) -> HeldOffer | None:
@@ -258,8 +295,5 @@ class OfferPool:
         return held
 
     def capacities(self) -> list[AgentOffer]:
-        if self._capacities is None:
-            self._capacities = [
-                replace(c, gpu_agent=c.agent_id in self.gpu_agents) for c in self.capacity.values()
-            ]
-        return self._capacities
+        """What every agent has in all (empty until the master listed them)."""
+        return list(self.capacity.values()) if self.agents_known else []

@@ -3,9 +3,10 @@
 The client's stream thread only posts each event to the loop (``state``), which handles it
 in order with everything else; the stream thread never waits for the backend. This module
 owns ``SchedulerEvents``: SUBSCRIBED (persist the framework id before anything
-acts on it, void held offers, start explicit reconciliation, re-send unconfirmed KILLs),
-OFFERS (into the pool, held while work waits or waited a moment ago, else declined at
-once), RESCIND, UPDATE (folded into the journal, which is written before the update is
+acts on it, void held offers, ask for the master's agents, start explicit reconciliation,
+re-send unconfirmed KILLs), OFFERS (into the pool, held while work waits or waited a moment
+ago, else declined at once; an agent the master's list lacks makes the backend ask for the
+list again), RESCIND, UPDATE (folded into the journal, which is written before the update is
 acknowledged; unknown tasks of ours are killed; a task never launched is forgotten), the
 end of a subscription, and a framework the master removed (policy ``onFrameworkRemoved``).
 """
@@ -154,9 +155,10 @@ class SchedulerEvents(BackendState):
         now = self.clock()
         self._connected = True
         self._subscribed_at = now
-        self._offers_reset_at = now
         self._expect_offers_since = now
         self._pool.clear()  # offers of an earlier subscription are void
+        self._pool.forget_agents()
+        self._refresh_agents(now)
         self._suppressed = False
         self._revive_wanted = True
         self._reconcile_pending = {
@@ -192,9 +194,13 @@ class SchedulerEvents(BackendState):
         recent = now - self._last_demand_at < self.config.offer_hold_s
         demand = bool(self._queue) or bool(self._reservations) or recent
         hold = self.config.offer_hold_s if demand else 0.0
+        unlisted = False
         for offer in offers:
             held = HeldOffer.parse(offer, now, hold)
-            self._pool.add(held, self._ours_on(held.agent_id))
+            self._pool.add(held)
+            unlisted = unlisted or held.agent_id not in self._pool.capacity
+        if unlisted:  # an agent joined: what it has may make a waiting job schedulable
+            self._refresh_agents(now, retry=True)
         self._last_offers_at = now
         self._changed = self._tick_soon = True
         if demand:

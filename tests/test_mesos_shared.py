@@ -1,0 +1,120 @@
+"""The Mesos backend on a shared cluster (issue 14): other frameworks hold part of the agents.
+
+A job that fits an agent but not what is free on it now waits (Pending, never
+Unschedulable), the framework keeps asking for offers (REVIVE at a bounded rate, never
+SUPPRESS while it waits), and the job runs within a few seconds of the agent becoming free.
+``Unschedulable`` is kept for gangs no agent could ever hold, judged against what the
+agents have (the master's operator API), and re-checked when agents join.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.backend_conformance import Harness, gang, launches
+from tests.mesos_emulator import Emulator
+from tests.mesos_fixtures import PY, eventually, mesos_test_config, running_on_agents, start_emulator
+from tests.mesos_other_framework import OtherFramework
+from tfdeclare.backends.mesos.backend import MesosBackend
+from tfdeclare.core.run.tasks import Placement, Unplaced, UnplacedReason
+from tfdeclare.core.spec.resources import Resources
+
+pytestmark = pytest.mark.slow  # real task processes behind the emulator, offer timers
+
+SLEEP = [PY, "-c", "import time; time.sleep(60)"]
+
+
+@pytest.fixture
+def emulator(tmp_path: Path) -> Iterator[Emulator]:
+    emulator = start_emulator(tmp_path)  # one agent: cpus 4, mem 4096
+    try:
+        yield emulator
+        assert emulator.check_invariants() == []
+    finally:
+        emulator.stop()
+
+
+@pytest.fixture
+def harness(tmp_path: Path, emulator: Emulator) -> Iterator[Harness]:
+    config = mesos_test_config(emulator.url, revive_interval_s=1.0, place_wait_s=0.5)
+    made = Harness(lambda: MesosBackend(tmp_path / "state", config), tmp_path)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def test_a_job_that_fits_an_agent_waits_for_it_and_runs_when_it_is_free(
+    emulator: Emulator, harness: Harness
+) -> None:
+    other = OtherFramework(emulator.url)
+    try:
+        held = other.hold(cpus=2.0)
+        backend = harness.backend()
+        job = gang("three", 1, Resources(3, 256))
+        waited: list[Unplaced] = []
+        for _ in range(3):  # several controller passes while the other framework holds 2 cpus
+            answer = backend.place(job)
+            assert isinstance(answer, Unplaced), answer
+            assert answer.reason is not UnplacedReason.UNSCHEDULABLE, answer.message
+            waited.append(answer)
+        ours = next(f for f in emulator.frameworks() if f["name"] == "tfdeclare-test")
+        assert ours["suppressed_roles"] == []  # never SUPPRESS while work waits
+        eventually(lambda: len(emulator.calls("REVIVE")) >= 2, timeout=10)  # bounded-rate REVIVEs
+        released_at = time.monotonic()
+        other.release(held)
+        placement = None
+        while placement is None:
+            answer = backend.place(job)
+            if isinstance(answer, Placement):
+                placement = answer
+            else:
+                assert answer.reason is not UnplacedReason.UNSCHEDULABLE, answer.message
+                assert time.monotonic() - released_at < 10, answer.message
+        placed_after = time.monotonic() - released_at
+        tasks = launches(harness, placement, SLEEP, resources=Resources(3, 256))
+        backend.launch(placement, tasks)
+        eventually(lambda: tasks[0].task_id in running_on_agents(emulator))
+        assert placed_after < 5.0, placed_after  # "within a few seconds of the agent being free"
+    finally:
+        other.close()
+
+
+def test_unschedulable_only_when_no_agent_could_hold_it_and_rechecked_when_agents_join(
+    emulator: Emulator, harness: Harness
+) -> None:
+    backend = harness.backend()
+    big = gang("big", 1, Resources(6, 256))
+    answer = backend.place(big)
+    assert isinstance(answer, Unplaced) and answer.reason is UnplacedReason.UNSCHEDULABLE, answer
+    assert "cpus 6" in answer.message and "the largest agent has cpus 4" in answer.message
+    emulator.add_agent("cpus:8;mem:4096;ports:[32000-32099]")
+
+    def placed() -> Placement | None:
+        answer = backend.place(big)
+        return answer if isinstance(answer, Placement) else None
+
+    placement = eventually(placed, timeout=10)
+    assert {s.backend_ref for s in placement.slots} != {emulator.agent_ids()[0]}
+
+
+def test_a_gang_larger_than_what_is_free_but_not_than_the_agents_has_no_unschedulable_verdict(
+    emulator: Emulator, harness: Harness
+) -> None:
+    """Two agents of 4 cpus, another framework holds 3 cpus of each: a gang of two 2-cpu
+    tasks waits (all agents together have enough), never Unschedulable."""
+    emulator.add_agent("cpus:4;mem:4096;ports:[32000-32099]")
+    other = OtherFramework(emulator.url)
+    try:
+        other.hold(cpus=3.0)
+        other.client.revive(["*"])
+        other.hold(cpus=3.0)
+        backend = harness.backend()
+        answer = backend.place(gang("pair", 2, Resources(2, 256)))
+        assert isinstance(answer, Unplaced) and answer.reason is not UnplacedReason.UNSCHEDULABLE, answer
+    finally:
+        other.close()
