@@ -1,4 +1,5 @@
-"""The Mesos backend on a shared cluster (issue 14): other frameworks hold part of the agents.
+"""The Mesos backend on real-world clusters (issue 14): shared with other frameworks, and
+masters older than 1.9.
 
 A job that fits an agent but not what is free on it now waits (Pending, never
 Unschedulable), the framework keeps asking for offers (REVIVE at a bounded rate, never
@@ -15,12 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.backend_conformance import Harness, gang, launches
+from tests.backend_conformance import Harness, gang, launches, place_soon
 from tests.mesos_emulator import Emulator
 from tests.mesos_fixtures import PY, eventually, mesos_test_config, running_on_agents, start_emulator
 from tests.mesos_other_framework import OtherFramework
 from tfdeclare.backends.mesos.backend import MesosBackend
-from tfdeclare.core.run.tasks import Placement, Unplaced, UnplacedReason
+from tfdeclare.backends.mesos.errors import MesosError
+from tfdeclare.backends.mesos.info import FrameworkInfo
+from tfdeclare.core.enums import Role
+from tfdeclare.core.run.tasks import GangRequest, Placement, SlotRequest, TaskKey, Unplaced, UnplacedReason
 from tfdeclare.core.spec.resources import Resources
 
 pytestmark = pytest.mark.slow  # real task processes behind the emulator, offer timers
@@ -118,3 +122,45 @@ def test_a_gang_larger_than_what_is_free_but_not_than_the_agents_has_no_unschedu
         assert isinstance(answer, Unplaced) and answer.reason is not UnplacedReason.UNSCHEDULABLE, answer
     finally:
         other.close()
+
+
+# ---- old masters (< 1.9: no UPDATE_FRAMEWORK) ---------------------------------------------------
+
+
+def test_a_master_before_1_9_gets_gpu_resources_at_subscription_not_update_framework(tmp_path: Path) -> None:
+    emulator = start_emulator(tmp_path, version="1.8.0")
+    harness = Harness(lambda: MesosBackend(tmp_path / "state", mesos_test_config(emulator.url)), tmp_path)
+    try:
+        gpu_agent = emulator.add_agent("cpus:4;mem:4096;ports:[32000-32099]", gpus=1)
+        # What an old master answers to UPDATE_FRAMEWORK (what failed every GPU job before):
+        other = OtherFramework(emulator.url)
+        info = FrameworkInfo(user="nobody", name="other-framework", roles=("*",), failover_timeout=0.0)
+        with pytest.raises(MesosError, match="Failed to find enum for 'UPDATE_FRAMEWORK'") as refused:
+            other.client.update_framework(info)
+        assert "400" in str(refused.value)
+        other.close()
+        backend = harness.backend()
+        request = GangRequest("gpu", 0, (SlotRequest(TaskKey(Role.WORKER, 0), Resources(1, 256, 1)),))
+        placement = place_soon(backend, request)
+        assert {s.backend_ref for s in placement.slots} == {gpu_agent}
+        tasks = launches(harness, placement, SLEEP, resources=Resources(1, 256, 1))
+        backend.launch(placement, tasks)
+        eventually(lambda: tasks[0].task_id in running_on_agents(emulator))
+        ours = [
+            c
+            for c in emulator.calls()
+            if c["type"] in ("SUBSCRIBE", "UPDATE_FRAMEWORK") and c["status"] < 300
+        ]
+        ours = [
+            c
+            for c in ours
+            if (c["call"] or {}).get("subscribe", {}).get("framework_info", {}).get("name")
+            != "other-framework"
+        ]
+        assert [c["type"] for c in ours] == ["SUBSCRIBE", "SUBSCRIBE"]  # the second one with GPUs
+        capabilities = {c["type"] for c in ours[-1]["call"]["subscribe"]["framework_info"]["capabilities"]}
+        assert "GPU_RESOURCES" in capabilities
+        assert '"gpuResources": true' in (tmp_path / "state" / "mesos" / "framework.json").read_text()
+    finally:
+        harness.close()
+        emulator.stop()

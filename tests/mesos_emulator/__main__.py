@@ -64,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--chunk-mode", choices=("record", "split", "coalesce", "bytes"), default="record")
     add("--sandbox-root", default=None)
     add("--seed", type=int, default=0)
+    add("--version", default="1.11.0", help="the Mesos version claimed (below 1.9: no UPDATE_FRAMEWORK)")
     add("--log-level", default="WARNING")
     return parser
 
@@ -93,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         chunk_mode=args.chunk_mode,
         sandbox_root=args.sandbox_root,
         seed=args.seed,
+        version=args.version,
     )
 
     def ready(emulator: Emulator) -> None:

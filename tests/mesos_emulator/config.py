@@ -8,6 +8,7 @@ master; tests pass much shorter values.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 DEFAULT_AGENT_RESOURCES = "cpus:4;mem:8192;disk:10240;ports:[31000-31099]"
@@ -53,7 +54,12 @@ class EmulatorConfig:
     sandbox_root: str | None = None
     max_unreachable_tasks: int = 1000
     max_calls_recorded: int = 10000
-    version: str = "1.11.0"
+    version: str = "1.11.0"  # what the master claims; below 1.9 UPDATE_FRAMEWORK is a 400
+
+    def older_than(self, major: int, minor: int) -> bool:
+        """The claimed ``version`` is below ``major.minor``."""
+        got = tuple(int(p) for p in self.version.split("-")[0].split(".")[:2])
+        return got < (major, minor)
 
     @property
     def host_ip(self) -> str:
@@ -69,5 +75,7 @@ class EmulatorConfig:
             raise ValueError("chunk_mode must be record, split, coalesce or bytes")
         if self.allocation_interval <= 0 or self.heartbeat_interval <= 0:
             raise ValueError("intervals must be positive")
+        if not re.fullmatch(r"\d+\.\d+\.\d+(-\w+)?", self.version):
+            raise ValueError(f"version must look like 1.8.0, not {self.version!r}")
         if self.host not in ("127.0.0.1", "localhost"):
             raise ValueError("the emulator only binds loopback addresses")

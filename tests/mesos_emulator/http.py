@@ -171,6 +171,16 @@ class MasterEndpoints:
             value = json.loads(request.body)
         except (ValueError, UnicodeDecodeError) as exc:
             return Response.text(400, f"Failed to parse body into JSON: {exc}"), None
+        if (
+            isinstance(value, dict)
+            and value.get("type") == "UPDATE_FRAMEWORK"
+            and cluster.config.older_than(1, 9)
+        ):
+            # UPDATE_FRAMEWORK came with Mesos 1.9; an older master's JSON-to-protobuf parse
+            # (stout) fails on the enum value it does not know.
+            return Response.text(
+                400, "Failed to convert JSON into Call protobuf: Failed to find enum for 'UPDATE_FRAMEWORK'"
+            ), None
         try:
             call = jsonenc.parse("Call", value)
         except jsonenc.ParseError as exc:

@@ -481,6 +481,15 @@ class SchedulerClient:
             self.call(calls.update_framework(info, suppressed_roles), expect=(200,))
             self._framework, self._suppressed_roles = info, tuple(suppressed_roles)
 
+    def resubscribe(self, info: FrameworkInfo) -> None:
+        """SUBSCRIBE again, as the same framework, with ``info``: how masters before 1.9 (no
+        UPDATE_FRAMEWORK) take a changed FrameworkInfo. The stream is dropped and the new
+        SUBSCRIBE goes out at once; ``subscribed`` is called again."""
+        with self._call_lock:
+            self._framework = info.with_id(self._framework.id)
+        self._abort_stream("subscribing again with a changed FrameworkInfo")
+        self._wake.set()
+
     def teardown(self) -> None:
         """TEARDOWN: the master kills every task and forgets the framework. Then stop()."""
         with self._call_lock:  # the stream thread cannot re-subscribe before _stop is set

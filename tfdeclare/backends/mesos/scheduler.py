@@ -40,6 +40,16 @@ from tfdeclare.backends.mesos.taskstate import LOST_LIKE, NEVER_LAUNCHED, TERMIN
 log = logging.getLogger("tfdeclare.mesos")
 
 
+def _older_than(version: str, than: tuple[int, int]) -> bool:
+    """``version`` ("1.8.0", "1.8.1-rc2") is below ``than``; False when it cannot be read."""
+    parts = version.split(".")
+    try:
+        major, minor = int(parts[0]), int(parts[1].split("-")[0])
+    except (IndexError, ValueError):
+        return False
+    return (major, minor) < than
+
+
 class EventHandler(BaseHandler):
     """Client callbacks (the stream thread) posted to the backend's loop, in order."""
 
@@ -51,7 +61,8 @@ class EventHandler(BaseHandler):
         self, framework_id: str, heartbeat_interval: float, master_info: dict[str, object]
     ) -> None:
         client = self.client
-        self.backend._post(lambda: self.backend._on_subscribed(framework_id, client))
+        version = str(master_info.get("version") or "")
+        self.backend._post(lambda: self.backend._on_subscribed(framework_id, client, version))
 
     def offers(self, offers: Sequence[Offer]) -> None:
         self.backend._post(lambda: self.backend._on_offers(offers))
@@ -144,7 +155,7 @@ class SchedulerEvents(BackendState):
 
     # ---- events from the master (posted by the stream thread) ---------------------------------
 
-    def _on_subscribed(self, framework_id: str, client: SchedulerClient | None) -> None:
+    def _on_subscribed(self, framework_id: str, client: SchedulerClient | None, version: str = "") -> None:
         if self._read_only:
             return
         if framework_id != self._framework.framework_id:
@@ -178,6 +189,15 @@ class SchedulerEvents(BackendState):
         log.info(
             "subscribed as framework %s; reconciling %d task(s)", framework_id, len(self._reconcile_pending)
         )
+        if not self._gpu_enabled and _older_than(version, (1, 9)):
+            # No UPDATE_FRAMEWORK before Mesos 1.9 (the call is a 400 there): subscribe again
+            # with GPU_RESOURCES now, so GPU jobs never need it. Remembered in framework.json.
+            log.info("the Mesos master is %s (< 1.9): subscribing with GPU_RESOURCES from the start", version)
+            self._gpu_enabled = True
+            self._framework = replace(self._framework, gpu_resources=True)
+            self._framework_store.save(self._framework)
+            info = self._framework_info(gpu=True)
+            self._send("SUBSCRIBE (with GPU_RESOURCES)", lambda c: c.resubscribe(info))
         self._notify()
 
     def _on_disconnected(self) -> None:
