@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.backend_conformance import Harness, gang, launches, place_soon
+from tests.backend_conformance import Harness, gang, launches, place_soon, wait_for
 from tests.mesos_emulator import Emulator
 from tests.mesos_fixtures import PY, eventually, mesos_test_config, running_on_agents, start_emulator
 from tests.mesos_other_framework import OtherFramework
 from tfdeclare.backends.mesos.backend import MesosBackend
 from tfdeclare.backends.mesos.errors import MesosError
 from tfdeclare.backends.mesos.info import FrameworkInfo
-from tfdeclare.core.enums import Role
+from tfdeclare.core.enums import Role, TaskState
 from tfdeclare.core.run.tasks import GangRequest, Placement, SlotRequest, TaskKey, Unplaced, UnplacedReason
 from tfdeclare.core.spec.resources import Resources
 
@@ -161,6 +161,40 @@ def test_a_master_before_1_9_gets_gpu_resources_at_subscription_not_update_frame
         capabilities = {c["type"] for c in ours[-1]["call"]["subscribe"]["framework_info"]["capabilities"]}
         assert "GPU_RESOURCES" in capabilities
         assert '"gpuResources": true' in (tmp_path / "state" / "mesos" / "framework.json").read_text()
+    finally:
+        harness.close()
+        emulator.stop()
+
+
+# ---- the user tasks run as ---------------------------------------------------------------------
+
+
+def test_a_task_whose_user_does_not_exist_on_the_agent_fails_with_the_agents_words(tmp_path: Path) -> None:
+    """As a real agent with --switch_user: the task is dropped (REASON_EXECUTOR_TERMINATED,
+    "No such user"); the backend reports it as an ended task with that message, never as a
+    launch that did not happen (which would be retried forever)."""
+    emulator = start_emulator(tmp_path, agent_users=frozenset({"trainer"}))
+    config = mesos_test_config(emulator.url, user="no-such-user")
+    harness = Harness(lambda: MesosBackend(tmp_path / "state", config), tmp_path)
+    try:
+        backend = harness.backend()
+        placement = place_soon(backend, gang("nouser", 1))
+        [task] = launches(harness, placement, SLEEP)
+        backend.launch(placement, [task])
+        ended = wait_for(backend, lambda ts: task.task_id in ts and ts[task.task_id].state.ended)
+        observed = ended[task.task_id]
+        assert observed.state is TaskState.GONE
+        assert "Failed to chown directory to 'no-such-user': No such user 'no-such-user'" in observed.message
+        assert observed.extra["mesosReason"] == "REASON_EXECUTOR_TERMINATED"
+        assert emulator.tasks()[task.task_id]["state"] == "TASK_DROPPED"
+        # A user the agent knows runs (a new framework: FrameworkInfo.user cannot change).
+        known = mesos_test_config(emulator.url, user="trainer")
+        backend = MesosBackend(tmp_path / "state-trainer", known)
+        harness.backends.append(backend)
+        placement = place_soon(backend, gang("withuser", 1))
+        tasks = launches(harness, placement, SLEEP)
+        backend.launch(placement, tasks)
+        eventually(lambda: tasks[0].task_id in running_on_agents(emulator))
     finally:
         harness.close()
         emulator.stop()

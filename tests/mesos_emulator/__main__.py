@@ -64,6 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
     add("--chunk-mode", choices=("record", "split", "coalesce", "bytes"), default="record")
     add("--sandbox-root", default=None)
     add("--seed", type=int, default=0)
+    add(
+        "--agent-users",
+        default=None,
+        help="comma-separated users tasks may run as on the agents (default: this machine's users)",
+    )
     add("--version", default="1.11.0", help="the Mesos version claimed (below 1.9: no UPDATE_FRAMEWORK)")
     add("--log-level", default="WARNING")
     return parser
@@ -95,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         sandbox_root=args.sandbox_root,
         seed=args.seed,
         version=args.version,
+        agent_users=frozenset(filter(None, args.agent_users.split(","))) if args.agent_users else None,
     )
 
     def ready(emulator: Emulator) -> None:

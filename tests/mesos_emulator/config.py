@@ -48,6 +48,8 @@ class EmulatorConfig:
     roles: set[str] | None = None  # master --roles whitelist
     credentials: dict[str, str] | None = None  # principal -> secret; enables Basic auth
     failing_images: set[str] = field(default_factory=set)
+    # users tasks may run as on the agents (as with --switch_user); None: this machine's users
+    agent_users: frozenset[str] | None = None
     chunk_mode: str = "record"
     seed: int = 0
     clock: str = "real"  # "real" | "manual"

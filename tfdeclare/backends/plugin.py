@@ -41,6 +41,9 @@ class BackendPlugin(Generic[ConfigT]):
     check_job: Callable[[ConfigT, LoadedJob, Locate], list[Diagnostic]]
     # (state folder, its config) -> the backend itself.
     build: Callable[[Path, ConfigT], Backend]
+    # (its config) -> warnings about how it will run, for ``plan`` and ``apply`` to print
+    # (e.g. Mesos: tasks would run as root on the agents). May look at this process.
+    warnings: Callable[[ConfigT], list[str]] = lambda config: []
 
     def config_schema(self) -> dict[str, Any]:
         """The JSON Schema of its config section: ``schemas/backends/<name>.schema.json``."""

@@ -16,6 +16,7 @@ from tfdeclare.cli.common import (
     EXIT_OK,
     Settings,
     UserError,
+    print_backend_warnings,
     print_diagnostics,
     settings_from,
     stdout_write,
@@ -70,6 +71,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     options = PlanOptions(prune=args.prune, allow_empty=args.allow_empty, backend=settings.backend)
     result, desired = compute_plan(args.paths, settings, options)
     print_diagnostics(result.diagnostics)
+    print_backend_warnings(settings)
     if args.output == "json":
         stdout_write(render_json(result))
     elif args.output == "markdown":

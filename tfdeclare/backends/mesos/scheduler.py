@@ -50,6 +50,13 @@ def _older_than(version: str, than: tuple[int, int]) -> bool:
     return (major, minor) < than
 
 
+def _agent_refused(status: TaskStatus) -> bool:
+    """An agent dropped the task because it could not set it up (e.g. its user does not exist
+    there: "Failed to chown directory to 'u': No such user 'u'"). Launching it again would
+    fail the same way, so it counts as a failure of the task, with the agent's message."""
+    return status.source in ("SOURCE_AGENT", "SOURCE_SLAVE") and status.reason == "REASON_EXECUTOR_TERMINATED"
+
+
 class EventHandler(BaseHandler):
     """Client callbacks (the stream thread) posted to the backend's loop, in order."""
 
@@ -248,7 +255,7 @@ class SchedulerEvents(BackendState):
                 self._unknown_killed[task_id] = now
                 self._unknown_kills[task_id] = status.agent_id
                 self._tick_soon = True
-        elif entry.state is None and status.state in NEVER_LAUNCHED:
+        elif entry.state is None and status.state in NEVER_LAUNCHED and not _agent_refused(status):
             # The task never reached an agent: its launch did not happen. Forget it, so the
             # controller launches the slot again (this is not a failure of the task).
             log.warning(
