@@ -421,7 +421,14 @@ class Master(AgentLifecycle):
         self._allocation_requested = False
         if self.dead:
             return
-        grants = self.allocator.allocate(self.agents.values())
+        held = [(o.framework_id, o.role, o.resources) for o in self.offers.values()]
+        held += [
+            (t.framework_id, t.role, t.resources)
+            for framework in self.frameworks.values()
+            for t in framework.tasks.values()
+            if not is_terminal(t.state)
+        ]
+        grants = self.allocator.allocate(self.agents.values(), held)
         batches: dict[str, list[Offer]] = {}
         for framework_id, role, agent_id, resources in grants:
             record = self.agents[agent_id]
