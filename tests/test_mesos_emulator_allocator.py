@@ -65,3 +65,29 @@ def test_suppressed_and_filtered_frameworks_are_skipped_and_revive_clears_filter
     clock.advance(6.0)
     grants = {g[2]: g[0] for g in alloc.allocate(agents(2), [("fa", "*", Resources.parse("cpus:6"))])}
     assert set(grants.values()) == {"fb"}  # the filter expired: fb has the smaller share
+
+
+def test_reserved_resources_go_only_to_their_role_and_the_rest_to_the_next_framework() -> None:
+    total = Resources.parse("cpus(ml):2;cpus:2;mem:1024;gpus(ml):1")
+    assert (
+        total.describe()
+        == "cpus(reservations: [(STATIC,ml)]):2; cpus:2; mem:1024; gpus(reservations: [(STATIC,ml)]):1"
+    )
+    assert total.scalar("cpus") == 4.0 and total.for_role("*").describe() == "cpus:2; mem:1024"
+    agent = FakeAgent("a0", total, total.copy(), has_gpus=True)
+    alloc, _ = allocator(("fa", ["*"]), ("fb", ["ml"]))
+    for fid in ("fa", "fb"):
+        alloc.frameworks[fid].gpu_aware = True
+    # fa is first (smaller share): it gets the unreserved part; fb then gets what is reserved to ml.
+    grants = alloc.allocate([agent], [("fb", "ml", Resources.parse("cpus:0.5"))])
+    assert [(g[0], g[1], str(g[3])) for g in grants] == [
+        ("fa", "*", "cpus:2; mem:1024"),
+        ("fb", "ml", "cpus(reservations: [(STATIC,ml)]):2; gpus(reservations: [(STATIC,ml)]):1"),
+    ]
+    # The agent's --default_role reserves what has no role; JSON in both formats.
+    pool = Resources.parse("cpus:4;gpus:1", default_role="ml")
+    pre = {r["name"]: r for r in pool.to_json("ml", pre_refinement=True)}
+    post = {r["name"]: r for r in pool.to_json("ml", pre_refinement=False)}
+    assert pre["gpus"]["role"] == "ml" and "reservations" not in pre["gpus"]
+    assert post["gpus"]["reservations"] == [{"type": "STATIC", "role": "ml"}] and "role" not in post["gpus"]
+    assert post["cpus"]["allocation_info"] == {"role": "ml"}

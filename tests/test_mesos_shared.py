@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -195,6 +196,86 @@ def test_a_task_whose_user_does_not_exist_on_the_agent_fails_with_the_agents_wor
         tasks = launches(harness, placement, SLEEP)
         backend.launch(placement, tasks)
         eventually(lambda: tasks[0].task_id in running_on_agents(emulator))
+    finally:
+        harness.close()
+        emulator.stop()
+
+
+# ---- reservations and roles ----------------------------------------------------------------------
+
+
+def _task_resources(emulator: Emulator, task_id: str) -> list[dict[str, Any]]:
+    for call in emulator.calls("ACCEPT"):
+        for operation in call["call"]["accept"].get("operations", []):
+            for info in operation.get("launch", {}).get("task_infos", []):
+                if info["task_id"]["value"] == task_id:
+                    return list(info["resources"])
+    raise AssertionError(f"no ACCEPT launched {task_id}")
+
+
+def test_a_gpu_pool_reserved_to_a_role_beside_unreserved_cpu_agents(tmp_path: Path) -> None:
+    """Agents started with --default_role=ml (all their resources reserved to ml, GPUs
+    included) beside an unreserved CPU agent: a framework with roles [*, ml] (MULTI_ROLE) puts
+    the GPU job on the pool, asking for the resources as offered (role ml, allocated to ml),
+    and the CPU job on the CPU agent; without the role, the GPU job can never run there."""
+    emulator = start_emulator(tmp_path)
+    cpu_agent = emulator.agent_ids()[0]
+    pool = emulator.add_agent("cpus:4;mem:4096;ports:[32000-32099]", gpus=2, default_role="ml")
+    config = mesos_test_config(emulator.url, roles=("*", "ml"))
+    harness = Harness(lambda: MesosBackend(tmp_path / "state", config), tmp_path)
+    try:
+        backend = harness.backend()
+        gpu_job = GangRequest("gpu", 0, (SlotRequest(TaskKey(Role.WORKER, 0), Resources(2, 512, 1)),))
+        placement = place_soon(backend, gpu_job)
+        assert [s.backend_ref for s in placement.slots] == [pool]
+        gpu_tasks = launches(harness, placement, SLEEP, resources=Resources(2, 512, 1))
+        backend.launch(placement, gpu_tasks)
+        cpu_placement = place_soon(backend, gang("cpu", 1, Resources(1, 256)))
+        assert [s.backend_ref for s in cpu_placement.slots] == [cpu_agent]
+        cpu_tasks = launches(harness, cpu_placement, SLEEP, resources=Resources(1, 256))
+        backend.launch(cpu_placement, cpu_tasks)
+        eventually(lambda: {gpu_tasks[0].task_id, cpu_tasks[0].task_id} <= set(running_on_agents(emulator)))
+        asked = _task_resources(emulator, gpu_tasks[0].task_id)
+        assert {r["name"] for r in asked} == {"cpus", "mem", "gpus", "ports"}
+        assert all(r["role"] == "ml" and r["allocation_info"] == {"role": "ml"} for r in asked)
+        assert all(r["role"] == "*" for r in _task_resources(emulator, cpu_tasks[0].task_id))
+        [subscribe] = [c for c in emulator.calls("SUBSCRIBE") if c["status"] == 200][:1]
+        info = subscribe["call"]["subscribe"]["framework_info"]
+        assert info["roles"] == ["*", "ml"] and {"type": "MULTI_ROLE"} in info["capabilities"]
+        # A framework without the role never sees the pool: the GPU job can never run.
+        other = MesosBackend(tmp_path / "state-star", mesos_test_config(emulator.url))
+        harness.backends.append(other)
+        answer = other.place(GangRequest("gpu2", 0, gpu_job.slots))
+        assert isinstance(answer, Unplaced) and answer.reason is UnplacedReason.UNSCHEDULABLE, answer
+        assert "needs an agent with GPUs" in answer.message
+    finally:
+        harness.close()
+        emulator.stop()
+
+
+@pytest.mark.parametrize("reserved_first", [True, False])
+def test_a_task_takes_reserved_resources_first_and_asks_for_them_as_offered(
+    tmp_path: Path, reserved_first: bool
+) -> None:
+    """An agent with 2 cpus reserved to ml and 2 unreserved: a 3-cpu task of a framework in
+    role ml takes both reserved ones and one unreserved (reservedFirst), or the other way round."""
+    emulator = start_emulator(
+        tmp_path, agent_resources="cpus(ml):2;cpus:2;mem(ml):1024;mem:3072;ports:[31000-31099]"
+    )
+    config = mesos_test_config(emulator.url, roles=("ml",), reserved_first=reserved_first)
+    harness = Harness(lambda: MesosBackend(tmp_path / "state", config), tmp_path)
+    try:
+        backend = harness.backend()
+        placement = place_soon(backend, gang("mixed", 1, Resources(3, 2048)))
+        tasks = launches(harness, placement, SLEEP, resources=Resources(3, 2048))
+        backend.launch(placement, tasks)
+        eventually(lambda: tasks[0].task_id in running_on_agents(emulator))
+        cpus = {
+            r["role"]: r["scalar"]["value"]
+            for r in _task_resources(emulator, tasks[0].task_id)
+            if r["name"] == "cpus"
+        }
+        assert cpus == ({"ml": 2.0, "*": 1.0} if reserved_first else {"*": 2.0, "ml": 1.0})
     finally:
         harness.close()
         emulator.stop()

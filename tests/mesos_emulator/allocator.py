@@ -2,8 +2,9 @@
 
 Owns the allocator side of the hierarchical allocator that frameworks can observe:
 
-* each cycle, every schedulable agent's whole free pool goes to one (framework, role)
-  pair — agents are visited in a shuffled order (seeded, so runs are reproducible), and for
+* each cycle, every schedulable agent's free pool is offered to (framework, role) pairs —
+  each gets what is unreserved and what is reserved to its role, the first takes all of it
+  that it may have, the rest goes on to the next — agents are visited in a shuffled order (seeded, so runs are reproducible), and for
   each agent the pairs are tried in DRF order as the hierarchical allocator's two sorters
   do: roles by their dominant share of the cluster (the largest of their allocated
   cpus/mem/gpus/disk over the cluster's total), then frameworks within a role by theirs,
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .clock import Clock
-from .resources import Resources, to_fixed
+from .resources import Resources, split_key, to_fixed
 
 DEFAULT_REFUSE_SECONDS = 5.0
 MAX_REFUSE_SECONDS = 365 * 24 * 3600.0
@@ -90,8 +91,7 @@ def min_allocatable_from_info(info: dict[str, Any]) -> dict[str, list[dict[str, 
 
 
 def _at_least(available: Resources, name: str, minimum: int) -> bool:
-    value = available.items.get(name)
-    return isinstance(value, int) and value >= minimum
+    return name in {split_key(k)[0] for k in available.items} and to_fixed(available.scalar(name)) >= minimum
 
 
 class Allocator:
@@ -235,20 +235,23 @@ class Allocator:
         grants: list[tuple[str, str, str, Resources]] = []
         pairs = [(role, fid) for fid, entry in candidates.items() for role in entry.roles]
         for agent in pool:
-            available = agent.available
+            remaining = agent.available
             for role, fid in sorted(pairs, key=shares.order):
                 entry = candidates[fid]
                 if role in entry.suppressed:
                     continue
                 if agent.has_gpus and self.filter_gpu_resources and not entry.gpu_aware:
                     continue
-                if not self._allocatable(entry, role, available):
+                offered = remaining.for_role(role)  # unreserved, and reserved to this role
+                if not offered or not self._allocatable(entry, role, offered):
                     continue
-                if self.is_filtered(fid, role, agent.id, available):
+                if self.is_filtered(fid, role, agent.id, offered):
                     continue
-                grants.append((fid, role, agent.id, available.copy()))
-                shares.add(fid, role, available)
-                break
+                grants.append((fid, role, agent.id, offered))
+                shares.add(fid, role, offered)
+                remaining = remaining - offered
+                if not remaining:
+                    break
         return grants
 
 

@@ -20,6 +20,7 @@ class EmulatorConfig:
     agents: int = 1
     agent_resources: str = DEFAULT_AGENT_RESOURCES
     agent_attributes: str = ""
+    agent_default_role: str = "*"  # the agent's --default_role: resources without a role get it
     agent_hostname: str = "127.0.0.1"
     # None: with the process executor, give each agent a disjoint copy of the port ranges
     # while that fits below 65536 (all agents share 127.0.0.1, so real tasks must not

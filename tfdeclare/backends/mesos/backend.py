@@ -433,8 +433,11 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
                 self._pool.remove(offer.offer_id)
         self._reservations.pop(placement.token, None)
         for (agent_id, role), group in sorted(groups.items()):
-            offer_ids = [o.offer_id for o in backing[(agent_id, role)]]
-            self._accepts.append(Accept(placement.job, agent_id, role, offer_ids, group))
+            held = backing[(agent_id, role)]
+            offered = [r for o in held for r in o.resources]
+            self._accepts.append(
+                Accept(placement.job, agent_id, role, [o.offer_id for o in held], group, offered)
+            )
             self._unsent.update(t.task_id for t in group)
         # What the tasks leave of those offers comes back once the ACCEPT is done.
         self._expect_offers_since = max(self._expect_offers_since, now)

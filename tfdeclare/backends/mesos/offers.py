@@ -1,7 +1,8 @@
 """The offers the Mesos backend holds, and the agents' sizes, as placement sees them.
 
-This module owns turning an ``Offer`` into what placement needs (unreserved cpus, mem,
-whole GPUs, port ranges, text attributes, the agent's HTTP address), the pool of held
+This module owns turning an ``Offer`` into what placement needs (cpus, mem, whole GPUs and
+port ranges, unreserved or reserved to the offer's role; text attributes; the agent's HTTP
+address), the pool of held
 offers (per (agent, role) views that combine every held offer of that agent, minus what
 placements reserved), and what each agent *has* (for "can this ever fit?").
 
@@ -18,7 +19,7 @@ The pool is not thread-safe: it belongs to the backend's loop thread.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -28,11 +29,23 @@ from tfdeclare.backends.mesos.placement import AgentOffer, PortRanges, SlotAssig
 AgentRole = tuple[str, str]
 
 
-def _unreserved(resource: dict[str, Any]) -> bool:
-    """Plain unreserved resources only (no reservations, disk, revocable, shared...)."""
-    if resource.get("role", "*") != "*" or resource.get("reservations") or "reservation" in resource:
+def reservation_role(resource: dict[str, Any]) -> str:
+    """The role a resource is reserved to (``*``: unreserved), in either format the master
+    speaks: the ``reservations`` stack (the last is the role), or ``role`` (before
+    RESERVATION_REFINEMENT)."""
+    stack = resource.get("reservations") or []
+    if stack and isinstance(stack[-1], dict):
+        return str(stack[-1].get("role", "*"))
+    return str(resource.get("role") or "*")
+
+
+def usable(resource: dict[str, Any], roles: Collection[str]) -> bool:
+    """Plain resources, unreserved or reserved to one of ``roles`` (no disk, revocable,
+    shared or provider resources)."""
+    if any(key in resource for key in ("disk", "revocable", "shared", "provider_id")):
         return False
-    return not any(key in resource for key in ("disk", "revocable", "shared", "provider_id"))
+    role = reservation_role(resource)
+    return role == "*" or role in roles
 
 
 def merge_ranges(ranges: Iterable[tuple[int, int]]) -> PortRanges:
@@ -82,11 +95,12 @@ class Amounts:
     ports: PortRanges
 
     @classmethod
-    def of(cls, resources: Iterable[dict[str, Any]]) -> Amounts:
+    def of(cls, resources: Iterable[dict[str, Any]], roles: Collection[str] = ()) -> Amounts:
+        """Unreserved resources, and those reserved to ``roles``."""
         cpus = mem = gpus = 0.0
         ports: list[tuple[int, int]] = []
         for resource in resources:
-            if not _unreserved(resource):
+            if not usable(resource, roles):
                 continue
             name = resource.get("name")
             if resource.get("type") == "SCALAR":
@@ -112,14 +126,14 @@ def attributes_of(raw: Iterable[dict[str, Any]]) -> dict[str, str]:
     return attributes
 
 
-def agent_capacity(agent: dict[str, Any]) -> AgentOffer | None:
-    """What one agent of the operator API's ``GET_AGENTS`` answer has in all (None when the
-    entry names no agent)."""
+def agent_capacity(agent: dict[str, Any], roles: Collection[str] = ()) -> AgentOffer | None:
+    """What one agent of the operator API's ``GET_AGENTS`` answer has in all for us:
+    unreserved, and reserved to our ``roles`` (None when the entry names no agent)."""
     info = agent.get("agent_info") or {}
     agent_id = (info.get("id") or {}).get("value")
     if not isinstance(agent_id, str):
         return None
-    total = Amounts.of(agent.get("total_resources") or info.get("resources") or [])
+    total = Amounts.of(agent.get("total_resources") or info.get("resources") or [], roles)
     return AgentOffer(
         agent_id,
         str(info.get("hostname", "")),
@@ -146,10 +160,13 @@ class HeldOffer:
     agent_url: str
     received_at: float
     hold_until: float
+    # the usable resources as offered (with their reservations), to launch from
+    resources: tuple[dict[str, Any], ...] = ()
 
     @classmethod
     def parse(cls, offer: Offer, now: float, hold_s: float) -> HeldOffer:
-        amounts = Amounts.of(offer.resources)
+        role = offer.role or "*"
+        amounts = Amounts.of(offer.resources, (role,))
         return cls(
             offer_id=offer.id,
             agent_id=offer.agent_id,
@@ -163,6 +180,7 @@ class HeldOffer:
             agent_url=agent_url(offer.raw),
             received_at=now,
             hold_until=now + hold_s,
+            resources=tuple(r for r in offer.resources if usable(r, (role,))),
         )
 
 

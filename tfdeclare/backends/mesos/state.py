@@ -95,6 +95,7 @@ class Accept:
     role: str
     offer_ids: list[str]
     tasks: list[TaskLaunch]
+    offered: list[dict[str, Any]]  # the offers' usable resources, with their reservations
 
 
 @dataclass(slots=True)
@@ -412,9 +413,10 @@ class BackendState(ABC):
         self._agents_in_flight = True
         self._agents_asked_at = now
         answer: list[list[AgentOffer]] = []
+        roles = self.config.roles
 
         def ask(client: SchedulerClient) -> None:
-            listed = (agent_capacity(raw) for raw in client.get_agents())
+            listed = (agent_capacity(raw, roles) for raw in client.get_agents())
             answer.append([c for c in listed if c is not None])
 
         def done(ok: bool) -> None:

@@ -23,6 +23,7 @@ This module owns ``BackgroundWork``:
 
 from __future__ import annotations
 
+import copy
 import itertools
 import logging
 import os
@@ -41,7 +42,7 @@ from tfdeclare.backends.mesos.state import (
     AckBatch,
     BackendState,
 )
-from tfdeclare.backends.mesos.taskinfo import task_info, task_labels
+from tfdeclare.backends.mesos.taskinfo import take_resources, task_info, task_labels
 from tfdeclare.backends.mesos.taskstate import LOST_LIKE, is_terminal
 from tfdeclare.core.run.tasks import TaskLaunch
 
@@ -288,24 +289,23 @@ class BackgroundWork(BackendState):
             return [None] * len(burst)
         # What the tasks leave of the offers comes back at the next allocation (no filter):
         # the next gang may need it; unused, it is declined with refuseSeconds then.
-        bodies = [
-            (
-                accept.offer_ids,
-                [
-                    task_info(
-                        task,
-                        accept.agent_id,
-                        accept.role,
-                        task_labels(task, owner),
-                        containerizer=self.config.containerizer,
-                        shared_filesystem=self.config.shared_filesystem,
-                    )
-                    for task in tasks
-                ],
-                0.0,
-            )
-            for accept, tasks in launches
-        ]
+        bodies = []
+        for accept, tasks in launches:
+            # Each task's resources come from what was offered, with the same reservations.
+            offered = copy.deepcopy(accept.offered)
+            infos = [
+                task_info(
+                    task,
+                    accept.agent_id,
+                    accept.role,
+                    task_labels(task, owner),
+                    containerizer=self.config.containerizer,
+                    shared_filesystem=self.config.shared_filesystem,
+                    resources=take_resources(offered, task, accept.role, self.config.reserved_first),
+                )
+                for task in tasks
+            ]
+            bodies.append((accept.offer_ids, infos, 0.0))
         results: list[MesosError | None]
         try:
             if client is None:
