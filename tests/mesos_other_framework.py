@@ -113,6 +113,16 @@ class OtherFramework(BaseHandler):
         self._wait(lambda: self._states.get(task_id) == "TASK_RUNNING", timeout, f"{task_id} did not run")
         return task_id
 
+    def next_offer(self, timeout: float = 15.0) -> Offer:
+        """The next offer (the others held are declined without a filter)."""
+        offer: Offer = self._wait(lambda: self._offers[0] if self._offers else None, timeout, "no offer came")
+        with self._changed:
+            others = [o.id for o in self._offers if o.id != offer.id]
+            self._offers.clear()
+        if others:
+            self.client.decline(others, 0.0)
+        return offer
+
     def release(self, task_id: str, timeout: float = 15.0) -> None:
         """Kill the task and wait until the master says it ended (its resources are free)."""
         self.client.kill(task_id)

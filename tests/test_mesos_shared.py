@@ -279,3 +279,61 @@ def test_a_task_takes_reserved_resources_first_and_asks_for_them_as_offered(
     finally:
         harness.close()
         emulator.stop()
+
+
+def _dynamic(name: str, value: float) -> dict[str, Any]:
+    """A resource to RESERVE for role ml, in the pre-refinement format (``role`` and
+    ``reservation``), as a framework without RESERVATION_REFINEMENT sends it."""
+    return {
+        "name": name,
+        "type": "SCALAR",
+        "scalar": {"value": value},
+        "role": "ml",
+        "reservation": {"principal": "ops"},
+        "allocation_info": {"role": "ml"},
+    }
+
+
+def test_dynamic_reservations_are_offered_to_their_role_and_used_as_offered(tmp_path: Path) -> None:
+    """Another framework RESERVEs 2 of the agent's 4 cpus for role ml (and UNRESERVEs and
+    RESERVEs again in one ACCEPT): tfdeclare in role ml gets them offered (role ml with a
+    ``reservation``) and launches a 3-cpu task from 2 reserved + 1 unreserved; in role * only
+    2 cpus are ever its, so a 3-cpu job can never run."""
+    emulator = start_emulator(tmp_path)
+    reserver = OtherFramework(emulator.url, name="reserver", role="ml")
+    try:
+        offer = reserver.next_offer()
+        cpus, mem = _dynamic("cpus", 2.0), _dynamic("mem", 512.0)
+        operations = [
+            {"type": "RESERVE", "reserve": {"resources": [cpus, mem]}},
+            {"type": "UNRESERVE", "unreserve": {"resources": [mem]}},
+        ]
+        reserver.client.accept([offer.id], operations, refuse_seconds=0.0)
+        total = eventually(
+            lambda: "DYNAMIC,ml" in emulator.agents()[0]["total"] and emulator.agents()[0]["total"]
+        )
+        assert "cpus(reservations: [(DYNAMIC,ml)]):2" in total and "mem(reservations" not in total
+    finally:
+        reserver.close()
+    harness = Harness(
+        lambda: MesosBackend(tmp_path / "state", mesos_test_config(emulator.url, roles=("ml",))), tmp_path
+    )
+    try:
+        backend = harness.backend()
+        placement = place_soon(backend, gang("dyn", 1, Resources(3, 256)))
+        tasks = launches(harness, placement, SLEEP, resources=Resources(3, 256))
+        backend.launch(placement, tasks)
+        eventually(lambda: tasks[0].task_id in running_on_agents(emulator))
+        asked = [r for r in _task_resources(emulator, tasks[0].task_id) if r["name"] == "cpus"]
+        assert sorted((r["role"], "reservation" in r, r["scalar"]["value"]) for r in asked) == [
+            ("*", False, 1.0),
+            ("ml", True, 2.0),
+        ]
+        star = MesosBackend(tmp_path / "state-star", mesos_test_config(emulator.url))
+        harness.backends.append(star)
+        answer = star.place(gang("dyn-star", 1, Resources(3, 256)))
+        assert isinstance(answer, Unplaced) and answer.reason is UnplacedReason.UNSCHEDULABLE, answer
+        assert "the largest agent has cpus 2" in answer.message
+    finally:
+        harness.close()
+        emulator.stop()
