@@ -10,16 +10,27 @@ agents have (the master's operator API), and re-checked when agents join.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.backend_conformance import Harness, gang, launches, place_soon, wait_for
+from tests.conftest import job_yaml, kill_leftovers
 from tests.mesos_emulator import Emulator
-from tests.mesos_fixtures import PY, eventually, mesos_test_config, running_on_agents, start_emulator
+from tests.mesos_fixtures import (
+    PY,
+    config_yaml,
+    eventually,
+    mesos_test_config,
+    running_on_agents,
+    start_emulator,
+)
 from tests.mesos_other_framework import OtherFramework
 from tfdeclare.backends.mesos.backend import MesosBackend
 from tfdeclare.backends.mesos.errors import MesosError
@@ -336,4 +347,54 @@ def test_dynamic_reservations_are_offered_to_their_role_and_used_as_offered(tmp_
         assert "the largest agent has cpus 2" in answer.message
     finally:
         harness.close()
+        emulator.stop()
+
+
+# ---- through the CLI and the controller ----------------------------------------------------------
+
+
+def test_apply_waits_for_resources_another_framework_holds_then_runs_the_job(tmp_path: Path) -> None:
+    """`tfdeclare apply --wait` beside another framework holding 2 of the only agent's 4 cpus:
+    the 3-cpu job's status is Pending (WaitingForOffers, never Unschedulable) while it waits,
+    it is launched within a few seconds of the other framework's release, and succeeds."""
+    emulator = start_emulator(tmp_path)
+    other = OtherFramework(emulator.url)
+    apply = None
+    try:
+        held = other.hold(cpus=2.0)
+        (tmp_path / "tfdeclare.yaml").write_text(config_yaml(emulator.url, reviveIntervalSeconds=1))
+        (tmp_path / "job.yaml").write_text(
+            job_yaml(
+                "three", command="[sleep, '2']", roles="worker: {count: 1, resources: {cpus: 3, mem: 256}}"
+            )
+        )
+        apply = subprocess.Popen(
+            [sys.executable, "-m", "tfdeclare", "apply", "job.yaml", "--wait", "--timeout", "60"],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        status_file = tmp_path / "status" / "three.yaml"
+
+        def waiting() -> dict[str, Any] | None:
+            document = yaml.safe_load(status_file.read_text()) if status_file.exists() else None
+            return document if document and document["phase"] == "Pending" else None
+
+        document = eventually(waiting, timeout=30)
+        assert "WaitingForOffers" in str(document["conditions"]), document
+        assert "Unschedulable" not in str(document), document
+        released_at = time.monotonic()
+        other.release(held)
+        eventually(lambda: any(t.startswith("three.") for t in running_on_agents(emulator)), timeout=15)
+        assert time.monotonic() - released_at < 5.0
+        out, err = apply.communicate(timeout=60)
+        assert apply.returncode == 0, err
+        assert "Unschedulable" not in out and "Succeeded" in out
+    finally:
+        if apply is not None and apply.poll() is None:
+            apply.kill()
+            apply.wait()
+        other.close()
+        kill_leftovers(tmp_path)
         emulator.stop()
