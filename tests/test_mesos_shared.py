@@ -381,8 +381,11 @@ def test_apply_waits_for_resources_another_framework_holds_then_runs_the_job(tmp
             document = yaml.safe_load(status_file.read_text()) if status_file.exists() else None
             return document if document and document["phase"] == "Pending" else None
 
-        document = eventually(waiting, timeout=30)
-        assert "WaitingForOffers" in str(document["conditions"]), document
+        eventually(waiting, timeout=30)
+        revives = len(emulator.calls("REVIVE"))
+        eventually(lambda: len(emulator.calls("REVIVE")) >= revives + 2)  # several passes, REVIVEs
+        document = waiting()
+        assert document is not None and "WaitingForOffers" in str(document["conditions"]), document
         assert "Unschedulable" not in str(document), document
         released_at = time.monotonic()
         other.release(held)
