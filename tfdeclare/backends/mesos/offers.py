@@ -1,10 +1,10 @@
 """The offers the Mesos backend holds, and the agents' sizes, as placement sees them.
 
 This module owns turning an ``Offer`` into what placement needs (cpus, mem, whole GPUs and
-port ranges, unreserved or reserved to the offer's role; text attributes; the agent's HTTP
-address), the pool of held
-offers (per (agent, role) views that combine every held offer of that agent, minus what
-placements reserved), and what each agent *has* (for "can this ever fit?").
+port ranges, unreserved or reserved to the offer's role, with the offered entries kept to
+launch from; text attributes; the agent's HTTP address), the pool of held offers (per
+(agent, role) views that combine every held offer of that agent, minus what placements
+reserved), and what each agent *has* (for "can this ever fit?").
 
 What an agent has is its total, as the master's operator API lists it (``GET_AGENTS``),
 never what it offers: on a shared cluster other frameworks hold part of every agent, and an
@@ -171,7 +171,7 @@ class HeldOffer:
             offer_id=offer.id,
             agent_id=offer.agent_id,
             hostname=offer.hostname,
-            role=offer.role or "*",
+            role=role,
             cpus=amounts.cpus,
             mem_mib=amounts.mem_mib,
             gpus=amounts.gpus,

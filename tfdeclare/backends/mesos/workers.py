@@ -23,7 +23,6 @@ This module owns ``BackgroundWork``:
 
 from __future__ import annotations
 
-import copy
 import itertools
 import logging
 import os
@@ -292,7 +291,8 @@ class BackgroundWork(BackendState):
         bodies = []
         for accept, tasks in launches:
             # Each task's resources come from what was offered, with the same reservations.
-            offered = copy.deepcopy(accept.offered)
+            # (take_resources uses up the scalar values: they are copied, the rest is shared)
+            offered = [{**e, "scalar": dict(e["scalar"])} if "scalar" in e else e for e in accept.offered]
             infos = [
                 task_info(
                     task,
