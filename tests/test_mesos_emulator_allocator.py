@@ -91,3 +91,5 @@ def test_reserved_resources_go_only_to_their_role_and_the_rest_to_the_next_frame
     assert pre["gpus"]["role"] == "ml" and "reservations" not in pre["gpus"]
     assert post["gpus"]["reservations"] == [{"type": "STATIC", "role": "ml"}] and "role" not in post["gpus"]
     assert post["cpus"]["allocation_info"] == {"role": "ml"}
+    [listed] = Resources.parse("gpus(ml):1").to_json(None, pre_refinement=False, endpoint=True)
+    assert listed["role"] == "ml" and listed["reservations"] == [{"type": "STATIC", "role": "ml"}]

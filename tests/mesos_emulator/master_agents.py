@@ -121,23 +121,23 @@ class AgentLifecycle:
         out = []
         for record in self.agents.values():
             agent = record.agent
-            used = record.used_total.to_json(None, pre_refinement=True)
+            used = record.used_total.to_json(None, pre_refinement=False, endpoint=True)
             out.append(
                 {
                     "agent_info": {
                         "id": {"value": agent.id},
                         "hostname": agent.hostname,
                         "port": self.cluster.agent_port,
-                        "resources": record.total.to_json(None, pre_refinement=True),
+                        "resources": record.total.to_json(None, pre_refinement=False, endpoint=True),
                         "attributes": agent.attributes,
                     },
                     "active": record.connected and record.active,
                     "deactivated": not record.active,
                     "pid": f"{agent.pid_path}@{self.cluster.config.host_ip}:{self.cluster.agent_port}",
                     "version": self.cluster.config.version,
-                    "total_resources": record.total.to_json(None, pre_refinement=True),
+                    "total_resources": record.total.to_json(None, pre_refinement=False, endpoint=True),
                     "allocated_resources": used,
-                    "offered_resources": record.offered.to_json(None, pre_refinement=True),
+                    "offered_resources": record.offered.to_json(None, pre_refinement=False, endpoint=True),
                 }
             )
         return out

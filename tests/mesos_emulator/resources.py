@@ -13,8 +13,9 @@ Owns the ``Resources`` value type used by the allocator and by ACCEPT validation
   resources without disk info;
 * ``str()`` matches Mesos' stringification (``cpus(allocated: *):4; ports(...):[1-2]``),
   because task validation messages embed it;
-* JSON in both formats the master speaks: pre-reservation-refinement (``role``, and
-  ``reservation`` for dynamic ones) and post-refinement (the ``reservations`` stack);
+* JSON in the formats the master speaks: pre-reservation-refinement (``role``, and
+  ``reservation`` for dynamic ones), post-refinement (the ``reservations`` stack), and
+  both at once on operator endpoints;
 * parsing of the agent flag format (``cpus:4;mem:8192;gpus(ml):1;ports(ml):[31000-31099]``)
   and of attribute strings (``rack:r1;gen:3``).
 """
@@ -235,9 +236,11 @@ class Resources:
         return out
 
     # -- presentation -------------------------------------------------------------------
-    def to_json(self, role: str | None, pre_refinement: bool) -> list[dict[str, Any]]:
+    def to_json(self, role: str | None, pre_refinement: bool, endpoint: bool = False) -> list[dict[str, Any]]:
         """Render as ``Resource`` messages, allocated to ``role`` when given; reservations in
-        the pre-refinement format (``role``, ``reservation``) or as the ``reservations`` stack."""
+        the pre-refinement format (``role``, ``reservation``), or as the ``reservations``
+        stack, or both (``endpoint``: what operator endpoints show, resources_utils.cpp's
+        ``ENDPOINT`` format)."""
         out: list[dict[str, Any]] = []
         for key, value in self.items.items():
             name, reserved_to, dynamic = split_key(key)
@@ -251,11 +254,11 @@ class Resources:
             else:
                 resource["type"] = "SET"
                 resource["set"] = {"item": sorted(value)}
-            if pre_refinement:
+            if pre_refinement or endpoint:
                 resource["role"] = reserved_to or "*"
                 if dynamic:
                     resource["reservation"] = {}
-            elif reserved_to is not None:
+            if (endpoint or not pre_refinement) and reserved_to is not None:
                 resource["reservations"] = [{"type": DYNAMIC if dynamic else "STATIC", "role": reserved_to}]
             if role is not None:
                 resource["allocation_info"] = {"role": role}
