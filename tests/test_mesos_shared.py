@@ -147,7 +147,7 @@ def test_a_master_before_1_9_gets_gpu_resources_at_subscription_not_update_frame
         # What an old master answers to UPDATE_FRAMEWORK (what failed every GPU job before):
         other = OtherFramework(emulator.url)
         info = FrameworkInfo(user="nobody", name="other-framework", roles=("*",), failover_timeout=0.0)
-        with pytest.raises(MesosError, match="Failed to find enum for 'UPDATE_FRAMEWORK'") as refused:
+        with pytest.raises(MesosError, match="Expecting 'type' to be present") as refused:
             other.client.update_framework(info)
         assert "400" in str(refused.value)
         other.close()

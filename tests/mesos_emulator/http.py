@@ -171,15 +171,13 @@ class MasterEndpoints:
             value = json.loads(request.body)
         except (ValueError, UnicodeDecodeError) as exc:
             return Response.text(400, f"Failed to parse body into JSON: {exc}"), None
-        if (
-            isinstance(value, dict)
-            and value.get("type") == "UPDATE_FRAMEWORK"
-            and cluster.config.older_than(1, 9)
-        ):
-            # UPDATE_FRAMEWORK came with Mesos 1.9; an older master's JSON-to-protobuf parse
-            # (stout) fails on the enum value it does not know.
+        old_master = cluster.config.older_than(1, 9)
+        if old_master and isinstance(value, dict) and value.get("type") == "UPDATE_FRAMEWORK":
+            # UPDATE_FRAMEWORK came with Mesos 1.9. An older master's JSON parse (stout, 1.8)
+            # drops an enum value it does not know from the optional `type` (and ignores the
+            # unknown `update_framework`), so the call fails validation for having no type.
             return Response.text(
-                400, "Failed to convert JSON into Call protobuf: Failed to find enum for 'UPDATE_FRAMEWORK'"
+                400, "Failed to validate scheduler::Call: Expecting 'type' to be present"
             ), None
         try:
             call = jsonenc.parse("Call", value)
