@@ -401,3 +401,23 @@ def test_apply_waits_for_resources_another_framework_holds_then_runs_the_job(tmp
         other.close()
         kill_leftovers(tmp_path)
         emulator.stop()
+
+
+def test_without_the_masters_agent_list_nothing_is_unschedulable_and_jobs_still_run(tmp_path: Path) -> None:
+    """Behind a proxy that passes only the scheduler API (GET_AGENTS is a 404), what agents
+    have is unknown: a job too big for every agent waits (never a false Unschedulable),
+    and one that fits runs."""
+    emulator = start_emulator(tmp_path, operator_api=False)
+    harness = Harness(lambda: MesosBackend(tmp_path / "state", mesos_test_config(emulator.url)), tmp_path)
+    try:
+        backend = harness.backend()
+        for _ in range(2):
+            huge = backend.place(gang("huge", 1, Resources(64, 128)))
+            assert isinstance(huge, Unplaced) and huge.reason is UnplacedReason.WAITING_FOR_OFFERS, huge
+        placement = place_soon(backend, gang("small", 1))
+        tasks = launches(harness, placement, SLEEP)
+        backend.launch(placement, tasks)
+        eventually(lambda: tasks[0].task_id in running_on_agents(emulator))
+    finally:
+        harness.close()
+        emulator.stop()

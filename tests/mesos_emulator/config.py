@@ -57,6 +57,7 @@ class EmulatorConfig:
     sandbox_root: str | None = None
     max_unreachable_tasks: int = 1000
     max_calls_recorded: int = 10000
+    operator_api: bool = True  # False: /api/v1 answers 404 (a proxy that passes only the scheduler API)
     version: str = "1.11.0"  # what the master claims; below 1.9 UPDATE_FRAMEWORK is a 400 (no type)
 
     def older_than(self, major: int, minor: int) -> bool:

@@ -68,7 +68,7 @@ class MasterEndpoints:
         path = request.path
         if path in SCHEDULER_PATHS:
             return self.scheduler(request, start_stream)
-        if path in OPERATOR_PATHS:
+        if path in OPERATOR_PATHS and self.cluster.config.operator_api:
             return self.operator(request)
         if path in ("/version", "/version/"):
             body = {"version": self.cluster.config.version, "build_user": "mesos-emulator"}

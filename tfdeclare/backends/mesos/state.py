@@ -157,6 +157,7 @@ class BackendState(ABC):
         # the master's list of agents (what each has), asked on the calls thread
         self._agents_in_flight = False
         self._agents_asked_at = -AGENTS_REFRESH_S
+        self._agents_failed = False  # the last ask was refused or failed
         self._filtered = False  # we declined with a filter since the last REVIVE
         # reconciliation, kills, fencing
         self._reconcile_pending: dict[str, str | None] = {}
@@ -405,10 +406,13 @@ class BackendState(ABC):
     def _refresh_agents(self, now: float, retry: bool = False) -> None:
         """Ask the master for its agents and what each has (``GET_AGENTS``, on the calls
         thread); the answer replaces the pool's capacities. At most one ask is out; a
-        ``retry`` (an agent not on the list offered) waits ``AGENTS_RETRY_S`` after the last."""
+        ``retry`` (an agent not on the list offered) waits ``AGENTS_RETRY_S`` after the last,
+        or ``AGENTS_REFRESH_S`` while the master refuses the list (no operator API, or no
+        permission: jobs then wait and are never judged unschedulable)."""
         if self._agents_in_flight or not self._connected:
             return
-        if retry and now - self._agents_asked_at < AGENTS_RETRY_S:
+        pause = AGENTS_REFRESH_S if self._agents_failed else AGENTS_RETRY_S
+        if retry and now - self._agents_asked_at < pause:
             return
         self._agents_in_flight = True
         self._agents_asked_at = now
@@ -421,6 +425,7 @@ class BackendState(ABC):
 
         def done(ok: bool) -> None:
             self._agents_in_flight = False
+            self._agents_failed = not ok
             if ok and answer and self._connected:
                 self._pool.set_agents(answer[0])
                 self._changed = True
