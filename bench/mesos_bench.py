@@ -205,6 +205,7 @@ def decision_backend(workdir: Path, agents: int, waiting: int) -> MesosBackend:
     now = time.time()
     for agent in range(agents):
         backend._pool.add(HeldOffer.parse(_offer(agent), now, 3600))
+    backend._pool.set_agents(backend._pool.views())  # what each agent has: here, all of it is free
     big = GangRequest(
         "big", 0, tuple(SlotRequest(TaskKey(Role.WORKER, i), Resources(32, 1024)) for i in range(4))
     )

@@ -4,6 +4,7 @@ spec checks, as pure functions and through the real CLI."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -20,6 +21,7 @@ from tfdeclare.backends.local.config import LocalConfig
 from tfdeclare.backends.local.plugin import check_job as local_check
 from tfdeclare.backends.mesos.config import MesosConfig
 from tfdeclare.backends.mesos.plugin import check_job as mesos_check
+from tfdeclare.backends.mesos.plugin import user_warnings as mesos_user_warnings
 from tfdeclare.core.diagnostics import Code, Diagnostic
 from tfdeclare.core.spec.loader import LoadedJob, load_file
 from tfdeclare.core.spec.schema import Schema
@@ -302,3 +304,31 @@ def test_the_daemon_reports_what_the_backend_cannot_honour(workdir: Path) -> Non
         assert not (workdir / "status" / "j.yaml").exists()
     finally:
         assert daemon.stop() == 0
+
+
+# ---- Mesos: the user tasks run as -----------------------------------------------------------
+
+
+def test_mesos_warns_about_root_only_without_a_user() -> None:
+    [warning] = mesos_user_warnings(MesosConfig(), 0)
+    assert "mesos.user is not set and tfdeclare runs as root" in warning
+    assert mesos_user_warnings(MesosConfig(user="trainer"), 0) == []
+    assert mesos_user_warnings(MesosConfig(), 1000) == []
+
+
+@pytest.mark.parametrize("user", [None, "trainer"])
+def test_plan_and_apply_print_the_root_warning(tmp_path: Path, user: str | None) -> None:
+    """As root without mesos.user: one warning on stderr from plan (apply prints it before it
+    connects); with a user, or not as root, none."""
+    setting = f", user: {user}" if user else ""
+    (tmp_path / "tfdeclare.yaml").write_text(
+        f"backend: mesos\nmesos: {{master: 'http://127.0.0.1:9', subscribeTimeoutSeconds: 1{setting}}}\n"
+    )
+    (tmp_path / "job.yaml").write_text(job_yaml("demo"))
+    expect_warning = user is None and os.geteuid() == 0
+    for command in (["plan", "job.yaml"], ["apply", "job.yaml"]):
+        result = cli(*command, cwd=tmp_path)
+        warned = "tfdeclare: warning: mesos.user is not set and tfdeclare runs as root" in result.stderr
+        assert warned == expect_warning, (command, result.stderr)
+        if command[0] == "apply":  # no master there: the warning came before that error
+            assert result.returncode == 1 and "cannot reach the Mesos master" in result.stderr

@@ -283,7 +283,7 @@ def test_unschedulable_is_not_a_wait(cluster: Cluster) -> None:
     backend = cluster.backend()
     huge = backend.place(gang("huge", 1, Resources(64, 128)))
     assert isinstance(huge, Unplaced) and huge.reason is UnplacedReason.UNSCHEDULABLE
-    assert "cpus 64" in huge.message and "largest agent seen" in huge.message
+    assert "cpus 64" in huge.message and "the largest agent has" in huge.message
 
 
 # ---- kills and reconciliation -------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +12,14 @@ import pytest
 
 from tfdeclare.backends.mesos.events import Offer
 from tfdeclare.backends.mesos.journal import FrameworkStore, TaskEntry, TaskJournal
-from tfdeclare.backends.mesos.offers import HeldOffer, OfferPool, merge_ranges
+from tfdeclare.backends.mesos.offers import HeldOffer, OfferPool, agent_capacity, merge_ranges
 from tfdeclare.backends.mesos.placement import SlotAssignment
-from tfdeclare.backends.mesos.taskinfo import MKDIR_CD_SCRIPT, task_info, task_labels
+from tfdeclare.backends.mesos.taskinfo import (
+    MKDIR_CD_SCRIPT,
+    take_resources,
+    task_info,
+    task_labels,
+)
 from tfdeclare.backends.mesos.taskstate import apply_status, exit_code_from, observed_state
 from tfdeclare.core.enums import Role, TaskState, VolumeMode
 from tfdeclare.core.run.tasks import Slot, TaskKey, TaskLaunch
@@ -454,11 +460,94 @@ def test_pool_combines_offers_of_an_agent_and_subtracts_reservations() -> None:
     assert pool.covers("A", "*", [reserved]) is not None
     too_many = [reserved, *[reserved] * 3]
     assert pool.covers("A", "*", too_many) is None
-    assert pool.capacity["A"].cpus == 3.0
     pool.remove("o1")
     pool.remove("o2")
-    assert pool.views() == [] and pool.capacity["A"].cpus == 3.0  # the largest seen stays
+    assert pool.views() == []
+
+
+def test_capacity_is_what_the_master_lists_never_what_is_offered() -> None:
+    """Offers show what is free now (other frameworks hold the rest): only the master's
+    list of agents (GET_AGENTS) says what an agent has, and until it came nothing is known."""
+    pool = OfferPool()
+    pool.add(HeldOffer.parse(offer("o1", "A", 2.0, [(31000, 31004)]), 0, 5))
+    assert pool.capacities() == [] and not pool.agents_known
+    listed = {
+        "agent_info": {
+            "id": {"value": "A"},
+            "hostname": "a.example",
+            "resources": [{"name": "cpus", "type": "SCALAR", "scalar": {"value": 1.0}}],
+            "attributes": [{"name": "rack", "type": "TEXT", "text": {"value": "r1"}}],
+        },
+        "total_resources": [
+            {"name": "cpus", "type": "SCALAR", "scalar": {"value": 4.0}},
+            {"name": "mem", "type": "SCALAR", "scalar": {"value": 4096.0}},
+            {"name": "gpus", "type": "SCALAR", "scalar": {"value": 2.0}},
+            {"name": "ports", "type": "RANGES", "ranges": {"range": [{"begin": 31000, "end": 31099}]}},
+        ],
+    }
+    capacity = agent_capacity(listed)
+    assert capacity is not None
+    assert (capacity.cpus, capacity.mem_mib, capacity.gpus, capacity.ports) == (
+        4.0,
+        4096.0,
+        2,
+        ((31000, 31099),),
+    )
+    assert capacity.attributes == {"rack": "r1"} and capacity.gpu_agent
+    version = pool.capacity_version
+    pool.set_agents([capacity])
+    assert pool.capacities() == [capacity] and pool.capacity_version > version
+    assert pool.views()[0].gpu_agent  # GPUs all held by others: still a GPU agent for placement
+    pool.forget_agents()
+    assert pool.capacities() == []
+    assert agent_capacity({"agent_info": {}}) is None
 
 
 def test_merge_ranges() -> None:
     assert merge_ranges([(5, 7), (1, 2), (3, 4), (10, 11)]) == ((1, 7), (10, 11))
+
+
+def _scalar_json(name: str, value: float, **reservation: object) -> dict[str, object]:
+    return {"name": name, "type": "SCALAR", "scalar": {"value": value}, **reservation}
+
+
+def test_task_resources_are_cut_from_the_offer_with_their_reservations() -> None:
+    """Post-refinement offers (the reservations stack): a task takes what is reserved to the
+    role first, then unreserved; each piece keeps the offered reservation; the pool shrinks."""
+    ml = {"reservations": [{"type": "STATIC", "role": "ml"}]}
+    offered: list[dict[str, object]] = [
+        _scalar_json("cpus", 1.5, **ml),
+        _scalar_json("cpus", 4.0),
+        _scalar_json("mem", 8192.0),
+        _scalar_json("gpus", 1.0, **ml),
+        {"name": "ports", "type": "RANGES", "ranges": {"range": [{"begin": 31000, "end": 31009}]}, **ml},
+    ]
+    pieces = take_resources(offered, launch(), "ml", reserved_first=True)  # cpus 2, mem 4096, gpus 1
+    by_name = [(p["name"], p.get("reservations"), p.get("scalar", p.get("ranges"))) for p in pieces]
+    assert by_name == [
+        ("cpus", ml["reservations"], {"value": 1.5}),
+        ("cpus", None, {"value": 0.5}),
+        ("mem", None, {"value": 4096.0}),
+        ("gpus", ml["reservations"], {"value": 1.0}),
+        ("ports", ml["reservations"], {"range": [{"begin": 31005, "end": 31005}]}),
+    ]
+    assert all(p["allocation_info"] == {"role": "ml"} for p in pieces)
+    assert [e["scalar"]["value"] for e in offered[:4]] == [0.0, 3.5, 4096.0, 0.0]  # type: ignore[index]
+    # Unreserved first, when so configured; and what the offers lack is asked for plainly.
+    offered = [_scalar_json("cpus", 1.0, role="ml"), _scalar_json("cpus", 0.5, role="*")]
+    pieces = take_resources(offered, launch(), "ml", reserved_first=False)
+    cpus = [(p["role"], p["scalar"]["value"]) for p in pieces if p["name"] == "cpus"]  # type: ignore[index]
+    assert cpus == [("*", 0.5), ("ml", 1.0), ("*", 0.5)]
+
+
+def test_offers_count_resources_reserved_to_the_offers_role() -> None:
+    raw = offer("o1", "A", 1.0, [(31000, 31004)])
+    reserved = [
+        _scalar_json("cpus", 2.0, role="ml"),
+        _scalar_json("gpus", 1.0, reservations=[{"role": "ml"}]),
+    ]
+    other = [_scalar_json("cpus", 8.0, role="batch")]
+    as_ml = replace(raw, role="ml", resources=[*raw.resources, *reserved, *other])
+    held = HeldOffer.parse(as_ml, 0, 5)
+    assert (held.cpus, held.gpus) == (3.0, 1)  # batch's reservation is not ours
+    assert all(r in held.resources for r in reserved) and other[0] not in held.resources

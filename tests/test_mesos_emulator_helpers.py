@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import getpass
 import json
 import socket
 import threading
@@ -47,8 +48,12 @@ def records(chunks: Iterator[bytes]) -> Iterator[bytes]:
             del buf[:end]
 
 
+# Tasks run as the framework's user, which must exist on the (emulated) agents: this machine's.
+TEST_USER = getpass.getuser()
+
+
 def framework_info(name: str = "test", **extra: Any) -> dict[str, Any]:
-    info: dict[str, Any] = {"user": "tester", "name": name}
+    info: dict[str, Any] = {"user": TEST_USER, "name": name}
     capabilities = extra.pop("capabilities", None)
     if capabilities:
         info["capabilities"] = [{"type": c} for c in capabilities]

@@ -6,6 +6,7 @@ import time
 
 from tests.mesos_emulator import Emulator
 from tests.test_mesos_emulator_helpers import (
+    TEST_USER,
     Subscriber,
     command_task,
     emulator,
@@ -83,7 +84,7 @@ def test_resubscribe_ignores_user_and_checkpoint_but_refuses_principal_change(
     subscribers.append(second)
     second.next("SUBSCRIBED")
     info = emulator.frameworks()[0]["info"]
-    assert info["user"] == "tester" and info.get("checkpoint", False) is False
+    assert info["user"] == TEST_USER and info.get("checkpoint", False) is False
     refused = Subscriber(emulator.url, framework_info(id=fid, principal="p2")).subscribe()
     subscribers.append(refused)
     assert refused.status_code == 200

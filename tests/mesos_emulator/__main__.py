@@ -33,8 +33,15 @@ def build_parser() -> argparse.ArgumentParser:
     add("--port", type=int, default=5050, help="master port (0: ephemeral)")
     add("--agent-port", type=int, default=0, help="port of the shared agent HTTP server")
     add("--agents", type=int, default=1, help="number of agents to start")
-    add("--agent-resources", default=DEFAULT_AGENT_RESOURCES, help="e.g. 'cpus:4;mem:8192;gpus:1'")
+    add("--agent-resources", default=DEFAULT_AGENT_RESOURCES, help="e.g. 'cpus:4;mem:8192;gpus(ml):1'")
     add("--agent-attributes", default="", help="e.g. 'rack:r1;gen:3'")
+    add(
+        "--agent-default-role",
+        "--default_role",
+        dest="agent_default_role",
+        default="*",
+        help="the agents' --default_role: resources without a role are reserved to it",
+    )
     add("--agent-hostname", default="127.0.0.1")
     add(
         "--agent-port-offset",
@@ -73,6 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("--sandbox-root", default=None)
     add("--seed", type=int, default=0)
     add("--zk", default=None, help="zk://host:port/path: register there as a Mesos master (needs kazoo)")
+    add(
+        "--agent-users",
+        default=None,
+        help="comma-separated users tasks may run as on the agents (default: this machine's users)",
+    )
+    add("--version", default="1.11.0", help="the Mesos version claimed (below 1.9: no UPDATE_FRAMEWORK)")
     add("--log-level", default="WARNING")
     return parser
 
@@ -84,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         agents=args.agents,
         agent_resources=args.agent_resources,
         agent_attributes=args.agent_attributes,
+        agent_default_role=args.agent_default_role,
         agent_hostname=args.agent_hostname,
         agent_port_offset=args.agent_port_offset,
         port=args.port,
@@ -106,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         sandbox_root=args.sandbox_root,
         seed=args.seed,
         zookeeper=args.zk,
+        version=args.version,
+        agent_users=frozenset(filter(None, args.agent_users.split(","))) if args.agent_users else None,
     )
 
     def ready(emulator: Emulator) -> None:

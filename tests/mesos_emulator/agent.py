@@ -5,7 +5,9 @@ through a partition:
 
 * ``run_task`` / ``kill_task`` / ``shutdown_framework`` as the master asks, using the
   runners of ``executor`` (host processes, simulations) or, with ``containerizers``, the
-  composing containerizer's choice and the container runners of ``containers``; sandboxes under ``<root>/slaves/<agent>/frameworks/<fw>/
+  composing containerizer's choice and the container runners of ``containers``; a task whose
+  user (``CommandInfo.user``, else the framework's) the agent does not know is dropped as a
+  real agent with ``--switch_user`` drops it; sandboxes under ``<root>/slaves/<agent>/frameworks/<fw>/
   executors/<task>/runs/<container>`` with a ``latest`` link, like a real agent;
 * the per-task status update stream: every update gets a fresh v4 UUID, only the head
   is forwarded (with ``latest_state``), it is re-sent with exponential backoff until the
@@ -24,8 +26,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 import os
+import pwd
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -75,6 +79,18 @@ class AgentHost(Protocol):
     def master(self) -> Master | None: ...
 
     def track_process(self, pid: int, alive: bool) -> None: ...
+
+
+def known_users(configured: frozenset[str] | None) -> frozenset[str]:
+    """The users tasks may run as on an agent: the configured set, else this machine's."""
+    if configured is not None:
+        return configured
+    return _machine_users()
+
+
+@functools.cache
+def _machine_users() -> frozenset[str]:
+    return frozenset(entry.pw_name for entry in pwd.getpwall())
 
 
 @dataclass
@@ -209,9 +225,23 @@ class Agent:
         simulated = self.host.config.executor == "simulated"
         simulated = simulated or labels_of(task).get("emulator.executor") == "simulated"
         # Simulated tasks run nothing, so their sandbox is never created (scale mode).
-        sandbox = self._make_sandbox(fid, tid, container_id, create=not simulated)
+        user = task.get("command", {}).get("user") or framework_info.get("user")
+        unknown_user = bool(user) and user not in known_users(self.host.config.agent_users)
+        sandbox = self._make_sandbox(fid, tid, container_id, create=not simulated and not unknown_user)
         entry = AgentTask(fid, tid, task, container_id, sandbox, simulated=simulated)
         self.tasks[(fid, tid)] = entry
+        if unknown_user:
+            # slave.cpp (--switch_user, the default): the executor directory is chowned to
+            # the task's user before anything runs; getpwnam failing drops the task.
+            partition_aware = "PARTITION_AWARE" in capabilities(framework_info)
+            self._agent_update(
+                entry,
+                "TASK_DROPPED" if partition_aware else "TASK_LOST",
+                message=f"Failed to create executor directory '{sandbox}': Failed to chown directory "
+                f"to '{user}': No such user '{user}'",
+                reason="REASON_EXECUTOR_TERMINATED",
+            )
+            return
         containerizers = self.host.config.containerizers
         if containerizers is not None and not simulated and "executor" not in task:
             self._containerize(entry, containerizers)

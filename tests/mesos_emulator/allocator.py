@@ -2,9 +2,13 @@
 
 Owns the allocator side of the hierarchical allocator that frameworks can observe:
 
-* each cycle, every schedulable agent's whole free pool goes to one (framework, role)
-  pair — agents are visited in a shuffled order (seeded, so runs are reproducible) and
-  frameworks round-robin;
+* each cycle, every schedulable agent's free pool is offered to (framework, role) pairs —
+  each gets what is unreserved and what is reserved to its role, the first takes all of it
+  that it may have, the rest goes on to the next — agents are visited in a shuffled order (seeded, so runs are reproducible), and for
+  each agent the pairs are tried in DRF order as the hierarchical allocator's two sorters
+  do: roles by their dominant share of the cluster (the largest of their allocated
+  cpus/mem/gpus/disk over the cluster's total), then frameworks within a role by theirs,
+  ties by name; what is granted counts at once for the next agent of the same cycle;
 * a framework is skipped for a role that is suppressed, for an agent with ``gpus`` if it
   lacks ``GPU_RESOURCES`` (``--filter_gpu_resources``), and while a refuse filter for
   (framework, role, agent) holds resources that *contain* the candidate (so more free
@@ -24,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .clock import Clock
-from .resources import Resources, to_fixed
+from .resources import Resources, split_key, to_fixed
 
 DEFAULT_REFUSE_SECONDS = 5.0
 MAX_REFUSE_SECONDS = 365 * 24 * 3600.0
@@ -34,6 +38,9 @@ _DEFAULT_MIN_ALLOCATABLE = [{"cpus": to_fixed(0.01)}, {"mem": to_fixed(32)}]
 class SchedulableAgent(Protocol):
     @property
     def id(self) -> str: ...
+
+    @property
+    def total(self) -> Resources: ...
 
     @property
     def available(self) -> Resources: ...
@@ -84,8 +91,7 @@ def min_allocatable_from_info(info: dict[str, Any]) -> dict[str, list[dict[str, 
 
 
 def _at_least(available: Resources, name: str, minimum: int) -> bool:
-    value = available.items.get(name)
-    return isinstance(value, int) and value >= minimum
+    return name in {split_key(k)[0] for k in available.items} and to_fixed(available.scalar(name)) >= minimum
 
 
 class Allocator:
@@ -95,7 +101,6 @@ class Allocator:
         self.filter_gpu_resources = filter_gpu_resources
         self.frameworks: dict[str, FrameworkAllocation] = {}
         self._rng = random.Random(seed)
-        self._next = 0
 
     # -- framework lifecycle ---------------------------------------------------------
     def add_framework(
@@ -202,42 +207,79 @@ class Allocator:
                 return True
         return False
 
-    def allocate(self, agents: Iterable[SchedulableAgent]) -> list[tuple[str, str, str, Resources]]:
-        """One allocation cycle: returns (framework, role, agent, resources) grants."""
-        candidates = [
-            (fid, entry)
+    def allocate(
+        self,
+        agents: Iterable[SchedulableAgent],
+        allocated: Iterable[tuple[str, str, Resources]] = (),
+    ) -> list[tuple[str, str, str, Resources]]:
+        """One allocation cycle: returns (framework, role, agent, resources) grants.
+
+        ``allocated``: what frameworks hold now, as (framework, role, resources) of every
+        outstanding offer and live task, for the DRF order."""
+        candidates = {
+            fid: entry
             for fid, entry in sorted(self.frameworks.items())
             if entry.active and set(entry.roles) - entry.suppressed
-        ]
+        }
         if not candidates:
             return []
+        agents = list(agents)
+        cluster = Resources()
+        for agent in agents:
+            cluster = cluster + agent.total
+        shares = _Shares(cluster)
+        for fid, role, resources in allocated:
+            shares.add(fid, role, resources)
         pool = [agent for agent in agents if agent.schedulable and agent.available]
         self._rng.shuffle(pool)
         grants: list[tuple[str, str, str, Resources]] = []
-        count = len(candidates)
+        pairs = [(role, fid) for fid, entry in candidates.items() for role in entry.roles]
         for agent in pool:
-            available = agent.available
-            for step in range(count):
-                fid, entry = candidates[(self._next + step) % count]
+            remaining = agent.available
+            for role, fid in sorted(pairs, key=shares.order):
+                entry = candidates[fid]
+                if role in entry.suppressed:
+                    continue
                 if agent.has_gpus and self.filter_gpu_resources and not entry.gpu_aware:
                     continue
-                role = self._pick_role(fid, entry, agent.id, available)
-                if role is None:
+                offered = remaining.for_role(role)  # unreserved, and reserved to this role
+                if not offered or not self._allocatable(entry, role, offered):
                     continue
-                grants.append((fid, role, agent.id, available.copy()))
-                self._next = (self._next + step + 1) % count
-                break
+                if self.is_filtered(fid, role, agent.id, offered):
+                    continue
+                grants.append((fid, role, agent.id, offered))
+                shares.add(fid, role, offered)
+                remaining = remaining - offered
+                if not remaining:
+                    break
         return grants
 
-    def _pick_role(
-        self, fid: str, entry: FrameworkAllocation, agent_id: str, available: Resources
-    ) -> str | None:
-        for role in entry.roles:
-            if role in entry.suppressed:
-                continue
-            if not self._allocatable(entry, role, available):
-                continue
-            if self.is_filtered(fid, role, agent_id, available):
-                continue
-            return role
-        return None
+
+_SHARED_SCALARS = ("cpus", "mem", "gpus", "disk")
+
+
+class _Shares:
+    """Allocations per role and per (role, framework), and their dominant shares (DRF)."""
+
+    def __init__(self, cluster: Resources) -> None:
+        self.cluster = cluster
+        self.roles: dict[str, Resources] = {}
+        self.frameworks: dict[tuple[str, str], Resources] = {}
+
+    def add(self, fid: str, role: str, resources: Resources) -> None:
+        self.roles[role] = self.roles.get(role, Resources()) + resources
+        self.frameworks[(role, fid)] = self.frameworks.get((role, fid), Resources()) + resources
+
+    def dominant(self, allocation: Resources | None) -> float:
+        if allocation is None:
+            return 0.0
+        share = 0.0
+        for name in _SHARED_SCALARS:
+            total = self.cluster.scalar(name)
+            if total > 0:
+                share = max(share, allocation.scalar(name) / total)
+        return share
+
+    def order(self, pair: tuple[str, str]) -> tuple[float, float, str, str]:
+        role, fid = pair
+        return (self.dominant(self.roles.get(role)), self.dominant(self.frameworks.get(pair)), role, fid)

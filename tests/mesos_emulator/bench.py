@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import getpass
 import json
 import os
 import queue
@@ -55,7 +56,10 @@ class Stream:
         ready = threading.Event()
 
         def run() -> None:
-            body = {"type": "SUBSCRIBE", "subscribe": {"framework_info": {"user": "b", "name": "bench"}}}
+            body = {
+                "type": "SUBSCRIBE",
+                "subscribe": {"framework_info": {"user": getpass.getuser(), "name": "bench"}},
+            }
             timeout = httpx.Timeout(10.0, read=120.0)
             headers = {"Accept": "application/json"}
             with (

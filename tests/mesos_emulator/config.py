@@ -8,6 +8,7 @@ master; tests pass much shorter values.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 DEFAULT_AGENT_RESOURCES = "cpus:4;mem:8192;disk:10240;ports:[31000-31099]"
@@ -19,6 +20,7 @@ class EmulatorConfig:
     agents: int = 1
     agent_resources: str = DEFAULT_AGENT_RESOURCES
     agent_attributes: str = ""
+    agent_default_role: str = "*"  # the agent's --default_role: resources without a role get it
     agent_hostname: str = "127.0.0.1"
     # None: with the process executor, give each agent a disjoint copy of the port ranges
     # while that fits below 65536 (all agents share 127.0.0.1, so real tasks must not
@@ -54,15 +56,23 @@ class EmulatorConfig:
     roles: set[str] | None = None  # master --roles whitelist
     credentials: dict[str, str] | None = None  # principal -> secret; enables Basic auth
     failing_images: set[str] = field(default_factory=set)
+    # users tasks may run as on the agents (as with --switch_user); None: this machine's users
+    agent_users: frozenset[str] | None = None
     chunk_mode: str = "record"
     seed: int = 0
     clock: str = "real"  # "real" | "manual"
     sandbox_root: str | None = None
     max_unreachable_tasks: int = 1000
     max_calls_recorded: int = 10000
-    version: str = "1.11.0"
+    operator_api: bool = True  # False: /api/v1 answers 404 (a proxy that passes only the scheduler API)
+    version: str = "1.11.0"  # what the master claims; below 1.9 UPDATE_FRAMEWORK is a 400 (no type)
     # zk://host:port/path: join the masters' group there, lead while first (zookeeper.py)
     zookeeper: str | None = None
+
+    def older_than(self, major: int, minor: int) -> bool:
+        """The claimed ``version`` is below ``major.minor``."""
+        got = tuple(int(p) for p in self.version.split("-")[0].split(".")[:2])
+        return got < (major, minor)
 
     @property
     def host_ip(self) -> str:
@@ -82,5 +92,7 @@ class EmulatorConfig:
             raise ValueError("chunk_mode must be record, split, coalesce or bytes")
         if self.allocation_interval <= 0 or self.heartbeat_interval <= 0:
             raise ValueError("intervals must be positive")
+        if not re.fullmatch(r"\d+\.\d+\.\d+(-\w+)?", self.version):
+            raise ValueError(f"version must look like 1.8.0, not {self.version!r}")
         if self.host not in ("127.0.0.1", "localhost"):
             raise ValueError("the emulator only binds loopback addresses")

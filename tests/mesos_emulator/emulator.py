@@ -33,7 +33,7 @@ from .faults import UpdateFaults
 from .http import MasterEndpoints
 from .master import Master
 from .model import Registry
-from .resources import Resources, coalesce, parse_attributes, to_fixed
+from .resources import Resources, coalesce, parse_attributes, resource_key, split_key, to_fixed
 from .status import is_terminal
 from .wire import EventStream, HttpServer, Request, Response
 
@@ -165,14 +165,16 @@ class Cluster:
         attributes: str | None = None,
         gpus: int | None = None,
         hostname: str | None = None,
+        default_role: str | None = None,
     ) -> str:
         index = self._agent_index
         self._agent_index += 1
-        total = Resources.parse(resources or self.config.agent_resources)
-        if "ports" not in total.items:
-            total = total + Resources({"ports": ((31000, 32000),)})
+        role = default_role if default_role is not None else self.config.agent_default_role
+        total = Resources.parse(resources or self.config.agent_resources, default_role=role)
+        if not total.ranges("ports"):
+            total = total + Resources({resource_key("ports", role): ((31000, 32000),)})
         if gpus is not None:
-            total.items["gpus"] = to_fixed(gpus)
+            total.items[resource_key("gpus", role)] = to_fixed(gpus)
         total = self._offset_ports(total, index)
         prefix = self.master.id if self.master is not None else str(uuid.uuid4())
         agent_id = f"{prefix}-S{index}"
@@ -190,7 +192,7 @@ class Cluster:
         return agent_id
 
     def _offset_ports(self, total: Resources, index: int) -> Resources:
-        ports = total.ranges("ports")
+        ports = total.ranges("ports")  # reserved or not
         if not ports or index == 0:
             return total
         offset = self.config.agent_port_offset
@@ -200,7 +202,9 @@ class Cluster:
         shift = offset * index
         if ports[-1][1] + shift > 65535:
             return total
-        total.items["ports"] = coalesce((b + shift, e + shift) for b, e in ports)
+        for key, value in list(total.items.items()):
+            if split_key(key)[0] == "ports" and isinstance(value, tuple):
+                total.items[key] = coalesce((b + shift, e + shift) for b, e in value)
         return total
 
     def agent(self, agent_id: str) -> Agent:
@@ -448,8 +452,11 @@ class Emulator:
         *,
         gpus: int | None = None,
         hostname: str | None = None,
+        default_role: str | None = None,
     ) -> str:
-        return self._call(lambda c: c.add_agent(resources, attributes, gpus, hostname))
+        """An agent started with ``--resources`` (roles allowed: ``cpus(ml):4``),
+        ``--attributes``, ``gpus`` and ``--default_role`` (default: the config's)."""
+        return self._call(lambda c: c.add_agent(resources, attributes, gpus, hostname, default_role))
 
     def disconnect_agent(self, agent_id: str, reconnect_after: float | None = None) -> None:
         def run(c: Cluster) -> None:

@@ -6,7 +6,9 @@ Owns ``POST /api/v1/scheduler`` and the order in which the real master answers:
 415 -> 400 (``Failed to validate scheduler::Call: ...``) -> 406 -> 400 (SUBSCRIBE with
 ``Mesos-Stream-Id``) -> 200 stream for SUBSCRIBE; for other calls 400 (unknown
 framework) -> 400 (principal) -> 403 (not subscribed) -> 400 (stream id) -> 202/200/501.
-Also ``/version``, ``/health``, ``/redirect`` and a debugging ``/state``.
+Also ``/version``, ``/health``, ``/redirect``, a debugging ``/state``, and of the operator
+API (``POST /api/v1``) the one call schedulers use to learn what the agents have:
+``GET_AGENTS`` (the others answer 501).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
 APPLICATION_JSON = "application/json"
 APPLICATION_PROTOBUF = "application/x-protobuf"
 SCHEDULER_PATHS = ("/api/v1/scheduler", "/master/api/v1/scheduler")
+OPERATOR_PATHS = ("/api/v1", "/master/api/v1")
 
 
 def _accepts(header: str | None, media: str) -> bool:
@@ -65,6 +68,8 @@ class MasterEndpoints:
         path = request.path
         if path in SCHEDULER_PATHS:
             return self.scheduler(request, start_stream)
+        if path in OPERATOR_PATHS and self.cluster.config.operator_api:
+            return self.operator(request)
         if path in ("/version", "/version/"):
             body = {"version": self.cluster.config.version, "build_user": "mesos-emulator"}
             return Response.json(200, json.dumps(body).encode())
@@ -86,11 +91,13 @@ class MasterEndpoints:
         base = f"//{location}"
         return Response(307, headers=[("Location", base if base_only else base + request.target)])
 
-    def _authenticate(self, request: Request) -> tuple[Response | None, str | None]:
+    def _authenticate(
+        self, request: Request, realm: str = "mesos-master-scheduler"
+    ) -> tuple[Response | None, str | None]:
         credentials = self.cluster.config.credentials
         if credentials is None:
             return None, None
-        unauthorized = Response(401, headers=[("WWW-Authenticate", 'Basic realm="mesos-master-scheduler"')])
+        unauthorized = Response(401, headers=[("WWW-Authenticate", f'Basic realm="{realm}"')])
         header = request.headers.get("Authorization") or ""
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "basic":
@@ -103,6 +110,31 @@ class MasterEndpoints:
         if not sep or credentials.get(principal) != secret:
             return unauthorized, None
         return None, principal
+
+    def operator(self, request: Request) -> Response:
+        """The operator API, as far as schedulers use it: ``GET_AGENTS`` (JSON)."""
+        cluster = self.cluster
+        denied, _ = self._authenticate(request, realm="mesos-master-readonly")
+        if denied is not None:
+            return denied
+        if not cluster.leader:
+            return self._redirect(request, base_only=False)
+        master = cluster.master
+        if master is None or not master.recovered_registry:
+            return Response.text(503, "Master has not finished recovery")
+        if request.method != "POST":
+            body = f"405 Method Not Allowed. Expecting one of {{ 'POST' }}, but received '{request.method}'"
+            return Response.text(405, body, Allow="POST")
+        if request.headers.get("Content-Type") != APPLICATION_JSON:
+            return Response.text(415, f"Expecting 'Content-Type' of {APPLICATION_JSON}")
+        try:
+            call = json.loads(request.body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            return Response.text(400, f"Failed to parse body into JSON: {exc}")
+        if not isinstance(call, dict) or call.get("type") != "GET_AGENTS":
+            return Response.text(501, "mesos-emulator answers only GET_AGENTS of the operator API")
+        body = {"type": "GET_AGENTS", "get_agents": {"agents": master.agents_listing()}}
+        return Response.json(200, json.dumps(body).encode())
 
     def scheduler(self, request: Request, start_stream: StreamStarter) -> Response | EventStream:
         response, call = self._pipeline(request, start_stream)
@@ -139,6 +171,14 @@ class MasterEndpoints:
             value = json.loads(request.body)
         except (ValueError, UnicodeDecodeError) as exc:
             return Response.text(400, f"Failed to parse body into JSON: {exc}"), None
+        old_master = cluster.config.older_than(1, 9)
+        if old_master and isinstance(value, dict) and value.get("type") == "UPDATE_FRAMEWORK":
+            # UPDATE_FRAMEWORK came with Mesos 1.9. An older master's JSON parse (stout, 1.8)
+            # drops an enum value it does not know from the optional `type` (and ignores the
+            # unknown `update_framework`), so the call fails validation for having no type.
+            return Response.text(
+                400, "Failed to validate scheduler::Call: Expecting 'type' to be present"
+            ), None
         try:
             call = jsonenc.parse("Call", value)
         except jsonenc.ParseError as exc:

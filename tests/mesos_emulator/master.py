@@ -5,6 +5,7 @@ passed the HTTP pipeline: SUBSCRIBE (new, failover with ``ERROR "Framework faile
 over"``, recovered after a master restart, refusals as an in-stream ERROR), heartbeats,
 disconnection and the failover timeout, TEARDOWN, ACCEPT (offer-set validation, per-task
 validation, resources consumed in order, the rest declined with the call's filters),
+RESERVE / UNRESERVE in ACCEPT (dynamic reservations),
 DECLINE, SUPPRESS / REVIVE, KILL, ACKNOWLEDGE, RECONCILE (the §3.3 table) and
 UPDATE_FRAMEWORK, plus the allocation loop and status-update forwarding.
 Agent registration, partitions and removal live in ``master_agents``.
@@ -25,12 +26,13 @@ from . import jsonenc
 from .allocator import Allocator, min_allocatable_from_info
 from .master_agents import AgentLifecycle
 from .model import AgentRecord, Framework, Offer, Subscription, Task
-from .resources import Resources
+from .resources import Resources, coalesce, resource_key, to_fixed
 from .status import is_terminal, make_status
 from .validation import (
     TaskContext,
     capabilities,
     framework_roles,
+    reservation_of,
     validate_framework_info,
     validate_offer_ids,
     validate_role,
@@ -421,7 +423,14 @@ class Master(AgentLifecycle):
         self._allocation_requested = False
         if self.dead:
             return
-        grants = self.allocator.allocate(self.agents.values())
+        held = [(o.framework_id, o.role, o.resources) for o in self.offers.values()]
+        held += [
+            (t.framework_id, t.role, t.resources)
+            for framework in self.frameworks.values()
+            for t in framework.tasks.values()
+            if not is_terminal(t.state)
+        ]
+        grants = self.allocator.allocate(self.agents.values(), held)
         batches: dict[str, list[Offer]] = {}
         for framework_id, role, agent_id, resources in grants:
             record = self.agents[agent_id]
@@ -570,6 +579,8 @@ class Master(AgentLifecycle):
                     "REASON_TASK_GROUP_INVALID",
                 )
             return remaining
+        if kind in ("RESERVE", "UNRESERVE"):
+            return self._reservation_operation(framework, operation, record, role, remaining)
         if kind != "LAUNCH":
             self._drop_operation(framework, operation, "Operation not supported by the emulator")
             return remaining
@@ -596,6 +607,58 @@ class Master(AgentLifecycle):
                 framework, record, role, task, consumed=resources.plain, remaining=remaining
             )
         return remaining
+
+    def _reservation_operation(
+        self,
+        framework: Framework,
+        operation: dict[str, Any],
+        record: AgentRecord,
+        role: str,
+        remaining: Resources,
+    ) -> Resources:
+        """RESERVE / UNRESERVE (dynamic reservations): offered resources change their
+        reservation on the agent for good; later operations of the same ACCEPT see them so."""
+        kind = operation["type"]
+        unreserved, reserved = Resources(), Resources()
+        resources = operation.get(kind.lower(), {}).get("resources", [])
+        if not resources:
+            self._drop_operation(framework, operation, f"Invalid {kind} Operation: no resources")
+            return remaining
+        for resource in resources:
+            reserved_to, _ = reservation_of(resource)
+            value = _operation_value(resource)
+            if reserved_to is None or value is None:
+                self._drop_operation(framework, operation, f"Invalid {kind} Operation: resource not reserved")
+                return remaining
+            if reserved_to != role:
+                message = (
+                    f"Invalid {kind} Operation: A reservation for role '{reserved_to}' cannot be "
+                    f"made or removed by resources allocated to role '{role}'"
+                )
+                self._drop_operation(framework, operation, message)
+                return remaining
+            unreserved = unreserved + Resources({resource["name"]: value})
+            reserved = reserved + Resources(
+                {resource_key(resource["name"], reserved_to, dynamic=True): value}
+            )
+        source, target = (unreserved, reserved) if kind == "RESERVE" else (reserved, unreserved)
+        if not remaining.contains(source):
+            self._drop_operation(
+                framework, operation, f"Invalid {kind} Operation: {source} is not available in {remaining}"
+            )
+            return remaining
+        record.convert(source, target)
+        record.agent.resources = record.total.copy()
+        self._operation_finished(framework, operation)
+        return remaining - source + target
+
+    def _operation_finished(self, framework: Framework, operation: dict[str, Any]) -> None:
+        if "id" not in operation:
+            return
+        status = {"operation_id": operation["id"], "state": "OPERATION_FINISHED"}
+        self.send(
+            framework, {"type": "UPDATE_OPERATION_STATUS", "update_operation_status": {"status": status}}
+        )
 
     def _launch(
         self,
@@ -851,6 +914,14 @@ class Master(AgentLifecycle):
         for record in self.agents.values():
             if record.reregister_timer is not None:
                 record.reregister_timer.cancel()
+
+
+def _operation_value(resource: dict[str, Any]) -> int | tuple[tuple[int, int], ...] | None:
+    if resource.get("type") == "SCALAR":
+        return to_fixed(resource["scalar"]["value"])
+    if resource.get("type") == "RANGES":
+        return coalesce((r["begin"], r["end"]) for r in resource["ranges"].get("range", []))
+    return None
 
 
 def _operation_tasks(operation: dict[str, Any]) -> list[dict[str, Any]]:

@@ -14,7 +14,8 @@ Owns the agent half of ``src/master/master.cpp``:
   ``REASON_AGENT_REMOVED`` and ``unreachable_time``, RESCIND of its offers, and a
   ``FAILURE{agent_id}`` for every connected framework;
 * ``mark_gone`` (``TASK_GONE_BY_OPERATOR`` / ``TASK_LOST``), and agents that do not come
-  back after a master restart.
+  back after a master restart;
+* the operator API's ``GET_AGENTS`` listing (what each agent has, allocated and offered).
 """
 
 from __future__ import annotations
@@ -112,6 +113,34 @@ class AgentLifecycle:
         for framework in list(self.frameworks.values()):
             if framework.connected:
                 self.send(framework, event)
+
+    # -- the operator API's GET_AGENTS -------------------------------------------------
+    def agents_listing(self) -> list[dict[str, Any]]:
+        """``Response.GetAgents.agents``: every registered agent (connected or not) with
+        its ``agent_info`` and total, allocated and offered resources."""
+        out = []
+        for record in self.agents.values():
+            agent = record.agent
+            used = record.used_total.to_json(None, pre_refinement=False, endpoint=True)
+            out.append(
+                {
+                    "agent_info": {
+                        "id": {"value": agent.id},
+                        "hostname": agent.hostname,
+                        "port": self.cluster.agent_port,
+                        "resources": record.total.to_json(None, pre_refinement=False, endpoint=True),
+                        "attributes": agent.attributes,
+                    },
+                    "active": record.connected and record.active,
+                    "deactivated": not record.active,
+                    "pid": f"{agent.pid_path}@{self.cluster.config.host_ip}:{self.cluster.agent_port}",
+                    "version": self.cluster.config.version,
+                    "total_resources": record.total.to_json(None, pre_refinement=False, endpoint=True),
+                    "allocated_resources": used,
+                    "offered_resources": record.offered.to_json(None, pre_refinement=False, endpoint=True),
+                }
+            )
+        return out
 
     # -- registration -----------------------------------------------------------------
     def agent_registers(self, agent: Agent) -> None:

@@ -131,6 +131,12 @@ class AgentRecord:
         self.offered = self.offered - resources
         self.available = self.available + resources
 
+    def convert(self, source: Resources, target: Resources) -> None:
+        """Offered ``source`` becomes ``target`` (a RESERVE or UNRESERVE): same amounts,
+        another reservation, in the agent's total and in what is offered."""
+        self.total = self.total - source + target
+        self.offered = self.offered - source + target
+
     def allocate(self, framework_id: str, resources: Resources, from_offer: bool = True) -> None:
         if from_offer:
             self.offered = self.offered - resources

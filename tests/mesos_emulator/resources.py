@@ -5,12 +5,19 @@ Owns the ``Resources`` value type used by the allocator and by ACCEPT validation
 * scalars are fixed point with three decimals (Mesos ``convertToFixed``), kept as integer
   thousandths; a scalar that drops to zero disappears, as in Mesos;
 * ranges are inclusive, sorted and coalesced; sets are frozensets;
-* ``contains`` / ``+`` / ``-`` follow ``Resources::contains`` and friends for unreserved,
-  non-revocable resources (the only kind the emulator's agents have);
+* reservations: a resource reserved to a role is its own item, keyed ``name(role)`` (static,
+  from the agent's ``--resources``/``--default_role``) or ``name(role,DYNAMIC)`` (a RESERVE
+  operation), so the arithmetic keeps reserved and unreserved amounts apart as Mesos does;
+  ``scalar(name)`` is the total of a name over all its reservations;
+* ``contains`` / ``+`` / ``-`` follow ``Resources::contains`` and friends for non-revocable
+  resources without disk info;
 * ``str()`` matches Mesos' stringification (``cpus(allocated: *):4; ports(...):[1-2]``),
   because task validation messages embed it;
-* parsing of the agent flag format (``cpus:4;mem:8192;ports:[31000-31099]``) and of
-  attribute strings (``rack:r1;gen:3``).
+* JSON in the formats the master speaks: pre-reservation-refinement (``role``, and
+  ``reservation`` for dynamic ones), post-refinement (the ``reservations`` stack), and
+  both at once on operator endpoints;
+* parsing of the agent flag format (``cpus:4;mem:8192;gpus(ml):1;ports(ml):[31000-31099]``)
+  and of attribute strings (``rack:r1;gen:3``).
 """
 
 from __future__ import annotations
@@ -22,6 +29,24 @@ from typing import Any
 
 Ranges = tuple[tuple[int, int], ...]
 ResourceValue = int | Ranges | frozenset[str]
+
+DYNAMIC = "DYNAMIC"
+
+
+def resource_key(name: str, role: str | None = None, dynamic: bool = False) -> str:
+    """The item key of ``name`` reserved to ``role`` (None or ``*``: unreserved)."""
+    if role is None or role == "*":
+        return name
+    return f"{name}({role},{DYNAMIC})" if dynamic else f"{name}({role})"
+
+
+def split_key(key: str) -> tuple[str, str | None, bool]:
+    """(name, reservation role or None, dynamic) of an item key."""
+    name, sep, rest = key.partition("(")
+    if not sep:
+        return key, None, False
+    role, _, kind = rest.rstrip(")").partition(",")
+    return name, role, kind == DYNAMIC
 
 
 def to_fixed(value: float) -> int:
@@ -96,15 +121,25 @@ class Resources:
 
     # -- construction ------------------------------------------------------------------
     @classmethod
-    def parse(cls, text: str) -> Resources:
-        """Parse the agent flag format ``cpus:4;mem:8192;ports:[31000-31099];x:{a,b}``."""
+    def parse(cls, text: str, default_role: str = "*") -> Resources:
+        """Parse the agent flag format ``cpus:4;mem(ml):8192;ports:[31000-31099];x:{a,b}``: a
+        ``(role)`` reserves the resource to that role (static), ``default_role`` (the agent's
+        ``--default_role``) the ones without."""
         out = cls()
         for part in filter(None, (p.strip() for p in text.split(";"))):
             name, sep, value = part.partition(":")
             name = name.strip()
-            if not sep or not name or "(" in name:
-                raise ValueError(f"invalid resource {part!r} (expected name:value, no roles)")
-            out._add_one(name, parse_value(value.strip()))
+            match = _NAME_RE.match(name)
+            if not sep or match is None:
+                raise ValueError(f"invalid resource {part!r} (expected name:value or name(role):value)")
+            role = match.group(2) if match.group(2) is not None else default_role
+            out._add_one(resource_key(match.group(1), role), parse_value(value.strip()))
+        return out
+
+    def for_role(self, role: str) -> Resources:
+        """What a framework's role may be offered of these: unreserved, and reserved to it."""
+        out = Resources()
+        out.items = {k: v for k, v in self.items.items() if split_key(k)[1] in (None, role)}
         return out
 
     def copy(self) -> Resources:
@@ -125,12 +160,16 @@ class Resources:
         return iter(self.items.items())
 
     def scalar(self, name: str) -> float:
-        value = self.items.get(name)
-        return from_fixed(value) if isinstance(value, int) else 0.0
+        """The total of ``name``, reserved or not."""
+        return from_fixed(
+            sum(v for k, v in self.items.items() if isinstance(v, int) and split_key(k)[0] == name)
+        )
 
     def ranges(self, name: str) -> Ranges:
-        value = self.items.get(name)
-        return value if isinstance(value, tuple) else ()
+        """The ranges of ``name``, reserved or not."""
+        return coalesce(
+            r for k, v in self.items.items() if isinstance(v, tuple) and split_key(k)[0] == name for r in v
+        )
 
     def contains(self, other: Resources) -> bool:
         for name, value in other.items.items():
@@ -197,10 +236,14 @@ class Resources:
         return out
 
     # -- presentation -------------------------------------------------------------------
-    def to_json(self, role: str | None, pre_refinement: bool) -> list[dict[str, Any]]:
-        """Render as ``Resource`` messages, allocated to ``role`` when given."""
+    def to_json(self, role: str | None, pre_refinement: bool, endpoint: bool = False) -> list[dict[str, Any]]:
+        """Render as ``Resource`` messages, allocated to ``role`` when given; reservations in
+        the pre-refinement format (``role``, ``reservation``), or as the ``reservations``
+        stack, or both (``endpoint``: what operator endpoints show, resources_utils.cpp's
+        ``ENDPOINT`` format)."""
         out: list[dict[str, Any]] = []
-        for name, value in self.items.items():
+        for key, value in self.items.items():
+            name, reserved_to, dynamic = split_key(key)
             resource: dict[str, Any] = {"name": name}
             if isinstance(value, int):
                 resource["type"] = "SCALAR"
@@ -211,8 +254,12 @@ class Resources:
             else:
                 resource["type"] = "SET"
                 resource["set"] = {"item": sorted(value)}
-            if pre_refinement:
-                resource["role"] = "*"
+            if pre_refinement or endpoint:
+                resource["role"] = reserved_to or "*"
+                if dynamic:
+                    resource["reservation"] = {}
+            if (endpoint or not pre_refinement) and reserved_to is not None:
+                resource["reservations"] = [{"type": DYNAMIC if dynamic else "STATIC", "role": reserved_to}]
             if role is not None:
                 resource["allocation_info"] = {"role": role}
             out.append(resource)
@@ -221,8 +268,12 @@ class Resources:
     def describe(self, role: str | None = None) -> str:
         parts = []
         tag = f"(allocated: {role})" if role is not None else ""
-        for name, value in self.items.items():
-            parts.append(f"{name}{tag}:{_fmt_value(value)}")
+        for key, value in self.items.items():
+            name, reserved_to, dynamic = split_key(key)
+            reservation = ""
+            if reserved_to is not None:
+                reservation = f"(reservations: [({DYNAMIC if dynamic else 'STATIC'},{reserved_to})])"
+            parts.append(f"{name}{tag}{reservation}:{_fmt_value(value)}")
         return "; ".join(parts)
 
     def __str__(self) -> str:
@@ -247,6 +298,7 @@ def _fmt_value(value: ResourceValue) -> str:
 
 
 _RANGE_RE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*$")
+_NAME_RE = re.compile(r"^([A-Za-z_][\w.-]*)(?:\(([^()]+)\))?$")
 
 
 def parse_value(text: str) -> ResourceValue:

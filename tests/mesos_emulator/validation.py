@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .resources import Resources, ResourceValue, coalesce, to_fixed
+from .resources import Resources, ResourceValue, coalesce, resource_key, to_fixed
 from .status import valid_uuid_bytes
 
 NAME_MAX = 255
@@ -242,10 +242,9 @@ def resource_text(resource: dict[str, Any]) -> str:
     tag = ""
     if "allocation_info" in resource and "role" in resource["allocation_info"]:
         tag = f"(allocated: {resource['allocation_info']['role']})"
-    reserved = resource.get("role", "*") != "*" or resource.get("reservations")
-    if reserved:
-        role = resource.get("role") or resource["reservations"][-1].get("role", "?")
-        tag += f"(reservations: [(STATIC,{role})])"
+    reserved_to, dynamic = reservation_of(resource)
+    if reserved_to is not None:
+        tag += f"(reservations: [({'DYNAMIC' if dynamic else 'STATIC'},{reserved_to})])"
     if "revocable" in resource:
         tag += "{REV}"
     if "shared" in resource:
@@ -320,21 +319,31 @@ def normalise_task_resources(resources: list[dict[str, Any]], role: str) -> tupl
     for resource in resources:
         out.text.append(resource_text(resource))
         exotic = (
-            resource.get("role", "*") != "*"
-            or resource.get("reservations")
-            or "reservation" in resource
-            or "disk" in resource
+            "disk" in resource
             or "revocable" in resource
             or "shared" in resource
             or "provider_id" in resource
             or resource["allocation_info"].get("role") != role
+            or len(resource.get("reservations") or []) > 1  # refined reservations
         )
         value = _resource_value(resource)
         if exotic or value is None:
             out.exotic.append(resource_text(resource))
         else:
-            out.plain = out.plain + Resources({resource["name"]: value})
+            reserved_to, dynamic = reservation_of(resource)
+            out.plain = out.plain + Resources({resource_key(resource["name"], reserved_to, dynamic): value})
     return out, None
+
+
+def reservation_of(resource: dict[str, Any]) -> tuple[str | None, bool]:
+    """(the role a resource is reserved to or None, whether dynamically), in either format."""
+    stack = resource.get("reservations") or []
+    if stack:
+        return stack[-1].get("role"), stack[-1].get("type") == "DYNAMIC"
+    role = resource.get("role", "*")
+    if role != "*":
+        return role, "reservation" in resource
+    return None, False
 
 
 # -------------------------------------------------------------------------------------

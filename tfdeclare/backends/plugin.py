@@ -44,6 +44,9 @@ class BackendPlugin(Generic[ConfigT]):
     # (its config, the URL of the daemon's status page) -> its config pointing there, for a
     # backend whose cluster shows a link to its frameworks (Mesos: FrameworkInfo.webui_url).
     with_page_url: Callable[[ConfigT, str], ConfigT] | None = None
+    # (its config) -> warnings about how it will run, for ``plan`` and ``apply`` to print
+    # (e.g. Mesos: tasks would run as root on the agents). May look at this process.
+    warnings: Callable[[ConfigT], list[str]] = lambda config: []
 
     def config_schema(self) -> dict[str, Any]:
         """The JSON Schema of its config section: ``schemas/backends/<name>.schema.json``."""

@@ -119,6 +119,12 @@ def stdout_write(text: str) -> None:
     sys.stdout.flush()
 
 
+def print_backend_warnings(settings: Settings) -> None:
+    """What the chosen backend warns about its config (``plan`` and ``apply``), on stderr."""
+    for warning in settings.plugin.warnings(settings.backend_config):
+        stderr_line(f"tfdeclare: warning: {warning}")
+
+
 def stderr_line(text: str) -> None:
     sys.stderr.write(text + "\n")
     sys.stderr.flush()

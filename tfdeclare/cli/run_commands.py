@@ -25,6 +25,7 @@ from tfdeclare.cli.common import (
     EXIT_OK,
     Settings,
     UserError,
+    print_backend_warnings,
     print_diagnostics,
     settings_from,
     stderr_line,
@@ -257,6 +258,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         machine = args.output == "json"
         if not machine:
             stdout_write(render_text(result, paint=terminal.painter(sys.stdout)))
+        print_backend_warnings(settings)
         with controller_for(settings) as controller:
             controller.apply(result)
             names = set(desired.jobs) | {j.name for j in result.jobs if j.action is Action.DELETE}

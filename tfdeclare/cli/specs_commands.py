@@ -19,6 +19,7 @@ from tfdeclare.cli.common import (
     EXIT_OK,
     Settings,
     UserError,
+    print_backend_warnings,
     print_diagnostics,
     settings_from,
     stdout_write,
@@ -79,6 +80,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     )
     result, desired = compute_plan(args.paths, settings, options)
     print_diagnostics(result.diagnostics, args.output)
+    print_backend_warnings(settings)
     if args.output == "json":
         stdout_write(render_json(result))
     elif args.output == "markdown":

@@ -48,6 +48,7 @@ from tfdeclare.backends.mesos.state import (
     FIRST_OBSERVE_WAIT_S,
     LAUNCH_DRAIN_S,
     MIN_KILL_RETRY_S,
+    UNSCHEDULABLE_RECHECK_S,
     Accept,
     Reservation,
 )
@@ -254,9 +255,11 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
 
         def attempt(now: float) -> bool:
             answer, ideal, fit = self._try_place(request, waiting)
-            # Offers are on their way, or a REVIVE may be decided once the call out is answered.
+            # Offers are on their way, or a REVIVE may be decided once the call out is answered,
+            # or the master's list of agents (to judge "can never fit") is.
             coming = self._last_offers_at < self._expect_offers_since or self._revive_now_asked
-            offers_coming = self._connected and coming
+            listing = not self._pool.agents_known and self._agents_in_flight
+            offers_coming = self._connected and (coming or listing)
             if not ideal and now < deadline and offers_coming:
                 return False
             future.set_result(self._settle(request, answer, fit))
@@ -275,6 +278,12 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
             self._queue.pop(request.job, None)
         elif isinstance(answer, Unplaced) and answer.reason is UnplacedReason.UNSCHEDULABLE:
             self._queue.pop(request.job, None)
+            # Out of the queue, so offers may be suppressed: learn of agents that join (the
+            # job is placed once one could hold it) from the master's list, asked again as the
+            # controller asks again (at most every UNSCHEDULABLE_RECHECK_S).
+            now = self.clock()
+            if now - self._agents_asked_at >= UNSCHEDULABLE_RECHECK_S:
+                self._refresh_agents(now)
         return answer
 
     def _try_place(
@@ -285,11 +294,9 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
         if not self._connected:
             message = "not connected to the Mesos master (re-subscribing)"
             return Unplaced(UnplacedReason.WAITING_FOR_OFFERS, message), False, None
-        # Trust "can never fit" only once an offer round has shown every agent with free
-        # resources since the last REVIVE (e.g. GPU agents right after GPU_RESOURCES).
-        reset = self._offers_reset_at
-        trusted = self._last_offers_at > reset or now - reset >= self.config.place_wait_s
-        why = self._never_fits(request) if trusted else None
+        # "Can never fit" is judged against what the agents have (the master's list of them),
+        # never against what is free now; until that list came, the gang waits.
+        why = self._never_fits(request) if self._pool.agents_known else None
         if why is not None:
             return Unplaced(UnplacedReason.UNSCHEDULABLE, why), True, None
         reserved = [a for r in self._reservations.values() for a in r.fit.assignments]
@@ -353,7 +360,6 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
         self._framework = replace(self._framework, gpu_resources=True)
         self._framework_store.save(self._framework)
         self._revive_wanted = True
-        self._offers_reset_at = self.clock()
         self._tick_soon = True
 
     # ---- launch ---------------------------------------------------------------------------------
@@ -442,8 +448,11 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
                 self._pool.remove(offer.offer_id)
         self._reservations.pop(placement.token, None)
         for (agent_id, role), group in sorted(groups.items()):
-            offer_ids = [o.offer_id for o in backing[(agent_id, role)]]
-            self._accepts.append(Accept(placement.job, agent_id, role, offer_ids, group))
+            held = backing[(agent_id, role)]
+            offered = [r for o in held for r in o.resources]
+            self._accepts.append(
+                Accept(placement.job, agent_id, role, [o.offer_id for o in held], group, offered)
+            )
             self._unsent.update(t.task_id for t in group)
         # What the tasks leave of those offers comes back once the ACCEPT is done.
         self._expect_offers_since = max(self._expect_offers_since, now)

@@ -451,12 +451,44 @@ class SchedulerClient:
         """Explicit RECONCILE of (task_id, agent_id or None) pairs; empty means implicit."""
         self.call(calls.reconcile(tasks))
 
+    def get_agents(self) -> list[JSON]:
+        """The master's agents (operator API ``GET_AGENTS`` on the leader this client calls):
+        each with ``agent_info`` and ``total_resources``. Raises ``MesosError``."""
+        with self._call_lock:
+            endpoint, _, _ = self._subscription("GET_AGENTS")
+            assert self._calls is not None
+            url = endpoint.rsplit("/scheduler", 1)[0]  # .../api/v1/scheduler -> .../api/v1
+            try:
+                resp = self._calls.post(
+                    url,
+                    content=_dump({"type": "GET_AGENTS"}),
+                    headers={"Content-Type": "application/json", "Accept": "application/json"},
+                )
+            except httpx.HTTPError as exc:
+                raise MesosConnectionError(f"GET_AGENTS to {url}: {type(exc).__name__}: {exc}") from exc
+        if resp.status_code != 200:
+            raise error_for_status(resp.status_code, resp.text, "GET_AGENTS")
+        try:
+            agents = resp.json()["get_agents"].get("agents", [])
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ProtocolError(f"GET_AGENTS: an answer that is not a list of agents ({exc})") from None
+        return [a for a in agents if isinstance(a, dict)]
+
     def update_framework(self, info: FrameworkInfo, suppressed_roles: Sequence[str] = ()) -> None:
         """UPDATE_FRAMEWORK (synchronous, 200). Info and suppressed roles are also used on re-subscribe."""
         with self._call_lock:
             info = info.with_id(self._framework.id)
             self.call(calls.update_framework(info, suppressed_roles), expect=(200,))
             self._framework, self._suppressed_roles = info, tuple(suppressed_roles)
+
+    def resubscribe(self, info: FrameworkInfo) -> None:
+        """SUBSCRIBE again, as the same framework, with ``info``: how masters before 1.9 (no
+        UPDATE_FRAMEWORK) take a changed FrameworkInfo. The stream is dropped and the new
+        SUBSCRIBE goes out at once; ``subscribed`` is called again."""
+        with self._call_lock:
+            self._framework = info.with_id(self._framework.id)
+        self._abort_stream("subscribing again with a changed FrameworkInfo")
+        self._wake.set()
 
     def teardown(self) -> None:
         """TEARDOWN: the master kills every task and forgets the framework. Then stop()."""

@@ -35,6 +35,8 @@ class MesosConfig:
     place_wait_s: float = 2.0
     fifo_backfill_s: float = 60.0
     head_of_line_hold_s: float = 60.0
+    revive_interval_s: float = 5.0
+    reserved_first: bool = True
     on_framework_removed: str = "fail"  # fail | newFramework
     gpu_resources: bool = False
     shared_filesystem: bool = False
@@ -72,6 +74,8 @@ def parse_mesos_config(section: Mapping[str, Any], base_dir: str | None) -> Meso
         place_wait_s=float(section["placeWaitSeconds"]),
         fifo_backfill_s=float(section["fifoBackfillSeconds"]),
         head_of_line_hold_s=float(section["headOfLineHoldSeconds"]),
+        revive_interval_s=float(section["reviveIntervalSeconds"]),
+        reserved_first=section["reservedFirst"],
         on_framework_removed=section["onFrameworkRemoved"],
         gpu_resources=section["gpuResources"],
         shared_filesystem=section["sharedFilesystem"],

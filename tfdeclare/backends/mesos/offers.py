@@ -1,16 +1,25 @@
-"""The offers the Mesos backend holds, as placement sees them.
+"""The offers the Mesos backend holds, and the agents' sizes, as placement sees them.
 
-This module owns turning an ``Offer`` into what placement needs (unreserved cpus, mem,
-whole GPUs, port ranges, text attributes, the agent's HTTP address) and the pool of held
-offers: per (agent, role) views that combine every held offer of that agent, minus what
-placements reserved, and the largest capacity seen per agent (for "can this ever fit?").
+This module owns turning an ``Offer`` into what placement needs (cpus, mem, whole GPUs and
+port ranges, unreserved or reserved to the offer's role, with the offered entries kept to
+launch from; text attributes; the agent's HTTP address), the pool of held offers (per
+(agent, role) views that combine every held offer of that agent, minus what placements
+reserved), and what each agent *has* (for "can this ever fit?").
+
+What an agent has is its total, as the master's operator API lists it (``GET_AGENTS``),
+never what it offers: on a shared cluster other frameworks hold part of every agent, and an
+offer shows only what is free now (issue 14: a 3-cpu job was "Unschedulable" on a 4-cpu
+agent while another framework held 2). The totals come from the master rather than from the
+sum of our offers and our tasks because the scheduler API never shows what *other*
+frameworks hold. Until the totals are known (or when the master will not list its agents),
+nothing is judged unschedulable: a gang waits.
 
 The pool is not thread-safe: it belongs to the backend's loop thread.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -20,11 +29,23 @@ from tfdeclare.backends.mesos.placement import AgentOffer, PortRanges, SlotAssig
 AgentRole = tuple[str, str]
 
 
-def _unreserved(resource: dict[str, Any]) -> bool:
-    """Plain unreserved resources only (no reservations, disk, revocable, shared...)."""
-    if resource.get("role", "*") != "*" or resource.get("reservations") or "reservation" in resource:
+def reservation_role(resource: dict[str, Any]) -> str:
+    """The role a resource is reserved to (``*``: unreserved), in either format the master
+    speaks: the ``reservations`` stack (the last is the role), or ``role`` (before
+    RESERVATION_REFINEMENT)."""
+    stack = resource.get("reservations") or []
+    if stack and isinstance(stack[-1], dict):
+        return str(stack[-1].get("role", "*"))
+    return str(resource.get("role") or "*")
+
+
+def usable(resource: dict[str, Any], roles: Collection[str]) -> bool:
+    """Plain resources, unreserved or reserved to one of ``roles`` (no disk, revocable,
+    shared or provider resources)."""
+    if any(key in resource for key in ("disk", "revocable", "shared", "provider_id")):
         return False
-    return not any(key in resource for key in ("disk", "revocable", "shared", "provider_id"))
+    role = reservation_role(resource)
+    return role == "*" or role in roles
 
 
 def merge_ranges(ranges: Iterable[tuple[int, int]]) -> PortRanges:
@@ -65,26 +86,21 @@ def agent_url(raw: dict[str, Any]) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class HeldOffer:
-    offer_id: str
-    agent_id: str
-    hostname: str
-    role: str
+class Amounts:
+    """The cpus, mem, whole GPUs and ports of a list of ``Resource`` messages (usable ones)."""
+
     cpus: float
     mem_mib: float
     gpus: int
     ports: PortRanges
-    attributes: dict[str, str]
-    agent_url: str
-    received_at: float
-    hold_until: float
 
     @classmethod
-    def parse(cls, offer: Offer, now: float, hold_s: float) -> HeldOffer:
+    def of(cls, resources: Iterable[dict[str, Any]], roles: Collection[str] = ()) -> Amounts:
+        """Unreserved resources, and those reserved to ``roles``."""
         cpus = mem = gpus = 0.0
         ports: list[tuple[int, int]] = []
-        for resource in offer.resources:
-            if not _unreserved(resource):
+        for resource in resources:
+            if not usable(resource, roles):
                 continue
             name = resource.get("name")
             if resource.get("type") == "SCALAR":
@@ -98,24 +114,73 @@ class HeldOffer:
             elif resource.get("type") == "RANGES" and name == "ports":
                 for entry in (resource.get("ranges") or {}).get("range", []):
                     ports.append((int(entry["begin"]), int(entry["end"])))
-        attributes = {}
-        for attribute in offer.attributes:
-            text = _attribute_text(attribute)
-            if text is not None and "name" in attribute:
-                attributes[str(attribute["name"])] = text
+        return cls(round(cpus, 3), round(mem, 3), int(gpus + 1e-9), merge_ranges(ports))
+
+
+def attributes_of(raw: Iterable[dict[str, Any]]) -> dict[str, str]:
+    attributes = {}
+    for attribute in raw:
+        text = _attribute_text(attribute)
+        if text is not None and "name" in attribute:
+            attributes[str(attribute["name"])] = text
+    return attributes
+
+
+def agent_capacity(agent: dict[str, Any], roles: Collection[str] = ()) -> AgentOffer | None:
+    """What one agent of the operator API's ``GET_AGENTS`` answer has in all for us:
+    unreserved, and reserved to our ``roles`` (None when the entry names no agent)."""
+    info = agent.get("agent_info") or {}
+    agent_id = (info.get("id") or {}).get("value")
+    if not isinstance(agent_id, str):
+        return None
+    total = Amounts.of(agent.get("total_resources") or info.get("resources") or [], roles)
+    return AgentOffer(
+        agent_id,
+        str(info.get("hostname", "")),
+        total.cpus,
+        total.mem_mib,
+        total.gpus,
+        total.ports,
+        attributes_of(info.get("attributes") or []),
+        gpu_agent=total.gpus > 0,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class HeldOffer:
+    offer_id: str
+    agent_id: str
+    hostname: str
+    role: str
+    cpus: float
+    mem_mib: float
+    gpus: int
+    ports: PortRanges
+    attributes: dict[str, str]
+    agent_url: str
+    received_at: float
+    hold_until: float
+    # the usable resources as offered (with their reservations), to launch from
+    resources: tuple[dict[str, Any], ...] = ()
+
+    @classmethod
+    def parse(cls, offer: Offer, now: float, hold_s: float) -> HeldOffer:
+        role = offer.role or "*"
+        amounts = Amounts.of(offer.resources, (role,))
         return cls(
             offer_id=offer.id,
             agent_id=offer.agent_id,
             hostname=offer.hostname,
-            role=offer.role or "*",
-            cpus=round(cpus, 3),
-            mem_mib=round(mem, 3),
-            gpus=int(gpus + 1e-9),
-            ports=merge_ranges(ports),
-            attributes=attributes,
+            role=role,
+            cpus=amounts.cpus,
+            mem_mib=amounts.mem_mib,
+            gpus=amounts.gpus,
+            ports=amounts.ports,
+            attributes=attributes_of(offer.attributes),
             agent_url=agent_url(offer.raw),
             received_at=now,
             hold_until=now + hold_s,
+            resources=tuple(r for r in offer.resources if usable(r, (role,))),
         )
 
 
@@ -123,25 +188,45 @@ class HeldOffer:
 class OfferPool:
     offers: dict[str, HeldOffer] = field(default_factory=dict)
     by_agent: dict[AgentRole, set[str]] = field(default_factory=dict)
-    capacity: dict[str, AgentOffer] = field(default_factory=dict)  # the largest seen per agent
+    capacity: dict[str, AgentOffer] = field(default_factory=dict)  # what each agent has in all
+    agents_known: bool = False  # ``capacity`` holds the master's list of agents
     gpu_agents: set[str] = field(default_factory=set)
     agent_urls: dict[str, str] = field(default_factory=dict)
     capacity_version: int = 0  # changes whenever ``capacity`` does
-    _views: dict[AgentRole, AgentOffer] = field(default_factory=dict)  # per (agent, role), kept current
-    _capacities: list[AgentOffer] | None = None
 
-    def add(self, held: HeldOffer, ours_on_agent: tuple[float, float, int] = (0.0, 0.0, 0)) -> None:
+    _views: dict[AgentRole, AgentOffer] = field(default_factory=dict)  # per (agent, role), kept current
+
+    def add(self, held: HeldOffer) -> None:
         self.offers[held.offer_id] = held
         self.by_agent.setdefault((held.agent_id, held.role), set()).add(held.offer_id)
-        if held.gpus > 0 and held.agent_id not in self.gpu_agents:
-            self.gpu_agents.add(held.agent_id)
-            self._views = {
-                k: replace(v, gpu_agent=True) if k[0] == held.agent_id else v for k, v in self._views.items()
-            }
+        if held.gpus > 0:
+            self._mark_gpu_agent(held.agent_id)
         if held.agent_url:
             self.agent_urls[held.agent_id] = held.agent_url
-        self._note_capacity(held, ours_on_agent)
         self._refresh((held.agent_id, held.role))
+
+    def _mark_gpu_agent(self, agent_id: str) -> None:
+        if agent_id in self.gpu_agents:
+            return
+        self.gpu_agents.add(agent_id)
+        views = self._views.items()
+        self._views = {k: replace(v, gpu_agent=True) if k[0] == agent_id else v for k, v in views}
+
+    def set_agents(self, capacities: Iterable[AgentOffer]) -> None:
+        """The master's list of agents and what each has (``GET_AGENTS``)."""
+        capacity = {c.agent_id: c for c in capacities}
+        for c in capacity.values():
+            if c.gpus > 0:
+                self._mark_gpu_agent(c.agent_id)
+        if capacity != self.capacity or not self.agents_known:
+            self.capacity = capacity
+            self.capacity_version += 1
+        self.agents_known = True
+
+    def forget_agents(self) -> None:
+        """The list is out of date (a new subscription, maybe to another master)."""
+        self.agents_known = False
+        self.capacity_version += 1
 
     def _refresh(self, key: AgentRole) -> None:
         ids = self.by_agent.get(key)
@@ -160,36 +245,6 @@ class OfferPool:
             first.attributes,
             key[1],
             gpu_agent=key[0] in self.gpu_agents,
-        )
-
-    def _note_capacity(self, added: HeldOffer, ours: tuple[float, float, int]) -> None:
-        """The agent is at least as big as everything offered now plus our tasks on it."""
-        agent_id = added.agent_id
-        held = [self.offers[i] for i in self.by_agent.get((agent_id, added.role), ())]
-        first = added
-        cpus = sum(h.cpus for h in held) + ours[0]
-        mem = sum(h.mem_mib for h in held) + ours[1]
-        gpus = sum(h.gpus for h in held) + ours[2]
-        ports = merge_ranges(r for h in held for r in h.ports)
-        seen = self.capacity.get(agent_id)
-        if seen is not None:
-            inside = all(any(sb <= b and e <= se for sb, se in seen.ports) for b, e in ports)
-            if cpus <= seen.cpus + 1e-6 and mem <= seen.mem_mib + 1e-6 and gpus <= seen.gpus and inside:
-                return  # nothing larger than before (the usual case)
-            cpus, mem, gpus = max(cpus, seen.cpus), max(mem, seen.mem_mib), max(gpus, seen.gpus)
-            ports = merge_ranges([*ports, *seen.ports])
-        self.capacity_version += 1
-        self._capacities = None
-        self.capacity[agent_id] = AgentOffer(
-            agent_id,
-            first.hostname,
-            round(cpus, 3),
-            mem,
-            gpus,
-            ports,
-            first.attributes,
-            first.role,
-            gpu_agent=agent_id in self.gpu_agents,
         )
 
     def remove(self, offer_id: str) -> HeldOffer | None:
@@ -258,8 +313,5 @@ class OfferPool:
         return held
 
     def capacities(self) -> list[AgentOffer]:
-        if self._capacities is None:
-            self._capacities = [
-                replace(c, gpu_agent=c.agent_id in self.gpu_agents) for c in self.capacity.values()
-            ]
-        return self._capacities
+        """What every agent has in all (empty until the master listed them)."""
+        return list(self.capacity.values()) if self.agents_known else []

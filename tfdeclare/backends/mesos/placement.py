@@ -9,8 +9,9 @@ attempt), each a pure function of its inputs:
   tasks without GPUs stay off agents that have GPUs unless ``cpu_tasks_on_gpu_agents``.
   ``pack`` fills few agents (the tightest agent that can take every remaining slot, else the
   largest), ``spread`` uses as many agents as possible (the least used, then the emptiest).
-- ``never_fits``: a cheap necessary check against the largest capacities seen per agent, so a
-  gang that can never be placed is reported as such instead of waiting forever.
+- ``never_fits``: a cheap necessary check against what each agent has in all (not what is free
+  now: other frameworks may hold the rest), so a gang that can never be placed is reported
+  as such instead of waiting forever, and one that fits an agent waits for it.
 - ``backfill_views``: the FIFO-with-backfill policy. A gang behind the head of the queue may
   use what the head cannot; once the head has waited longer than a bound, the fewest agents
   that would hold the head when empty (the freest now first) are given to no one else: they
@@ -384,9 +385,9 @@ def _describe_view(view: AgentOffer) -> str:
 def never_fits(
     request: GangRequest, capacities: Sequence[AgentOffer], options: PlacementOptions = PlacementOptions()
 ) -> str | None:
-    """Why ``request`` can never be placed on agents of these (largest seen) capacities, or
-    None when it might be. Necessary conditions only (no bin packing); unknown when no agent
-    has been seen yet."""
+    """Why ``request`` can never be placed on agents of these capacities (what each has in
+    all), or None when it might be. Necessary conditions only (no bin packing); unknown when
+    no agent is known."""
     if not capacities:
         return None
     matching = [c for c in capacities if matches(c.attributes, request.constraints)]
@@ -394,7 +395,7 @@ def never_fits(
         described = ", ".join(
             f"{c.attribute} {c.operator.value} {list(c.values)}".rstrip(" []") for c in request.constraints
         )
-        return f"no agent seen matches the placement constraints ({described})"
+        return f"no agent matches the placement constraints ({described})"
     gpu_hosts = [c for c in matching if c.gpu_agent or c.gpus > 0]
     cpu_hosts = (
         matching
@@ -409,11 +410,11 @@ def never_fits(
         hosts = gpu_hosts if slot.resources.gpus > 0 else cpu_hosts
         if not hosts:
             what = "GPUs" if slot.resources.gpus else "no GPUs (cpuTasksOnGpuAgents is off)"
-            return f"{slot.key.name} needs an agent with {what}, and no such agent was seen"
+            return f"{slot.key.name} needs an agent with {what}, and the cluster has no such agent"
         if not any(slot.resources.fits_in(_as_resources(c)) and c.port_count > 0 for c in hosts):
             largest = max(hosts, key=lambda c: (c.cpus, c.mem_mib, c.gpus, c.agent_id))
             return (
-                f"{slot.key.name} needs {slot.resources.describe()} but the largest agent seen has "
+                f"{slot.key.name} needs {slot.resources.describe()} but the largest agent has "
                 f"{_describe_view(largest)}"
             )
     gpu_slots = [s for s in request.slots if s.resources.gpus > 0]
@@ -433,7 +434,7 @@ def never_fits(
         ports = sum(c.port_count for c in hosts)
         if not need.fits_in(have):
             return (
-                f"its {label} need {need.describe()} together, more than all usable agents seen "
+                f"its {label} need {need.describe()} together, more than all usable agents "
                 f"have ({have.describe()})"
             )
         if len(group) > ports:

@@ -2,12 +2,17 @@
 
 The spec checks: a job asking for GPUs needs the Mesos (universal) containerizer; with
 ``mesos.containerizer: docker`` it is an error at the first role that asks for them. Under the
-Mesos containerizer, a role that runs its image's entrypoint cannot have a working directory. Importing
-this module imports no Mesos client (``build`` does).
+Mesos containerizer, a role that runs its image's entrypoint cannot have a working directory.
+The warning for ``plan``/``apply``: tasks run as ``FrameworkInfo.user`` on the agents (their
+``--switch_user``), which is the controller's own user when ``mesos.user`` is not set; for a
+controller running as root that is root on every agent (or every task refused, on masters
+with ``--root_submissions=false``). Importing this module imports no Mesos client (``build``
+does).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -58,6 +63,17 @@ def _entrypoint_working_dir(job: LoadedJob, at: Locate) -> list[Diagnostic]:
     return []
 
 
+def user_warnings(config: MesosConfig, euid: int) -> list[str]:
+    """Warn when the controller runs as root (``euid`` 0) and ``mesos.user`` is not set."""
+    if config.user is not None or euid != 0:
+        return []
+    return [
+        "mesos.user is not set and tfdeclare runs as root, so Mesos tasks would run as root on "
+        "the agents (masters with --root_submissions=false refuse them); set mesos.user to the "
+        "account tasks should run as (it must exist on every agent)"
+    ]
+
+
 def build(state_dir: Path, config: MesosConfig) -> Backend:
     from tfdeclare.backends.mesos.backend import MesosBackend
 
@@ -69,4 +85,12 @@ def with_page_url(config: MesosConfig, url: str) -> MesosConfig:
     return config if config.webui_url else replace(config, webui_url=url)
 
 
-PLUGIN = BackendPlugin("mesos", MesosConfig, parse_mesos_config, check_job, build, with_page_url)
+PLUGIN = BackendPlugin(
+    "mesos",
+    MesosConfig,
+    parse_mesos_config,
+    check_job,
+    build,
+    with_page_url,
+    warnings=lambda config: user_warnings(config, os.geteuid()),
+)

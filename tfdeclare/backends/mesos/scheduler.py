@@ -3,9 +3,10 @@
 The client's stream thread only posts each event to the loop (``state``), which handles it
 in order with everything else; the stream thread never waits for the backend. This module
 owns ``SchedulerEvents``: SUBSCRIBED (persist the framework id before anything
-acts on it, void held offers, start explicit reconciliation, re-send unconfirmed KILLs),
-OFFERS (into the pool, held while work waits or waited a moment ago, else declined at
-once), RESCIND, UPDATE (folded into the journal, which is written before the update is
+acts on it, void held offers, ask for the master's agents, start explicit reconciliation,
+re-send unconfirmed KILLs), OFFERS (into the pool, held while work waits or waited a moment
+ago, else declined at once; an agent the master's list lacks makes the backend ask for the
+list again), RESCIND, UPDATE (folded into the journal, which is written before the update is
 acknowledged; unknown tasks of ours are killed; a task never launched is forgotten), the
 end of a subscription, and a framework the master removed (policy ``onFrameworkRemoved``).
 """
@@ -39,6 +40,23 @@ from tfdeclare.backends.mesos.taskstate import LOST_LIKE, NEVER_LAUNCHED, TERMIN
 log = logging.getLogger("tfdeclare.mesos")
 
 
+def _older_than(version: str, than: tuple[int, int]) -> bool:
+    """``version`` ("1.8.0", "1.8.1-rc2") is below ``than``; False when it cannot be read."""
+    parts = version.split(".")
+    try:
+        major, minor = int(parts[0]), int(parts[1].split("-")[0])
+    except (IndexError, ValueError):
+        return False
+    return (major, minor) < than
+
+
+def _agent_refused(status: TaskStatus) -> bool:
+    """An agent dropped the task because it could not set it up (e.g. its user does not exist
+    there: "Failed to chown directory to 'u': No such user 'u'"). Launching it again would
+    fail the same way, so it counts as a failure of the task, with the agent's message."""
+    return status.source in ("SOURCE_AGENT", "SOURCE_SLAVE") and status.reason == "REASON_EXECUTOR_TERMINATED"
+
+
 class EventHandler(BaseHandler):
     """Client callbacks (the stream thread) posted to the backend's loop, in order."""
 
@@ -50,7 +68,8 @@ class EventHandler(BaseHandler):
         self, framework_id: str, heartbeat_interval: float, master_info: dict[str, object]
     ) -> None:
         client = self.client
-        self.backend._post(lambda: self.backend._on_subscribed(framework_id, client))
+        version = str(master_info.get("version") or "")
+        self.backend._post(lambda: self.backend._on_subscribed(framework_id, client, version))
 
     def offers(self, offers: Sequence[Offer]) -> None:
         self.backend._post(lambda: self.backend._on_offers(offers))
@@ -143,7 +162,7 @@ class SchedulerEvents(BackendState):
 
     # ---- events from the master (posted by the stream thread) ---------------------------------
 
-    def _on_subscribed(self, framework_id: str, client: SchedulerClient | None) -> None:
+    def _on_subscribed(self, framework_id: str, client: SchedulerClient | None, version: str = "") -> None:
         if self._read_only:
             return
         if framework_id != self._framework.framework_id:
@@ -154,9 +173,10 @@ class SchedulerEvents(BackendState):
         now = self.clock()
         self._connected = True
         self._subscribed_at = now
-        self._offers_reset_at = now
         self._expect_offers_since = now
         self._pool.clear()  # offers of an earlier subscription are void
+        self._pool.forget_agents()
+        self._refresh_agents(now)
         self._suppressed = False
         self._revive_wanted = True
         self._reconcile_pending = {
@@ -176,6 +196,15 @@ class SchedulerEvents(BackendState):
         log.info(
             "subscribed as framework %s; reconciling %d task(s)", framework_id, len(self._reconcile_pending)
         )
+        if not self._gpu_enabled and _older_than(version, (1, 9)):
+            # No UPDATE_FRAMEWORK before Mesos 1.9 (the call is a 400 there): subscribe again
+            # with GPU_RESOURCES now, so GPU jobs never need it. Remembered in framework.json.
+            log.info("the Mesos master is %s (< 1.9): subscribing with GPU_RESOURCES from the start", version)
+            self._gpu_enabled = True
+            self._framework = replace(self._framework, gpu_resources=True)
+            self._framework_store.save(self._framework)
+            info = self._framework_info(gpu=True)
+            self._send("SUBSCRIBE (with GPU_RESOURCES)", lambda c: c.resubscribe(info))
         self._notify()
 
     def _on_disconnected(self) -> None:
@@ -192,9 +221,13 @@ class SchedulerEvents(BackendState):
         recent = now - self._last_demand_at < self.config.offer_hold_s
         demand = bool(self._queue) or bool(self._reservations) or recent
         hold = self.config.offer_hold_s if demand else 0.0
+        unlisted = False
         for offer in offers:
             held = HeldOffer.parse(offer, now, hold)
-            self._pool.add(held, self._ours_on(held.agent_id))
+            self._pool.add(held)
+            unlisted = unlisted or held.agent_id not in self._pool.capacity
+        if unlisted:  # an agent joined: what it has may make a waiting job schedulable
+            self._refresh_agents(now, retry=True)
         self._last_offers_at = now
         self._changed = self._tick_soon = True
         if demand:
@@ -222,7 +255,7 @@ class SchedulerEvents(BackendState):
                 self._unknown_killed[task_id] = now
                 self._unknown_kills[task_id] = status.agent_id
                 self._tick_soon = True
-        elif entry.state is None and status.state in NEVER_LAUNCHED:
+        elif entry.state is None and status.state in NEVER_LAUNCHED and not _agent_refused(status):
             # The task never reached an agent: its launch did not happen. Forget it, so the
             # controller launches the slot again (this is not a failure of the task).
             log.warning(

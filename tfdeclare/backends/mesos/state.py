@@ -46,8 +46,8 @@ from tfdeclare.backends.mesos.journal import (
     TaskEntry,
     TaskJournal,
 )
-from tfdeclare.backends.mesos.offers import OfferPool
-from tfdeclare.backends.mesos.placement import GangFit, PlacementOptions
+from tfdeclare.backends.mesos.offers import OfferPool, agent_capacity
+from tfdeclare.backends.mesos.placement import AgentOffer, GangFit, PlacementOptions
 from tfdeclare.backends.mesos.queueing import Waiting, head_of
 from tfdeclare.backends.mesos.sandbox import SandboxReader
 from tfdeclare.backends.mesos.taskinfo import LABEL_PREFIX
@@ -70,6 +70,9 @@ MIN_KILL_RETRY_S = 10.0
 LAUNCH_DRAIN_S = 30.0  # close() waits this long for queued ACCEPTs
 LAUNCH_BURST = 64  # ACCEPTs pipelined in one go at most
 MESSAGE_BATCH = 1024  # messages the loop handles before its after-batch work (fsync, acks, waiters)
+AGENTS_REFRESH_S = 30.0  # the master's list of agents is asked again this often while jobs wait
+AGENTS_RETRY_S = 1.0  # at most this often for an agent not on the list (one that just joined)
+UNSCHEDULABLE_RECHECK_S = 3.0  # at most this often while a job is told it can never fit
 
 Message = Callable[[], None]
 Waiter = Callable[[float], bool]  # (now) -> done: it resolved its future
@@ -93,6 +96,7 @@ class Accept:
     role: str
     offer_ids: list[str]
     tasks: list[TaskLaunch]
+    offered: list[dict[str, Any]]  # the offers' usable resources, with their reservations
 
 
 class BackendState(ABC):
@@ -142,9 +146,10 @@ class BackendState(ABC):
         self._last_revive_at = 0.0
         self._interest_in_flight = False  # a REVIVE or SUPPRESS is with the calls thread
         self._revive_now_asked = False  # asked for while one was in flight: decide again after it
-        # An offer round after this time shows every agent with free resources (a REVIVE, a
-        # new subscription, GPU offers asked for): only then is "can never fit" trusted.
-        self._offers_reset_at = 0.0
+        # the master's list of agents (what each has), asked on the calls thread
+        self._agents_in_flight = False
+        self._agents_asked_at = -AGENTS_REFRESH_S
+        self._agents_failed = False  # the last ask was refused or failed
         self._filtered = False  # we declined with a filter since the last REVIVE
         # reconciliation, kills, fencing
         self._reconcile_pending: dict[str, str | None] = {}
@@ -390,15 +395,35 @@ class BackendState(ABC):
         if entry is not None:
             self._on_agent.get(entry.agent_id, set()).discard(task_id)
 
-    def _ours_on(self, agent_id: str) -> tuple[float, float, int]:
-        """What our live tasks hold on an agent (its capacity is at least offered + this)."""
-        cpus = mem = 0.0
-        gpus = 0
-        for task_id in self._on_agent.get(agent_id, ()):
-            entry = self._tasks[task_id]
-            if not is_terminal(entry.state):
-                cpus, mem, gpus = cpus + entry.cpus, mem + entry.mem_mib, gpus + entry.gpus
-        return cpus, mem, gpus
+    def _refresh_agents(self, now: float, retry: bool = False) -> None:
+        """Ask the master for its agents and what each has (``GET_AGENTS``, on the calls
+        thread); the answer replaces the pool's capacities. At most one ask is out; a
+        ``retry`` (an agent not on the list offered) waits ``AGENTS_RETRY_S`` after the last,
+        or ``AGENTS_REFRESH_S`` while the master refuses the list (no operator API, or no
+        permission: jobs then wait and are never judged unschedulable)."""
+        if self._agents_in_flight or not self._connected:
+            return
+        pause = AGENTS_REFRESH_S if self._agents_failed else AGENTS_RETRY_S
+        if retry and now - self._agents_asked_at < pause:
+            return
+        self._agents_in_flight = True
+        self._agents_asked_at = now
+        answer: list[list[AgentOffer]] = []
+        roles = self.config.roles
+
+        def ask(client: SchedulerClient) -> None:
+            listed = (agent_capacity(raw, roles) for raw in client.get_agents())
+            answer.append([c for c in listed if c is not None])
+
+        def done(ok: bool) -> None:
+            self._agents_in_flight = False
+            self._agents_failed = not ok
+            if ok and answer and self._connected:
+                self._pool.set_agents(answer[0])
+                self._changed = True
+                self._notify()
+
+        self._send("GET_AGENTS", ask, on_done=done)
 
     def _head(self, before: float | None = None, exclude: str | None = None) -> tuple[str, Waiting] | None:
         """The job first in line (optionally: that asked before ``before``)."""

@@ -2,7 +2,8 @@
 
 This module owns the wire shape of what tfdeclare launches: the TF-style ``name``, the id,
 the agent, resources (cpus, mem, gpus when > 0, the task's port as a single-port range, each
-tagged with the offer's allocation role), the command without a shell, the environment,
+tagged with the offer's allocation role and cut from the offered resources with their
+reservations: ``take_resources``), the command without a shell, the environment,
 the container (the image through the Mesos containerizer, or the Docker containerizer with
 HOST networking), volumes, the kill policy and labels.
 
@@ -79,6 +80,67 @@ def resources_json(launch: TaskLaunch, role: str) -> list[JSON]:
     return out
 
 
+_RESERVATION_FIELDS = ("role", "reservation", "reservations")
+
+
+def _reserved(resource: JSON) -> bool:
+    stack = resource.get("reservations") or []
+    return bool(stack) or resource.get("role", "*") != "*"
+
+
+def _piece(offered: JSON, value: JSON, role: str) -> JSON:
+    """A task resource cut from ``offered``: its name and reservation as offered."""
+    piece: JSON = {"name": offered["name"], **value}
+    for key in _RESERVATION_FIELDS:
+        if key in offered:
+            piece[key] = offered[key]
+    piece["allocation_info"] = {"role": role}
+    return piece
+
+
+def take_resources(offered: list[JSON], launch: TaskLaunch, role: str, reserved_first: bool) -> list[JSON]:
+    """The task's resources cut from what its offers hold (``offered``, used up in place), each
+    piece with the reservation of the offered resource it comes from, so the master finds
+    exactly what it offered (a task may take part reserved, part unreserved). With
+    ``reserved_first`` resources reserved to the role go first. What the offers do not hold
+    (they always should: placement checked) is asked for unreserved, for the master to judge."""
+    r = launch.resources
+    out: list[JSON] = []
+    for name, amount in (("cpus", float(r.cpus)), ("mem", float(r.mem_mib)), ("gpus", float(r.gpus))):
+        entries = [e for e in offered if e.get("name") == name and e.get("type") == "SCALAR"]
+        entries.sort(key=lambda e: (not _reserved(e)) if reserved_first else _reserved(e))
+        left = round(amount, 3)
+        for entry in entries:
+            have = float(entry["scalar"]["value"])
+            take = round(min(have, left), 3)
+            if take <= 0:
+                continue
+            entry["scalar"]["value"] = round(have - take, 3)
+            out.append(_piece(entry, {"type": "SCALAR", "scalar": {"value": take}}, role))
+            left = round(left - take, 3)
+            if left <= 0:
+                break
+        if left > 0:
+            out.append(_scalar(name, left, role))
+    port = launch.slot.port
+    single = {"type": "RANGES", "ranges": {"range": [{"begin": port, "end": port}]}}
+    holder = next(
+        (
+            e
+            for e in offered
+            if e.get("name") == "ports"
+            and any(g["begin"] <= port <= g["end"] for g in (e.get("ranges") or {}).get("range", []))
+        ),
+        None,
+    )
+    out.append(
+        _piece(holder, single, role)
+        if holder
+        else {"name": "ports", **single, "role": "*", "allocation_info": {"role": role}}
+    )
+    return out
+
+
 def working_dir(launch: TaskLaunch, shared_filesystem: bool) -> str | None:
     """Where the task starts: in an image, ``workingDir`` (relative: under the sandbox's mount
     point) or None for the image's own; otherwise the spec's folder rules of the local backend
@@ -105,6 +167,7 @@ def task_info(
     *,
     containerizer: str = "mesos",
     shared_filesystem: bool = False,
+    resources: list[JSON] | None = None,
 ) -> JSON:
     argv = agent_file_argv(launch.argv, launch.secrets)
     directory = working_dir(launch, shared_filesystem)
@@ -128,7 +191,7 @@ def task_info(
         "name": f"/job:{launch.key.role.value}/task:{launch.key.index}",
         "task_id": {"value": launch.task_id},
         "agent_id": {"value": agent_id},
-        "resources": resources_json(launch, role),
+        "resources": resources if resources is not None else resources_json(launch, role),
         "command": command,
         "kill_policy": {"grace_period": {"nanoseconds": round(launch.grace_period_s * 1e9)}},
         "labels": {"labels": [{"key": k, "value": v} for k, v in labels.items()]},

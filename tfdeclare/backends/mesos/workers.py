@@ -7,8 +7,8 @@ This module owns ``BackgroundWork``:
   long-waiting head of the queue are held up to ``headOfLineHoldSeconds``), expires unused reservations and
   stale queue entries, retries explicit reconciliation with backoff until every task has an
   answer, runs implicit reconciliation every ``reconcileIntervalSeconds``, re-sends
-  unconfirmed KILLs, kills unknown tasks of ours, REVIVEs/SUPPRESSes, notices fencing
-  deadlines, compacts the journal;
+  unconfirmed KILLs, kills unknown tasks of ours, asks for the master's agents again while
+  jobs wait, REVIVEs/SUPPRESSes, notices fencing deadlines, compacts the journal;
 - ACCEPT bursts: the loop hands the queued ACCEPTs (one per agent and gang), in order and at
   most ``LAUNCH_BURST`` at a time, to the calls thread, so the controller never waits for the
   master; tasks stopped before their ACCEPT are not launched, tasks the master refused are
@@ -32,6 +32,7 @@ from tfdeclare.backends.mesos.client import SchedulerClient
 from tfdeclare.backends.mesos.errors import MesosConnectionError, MesosError, NotSubscribedError
 from tfdeclare.backends.mesos.placement import drain_set
 from tfdeclare.backends.mesos.state import (
+    AGENTS_REFRESH_S,
     LAUNCH_BURST,
     MIN_KILL_RETRY_S,
     QUEUE_TTL_S,
@@ -40,7 +41,7 @@ from tfdeclare.backends.mesos.state import (
     AckBatch,
     BackendState,
 )
-from tfdeclare.backends.mesos.taskinfo import task_info, task_labels
+from tfdeclare.backends.mesos.taskinfo import take_resources, task_info, task_labels
 from tfdeclare.backends.mesos.taskstate import LOST_LIKE, is_terminal
 from tfdeclare.core.run.tasks import TaskLaunch
 
@@ -126,6 +127,8 @@ class BackgroundWork(BackendState):
             if now >= self._implicit_next_at:
                 self._implicit_next_at = now + config.reconcile_interval_s
                 self._send("RECONCILE (implicit)", lambda c: c.reconcile([]))
+            if self._queue and now - self._agents_asked_at >= AGENTS_REFRESH_S:
+                self._refresh_agents(now)  # agents may have left or been resized
             for task_id, agent_id, grace in self._kills_due(now):
                 self._send_kill(task_id, agent_id, grace)
             for task_id, unknown_agent in self._unknown_kills.items():
@@ -147,9 +150,16 @@ class BackgroundWork(BackendState):
             self._notify()
 
     def _sync_offer_interest(self, revive_now: bool = False) -> None:
-        """REVIVE when work waits (and we are suppressed, or were asked to), SUPPRESS when
-        nothing waits and no offer is held. One decision at a time is out, so the master
-        always ends up told the latest decision."""
+        """REVIVE when work waits (and we are suppressed, or were asked to, or a job has been
+        waiting for resources not offered now for ``reviveIntervalSeconds``), SUPPRESS only
+        when nothing waits and no offer is held. One decision at a time is out, so the master
+        always ends up told the latest decision.
+
+        On a shared cluster what a waiting gang needs is held by other frameworks now; when
+        they release it, the master offers it to whoever is first by DRF and not filtered. A
+        REVIVE at a bounded rate clears every filter we installed (declines with
+        ``refuseSeconds``) and any suppression, so the freed resources reach us within about
+        one interval, without flooding a large master with REVIVEs."""
         if self._interest_in_flight:
             self._revive_now_asked = self._revive_now_asked or revive_now
             return
@@ -158,16 +168,18 @@ class BackgroundWork(BackendState):
         now = self.clock()
         demand = bool(self._queue) or bool(self._reservations)
         action = None
-        # A new job that does not fit what is held revives only when our own filters
-        # (declines with refuseSeconds) may hide agents from us.
+        # A new job that does not fit what is held revives at once only when our own
+        # filters (declines with refuseSeconds) may hide agents from us; a job still waiting
+        # revives every reviveIntervalSeconds.
+        since_revive = now - self._last_revive_at
         if demand and (
             self._suppressed
             or self._revive_wanted
-            or (revive_now and self._filtered and now - self._last_revive_at >= 1.0)
+            or (revive_now and self._filtered and since_revive >= 1.0)
+            or (bool(self._queue) and since_revive >= self.config.revive_interval_s)
         ):
             action = "REVIVE"
             self._last_revive_at = now
-            self._offers_reset_at = now
             self._expect_offers_since = now
         elif not demand and not self._pool.offers and (self._revive_wanted or not self._suppressed):
             action = "SUPPRESS"
@@ -274,24 +286,24 @@ class BackgroundWork(BackendState):
             return [None] * len(burst)
         # What the tasks leave of the offers comes back at the next allocation (no filter):
         # the next gang may need it; unused, it is declined with refuseSeconds then.
-        bodies = [
-            (
-                accept.offer_ids,
-                [
-                    task_info(
-                        task,
-                        accept.agent_id,
-                        accept.role,
-                        task_labels(task, owner),
-                        containerizer=self.config.containerizer,
-                        shared_filesystem=self.config.shared_filesystem,
-                    )
-                    for task in tasks
-                ],
-                0.0,
-            )
-            for accept, tasks in launches
-        ]
+        bodies = []
+        for accept, tasks in launches:
+            # Each task's resources come from what was offered, with the same reservations.
+            # (take_resources uses up the scalar values: they are copied, the rest is shared)
+            offered = [{**e, "scalar": dict(e["scalar"])} if "scalar" in e else e for e in accept.offered]
+            infos = [
+                task_info(
+                    task,
+                    accept.agent_id,
+                    accept.role,
+                    task_labels(task, owner),
+                    containerizer=self.config.containerizer,
+                    shared_filesystem=self.config.shared_filesystem,
+                    resources=take_resources(offered, task, accept.role, self.config.reserved_first),
+                )
+                for task in tasks
+            ]
+            bodies.append((accept.offer_ids, infos, 0.0))
         results: list[MesosError | None]
         try:
             if client is None:
