@@ -29,6 +29,11 @@ def emulator(docker_client: Any, tmp_path: Path) -> Iterator[Emulator]:
         emu.stop()
 
 
+def allowed_host_paths(*folders: Path) -> str:
+    """The config's policy line letting volumes mount these folders (none by default)."""
+    return f"policy: {{allowedHostPaths: [{', '.join(str(f) for f in folders)}]}}\n"
+
+
 def job(image: str, out: Path) -> str:
     task = "/task/e2e_task.py"
     return "\n".join(
@@ -59,7 +64,9 @@ def test_a_job_with_an_image_runs_in_containers_on_the_agents(
     out = tmp_path / "out"
     (root / "specs").mkdir(parents=True)
     out.mkdir()
-    (root / "tfdeclare.yaml").write_text(config_yaml(emulator.url, containerizer=containerizer))
+    (root / "tfdeclare.yaml").write_text(
+        config_yaml(emulator.url, containerizer=containerizer) + allowed_host_paths(REPO, tmp_path)
+    )
     (root / "specs" / "boxed.yaml").write_text(job(base_image, out))
     result = cli("apply", "specs", "--wait", "--backend", "mesos", "--timeout", "90", cwd=root)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -96,7 +103,9 @@ def test_a_two_worker_tensorflow_job_in_docker_containers_ends_with_identical_we
     try:
         root = tmp_path / "project"
         (root / "specs").mkdir(parents=True)
-        (root / "tfdeclare.yaml").write_text(config_yaml(emulator.url, containerizer="docker"))
+        (root / "tfdeclare.yaml").write_text(
+            config_yaml(emulator.url, containerizer="docker") + allowed_host_paths(REPO, tmp_path)
+        )
         (root / "specs" / "mwms.yaml").write_text(
             "\n".join(
                 [
