@@ -41,6 +41,10 @@ class BackendPlugin(Generic[ConfigT]):
     check_job: Callable[[ConfigT, LoadedJob, Locate], list[Diagnostic]]
     # (state folder, its config) -> the backend itself.
     build: Callable[[Path, ConfigT], Backend]
+    # Like ``check_job``, for what this machine cannot honour now (a container engine that
+    # does not answer): may do I/O, so it runs in ``plan``, ``apply`` and the daemon, never
+    # in ``validate``.
+    check_environment: Callable[[ConfigT, LoadedJob, Locate], list[Diagnostic]] | None = None
 
     def config_schema(self) -> dict[str, Any]:
         """The JSON Schema of its config section: ``schemas/backends/<name>.schema.json``."""

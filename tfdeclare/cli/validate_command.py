@@ -11,10 +11,14 @@ from tfdeclare.core.plan.desired import DesiredState
 from tfdeclare.shell.sources import SpecFiles, no_files_warning
 
 
-def load_desired(paths: list[str], settings: Settings) -> tuple[DesiredState, SpecFiles]:
+def load_desired(
+    paths: list[str], settings: Settings, *, launching: bool = True
+) -> tuple[DesiredState, SpecFiles]:
+    """The specs as ``plan``/``apply`` see them; ``launching=False`` (``validate``) leaves out
+    the checks of this machine (``Settings.launch_checks``)."""
     files = SpecFiles(
         [Path(p) for p in paths],
-        checks=settings.spec_checks,
+        checks=settings.launch_checks if launching else settings.spec_checks,
         exclude=(settings.state_dir, settings.status_dir),
     )
     return files.load(), files
@@ -22,7 +26,7 @@ def load_desired(paths: list[str], settings: Settings) -> tuple[DesiredState, Sp
 
 def cmd_validate(args: argparse.Namespace) -> int:
     settings = settings_from(args)
-    desired, _ = load_desired(args.paths, settings)
+    desired, _ = load_desired(args.paths, settings, launching=False)
     diagnostics = list(desired.diagnostics)
     if not desired.files and not diagnostics:
         diagnostics.append(no_files_warning([Path(p) for p in args.paths]))

@@ -7,6 +7,7 @@ State lives under ``<state-dir>/local``::
     tasks/<task-id>/state.json   written by the supervisor once the task runs
     tasks/<task-id>/stop.json    a stop request (grace period)
     tasks/<task-id>/exit.json    written by the supervisor when the task has ended
+    tasks/<task-id>/launch.json  (container) its id and start time
     logs/<job>/<task-id>.log     the task's output (kept after the task is forgotten)
     work/<job>/<role>-<index>/   the task's own writable working folder (never deleted)
 
@@ -26,6 +27,16 @@ does not fit waits, and one that can never fit is unschedulable. Ports come from
 reserved machine-wide (``ports.py``: no two state folders hand out the same port) and checked
 bindable, reused for a slot when its previous port is still free. GPU tasks get
 ``CUDA_VISIBLE_DEVICES`` with exactly their devices; other tasks on a GPU machine get none.
+
+Two runtimes (``local.runtime``, ``config.py``): a task of a job without ``spec.image`` is a
+process under its supervisor (``supervisor.py``); one with an image is a container of it,
+made through the Docker engine (``docker_runtime.py``), which then supervises it: the same
+task folder records it (``launch.json`` names the container, ``exit.json`` is written by the
+controller that sees it ended, which then removes the container), its output comes from the
+engine while it runs and is kept in its log file once it has ended, and the engine stops it
+(SIGTERM, grace period, SIGKILL). Placement, ports and working folders are the same for both;
+inside a container the working folder (and the source folder, read-only) are mounted at
+their own paths, and an absolute ``workingDir`` is a folder of the image.
 
 Crash safety: a task folder whose supervisor never started (the controller died between
 making the folder and starting it) is started by the next controller, not counted as a
@@ -47,12 +58,21 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tfdeclare.backends.base import BackendError, LogChunk
 from tfdeclare.backends.local import machine, ports
+from tfdeclare.backends.local.config import LocalRuntime
+from tfdeclare.backends.local.docker_runtime import (
+    KILL_SLACK_S,
+    DockerRuntime,
+    EngineError,
+    container_name,
+    owner_of,
+)
 from tfdeclare.backends.local.supervisor import kill_group, process_start_ticks
 from tfdeclare.core.enums import Role, TaskState
 from tfdeclare.core.run.tasks import (
@@ -163,6 +183,22 @@ def _link_entries(work: Path, source: Path) -> None:
     write_atomic(work / _SOURCE_MARK, str(source).encode())
 
 
+def _size(path: str | Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _record_end(
+    task_dir: Path, exit_code: int | None, finished_at: float, message: str, stopped: bool
+) -> dict[str, Any]:
+    """Write a container task's ``exit.json`` (a process task's supervisor writes its own)."""
+    end = {"exitCode": exit_code, "finishedAt": finished_at, "stopped": stopped, "message": message}
+    write_atomic(task_dir / "exit.json", json.dumps(end).encode())
+    return end
+
+
 def _read_json(path: Path) -> dict[str, Any] | None:
     try:
         with open(path, encoding="utf-8") as handle:
@@ -188,7 +224,11 @@ class LocalBackend:
     name = "local"
 
     def __init__(
-        self, state_dir: Path, capacity: LocalCapacity | None = None, python: str | None = None
+        self,
+        state_dir: Path,
+        capacity: LocalCapacity | None = None,
+        python: str | None = None,
+        runtime: LocalRuntime = LocalRuntime.AUTO,
     ) -> None:
         self.root = state_dir / "local"
         self.tasks_dir = self.root / "tasks"
@@ -205,6 +245,9 @@ class LocalBackend:
         self._closed = threading.Event()
         self._next_port = self.capacity.port_first
         self._started: dict[str, float] = {}  # supervisors this controller started: monotonic time
+        self.runtime = runtime
+        self.docker = DockerRuntime(owner_of(self.root))
+        self._containers: dict[str, str] | None = None  # this observe's listing (docker_runtime)
 
     # ---- observe --------------------------------------------------------------------------
 
@@ -229,6 +272,7 @@ class LocalBackend:
         into it (changing its mtime), and a live task's supervisor is checked every time."""
         observed = []
         seen: set[str] = set()
+        self._containers = None  # listed again, once, when a container task is looked at
         try:
             entries = [e for e in os.scandir(self.tasks_dir) if not e.name.startswith(".") and e.is_dir()]
         except FileNotFoundError:
@@ -268,6 +312,10 @@ class LocalBackend:
         message = ""
         exit_code: int | None = None
         finished_at: float | None = None
+        docker = spec.get("runtime") == "docker"
+        running = TaskState.STARTING
+        if exit_info is None and docker:
+            exit_info, running = self._observe_container(task_dir, spec, launch_info, stopping)
         if exit_info is not None:
             exit_code = exit_info.get("exitCode")
             finished_at = exit_info.get("finishedAt")
@@ -278,6 +326,10 @@ class LocalBackend:
                 state = TaskState.STOPPED
             else:
                 state = TaskState.FAILED
+        elif docker:
+            state = TaskState.STOPPING if stopping and running is TaskState.RUNNING else running
+            started_at = launch_info.get("startedAt") if running is TaskState.RUNNING else None
+            launch_info = {"supervisorPid": None}  # never cached as alive: looked at every pass
         else:
             supervisor_alive = _alive(launch_info.get("supervisorPid"), launch_info.get("supervisorTicks"))
             if supervisor_alive:
@@ -312,6 +364,92 @@ class LocalBackend:
             },
         )
         return task, launch_info
+
+    # ---- containers (docker_runtime) ------------------------------------------------------
+
+    def _observe_container(
+        self, task_dir: Path, spec: dict[str, Any], launch_info: dict[str, Any], stopping: bool
+    ) -> tuple[dict[str, Any] | None, TaskState]:
+        """A container task with no recorded end: ``(None, STARTING | RUNNING)`` while its
+        container is on its way or runs; an ended container's end is recorded (``exit.json``,
+        its output appended to the task's log) and the container removed: ``(end, _)``. A
+        launch that never made its container (a controller died first) is made now."""
+        name = container_name(self.docker.owner, spec["taskId"])
+        recent = time.monotonic() - self._started.get(task_dir.name, -START_TIMEOUT_S) < START_TIMEOUT_S
+        try:
+            if self._containers is None:
+                self._containers = self.docker.listing()
+            state = self._containers.get(name)
+            if state is None and launch_info.get("container"):
+                message = "its container was removed outside tfdeclare"
+                return _record_end(task_dir, None, time.time(), message, stopping), TaskState.FAILED
+            if state in (None, "created") and stopping:  # stopped before it ever ran
+                self.docker.remove(name)
+                return _record_end(
+                    task_dir, None, time.time(), "stopped before it started", True
+                ), TaskState.STOPPED
+            if state is None:
+                if not recent:
+                    self._note(
+                        spec, "this task's container was never made (its controller stopped); making it"
+                    )
+                    return self._run_container(task_dir, spec), TaskState.STARTING
+                return None, TaskState.STARTING
+            if state == "created":
+                if not recent:
+                    self.docker.start(name)
+                return None, TaskState.STARTING
+            if state in ("exited", "dead"):
+                end = self.docker.end(name)
+                self._keep_output(spec, launch_info, self.docker.logs(name) or b"")
+                recorded = _record_end(task_dir, end.exit_code, end.finished_at, end.message, stopping)
+                self.docker.remove(name)
+                return recorded, TaskState.STARTING
+            stop = _read_json(task_dir / "stop.json") if stopping else None
+            if (
+                stop is not None
+                and time.time() > stop.get("at", 0) + stop.get("graceSeconds", 0) + KILL_SLACK_S
+            ):
+                self.docker.kill(name)  # the engine's own stop did not finish (an older engine)
+            return None, TaskState.RUNNING
+        except EngineError as err:
+            raise BackendError(str(err)) from err
+
+    def _run_container(self, task_dir: Path, spec: dict[str, Any]) -> dict[str, Any] | None:
+        """Make and start the task's container; records it in ``launch.json``. An engine that
+        refuses (a missing image, a host path that does not exist) ends the task: exit 127."""
+        self._started[task_dir.name] = time.monotonic()
+        try:
+            container_id = self.docker.run(spec)
+        except EngineError as err:
+            self._note(spec, f"cannot start its container: {err}")
+            return _record_end(task_dir, 127, time.time(), f"cannot start: {err}", False)
+        launched = {"container": container_id, "startedAt": time.time(), "logOffset": _size(spec["logPath"])}
+        write_atomic(task_dir / "launch.json", json.dumps(launched).encode())
+        return None
+
+    @staticmethod
+    def _keep_output(spec: dict[str, Any], launch_info: dict[str, Any], output: bytes) -> None:
+        """The log becomes what tfdeclare wrote before the container started, then the
+        container's whole output: written atomically, so doing it twice (a controller that
+        died before recording the end) changes nothing."""
+        path = Path(spec["logPath"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            before = path.read_bytes()[: launch_info.get("logOffset", _size(path))]
+        except FileNotFoundError:
+            before = b""
+        write_atomic(path, before + output)
+
+    @staticmethod
+    def _append_log(spec: dict[str, Any], data: bytes) -> None:
+        log_path = Path(spec["logPath"])
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:
+            log.write(data)
+
+    def _note(self, spec: dict[str, Any], line: str) -> None:
+        self._append_log(spec, f"tfdeclare: {line}\n".encode())
 
     def _starting(self, task_dir: Path, spec: dict[str, Any]) -> bool:
         """A task that has not started yet (no ``state.json``) and whose supervisor is not
@@ -456,30 +594,45 @@ class LocalBackend:
 
     def launch(self, placement: Placement, tasks: Sequence[TaskLaunch]) -> None:
         starters: list[subprocess.Popen[bytes]] = []
+        containers: list[tuple[Path, dict[str, Any]]] = []
         reservation = self._reservations.get(placement.token)
         held = reservation.ports if reservation is not None else {}
         try:
             for task in tasks:
-                starter = self._launch_one(task, held.get(task.slot.port) if task.slot.port else None)
-                if starter is not None:
-                    starters.append(starter)
+                started = self._launch_one(task, held.get(task.slot.port) if task.slot.port else None)
+                if isinstance(started, subprocess.Popen):
+                    starters.append(started)
+                elif started is not None:
+                    containers.append(started)
+            if containers:  # the engine makes and starts them side by side
+                with ThreadPoolExecutor(min(8, len(containers))) as pool:
+                    list(pool.map(lambda c: self._run_container(*c), containers))
         finally:
             for starter in starters:  # each forks the real supervisor and exits at once
                 starter.wait()
             self.release(placement)
 
-    def _launch_one(self, task: TaskLaunch, port_fd: int | None) -> subprocess.Popen[bytes] | None:
+    def _launch_one(
+        self, task: TaskLaunch, port_fd: int | None
+    ) -> subprocess.Popen[bytes] | tuple[Path, dict[str, Any]] | None:
+        """Write the task's folder, then start its supervisor (returned), or return the folder
+        and ``task.json`` of a container task for ``_run_container``; None if launched before."""
         task_dir = self.tasks_dir / task.task_id
         if task_dir.exists():
             return None  # launched before (a retried apply): never twice
+        docker = self.runtime.uses_docker(task.image)
         env = dict(task.env)
-        python_bin = str(Path(self.python).parent)
-        env["PATH"] = python_bin + os.pathsep + env.get("PATH", os.environ.get("PATH", os.defpath))
-        if self.capacity.gpus or task.resources.gpus:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in task.slot.gpu_devices)
+        if not docker:  # in a container, the image's PATH, and the engine hands out the GPUs
+            python_bin = str(Path(self.python).parent)
+            env["PATH"] = python_bin + os.pathsep + env.get("PATH", os.environ.get("PATH", os.defpath))
+            if self.capacity.gpus or task.resources.gpus:
+                env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in task.slot.gpu_devices)
         work = self.work_dir / task.job / task.key.name
-        source = _source_folder(task)
-        cwd = task.working_dir if task.working_dir and Path(task.working_dir).is_absolute() else str(work)
+        absolute = bool(task.working_dir) and Path(task.working_dir or "").is_absolute()
+        # An absolute workingDir is a folder of this machine for a process, of the image for a
+        # container (its source files are then the image's own: nothing is mounted for them).
+        source = None if docker and absolute else _source_folder(task)
+        cwd = task.working_dir if absolute and task.working_dir else str(work)
         try:
             work.mkdir(parents=True, exist_ok=True)
             if source is not None and cwd == str(work):
@@ -489,7 +642,7 @@ class LocalBackend:
         env["TFDECLARE_WORK_DIR"] = str(work)
         if source is not None:
             env["TFDECLARE_SOURCE_DIR"] = str(source)
-        spec = {
+        spec: dict[str, Any] = {
             "taskId": task.task_id,
             "job": task.job,
             "role": task.key.role.value,
@@ -510,11 +663,23 @@ class LocalBackend:
             "logPath": str(self.logs_dir / task.job / f"{task.task_id}.log"),
             "createdAt": time.time(),
         }
+        if docker:
+            spec.update(
+                runtime="docker",
+                image=task.image,
+                user=f"{os.getuid()}:{os.getgid()}",
+                volumes=[
+                    {"hostPath": v.host_path, "containerPath": v.container_path, "mode": v.mode.value}
+                    for v in task.volumes
+                ],
+            )
         tmp_dir = self.tasks_dir / f".{task.task_id}.tmp"
         shutil.rmtree(tmp_dir, ignore_errors=True)
         tmp_dir.mkdir(parents=True)
         write_atomic(tmp_dir / "task.json", json.dumps(spec).encode(), mode=0o600)
         tmp_dir.rename(task_dir)  # the task exists from here on, complete
+        if docker:
+            return task_dir, spec
         return self._start_supervisor(task_dir, port_fd)
 
     def _start_supervisor(self, task_dir: Path, port_fd: int | None) -> subprocess.Popen[bytes]:
@@ -549,6 +714,10 @@ class LocalBackend:
             write_atomic(
                 task_dir / "stop.json", json.dumps({"graceSeconds": grace_s, "at": time.time()}).encode()
             )
+            spec = self._spec(task_dir)
+            if spec is not None and spec.get("runtime") == "docker":
+                self.docker.stop(container_name(self.docker.owner, task_id), grace_s)
+                continue
             launch_info = _read_json(task_dir / "launch.json") or {}
             pid, ticks = launch_info.get("supervisorPid"), launch_info.get("supervisorTicks")
             if _alive(pid, ticks):
@@ -583,6 +752,10 @@ class LocalBackend:
         path = self._log_path(task_id)
         if path is None:
             raise BackendError(f"no log for task {task_id}")
+        live = self._container_log(task_id)
+        if live is not None:
+            data = live[offset : offset + limit]
+            return LogChunk(data, offset + len(data), False)
         try:
             with open(path, "rb") as handle:
                 handle.seek(offset)
@@ -593,20 +766,48 @@ class LocalBackend:
         complete = (task_dir / "exit.json").exists() or not task_dir.exists()
         return LogChunk(data, offset + len(data), complete and len(data) < limit)
 
+    def _container_log(self, task_id: str) -> bytes | None:
+        """A running container task's log: what tfdeclare wrote before it started, then its
+        output so far, from the engine (the log file has it all once the task has ended)."""
+        task_dir = self.tasks_dir / task_id
+        spec = self._spec(task_dir)
+        if spec is None or spec.get("runtime") != "docker" or (task_dir / "exit.json").exists():
+            return None
+        launch_info = _read_json(task_dir / "launch.json") or {}
+        try:
+            output = self.docker.logs(container_name(self.docker.owner, task_id))
+        except EngineError as err:
+            raise BackendError(str(err)) from err
+        if output is None:
+            return None
+        try:
+            before = Path(spec["logPath"]).read_bytes()[: launch_info.get("logOffset", 0)]
+        except FileNotFoundError:
+            before = b""
+        return before + output
+
     def watch(self, notify: Callable[[], None]) -> None:
         """Polls the task folders' modification times (a supervisor writing state or exit
-        changes them) and calls every ``notify`` given on a change."""
+        changes them) and, while container tasks are known, their containers' states (every
+        0.3 s), and calls every ``notify`` given on a change."""
         self._notifiers.append(notify)
         if self._watcher is not None:
             return
 
         def loop() -> None:
-            last: dict[str, int] = {}
+            last: dict[str, object] = {}
+            tick = 0
             while not self._closed.wait(0.1):
-                now: dict[str, int] = {}
+                now: dict[str, object] = {}
                 for task_dir in self._task_dirs():
                     with contextlib.suppress(OSError):
                         now[task_dir.name] = task_dir.stat().st_mtime_ns
+                tick += 1
+                if tick % 3 == 0 and any(s.get("runtime") == "docker" for s in list(self._specs.values())):
+                    with contextlib.suppress(EngineError):
+                        now.update({f"container:{n}": st for n, st in self.docker.listing().items()})
+                elif tick % 3:
+                    now.update({k: v for k, v in last.items() if k.startswith("container:")})
                 if now != last:
                     last = now
                     for each in list(self._notifiers):
@@ -620,3 +821,4 @@ class LocalBackend:
         if self._watcher is not None:
             self._watcher.join(timeout=1)
             self._watcher = None
+        self.docker.close()
