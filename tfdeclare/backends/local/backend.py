@@ -401,7 +401,7 @@ class LocalBackend:
                 return None, TaskState.STARTING
             if state in ("exited", "dead"):
                 end = self.docker.end(name)
-                self._keep_output(spec, launch_info, self.docker.logs(name) or b"")
+                self._keep_output(spec, launch_info, (self.docker.logs(name) or (b"", True))[0])
                 recorded = _record_end(task_dir, end.exit_code, end.finished_at, end.message, stopping)
                 self.docker.remove(name)
                 return recorded, TaskState.STARTING
@@ -754,8 +754,9 @@ class LocalBackend:
             raise BackendError(f"no log for task {task_id}")
         live = self._container_log(task_id)
         if live is not None:
-            data = live[offset : offset + limit]
-            return LogChunk(data, offset + len(data), False)
+            output, ended = live
+            data = output[offset : offset + limit]
+            return LogChunk(data, offset + len(data), ended and len(data) < limit)
         try:
             with open(path, "rb") as handle:
                 handle.seek(offset)
@@ -766,25 +767,26 @@ class LocalBackend:
         complete = (task_dir / "exit.json").exists() or not task_dir.exists()
         return LogChunk(data, offset + len(data), complete and len(data) < limit)
 
-    def _container_log(self, task_id: str) -> bytes | None:
-        """A running container task's log: what tfdeclare wrote before it started, then its
-        output so far, from the engine (the log file has it all once the task has ended)."""
+    def _container_log(self, task_id: str) -> tuple[bytes, bool] | None:
+        """A container task's log while its container is there: what tfdeclare wrote before
+        it started, then its output so far, from the engine, and whether it has ended (the
+        log file has it all once a controller has recorded the end)."""
         task_dir = self.tasks_dir / task_id
         spec = self._spec(task_dir)
         if spec is None or spec.get("runtime") != "docker" or (task_dir / "exit.json").exists():
             return None
         launch_info = _read_json(task_dir / "launch.json") or {}
         try:
-            output = self.docker.logs(container_name(self.docker.owner, task_id))
+            live = self.docker.logs(container_name(self.docker.owner, task_id))
         except EngineError as err:
             raise BackendError(str(err)) from err
-        if output is None:
+        if live is None:
             return None
         try:
             before = Path(spec["logPath"]).read_bytes()[: launch_info.get("logOffset", 0)]
         except FileNotFoundError:
             before = b""
-        return before + output
+        return before + live[0], live[1]
 
     def watch(self, notify: Callable[[], None]) -> None:
         """Polls the task folders' modification times (a supervisor writing state or exit

@@ -233,15 +233,19 @@ class DockerRuntime:
         finished = _unix_time(state.get("FinishedAt", "")) or time.time()
         return ContainerEnd(code if isinstance(code, int) else None, finished, message)
 
-    def logs(self, name: str) -> bytes | None:
-        """The container's output so far (stdout and stderr as written), or None if it is gone."""
+    def logs(self, name: str) -> tuple[bytes, bool] | None:
+        """The container's output so far (stdout and stderr as written) and whether it has
+        ended (no more will come), or None if there is no such container."""
         import docker.errors
 
         try:
+            ended = self.client.api.inspect_container(name)["State"]["Status"] in ("exited", "dead")
             data: bytes = self.client.api.logs(name, stdout=True, stderr=True)
         except docker.errors.NotFound:
             return None
-        return data
+        except (docker.errors.DockerException, OSError) as err:
+            raise EngineError(_explain(err)) from err
+        return data, ended
 
     def remove(self, name: str) -> None:
         import docker.errors
