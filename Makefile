@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck layers unit chaos fuzz bench clean venv
+.PHONY: demo test lint typecheck layers unit chaos fuzz bench clean venv images
 
 venv: $(STAMP)
 
@@ -61,6 +61,11 @@ fuzz: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench
+
+# The training images of images/, built by the Docker engine (DOCKER_HOST or the default socket)
+# through tools/build_images.py: make images [IMAGES=tf-cpu] [BASE=IMAGE] [CA_FILE=PEM]
+images: $(STAMP)
+	$(PY) tools/build_images.py $(IMAGES) $(if $(BASE),--base $(BASE)) $(if $(CA_FILE),--ca-file $(CA_FILE))
 
 clean:
 	rm -rf $(VENV) .demo .pytest_cache .mypy_cache .ruff_cache
