@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck layers unit chaos fuzz bench clean venv images
+.PHONY: demo test lint typecheck layers unit chaos fuzz bench clean venv images bench-docker
 
 venv: $(STAMP)
 
@@ -61,6 +61,11 @@ fuzz: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench
+
+# Issue 13's targets for the local backend's Docker runtime (needs an engine; tests/docker_env.py
+# finds or starts one): bench/out/docker.md and docker.json.
+bench-docker: $(STAMP)
+	$(PY) -m bench --only docker --out docker $(if $(QUICK),--quick)
 
 # The training images of images/, built by the Docker engine (DOCKER_HOST or the default socket)
 # through tools/build_images.py: make images [IMAGES=tf-cpu] [BASE=IMAGE] [CA_FILE=PEM]

@@ -58,7 +58,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -594,19 +594,20 @@ class LocalBackend:
 
     def launch(self, placement: Placement, tasks: Sequence[TaskLaunch]) -> None:
         starters: list[subprocess.Popen[bytes]] = []
-        containers: list[tuple[Path, dict[str, Any]]] = []
+        made: list[Future[dict[str, Any] | None]] = []
         reservation = self._reservations.get(placement.token)
         held = reservation.ports if reservation is not None else {}
         try:
-            for task in tasks:
-                started = self._launch_one(task, held.get(task.slot.port) if task.slot.port else None)
-                if isinstance(started, subprocess.Popen):
-                    starters.append(started)
-                elif started is not None:
-                    containers.append(started)
-            if containers:  # the engine makes and starts them side by side
-                with ThreadPoolExecutor(min(8, len(containers))) as pool:
-                    list(pool.map(lambda c: self._run_container(*c), containers))
+            # The engine makes and starts containers side by side, each once its folder is written.
+            with ThreadPoolExecutor(max(1, len(tasks))) as engine:
+                for task in tasks:
+                    started = self._launch_one(task, held.get(task.slot.port) if task.slot.port else None)
+                    if isinstance(started, subprocess.Popen):
+                        starters.append(started)
+                    elif started is not None:
+                        made.append(engine.submit(self._run_container, *started))
+            for each in made:
+                each.result()
         finally:
             for starter in starters:  # each forks the real supervisor and exits at once
                 starter.wait()
