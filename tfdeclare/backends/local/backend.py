@@ -315,7 +315,8 @@ class LocalBackend:
         docker = spec.get("runtime") == "docker"
         running = TaskState.STARTING
         if exit_info is None and docker:
-            exit_info, running = self._observe_container(task_dir, spec, launch_info, stopping)
+            seen = self._observe_container(task_dir, spec, launch_info, stopping)
+            exit_info, running = (None, seen) if isinstance(seen, TaskState) else (seen, running)
         if exit_info is not None:
             exit_code = exit_info.get("exitCode")
             finished_at = exit_info.get("finishedAt")
@@ -369,11 +370,11 @@ class LocalBackend:
 
     def _observe_container(
         self, task_dir: Path, spec: dict[str, Any], launch_info: dict[str, Any], stopping: bool
-    ) -> tuple[dict[str, Any] | None, TaskState]:
-        """A container task with no recorded end: ``(None, STARTING | RUNNING)`` while its
-        container is on its way or runs; an ended container's end is recorded (``exit.json``,
-        its output appended to the task's log) and the container removed: ``(end, _)``. A
-        launch that never made its container (a controller died first) is made now."""
+    ) -> dict[str, Any] | TaskState:
+        """A container task with no recorded end: STARTING or RUNNING while its container is
+        on its way or runs; an ended container's end is recorded (``exit.json``, its output
+        kept in the task's log) and the container removed: the end is returned. A launch that
+        never made its container (a controller died first) makes it now."""
         name = container_name(self.docker.owner, spec["taskId"])
         recent = time.monotonic() - self._started.get(task_dir.name, -START_TIMEOUT_S) < START_TIMEOUT_S
         try:
@@ -382,36 +383,34 @@ class LocalBackend:
             state = self._containers.get(name)
             if state is None and launch_info.get("container"):
                 message = "its container was removed outside tfdeclare"
-                return _record_end(task_dir, None, time.time(), message, stopping), TaskState.FAILED
+                return _record_end(task_dir, None, time.time(), message, stopping)
             if state in (None, "created") and stopping:  # stopped before it ever ran
                 self.docker.remove(name)
-                return _record_end(
-                    task_dir, None, time.time(), "stopped before it started", True
-                ), TaskState.STOPPED
+                return _record_end(task_dir, None, time.time(), "stopped before it started", True)
             if state is None:
                 if not recent:
                     self._note(
                         spec, "this task's container was never made (its controller stopped); making it"
                     )
-                    return self._run_container(task_dir, spec), TaskState.STARTING
-                return None, TaskState.STARTING
+                    return self._run_container(task_dir, spec) or TaskState.STARTING
+                return TaskState.STARTING
             if state == "created":
                 if not recent:
                     self.docker.start(name)
-                return None, TaskState.STARTING
+                return TaskState.STARTING
             if state in ("exited", "dead"):
                 end = self.docker.end(name)
                 self._keep_output(spec, launch_info, (self.docker.logs(name) or (b"", True))[0])
                 recorded = _record_end(task_dir, end.exit_code, end.finished_at, end.message, stopping)
-                self.docker.remove(name)
-                return recorded, TaskState.STARTING
+                self.docker.remove(name)  # a controller that dies first leaves it to forget()
+                return recorded
             stop = _read_json(task_dir / "stop.json") if stopping else None
             if (
                 stop is not None
                 and time.time() > stop.get("at", 0) + stop.get("graceSeconds", 0) + KILL_SLACK_S
             ):
                 self.docker.kill(name)  # the engine's own stop did not finish (an older engine)
-            return None, TaskState.RUNNING
+            return TaskState.RUNNING
         except EngineError as err:
             raise BackendError(str(err)) from err
 
@@ -729,6 +728,10 @@ class LocalBackend:
         for task_id in task_ids:
             task_dir = self.tasks_dir / task_id
             if (task_dir / "exit.json").exists():
+                spec = self._spec(task_dir)
+                if spec is not None and spec.get("runtime") == "docker":
+                    with contextlib.suppress(EngineError):  # recorded, but not yet removed
+                        self.docker.remove(container_name(self.docker.owner, task_id))
                 shutil.rmtree(task_dir, ignore_errors=True)
                 self._specs.pop(task_id, None)
 

@@ -223,7 +223,12 @@ class DockerRuntime:
 
     def end(self, name: str) -> ContainerEnd:
         """How an ended container ended."""
-        state = self.client.api.inspect_container(name)["State"]
+        import docker.errors
+
+        try:
+            state = self.client.api.inspect_container(name)["State"]
+        except (docker.errors.DockerException, OSError) as err:
+            raise EngineError(_explain(err)) from err
         code = state.get("ExitCode")
         message = ""
         if state.get("OOMKilled"):
@@ -250,8 +255,12 @@ class DockerRuntime:
     def remove(self, name: str) -> None:
         import docker.errors
 
-        with contextlib.suppress(docker.errors.NotFound):
+        try:
             self.client.api.remove_container(name, force=True)
+        except docker.errors.NotFound:
+            pass
+        except (docker.errors.DockerException, OSError) as err:
+            raise EngineError(_explain(err)) from err
 
     def stop(self, name: str, grace_s: float) -> None:
         """SIGTERM now, SIGKILL after the grace period, done by the engine (which goes on
