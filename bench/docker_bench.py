@@ -13,9 +13,7 @@ an engine the suite reports nothing and says why.
 
 from __future__ import annotations
 
-import math
 import os
-import statistics
 import subprocess
 import tempfile
 import time
@@ -23,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import CLI_SCRIPT, REPO, Result, run, wait_for
-from bench.local_bench import _percent, _reported, t_interval
+from bench.local_bench import add_pair, overhead_results
 
 THROUGHPUT = REPO / "bench" / "tf_throughput.py"
 
@@ -187,32 +185,16 @@ def tf_overhead(client: Any, image: str, workdir: Path, budget_s: float, min_pai
             hand.remove(force=True)
         through_out = run([CLI_SCRIPT, "logs", f"tf{i}"], workdir).stdout
         run([CLI_SCRIPT, "delete", f"tf{i}"], workdir)
-        cpu_logs.append(
-            math.log(
-                _reported(through_out, "CPU_SECONDS_PER_STEP") / _reported(hand_out, "CPU_SECONDS_PER_STEP")
-            )
-        )
-        wall_logs.append(
-            math.log(_reported(hand_out, "STEPS_PER_SECOND") / _reported(through_out, "STEPS_PER_SECOND"))
-        )
+        add_pair(cpu_logs, wall_logs, hand_out, through_out)
         i += 1
     _clean(client, workdir)
-    results = []
-    for what, logs in (("CPU time per step", cpu_logs), ("wall time per step", wall_logs)):
-        low, high = t_interval(logs)
-        results.append(
-            Result(
-                f"runner overhead on a containerised TF job's {what} (tfdeclare vs the same container by hand)",
-                "within noise (≤ 2 %)",
-                [_percent(x) for x in logs],
-                "%",
-                limit=2.0,
-                interval=(_percent(low), _percent(high)),
-                note=f"mean {_percent(statistics.fmean(logs)):+.2f} %, 95 % interval "
-                f"{_percent(low):+.2f} … {_percent(high):+.2f} % over {len(logs)} pairs",
-            )
-        )
-    return results
+    return overhead_results(
+        "a containerised TF job's",
+        "tfdeclare vs the same container by hand",
+        "within noise (≤ 2 %)",
+        cpu_logs,
+        wall_logs,
+    )
 
 
 def main(results: list[Result], quick: bool) -> None:

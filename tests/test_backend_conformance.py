@@ -34,9 +34,13 @@ def local_harness(tmp_path: Path) -> Iterator[Harness]:
     try:
         yield harness
     finally:
-        for backend in harness.backends:
-            backend.stop([t.task_id for t in backend.observe() if t.state.alive], 0.5)
-        harness.close()
+        _stop_all(harness)
+
+
+def _stop_all(harness: Harness) -> None:
+    for backend in harness.backends:
+        backend.stop([t.task_id for t in backend.observe() if t.state.alive], 0.5)
+    harness.close()
 
 
 @contextmanager
@@ -63,12 +67,10 @@ def docker_harness(tmp_path: Path, client: Any, image: str) -> Iterator[Harness]
     try:
         yield harness
     finally:
-        for backend in harness.backends:
-            backend.stop([t.task_id for t in backend.observe() if t.state.alive], 0.5)
-        harness.close()
-        for container in client.containers.list(all=True, filters={"label": "tfdeclare.owner"}):
-            if container.labels.get("tfdeclare.owner") == owner_of(tmp_path / "state" / "local"):
-                container.remove(force=True)
+        _stop_all(harness)
+        owner = owner_of(tmp_path / "state" / "local")
+        for container in client.containers.list(all=True, filters={"label": f"tfdeclare.owner={owner}"}):
+            container.remove(force=True)
 
 
 @contextmanager
