@@ -50,13 +50,13 @@ def _owner(workdir: Path) -> str:
 
 def _running(client: Any, workdir: Path, job: str) -> list[Any]:
     return client.containers.list(
-        filters={"label": [f"tfdeclare.owner={_owner(workdir)}", f"tfdeclare.job={job}"]}
+        ignore_removed=True, filters={"label": [f"tfdeclare.owner={_owner(workdir)}", f"tfdeclare.job={job}"]}
     )
 
 
 def _clean(client: Any, workdir: Path) -> None:
     for container in client.containers.list(
-        all=True, filters={"label": f"tfdeclare.owner={_owner(workdir)}"}
+        ignore_removed=True, all=True, filters={"label": f"tfdeclare.owner={_owner(workdir)}"}
     ):
         container.remove(force=True)
 
@@ -101,7 +101,9 @@ def adopt_hundred(client: Any, image: str, workdir: Path) -> Result:
         seconds = time.perf_counter() - started
         status = run([CLI_SCRIPT, "status", "hundred", "-o", "json"], workdir).stdout
         after = _running(client, workdir, "hundred")
-        every = client.containers.list(all=True, filters={"label": f"tfdeclare.owner={_owner(workdir)}"})
+        every = client.containers.list(
+            ignore_removed=True, all=True, filters={"label": f"tfdeclare.owner={_owner(workdir)}"}
+        )
         task_ids = [c.labels["tfdeclare.task-id"] for c in every]
         duplicates = len(task_ids) - len(set(task_ids)) + len({c.id for c in after} - before)
         running = status.count('"state": "running"')

@@ -53,7 +53,9 @@ def docker_harness(tmp_path: Path, client: Any, image: str) -> Iterator[Harness]
 
     def kill(task_id: str, pid_in_container: int) -> None:
         del pid_in_container  # the container's own numbering: SIGKILL the container instead
-        (container,) = client.containers.list(filters={"label": f"tfdeclare.task-id={task_id}"})
+        (container,) = client.containers.list(
+            ignore_removed=True, filters={"label": f"tfdeclare.task-id={task_id}"}
+        )
         container.kill("SIGKILL")
 
     harness = Harness(
@@ -69,7 +71,9 @@ def docker_harness(tmp_path: Path, client: Any, image: str) -> Iterator[Harness]
     finally:
         _stop_all(harness)
         owner = owner_of(tmp_path / "state" / "local")
-        for container in client.containers.list(all=True, filters={"label": f"tfdeclare.owner={owner}"}):
+        for container in client.containers.list(
+            ignore_removed=True, all=True, filters={"label": f"tfdeclare.owner={owner}"}
+        ):
             container.remove(force=True)
 
 

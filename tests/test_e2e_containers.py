@@ -43,7 +43,7 @@ def test_mwms_job_trains_in_containers_to_identical_weights(
     try:
         _train(tmp_path, docker_client, tensorflow_image, ours)
     finally:
-        for container in docker_client.containers.list(all=True, filters=ours):
+        for container in docker_client.containers.list(ignore_removed=True, all=True, filters=ours):
             container.remove(force=True)
 
 
@@ -53,7 +53,7 @@ def _train(tmp_path: Path, docker_client: Any, tensorflow_image: str, ours: dict
     deadline = time.monotonic() + 120
     seen: set[str] = set()
     while len(seen) < 2:  # both workers are containers of the image
-        for container in docker_client.containers.list(filters=ours):
+        for container in docker_client.containers.list(ignore_removed=True, filters=ours):
             if (
                 container.image.tags == [tensorflow_image]
                 and container.attrs["HostConfig"]["NetworkMode"] == "host"
@@ -87,6 +87,6 @@ def _train(tmp_path: Path, docker_client: Any, tensorflow_image: str, ours: dict
         for i in (0, 1)
     ]
     assert hashes[0] and hashes[0] == hashes[1], "both MWMS workers end with identical weights"
-    assert docker_client.containers.list(all=True, filters=ours) == [], (
+    assert docker_client.containers.list(ignore_removed=True, all=True, filters=ours) == [], (
         "ended containers are removed once recorded"
     )

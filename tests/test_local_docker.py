@@ -6,6 +6,9 @@ container removed once its end is recorded, and adoption by a restarted controll
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -205,7 +208,9 @@ def test_limits_are_enforced_by_the_engine_and_the_container_goes_once_recorded(
         assert int(limits["mem"]) == 256 << 20
         assert limits["cwd"] == limits["work"]
         name = container_name(owner_of(tmp_path / "state" / "local"), task.task_id)
-        assert docker_client.containers.list(all=True, filters={"name": name}) == [], "removed once recorded"
+        assert docker_client.containers.list(ignore_removed=True, all=True, filters={"name": name}) == [], (
+            "removed once recorded"
+        )
         assert tasks[task.task_id].exit_code == 0 and tasks[task.task_id].finished_at is not None
     finally:
         harness.close()
@@ -232,15 +237,125 @@ def test_a_restarted_controller_adopts_running_containers_without_duplicates(
             second, lambda ts: all(ts.get(i) and ts[i].state is TaskState.RUNNING for i in ids)
         )
         assert {adopted[i].key.index for i in ids} == {0, 1, 2}
-        running = docker_client.containers.list(filters={"label": f"tfdeclare.owner={owner}"})
+        running = docker_client.containers.list(
+            ignore_removed=True, filters={"label": f"tfdeclare.owner={owner}"}
+        )
         assert sorted(c.labels["tfdeclare.task-id"] for c in running) == sorted(ids)
         second.stop(ids, 1.0)
         ended = wait_for(second, lambda ts: all(ts[i].state.ended for i in ids), 30)
         assert {ended[i].state for i in ids} == {TaskState.STOPPED}
-        assert docker_client.containers.list(all=True, filters={"label": f"tfdeclare.owner={owner}"}) == []
+        assert (
+            docker_client.containers.list(
+                ignore_removed=True, all=True, filters={"label": f"tfdeclare.owner={owner}"}
+            )
+            == []
+        )
     finally:
         for container in docker_client.containers.list(
-            all=True, filters={"label": f"tfdeclare.owner={owner}"}
+            ignore_removed=True, all=True, filters={"label": f"tfdeclare.owner={owner}"}
+        ):
+            container.remove(force=True)
+        harness.close()
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+@pytest.mark.docker
+def test_a_controller_killed_mid_launch_leaves_no_duplicate_and_the_next_adopts_all(
+    tmp_path: Path, docker_client: Any, base_image: str
+) -> None:
+    """`apply` SIGKILLed while it makes a 12-container job's containers; the next `apply`
+    makes the ones that were never made, adopts the rest, and no task runs twice."""
+    from tests.conftest import cli, job_yaml
+
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "tfdeclare.yaml").write_text("local: {cpus: 64, mem: 64Gi, gpus: 0}\n")
+    (tmp_path / "specs" / "j.yaml").write_text(
+        job_yaml("crash", workers=12, command="[sleep, '300']", extra=f"  image: {base_image}\n")
+    )
+    ours = {"label": f"tfdeclare.owner={owner_of(tmp_path / '.tfdeclare' / 'local')}"}
+    first = subprocess.Popen(
+        [sys.executable, "-m", "tfdeclare", "apply", "specs"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        # ignore_removed: a container being made can be listed a moment before it can be inspected
+        while len(docker_client.containers.list(all=True, filters=ours, ignore_removed=True)) < 3:
+            assert time.monotonic() < deadline, "no container was made"
+            time.sleep(0.01)
+        first.kill()
+        first.wait()
+        again = cli("apply", "specs", cwd=tmp_path)
+        assert again.returncode == 0, again.stderr
+        deadline = time.monotonic() + 60
+        while True:  # each `status --refresh` is one more controller pass (as the daemon makes)
+            status = cli("status", "crash", "--refresh", "-o", "json", cwd=tmp_path).stdout
+            running = docker_client.containers.list(filters=ours, ignore_removed=True)
+            if len(running) == 12 and status.count('"state": "running"') == 12:
+                break
+            assert time.monotonic() < deadline, (len(running), status[-2000:])
+            time.sleep(0.2)
+        every = docker_client.containers.list(all=True, filters=ours, ignore_removed=True)
+        slots = [(c.labels["tfdeclare.role"], c.labels["tfdeclare.index"]) for c in every]
+        assert len(every) == 12 and len(set(slots)) == 12, f"a slot ran twice: {sorted(slots)}"
+        assert cli("delete", "crash", cwd=tmp_path).returncode == 0
+        deadline = time.monotonic() + 60
+        while docker_client.containers.list(filters=ours, ignore_removed=True):
+            assert time.monotonic() < deadline, "delete left containers running"
+            time.sleep(0.2)
+    finally:
+        for container in docker_client.containers.list(all=True, filters=ours, ignore_removed=True):
+            container.remove(force=True)
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_a_task_folder_whose_container_was_never_made_is_made_by_the_next_controller(
+    tmp_path: Path, docker_client: Any, base_image: str
+) -> None:
+    """The crash point between writing a task's folder and making its container: what a
+    controller killed there leaves is the folder alone (``_launch_one`` writes exactly that).
+    The next controller makes the container, once, without counting a failure."""
+    harness = _harness(tmp_path, base_image)
+    crashed = harness.backend()
+    owner = owner_of(tmp_path / "state" / "local")
+    try:
+        placement = place_soon(crashed, gang("late", 1))
+        (task,) = launches(harness, placement, harness.sleeper)
+        assert isinstance(crashed, LocalBackend)
+        assert isinstance(crashed._launch_one(task, None), tuple)  # the folder, and no container
+        crashed.release(placement)
+        crashed.close()
+        assert (
+            docker_client.containers.list(
+                ignore_removed=True, all=True, filters={"label": f"tfdeclare.owner={owner}"}
+            )
+            == []
+        )
+        after = harness.backend()
+        tasks = wait_for(after, lambda ts: ts[task.task_id].state is TaskState.RUNNING, 60)
+        assert tasks[task.task_id].exit_code is None
+        made = docker_client.containers.list(
+            ignore_removed=True, all=True, filters={"label": f"tfdeclare.owner={owner}"}
+        )
+        assert [c.labels["tfdeclare.task-id"] for c in made] == [task.task_id]
+        assert b"container was never made" in after.read_log(task.task_id).data
+        for _ in range(3):  # observing again makes nothing more
+            after.observe()
+        assert (
+            len(
+                docker_client.containers.list(
+                    ignore_removed=True, all=True, filters={"label": f"tfdeclare.owner={owner}"}
+                )
+            )
+            == 1
+        )
+    finally:
+        for container in docker_client.containers.list(
+            ignore_removed=True, all=True, filters={"label": f"tfdeclare.owner={owner}"}
         ):
             container.remove(force=True)
         harness.close()
