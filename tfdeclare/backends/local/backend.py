@@ -792,10 +792,17 @@ class LocalBackend:
             before = b""
         return before + live[0], live[1]
 
+    def _containers_alive(self) -> bool:
+        """Did the last ``observe`` see a container task that has not ended?"""
+        return any(
+            not task.state.ended and self._specs.get(task_id, {}).get("runtime") == "docker"
+            for task_id, (_, task, _) in list(self._observed.items())
+        )
+
     def watch(self, notify: Callable[[], None]) -> None:
         """Polls the task folders' modification times (a supervisor writing state or exit
-        changes them) and, while container tasks are known, their containers' states (every
-        0.3 s), and calls every ``notify`` given on a change."""
+        changes them) and, while container tasks run, their containers' states (every 0.3 s),
+        and calls every ``notify`` given on a change."""
         self._notifiers.append(notify)
         if self._watcher is not None:
             return
@@ -809,7 +816,7 @@ class LocalBackend:
                     with contextlib.suppress(OSError):
                         now[task_dir.name] = task_dir.stat().st_mtime_ns
                 tick += 1
-                if tick % 3 == 0 and any(s.get("runtime") == "docker" for s in list(self._specs.values())):
+                if tick % 3 == 0 and self._containers_alive():
                     with contextlib.suppress(EngineError):
                         now.update({f"container:{n}": st for n, st in self.docker.listing().items()})
                 elif tick % 3:
