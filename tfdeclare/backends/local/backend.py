@@ -30,11 +30,11 @@ bindable, reused for a slot when its previous port is still free. GPU tasks get
 
 Two runtimes (``local.runtime``, ``config.py``): a task of a job without ``spec.image`` is a
 process under its supervisor (``supervisor.py``); one with an image is a container of it,
-made through the Docker engine (``docker_runtime.py``), which then supervises it: the same
-task folder records it (``launch.json`` names the container, ``exit.json`` is written by the
-controller that sees it ended, which then removes the container), its output comes from the
-engine while it runs and is kept in its log file once it has ended, and the engine stops it
-(SIGTERM, grace period, SIGKILL). Placement, ports and working folders are the same for both;
+made through the Docker engine (``containers.py``, ``docker_runtime.py``), which then
+supervises it: the same task folder records it (``launch.json`` names the container,
+``exit.json`` is written by the controller that sees it ended, which then removes the
+container), its output comes from the engine while it runs and is kept in its log file once
+it has ended, and the engine stops it (SIGTERM, grace period, SIGKILL). Placement, ports and working folders are the same for both;
 inside a container the working folder (and the source folder, read-only) are mounted at
 their own paths, and an absolute ``workingDir`` is a folder of the image.
 
@@ -66,13 +66,8 @@ from typing import Any
 from tfdeclare.backends.base import BackendError, LogChunk
 from tfdeclare.backends.local import machine, ports
 from tfdeclare.backends.local.config import LocalRuntime
-from tfdeclare.backends.local.docker_runtime import (
-    KILL_SLACK_S,
-    DockerRuntime,
-    EngineError,
-    container_name,
-    owner_of,
-)
+from tfdeclare.backends.local.containers import ContainerTasks
+from tfdeclare.backends.local.docker_runtime import EngineError, owner_of
 from tfdeclare.backends.local.supervisor import kill_group, process_start_ticks
 from tfdeclare.core.enums import Role, TaskState
 from tfdeclare.core.run.tasks import (
@@ -183,22 +178,6 @@ def _link_entries(work: Path, source: Path) -> None:
     write_atomic(work / _SOURCE_MARK, str(source).encode())
 
 
-def _size(path: str | Path) -> int:
-    try:
-        return os.stat(path).st_size
-    except FileNotFoundError:
-        return 0
-
-
-def _record_end(
-    task_dir: Path, exit_code: int | None, finished_at: float, message: str, stopped: bool
-) -> dict[str, Any]:
-    """Write a container task's ``exit.json`` (a process task's supervisor writes its own)."""
-    end = {"exitCode": exit_code, "finishedAt": finished_at, "stopped": stopped, "message": message}
-    write_atomic(task_dir / "exit.json", json.dumps(end).encode())
-    return end
-
-
 def _read_json(path: Path) -> dict[str, Any] | None:
     try:
         with open(path, encoding="utf-8") as handle:
@@ -246,8 +225,7 @@ class LocalBackend:
         self._next_port = self.capacity.port_first
         self._started: dict[str, float] = {}  # supervisors this controller started: monotonic time
         self.runtime = runtime
-        self.docker = DockerRuntime(owner_of(self.root))
-        self._containers: dict[str, str] | None = None  # this observe's listing (docker_runtime)
+        self.containers = ContainerTasks(owner_of(self.root), self._started)
 
     # ---- observe --------------------------------------------------------------------------
 
@@ -272,7 +250,7 @@ class LocalBackend:
         into it (changing its mtime), and a live task's supervisor is checked every time."""
         observed = []
         seen: set[str] = set()
-        self._containers = None  # listed again, once, when a container task is looked at
+        self.containers.new_pass()  # listed again, once, when a container task is looked at
         try:
             entries = [e for e in os.scandir(self.tasks_dir) if not e.name.startswith(".") and e.is_dir()]
         except FileNotFoundError:
@@ -315,7 +293,11 @@ class LocalBackend:
         docker = spec.get("runtime") == "docker"
         running = TaskState.STARTING
         if exit_info is None and docker:
-            seen = self._observe_container(task_dir, spec, launch_info, stopping)
+            stop_request = (_read_json(task_dir / "stop.json") or {}) if stopping else None
+            try:
+                seen = self.containers.observe(task_dir, spec, launch_info, stop_request)
+            except EngineError as err:
+                raise BackendError(str(err)) from err
             exit_info, running = (None, seen) if isinstance(seen, TaskState) else (seen, running)
         if exit_info is not None:
             exit_code = exit_info.get("exitCode")
@@ -365,90 +347,6 @@ class LocalBackend:
             },
         )
         return task, launch_info
-
-    # ---- containers (docker_runtime) ------------------------------------------------------
-
-    def _observe_container(
-        self, task_dir: Path, spec: dict[str, Any], launch_info: dict[str, Any], stopping: bool
-    ) -> dict[str, Any] | TaskState:
-        """A container task with no recorded end: STARTING or RUNNING while its container is
-        on its way or runs; an ended container's end is recorded (``exit.json``, its output
-        kept in the task's log) and the container removed: the end is returned. A launch that
-        never made its container (a controller died first) makes it now."""
-        name = container_name(self.docker.owner, spec["taskId"])
-        recent = time.monotonic() - self._started.get(task_dir.name, -START_TIMEOUT_S) < START_TIMEOUT_S
-        try:
-            if self._containers is None:
-                self._containers = self.docker.listing()
-            state = self._containers.get(name)
-            if state is None and launch_info.get("container"):
-                message = "its container was removed outside tfdeclare"
-                return _record_end(task_dir, None, time.time(), message, stopping)
-            if state in (None, "created") and stopping:  # stopped before it ever ran
-                self.docker.remove(name)
-                return _record_end(task_dir, None, time.time(), "stopped before it started", True)
-            if state is None:
-                if not recent:
-                    self._note(
-                        spec, "this task's container was never made (its controller stopped); making it"
-                    )
-                    return self._run_container(task_dir, spec) or TaskState.STARTING
-                return TaskState.STARTING
-            if state == "created":
-                if not recent:
-                    self.docker.start(name)
-                return TaskState.STARTING
-            if state in ("exited", "dead"):
-                end = self.docker.end(name)
-                self._keep_output(spec, launch_info, (self.docker.logs(name) or (b"", True))[0])
-                recorded = _record_end(task_dir, end.exit_code, end.finished_at, end.message, stopping)
-                self.docker.remove(name)  # a controller that dies first leaves it to forget()
-                return recorded
-            stop = _read_json(task_dir / "stop.json") if stopping else None
-            if (
-                stop is not None
-                and time.time() > stop.get("at", 0) + stop.get("graceSeconds", 0) + KILL_SLACK_S
-            ):
-                self.docker.kill(name)  # the engine's own stop did not finish (an older engine)
-            return TaskState.RUNNING
-        except EngineError as err:
-            raise BackendError(str(err)) from err
-
-    def _run_container(self, task_dir: Path, spec: dict[str, Any]) -> dict[str, Any] | None:
-        """Make and start the task's container; records it in ``launch.json``. An engine that
-        refuses (a missing image, a host path that does not exist) ends the task: exit 127."""
-        self._started[task_dir.name] = time.monotonic()
-        try:
-            container_id = self.docker.run(spec)
-        except EngineError as err:
-            self._note(spec, f"cannot start its container: {err}")
-            return _record_end(task_dir, 127, time.time(), f"cannot start: {err}", False)
-        launched = {"container": container_id, "startedAt": time.time(), "logOffset": _size(spec["logPath"])}
-        write_atomic(task_dir / "launch.json", json.dumps(launched).encode())
-        return None
-
-    @staticmethod
-    def _keep_output(spec: dict[str, Any], launch_info: dict[str, Any], output: bytes) -> None:
-        """The log becomes what tfdeclare wrote before the container started, then the
-        container's whole output: written atomically, so doing it twice (a controller that
-        died before recording the end) changes nothing."""
-        path = Path(spec["logPath"])
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            before = path.read_bytes()[: launch_info.get("logOffset", _size(path))]
-        except FileNotFoundError:
-            before = b""
-        write_atomic(path, before + output)
-
-    @staticmethod
-    def _append_log(spec: dict[str, Any], data: bytes) -> None:
-        log_path = Path(spec["logPath"])
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "ab") as log:
-            log.write(data)
-
-    def _note(self, spec: dict[str, Any], line: str) -> None:
-        self._append_log(spec, f"tfdeclare: {line}\n".encode())
 
     def _starting(self, task_dir: Path, spec: dict[str, Any]) -> bool:
         """A task that has not started yet (no ``state.json``) and whose supervisor is not
@@ -604,7 +502,7 @@ class LocalBackend:
                     if isinstance(started, subprocess.Popen):
                         starters.append(started)
                     elif started is not None:
-                        made.append(engine.submit(self._run_container, *started))
+                        made.append(engine.submit(self.containers.run, *started))
             for each in made:
                 each.result()
         finally:
@@ -616,7 +514,7 @@ class LocalBackend:
         self, task: TaskLaunch, port_fd: int | None
     ) -> subprocess.Popen[bytes] | tuple[Path, dict[str, Any]] | None:
         """Write the task's folder, then start its supervisor (returned), or return the folder
-        and ``task.json`` of a container task for ``_run_container``; None if launched before."""
+        and ``task.json`` of a container task for ``containers.run``; None if launched before."""
         task_dir = self.tasks_dir / task.task_id
         if task_dir.exists():
             return None  # launched before (a retried apply): never twice
@@ -716,7 +614,7 @@ class LocalBackend:
             )
             spec = self._spec(task_dir)
             if spec is not None and spec.get("runtime") == "docker":
-                self.docker.stop(container_name(self.docker.owner, task_id), grace_s)
+                self.containers.stop(task_id, grace_s)
                 continue
             launch_info = _read_json(task_dir / "launch.json") or {}
             pid, ticks = launch_info.get("supervisorPid"), launch_info.get("supervisorTicks")
@@ -731,7 +629,7 @@ class LocalBackend:
                 spec = self._spec(task_dir)
                 if spec is not None and spec.get("runtime") == "docker":
                     with contextlib.suppress(EngineError):  # recorded, but not yet removed
-                        self.docker.remove(container_name(self.docker.owner, task_id))
+                        self.containers.remove(task_id)
                 shutil.rmtree(task_dir, ignore_errors=True)
                 self._specs.pop(task_id, None)
 
@@ -756,7 +654,12 @@ class LocalBackend:
         path = self._log_path(task_id)
         if path is None:
             raise BackendError(f"no log for task {task_id}")
-        live = self._container_log(task_id)
+        task_dir = self.tasks_dir / task_id
+        spec = self._spec(task_dir)
+        try:
+            live = self.containers.live_log(task_dir, spec) if spec is not None else None
+        except EngineError as err:
+            raise BackendError(str(err)) from err
         if live is not None:
             output, ended = live
             data = output[offset : offset + limit]
@@ -767,30 +670,8 @@ class LocalBackend:
                 data = handle.read(limit)
         except FileNotFoundError:
             data = b""
-        task_dir = self.tasks_dir / task_id
         complete = (task_dir / "exit.json").exists() or not task_dir.exists()
         return LogChunk(data, offset + len(data), complete and len(data) < limit)
-
-    def _container_log(self, task_id: str) -> tuple[bytes, bool] | None:
-        """A container task's log while its container is there: what tfdeclare wrote before
-        it started, then its output so far, from the engine, and whether it has ended (the
-        log file has it all once a controller has recorded the end)."""
-        task_dir = self.tasks_dir / task_id
-        spec = self._spec(task_dir)
-        if spec is None or spec.get("runtime") != "docker" or (task_dir / "exit.json").exists():
-            return None
-        launch_info = _read_json(task_dir / "launch.json") or {}
-        try:
-            live = self.docker.logs(container_name(self.docker.owner, task_id))
-        except EngineError as err:
-            raise BackendError(str(err)) from err
-        if live is None:
-            return None
-        try:
-            before = Path(spec["logPath"]).read_bytes()[: launch_info.get("logOffset", 0)]
-        except FileNotFoundError:
-            before = b""
-        return before + live[0], live[1]
 
     def _containers_alive(self) -> bool:
         """Did the last ``observe`` see a container task that has not ended?"""
@@ -818,7 +699,7 @@ class LocalBackend:
                 tick += 1
                 if tick % 3 == 0 and self._containers_alive():
                     with contextlib.suppress(EngineError):
-                        now.update({f"container:{n}": st for n, st in self.docker.listing().items()})
+                        now.update({f"container:{n}": st for n, st in self.containers.listing().items()})
                 elif tick % 3:
                     now.update({k: v for k, v in last.items() if k.startswith("container:")})
                 if now != last:
@@ -834,4 +715,4 @@ class LocalBackend:
         if self._watcher is not None:
             self._watcher.join(timeout=1)
             self._watcher = None
-        self.docker.close()
+        self.containers.close()
