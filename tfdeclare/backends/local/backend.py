@@ -34,9 +34,10 @@ made through the Docker engine (``containers.py``, ``docker_runtime.py``), which
 supervises it: the same task folder records it (``launch.json`` names the container,
 ``exit.json`` is written by the controller that sees it ended, which then removes the
 container), its output comes from the engine while it runs and is kept in its log file once
-it has ended, and the engine stops it (SIGTERM, grace period, SIGKILL). Placement, ports and working folders are the same for both;
-inside a container the working folder (and the source folder, read-only) are mounted at
-their own paths, and an absolute ``workingDir`` is a folder of the image.
+it has ended, and the engine stops it (SIGTERM, grace period, SIGKILL). Placement, ports
+and working folders are the same for both; inside a container the working folder (and the
+source folder, read-only) are mounted at their own paths, and an absolute ``workingDir`` is
+a folder of the image.
 
 Crash safety: a task folder whose supervisor never started (the controller died between
 making the folder and starting it) is started by the next controller, not counted as a

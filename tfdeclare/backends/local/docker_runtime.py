@@ -1,16 +1,12 @@
-"""The local backend's Docker runtime: each task of a job with ``spec.image`` a container of
-that image, through the Docker engine at ``DOCKER_HOST`` (or the default socket), with the
-``docker`` SDK.
+"""The local backend's Docker runtime: the engine calls for tasks that run as containers of
+their job's ``spec.image``, through the Docker engine at ``DOCKER_HOST`` (or the default
+socket), with the ``docker`` SDK. ``containers.py`` keeps their record in the task folders.
 
-The engine is the task's supervisor: no tfdeclare process stays behind for a container. The
-task folder (``backend.py``) stays the record: ``task.json`` says what to run, ``launch.json``
-that the container was made, ``stop.json`` a stop request, ``exit.json`` the end. A container
-is named ``tfdeclare-<owner>-<task id>`` (the engine refuses a second container of one name,
-so a retried or concurrent launch never runs a task twice) and labelled with its owner (a
-hash of the state folder), job, role, index, attempt, task id and hashes; a later controller
-finds its containers by the owner label (one listing per pass) and adopts them. Once a
-container has ended, its exit code, end time and output are recorded in the task folder and
-the container is removed.
+The engine is the task's supervisor: no tfdeclare process stays behind for a container. A
+container is named ``tfdeclare-<owner>-<task id>`` (the engine refuses a second container of
+one name, so a retried or concurrent launch never runs a task twice) and labelled with its
+owner (a hash of the state folder), job, role, index, attempt, task id and hashes; a later
+controller finds its containers by the owner label (one listing per pass) and adopts them.
 
 What a container gets (``container_options``): host networking (the TF port as for a
 process), ``docker-init`` as PID 1 (signals reach the command; 128+N for signal N), the

@@ -74,7 +74,8 @@ _engine_seen: dict[str, tuple[float, set[str] | str]] = {}  # address -> (when, 
 
 
 def _engine_images() -> set[str] | str:
-    """The names and ids of the images the engine holds, or why no engine answers."""
+    """The names (tags and digests) and ids of the images the engine holds, or why no
+    engine answers."""
     from tfdeclare.backends.local import docker_runtime
 
     address = docker_runtime.engine_address()
@@ -91,6 +92,7 @@ def _engine_images() -> set[str] | str:
             answer = set()
             for image in client.api.images():
                 answer.update(image.get("RepoTags") or ())
+                answer.update(image.get("RepoDigests") or ())  # name@sha256:...
                 answer.add(image["Id"])
         finally:
             client.close()
