@@ -276,7 +276,9 @@ def test_a_job_with_an_image_and_no_engine_is_an_error_at_plan_and_apply(workdir
 
 
 @pytest.mark.docker
-def test_plan_names_an_image_the_engine_does_not_have(workdir: Path, docker_client: Any) -> None:
+def test_plan_names_an_image_the_engine_does_not_have(
+    workdir: Path, docker_client: Any, base_image: str
+) -> None:
     _write(workdir, "  image: tfdeclare-no-such-image:1\n")
     result = cli("plan", "specs", cwd=workdir)
     assert result.returncode == 1
@@ -284,6 +286,11 @@ def test_plan_names_an_image_the_engine_does_not_have(workdir: Path, docker_clie
         "specs/j.yaml:9:10: error: the Docker engine has no image tfdeclare-no-such-image:1: build it "
         "(make images) or docker pull it first; tfdeclare never pulls"
     ) in result.stderr, result.stderr
+    image_id = docker_client.images.get(base_image).id
+    for present in (base_image, image_id):  # by tag, and by id
+        _write(workdir, f"  image: '{present}'\n")
+        result = cli("plan", "specs", cwd=workdir)
+        assert result.returncode == 0 and "+ j will be created" in result.stdout, result.stderr
 
 
 def test_plan_on_mesos_with_docker_refuses_gpus(workdir: Path) -> None:
