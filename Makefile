@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-mesos test lint typecheck layers unit chaos fuzz bench bench-sched clean venv
+.PHONY: demo demo-mesos test lint typecheck layers unit chaos fuzz bench bench-sched bench-docker images clean venv
 
 venv: $(STAMP)
 
@@ -73,6 +73,16 @@ bench: $(STAMP)
 # GPU-cluster traces. Writes bench/out/sched.json, sched.md and sched-*.png (about 3 minutes).
 bench-sched: $(STAMP)
 	$(PY) -m bench.sched
+
+# Issue 13's targets for the local backend's Docker runtime (needs an engine; tests/docker_env.py
+# finds or starts one): bench/out/docker.md and docker.json.
+bench-docker: $(STAMP)
+	$(PY) -m bench --only docker --out docker $(if $(QUICK),--quick)
+
+# The training images of images/, built by the Docker engine (DOCKER_HOST or the default socket)
+# through tools/build_images.py: make images [IMAGES=tf-cpu] [BASE=IMAGE] [CA_FILE=PEM]
+images: $(STAMP)
+	$(PY) tools/build_images.py $(IMAGES) $(if $(BASE),--base $(BASE)) $(if $(CA_FILE),--ca-file $(CA_FILE))
 
 clean:
 	rm -rf $(VENV) .demo .demo-mesos .pytest_cache .mypy_cache .ruff_cache

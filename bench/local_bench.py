@@ -161,22 +161,34 @@ def tf_overhead(workdir: Path, budget_s: float, min_pairs: int = 6) -> list[Resu
             raise RuntimeError(f"pair {i} failed: by hand {hand.returncode}, apply {through.returncode}")
         through_out = run([CLI_SCRIPT, "logs", f"tf{i}"], workdir).stdout
         run([CLI_SCRIPT, "delete", f"tf{i}"], workdir)
-        cpu_logs.append(
-            math.log(
-                _reported(through_out, "CPU_SECONDS_PER_STEP") / _reported(hand_out, "CPU_SECONDS_PER_STEP")
-            )
-        )
-        wall_logs.append(
-            math.log(_reported(hand_out, "STEPS_PER_SECOND") / _reported(through_out, "STEPS_PER_SECOND"))
-        )
+        add_pair(cpu_logs, wall_logs, hand_out, through_out)
         i += 1
+    return overhead_results(
+        "a TF job's", "tfdeclare vs by hand, in alternate blocks", "≤ 2 %", cpu_logs, wall_logs
+    )
+
+
+def add_pair(cpu_logs: list[float], wall_logs: list[float], hand_out: str, through_out: str) -> None:
+    """One pair's logs of the ratios (tfdeclare / by hand) of CPU and wall time per step."""
+    cpu_logs.append(
+        math.log(_reported(through_out, "CPU_SECONDS_PER_STEP") / _reported(hand_out, "CPU_SECONDS_PER_STEP"))
+    )
+    wall_logs.append(
+        math.log(_reported(hand_out, "STEPS_PER_SECOND") / _reported(through_out, "STEPS_PER_SECOND"))
+    )
+
+
+def overhead_results(
+    job: str, how: str, target: str, cpu_logs: list[float], wall_logs: list[float]
+) -> list[Result]:
+    """The overhead per step as the mean ratio with its 95 % interval, for CPU and wall time."""
     results = []
     for what, logs in (("CPU time per step", cpu_logs), ("wall time per step", wall_logs)):
         low, high = t_interval(logs)
         results.append(
             Result(
-                f"runner overhead on a TF job's {what} (tfdeclare vs by hand, in alternate blocks)",
-                "≤ 2 %",
+                f"runner overhead on {job} {what} ({how})",
+                target,
                 [_percent(x) for x in logs],
                 "%",
                 limit=2.0,

@@ -42,6 +42,7 @@ from tfdeclare.core.run.tasks import (
     TaskLaunch,
     Unplaced,
     UnplacedReason,
+    Volume,
 )
 from tfdeclare.core.spec.loader import load_file
 from tfdeclare.core.spec.resources import Resources
@@ -58,6 +59,17 @@ class Harness:
     backends: list[Backend] = field(default_factory=list)
     counter: int = 0
     changed: threading.Event = field(default_factory=threading.Event)  # a backend's watch fired
+    # Where tasks run in containers: the image, its Python, what is mounted (the suite's
+    # tasks write into ``workdir``), and how to kill a task's process from outside (its pid
+    # as the task sees it is not the machine's).
+    image: str | None = None
+    python: str = sys.executable
+    volumes: tuple[Volume, ...] = ()
+    kill_from_outside: Callable[[str, int], None] | None = None
+
+    @property
+    def sleeper(self) -> list[str]:
+        return [self.python, "-c", "import time; time.sleep(60)"]
 
     def backend(self) -> Backend:
         backend = self.make()
@@ -128,6 +140,8 @@ def launches(
                 resources=resources,
                 slot=slot,
                 working_dir=working_dir,
+                image=harness.image,
+                volumes=harness.volumes,
                 grace_period_s=grace,
                 source_dir=str(harness.workdir),
             )
@@ -211,7 +225,7 @@ def running(ids: Sequence[str]) -> Callable[[dict[str, ObservedTask]], bool]:
 
 def check_gang_launch_and_observe(harness: Harness) -> None:
     backend = harness.backend()
-    launched = start(harness, backend, "g", 3, SLEEPER)
+    launched = start(harness, backend, "g", 3, harness.sleeper)
     ids = [t.task_id for t in launched]
     tasks = wait_for(backend, running(ids))
     ports = {tasks[i].port for i in ids}
@@ -225,10 +239,14 @@ def check_gang_launch_and_observe(harness: Harness) -> None:
 @needs_processes
 def check_exit_codes(harness: Harness) -> None:
     backend = harness.backend()
-    ok = start(harness, backend, "ok", 1, [PY, "-c", "print('fine')"])[0].task_id
-    bad = start(harness, backend, "bad", 1, [PY, "-c", "import sys; sys.exit(3)"])[0].task_id
+    ok = start(harness, backend, "ok", 1, [harness.python, "-c", "print('fine')"])[0].task_id
+    bad = start(harness, backend, "bad", 1, [harness.python, "-c", "import sys; sys.exit(3)"])[0].task_id
     shell_free = start(
-        harness, backend, "argv", 1, [PY, "-c", "import sys; sys.exit(len(sys.argv))", "a;b", "$X"]
+        harness,
+        backend,
+        "argv",
+        1,
+        [harness.python, "-c", "import sys; sys.exit(len(sys.argv))", "a;b", "$X"],
     )[0].task_id
     tasks = wait_for(backend, ended([ok, bad, shell_free]))
     assert (tasks[ok].state, tasks[ok].exit_code) == (TaskState.SUCCEEDED, 0)
@@ -245,7 +263,11 @@ def check_killed_from_outside_is_a_failure_with_the_signal(harness: Harness) -> 
         backend,
         "victim",
         1,
-        [PY, "-c", f"import os,time; open({str(pid_file)!r},'w').write(str(os.getpid())); time.sleep(60)"],
+        [
+            harness.python,
+            "-c",
+            f"import os,time; open({str(pid_file)!r},'w').write(str(os.getpid())); time.sleep(60)",
+        ],
     )[0].task_id
     wait_for(
         backend,
@@ -253,19 +275,24 @@ def check_killed_from_outside_is_a_failure_with_the_signal(harness: Harness) -> 
             ts[task_id].state is TaskState.RUNNING and pid_file.exists() and pid_file.read_text() != ""
         ),
     )
-    os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    if harness.kill_from_outside is not None:
+        harness.kill_from_outside(task_id, int(pid_file.read_text()))
+    else:
+        os.kill(int(pid_file.read_text()), signal.SIGKILL)
     tasks = wait_for(backend, ended([task_id]))
     assert (tasks[task_id].state, tasks[task_id].exit_code) == (TaskState.FAILED, 128 + signal.SIGKILL)
 
 
 def check_stop_with_grace_then_kill(harness: Harness) -> None:
     backend = harness.backend()
-    polite = start(harness, backend, "polite", 1, SLEEPER)[0].task_id
+    polite = start(harness, backend, "polite", 1, harness.sleeper)[0].task_id
     stubborn_script = (
         "import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); "
         "time.sleep(60)"
     )
-    stubborn = start(harness, backend, "stubborn", 1, [PY, "-c", stubborn_script, IGNORES_SIGTERM])[0].task_id
+    stubborn = start(
+        harness, backend, "stubborn", 1, [harness.python, "-c", stubborn_script, IGNORES_SIGTERM]
+    )[0].task_id
     wait_for(backend, running([polite, stubborn]))
     if harness.clock is None:
         read_log_until(backend, stubborn, b"ready")  # its SIGTERM handler is in place
@@ -286,7 +313,7 @@ def check_resources_are_accounted(harness: Harness) -> None:
     too_big = backend.place(gang("huge", 1, Resources(64, 128, 0)))
     assert isinstance(too_big, Unplaced) and too_big.reason is UnplacedReason.UNSCHEDULABLE
     first = place_soon(backend, gang("first", 3, Resources(1, 512, 0)))
-    tasks = launches(harness, first, SLEEPER, resources=Resources(1, 512, 0))
+    tasks = launches(harness, first, harness.sleeper, resources=Resources(1, 512, 0))
     backend.launch(first, tasks)
     ids = [t.task_id for t in tasks]
     wait_for(backend, running(ids))
@@ -313,7 +340,7 @@ def check_release_gives_the_resources_back(harness: Harness) -> None:
 
 def check_ports_are_reused_for_a_slot(harness: Harness) -> None:
     backend = harness.backend()
-    first = start(harness, backend, "reuse", 2, SLEEPER)
+    first = start(harness, backend, "reuse", 2, harness.sleeper)
     ids = [t.task_id for t in first]
     tasks = wait_for(backend, running(ids))
     previous = {
@@ -329,7 +356,7 @@ def check_ports_are_reused_for_a_slot(harness: Harness) -> None:
 def check_launch_is_idempotent_and_adoptable(harness: Harness) -> None:
     backend = harness.backend()
     placement = place_soon(backend, gang("once", 1))
-    tasks = launches(harness, placement, SLEEPER)
+    tasks = launches(harness, placement, harness.sleeper)
     backend.launch(placement, tasks)
     backend.launch(placement, tasks)  # a retried launch never starts a task twice
     task_id = tasks[0].task_id
@@ -346,7 +373,7 @@ def check_watch_notifies_when_a_task_ends(harness: Harness) -> None:
     backend = harness.backend()
     notified = threading.Event()
     backend.watch(notified.set)
-    task_id = start(harness, backend, "watched", 1, SLEEPER)[0].task_id
+    task_id = start(harness, backend, "watched", 1, harness.sleeper)[0].task_id
     wait_for(backend, running([task_id]))
     backend.stop([task_id], 1.0)
     deadline = time.monotonic() + 20
@@ -363,8 +390,8 @@ def check_watch_notifies_when_a_task_ends(harness: Harness) -> None:
 
 def check_purge_forgets_a_deleted_jobs_tasks_and_logs(harness: Harness) -> None:
     backend = harness.backend()
-    gone = start(harness, backend, "gone", 1, SLEEPER)[0].task_id
-    kept = start(harness, backend, "kept", 1, SLEEPER)[0].task_id
+    gone = start(harness, backend, "gone", 1, harness.sleeper)[0].task_id
+    kept = start(harness, backend, "kept", 1, harness.sleeper)[0].task_id
     wait_for(backend, running([gone, kept]))
     backend.stop([gone, kept], 1.0)
     wait_for(backend, ended([gone, kept]))
@@ -383,7 +410,7 @@ def check_purge_forgets_a_deleted_jobs_tasks_and_logs(harness: Harness) -> None:
 
 def check_purge_leaves_a_running_task_alone(harness: Harness) -> None:
     backend = harness.backend()
-    launched = start(harness, backend, "half", 2, SLEEPER)
+    launched = start(harness, backend, "half", 2, harness.sleeper)
     done, alive = launched[0].task_id, launched[1].task_id
     wait_for(backend, running([done, alive]))
     backend.stop([done], 1.0)
@@ -399,9 +426,9 @@ def check_purge_leaves_a_running_task_alone(harness: Harness) -> None:
 @needs_processes
 def check_logs_and_forget(harness: Harness) -> None:
     backend = harness.backend()
-    task_id = start(harness, backend, "talk", 1, [PY, "-c", "print('hello from the task'); print('é')"])[
-        0
-    ].task_id
+    task_id = start(
+        harness, backend, "talk", 1, [harness.python, "-c", "print('hello from the task'); print('é')"]
+    )[0].task_id
     wait_for(backend, ended([task_id]))
     data = read_log_until(backend, task_id, "é".encode())
     assert b"hello from the task" in data
@@ -438,7 +465,7 @@ def check_working_dir_and_environment(harness: Harness) -> None:
             backend,
             f"env-{label}",
             1,
-            [PY, "-c", script, str(out)],
+            [harness.python, "-c", script, str(out)],
             env={"X": "a b;c"},
             working_dir=working_dir,
         )[0].task_id
@@ -526,9 +553,11 @@ def check_the_port_in_tf_config_is_the_tasks_own(harness: Harness) -> None:
     and where it answers."""
     text = (
         "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: bound}\nspec:\n"
-        f"  command: [{PY}, -c, {json.dumps(TF_CONFIG_SERVER)}]\n"
+        f"  command: [{harness.python}, -c, {json.dumps(TF_CONFIG_SERVER)}]\n"
         "  replicas: {worker: {count: 2, resources: {cpus: 0.5, mem: 128}}}\n"
     )
+    if harness.image:
+        text += f"  image: {harness.image}\n"
     loaded = load_file("bound.yaml", text.encode())
     assert not loaded.diagnostics, [d.format() for d in loaded.diagnostics]
     job = loaded.jobs[0]

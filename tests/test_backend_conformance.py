@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,10 @@ from tests.backend_conformance import SUITE, WITHOUT_PROCESSES, Harness
 from tests.fake_backend import Clock, FakeBackend, FakeCluster
 from tests.mesos_fixtures import mesos_test_config, start_emulator
 from tfdeclare.backends import registry
-from tfdeclare.backends.local.config import LocalConfig
+from tfdeclare.backends.local.config import LocalConfig, LocalRuntime
+from tfdeclare.backends.local.docker_runtime import owner_of
+from tfdeclare.core.enums import VolumeMode
+from tfdeclare.core.spec.keys import Volume
 
 
 @contextmanager
@@ -30,9 +34,47 @@ def local_harness(tmp_path: Path) -> Iterator[Harness]:
     try:
         yield harness
     finally:
-        for backend in harness.backends:
-            backend.stop([t.task_id for t in backend.observe() if t.state.alive], 0.5)
-        harness.close()
+        _stop_all(harness)
+
+
+def _stop_all(harness: Harness) -> None:
+    for backend in harness.backends:
+        backend.stop([t.task_id for t in backend.observe() if t.state.alive], 0.5)
+    harness.close()
+
+
+@contextmanager
+def docker_harness(tmp_path: Path, client: Any, image: str) -> Iterator[Harness]:
+    """The local backend with ``local.runtime: docker``: every task a container of the test
+    base image (its own Python), the test folder mounted read-write at its own path."""
+    config = LocalConfig(
+        cpus=4, mem_mib=4096, gpus=0, port_first=31000, port_last=31999, runtime=LocalRuntime.DOCKER
+    )
+
+    def kill(task_id: str, pid_in_container: int) -> None:
+        del pid_in_container  # the container's own numbering: SIGKILL the container instead
+        (container,) = client.containers.list(
+            ignore_removed=True, filters={"label": f"tfdeclare.task-id={task_id}"}
+        )
+        container.kill("SIGKILL")
+
+    harness = Harness(
+        lambda: registry.plugin("local").build(tmp_path / "state", config),
+        tmp_path,
+        image=image,
+        python="python3",
+        volumes=(Volume(str(tmp_path), str(tmp_path), VolumeMode.RW),),
+        kill_from_outside=kill,
+    )
+    try:
+        yield harness
+    finally:
+        _stop_all(harness)
+        owner = owner_of(tmp_path / "state" / "local")
+        for container in client.containers.list(
+            ignore_removed=True, all=True, filters={"label": f"tfdeclare.owner={owner}"}
+        ):
+            container.remove(force=True)
 
 
 @contextmanager
@@ -70,6 +112,17 @@ def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]
 @pytest.mark.parametrize("check", SUITE, ids=lambda c: c.__name__.removeprefix("check_"))
 def test_backend(harness: Harness, check: Callable[[Harness], None]) -> None:
     check(harness)
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+@pytest.mark.parametrize("check", SUITE, ids=lambda c: c.__name__.removeprefix("check_"))
+def test_local_docker_runtime(
+    tmp_path: Path, docker_client: Any, base_image: str, check: Callable[[Harness], None]
+) -> None:
+    """The same suite against the local backend's Docker runtime (containers of the base image)."""
+    with docker_harness(tmp_path, docker_client, base_image) as harness:
+        check(harness)
 
 
 @pytest.mark.parametrize("check", WITHOUT_PROCESSES, ids=lambda c: c.__name__.removeprefix("check_"))

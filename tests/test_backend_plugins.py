@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import cli, job_yaml
 from tfdeclare.backends import registry
-from tfdeclare.backends.local.config import LocalConfig
+from tfdeclare.backends.local.config import LocalConfig, LocalRuntime
 from tfdeclare.backends.local.plugin import check_job as local_check
 from tfdeclare.backends.mesos.config import MesosConfig
 from tfdeclare.backends.mesos.plugin import check_job as mesos_check
@@ -182,21 +182,31 @@ def test_local_accepts_a_job_it_can_run() -> None:
     assert local_check(LocalConfig(), _job(JOB), _at) == []
 
 
+PROCESS, DOCKER = LocalConfig(runtime=LocalRuntime.PROCESS), LocalConfig(runtime=LocalRuntime.DOCKER)
+
+
 @pytest.mark.parametrize(
-    ("extra", "path", "words"),
+    ("config", "extra", "path", "words"),
     [
-        (IMAGE, "spec.image", "no container runtime"),
-        (VOLUMES, "spec.volumes", "cannot mount spec.volumes"),
-        (CONSTRAINTS, "spec.placement.constraints", "no agent attributes"),
+        (PROCESS, IMAGE, "spec.image", "local.runtime is process: the job would run as a bare process"),
+        (DOCKER, "", "spec", "local.runtime is docker: every job runs in a container"),
+        (LocalConfig(), VOLUMES, "spec.volumes", "spec.volumes need a container"),
+        (PROCESS, VOLUMES, "spec.volumes", "spec.volumes need a container"),
+        (LocalConfig(), CONSTRAINTS, "spec.placement.constraints", "no agent attributes"),
     ],
 )
-def test_local_refuses_what_it_cannot_honour(extra: str, path: str, words: str) -> None:
-    (problem,) = local_check(LocalConfig(), _job(JOB + extra), _at)
+def test_local_refuses_what_it_cannot_honour(config: LocalConfig, extra: str, path: str, words: str) -> None:
+    (problem,) = local_check(config, _job(JOB + extra), _at)
     assert problem.json_path == path and words in problem.message
 
 
+def test_local_runs_images_and_volumes_in_containers_by_default() -> None:
+    assert local_check(LocalConfig(), _job(JOB + IMAGE + VOLUMES), _at) == []
+    assert local_check(DOCKER, _job(JOB + IMAGE + VOLUMES), _at) == []
+
+
 def test_local_reports_every_problem_of_a_job() -> None:
-    found = local_check(LocalConfig(), _job(JOB + IMAGE + VOLUMES + CONSTRAINTS), _at)
+    found = local_check(PROCESS, _job(JOB + IMAGE + VOLUMES + CONSTRAINTS), _at)
     assert _paths(found) == ["spec.image", "spec.volumes", "spec.placement.constraints"]
 
 
@@ -209,10 +219,13 @@ def test_mesos_refuses_gpus_with_the_docker_containerizer_only() -> None:
     assert "GPUs need the Mesos containerizer" in found[0].message
 
 
-def test_local_refuses_a_roles_own_image_too() -> None:
+def test_a_roles_own_image_runs_in_containers_like_spec_image() -> None:
     text = JOB.replace("worker: {count: 2,", "worker: {count: 2, image: tf:2,")
-    (problem,) = local_check(LocalConfig(), _job(text), _at)
-    assert problem.json_path == "spec.replicas.worker.image"
+    (problem,) = local_check(LocalConfig(runtime=LocalRuntime.PROCESS), _job(text), _at)
+    assert problem.json_path == "spec.replicas.worker.image" and "local.runtime is process" in problem.message
+    assert local_check(LocalConfig(), _job(text), _at) == []  # auto: the worker runs in a container
+    (problem,) = local_check(LocalConfig(runtime=LocalRuntime.DOCKER), _job(text), _at)
+    assert "role chief of this one has none" in problem.message
 
 
 ENTRYPOINT = JOB.replace("  command: [python, train.py]\n", "  image: tf:2\n  workingDir: /w\n")
@@ -248,8 +261,7 @@ def _write(workdir: Path, extra: str) -> None:
 @pytest.mark.parametrize(
     ("extra", "where"),
     [
-        (IMAGE, "specs/j.yaml:9:10: error: the local backend has no container runtime"),
-        (VOLUMES, "specs/j.yaml:9:3: error: the local backend cannot mount spec.volumes"),
+        (VOLUMES, "specs/j.yaml:9:3: error: spec.volumes need a container"),
         (CONSTRAINTS, "specs/j.yaml:9:15: error: the local backend has no agent attributes"),
     ],
 )
@@ -264,12 +276,44 @@ def test_validate_and_plan_on_local_report_the_field(workdir: Path, extra: str, 
     assert cli("validate", "specs", "--backend", "mesos", cwd=workdir).returncode == 0
 
 
-def test_apply_on_local_refuses_a_job_with_an_image(workdir: Path) -> None:
+NO_ENGINE = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+
+
+def test_a_job_with_an_image_and_no_engine_is_an_error_at_plan_and_apply(workdir: Path) -> None:
+    """Never a silent bare process: plan and apply name the image's line; validate, which
+    judges files only, accepts it; with local.runtime process the image itself is refused."""
     _write(workdir, IMAGE)
-    result = cli("apply", "specs", cwd=workdir)
-    assert result.returncode == 1
-    assert "specs/j.yaml:9:10: error: the local backend has no container runtime" in result.stderr
+    assert cli("validate", "specs", cwd=workdir, env=NO_ENGINE).returncode == 0
+    for command in ("plan", "apply"):
+        result = cli(command, "specs", cwd=workdir, env=NO_ENGINE)
+        assert result.returncode == 1, result.stdout
+        assert (
+            "specs/j.yaml:9:10: error: this job runs in containers, but no Docker engine answers at "
+            "unix:///nonexistent/docker.sock"
+        ) in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
     assert not (workdir / "status" / "j.yaml").exists()
+    (workdir / "tfdeclare.yaml").write_text("local: {runtime: process}\n")
+    result = cli("validate", "specs", cwd=workdir)
+    assert "specs/j.yaml:9:10: error: local.runtime is process" in result.stderr
+
+
+@pytest.mark.docker
+def test_plan_names_an_image_the_engine_does_not_have(
+    workdir: Path, docker_client: Any, base_image: str
+) -> None:
+    _write(workdir, "  image: tfdeclare-no-such-image:1\n")
+    result = cli("plan", "specs", cwd=workdir)
+    assert result.returncode == 1
+    assert (
+        "specs/j.yaml:9:10: error: the Docker engine has no image tfdeclare-no-such-image:1: build it "
+        "(make images) or docker pull it first; tfdeclare never pulls"
+    ) in result.stderr, result.stderr
+    image_id = docker_client.images.get(base_image).id
+    for present in (base_image, image_id):  # by tag, and by id
+        _write(workdir, f"  image: '{present}'\n")
+        result = cli("plan", "specs", cwd=workdir)
+        assert result.returncode == 0 and "+ j will be created" in result.stdout, result.stderr
 
 
 def test_plan_on_mesos_with_docker_refuses_gpus(workdir: Path) -> None:
@@ -299,7 +343,7 @@ def test_the_daemon_reports_what_the_backend_cannot_honour(workdir: Path) -> Non
     _write(workdir, VOLUMES)
     daemon = Daemon(workdir, "--specs", "specs", "--interval", "5")
     try:
-        where = "specs/j.yaml:9:3: error: the local backend cannot mount spec.volumes"
+        where = "specs/j.yaml:9:3: error: spec.volumes need a container"
         wait_until(lambda: where in daemon.text())
         assert not (workdir / "status" / "j.yaml").exists()
     finally:

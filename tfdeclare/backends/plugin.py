@@ -47,6 +47,10 @@ class BackendPlugin(Generic[ConfigT]):
     # (its config) -> warnings about how it will run, for ``plan`` and ``apply`` to print
     # (e.g. Mesos: tasks would run as root on the agents). May look at this process.
     warnings: Callable[[ConfigT], list[str]] = lambda config: []
+    # Like ``check_job``, for what this machine cannot honour now (a container engine that
+    # does not answer): may do I/O, so it runs in ``plan``, ``apply`` and the daemon, never
+    # in ``validate``.
+    check_environment: Callable[[ConfigT, LoadedJob, Locate], list[Diagnostic]] | None = None
 
     def config_schema(self) -> dict[str, Any]:
         """The JSON Schema of its config section: ``schemas/backends/<name>.schema.json``."""

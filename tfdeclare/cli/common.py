@@ -81,6 +81,14 @@ class Settings:
             partial(self.plugin.check_job, self.backend_config),
         )
 
+    @property
+    def launch_checks(self) -> tuple[SpecCheck, ...]:
+        """``spec_checks`` and what this machine cannot honour now (plan, apply, the daemon)."""
+        environment = self.plugin.check_environment
+        if environment is None:
+            return self.spec_checks
+        return (*self.spec_checks, partial(environment, self.backend_config))
+
 
 def add_common_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("common options")

@@ -170,7 +170,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
             source.in_use = lambda: _folders_in_use(controller)
         files = SpecFiles(
             [source.specs_path],
-            checks=settings.spec_checks,
+            checks=settings.launch_checks,
             exclude=(settings.state_dir, settings.status_dir),
             base=base_dir if args.git else None,
         )

@@ -16,12 +16,16 @@ from tfdeclare.core.tone import Tone
 from tfdeclare.shell.sources import SpecFiles, no_files_warning
 
 
-def load_desired(paths: list[str], settings: Settings) -> tuple[DesiredState, SpecFiles]:
-    """The specs of ``paths``; ``-`` reads one file from standard input (shown as <stdin>)."""
+def load_desired(
+    paths: list[str], settings: Settings, *, launching: bool = True
+) -> tuple[DesiredState, SpecFiles]:
+    """The specs as ``plan``/``apply`` see them; ``-`` reads one file from standard input (shown
+    as <stdin>); ``launching=False`` (``validate``) leaves out the checks of this machine
+    (``Settings.launch_checks``)."""
     stdin = sys.stdin.buffer.read(MAX_FILE_BYTES + 1) if "-" in paths else None  # the loader bounds it
     files = SpecFiles(
         [Path(p) for p in paths if p != "-"],
-        checks=settings.spec_checks,
+        checks=settings.launch_checks if launching else settings.spec_checks,
         exclude=(settings.state_dir, settings.status_dir),
         stdin=stdin,
     )
@@ -30,7 +34,7 @@ def load_desired(paths: list[str], settings: Settings) -> tuple[DesiredState, Sp
 
 def cmd_validate(args: argparse.Namespace) -> int:
     settings = settings_from(args)
-    desired, _ = load_desired(args.paths, settings)
+    desired, _ = load_desired(args.paths, settings, launching=False)
     # the quotas as if the files were all that ran (validate never reads the state)
     desired = enforce_quotas(desired, {}, settings.config.policy.quotas, prune=False)
     diagnostics = list(desired.diagnostics)

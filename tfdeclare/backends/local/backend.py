@@ -7,6 +7,7 @@ State lives under ``<state-dir>/local``::
     tasks/<task-id>/state.json   written by the supervisor once the task runs
     tasks/<task-id>/stop.json    a stop request (grace period)
     tasks/<task-id>/exit.json    written by the supervisor when the task has ended
+    tasks/<task-id>/launch.json  (container) its id and start time
     logs/<job>/<task-id>.log     the task's output (kept after the task is forgotten)
     work/<job>/<role>-<index>/   the task's own writable working folder (never deleted)
 
@@ -26,6 +27,17 @@ does not fit waits, and one that can never fit is unschedulable. Ports come from
 reserved machine-wide (``ports.py``: no two state folders hand out the same port) and checked
 bindable, reused for a slot when its previous port is still free. GPU tasks get
 ``CUDA_VISIBLE_DEVICES`` with exactly their devices; other tasks on a GPU machine get none.
+
+Two runtimes (``local.runtime``, ``config.py``): a task of a job without ``spec.image`` is a
+process under its supervisor (``supervisor.py``); one with an image is a container of it,
+made through the Docker engine (``containers.py``, ``docker_runtime.py``), which then
+supervises it: the same task folder records it (``launch.json`` names the container,
+``exit.json`` is written by the controller that sees it ended, which then removes the
+container), its output comes from the engine while it runs and is kept in its log file once
+it has ended, and the engine stops it (SIGTERM, grace period, SIGKILL). Placement, ports
+and working folders are the same for both; inside a container the working folder (and the
+source folder, read-only) are mounted at their own paths, and an absolute ``workingDir`` is
+a folder of the image.
 
 Crash safety: a task folder whose supervisor never started (the controller died between
 making the folder and starting it) is started by the next controller, not counted as a
@@ -47,12 +59,16 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tfdeclare.backends.base import BackendError, LogChunk
 from tfdeclare.backends.local import machine, ports
+from tfdeclare.backends.local.config import LocalRuntime
+from tfdeclare.backends.local.containers import ContainerTasks
+from tfdeclare.backends.local.docker_runtime import EngineError, owner_of
 from tfdeclare.backends.local.supervisor import kill_group, process_start_ticks
 from tfdeclare.backends.secrets import SecretUnavailable, read_all
 from tfdeclare.backends.secrets import to_json as secrets_json
@@ -190,7 +206,11 @@ class LocalBackend:
     name = "local"
 
     def __init__(
-        self, state_dir: Path, capacity: LocalCapacity | None = None, python: str | None = None
+        self,
+        state_dir: Path,
+        capacity: LocalCapacity | None = None,
+        python: str | None = None,
+        runtime: LocalRuntime = LocalRuntime.AUTO,
     ) -> None:
         self.root = state_dir / "local"
         self.tasks_dir = self.root / "tasks"
@@ -207,6 +227,8 @@ class LocalBackend:
         self._closed = threading.Event()
         self._next_port = self.capacity.port_first
         self._started: dict[str, float] = {}  # supervisors this controller started: monotonic time
+        self.runtime = runtime
+        self.containers = ContainerTasks(owner_of(self.root), self._started)
 
     # ---- observe --------------------------------------------------------------------------
 
@@ -231,6 +253,7 @@ class LocalBackend:
         into it (changing its mtime), and a live task's supervisor is checked every time."""
         observed = []
         seen: set[str] = set()
+        self.containers.new_pass()  # listed again, once, when a container task is looked at
         try:
             entries = [e for e in os.scandir(self.tasks_dir) if not e.name.startswith(".") and e.is_dir()]
         except FileNotFoundError:
@@ -270,6 +293,15 @@ class LocalBackend:
         message = ""
         exit_code: int | None = None
         finished_at: float | None = None
+        docker = spec.get("runtime") == "docker"
+        running = TaskState.STARTING
+        if exit_info is None and docker:
+            stop_request = (_read_json(task_dir / "stop.json") or {}) if stopping else None
+            try:
+                seen = self.containers.observe(task_dir, spec, launch_info, stop_request)
+            except EngineError as err:
+                raise BackendError(str(err)) from err
+            exit_info, running = (None, seen) if isinstance(seen, TaskState) else (seen, running)
         if exit_info is not None:
             exit_code = exit_info.get("exitCode")
             finished_at = exit_info.get("finishedAt")
@@ -280,6 +312,10 @@ class LocalBackend:
                 state = TaskState.STOPPED
             else:
                 state = TaskState.FAILED
+        elif docker:
+            state = TaskState.STOPPING if stopping and running is TaskState.RUNNING else running
+            started_at = launch_info.get("startedAt") if running is TaskState.RUNNING else None
+            launch_info = {"supervisorPid": None}  # never cached as alive: looked at every pass
         else:
             supervisor_alive = _alive(launch_info.get("supervisorPid"), launch_info.get("supervisorTicks"))
             if supervisor_alive:
@@ -458,19 +494,30 @@ class LocalBackend:
 
     def launch(self, placement: Placement, tasks: Sequence[TaskLaunch]) -> None:
         starters: list[subprocess.Popen[bytes]] = []
+        made: list[Future[dict[str, Any] | None]] = []
         reservation = self._reservations.get(placement.token)
         held = reservation.ports if reservation is not None else {}
         try:
-            for task in tasks:
-                starter = self._launch_one(task, held.get(task.slot.port) if task.slot.port else None)
-                if starter is not None:
-                    starters.append(starter)
+            # The engine makes and starts containers side by side, each once its folder is written.
+            with ThreadPoolExecutor(max(1, len(tasks))) as engine:
+                for task in tasks:
+                    started = self._launch_one(task, held.get(task.slot.port) if task.slot.port else None)
+                    if isinstance(started, subprocess.Popen):
+                        starters.append(started)
+                    elif started is not None:
+                        made.append(engine.submit(self.containers.run, *started))
+            for each in made:
+                each.result()
         finally:
             for starter in starters:  # each forks the real supervisor and exits at once
                 starter.wait()
             self.release(placement)
 
-    def _launch_one(self, task: TaskLaunch, port_fd: int | None) -> subprocess.Popen[bytes] | None:
+    def _launch_one(
+        self, task: TaskLaunch, port_fd: int | None
+    ) -> subprocess.Popen[bytes] | tuple[Path, dict[str, Any]] | None:
+        """Write the task's folder, then start its supervisor (returned), or return the folder
+        and ``task.json`` of a container task for ``containers.run``; None if launched before."""
         task_dir = self.tasks_dir / task.task_id
         if task_dir.exists():
             return None  # launched before (a retried apply): never twice
@@ -478,14 +525,19 @@ class LocalBackend:
             read_all(task.secrets, os.environ)
         except SecretUnavailable as err:
             raise BackendError(f"{task.task_id}: {err}") from None
+        docker = self.runtime.uses_docker(task.image)
         env = dict(task.env)
-        python_bin = str(Path(self.python).parent)
-        env["PATH"] = python_bin + os.pathsep + env.get("PATH", os.environ.get("PATH", os.defpath))
-        if self.capacity.gpus or task.resources.gpus:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in task.slot.gpu_devices)
+        if not docker:  # in a container, the image's PATH, and the engine hands out the GPUs
+            python_bin = str(Path(self.python).parent)
+            env["PATH"] = python_bin + os.pathsep + env.get("PATH", os.environ.get("PATH", os.defpath))
+            if self.capacity.gpus or task.resources.gpus:
+                env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in task.slot.gpu_devices)
         work = self.work_dir / task.job / task.key.name
-        source = _source_folder(task)
-        cwd = task.working_dir if task.working_dir and Path(task.working_dir).is_absolute() else str(work)
+        absolute = bool(task.working_dir) and Path(task.working_dir or "").is_absolute()
+        # An absolute workingDir is a folder of this machine for a process, of the image for a
+        # container (its source files are then the image's own: nothing is mounted for them).
+        source = None if docker and absolute else _source_folder(task)
+        cwd = task.working_dir if absolute and task.working_dir else str(work)
         try:
             work.mkdir(parents=True, exist_ok=True)
             if source is not None and cwd == str(work):
@@ -495,7 +547,7 @@ class LocalBackend:
         env["TFDECLARE_WORK_DIR"] = str(work)
         if source is not None:
             env["TFDECLARE_SOURCE_DIR"] = str(source)
-        spec = {
+        spec: dict[str, Any] = {
             "taskId": task.task_id,
             "job": task.job,
             "role": task.key.role.value,
@@ -517,11 +569,23 @@ class LocalBackend:
             "logPath": str(self.logs_dir / task.job / f"{task.task_id}.log"),
             "createdAt": time.time(),
         }
+        if docker:
+            spec.update(
+                runtime="docker",
+                image=task.image,
+                user=f"{os.getuid()}:{os.getgid()}",
+                volumes=[
+                    {"hostPath": v.host_path, "containerPath": v.container_path, "mode": v.mode.value}
+                    for v in task.volumes
+                ],
+            )
         tmp_dir = self.tasks_dir / f".{task.task_id}.tmp"
         shutil.rmtree(tmp_dir, ignore_errors=True)
         tmp_dir.mkdir(parents=True)
         write_atomic(tmp_dir / "task.json", json.dumps(spec).encode(), mode=0o600)
         tmp_dir.rename(task_dir)  # the task exists from here on, complete
+        if docker:
+            return task_dir, spec
         return self._start_supervisor(task_dir, port_fd)
 
     def _start_supervisor(self, task_dir: Path, port_fd: int | None) -> subprocess.Popen[bytes]:
@@ -556,6 +620,10 @@ class LocalBackend:
             write_atomic(
                 task_dir / "stop.json", json.dumps({"graceSeconds": grace_s, "at": time.time()}).encode()
             )
+            spec = self._spec(task_dir)
+            if spec is not None and spec.get("runtime") == "docker":
+                self.containers.stop(task_id, grace_s)
+                continue
             launch_info = _read_json(task_dir / "launch.json") or {}
             pid, ticks = launch_info.get("supervisorPid"), launch_info.get("supervisorTicks")
             if _alive(pid, ticks):
@@ -566,6 +634,10 @@ class LocalBackend:
         for task_id in task_ids:
             task_dir = self.tasks_dir / task_id
             if (task_dir / "exit.json").exists():
+                spec = self._spec(task_dir)
+                if spec is not None and spec.get("runtime") == "docker":
+                    with contextlib.suppress(EngineError):  # recorded, but not yet removed
+                        self.containers.remove(task_id)
                 shutil.rmtree(task_dir, ignore_errors=True)
                 self._specs.pop(task_id, None)
 
@@ -590,30 +662,54 @@ class LocalBackend:
         path = self._log_path(task_id)
         if path is None:
             raise BackendError(f"no log for task {task_id}")
+        task_dir = self.tasks_dir / task_id
+        spec = self._spec(task_dir)
+        try:
+            live = self.containers.live_log(task_dir, spec) if spec is not None else None
+        except EngineError as err:
+            raise BackendError(str(err)) from err
+        if live is not None:
+            output, ended = live
+            data = output[offset : offset + limit]
+            return LogChunk(data, offset + len(data), ended and len(data) < limit)
         try:
             with open(path, "rb") as handle:
                 handle.seek(offset)
                 data = handle.read(limit)
         except FileNotFoundError:
             data = b""
-        task_dir = self.tasks_dir / task_id
         complete = (task_dir / "exit.json").exists() or not task_dir.exists()
         return LogChunk(data, offset + len(data), complete and len(data) < limit)
 
+    def _containers_alive(self) -> bool:
+        """Did the last ``observe`` see a container task that has not ended?"""
+        return any(
+            not task.state.ended and self._specs.get(task_id, {}).get("runtime") == "docker"
+            for task_id, (_, task, _) in list(self._observed.items())
+        )
+
     def watch(self, notify: Callable[[], None]) -> None:
         """Polls the task folders' modification times (a supervisor writing state or exit
-        changes them) and calls every ``notify`` given on a change."""
+        changes them) and, while container tasks run, their containers' states (every 0.3 s),
+        and calls every ``notify`` given on a change."""
         self._notifiers.append(notify)
         if self._watcher is not None:
             return
 
         def loop() -> None:
-            last: dict[str, int] = {}
+            last: dict[str, object] = {}
+            tick = 0
             while not self._closed.wait(0.1):
-                now: dict[str, int] = {}
+                now: dict[str, object] = {}
                 for task_dir in self._task_dirs():
                     with contextlib.suppress(OSError):
                         now[task_dir.name] = task_dir.stat().st_mtime_ns
+                tick += 1
+                if tick % 3 == 0 and self._containers_alive():
+                    with contextlib.suppress(EngineError):
+                        now.update({f"container:{n}": st for n, st in self.containers.listing().items()})
+                elif tick % 3:
+                    now.update({k: v for k, v in last.items() if k.startswith("container:")})
                 if now != last:
                     last = now
                     for each in list(self._notifiers):
@@ -627,3 +723,4 @@ class LocalBackend:
         if self._watcher is not None:
             self._watcher.join(timeout=1)
             self._watcher = None
+        self.containers.close()

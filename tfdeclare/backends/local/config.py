@@ -5,10 +5,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from tfdeclare.core.config import ConfigProblem
 from tfdeclare.core.spec.resources import QuantityError, parse_mem_mib
+
+
+class LocalRuntime(StrEnum):
+    """``local.runtime``: how the local backend runs a task."""
+
+    AUTO = "auto"  # a container for a job with spec.image, a process for the rest
+    PROCESS = "process"  # a supervised process group; spec.image is refused
+    DOCKER = "docker"  # a container of spec.image, through the Docker engine; an image is required
+
+    def uses_docker(self, image: str | None) -> bool:
+        """Does a job with this ``spec.image`` run in containers?"""
+        return self is LocalRuntime.DOCKER or (self is LocalRuntime.AUTO and image is not None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,6 +31,7 @@ class LocalConfig:
     gpus: int | None = None
     port_first: int = 20000
     port_last: int = 29999
+    runtime: LocalRuntime = LocalRuntime.AUTO
 
 
 def parse_local_config(section: Mapping[str, Any], base_dir: str | None) -> LocalConfig:
@@ -35,4 +49,5 @@ def parse_local_config(section: Mapping[str, Any], base_dir: str | None) -> Loca
         gpus=section.get("gpus"),
         port_first=ports["first"],
         port_last=ports["last"],
+        runtime=LocalRuntime(section["runtime"]),
     )

@@ -1,0 +1,220 @@
+"""Issue 13's targets for the local backend's Docker runtime (``make bench-docker``):
+
+- ``apply`` of a 10-task job with an image until all 10 containers run (image present);
+- the runner's overhead on a containerised TensorFlow job's steps (the same container, with
+  the same limits, started by hand with the SDK; the two take turns block by block, as in
+  ``local_bench.tf_overhead``);
+- a restarted controller adopts 100 running containers: no duplicate, none lost.
+
+The engine and the images are the tests' (``tests/docker_env.py``: DOCKER_HOST, the default
+socket, or the private engine; the Debian base and the TensorFlow image, built once). Without
+an engine the suite reports nothing and says why.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import CLI_SCRIPT, REPO, Result, run, wait_for
+from bench.local_bench import add_pair, overhead_results
+
+THROUGHPUT = REPO / "bench" / "tf_throughput.py"
+
+
+def _config(workdir: Path) -> None:
+    (workdir / "tfdeclare.yaml").write_text(
+        "local: {runtime: docker, cpus: 64, mem: 64Gi, gpus: 0, portRange: {first: 36000, last: 37999}}\n"
+    )
+
+
+def _job(
+    name: str, image: str, count: int, command: str, cpus: float = 0.01, mem: str = "64", extra: str = ""
+) -> str:
+    return (
+        f"apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {{name: {name}}}\nspec:\n"
+        f"  image: {image}\n  command: {command}\n{extra}"
+        f"  replicas:\n    worker: {{count: {count}, resources: {{cpus: {cpus}, mem: {mem}}}}}\n"
+    )
+
+
+def _owner(workdir: Path) -> str:
+    from tfdeclare.backends.local.docker_runtime import owner_of
+
+    return owner_of(workdir / ".tfdeclare" / "local")
+
+
+def _running(client: Any, workdir: Path, job: str) -> list[Any]:
+    return client.containers.list(
+        ignore_removed=True, filters={"label": [f"tfdeclare.owner={_owner(workdir)}", f"tfdeclare.job={job}"]}
+    )
+
+
+def _clean(client: Any, workdir: Path) -> None:
+    for container in client.containers.list(
+        ignore_removed=True, all=True, filters={"label": f"tfdeclare.owner={_owner(workdir)}"}
+    ):
+        container.remove(force=True)
+
+
+def apply_ten(client: Any, image: str, workdir: Path, runs: int) -> Result:
+    _config(workdir)
+    samples = []
+    for i in range(runs):
+        specs = workdir / f"specs{i}"
+        specs.mkdir()
+        # 0.5 cpus each: a container's CPU quota holds from its first process, so a tiny one
+        # slows the start itself (at 0.01 cpus, starting one takes 1.3 s here).
+        (specs / "ten.yaml").write_text(_job(f"ten{i}", image, 10, "[sleep, '120']", cpus=0.5))
+        started = time.perf_counter()
+        run([CLI_SCRIPT, "apply", str(specs)], workdir)
+        job = f"ten{i}"
+        wait_for(lambda: len(_running(client, workdir, job)) == 10, timeout=60, poll=0.02)  # noqa: B023
+        samples.append(time.perf_counter() - started)
+        run([CLI_SCRIPT, "delete", f"ten{i}"], workdir)
+    _clean(client, workdir)
+    return Result(
+        "`apply` of a 10-task job with an image until all 10 containers run (image present)",
+        "≤ 2 s",
+        samples,
+        limit=2.0,
+    )
+
+
+def adopt_hundred(client: Any, image: str, workdir: Path) -> Result:
+    """100 containers started by one controller; a new controller (a second ``apply``, then
+    ``status``) adopts them: as many running containers as tasks, none started twice."""
+    _config(workdir)
+    specs = workdir / "hundred"
+    specs.mkdir()
+    (specs / "h.yaml").write_text(_job("hundred", image, 100, "[sleep, '600']"))
+    try:
+        run([CLI_SCRIPT, "apply", str(specs)], workdir, timeout=600)
+        wait_for(lambda: len(_running(client, workdir, "hundred")) == 100, timeout=300, poll=0.2)
+        before = {c.id for c in _running(client, workdir, "hundred")}
+        started = time.perf_counter()
+        run([CLI_SCRIPT, "apply", str(specs)], workdir, timeout=600)  # a new controller: adopts
+        seconds = time.perf_counter() - started
+        status = run([CLI_SCRIPT, "status", "hundred", "-o", "json"], workdir).stdout
+        after = _running(client, workdir, "hundred")
+        every = client.containers.list(
+            ignore_removed=True, all=True, filters={"label": f"tfdeclare.owner={_owner(workdir)}"}
+        )
+        task_ids = [c.labels["tfdeclare.task-id"] for c in every]
+        duplicates = len(task_ids) - len(set(task_ids)) + len({c.id for c in after} - before)
+        running = status.count('"state": "running"')
+        run([CLI_SCRIPT, "delete", "hundred"], workdir, timeout=600)
+    finally:
+        _clean(client, workdir)
+    return Result(
+        "a restarted controller adopts 100 running containers (`apply` again)",
+        "0 duplicates",
+        [seconds],
+        note=f"{duplicates} duplicates, {len(after)} containers running, status lists {running} running",
+        extra={"duplicates": duplicates, "running": len(after), "status_running": running},
+    )
+
+
+def tf_overhead(client: Any, image: str, workdir: Path, budget_s: float, min_pairs: int = 6) -> list[Result]:
+    """Pairs: the TF workload in a container under tfdeclare and in the same container (image,
+    host network, docker-init, 1 cpu, the same memory limit) made by hand, taking turns."""
+    from docker.types import Mount
+
+    _config(workdir)
+    env = {"TF_ENABLE_ONEDNN_OPTS": "0", "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    cpu_logs, wall_logs = [], []
+    started = time.monotonic()
+    i = 0
+    while i < min_pairs or time.monotonic() - started < budget_s:
+        sync = workdir / f"sync{i}"
+        sync.mkdir()
+        for role in ("hand", "through"):
+            os.mkfifo(sync / f"{role}.turn")
+        pair_env = {**env, "BENCH_SYNC_DIR": str(sync)}
+        specs = workdir / f"tf{i}"
+        specs.mkdir()
+        env_yaml = ", ".join(f"{k}: '{v}'" for k, v in {**pair_env, "BENCH_ROLE": "through"}.items())
+        volumes = f"  volumes: [{{hostPath: {workdir}, containerPath: {workdir}, mode: rw}}, " + (
+            f"{{hostPath: {THROUGHPUT.parent}, containerPath: /bench}}]\n"
+        )
+        (specs / "tf.yaml").write_text(
+            _job(
+                f"tf{i}",
+                image,
+                1,
+                "[python, /bench/tf_throughput.py]",
+                1,
+                "2Gi",
+                f"  env: {{{env_yaml}}}\n{volumes}",
+            )
+        )
+        hand = client.containers.run(
+            image,
+            ["python", "/bench/tf_throughput.py"],
+            detach=True,
+            environment={**pair_env, "BENCH_ROLE": "hand"},
+            network_mode="host",
+            init=True,
+            nano_cpus=10**9,
+            mem_limit=2 << 30,
+            memswap_limit=2 << 30,
+            mounts=[
+                Mount(str(workdir), str(workdir), type="bind"),
+                Mount("/bench", str(THROUGHPUT.parent), type="bind", read_only=True),
+            ],
+        )
+        try:
+            through = subprocess.Popen(
+                [CLI_SCRIPT, "apply", str(specs), "--wait", "--timeout", "600"],
+                cwd=workdir,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            wait_for(lambda: len(list(sync.glob("ready-*"))) == 2, timeout=300, poll=0.01)  # noqa: B023
+            with open(sync / "hand.turn", "wb") as turn:
+                turn.write(b"t")
+            code = hand.wait(timeout=600)["StatusCode"]
+            hand_out = hand.logs().decode()
+            if through.wait(timeout=600) != 0 or code != 0:
+                raise RuntimeError(
+                    f"pair {i} failed: by hand {code}, apply {through.returncode}: {hand_out[-500:]}"
+                )
+        finally:
+            hand.remove(force=True)
+        through_out = run([CLI_SCRIPT, "logs", f"tf{i}"], workdir).stdout
+        run([CLI_SCRIPT, "delete", f"tf{i}"], workdir)
+        add_pair(cpu_logs, wall_logs, hand_out, through_out)
+        i += 1
+    _clean(client, workdir)
+    return overhead_results(
+        "a containerised TF job's",
+        "tfdeclare vs the same container by hand",
+        "within noise (≤ 2 %)",
+        cpu_logs,
+        wall_logs,
+    )
+
+
+def main(results: list[Result], quick: bool) -> None:
+    from tests import docker_env
+
+    try:
+        host = docker_env._running_host() or docker_env.start_private_engine()
+    except RuntimeError as err:
+        print(f"docker: no engine ({err}); nothing measured", flush=True)
+        return
+    import docker
+
+    os.environ["DOCKER_HOST"] = host
+    client = docker.DockerClient(base_url=host, timeout=600)
+    base, tensorflow = docker_env.base_image(client), docker_env.tensorflow_image(client)
+    with tempfile.TemporaryDirectory() as tmp:
+        results.append(apply_ten(client, base, Path(tmp), 3 if quick else 7))
+    with tempfile.TemporaryDirectory() as tmp:
+        results.append(adopt_hundred(client, base, Path(tmp)))
+    with tempfile.TemporaryDirectory() as tmp:
+        results.extend(tf_overhead(client, tensorflow, Path(tmp), 30 if quick else 240))

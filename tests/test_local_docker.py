@@ -1,0 +1,361 @@
+"""The local backend's Docker runtime (tfdeclare/backends/local/docker_runtime.py): what a
+task's container is made of (pure, no engine: GPUs, mounts, limits, labels), and, with a real
+engine, what the conformance suite does not ask: limits enforced by the engine, labels, the
+container removed once its end is recorded, and adoption by a restarted controller."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.backend_conformance import Harness, gang, launches, place_soon, wait_for
+from tfdeclare.backends.local.backend import LocalBackend, LocalCapacity
+from tfdeclare.backends.local.config import LocalRuntime
+from tfdeclare.backends.local.docker_runtime import (
+    BindMount,
+    _unix_time,
+    container_name,
+    container_options,
+    mounts_for,
+    owner_of,
+)
+from tfdeclare.core.enums import Role, TaskState
+from tfdeclare.core.run.tasks import GangRequest, Placement, SlotRequest, TaskKey
+from tfdeclare.core.spec.resources import Resources
+
+
+def _spec(**overrides: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "taskId": "j.a0.l1.worker-0",
+        "job": "j",
+        "role": "worker",
+        "index": 0,
+        "attempt": 0,
+        "configHash": "c" * 16,
+        "specHash": "s" * 64,
+        "argv": ["python", "train.py", "a;b"],
+        "env": {"TF_CONFIG": "{}"},
+        "cwd": "/state/local/work/j/worker-0",
+        "workDir": "/state/local/work/j/worker-0",
+        "sourceDir": "/specs",
+        "resources": [1.5, 2048, 0],
+        "gpuDevices": [],
+        "image": "tf:2",
+        "user": "1000:1000",
+        "volumes": [],
+    }
+    spec.update(overrides)
+    return spec
+
+
+# ---- GPUs: exactly the devices placed --------------------------------------------------------
+
+
+def _gpu_backend(tmp_path: Path) -> LocalBackend:
+    capacity = LocalCapacity(cpus=16, mem_mib=65536, gpus=4, port_first=32000, port_last=32999)
+    return LocalBackend(tmp_path / "state", capacity, runtime=LocalRuntime.DOCKER)
+
+
+def _devices_of(placement: Placement) -> dict[str, list[str]]:
+    """Slot -> the device ids its container's one device request names."""
+    out = {}
+    for slot in placement.slots:
+        options = container_options(_spec(gpuDevices=list(slot.gpu_devices), resources=[1, 1024, 0]), "o")
+        requests = options["device_requests"]
+        if not requests:
+            out[slot.key.name] = []
+            assert options["environment"]["NVIDIA_VISIBLE_DEVICES"] == "void"
+            continue
+        (request,) = requests
+        assert request["Driver"] == "nvidia" and request["Count"] == 0, "never 'all', never a bare count"
+        assert request["Capabilities"] == [["gpu"]]
+        assert options["environment"]["NVIDIA_VISIBLE_DEVICES"] == ",".join(request["DeviceIDs"])
+        assert "CUDA_VISIBLE_DEVICES" not in options["environment"], "the container numbers its own"
+        out[slot.key.name] = request["DeviceIDs"]
+    return out
+
+
+def test_gpu_tasks_request_exactly_the_host_devices_placed(tmp_path: Path) -> None:
+    backend = _gpu_backend(tmp_path)
+    first = backend.place(
+        GangRequest(
+            "first",
+            0,
+            (
+                SlotRequest(TaskKey(Role.CHIEF, 0), Resources(1, 1024, 1)),
+                SlotRequest(TaskKey(Role.WORKER, 0), Resources(1, 1024, 0)),
+            ),
+        )
+    )
+    second = backend.place(
+        GangRequest(
+            "second",
+            0,
+            (
+                SlotRequest(TaskKey(Role.WORKER, 0), Resources(1, 1024, 2)),
+                SlotRequest(TaskKey(Role.WORKER, 1), Resources(1, 1024, 1)),
+            ),
+        )
+    )
+    assert isinstance(first, Placement) and isinstance(second, Placement)
+    assert _devices_of(first) == {"chief-0": ["0"], "worker-0": []}
+    assert _devices_of(second) == {"worker-0": ["1", "2"], "worker-1": ["3"]}
+    backend.release(first)
+    backend.release(second)
+    backend.close()
+
+
+# ---- what a container is made of ------------------------------------------------------------
+
+
+def test_a_container_gets_the_tasks_limits_labels_network_and_argv() -> None:
+    options = container_options(_spec(), "owner1")
+    assert options["command"] == ["python", "train.py", "a;b"], "argv as a list, never a shell"
+    assert options["name"] == container_name("owner1", "j.a0.l1.worker-0")
+    assert options["network_mode"] == "host" and options["init"] is True
+    assert options["nano_cpus"] == 1_500_000_000
+    assert options["mem_limit"] == options["memswap_limit"] == 2048 << 20
+    assert options["user"] == "1000:1000"
+    assert options["working_dir"] == "/state/local/work/j/worker-0"
+    assert options["environment"]["HOME"] == "/state/local/work/j/worker-0"
+    assert options["labels"] == {
+        "tfdeclare.owner": "owner1",
+        "tfdeclare.task-id": "j.a0.l1.worker-0",
+        "tfdeclare.job": "j",
+        "tfdeclare.role": "worker",
+        "tfdeclare.index": "0",
+        "tfdeclare.attempt": "0",
+        "tfdeclare.spec-hash": "s" * 64,
+        "tfdeclare.config-hash": "c" * 16,
+    }
+    assert container_options(_spec(env={"HOME": "/home/me"}), "o")["environment"]["HOME"] == "/home/me"
+
+
+def test_mounts_are_the_tasks_folders_then_the_spec_volumes_read_only_unless_rw() -> None:
+    volumes = [
+        {"hostPath": "/data", "containerPath": "/data", "mode": "ro"},
+        {"hostPath": "/ckpt", "containerPath": "/ckpt", "mode": "rw"},
+    ]
+    assert mounts_for("/w", "/specs", volumes) == [
+        BindMount("/w", "/w", read_only=False),
+        BindMount("/specs", "/specs", read_only=True),
+        BindMount("/data", "/data", read_only=True),
+        BindMount("/ckpt", "/ckpt", read_only=False),
+    ]
+    replaced = mounts_for("/w", "/specs", [{"hostPath": "/other", "containerPath": "/specs", "mode": "rw"}])
+    assert replaced == [BindMount("/w", "/w", False), BindMount("/other", "/specs", False)]
+    assert mounts_for("/w", None, []) == [BindMount("/w", "/w", False)]
+
+
+def test_engine_times() -> None:
+    assert _unix_time("1970-01-01T00:00:10.5Z") == pytest.approx(10.5)
+    assert _unix_time("2026-12-03T16:00:00.123456789Z") == pytest.approx(1796313600.123456789)
+    assert _unix_time("0001-01-01T00:00:00Z") is None
+    assert _unix_time("") is None
+
+
+def test_the_owner_is_the_state_folder(tmp_path: Path) -> None:
+    assert owner_of(tmp_path / "a") == owner_of(tmp_path / "x" / ".." / "a") != owner_of(tmp_path / "b")
+
+
+# ---- with a real engine ----------------------------------------------------------------------
+
+
+def _harness(tmp_path: Path, base_image: str) -> Harness:
+    capacity = LocalCapacity(cpus=4, mem_mib=4096, gpus=0, port_first=33000, port_last=33999)
+    return Harness(
+        lambda: LocalBackend(tmp_path / "state", capacity, runtime=LocalRuntime.DOCKER),
+        tmp_path,
+        image=base_image,
+        python="python3",
+    )
+
+
+CGROUP = (
+    "import json, os\n"
+    "def read(*names):\n"
+    "    for name in names:\n"
+    "        if os.path.exists(name):\n"
+    "            return open(name).read().strip()\n"
+    "print('LIMITS', json.dumps({'cpu': read('/sys/fs/cgroup/cpu.max', '/sys/fs/cgroup/cpu/cpu.cfs_quota_us'),"
+    " 'mem': read('/sys/fs/cgroup/memory.max', '/sys/fs/cgroup/memory/memory.limit_in_bytes'),"
+    " 'uid': os.getuid(), 'cwd': os.getcwd(), 'work': os.environ['TFDECLARE_WORK_DIR']}), flush=True)\n"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_limits_are_enforced_by_the_engine_and_the_container_goes_once_recorded(
+    tmp_path: Path, docker_client: Any, base_image: str
+) -> None:
+    harness = _harness(tmp_path, base_image)
+    backend = harness.backend()
+    try:
+        placement = place_soon(backend, gang("limits", 1, Resources(1.5, 256, 0)))
+        (task,) = launches(harness, placement, ["python3", "-c", CGROUP], resources=Resources(1.5, 256, 0))
+        backend.launch(placement, [task])
+        tasks = wait_for(backend, lambda ts: task.task_id in ts and ts[task.task_id].state.ended, 60)
+        assert tasks[task.task_id].state is TaskState.SUCCEEDED
+        log = backend.read_log(task.task_id).data.decode()
+        limits = json.loads(log.split("LIMITS ", 1)[1].splitlines()[0])
+        assert limits["cpu"].split()[0] == "150000", limits  # 1.5 cpus of a 100000 us period
+        assert int(limits["mem"]) == 256 << 20
+        assert limits["cwd"] == limits["work"]
+        name = container_name(owner_of(tmp_path / "state" / "local"), task.task_id)
+        assert docker_client.containers.list(ignore_removed=True, all=True, filters={"name": name}) == [], (
+            "removed once recorded"
+        )
+        assert tasks[task.task_id].exit_code == 0 and tasks[task.task_id].finished_at is not None
+    finally:
+        harness.close()
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_a_restarted_controller_adopts_running_containers_without_duplicates(
+    tmp_path: Path, docker_client: Any, base_image: str
+) -> None:
+    harness = _harness(tmp_path, base_image)
+    first = harness.backend()
+    owner = owner_of(tmp_path / "state" / "local")
+    try:
+        placement = place_soon(first, gang("adopt", 3))
+        tasks = launches(harness, placement, harness.sleeper)
+        first.launch(placement, tasks)
+        ids = [t.task_id for t in tasks]
+        wait_for(first, lambda ts: all(ts.get(i) and ts[i].state is TaskState.RUNNING for i in ids), 60)
+        first.close()
+        second = harness.backend()  # a new controller over the same state
+        second.launch(placement, tasks)  # a retried launch: never a second container
+        adopted = wait_for(
+            second, lambda ts: all(ts.get(i) and ts[i].state is TaskState.RUNNING for i in ids)
+        )
+        assert {adopted[i].key.index for i in ids} == {0, 1, 2}
+        running = docker_client.containers.list(
+            ignore_removed=True, filters={"label": f"tfdeclare.owner={owner}"}
+        )
+        assert sorted(c.labels["tfdeclare.task-id"] for c in running) == sorted(ids)
+        second.stop(ids, 1.0)
+        ended = wait_for(second, lambda ts: all(ts[i].state.ended for i in ids), 30)
+        assert {ended[i].state for i in ids} == {TaskState.STOPPED}
+        assert (
+            docker_client.containers.list(
+                ignore_removed=True, all=True, filters={"label": f"tfdeclare.owner={owner}"}
+            )
+            == []
+        )
+    finally:
+        for container in docker_client.containers.list(
+            ignore_removed=True, all=True, filters={"label": f"tfdeclare.owner={owner}"}
+        ):
+            container.remove(force=True)
+        harness.close()
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+@pytest.mark.docker
+def test_a_controller_killed_mid_launch_leaves_no_duplicate_and_the_next_adopts_all(
+    tmp_path: Path, docker_client: Any, base_image: str
+) -> None:
+    """`apply` SIGKILLed while it makes a 12-container job's containers; the next `apply`
+    makes the ones that were never made, adopts the rest, and no task runs twice."""
+    from tests.conftest import cli, job_yaml
+
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "tfdeclare.yaml").write_text("local: {cpus: 64, mem: 64Gi, gpus: 0}\n")
+    (tmp_path / "specs" / "j.yaml").write_text(
+        job_yaml("crash", workers=12, command="[sleep, '300']", extra=f"  image: {base_image}\n")
+    )
+    ours = {"label": f"tfdeclare.owner={owner_of(tmp_path / '.tfdeclare' / 'local')}"}
+    first = subprocess.Popen(
+        [sys.executable, "-m", "tfdeclare", "apply", "specs"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        # ignore_removed: a container being made can be listed a moment before it can be inspected
+        while len(docker_client.containers.list(all=True, filters=ours, ignore_removed=True)) < 3:
+            assert time.monotonic() < deadline, "no container was made"
+            time.sleep(0.01)
+        first.kill()
+        first.wait()
+        again = cli("apply", "specs", cwd=tmp_path)
+        assert again.returncode == 0, again.stderr
+        deadline = time.monotonic() + 60
+        while True:  # each `status --refresh` is one more controller pass (as the daemon makes)
+            status = cli("status", "crash", "--refresh", "-o", "json", cwd=tmp_path).stdout
+            running = docker_client.containers.list(filters=ours, ignore_removed=True)
+            if len(running) == 12 and status.count('"state": "running"') == 12:
+                break
+            assert time.monotonic() < deadline, (len(running), status[-2000:])
+            time.sleep(0.2)
+        every = docker_client.containers.list(all=True, filters=ours, ignore_removed=True)
+        slots = [(c.labels["tfdeclare.role"], c.labels["tfdeclare.index"]) for c in every]
+        assert len(every) == 12 and len(set(slots)) == 12, f"a slot ran twice: {sorted(slots)}"
+        assert cli("delete", "crash", cwd=tmp_path).returncode == 0
+        deadline = time.monotonic() + 60
+        while docker_client.containers.list(filters=ours, ignore_removed=True):
+            assert time.monotonic() < deadline, "delete left containers running"
+            time.sleep(0.2)
+    finally:
+        for container in docker_client.containers.list(all=True, filters=ours, ignore_removed=True):
+            container.remove(force=True)
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_a_task_folder_whose_container_was_never_made_is_made_by_the_next_controller(
+    tmp_path: Path, docker_client: Any, base_image: str
+) -> None:
+    """The crash point between writing a task's folder and making its container: what a
+    controller killed there leaves is the folder alone (``_launch_one`` writes exactly that).
+    The next controller makes the container, once, without counting a failure."""
+    harness = _harness(tmp_path, base_image)
+    crashed = harness.backend()
+    owner = owner_of(tmp_path / "state" / "local")
+    try:
+        placement = place_soon(crashed, gang("late", 1))
+        (task,) = launches(harness, placement, harness.sleeper)
+        assert isinstance(crashed, LocalBackend)
+        assert isinstance(crashed._launch_one(task, None), tuple)  # the folder, and no container
+        crashed.release(placement)
+        crashed.close()
+        assert (
+            docker_client.containers.list(
+                ignore_removed=True, all=True, filters={"label": f"tfdeclare.owner={owner}"}
+            )
+            == []
+        )
+        after = harness.backend()
+        tasks = wait_for(after, lambda ts: ts[task.task_id].state is TaskState.RUNNING, 60)
+        assert tasks[task.task_id].exit_code is None
+        made = docker_client.containers.list(
+            ignore_removed=True, all=True, filters={"label": f"tfdeclare.owner={owner}"}
+        )
+        assert [c.labels["tfdeclare.task-id"] for c in made] == [task.task_id]
+        assert b"container was never made" in after.read_log(task.task_id).data
+        for _ in range(3):  # observing again makes nothing more
+            after.observe()
+        assert (
+            len(
+                docker_client.containers.list(
+                    ignore_removed=True, all=True, filters={"label": f"tfdeclare.owner={owner}"}
+                )
+            )
+            == 1
+        )
+    finally:
+        for container in docker_client.containers.list(
+            ignore_removed=True, all=True, filters={"label": f"tfdeclare.owner={owner}"}
+        ):
+            container.remove(force=True)
+        harness.close()

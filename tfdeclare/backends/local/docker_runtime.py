@@ -1,0 +1,296 @@
+"""The local backend's Docker runtime: the engine calls for tasks that run as containers of
+their job's ``spec.image``, through the Docker engine at ``DOCKER_HOST`` (or the default
+socket), with the ``docker`` SDK. ``containers.py`` keeps their record in the task folders.
+
+The engine is the task's supervisor: no tfdeclare process stays behind for a container. A
+container is named ``tfdeclare-<owner>-<task id>`` (the engine refuses a second container of
+one name, so a retried or concurrent launch never runs a task twice) and labelled with its
+owner (a hash of the state folder), job, role, index, attempt, task id and hashes; a later
+controller finds its containers by the owner label (one listing per pass) and adopts them.
+
+What a container gets (``container_options``): host networking (the TF port as for a
+process), ``docker-init`` as PID 1 (signals reach the command; 128+N for signal N), the
+task's environment (the image's own for what the spec does not set), the controller's user
+and group (files it writes in its folders are the user's; ``HOME`` is its working folder
+unless the spec sets it), cpu (``NanoCpus``) and memory limits (no swap beyond), GPUs as one
+device request for exactly the host devices placed (``NVIDIA_VISIBLE_DEVICES`` names the same
+ones, ``void`` for a task without GPUs), and bind mounts: its working folder (read-write) and
+its source folder (read-only) at their host paths, then the spec's ``volumes`` (read-only
+unless ``rw``; one at the same container path replaces ours). The command runs after the
+image's entrypoint, like ``docker run IMAGE COMMAND...``. Images are never pulled: one that is
+not on the engine is a ``plan``/``apply`` error (``plugin.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import os
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from tfdeclare.backends.secrets import SecretUnavailable, agent_file_argv, read_all
+from tfdeclare.backends.secrets import from_json as secrets_from_json
+
+ENGINE_TIMEOUT_S = 60.0
+PROBE_TIMEOUT_S = 3.0
+KILL_SLACK_S = 5.0  # past grace + this, a controller that sees the container still up kills it
+LABEL = "tfdeclare"  # label prefix: tfdeclare.owner, tfdeclare.job, ...
+
+
+class EngineError(Exception):
+    """The Docker engine cannot be reached, or refused what was asked."""
+
+
+def engine_address() -> str:
+    """Where the SDK looks for the engine: ``DOCKER_HOST``, else the default socket."""
+    return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+
+
+def connect(timeout: float = ENGINE_TIMEOUT_S) -> Any:
+    """A ``docker.DockerClient`` for the engine that answers a ping, or ``EngineError``."""
+    import docker
+    import docker.errors
+
+    try:
+        client = docker.from_env(timeout=math.ceil(timeout))
+        client.ping()
+    except (docker.errors.DockerException, OSError) as err:
+        raise EngineError(f"no Docker engine answers at {engine_address()}: {err}") from err
+    return client
+
+
+def owner_of(root: Path) -> str:
+    """The owner label of the containers of one state folder."""
+    return hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:12]
+
+
+def container_name(owner: str, task_id: str) -> str:
+    return f"tfdeclare-{owner}-{task_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class BindMount:
+    source: str
+    target: str
+    read_only: bool
+
+
+def mounts_for(work: str, source: str | None, volumes: Sequence[Mapping[str, Any]]) -> list[BindMount]:
+    """The task's folders at their host paths, then the spec's volumes; a volume at the same
+    container path as one of ours replaces it (the user said what is there)."""
+    spec_mounts = [BindMount(v["hostPath"], v["containerPath"], v["mode"] != "rw") for v in volumes]
+    targets = {m.target for m in spec_mounts}
+    ours = [BindMount(work, work, False)]
+    if source is not None and source != work:
+        ours.append(BindMount(source, source, True))
+    return [m for m in ours if m.target not in targets] + spec_mounts
+
+
+def device_requests(devices: Sequence[int]) -> list[Any]:
+    """One NVIDIA device request naming exactly the host devices placed, or none: never
+    ``count=-1`` ("all"), never a count that lets the engine choose."""
+    if not devices:
+        return []
+    from docker.types import DeviceRequest
+
+    return [DeviceRequest(driver="nvidia", device_ids=[str(d) for d in devices], capabilities=[["gpu"]])]
+
+
+def container_options(spec: Mapping[str, Any], owner: str) -> dict[str, Any]:
+    """The keyword arguments of ``client.containers.create`` for a task's ``task.json``."""
+    from docker.types import Mount
+
+    cpus, mem_mib, _ = spec["resources"]
+    mem_bytes = int(mem_mib) * 1024 * 1024
+    devices = [int(d) for d in spec.get("gpuDevices", [])]
+    # Secrets: the controller's (env, file, name/key) are read now, into the container's
+    # environment only (task.json keeps the references); ``agentFile`` ones are read inside the
+    # container as it starts (a file of the image or of a mounted volume).
+    secrets = secrets_from_json(spec.get("secrets", []))
+    environment = {**spec["env"], **read_all(secrets, os.environ, agent_files=False)}
+    environment["NVIDIA_VISIBLE_DEVICES"] = ",".join(str(d) for d in devices) or "void"
+    environment.setdefault("HOME", spec["workDir"])
+    labels = {
+        f"{LABEL}.owner": owner,
+        f"{LABEL}.task-id": spec["taskId"],
+        f"{LABEL}.job": spec["job"],
+        f"{LABEL}.role": spec["role"],
+        f"{LABEL}.index": str(spec["index"]),
+        f"{LABEL}.attempt": str(spec["attempt"]),
+        f"{LABEL}.spec-hash": spec["specHash"],
+        f"{LABEL}.config-hash": spec["configHash"],
+    }
+    return {
+        "image": spec["image"],
+        "command": agent_file_argv(spec["argv"], secrets),
+        "name": container_name(owner, spec["taskId"]),
+        "labels": labels,
+        "environment": environment,
+        "working_dir": spec["cwd"],
+        "user": spec["user"],
+        "network_mode": "host",
+        "init": True,
+        "nano_cpus": int(float(cpus) * 1e9),
+        "mem_limit": mem_bytes,
+        "memswap_limit": mem_bytes,
+        "shm_size": min(1 << 30, mem_bytes // 2),
+        "device_requests": device_requests(devices),
+        "mounts": [
+            Mount(m.target, m.source, type="bind", read_only=m.read_only)
+            for m in mounts_for(spec["workDir"], spec.get("sourceDir"), spec.get("volumes", []))
+        ],
+        "stdin_open": False,
+        "tty": False,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerEnd:
+    exit_code: int | None
+    finished_at: float
+    message: str
+
+
+def _unix_time(stamp: str) -> float | None:
+    """The engine's time (RFC 3339 in UTC, nanoseconds: ``...T16:00:00.123456789Z``) as unix
+    seconds; None for its zero time."""
+    if not stamp or stamp.startswith("0001-"):
+        return None
+    head, _, fraction = stamp.rstrip("Z").partition(".")
+    try:
+        return datetime.fromisoformat(head + "+00:00").timestamp() + float("0." + (fraction or "0"))
+    except ValueError:
+        return None
+
+
+class DockerRuntime:
+    """The engine's side of the local backend's containers (one per backend instance)."""
+
+    def __init__(self, owner: str) -> None:
+        self.owner = owner
+        self._client: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def client(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                self._client = connect()
+            return self._client
+
+    def listing(self) -> dict[str, str]:
+        """Container name -> state (``created``, ``running``, ``exited``, ...) of every
+        container of this owner: one request."""
+        import docker.errors
+
+        try:
+            found = self.client.api.containers(all=True, filters={"label": f"{LABEL}.owner={self.owner}"})
+        except (docker.errors.DockerException, OSError) as err:
+            raise EngineError(f"cannot list containers at {engine_address()}: {err}") from err
+        return {c["Names"][0].lstrip("/"): c["State"] for c in found if c.get("Names")}
+
+    def run(self, spec: Mapping[str, Any]) -> str:
+        """Create and start the task's container (a container of that name already there is
+        started if it has not been); its id."""
+        import docker.errors
+
+        name = container_name(self.owner, spec["taskId"])
+        try:
+            try:
+                container = self.client.containers.create(**container_options(spec, self.owner))
+            except docker.errors.APIError as err:
+                if err.status_code != 409:  # 409: the name is taken: made by an earlier launch
+                    raise
+                container = self.client.containers.get(name)
+            if container.status == "created":
+                container.start()
+        except (docker.errors.DockerException, OSError) as err:
+            raise EngineError(_explain(err)) from err
+        except SecretUnavailable as err:
+            raise EngineError(str(err)) from None
+        return str(container.id)
+
+    def start(self, name: str) -> None:
+        """Start a container that was made but not started (its launch was interrupted)."""
+        import docker.errors
+
+        try:
+            self.client.api.start(name)
+        except (docker.errors.DockerException, OSError) as err:
+            raise EngineError(_explain(err)) from err
+
+    def end(self, name: str) -> ContainerEnd:
+        """How an ended container ended."""
+        import docker.errors
+
+        try:
+            state = self.client.api.inspect_container(name)["State"]
+        except (docker.errors.DockerException, OSError) as err:
+            raise EngineError(_explain(err)) from err
+        code = state.get("ExitCode")
+        message = ""
+        if state.get("OOMKilled"):
+            message = "killed by the kernel: out of memory (resources.mem is its limit)"
+        elif state.get("Error"):
+            message = str(state["Error"])
+        finished = _unix_time(state.get("FinishedAt", "")) or time.time()
+        return ContainerEnd(code if isinstance(code, int) else None, finished, message)
+
+    def logs(self, name: str) -> tuple[bytes, bool] | None:
+        """The container's output so far (stdout and stderr as written) and whether it has
+        ended (no more will come), or None if there is no such container."""
+        import docker.errors
+
+        try:
+            ended = self.client.api.inspect_container(name)["State"]["Status"] in ("exited", "dead")
+            data: bytes = self.client.api.logs(name, stdout=True, stderr=True)
+        except docker.errors.NotFound:
+            return None
+        except (docker.errors.DockerException, OSError) as err:
+            raise EngineError(_explain(err)) from err
+        return data, ended
+
+    def remove(self, name: str) -> None:
+        import docker.errors
+
+        try:
+            self.client.api.remove_container(name, force=True)
+        except docker.errors.NotFound:
+            pass
+        except (docker.errors.DockerException, OSError) as err:
+            raise EngineError(_explain(err)) from err
+
+    def stop(self, name: str, grace_s: float) -> None:
+        """SIGTERM now, SIGKILL after the grace period, done by the engine (which goes on
+        when this process exits); returns at once."""
+        import docker.errors
+
+        def stop() -> None:
+            with contextlib.suppress(docker.errors.DockerException, OSError):
+                self.client.api.stop(name, timeout=math.ceil(grace_s))
+
+        threading.Thread(target=stop, name=f"stop-{name}", daemon=True).start()
+
+    def kill(self, name: str) -> None:
+        import docker.errors
+
+        with contextlib.suppress(docker.errors.DockerException, OSError):
+            self.client.api.kill(name)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+
+def _explain(err: Exception) -> str:
+    explanation = getattr(err, "explanation", None)
+    return f"the Docker engine at {engine_address()} refused: {explanation or err}"
