@@ -505,7 +505,7 @@ def check_secrets_reach_the_task_and_nothing_else(harness: Harness) -> None:
         placement = place_soon(backend, gang("secrets", 1))
         tasks = [
             replace(t, secrets=refs)
-            for t in launches(harness, placement, [PY, "-c", script, str(out), *values])
+            for t in launches(harness, placement, [harness.python, "-c", script, str(out), *values])
         ]
         backend.launch(placement, tasks)
         done = wait_for(backend, ended([tasks[0].task_id]))
@@ -517,7 +517,9 @@ def check_secrets_reach_the_task_and_nothing_else(harness: Harness) -> None:
                 assert not any(v.encode() in data for v in values.values()), path
         missing = (("FROM_FILE", SecretRef(SecretSource.FILE, str(harness.workdir / "missing"))),)
         placement = place_soon(backend, gang("secrets-missing", 1))
-        tasks = [replace(t, secrets=missing) for t in launches(harness, placement, [PY, "-c", "pass"])]
+        tasks = [
+            replace(t, secrets=missing) for t in launches(harness, placement, [harness.python, "-c", "pass"])
+        ]
         try:
             backend.launch(placement, tasks)
         except BackendError as err:
