@@ -18,8 +18,9 @@ import pytest
 
 from tests.controller_world import World, job_text
 from tfdeclare.backends import registry
-from tfdeclare.core.config import SecretRef, WebhookConfig
-from tfdeclare.core.enums import Phase, Role
+from tfdeclare.core.config import WebhookConfig
+from tfdeclare.core.enums import Phase, Role, SecretSource
+from tfdeclare.core.spec.secrets import SecretRef
 from tfdeclare.daemon import webhooks
 from tfdeclare.daemon.service import Daemon, DaemonOptions
 from tfdeclare.daemon.sources import FolderSource
@@ -121,12 +122,12 @@ def test_config_section_parsed_with_defaults_and_secret_references() -> None:
     assert first == WebhookConfig(
         "webhook 1",
         "https://hooks.example.com/t",
-        {"Authorization": SecretRef(env="HOOK_TOKEN"), "X-Team": "vision"},
+        {"Authorization": SecretRef(SecretSource.ENV, "HOOK_TOKEN"), "X-Team": "vision"},
         frozenset({Phase.SUCCEEDED, Phase.FAILED}),
         5.0,
         5,
     )
-    assert second.name == "chat" and second.url == SecretRef(file="/cfg/chat-url")
+    assert second.name == "chat" and second.url == SecretRef(SecretSource.FILE, "/cfg/chat-url")
     assert second.phases == frozenset(Phase) and second.timeout_s == 2.0 and second.max_attempts == 5
 
 
@@ -145,7 +146,10 @@ def test_delivered_after_retries_with_secret_header_never_logged(
     receiver.answers = [503, 500]
     results = Results()
     hook = WebhookConfig(
-        "ops", receiver.url, {"Authorization": SecretRef(env="HOOK_TOKEN")}, frozenset({Phase.FAILED})
+        "ops",
+        receiver.url,
+        {"Authorization": SecretRef(SecretSource.ENV, "HOOK_TOKEN")},
+        frozenset({Phase.FAILED}),
     )
     notifier = Notifier((hook,), results)
     caplog.set_level(logging.INFO, logger="tfdeclare")
@@ -184,7 +188,7 @@ def test_a_final_answer_is_not_retried_and_a_missing_secret_is_reported(
     results = Results()
     hooks = (
         WebhookConfig("gone", receiver.url),
-        WebhookConfig("unset", SecretRef(env="TFDECLARE_TEST_NO_SUCH_VARIABLE")),
+        WebhookConfig("unset", SecretRef(SecretSource.ENV, "TFDECLARE_TEST_NO_SUCH_VARIABLE")),
     )
     notifier = Notifier(hooks, results)
     try:
@@ -195,7 +199,7 @@ def test_a_final_answer_is_not_retried_and_a_missing_secret_is_reported(
     assert len(receiver.requests) == 1
     assert "gone: job a Failed answered HTTP 404; not retried" in caplog.text
     assert (
-        "unset: not sent (job a Failed): environment variable TFDECLARE_TEST_NO_SUCH_VARIABLE is not set"
+        "unset: not sent (job a Failed): webhook: the variable TFDECLARE_TEST_NO_SUCH_VARIABLE is not set"
         in (caplog.text)
     )
 

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tfdeclare.core.diagnostics import Diagnostic, JsonPath
-from tfdeclare.core.enums import Phase
+from tfdeclare.core.enums import Phase, SecretSource
 from tfdeclare.core.spec.documents import parse_documents
 from tfdeclare.core.spec.policy import PolicyConfig, Quota
 from tfdeclare.core.spec.resources import QuantityError, parse_mem_mib
 from tfdeclare.core.spec.schema import Schema
-from tfdeclare.core.spec.secrets import SecretsConfig
+from tfdeclare.core.spec.secrets import SecretRef, SecretsConfig
 
 
 class ConfigProblem(Exception):
@@ -53,21 +53,6 @@ class DaemonConfig:
     token_for_reads: bool = False
     allowed_signers: str | None = None  # git mode: verify heads against these SSH keys
     gpg_keyring: str | None = None  # or these OpenPGP keys
-
-
-@dataclass(frozen=True, slots=True)
-class SecretRef:
-    """A value read only when it is used, never stored or logged: the controller's environment
-    variable ``env``, or the file ``file`` on the controller (its content, one trailing newline
-    dropped). The ``{secretRef: {env|file: ...}}`` shape of the security issue's secret
-    references."""
-
-    env: str | None = None
-    file: str | None = None
-
-    @property
-    def description(self) -> str:
-        return f"environment variable {self.env}" if self.env is not None else f"file {self.file}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,12 +150,13 @@ def parse_config(
 
 
 def _secret(value: str | Mapping[str, Any], base_dir: str | None) -> str | SecretRef:
+    """A webhook's value, or its reference (a relative file from the config file's folder)."""
     if isinstance(value, str):
         return value
-    ref = value["secretRef"]
-    if "file" in ref and base_dir is not None:
-        return SecretRef(file=posixpath.join(base_dir, ref["file"]))
-    return SecretRef(env=ref.get("env"), file=ref.get("file"))
+    ref = SecretRef.from_json(value)
+    if ref.source is SecretSource.FILE and base_dir is not None:
+        return SecretRef(SecretSource.FILE, posixpath.join(base_dir, ref.where))
+    return ref
 
 
 def _webhook(index: int, entry: Mapping[str, Any], base_dir: str | None) -> WebhookConfig:

@@ -31,9 +31,11 @@ from typing import Any
 import httpx
 
 from tfdeclare import __version__
-from tfdeclare.core.config import SecretRef, WebhookConfig
+from tfdeclare.backends.secrets import SecretUnavailable, read_secret
+from tfdeclare.core.config import WebhookConfig
 from tfdeclare.core.enums import Phase
 from tfdeclare.core.run.record import rfc3339
+from tfdeclare.core.spec.secrets import SecretRef
 
 log = logging.getLogger("tfdeclare.daemon")
 
@@ -78,26 +80,9 @@ class PhaseChange:
         }
 
 
-class SecretUnavailable(Exception):
-    pass
-
-
 def resolve(value: str | SecretRef) -> str:
-    """A config value, its secret read now."""
-    if isinstance(value, str):
-        return value
-    if value.env is not None:
-        found = os.environ.get(value.env)
-        if found is None:
-            raise SecretUnavailable(f"{value.description} is not set")
-        return found
-    assert value.file is not None
-    try:
-        with open(value.file, encoding="utf-8") as handle:
-            return handle.read().removesuffix("\n")
-    except (OSError, UnicodeError) as err:
-        reason = err.strerror if isinstance(err, OSError) else str(err)
-        raise SecretUnavailable(f"cannot read {value.description}: {reason}") from None
+    """A config value, its secret read now (``SecretUnavailable`` names no value)."""
+    return value if isinstance(value, str) else read_secret("webhook", value, os.environ)
 
 
 class _Webhook:
