@@ -314,6 +314,15 @@ def test_plan_names_an_image_the_engine_does_not_have(
         _write(workdir, f"  image: '{present}'\n")
         result = cli("plan", "specs", cwd=workdir)
         assert result.returncode == 0 and "+ j will be created" in result.stdout, result.stderr
+    # a role's own image (Kubeflow parity) is checked like the job's
+    spec = workdir / "specs" / "j.yaml"
+    spec.write_text(
+        spec.read_text().replace("worker: {count: 1,", "worker: {count: 1, image: tfdeclare-no-such:2,")
+    )
+    result = cli("plan", "specs", cwd=workdir)
+    assert result.returncode == 1
+    assert "error: the Docker engine has no image tfdeclare-no-such:2" in result.stderr, result.stderr
+    assert "(at $.spec.replicas.worker.image)" in result.stderr
 
 
 def test_plan_on_mesos_with_docker_refuses_gpus(workdir: Path) -> None:

@@ -106,31 +106,35 @@ def _engine_images() -> set[str] | str:
 
 
 def check_environment(config: LocalConfig, job: LoadedJob, at: Locate) -> list[Diagnostic]:
-    """A container job needs an engine that answers and holds its image (a name without a
-    tag means ``:latest``, as for ``docker run``)."""
-    image = job.canonical["spec"]["image"]
-    if not config.runtime.uses_docker(image):
+    """A container job needs an engine that answers and holds its images, the job's and each
+    role's own (a name without a tag means ``:latest``, as for ``docker run``)."""
+    spec = job.canonical["spec"]
+    named: list[tuple[JsonPath, str]] = [(("spec", "image"), spec["image"])] if spec["image"] else []
+    named += [
+        (("spec", "replicas", r, "image"), e["image"]) for r, e in spec["replicas"].items() if "image" in e
+    ]
+    if config.runtime is LocalRuntime.PROCESS or (not named and not config.runtime.uses_docker(None)):
         return []
     images = _engine_images()
     if isinstance(images, str):
+        where = named[0][0] if named else ("spec",)
         return [
             at(
-                ("spec", "image"),
+                where,
                 f"this job runs in containers, but {images}; start the engine (or set "
-                "DOCKER_HOST), or set local.runtime to process and remove spec.image",
+                "DOCKER_HOST), or set local.runtime to process and remove its images",
             )
         ]
-    if image is None:
-        return []
-    wanted = image if ":" in image.rsplit("/", 1)[-1] or "@" in image else f"{image}:latest"
-    if wanted not in images and image not in images:
-        return [
-            at(
-                ("spec", "image"),
-                f"the Docker engine has no image {image}: build it (make images) or docker pull "
-                "it first; tfdeclare never pulls",
-            )
-        ]
+    for path, image in named:
+        wanted = image if ":" in image.rsplit("/", 1)[-1] or "@" in image else f"{image}:latest"
+        if wanted not in images and image not in images:
+            return [
+                at(
+                    path,
+                    f"the Docker engine has no image {image}: build it (make images) or docker "
+                    "pull it first; tfdeclare never pulls",
+                )
+            ]
     return []
 
 
