@@ -137,6 +137,8 @@ def test_a_token_guards_sync_and_if_asked_the_reads(token_server: tuple[DaemonSe
         assert ask(server, "POST", "/sync", given) == 401, given
         assert ask(server, "GET", "/jobs", given) == 401, given
         assert ask(server, "GET", "/metrics", given) == 401, given
+        assert ask(server, "GET", "/", given) == 401, given  # the status page
+        assert ask(server, "GET", "/jobs/a/logs?task=worker:0", given) == 401, given
     assert endpoints.syncs == 0
     assert ask(server, "GET", "/healthz") == 200  # probes need no token
     good = {"Authorization": f"Bearer {TOKEN}"}

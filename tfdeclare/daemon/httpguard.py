@@ -6,9 +6,10 @@
 - **Origin**, when a browser sends one with a ``POST``, must be one of those hosts, on our
   port (a page elsewhere cannot make us sync). Else 403.
 - **Token**: with ``daemon.tokenFile``/``tokenEnv`` set, ``POST /sync`` needs
-  ``Authorization: Bearer <token>`` (and so do ``/jobs`` and ``/metrics`` with
-  ``daemon.tokenForReads``; ``/healthz`` stays open for probes). Else 401. The daemon refuses
-  to listen on anything but loopback without a token (``check_listen``).
+  ``Authorization: Bearer <token>`` (and so does every read — the page, ``/jobs``, logs,
+  ``/metrics`` — with ``daemon.tokenForReads``; ``/healthz`` stays open for probes). Else
+  401. The daemon refuses to listen on anything but loopback without a token
+  (``check_listen``).
 - **Size**: a request with a body over 1 KiB is refused (413) unread; none of ours has one.
 
 Pure: the server passes the method, path, headers and its own port in.
@@ -57,7 +58,8 @@ def check_listen(host: str, policy: AccessPolicy) -> str | None:
         return (
             f"refusing to serve the HTTP endpoints on {host} without a token: anyone who can reach it "
             "could trigger syncs and read every job's status. Set daemon.tokenFile or daemon.tokenEnv "
-            "in the config (and daemon.tokenForReads to guard /jobs and /metrics too), or listen on 127.0.0.1"
+            "in the config (and daemon.tokenForReads to guard the page, /jobs, logs and /metrics "
+            "too), or listen on 127.0.0.1"
         )
     return None
 
