@@ -447,6 +447,8 @@ def test_clients_that_hang_up_leave_no_traceback_in_the_log(cwd: Path) -> None:
 
     daemon = Daemon(cwd, "--specs", "specs", "--interval", "5")
     try:
+        # Healthy once its first pass is done (until then /healthz says the pass is due: 503).
+        wait_until(lambda: daemon.get("/healthz")[0] == 200)
         host, port = daemon.url.removeprefix("http://").rstrip("/").split(":")
         for path in ["/jobs", "/metrics", "/healthz"] * 20:
             with socket.create_connection((host, int(port))) as client:
