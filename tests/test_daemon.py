@@ -318,12 +318,14 @@ def test_unreachable_remote_keeps_the_jobs_and_is_reported(cwd: Path, repo: tupl
     daemon = Daemon(cwd, "--git", f"file://{remote}", "--path", "jobs", "--interval", "0.5")
     try:
         wait_until(lambda: len(pids(outputs)) == 1)
+        wait_until(lambda: daemon.get("/healthz")[0] == 200)  # the first pass is done (503 before)
         remote.rename(remote.with_name("gone.git"))
-        wait_until(lambda: daemon.get("/healthz")[0] == 503)
-        _, detail = daemon.get("/healthz")
+        wait_until(lambda: daemon.get("/healthz")[1]["sourceError"] is not None)
+        code, detail = daemon.get("/healthz")
+        assert code == 503, detail
         assert detail["sourceError"] == (
             f"git: '{remote}' does not appear to be a git repository; Could not read from remote repository."
-        )
+        ), (detail, daemon.text()[-3000:])
         assert alive(pids(outputs)[0])
         assert "source unavailable, the last applied state keeps running" in daemon.text()
     finally:
