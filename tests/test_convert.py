@@ -4,7 +4,6 @@ real TensorFlow run — a converted manifest applies and trains on the local bac
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shutil
 import textwrap
@@ -148,7 +147,6 @@ TRAINING = """\
 
 @pytest.mark.tf
 @pytest.mark.e2e
-@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="TensorFlow is not installed")
 def test_a_converted_manifest_trains_on_the_local_backend_and_is_cleaned_up_after_its_ttl(
     tmp_path: Path,
 ) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.components import missing
 from tests.conftest import cli
 from tests.controller_world import World, daemon_running, job_text
 from tfdeclare.core.diagnostics import Code
@@ -153,10 +154,9 @@ def test_signed_heads_only_with_ssh_allowed_signers(tmp_path: Path) -> None:
     assert restarted.sync().commit == later and rejection(restarted)[0] == unsigned
 
 
-@pytest.mark.skipif(
-    shutil.which("gpg") is None and os.environ.get("CI") != "true", reason="needs gpg (gnupg)"
-)
 def test_signed_heads_only_with_a_gpg_keyring(tmp_path: Path) -> None:
+    if shutil.which("gpg") is None:
+        missing("needs gpg (gnupg)")
     home = tmp_path / "gnupg-ada"
     home.mkdir(mode=0o700)
     gpg_env = {"GNUPGHOME": str(home)}

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests.components import missing
 from tests.mesos_script_server import Reply, Request, ScriptServer, Stream, new_uuid
 from tfdeclare.backends.mesos import (
     AuthenticationError,
@@ -723,7 +724,7 @@ def test_zookeeper_leader_change_resubscribes(
 @pytest.fixture(scope="module")
 def tls_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     if shutil.which("openssl") is None:
-        pytest.skip("openssl is not installed")
+        missing("openssl is not installed")
     d = tmp_path_factory.mktemp("tls")
     cert, key = d / "cert.pem", d / "key.pem"
     subprocess.run(

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.chaos import local_tasks
+from tests.components import missing
 from tests.conftest import cli
 from tests.test_e2e_local import project, spec, status_of, wait_until
 
@@ -68,9 +69,7 @@ def full_status_disk(project: Path) -> Iterator[Path]:
     status.mkdir(exist_ok=True)
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(status)], check=False)
     if mounted.returncode != 0:
-        if os.environ.get("CI") == "true":  # CI runs as root: there a skip would hide a lost test
-            pytest.fail("cannot mount a tmpfs (CI must run as root)")
-        pytest.skip("cannot mount a tmpfs here (not root)")
+        missing("cannot mount a tmpfs here (not root)")  # CI runs as root
     try:
         yield status
     finally:

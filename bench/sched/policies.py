@@ -19,6 +19,7 @@ from __future__ import annotations
 import heapq
 import random
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -59,14 +60,15 @@ class SimJob:
 Commit = Callable[[SimJob, str, Resources, int], None]
 
 
-class Policy:
+class Policy(ABC):
     name = ""
 
     def __init__(self) -> None:
         self.decision_s: list[float] = []  # CPU time of each decision (one job, or one offer for greedy)
 
+    @abstractmethod
     def schedule(self, now: float, pending: Sequence[SimJob], cluster: Cluster, commit: Commit) -> None:
-        raise NotImplementedError
+        """Place what it will of ``pending`` on ``cluster`` now, through ``commit``."""
 
     def wake_at(self, now: float, pending: Sequence[SimJob]) -> float | None:
         """When the policy would decide differently with no event in between (None: never)."""

@@ -38,6 +38,7 @@ import json
 import os
 import subprocess
 import threading
+from abc import abstractmethod
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -208,11 +209,13 @@ class ContainerRunner(ProcessRunner):
         self.started = False
         self._pending_kill: float | None = None
 
+    @abstractmethod
     def argv(self) -> list[str]:
-        raise NotImplementedError
+        """The command line that starts the container (``RunOptionsError``: refused)."""
 
+    @abstractmethod
     def signal_container(self, grace: float) -> None:
-        raise NotImplementedError
+        """Ask the container to stop, killing it after ``grace`` seconds."""
 
     def launch_error(self, error: str) -> str:
         return error
