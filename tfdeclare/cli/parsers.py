@@ -163,6 +163,18 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     delete.set_defaults(handler="tfdeclare.cli.run_commands:cmd_delete")
 
+    gc = sub.add_parser(
+        "gc",
+        parents=[common],
+        help="remove git snapshots no job uses (also those kept for files tasks wrote in them)",
+        description="Remove the daemon's git snapshots that no job record or live task uses, "
+        "including those it keeps because they hold files their commit does not (written by a "
+        "task). Takes the controller lock: stop the daemon first.",
+    )
+    gc.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
+    gc.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    gc.set_defaults(handler="tfdeclare.cli.gc_command:cmd_gc")
+
 
 def _completion_command(sub: Any) -> None:
     completion = sub.add_parser(
