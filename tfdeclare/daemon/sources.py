@@ -360,7 +360,9 @@ class GitSource:
         except (git.GitCommandError, OSError) as err:  # unknown then: keep it, lose no file
             why = git_problem(err) if isinstance(err, git.GitCommandError) else str(err)
             return [f"(cannot compare it with the commit: {why})"]
-        return [item[3:] for item in str(out).split("\0") if item]
+        # XY PATH: Y is the work tree against the commit's index (X compares with the clone's
+        # HEAD, which is not the snapshot's commit); ?? untracked, !! ignored
+        return [item[3:] for item in str(out).split("\0") if len(item) > 3 and item[1] != " "]
 
     def _set_aside(self) -> None:
         if self.clone_dir.exists():
