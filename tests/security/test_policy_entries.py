@@ -1,6 +1,6 @@
 """Issue 20: whoever can push a spec gets only what policy allows, through every field that
 names a path or an image, in every form (job, role, TensorBoard, Kubeflow), by every entry
-(validate, plan, apply, standard input, a hand-edited saved plan, the daemon).
+(validate, plan, apply, standard input, convert, a hand-edited saved plan, the daemon).
 
 A property test generates hostile values (``..`` chains, links out of the folder, the state,
 status and engine-socket paths, unlisted images) for each field and shows each refused with
@@ -174,7 +174,7 @@ BENIGN = {
     "logdir": ["runs", "../chief-0/logs", "gs://bucket/runs"],
     "image": [GOOD_IMAGE, "registry.example.com/team/tf@sha256:" + "a" * 64],
 }
-ENTRIES = ("validate", "plan", "apply", "stdin")
+ENTRIES = ("validate", "plan", "apply", "stdin", "convert")
 
 
 def make_project(root: Path) -> Path:
@@ -228,7 +228,7 @@ def run_entry(project: Path, entry: str, text: str) -> tuple[int, str, str]:
         return code, err.getvalue(), "<stdin>"
     (project / "specs" / "bad.yaml").write_text(text)
     with inside(project) as err:
-        code = main([entry, "specs"])
+        code = main([entry, "specs/bad.yaml" if entry == "convert" else "specs"])
     return code, err.getvalue(), "specs/bad.yaml"
 
 
@@ -272,7 +272,7 @@ def test_benign_values_of_every_field_are_accepted(tmp_path: Path, name: str) ->
     project = make_project(tmp_path)
     for value in BENIGN[form.kind]:
         text = spec_text(form, fill(value, project))
-        for entry in ("validate", "plan", "stdin"):
+        for entry in ("validate", "plan", "stdin", "convert"):
             code, stderr, _ = run_entry(project, entry, text)
             assert code == 0, (name, value, entry, stderr)
 

@@ -79,10 +79,12 @@ def _specs_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     version.set_defaults(handler="tfdeclare.cli.specs_commands:cmd_version")
     convert = sub.add_parser(
         "convert",
+        parents=[common],
         help="write Kubeflow TFJob manifests as native tfdeclare specs, comments kept",
         description="Convert Kubeflow kubeflow.org/v1 TFJob manifests to tfdeclare/v1 specs, keeping "
         "comments and key order. Prints to stdout unless --write. What cannot be carried over is a "
-        "warning (and a comment atop the converted document). Example: tfdeclare convert tfjob.yaml",
+        "warning (and a comment atop the converted document). A manifest the config's policy or the "
+        "backend refuses is an error, as in validate. Example: tfdeclare convert tfjob.yaml",
     )
     convert.add_argument("files", nargs="+", metavar="FILE")
     convert.add_argument(
