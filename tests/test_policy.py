@@ -169,7 +169,7 @@ def test_a_mount_above_the_state_folder_is_refused_but_a_working_folder_above_it
 def test_require_image_refuses_bare_processes() -> None:
     checks = policy_checks(PolicyConfig(require_image=True), ())
     (problem,) = load_file("x.yaml", spec("x").encode(), checks).diagnostics
-    assert "policy.requireImage" in problem.message and problem.json_path == "$.spec"
+    assert "policy.requireImage" in problem.message and problem.json_path == "$.spec.replicas.worker"
 
 
 def test_every_rule_is_described_in_the_config_schema() -> None:

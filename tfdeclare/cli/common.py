@@ -7,6 +7,7 @@ Exit codes (contract §3): 0 success, 1 user or environment error, 2 plan has ch
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -20,7 +21,7 @@ from tfdeclare.cli import terminal
 from tfdeclare.core.config import Config
 from tfdeclare.core.diagnostics import Diagnostic
 from tfdeclare.core.spec.loader import SpecCheck
-from tfdeclare.core.spec.policy import policy_checks
+from tfdeclare.core.spec.policy import SpecSources, policy_checks
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -39,12 +40,29 @@ class UserError(Exception):
         self.diagnostics = tuple(diagnostics)
 
 
+# Container engines' sockets: a task that reaches one starts containers of its own, with any
+# host folder mounted (on this machine and, at their default paths, on Mesos agents).
+ENGINE_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock", "/run/containerd", "/var/run/containerd")
+
+
+def engine_sockets() -> tuple[str, ...]:
+    """The default engine sockets and the one ``DOCKER_HOST`` names, if a local one."""
+    host = os.environ.get("DOCKER_HOST", "")
+    named = (host.removeprefix("unix://"),) if host.startswith("unix://") else ()
+    return tuple(dict.fromkeys((*named, *ENGINE_SOCKETS)))
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     config: Config
     state_dir: Path
     status_dir: Path
     config_path: Path | None
+    sources: SpecSources | None = None  # where the specs are read from (the source-folder rule)
+
+    def reading(self, sources: SpecSources) -> Settings:
+        """These settings for specs read from ``sources``."""
+        return replace(self, sources=sources)
 
     @property
     def backend(self) -> str:
@@ -77,7 +95,7 @@ class Settings:
         the config's policy, and what the chosen backend cannot honour."""
         reserved = (str(self.state_dir), str(self.status_dir))
         return (
-            *policy_checks(self.config.policy, reserved, self.config.secrets),
+            *policy_checks(self.config.policy, reserved, self.config.secrets, self.sources, engine_sockets()),
             partial(self.plugin.check_job, self.backend_config),
         )
 

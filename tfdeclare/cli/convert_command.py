@@ -3,8 +3,8 @@
 To stdout by default (several files: one YAML stream, documents separated by ``---``);
 ``--write`` rewrites each file in place, atomically (a file without a Kubeflow TFJob is left
 alone). A file with errors is not converted: its diagnostics are printed and the exit code
-is 1. What cannot be carried over is printed as warnings and listed atop the converted
-document.
+is 1. Errors include what ``validate`` reports: the config's policy and the backend's rules.
+What cannot be carried over is printed as warnings and listed atop the converted document.
 """
 
 from __future__ import annotations
@@ -12,14 +12,23 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tfdeclare.cli.common import EXIT_ERROR, EXIT_OK, UserError, print_diagnostics, stdout_write
+from tfdeclare.cli.common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    UserError,
+    print_diagnostics,
+    settings_from,
+    stdout_write,
+)
 from tfdeclare.core.spec.loader import load_file
 from tfdeclare.files import write_atomic
+from tfdeclare.shell.sources import spec_sources
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
     from tfdeclare.shell.convert import convert_text  # ruamel.yaml: only this command needs it
 
+    settings = settings_from(args)
     failed = False
     outputs: list[str] = []
     for name in args.files:
@@ -28,7 +37,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
             data = path.read_bytes()
         except OSError as err:
             raise UserError(f"{name}: cannot read: {err.strerror or err}") from err
-        result = load_file(name, data)
+        result = load_file(name, data, settings.reading(spec_sources([name])).spec_checks)
         print_diagnostics(result.diagnostics)
         if result.has_errors:
             failed = True

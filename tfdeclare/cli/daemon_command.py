@@ -26,7 +26,7 @@ from tfdeclare.daemon.server import DaemonServer
 from tfdeclare.daemon.service import Daemon, DaemonOptions, Source
 from tfdeclare.daemon.signatures import SignaturePolicy, SignatureSetupError
 from tfdeclare.daemon.sources import FolderSource, GitSettings, GitSource, SourceError
-from tfdeclare.shell.sources import SpecFiles
+from tfdeclare.shell.sources import SpecFiles, spec_sources
 
 
 class _JsonFormatter(logging.Formatter):
@@ -70,7 +70,7 @@ def _setup_logging(fmt: str) -> None:
         library.propagate = False
 
 
-def _folders_in_use(controller: Controller) -> set[str]:
+def folders_in_use(controller: Controller) -> set[str]:
     """The source folders that job records and live tasks refer to (their git snapshots are
     kept)."""
     used = {r.source_dir for r in controller.store.records().values() if r.source_dir}
@@ -167,10 +167,11 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     with locked(settings, "daemon", source=source.description), controller_for(settings) as controller:
         controller.base_dir = base_dir
         if isinstance(source, GitSource):
-            source.in_use = lambda: _folders_in_use(controller)
+            source.in_use = lambda: folders_in_use(controller)
+        sources = spec_sources([source.specs_path], base_dir if args.git else None)
         files = SpecFiles(
             [source.specs_path],
-            checks=settings.launch_checks,
+            checks=settings.reading(sources).launch_checks,
             exclude=(settings.state_dir, settings.status_dir),
             base=base_dir if args.git else None,
         )

@@ -42,6 +42,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "tfdeclare logs bert -o json | jq -r 'select(.task == \"chief-0\") | .line'",
     ),
     "delete": ("tfdeclare delete bert", "tfdeclare delete --all --timeout 300"),
+    "gc": ("tfdeclare gc --dry-run", "tfdeclare gc --state-dir /var/lib/tfdeclare"),
     "daemon": (
         "tfdeclare daemon --specs specs/",
         "tfdeclare daemon --git https://github.com/OWNER/jobs.git --branch main --path specs --prune",

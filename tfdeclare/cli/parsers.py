@@ -79,10 +79,12 @@ def _specs_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     version.set_defaults(handler="tfdeclare.cli.specs_commands:cmd_version")
     convert = sub.add_parser(
         "convert",
+        parents=[common],
         help="write Kubeflow TFJob manifests as native tfdeclare specs, comments kept",
         description="Convert Kubeflow kubeflow.org/v1 TFJob manifests to tfdeclare/v1 specs, keeping "
         "comments and key order. Prints to stdout unless --write. What cannot be carried over is a "
-        "warning (and a comment atop the converted document). Example: tfdeclare convert tfjob.yaml",
+        "warning (and a comment atop the converted document). A manifest the config's policy or the "
+        "backend refuses is an error, as in validate. Example: tfdeclare convert tfjob.yaml",
     )
     convert.add_argument("files", nargs="+", metavar="FILE")
     convert.add_argument(
@@ -162,6 +164,18 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         help="json: deleted and missing names",
     )
     delete.set_defaults(handler="tfdeclare.cli.run_commands:cmd_delete")
+
+    gc = sub.add_parser(
+        "gc",
+        parents=[common],
+        help="remove git snapshots no job uses (also those kept for files tasks wrote in them)",
+        description="Remove the daemon's git snapshots that no job record or live task uses, "
+        "including those it keeps because they hold files their commit does not (written by a "
+        "task). Takes the controller lock: stop the daemon first.",
+    )
+    gc.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
+    gc.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    gc.set_defaults(handler="tfdeclare.cli.gc_command:cmd_gc")
 
 
 def _completion_command(sub: Any) -> None:

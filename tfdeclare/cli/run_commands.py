@@ -45,6 +45,7 @@ from tfdeclare.core.spec.loader import LoadedJob, Locate, SourceRef
 from tfdeclare.core.spec.model import fingerprint
 from tfdeclare.core.tone import PHASE_TONES, Painter, Tone, plain
 from tfdeclare.shell.lock import ControllerLock
+from tfdeclare.shell.sources import spec_sources
 from tfdeclare.shell.statuswriter import StatusWriter
 from tfdeclare.shell.store import StateError, StateStore
 
@@ -110,9 +111,10 @@ def _saved_plan(path: str, settings: Settings, store: StateStore) -> tuple[Plan,
         )
         for name, entry in desired_specs.items()
     }
-    problems = [
-        p for job in jobs.values() for check in settings.spec_checks for p in check(job, _locate(job))
-    ]
+    # the paths the plan was made from, as given then (relative to this same folder: the state
+    # folder matched): a hand-edited spec is judged where its file lies, like any other
+    checks = settings.reading(spec_sources([str(p) for p in saved.get("paths") or ["."]])).spec_checks
+    problems = [p for job in jobs.values() for check in checks for p in check(job, _locate(job))]
     if problems:  # the policy or the backend may have changed since, or the file was edited
         print_diagnostics(problems)
         raise UserError(f"{path}: its jobs break the policy or the backend's rules (see above)")

@@ -13,7 +13,7 @@ from tfdeclare.core.plan.desired import DesiredState
 from tfdeclare.core.plan.quotas import enforce_quotas
 from tfdeclare.core.spec.documents import MAX_FILE_BYTES
 from tfdeclare.core.tone import Tone
-from tfdeclare.shell.sources import SpecFiles, no_files_warning
+from tfdeclare.shell.sources import SpecFiles, no_files_warning, spec_sources
 
 
 def load_desired(
@@ -23,6 +23,7 @@ def load_desired(
     as <stdin>); ``launching=False`` (``validate``) leaves out the checks of this machine
     (``Settings.launch_checks``)."""
     stdin = sys.stdin.buffer.read(MAX_FILE_BYTES + 1) if "-" in paths else None  # the loader bounds it
+    settings = settings.reading(spec_sources(paths))
     files = SpecFiles(
         [Path(p) for p in paths if p != "-"],
         checks=settings.launch_checks if launching else settings.spec_checks,

@@ -10,7 +10,9 @@ Both only *say* when to look again (``on_change``); the daemon's pass reads the 
   complete); ``current`` is a link to the snapshot being applied, and the daemon reads specs
   through it. Tasks run from the snapshot of the revision they were launched with, which
   stays as it was for their whole life: a snapshot is removed only once it is neither current
-  nor named by ``in_use`` (the daemon's job records and live tasks). The clone's own working
+  nor named by ``in_use`` (the daemon's job records and live tasks), and never while it holds
+  files its commit does not (a task running as root writes through read-only modes): that one
+  is kept and logged, and ``tfdeclare gc`` removes it when the operator says so. The clone's own working
   tree is never checked out or cleaned. Status files are committed to their own branch
   (default ``tfdeclare-status``) with git plumbing, never to the watched branch, and pushed
   when asked. A failed fetch keeps the last snapshot (the last applied state runs on); a
@@ -164,6 +166,8 @@ class GitSource:
         # Folders in use (job records' source folders, live tasks'): the snapshots that hold
         # one are kept. The daemon sets this once its controller exists; until then, all are.
         self.in_use: Callable[[], Collection[str]] | None = None
+        # Unused snapshots kept for the files tasks wrote into them: commit -> those files
+        self.kept: dict[str, list[str]] = {}
         self._lock = threading.Lock()
         self.revision: Revision | None = None
         self._last_status_tree: str | None = None
@@ -212,7 +216,7 @@ class GitSource:
                     return self.revision
                 try:
                     self._make_current(self._snapshot(repo, commit.hexsha))
-                    self._remove_unused(commit.hexsha)
+                    self._remove_unused(repo, commit.hexsha)
                 except OSError as err:  # the folder, not the clone: keep the clone
                     raise SourceError(f"cannot write the snapshot of {commit.hexsha[:12]}: {err}") from err
             except git.GitCommandError as err:
@@ -278,19 +282,87 @@ class GitSource:
             staged.symlink_to(snapshot)  # relative: the state folder may move
             staged.replace(self.current)
 
-    def _remove_unused(self, current: str) -> None:
+    def _remove_unused(self, repo: Any, current: str) -> None:
         """Remove the snapshots (and leftovers of interrupted ones) that are neither current
-        nor hold a folder in use."""
+        nor hold a folder in use, unless one holds files its commit does not (a task running
+        as root can write through the read-only modes): that one is kept, and said so once."""
         if self.in_use is None:
             return
-        used = [os.path.realpath(p) for p in self.in_use()]
-        for entry in os.scandir(self.revisions_dir):
-            if entry.name == current:
+        for name, path in self.unused(current, self.in_use()):
+            if name in self.kept:
                 continue
+            foreign = self.foreign_files(repo, name)
+            if foreign:
+                self.kept[name] = foreign
+                log.warning(
+                    "keeping the snapshot of revision %s in %s: no job uses it, but it holds %d "
+                    "file(s) the commit does not (e.g. %s); `tfdeclare gc` removes it",
+                    name[:12],
+                    path,
+                    len(foreign),
+                    foreign[0],
+                )
+                continue
+            log.info("removing the snapshot of revision %s (no job or task uses it)", name[:12])
+            _remove_tree(path)
+
+    def unused(self, current: str | None, in_use: Collection[str]) -> list[tuple[str, Path]]:
+        """The snapshots (commit, folder) that are not ``current`` and hold no folder in use."""
+        used = [os.path.realpath(p) for p in in_use]
+        out = []
+        for entry in sorted(os.scandir(self.revisions_dir), key=lambda e: e.name):
             root = os.path.realpath(entry.path)
-            if not any(p == root or p.startswith(root + os.sep) for p in used):
-                log.info("removing the snapshot of revision %s (no job or task uses it)", entry.name[:12])
-                _remove_tree(Path(entry.path))
+            if entry.name != current and not any(p == root or p.startswith(root + os.sep) for p in used):
+                out.append((entry.name, Path(entry.path)))
+        return out
+
+    def collect(self, in_use: Collection[str], dry_run: bool = False) -> list[tuple[str, list[str]]]:
+        """``tfdeclare gc``: remove every unused snapshot, those kept for the files tasks wrote
+        in them too; returns (commit, its foreign files) of each."""
+        current = os.path.basename(os.readlink(self.current)) if self.current.is_symlink() else None
+        if not self.revisions_dir.is_dir():
+            return []
+        repo = self._repo()
+        removed = []
+        for name, path in self.unused(current, in_use):
+            foreign = [] if name.startswith(".") else self.foreign_files(repo, name)
+            if not dry_run:
+                _remove_tree(path)
+            removed.append((name, foreign))
+        return removed
+
+    def foreign_files(self, repo: Any, commit: str) -> list[str]:
+        """The files of ``commit``'s snapshot that git does not know as they are: made, changed
+        or removed since it was written (``git status`` against a fresh index of the commit,
+        so every file's content is compared, ignored files included). A leftover of an
+        interrupted snapshot (``.<commit>.tmp``) holds none."""
+        import git
+
+        if commit.startswith("."):
+            return []
+        index = {"GIT_INDEX_FILE": str(self.workdir / "check-index")}
+        try:
+            repo.git.read_tree(commit, env=index)
+            out = repo.git.execute(
+                [
+                    "git",
+                    f"--work-tree={self.revisions_dir / commit}",
+                    "status",
+                    "--porcelain",
+                    "-z",
+                    "--untracked-files=all",
+                    "--ignored=matching",
+                    "--no-renames",
+                ],
+                env=index,
+                strip_newline_in_stdout=False,
+            )
+        except (git.GitCommandError, OSError) as err:  # unknown then: keep it, lose no file
+            why = git_problem(err) if isinstance(err, git.GitCommandError) else str(err)
+            return [f"(cannot compare it with the commit: {why})"]
+        # XY PATH: Y is the work tree against the commit's index (X compares with the clone's
+        # HEAD, which is not the snapshot's commit); ?? untracked, !! ignored
+        return [item[3:] for item in str(out).split("\0") if len(item) > 3 and item[1] != " "]
 
     def _set_aside(self) -> None:
         if self.clone_dir.exists():

@@ -31,11 +31,24 @@ from pathlib import Path
 
 from tfdeclare.core.diagnostics import Code, Diagnostic, Severity
 from tfdeclare.core.plan.desired import DesiredState, assemble, holds_no_job
-from tfdeclare.core.spec.loader import FileResult, SpecCheck, content_hash, load_file
+from tfdeclare.core.spec.loader import STDIN_NAME, FileResult, SpecCheck, content_hash, load_file
+from tfdeclare.core.spec.policy import SpecSources
 
 _SUFFIXES = (".yaml", ".yml")
 _RACY_SECONDS = 2.0
-STDIN_NAME = "<stdin>"
+
+
+def spec_sources(paths: Sequence[str | Path], base: str | Path | None = None) -> SpecSources:
+    """Where the spec files of ``paths`` lie, for the policy's source-folder rule: each folder
+    given (a file's own folder; the current folder for ``-``, standard input) and ``base``
+    when given (git mode: the checkout; links are resolved when a path is checked). File
+    names are taken from ``base``, else from the current folder."""
+    here = os.path.abspath(base if base is not None else os.curdir)
+    roots = [here] if base is not None else []
+    for path in paths:
+        given = os.path.join(here, "." if str(path) == "-" else path)
+        roots.append(given if os.path.isdir(given) else os.path.dirname(given))
+    return SpecSources(tuple(dict.fromkeys(roots)), here, os.path.realpath)
 
 
 def display_path(path: str, base: str | None) -> str:

@@ -574,6 +574,8 @@ class LocalBackend:
                 runtime="docker",
                 image=task.image,
                 user=f"{os.getuid()}:{os.getgid()}",
+                # the state folder (other jobs' records and logs) when its source folder holds it
+                hidden=[os.path.realpath(self.root.parent)],
                 volumes=[
                     {"hostPath": v.host_path, "containerPath": v.container_path, "mode": v.mode.value}
                     for v in task.volumes

@@ -15,8 +15,9 @@ and group (files it writes in its folders are the user's; ``HOME`` is its workin
 unless the spec sets it), cpu (``NanoCpus``) and memory limits (no swap beyond), GPUs as one
 device request for exactly the host devices placed (``NVIDIA_VISIBLE_DEVICES`` names the same
 ones, ``void`` for a task without GPUs), and bind mounts: its working folder (read-write) and
-its source folder (read-only) at their host paths, then the spec's ``volumes`` (read-only
-unless ``rw``; one at the same container path replaces ours). The command runs after the
+its source folder (read-only, links resolved) at their host paths, then the spec's ``volumes``
+(read-only unless ``rw``; one at the same container path replaces ours); the controller's
+state folder, when a source folder holds it, is covered by an empty tmpfs. The command runs after the
 image's entrypoint, like ``docker run IMAGE COMMAND...``. Images are never pulled: one that is
 not on the engine is a ``plan``/``apply`` error (``plugin.py``).
 """
@@ -82,15 +83,41 @@ class BindMount:
     read_only: bool
 
 
-def mounts_for(work: str, source: str | None, volumes: Sequence[Mapping[str, Any]]) -> list[BindMount]:
+@dataclass(frozen=True, slots=True)
+class HiddenFolder:
+    """An empty, private tmpfs over ``target``: a folder a mounted folder holds that the task
+    must not see (the controller's state folder inside a source folder)."""
+
+    target: str
+
+
+def mounts_for(
+    work: str, source: str | None, volumes: Sequence[Mapping[str, Any]], hidden: Sequence[str] = ()
+) -> list[BindMount | HiddenFolder]:
     """The task's folders at their host paths, then the spec's volumes; a volume at the same
-    container path as one of ours replaces it (the user said what is there)."""
+    container path as one of ours replaces it (the user said what is there). Each ``hidden``
+    folder (links resolved) that a mount holds is covered by an empty tmpfs (the engine mounts
+    parents first, so the working folder, when it lies below one, is mounted over it)."""
     spec_mounts = [BindMount(v["hostPath"], v["containerPath"], v["mode"] != "rw") for v in volumes]
     targets = {m.target for m in spec_mounts}
     ours = [BindMount(work, work, False)]
     if source is not None and source != work:
-        ours.append(BindMount(source, source, True))
-    return [m for m in ours if m.target not in targets] + spec_mounts
+        # the folder itself, links resolved (what the policy checked), at the path the task knows
+        ours.append(BindMount(os.path.realpath(source), source, True))
+    mounts: list[BindMount | HiddenFolder] = [m for m in ours if m.target not in targets]
+    mounts += spec_mounts
+    covered = []
+    for folder in hidden:
+        for mount in mounts:
+            if isinstance(mount, BindMount) and mount.target != work and _below(folder, mount.source):
+                covered.append(
+                    HiddenFolder(os.path.join(mount.target, os.path.relpath(folder, mount.source)))
+                )
+    return mounts + covered
+
+
+def _below(path: str, folder: str) -> bool:
+    return path != folder and path.startswith(folder.rstrip("/") + "/")
 
 
 def device_requests(devices: Sequence[int]) -> list[Any]:
@@ -144,7 +171,11 @@ def container_options(spec: Mapping[str, Any], owner: str) -> dict[str, Any]:
         "device_requests": device_requests(devices),
         "mounts": [
             Mount(m.target, m.source, type="bind", read_only=m.read_only)
-            for m in mounts_for(spec["workDir"], spec.get("sourceDir"), spec.get("volumes", []))
+            if isinstance(m, BindMount)
+            else Mount(m.target, None, type="tmpfs", tmpfs_size=1 << 20)
+            for m in mounts_for(
+                spec["workDir"], spec.get("sourceDir"), spec.get("volumes", []), spec.get("hidden", [])
+            )
         ],
         "stdin_open": False,
         "tty": False,

@@ -54,6 +54,16 @@ def check_job(config: LocalConfig, job: LoadedJob, at: Locate) -> list[Diagnosti
                 "to auto",
             )
         )
+    board = spec.get("tensorboard")
+    if board and config.runtime is LocalRuntime.DOCKER and not (board.get("image") or spec["image"]):
+        problems.append(
+            at(
+                ("spec", "tensorboard"),
+                "local.runtime is docker: the TensorBoard task runs in a container, and this one "
+                "has no image; set tensorboard.image (or spec.image), or local.runtime auto to "
+                "run it as a process",
+            )
+        )
     if spec["volumes"] and (imageless or config.runtime is LocalRuntime.PROCESS):
         problems.append(
             at(

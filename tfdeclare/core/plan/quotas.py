@@ -31,7 +31,9 @@ def _usage(canonical: Mapping[str, Any] | None) -> Usage:
     if canonical is None:
         return _NONE
     gpus = cpus = mem = tasks = 0.0
-    for entry in canonical["spec"]["replicas"].values():
+    spec = canonical["spec"]
+    board = spec.get("tensorboard")  # a task like the others
+    for entry in [*spec["replicas"].values(), *([{"count": 1, **board}] if board else [])]:
         count = int(entry["count"])
         gpus += count * int(entry["resources"]["gpus"])
         cpus += count * float(entry["resources"]["cpus"])

@@ -149,7 +149,7 @@ def tensorboard_config(spec: JobSpec, key: TaskKey, address: str) -> TaskConfig:
         argv=argv,
         env=tuple(sorted(env.items())),
         resources=board.resources,
-        image=spec.image,
+        image=spec.tensorboard_image,
         working_dir=spec.working_dir,
         volumes=spec.volumes,
     )

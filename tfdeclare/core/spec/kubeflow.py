@@ -70,6 +70,8 @@ class Translation:
 class _Translator:
     def __init__(self) -> None:
         self.out = Translation()
+        # each native volume entry (by identity) -> where its parts came from in the manifest
+        self.volume_origins: dict[int, dict[str, JsonPath]] = {}
 
     def warn(self, path: JsonPath, message: str) -> None:
         self.out.warnings.append((path, message))
@@ -295,6 +297,9 @@ class _Translator:
                 "every task, so every role gets all of them",
             )
         out["volumes"] = union
+        for index, entry in enumerate(union):  # errors about a volume point at its manifest lines
+            for part, origin in self.volume_origins.get(id(entry), {}).items():
+                self.out.origins[("spec", "volumes", index, *((part,) if part else ()))] = origin
 
     def shared_selector(self, out: dict[str, Any], selectors: dict[str, Any]) -> None:
         found = [s for s in selectors.values() if s]
@@ -520,7 +525,13 @@ class _Translator:
             host = volume.get("hostPath")
             if isinstance(host, Mapping) and isinstance(host.get("path"), str):
                 mode = "ro" if mount.get("readOnly") else "rw"
-                out.append({"hostPath": host["path"], "containerPath": mount.get("mountPath"), "mode": mode})
+                entry = {"hostPath": host["path"], "containerPath": mount.get("mountPath"), "mode": mode}
+                out.append(entry)
+                self.volume_origins[id(entry)] = {
+                    "": (*at, i),
+                    "hostPath": (*at, i, "hostPath", "path"),
+                    "containerPath": (*where, "mountPath"),
+                }
                 continue
             kind = next((k for k in volume if k != "name"), "unknown")
             self.warn(

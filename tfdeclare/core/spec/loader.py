@@ -68,6 +68,8 @@ class FileResult:
         return any(d.is_error for d in self.diagnostics)
 
 
+STDIN_NAME = "<stdin>"  # the file name of a spec read from standard input
+
 _LEGACY_ROLES = (Role.PS, Role.WORKER)
 _PLACEHOLDER = re.compile(r"\{(ps_hosts|worker_hosts|job_name|task_index)\}")
 

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tfdeclare.core.diagnostics import JsonPath
 from tfdeclare.core.enums import (
     ROLE_NAMES,
     ClusterSpecStyle,
@@ -128,11 +129,14 @@ def _canonical_tensorboard(board: Mapping[str, Any]) -> dict[str, Any]:
         mem = parse_mem_mib(resources["mem"])
     except QuantityError as err:
         raise QuantityError(str(err), ("spec", "tensorboard", "resources", "mem")) from None
-    return {
+    canonical = {
         "logDir": board["logDir"],
         "command": list(board["command"]),
         "resources": {"cpus": _number(resources["cpus"]), "mem": mem, "gpus": int(resources["gpus"])},
     }
+    if "image" in board:  # added later: present only when set, so earlier specs hash the same
+        canonical["image"] = board["image"]
+    return canonical
 
 
 def _parity_fields(spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -174,6 +178,25 @@ class TensorBoardSpec:
     log_dir: str
     command: tuple[str, ...]
     resources: Resources
+    image: str | None = None  # None: the job's spec.image
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRun:
+    """What the tasks of one role (or the TensorBoard task) run, resolved exactly as their
+    launches are (``clusterspec.task_configs`` asks the same ``JobSpec`` methods), with the
+    JSON path each value comes from. The policy checks read these, never the spec fields one
+    by one, so a field that changes what runs cannot slip past them."""
+
+    role: Role
+    count: int
+    image: str | None
+    image_at: JsonPath  # where the image is named; where one would go when there is none
+    working_dir: str | None
+    working_dir_at: JsonPath
+    resources: Resources
+    count_at: JsonPath
+    resources_at: JsonPath
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,14 +328,55 @@ class JobSpec:
         replica = self.replica(role)
         return replica.working_dir if replica and replica.working_dir else self.working_dir
 
+    @property
+    def tensorboard_image(self) -> str | None:
+        """The TensorBoard task's image: its own, else the job's."""
+        return (self.tensorboard.image if self.tensorboard else None) or self.image
+
+    def runs(self) -> tuple[TaskRun, ...]:
+        """Every kind of task the job runs, the TensorBoard task included (``TaskRun``)."""
+        runs = []
+        for replica in self.replicas:
+            role = ("spec", "replicas", replica.role.value)
+            runs.append(
+                TaskRun(
+                    role=replica.role,
+                    count=replica.count,
+                    image=self.image_for(replica.role),
+                    image_at=(*role, "image") if replica.image else ("spec", "image") if self.image else role,
+                    working_dir=self.working_dir_for(replica.role),
+                    working_dir_at=(*role, "workingDir") if replica.working_dir else ("spec", "workingDir"),
+                    resources=replica.resources,
+                    count_at=(*role, "count"),
+                    resources_at=(*role, "resources"),
+                )
+            )
+        board = self.tensorboard
+        if board is not None:
+            at: JsonPath = ("spec", "tensorboard")
+            runs.append(
+                TaskRun(
+                    role=Role.TENSORBOARD,
+                    count=1,
+                    image=self.tensorboard_image,
+                    image_at=(*at, "image") if board.image else ("spec", "image") if self.image else at,
+                    working_dir=self.working_dir,
+                    working_dir_at=("spec", "workingDir"),
+                    resources=board.resources,
+                    count_at=at,
+                    resources_at=(*at, "resources"),
+                )
+            )
+        return tuple(runs)
+
     def restart_policy_for(self, role: Role) -> RestartPolicy:
         replica = self.replica(role)
         return replica.restart_policy if replica and replica.restart_policy else self.restart_policy
 
     @property
     def images(self) -> tuple[str, ...]:
-        """Every image the job's roles run, each once."""
-        return tuple(dict.fromkeys(i for r in self.replicas if (i := self.image_for(r.role))))
+        """Every image the job's tasks run (TensorBoard's included), each once."""
+        return tuple(dict.fromkeys(run.image for run in self.runs() if run.image))
 
     def env_for(self, role: Role) -> dict[str, EnvValue]:
         env = dict(self.env)
@@ -349,4 +413,5 @@ def _tensorboard_spec(board: Mapping[str, Any] | None) -> TensorBoardSpec | None
         board["logDir"],
         tuple(board["command"]),
         Resources(float(resources["cpus"]), resources["mem"], resources["gpus"]),
+        board.get("image"),
     )

@@ -11,15 +11,15 @@ wrote the config, not the spec.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from functools import partial
 from typing import Any
 
 from tfdeclare.core.diagnostics import Diagnostic, JsonPath
-from tfdeclare.core.enums import SecretSource
-from tfdeclare.core.spec.loader import LoadedJob, Locate, SpecCheck
+from tfdeclare.core.enums import Role, SecretSource
+from tfdeclare.core.spec.loader import STDIN_NAME, LoadedJob, Locate, SpecCheck
 from tfdeclare.core.spec.secrets import SecretRef, SecretsConfig
 
 
@@ -51,16 +51,28 @@ class PolicyConfig:
 
 
 def policy_checks(
-    policy: PolicyConfig, reserved: Sequence[str], secrets: SecretsConfig | None = None
+    policy: PolicyConfig,
+    reserved: Sequence[str],
+    secrets: SecretsConfig | None = None,
+    sources: SpecSources | None = None,
+    sockets: Sequence[str] = (),
 ) -> tuple[SpecCheck, ...]:
     """Every per-job rule of ``policy`` and ``secrets``; ``reserved`` are the controller's own
-    folders (state, status), which no job may use as its working folder or mount."""
+    folders (state, status) and ``sockets`` the container engines', which no job may use as
+    its working folder or mount; ``sources``, where the spec files were read from (None: each
+    spec file's own folder is its root, and links are not resolved)."""
+    named = {
+        **{posixpath.normpath(p): "the container engine's socket" for p in sockets},
+        **{posixpath.normpath(p): "tfdeclare's own folder" for p in reserved},
+    }
     checks: list[SpecCheck] = [
         partial(check_secret_refs, secrets or SecretsConfig()),
         partial(check_task_count, policy.max_tasks_per_job),
         partial(check_images, policy),
         partial(check_host_paths, policy.allowed_host_paths),
-        partial(check_reserved_paths, tuple(posixpath.normpath(p) for p in reserved)),
+        partial(check_reserved_paths, named),
+        partial(check_source_folders, sources or SpecSources((), "/"), named),
+        check_log_dir,
     ]
     if policy.max_gpus_per_job is not None:
         checks.append(partial(check_gpus, policy.max_gpus_per_job))
@@ -98,32 +110,32 @@ def _refused(secrets: SecretsConfig, ref: SecretRef) -> str | None:
 
 def check_task_count(max_tasks: int, job: LoadedJob, at: Locate) -> Sequence[Diagnostic]:
     """``policy.maxTasksPerJob``: a job's size is bounded, so no replica count can take the
-    controller down (its cost grows with the square of a job's size: each task's TF_CONFIG
-    names every other task). Reported at the count of the largest role."""
-    replicas = job.canonical["spec"]["replicas"]
-    total = sum(int(entry["count"]) for entry in replicas.values())
+    controller down. Every task counts, the TensorBoard task too. Reported at the count of the
+    largest role."""
+    runs = job.spec.runs()
+    total = sum(run.count for run in runs)
     if total <= max_tasks:
         return ()
-    largest = max(replicas, key=lambda role: int(replicas[role]["count"]))
+    largest = max(runs, key=lambda run: run.count)
     return (
         at(
-            ("spec", "replicas", largest, "count"),
+            largest.count_at,
             f"the job has {total} tasks; at most {max_tasks} per job (policy.maxTasksPerJob in the config)",
         ),
     )
 
 
 def check_gpus(max_gpus: int, job: LoadedJob, at: Locate) -> Sequence[Diagnostic]:
-    """``policy.maxGpusPerJob``, reported at the GPUs of the role that asks for the most."""
-    replicas = job.canonical["spec"]["replicas"]
-    per_role = {role: int(e["count"]) * int(e["resources"]["gpus"]) for role, e in replicas.items()}
-    total = sum(per_role.values())
+    """``policy.maxGpusPerJob`` over every task (TensorBoard's too), reported at the GPUs of
+    the role that asks for the most."""
+    runs = job.spec.runs()
+    total = sum(run.count * run.resources.gpus for run in runs)
     if total <= max_gpus:
         return ()
-    largest = max(per_role, key=lambda role: per_role[role])
+    largest = max(runs, key=lambda run: run.count * run.resources.gpus)
     return (
         at(
-            ("spec", "replicas", largest, "resources", "gpus"),
+            (*largest.resources_at, "gpus"),
             f"the job asks for {total} GPUs; at most {max_gpus} per job (policy.maxGpusPerJob in the config)",
         ),
     )
@@ -131,26 +143,29 @@ def check_gpus(max_gpus: int, job: LoadedJob, at: Locate) -> Sequence[Diagnostic
 
 def check_images(policy: PolicyConfig, job: LoadedJob, at: Locate) -> Sequence[Diagnostic]:
     """``policy.allowedImages`` (glob patterns on the whole reference) and
-    ``policy.requireImage``."""
-    image = job.canonical["spec"].get("image")
-    if image is None:
-        if policy.require_image:
-            return (
-                at(
-                    ("spec",), "the job has no image; every job needs one (policy.requireImage in the config)"
-                ),
-            )
-        return ()
+    ``policy.requireImage``, for the image every task runs (a role's own, TensorBoard's),
+    each reported once at the field that names it."""
+    problems: dict[JsonPath, Diagnostic] = {}
     allowed = policy.allowed_images
-    if allowed is None or any(fnmatchcase(image, pattern) for pattern in allowed):
-        return ()
-    shown = ", ".join(allowed) if allowed else "none"
-    return (
-        at(
-            ("spec", "image"),
-            f"image {image!r} is not allowed; allowed: {shown} (policy.allowedImages in the config)",
-        ),
-    )
+    for run in job.spec.runs():
+        if run.image_at in problems:
+            continue
+        if run.image is None:
+            if policy.require_image:
+                what = "the TensorBoard task" if run.role is Role.TENSORBOARD else f"role {run.role.value}"
+                problems[run.image_at] = at(
+                    run.image_at,
+                    f"{what} has no image; every task needs one (policy.requireImage in the config)",
+                )
+            continue
+        if allowed is None or any(fnmatchcase(run.image, pattern) for pattern in allowed):
+            continue
+        shown = ", ".join(allowed) if allowed else "none"
+        problems[run.image_at] = at(
+            run.image_at,
+            f"image {run.image!r} is not allowed; allowed: {shown} (policy.allowedImages in the config)",
+        )
+    return tuple(problems.values())
 
 
 def lies_under(path: str, prefix: str) -> bool:
@@ -176,20 +191,102 @@ def check_host_paths(allowed: Sequence[str], job: LoadedJob, at: Locate) -> Sequ
     return problems
 
 
-def check_reserved_paths(reserved: Sequence[str], job: LoadedJob, at: Locate) -> Sequence[Diagnostic]:
-    """No job works in or mounts the controller's own state or status folders (a task could
-    forge job records or status there)."""
-    spec = job.canonical["spec"]
+def check_reserved_paths(reserved: Mapping[str, str], job: LoadedJob, at: Locate) -> Sequence[Diagnostic]:
+    """No task works in the controller's own state or status folders or a container engine's
+    socket (``reserved``: path -> what it is), and no volume is, or holds, one of them (a task could
+    forge job records or status, or start containers of its own). Relative working folders
+    are judged where they resolve, by ``check_source_folders``."""
+    spec = job.spec
     # (where, the path, whether a folder above a reserved one counts: a mount exposes all below it)
-    candidates: list[tuple[tuple[str | int, ...], str, bool]] = []
-    if spec.get("workingDir") and posixpath.isabs(spec["workingDir"]):
-        candidates.append((("spec", "workingDir"), spec["workingDir"], False))
-    for index, volume in enumerate(spec["volumes"]):
-        candidates.append((("spec", "volumes", index, "hostPath"), volume["hostPath"], True))
+    candidates: dict[JsonPath, tuple[str, bool]] = {}
+    for run in spec.runs():
+        if run.working_dir and posixpath.isabs(run.working_dir):
+            candidates.setdefault(run.working_dir_at, (run.working_dir, False))
+    for index, volume in enumerate(spec.volumes):
+        candidates[("spec", "volumes", index, "hostPath")] = (volume.host_path, True)
     problems = []
-    for path, value, above in candidates:
+    for path, (value, above) in candidates.items():
         normal = posixpath.normpath(value)
         hit = next((r for r in reserved if lies_under(normal, r) or (above and lies_under(r, normal))), None)
         if hit is not None:
-            problems.append(at(path, f"{normal} is or holds tfdeclare's own folder {hit}: no job may use it"))
+            problems.append(at(path, f"{normal} is or holds {reserved[hit]} {hit}: no job may use it"))
     return problems
+
+
+@dataclass(frozen=True)
+class SpecSources:
+    """Where spec files were read from, as the shell found them: the folders they may lie in
+    (``roots``, absolute, links resolved), the folder relative file names are taken from
+    (``base``; also the folder of a spec read from standard input), and how a path resolves
+    on this machine (``resolve``: the shell passes ``os.path.realpath``; pure tests pass
+    ``posixpath.normpath``)."""
+
+    roots: tuple[str, ...]
+    base: str
+    resolve: Callable[[str], str] = posixpath.normpath
+
+    def folder_of(self, file: str) -> str:
+        """The folder of the spec file ``file`` (as a ``SourceRef`` names it), resolved."""
+        if file == STDIN_NAME:
+            return self.resolve(self.base)
+        return self.resolve(posixpath.dirname(posixpath.join(self.base, file)))
+
+    def root_of(self, folder: str) -> str:
+        """The innermost root holding ``folder``; the folder itself when none does. Roots are
+        resolved when asked: in git mode they lie behind the link to the current snapshot."""
+        holding = [real for r in self.roots if lies_under(folder, real := self.resolve(r))]
+        return max(holding, key=len) if holding else folder
+
+
+def check_source_folders(
+    sources: SpecSources, reserved: Mapping[str, str], job: LoadedJob, at: Locate
+) -> Sequence[Diagnostic]:
+    """A relative ``workingDir`` (the job's or a role's) names the task's *source folder*,
+    which the local backend's containers get mounted: after ``..`` and links are resolved it
+    must stay inside the folder the spec was read from (``sources``), whatever the policy,
+    and must not be, or lie in, a ``reserved`` path. A source folder that *holds* the state
+    folder is mounted without it (the local backend hides it)."""
+    problems: dict[JsonPath, Diagnostic] = {}
+    relative = [r for r in job.spec.runs() if r.working_dir and not posixpath.isabs(r.working_dir)]
+    if not relative:
+        return ()
+    folder = sources.folder_of(job.source.file)
+    root = sources.root_of(folder)
+    for run in relative:
+        wd = run.working_dir
+        if wd is None or run.working_dir_at in problems:
+            continue
+        target = sources.resolve(posixpath.normpath(posixpath.join(folder, wd)))
+        if not lies_under(target, root):
+            problems[run.working_dir_at] = at(
+                run.working_dir_at,
+                f"workingDir {wd} leads to {target}, outside {root}, the folder the spec was read "
+                "from (links resolved): a relative workingDir must stay inside it; use an "
+                "absolute workingDir (a folder of the image) or a volume",
+            )
+            continue
+        hit = next((r for r in reserved if lies_under(target, r)), None)
+        if hit is not None:
+            problems[run.working_dir_at] = at(
+                run.working_dir_at,
+                f"workingDir {wd} leads to {target}, in {reserved[hit]} {hit}: no job may use it",
+            )
+    return tuple(problems.values())
+
+
+def check_log_dir(job: LoadedJob, at: Locate) -> Sequence[Diagnostic]:
+    """A relative ``tensorboard.logDir`` is taken in TensorBoard's own working folder: it may
+    reach its job's other task folders (``../chief-0/logs``), nothing above them."""
+    board = job.spec.tensorboard
+    if board is None or "://" in board.log_dir or posixpath.isabs(board.log_dir):
+        return ()
+    reached = posixpath.normpath(posixpath.join("job/tensorboard-0", board.log_dir))
+    if reached == "job" or reached.startswith("job/"):
+        return ()
+    return (
+        at(
+            ("spec", "tensorboard", "logDir"),
+            f"logDir {board.log_dir} leads out of the job's task folders: a relative logDir may "
+            "name its job's folders (../chief-0/logs), nothing above them",
+        ),
+    )
