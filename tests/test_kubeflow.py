@@ -231,7 +231,14 @@ def test_a_kubeflow_restart_policy_per_role_and_defaults_reach_the_model() -> No
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
-        (("kubeflow.org/v1\n", "kubeflow.org/v1beta2\n"), "tf.yaml:1:13: error: only kubeflow.org/v1 TFJobs"),
+        (
+            ("kubeflow.org/v1\n", "kubeflow.org/v1alpha1\n"),
+            "tf.yaml:1:13: error: kubeflow.org/v1alpha1 TFJobs are not read: their spec.replicaSpecs list",
+        ),
+        (
+            ("kubeflow.org/v1\n", "kubeflow.org/v3\n"),
+            "tf.yaml:1:13: error: apiVersion kubeflow.org/v3 is not a TFJob version tfdeclare reads",
+        ),
         (
             ("kind: TFJob", "kind: PyTorchJob"),
             "tf.yaml:2:7: error: kind 'PyTorchJob' of kubeflow.org/v1 is not",
@@ -334,3 +341,182 @@ def test_a_secret_key_ref_becomes_a_secret_reference_never_a_value() -> None:
     (job,) = result.jobs
     token = job.spec.env_for(Role.CHIEF)["TOKEN"]
     assert token == SecretRef(SecretSource.NAME, "creds", "token")
+
+
+# ---- issue 20 finding 12 and issue 22 finding 3, entry by entry ---------------------------------
+
+ENV = """\
+    apiVersion: kubeflow.org/v1
+    kind: TFJob
+    metadata: {name: env}
+    spec:
+      tfReplicaSpecs:
+        Worker:
+          template:
+            spec:
+              containers:
+                - name: tensorflow
+                  image: tf:2
+                  env:
+                    - name: PLAIN
+                      value: "1"
+                    - name: TOKEN
+                      valueFrom:
+                        secretKeyRef:
+                          name: creds
+                          key: token
+    """
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (  # a secretKeyRef without its key: once, at the entry's own secretKeyRef
+            ("      key: token\n", ""),
+            "tf.yaml:17:21: error: env TOKEN: secretKeyRef needs a name and a key (strings) "
+            "(at $.spec.tfReplicaSpecs.Worker.template.spec.containers[0].env[1].valueFrom.secretKeyRef)",
+        ),
+        (  # a name the secret reference refuses: once, at the name's own line
+            ("name: creds", "name: 'bad name'"),
+            "tf.yaml:18:29: error: must match the pattern",
+        ),
+    ],
+)
+def test_an_env_entry_is_judged_once_at_its_own_line(change: tuple[str, str], expected: str) -> None:
+    text = textwrap.dedent(ENV).replace(*change)
+    result = load_file("tf.yaml", text.encode())
+    errors = messages(result, Severity.ERROR)
+    assert len(errors) == 1 and errors[0].startswith(expected), errors
+
+
+def test_an_env_value_with_value_from_is_an_error_at_that_entry() -> None:
+    text = textwrap.dedent(ENV).replace(
+        'value: "1"\n', 'value: "1"\n' + " " * 18 + "valueFrom: {fieldRef: {}}\n"
+    )
+    errors = messages(load_file("tf.yaml", text.encode()), Severity.ERROR)
+    assert errors == [
+        "tf.yaml:13:19: error: env PLAIN has both value and valueFrom (Kubernetes refuses that): keep one "
+        "(at $.spec.tfReplicaSpecs.Worker.template.spec.containers[0].env[0])"
+    ]
+
+
+BUNDLE = """\
+    apiVersion: v1
+    kind: PersistentVolumeClaim
+    metadata: {name: data}
+    spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 10Gi}}}
+    ---
+    apiVersion: v1
+    kind: ConfigMap
+    metadata: {name: settings}
+    data: {lr: "0.1"}
+    ---
+    # the job itself
+    apiVersion: kubeflow.org/v1
+    kind: TFJob
+    metadata: {name: bundled}
+    spec:
+      tfReplicaSpecs:
+        Worker:
+          template:
+            spec:
+              containers:
+                - {name: tensorflow, image: tf:2}
+    ---
+    apiVersion: v1
+    kind: Service
+    metadata: {name: tensorboard}
+    spec: {ports: [{port: 6006}]}
+    """
+
+BUNDLE_WARNINGS = [
+    "tf.yaml:2:7: warning: PersistentVolumeClaim 'data' (v1) is not a TFJob: not run "
+    "(tfdeclare runs only the TFJobs of a file) (at $.kind)",
+    "tf.yaml:7:7: warning: ConfigMap 'settings' (v1) is not a TFJob: not run "
+    "(tfdeclare runs only the TFJobs of a file) (at $.kind)",
+    "tf.yaml:24:7: warning: Service 'tensorboard' (v1) is not a TFJob: not run "
+    "(tfdeclare runs only the TFJobs of a file) (at $.kind)",
+]
+
+
+def test_other_kubernetes_documents_are_one_warning_each_and_the_tfjob_is_read() -> None:
+    result = load(BUNDLE)
+    assert [d.format() for d in result.diagnostics if d.code is Code.NOT_A_JOB] == BUNDLE_WARNINGS
+    assert messages(result, Severity.ERROR) == []
+    assert [job.name for job in result.jobs] == ["bundled"] and [n for n, _ in result.named] == ["bundled"]
+    converted = convert_text(textwrap.dedent(BUNDLE)).text
+    assert converted.count("apiVersion: v1\n") == 3 and "apiVersion: tfdeclare/v1" in converted
+    assert load_file("c.yaml", converted.encode()).jobs[0].spec_hash == result.jobs[0].spec_hash
+
+
+def test_a_tfjob_of_another_group_is_still_judged_as_a_job() -> None:
+    result = load("apiVersion: v1\nkind: TFJob\nmetadata: {name: x}\nspec: {}\n")
+    assert result.jobs == () and messages(result, Severity.ERROR), result.diagnostics
+
+
+@pytest.mark.slow
+def test_every_entry_warns_about_other_documents_and_reads_the_tfjob(tmp_path: Path) -> None:
+    spec = tmp_path / "bundle.yaml"
+    spec.write_text(textwrap.dedent(BUNDLE).replace("image: tf:2", "command: [python, -c, pass]"))
+    lines = [w.replace("tf.yaml", str(spec)).replace(" (at $.kind)", "") for w in BUNDLE_WARNINGS]
+    common = ("--state-dir", str(tmp_path / "state"), "--status-dir", str(tmp_path / "st"))
+    for command in (("validate",), ("plan", "--detailed-exitcode"), ("convert",)):
+        done = cli(*command, str(spec), *common[: 0 if command[0] == "convert" else 4], cwd=tmp_path)
+        assert done.returncode == (2 if command[0] == "plan" else 0), done.stderr
+        for line in lines:
+            assert line in done.stderr, (command, done.stderr)
+    planned = cli("plan", str(spec), *common, cwd=tmp_path)
+    assert "bundled" in planned.stdout and "will be created" in planned.stdout
+
+
+V1 = EXAMPLES / "dist-mnist.yaml"
+
+
+@pytest.mark.parametrize("version", ["v1beta2", "v1beta1", "v1alpha2"])
+def test_earlier_versions_with_v1s_fields_are_read_as_v1(version: str) -> None:
+    text = V1.read_text().replace('"kubeflow.org/v1"', f'"kubeflow.org/{version}"')
+    result = load_file("tf.yaml", text.encode())
+    (job,) = result.jobs
+    assert job.spec_hash == load_file("v1.yaml", V1.read_bytes()).jobs[0].spec_hash
+    (note,) = [d.format() for d in result.diagnostics if d.severity is Severity.NOTE]
+    assert note.startswith(
+        f"tf.yaml:4:13: note: read as a Kubeflow kubeflow.org/{version} TFJob "
+        "(its fields are those of kubeflow.org/v1)"
+    )
+    assert f"kubeflow.org/{version}" in convert_text(text).text.splitlines()[0]
+
+
+def test_v1alpha2s_eval_replica_is_the_evaluator() -> None:
+    text = textwrap.dedent(EVERYTHING).replace("kubeflow.org/v1\n", "kubeflow.org/v1alpha2\n")
+    text = text.replace("Evaluator:", "Eval:")
+    (job,) = load_file("tf.yaml", text.encode()).jobs
+    assert "evaluator" in job.canonical["spec"]["replicas"]
+    v1 = text.replace("kubeflow.org/v1alpha2\n", "kubeflow.org/v1\n")
+    assert load_file("tf.yaml", v1.encode()).jobs == (), "Eval is v1alpha2's name only"
+
+
+@pytest.mark.parametrize(
+    ("version", "expected"),
+    [
+        (
+            "v1alpha1",
+            "kubeflow.org/v1alpha1 TFJobs are not read: their spec.replicaSpecs list (tfReplicaType, "
+            "tfPort) became the spec.tfReplicaSpecs mapping in v1alpha2; rewrite it as kubeflow.org/v1",
+        ),
+        (
+            "v2",
+            "apiVersion kubeflow.org/v2 is not a TFJob version tfdeclare reads (kubeflow.org/v1, and "
+            "v1beta2, v1beta1, v1alpha2, whose fields are v1's): if its fields are v1's, change "
+            "apiVersion to kubeflow.org/v1",
+        ),
+    ],
+)
+def test_other_versions_are_one_error_naming_the_version_and_no_note(version: str, expected: str) -> None:
+    text = V1.read_text().replace('"kubeflow.org/v1"', f'"kubeflow.org/{version}"')
+    result = load_file("tf.yaml", text.encode())
+    assert [d.format() for d in result.diagnostics] == [
+        d
+        for d in [d.format() for d in result.diagnostics]
+        if d.startswith(f"tf.yaml:4:13: error: {expected}")
+    ]
+    assert len(result.diagnostics) == 1 and "read as" not in result.diagnostics[0].message

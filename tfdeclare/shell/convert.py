@@ -27,7 +27,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from tfdeclare.core.diagnostics import JsonPath
 from tfdeclare.core.spec.kubeflow import Translation, is_kubeflow, translate
 
-HEADER = "Converted from a Kubeflow kubeflow.org/v1 TFJob by `tfdeclare convert`."
+HEADER = "Converted from a Kubeflow {version} TFJob by `tfdeclare convert`."
 
 
 @dataclass
@@ -160,7 +160,7 @@ def _native(translation: Translation, comments: _Comments) -> CommentedMap:
             _eol(root, target, " / ".join(texts))
         else:  # its field has no counterpart: the comment goes before the nearest one that does
             before.setdefault(target, []).extend(texts)
-    start = [HEADER]
+    start = [HEADER.format(version=translation.api_version)]
     if translation.warnings:
         start.append("Not carried over (tfdeclare validate shows where):")
         start.extend(f"- {message}" for _, message in translation.warnings)

@@ -26,7 +26,14 @@ from tfdeclare.core.spec.kubequantity import parse_cpu, parse_memory_mib
 
 API_GROUP = "kubeflow.org/"
 API_VERSION = "kubeflow.org/v1"
+# Earlier versions whose TFJob has v1's fields (a subset of them: no runPolicy or successPolicy
+# yet), with the same defaults (replicas 1, restartPolicy Never, the container 'tensorflow',
+# the port 'tfjob-port'): kubeflow/training-operator's pkg/apis/tensorflow/<version>/types.go
+# and defaults.go until each was deleted (v1alpha2 in 2019, v1beta1/v1beta2 later).
+SAME_FIELDS_AS_V1 = ("kubeflow.org/v1beta2", "kubeflow.org/v1beta1", "kubeflow.org/v1alpha2")
+READ_VERSIONS = (API_VERSION, *SAME_FIELDS_AS_V1)
 _ROLES = {"chief": "chief", "master": "chief", "ps": "ps", "worker": "worker", "evaluator": "evaluator"}
+_V1ALPHA2_EVAL = "eval"  # v1alpha2's name for the evaluator until mid-2018
 _TF_PORT = 2222  # Kubeflow's default TF port (its name: tfjob-port); tfdeclare assigns ports
 _HOISTED = ("image", "command", "args", "env", "workingDir")
 _RUN_POLICY = ("backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished")
@@ -39,6 +46,7 @@ def is_kubeflow(value: Any) -> bool:
 
 @dataclass
 class Translation:
+    api_version: str = API_VERSION  # the manifest's, when it is one tfdeclare reads
     native: dict[str, Any] = field(default_factory=dict)
     origins: dict[JsonPath, JsonPath] = field(default_factory=dict)  # native path -> manifest path
     warnings: list[tuple[JsonPath, str]] = field(default_factory=list)
@@ -105,16 +113,14 @@ class _Translator:
     # ---- the document ------------------------------------------------------------------------
 
     def document(self, doc: Mapping[str, Any]) -> Translation:
-        if doc.get("apiVersion") != API_VERSION:
-            self.error(
-                ("apiVersion",),
-                f"only {API_VERSION} TFJobs are read; this is {doc.get('apiVersion')}: "
-                "upgrade it to v1 with Kubeflow's own tools first",
-            )
+        version = doc.get("apiVersion")
+        if version not in READ_VERSIONS:
+            self.error(("apiVersion",), _unread_version(str(version)))
             return self.out
+        self.out.api_version = str(version)
         if doc.get("kind") != "TFJob":
             self.error(
-                ("kind",), f"kind {doc.get('kind')!r} of {API_VERSION} is not a TFJob: tfdeclare runs TFJobs"
+                ("kind",), f"kind {doc.get('kind')!r} of {version} is not a TFJob: tfdeclare runs TFJobs"
             )
             return self.out
         native = self.out.native
@@ -175,6 +181,8 @@ class _Translator:
         for kind, replica in replicas.items():
             at = ("spec", "tfReplicaSpecs", kind)
             role = _ROLES.get(str(kind).lower())
+            if str(kind).lower() == _V1ALPHA2_EVAL and self.out.api_version == "kubeflow.org/v1alpha2":
+                role = "evaluator"
             if role is None:
                 self.error(at, f"unknown replica type '{kind}': one of Chief, Master, PS, Worker, Evaluator")
                 continue
@@ -221,11 +229,18 @@ class _Translator:
             values = [entry.get(key) for entry in roles.values()]
             if roles and values[0] is not None and all(v == values[0] for v in values):
                 first = next(iter(roles))
-                origin = self.out.origins[("spec", "replicas", first, key)]
-                self.put(out, ("spec", key), values[0], origin)
+                self.move(("spec", "replicas", first, key), ("spec", key))
+                out[key] = values[0]
                 for role, entry in roles.items():
                     del entry[key]
-                    self.out.origins.pop(("spec", "replicas", role, key), None)
+                    self.move(("spec", "replicas", role, key), None)
+
+    def move(self, native: JsonPath, to: JsonPath | None) -> None:
+        """The origins at and below ``native`` now belong to ``to`` (None: dropped)."""
+        for path in [p for p in self.out.origins if p[: len(native)] == native]:
+            origin = self.out.origins.pop(path)
+            if to is not None:
+                self.out.origins[(*to, *path[len(native) :])] = origin
 
     def restart_policies(self, out: dict[str, Any], roles: dict[str, dict[str, Any]]) -> None:
         policies = [entry.get("restartPolicy") for entry in roles.values()]
@@ -435,24 +450,43 @@ class _Translator:
             if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
                 self.error((*at, i), "an env entry needs a name")
                 continue
-            name = entry["name"]
-            secret = (
-                entry.get("valueFrom", {}).get("secretKeyRef")
-                if isinstance(entry.get("valueFrom"), Mapping)
-                else None
-            )
-            if isinstance(secret, Mapping):
-                values[name] = {"secretRef": {"name": secret.get("name"), "key": secret.get("key")}}
-                self.out.origins[(*native, "env", name)] = (*at, i, "valueFrom")
-            elif "valueFrom" in entry:
+            name, where = entry["name"], (*at, i)
+            if "value" in entry and "valueFrom" in entry:
+                self.error(
+                    where,
+                    f"env {name} has both value and valueFrom (Kubernetes refuses that): keep one",
+                )
+                continue
+            source = entry.get("valueFrom")
+            if "valueFrom" not in entry:
+                values[name] = entry.get("value", "")
+                self.out.origins[(*native, "env", name)] = where
+                continue
+            secret = source.get("secretKeyRef") if isinstance(source, Mapping) else None
+            if secret is None:
                 self.warn(
-                    (*at, i, "valueFrom"),
+                    (*where, "valueFrom"),
                     f"env {name}: only secretKeyRef has an equivalent (a secret reference); "
                     "this variable is not set",
                 )
-            else:
-                values[name] = entry.get("value", "")
-                self.out.origins[(*native, "env", name)] = (*at, i)
+                continue
+            ref_at = (*where, "valueFrom", "secretKeyRef")
+            if not isinstance(secret, Mapping) or not all(
+                isinstance(secret.get(key), str) and secret[key] for key in ("name", "key")
+            ):
+                self.error(ref_at, f"env {name}: secretKeyRef needs a name and a key (strings)")
+                continue
+            if secret.get("optional") is True:
+                self.warn(
+                    (*ref_at, "optional"),
+                    f"env {name}: optional is not kept; a missing secret fails the task as it starts",
+                )
+            values[name] = {"secretRef": {"name": secret["name"], "key": secret["key"]}}
+            here = (*native, "env", name)
+            self.out.origins[here] = where
+            self.out.origins[(*here, "secretRef")] = ref_at
+            for key in ("name", "key"):
+                self.out.origins[(*here, "secretRef", key)] = (*ref_at, key)
         if values:
             out["env"] = values
             self.out.origins[(*native, "env")] = at
@@ -533,6 +567,21 @@ class _Translator:
                 (*at, i), f"volume '{volume.get('name')}' is not mounted by the tensorflow container: ignored"
             )
         return out
+
+
+def _unread_version(version: str) -> str:
+    """What to change when a Kubeflow TFJob's version is not one we read."""
+    others = ", ".join(v.removeprefix(API_GROUP) for v in SAME_FIELDS_AS_V1)
+    if version == "kubeflow.org/v1alpha1":
+        return (
+            "kubeflow.org/v1alpha1 TFJobs are not read: their spec.replicaSpecs list (tfReplicaType, "
+            "tfPort) became the spec.tfReplicaSpecs mapping in v1alpha2; rewrite it as "
+            f"{API_VERSION} (tfReplicaSpecs: {{PS: {{replicas, template}}, Worker: ...}})"
+        )
+    return (
+        f"apiVersion {version} is not a TFJob version tfdeclare reads ({API_VERSION}, and {others}, "
+        f"whose fields are v1's): if its fields are v1's, change apiVersion to {API_VERSION}"
+    )
 
 
 def translate(document: Mapping[str, Any]) -> Translation:
