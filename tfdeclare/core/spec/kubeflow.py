@@ -51,6 +51,14 @@ class Translation:
     origins: dict[JsonPath, JsonPath] = field(default_factory=dict)  # native path -> manifest path
     warnings: list[tuple[JsonPath, str]] = field(default_factory=list)
     errors: list[tuple[JsonPath, str]] = field(default_factory=list)
+    dropped: list[JsonPath] = field(default_factory=list)  # manifest parts not carried over at all
+    # Native parts written out for a Kubeflow default (a replica's count, its restartPolicy):
+    # their origin only locates errors, it is not what they came from.
+    implied: set[JsonPath] = field(default_factory=set)
+
+    def is_dropped(self, source: JsonPath) -> bool:
+        """Whether a part of the manifest (or a part above it) was not carried over."""
+        return any(source[: len(path)] == path for path in self.dropped)
 
     def source_of(self, path: JsonPath) -> JsonPath:
         """Where a part of the native document came from: its nearest mapped parent (list
@@ -66,7 +74,8 @@ class Translation:
         """The native path that a part of the manifest (or its nearest mapped parent) became."""
         reverse: dict[JsonPath, JsonPath] = {}
         for native, origin in sorted(self.origins.items(), key=lambda item: len(item[0])):
-            reverse.setdefault(origin, native)  # the outermost native part it became
+            if native not in self.implied:
+                reverse.setdefault(origin, native)  # the outermost native part it became
         for cut in range(len(source), -1, -1):
             if source[:cut] in reverse:
                 rest = source[cut:]
@@ -79,15 +88,23 @@ class _Translator:
     def __init__(self) -> None:
         self.out = Translation()
 
-    def warn(self, path: JsonPath, message: str) -> None:
+    def warn(self, path: JsonPath, message: str, *, dropped: bool = True) -> None:
+        """What did not map, at ``path``; ``dropped``: that part of the manifest is left out
+        (not so for a warning about how a part was mapped)."""
         self.out.warnings.append((path, message))
+        if dropped:
+            self.out.dropped.append(path)
 
     def error(self, path: JsonPath, message: str) -> None:
         self.out.errors.append((path, message))
 
-    def put(self, target: dict[str, Any], native: JsonPath, value: Any, origin: JsonPath) -> None:
+    def put(
+        self, target: dict[str, Any], native: JsonPath, value: Any, origin: JsonPath, implied: bool = False
+    ) -> None:
         target[str(native[-1])] = value
         self.out.origins[native] = origin
+        if implied:
+            self.out.implied.add(native)
 
     def listed(self, parent: Mapping[str, Any], key: str, at: JsonPath) -> list[Any]:
         """``parent[key]`` when it is a list (absent: empty); anything else is an error."""
@@ -151,6 +168,7 @@ class _Translator:
                 (*at, "generateName"),
                 f"generateName: tfdeclare tracks a job by a stable name, so this job is named '{name}' "
                 "(no random suffix)",
+                dropped=False,
             )
         if "labels" in metadata:
             self.put(out, (*at, "labels"), metadata["labels"], (*at, "labels"))
@@ -239,24 +257,28 @@ class _Translator:
         """The origins at and below ``native`` now belong to ``to`` (None: dropped)."""
         for path in [p for p in self.out.origins if p[: len(native)] == native]:
             origin = self.out.origins.pop(path)
+            implied = path in self.out.implied
+            self.out.implied.discard(path)
             if to is not None:
                 self.out.origins[(*to, *path[len(native) :])] = origin
+                if implied:
+                    self.out.implied.add((*to, *path[len(native) :]))
 
     def restart_policies(self, out: dict[str, Any], roles: dict[str, dict[str, Any]]) -> None:
         policies = [entry.get("restartPolicy") for entry in roles.values()]
         if roles and all(policy == policies[0] for policy in policies):
             first = next(iter(roles))
-            origin = self.out.origins[("spec", "replicas", first, "restartPolicy")]
-            self.put(out, ("spec", "restartPolicy"), policies[0], origin)
+            self.move(("spec", "replicas", first, "restartPolicy"), ("spec", "restartPolicy"))
+            out["restartPolicy"] = policies[0]
             for role, entry in roles.items():
                 del entry["restartPolicy"]
-                self.out.origins.pop(("spec", "replicas", role, "restartPolicy"), None)
+                self.move(("spec", "replicas", role, "restartPolicy"), None)
 
     def success_policy(self, out: dict[str, Any], policy: Any, has_chief: bool) -> None:
         at = ("spec", "successPolicy")
         if policy in (None, ""):
             if not has_chief:  # Kubeflow's default: worker 0 decides
-                self.put(out, at, "Worker0", at if policy is not None else ("spec",))
+                self.put(out, at, "Worker0", at if policy is not None else ("spec",), implied=True)
         elif policy == "AllWorkers":
             self.put(out, at, "AllWorkers", at)
         else:
@@ -308,6 +330,7 @@ class _Translator:
                 ("spec", "tfReplicaSpecs"),
                 "hostPath volumes differ between replica types: tfdeclare mounts the same volumes in "
                 "every task, so every role gets all of them",
+                dropped=False,
             )
         out["volumes"] = union
 
@@ -320,6 +343,7 @@ class _Translator:
                 ("spec", "tfReplicaSpecs"),
                 "nodeSelector differs between replica types: tfdeclare's placement constraints are "
                 "the job's; none were set",
+                dropped=False,
             )
             return
         out["placement"] = {
@@ -341,6 +365,7 @@ class _Translator:
             (*native, "count"),
             replica.get("replicas", 1),
             (*at, "replicas") if "replicas" in replica else at,
+            implied="replicas" not in replica,
         )
         policy = replica.get("restartPolicy", "Never")  # Kubeflow's default
         self.put(
@@ -348,6 +373,7 @@ class _Translator:
             (*native, "restartPolicy"),
             policy,
             (*at, "restartPolicy") if "restartPolicy" in replica else at,
+            implied="restartPolicy" not in replica,
         )
         self.unknown(replica, ("replicas", "restartPolicy", "template"), at, "replica")
         template = replica.get("template")
@@ -363,6 +389,7 @@ class _Translator:
                 if key != "creationTimestamp":
                     message = f"the pod template's {key} have no tfdeclare equivalent: ignored"
                     self.warn((*tat, "metadata", key), message)
+            self.out.dropped.append((*tat, "metadata"))
         self.unknown(template, ("metadata", "spec"), tat, "template")
         pod = template["spec"]
         pat = (*tat, "spec")
@@ -432,6 +459,8 @@ class _Translator:
                 (*cat, "ports", i),
                 f"port {number} is not published: only the TF port is (tfdeclare assigns it)",
             )
+        if "ports" in container:  # none is carried over (the TF port is implied)
+            self.out.dropped.append((*cat, "ports"))
         if "imagePullPolicy" in container:
             self.warn(
                 (*cat, "imagePullPolicy"), "imagePullPolicy: the containerizer's pull behaviour applies"
@@ -469,6 +498,7 @@ class _Translator:
                     f"env {name}: only secretKeyRef has an equivalent (a secret reference); "
                     "this variable is not set",
                 )
+                self.out.dropped.append(where)
                 continue
             ref_at = (*where, "valueFrom", "secretKeyRef")
             if not isinstance(secret, Mapping) or not all(
