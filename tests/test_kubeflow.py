@@ -36,12 +36,18 @@ def test_there_are_at_least_eleven_public_examples_each_naming_its_source() -> N
     assert len(PUBLIC) >= 11
     for path in PUBLIC:
         header = path.read_text().splitlines()[:3]
-        assert header[1].startswith("# Source: github.com/kubeflow/") and "Apache-2.0" in header[2], path
+        assert header[1].startswith("# Source: github.com/kubeflow/"), path
+        assert "Apache-2.0" in header[2] or "CC-BY-4.0" in header[2], path  # the website's
+
+
+# The website's GPU example runs its images' entrypoint in a workingDir: the Mesos
+# containerizer cannot (an error saying what works); the Docker containerizer can.
+CONTAINERIZER = {"website-gpu": "docker"}
 
 
 @pytest.mark.parametrize("path", PUBLIC, ids=lambda p: p.stem)
 def test_each_public_example_loads_with_the_mesos_checks_and_plans_a_create(path: Path) -> None:
-    checks = (partial(mesos_check, MesosConfig()),)
+    checks = (partial(mesos_check, MesosConfig(containerizer=CONTAINERIZER.get(path.stem, "mesos"))),)
     desired = SpecFiles([path], checks=checks).load()
     assert not any(d.is_error for d in desired.diagnostics), [d.format() for d in desired.diagnostics]
     assert any(d.severity is Severity.NOTE for d in desired.diagnostics)
@@ -52,6 +58,8 @@ def test_each_public_example_loads_with_the_mesos_checks_and_plans_a_create(path
 @pytest.mark.slow
 @pytest.mark.parametrize("path", PUBLIC, ids=lambda p: p.stem)
 def test_each_public_example_validates_and_plans_through_the_cli(path: Path, tmp_path: Path) -> None:
+    if path.stem in CONTAINERIZER:
+        (tmp_path / "tfdeclare.yaml").write_text(f"mesos: {{containerizer: {CONTAINERIZER[path.stem]}}}\n")
     common = (
         "--backend",
         "mesos",
@@ -520,3 +528,32 @@ def test_other_versions_are_one_error_naming_the_version_and_no_note(version: st
         if d.startswith(f"tf.yaml:4:13: error: {expected}")
     ]
     assert len(result.diagnostics) == 1 and "read as" not in result.diagnostics[0].message
+
+
+WEBSITE_GPU = EXAMPLES / "website-gpu.yaml"
+
+
+def test_the_websites_gpu_example_gets_through_on_mesos() -> None:
+    """Issue 22: it dead-ended (docker refused its GPUs, mesos its entrypoint's workingDir)."""
+    data = WEBSITE_GPU.read_bytes()
+    docker = load_file("gpu.yaml", data, (partial(mesos_check, MesosConfig(containerizer="docker")),))
+    (job,) = docker.jobs
+    assert messages(docker, Severity.ERROR) == []
+    (gpus,) = [d.format() for d in docker.diagnostics if d.code is Code.BACKEND]
+    assert gpus.startswith("gpu.yaml:63:35: warning: the Docker containerizer (mesos.containerizer: docker)")
+    assert job.spec.runs_entrypoint(Role.WORKER) and job.spec.working_dir_for(Role.WORKER)
+    assert job.spec.resources_for(Role.WORKER).gpus == 1
+
+    mesos = load_file("gpu.yaml", data, (partial(mesos_check, MesosConfig()),))
+    (error,) = messages(mesos, Severity.ERROR)
+    assert error.startswith("gpu.yaml:36:27: error: role ps runs its image's entrypoint (no command)")
+    assert "to the first of the args ('python'), leaving the rest as args" in error
+    assert "or use mesos.containerizer: docker" in error
+    # the other path it offers: python as the command, the rest as args
+    fixed = data.replace(
+        b"- args:\n                - python\n", b"- command: [python]\n              args:\n"
+    )
+    assert fixed.count(b"command: [python]") == 2
+    result = load_file("gpu.yaml", fixed, (partial(mesos_check, MesosConfig()),))
+    assert messages(result, Severity.ERROR) == [] and len(result.jobs) == 1
+    assert result.jobs[0].spec.command_for(Role.WORKER)[:2] == ("python", "tf_cnn_benchmarks.py")

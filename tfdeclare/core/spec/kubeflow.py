@@ -1,5 +1,8 @@
 """Kubeflow ``kubeflow.org/v1`` ``TFJob`` manifests -> our ``tfdeclare/v1`` document.
 
+Also ``v1beta2``, ``v1beta1`` and ``v1alpha2``, whose TFJobs have v1's fields and defaults
+(``SAME_FIELDS_AS_V1``); ``v1alpha1`` and unknown versions are one error saying what to change.
+
 Pure: plain values in (as ``documents`` parses them, or ruamel's round-trip tree for
 ``convert``), a ``Translation`` out — the native document, where each of its parts came from
 (so errors found later point at the manifest's own line), and what could not be carried

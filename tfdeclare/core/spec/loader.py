@@ -226,8 +226,9 @@ def _load_native(
             return view.diagnostic(path, message, Code.BACKEND)
 
         problems = [problem for check in checks for problem in check(job, locate)]
-        if problems:
+        if any(problem.is_error for problem in problems):
             return None, problems
+        return job, problems  # warnings: the job is valid
     return job, []
 
 
