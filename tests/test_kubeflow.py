@@ -557,3 +557,117 @@ def test_the_websites_gpu_example_gets_through_on_mesos() -> None:
     result = load_file("gpu.yaml", fixed, (partial(mesos_check, MesosConfig()),))
     assert messages(result, Severity.ERROR) == [] and len(result.jobs) == 1
     assert result.jobs[0].spec.command_for(Role.WORKER)[:2] == ("python", "tf_cnn_benchmarks.py")
+
+
+# ---- one check per finding (issue 20 #12, issue 22 #3), as filed ---------------------------------
+
+KF = """\
+apiVersion: kubeflow.org/v1
+kind: TFJob
+metadata:
+  name: f
+  annotations:
+    # keep istio's sidecar out of the TF cluster
+    sidecar.istio.io/inject: "false"
+spec:
+  tfReplicaSpecs:
+    Worker:
+      replicas: 2
+      template:
+        spec:
+          containers:
+            - name: tensorflow
+              image: tf:2
+              env:
+                - {name: A, value: "1"}
+"""
+NATIVE = """\
+apiVersion: tfdeclare/v1
+kind: TFJob
+metadata: {name: n}
+spec:
+  command: [python, t.py]
+  replicas:
+    chief: {count: 1}
+  worker: {count: 2}
+"""
+
+
+def _errors(text: str, *checks: Any) -> list[str]:
+    return messages(load_file("f.yaml", text.encode(), checks), Severity.ERROR)
+
+
+FINDINGS: dict[str, Any] = {
+    "20.12 value with valueFrom is an error at that entry": lambda: (
+        _errors(KF.replace('value: "1"}', 'value: "1", valueFrom: {secretKeyRef: {name: s, key: k}}}'))
+        == [
+            "f.yaml:18:19: error: env A has both value and valueFrom (Kubernetes refuses that): keep one "
+            "(at $.spec.tfReplicaSpecs.Worker.template.spec.containers[0].env[0])"
+        ]
+    ),
+    "20.12 a bad secretKeyRef is one error at its entry": lambda: (
+        _errors(KF.replace('value: "1"}', "valueFrom: {secretKeyRef: {name: 'no good'}}}"))
+        == [
+            "f.yaml:18:41: error: env A: secretKeyRef needs a name and a key (strings) "
+            "(at $.spec.tfReplicaSpecs.Worker.template.spec.containers[0].env[0].valueFrom.secretKeyRef)"
+        ]
+    ),
+    "22.3 other Kubernetes documents are a warning each, the TFJob is read": lambda: (
+        (
+            r := load_file(
+                "f.yaml", f"apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: c}}\n---\n{KF}".encode()
+            )
+        )
+        and [j.name for j in r.jobs] == ["f"]
+        and [d.format() for d in r.diagnostics if d.code is Code.NOT_A_JOB]
+        == [
+            "f.yaml:2:7: warning: ConfigMap 'c' (v1) is not a TFJob: not run "
+            "(tfdeclare runs only the TFJobs of a file) (at $.kind)"
+        ]
+    ),
+    "22.3 v1beta1 is read, with a note naming it": lambda: (
+        (r := load_file("f.yaml", KF.replace("kubeflow.org/v1\n", "kubeflow.org/v1beta1\n").encode()))
+        and len(r.jobs) == 1
+        and "read as a Kubeflow kubeflow.org/v1beta1 TFJob" in r.diagnostics[0].message
+    ),
+    "22.3 an unknown version is one error and no note": lambda: (
+        [d.severity for d in load_file("f.yaml", KF.replace("org/v1\n", "org/v9\n").encode()).diagnostics]
+        == [Severity.ERROR]
+    ),
+    "22.3 convert drops the istio comment with the annotation": lambda: (
+        "istio" not in (out := convert_text(KF).text.split("kind: TFJob\n", 1)[1])
+        and "  replicas:\n    worker:\n      count: 2\n" in out
+    ),
+    "22.3 a mis-indented worker gets no 'did you mean workingDir'": lambda: (
+        _errors(NATIVE)
+        == [
+            "f.yaml:8:3: error: unknown field 'worker' (a field of spec.replicas: is it indented right?); "
+            "allowed: activeDeadlineSeconds, args, backoffLimit, clusterSpec, command, env, "
+            "evaluatorGraceSeconds, image, placement, replicas, restartPolicy, successPolicy, tensorboard, "
+            "terminationGracePeriodSeconds, ttlSecondsAfterFinished, volumes, workingDir (at $.spec.worker)"
+        ]
+    ),
+    "22.3 GPUs under the Docker containerizer": lambda: (
+        _errors(
+            KF.replace("image: tf:2", "image: tf:2\n              resources: {limits: {nvidia.com/gpu: 1}}"),
+            partial(mesos_check, MesosConfig(containerizer="docker")),
+        )
+        == []
+    ),
+    "22.3 an entrypoint with a workingDir: docker runs it, mesos says what works": lambda: (
+        _errors(
+            (wd := KF.replace("image: tf:2", "image: tf:2\n              workingDir: /w")),
+            partial(mesos_check, MesosConfig(containerizer="docker")),
+        )
+        == []
+        and "or use mesos.containerizer: docker" in _errors(wd, partial(mesos_check, MesosConfig()))[0]
+    ),
+    "22.3 the website's GPU example gets through on Mesos": lambda: (
+        _errors(WEBSITE_GPU.read_text(), partial(mesos_check, MesosConfig(containerizer="docker"))) == []
+    ),
+}
+
+
+@pytest.mark.parametrize("finding", FINDINGS)
+def test_each_finding_is_fixed(finding: str) -> None:
+    assert FINDINGS[finding](), finding
