@@ -397,6 +397,12 @@ def test_an_env_entry_is_judged_once_at_its_own_line(change: tuple[str, str], ex
     assert len(errors) == 1 and errors[0].startswith(expected), errors
 
 
+def test_an_empty_value_beside_value_from_is_allowed_as_kubernetes_allows_it() -> None:
+    text = textwrap.dedent(ENV).replace("valueFrom:\n", 'value: ""\n' + " " * 18 + "valueFrom:\n")
+    (job,) = load_file("tf.yaml", text.encode()).jobs
+    assert job.spec.env_for(Role.WORKER)["TOKEN"] != ""
+
+
 def test_an_env_value_with_value_from_is_an_error_at_that_entry() -> None:
     text = textwrap.dedent(ENV).replace(
         'value: "1"\n', 'value: "1"\n' + " " * 18 + "valueFrom: {fieldRef: {}}\n"

@@ -483,7 +483,7 @@ class _Translator:
                 self.error((*at, i), "an env entry needs a name")
                 continue
             name, where = entry["name"], (*at, i)
-            if "value" in entry and "valueFrom" in entry:
+            if entry.get("value") not in (None, "") and "valueFrom" in entry:  # as Kubernetes' own check
                 self.error(
                     where,
                     f"env {name} has both value and valueFrom (Kubernetes refuses that): keep one",
