@@ -5,7 +5,9 @@ spec extension, or is a warning at its own line; errors keep our ``PATH:LINE:COL
 from __future__ import annotations
 
 import copy
+import json
 import os
+import sys
 import textwrap
 from functools import partial
 from pathlib import Path
@@ -471,16 +473,19 @@ def test_a_tfjob_of_another_group_is_still_judged_as_a_job() -> None:
 @pytest.mark.slow
 def test_every_entry_warns_about_other_documents_and_reads_the_tfjob(tmp_path: Path) -> None:
     spec = tmp_path / "bundle.yaml"
-    spec.write_text(textwrap.dedent(BUNDLE).replace("image: tf:2", "command: [python, -c, pass]"))
+    command = f"command: [{json.dumps(sys.executable)}, -c, pass]"
+    spec.write_text(textwrap.dedent(BUNDLE).replace("image: tf:2", command))
     lines = [w.replace("tf.yaml", str(spec)).replace(" (at $.kind)", "") for w in BUNDLE_WARNINGS]
     common = ("--state-dir", str(tmp_path / "state"), "--status-dir", str(tmp_path / "st"))
-    for command in (("validate",), ("plan", "--detailed-exitcode"), ("convert",)):
-        done = cli(*command, str(spec), *common[: 0 if command[0] == "convert" else 4], cwd=tmp_path)
-        assert done.returncode == (2 if command[0] == "plan" else 0), done.stderr
+    entries = (("validate",), ("plan", "--detailed-exitcode"), ("convert",), ("apply", "--wait"))
+    for entry in entries:
+        done = cli(*entry, str(spec), *common[: 0 if entry[0] == "convert" else 4], cwd=tmp_path)
+        assert done.returncode == (2 if entry[0] == "plan" else 0), done.stdout + done.stderr
         for line in lines:
-            assert line in done.stderr, (command, done.stderr)
-    planned = cli("plan", str(spec), *common, cwd=tmp_path)
-    assert "bundled" in planned.stdout and "will be created" in planned.stdout
+            assert line in done.stderr, (entry, done.stderr)
+    status = yaml.safe_load((tmp_path / "st" / "bundled.yaml").read_text())
+    assert status["phase"] == "Succeeded", status
+    assert sorted(p.name for p in (tmp_path / "st").iterdir()) == ["bundled.yaml"], "nothing else ran"
 
 
 V1 = EXAMPLES / "dist-mnist.yaml"
