@@ -22,7 +22,7 @@ from tfdeclare.backends.local.plugin import check_job as local_check
 from tfdeclare.backends.mesos.config import MesosConfig
 from tfdeclare.backends.mesos.plugin import check_job as mesos_check
 from tfdeclare.backends.mesos.plugin import user_warnings as mesos_user_warnings
-from tfdeclare.core.diagnostics import Code, Diagnostic
+from tfdeclare.core.diagnostics import Code, Diagnostic, Severity
 from tfdeclare.core.spec.loader import LoadedJob, load_file
 from tfdeclare.core.spec.schema import Schema
 
@@ -210,13 +210,18 @@ def test_local_reports_every_problem_of_a_job() -> None:
     assert _paths(found) == ["spec.image", "spec.volumes", "spec.placement.constraints"]
 
 
-def test_mesos_refuses_gpus_with_the_docker_containerizer_only() -> None:
+def test_mesos_takes_gpus_with_either_containerizer_warning_what_docker_does() -> None:
+    """As upstream: the Docker containerizer reserves a task's GPUs on the agent
+    (``allocateNvidiaGpus``) without passing them to docker; a warning says so (issue 22)."""
     gpu_job, cpu_job = _job(JOB), _job(JOB.replace(", gpus: 1", ""))
     assert mesos_check(MesosConfig(containerizer="mesos"), gpu_job, _at) == []
     assert mesos_check(MesosConfig(containerizer="docker"), cpu_job, _at) == []
-    found = mesos_check(MesosConfig(containerizer="docker"), gpu_job, _at)
-    assert _paths(found) == ["spec.replicas.worker.resources.gpus"]
-    assert "GPUs need the Mesos containerizer" in found[0].message
+    (found,) = mesos_check(MesosConfig(containerizer="docker"), gpu_job, _at)
+    assert found.json_path == "spec.replicas.worker.resources.gpus" and found.severity is Severity.WARNING
+    assert "reserves these GPUs on the agent, as upstream Mesos does" in found.message
+    result = load_file("j.yaml", JOB.encode(), (partial(mesos_check, MesosConfig(containerizer="docker")),))
+    assert len(result.jobs) == 1 and not result.has_errors, "a warning leaves the job valid"
+    assert [d.severity for d in result.diagnostics] == [Severity.WARNING]
 
 
 def test_a_roles_own_image_runs_in_containers_like_spec_image() -> None:
@@ -234,9 +239,18 @@ ENTRYPOINT = JOB.replace("  command: [python, train.py]\n", "  image: tf:2\n  wo
 def test_mesos_refuses_a_working_dir_for_an_images_entrypoint_under_its_own_containerizer() -> None:
     (problem,) = mesos_check(MesosConfig(containerizer="mesos"), _job(ENTRYPOINT), _at)
     assert problem.json_path == "spec.workingDir" and "entrypoint" in problem.message
+    assert "or use mesos.containerizer: docker, which runs it with --workdir" in problem.message
+    with_args = ENTRYPOINT.replace("  workingDir: /w\n", "  workingDir: /w\n  args: [python, t.py]\n")
+    (problem,) = mesos_check(MesosConfig(containerizer="mesos"), _job(with_args), _at)
+    assert "to the first of the args ('python'), leaving the rest as args" in problem.message
     cpu_only = ENTRYPOINT.replace(", gpus: 1", "")
     assert mesos_check(MesosConfig(containerizer="docker"), _job(cpu_only), _at) == []
     assert mesos_check(MesosConfig(), _job(ENTRYPOINT.replace("  workingDir: /w\n", "")), _at) == []
+    # each path the error offers works: the first of the args as the command, or docker
+    fixed = with_args.replace("  args: [python, t.py]\n", "  command: [python]\n  args: [t.py]\n")
+    assert mesos_check(MesosConfig(containerizer="mesos"), _job(fixed), _at) == []
+    gpu = [d.severity for d in mesos_check(MesosConfig(containerizer="docker"), _job(with_args), _at)]
+    assert gpu == [Severity.WARNING]
 
 
 def test_mesos_accepts_images_volumes_and_constraints() -> None:
@@ -325,17 +339,17 @@ def test_plan_names_an_image_the_engine_does_not_have(
     assert "(at $.spec.replicas.worker.image)" in result.stderr
 
 
-def test_plan_on_mesos_with_docker_refuses_gpus(workdir: Path) -> None:
+def test_plan_on_mesos_with_docker_takes_gpus_with_a_warning(workdir: Path) -> None:
     (workdir / "tfdeclare.yaml").write_text("backend: mesos\nmesos: {containerizer: docker}\n")
     gpus = "worker: {count: 1, resources: {cpus: 1, mem: 64, gpus: 1}}"
     (workdir / "specs" / "j.yaml").write_text(job_yaml("j", roles=gpus))
-    result = cli("plan", "specs", cwd=workdir)
-    assert result.returncode == 1
+    result = cli("validate", "specs", cwd=workdir)
+    assert result.returncode == 0, result.stderr
     assert (
-        "specs/j.yaml:8:60: error: GPUs need the Mesos containerizer; this controller is configured "
-        "with the Docker containerizer (mesos.containerizer), which cannot give a task its GPUs "
-        "(at $.spec.replicas.worker.resources.gpus)"
+        "specs/j.yaml:8:60: warning: the Docker containerizer (mesos.containerizer: docker) reserves "
+        "these GPUs on the agent, as upstream Mesos does, but does not pass them to docker"
     ) in result.stderr
+    assert "(at $.spec.replicas.worker.resources.gpus)" in result.stderr
     assert cli("plan", "specs", "--backend", "local", cwd=workdir).returncode == 0
 
 

@@ -20,6 +20,11 @@ from tfdeclare.shell.convert import convert_text
 EXAMPLES = Path(__file__).parent / "kubeflow"
 
 
+# The comments that stand in a part not carried over (listed atop the converted file): they go
+# with it.
+DROPPED_COMMENTS = {"v1-dist-mnist-exithandler": ["# $TFJOB_RESULT: Succeeded or Failed"]}  # in onExit
+
+
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.stem)
 def test_a_converted_public_example_means_the_same_and_keeps_its_comments(path: Path) -> None:
     source = path.read_text()
@@ -32,8 +37,9 @@ def test_a_converted_public_example_means_the_same_and_keeps_its_comments(path: 
     (native,) = result.jobs
     assert native.spec_hash == direct.spec_hash
     comments = [line.strip() for line in source.splitlines() if line.strip().startswith("#")]
+    dropped = DROPPED_COMMENTS.get(path.stem, [])
     for comment in comments:
-        assert comment in converted.text, comment
+        assert (comment in converted.text) == (comment not in dropped), comment
 
 
 MANIFEST = """\

@@ -279,6 +279,9 @@ def test_framework_store(tmp_path: Path) -> None:
 # ---- TaskInfo ---------------------------------------------------------------------------------
 
 
+ANY_ENV = {"variables": [{"name": "TF_CONFIG", "value": "{}"}, {"name": "X", "value": "a b"}]}
+
+
 def launch(**changes: object) -> TaskLaunch:
     values: dict[str, object] = {
         "task_id": "job.ab12.worker-1.3",
@@ -356,6 +359,31 @@ def test_docker_containerizer_uses_host_networking_and_keeps_the_entrypoint() ->
     }
     assert info["command"]["value"] == "python"
     assert info["command"]["arguments"] == ["train.py", "--lr", "0.1"]
+
+
+def test_a_gpu_entrypoint_task_with_a_working_dir_under_the_docker_containerizer() -> None:
+    """The website's GPU example on Mesos with docker (issue 22): the TaskInfo asks for the GPU,
+    runs the image's entrypoint with the args in the working directory; the emulator's agent
+    runs it as upstream's ``mesos-docker-executor`` does, reserving the GPU without passing a
+    device to ``docker run`` (``allocateNvidiaGpus`` in src/slave/containerizer/docker.cpp)."""
+    from tests.mesos_emulator.docker_run import docker_run_argv
+
+    argv = ("python", "tf_cnn_benchmarks.py", "--num_gpus=1")
+    info = task_info(
+        launch(image="tf-gpu:1", working_dir="/opt/b", argv=argv, entrypoint=True),
+        "A",
+        "*",
+        {},
+        containerizer="docker",
+    )
+    assert {r["name"]: r["scalar"] for r in info["resources"] if r["type"] == "SCALAR"}["gpus"] == {
+        "value": 1.0
+    }
+    assert info["command"] == {"shell": False, "arguments": list(argv), "environment": ANY_ENV}
+    run = docker_run_argv(["docker"], info, "mesos-c1", "/sandbox", "/mnt/mesos/sandbox")
+    assert run[-4:] == ["tf-gpu:1", *argv]
+    assert "--workdir=/opt/b" in run and "--init=true" in run
+    assert not any(word.startswith(("--gpus", "--device", "--runtime")) for word in run)
 
 
 @pytest.mark.parametrize("containerizer", ["docker", "mesos"])

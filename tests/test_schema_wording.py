@@ -199,6 +199,78 @@ CASES: list[tuple[str, dict[str, Any], list[tuple[Any, list[tuple[Any, ...]]]]]]
         ],
     ),
     (
+        # "did you mean" names only a close name valid at that level; a name valid elsewhere
+        # (mis-indented) is said to be a field of that place instead (issue 22).
+        "unknown field: close names at that level, homes elsewhere",
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "command": {},
+                "workingDir": {},
+                "image": {},
+                "replicas": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "worker": {},
+                        "ps": {"$ref": "#/$defs/Role"},
+                        "chief": {"$ref": "#/$defs/Role"},
+                    },
+                },
+            },
+            "$defs": {"Role": {"type": "object", "properties": {"count": {}}, "additionalProperties": False}},
+        },
+        [
+            ({"command": 1, "replicas": {"worker": 2, "ps": {"count": 1}}}, []),
+            ({"comand": 1}, [(("comand",), "unknown field 'comand' (did you mean 'command'?)", True)]),
+            ({"Image": 1}, [(("Image",), "unknown field 'Image' (did you mean 'image'?)", True)]),
+            ({"workdir": 1}, [(("workdir",), "unknown field 'workdir' (did you mean 'workingDir'?)", True)]),
+            ({"imgae": 1}, [(("imgae",), "unknown field 'imgae' (did you mean 'image'?)", True)]),
+            (
+                {"worker": 1},
+                [
+                    (
+                        ("worker",),
+                        "unknown field 'worker' (a field of replicas: is it indented right?); "
+                        "allowed: command, image, replicas, workingDir",
+                        True,
+                    )
+                ],
+            ),
+            (
+                {"count": 1},
+                [
+                    (
+                        ("count",),
+                        "unknown field 'count' (a field of replicas.*: is it indented right?); "
+                        "allowed: command, image, replicas, workingDir",
+                        True,
+                    )
+                ],
+            ),
+            (
+                {"replicas": {"workers": {}}},
+                [(("replicas", "workers"), "unknown field 'workers' (did you mean 'worker'?)", True)],
+            ),
+            (
+                {"replicas": {"command": {}}},
+                [
+                    (
+                        ("replicas", "command"),
+                        "unknown field 'command' (a field of the top level: is it indented right?); "
+                        "allowed: chief, ps, worker",
+                        True,
+                    )
+                ],
+            ),
+            (
+                {"xyz": 1},
+                [(("xyz",), "unknown field 'xyz'; allowed: command, image, replicas, workingDir", True)],
+            ),
+        ],
+    ),
+    (
         "additional schema",
         {"type": "object", "properties": {"a": {}}, "additionalProperties": {"type": "string"}},
         [

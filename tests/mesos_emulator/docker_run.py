@@ -29,6 +29,13 @@ Pure functions (no I/O) from a TaskInfo to the docker CLI's argv, checked agains
   them. ``--init`` stands in for the command executor's signalling: the task is not PID 1
   on a real agent, so SIGTERM reaches it and its default action applies.
 
+GPUs: a DOCKER task with ``gpus`` is launched as upstream launches it. The Docker containerizer
+reserves the agent's GPUs for the task (``DockerContainerizerProcess::allocateNvidiaGpus``,
+``src/slave/containerizer/docker.cpp``, on an agent with GPUs, whose NVIDIA components it then
+has) but passes no device to ``docker run`` (``mesos-docker-executor`` gives
+``RunOptions::create`` no extra devices), so the argv here has none either; the master
+already keeps two tasks from being given the same GPUs.
+
 ``TaskInfo.limits`` (cpu quota, memory limit and reservation) and DNS defaults are not mapped.
 """
 

@@ -39,6 +39,7 @@ class Code(StrEnum):
     NO_JOB_DOCUMENT = "no-job-document"  # a file without a job: it protects the jobs it held
     KUBEFLOW = "kubeflow"  # a Kubeflow TFJob: read as such (note), or not one we can read (error)
     KUBEFLOW_UNMAPPED = "kubeflow-unmapped"  # a Kubeflow field with no equivalent (warning)
+    NOT_A_JOB = "not-a-job"  # another Kubernetes document beside the jobs (a Service...): not run (warning)
 
 
 @dataclass(frozen=True, slots=True)

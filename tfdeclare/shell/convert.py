@@ -5,10 +5,14 @@ ruamel.yaml's round-trip mode reads the manifest (its comments and each key's li
 pure translation (``core/spec/kubeflow``) says what every native field came from, and each
 comment follows the part of the manifest it stood beside: an end-of-line comment stays on its
 line's field, a comment line goes before the field that followed it — or, when that field
-has no native counterpart (a container's ``name``), before the nearest one that does. Keys
-keep the manifest's order where it carries over (roles, labels, env). Documents that are not
-Kubeflow TFJobs are written back unchanged. What could not be carried over is listed in a
-comment at the top of the converted document (and printed as warnings).
+has no native counterpart (a container's ``name``), before the nearest one that does (never
+before a field written out for a Kubeflow default, such as a replica's restartPolicy). The
+comments of a part that is not carried over (an annotation, a sidecar, ``onExit``) are left
+out with it. Comment lines are written into the dumped text before their field's line, at its
+indentation. Keys keep the manifest's order where it carries over (roles, labels, env).
+Documents that are not Kubeflow TFJobs (a PersistentVolumeClaim beside the TFJob) are written
+back as their text was. What could not be carried over is listed in a comment at the top of
+the converted document (and printed as warnings).
 
 Input is first checked by our own safe loader (``load_file``): a file with errors is not
 converted, so ruamel never sees input our loader would refuse.
@@ -17,6 +21,7 @@ converted, so ruamel never sees input our loader would refuse.
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +32,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from tfdeclare.core.diagnostics import JsonPath
 from tfdeclare.core.spec.kubeflow import Translation, is_kubeflow, translate
 
-HEADER = "Converted from a Kubeflow kubeflow.org/v1 TFJob by `tfdeclare convert`."
+HEADER = "Converted from a Kubeflow {version} TFJob by `tfdeclare convert`."
 
 
 @dataclass
@@ -38,10 +43,11 @@ class Converted:
 
 @dataclass
 class _Comments:
-    """The comments of one document, each tied to the manifest path it stood beside."""
+    """The comments of one document, each tied to the manifest path it stood beside, with the
+    (0-based) line it stood on."""
 
-    before: dict[JsonPath, list[str]] = field(default_factory=dict)
-    end_of_line: dict[JsonPath, list[str]] = field(default_factory=dict)
+    before: dict[JsonPath, list[tuple[int, str]]] = field(default_factory=dict)
+    end_of_line: dict[JsonPath, list[tuple[int, str]]] = field(default_factory=dict)
 
 
 def convert_text(text: str) -> Converted:
@@ -50,19 +56,49 @@ def convert_text(text: str) -> Converted:
     documents = list(yaml.load_all(text))
     positions = [_positions(doc) for doc in documents]
     comments = _gather(text, documents, positions)
-    out: list[Any] = []
+    texts = _document_texts(text, len(documents))
+    out: list[str] = []
     converted = 0
-    for doc, found in zip(documents, comments, strict=True):
+    for index, (doc, found) in enumerate(zip(documents, comments, strict=True)):
         if is_kubeflow(doc):
-            out.append(_native(translate(doc), found))
+            native, before = _native(translate(doc), found)
+            out.append(_with_comments_before(_dump(yaml, native), before))
             converted += 1
-        else:
-            out.append(doc)
+        else:  # as it was written
+            out.append(texts[index] if texts else _dump(yaml, doc))
+    return Converted(out[0] if len(out) == 1 else "".join(f"---\n{doc}" for doc in out), converted)
+
+
+_DOCUMENT_START = re.compile(r"^---(?=[ \t]|$)", re.MULTILINE)
+
+
+def _document_texts(text: str, count: int) -> list[str] | None:
+    """The text of each document, split at its ``---`` (only ever at the start of a line, so
+    never inside a block scalar); None when that does not give ``count`` documents (a
+    directive, a ``...`` end marker), and ruamel then writes them."""
+    if "\n..." in text or text.startswith(("%", "...")):
+        return None
+    starts = [match.start() for match in _DOCUMENT_START.finditer(text)]
+    prefix = text[: starts[0]] if starts else text
+    if not starts or not _only_comments(prefix):
+        starts, prefix = [0, *starts], ""
+    ends = [*starts[1:], len(text)]
+    pieces = [_DOCUMENT_START.sub("", text[a:b], count=1) for a, b in zip(starts, ends, strict=True)]
+    pieces = [piece.lstrip(" \t").removeprefix("\n") for piece in pieces]
+    pieces[0] = prefix + pieces[0]
+    if len(pieces) != count:
+        return None
+    return [piece if piece.endswith("\n") or not piece else piece + "\n" for piece in pieces]
+
+
+def _only_comments(text: str) -> bool:
+    return all(not line.strip() or line.strip().startswith("#") for line in text.splitlines())
+
+
+def _dump(yaml: YAML, document: Any) -> str:
     stream = io.StringIO()
-    if len(out) > 1:
-        yaml.explicit_start = True
-    yaml.dump_all(out, stream)
-    return Converted(stream.getvalue(), converted)
+    yaml.dump(document, stream)
+    return stream.getvalue()
 
 
 def _yaml() -> YAML:
@@ -120,9 +156,11 @@ def _gather(text: str, documents: list[Any], positions: list[list[tuple[int, Jso
     found = [_Comments() for _ in documents]
     comment_lines: set[str] = set()  # what ruamel read as comments (not a block scalar's lines)
     for index, doc in enumerate(documents):
+        lines = {path: line for line, path in positions[index]}
         for anchor, token, on_its_line in _tokens(doc):
             if on_its_line and token.startswith("#"):
-                found[index].end_of_line.setdefault(anchor, []).append(_strip(token.partition("\n")[0]))
+                entry = (lines.get(anchor, 0), _strip(token.partition("\n")[0]))
+                found[index].end_of_line.setdefault(anchor, []).append(entry)
             comment_lines.update(line.strip() for line in token.splitlines())
     starts = sorted(
         ((line, index, path) for index, lines in enumerate(positions) for line, path in lines),
@@ -134,7 +172,7 @@ def _gather(text: str, documents: list[Any], positions: list[list[tuple[int, Jso
             continue
         following = next(((i, p) for n, i, p in starts if n > number), None)
         index, anchor = following if following else (len(documents) - 1, ())
-        found[index].before.setdefault(anchor, []).append(_strip(stripped))
+        found[index].before.setdefault(anchor, []).append((number, _strip(stripped)))
     return found
 
 
@@ -146,30 +184,32 @@ def _strip(comment: str) -> str:
 # ---- the native document ----------------------------------------------------------------------
 
 
-def _native(translation: Translation, comments: _Comments) -> CommentedMap:
+def _native(translation: Translation, comments: _Comments) -> tuple[CommentedMap, dict[JsonPath, list[str]]]:
+    """The native document with its end-of-line comments, and the comment lines to put before
+    each of its fields. The comments of what was not carried over are left out with it."""
     root = _fresh(translation.native)
     assert isinstance(root, CommentedMap)
-    before: dict[JsonPath, list[str]] = {}
-    for anchor, texts in comments.before.items():
-        before.setdefault(translation.native_of(anchor) or (), []).extend(texts)
-    for anchor, texts in comments.end_of_line.items():
+    before: dict[JsonPath, list[tuple[int, str]]] = {}
+    for anchor, entries in comments.before.items():
+        if not translation.is_dropped(anchor):
+            before.setdefault(translation.native_of(anchor) or (), []).extend(entries)
+    for anchor, entries in comments.end_of_line.items():
         target = translation.native_of(anchor)
-        if target is None or not texts:
+        if target is None or not entries or translation.is_dropped(anchor):
             continue
         if translation.origins.get(target) == anchor or _ends_in_index(anchor, target):
-            _eol(root, target, " / ".join(texts))
+            _eol(root, target, " / ".join(text for _, text in entries))
         else:  # its field has no counterpart: the comment goes before the nearest one that does
-            before.setdefault(target, []).extend(texts)
-    start = [HEADER]
+            before.setdefault(target, []).extend(entries)
+    ordered = {target: [text for _, text in sorted(entries)] for target, entries in before.items()}
+    start = [HEADER.format(version=translation.api_version)]
     if translation.warnings:
         start.append("Not carried over (tfdeclare validate shows where):")
         start.extend(f"- {message}" for _, message in translation.warnings)
-    start.extend(before.pop((), []))
-    start.extend(before.pop(("apiVersion",), []))
+    start.extend(ordered.pop((), []))
+    start.extend(ordered.pop(("apiVersion",), []))
     root.yaml_set_start_comment("\n".join(start))
-    for target, texts in before.items():
-        _before(root, target, "\n".join(texts))
-    return root
+    return root, ordered
 
 
 def _ends_in_index(anchor: JsonPath, target: JsonPath) -> bool:
@@ -201,10 +241,25 @@ def _eol(root: CommentedMap, target: JsonPath, text: str) -> None:
     parent.yaml_add_eol_comment(f"# {text}", target[-1])
 
 
-def _before(root: CommentedMap, target: JsonPath, text: str) -> None:
-    while target and isinstance(target[-1], int):  # before a list item: before the list's key
-        target = target[:-1]
-    if not target:
-        return
-    parent = _parent(root, target)
-    parent.yaml_set_comment_before_after_key(target[-1], before=text, indent=2 * (len(target) - 1))
+def _with_comments_before(text: str, before: dict[JsonPath, list[str]]) -> str:
+    """``text`` (one dumped native document) with comment lines put before the line of each
+    field they belong to, at its indentation (before a list item: before the list's key).
+    Written into the text rather than through ruamel's comment slots, which put a comment
+    before the first key of a nested mapping after that mapping instead."""
+    if not before:
+        return text
+    tree = _yaml().load(text)
+    inserts: dict[int, list[str]] = {}
+    for path, texts in before.items():
+        key = path
+        while key and isinstance(key[-1], int):
+            key = key[:-1]
+        if not key:
+            continue
+        line, column = _parent(tree, key).lc.key(key[-1])
+        inserts.setdefault(line, []).extend(" " * column + f"# {t}".rstrip() for t in texts)
+    out: list[str] = []
+    for number, line in enumerate(text.splitlines(keepends=True)):
+        out.extend(f"{comment}\n" for comment in inserts.get(number, ()))
+        out.append(line)
+    return "".join(out)

@@ -1,8 +1,18 @@
 """The Mesos backend's registration: config section, spec checks, construction.
 
-The spec checks: a job asking for GPUs needs the Mesos (universal) containerizer; with
-``mesos.containerizer: docker`` it is an error at the first role that asks for them. Under the
-Mesos containerizer, a role that runs its image's entrypoint cannot have a working directory.
+The spec checks, per containerizer (``mesos.containerizer``):
+
+* GPUs. The Mesos containerizer isolates a task's GPUs (``gpu/nvidia``). The Docker
+  containerizer takes GPU tasks too, as upstream does (``src/slave/containerizer/docker.cpp``:
+  ``allocateNvidiaGpus`` reserves the agent's GPUs for the task, so no two tasks are given the
+  same ones, but they are not passed to ``docker run``): a warning at the first role that asks
+  for GPUs says that the container sees them only through the agents' Docker engine.
+* A role that runs its image's entrypoint (no command) with a working directory: the Docker
+  containerizer runs it with ``docker run --workdir``; the Mesos containerizer has no way to
+  set a working directory for an image's entrypoint (its ``docker/runtime`` isolator takes the
+  image's WorkingDir), so there it is an error that says what works: the entrypoint as the
+  command (or, for an image without one, the first of the args), or the Docker containerizer.
+
 The warning for ``plan``/``apply``: tasks run as ``FrameworkInfo.user`` on the agents (their
 ``--switch_user``), which is the controller's own user when ``mesos.user`` is not set; for a
 controller running as root that is root on every agent (or every task refused, on masters
@@ -19,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from tfdeclare.backends.mesos.config import MesosConfig, parse_mesos_config
 from tfdeclare.backends.plugin import BackendPlugin
+from tfdeclare.core.diagnostics import Severity
 
 if TYPE_CHECKING:
     from tfdeclare.backends.base import Backend
@@ -31,33 +42,35 @@ def check_job(config: MesosConfig, job: LoadedJob, at: Locate) -> list[Diagnosti
         return _entrypoint_working_dir(job, at)
     for role, replica in job.canonical["spec"]["replicas"].items():
         if replica["resources"]["gpus"]:
-            return [
-                at(
-                    ("spec", "replicas", role, "resources", "gpus"),
-                    "GPUs need the Mesos containerizer; this controller is configured with the "
-                    "Docker containerizer (mesos.containerizer), which cannot give a task its GPUs",
-                )
-            ]
+            found = at(
+                ("spec", "replicas", role, "resources", "gpus"),
+                "the Docker containerizer (mesos.containerizer: docker) reserves these GPUs on the "
+                "agent, as upstream Mesos does, but does not pass them to docker: the container sees "
+                "GPUs only through the agents' Docker engine (the NVIDIA container runtime); "
+                "mesos.containerizer: mesos gives each task exactly its own",
+            )
+            return [replace(found, severity=Severity.WARNING)]
     return []
 
 
 def _entrypoint_working_dir(job: LoadedJob, at: Locate) -> list[Diagnostic]:
     """The Mesos containerizer cannot set a working directory for an image's entrypoint (the
-    ``cd`` wrapper needs the command)."""
+    ``cd`` wrapper needs the command); say what works instead."""
     spec = job.spec
     for replica in spec.replicas:
-        if spec.runs_entrypoint(replica.role) and spec.working_dir_for(replica.role) is not None:
-            field = (
-                ("workingDir",)
-                if replica.working_dir is None
-                else ("replicas", replica.role.value, "workingDir")
-            )
+        role = replica.role
+        if spec.runs_entrypoint(role) and spec.working_dir_for(role) is not None:
+            field = ("workingDir",) if replica.working_dir is None else ("replicas", role.value, "workingDir")
+            args = spec.command_for(role)
+            first = f" ({args[0]!r})" if args else ""
             return [
                 at(
                     ("spec", *field),
-                    f"role {replica.role.value} runs its image's entrypoint (no command), and the "
-                    "Mesos containerizer cannot give that a working directory: set a command, "
-                    "or use mesos.containerizer: docker",
+                    f"role {role.value} runs its image's entrypoint (no command) in a working directory, "
+                    "which the Mesos containerizer cannot do (it starts an entrypoint in the image's "
+                    "own WORKDIR): set command to the image's entrypoint (for an image without one, "
+                    f"to the first of the args{first}, leaving the rest as args), or use "
+                    "mesos.containerizer: docker, which runs it with --workdir",
                 )
             ]
     return []

@@ -17,7 +17,9 @@ wait out the grace period and end in SIGKILL.
 A role that runs its image's entrypoint (no command, ``launch.entrypoint``) sends no
 ``value``: both containerizers then run the image's entrypoint with ``arguments`` in place of
 its CMD. Its working directory needs ``docker run --workdir`` (the plugin refuses a working
-directory for it under the Mesos containerizer, which has no way to set one).
+directory for it under the Mesos containerizer, which has no way to set one, and says what
+works). A task's GPUs are its ``gpus`` resource under either containerizer; the Docker
+containerizer reserves them on the agent without passing them to docker, as upstream does.
 
 A working directory is honoured without a shell interpreting the user's argv: the command
 becomes ``/bin/sh -c 'cd -- "$1" && shift && exec "$@"' tfdeclare-workdir DIR ARGV...``,

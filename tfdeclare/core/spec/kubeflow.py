@@ -1,5 +1,8 @@
 """Kubeflow ``kubeflow.org/v1`` ``TFJob`` manifests -> our ``tfdeclare/v1`` document.
 
+Also ``v1beta2``, ``v1beta1`` and ``v1alpha2``, whose TFJobs have v1's fields and defaults
+(``SAME_FIELDS_AS_V1``); ``v1alpha1`` and unknown versions are one error saying what to change.
+
 Pure: plain values in (as ``documents`` parses them, or ruamel's round-trip tree for
 ``convert``), a ``Translation`` out — the native document, where each of its parts came from
 (so errors found later point at the manifest's own line), and what could not be carried
@@ -26,7 +29,14 @@ from tfdeclare.core.spec.kubequantity import parse_cpu, parse_memory_mib
 
 API_GROUP = "kubeflow.org/"
 API_VERSION = "kubeflow.org/v1"
+# Earlier versions whose TFJob has v1's fields (a subset of them: no runPolicy or successPolicy
+# yet), with the same defaults (replicas 1, restartPolicy Never, the container 'tensorflow',
+# the port 'tfjob-port'): kubeflow/training-operator's pkg/apis/tensorflow/<version>/types.go
+# and defaults.go until each was deleted (v1alpha2 in 2019, v1beta1/v1beta2 later).
+SAME_FIELDS_AS_V1 = ("kubeflow.org/v1beta2", "kubeflow.org/v1beta1", "kubeflow.org/v1alpha2")
+READ_VERSIONS = (API_VERSION, *SAME_FIELDS_AS_V1)
 _ROLES = {"chief": "chief", "master": "chief", "ps": "ps", "worker": "worker", "evaluator": "evaluator"}
+_V1ALPHA2_EVAL = "eval"  # v1alpha2's name for the evaluator until mid-2018
 _TF_PORT = 2222  # Kubeflow's default TF port (its name: tfjob-port); tfdeclare assigns ports
 _HOISTED = ("image", "command", "args", "env", "workingDir")
 _RUN_POLICY = ("backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished")
@@ -39,10 +49,19 @@ def is_kubeflow(value: Any) -> bool:
 
 @dataclass
 class Translation:
+    api_version: str = API_VERSION  # the manifest's, when it is one tfdeclare reads
     native: dict[str, Any] = field(default_factory=dict)
     origins: dict[JsonPath, JsonPath] = field(default_factory=dict)  # native path -> manifest path
     warnings: list[tuple[JsonPath, str]] = field(default_factory=list)
     errors: list[tuple[JsonPath, str]] = field(default_factory=list)
+    dropped: list[JsonPath] = field(default_factory=list)  # manifest parts not carried over at all
+    # Native parts written out for a Kubeflow default (a replica's count, its restartPolicy):
+    # their origin only locates errors, it is not what they came from.
+    implied: set[JsonPath] = field(default_factory=set)
+
+    def is_dropped(self, source: JsonPath) -> bool:
+        """Whether a part of the manifest (or a part above it) was not carried over."""
+        return any(source[: len(path)] == path for path in self.dropped)
 
     def source_of(self, path: JsonPath) -> JsonPath:
         """Where a part of the native document came from: its nearest mapped parent (list
@@ -58,7 +77,8 @@ class Translation:
         """The native path that a part of the manifest (or its nearest mapped parent) became."""
         reverse: dict[JsonPath, JsonPath] = {}
         for native, origin in sorted(self.origins.items(), key=lambda item: len(item[0])):
-            reverse.setdefault(origin, native)  # the outermost native part it became
+            if native not in self.implied:
+                reverse.setdefault(origin, native)  # the outermost native part it became
         for cut in range(len(source), -1, -1):
             if source[:cut] in reverse:
                 rest = source[cut:]
@@ -73,15 +93,23 @@ class _Translator:
         # each native volume entry (by identity) -> where its parts came from in the manifest
         self.volume_origins: dict[int, dict[str, JsonPath]] = {}
 
-    def warn(self, path: JsonPath, message: str) -> None:
+    def warn(self, path: JsonPath, message: str, *, dropped: bool = True) -> None:
+        """What did not map, at ``path``; ``dropped``: that part of the manifest is left out
+        (not so for a warning about how a part was mapped)."""
         self.out.warnings.append((path, message))
+        if dropped:
+            self.out.dropped.append(path)
 
     def error(self, path: JsonPath, message: str) -> None:
         self.out.errors.append((path, message))
 
-    def put(self, target: dict[str, Any], native: JsonPath, value: Any, origin: JsonPath) -> None:
+    def put(
+        self, target: dict[str, Any], native: JsonPath, value: Any, origin: JsonPath, implied: bool = False
+    ) -> None:
         target[str(native[-1])] = value
         self.out.origins[native] = origin
+        if implied:
+            self.out.implied.add(native)
 
     def listed(self, parent: Mapping[str, Any], key: str, at: JsonPath) -> list[Any]:
         """``parent[key]`` when it is a list (absent: empty); anything else is an error."""
@@ -107,16 +135,14 @@ class _Translator:
     # ---- the document ------------------------------------------------------------------------
 
     def document(self, doc: Mapping[str, Any]) -> Translation:
-        if doc.get("apiVersion") != API_VERSION:
-            self.error(
-                ("apiVersion",),
-                f"only {API_VERSION} TFJobs are read; this is {doc.get('apiVersion')}: "
-                "upgrade it to v1 with Kubeflow's own tools first",
-            )
+        version = doc.get("apiVersion")
+        if version not in READ_VERSIONS:
+            self.error(("apiVersion",), _unread_version(str(version)))
             return self.out
+        self.out.api_version = str(version)
         if doc.get("kind") != "TFJob":
             self.error(
-                ("kind",), f"kind {doc.get('kind')!r} of {API_VERSION} is not a TFJob: tfdeclare runs TFJobs"
+                ("kind",), f"kind {doc.get('kind')!r} of {version} is not a TFJob: tfdeclare runs TFJobs"
             )
             return self.out
         native = self.out.native
@@ -147,6 +173,7 @@ class _Translator:
                 (*at, "generateName"),
                 f"generateName: tfdeclare tracks a job by a stable name, so this job is named '{name}' "
                 "(no random suffix)",
+                dropped=False,
             )
         if "labels" in metadata:
             self.put(out, (*at, "labels"), metadata["labels"], (*at, "labels"))
@@ -177,6 +204,8 @@ class _Translator:
         for kind, replica in replicas.items():
             at = ("spec", "tfReplicaSpecs", kind)
             role = _ROLES.get(str(kind).lower())
+            if str(kind).lower() == _V1ALPHA2_EVAL and self.out.api_version == "kubeflow.org/v1alpha2":
+                role = "evaluator"
             if role is None:
                 self.error(at, f"unknown replica type '{kind}': one of Chief, Master, PS, Worker, Evaluator")
                 continue
@@ -223,27 +252,38 @@ class _Translator:
             values = [entry.get(key) for entry in roles.values()]
             if roles and values[0] is not None and all(v == values[0] for v in values):
                 first = next(iter(roles))
-                origin = self.out.origins[("spec", "replicas", first, key)]
-                self.put(out, ("spec", key), values[0], origin)
+                self.move(("spec", "replicas", first, key), ("spec", key))
+                out[key] = values[0]
                 for role, entry in roles.items():
                     del entry[key]
-                    self.out.origins.pop(("spec", "replicas", role, key), None)
+                    self.move(("spec", "replicas", role, key), None)
+
+    def move(self, native: JsonPath, to: JsonPath | None) -> None:
+        """The origins at and below ``native`` now belong to ``to`` (None: dropped)."""
+        for path in [p for p in self.out.origins if p[: len(native)] == native]:
+            origin = self.out.origins.pop(path)
+            implied = path in self.out.implied
+            self.out.implied.discard(path)
+            if to is not None:
+                self.out.origins[(*to, *path[len(native) :])] = origin
+                if implied:
+                    self.out.implied.add((*to, *path[len(native) :]))
 
     def restart_policies(self, out: dict[str, Any], roles: dict[str, dict[str, Any]]) -> None:
         policies = [entry.get("restartPolicy") for entry in roles.values()]
         if roles and all(policy == policies[0] for policy in policies):
             first = next(iter(roles))
-            origin = self.out.origins[("spec", "replicas", first, "restartPolicy")]
-            self.put(out, ("spec", "restartPolicy"), policies[0], origin)
+            self.move(("spec", "replicas", first, "restartPolicy"), ("spec", "restartPolicy"))
+            out["restartPolicy"] = policies[0]
             for role, entry in roles.items():
                 del entry["restartPolicy"]
-                self.out.origins.pop(("spec", "replicas", role, "restartPolicy"), None)
+                self.move(("spec", "replicas", role, "restartPolicy"), None)
 
     def success_policy(self, out: dict[str, Any], policy: Any, has_chief: bool) -> None:
         at = ("spec", "successPolicy")
         if policy in (None, ""):
             if not has_chief:  # Kubeflow's default: worker 0 decides
-                self.put(out, at, "Worker0", at if policy is not None else ("spec",))
+                self.put(out, at, "Worker0", at if policy is not None else ("spec",), implied=True)
         elif policy == "AllWorkers":
             self.put(out, at, "AllWorkers", at)
         else:
@@ -295,6 +335,7 @@ class _Translator:
                 ("spec", "tfReplicaSpecs"),
                 "hostPath volumes differ between replica types: tfdeclare mounts the same volumes in "
                 "every task, so every role gets all of them",
+                dropped=False,
             )
         out["volumes"] = union
         for index, entry in enumerate(union):  # errors about a volume point at its manifest lines
@@ -310,6 +351,7 @@ class _Translator:
                 ("spec", "tfReplicaSpecs"),
                 "nodeSelector differs between replica types: tfdeclare's placement constraints are "
                 "the job's; none were set",
+                dropped=False,
             )
             return
         out["placement"] = {
@@ -331,6 +373,7 @@ class _Translator:
             (*native, "count"),
             replica.get("replicas", 1),
             (*at, "replicas") if "replicas" in replica else at,
+            implied="replicas" not in replica,
         )
         policy = replica.get("restartPolicy", "Never")  # Kubeflow's default
         self.put(
@@ -338,6 +381,7 @@ class _Translator:
             (*native, "restartPolicy"),
             policy,
             (*at, "restartPolicy") if "restartPolicy" in replica else at,
+            implied="restartPolicy" not in replica,
         )
         self.unknown(replica, ("replicas", "restartPolicy", "template"), at, "replica")
         template = replica.get("template")
@@ -353,6 +397,7 @@ class _Translator:
                 if key != "creationTimestamp":
                     message = f"the pod template's {key} have no tfdeclare equivalent: ignored"
                     self.warn((*tat, "metadata", key), message)
+            self.out.dropped.append((*tat, "metadata"))
         self.unknown(template, ("metadata", "spec"), tat, "template")
         pod = template["spec"]
         pat = (*tat, "spec")
@@ -422,6 +467,8 @@ class _Translator:
                 (*cat, "ports", i),
                 f"port {number} is not published: only the TF port is (tfdeclare assigns it)",
             )
+        if "ports" in container:  # none is carried over (the TF port is implied)
+            self.out.dropped.append((*cat, "ports"))
         if "imagePullPolicy" in container:
             self.warn(
                 (*cat, "imagePullPolicy"), "imagePullPolicy: the containerizer's pull behaviour applies"
@@ -440,24 +487,44 @@ class _Translator:
             if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
                 self.error((*at, i), "an env entry needs a name")
                 continue
-            name = entry["name"]
-            secret = (
-                entry.get("valueFrom", {}).get("secretKeyRef")
-                if isinstance(entry.get("valueFrom"), Mapping)
-                else None
-            )
-            if isinstance(secret, Mapping):
-                values[name] = {"secretRef": {"name": secret.get("name"), "key": secret.get("key")}}
-                self.out.origins[(*native, "env", name)] = (*at, i, "valueFrom")
-            elif "valueFrom" in entry:
+            name, where = entry["name"], (*at, i)
+            if entry.get("value") not in (None, "") and "valueFrom" in entry:  # as Kubernetes' own check
+                self.error(
+                    where,
+                    f"env {name} has both value and valueFrom (Kubernetes refuses that): keep one",
+                )
+                continue
+            source = entry.get("valueFrom")
+            if "valueFrom" not in entry:
+                values[name] = entry.get("value", "")
+                self.out.origins[(*native, "env", name)] = where
+                continue
+            secret = source.get("secretKeyRef") if isinstance(source, Mapping) else None
+            if secret is None:
                 self.warn(
-                    (*at, i, "valueFrom"),
+                    (*where, "valueFrom"),
                     f"env {name}: only secretKeyRef has an equivalent (a secret reference); "
                     "this variable is not set",
                 )
-            else:
-                values[name] = entry.get("value", "")
-                self.out.origins[(*native, "env", name)] = (*at, i)
+                self.out.dropped.append(where)
+                continue
+            ref_at = (*where, "valueFrom", "secretKeyRef")
+            if not isinstance(secret, Mapping) or not all(
+                isinstance(secret.get(key), str) and secret[key] for key in ("name", "key")
+            ):
+                self.error(ref_at, f"env {name}: secretKeyRef needs a name and a key (strings)")
+                continue
+            if secret.get("optional") is True:
+                self.warn(
+                    (*ref_at, "optional"),
+                    f"env {name}: optional is not kept; a missing secret fails the task as it starts",
+                )
+            values[name] = {"secretRef": {"name": secret["name"], "key": secret["key"]}}
+            here = (*native, "env", name)
+            self.out.origins[here] = where
+            self.out.origins[(*here, "secretRef")] = ref_at
+            for key in ("name", "key"):
+                self.out.origins[(*here, "secretRef", key)] = (*ref_at, key)
         if values:
             out["env"] = values
             self.out.origins[(*native, "env")] = at
@@ -544,6 +611,21 @@ class _Translator:
                 (*at, i), f"volume '{volume.get('name')}' is not mounted by the tensorflow container: ignored"
             )
         return out
+
+
+def _unread_version(version: str) -> str:
+    """What to change when a Kubeflow TFJob's version is not one we read."""
+    others = ", ".join(v.removeprefix(API_GROUP) for v in SAME_FIELDS_AS_V1)
+    if version == "kubeflow.org/v1alpha1":
+        return (
+            "kubeflow.org/v1alpha1 TFJobs are not read: their spec.replicaSpecs list (tfReplicaType, "
+            "tfPort) became the spec.tfReplicaSpecs mapping in v1alpha2; rewrite it as "
+            f"{API_VERSION} (tfReplicaSpecs: {{PS: {{replicas, template}}, Worker: ...}})"
+        )
+    return (
+        f"apiVersion {version} is not a TFJob version tfdeclare reads ({API_VERSION}, and {others}, "
+        f"whose fields are v1's): if its fields are v1's, change apiVersion to {API_VERSION}"
+    )
 
 
 def translate(document: Mapping[str, Any]) -> Translation:

@@ -18,7 +18,7 @@ from typing import Any
 from tfdeclare.core.diagnostics import Code, Diagnostic, JsonPath, Severity
 from tfdeclare.core.enums import ClusterSpecStyle, Role
 from tfdeclare.core.spec.documents import Document, parse_documents
-from tfdeclare.core.spec.kubeflow import Translation, is_kubeflow, translate
+from tfdeclare.core.spec.kubeflow import API_VERSION, Translation, is_kubeflow, translate
 from tfdeclare.core.spec.model import JobSpec, canonicalize, fingerprint
 from tfdeclare.core.spec.resources import QuantityError
 from tfdeclare.core.spec.schema import load_schema
@@ -86,6 +86,11 @@ def load_file(path: str, data: bytes, checks: Sequence[SpecCheck] = ()) -> FileR
         if document.value is None:
             document.release()
             continue  # an empty document, e.g. after a trailing ---
+        other = _other_document(path, document)
+        if other is not None:
+            diagnostics.append(other)
+            document.release()
+            continue
         view = _View.of(document)
         name = _name_of(view.value)
         source = SourceRef(path, document.line, document.index)
@@ -99,6 +104,29 @@ def load_file(path: str, data: bytes, checks: Sequence[SpecCheck] = ()) -> FileR
         document.release()
     diagnostics.sort(key=lambda d: (d.line or 0, d.column or 0))
     return FileResult(path, content_hash(data), tuple(jobs), tuple(diagnostics), tuple(named))
+
+
+_DNS_LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
+_KUBERNETES_API = re.compile(rf"(?:{_DNS_LABEL}(?:\.{_DNS_LABEL})*/)?v[0-9]+(?:(?:alpha|beta)[0-9]+)?")
+
+
+def _other_document(path: str, document: Document) -> Diagnostic | None:
+    """A warning for another Kubernetes document (a PersistentVolumeClaim, ConfigMap, Service...)
+    that came in the file with a TFJob: it is not a job, so it is not run. Our own and
+    Kubeflow's documents, and anything calling itself a TFJob, are judged as jobs."""
+    value = document.value
+    if not isinstance(value, dict):
+        return None
+    api, kind = value.get("apiVersion"), value.get("kind")
+    if not isinstance(api, str) or not isinstance(kind, str) or not _KUBERNETES_API.fullmatch(api):
+        return None
+    if api.startswith("tfdeclare/") or is_kubeflow(value) or kind.lower() == "tfjob":
+        return None
+    name = _name_of(value)
+    named = f"{kind} {name!r}" if name else kind
+    message = f"{named} ({api}) is not a TFJob: not run (tfdeclare runs only the TFJobs of a file)"
+    found = document.diagnostic(("kind",), message, Code.NOT_A_JOB)
+    return replace(found, severity=Severity.WARNING)
 
 
 def _name_of(value: Any) -> str | None:
@@ -141,8 +169,9 @@ class _View:
         if self.translation is None:
             return []
         doc = self.document
+        read = bool(self.translation.native)  # not when its version or kind is not one we read
         note = replace(
-            doc.diagnostic(("apiVersion",), KUBEFLOW_NOTE, Code.KUBEFLOW),
+            doc.diagnostic(("apiVersion",), kubeflow_note(self.translation.api_version), Code.KUBEFLOW),
             severity=Severity.NOTE,
             json_path=None,
         )
@@ -151,12 +180,17 @@ class _View:
             for path, message in self.translation.warnings
         ]
         errors = [doc.diagnostic(path, message, Code.KUBEFLOW) for path, message in self.translation.errors]
-        return [note, *warnings, *errors]
+        return [note, *warnings, *errors] if read else [*warnings, *errors]
 
 
-KUBEFLOW_NOTE = (
-    "read as a Kubeflow kubeflow.org/v1 TFJob; `tfdeclare convert` writes it in tfdeclare's own form"
-)
+def kubeflow_note(api_version: str) -> str:
+    same = "" if api_version == API_VERSION else f" (its fields are those of {API_VERSION})"
+    return (
+        f"read as a Kubeflow {api_version} TFJob{same}; `tfdeclare convert` writes it in tfdeclare's own form"
+    )
+
+
+KUBEFLOW_NOTE = kubeflow_note(API_VERSION)
 
 
 def _load_document(
@@ -194,8 +228,9 @@ def _load_native(
             return view.diagnostic(path, message, Code.BACKEND)
 
         problems = [problem for check in checks for problem in check(job, locate)]
-        if problems:
+        if any(problem.is_error for problem in problems):
             return None, problems
+        return job, problems  # warnings: the job is valid
     return job, []
 
 

@@ -182,8 +182,10 @@ def _render(error: ValidationError, document: Mapping[str, Any]) -> list[SchemaE
             known = sorted(node.get("properties", {}))
             found = []
             for key in unexpected:
-                hint = difflib.get_close_matches(key, known, n=1)
-                suffix = f" (did you mean {hint[0]!r}?)" if hint else ""
+                hint = close_name(key, known)
+                suffix = f" (did you mean {hint!r}?)" if hint else ""
+                if not hint and (homes := _homes_of(key, path, document)):
+                    suffix = f" (a field of {' or '.join(homes)}: is it indented right?)"
                 allowed = f"; allowed: {', '.join(known)}" if known and not hint else ""
                 found.append(SchemaError((*path, key), f"unknown field {key!r}{suffix}{allowed}", True))
             return found
@@ -242,6 +244,98 @@ def _render(error: ValidationError, document: Mapping[str, Any]) -> list[SchemaE
         case Kind.Not():
             return said(message or f"{shown(value)} is not allowed")
     return said(error.message)  # a keyword our schemas do not use: the library's own words
+
+
+def close_name(key: str, known: Iterable[str]) -> str | None:
+    """The name of ``known`` that ``key`` is a slip of, if one is close enough: the same but for
+    case, or within one edit (two for names longer than five characters; a swap of neighbours
+    counts as one), never replacing most of a short name, or alike in 80% of their letters. So
+    ``comand`` is ``command`` and ``workdir`` is ``workingDir``, but ``worker`` is not."""
+    lowered = key.lower()
+    best: tuple[int, float, str] | None = None
+    for name in known:
+        other = name.lower()
+        edits = _edits(lowered, other)
+        ratio = difflib.SequenceMatcher(None, lowered, other).ratio()
+        limit = 1 if max(len(lowered), len(other)) <= 5 else 2
+        if (edits <= limit and edits < min(len(lowered), len(other))) or ratio >= 0.8:
+            candidate = (edits, -ratio, name)
+            best = candidate if best is None or candidate < best else best
+    return best[2] if best else None
+
+
+def _edits(a: str, b: str) -> int:
+    """The optimal string alignment distance (Levenshtein, a swap of neighbours counting one)."""
+    previous2: list[int] = []
+    previous = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        row = [i]
+        for j, y in enumerate(b, 1):
+            cost = min(previous[j] + 1, row[j - 1] + 1, previous[j - 1] + (x != y))
+            if i > 1 and j > 1 and x == b[j - 2] and a[i - 2] == y:
+                cost = min(cost, previous2[j - 2] + 1)
+            row.append(cost)
+        previous2, previous = previous, row
+    return previous[-1]
+
+
+def _homes_of(key: str, path: JsonPath, document: Mapping[str, Any]) -> list[str]:
+    """Where else in the document ``key`` is a field (``spec.replicas``), for a key put at the
+    wrong level; the nearest first, at most two."""
+    here = _dotted(tuple("*" if isinstance(p, int) else p for p in path))
+    homes = [home for home in _field_homes(document).get(key, ()) if home != here]
+    parents = [home.rpartition(".")[0] for home in homes]
+    shown = list(  # spec.replicas.chief, spec.replicas.ps, ...: spec.replicas.*
+        dict.fromkeys(
+            f"{parent}.*" if parents.count(parent) > 1 and parent else home
+            for home, parent in zip(homes, parents, strict=True)
+        )
+    )
+    return [h or "the top level" for h in sorted(shown, key=lambda h: (h.count("."), h))[:2]]
+
+
+# id(schema document) -> (the document, kept so that its id is not reused; name -> places)
+_HOMES: dict[int, tuple[Mapping[str, Any], dict[str, tuple[str, ...]]]] = {}
+
+
+def _field_homes(document: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
+    """Every property name of a schema with the places (dotted, ``*`` for any key or item) it
+    is a property of; gathered once per schema document."""
+    if id(document) not in _HOMES:
+        found: dict[str, list[str]] = {}
+        _gather_homes(document, document, (), (), found)
+        homes = {name: tuple(dict.fromkeys(places)) for name, places in found.items()}
+        _HOMES[id(document)] = (document, homes)
+    return _HOMES[id(document)][1]
+
+
+def _gather_homes(
+    schema: Any,
+    document: Mapping[str, Any],
+    at: tuple[str, ...],
+    refs: tuple[str, ...],
+    found: dict[str, list[str]],
+) -> None:
+    if not isinstance(schema, dict) or len(at) > 8:
+        return
+    if "$ref" in schema:
+        ref = schema["$ref"]
+        if ref not in refs:
+            _gather_homes(_resolve(ref, document), document, at, (*refs, ref), found)
+    for name, sub in schema.get("properties", {}).items():
+        found.setdefault(name, []).append(_dotted(at))
+        _gather_homes(sub, document, (*at, name), refs, found)
+    for keyword in ("additionalProperties", "items"):
+        _gather_homes(schema.get(keyword), document, (*at, "*"), refs, found)
+    for keyword in ("anyOf", "oneOf", "allOf"):
+        for branch in schema.get(keyword, ()):
+            _gather_homes(branch, document, at, refs, found)
+    for keyword in ("if", "then", "else"):
+        _gather_homes(schema.get(keyword), document, at, refs, found)
+
+
+def _dotted(at: tuple[str, ...]) -> str:
+    return ".".join(at)
 
 
 def _types(schema: Any, document: Mapping[str, Any]) -> tuple[str, ...] | None:
