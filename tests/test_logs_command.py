@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import cli
 from tests.test_e2e_local import project, wait_until
@@ -81,9 +82,17 @@ def test_logs_of_every_task_prefixed_and_followed_while_python_tasks_run(project
         json.loads(line) for line in cli("logs", "talk", "-o", "json", cwd=project).stdout.splitlines()
     ]
     assert {"task": "worker-1", "line": "done 1"} in as_json and len(as_json) == 4
-    one = cli("logs", "talk", "--task", "worker:1", cwd=project)
-    assert one.returncode == 0 and one.stdout == "ready 1 '1'\ndone 1"
-    assert cli("logs", "talk", "--task", "worker:x", cwd=project).returncode == 1
+    for name in ("worker-1", "worker:1"):  # the name every output shows, and its alias
+        one = cli("logs", "talk", "--task", name, cwd=project)
+        assert one.returncode == 0 and one.stdout == "ready 1 '1'\ndone 1", name
+    for wrong in ("worker:x", "wrker-1", "worker-"):
+        refused = cli("logs", "talk", "--task", wrong, cwd=project)
+        assert refused.returncode == 1 and "a task is ROLE-INDEX, e.g. worker-1" in refused.stderr
+        assert "Traceback" not in refused.stderr
+    absent = cli("logs", "talk", "--task", "worker-2", cwd=project)
+    assert absent.returncode == 1 and "job talk has no task worker-2 that has started" in absent.stderr
+    shown = yaml.safe_load((project / "status" / "talk.yaml").read_text())
+    assert [t["log"] for t in shown["tasks"]] == [f"tfdeclare logs talk --task worker-{i}" for i in (0, 1)]
 
 
 def test_a_log_that_cannot_be_read_stops_only_when_it_was_the_one_asked_for(
