@@ -1,6 +1,7 @@
 """What the CLI promises around the commands themselves: exit codes of usage errors, NAME
 arguments that cannot name a file elsewhere, a ``status`` that only reads, ages in UTC; no
-prefixes of options, "did you mean" for a mistyped command or option; one name per task."""
+prefixes of options, "did you mean" for a mistyped command or option; one name per task; a
+status that is current right after a plain ``apply``."""
 
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ import pytest
 from tests.conftest import cli
 from tests.test_e2e_local import pids_alive, project, records, spec, status_of, wait_until
 from tfdeclare.cli.main import build_parser
-from tfdeclare.cli.run_commands import _age
-from tfdeclare.core.enums import Role
-from tfdeclare.core.run.record import rfc3339
+from tfdeclare.cli.run_commands import _age, _finished
+from tfdeclare.core.enums import Phase, Reason, Role
+from tfdeclare.core.run.record import JobRecord, rfc3339
 from tfdeclare.core.spec.keys import TaskKey
 
 __all__ = ["project"]  # the fixture
@@ -249,3 +250,32 @@ def test_a_task_is_named_role_dash_index_or_role_colon_index(text: str, key: Tas
 def test_what_is_not_a_task_name_is_refused_with_the_form(text: str) -> None:
     with pytest.raises(ValueError, match=r"a task is ROLE-INDEX, e\.g\. worker-1 \(or worker:1\)"):
         TaskKey.parse(text)
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_status_right_after_a_plain_apply_shows_what_runs(project: Path) -> None:
+    (project / "specs" / "a.yaml").write_text(spec("fresh", {"ps": (1, "serve"), "worker": (2, "serve")}))
+    applied = cli("apply", "specs", cwd=project)  # no --wait: returns once the tasks run
+    assert applied.returncode == 0, applied.stderr
+    document = status_of(project, "fresh")
+    assert (document["phase"], [t["state"] for t in document["tasks"]]) == ("Running", ["running"] * 3)
+    assert document["replicas"] == {
+        "ps": {"desired": 1, "running": 1, "succeeded": 0, "failed": 0},
+        "worker": {"desired": 2, "running": 2, "succeeded": 0, "failed": 0},
+    }
+    shown = cli("status", cwd=project).stdout.splitlines()
+    assert shown[1].split()[:3] == ["fresh", "Running", "3/3"], shown
+
+
+def _record(reason: Reason, phase: Phase = Phase.PENDING) -> JobRecord:
+    return JobRecord("a", "uid", {}, "hash", phase=phase, reason=reason)
+
+
+def test_apply_waits_a_while_for_starting_tasks_then_leaves_them_starting() -> None:
+    starting = {"a": _record(Reason.TASKS_STARTING)}
+    assert not _finished(starting, wait=False, patient=True)  # the status would say "starting"
+    assert _finished(starting, wait=False, patient=False)  # an image being fetched: not for ever
+    for reason in (Reason.ALL_TASKS_RUNNING, Reason.WAITING_FOR_RESOURCES, Reason.BACKING_OFF):
+        assert _finished({"a": _record(reason, Phase.RUNNING)}, wait=False, patient=True), reason
+    assert not _finished({"a": _record(Reason.ALL_TASKS_RUNNING, Phase.RUNNING)}, wait=True)
