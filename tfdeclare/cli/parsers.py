@@ -209,6 +209,11 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     delete = sub.add_parser("delete", parents=[common], help="stop jobs and forget them")
     delete.add_argument("names", nargs="*", metavar="NAME", type=job_name)
     delete.add_argument("--all", action="store_true", help="every job in the state folder")
+    delete.add_argument(
+        "--ignore-not-found",
+        action="store_true",
+        help="a NAME with no job is no error (scripts that clean up what may not be there)",
+    )
     delete.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS")
     delete.add_argument(
         "-o",

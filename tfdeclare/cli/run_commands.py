@@ -459,6 +459,6 @@ def cmd_delete(args: argparse.Namespace) -> int:
     if timed_out:
         stderr_line("tfdeclare: timed out waiting for tasks to stop; they are still being stopped")
         return EXIT_ERROR
-    if missing:
+    if missing and not args.ignore_not_found:
         raise UserError(f"no job named {', '.join(repr(m) for m in missing)}")
     return EXIT_OK
