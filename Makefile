@@ -1,5 +1,7 @@
 # Two commands set everything up on a fresh machine: `make demo` and `make test`.
-# Both create .venv when it is missing (or when the requirements changed).
+# Both create .venv when it is missing (or when the requirements changed): the CLI with its
+# `tensorflow` extra (the examples), the pinned test tools and TensorFlow. Installing just the
+# CLI is `pip install .` (README, "Install").
 
 PYTHON ?= python3
 VENV   := .venv
@@ -14,7 +16,7 @@ $(STAMP): pyproject.toml requirements/dev.txt requirements/tensorflow.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "tfdeclare needs Python 3.11 or newer")'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements/dev.txt -r requirements/tensorflow.txt -e .
+	$(PY) -m pip install --quiet -r requirements/dev.txt -r requirements/tensorflow.txt -e '.[tensorflow]'
 	touch $(STAMP)
 
 TFD := $(VENV)/bin/tfdeclare
