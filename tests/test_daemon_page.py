@@ -115,7 +115,9 @@ def test_the_log_endpoint_takes_the_task_name_and_its_alias(served: Served, task
 
 
 @pytest.mark.parametrize("task", ["wrker-1", "worker-x", "worker-", "worker:1:2"])
-def test_a_log_task_that_names_no_task_is_a_bad_request(served: Served, task: str) -> None:
+def test_a_log_task_that_names_no_task_is_not_found_and_says_what_a_task_is(
+    served: Served, task: str
+) -> None:
     code, _, body = served.get(f"/jobs/a/logs?task={task}")
-    assert code == 400 and "ROLE-INDEX" in json.loads(body)["error"], body
+    assert code == 404 and "a task is ROLE-INDEX, e.g. worker-1" in json.loads(body)["error"], body
     assert served.get("/jobs/a/logs?offset=-1")[0] == 400

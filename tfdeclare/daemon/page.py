@@ -4,7 +4,7 @@ every value a spec, a task or a message brings is escaped. No script and no outs
 minimal inline CSS (a responsive layout, no horizontal scrolling at phone widths), an
 optional ``<meta refresh>`` (``/?refresh=SECONDS``).
 
-Also the bounds of the read-only log endpoint ``/jobs/<name>/logs?task=ROLE-INDEX&offset=N``:
+Also the bounds of the read-only log endpoint ``/jobs/<name>/logs?task=ROLE:INDEX&offset=N``:
 at most ``LOG_PAGE_BYTES`` from ``offset`` (default 0); the answer's ``X-Tfdeclare-Next-Offset``
 header is where the next page starts.
 """

@@ -1,8 +1,7 @@
 """The daemon's HTTP endpoints, on 127.0.0.1 unless configured:
 
 - ``GET /`` — the status page (``page.py``), also the Mesos framework's ``webui_url``;
-- ``GET /jobs/<name>/logs?task=ROLE-INDEX&offset=N`` — a page of a task's output, read-only
-  (``ROLE:INDEX`` is accepted too);
+- ``GET /jobs/<name>/logs?task=ROLE:INDEX&offset=N`` — a page of a task's output, read-only;
 - ``GET /healthz`` — 200 while passes run on time, 503 when the last pass is overdue or the
   source cannot be read (JSON body says which);
 - ``GET /metrics`` — Prometheus text format;
@@ -156,9 +155,6 @@ def _handler_for(endpoints: Endpoints, access: AccessPolicy) -> type[BaseHTTPReq
                 chunk = endpoints.task_log(name, query.get("task", [None])[0], int(offset))
             except LookupError as err:
                 self._json(404, {"error": str(err.args[0])})
-                return
-            except ValueError as err:  # a task parameter that names no task
-                self._json(400, {"error": str(err)})
                 return
             except BackendError as err:
                 self._json(502, {"error": str(err)})

@@ -341,15 +341,18 @@ class Daemon:
 
     def task_log(self, name: str, task: str | None, offset: int) -> LogChunk:
         """A page of the output of ``task`` (``worker-0``, or the alias ``worker:0``; default:
-        the job's first task that started) of job ``name``. Raises ``ValueError`` for a task
-        that is no task name, ``LookupError`` naming what is not there, ``BackendError`` when
+        the job's first task that started) of job ``name``. Raises ``LookupError`` naming what
+        is not there (a ``task`` that is no task name too: no such log), ``BackendError`` when
         the backend cannot read it."""
         document = self.controller.statuses.read(name) if is_job_name(name) else None
         if document is None:
             raise LookupError(f"no job named {name!r}")
         started = [t for t in document["tasks"] if t["id"]]
         if task is not None:
-            key = TaskKey.parse(task)  # ValueError: not a task name
+            try:
+                key = TaskKey.parse(task)
+            except ValueError as err:
+                raise LookupError(str(err)) from None
             task = key.name
             started = [t for t in started if (t["role"], t["index"]) == (key.role.value, key.index)]
         if not started:
