@@ -1,6 +1,7 @@
 """``logs``: every task's lines with a prefix, ``--follow`` interleaving them as they come and
 ending with the job, ``-o json``; Python tasks unbuffered by default (their lines reach the
-log while they run), outside the task's identity (the config hash)."""
+log while they run), outside the task's identity (the config hash). A task is ``worker-0``,
+``worker:0`` too, for ``--task`` and the daemon's log endpoint alike."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 import yaml
 
 from tests.conftest import cli
+from tests.test_daemon_page import Served, served
 from tests.test_e2e_local import project, wait_until
 from tfdeclare.backends import registry
 from tfdeclare.cli.common import UserError
@@ -21,7 +23,7 @@ from tfdeclare.core.enums import Role
 from tfdeclare.core.run.launches import launch_env
 from tfdeclare.core.run.tasks import TaskKey
 
-__all__ = ["project"]  # the fixture
+__all__ = ["project", "served"]  # the fixtures
 
 TALKER = """\
 import os, pathlib, time
@@ -108,3 +110,18 @@ def test_a_log_that_cannot_be_read_stops_only_when_it_was_the_one_asked_for(
             _Tail(TaskKey(Role.WORKER, 0), "no-such-task").read(backend, strict=True)
     finally:
         backend.close()
+
+
+@pytest.mark.parametrize("task", ["worker-1", "worker:1"])
+def test_the_log_endpoint_takes_the_task_name_and_its_alias(served: Served, task: str) -> None:
+    served.world.backend.write_log(served.world.task("a", Role.WORKER, 1).task_id, b"one\n")
+    served.world.backend.write_log(served.world.task("a", Role.WORKER, 0).task_id, b"zero\n")
+    assert served.get(f"/jobs/a/logs?task={task}")[::2] == (200, b"one\n")  # the daemon's /jobs
+
+
+@pytest.mark.parametrize("task", ["wrker-1", "worker-x", "worker-", "worker:1:2"])
+def test_a_log_task_that_names_no_task_is_not_found_and_says_what_a_task_is(
+    served: Served, task: str
+) -> None:
+    code, _, body = served.get(f"/jobs/a/logs?task={task}")
+    assert code == 404 and "a task is ROLE-INDEX, e.g. worker-1" in json.loads(body)["error"], body

@@ -41,11 +41,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "tfdeclare logs bert --task worker-1 --follow            # worker:1 works too",
         "tfdeclare logs bert -o json | jq -r 'select(.task == \"chief-0\") | .line'",
     ),
-    "delete": (
-        "tfdeclare delete bert",
-        "tfdeclare delete --all --timeout 300",
-        "tfdeclare delete bert vit --ignore-not-found   # no error for a job that is not there",
-    ),
+    "delete": ("tfdeclare delete bert", "tfdeclare delete --all --timeout 300"),
     "daemon": (
         "tfdeclare daemon --specs specs/",
         "tfdeclare daemon --git https://github.com/OWNER/jobs.git --branch main --path specs --prune",
