@@ -1,5 +1,7 @@
 # Two commands set everything up on a fresh machine: `make demo` and `make test`.
-# Both create .venv when it is missing (or when the requirements changed).
+# Both create .venv when it is missing (or when the requirements changed): the CLI with its
+# `tensorflow` extra (the examples), the pinned test tools and TensorFlow. Installing just the
+# CLI is `pip install .` (README, "Install").
 
 PYTHON ?= python3
 VENV   := .venv
@@ -14,18 +16,30 @@ $(STAMP): pyproject.toml requirements/dev.txt requirements/tensorflow.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "tfdeclare needs Python 3.11 or newer")'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements/dev.txt -r requirements/tensorflow.txt -e .
+	$(PY) -m pip install --quiet -r requirements/dev.txt -r requirements/tensorflow.txt -e '.[tensorflow]'
 	touch $(STAMP)
 
-DEMO_DIRS := --state-dir .demo/state --status-dir .demo/status
 TFD := $(VENV)/bin/tfdeclare
 
-# Trains the example jobs of specs/ on this machine (local backend), then shows their status.
-# Each run starts from scratch: the previous demo's jobs are deleted first.
+# Trains the example jobs of specs/ on this machine (local backend), then shows their status
+# and how to look at them. The demo uses the default folders (./.tfdeclare for state, ./status
+# for status files), so that `tfdeclare status` and `tfdeclare logs NAME` run here afterwards
+# show its jobs with no option to remember. Each run starts from scratch: the demo's own jobs
+# (those specs/ names) are deleted first; other jobs in these folders are left alone.
 demo: $(STAMP)
-	$(TFD) delete --all $(DEMO_DIRS)
-	$(TFD) apply specs --wait --timeout 900 $(DEMO_DIRS)
-	$(TFD) status $(DEMO_DIRS)
+	@jobs="$$($(TFD) validate specs -o json | $(PY) -c 'import json, sys; print(*json.load(sys.stdin)["jobs"])')" \
+	&& set -- $$jobs \
+	&& $(TFD) delete --ignore-not-found "$$@" \
+	&& { $(TFD) apply specs --wait --timeout 900; applied=$$?; \
+	$(TFD) status; \
+	echo; \
+	echo "The demo's jobs ($$*) are in .tfdeclare/ and status/ here, tfdeclare's defaults. To look at them:"; \
+	echo "  $(TFD) status"; \
+	echo "  $(TFD) status $$1"; \
+	echo "  $(TFD) logs $$1"; \
+	echo "  $(TFD) logs $$1 --task worker-0"; \
+	echo "To remove them: $(TFD) delete $$*"; \
+	exit $$applied; }
 
 # The same jobs on the Mesos backend, without a cluster: the master emulator runs in the
 # background (two agents on this machine, real TensorFlow tasks), the jobs train to the end,

@@ -7,8 +7,8 @@
 - a restarted controller adopts 100 running containers: no duplicate, none lost.
 
 The engine and the images are the tests' (``tests/docker_env.py``: DOCKER_HOST, the default
-socket, or the private engine; the Debian base and the TensorFlow image, built once). Without
-an engine the suite reports nothing and says why.
+socket, or the private engine, stopped at the end when this run started it; the Debian base and
+the TensorFlow image, built once). Without an engine the suite reports nothing and says why.
 """
 
 from __future__ import annotations
@@ -203,11 +203,21 @@ def main(results: list[Result], quick: bool) -> None:
     from tests import docker_env
 
     try:
-        host = docker_env._running_host() or docker_env.start_private_engine()
+        host = docker_env.acquire()
     except RuntimeError as err:
+        docker_env.release()
         print(f"docker: no engine ({err}); nothing measured", flush=True)
         return
+    try:
+        _measure(results, quick, host)
+    finally:
+        docker_env.release()  # an engine started for this run is stopped, as after a test run
+
+
+def _measure(results: list[Result], quick: bool, host: str) -> None:
     import docker
+
+    from tests import docker_env
 
     os.environ["DOCKER_HOST"] = host
     client = docker.DockerClient(base_url=host, timeout=600)
@@ -218,3 +228,4 @@ def main(results: list[Result], quick: bool) -> None:
         results.append(adopt_hundred(client, base, Path(tmp)))
     with tempfile.TemporaryDirectory() as tmp:
         results.extend(tf_overhead(client, tensorflow, Path(tmp), 30 if quick else 240))
+    client.close()

@@ -40,7 +40,7 @@ def train(resolver: tf.distribute.cluster_resolver.TFConfigClusterResolver) -> N
     strategy = tf.distribute.ParameterServerStrategy(resolver)
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
     workers = resolver.cluster_spec().num_tasks("worker")
-    print(f"TASK chief:0 coordinating {workers} workers", flush=True)
+    print(f"TASK chief-0 coordinating {workers} workers", flush=True)
 
     # Variables created under the scope live on the ps tasks. Build the optimizer here too,
     # so that its variables exist before train_step is traced.

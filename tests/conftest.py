@@ -99,11 +99,17 @@ def workdir(tmp_path: Path) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="session")
-def docker_client() -> Any:
-    """A Docker engine's client (tests/docker_env.py: skips without one, fails under CI=true)."""
+def docker_client() -> Iterator[Any]:
+    """A Docker engine's client (tests/docker_env.py: skips without one, fails under CI=true).
+    An engine this run started is stopped at the end of the run, unless another run uses it."""
     from tests import docker_env
 
-    return docker_env.engine()
+    try:
+        client = docker_env.engine()
+        yield client
+        client.close()
+    finally:
+        docker_env.release()
 
 
 @pytest.fixture(scope="session")

@@ -13,14 +13,21 @@ filesystem tarball is also kept in the cache folder, so even a fresh engine only
 Which engine (`engine()`):
 1. `DOCKER_HOST`, or the default socket, when it answers a ping (`.ci/run` starts one and
    exports `DOCKER_HOST`);
-2. otherwise, as root with Debian's `dockerd` installed, a private engine this module starts on
-   a socket in the cache folder (`--iptables=false --bridge=none`: host networking only), left
-   running for the next test run and found again through its socket;
+2. otherwise, as root with Debian's `dockerd` installed, a private engine on a socket in the
+   cache folder (`--iptables=false --bridge=none`: host networking only), found there, or
+   started by this module when none answers;
 3. otherwise none: the tests skip with one line, or fail under `CI=true`.
 
+A test run stops what it started (contract section 9): an engine a test run started (marked by
+`STARTED_BY_TESTS`) is stopped when the last test run using it ends (`release()`: each run
+using the private engine holds a shared lock on `USERS_LOCK` meanwhile, so two concurrent
+runs never stop it under each other). An engine found running and not started by a test run
+(`DOCKER_HOST`, the default socket, one `start` below or `.ci/run` started) is never stopped.
+
 Also a command line for `.ci/run` and people: `python3 -m tests.docker_env start` starts (or
-finds) the private engine and prints `DOCKER_HOST=...`; `stop` stops it. Standard library only
-at that level, since it runs before the virtual environment exists.
+finds) the private engine and prints `DOCKER_HOST=...` (the engine is then the caller's to stop,
+not the test runs'); `stop` stops it. Standard library only at that level, since it runs before
+the virtual environment exists.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import fcntl
 import hashlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -41,6 +49,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("TFDECLARE_TEST_CACHE", Path.home() / ".cache" / "tfdeclare-tests"))
 ENGINE_DIR = CACHE / "dockerd"
 SOCKET = ENGINE_DIR / "docker.sock"
+USERS_LOCK = ENGINE_DIR / "users.lock"  # shared by each test run that uses the private engine
+STARTED_BY_TESTS = ENGINE_DIR / "started-by-a-test-run"  # holds the starting process's pid
+STOP_WAIT_S = 60.0  # dockerd stops its containers (10 s grace each, in parallel) before it exits
 
 DEBIAN_SUITE = "bookworm"
 BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates", "procps")
@@ -74,9 +85,14 @@ def _running_host() -> str | None:
 
 def start_private_engine(wait_s: float = 60.0) -> str:
     """Start (or find) the private engine on the cache folder's socket; returns its address."""
+    return _start_private_engine(wait_s)[0]
+
+
+def _start_private_engine(wait_s: float = 60.0) -> tuple[str, bool]:
+    """The private engine's address, and whether this call started it."""
     host = f"unix://{SOCKET}"
     if _ping(host):
-        return host
+        return host, False
     dockerd = shutil.which("dockerd")
     if dockerd is None:
         raise RuntimeError("dockerd is not installed (Debian: apt-get install docker.io)")
@@ -86,7 +102,7 @@ def start_private_engine(wait_s: float = 60.0) -> str:
     with open(ENGINE_DIR / "start.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if _ping(host):
-            return host
+            return host, False
         log = open(ENGINE_DIR / "dockerd.log", "ab")  # noqa: SIM115 - handed to the engine
         subprocess.Popen(
             [
@@ -102,18 +118,86 @@ def start_private_engine(wait_s: float = 60.0) -> str:
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             if _ping(host):
-                return host
+                return host, True
             time.sleep(0.2)
     raise RuntimeError(f"dockerd did not answer within {wait_s:.0f} s (see its log in {ENGINE_DIR})")
 
 
-def stop_private_engine() -> None:
-    """Stop the engine `start_private_engine` started (checked by name: a stale pid file never
-    signals another process)."""
-    with contextlib.suppress(OSError, ValueError):
+def _engine_pid() -> int | None:
+    """The private engine's pid while it runs (checked by name: a stale pid file never names
+    another process)."""
+    try:
         pid = int((ENGINE_DIR / "dockerd.pid").read_text())
-        if Path(f"/proc/{pid}/comm").read_text().strip() == "dockerd":
-            os.kill(pid, 15)
+    except (OSError, ValueError):
+        return None
+    return pid if _is_dockerd(pid) else None
+
+
+def _is_dockerd(pid: int) -> bool:
+    """Whether ``pid`` is a dockerd that has not exited (a zombie has)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    name, _, rest = stat.partition(" (")[2].rpartition(") ")
+    return name == "dockerd" and not rest.startswith(("Z", "X"))
+
+
+def stop_private_engine(wait_s: float = STOP_WAIT_S) -> None:
+    """Stop the engine `start_private_engine` started and wait until it has exited (SIGKILL
+    after ``wait_s``)."""
+    pid = _engine_pid()
+    if pid is None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + wait_s
+    while _is_dockerd(pid):
+        if time.monotonic() >= deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 10.0
+        time.sleep(0.1)
+
+
+_users_lock: Any = None  # this process's shared lock on USERS_LOCK while it uses the private engine
+
+
+def acquire() -> str:
+    """The address of the engine to use: one that answers at `DOCKER_HOST` or the default
+    socket (not ours: never stopped), else the private one, found or started. This process then
+    counts as a user of the private engine until `release()`. Raises RuntimeError when there is
+    none and none can be started."""
+    global _users_lock
+    for host in (os.environ.get("DOCKER_HOST", ""), "unix:///var/run/docker.sock"):
+        if host and host != f"unix://{SOCKET}" and _ping(host):
+            return host
+    if _users_lock is None:
+        ENGINE_DIR.mkdir(parents=True, exist_ok=True)
+        _users_lock = open(USERS_LOCK, "a")  # noqa: SIM115 - held until release()
+        fcntl.flock(_users_lock, fcntl.LOCK_SH)  # waits while a last user stops the engine
+    host, started = _start_private_engine()
+    if started:
+        STARTED_BY_TESTS.write_text(f"{os.getpid()}\n")
+    return host
+
+
+def release() -> None:
+    """This process no longer uses the private engine. When it was the last user of an engine a
+    test run started, the engine is stopped (and this waits until it has exited)."""
+    global _users_lock
+    if _users_lock is None:
+        return
+    _users_lock.close()  # our shared lock goes: an exclusive one is granted only to the last user
+    _users_lock = None
+    with open(USERS_LOCK, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return  # another test run uses it; the last one stops it
+        if STARTED_BY_TESTS.exists():
+            stop_private_engine()
+            STARTED_BY_TESTS.unlink(missing_ok=True)
 
 
 def _why_no_engine() -> str | None:
@@ -128,12 +212,13 @@ def _why_no_engine() -> str | None:
 
 
 def engine() -> Any:
-    """A `docker.DockerClient` for the engine the tests use; skips (fails under CI) without one."""
+    """A `docker.DockerClient` for the engine the tests use; skips (fails under CI) without one.
+    The caller calls `release()` when done (the session fixture in conftest.py)."""
     reason = _why_no_engine()
     host = None
     if reason is None:
         try:
-            host = _running_host() or start_private_engine()
+            host = acquire()
         except RuntimeError as error:
             reason = f"no Docker engine: {error}"
     if host is None:
@@ -255,6 +340,7 @@ def _build_lock(tag: str) -> Any:
 def main(argv: list[str]) -> int:
     if argv == ["start"]:
         host = _running_host() or start_private_engine()
+        STARTED_BY_TESTS.unlink(missing_ok=True)  # the caller's now, to stop (`stop`)
         print(f"DOCKER_HOST={host}")
         return 0
     if argv == ["stop"]:

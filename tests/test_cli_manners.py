@@ -1,20 +1,27 @@
 """What the CLI promises around the commands themselves: exit codes of usage errors, NAME
-arguments that cannot name a file elsewhere, a ``status`` that only reads, ages in UTC."""
+arguments that cannot name a file elsewhere, a ``status`` that only reads, ages in UTC; no
+prefixes of options, "did you mean" for a mistyped command or option; one name per task; a
+status that is current right after a plain ``apply``."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import cli
 from tests.test_e2e_local import pids_alive, project, records, spec, status_of, wait_until
-from tfdeclare.cli.run_commands import _age
-from tfdeclare.core.run.record import rfc3339
+from tfdeclare.cli.main import build_parser
+from tfdeclare.cli.run_commands import _age, _finished
+from tfdeclare.core.enums import Phase, Reason, Role
+from tfdeclare.core.run.record import JobRecord, rfc3339
+from tfdeclare.core.spec.keys import TaskKey
 
 __all__ = ["project"]  # the fixture
 
@@ -160,3 +167,115 @@ def test_apply_of_a_job_that_can_never_fit_exits_1(tmp_path: Path) -> None:
     assert result.returncode == 1, result.stdout + result.stderr
     assert "cannot be scheduled: huge" in result.stderr
     cli("delete", "--all", cwd=tmp_path)
+
+
+def _every_parser(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    yield parser.prog, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _every_parser(sub)
+
+
+def test_no_parser_takes_a_prefix_of_an_option() -> None:
+    found = dict(_every_parser(build_parser()))
+    assert {"tfdeclare", "tfdeclare plan", "tfdeclare logs", "tfdeclare daemon"} <= set(found)
+    assert [prog for prog, parser in found.items() if parser.allow_abbrev] == []
+
+
+@pytest.mark.parametrize(
+    ("args", "told"),
+    [
+        (
+            ("plan", "specs", "--detailed"),
+            "unrecognized arguments: --detailed; did you mean --detailed-exitcode?",
+        ),
+        (("apply", "specs", "--wai"), "unrecognized arguments: --wai; did you mean --wait?"),
+        (("status", "--refres"), "did you mean --refresh?"),
+        (("stauts",), "invalid choice: 'stauts' (choose from 'validate', "),
+        (("stauts",), "; did you mean 'status'?"),
+        (("aply", "specs"), "did you mean 'apply'?"),
+        (("plan", "specs", "-o", "jsno"), "did you mean 'json'?"),
+    ],
+)
+def test_a_mistyped_command_or_option_is_refused_with_what_was_meant(
+    tmp_path: Path, args: tuple[str, ...], told: str
+) -> None:
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "a.yaml").write_text(spec("a", {"worker": (1, "serve")}))
+    result = cli(*args, cwd=tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr  # not 2 ("changes"), not 0: nothing ran
+    assert told in result.stderr and "Traceback" not in result.stderr
+    assert result.stdout == ""
+
+
+def test_a_word_like_no_command_gets_no_guess(tmp_path: Path) -> None:
+    result = cli("frobnicate", cwd=tmp_path)
+    assert result.returncode == 1 and "invalid choice: 'frobnicate'" in result.stderr
+    assert "did you mean" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("worker-0", TaskKey(Role.WORKER, 0)),
+        ("worker:12", TaskKey(Role.WORKER, 12)),
+        ("ps-3", TaskKey(Role.PS, 3)),
+        ("tensorboard-0", TaskKey(Role.TENSORBOARD, 0)),
+        ("chief", TaskKey(Role.CHIEF, 0)),  # a bare role: its task 0
+    ],
+)
+def test_a_task_is_named_role_dash_index_or_role_colon_index(text: str, key: TaskKey) -> None:
+    assert TaskKey.parse(text) == key
+    assert TaskKey.parse(key.name) == key and key.name == f"{key.role.value}-{key.index}"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "worker-",
+        "-1",
+        "Worker-0",
+        "wrker-1",
+        "worker-x",
+        "worker--1",
+        "worker-+1",
+        "worker- 1",
+        "worker-0:1",
+        "worker:-1",
+        "worker-\u0661",  # a digit, but not an ASCII one
+    ],
+)
+def test_what_is_not_a_task_name_is_refused_with_the_form(text: str) -> None:
+    with pytest.raises(ValueError, match=r"a task is ROLE-INDEX, e\.g\. worker-1 \(or worker:1\)"):
+        TaskKey.parse(text)
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_status_right_after_a_plain_apply_shows_what_runs(project: Path) -> None:
+    (project / "specs" / "a.yaml").write_text(spec("fresh", {"ps": (1, "serve"), "worker": (2, "serve")}))
+    applied = cli("apply", "specs", cwd=project)  # no --wait: returns once the tasks run
+    assert applied.returncode == 0, applied.stderr
+    document = status_of(project, "fresh")
+    assert (document["phase"], [t["state"] for t in document["tasks"]]) == ("Running", ["running"] * 3)
+    assert document["replicas"] == {
+        "ps": {"desired": 1, "running": 1, "succeeded": 0, "failed": 0},
+        "worker": {"desired": 2, "running": 2, "succeeded": 0, "failed": 0},
+    }
+    shown = cli("status", cwd=project).stdout.splitlines()
+    assert shown[1].split()[:3] == ["fresh", "Running", "3/3"], shown
+
+
+def _record(reason: Reason, phase: Phase = Phase.PENDING) -> JobRecord:
+    return JobRecord("a", "uid", {}, "hash", phase=phase, reason=reason)
+
+
+def test_apply_waits_a_while_for_starting_tasks_then_leaves_them_starting() -> None:
+    starting = {"a": _record(Reason.TASKS_STARTING)}
+    assert not _finished(starting, wait=False, patient=True)  # the status would say "starting"
+    assert _finished(starting, wait=False, patient=False)  # an image being fetched: not for ever
+    for reason in (Reason.ALL_TASKS_RUNNING, Reason.WAITING_FOR_RESOURCES, Reason.BACKING_OFF):
+        assert _finished({"a": _record(reason, Phase.RUNNING)}, wait=False, patient=True), reason
+    assert not _finished({"a": _record(Reason.ALL_TASKS_RUNNING, Phase.RUNNING)}, wait=True)

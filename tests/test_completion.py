@@ -111,6 +111,15 @@ def test_an_unknown_shell_is_a_usage_error(project: Path) -> None:
 def test_task_option_completes_from_the_jobs_tasks(workdir: Path) -> None:
     (workdir / "specs" / "a.yaml").write_text(job_yaml("a", workers=2, command="[python, -c, pass]"))
     assert cli("apply", "specs", "--wait", "--timeout", "60", cwd=workdir).returncode == 0
-    lines = bash_complete(workdir, "tfdeclare logs a --task ", "tfdeclare logs nope --task ")
-    assert "tfdeclare logs a --task  => worker:0,worker:1," in lines
+    lines = bash_complete(
+        workdir,
+        "tfdeclare logs a --task ",
+        "tfdeclare logs a --task worker-1",
+        "tfdeclare logs a --task worker:",
+        "tfdeclare logs nope --task ",
+    )
+    assert "tfdeclare logs a --task  => worker-0,worker-1," in lines  # as every output names them
+    assert "tfdeclare logs a --task worker-1 => worker-1 ," in lines  # the one match, and a space
+    # the alias, once begun: bash breaks words at ':', so what follows it is offered
+    assert "tfdeclare logs a --task worker: => 0,1," in lines
     assert "tfdeclare logs nope --task  => ," in lines  # nothing offered

@@ -159,6 +159,27 @@ def test_signed_heads_only_with_a_gpg_keyring(tmp_path: Path) -> None:
         missing("needs gpg (gnupg)")
     home = tmp_path / "gnupg-ada"
     home.mkdir(mode=0o700)
+    try:
+        _signed_heads_only_with_a_gpg_keyring(tmp_path, home)
+    finally:  # signing starts Ada's gpg-agent: the test stops it
+        subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "all"], check=False)
+    assert _gpg_agents(tmp_path) == [], "a gpg-agent outlived the test (the daemon's keyring needs none)"
+
+
+def _gpg_agents(folder: Path) -> list[str]:
+    """Command lines of the gpg-agents whose home is under ``folder``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[0].endswith(b"gpg-agent") and str(folder).encode() in b" ".join(argv):
+            found.append(b" ".join(argv).decode(errors="replace"))
+    return found
+
+
+def _signed_heads_only_with_a_gpg_keyring(tmp_path: Path, home: Path) -> None:
     gpg_env = {"GNUPGHOME": str(home)}
     subprocess.run(
         [

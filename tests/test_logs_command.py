@@ -1,6 +1,7 @@
 """``logs``: every task's lines with a prefix, ``--follow`` interleaving them as they come and
 ending with the job, ``-o json``; Python tasks unbuffered by default (their lines reach the
-log while they run), outside the task's identity (the config hash)."""
+log while they run), outside the task's identity (the config hash). A task is ``worker-0``,
+``worker:0`` too, for ``--task`` and the daemon's log endpoint alike."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import cli
+from tests.test_daemon_page import Served, served
 from tests.test_e2e_local import project, wait_until
 from tfdeclare.backends import registry
 from tfdeclare.cli.common import UserError
@@ -20,7 +23,7 @@ from tfdeclare.core.enums import Role
 from tfdeclare.core.run.launches import launch_env
 from tfdeclare.core.run.tasks import TaskKey
 
-__all__ = ["project"]  # the fixture
+__all__ = ["project", "served"]  # the fixtures
 
 TALKER = """\
 import os, pathlib, time
@@ -81,9 +84,17 @@ def test_logs_of_every_task_prefixed_and_followed_while_python_tasks_run(project
         json.loads(line) for line in cli("logs", "talk", "-o", "json", cwd=project).stdout.splitlines()
     ]
     assert {"task": "worker-1", "line": "done 1"} in as_json and len(as_json) == 4
-    one = cli("logs", "talk", "--task", "worker:1", cwd=project)
-    assert one.returncode == 0 and one.stdout == "ready 1 '1'\ndone 1"
-    assert cli("logs", "talk", "--task", "worker:x", cwd=project).returncode == 1
+    for name in ("worker-1", "worker:1"):  # the name every output shows, and its alias
+        one = cli("logs", "talk", "--task", name, cwd=project)
+        assert one.returncode == 0 and one.stdout == "ready 1 '1'\ndone 1", name
+    for wrong in ("worker:x", "wrker-1", "worker-"):
+        refused = cli("logs", "talk", "--task", wrong, cwd=project)
+        assert refused.returncode == 1 and "a task is ROLE-INDEX, e.g. worker-1" in refused.stderr
+        assert "Traceback" not in refused.stderr
+    absent = cli("logs", "talk", "--task", "worker-2", cwd=project)
+    assert absent.returncode == 1 and "job talk has no task worker-2 that has started" in absent.stderr
+    shown = yaml.safe_load((project / "status" / "talk.yaml").read_text())
+    assert [t["log"] for t in shown["tasks"]] == [f"tfdeclare logs talk --task worker-{i}" for i in (0, 1)]
 
 
 def test_a_log_that_cannot_be_read_stops_only_when_it_was_the_one_asked_for(
@@ -99,3 +110,18 @@ def test_a_log_that_cannot_be_read_stops_only_when_it_was_the_one_asked_for(
             _Tail(TaskKey(Role.WORKER, 0), "no-such-task").read(backend, strict=True)
     finally:
         backend.close()
+
+
+@pytest.mark.parametrize("task", ["worker-1", "worker:1"])
+def test_the_log_endpoint_takes_the_task_name_and_its_alias(served: Served, task: str) -> None:
+    served.world.backend.write_log(served.world.task("a", Role.WORKER, 1).task_id, b"one\n")
+    served.world.backend.write_log(served.world.task("a", Role.WORKER, 0).task_id, b"zero\n")
+    assert served.get(f"/jobs/a/logs?task={task}")[::2] == (200, b"one\n")  # the daemon's /jobs
+
+
+@pytest.mark.parametrize("task", ["wrker-1", "worker-x", "worker-", "worker:1:2"])
+def test_a_log_task_that_names_no_task_is_not_found_and_says_what_a_task_is(
+    served: Served, task: str
+) -> None:
+    code, _, body = served.get(f"/jobs/a/logs?task={task}")
+    assert code == 404 and "a task is ROLE-INDEX, e.g. worker-1" in json.loads(body)["error"], body

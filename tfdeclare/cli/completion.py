@@ -27,13 +27,15 @@ def _job_names(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[s
 
 
 def _task_names(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[str]:
-    """``ROLE:INDEX`` of the tasks of the job named before (``logs NAME --task``)."""
+    """The tasks of the job named before (``logs NAME --task``), as every output names them:
+    ``worker-0``. A prefix in the alias form (``worker:``) completes the alias."""
     from tfdeclare.shell.store import StateStore
 
     try:
         record = StateStore(settings_from(parsed_args).state_dir).load(parsed_args.name)
         keys = record.spec.task_keys() if record is not None else ()
-        return [k.colon_name for k in keys if k.colon_name.startswith(prefix)]
+        names = [f"{k.role}:{k.index}" if ":" in prefix else k.name for k in keys]
+        return [n for n in names if n.startswith(prefix)]
     except Exception:  # a completion never fails loudly
         return []
 

@@ -38,7 +38,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "logs": (
         "tfdeclare logs bert                   # every task, each line prefixed: worker-0 | ...",
-        "tfdeclare logs bert --task worker:1 --follow",
+        "tfdeclare logs bert --task worker-1 --follow            # worker:1 works too",
         "tfdeclare logs bert -o json | jq -r 'select(.task == \"chief-0\") | .line'",
     ),
     "delete": ("tfdeclare delete bert", "tfdeclare delete --all --timeout 300"),

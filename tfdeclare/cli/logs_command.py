@@ -20,7 +20,7 @@ from tfdeclare.backends.base import Backend, BackendError
 from tfdeclare.cli import terminal
 from tfdeclare.cli.common import EXIT_OK, UserError, settings_from, stderr_line
 from tfdeclare.cli.wiring import make_backend
-from tfdeclare.core.enums import Phase, Role
+from tfdeclare.core.enums import Phase
 from tfdeclare.core.run.record import JobRecord
 from tfdeclare.core.run.tasks import TaskKey
 from tfdeclare.core.tone import Painter, Tone
@@ -64,14 +64,6 @@ class _Tail:
                 self.lines.append(self.partial)
                 self.partial = b""
         return bool(chunk.data)
-
-
-def _key_of(text: str) -> TaskKey:
-    role, _, index = text.partition(":")
-    try:
-        return TaskKey(Role(role), int(index or 0))
-    except ValueError:
-        raise UserError(f"--task takes ROLE:INDEX, e.g. worker:1 (got {text!r})") from None
 
 
 class _Printer:
@@ -123,11 +115,11 @@ def cmd_logs(args: argparse.Namespace) -> int:
     record = store.load(args.name)
     if record is None:
         raise UserError(f"no job named {args.name!r}")
-    only = _key_of(args.task) if args.task else None
+    only: TaskKey | None = args.task
     if only is None and not args.follow and not any(t.task_id for t in record.tasks):
         raise UserError(f"job {record.name} has no task that has started")
     if only is not None and not any(t.key == only and t.task_id for t in record.tasks) and not args.follow:
-        raise UserError(f"job {record.name} has no task {only.colon_name} that has started")
+        raise UserError(f"job {record.name} has no task {only.name} that has started")
     width = max((len(k.name) for k in record.spec.task_keys()), default=0)
     printer = _Printer(args.output, prefixed=only is None, width=width)
     backend = make_backend(settings)

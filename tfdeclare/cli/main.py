@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     # Common options go before or after the command; after it, they win. The subcommands'
     # copies default to "not given" so they never hide a value given before the command.
     add_common_options(parser)
-    common = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
+    common = parsers.Parser(add_help=False, argument_default=argparse.SUPPRESS)
     add_common_options(common)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     parsers.add_parsers(sub, common)

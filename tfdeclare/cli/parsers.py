@@ -5,16 +5,59 @@ must start fast)."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
+from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from tfdeclare.core.spec.keys import TaskKey
 from tfdeclare.core.spec.names import is_job_name
 
 EXIT_USAGE = 1  # as Terraform: 2 would read as "the plan has changes" under --detailed-exitcode
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with usage errors exiting 1, not 2 (exit codes: contract §3)."""
+    """argparse with usage errors exiting 1, not 2 (exit codes: contract §3); no prefixes of
+    options (``--detailed`` is an error, not ``--detailed-exitcode``: a later option that
+    shares the prefix would change what a script means); a mistyped command or choice gets
+    "did you mean" (argparse's own ``suggest_on_error`` comes with Python 3.14)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        choices = action.choices
+        if choices is None or value in choices or not isinstance(value, str):
+            return super()._check_value(action, value)
+        close = difflib.get_close_matches(value, [str(c) for c in choices], n=1)
+        names = ", ".join(repr(c) for c in choices)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise argparse.ArgumentError(action, f"invalid choice: {value!r} (choose from {names}){hint}")
+
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        parsed, unknown = self.parse_known_args(args, namespace)
+        if unknown:
+            options = self._options_of(getattr(parsed, "command", None))
+            hints = [
+                f"did you mean {close[0]}?"
+                for word in unknown
+                if word.startswith("-")
+                for close in [difflib.get_close_matches(word.partition("=")[0], options, n=1)]
+                if close
+            ]
+            self.error("; ".join([f"unrecognized arguments: {' '.join(unknown)}", *hints]))
+        return parsed
+
+    def _options_of(self, command: str | None) -> list[str]:
+        """The long options the command line could have meant: this parser's and its command's."""
+        parsers: list[argparse.ArgumentParser] = [self]
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+                parsers.append(action.choices[command])
+        return [o for p in parsers for a in p._actions for o in a.option_strings if o.startswith("--")]
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
@@ -28,6 +71,14 @@ def job_name(text: str) -> str:
             f"{text!r} is not a job name (lowercase letters, digits and '-', at most 63 characters)"
         )
     return text
+
+
+def task_name(text: str) -> TaskKey:
+    """A ``--task`` argument: ``worker-0``, as every output names tasks (``worker:0`` too)."""
+    try:
+        return TaskKey.parse(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _specs_commands(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -143,7 +194,12 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         "sets it), so lines appear as they are printed.",
     )
     logs.add_argument("name", metavar="NAME", type=job_name)
-    logs.add_argument("--task", metavar="ROLE:INDEX", help="only this task, its output as written")
+    logs.add_argument(
+        "--task",
+        metavar="ROLE-INDEX",
+        type=task_name,
+        help="only this task, its output as written: worker-0 (worker:0 also works)",
+    )
     logs.add_argument(
         "-f", "--follow", action="store_true", help="keep printing until the job (or the task) has ended"
     )
@@ -155,6 +211,11 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     delete = sub.add_parser("delete", parents=[common], help="stop jobs and forget them")
     delete.add_argument("names", nargs="*", metavar="NAME", type=job_name)
     delete.add_argument("--all", action="store_true", help="every job in the state folder")
+    delete.add_argument(
+        "--ignore-not-found",
+        action="store_true",
+        help="a NAME with no job is no error (scripts that clean up what may not be there)",
+    )
     delete.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS")
     delete.add_argument(
         "-o",

@@ -1,8 +1,9 @@
 """``apply``, ``status``, ``logs`` and ``delete``: the commands that act on running jobs.
 
 ``apply`` takes the state folder's lock, applies the plan to the job records and runs
-reconcile passes: without ``--wait`` until every job's tasks are launched (or waiting for
-resources), with ``--wait`` until every job of the files has Succeeded or Failed, printing
+reconcile passes: without ``--wait`` until every job's tasks are seen running (or waiting for
+resources; tasks still starting after ``STARTING_GRACE_S`` are left starting), so the status
+files it leaves say what runs; with ``--wait`` until every job of the files has Succeeded or Failed, printing
 progress as it changes. Tasks are detached processes (or Mesos tasks): interrupting ``apply``
 never stops them; a later ``apply``, ``status`` or the daemon adopts them.
 """
@@ -53,7 +54,6 @@ from tfdeclare.shell.store import StateError, StateStore
 _LAUNCHED_REASONS = frozenset(
     {
         Reason.ALL_TASKS_RUNNING,
-        Reason.TASKS_STARTING,
         Reason.WAITING_FOR_RESOURCES,
         Reason.WAITING_FOR_GPUS,
         Reason.WAITING_FOR_OFFERS,
@@ -61,6 +61,10 @@ _LAUNCHED_REASONS = frozenset(
         Reason.BACKING_OFF,
     }
 )
+# Without --wait, apply waits this long for launched tasks to be seen running (a local task's
+# supervisor answers within a second), so that the status it leaves behind says what runs
+# rather than "starting"; a task slower to start (an image being fetched) is left starting.
+STARTING_GRACE_S = 10.0
 
 
 def _is_plan_file(paths: list[str]) -> bool:
@@ -201,7 +205,7 @@ def _run_passes(
                 shown[name] = key
                 if show:
                     stdout_write(f"[{elapsed:6.1f}s] {line}\n")
-        if _finished(records, wait):
+        if _finished(records, wait, patient=elapsed < STARTING_GRACE_S):
             return records, False, result.errors
         if limit is not None and elapsed >= limit:
             return records, True, result.errors
@@ -211,7 +215,10 @@ def _run_passes(
         waker.sleep(pause)
 
 
-def _finished(records: dict[str, JobRecord], wait: bool) -> bool:
+def _finished(records: dict[str, JobRecord], wait: bool, *, patient: bool = False) -> bool:
+    """Whether apply (or delete) may stop its passes: every job done with (``wait``) or
+    launched; launched means its tasks are seen running, or, once no longer ``patient``,
+    at least on their way."""
     for record in records.values():
         if record.deleting:
             if wait:
@@ -224,7 +231,9 @@ def _finished(records: dict[str, JobRecord], wait: bool) -> bool:
         if wait:
             if record.reason is not Reason.UNSCHEDULABLE:
                 return False
-        elif record.reason not in _LAUNCHED_REASONS:
+        elif record.reason not in _LAUNCHED_REASONS and (
+            patient or record.reason is not Reason.TASKS_STARTING
+        ):
             return False
     return True
 
@@ -452,6 +461,6 @@ def cmd_delete(args: argparse.Namespace) -> int:
     if timed_out:
         stderr_line("tfdeclare: timed out waiting for tasks to stop; they are still being stopped")
         return EXIT_ERROR
-    if missing:
+    if missing and not args.ignore_not_found:
         raise UserError(f"no job named {', '.join(repr(m) for m in missing)}")
     return EXIT_OK

@@ -30,6 +30,7 @@ from tfdeclare.core.diagnostics import Diagnostic
 from tfdeclare.core.enums import Phase, Reason
 from tfdeclare.core.plan.planner import Plan, PlanCache, PlanOptions, Sighting, plan
 from tfdeclare.core.run.record import JobRecord, Revision
+from tfdeclare.core.spec.keys import TaskKey
 from tfdeclare.core.spec.names import is_job_name
 from tfdeclare.core.spec.policy import Quota
 from tfdeclare.daemon import page
@@ -339,15 +340,21 @@ class Daemon:
         return page.render(self.jobs(), self.events, self.health()[1], refresh)
 
     def task_log(self, name: str, task: str | None, offset: int) -> LogChunk:
-        """A page of the output of ``task`` (``ROLE:INDEX``; default: the job's first task that
-        started) of job ``name``. Raises ``LookupError`` naming what is not there,
-        ``BackendError`` when the backend cannot read it."""
+        """A page of the output of ``task`` (``worker-0``, or the alias ``worker:0``; default:
+        the job's first task that started) of job ``name``. Raises ``LookupError`` naming what
+        is not there (a ``task`` that is no task name too: no such log), ``BackendError`` when
+        the backend cannot read it."""
         document = self.controller.statuses.read(name) if is_job_name(name) else None
         if document is None:
             raise LookupError(f"no job named {name!r}")
         started = [t for t in document["tasks"] if t["id"]]
         if task is not None:
-            started = [t for t in started if f"{t['role']}:{t['index']}" == task]
+            try:
+                key = TaskKey.parse(task)
+            except ValueError as err:
+                raise LookupError(str(err)) from None
+            task = key.name
+            started = [t for t in started if (t["role"], t["index"]) == (key.role.value, key.index)]
         if not started:
             raise LookupError(f"job {name} has no task {task + ' ' if task else ''}that has started")
         return self.controller.backend.read_log(started[0]["id"], offset, page.LOG_PAGE_BYTES)

@@ -37,6 +37,9 @@ class Verifier:
             self.gnupg_home = workdir / "gnupg"
             self.gnupg_home.mkdir(parents=True, exist_ok=True, mode=0o700)
             os.chmod(self.gnupg_home, 0o700)
+            # Importing and checking public keys needs no gpg-agent or dirmngr: without this,
+            # gpg starts an agent for this keyring that outlives the daemon.
+            (self.gnupg_home / "gpg.conf").write_text("no-autostart\n")
             done = subprocess.run(
                 ["gpg", "--batch", "--quiet", "--import", policy.gpg_keyring],
                 env={**os.environ, "GNUPGHOME": str(self.gnupg_home)},

@@ -90,7 +90,7 @@ def status_document(record: JobRecord, now: float) -> dict[str, Any]:
     keys = sorted(set(spec.task_keys()) | set(tasks)) if not record.deleting else sorted(tasks)
     for key in keys:
         task = tasks.get(key)
-        log = f"tfdeclare logs {record.name} --task {key.colon_name}"
+        log = f"tfdeclare logs {record.name} --task {key.name}"
         if task is None:
             task_entries.append(
                 {

@@ -19,10 +19,23 @@ class TaskKey:
     def name(self) -> str:
         return f"{self.role}-{self.index}"  # a StrEnum formats as its value
 
-    @property
-    def colon_name(self) -> str:
-        """The ``ROLE:INDEX`` form users type (``tfdeclare logs --task worker:1``)."""
-        return f"{self.role}:{self.index}"
+    @classmethod
+    def parse(cls, text: str) -> TaskKey:
+        """A task as users name it: ``worker-1`` (the name every output shows), ``worker:1``
+        (an alias, the form of earlier releases) or a bare role for its task 0 (``chief``).
+        Raises ``ValueError`` saying what is accepted."""
+        role, sep, index = text.rpartition("-") if "-" in text else text.rpartition(":")
+        if not sep:
+            role, index = text, "0"
+        if role in _ROLES and index.isascii() and index.isdigit():
+            return cls(Role(role), int(index))
+        raise ValueError(
+            f"a task is ROLE-INDEX, e.g. worker-1 (or worker:1), with ROLE one of "
+            f"{', '.join(sorted(_ROLES))} (got {text!r})"
+        )
+
+
+_ROLES = frozenset(r.value for r in Role)
 
 
 @dataclass(frozen=True, slots=True)
