@@ -373,3 +373,29 @@ def test_the_daemon_refuses_every_hostile_form_and_runs_none(tmp_path: Path) -> 
     for file, form in expected.items():
         assert any(refused(x, file, form) for x in seen), (file, form.at, seen)
     assert not list((project / ".tfdeclare" / "jobs").glob("*"))
+
+
+def test_the_field_screen_covers_what_every_known_spec_runs() -> None:
+    """The rules skip resolving the runs when the cheap look at the fields (``FieldScreen``)
+    says nothing could break them: that look must cover every image, working folder, task and
+    GPU that runs, for every spec the project knows (examples, golden cases, Kubeflow
+    manifests, the forms above)."""
+    from tfdeclare.core.spec.loader import load_file
+
+    repo = Path(__file__).resolve().parents[2]
+    files = [
+        *repo.glob("specs/*.yaml"),
+        *repo.glob("tests/golden/**/*.yaml"),
+        *repo.glob("tests/kubeflow/*.yaml"),
+    ]
+    texts = [(str(p), p.read_bytes()) for p in files if p.is_file()]  # some golden cases hold broken links
+    texts += [(name, spec_text(form, v).encode()) for name, form in FORMS.items() for v in BENIGN[form.kind]]
+    jobs = [job for name, data in texts for job in load_file(name, data).jobs]
+    assert len(jobs) > 40
+    for job in jobs:
+        screen, runs = job.screen, job.runs
+        assert {r.image for r in runs if r.image} <= screen.images, job.name
+        assert {r.working_dir for r in runs if r.working_dir} <= screen.working_dirs, job.name
+        assert sum(r.count for r in runs) == screen.tasks, job.name
+        assert sum(r.count * r.resources.gpus for r in runs) == screen.gpus, job.name
+        assert screen.unset_image or all(r.image for r in runs), job.name

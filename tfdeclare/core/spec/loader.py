@@ -19,7 +19,7 @@ from tfdeclare.core.diagnostics import Code, Diagnostic, JsonPath, Severity
 from tfdeclare.core.enums import ClusterSpecStyle, Role
 from tfdeclare.core.spec.documents import Document, parse_documents
 from tfdeclare.core.spec.kubeflow import API_VERSION, Translation, is_kubeflow, translate
-from tfdeclare.core.spec.model import JobSpec, canonicalize, fingerprint
+from tfdeclare.core.spec.model import FieldScreen, JobSpec, TaskRun, canonicalize, fingerprint
 from tfdeclare.core.spec.resources import QuantityError
 from tfdeclare.core.spec.schema import load_schema
 
@@ -44,7 +44,17 @@ class LoadedJob:
     @cached_property
     def spec(self) -> JobSpec:
         """Built on first use: a plan of unchanged jobs only compares hashes."""
-        return JobSpec.from_canonical(self.canonical)
+        return JobSpec.from_canonical(self.canonical, self.spec_hash)
+
+    @cached_property
+    def screen(self) -> FieldScreen:
+        """A cheap first look at what its runs could be (``FieldScreen``); made once."""
+        return FieldScreen.of(self.canonical)
+
+    @cached_property
+    def runs(self) -> tuple[TaskRun, ...]:
+        """What its tasks run (``JobSpec.runs``), for the policy's rules; made once."""
+        return self.spec.runs()
 
 
 Locate = Callable[[JsonPath, str], Diagnostic]

@@ -200,6 +200,38 @@ class TaskRun:
 
 
 @dataclass(frozen=True, slots=True)
+class FieldScreen:
+    """What the fields that feed a job's runs say, read straight off the canonical form: a
+    cheap first look, so a rule resolves the runs (``LoadedJob.runs``, which builds the typed
+    spec) only when one of these could break it. Each is a superset of what runs: every image a
+    task runs is named by one of ``images``, every working folder is one of ``working_dirs``
+    (``tests/security/test_policy_entries.py`` checks that against the runs). The policy's
+    rules read it first (``tfdeclare.core.spec.policy``)."""
+
+    images: frozenset[str]
+    unset_image: bool  # some role (or TensorBoard) may run with no image
+    working_dirs: frozenset[str]
+    tasks: int
+    gpus: int
+
+    @classmethod
+    def of(cls, canonical: Mapping[str, Any]) -> FieldScreen:
+        spec = canonical["spec"]
+        entries = list(spec["replicas"].values())
+        board = spec.get("tensorboard")
+        images = {e["image"] for e in entries if e.get("image")}
+        dirs = {e["workingDir"] for e in entries if e.get("workingDir")}
+        tasks = sum(int(e["count"]) for e in entries)
+        gpus = sum(int(e["count"]) * int(e["resources"]["gpus"]) for e in entries)
+        if board:
+            images.update([board["image"]] if board.get("image") else [])
+            tasks, gpus = tasks + 1, gpus + int(board["resources"]["gpus"])
+        images.update([spec["image"]] if spec.get("image") else [])
+        dirs.update([spec["workingDir"]] if spec.get("workingDir") else [])
+        return cls(frozenset(images), not spec.get("image"), frozenset(dirs), tasks, gpus)
+
+
+@dataclass(frozen=True, slots=True)
 class ReplicaSpec:
     role: Role
     count: int
@@ -237,7 +269,9 @@ class JobSpec:
     evaluator_grace_s: float = DEFAULT_EVALUATOR_GRACE_S
 
     @classmethod
-    def from_canonical(cls, canonical: Mapping[str, Any]) -> JobSpec:
+    def from_canonical(cls, canonical: Mapping[str, Any], spec_hash: str | None = None) -> JobSpec:
+        """The typed spec of a canonical document (``spec_hash``: its fingerprint, when the
+        caller has it already)."""
         spec = canonical["spec"]
         by_role = spec["replicas"]
         replicas = tuple(
@@ -278,7 +312,7 @@ class JobSpec:
             volumes=tuple(
                 Volume(v["hostPath"], v["containerPath"], VolumeMode(v["mode"])) for v in spec["volumes"]
             ),
-            spec_hash=fingerprint(canonical),
+            spec_hash=spec_hash or fingerprint(canonical),
             tensorboard=_tensorboard_spec(spec.get("tensorboard")),
             args=tuple(spec["args"]) if "args" in spec else None,
             success_policy=SuccessPolicy(spec.get("successPolicy", SuccessPolicy.ALL_WORKERS.value)),

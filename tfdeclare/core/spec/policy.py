@@ -112,10 +112,10 @@ def check_task_count(max_tasks: int, job: LoadedJob, at: Locate) -> Sequence[Dia
     """``policy.maxTasksPerJob``: a job's size is bounded, so no replica count can take the
     controller down. Every task counts, the TensorBoard task too. Reported at the count of the
     largest role."""
-    runs = job.spec.runs()
-    total = sum(run.count for run in runs)
-    if total <= max_tasks:
+    if job.screen.tasks <= max_tasks:
         return ()
+    runs = job.runs
+    total = sum(run.count for run in runs)
     largest = max(runs, key=lambda run: run.count)
     return (
         at(
@@ -128,10 +128,10 @@ def check_task_count(max_tasks: int, job: LoadedJob, at: Locate) -> Sequence[Dia
 def check_gpus(max_gpus: int, job: LoadedJob, at: Locate) -> Sequence[Diagnostic]:
     """``policy.maxGpusPerJob`` over every task (TensorBoard's too), reported at the GPUs of
     the role that asks for the most."""
-    runs = job.spec.runs()
-    total = sum(run.count * run.resources.gpus for run in runs)
-    if total <= max_gpus:
+    if job.screen.gpus <= max_gpus:
         return ()
+    runs = job.runs
+    total = sum(run.count * run.resources.gpus for run in runs)
     largest = max(runs, key=lambda run: run.count * run.resources.gpus)
     return (
         at(
@@ -145,9 +145,14 @@ def check_images(policy: PolicyConfig, job: LoadedJob, at: Locate) -> Sequence[D
     """``policy.allowedImages`` (glob patterns on the whole reference) and
     ``policy.requireImage``, for the image every task runs (a role's own, TensorBoard's),
     each reported once at the field that names it."""
-    problems: dict[JsonPath, Diagnostic] = {}
     allowed = policy.allowed_images
-    for run in job.spec.runs():
+    screen = job.screen
+    if not (policy.require_image and screen.unset_image) and (
+        allowed is None or all(any(fnmatchcase(i, p) for p in allowed) for i in screen.images)
+    ):
+        return ()
+    problems: dict[JsonPath, Diagnostic] = {}
+    for run in job.runs:
         if run.image_at in problems:
             continue
         if run.image is None:
@@ -196,14 +201,16 @@ def check_reserved_paths(reserved: Mapping[str, str], job: LoadedJob, at: Locate
     socket (``reserved``: path -> what it is), and no volume is, or holds, one of them (a task could
     forge job records or status, or start containers of its own). Relative working folders
     are judged where they resolve, by ``check_source_folders``."""
-    spec = job.spec
+    volumes = job.canonical["spec"]["volumes"]
+    if not volumes and not any(posixpath.isabs(d) for d in job.screen.working_dirs):
+        return ()
     # (where, the path, whether a folder above a reserved one counts: a mount exposes all below it)
     candidates: dict[JsonPath, tuple[str, bool]] = {}
-    for run in spec.runs():
+    for run in job.runs:
         if run.working_dir and posixpath.isabs(run.working_dir):
             candidates.setdefault(run.working_dir_at, (run.working_dir, False))
-    for index, volume in enumerate(spec.volumes):
-        candidates[("spec", "volumes", index, "hostPath")] = (volume.host_path, True)
+    for index, volume in enumerate(volumes):
+        candidates[("spec", "volumes", index, "hostPath")] = (volume["hostPath"], True)
     problems = []
     for path, (value, above) in candidates.items():
         normal = posixpath.normpath(value)
@@ -246,8 +253,10 @@ def check_source_folders(
     must stay inside the folder the spec was read from (``sources``), whatever the policy,
     and must not be, or lie in, a ``reserved`` path. A source folder that *holds* the state
     folder is mounted without it (the local backend hides it)."""
+    if all(posixpath.isabs(d) for d in job.screen.working_dirs):
+        return ()
     problems: dict[JsonPath, Diagnostic] = {}
-    relative = [r for r in job.spec.runs() if r.working_dir and not posixpath.isabs(r.working_dir)]
+    relative = [r for r in job.runs if r.working_dir and not posixpath.isabs(r.working_dir)]
     if not relative:
         return ()
     folder = sources.folder_of(job.source.file)
@@ -277,16 +286,17 @@ def check_source_folders(
 def check_log_dir(job: LoadedJob, at: Locate) -> Sequence[Diagnostic]:
     """A relative ``tensorboard.logDir`` is taken in TensorBoard's own working folder: it may
     reach its job's other task folders (``../chief-0/logs``), nothing above them."""
-    board = job.spec.tensorboard
-    if board is None or "://" in board.log_dir or posixpath.isabs(board.log_dir):
+    board = job.canonical["spec"].get("tensorboard")
+    log_dir = board["logDir"] if board else None
+    if log_dir is None or "://" in log_dir or posixpath.isabs(log_dir):
         return ()
-    reached = posixpath.normpath(posixpath.join("job/tensorboard-0", board.log_dir))
+    reached = posixpath.normpath(posixpath.join("job/tensorboard-0", log_dir))
     if reached == "job" or reached.startswith("job/"):
         return ()
     return (
         at(
             ("spec", "tensorboard", "logDir"),
-            f"logDir {board.log_dir} leads out of the job's task folders: a relative logDir may "
+            f"logDir {log_dir} leads out of the job's task folders: a relative logDir may "
             "name its job's folders (../chief-0/logs), nothing above them",
         ),
     )
