@@ -12,6 +12,7 @@ header is where the next page starts.
 from __future__ import annotations
 
 import functools
+import http.cookies
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -19,10 +20,14 @@ import jinja2
 
 from tfdeclare import __version__
 from tfdeclare.core.run.record import rfc3339
+from tfdeclare.daemon.httpguard import BadRequest, number
 from tfdeclare.daemon.webhooks import PhaseChange
 
 LOG_PAGE_BYTES = 256 * 1024
+REFRESH_DEFAULT = 10  # seconds; ?refresh=0 turns it off (remembered in a cookie)
+REFRESH_MIN, REFRESH_MAX = 2, 3600
 REFRESH_CHOICES = (5, 10, 30, 60)
+REFRESH_COOKIE = "tfdeclare-refresh"
 # Inline styles only; nothing else may load, run or be framed.
 CONTENT_SECURITY_POLICY = (
     "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; "
@@ -78,8 +83,32 @@ def render(
 
 
 def refresh_from(query: Mapping[str, list[str]]) -> int | None:
-    """``?refresh=N``: seconds between reloads, at least 2; anything else: none."""
-    values = query.get("refresh")
-    if not values or not values[0].isdigit():
+    """``?refresh=N``: seconds between reloads, 0 (off) or 2 to 3600; None when not given.
+    ``BadRequest`` (400) for anything else."""
+    if "refresh" not in query:
         return None
-    return max(2, min(int(values[0]), 3600))
+    seconds = number(query, "refresh", REFRESH_DEFAULT, 0, REFRESH_MAX)
+    if seconds == 1:
+        raise BadRequest(f"refresh must be 0 (off) or from {REFRESH_MIN} to {REFRESH_MAX} seconds")
+    return seconds
+
+
+def refresh_from_cookie(header: str | None) -> int:
+    """The choice a browser remembers (``REFRESH_COOKIE``); the default without a valid one."""
+    cookie = http.cookies.SimpleCookie()
+    try:
+        cookie.load(header or "")
+    except http.cookies.CookieError:
+        return REFRESH_DEFAULT
+    morsel = cookie.get(REFRESH_COOKIE)
+    if morsel is None:
+        return REFRESH_DEFAULT
+    try:
+        return refresh_from({"refresh": [morsel.value]}) or 0
+    except BadRequest:
+        return REFRESH_DEFAULT
+
+
+def refresh_cookie(seconds: int) -> str:
+    """The ``Set-Cookie`` value that remembers ``?refresh=`` for a year (this page only)."""
+    return f"{REFRESH_COOKIE}={seconds}; Path=/; Max-Age=31536000; HttpOnly; SameSite=Strict"

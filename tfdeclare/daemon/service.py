@@ -114,6 +114,7 @@ class Daemon:
         self.revision: Revision | None = None
         self.source_error: str | None = None
         self.last_pass_at: float | None = None
+        self.started_at = clock()
 
     # ---- asking for passes ----------------------------------------------------------------
 
@@ -316,11 +317,16 @@ class Daemon:
     # ---- what the HTTP endpoints show -----------------------------------------------------
 
     def health(self) -> tuple[bool, dict[str, Any]]:
+        """Healthy once a pass has ended and passes keep coming on time with the source read.
+        Until the first pass ends the status is ``starting`` (for as long as a pass may take:
+        after that it is overdue, a hang)."""
         overdue = max(3 * self.options.interval_s, 60.0)
-        late = self.last_pass_at is None or self.clock() - self.last_pass_at > overdue
-        healthy = not late and self.source_error is None
+        since = self.last_pass_at if self.last_pass_at is not None else self.started_at
+        late = self.clock() - since > overdue
+        starting = self.last_pass_at is None and not late
+        healthy = not late and not starting and self.source_error is None
         return healthy, {
-            "status": "ok" if healthy else "degraded",
+            "status": "ok" if healthy else "starting" if starting else "degraded",
             "source": self.source.description,
             "sourceError": self.source_error,
             "revision": self.revision.commit if self.revision else None,
@@ -335,7 +341,7 @@ class Daemon:
     def metrics_text(self) -> str:
         return self.metrics.render()
 
-    def page_html(self, refresh: int | None) -> str:
+    def page_html(self, refresh: int) -> str:
         return page.render(self.jobs(), self.events, self.health()[1], refresh)
 
     def task_log(self, name: str, task: str | None, offset: int) -> LogChunk:
