@@ -22,7 +22,7 @@ from tests.conftest import cli
 from tests.controller_world import World, job_text
 from tests.test_daemon import Daemon as CliDaemon
 from tfdeclare.core.enums import Role
-from tfdeclare.daemon.server import REQUEST_DEADLINE_S, DaemonServer, ListenError
+from tfdeclare.daemon.server import MAX_CONNECTIONS, REQUEST_DEADLINE_S, DaemonServer, ListenError
 from tfdeclare.daemon.service import Daemon, DaemonOptions
 from tfdeclare.daemon.sources import FolderSource
 
@@ -296,12 +296,12 @@ class Tricklers:
 
 
 @pytest.mark.slow
-def test_slow_clients_cannot_starve_the_probe() -> None:
+def test_slow_clients_cannot_starve_the_probe(caplog: pytest.LogCaptureFixture) -> None:
     server = DaemonServer("127.0.0.1", 0, Quick())
     server.start()
     waits: list[float] = []
     try:
-        with Tricklers(server.address) as tricklers:
+        with caplog.at_level(logging.WARNING), Tricklers(server.address) as tricklers:
             until = time.monotonic() + REQUEST_DEADLINE_S * 2 + 2  # past the first round of cut-offs
             while time.monotonic() < until:
                 started = time.monotonic()
@@ -314,3 +314,29 @@ def test_slow_clients_cannot_starve_the_probe() -> None:
     finally:
         server.close()
     assert max(waits) < 1.0, f"/healthz took {max(waits):.3f} s while {TRICKLERS} clients trickled"
+    assert not caplog.records, "cutting slow clients off is no error"
+
+
+def test_closing_with_connections_open_ends_them_and_every_thread_quietly(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    before = threading.active_count()
+    server = DaemonServer("127.0.0.1", 0, Quick())
+    server.start()
+    with caplog.at_level(logging.DEBUG, logger="tfdeclare"), caplog.at_level(logging.WARNING):
+        assert request(server, "GET", "/healthz")[0] == 200  # a worker thread has started
+        clients = [socket.create_connection(server.address, timeout=10) for _ in range(MAX_CONNECTIONS + 5)]
+        deadline = time.monotonic() + 10
+        while server.evicted < 5 and time.monotonic() < deadline:
+            time.sleep(0.01)  # until every one is accepted: 5 made room for the last 5
+        assert server.evicted == 5
+        for client in clients[-3:]:
+            client.sendall(b"GET /jobs HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # half a request
+        server.close()
+        for client in clients:
+            assert client.recv(1) == b""  # closed by the server, not left hanging
+            client.close()
+    assert threading.active_count() == before
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(server.address, timeout=10)

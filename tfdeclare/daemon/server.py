@@ -131,6 +131,8 @@ class DaemonServer:
         access: AccessPolicy | None = None,
     ) -> None:
         self._socket = listen(host, port)
+        bound = self._socket.getsockname()
+        self._address = (str(bound[0]), int(bound[1]))
         self._endpoints = endpoints
         self._access = access or AccessPolicy(frozenset())
         self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="daemon-http-worker")
@@ -139,16 +141,19 @@ class DaemonServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._ready = threading.Event()
-        self._reading: dict[asyncio.Task[None], None] = {}  # oldest first: still sending a request
-        self._serving: set[asyncio.Task[None]] = set()  # being answered
+        self._closing = False
+        # Each open connection's task and writer. A connection is closed by aborting its
+        # transport, never by cancelling its task (Python 3.11's start_server logs a cancelled
+        # one as an error, with a traceback).
+        self._reading: dict[asyncio.Task[None], asyncio.StreamWriter] = {}  # oldest first
+        self._serving: dict[asyncio.Task[None], asyncio.StreamWriter] = {}  # being answered
         self.turned_away = 0  # refused at once: every connection was being answered
         self.evicted = 0  # closed to make room: the one sending its request the longest
         self.timed_out = 0  # their request was not complete within REQUEST_DEADLINE_S
 
     @property
     def address(self) -> tuple[str, int]:
-        host, port = self._socket.getsockname()[:2]
-        return str(host), int(port)
+        return self._address
 
     def start(self, endpoints: Endpoints | None = None) -> None:
         if endpoints is not None:
@@ -182,32 +187,36 @@ class DaemonServer:
         try:
             await self._stopping.wait()
         finally:
+            self._closing = True  # a connection whose task has not started yet closes at once
             server.close()
-            tasks = [*self._reading, *self._serving]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            for writer in [*self._reading.values(), *self._serving.values()]:
+                writer.transport.abort()
+            # connections accepted meanwhile start their tasks later: until none is left
+            while others := asyncio.all_tasks() - {asyncio.current_task()}:
+                await asyncio.gather(*others, return_exceptions=True)
             await server.wait_closed()
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        if self._closing:
+            writer.transport.abort()
+            return
         if len(self._reading) + len(self._serving) >= MAX_CONNECTIONS:
             if not self._reading:
                 self.turned_away += 1
                 writer.transport.abort()
                 return
             oldest = next(iter(self._reading))
-            del self._reading[oldest]
-            oldest.cancel()
+            self._reading.pop(oldest).transport.abort()  # its read ends: the task ends
             self.evicted += 1
-        self._reading[task] = None
+        self._reading[task] = writer
         try:
             raw = await self._read_request(reader, writer)
             self._reading.pop(task, None)
             if raw is None:
                 return
-            self._serving.add(task)
+            self._serving[task] = writer
             peer = writer.get_extra_info("peername") or ("?", 0)
             answer = await asyncio.get_running_loop().run_in_executor(self._pool, self._answer, raw, peer)
             writer.write(answer)
@@ -215,9 +224,11 @@ class DaemonServer:
                 await writer.drain()
         except (ConnectionError, TimeoutError):
             pass  # the client hung up, or reads too slowly: no error of ours
+        except Exception:  # a bug: logged here, as nothing else would
+            log.exception("HTTP connection failed")
         finally:
             self._reading.pop(task, None)
-            self._serving.discard(task)
+            self._serving.pop(task, None)
             writer.close()
 
     async def _read_request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bytes | None:
