@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.controller_world import World, job_text
+from tfdeclare.backends.base import BackendError, LogChunk
 from tfdeclare.core.enums import Phase, Role
 from tfdeclare.daemon import page
 from tfdeclare.daemon.server import DaemonServer
@@ -118,3 +119,19 @@ def test_the_log_endpoint_pages_and_refuses_what_is_not_there(served: Served) ->
     assert served.get("/jobs/..%2F..%2Fetc%2Fpasswd/logs")[0] == 404
     assert served.get("/jobs/a/logs?task=worker:7")[0] == 404
     assert served.get("/jobs/a/logs?offset=-1")[0] == 400
+
+
+def test_each_card_shows_the_end_of_a_log_and_a_log_that_fails_costs_only_its_tail(served: Served) -> None:
+    task_id = served.world.task("a", Role.WORKER, 0).task_id
+    served.world.backend.write_log(task_id, b"".join(b"line %d\n" % i for i in range(5000)))
+    text = served.get("/")[2].decode()
+    tail = re.search(r'<div class="tail">.*?<pre>(.*?)</pre>', text, re.S)
+    assert tail is not None and tail.group(1).splitlines() == [f"line {i}" for i in range(4992, 5000)]
+    assert 'href="/jobs/a/logs?task=worker:0">whole log' in text
+
+    def broken(*args: object, **kwargs: object) -> LogChunk:
+        raise BackendError("the agent is away")
+
+    served.world.backend.read_log = broken  # type: ignore[method-assign]
+    code, _, body = served.get("/")
+    assert code == 200 and 'id="job-a"' in body.decode() and 'class="tail"' not in body.decode()
