@@ -99,3 +99,17 @@ def test_a_log_that_cannot_be_read_stops_only_when_it_was_the_one_asked_for(
             _Tail(TaskKey(Role.WORKER, 0), "no-such-task").read(backend, strict=True)
     finally:
         backend.close()
+
+
+def test_a_log_that_shrank_is_read_again_from_its_start() -> None:
+    """A rotated log (Mesos' logrotate container logger): the offset reached is past its new
+    end, and the backend says so; what the file now holds is all new."""
+    from tests.fake_backend import FakeBackend
+
+    backend = FakeBackend()
+    backend.cluster.logs["t"] = bytearray(b"old line 1\nold line 2\n")
+    tail = _Tail(TaskKey(Role.WORKER, 0), "t")
+    assert tail.read(backend, strict=True) and tail.lines == [b"old line 1\n", b"old line 2\n"]
+    backend.cluster.logs["t"] = bytearray(b"new\n")  # rotated: shorter than what was read
+    assert tail.read(backend, strict=True) and tail.offset == 0
+    assert tail.read(backend, strict=True) and tail.lines[-1] == b"new\n"
