@@ -340,3 +340,41 @@ def test_closing_with_connections_open_ends_them_and_every_thread_quietly(
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(server.address, timeout=10)
+
+
+class Big(Quick):
+    def task_log(self, name: str, task: str | None, offset: int) -> Any:
+        from tfdeclare.backends.base import LogChunk
+
+        return LogChunk(b"x" * (32 << 20), 32 << 20, True)
+
+
+def test_a_client_that_does_not_read_its_answer_is_dropped_after_the_response_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("tfdeclare.daemon.server.RESPONSE_DEADLINE_S", 1.0)
+    server = DaemonServer("127.0.0.1", 0, Big())
+    server.start()
+    try:
+        reader = socket.socket()
+        reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        reader.connect(server.address)
+        reader.sendall(b"GET /jobs/a/logs HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert reader.recv(16) == b"HTTP/1.0 200 OK\r"  # the answer has started
+        assert request(server, "GET", "/healthz")[0] == 200  # meanwhile others are served
+        received, started = 16, time.monotonic()
+        reader.settimeout(10)
+        # It reads nothing for a while (a client stuck): the server lets go of it...
+        while server.open_connections() and time.monotonic() < started + 10:
+            time.sleep(0.05)
+        assert server.open_connections() == 0
+        # ...and when it reads at last, the rest is not there.
+        try:
+            while chunk := reader.recv(1 << 20):
+                received += len(chunk)
+        except ConnectionResetError:
+            pass
+        reader.close()
+        assert received < 32 << 20, "the whole answer went out to a client that did not read it"
+    finally:
+        server.close()

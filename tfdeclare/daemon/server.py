@@ -23,7 +23,8 @@ and reads each request whole: request line, headers (at most ``MAX_HEADER_BYTES`
 connection's first byte however slowly they trickle, else 408 and the connection is closed
 (a client that sends nothing is closed after the same time). Only a complete request goes to
 one of ``WORKERS`` threads, which runs the endpoint on it in memory; the answer is written by
-the loop, which gives a slow reader ``RESPONSE_DEADLINE_S``. So a slow client holds a file
+the loop, which gives a slow reader ``RESPONSE_DEADLINE_S`` (then the connection is dropped,
+unsent bytes and all). So a slow client holds a file
 descriptor, never a worker. At most ``MAX_CONNECTIONS`` connections are open; when all are,
 a new one closes the connection that has been sending its request the longest (a trickling
 client cannot keep others out), or is refused at once when every one is being answered.
@@ -155,6 +156,10 @@ class DaemonServer:
     def address(self) -> tuple[str, int]:
         return self._address
 
+    def open_connections(self) -> int:
+        """Connections open now (being read or answered)."""
+        return len(self._reading) + len(self._serving)
+
     def start(self, endpoints: Endpoints | None = None) -> None:
         if endpoints is not None:
             self._endpoints = endpoints
@@ -211,25 +216,27 @@ class DaemonServer:
             self._reading.pop(oldest).transport.abort()  # its read ends: the task ends
             self.evicted += 1
         self._reading[task] = writer
+        closed = False
         try:
             raw = await self._read_request(reader, writer)
-            self._reading.pop(task, None)
-            if raw is None:
-                return
-            self._serving[task] = writer
-            peer = writer.get_extra_info("peername") or ("?", 0)
-            answer = await asyncio.get_running_loop().run_in_executor(self._pool, self._answer, raw, peer)
-            writer.write(answer)
-            async with asyncio.timeout(RESPONSE_DEADLINE_S):
-                await writer.drain()
-        except (ConnectionError, TimeoutError):
+            self._serving[task] = self._reading.pop(task, writer)  # no longer to be evicted
+            if raw is not None:
+                peer = writer.get_extra_info("peername") or ("?", 0)
+                answer = await asyncio.get_running_loop().run_in_executor(self._pool, self._answer, raw, peer)
+                writer.write(answer)
+            async with asyncio.timeout(RESPONSE_DEADLINE_S):  # the answer (or a 408) gets out
+                writer.close()
+                await writer.wait_closed()
+                closed = True
+        except (OSError, TimeoutError):
             pass  # the client hung up, or reads too slowly: no error of ours
         except Exception:  # a bug: logged here, as nothing else would
             log.exception("HTTP connection failed")
         finally:
+            if not closed:  # whatever is still unsent goes: nothing is held once not counted
+                writer.transport.abort()
             self._reading.pop(task, None)
             self._serving.pop(task, None)
-            writer.close()
 
     async def _read_request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bytes | None:
         """The whole request within the deadline; None when it was answered (408, 431) or the
