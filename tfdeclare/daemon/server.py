@@ -143,6 +143,7 @@ class DaemonServer:
         self._stopping: asyncio.Event | None = None
         self._ready = threading.Event()
         self._closing = False
+        self._listening = False
         # Each open connection's task and writer. A connection is closed by aborting its
         # transport, never by cancelling its task (Python 3.11's start_server logs a cancelled
         # one as an error, with a traceback).
@@ -169,6 +170,8 @@ class DaemonServer:
         self._thread = threading.Thread(target=self._run, name="daemon-http", daemon=True)
         self._thread.start()
         self._ready.wait()
+        if not self._listening:
+            raise RuntimeError("the HTTP server's loop ended at once (see the error above)")
 
     def close(self) -> None:
         """Stop serving: the connections are closed, the threads end, the port is free."""
@@ -182,12 +185,16 @@ class DaemonServer:
     # ---- the loop thread ------------------------------------------------------------------
 
     def _run(self) -> None:
-        asyncio.run(self._main())
+        try:
+            asyncio.run(self._main())
+        finally:
+            self._ready.set()  # start() waits for this, also when the loop could not start
 
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
         server = await asyncio.start_server(self._connection, sock=self._socket, limit=MAX_HEADER_BYTES)
+        self._listening = True
         self._ready.set()
         try:
             await self._stopping.wait()
