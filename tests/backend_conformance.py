@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.fake_backend import IGNORES_SIGTERM, Clock
-from tfdeclare.backends.base import Backend, BackendError
+from tfdeclare.backends.base import Backend, BackendError, LogOffsetError
 from tfdeclare.core.enums import Role, SecretSource, TaskState
 from tfdeclare.core.run.launches import gang_request, placed
 from tfdeclare.core.run.launches import launches as product_launches
@@ -434,6 +434,15 @@ def check_logs_and_forget(harness: Harness) -> None:
     assert b"hello from the task" in data
     partial = backend.read_log(task_id, 6)
     assert partial.data.startswith(b"from")
+    end = backend.read_log(task_id, len(data))  # at the end: nothing more, not an error
+    assert (end.data, end.next_offset) == (b"", len(data))
+    for beyond in (len(data) + 1, 2**63 - 1):
+        try:
+            backend.read_log(task_id, beyond)
+        except LogOffsetError as err:
+            assert (err.offset, err.size) == (beyond, len(data))
+        else:
+            raise AssertionError(f"offset {beyond} past the end of a {len(data)}-byte log was read")
     backend.forget([task_id])
     assert task_id not in {t.task_id for t in backend.observe()}
     assert b"hello" in backend.read_log(task_id, 0).data, "logs stay readable after forget"

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from tfdeclare.backends.base import BackendError, LogChunk
+from tfdeclare.backends.base import BackendError, LogChunk, LogOffsetError
 from tfdeclare.core.enums import TaskState
 from tfdeclare.core.run.tasks import (
     GangRequest,
@@ -208,6 +208,8 @@ class FakeBackend:
             log = self.cluster.logs.get(task_id)
             if log is None:
                 raise BackendError(f"no log for task {task_id}")
+            if offset > len(log):
+                raise LogOffsetError(offset, len(log))
             data = bytes(log[offset : offset + limit])
             task = self.cluster.tasks.get(task_id)
             complete = task is None or task.observed.state.ended

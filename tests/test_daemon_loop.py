@@ -168,3 +168,23 @@ def test_health_says_overdue_when_no_pass_ran_for_long_on_the_clock(daemon: Runn
     world.clock.advance(3 * 3600 + 1)  # three resync intervals without a pass, on the clock
     healthy, health = daemon.daemon.health()
     assert not healthy and health["passOverdue"]
+
+
+def test_health_says_starting_until_the_first_pass_and_overdue_if_it_never_ends(world: World) -> None:
+    source = FolderSource(world.specs, [world.root / "state", world.status_dir])
+    options = DaemonOptions(interval_s=10)  # overdue after max(3 intervals, 60 s)
+    daemon = Daemon(source, world.controller, world.files, world.status_dir, options, clock=world.clock)
+    try:
+        healthy, health = daemon.health()  # no pass has run: starting, not a hang
+        assert (healthy, health["status"], health["passOverdue"]) == (False, "starting", False)
+        world.clock.advance(59)  # a first pass may take this long (3 intervals, at least 60 s)
+        assert daemon.health()[1]["status"] == "starting"
+        world.clock.advance(2)  # past it: a first pass that never ends is a hang
+        healthy, health = daemon.health()
+        assert (healthy, health["status"], health["passOverdue"]) == (False, "degraded", True)
+        daemon.last_pass_at = world.clock()
+        healthy, health = daemon.health()
+        assert (healthy, health["status"], health["passOverdue"]) == (True, "ok", False)
+    finally:
+        daemon.notifier.close()
+        source.close()

@@ -5,6 +5,7 @@ log endpoint's answers."""
 
 from __future__ import annotations
 
+import re
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.controller_world import World, job_text
+from tfdeclare.backends.base import BackendError, LogChunk
 from tfdeclare.core.enums import Phase, Role
 from tfdeclare.daemon import page
 from tfdeclare.daemon.server import DaemonServer
@@ -31,9 +33,10 @@ class Served:
         host, port = self.server.address
         self.url = f"http://{host}:{port}"
 
-    def get(self, path: str) -> tuple[int, dict[str, str], bytes]:
+    def get(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
         try:
-            with urllib.request.urlopen(self.url + path, timeout=5) as response:
+            asked = urllib.request.Request(self.url + path, headers=headers or {})
+            with urllib.request.urlopen(asked, timeout=5) as response:
                 return response.status, dict(response.headers), response.read()
         except urllib.error.HTTPError as err:
             return err.code, dict(err.headers), err.read()
@@ -64,8 +67,8 @@ def test_the_page_escapes_what_jobs_and_events_bring(served: Served) -> None:
     assert code == 200 and headers["Content-Type"] == "text/html; charset=utf-8"
     assert headers["Content-Security-Policy"] == page.CONTENT_SECURITY_POLICY
     assert "<script>" not in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text
-    assert 'id="job-a"' in text and 'href="/jobs/a/logs?task=worker:1"' in text
-    assert '<meta name="viewport"' in text and "http-equiv" not in text
+    assert 'id="job-a"' in text and 'href="/jobs/a/logs?task=worker-1"' in text
+    assert '<meta name="viewport"' in text
 
 
 def test_a_status_file_of_an_earlier_release_still_shows(served: Served) -> None:
@@ -77,15 +80,27 @@ def test_a_status_file_of_an_earlier_release_still_shows(served: Served) -> None
     assert code == 200 and 'id="job-a"' in body.decode()
 
 
-@pytest.mark.parametrize(
-    ("query", "content"), [("?refresh=10", "10"), ("?refresh=0", "2"), ("?refresh=x", None)]
-)
-def test_refresh_is_optional_and_bounded(served: Served, query: str, content: str | None) -> None:
-    text = served.get("/" + query)[2].decode()
-    if content is None:
-        assert "http-equiv" not in text
-    else:
-        assert f'<meta http-equiv="refresh" content="{content}">' in text
+def refresh_of(text: str) -> str | None:
+    found = re.search(r'<meta http-equiv="refresh" content="(\d+)">', text)
+    return found.group(1) if found else None
+
+
+def test_refresh_is_on_by_default_and_an_opt_out_is_remembered(served: Served) -> None:
+    assert refresh_of(served.get("/")[2].decode()) == str(page.REFRESH_DEFAULT)
+    code, headers, body = served.get("/?refresh=0")
+    assert code == 200 and refresh_of(body.decode()) is None
+    cookie = headers["Set-Cookie"]
+    assert (
+        cookie.startswith(f"{page.REFRESH_COOKIE}=0;")
+        and "HttpOnly" in cookie
+        and "SameSite=Strict" in cookie
+    )
+    remembered = {"Cookie": cookie.split(";", 1)[0]}
+    code, headers, body = served.get("/", remembered)  # a later visit without ?refresh
+    assert refresh_of(body.decode()) is None and "Set-Cookie" not in headers
+    assert refresh_of(served.get("/?refresh=30", remembered)[2].decode()) == "30"
+    for garbage in ("tfdeclare-refresh=1", "tfdeclare-refresh=abc", 'tfdeclare-refresh="', "=;=;"):
+        assert refresh_of(served.get("/", {"Cookie": garbage})[2].decode()) == str(page.REFRESH_DEFAULT)
 
 
 def test_the_log_endpoint_pages_and_refuses_what_is_not_there(served: Served) -> None:
@@ -104,3 +119,19 @@ def test_the_log_endpoint_pages_and_refuses_what_is_not_there(served: Served) ->
     assert served.get("/jobs/..%2F..%2Fetc%2Fpasswd/logs")[0] == 404
     assert served.get("/jobs/a/logs?task=worker:7")[0] == 404
     assert served.get("/jobs/a/logs?offset=-1")[0] == 400
+
+
+def test_each_card_shows_the_end_of_a_log_and_a_log_that_fails_costs_only_its_tail(served: Served) -> None:
+    task_id = served.world.task("a", Role.WORKER, 0).task_id
+    served.world.backend.write_log(task_id, b"".join(b"line %d\n" % i for i in range(5000)))
+    text = served.get("/")[2].decode()
+    tail = re.search(r'<div class="tail">.*?<pre>(.*?)</pre>', text, re.S)
+    assert tail is not None and tail.group(1).splitlines() == [f"line {i}" for i in range(4992, 5000)]
+    assert 'href="/jobs/a/logs?task=worker-0">whole log' in text
+
+    def broken(*args: object, **kwargs: object) -> LogChunk:
+        raise BackendError("the agent is away")
+
+    served.world.backend.read_log = broken  # type: ignore[method-assign]
+    code, _, body = served.get("/")
+    assert code == 200 and 'id="job-a"' in body.decode() and 'class="tail"' not in body.decode()

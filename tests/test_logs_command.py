@@ -125,3 +125,17 @@ def test_a_log_task_that_names_no_task_is_not_found_and_says_what_a_task_is(
 ) -> None:
     code, _, body = served.get(f"/jobs/a/logs?task={task}")
     assert code == 404 and "a task is ROLE-INDEX, e.g. worker-1" in json.loads(body)["error"], body
+
+
+def test_a_log_that_shrank_is_read_again_from_its_start() -> None:
+    """A rotated log (Mesos' logrotate container logger): the offset reached is past its new
+    end, and the backend says so; what the file now holds is all new."""
+    from tests.fake_backend import FakeBackend
+
+    backend = FakeBackend()
+    backend.cluster.logs["t"] = bytearray(b"old line 1\nold line 2\n")
+    tail = _Tail(TaskKey(Role.WORKER, 0), "t")
+    assert tail.read(backend, strict=True) and tail.lines == [b"old line 1\n", b"old line 2\n"]
+    backend.cluster.logs["t"] = bytearray(b"new\n")  # rotated: shorter than what was read
+    assert tail.read(backend, strict=True) and tail.offset == 0
+    assert tail.read(backend, strict=True) and tail.lines[-1] == b"new\n"

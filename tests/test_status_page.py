@@ -6,6 +6,7 @@ link followed. Without the browser the test skips with one line, and fails under
 
 from __future__ import annotations
 
+import re
 import shutil
 import textwrap
 from collections.abc import Iterator
@@ -115,7 +116,7 @@ def test_the_page_at_phone_and_wide_widths_and_a_log_link(browser: Any, cwd: Pat
         assert "2 Running" in body
         assert "specs/odd<b>name<i>.yaml:1" in body, "markup from a file name is shown as text"
         assert browser.find_elements(By.CSS_SELECTOR, "main b, main i") == []
-        assert "worker:2" in body and "running" in body
+        assert "worker-2" in body and "running" in body
         assert "None → Pending" not in body and "Pending → Running" in body, "recent events listed"
         assert no_horizontal_scroll(browser), "the page scrolls sideways at 375 px"
         assert browser.find_elements(By.CSS_SELECTOR, "meta[name=viewport]")
@@ -133,9 +134,115 @@ def test_the_page_at_phone_and_wide_widths_and_a_log_link(browser: Any, cwd: Pat
 
         links = browser.find_elements(By.LINK_TEXT, "log")
         assert len(links) == 4
-        target = next(a for a in links if a.get_attribute("href").endswith("/jobs/small/logs?task=worker:0"))
+        target = next(a for a in links if a.get_attribute("href").endswith("/jobs/small/logs?task=worker-0"))
         target.click()
         wait_until(lambda: "/logs" in browser.current_url)
         assert browser.find_element(By.TAG_NAME, "body").text.strip() == "step 1 loss=<0.5> & done"
+    finally:
+        assert daemon.stop() == 0
+
+
+LONG_FOLDER = "experiments/vision-team/resnet50-mixed-precision/long-running-sweeps"
+BREAKS = """
+const wraps = [], bad = [];
+for (const el of document.querySelectorAll('.path')) {
+  const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+  let top = null, previous = null;
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    for (let i = 0; i < node.length; i++) {
+      const range = document.createRange();
+      range.setStart(node, i);
+      range.setEnd(node, i + 1);
+      const rect = range.getClientRects()[0];
+      if (!rect) continue;
+      if (top !== null && rect.top > top + 1) {
+        (previous === '/' ? wraps : bad).push(el.textContent + ' before ' + node.data.slice(i, i + 8));
+      }
+      top = rect.top;
+      previous = node.data[i];
+    }
+  }
+}
+return [wraps, bad];
+"""
+
+
+def cards(driver: Any) -> dict[str, dict[str, Any]]:
+    """Per job card: the count it states, its running task rows, its message."""
+    return dict(
+        driver.execute_script(
+            """
+            const out = {};
+            for (const card of document.querySelectorAll('section.job')) {
+              const rows = [...card.querySelectorAll('tr.task')];
+              out[card.id] = {
+                count: card.querySelector('.task-count').textContent,
+                running: rows.filter(r => r.querySelector('td[data-label=state]').textContent.trim().startsWith('running')).length,
+                rows: rows.length,
+                text: card.innerText,
+              };
+            }
+            return out;
+            """
+        )
+    )
+
+
+def test_cards_count_tasks_once_wrap_paths_at_slashes_and_refresh_until_told_not_to(
+    browser: Any, cwd: Path
+) -> None:
+    """Issue 22 finding 8: one count of tasks (TensorBoard's among them), paths that wrap
+    only after a "/" on a phone, ages, labels, requests and a log tail on each card, and an
+    auto-refresh that a visitor turns off and the page remembers."""
+    from selenium.webdriver.common.by import By
+
+    folder = cwd / "specs" / LONG_FOLDER
+    folder.mkdir(parents=True)
+    (folder / "talk.py").write_text(TALK)
+    board = (
+        f"  tensorboard: {{logDir: /data/{LONG_FOLDER}/tensorboard-logs, command: [python, talk.py],"
+        " resources: {cpus: 0.1, mem: 64}}\n"
+    )
+    labelled = talking_job("labelled-trainer", 3).replace(
+        "metadata: {name: labelled-trainer}", "metadata: {name: labelled-trainer, labels: {team: vision}}"
+    )
+    (folder / "a-spec-with-a-long-name.yaml").write_text(labelled + board)
+    daemon = Daemon(cwd, "--specs", "specs", "--interval", "5")
+    try:
+        wait_until(lambda: (status(cwd, "labelled-trainer") or {}).get("message") == "4 task(s) running", 90)
+        viewport(browser, 375, 800, mobile=True)
+        browser.get(daemon.url + "/")
+        assert browser.execute_script("return window.innerWidth") == 375
+        card = cards(browser)["job-labelled-trainer"]
+        assert card["rows"] == 4 and card["running"] == 4  # 3 workers and TensorBoard
+        assert card["count"] == "4 of 4 tasks running" and "4 task(s) running" in card["text"]
+        assert "team=vision" in card["text"], "labels"
+        for role in ("worker 3", "tensorboard 1"):
+            assert f"{role} \u00d7 0.1 CPU, 64 MiB" in card["text"], "requested resources"
+        assert "in all: 0.4 CPU, 256 MiB" in card["text"]
+        assert re.search(r"started \d+ (s|min) ago", card["text"]), "the job's age"
+        ages = browser.find_elements(By.CSS_SELECTOR, "#job-labelled-trainer td[data-label=started] time")
+        assert len(ages) == 4 and all(re.fullmatch(r"\d+ (s|min) ago", a.text) for a in ages), "task ages"
+        tail = browser.find_element(By.CSS_SELECTOR, "#job-labelled-trainer .tail pre")
+        assert tail.text == "step 1 loss=<0.5> & done", "the log tail, as text"
+        wraps, bad = browser.execute_script(BREAKS)
+        assert bad == [], f"paths broken mid-word at 375 px: {bad}"
+        assert wraps, "the long paths did wrap (after a /)"
+        assert no_horizontal_scroll(browser)
+
+        # Reloads by default; "stop reloading" is remembered for the next visit.
+        refresh = browser.find_elements(By.CSS_SELECTOR, "meta[http-equiv=refresh]")
+        assert [m.get_attribute("content") for m in refresh] == ["10"]
+        browser.find_element(By.LINK_TEXT, "stop reloading").click()
+        wait_until(lambda: browser.current_url.endswith("/?refresh=0"))
+        assert browser.find_elements(By.CSS_SELECTOR, "meta[http-equiv=refresh]") == []
+        browser.get(daemon.url + "/")
+        assert browser.find_elements(By.CSS_SELECTOR, "meta[http-equiv=refresh]") == []
+        assert "not reloading" in browser.find_element(By.ID, "refresh").text
+        browser.find_element(By.LINK_TEXT, "30 s").click()
+        wait_until(lambda: browser.current_url.endswith("/?refresh=30"))
+        browser.get(daemon.url + "/")
+        meta = browser.find_elements(By.CSS_SELECTOR, "meta[http-equiv=refresh]")
+        assert [m.get_attribute("content") for m in meta] == ["30"]
     finally:
         assert daemon.stop() == 0

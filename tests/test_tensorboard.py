@@ -72,6 +72,9 @@ def test_it_runs_beside_the_cluster_on_its_own_port_and_is_in_the_status(world: 
     }
     assert "tensorboard" not in status["replicas"]
     assert any(t["role"] == "tensorboard" for t in status["tasks"])
+    # one count: the message's running tasks are the running rows, TensorBoard included
+    running_rows = [t for t in status["tasks"] if t["state"] == "running"]
+    assert len(running_rows) == 4 and status["message"] == "4 task(s) running"
 
 
 def test_its_end_restarts_only_itself_after_a_pause(world: World) -> None:

@@ -13,10 +13,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from tfdeclare.backends.errors import BackendError
+from tfdeclare.backends.errors import BackendError, LogOffsetError
 from tfdeclare.core.run.tasks import GangRequest, ObservedTask, Placement, TaskLaunch, Unplaced
 
-__all__ = ["Backend", "BackendError", "LogChunk"]
+__all__ = ["Backend", "BackendError", "LogChunk", "LogOffsetError"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +62,8 @@ class Backend(Protocol):
         ...
 
     def read_log(self, task_id: str, offset: int = 0, limit: int = 1 << 20) -> LogChunk:
-        """Bytes of a task's output from ``offset``."""
+        """Bytes of a task's output from ``offset`` (at most ``limit``). ``LogOffsetError`` when
+        ``offset`` is past the end of what the task has written so far."""
         ...
 
     def watch(self, notify: Callable[[], None]) -> None:

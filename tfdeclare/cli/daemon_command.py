@@ -8,6 +8,7 @@ task running for the next controller to adopt.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -17,12 +18,12 @@ import sys
 import time
 from pathlib import Path
 
-from tfdeclare.cli.common import EXIT_OK, UserError, settings_from
+from tfdeclare.cli.common import EXIT_OK, Settings, UserError, settings_from
 from tfdeclare.cli.wiring import controller_for, locked
 from tfdeclare.controller import Controller
 from tfdeclare.core.config import DaemonConfig
 from tfdeclare.daemon.httpguard import AccessPolicy, check_listen
-from tfdeclare.daemon.server import DaemonServer
+from tfdeclare.daemon.server import DaemonServer, ListenError
 from tfdeclare.daemon.service import Daemon, DaemonOptions, Source
 from tfdeclare.daemon.signatures import SignaturePolicy, SignatureSetupError
 from tfdeclare.daemon.sources import FolderSource, GitSettings, GitSource, SourceError
@@ -128,6 +129,17 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     _setup_logging(args.log_format or daemon_config.log_format)
     host = args.host or daemon_config.host
     access = access_policy(daemon_config, host)  # before anything starts
+    port = args.port if args.port is not None else daemon_config.port
+    try:  # the port first: when it is taken, nothing else has started (no lock, no thread)
+        server = DaemonServer(host, port, None, access)
+    except ListenError as err:
+        raise UserError(str(err)) from None
+    with contextlib.closing(server):
+        return _serve(args, settings, server)
+
+
+def _serve(args: argparse.Namespace, settings: Settings, server: DaemonServer) -> int:
+    daemon_config = settings.config.daemon
     log = logging.getLogger("tfdeclare.daemon")
     source: Source
     base_dir: Path
@@ -161,10 +173,13 @@ def cmd_daemon(args: argparse.Namespace) -> int:
         settings.config.webhooks,
         settings.config.policy.quotas,
     )
-    port = args.port if args.port is not None else daemon_config.port
-    if port:  # any free port (0, in tests) is known only once bound: then the backend is not told
-        settings = settings.with_page_url(page_url(host, port))
-    with locked(settings, "daemon", source=source.description), controller_for(settings) as controller:
+    host, port = server.address
+    if args.port != 0 and (args.port is not None or daemon_config.port):  # not "any free port" (tests)
+        settings = settings.with_page_url(page_url(args.host or daemon_config.host, port))
+    with contextlib.ExitStack() as stack:
+        stack.callback(source.close)
+        stack.enter_context(locked(settings, "daemon", source=source.description))
+        controller = stack.enter_context(controller_for(settings))
         controller.base_dir = base_dir
         if isinstance(source, GitSource):
             source.in_use = lambda: folders_in_use(controller)
@@ -176,9 +191,8 @@ def cmd_daemon(args: argparse.Namespace) -> int:
             base=base_dir if args.git else None,
         )
         daemon = Daemon(source, controller, files, settings.status_dir, options)
-        server = DaemonServer(host, port, daemon, access)
-        server.start()
-        host, port = server.address
+        server.start(daemon)
+        stack.callback(server.close)
         log.info(
             "tfdeclare daemon listening on http://%s:%d (%s, interval %gs)",
             host,
@@ -193,10 +207,6 @@ def cmd_daemon(args: argparse.Namespace) -> int:
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
-        try:
-            daemon.run()
-        finally:
-            server.close()
-            source.close()
+        daemon.run()
     log.info("stopped")
     return EXIT_OK

@@ -16,7 +16,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from tfdeclare.backends.base import Backend, BackendError
+from tfdeclare.backends.base import Backend, BackendError, LogOffsetError
 from tfdeclare.cli import terminal
 from tfdeclare.cli.common import EXIT_OK, UserError, settings_from, stderr_line
 from tfdeclare.cli.wiring import make_backend
@@ -48,6 +48,9 @@ class _Tail:
         stderr and the other tasks' logs go on."""
         try:
             chunk = backend.read_log(self.task_id, self.offset)
+        except LogOffsetError:  # the log shrank under us (rotated): its new content is all unread
+            self.offset = 0
+            return True
         except BackendError as err:
             if strict:
                 raise UserError(str(err)) from err

@@ -7,10 +7,12 @@
   port (a page elsewhere cannot make us sync). Else 403.
 - **Token**: with ``daemon.tokenFile``/``tokenEnv`` set, ``POST /sync`` needs
   ``Authorization: Bearer <token>`` (and so does every read — the page, ``/jobs``, logs,
-  ``/metrics`` — with ``daemon.tokenForReads``; ``/healthz`` stays open for probes). Else
-  401. The daemon refuses to listen on anything but loopback without a token
+  ``/metrics`` — with ``daemon.tokenForReads``; ``/healthz`` and ``/livez`` stay open for
+  probes). Else 401. The daemon refuses to listen on anything but loopback without a token
   (``check_listen``).
 - **Size**: a request with a body over 1 KiB is refused (413) unread; none of ours has one.
+- **Numbers**: ``number`` reads a numeric query parameter: plain ASCII decimal digits in
+  its range, given once; anything else is ``BadRequest`` (400), never a traceback.
 
 Pure: the server passes the method, path, headers and its own port in.
 """
@@ -24,7 +26,27 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 MAX_BODY = 1024
-UNGUARDED_READS = frozenset({"/healthz"})  # with tokenForReads, every other GET needs the token
+INT64_MAX = 2**63 - 1
+UNGUARDED_READS = frozenset({"/healthz", "/livez"})  # with tokenForReads, every other GET needs the token
+
+
+class BadRequest(Exception):
+    """A request the endpoints answer 400 (the message says what is wrong)."""
+
+
+def number(query: Mapping[str, list[str]], name: str, default: int, low: int, high: int) -> int:
+    """The query parameter ``name`` as a decimal number from ``low`` to ``high`` (``default``
+    when absent); ``BadRequest`` for anything else: empty, a sign, spaces, other scripts'
+    digits, a value out of range, the parameter given twice."""
+    values = query.get(name)
+    if values is None:
+        return default
+    if len(values) > 1:
+        raise BadRequest(f"{name} is given {len(values)} times")
+    text = values[0]
+    if not (0 < len(text) <= 20 and text.isascii() and text.isdigit()) or not low <= int(text) <= high:
+        raise BadRequest(f"{name} must be a whole number from {low} to {high}, not {text[:40]!r}")
+    return int(text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +116,9 @@ def refusal(
     if host is None or not _served(_host_name(host), policy):
         return Refusal(421, "this daemon does not serve that host name (daemon.serverNames in the config)")
     length = headers.get("content-length", "0").strip() or "0"
-    if not length.isdigit() or int(length) > MAX_BODY or "transfer-encoding" in headers:
+    # at most 18 ASCII digits before int(): a 5,000-digit length would raise in int()
+    too_long = not (length.isascii() and length.isdigit() and len(length) <= 18) or int(length) > MAX_BODY
+    if too_long or "transfer-encoding" in headers:
         return Refusal(413, f"request bodies are limited to {MAX_BODY} bytes")
     origin = headers.get("origin")
     if method == "POST" and origin is not None:

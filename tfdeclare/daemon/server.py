@@ -1,35 +1,54 @@
 """The daemon's HTTP endpoints, on 127.0.0.1 unless configured:
 
 - ``GET /`` — the status page (``page.py``), also the Mesos framework's ``webui_url``;
-- ``GET /jobs/<name>/logs?task=ROLE:INDEX&offset=N`` — a page of a task's output, read-only;
-- ``GET /healthz`` — 200 while passes run on time, 503 when the last pass is overdue or the
-  source cannot be read (JSON body says which);
+  ``?refresh=SECONDS`` (0: off) sets how often it reloads, remembered in a cookie;
+- ``GET /jobs/<name>/logs?task=ROLE-INDEX&offset=N`` — a page of a task's output, read-only;
+- ``GET /healthz`` (readiness) — 200 ``ok`` while passes run on time; 503 with ``status``
+  ``starting`` until the first pass has ended (as long as that is not overdue), ``degraded``
+  when a pass is overdue or the source cannot be read (the JSON body says which);
+- ``GET /livez`` (liveness) — 200 unless a pass is overdue (a hang: 503), so a probe tells
+  a slow start or an unreadable source, which a restart would not fix, from a hang;
 - ``GET /metrics`` — Prometheus text format;
 - ``GET /jobs`` — every job's status document, as JSON;
 - ``POST /sync`` — fetch the source now and run a pass (202); requests that arrive while one
   is pending, or sooner than a second after the last fetch, are coalesced into it.
 
-Every request first passes ``httpguard`` (Host, Origin, token, size). The server is bounded:
-``WORKERS`` threads serve requests, at most ``MAX_CONNECTIONS`` are accepted at once (others
-are closed at once), and a connection that sends nothing for ``TIMEOUT_S`` is closed. The
-standard library's server does this with a thread pool in ``process_request``; a WSGI server
-would bring the same bounds with more moving parts.
+Every request first passes ``httpguard`` (Host, Origin, token, size). A numeric query
+parameter that is not a plain decimal number in its range (``offset`` from 0 to 2^63-1 and
+within the log, ``refresh`` 0 or 2 to 3600) is answered 400, like any malformed request.
+
+**Bounds.** One thread (``daemon-http``) runs an asyncio event loop that accepts connections
+and reads each request whole: request line, headers (at most ``MAX_HEADER_BYTES``) and body
+(at most ``httpguard.MAX_BODY``) must all arrive within ``REQUEST_DEADLINE_S`` of the
+connection's first byte however slowly they trickle, else 408 and the connection is closed
+(a client that sends nothing is closed after the same time). Only a complete request goes to
+one of ``WORKERS`` threads, which runs the endpoint on it in memory; the answer is written by
+the loop, which gives a slow reader ``RESPONSE_DEADLINE_S`` (then the connection is dropped,
+unsent bytes and all). So a slow client holds a file
+descriptor, never a worker. At most ``MAX_CONNECTIONS`` connections are open; when all are,
+a new one closes the connection that has been sending its request the longest (a trickling
+client cannot keep others out), or is refused at once when every one is being answered.
+Each connection carries one request (HTTP/1.0 semantics, ``Connection: close``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import errno
+import io
 import json
 import logging
-import sys
+import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.client import HTTPException, parse_headers
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from tfdeclare.backends.base import BackendError, LogChunk
+from tfdeclare.backends.base import BackendError, LogChunk, LogOffsetError
 from tfdeclare.daemon import page
-from tfdeclare.daemon.httpguard import AccessPolicy, refusal
+from tfdeclare.daemon.httpguard import INT64_MAX, MAX_BODY, AccessPolicy, BadRequest, number, refusal
 from tfdeclare.daemon.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 
 log = logging.getLogger("tfdeclare.daemon")
@@ -46,160 +65,373 @@ class Endpoints(Protocol):
 
     def request_sync(self) -> bool: ...
 
-    def page_html(self, refresh: int | None) -> str: ...
+    def page_html(self, refresh: int) -> str: ...
 
     def task_log(self, name: str, task: str | None, offset: int) -> LogChunk: ...
 
 
 WORKERS = 8
-MAX_CONNECTIONS = 64
-TIMEOUT_S = 5.0
+MAX_CONNECTIONS = 256
+REQUEST_DEADLINE_S = 5.0  # the whole request, from its first byte (or the connection) to its last
+RESPONSE_DEADLINE_S = 30.0  # writing the answer to a slow reader
+MAX_HEADER_BYTES = 16 * 1024  # request line and headers together; more is 431
+MAX_HEADERS = 100
+MAX_QUERY_FIELDS = 20
+BACKLOG = 128  # a burst is accepted (and sorted out) at once
 
 
-class _Server(HTTPServer):
-    """Requests served by a fixed pool of threads, connections bounded and timed out."""
+class ListenError(Exception):
+    """The endpoints cannot listen where configured (the message is one line for a person)."""
 
-    request_queue_size = 128  # the listen backlog: a burst is accepted (and turned away) at once
 
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
-        super().__init__(address, handler)
-        self.pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="daemon-http")
-        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
-        self.turned_away = 0  # connections closed unserved: over MAX_CONNECTIONS
+def listen(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port``, or ``ListenError`` saying what to change."""
+    where = f"{'[' + host + ']' if ':' in host else host or '0.0.0.0'}:{port}"  # noqa: S104
+    change = "choose another with --port or daemon.port in the config (0: any free port)"
+    if not 0 <= port <= 65535:
+        raise ListenError(f"cannot listen on port {port}: ports are 0 to 65535; {change}")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family, backlog=BACKLOG)
+    except socket.gaierror as err:
+        raise ListenError(
+            f"cannot listen on {where}: no such address ({err.strerror}); "
+            "change --host or daemon.host in the config"
+        ) from None
+    except OSError as err:
+        if err.errno == errno.EADDRINUSE:
+            why = f"the address is already in use (another tfdeclare daemon or another program); {change}"
+        elif err.errno == errno.EADDRNOTAVAIL:
+            why = "no interface of this machine has that address; change --host or daemon.host in the config"
+        elif err.errno == errno.EACCES:
+            why = f"permission denied (ports below 1024 need privileges); {change}"
+        else:
+            why = f"{err.strerror}; change --host/--port or daemon.host/daemon.port in the config"
+        raise ListenError(f"cannot listen on {where}: {why}") from None
 
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.slots.acquire(blocking=False):
-            self.turned_away += 1
-            self.shutdown_request(request)
-            return
-        self.pool.submit(self._serve, request, client_address)
 
-    def _serve(self, request: Any, client_address: Any) -> None:
-        try:
-            self.finish_request(request, client_address)
-        except Exception:
-            self.handle_error(request, client_address)
-        finally:
-            self.shutdown_request(request)
-            self.slots.release()
-
-    def server_close(self) -> None:
-        super().server_close()
-        self.pool.shutdown(wait=False, cancel_futures=True)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that hangs up early is no error of ours: no traceback in the log."""
-        if isinstance(sys.exc_info()[1], ConnectionError):  # BrokenPipe, ConnectionReset, ...
-            return
-        log.exception("HTTP request from %s failed", client_address[0] if client_address else "?")
+def _response(code: int, reason: str, body: dict[str, Any]) -> bytes:
+    data = (json.dumps(body) + "\n").encode()
+    head = (
+        f"HTTP/1.0 {code} {reason}\r\nServer: tfdeclare\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + data
 
 
 class DaemonServer:
+    """The endpoints on ``host:port``. The socket is bound at construction (``ListenError``
+    when it cannot be: nothing else has started then); ``start`` serves ``endpoints`` (given
+    here or there) until ``close``."""
+
     def __init__(
-        self, host: str, port: int, endpoints: Endpoints, access: AccessPolicy | None = None
+        self,
+        host: str,
+        port: int,
+        endpoints: Endpoints | None = None,
+        access: AccessPolicy | None = None,
     ) -> None:
-        handler = _handler_for(endpoints, access or AccessPolicy(frozenset()))
-        self.httpd = _Server((host, port), handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, name="daemon-http", daemon=True)
+        self._socket = listen(host, port)
+        bound = self._socket.getsockname()
+        self._address = (str(bound[0]), int(bound[1]))
+        self._endpoints = endpoints
+        self._access = access or AccessPolicy(frozenset())
+        self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="daemon-http-worker")
+        self._handler: type[_Handler] | None = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._closing = False
+        self._listening = False
+        # Each open connection's task and writer. A connection is closed by aborting its
+        # transport, never by cancelling its task (Python 3.11's start_server logs a cancelled
+        # one as an error, with a traceback).
+        self._reading: dict[asyncio.Task[None], asyncio.StreamWriter] = {}  # oldest first
+        self._serving: dict[asyncio.Task[None], asyncio.StreamWriter] = {}  # being answered
+        self.turned_away = 0  # refused at once: every connection was being answered
+        self.evicted = 0  # closed to make room: the one sending its request the longest
+        self.timed_out = 0  # their request was not complete within REQUEST_DEADLINE_S
 
     @property
     def address(self) -> tuple[str, int]:
-        host, port = self.httpd.server_address[:2]
-        return str(host), int(port)
+        return self._address
 
-    def start(self) -> None:
-        self.thread.start()
+    def open_connections(self) -> int:
+        """Connections open now (being read or answered)."""
+        return len(self._reading) + len(self._serving)
+
+    def start(self, endpoints: Endpoints | None = None) -> None:
+        if endpoints is not None:
+            self._endpoints = endpoints
+        if self._endpoints is None:
+            raise ValueError("DaemonServer.start: no endpoints to serve")
+        self._handler = _handler_for(self._endpoints, self._access, self.address[1])
+        self._thread = threading.Thread(target=self._run, name="daemon-http", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if not self._listening:
+            raise RuntimeError("the HTTP server's loop ended at once (see the error above)")
 
     def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        """Stop serving: the connections are closed, the threads end, the port is free."""
+        if self._thread is not None and self._loop is not None and self._stopping is not None:
+            self._loop.call_soon_threadsafe(self._stopping.set)
+            self._thread.join()
+            self._thread = None
+        self._socket.close()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    # ---- the loop thread ------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())
+        finally:
+            self._ready.set()  # start() waits for this, also when the loop could not start
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+        server = await asyncio.start_server(self._connection, sock=self._socket, limit=MAX_HEADER_BYTES)
+        self._listening = True
+        self._ready.set()
+        try:
+            await self._stopping.wait()
+        finally:
+            self._closing = True  # a connection whose task has not started yet closes at once
+            server.close()
+            for writer in [*self._reading.values(), *self._serving.values()]:
+                writer.transport.abort()
+            # connections accepted meanwhile start their tasks later: until none is left
+            while others := asyncio.all_tasks() - {asyncio.current_task()}:
+                await asyncio.gather(*others, return_exceptions=True)
+            await server.wait_closed()
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        if self._closing:
+            writer.transport.abort()
+            return
+        if len(self._reading) + len(self._serving) >= MAX_CONNECTIONS:
+            if not self._reading:
+                self.turned_away += 1
+                writer.transport.abort()
+                return
+            oldest = next(iter(self._reading))
+            self._reading.pop(oldest).transport.abort()  # its read ends: the task ends
+            self.evicted += 1
+        self._reading[task] = writer
+        closed = False
+        try:
+            raw = await self._read_request(reader, writer)
+            self._serving[task] = self._reading.pop(task, writer)  # no longer to be evicted
+            if raw is not None:
+                peer = writer.get_extra_info("peername") or ("?", 0)
+                answer = await asyncio.get_running_loop().run_in_executor(self._pool, self._answer, raw, peer)
+                writer.write(answer)
+            async with asyncio.timeout(RESPONSE_DEADLINE_S):  # the answer (or a 408) gets out
+                writer.close()
+                await writer.wait_closed()
+                closed = True
+        except (OSError, TimeoutError):
+            pass  # the client hung up, or reads too slowly: no error of ours
+        except Exception:  # a bug: logged here, as nothing else would
+            log.exception("HTTP connection failed")
+        finally:
+            if not closed:  # whatever is still unsent goes: nothing is held once not counted
+                writer.transport.abort()
+            self._reading.pop(task, None)
+            self._serving.pop(task, None)
+
+    async def _read_request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bytes | None:
+        """The whole request within the deadline; None when it was answered (408, 431) or the
+        client went away."""
+        received = bytearray()
+        try:
+            async with asyncio.timeout(REQUEST_DEADLINE_S):
+                if not await _read_head(reader, received):
+                    return None  # closed before a whole request
+                length = _content_length(bytes(received))
+                if 0 < length <= MAX_BODY:  # larger ones are refused (413) unread
+                    received += await reader.readexactly(length)
+        except TimeoutError:
+            self.timed_out += 1
+            if received:
+                writer.write(_response(408, "Request Timeout", {"error": "the request took too long"}))
+            return None
+        except ValueError:  # a line over the reader's limit, or too many of them
+            writer.write(_response(431, "Request Header Fields Too Large", {"error": "headers too large"}))
+            return None
+        except asyncio.IncompleteReadError:
+            return None
+        return bytes(received)
+
+    # ---- a worker thread ------------------------------------------------------------------
+
+    def _answer(self, raw: bytes, peer: tuple[Any, ...]) -> bytes:
+        """Runs the endpoint on one complete request; the answer's bytes."""
+        assert self._handler is not None
+        try:
+            handler = self._handler(raw, peer, self)  # type: ignore[arg-type]
+        except Exception:
+            log.exception("HTTP request from %s failed", peer[0] if peer else "?")
+            return _response(500, "Internal Server Error", {"error": "internal error (a bug; see the log)"})
+        return handler.answer()
 
 
-def _handler_for(endpoints: Endpoints, access: AccessPolicy) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "tfdeclare"
-        timeout = TIMEOUT_S  # the socket's: a silent or slow client is dropped
-
-        def _refused(self, method: str) -> bool:
-            headers = {k.lower(): v for k, v in self.headers.items()}
-            address: Any = self.server.server_address
-            answer = refusal(method, self.path.split("?", 1)[0], headers, int(address[1]), access)
-            if answer is None:
-                return False
-            self.close_connection = True
-            self._json(answer.code, {"error": answer.reason})
+async def _read_head(reader: asyncio.StreamReader, received: bytearray) -> bool:
+    """Reads the request line and headers, up to the empty line, into ``received``; False
+    when the client closed first. ``ValueError`` past ``MAX_HEADER_BYTES``/``MAX_HEADERS``."""
+    while True:
+        line = await reader.readline()
+        if not line:
+            return False
+        if not received and line in (b"\r\n", b"\n"):
+            continue  # empty lines before the request line are tolerated (RFC 9112 2.2)
+        received += line
+        if len(received) > MAX_HEADER_BYTES or received.count(b"\n") > MAX_HEADERS + 2:
+            raise ValueError("request head too large")
+        if line in (b"\r\n", b"\n"):
             return True
 
-        def log_message(self, format: str, *args: Any) -> None:
-            return  # requests are not worth a log line each
 
-        def _send(self, code: int, body: bytes, content_type: str, **headers: str) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            for name, value in headers.items():
-                self.send_header(name.replace("_", "-"), value)
-            self.end_headers()
-            self.wfile.write(body)
+def _content_length(head: bytes) -> int:
+    """The Content-Length of a request head (0 when absent or not a small number)."""
+    _, _, rest = head.partition(b"\n")
+    try:
+        headers = parse_headers(io.BytesIO(rest))
+    except HTTPException:
+        return 0
+    value = (headers.get("content-length") or "0").strip()
+    return int(value) if value.isascii() and value.isdigit() and len(value) <= 6 else 0
 
-        def _json(self, code: int, data: Any) -> None:
-            self._send(code, (json.dumps(data, indent=1) + "\n").encode(), "application/json")
 
-        def _log(self, path: str, query: dict[str, list[str]]) -> None:
-            name = unquote(path.removeprefix("/jobs/").removesuffix("/logs"))
-            offset = query.get("offset", ["0"])[0]
-            if not offset.isdigit():
-                self._json(400, {"error": "offset is a byte count"})
-                return
-            try:
-                chunk = endpoints.task_log(name, query.get("task", [None])[0], int(offset))
-            except LookupError as err:
-                self._json(404, {"error": str(err.args[0])})
-                return
-            except BackendError as err:
-                self._json(502, {"error": str(err)})
-                return
-            self._send(
-                200,
-                chunk.data,
-                "text/plain; charset=utf-8",
-                X_Content_Type_Options="nosniff",
-                X_Tfdeclare_Next_Offset=str(chunk.next_offset),
-                X_Tfdeclare_Complete="true" if chunk.complete else "false",
-            )
+def _handler_for(endpoints: Endpoints, access: AccessPolicy, port: int) -> type[_Handler]:
+    handler = type("Handler", (_Handler,), {"endpoints": endpoints, "access": access, "port": port})
+    return handler
 
-        def do_GET(self) -> None:
-            if self._refused("GET"):
-                return
-            url = urlsplit(self.path)
-            path, query = url.path, parse_qs(url.query)
+
+class _Handler(BaseHTTPRequestHandler):
+    """One request, read from memory (``raw``), answered into memory (``answer``)."""
+
+    endpoints: Endpoints
+    access: AccessPolicy
+    port: int
+    server_version = "tfdeclare"
+
+    def setup(self) -> None:
+        self.rfile = io.BytesIO(self.request)
+        self.wfile = io.BytesIO()
+
+    def handle(self) -> None:
+        self.handle_one_request()
+
+    def finish(self) -> None:
+        return
+
+    def answer(self) -> bytes:
+        return self.wfile.getvalue()  # type: ignore[attr-defined, no-any-return]
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return  # requests are not worth a log line each
+
+    def _refused(self, method: str) -> bool:
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        answer = refusal(method, self.path.split("?", 1)[0], headers, self.port, self.access)
+        if answer is None:
+            return False
+        self._json(answer.code, {"error": answer.reason})
+        return True
+
+    def _send(self, code: int, body: bytes, content_type: str, **headers: str) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")
+        for name, value in headers.items():
+            self.send_header(name.replace("_", "-"), value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _json(self, code: int, data: Any, **headers: str) -> None:
+        self._send(code, (json.dumps(data, indent=1) + "\n").encode(), "application/json", **headers)
+
+    def _query(self) -> tuple[str, dict[str, list[str]]]:
+        url = urlsplit(self.path)
+        try:
+            query = parse_qs(url.query, keep_blank_values=True, max_num_fields=MAX_QUERY_FIELDS)
+        except ValueError:
+            raise BadRequest(f"at most {MAX_QUERY_FIELDS} query parameters") from None
+        return url.path, query
+
+    def _log(self, path: str, query: dict[str, list[str]]) -> None:
+        name = unquote(path.removeprefix("/jobs/").removesuffix("/logs"))
+        offset = number(query, "offset", 0, 0, INT64_MAX)
+        tasks = query.get("task")
+        if tasks is not None and len(tasks) > 1:
+            raise BadRequest(f"task is given {len(tasks)} times")
+        try:
+            chunk = self.endpoints.task_log(name, tasks[0] if tasks else None, offset)
+        except LookupError as err:
+            self._json(404, {"error": str(err.args[0])})
+            return
+        except LogOffsetError as err:
+            raise BadRequest(str(err)) from None
+        except BackendError as err:
+            self._json(502, {"error": str(err)})
+            return
+        self._send(
+            200,
+            chunk.data,
+            "text/plain; charset=utf-8",
+            X_Content_Type_Options="nosniff",
+            X_Tfdeclare_Next_Offset=str(chunk.next_offset),
+            X_Tfdeclare_Complete="true" if chunk.complete else "false",
+        )
+
+    def _page(self, query: dict[str, list[str]]) -> None:
+        chosen = page.refresh_from(query)  # BadRequest for a bad value
+        refresh = chosen if chosen is not None else page.refresh_from_cookie(self.headers.get("Cookie"))
+        headers = {
+            "Content_Security_Policy": page.CONTENT_SECURITY_POLICY,
+            "X_Content_Type_Options": "nosniff",
+            "Cache_Control": "no-store",
+        }
+        if chosen is not None:  # remembered for the next visit without ?refresh
+            headers["Set_Cookie"] = page.refresh_cookie(chosen)
+        self._send(200, self.endpoints.page_html(refresh).encode(), "text/html; charset=utf-8", **headers)
+
+    def do_GET(self) -> None:
+        if self._refused("GET"):
+            return
+        try:
+            path, query = self._query()
             if path == "/":
-                self._send(
-                    200,
-                    endpoints.page_html(page.refresh_from(query)).encode(),
-                    "text/html; charset=utf-8",
-                    Content_Security_Policy=page.CONTENT_SECURITY_POLICY,
-                    X_Content_Type_Options="nosniff",
-                    Cache_Control="no-store",
-                )
+                self._page(query)
             elif path.startswith("/jobs/") and path.endswith("/logs"):
                 self._log(path, query)
             elif path == "/healthz":
-                healthy, detail = endpoints.health()
+                healthy, detail = self.endpoints.health()
                 self._json(200 if healthy else 503, detail)
+            elif path == "/livez":  # a hang, not a slow start or an unreadable source
+                _, detail = self.endpoints.health()
+                overdue = bool(detail.get("passOverdue"))
+                self._json(503 if overdue else 200, {"status": "hung" if overdue else "alive"})
             elif path == "/metrics":
-                self._send(200, endpoints.metrics_text().encode(), METRICS_CONTENT_TYPE)
+                self._send(200, self.endpoints.metrics_text().encode(), METRICS_CONTENT_TYPE)
             elif path == "/jobs":
-                self._json(200, endpoints.jobs())
+                self._json(200, self.endpoints.jobs())
             else:
                 self._json(404, {"error": f"no such endpoint {path}"})
+        except BadRequest as err:
+            self._json(400, {"error": str(err)})
 
-        def do_POST(self) -> None:
-            if self._refused("POST"):
-                return
-            if self.path.split("?", 1)[0] == "/sync":
-                self._json(202, {"sync": "requested" if endpoints.request_sync() else "coalesced"})
-            else:
-                self._json(404, {"error": f"no such endpoint {self.path}"})
-
-    return Handler
+    def do_POST(self) -> None:
+        if self._refused("POST"):
+            return
+        if self.path.split("?", 1)[0] == "/sync":
+            self._json(202, {"sync": "requested" if self.endpoints.request_sync() else "coalesced"})
+        else:
+            self._json(404, {"error": f"no such endpoint {self.path}"})

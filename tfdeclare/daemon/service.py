@@ -22,8 +22,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import quote
 
-from tfdeclare.backends.base import BackendError, LogChunk
+from tfdeclare.backends.base import BackendError, LogChunk, LogOffsetError
 from tfdeclare.controller import Controller
 from tfdeclare.core.config import WebhookConfig
 from tfdeclare.core.diagnostics import Diagnostic
@@ -34,6 +35,7 @@ from tfdeclare.core.spec.keys import TaskKey
 from tfdeclare.core.spec.names import is_job_name
 from tfdeclare.core.spec.policy import Quota
 from tfdeclare.daemon import page
+from tfdeclare.daemon.httpguard import INT64_MAX
 from tfdeclare.daemon.metrics import Metrics
 from tfdeclare.daemon.sources import SourceError
 from tfdeclare.daemon.webhooks import Notifier, PhaseChange
@@ -78,6 +80,8 @@ class DaemonOptions:
 
 
 RECENT_EVENTS = 50  # phase changes the status page shows
+TAIL_BUDGET_S = 1.0  # time the page may spend reading its jobs' log tails
+TAIL_ROLES = ("chief", "worker", "evaluator", "ps", "tensorboard")  # whose log a card shows
 
 
 class Daemon:
@@ -100,6 +104,7 @@ class Daemon:
         self.metrics = Metrics()
         self.notifier = Notifier(options.webhooks, lambda result: self.metrics.count_webhook(result.value))
         self.events: tuple[PhaseChange, ...] = ()  # newest first; replaced whole (HTTP threads read it)
+        self.spec_details: Mapping[str, Mapping[str, Any]] = {}  # page.details per job; replaced whole
         self._phases: dict[str, Phase] | None = None  # as last seen; None until the first pass
         self._trigger = threading.Event()
         self._sync_requested = threading.Event()
@@ -115,6 +120,7 @@ class Daemon:
         self.revision: Revision | None = None
         self.source_error: str | None = None
         self.last_pass_at: float | None = None
+        self.started_at = clock()
 
     # ---- asking for passes ----------------------------------------------------------------
 
@@ -228,6 +234,7 @@ class Daemon:
             log.error("%s", error)
         records = self.controller.store.records()
         self._phase_changes(result.phases, records)
+        self.spec_details = {name: page.details(record.spec) for name, record in records.items()}
         tasks = Counter(t.state.value for r in records.values() for t in r.tasks)
         self.metrics.set_jobs(
             {n: p.value for n, p in result.phases.items()}, tasks, {n: r.restarts for n, r in records.items()}
@@ -317,11 +324,16 @@ class Daemon:
     # ---- what the HTTP endpoints show -----------------------------------------------------
 
     def health(self) -> tuple[bool, dict[str, Any]]:
+        """Healthy once a pass has ended and passes keep coming on time with the source read.
+        Until the first pass ends the status is ``starting`` (for as long as a pass may take:
+        after that it is overdue, a hang)."""
         overdue = max(3 * self.options.interval_s, 60.0)
-        late = self.last_pass_at is None or self.clock() - self.last_pass_at > overdue
-        healthy = not late and self.source_error is None
+        since = self.last_pass_at if self.last_pass_at is not None else self.started_at
+        late = self.clock() - since > overdue
+        starting = self.last_pass_at is None and not late
+        healthy = not late and not starting and self.source_error is None
         return healthy, {
-            "status": "ok" if healthy else "degraded",
+            "status": "ok" if healthy else "starting" if starting else "degraded",
             "source": self.source.description,
             "sourceError": self.source_error,
             "revision": self.revision.commit if self.revision else None,
@@ -336,8 +348,54 @@ class Daemon:
     def metrics_text(self) -> str:
         return self.metrics.render()
 
-    def page_html(self, refresh: int | None) -> str:
-        return page.render(self.jobs(), self.events, self.health()[1], refresh)
+    def page_html(self, refresh: int) -> str:
+        jobs = self.jobs()
+        return page.render(
+            jobs,
+            self.events,
+            self.health()[1],
+            refresh,
+            now=self.clock(),
+            specs=self.spec_details,
+            tails=self._log_tails(jobs),
+        )
+
+    def _log_tails(self, jobs: list[dict[str, Any]]) -> dict[str, page.LogTail]:
+        """The end of one task's log per job (``page.LogTail``), read while ``TAIL_BUDGET_S``
+        lasts: a slow backend (a Mesos agent far away) costs the page its tails, not its
+        answer. A log that cannot be read has no tail."""
+        tails: dict[str, page.LogTail] = {}
+        deadline = time.monotonic() + TAIL_BUDGET_S
+        for job in jobs:
+            if time.monotonic() > deadline:
+                break
+            started = sorted(
+                (t for t in job.get("tasks") or [] if t.get("id")),
+                key=lambda t: (TAIL_ROLES.index(t["role"]) if t["role"] in TAIL_ROLES else 9, t["index"]),
+            )
+            if not started:
+                continue
+            task = started[0]
+            try:
+                data = self._log_end(task["id"])
+            except (BackendError, LogOffsetError):
+                continue
+            if data:
+                name = f"{task['role']}-{task['index']}"
+                href = f"/jobs/{quote(job['name'])}/logs?task={quote(name)}"
+                tails[job["name"]] = page.LogTail(name, page.tail_text(data), href)
+        return tails
+
+    def _log_end(self, task_id: str) -> bytes:
+        """The last ``page.TAIL_BYTES`` of a task's log (the backend names the size when asked
+        for an offset past the end)."""
+        backend = self.controller.backend
+        try:
+            return backend.read_log(task_id, INT64_MAX, 1).data  # past any real log
+        except LogOffsetError as err:
+            size = err.size
+        start = max(0, size - page.TAIL_BYTES)
+        return backend.read_log(task_id, start, size - start).data
 
     def task_log(self, name: str, task: str | None, offset: int) -> LogChunk:
         """A page of the output of ``task`` (``worker-0``, or the alias ``worker:0``; default:

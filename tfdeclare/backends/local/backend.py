@@ -64,7 +64,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tfdeclare.backends.base import BackendError, LogChunk
+from tfdeclare.backends.base import BackendError, LogChunk, LogOffsetError
 from tfdeclare.backends.local import machine, ports
 from tfdeclare.backends.local.config import LocalRuntime
 from tfdeclare.backends.local.containers import ContainerTasks
@@ -672,13 +672,20 @@ class LocalBackend:
             raise BackendError(str(err)) from err
         if live is not None:
             output, ended = live
+            if offset > len(output):
+                raise LogOffsetError(offset, len(output))
             data = output[offset : offset + limit]
             return LogChunk(data, offset + len(data), ended and len(data) < limit)
         try:
             with open(path, "rb") as handle:
+                size = os.fstat(handle.fileno()).st_size
+                if offset > size:
+                    raise LogOffsetError(offset, size)
                 handle.seek(offset)
                 data = handle.read(limit)
         except FileNotFoundError:
+            if offset > 0:
+                raise LogOffsetError(offset, 0) from None
             data = b""
         complete = (task_dir / "exit.json").exists() or not task_dir.exists()
         return LogChunk(data, offset + len(data), complete and len(data) < limit)

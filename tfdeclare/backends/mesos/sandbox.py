@@ -19,6 +19,8 @@ from typing import Any
 
 import httpx
 
+from tfdeclare.backends.errors import LogOffsetError
+
 STDERR_HEADER = b"\n--- stderr ---\n"
 
 
@@ -111,6 +113,8 @@ class SandboxReader:
         stdout = f"{directory}/stdout"
         if not ended:
             data, _ = self._read(agent_url, stdout, offset, limit)
+            if not data and offset > 0 and offset > (size := self.size(agent_url, stdout)):
+                raise LogOffsetError(offset, size)
             return Piece(data, offset + len(data), False)
         out_size = self.size(agent_url, stdout)
         if offset < out_size:
@@ -122,8 +126,12 @@ class SandboxReader:
         except SandboxError:
             err_size = 0
         if err_size == 0:
+            if offset > out_size:
+                raise LogOffsetError(offset, out_size)
             return Piece(b"", offset, True)
         header_end = out_size + len(STDERR_HEADER)
+        if offset > header_end + err_size:
+            raise LogOffsetError(offset, header_end + err_size)
         data = b""
         position = offset
         if position < header_end:

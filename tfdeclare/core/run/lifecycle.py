@@ -139,7 +139,11 @@ def _step(record: JobRecord, tasks: Sequence[ObservedTask], now: float, backoff:
     if record.deleting or record.phase.terminal:
         return _ending(record, tasks, now)
     boards = [t for t in tasks if not t.key.role.in_cluster]
-    result = _cluster_step(record, [t for t in tasks if t.key.role.in_cluster], now, backoff)
+    # "N task(s) running" counts what a status shows as running, the TensorBoard task included
+    board_running = any(t.state is TaskState.RUNNING for t in boards)
+    result = _cluster_step(
+        record, [t for t in tasks if t.key.role.in_cluster], now, backoff, board_running=board_running
+    )
     return _with_tensorboard(result, boards, now)
 
 
@@ -164,8 +168,16 @@ def _ending(record: JobRecord, tasks: Sequence[ObservedTask], now: float) -> Ste
     return _after_finish(record, tasks, now, to_stop)
 
 
-def _cluster_step(record: JobRecord, tasks: Sequence[ObservedTask], now: float, backoff: Backoff) -> Step:
-    """The TF cluster's tasks (``tasks`` holds no TensorBoard task)."""
+def _cluster_step(
+    record: JobRecord,
+    tasks: Sequence[ObservedTask],
+    now: float,
+    backoff: Backoff,
+    *,
+    board_running: bool = False,
+) -> Step:
+    """The TF cluster's tasks (``tasks`` holds no TensorBoard task; ``board_running``: the
+    job's TensorBoard task runs, counted in the message)."""
     alive = [t for t in tasks if t.state.alive]
     to_stop = tuple(t.task_id for t in alive if t.state is not TaskState.STOPPING)
     spec = record.spec
@@ -218,7 +230,8 @@ def _cluster_step(record: JobRecord, tasks: Sequence[ObservedTask], now: float, 
         running = all(t.state is TaskState.RUNNING for t in current_alive)
         why = Reason.ALL_TASKS_RUNNING if running else Reason.TASKS_STARTING
         phase = Phase.RUNNING if running else record.phase
-        message = f"{len(current_alive)} task(s) running" if running else "tasks are starting"
+        count = len(current_alive) + board_running
+        message = f"{count} task(s) running" if running else "tasks are starting"
         return Step(_update(record, phase, why, message), stop=stop_stale, events=tuple(events))
     if stale:
         waiting = record.evolve(
