@@ -1,0 +1,77 @@
+"""``imagePullPolicy`` in the spec: its canonical form, the task identity and the plan."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from tfdeclare.core.enums import ImagePullPolicy, Role
+from tfdeclare.core.plan.planner import Effect, field_changes
+from tfdeclare.core.run.clusterspec import symbolic_addresses, task_configs
+from tfdeclare.core.spec.loader import load_file
+from tfdeclare.core.spec.model import JobSpec
+
+
+def _job(job_policy: str | None = None, worker_policy: str | None = None) -> dict[str, object]:
+    worker: dict[str, object] = {"count": 2}
+    if worker_policy is not None:
+        worker["imagePullPolicy"] = worker_policy
+    spec: dict[str, object] = {
+        "image": "tf:2.21",
+        "command": ["python", "train.py"],
+        "replicas": {"chief": {"count": 1}, "worker": worker},
+    }
+    if job_policy is not None:
+        spec["imagePullPolicy"] = job_policy
+    return {"apiVersion": "tfdeclare/v1", "kind": "TFJob", "metadata": {"name": "gpt"}, "spec": spec}
+
+
+def _load(document: dict[str, object]) -> tuple[Mapping[str, Any], str]:
+    result = load_file("gpt.yaml", yaml.safe_dump(document).encode())
+    assert not result.diagnostics, [d.format() for d in result.diagnostics]
+    return result.jobs[0].canonical, result.jobs[0].spec_hash
+
+
+def test_the_default_leaves_the_canonical_form_and_its_hash_as_they_were() -> None:
+    unset, unset_hash = _load(_job())
+    _, explicit_hash = _load(_job("IfNotPresent"))
+    assert "imagePullPolicy" not in unset["spec"]
+    assert explicit_hash == unset_hash
+    always, always_hash = _load(_job("Always"))
+    assert always["spec"]["imagePullPolicy"] == "Always"
+    assert always_hash != unset_hash
+
+
+def test_a_role_inherits_the_jobs_policy_unless_it_names_its_own() -> None:
+    canonical, _ = _load(_job("Always", "Never"))
+    spec = JobSpec.from_canonical(canonical)
+    assert spec.image_pull_policy_for(Role.CHIEF) is ImagePullPolicy.ALWAYS
+    assert spec.image_pull_policy_for(Role.WORKER) is ImagePullPolicy.NEVER
+    default = JobSpec.from_canonical(_load(_job())[0])
+    assert default.image_pull_policy_for(Role.WORKER) is ImagePullPolicy.IF_NOT_PRESENT
+
+
+def test_a_change_of_the_policy_alone_is_an_update_in_place_and_keeps_every_task() -> None:
+    old, _ = _load(_job())
+    new, _ = _load(_job("Never", "Always"))
+    changes = field_changes(old, new)
+    assert {c.path for c in changes} == {
+        ("spec", "imagePullPolicy"),
+        ("spec", "replicas", "worker", "imagePullPolicy"),
+    }
+    assert {c.effect for c in changes} == {Effect.IN_PLACE}
+    before, after = JobSpec.from_canonical(old), JobSpec.from_canonical(new)
+    hashes = [
+        {k: c.config_hash for k, c in task_configs(s, symbolic_addresses(s), 0).items()}
+        for s in (before, after)
+    ]
+    assert hashes[0] == hashes[1]
+
+
+def test_an_unknown_policy_is_a_schema_error_naming_the_choices() -> None:
+    result = load_file("gpt.yaml", yaml.safe_dump(_job("IfMissing")).encode())
+    assert not result.jobs
+    (problem,) = result.diagnostics
+    assert "IfNotPresent" in problem.message and problem.json_path == "$.spec.imagePullPolicy"
