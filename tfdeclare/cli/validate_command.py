@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from tfdeclare.cli import terminal
@@ -12,20 +13,21 @@ from tfdeclare.cli.common import EXIT_ERROR, EXIT_OK, Settings, print_diagnostic
 from tfdeclare.core.plan.desired import DesiredState
 from tfdeclare.core.plan.quotas import enforce_quotas
 from tfdeclare.core.spec.documents import MAX_FILE_BYTES
+from tfdeclare.core.spec.loader import SpecCheck
 from tfdeclare.core.tone import Tone
 from tfdeclare.shell.sources import SpecFiles, no_files_warning
 
 
 def load_desired(
-    paths: list[str], settings: Settings, *, launching: bool = True
+    paths: list[str], settings: Settings, *, checks: Sequence[SpecCheck] | None = None
 ) -> tuple[DesiredState, SpecFiles]:
-    """The specs as ``plan``/``apply`` see them; ``-`` reads one file from standard input (shown
-    as <stdin>); ``launching=False`` (``validate``) leaves out the checks of this machine
-    (``Settings.launch_checks``)."""
+    """The specs as ``apply`` sees them (``checks``: ``Settings.launch_checks`` unless given:
+    ``plan_checks`` for ``plan``, ``spec_checks`` for ``validate``, which leaves out this
+    machine); ``-`` reads one file from standard input (shown as <stdin>)."""
     stdin = sys.stdin.buffer.read(MAX_FILE_BYTES + 1) if "-" in paths else None  # the loader bounds it
     files = SpecFiles(
         [Path(p) for p in paths if p != "-"],
-        checks=settings.launch_checks if launching else settings.spec_checks,
+        checks=settings.launch_checks if checks is None else checks,
         exclude=(settings.state_dir, settings.status_dir),
         stdin=stdin,
     )
@@ -34,7 +36,7 @@ def load_desired(
 
 def cmd_validate(args: argparse.Namespace) -> int:
     settings = settings_from(args)
-    desired, _ = load_desired(args.paths, settings, launching=False)
+    desired, _ = load_desired(args.paths, settings, checks=settings.spec_checks)
     # the quotas as if the files were all that ran (validate never reads the state)
     desired = enforce_quotas(desired, {}, settings.config.policy.quotas, prune=False)
     diagnostics = list(desired.diagnostics)

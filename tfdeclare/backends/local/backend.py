@@ -573,6 +573,7 @@ class LocalBackend:
             spec.update(
                 runtime="docker",
                 image=task.image,
+                imagePullPolicy=task.image_pull_policy.value,
                 user=f"{os.getuid()}:{os.getgid()}",
                 volumes=[
                     {"hostPath": v.host_path, "containerPath": v.container_path, "mode": v.mode.value}

@@ -192,8 +192,9 @@ def _load_native(
             return view.diagnostic(path, message, Code.BACKEND)
 
         problems = [problem for check in checks for problem in check(job, locate)]
-        if problems:
+        if any(p.is_error for p in problems):
             return None, problems
+        return job, problems  # warnings (plan: what apply would find on this machine)
     return job, []
 
 
