@@ -75,3 +75,39 @@ def test_an_unknown_policy_is_a_schema_error_naming_the_choices() -> None:
     assert not result.jobs
     (problem,) = result.diagnostics
     assert "IfNotPresent" in problem.message and problem.json_path == "$.spec.imagePullPolicy"
+
+
+def _kubeflow(chief_policy: str, worker_policy: str) -> bytes:
+    def replica(policy: str) -> dict[str, object]:
+        container = {
+            "name": "tensorflow",
+            "image": "tf:2.21",
+            "imagePullPolicy": policy,
+            "command": ["python"],
+        }
+        return {"replicas": 1, "template": {"spec": {"containers": [container]}}}
+
+    document = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
+        "metadata": {"name": "gpt"},
+        "spec": {"tfReplicaSpecs": {"Chief": replica(chief_policy), "Worker": replica(worker_policy)}},
+    }
+    return yaml.safe_dump(document, sort_keys=False).encode()
+
+
+def test_kubeflows_container_image_pull_policy_maps_onto_ours() -> None:
+    same = load_file("tfjob.yaml", _kubeflow("Always", "Always"))
+    assert [d.severity.value for d in same.diagnostics] == ["note"], [d.format() for d in same.diagnostics]
+    assert same.jobs[0].canonical["spec"]["imagePullPolicy"] == "Always"
+    mixed = load_file("tfjob.yaml", _kubeflow("Never", "IfNotPresent"))
+    spec = JobSpec.from_canonical(mixed.jobs[0].canonical)
+    assert spec.image_pull_policy_for(Role.CHIEF) is ImagePullPolicy.NEVER
+    assert spec.image_pull_policy_for(Role.WORKER) is ImagePullPolicy.IF_NOT_PRESENT
+    wrong = load_file("tfjob.yaml", _kubeflow("Sometimes", "Always"))
+    assert not wrong.jobs
+    (error,) = [d for d in wrong.diagnostics if d.is_error]
+    assert error.format() == (  # at the manifest's own line
+        'tfjob.yaml:14:30: error: must be one of IfNotPresent, Always, Never; got "Sometimes" '
+        "(at $.spec.tfReplicaSpecs.Chief.template.spec.containers[0].imagePullPolicy)"
+    )

@@ -28,7 +28,7 @@ API_GROUP = "kubeflow.org/"
 API_VERSION = "kubeflow.org/v1"
 _ROLES = {"chief": "chief", "master": "chief", "ps": "ps", "worker": "worker", "evaluator": "evaluator"}
 _TF_PORT = 2222  # Kubeflow's default TF port (its name: tfjob-port); tfdeclare assigns ports
-_HOISTED = ("image", "command", "args", "env", "workingDir")
+_HOISTED = ("image", "imagePullPolicy", "command", "args", "env", "workingDir")
 _RUN_POLICY = ("backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished")
 
 
@@ -395,7 +395,7 @@ class _Translator:
     def container(
         self, out: dict[str, Any], container: Mapping[str, Any], cat: JsonPath, native: JsonPath
     ) -> list[tuple[JsonPath, Mapping[str, Any]]]:
-        for key in ("image", "command", "args", "workingDir"):
+        for key in ("image", "imagePullPolicy", "command", "args", "workingDir"):
             if key in container:
                 self.put(out, (*native, key), container[key], (*cat, key))
         if "env" in container:
@@ -416,10 +416,6 @@ class _Translator:
             self.warn(
                 (*cat, "ports", i),
                 f"port {number} is not published: only the TF port is (tfdeclare assigns it)",
-            )
-        if "imagePullPolicy" in container:
-            self.warn(
-                (*cat, "imagePullPolicy"), "imagePullPolicy: the containerizer's pull behaviour applies"
             )
         known = ("name", "image", "command", "args", "workingDir", "env", "envFrom", "resources", "ports")
         self.unknown(container, (*known, "imagePullPolicy", "volumeMounts"), cat, "container")
