@@ -1,17 +1,26 @@
-"""``imagePullPolicy`` in the spec: its canonical form, the task identity and the plan."""
+"""``imagePullPolicy`` in the spec: its canonical form, the task identity, the plan, the Kubeflow
+field it comes from, and what the Mesos backend makes of it."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
+import pytest
 import yaml
 
+from tfdeclare.backends import registry
+from tfdeclare.backends.mesos.config import MesosConfig
+from tfdeclare.backends.mesos.taskinfo import task_info
 from tfdeclare.core.enums import ImagePullPolicy, Role
 from tfdeclare.core.plan.planner import Effect, field_changes
 from tfdeclare.core.run.clusterspec import symbolic_addresses, task_configs
+from tfdeclare.core.run.tasks import Slot, TaskLaunch
+from tfdeclare.core.spec.keys import TaskKey
 from tfdeclare.core.spec.loader import load_file
 from tfdeclare.core.spec.model import JobSpec
+from tfdeclare.core.spec.resources import Resources
 
 
 def _job(job_policy: str | None = None, worker_policy: str | None = None) -> dict[str, object]:
@@ -111,3 +120,57 @@ def test_kubeflows_container_image_pull_policy_maps_onto_ours() -> None:
         'tfjob.yaml:14:30: error: must be one of IfNotPresent, Always, Never; got "Sometimes" '
         "(at $.spec.tfReplicaSpecs.Chief.template.spec.containers[0].imagePullPolicy)"
     )
+
+
+def _launch(policy: ImagePullPolicy) -> TaskLaunch:
+    key = TaskKey(Role.WORKER, 0)
+    return TaskLaunch(
+        task_id="gpt.ab12.worker-0.1",
+        job="gpt",
+        key=key,
+        attempt=0,
+        spec_hash="s" * 64,
+        config_hash="c" * 16,
+        argv=("python", "train.py"),
+        env=(),
+        resources=Resources(1, 512, 0),
+        slot=Slot(key, "node1", 31005, "A-S0"),
+        image="tf:2.21",
+        image_pull_policy=policy,
+    )
+
+
+@pytest.mark.parametrize("containerizer", ["mesos", "docker"])
+def test_on_mesos_always_makes_the_agent_pull_and_the_default_leaves_it_to_its_cache(
+    containerizer: str,
+) -> None:
+    def pulls(policy: ImagePullPolicy) -> dict[str, Any]:
+        container = task_info(_launch(policy), "A-S0", "*", {}, containerizer=containerizer)["container"]
+        return dict(container["docker"]) if containerizer == "docker" else dict(container["mesos"]["image"])
+
+    default = pulls(ImagePullPolicy.IF_NOT_PRESENT)
+    assert "force_pull_image" not in default and "cached" not in default  # the TaskInfo of before
+    always = pulls(ImagePullPolicy.ALWAYS)
+    assert (
+        always == {**default, "force_pull_image": True}
+        if containerizer == "docker"
+        else {**default, "cached": False}
+    )
+
+
+def test_on_mesos_never_is_refused_at_its_field() -> None:
+    mesos = registry.plugin("mesos")
+    for document, where in (
+        (_job("Never"), "$.spec.imagePullPolicy"),
+        (_job(None, "Never"), "$.spec.replicas.worker.imagePullPolicy"),
+    ):
+        result = load_file(
+            "gpt.yaml", yaml.safe_dump(document).encode(), [partial(mesos.check_job, MesosConfig())]
+        )
+        (problem,) = result.diagnostics
+        assert problem.is_error and problem.json_path == where, problem.format()
+        assert "imagePullPolicy Never cannot be honoured on Mesos" in problem.message
+    fine = load_file(
+        "gpt.yaml", yaml.safe_dump(_job("Always")).encode(), [partial(mesos.check_job, MesosConfig())]
+    )
+    assert fine.jobs and not fine.diagnostics
