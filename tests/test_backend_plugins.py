@@ -324,6 +324,9 @@ def test_without_an_engine_plan_warns_and_apply_refuses(workdir: Path, where: st
     for output in (cli("plan", "specs", cwd=workdir, env=env).stderr, result.stderr):
         assert "Traceback" not in output and "Error(" not in output and "('" not in output, output
     assert not (workdir / "status" / "j.yaml").exists()
+    mesos = cli("plan", "specs", "--backend", "mesos", cwd=workdir, env=env)  # the agents pull
+    assert mesos.returncode == 0 and "+ j will be created" in mesos.stdout, mesos.stderr
+    assert "Docker" not in mesos.stderr and "pull" not in mesos.stderr, mesos.stderr
     (workdir / "tfdeclare.yaml").write_text("local: {runtime: process}\n")
     result = cli("validate", "specs", cwd=workdir)
     assert "specs/j.yaml:9:10: error: local.runtime is process" in result.stderr
