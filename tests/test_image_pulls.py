@@ -73,13 +73,18 @@ def absent(pushed: str, docker_client: Any, workdir: Path) -> Iterator[str]:
     """The pushed image, not on the engine; the test's containers and the pulled image are
     removed after it."""
     _remove(docker_client, pushed)
-    ours = {"label": [f"tfdeclare.owner={owner_of(workdir / '.tfdeclare' / 'local')}"]}
     try:
         yield pushed
     finally:
-        for container in docker_client.containers.list(ignore_removed=True, all=True, filters=ours):
-            container.remove(force=True)
+        _remove_containers(docker_client, workdir)
         _remove(docker_client, pushed)
+
+
+def _remove_containers(docker_client: Any, workdir: Path) -> None:
+    """The containers of the test's state folder, should a failed test leave any."""
+    ours = {"label": [f"tfdeclare.owner={owner_of(workdir / '.tfdeclare' / 'local')}"]}
+    for container in docker_client.containers.list(ignore_removed=True, all=True, filters=ours):
+        container.remove(force=True)
 
 
 def _job(
@@ -207,3 +212,59 @@ def test_apply_on_a_terminal_shows_each_layers_bytes(workdir: Path, absent: str)
     assert re.search(r"[0-9a-f]{12}  Downloading\s+\d+(\.\d)? [kM]?B / 2\d\.\d MB", text), text
     assert re.search(r"[0-9a-f]{12}  Pull complete\s+2\d\.\d MB", text), text
     assert f"pulled {absent}: " in text
+
+
+def test_credentials_come_from_the_docker_client_config(
+    workdir: Path, tmp_path_factory: pytest.TempPathFactory, docker_client: Any, base_image: str
+) -> None:
+    """A registry that asks for a password: apply pulls with the login of the client's config
+    (``DOCKER_CONFIG``/config.json, as ``docker login`` writes it); without one, the job fails
+    with the registry's reason."""
+    import base64
+    import json
+
+    with registry_server(tmp_path_factory.mktemp("private"), users={"trainer": "s3cret-pw"}) as address:
+        image = f"{address}/team/private:v1"
+        repository = image.rsplit(":", 1)[0]
+        docker_client.api.tag(base_image, repository, "v1")
+        try:
+            login = {"username": "trainer", "password": "s3cret-pw"}
+            for event in docker_client.api.push(
+                repository, tag="v1", stream=True, decode=True, auth_config=login
+            ):
+                assert "error" not in event, event
+            docker_client.api.remove_image(image)  # only the tag: the base image keeps its layers
+            (workdir / "specs" / "j.yaml").write_text(_job("j", image, script="echo logged-in"))
+
+            nobody = workdir / "no-login"
+            nobody.mkdir()
+            (nobody / "config.json").write_text("{}")
+            refused = cli(
+                "apply", "specs", "--wait", "--timeout", "60", cwd=workdir, env={"DOCKER_CONFIG": str(nobody)}
+            )
+            assert refused.returncode == 1, refused.stdout + refused.stderr
+            message = _status(workdir, "j")["message"]
+            assert f"cannot pull image {image}: " in message and "no basic auth credentials" in message, (
+                message
+            )
+
+            logged_in = workdir / "login"
+            logged_in.mkdir()
+            token = base64.b64encode(b"trainer:s3cret-pw").decode()
+            (logged_in / "config.json").write_text(json.dumps({"auths": {address: {"auth": token}}}))
+            (workdir / "specs" / "j.yaml").write_text(_job("j", image, script="echo logged-in again"))
+            applied = cli(
+                "apply",
+                "specs",
+                "--wait",
+                "--timeout",
+                "60",
+                cwd=workdir,
+                env={"DOCKER_CONFIG": str(logged_in)},
+            )
+            assert applied.returncode == 0, applied.stdout + applied.stderr
+            assert f"tfdeclare: pulled {image}" in applied.stderr
+            assert "s3cret" not in applied.stdout + applied.stderr
+        finally:
+            _remove_containers(docker_client, workdir)
+            _remove(docker_client, image)
