@@ -17,7 +17,9 @@ import sys
 import time
 from pathlib import Path
 
+from tfdeclare.backends import progress
 from tfdeclare.cli.common import EXIT_OK, UserError, settings_from
+from tfdeclare.cli.pulls import PlainPulls
 from tfdeclare.cli.wiring import controller_for, locked
 from tfdeclare.controller import Controller
 from tfdeclare.core.config import DaemonConfig
@@ -129,6 +131,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     host = args.host or daemon_config.host
     access = access_policy(daemon_config, host)  # before anything starts
     log = logging.getLogger("tfdeclare.daemon")
+    progress.set_receiver(PlainPulls(log.info))  # image pulls, a line per layer, in the log
     source: Source
     base_dir: Path
     try:
