@@ -5,29 +5,36 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
 from tfdeclare.cli import terminal
 from tfdeclare.cli.common import EXIT_ERROR, EXIT_OK, Settings, print_diagnostics, settings_from, stdout_write
 from tfdeclare.core.plan.desired import DesiredState
 from tfdeclare.core.plan.quotas import enforce_quotas
 from tfdeclare.core.spec.documents import MAX_FILE_BYTES
-from tfdeclare.core.spec.loader import SpecCheck
 from tfdeclare.core.tone import Tone
 from tfdeclare.shell.sources import SpecFiles, no_files_warning
 
 
 def load_desired(
-    paths: list[str], settings: Settings, *, checks: Sequence[SpecCheck] | None = None
+    paths: list[str], settings: Settings, *, purpose: Literal["apply", "plan", "validate"] = "apply"
 ) -> tuple[DesiredState, SpecFiles]:
-    """The specs as ``apply`` sees them (``checks``: ``Settings.launch_checks`` unless given:
-    ``plan_checks`` for ``plan``, ``spec_checks`` for ``validate``, which leaves out this
-    machine); ``-`` reads one file from standard input (shown as <stdin>)."""
+    """The specs as the command ``purpose`` sees them, with its checks: ``apply``'s
+    (``Settings.launch_checks``), ``plan``'s (``plan_checks``: this machine's findings as
+    warnings) or ``validate``'s (``spec_checks``: files only); ``-`` reads one file from
+    standard input (shown as <stdin>)."""
     stdin = sys.stdin.buffer.read(MAX_FILE_BYTES + 1) if "-" in paths else None  # the loader bounds it
+    checks = (
+        settings.spec_checks
+        if purpose == "validate"
+        else settings.plan_checks
+        if purpose == "plan"
+        else settings.launch_checks
+    )
     files = SpecFiles(
         [Path(p) for p in paths if p != "-"],
-        checks=settings.launch_checks if checks is None else checks,
+        checks=checks,
         exclude=(settings.state_dir, settings.status_dir),
         stdin=stdin,
     )
@@ -36,7 +43,7 @@ def load_desired(
 
 def cmd_validate(args: argparse.Namespace) -> int:
     settings = settings_from(args)
-    desired, _ = load_desired(args.paths, settings, checks=settings.spec_checks)
+    desired, _ = load_desired(args.paths, settings, purpose="validate")
     # the quotas as if the files were all that ran (validate never reads the state)
     desired = enforce_quotas(desired, {}, settings.config.policy.quotas, prune=False)
     diagnostics = list(desired.diagnostics)
