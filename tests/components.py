@@ -1,7 +1,7 @@
-"""The real components some tests need (contract section 9: a Docker engine, ZooKeeper,
-Chromium, zsh and fish, openssl, gpg, root for a tmpfs). Without one a test skips with one
-line; under ``CI=true``, where ``.ci/run`` installs and starts them all, it fails instead, so a
-missing component never hides a test."""
+"""The real components some tests need (contract section 9: a Docker engine, an image
+registry (Debian's docker-registry), ZooKeeper, Chromium, zsh and fish, openssl, gpg, root for
+a tmpfs). Without one a test skips with one line; under ``CI=true``, where ``.ci/run``
+installs and starts them all, it fails instead, so a missing component never hides a test."""
 
 from __future__ import annotations
 

@@ -293,50 +293,111 @@ def test_validate_and_plan_on_local_report_the_field(workdir: Path, extra: str, 
 NO_ENGINE = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
 
 
-def test_a_job_with_an_image_and_no_engine_is_an_error_at_plan_and_apply(workdir: Path) -> None:
-    """Never a silent bare process: plan and apply name the image's line; validate, which
-    judges files only, accepts it; with local.runtime process the image itself is refused."""
+@pytest.fixture
+def silent_socket(tmp_path: Path) -> Any:
+    """A unix socket that is bound but never listened on: connecting is refused."""
+    import socket
+
+    path = tmp_path / "docker.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(path))
+    try:
+        yield path
+    finally:
+        sock.close()
+
+
+@pytest.mark.parametrize("where", ["nowhere", "silent"])
+def test_without_an_engine_plan_warns_and_apply_refuses(workdir: Path, where: str, request: Any) -> None:
+    """plan works offline: no engine is a warning at the image's line saying what apply needs
+    (exit 0, or 2 with --detailed-exitcode); apply, which would run the job, refuses it. Never a
+    silent bare process, never an exception's repr; validate, which judges files only,
+    accepts it; with local.runtime process the image itself is refused."""
+    if where == "silent":
+        path = request.getfixturevalue("silent_socket")
+        env, why = {"DOCKER_HOST": f"unix://{path}"}, "nothing listens there (connection refused)"
+    else:
+        env, why = NO_ENGINE, "nothing is there (no such socket)"
+    address = env["DOCKER_HOST"]
     _write(workdir, IMAGE)
-    assert cli("validate", "specs", cwd=workdir, env=NO_ENGINE).returncode == 0
-    for command in ("plan", "apply"):
-        result = cli(command, "specs", cwd=workdir, env=NO_ENGINE)
-        assert result.returncode == 1, result.stdout
-        assert (
-            "specs/j.yaml:9:10: error: this job runs in containers, but no Docker engine answers at "
-            "unix:///nonexistent/docker.sock"
-        ) in result.stderr, result.stderr
-        assert "Traceback" not in result.stderr
+    assert cli("validate", "specs", cwd=workdir, env=env).returncode == 0
+    result = cli("plan", "specs", cwd=workdir, env=env)
+    assert result.returncode == 0, result.stderr
+    assert (
+        f"specs/j.yaml:9:10: warning: no Docker engine answers at {address}: {why}: apply needs a Docker "
+        "engine to run this job's containers"
+    ) in result.stderr, result.stderr
+    assert "+ j will be created" in result.stdout
+    assert cli("plan", "--detailed-exitcode", "specs", cwd=workdir, env=env).returncode == 2
+    result = cli("apply", "specs", cwd=workdir, env=env)
+    assert result.returncode == 1, result.stdout
+    assert (
+        f"specs/j.yaml:9:10: error: this job runs in containers, but no Docker engine answers at {address}: "
+        f"{why}: start the engine or point DOCKER_HOST at it"
+    ) in result.stderr, result.stderr
+    for output in (cli("plan", "specs", cwd=workdir, env=env).stderr, result.stderr):
+        assert "Traceback" not in output and "Error(" not in output and "('" not in output, output
     assert not (workdir / "status" / "j.yaml").exists()
+    mesos = cli("plan", "specs", "--backend", "mesos", cwd=workdir, env=env)  # the agents pull
+    assert mesos.returncode == 0 and "+ j will be created" in mesos.stdout, mesos.stderr
+    assert "Docker" not in mesos.stderr and "pull" not in mesos.stderr, mesos.stderr
     (workdir / "tfdeclare.yaml").write_text("local: {runtime: process}\n")
     result = cli("validate", "specs", cwd=workdir)
     assert "specs/j.yaml:9:10: error: local.runtime is process" in result.stderr
 
 
 @pytest.mark.docker
-def test_plan_names_an_image_the_engine_does_not_have(
-    workdir: Path, docker_client: Any, base_image: str
-) -> None:
+def test_plan_says_which_images_apply_will_pull(workdir: Path, docker_client: Any, base_image: str) -> None:
+    """An image the engine lacks is a warning at plan (apply pulls it); under
+    imagePullPolicy Never a warning at plan and an error at apply; present ones say nothing."""
     _write(workdir, "  image: tfdeclare-no-such-image:1\n")
     result = cli("plan", "specs", cwd=workdir)
-    assert result.returncode == 1
+    assert result.returncode == 0, result.stderr
     assert (
-        "specs/j.yaml:9:10: error: the Docker engine has no image tfdeclare-no-such-image:1: build it "
-        "(make images) or docker pull it first; tfdeclare never pulls"
+        "specs/j.yaml:9:10: warning: will pull tfdeclare-no-such-image:1 at apply (the Docker engine does "
+        "not have it) (at $.spec.image)"
     ) in result.stderr, result.stderr
+    _write(workdir, "  image: tfdeclare-no-such-image:1\n  imagePullPolicy: Always\n")
+    result = cli("plan", "specs", cwd=workdir)
+    assert result.returncode == 0 and "warning" not in result.stderr, result.stderr  # it pulls anyway
+    _write(workdir, "  image: tfdeclare-no-such-image:1\n  imagePullPolicy: Never\n")
+    result = cli("plan", "specs", cwd=workdir)
+    never = (
+        "the Docker engine has no image tfdeclare-no-such-image:1, and imagePullPolicy is Never: {}build "
+        "or pull it first, or set imagePullPolicy to IfNotPresent"
+    )
+    assert result.returncode == 0 and "specs/j.yaml:9:10: warning: " + never.format("apply will fail; ") in (
+        result.stderr
+    ), result.stderr
+    result = cli("apply", "specs", cwd=workdir)
+    assert result.returncode == 1 and "specs/j.yaml:9:10: error: " + never.format("") in result.stderr
     image_id = docker_client.images.get(base_image).id
     for present in (base_image, image_id):  # by tag, and by id
-        _write(workdir, f"  image: '{present}'\n")
+        _write(workdir, f"  image: '{present}'\n  imagePullPolicy: Never\n")
         result = cli("plan", "specs", cwd=workdir)
         assert result.returncode == 0 and "+ j will be created" in result.stdout, result.stderr
-    # a role's own image (Kubeflow parity) is checked like the job's
+        assert "warning" not in result.stderr, result.stderr
+    # a role's own image (Kubeflow parity) is checked like the job's, under its own policy
     spec = workdir / "specs" / "j.yaml"
     spec.write_text(
-        spec.read_text().replace("worker: {count: 1,", "worker: {count: 1, image: tfdeclare-no-such:2,")
+        spec.read_text().replace(
+            "worker: {count: 1,",
+            "worker: {count: 1, image: tfdeclare-no-such:2, imagePullPolicy: IfNotPresent,",
+        )
     )
     result = cli("plan", "specs", cwd=workdir)
-    assert result.returncode == 1
-    assert "error: the Docker engine has no image tfdeclare-no-such:2" in result.stderr, result.stderr
+    assert result.returncode == 0
+    assert "warning: will pull tfdeclare-no-such:2 at apply" in result.stderr, result.stderr
     assert "(at $.spec.replicas.worker.image)" in result.stderr
+    # and TensorBoard's own image, under the job's policy
+    _write(
+        workdir,
+        f"  image: '{base_image}'\n  tensorboard: {{logDir: logs, image: 'tfdeclare-no-such-tb:3'}}\n",
+    )
+    result = cli("plan", "specs", cwd=workdir)
+    assert result.returncode == 0
+    assert "warning: will pull tfdeclare-no-such-tb:3 at apply" in result.stderr, result.stderr
+    assert "(at $.spec.tensorboard.image)" in result.stderr
 
 
 def test_plan_on_mesos_with_docker_takes_gpus_with_a_warning(workdir: Path) -> None:

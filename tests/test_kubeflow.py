@@ -654,8 +654,9 @@ FINDINGS: dict[str, Any] = {
         == [
             "f.yaml:8:3: error: unknown field 'worker' (a field of spec.replicas: is it indented right?); "
             "allowed: activeDeadlineSeconds, args, backoffLimit, clusterSpec, command, env, "
-            "evaluatorGraceSeconds, image, placement, replicas, restartPolicy, successPolicy, tensorboard, "
-            "terminationGracePeriodSeconds, ttlSecondsAfterFinished, volumes, workingDir (at $.spec.worker)"
+            "evaluatorGraceSeconds, image, imagePullPolicy, placement, replicas, restartPolicy, successPolicy, "
+            "tensorboard, terminationGracePeriodSeconds, ttlSecondsAfterFinished, volumes, workingDir (at "
+            "$.spec.worker)"
         ]
     ),
     "22.3 GPUs under the Docker containerizer": lambda: (

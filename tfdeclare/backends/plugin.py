@@ -48,9 +48,11 @@ class BackendPlugin(Generic[ConfigT]):
     # (e.g. Mesos: tasks would run as root on the agents). May look at this process.
     warnings: Callable[[ConfigT], list[str]] = lambda config: []
     # Like ``check_job``, for what this machine cannot honour now (a container engine that
-    # does not answer): may do I/O, so it runs in ``plan``, ``apply`` and the daemon, never
-    # in ``validate``.
-    check_environment: Callable[[ConfigT, LoadedJob, Locate], list[Diagnostic]] | None = None
+    # does not answer, an image it lacks that may not be pulled): may do I/O, so it runs in
+    # ``plan``, ``apply`` and the daemon, never in ``validate``. The last argument says
+    # whether the caller launches (``apply``, the daemon: what stops the job is an error) or
+    # only plans (``plan`` works offline: it says as warnings what apply would do or find).
+    check_environment: Callable[[ConfigT, LoadedJob, Locate, bool], list[Diagnostic]] | None = None
 
     def config_schema(self) -> dict[str, Any]:
         """The JSON Schema of its config section: ``schemas/backends/<name>.schema.json``."""

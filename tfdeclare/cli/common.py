@@ -20,7 +20,7 @@ from tfdeclare.backends.plugin import BackendPlugin
 from tfdeclare.cli import terminal
 from tfdeclare.core.config import Config
 from tfdeclare.core.diagnostics import Diagnostic
-from tfdeclare.core.spec.loader import SpecCheck
+from tfdeclare.core.spec.loader import LoadedJob, Locate, SpecCheck
 from tfdeclare.core.spec.policy import SpecSources, policy_checks
 
 EXIT_OK = 0
@@ -101,11 +101,25 @@ class Settings:
 
     @property
     def launch_checks(self) -> tuple[SpecCheck, ...]:
-        """``spec_checks`` and what this machine cannot honour now (plan, apply, the daemon)."""
+        """``spec_checks`` and what this machine cannot honour now (apply, the daemon)."""
+        return self._environment_checks(launching=True)
+
+    @property
+    def plan_checks(self) -> tuple[SpecCheck, ...]:
+        """``spec_checks`` and, as warnings, what apply would do or find on this machine
+        (``plan``, which needs no engine or cluster)."""
+        return self._environment_checks(launching=False)
+
+    def _environment_checks(self, *, launching: bool) -> tuple[SpecCheck, ...]:
         environment = self.plugin.check_environment
         if environment is None:
             return self.spec_checks
-        return (*self.spec_checks, partial(environment, self.backend_config))
+        config = self.backend_config
+
+        def check(job: LoadedJob, at: Locate) -> list[Diagnostic]:
+            return environment(config, job, at, launching)
+
+        return (*self.spec_checks, check)
 
 
 def add_common_options(parser: argparse.ArgumentParser) -> None:

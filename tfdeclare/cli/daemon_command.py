@@ -18,7 +18,9 @@ import sys
 import time
 from pathlib import Path
 
+from tfdeclare.backends import progress
 from tfdeclare.cli.common import EXIT_OK, Settings, UserError, settings_from
+from tfdeclare.cli.pulls import PlainPulls
 from tfdeclare.cli.wiring import controller_for, locked
 from tfdeclare.controller import Controller
 from tfdeclare.core.config import DaemonConfig
@@ -141,6 +143,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace, settings: Settings, server: DaemonServer) -> int:
     daemon_config = settings.config.daemon
     log = logging.getLogger("tfdeclare.daemon")
+    progress.set_receiver(PlainPulls(log.info))  # image pulls, a line per layer, in the log
     source: Source
     base_dir: Path
     try:

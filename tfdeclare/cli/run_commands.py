@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tfdeclare.cli import terminal
+from tfdeclare.cli import pulls, terminal
 from tfdeclare.cli.common import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -270,7 +270,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         if not machine:
             stdout_write(render_text(result, paint=terminal.painter(sys.stdout)))
         print_backend_warnings(settings)
-        with controller_for(settings) as controller:
+        with controller_for(settings) as controller, pulls.shown_on(sys.stderr):
             controller.apply(result)
             names = set(desired.jobs) | {j.name for j in result.jobs if j.action is Action.DELETE}
             records: dict[str, JobRecord] = {}
@@ -332,7 +332,11 @@ def _refresh(settings: Settings) -> None:
     """One reconcile pass (``status --refresh``): adopt tasks, notice the ones that ended."""
     if not StateStore(settings.state_dir).jobs_dir.is_dir():
         return
-    with locked(settings, "status --refresh"), controller_for(settings) as controller:
+    with (
+        locked(settings, "status --refresh"),
+        controller_for(settings) as controller,
+        pulls.shown_on(sys.stderr),
+    ):
         result = controller.reconcile()
     for error in result.errors:
         stderr_line(f"tfdeclare: {error}")

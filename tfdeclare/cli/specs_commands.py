@@ -37,7 +37,7 @@ PLAN_KIND = "TFDeclarePlan"
 
 
 def compute_plan(paths: list[str], settings: Settings, options: PlanOptions) -> tuple[Plan, DesiredState]:
-    desired, _ = load_desired(paths, settings)
+    desired, _ = load_desired(paths, settings, purpose="plan")
     try:
         observed = StateStore(settings.state_dir).observed()
     except StateError as err:

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Literal
 
 from tfdeclare.cli import terminal
 from tfdeclare.cli.common import EXIT_ERROR, EXIT_OK, Settings, print_diagnostics, settings_from, stdout_write
@@ -17,16 +18,24 @@ from tfdeclare.shell.sources import SpecFiles, no_files_warning, spec_sources
 
 
 def load_desired(
-    paths: list[str], settings: Settings, *, launching: bool = True
+    paths: list[str], settings: Settings, *, purpose: Literal["apply", "plan", "validate"] = "apply"
 ) -> tuple[DesiredState, SpecFiles]:
-    """The specs as ``plan``/``apply`` see them; ``-`` reads one file from standard input (shown
-    as <stdin>); ``launching=False`` (``validate``) leaves out the checks of this machine
-    (``Settings.launch_checks``)."""
+    """The specs as the command ``purpose`` sees them, with its checks: ``apply``'s
+    (``Settings.launch_checks``), ``plan``'s (``plan_checks``: this machine's findings as
+    warnings) or ``validate``'s (``spec_checks``: files only); ``-`` reads one file from
+    standard input (shown as <stdin>)."""
     stdin = sys.stdin.buffer.read(MAX_FILE_BYTES + 1) if "-" in paths else None  # the loader bounds it
     settings = settings.reading(spec_sources(paths))
+    checks = (
+        settings.spec_checks
+        if purpose == "validate"
+        else settings.plan_checks
+        if purpose == "plan"
+        else settings.launch_checks
+    )
     files = SpecFiles(
         [Path(p) for p in paths if p != "-"],
-        checks=settings.launch_checks if launching else settings.spec_checks,
+        checks=checks,
         exclude=(settings.state_dir, settings.status_dir),
         stdin=stdin,
     )
@@ -35,7 +44,7 @@ def load_desired(
 
 def cmd_validate(args: argparse.Namespace) -> int:
     settings = settings_from(args)
-    desired, _ = load_desired(args.paths, settings, launching=False)
+    desired, _ = load_desired(args.paths, settings, purpose="validate")
     # the quotas as if the files were all that ran (validate never reads the state)
     desired = enforce_quotas(desired, {}, settings.config.policy.quotas, prune=False)
     diagnostics = list(desired.diagnostics)

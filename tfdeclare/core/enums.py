@@ -39,6 +39,14 @@ class RestartPolicy(StrEnum):
     EXIT_CODE = "ExitCode"
 
 
+class ImagePullPolicy(StrEnum):
+    """When a task's image is pulled (Kubernetes' ``imagePullPolicy``)."""
+
+    IF_NOT_PRESENT = "IfNotPresent"  # when the engine does not have it (the default)
+    ALWAYS = "Always"  # at every launch
+    NEVER = "Never"  # never: an image the engine lacks is an error
+
+
 class SuccessPolicy(StrEnum):
     """When a job without a chief has succeeded (with a chief, the chief decides)."""
 

@@ -573,6 +573,7 @@ class LocalBackend:
             spec.update(
                 runtime="docker",
                 image=task.image,
+                imagePullPolicy=task.image_pull_policy.value,
                 user=f"{os.getuid()}:{os.getgid()}",
                 # the state folder (other jobs' records and logs) when its source folder holds it
                 hidden=[os.path.realpath(self.root.parent)],

@@ -19,7 +19,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tfdeclare.backends.local.docker_runtime import KILL_SLACK_S, DockerRuntime, EngineError, container_name
+from tfdeclare.backends.local.docker_runtime import (
+    KILL_SLACK_S,
+    DockerRuntime,
+    EngineError,
+    ImageUnavailable,
+    container_name,
+)
 from tfdeclare.core.enums import TaskState
 from tfdeclare.files import write_atomic
 
@@ -111,12 +117,17 @@ class ContainerTasks:
         return TaskState.RUNNING
 
     def run(self, task_dir: Path, spec: dict[str, Any]) -> dict[str, Any] | None:
-        """Make and start the task's container and record it in ``launch.json``; an engine
-        that refuses (a missing image, a host path that does not exist) ends the task with
-        exit code 127: that end is returned."""
+        """Pull its image as its policy says, make and start the task's container and record it
+        in ``launch.json``; an image that cannot be had (a pull the registry refused, a missing
+        one under ``Never``) ends the task without an exit code, with the reason as its
+        message; an engine that refuses (a host path that does not exist) ends it with exit
+        code 127: that end is returned."""
         self._started[task_dir.name] = time.monotonic()
         try:
             container_id = self.engine.run(spec)
+        except ImageUnavailable as err:  # it never ran: no exit code, the reason is its end
+            _note(spec, str(err))
+            return _record_end(task_dir, None, time.time(), str(err), False)
         except EngineError as err:
             _note(spec, f"cannot start its container: {err}")
             return _record_end(task_dir, 127, time.time(), f"cannot start: {err}", False)

@@ -18,26 +18,37 @@ ones, ``void`` for a task without GPUs), and bind mounts: its working folder (re
 its source folder (read-only, links resolved) at their host paths, then the spec's ``volumes``
 (read-only unless ``rw``; one at the same container path replaces ours); the controller's
 state folder, when a source folder holds it, is covered by an empty tmpfs. The command runs after the
-image's entrypoint, like ``docker run IMAGE COMMAND...``. Images are never pulled: one that is
-not on the engine is a ``plan``/``apply`` error (``plugin.py``).
+image's entrypoint, like ``docker run IMAGE COMMAND...``.
+
+Images (``ensure_image``) are pulled before the container is made as the task's
+``imagePullPolicy`` says, like the kubelet: ``IfNotPresent`` when the engine lacks it,
+``Always`` every launch, ``Never`` not at all (a missing image is then the task's error). The
+SDK sends the credentials of the client's config (``~/.docker/config.json`` or
+``DOCKER_CONFIG``, credential helpers included) for the image's registry. Tasks of one launch
+that need the same image wait for one pull; its progress goes to ``backends/progress.py``. A
+pull that fails ends the task with the registry's reason.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import math
 import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from tfdeclare.backends.progress import PullEvent, PullStep, report
 from tfdeclare.backends.secrets import SecretUnavailable, agent_file_argv, read_all
 from tfdeclare.backends.secrets import from_json as secrets_from_json
+from tfdeclare.core.enums import ImagePullPolicy
 
 ENGINE_TIMEOUT_S = 60.0
 PROBE_TIMEOUT_S = 3.0
@@ -47,6 +58,49 @@ LABEL = "tfdeclare"  # label prefix: tfdeclare.owner, tfdeclare.job, ...
 
 class EngineError(Exception):
     """The Docker engine cannot be reached, or refused what was asked."""
+
+
+class ImageUnavailable(EngineError):
+    """The task's image is not on the engine and could not (or may not) be pulled."""
+
+
+def _causes(err: BaseException) -> list[BaseException]:
+    """``err`` and what it wraps: the SDK wraps requests, which wraps urllib3, which wraps the
+    ``OSError`` that says what happened."""
+    seen: list[BaseException] = []
+    todo: list[BaseException] = [err]
+    while todo and len(seen) < 20:
+        each = todo.pop(0)
+        if any(each is s for s in seen):
+            continue
+        seen.append(each)
+        todo.extend(a for a in getattr(each, "args", ()) if isinstance(a, BaseException))
+        todo.extend(c for c in (each.__cause__, each.__context__) if c is not None)
+    return seen
+
+
+def unreachable_reason(err: BaseException, timeout: float) -> str:
+    """Why the engine did not answer, in words (never an exception's repr)."""
+    causes = _causes(err)
+    for cause in causes:
+        if isinstance(cause, TimeoutError) or type(cause).__name__ in (
+            "ReadTimeoutError",
+            "ConnectTimeoutError",
+        ):
+            return f"it did not answer within {timeout:g} s"
+    for cause in causes:
+        if isinstance(cause, OSError) and cause.errno is not None:
+            if cause.errno == errno.ENOENT:
+                return "nothing is there (no such socket)"
+            if cause.errno == errno.ECONNREFUSED:
+                return "nothing listens there (connection refused)"
+            if cause.errno in (errno.EACCES, errno.EPERM):
+                return "permission denied (is this user allowed to use the engine, e.g. in the docker group?)"
+            return (cause.strerror or errno.errorcode.get(cause.errno, "")).lower() or "it did not answer"
+    explanation = getattr(err, "explanation", None)
+    if isinstance(explanation, str) and explanation:
+        return explanation
+    return "it did not answer"
 
 
 def engine_address() -> str:
@@ -63,7 +117,8 @@ def connect(timeout: float = ENGINE_TIMEOUT_S) -> Any:
         client = docker.from_env(timeout=math.ceil(timeout))
         client.ping()
     except (docker.errors.DockerException, OSError) as err:
-        raise EngineError(f"no Docker engine answers at {engine_address()}: {err}") from err
+        why = unreachable_reason(err, timeout)
+        raise EngineError(f"no Docker engine answers at {engine_address()}: {why}") from err
     return client
 
 
@@ -208,6 +263,79 @@ class DockerRuntime:
         self.owner = owner
         self._client: Any = None
         self._lock = threading.Lock()
+        self._pulls: dict[str, Future[None]] = {}  # image -> the pull under way
+
+    def ensure_image(self, image: str, policy: ImagePullPolicy, job: str = "") -> None:
+        """Have ``image`` on the engine as ``policy`` says (pulling it when needed), or raise
+        ``ImageUnavailable`` with the reason. Callers that want the same image while it is
+        being pulled wait for that pull."""
+        with self._lock:
+            under_way = self._pulls.get(image)
+            if under_way is None:
+                mine: Future[None] = Future()
+                self._pulls[image] = mine
+        if under_way is not None:
+            under_way.result()  # raises that pull's ImageUnavailable
+            return
+        try:
+            self._ensure_image(image, policy, job)
+        except BaseException as err:
+            mine.set_exception(err)
+            raise
+        else:
+            mine.set_result(None)
+        finally:
+            with self._lock:
+                del self._pulls[image]
+
+    def _ensure_image(self, image: str, policy: ImagePullPolicy, job: str) -> None:
+        import docker.errors
+
+        if policy is not ImagePullPolicy.ALWAYS:
+            try:
+                self.client.api.inspect_image(image)
+                return
+            except docker.errors.NotFound:
+                pass
+            except (docker.errors.DockerException, OSError) as err:
+                raise EngineError(_explain(err)) from err
+            if policy is ImagePullPolicy.NEVER:
+                raise ImageUnavailable(
+                    f"the Docker engine has no image {image}, and imagePullPolicy is Never: build or "
+                    "pull it first, or set imagePullPolicy to IfNotPresent"
+                )
+        self._pull(image, job)
+
+    def _pull(self, image: str, job: str) -> None:
+        import docker.errors
+        from docker.utils import parse_repository_tag
+
+        repository, tag = parse_repository_tag(image)
+        report(PullEvent(image, PullStep.STARTED, job))
+        reason = ""
+        try:
+            for event in self.client.api.pull(repository, tag=tag or "latest", stream=True, decode=True):
+                if event.get("error"):
+                    reason = str((event.get("errorDetail") or {}).get("message") or event["error"])
+                    break
+                layer, status = str(event.get("id") or ""), str(event.get("status") or "")
+                if not layer or not status or status.startswith("Pulling from"):
+                    continue
+                detail = event.get("progressDetail") or {}
+                report(
+                    PullEvent(
+                        image, PullStep.LAYER, job, layer, status, detail.get("current"), detail.get("total")
+                    )
+                )
+        except docker.errors.APIError as err:
+            reason = str(err.explanation or err)
+        except (docker.errors.DockerException, OSError) as err:
+            why = unreachable_reason(err, ENGINE_TIMEOUT_S)
+            reason = f"the Docker engine at {engine_address()} stopped answering: {why}"
+        if reason:
+            report(PullEvent(image, PullStep.FAILED, job, status=reason))
+            raise ImageUnavailable(f"cannot pull image {image}: {reason}")
+        report(PullEvent(image, PullStep.DONE, job))
 
     @property
     def client(self) -> Any:
@@ -224,7 +352,7 @@ class DockerRuntime:
         try:
             found = self.client.api.containers(all=True, filters={"label": f"{LABEL}.owner={self.owner}"})
         except (docker.errors.DockerException, OSError) as err:
-            raise EngineError(f"cannot list containers at {engine_address()}: {err}") from err
+            raise EngineError(f"cannot list containers at {engine_address()}: {_reason(err)}") from err
         return {c["Names"][0].lstrip("/"): c["State"] for c in found if c.get("Names")}
 
     def run(self, spec: Mapping[str, Any]) -> str:
@@ -233,6 +361,8 @@ class DockerRuntime:
         import docker.errors
 
         name = container_name(self.owner, spec["taskId"])
+        policy = ImagePullPolicy(spec.get("imagePullPolicy", ImagePullPolicy.IF_NOT_PRESENT.value))
+        self.ensure_image(spec["image"], policy, spec["job"])
         try:
             try:
                 container = self.client.containers.create(**container_options(spec, self.owner))
@@ -322,6 +452,12 @@ class DockerRuntime:
                 self._client = None
 
 
-def _explain(err: Exception) -> str:
+def _reason(err: Exception) -> str:
     explanation = getattr(err, "explanation", None)
-    return f"the Docker engine at {engine_address()} refused: {explanation or err}"
+    return str(explanation) if explanation else unreachable_reason(err, ENGINE_TIMEOUT_S)
+
+
+def _explain(err: Exception) -> str:
+    if getattr(err, "explanation", None):
+        return f"the Docker engine at {engine_address()} refused: {_reason(err)}"
+    return f"the Docker engine at {engine_address()} did not answer: {_reason(err)}"

@@ -9,19 +9,24 @@ has nothing to mount into); ``spec.placement.constraints`` are refused (no agent
 match); ``placement.strategy`` has nothing to choose between on one machine and is accepted.
 
 ``check_environment`` (``plan``, ``apply`` and the daemon, not ``validate``) asks the Docker
-engine whether it answers and holds each container job's image: no engine, or an image it
-does not have, is an error at ``spec.image`` (file:line), never a silent bare process.
-Images are not pulled (build or ``docker pull`` them first).
+engine whether it answers and holds each container job's images. ``plan`` works without
+one: what apply would do (pull an image) or find (no engine, an image ``imagePullPolicy:
+Never`` forbids pulling) is a warning at the image's field. At ``apply`` and in the daemon no
+engine, or a missing image under ``Never``, is an error (file:line), never a silent bare
+process; the images a job lacks are pulled as it launches (``docker_runtime.py``).
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tfdeclare.backends.local.config import LocalConfig, LocalRuntime, parse_local_config
 from tfdeclare.backends.plugin import BackendPlugin
+from tfdeclare.core.diagnostics import Severity
+from tfdeclare.core.enums import ImagePullPolicy
 
 if TYPE_CHECKING:
     from tfdeclare.backends.base import Backend
@@ -115,37 +120,75 @@ def _engine_images() -> set[str] | str:
     return answer
 
 
-def check_environment(config: LocalConfig, job: LoadedJob, at: Locate) -> list[Diagnostic]:
-    """A container job needs an engine that answers and holds its images, the job's and each
-    role's own (a name without a tag means ``:latest``, as for ``docker run``)."""
-    spec = job.canonical["spec"]
-    named: list[tuple[JsonPath, str]] = [(("spec", "image"), spec["image"])] if spec["image"] else []
-    named += [
-        (("spec", "replicas", r, "image"), e["image"]) for r, e in spec["replicas"].items() if "image" in e
+def _images(job: LoadedJob) -> list[tuple[JsonPath, str, ImagePullPolicy]]:
+    """Each image a container job's tasks run (roles', TensorBoard's), at the field that names
+    it, with its pull policy (a role's own, else the job's); a policy that refuses to pull
+    first, so a missing image is reported under it."""
+    spec = job.spec
+    named = [
+        (run.image_at, run.image, spec.image_pull_policy_for(run.role)) for run in spec.runs() if run.image
     ]
+    return sorted(named, key=lambda entry: _POLICY_ORDER.index(entry[2]))
+
+
+# A policy that refuses to pull is reported before one that pulls (the image is then missing).
+_POLICY_ORDER = (ImagePullPolicy.NEVER, ImagePullPolicy.IF_NOT_PRESENT, ImagePullPolicy.ALWAYS)
+
+
+def _has(images: set[str], image: str) -> bool:
+    """Whether the engine holds ``image`` (a name without a tag means ``:latest``, as for
+    ``docker run``)."""
+    wanted = image if ":" in image.rsplit("/", 1)[-1] or "@" in image else f"{image}:latest"
+    return wanted in images or image in images
+
+
+def check_environment(config: LocalConfig, job: LoadedJob, at: Locate, launching: bool) -> list[Diagnostic]:
+    """What the Docker engine says about a container job's images, at each image's field.
+
+    ``plan`` (``launching`` false) works without an engine: an engine that does not answer,
+    an image apply will pull and one it may not pull are warnings saying what apply will do.
+    ``apply`` and the daemon pull what they may (showing progress as they do): an engine that
+    does not answer, or a missing image under ``imagePullPolicy: Never``, is an error there.
+    """
+    named = _images(job)
     if config.runtime is LocalRuntime.PROCESS or (not named and not config.runtime.uses_docker(None)):
         return []
     images = _engine_images()
+    problems: list[Diagnostic] = []
     if isinstance(images, str):
         where = named[0][0] if named else ("spec",)
-        return [
-            at(
-                where,
-                f"this job runs in containers, but {images}; start the engine (or set "
-                "DOCKER_HOST), or set local.runtime to process and remove its images",
+        if launching:
+            text = (
+                f"this job runs in containers, but {images}: start the engine or point DOCKER_HOST "
+                "at it (or set local.runtime to process and remove the job's images)"
             )
-        ]
-    for path, image in named:
-        wanted = image if ":" in image.rsplit("/", 1)[-1] or "@" in image else f"{image}:latest"
-        if wanted not in images and image not in images:
-            return [
-                at(
-                    path,
-                    f"the Docker engine has no image {image}: build it (make images) or docker "
-                    "pull it first; tfdeclare never pulls",
-                )
-            ]
-    return []
+            return [at(where, text)]
+        text = (
+            f"{images}: apply needs a Docker engine to run this job's containers (and pulls the "
+            "images it lacks); start one or point DOCKER_HOST at it before applying"
+        )
+        return [_warning(at(where, text))]
+    told: set[tuple[str, ImagePullPolicy]] = set()
+    for path, image, policy in named:
+        if (image, policy) in told or policy is ImagePullPolicy.ALWAYS or _has(images, image):
+            continue  # Always: apply pulls it anyway, which is what the spec says
+        told.add((image, policy))
+        if policy is ImagePullPolicy.NEVER:
+            text = (
+                f"the Docker engine has no image {image}, and imagePullPolicy is Never: "
+                + ("" if launching else "apply will fail; ")
+                + "build or pull it first, or set imagePullPolicy to IfNotPresent"
+            )
+            problems.append(at(path, text) if launching else _warning(at(path, text)))
+        elif not launching:
+            problems.append(
+                _warning(at(path, f"will pull {image} at apply (the Docker engine does not have it)"))
+            )
+    return problems
+
+
+def _warning(diagnostic: Diagnostic) -> Diagnostic:
+    return replace(diagnostic, severity=Severity.WARNING)
 
 
 def build(state_dir: Path, config: LocalConfig) -> Backend:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from tfdeclare.backends.mesos.config import MesosConfig, parse_mesos_config
 from tfdeclare.backends.plugin import BackendPlugin
 from tfdeclare.core.diagnostics import Severity
+from tfdeclare.core.enums import ImagePullPolicy
 
 if TYPE_CHECKING:
     from tfdeclare.backends.base import Backend
@@ -98,11 +99,29 @@ def with_page_url(config: MesosConfig, url: str) -> MesosConfig:
     return config if config.webui_url else replace(config, webui_url=url)
 
 
+def pull_policies(job: LoadedJob, at: Locate) -> list[Diagnostic]:
+    """The agents pull an image they lack (``IfNotPresent``) or, with ``Always``, every launch
+    (``taskinfo.py``); nothing tells them never to pull: ``Never`` is refused at its field."""
+    spec = job.spec
+    for replica in spec.replicas:
+        if spec.image_for(replica.role) and spec.image_pull_policy_for(replica.role) is ImagePullPolicy.NEVER:
+            own = replica.image_pull_policy is not None
+            field = ("replicas", replica.role.value, "imagePullPolicy") if own else ("imagePullPolicy",)
+            return [
+                at(
+                    ("spec", *field),
+                    "imagePullPolicy Never cannot be honoured on Mesos: the agents pull an image "
+                    "they do not have; use IfNotPresent (the default) or Always",
+                )
+            ]
+    return []
+
+
 PLUGIN = BackendPlugin(
     "mesos",
     MesosConfig,
     parse_mesos_config,
-    check_job,
+    lambda config, job, at: check_job(config, job, at) + pull_policies(job, at),
     build,
     with_page_url,
     warnings=lambda config: user_warnings(config, os.geteuid()),

@@ -42,7 +42,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tfdeclare.backends.secrets import agent_file_argv
-from tfdeclare.core.enums import VolumeMode
+from tfdeclare.core.enums import ImagePullPolicy, VolumeMode
 from tfdeclare.core.run.tasks import TaskLaunch
 
 JSON = dict[str, Any]
@@ -212,6 +212,8 @@ def task_info(
         if directory is not None:
             parameters.append({"key": "workdir", "value": directory})
         docker_info: JSON = {"image": launch.image, "network": "HOST", "parameters": parameters}
+        if launch.image_pull_policy is ImagePullPolicy.ALWAYS:
+            docker_info["force_pull_image"] = True
         container: JSON = {"type": "DOCKER", "docker": docker_info}
         if volumes:
             container["volumes"] = volumes
@@ -219,7 +221,10 @@ def task_info(
     elif launch.image is not None or volumes:
         container = {"type": "MESOS"}
         if launch.image is not None:
-            container["mesos"] = {"image": {"type": "DOCKER", "docker": {"name": launch.image}}}
+            image: JSON = {"type": "DOCKER", "docker": {"name": launch.image}}
+            if launch.image_pull_policy is ImagePullPolicy.ALWAYS:
+                image["cached"] = False  # the provisioner pulls even when it has the image
+            container["mesos"] = {"image": image}
         if volumes:
             container["volumes"] = volumes
         info["container"] = container

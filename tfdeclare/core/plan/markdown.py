@@ -15,6 +15,7 @@ for, as a reviewer compares files), and never a job the plan keeps from acting o
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import quote
@@ -131,7 +132,9 @@ def render_markdown(plan: Plan, *, link_base: str | None = None) -> str:
     headline = no_plan_line(errors) if errors else summary_line(plan)
     out = ["### tfdeclare plan", "", f"**{headline}**", ""]
     if plan.diagnostics:
-        out.append(f"<details open><summary>{errors} error(s) in the specs</summary>")
+        kinds = Counter(d.severity.value for d in plan.diagnostics)  # warnings: what apply would do
+        counted = ", ".join(f"{kinds[k]} {k}(s)" for k in ("error", "warning", "note") if kinds[k])
+        out.append(f"<details open><summary>{counted} in the specs</summary>")
         out.append("")
         out.append("```")
         out.extend(d.format() for d in plan.diagnostics)

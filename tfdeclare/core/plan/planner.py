@@ -5,7 +5,9 @@ Per job exactly one action, each with the reasons that make it:
 - ``+ create``  — a name that nothing runs under yet;
 - ``~ update``  — only fields that touch no running task changed (labels, backoffLimit,
   activeDeadlineSeconds, restartPolicy (also a role's), terminationGracePeriodSeconds,
-  successPolicy, ttlSecondsAfterFinished, evaluatorGraceSeconds);
+  successPolicy, ttlSecondsAfterFinished, evaluatorGraceSeconds, imagePullPolicy (also a
+  role's): it says how the next launch gets the image, and a running task keeps the one it
+  has, so it is not part of a task's config hash either);
 - ``± resize``  — replica counts changed (a role appeared or went): the TF cluster spec is
   static, so every running task whose view of the cluster changes restarts; adding or
   removing the evaluator touches nothing else;
@@ -137,8 +139,10 @@ _IN_PLACE_FIELDS = frozenset(
         ("spec", "successPolicy"),
         ("spec", "ttlSecondsAfterFinished"),
         ("spec", "evaluatorGraceSeconds"),
+        ("spec", "imagePullPolicy"),
     }
 )
+_IN_PLACE_ROLE_FIELDS = frozenset({"restartPolicy", "imagePullPolicy"})
 
 ABSENT: Any = type("Absent", (), {"__repr__": lambda self: "(absent)"})()
 
@@ -266,7 +270,7 @@ def diff(
 def classify(path: tuple[str | int, ...]) -> Effect:
     if path[:2] == ("metadata", "labels") or path in _IN_PLACE_FIELDS:
         return Effect.IN_PLACE
-    if len(path) == 4 and path[:2] == ("spec", "replicas") and path[3] == "restartPolicy":
+    if len(path) == 4 and path[:2] == ("spec", "replicas") and path[3] in _IN_PLACE_ROLE_FIELDS:
         return Effect.IN_PLACE
     if len(path) == 3 and path[:2] == ("spec", "replicas"):
         return Effect.RESIZE  # a whole role appeared or went

@@ -77,6 +77,7 @@ def launches(
                 slot=slot,
                 working_dir=config.working_dir,
                 image=config.image,
+                image_pull_policy=spec.image_pull_policy_for(slot.key.role),
                 volumes=config.volumes,
                 grace_period_s=spec.grace_period_s,
                 source_dir=source_dir,

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from tfdeclare.core.enums import PlacementStrategy, TaskState
+from tfdeclare.core.enums import ImagePullPolicy, PlacementStrategy, TaskState
 from tfdeclare.core.spec.keys import AttributeConstraint, TaskKey, Volume
 from tfdeclare.core.spec.resources import Resources
 from tfdeclare.core.spec.secrets import SecretRef
@@ -132,6 +132,9 @@ class TaskLaunch:
     slot: Slot
     working_dir: str | None = None
     image: str | None = None
+    # When the backend pulls the image (not part of the config hash: a change of it alone
+    # replaces no running task).
+    image_pull_policy: ImagePullPolicy = ImagePullPolicy.IF_NOT_PRESENT
     entrypoint: bool = False  # argv holds only arguments for the image's own entrypoint
     volumes: tuple[Volume, ...] = ()
     grace_period_s: float = 10.0

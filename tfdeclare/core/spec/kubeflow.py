@@ -38,7 +38,7 @@ READ_VERSIONS = (API_VERSION, *SAME_FIELDS_AS_V1)
 _ROLES = {"chief": "chief", "master": "chief", "ps": "ps", "worker": "worker", "evaluator": "evaluator"}
 _V1ALPHA2_EVAL = "eval"  # v1alpha2's name for the evaluator until mid-2018
 _TF_PORT = 2222  # Kubeflow's default TF port (its name: tfjob-port); tfdeclare assigns ports
-_HOISTED = ("image", "command", "args", "env", "workingDir")
+_HOISTED = ("image", "imagePullPolicy", "command", "args", "env", "workingDir")
 _RUN_POLICY = ("backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished")
 
 
@@ -445,7 +445,7 @@ class _Translator:
     def container(
         self, out: dict[str, Any], container: Mapping[str, Any], cat: JsonPath, native: JsonPath
     ) -> list[tuple[JsonPath, Mapping[str, Any]]]:
-        for key in ("image", "command", "args", "workingDir"):
+        for key in ("image", "imagePullPolicy", "command", "args", "workingDir"):
             if key in container:
                 self.put(out, (*native, key), container[key], (*cat, key))
         if "env" in container:
@@ -469,10 +469,6 @@ class _Translator:
             )
         if "ports" in container:  # none is carried over (the TF port is implied)
             self.out.dropped.append((*cat, "ports"))
-        if "imagePullPolicy" in container:
-            self.warn(
-                (*cat, "imagePullPolicy"), "imagePullPolicy: the containerizer's pull behaviour applies"
-            )
         known = ("name", "image", "command", "args", "workingDir", "env", "envFrom", "resources", "ports")
         self.unknown(container, (*known, "imagePullPolicy", "volumeMounts"), cat, "container")
         mounts = self.listed(container, "volumeMounts", cat)

@@ -25,6 +25,7 @@ from tfdeclare.core.enums import (
     ROLE_NAMES,
     ClusterSpecStyle,
     ConstraintOperator,
+    ImagePullPolicy,
     PlacementStrategy,
     RestartPolicy,
     Role,
@@ -80,7 +81,7 @@ def canonicalize(filled: Mapping[str, Any]) -> dict[str, Any]:
         if "command" in replica:
             entry["command"] = list(replica["command"])
         # Added for Kubeflow parity: present only when set, so earlier specs hash the same.
-        for key in ("args", "image", "workingDir", "restartPolicy"):
+        for key in ("args", "image", "imagePullPolicy", "workingDir", "restartPolicy"):
             if key in replica:
                 entry[key] = list(replica[key]) if key == "args" else replica[key]
         replicas[role_name] = entry
@@ -150,6 +151,12 @@ def _parity_fields(spec: Mapping[str, Any]) -> dict[str, Any]:
             out[key] = _number(spec[key])
     if "successPolicy" in spec:
         out["successPolicy"] = spec["successPolicy"]
+    # The schema's default is left out, so specs written before the field keep their hash.
+    if (
+        spec.get("imagePullPolicy", ImagePullPolicy.IF_NOT_PRESENT.value)
+        != ImagePullPolicy.IF_NOT_PRESENT.value
+    ):
+        out["imagePullPolicy"] = spec["imagePullPolicy"]
     return out
 
 
@@ -242,6 +249,7 @@ class ReplicaSpec:
     image: str | None = None
     working_dir: str | None = None
     restart_policy: RestartPolicy | None = None
+    image_pull_policy: ImagePullPolicy | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +275,7 @@ class JobSpec:
     success_policy: SuccessPolicy = SuccessPolicy.ALL_WORKERS
     ttl_after_finished_s: int | None = None
     evaluator_grace_s: float = DEFAULT_EVALUATOR_GRACE_S
+    image_pull_policy: ImagePullPolicy = ImagePullPolicy.IF_NOT_PRESENT
 
     @classmethod
     def from_canonical(cls, canonical: Mapping[str, Any], spec_hash: str | None = None) -> JobSpec:
@@ -287,6 +296,9 @@ class JobSpec:
                 image=entry.get("image"),
                 working_dir=entry.get("workingDir"),
                 restart_policy=RestartPolicy(entry["restartPolicy"]) if "restartPolicy" in entry else None,
+                image_pull_policy=ImagePullPolicy(entry["imagePullPolicy"])
+                if "imagePullPolicy" in entry
+                else None,
             )
             for role, name in ROLE_NAMES
             if (entry := by_role.get(name)) is not None
@@ -318,6 +330,9 @@ class JobSpec:
             success_policy=SuccessPolicy(spec.get("successPolicy", SuccessPolicy.ALL_WORKERS.value)),
             ttl_after_finished_s=spec.get("ttlSecondsAfterFinished"),
             evaluator_grace_s=float(spec.get("evaluatorGraceSeconds", DEFAULT_EVALUATOR_GRACE_S)),
+            image_pull_policy=ImagePullPolicy(
+                spec.get("imagePullPolicy", ImagePullPolicy.IF_NOT_PRESENT.value)
+            ),
         )
 
     def replica(self, role: Role) -> ReplicaSpec | None:
@@ -357,6 +372,12 @@ class JobSpec:
     def image_for(self, role: Role) -> str | None:
         replica = self.replica(role)
         return replica.image if replica and replica.image else self.image
+
+    def image_pull_policy_for(self, role: Role) -> ImagePullPolicy:
+        """When the role's image is pulled: its own policy, else the job's (the TensorBoard
+        task runs ``spec.image`` under the job's)."""
+        replica = self.replica(role)
+        return replica.image_pull_policy if replica and replica.image_pull_policy else self.image_pull_policy
 
     def working_dir_for(self, role: Role) -> str | None:
         replica = self.replica(role)
