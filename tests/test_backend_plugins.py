@@ -19,6 +19,7 @@ from tests.conftest import cli, job_yaml
 from tfdeclare.backends import registry
 from tfdeclare.backends.local.config import LocalConfig, LocalRuntime
 from tfdeclare.backends.local.plugin import check_job as local_check
+from tfdeclare.backends.local.plugin import root_warnings as local_root_warnings
 from tfdeclare.backends.mesos.config import MesosConfig
 from tfdeclare.backends.mesos.plugin import check_job as mesos_check
 from tfdeclare.backends.mesos.plugin import user_warnings as mesos_user_warnings
@@ -432,6 +433,19 @@ def test_the_daemon_reports_what_the_backend_cannot_honour(workdir: Path) -> Non
         assert not (workdir / "status" / "j.yaml").exists()
     finally:
         assert daemon.stop() == 0
+
+
+def test_local_warns_about_root_processes_only_for_jobs_that_run_them() -> None:
+    """Issue 20: a controller running as root runs image-less jobs as root processes, which
+    no policy binds; plan and apply say so once. Not for container jobs, nor as another user."""
+    process = _job(JOB)
+    container = _job(JOB.replace("  command: [python, train.py]\n", "  image: tf:2\n  command: [python]\n"))
+    [warning] = local_root_warnings(LocalConfig(), [container, process], 0)
+    assert "runs as root" in warning and "whatever the policy says" in warning
+    assert local_root_warnings(LocalConfig(), [container], 0) == []
+    assert local_root_warnings(LocalConfig(), [process], 1000) == []
+    assert local_root_warnings(LocalConfig(runtime=LocalRuntime.DOCKER), [container], 0) == []
+    assert local_root_warnings(LocalConfig(), [], 0) == []
 
 
 # ---- Mesos: the user tasks run as -----------------------------------------------------------

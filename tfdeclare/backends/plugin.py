@@ -10,7 +10,7 @@ imports its backend's heavy parts in ``build``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -44,9 +44,10 @@ class BackendPlugin(Generic[ConfigT]):
     # (its config, the URL of the daemon's status page) -> its config pointing there, for a
     # backend whose cluster shows a link to its frameworks (Mesos: FrameworkInfo.webui_url).
     with_page_url: Callable[[ConfigT, str], ConfigT] | None = None
-    # (its config) -> warnings about how it will run, for ``plan`` and ``apply`` to print
-    # (e.g. Mesos: tasks would run as root on the agents). May look at this process.
-    warnings: Callable[[ConfigT], list[str]] = lambda config: []
+    # (its config, the jobs planned) -> warnings about how they will run, for ``plan`` and
+    # ``apply`` to print once (e.g. Mesos: tasks would run as root on the agents; local: jobs
+    # without an image would run as root processes). May look at this process.
+    warnings: Callable[[ConfigT, Sequence[LoadedJob]], list[str]] = lambda config, jobs: []
     # Like ``check_job``, for what this machine cannot honour now (a container engine that
     # does not answer, an image it lacks that may not be pulled): may do I/O, so it runs in
     # ``plan``, ``apply`` and the daemon, never in ``validate``. The last argument says

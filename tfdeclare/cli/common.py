@@ -159,9 +159,9 @@ def stdout_write(text: str) -> None:
     sys.stdout.flush()
 
 
-def print_backend_warnings(settings: Settings) -> None:
-    """What the chosen backend warns about its config (``plan`` and ``apply``), on stderr."""
-    for warning in settings.plugin.warnings(settings.backend_config):
+def print_backend_warnings(settings: Settings, jobs: Sequence[LoadedJob]) -> None:
+    """What the chosen backend warns about running ``jobs`` (``plan`` and ``apply``), on stderr."""
+    for warning in settings.plugin.warnings(settings.backend_config, jobs):
         stderr_line(f"tfdeclare: warning: {warning}")
 
 

@@ -269,7 +269,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         machine = args.output == "json"
         if not machine:
             stdout_write(render_text(result, paint=terminal.painter(sys.stdout)))
-        print_backend_warnings(settings)
+        print_backend_warnings(settings, list(desired.jobs.values()))
         with controller_for(settings) as controller, pulls.shown_on(sys.stderr):
             controller.apply(result)
             names = set(desired.jobs) | {j.name for j in result.jobs if j.action is Action.DELETE}

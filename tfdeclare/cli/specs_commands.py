@@ -80,7 +80,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     )
     result, desired = compute_plan(args.paths, settings, options)
     print_diagnostics(result.diagnostics, args.output)
-    print_backend_warnings(settings)
+    print_backend_warnings(settings, list(desired.jobs.values()))
     if args.output == "json":
         stdout_write(render_json(result))
     elif args.output == "markdown":

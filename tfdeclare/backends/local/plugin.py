@@ -18,6 +18,7 @@ process; the images a job lacks are pulled as it launches (``docker_runtime.py``
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -29,6 +30,8 @@ from tfdeclare.core.diagnostics import Severity
 from tfdeclare.core.enums import ImagePullPolicy
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from tfdeclare.backends.base import Backend
     from tfdeclare.core.diagnostics import Diagnostic, JsonPath
     from tfdeclare.core.spec.loader import LoadedJob, Locate
@@ -187,6 +190,19 @@ def check_environment(config: LocalConfig, job: LoadedJob, at: Locate, launching
     return problems
 
 
+def root_warnings(config: LocalConfig, jobs: Sequence[LoadedJob], euid: int) -> list[str]:
+    """Said once by ``plan`` and ``apply`` when one of ``jobs`` would run a task as a process
+    of a controller running as root: policy cannot bind such a task (docs/security.md), and it
+    can write through the read-only modes of its source folder (a git snapshot included)."""
+    if euid != 0 or not any(not config.runtime.uses_docker(r.image) for j in jobs for r in j.runs):
+        return []
+    return [
+        "tfdeclare runs as root, so a job without an image runs as root processes on this machine: "
+        "they can read and write anything here, the state folder included, whatever the policy says; "
+        "give jobs an image (local.runtime auto or docker) or run tfdeclare as another user"
+    ]
+
+
 def _warning(diagnostic: Diagnostic) -> Diagnostic:
     return replace(diagnostic, severity=Severity.WARNING)
 
@@ -201,5 +217,11 @@ def build(state_dir: Path, config: LocalConfig) -> Backend:
 
 
 PLUGIN = BackendPlugin(
-    "local", LocalConfig, parse_local_config, check_job, build, check_environment=check_environment
+    "local",
+    LocalConfig,
+    parse_local_config,
+    check_job,
+    build,
+    check_environment=check_environment,
+    warnings=lambda config, jobs: root_warnings(config, jobs, os.geteuid()),
 )

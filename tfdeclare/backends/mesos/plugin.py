@@ -124,5 +124,5 @@ PLUGIN = BackendPlugin(
     lambda config, job, at: check_job(config, job, at) + pull_policies(job, at),
     build,
     with_page_url,
-    warnings=lambda config: user_warnings(config, os.geteuid()),
+    warnings=lambda config, jobs: user_warnings(config, os.geteuid()) if jobs else [],
 )
