@@ -6,7 +6,9 @@ installs and starts them all, it fails instead, so a missing component never hid
 from __future__ import annotations
 
 import os
-from typing import NoReturn
+import signal
+import subprocess
+from typing import Any, NoReturn
 
 import pytest
 
@@ -16,3 +18,16 @@ def missing(message: str) -> NoReturn:
     if os.environ.get("CI") == "true":
         pytest.fail(f"{message} (CI=true: .ci/run installs and starts what the tests need)")
     pytest.skip(message)
+
+
+def stop_group(process: subprocess.Popen[Any], grace_s: float = 10.0) -> None:
+    """Stop a component started in a session of its own: SIGTERM to its process group, then
+    SIGKILL when it has not exited within ``grace_s``."""
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(grace_s)

@@ -11,9 +11,7 @@ fails (``.ci/run`` installs it).
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -24,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.components import missing
+from tests.components import missing, stop_group
 
 
 def _free_port() -> int:
@@ -96,11 +94,5 @@ def registry_server(
             time.sleep(0.05)
         yield address
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(10)
+        stop_group(process)
         log.close()

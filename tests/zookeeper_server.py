@@ -8,9 +8,7 @@ is missing the test is skipped with one line saying what to install, except unde
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -18,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.components import missing
+from tests.components import missing, stop_group
 
 JARS = ("/usr/share/java/zookeeper.jar",)  # Debian's package; slf4j and the rest come via its manifest
 MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
@@ -89,11 +87,5 @@ def zookeeper_server(folder: Path, timeout: float = 60.0) -> Iterator[str]:
         probe.close()
         yield hosts
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(10)
+        stop_group(process)
         log.close()
