@@ -291,7 +291,7 @@ def _task_sets(
     restart = tuple(
         k
         for k in sorted(new_configs.keys() & old_configs.keys())
-        if k in alive and new_configs[k].config_hash != old_configs[k].config_hash
+        if k in alive and not new_configs[k].same_identity(old_configs[k])
     )
     start = tuple(sorted(new_configs.keys() - old_configs.keys()))
     stop = tuple(sorted(old_configs.keys() - new_configs.keys()))
