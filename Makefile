@@ -8,7 +8,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-mesos test lint typecheck layers unit chaos fuzz bench bench-sched bench-docker images clean venv
+.PHONY: demo demo-mesos test lint typecheck layers unit chaos fuzz bench bench-sched bench-docker bench-bigjob bench-placement bench-alongside images clean venv
 
 venv: $(STAMP)
 
@@ -87,6 +87,19 @@ bench: $(STAMP)
 # GPU-cluster traces. Writes bench/out/sched.json, sched.md and sched-*.png (about 3 minutes).
 bench-sched: $(STAMP)
 	$(PY) -m bench.sched
+
+# Issue 23's figures. One big job (apply of N workers that cannot be placed, then a resize by
+# one): per-task time and memory; Mesos placement over 1,000-10,000 agents beside a long-lived
+# heap; the core's benchmarks. With AGAINST=DIR (another checkout, e.g. a `git worktree` of the
+# commit to compare with) each is measured alongside that code and reported as ratios.
+bench-bigjob: $(STAMP)
+	$(PY) -m bench.bigjob_bench $(if $(AGAINST),--against $(AGAINST))
+
+bench-placement: $(STAMP)
+	$(PY) -m bench.placement_bench $(if $(AGAINST),--against $(AGAINST))
+
+bench-alongside: $(STAMP)
+	$(PY) -m bench.alongside --against $(AGAINST)
 
 # Issue 13's targets for the local backend's Docker runtime (needs an engine; tests/docker_env.py
 # finds or starts one): bench/out/docker.md and docker.json.

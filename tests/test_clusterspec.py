@@ -3,11 +3,14 @@ training cluster), legacy flags, `both`, and what a task's config hash depends o
 
 from __future__ import annotations
 
+import hashlib
 import json
 import textwrap
 
+import pytest
+
 from tfdeclare.core.enums import Role
-from tfdeclare.core.run.clusterspec import task_configs
+from tfdeclare.core.run.clusterspec import TaskConfig, symbolic_addresses, task_configs
 from tfdeclare.core.run.tasks import TaskKey
 from tfdeclare.core.spec.loader import load_file
 from tfdeclare.core.spec.model import JobSpec
@@ -89,3 +92,61 @@ def test_config_hash_changes_with_attempt_cluster_and_role_fields_only() -> None
     assert (
         env["TFDECLARE_JOB"] == "j" and env["TFDECLARE_ROLE"] == "worker" and env["TFDECLARE_ATTEMPT"] == "0"
     )
+
+
+def reference_hash(config: TaskConfig) -> str:
+    """The identity as first defined: the whole document dumped at once, TF_CONFIG included."""
+    encoded = json.dumps(
+        {
+            "argv": config.argv,
+            "env": [(k, v if isinstance(v, str) else v.to_json()) for k, v in config.env],
+            "resources": [config.resources.cpus, config.resources.mem_mib, config.resources.gpus],
+            "image": config.image,
+            "workingDir": config.working_dir,
+            "volumes": [[v.host_path, v.container_path, v.mode.value] for v in config.volumes],
+        },
+        separators=(",", ":"),
+    )
+    if config.entrypoint:
+        encoded += "+entrypoint"
+    return hashlib.sha256(encoded.encode()).hexdigest()[:16]
+
+
+SHAPES = [
+    ("{worker: {count: 3}}", ""),
+    ("{chief: {count: 1}, ps: {count: 2}, worker: {count: 2}, evaluator: {count: 1}}", ""),
+    ("{ps: {count: 1}, worker: {count: 2}}", "  clusterSpec: both\n"),
+    ("{ps: {count: 1}, worker: {count: 2}}", "  clusterSpec: legacy_flags\n"),
+    (
+        "{chief: {count: 1}, worker: {count: 2, env: {ZZ: 'z', A: 'ä ✓ \"q\" \\\\'}}}",
+        "  env: {TFZ: '1', TF_A: x, TF_CONFIGS: y, UNICODE: 'snowman ☃ 𝄞', PW: {secretRef: {env: PW}}}\n"
+        "  image: registry.example.com/tf:2\n  workingDir: /w\n"
+        "  tensorboard: {logDir: /logs}\n",
+    ),
+]
+
+
+@pytest.mark.parametrize(("replicas", "extra"), SHAPES)
+def test_identity_is_the_hash_of_the_whole_document(replicas: str, extra: str) -> None:
+    """The hash, fed in parts around the shared cluster, is byte for byte the one of the whole
+    document; ``same_identity`` agrees with comparing hashes."""
+    spec = job(replicas, extra)
+    for attempt, where in ((0, addresses(spec)), (1, symbolic_addresses(spec))):
+        configs = task_configs(spec, where, attempt)
+        for config in configs.values():
+            assert config.config_hash == reference_hash(config)
+        others = task_configs(spec, addresses(spec), 0)
+        for key, config in configs.items():
+            for other in others.values():
+                same = config.config_hash == other.config_hash
+                assert config.same_identity(other) is same, (key, other.key)
+            assert config.same_identity(others[key]) is (attempt == 0 and where == addresses(spec))
+
+
+def test_tf_config_is_made_at_launch_from_one_cluster_per_role() -> None:
+    spec = job("{chief: {count: 1}, worker: {count: 3}}")
+    configs = task_configs(spec, addresses(spec), attempt=0)
+    workers = [c for k, c in configs.items() if k.role is Role.WORKER]
+    assert all(c.cluster is workers[0].cluster for c in workers)  # one cluster object per role
+    assert all("TF_CONFIG" not in dict(c.own_env) for c in configs.values())
+    assert json.loads(dict(workers[2].env)["TF_CONFIG"])["task"] == {"type": "worker", "index": 2}

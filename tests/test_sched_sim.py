@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from bench.sched.cluster import make_cluster
-from bench.sched.policies import POLICIES, Fifo, Greedy, Tfdeclare
+from bench.sched.policies import POLICIES, Fifo, Greedy, GreedyTimeout, Tfdeclare
 from bench.sched.sim import fluid_bound, simulate
 from bench.sched.trace import Job, Trace, generate, offered_load
 
@@ -33,7 +33,9 @@ def test_every_policy_on_a_tiny_trace_keeps_the_invariants(name: str) -> None:
     assert m["jobs"] == len(trace.jobs)
     assert 0 < float(m["gpu_allocation"] or 0) <= float(m["upper_bound_allocation"] or 0) + 1e-9
     assert float(m["gpu_allocation"] or 0) <= float(m["gpu_held"] or 0) + 1e-9
-    if name != "greedy":  # gangs placed whole: nothing partial, nothing stuck
+    if name == "greedy-timeout":  # partial gangs, but none for ever: everything ends
+        assert m["deadlocked"] == m["unfinished"] == 0
+    if not name.startswith("greedy"):  # gangs placed whole: nothing partial, nothing stuck
         assert m["partial_gangs"] == m["deadlocked"] == m["unfinished"] == 0
         assert m["makespan_s"] is not None
         assert m["gpu_allocation"] == m["gpu_held"]
@@ -51,6 +53,17 @@ def test_greedy_deadlocks_on_two_gangs_that_each_want_the_whole_cluster() -> Non
     assert m["unfinished"] == 3  # c waits behind the GPUs a and b hold for ever
     assert m["gpu_allocation"] == 0 and m["gpu_held"] == 1
     assert m["makespan_s"] is None
+
+
+def test_greedy_with_a_timeout_gives_up_the_partial_gangs_and_ends_everything() -> None:
+    """The same deadlock, broken after ``GIVE_UP_S``: both gangs give back what they hold, c
+    runs meanwhile, and the randomised resubmission lets one gang fit before the other."""
+    outcome = simulate(_crafted(), make_cluster(2), GreedyTimeout())
+    m = outcome.metrics
+    assert m["partial_gangs"] == 2
+    assert m["deadlocked"] == m["unfinished"] == 0
+    assert m["makespan_s"] is not None and m["makespan_s"] > GreedyTimeout.GIVE_UP_S + 200.0
+    assert float(m["gpu_allocation"] or 0) < float(m["gpu_held"] or 0)  # the wait held GPUs
 
 
 @pytest.mark.parametrize("policy", [Tfdeclare, Fifo])

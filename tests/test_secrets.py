@@ -146,6 +146,7 @@ def test_the_agent_file_wrapper_reads_files_on_the_tasks_machine(tmp_path: Path)
     assert agent_file_argv(["true"], refs[1:]) == ["true"]
 
 
+@pytest.mark.e2e  # the real CLI applies a real job and waits for it: 11 of make unit's 83 s
 def test_references_resolve_at_launch_and_their_values_are_stored_nowhere(tmp_path: Path) -> None:
     """The real CLI and local backend: every kind of reference reaches the task; no file of the
     state or status folders, no plan and no output holds a value."""

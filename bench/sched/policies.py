@@ -8,6 +8,13 @@
   one (shuffled, as Mesos' hierarchical allocator does) to the framework holding the fewest GPUs
   (DRF); a framework launches as many of its pending tasks as the offer holds, and keeps what it
   got until all its tasks run (no timeout, nothing given back): partial gangs, deadlocks.
+- ``greedy-timeout``: the same, run as a careful TFMesos operator runs it: a gang still partial
+  ``GIVE_UP_S`` after its first task was placed is killed (everything it holds is given back)
+  and submitted again after a random ``RETRY_S``-``2 x RETRY_S``, doubled for each time the job
+  gave up already, at most ``MAX_RETRY_S`` (the randomness breaks the symmetry of gangs that
+  gave up together). No deadlock lasts; the GPUs partial gangs hold while they wait are the cost,
+  and gangs can still take turns holding parts of the cluster (a livelock) until the jobs ahead
+  of them end.
 - ``tfdeclare-drain-all`` (only when asked for): the backend's first policy, which drained every
   agent the head could use.
 - ``fifo``: gang scheduling without backfill: jobs in arrival order, each placed whole by
@@ -58,6 +65,7 @@ class SimJob:
 
 
 Commit = Callable[[SimJob, str, Resources, int], None]
+Release = Callable[[SimJob], None]  # give back everything a job holds (it waits again)
 
 
 class Policy(ABC):
@@ -67,8 +75,11 @@ class Policy(ABC):
         self.decision_s: list[float] = []  # CPU time of each decision (one job, or one offer for greedy)
 
     @abstractmethod
-    def schedule(self, now: float, pending: Sequence[SimJob], cluster: Cluster, commit: Commit) -> None:
-        """Place what it will of ``pending`` on ``cluster`` now, through ``commit``."""
+    def schedule(
+        self, now: float, pending: Sequence[SimJob], cluster: Cluster, commit: Commit, release: Release
+    ) -> None:
+        """Place what it will of ``pending`` on ``cluster`` now, through ``commit`` (and give
+        back what a job holds through ``release``)."""
 
     def wake_at(self, now: float, pending: Sequence[SimJob]) -> float | None:
         """When the policy would decide differently with no event in between (None: never)."""
@@ -84,7 +95,9 @@ class Tfdeclare(Policy):
         self.options = PlacementOptions()
         self.capacities = capacities  # False: as before any capacity is known (every agent drains)
 
-    def schedule(self, now: float, pending: Sequence[SimJob], cluster: Cluster, commit: Commit) -> None:
+    def schedule(
+        self, now: float, pending: Sequence[SimJob], cluster: Cluster, commit: Commit, release: Release
+    ) -> None:
         queue = {j.job.name: j.waiting for j in pending}  # the backend's queue: first asked first
         capacities = cluster.capacities() if self.capacities else []  # the backend's "largest seen"
         free = cluster.free_gpus()
@@ -121,7 +134,9 @@ class Tfdeclare(Policy):
 class Fifo(Policy):
     name = "fifo"
 
-    def schedule(self, now: float, pending: Sequence[SimJob], cluster: Cluster, commit: Commit) -> None:
+    def schedule(
+        self, now: float, pending: Sequence[SimJob], cluster: Cluster, commit: Commit, release: Release
+    ) -> None:
         options = PlacementOptions()
         for sim in pending:
             started = time.thread_time()
@@ -140,7 +155,9 @@ class Greedy(Policy):
         super().__init__()
         self.rng = random.Random(seed)
 
-    def schedule(self, now: float, pending: Sequence[SimJob], cluster: Cluster, commit: Commit) -> None:
+    def schedule(
+        self, now: float, pending: Sequence[SimJob], cluster: Cluster, commit: Commit, release: Release
+    ) -> None:
         wanting = [(len(s.placed) * s.job.task_gpus, i, s) for i, s in enumerate(pending) if not s.complete]
         if not wanting:
             return
@@ -168,6 +185,46 @@ class Greedy(Policy):
                 return
 
 
+class GreedyTimeout(Greedy):
+    name = "greedy-timeout"
+    GIVE_UP_S = 600.0
+    RETRY_S = 60.0
+    MAX_RETRY_S = 3600.0
+
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__(seed)
+        self.partial_since: dict[str, float] = {}
+        self.retry_at: dict[str, float] = {}
+        self.gave_up: dict[str, int] = {}  # times each job gave up
+
+    def schedule(
+        self, now: float, pending: Sequence[SimJob], cluster: Cluster, commit: Commit, release: Release
+    ) -> None:
+        for sim in pending:
+            name = sim.job.name
+            if not sim.placed:
+                self.partial_since.pop(name, None)
+            elif now >= self.partial_since.setdefault(name, now) + self.GIVE_UP_S:
+                release(sim)  # killed; resubmitted later
+                del self.partial_since[name]
+                times = self.gave_up[name] = self.gave_up.get(name, 0) + 1
+                delay = min(self.MAX_RETRY_S, self.RETRY_S * 2 ** (times - 1))
+                self.retry_at[name] = now + delay * (1 + self.rng.random())
+        asking = [s for s in pending if self.retry_at.get(s.job.name, now) <= now]
+        super().schedule(now, asking, cluster, commit, release)
+        for sim in asking:
+            self.retry_at.pop(sim.job.name, None)
+            if sim.complete:
+                self.partial_since.pop(sim.job.name, None)
+            elif sim.placed:
+                self.partial_since.setdefault(sim.job.name, now)
+
+    def wake_at(self, now: float, pending: Sequence[SimJob]) -> float | None:
+        times = [t + self.GIVE_UP_S for t in self.partial_since.values()] + list(self.retry_at.values())
+        later = [t for t in times if t > now]
+        return min(later) if later else None
+
+
 class TfdeclareDrainAll(Tfdeclare):
     """The backend's first policy, for comparison: a head that waited too long drains every
     agent it can use (what ``place_in_line`` does when no agent capacity is known)."""
@@ -181,7 +238,8 @@ class TfdeclareDrainAll(Tfdeclare):
 POLICIES: dict[str, Callable[[], Policy]] = {
     "tfdeclare": Tfdeclare,
     "greedy": Greedy,
+    "greedy-timeout": GreedyTimeout,
     "fifo": Fifo,
     "tfdeclare-drain-all": TfdeclareDrainAll,
 }
-DEFAULT_POLICIES = ("tfdeclare", "greedy", "fifo")
+DEFAULT_POLICIES = ("tfdeclare", "greedy-timeout", "fifo", "greedy")

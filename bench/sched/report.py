@@ -33,21 +33,29 @@ def _cell(value: Any, fmt: str) -> str:
 
 def targets(results: Results, decisions: Mapping[str, float]) -> list[str]:
     """The issue's targets on the high-load trace, each with its verdict."""
-    ours, greedy = results[HIGH]["tfdeclare"], results[HIGH].get("greedy")
+    ours = results[HIGH]["tfdeclare"]
     lines = []
-    if greedy is not None:
+    # The headline: against greedy that gives up a partial gang after a timeout (what a careful
+    # TFMesos operator runs) and against FIFO; plain greedy mostly measures its deadlocks.
+    for baseline, judged in (("greedy-timeout", True), ("fifo", False), ("greedy", False)):
+        other = results[HIGH].get(baseline)
+        if other is None:
+            continue
         gain = (
-            ours["gpu_allocation"] / greedy["gpu_allocation"] - 1
-            if greedy["gpu_allocation"]
-            else float("inf")
+            ours["gpu_allocation"] / other["gpu_allocation"] - 1 if other["gpu_allocation"] else float("inf")
         )
-        cut = 1 - ours["mean_jct_s"] / greedy["mean_jct_s"]
-        lines.append(
-            f"allocation vs greedy: {gain:+.0%} (target >= +20 %): {'met' if gain >= 0.2 else 'MISSED'}"
-        )
-        lines.append(
-            f"mean JCT vs greedy: {-cut:+.0%} (target <= -30 %): {'met' if cut >= 0.3 else 'MISSED'}"
-        )
+        cut = 1 - ours["mean_jct_s"] / other["mean_jct_s"]
+        if judged:
+            lines.append(
+                f"allocation vs {baseline}: {gain:+.0%} (target >= +20 %): {'met' if gain >= 0.2 else 'MISSED'}"
+            )
+            lines.append(
+                f"mean JCT vs {baseline}: {-cut:+.0%} (target <= -30 %): {'met' if cut >= 0.3 else 'MISSED'}"
+            )
+        else:
+            lines.append(
+                f"allocation vs {baseline}: {gain:+.0%}; mean JCT vs {baseline}: {-cut:+.0%} (no target)"
+            )
     bad = ours["deadlocked"] + ours["partial_gangs"]
     lines.append(f"deadlocked or partial gangs (ours): {bad} (target 0): {'met' if bad == 0 else 'MISSED'}")
     share = ours["gpu_allocation"] / ours["upper_bound_allocation"]
@@ -100,7 +108,12 @@ def plots(outcomes: Mapping[str, Mapping[str, Outcome]], out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colours = {"tfdeclare": "tab:blue", "greedy": "tab:red", "fifo": "tab:green"}
+    colours = {
+        "tfdeclare": "tab:blue",
+        "greedy": "tab:red",
+        "greedy-timeout": "tab:orange",
+        "fifo": "tab:green",
+    }
     high = outcomes[HIGH]
     fig, ax = plt.subplots(figsize=(8, 4))
     for name, outcome in high.items():

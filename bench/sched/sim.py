@@ -98,8 +98,19 @@ def simulate(trace: Trace, cluster: Cluster, policy: Policy) -> Outcome:
         sim.placed.append((agent_id, resources, port))
         held_gpus += resources.gpus
 
+    def release(sim: SimJob) -> None:
+        nonlocal held_gpus
+        for agent_id, resources, port in sim.placed:
+            cluster.by_id[agent_id].give(resources, port)
+            held_gpus -= resources.gpus
+        sim.placed.clear()
+
+    # A guard far beyond any schedule that ends (greedy-timeout's gangs can take turns holding
+    # parts of the cluster for ever, a livelock): jobs not ended by then never end.
+    work = sum(j.gpus * j.duration for j in trace.jobs) / capacity
+    guard = 10 * (max(max((j.arrival + j.duration for j in trace.jobs), default=span), span) + work)
     now = 0.0
-    while events:
+    while events and events[0][0] <= guard:
         now = events[0][0]
         advance(now)
         while events and events[0][0] == now:
@@ -114,7 +125,7 @@ def simulate(trace: Trace, cluster: Cluster, policy: Policy) -> Outcome:
                 done.append(sim)
             else:
                 wake_pending.discard(now)
-        policy.schedule(now, list(pending.values()), cluster, commit)
+        policy.schedule(now, list(pending.values()), cluster, commit, release)
         for name, sim in list(pending.items()):
             if sim.complete:
                 del pending[name]
@@ -130,8 +141,8 @@ def simulate(trace: Trace, cluster: Cluster, policy: Policy) -> Outcome:
             heapq.heappush(events, (wake, WAKE, seq, None))
             seq += 1
     advance(max(now, span))
-    never = list(pending.values())
-    work = sum(j.gpus * j.duration for j in trace.jobs) / capacity
+    never = list(pending.values()) + [s for _, kind, _, s in events if kind == ARRIVE and s is not None]
+    done += [s for _, kind, _, s in events if kind == END and s is not None]  # past the guard
     stop = max(now, max((j.arrival + j.duration for j in trace.jobs), default=span), span) + work
     jobs = done + never
     jct = np.array([(s.end if s.end is not None else stop) - s.job.arrival for s in jobs])

@@ -5,7 +5,6 @@ must start fast)."""
 from __future__ import annotations
 
 import argparse
-import difflib
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -30,6 +29,8 @@ class Parser(argparse.ArgumentParser):
         choices = action.choices
         if choices is None or value in choices or not isinstance(value, str):
             return super()._check_value(action, value)
+        import difflib  # here: only a mistyped word needs it (a faster start)
+
         close = difflib.get_close_matches(value, [str(c) for c in choices], n=1)
         names = ", ".join(repr(c) for c in choices)
         hint = f"; did you mean {close[0]!r}?" if close else ""
@@ -40,6 +41,8 @@ class Parser(argparse.ArgumentParser):
     ) -> argparse.Namespace:
         parsed, unknown = self.parse_known_args(args, namespace)
         if unknown:
+            import difflib
+
             options = self._options_of(getattr(parsed, "command", None))
             hints = [
                 f"did you mean {close[0]}?"

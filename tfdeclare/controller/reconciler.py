@@ -27,6 +27,7 @@ from tfdeclare.backends.base import Backend, BackendError
 from tfdeclare.core.enums import Phase, Reason, TaskState
 from tfdeclare.core.plan.planner import Action, Plan
 from tfdeclare.core.run import lifecycle, status
+from tfdeclare.core.run.clusterspec import TaskConfig
 from tfdeclare.core.run.launches import gang_request, launches, placed
 from tfdeclare.core.run.lifecycle import Backoff
 from tfdeclare.core.run.record import JobRecord, Revision, TaskRecord
@@ -382,7 +383,7 @@ class Controller:
             return  # the same record and tasks as last pass, all written: nothing to do
         shown = {
             t.key: t
-            for t in status.task_records(tasks if updated.deleting else self._current(updated, tasks))
+            for t in status.task_records(tasks if updated.deleting else self._current(decided.desired, tasks))
         }
         if decided.launch:
             updated, launched = self._launch(backend, updated, decided.launch, now, result)
@@ -408,8 +409,7 @@ class Controller:
         self._seen_tasks[record.name] = [kept, *tasks]
 
     @staticmethod
-    def _current(record: JobRecord, tasks: list[ObservedTask]) -> list[ObservedTask]:
-        desired = lifecycle.desired_configs(record.spec, record)
+    def _current(desired: Mapping[TaskKey, TaskConfig], tasks: list[ObservedTask]) -> list[ObservedTask]:
         return [t for t in tasks if t.key in desired and t.config_hash == desired[t.key].config_hash]
 
     def _launch(

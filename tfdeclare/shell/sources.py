@@ -195,6 +195,7 @@ class SpecFiles:
         files = self._files
         now = time.time()
         added_or_removed = False
+        names: set[str] = set()  # whose job was added, replaced or removed
         for path in changed:
             if os.path.basename(path).startswith("."):
                 continue
@@ -219,14 +220,17 @@ class SpecFiles:
             for job in old[1].jobs if old is not None else ():
                 if jobs.get(job.name) is job:
                     del jobs[job.name]
+                    names.add(job.name)
             for job in new.jobs if new is not None else ():
                 if job.name in jobs:
                     return None  # the name is defined elsewhere too: assemble reports it
                 jobs[job.name] = job
+                names.add(job.name)
         shown_files = (
             tuple(sorted(display_path(p, self.base) for p in files)) if added_or_removed else previous.files
         )
-        state = DesiredState(jobs, (), {}, frozenset(), shown_files)
+        names = {n for n in names if jobs.get(n) is not previous.jobs.get(n)}  # touched, not changed: out
+        state = DesiredState(jobs, (), {}, frozenset(), shown_files, patch=(previous.token, frozenset(names)))
         self._last = (None, state)  # no per-file list: the next full load compares nothing
         return state
 

@@ -60,7 +60,7 @@ T = TypeVar("T")
 
 # Task ids the controller makes: <job>.<uid>.<role>-<index>.<launch>
 OUR_TASK_ID = re.compile(
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\.[^./\\]+\.(chief|ps|worker|evaluator)-\d+\.[^./\\]+$"
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\.[^./\\]+\.(chief|ps|worker|evaluator|tensorboard)-\d+\.[^./\\]+$"
 )
 RECONCILE_FIRST_RETRY_S = 1.0
 RECONCILE_MAX_RETRY_S = 60.0

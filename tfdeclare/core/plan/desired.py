@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tfdeclare.core.diagnostics import Code, Diagnostic, Severity
 from tfdeclare.core.spec.loader import FileResult, LoadedJob
@@ -25,6 +25,11 @@ class DesiredState:
     invalid_files: frozenset[str]
     files: tuple[str, ...]
     empty_files: frozenset[str] = frozenset()  # files that hold no job document
+    # Set on a state made by patching another (a file event): that state's ``token`` and the
+    # names whose job was added, replaced or removed, so the planner re-plans only those
+    # (``PlanCache``). A token, not the state itself, so patched states do not chain.
+    patch: tuple[object, frozenset[str]] | None = field(default=None, compare=False, repr=False)
+    token: object = field(default_factory=object, init=False, compare=False, repr=False)
 
     @property
     def has_errors(self) -> bool:

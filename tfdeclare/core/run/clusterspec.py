@@ -13,6 +13,8 @@ itself. Legacy flags know only ``ps`` and ``worker``. The TensorBoard task is in
 
 from __future__ import annotations
 
+import bisect
+import functools
 import hashlib
 import json
 import re
@@ -64,73 +66,131 @@ def substitute(argv: tuple[str, ...], values: Mapping[str, str]) -> tuple[str, .
     return tuple(_PLACEHOLDER.sub(lambda m: values[m.group(1)], arg) for arg in argv)
 
 
+_dump = functools.partial(json.dumps, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class RoleCluster:
+    """The ``cluster`` of ``TF_CONFIG`` as one role's tasks see it (``cluster_json``): one object
+    shared by all of them, so a job's configurations take memory linear in its size."""
+
+    json: str
+
+    @cached_property
+    def escaped(self) -> bytes:
+        """The JSON as it appears inside a JSON string (in a task's identity encoding)."""
+        return _dump(self.json)[1:-1].encode()
+
+
 @dataclass(frozen=True)
 class TaskConfig:
     key: TaskKey
     argv: tuple[str, ...]
-    env: tuple[tuple[str, EnvValue], ...]  # sorted by name; secrets as references
+    own_env: tuple[tuple[str, EnvValue], ...]  # sorted by name; secrets as references; no TF_CONFIG
     resources: Resources
     image: str | None
     working_dir: str | None
     volumes: tuple[Volume, ...]
     entrypoint: bool = False  # argv holds only arguments for the image's own entrypoint
+    cluster: RoleCluster | None = None  # set: the task gets TF_CONFIG with this cluster
+
+    @property
+    def env(self) -> tuple[tuple[str, EnvValue], ...]:
+        """The whole environment, sorted by name, TF_CONFIG included: made when asked (at
+        launch), since each task's TF_CONFIG holds the whole cluster."""
+        if self.cluster is None:
+            return self.own_env
+        return tuple(sorted((*self.own_env, ("TF_CONFIG", tf_config(self.cluster.json, self.key)))))
 
     @cached_property
     def config_hash(self) -> str:
         """A task's identity. Its encoding is frozen: a running task whose hash changes is
         replaced, so a field added later enters it only when set (``tests/test_upgrade.py``
-        checks the hashes of an earlier release's tasks)."""
-        encoded = json.dumps(
-            {
-                "argv": self.argv,
-                "env": [(k, v if isinstance(v, str) else v.to_json()) for k, v in self.env],
-                "resources": [self.resources.cpus, self.resources.mem_mib, self.resources.gpus],
-                "image": self.image,
-                "workingDir": self.working_dir,
-                "volumes": [[v.host_path, v.container_path, v.mode.value] for v in self.volumes],
-            },
-            separators=(",", ":"),
+        checks the hashes of an earlier release's tasks). It is the SHA-256 of the JSON of
+        (argv, env, resources, image, workingDir, volumes), env with TF_CONFIG, fed in three
+        parts so that the role's cluster is not copied into every task (``_encoding``)."""
+        head, tail = self._encoding()
+        digest = hashlib.sha256(head.encode())
+        if self.cluster is not None:
+            digest.update(self.cluster.escaped)
+            digest.update(tail.encode())
+        return digest.hexdigest()[:16]
+
+    def same_identity(self, other: TaskConfig) -> bool:
+        """``self.config_hash == other.config_hash``, without hashing a cluster: the encoding's
+        parts compared (the clusters as strings: the JSON of the whole decides them)."""
+        return self.cluster == other.cluster and self._encoding() == other._encoding()
+
+    def _encoding(self) -> tuple[str, str]:
+        """The identity's JSON around the escaped cluster: (before, after); all of it in
+        ``before`` when the task has no TF_CONFIG. Byte for byte what ``json.dumps`` of the
+        whole document gives (JSON with these separators is made of its parts' JSON)."""
+        entries = [_dump([k, v if isinstance(v, str) else v.to_json()]) for k, v in self.own_env]
+        rest = (
+            f'],"resources":{_dump([self.resources.cpus, self.resources.mem_mib, self.resources.gpus])}'
+            f',"image":{_dump(self.image)},"workingDir":{_dump(self.working_dir)}'
+            f',"volumes":{_dump([[v.host_path, v.container_path, v.mode.value] for v in self.volumes])}}}'
+            + ("+entrypoint" if self.entrypoint else "")  # added later: part of the identity only when set
         )
-        if self.entrypoint:  # added later: part of the identity only when set
-            encoded += "+entrypoint"
-        return hashlib.sha256(encoded.encode()).hexdigest()[:16]
+        start = f'{{"argv":{_dump(self.argv)},"env":['
+        if self.cluster is None:
+            return start + ",".join(entries) + rest, ""
+        at = bisect.bisect_left([k for k, _ in self.own_env], "TF_CONFIG")
+        before, after = entries[:at], entries[at:]
+        task = _dump({"type": self.key.role.value, "index": self.key.index})
+        head = start + "".join(e + "," for e in before) + '["TF_CONFIG","' + _dump('{"cluster":')[1:-1]
+        tail = _dump(f',"task":{task}}}')[1:-1] + '"]' + "".join("," + e for e in after) + rest
+        return head, tail
 
 
 def task_configs(spec: JobSpec, addresses: Mapping[TaskKey, str], attempt: int) -> dict[TaskKey, TaskConfig]:
-    """What every task of ``spec`` runs, given every task's address."""
+    """What every task of ``spec`` runs, given every task's address. Linear in the job's size:
+    TF_CONFIG is held as the role's shared ``RoleCluster`` and made only at launch, and what
+    is the same for a role's tasks is worked out once per role."""
     configs: dict[TaskKey, TaskConfig] = {}
-    clusters: dict[Role, str] = {}  # per role: the evaluator's differs from the others'
+    roles: dict[Role, tuple[TaskConfig, list[tuple[str, EnvValue]], int]] = {}
     hosts: dict[str, str] | None = None
+    with_tf_config = spec.cluster_spec in (ClusterSpecStyle.TF_CONFIG, ClusterSpecStyle.BOTH)
+    with_flags = spec.cluster_spec in (ClusterSpecStyle.LEGACY_FLAGS, ClusterSpecStyle.BOTH)
     for key in spec.task_keys():
         if not key.role.in_cluster:
             configs[key] = tensorboard_config(spec, key, addresses[key])
             continue
-        env = spec.env_for(key.role)
-        argv = spec.command_for(key.role)
-        if spec.cluster_spec in (ClusterSpecStyle.TF_CONFIG, ClusterSpecStyle.BOTH):
-            if key.role not in clusters:
-                clusters[key.role] = cluster_json(addresses, key.role)
-            env["TF_CONFIG"] = tf_config(clusters[key.role], key)
-        if spec.cluster_spec in (ClusterSpecStyle.LEGACY_FLAGS, ClusterSpecStyle.BOTH):
+        if key.role not in roles:  # the role's first task: what all of them share
+            env = spec.env_for(key.role)
+            env.update({"TFDECLARE_JOB": spec.name, "TFDECLARE_ROLE": key.role.value})
+            env["TFDECLARE_ATTEMPT"] = str(attempt)
+            env.pop("TFDECLARE_INDEX", None)  # each task's own, below
+            shared = sorted(env.items())
+            template = TaskConfig(
+                key=key,
+                argv=spec.command_for(key.role),
+                own_env=(),
+                resources=spec.resources_for(key.role),
+                image=spec.image_for(key.role),
+                working_dir=spec.working_dir_for(key.role),
+                volumes=spec.volumes,
+                entrypoint=spec.runs_entrypoint(key.role),
+                cluster=RoleCluster(cluster_json(addresses, key.role)) if with_tf_config else None,
+            )
+            at = bisect.bisect_left([name for name, _ in shared], "TFDECLARE_INDEX")
+            roles[key.role] = (template, shared, at)
+        template, shared, at = roles[key.role]
+        argv = template.argv
+        if with_flags:
             hosts = hosts if hosts is not None else legacy_hosts(addresses)
             argv = substitute(argv, {**hosts, "job_name": key.role.value, "task_index": str(key.index)})
-        env.update(
-            {
-                "TFDECLARE_JOB": spec.name,
-                "TFDECLARE_ROLE": key.role.value,
-                "TFDECLARE_INDEX": str(key.index),
-                "TFDECLARE_ATTEMPT": str(attempt),
-            }
-        )
+        own_env = (*shared[:at], ("TFDECLARE_INDEX", str(key.index)), *shared[at:])
         configs[key] = TaskConfig(
-            key=key,
-            argv=argv,
-            env=tuple(sorted(env.items())),
-            resources=spec.resources_for(key.role),
-            image=spec.image_for(key.role),
-            working_dir=spec.working_dir_for(key.role),
-            volumes=spec.volumes,
-            entrypoint=spec.runs_entrypoint(key.role),
+            key,
+            argv,
+            own_env,
+            template.resources,
+            template.image,
+            template.working_dir,
+            template.volumes,
+            template.entrypoint,
+            template.cluster,
         )
     return configs
 
@@ -147,7 +207,7 @@ def tensorboard_config(spec: JobSpec, key: TaskKey, address: str) -> TaskConfig:
     return TaskConfig(
         key=key,
         argv=argv,
-        env=tuple(sorted(env.items())),
+        own_env=tuple(sorted(env.items())),
         resources=board.resources,
         image=spec.tensorboard_image,
         working_dir=spec.working_dir,

@@ -28,7 +28,7 @@ except what it wrote into the record. The rules (contract §5):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from tfdeclare.core.enums import Phase, Reason, RestartPolicy, Role, SuccessPolicy, TaskState
 from tfdeclare.core.run.clusterspec import TaskConfig, task_configs
@@ -64,6 +64,9 @@ class Step:
     wake_at: float | None = None  # look again no later than this
     remove: bool = False  # the job is deleted and nothing of it runs: drop the record
     purge: bool = False  # its TTL after finishing ran out: purge its ended tasks and logs
+    # What each slot of ``record`` should run (``desired_configs``), made once a pass: the
+    # caller compares its tasks with it too. Empty when the record is removed.
+    desired: Mapping[TaskKey, TaskConfig] = field(default_factory=dict)
 
 
 def desired_configs(spec: JobSpec, record: JobRecord) -> dict[TaskKey, TaskConfig]:
@@ -121,30 +124,41 @@ _SUCCESS = {
 
 
 def step(record: JobRecord, tasks: Sequence[ObservedTask], now: float, backoff: Backoff) -> Step:
-    result = _step(record, tasks, now, backoff)
-    if result.remove or result.record.phase.terminal:
+    desired = desired_configs(record.spec, record)  # once a pass: it is linear in the job's size
+    result = _step(record, tasks, now, backoff, desired)
+    if result.remove:
         return result
+    after = result.record
+    inputs = (record.spec_hash, record.attempt, record.addresses)
+    if (after.spec_hash, after.attempt, after.addresses) != inputs:
+        desired = desired_configs(after.spec, after)  # a restart: the next attempt's
+    if after.phase.terminal:
+        return replace(result, desired=desired)
     # Ended tasks of earlier attempts or configurations have been accounted for: let them go
     # (their logs stay).
-    desired = desired_configs(result.record.spec, result.record)
     old = tuple(
         t.task_id
         for t in tasks
         if t.state.ended and not (t.key in desired and t.config_hash == desired[t.key].config_hash)
     )
-    return replace(result, forget=tuple(dict.fromkeys((*old, *result.forget))))
+    return replace(result, forget=tuple(dict.fromkeys((*old, *result.forget))), desired=desired)
 
 
-def _step(record: JobRecord, tasks: Sequence[ObservedTask], now: float, backoff: Backoff) -> Step:
+def _step(
+    record: JobRecord,
+    tasks: Sequence[ObservedTask],
+    now: float,
+    backoff: Backoff,
+    desired: Mapping[TaskKey, TaskConfig],
+) -> Step:
     if record.deleting or record.phase.terminal:
         return _ending(record, tasks, now)
     boards = [t for t in tasks if not t.key.role.in_cluster]
     # "N task(s) running" counts what a status shows as running, the TensorBoard task included
     board_running = any(t.state is TaskState.RUNNING for t in boards)
-    result = _cluster_step(
-        record, [t for t in tasks if t.key.role.in_cluster], now, backoff, board_running=board_running
-    )
-    return _with_tensorboard(result, boards, now)
+    in_cluster = [t for t in tasks if t.key.role.in_cluster]
+    result = _cluster_step(record, in_cluster, now, backoff, desired, board_running=board_running)
+    return _with_tensorboard(result, boards, now, desired)
 
 
 def _ending(record: JobRecord, tasks: Sequence[ObservedTask], now: float) -> Step:
@@ -173,6 +187,7 @@ def _cluster_step(
     tasks: Sequence[ObservedTask],
     now: float,
     backoff: Backoff,
+    configs: Mapping[TaskKey, TaskConfig],
     *,
     board_running: bool = False,
 ) -> Step:
@@ -181,7 +196,7 @@ def _cluster_step(
     alive = [t for t in tasks if t.state.alive]
     to_stop = tuple(t.task_id for t in alive if t.state is not TaskState.STOPPING)
     spec = record.spec
-    desired = {k: c for k, c in desired_configs(spec, record).items() if k.role.in_cluster}
+    desired = {k: c for k, c in configs.items() if k.role.in_cluster}
     current = {
         t.task_id: t for t in tasks if t.key in desired and t.config_hash == desired[t.key].config_hash
     }
@@ -255,7 +270,9 @@ def _cluster_step(
     )
 
 
-def _with_tensorboard(result: Step, boards: Sequence[ObservedTask], now: float) -> Step:
+def _with_tensorboard(
+    result: Step, boards: Sequence[ObservedTask], now: float, desired: Mapping[TaskKey, TaskConfig]
+) -> Step:
     """The TensorBoard task beside what the cluster's step decided: stopped with the job,
     replaced when its own config changed, relaunched alone (at most once per
     ``TENSORBOARD_RELAUNCH_S``) when it ended; never a reason to restart the job."""
@@ -265,7 +282,7 @@ def _with_tensorboard(result: Step, boards: Sequence[ObservedTask], now: float) 
     board = record.spec.tensorboard
     if record.phase.terminal or board is None:
         return replace(result, stop=(*result.stop, *sorted(stoppable)))
-    config = desired_configs(record.spec, record)[TENSORBOARD_KEY]
+    config = desired[TENSORBOARD_KEY]  # the same for every attempt: the input record's will do
     current = [t for t in alive if t.config_hash == config.config_hash]
     stale = sorted(t.task_id for t in alive if t.config_hash != config.config_hash and t.task_id in stoppable)
     ended = [t for t in boards if t.state.ended]

@@ -12,7 +12,6 @@ nothing never pay for it.
 
 from __future__ import annotations
 
-import difflib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -251,6 +250,8 @@ def close_name(key: str, known: Iterable[str]) -> str | None:
     case, or within one edit (two for names longer than five characters; a swap of neighbours
     counts as one), never replacing most of a short name, or alike in 80% of their letters. So
     ``comand`` is ``command`` and ``workdir`` is ``workingDir``, but ``worker`` is not."""
+    import difflib  # here: only a mistyped key needs it, and `validate` starts faster without it
+
     lowered = key.lower()
     best: tuple[int, float, str] | None = None
     for name in known:
