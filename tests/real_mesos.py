@@ -1,0 +1,281 @@
+"""A real Apache Mesos 1.11.0 master and agents for tests (issue 21; ``make real-mesos``).
+
+What this module owns: starting one fresh cluster (the master and N agents of
+``tools/realmesos``' ``realmesos-cluster``, one process) on a free port with its work folder
+under the test's tmp folder, waiting until every agent has registered, reading the master's
+own view (``/master/state``, the operator API), and stopping it with everything it started.
+
+As root (``.ci/run``, CI) the cluster runs in PID and mount namespaces of its own
+(``unshare --pid --mount-proc --kill-child``): stopping it kills every executor and task it
+started, whatever they did; a task's pid as it sees it is translated by ``host_pid``.
+Otherwise it runs in a session of its own and is stopped by SIGTERM, then everything still
+working in its folder is killed.
+
+Without the build (no compiler or libraries, not x86_64) a test skips with the reason, or
+fails under ``CI=true`` (``tests/components.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tests.components import missing
+
+DEFAULT_RESOURCES = "cpus:4;mem:4096;disk:4096;ports:[31000-31999]"
+
+
+def build() -> Path:
+    """The build folder (``make real-mesos``), built if missing or stale."""
+    from tools.realmesos import build as builder
+
+    try:
+        return builder.build()
+    except builder.BuildError as error:
+        missing(f"no real Mesos ({error}; see make real-mesos)")
+    except OSError as error:
+        missing(f"no real Mesos (fetching or building it failed: {error})")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def isolated() -> bool:
+    """Whether clusters get namespaces of their own (root and util-linux's unshare)."""
+    return os.geteuid() == 0 and shutil.which("unshare") is not None
+
+
+class RealMesos:
+    """One master and ``agents`` agents (all with ``resources``); ``flags`` adds MESOS_*
+    settings for both (``{"ROLES": ...}`` -> ``MESOS_ROLES``)."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        agents: int = 2,
+        resources: str = DEFAULT_RESOURCES,
+        flags: dict[str, str] | None = None,
+    ) -> None:
+        self.build = build()
+        self.workdir = workdir
+        self.agents = agents
+        self.resources = resources
+        self.flags = dict(flags or {})
+        self.port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log = workdir / "cluster.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def environment(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("MESOS_", "LIBPROCESS_"))}
+        env.update(
+            {
+                "LIBPROCESS_IP": "127.0.0.1",
+                "LIBPROCESS_PORT": str(self.port),
+                "MESOS_NUM_SLAVES": str(self.agents),
+                "MESOS_RESOURCES": self.resources,
+                "MESOS_WORK_DIR": str(self.workdir / "mesos"),
+                "MESOS_LAUNCHER_DIR": str(self.build),
+                "MESOS_REGISTRY": "in_memory",
+                "MESOS_ISOLATION": "posix/cpu,posix/mem",
+                "MESOS_LAUNCHER": "posix",
+                "MESOS_HTTP_COMMAND_EXECUTOR": "true",
+                "MESOS_HOSTNAME": "127.0.0.1",
+                "MESOS_SYSTEMD_ENABLE_SUPPORT": "false",
+                "MESOS_ALLOCATION_INTERVAL": "100ms",
+                "MESOS_GC_DELAY": "1hrs",
+            }
+        )
+        env.update({f"MESOS_{name.upper()}": value for name, value in self.flags.items()})
+        return env
+
+    def start(self, timeout: float = 60.0) -> RealMesos:
+        (self.workdir / "mesos").mkdir(parents=True, exist_ok=True)
+        for _attempt in range(3):  # a free port may be taken before the cluster binds it
+            self.port = free_port()
+            program = [str(self.build / "realmesos-cluster")]
+            if isolated():
+                program = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", *program]
+            with self.log.open("ab") as log:
+                self.process = subprocess.Popen(
+                    program,
+                    env=self.environment(),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                    cwd=self.workdir,
+                )
+            try:
+                self.wait_until_up(timeout)
+                return self
+            except PortTaken:
+                self.stop()
+        raise AssertionError(f"the real Mesos cluster never came up:\n{self.log_tail()}")
+
+    def wait_until_up(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                if "Address already in use" in self.log_tail():
+                    raise PortTaken
+                raise AssertionError(
+                    f"the real Mesos cluster exited ({self.process.returncode}):\n{self.log_tail()}"
+                )
+            try:
+                if len(self.state().get("slaves", [])) == self.agents:
+                    return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"{self.agents} agents not registered in {timeout} s:\n{self.log_tail()}"
+                )
+            time.sleep(0.1)
+
+    def log_tail(self, size: int = 6000) -> str:
+        try:
+            return self.log.read_bytes()[-size:].decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is None:
+            return
+        if isolated():
+            # unshare --kill-child: its child, the namespace's init, gets SIGKILL, and with it
+            # every process of the namespace (executors and tasks included).
+            process.kill()
+            process.wait(30)
+        else:
+            try:
+                os.killpg(process.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(15)
+            kill_working_in(self.workdir / "mesos")
+
+    def __enter__(self) -> RealMesos:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---- the master's view -------------------------------------------------------------
+
+    def get(self, path: str) -> Any:
+        with urllib.request.urlopen(self.url + path, timeout=30) as response:
+            return json.loads(response.read())
+
+    def state(self) -> dict[str, Any]:
+        return dict(self.get("/master/state"))
+
+    def operator(self, call: dict[str, Any], expect: int = 200) -> Any:
+        """POST a v1 operator call (JSON); the decoded answer, or None for an empty body."""
+        request = urllib.request.Request(
+            self.url + "/api/v1",
+            data=json.dumps(call).encode(),
+            headers={"Content-Type": "application/json", "Accept": "application/json"},
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                status, body = response.status, response.read()
+        except urllib.error.HTTPError as error:
+            status, body = error.code, error.read()
+        assert status == expect, f"{call.get('type')}: {status} {body[:500]!r}"
+        return json.loads(body) if body else None
+
+    def agent_ids(self) -> list[str]:
+        return sorted(str(a["id"]) for a in self.state()["slaves"])
+
+    def tasks(self) -> dict[str, dict[str, Any]]:
+        """task id -> the master's task (state, slave_id, resources...), of every framework."""
+        out: dict[str, dict[str, Any]] = {}
+        for framework in self.state().get("frameworks", []):
+            for task in framework.get("tasks", []) + framework.get("completed_tasks", []):
+                out.setdefault(task["id"], task)
+        return out
+
+    def running(self) -> dict[str, str]:
+        """task id -> agent id of every task the master sees running."""
+        return {i: str(t["slave_id"]) for i, t in self.tasks().items() if t["state"] == "TASK_RUNNING"}
+
+    def frameworks(self) -> list[dict[str, Any]]:
+        return list(self.state().get("frameworks", []))
+
+    def host_pid(self, pid: int) -> int:
+        """The pid on this machine of the cluster's process numbered ``pid`` inside it."""
+        if not isolated():
+            return pid
+        assert self.process is not None
+        namespace = os.readlink(f"/proc/{self.process.pid}/ns/pid_for_children")  # unshare's new one
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                if os.readlink(f"/proc/{entry}/ns/pid") != namespace:
+                    continue
+                with open(f"/proc/{entry}/status") as status:
+                    for line in status:
+                        if line.startswith("NSpid:") and int(line.split()[-1]) == pid:
+                            return int(entry)
+            except OSError:
+                continue
+        raise ProcessLookupError(pid)
+
+
+class PortTaken(Exception):
+    pass
+
+
+def kill_working_in(folder: Path) -> None:
+    """SIGKILL every process whose working directory is under ``folder`` (executors and tasks
+    run in their sandboxes)."""
+    prefix = str(folder.resolve())
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{entry}/cwd")
+        except OSError:
+            continue
+        if cwd.startswith(prefix):
+            try:
+                os.kill(int(entry), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def eventually(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.1) -> Any:
+    """Wait until ``predicate()`` is truthy (on a loaded machine: generous deadlines)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not reached in {timeout} s")
+        time.sleep(interval)
