@@ -34,7 +34,7 @@ from tests.components import missing
 DEFAULT_RESOURCES = "cpus:4;mem:4096;disk:4096;ports:[31000-31999]"
 
 
-def build() -> Path:
+def built() -> Path:
     """The build folder (``make real-mesos``), built if missing or stale."""
     from tools.realmesos import build as builder
 
@@ -68,8 +68,9 @@ class RealMesos:
         agents: int = 2,
         resources: str = DEFAULT_RESOURCES,
         flags: dict[str, str] | None = None,
+        build: Path | None = None,
     ) -> None:
-        self.build = build()
+        self.build = build or built()
         self.workdir = workdir
         self.agents = agents
         self.resources = resources

@@ -98,10 +98,24 @@ public:
     int execute();
     flags::FlagsBase* getFlags();
 };
+
+// src/slave/containerizer/mesos/isolators/network/cni/cni.hpp: the same layout (its Flags at
+// 0xe0 too; their virtual FlagsBase 0xe0 further, at 0x1c0, as its getFlags() returns).
+class NetworkCniIsolatorSetup
+{
+public:
+    class Flags
+    {
+    public:
+        Flags();
+    };
+    int execute();
+    flags::FlagsBase* getFlags();
+};
 }  // namespace slave
 }  // namespace internal
 }  // namespace mesos
 
 // Room for upstream's objects built in place (each is far smaller).
 constexpr std::size_t ROOM = 1 << 16;
-constexpr std::size_t LAUNCH_FLAGS_OFFSET = 0xe0;
+constexpr std::size_t SUBCOMMAND_FLAGS_OFFSET = 0xe0;  // sizeof(Subcommand)

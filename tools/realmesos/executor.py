@@ -237,6 +237,11 @@ class Executor:
             "command": command,
             "environment": {"variables": list(environment.values())},
         }
+        if "task_launch_info" in self.flags:  # what isolators prepared (mounts into a rootfs...)
+            prepared = json.loads(self.flags["task_launch_info"])
+            for key in ("mounts", "file_operations", "pre_exec_commands", "clone_namespaces"):
+                if prepared.get(key):
+                    launch_info[key] = prepared[key]
         if "user" in self.flags:
             launch_info["user"] = self.flags["user"]
         if "rootfs" in self.flags:
