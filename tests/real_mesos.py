@@ -34,16 +34,25 @@ from tests.components import missing
 DEFAULT_RESOURCES = "cpus:4;mem:4096;disk:4096;ports:[31000-31999]"
 
 
-def built() -> Path:
-    """The build folder (``make real-mesos``), built if missing or stale."""
-    from tools.realmesos import build as builder
+_BUILT: list[Path | str] = []  # the build folder, or why there is none (once per test session)
 
-    try:
-        return builder.build()
-    except builder.BuildError as error:
-        missing(f"no real Mesos ({error}; see make real-mesos)")
-    except OSError as error:
-        missing(f"no real Mesos (fetching or building it failed: {error})")
+
+def built() -> Path:
+    """The build folder (``make real-mesos``), built if missing or stale; tried once per test
+    session (without it every test would try the download again)."""
+    if not _BUILT:
+        from tools.realmesos import build as builder
+
+        try:
+            _BUILT.append(builder.build())
+        except builder.BuildError as error:
+            _BUILT.append(f"no real Mesos ({error}; see make real-mesos)")
+        except OSError as error:
+            _BUILT.append(f"no real Mesos (fetching or building it failed: {error})")
+    found = _BUILT[0]
+    if isinstance(found, str):
+        missing(found)
+    return found
 
 
 def free_port() -> int:

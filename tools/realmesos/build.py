@@ -155,7 +155,7 @@ def fetch_tarball(folder: Path) -> Path:
         got = hashlib.sha256(data).hexdigest()
         if got != SHA256:
             raise BuildError(f"{FILENAME} from {index}: sha256 {got}, expected {SHA256}")
-        partial = target.with_suffix(".part")
+        partial = target.with_name(f".{FILENAME}.{os.getpid()}.part")  # builds at once never share it
         partial.write_bytes(data)
         partial.replace(target)
         return target
