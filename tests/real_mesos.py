@@ -8,8 +8,9 @@ own view (``/master/state``, the operator API), and stopping it with everything 
 As root (``.ci/run``, CI) the cluster runs in PID and mount namespaces of its own
 (``unshare --pid --mount-proc --kill-child``): stopping it kills every executor and task it
 started, whatever they did; a task's pid as it sees it is translated by ``host_pid``.
-Otherwise it runs in a session of its own and is stopped by SIGTERM, then everything still
-working in its folder is killed.
+Otherwise it runs in a session of its own and is stopped by SIGTERM, and every process below
+it, below its ``mesos-containerizer`` processes (they keep its environment, marked) or working
+in its folder is SIGKILLed (a task that daemonizes out of that tree would escape).
 
 Without the build (no compiler or libraries, not x86_64) a test skips with the reason, or
 fails under ``CI=true`` (``tests/components.py``).
@@ -62,7 +63,10 @@ def free_port() -> int:
 
 
 def isolated() -> bool:
-    """Whether clusters get namespaces of their own (root and util-linux's unshare)."""
+    """Whether clusters get namespaces of their own (root and util-linux's unshare;
+    ``TFDECLARE_REALMESOS_NAMESPACES=0`` turns them off, to test the other way)."""
+    if os.environ.get("TFDECLARE_REALMESOS_NAMESPACES") == "0":
+        return False
     return os.geteuid() == 0 and shutil.which("unshare") is not None
 
 
@@ -87,6 +91,7 @@ class RealMesos:
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
         self.log = workdir / "cluster.log"
+        self.marker = str(workdir.resolve())  # in the environment of what it starts (not isolated)
 
     @property
     def url(self) -> str:
@@ -110,6 +115,7 @@ class RealMesos:
                 "MESOS_SYSTEMD_ENABLE_SUPPORT": "false",
                 "MESOS_ALLOCATION_INTERVAL": "100ms",
                 "MESOS_GC_DELAY": "1hrs",
+                "TFDECLARE_REALMESOS": self.marker,
             }
         )
         env.update({f"MESOS_{name.upper()}": value for name, value in self.flags.items()})
@@ -176,6 +182,10 @@ class RealMesos:
             process.kill()
             process.wait(30)
         else:
+            # Executors and tasks run in sessions of their own: find them first, as the
+            # descendants of the cluster (through its mesos-containerizer processes, which
+            # keep its environment) and of anything working in its folder.
+            tree = descendants({process.pid, *marked(self.marker), *working_in(self.workdir)})
             try:
                 os.killpg(process.pid, signal.SIGTERM)
             except ProcessLookupError:
@@ -185,7 +195,11 @@ class RealMesos:
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait(15)
-            kill_working_in(self.workdir / "mesos")
+            for pid in tree | descendants({*marked(self.marker), *working_in(self.workdir)}):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
 
     def __enter__(self) -> RealMesos:
         return self.start()
@@ -261,22 +275,59 @@ class PortTaken(Exception):
     pass
 
 
-def kill_working_in(folder: Path) -> None:
-    """SIGKILL every process whose working directory is under ``folder`` (executors and tasks
-    run in their sandboxes)."""
-    prefix = str(folder.resolve())
+def _processes() -> dict[int, int]:
+    """pid -> parent pid of every process."""
+    out = {}
     for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    out[int(entry)] = int(stat.read().rpartition(")")[2].split()[1])
+            except OSError:
+                continue
+    return out
+
+
+def descendants(roots: set[int]) -> set[int]:
+    """``roots`` and every process below them."""
+    parents = _processes()
+    found = {r for r in roots if r in parents}
+    grew = True
+    while grew:
+        grew = False
+        for pid, parent in parents.items():
+            if parent in found and pid not in found:
+                found.add(pid)
+                grew = True
+    found.discard(os.getpid())
+    return found
+
+
+def marked(marker: str) -> set[int]:
+    """Processes whose environment holds ``TFDECLARE_REALMESOS=<marker>``."""
+    wanted = f"TFDECLARE_REALMESOS={marker}".encode()
+    out = set()
+    for pid in _processes():
         try:
-            cwd = os.readlink(f"/proc/{entry}/cwd")
+            with open(f"/proc/{pid}/environ", "rb") as environ:
+                if wanted in environ.read().split(b"\0"):
+                    out.add(pid)
         except OSError:
             continue
-        if cwd.startswith(prefix):
-            try:
-                os.kill(int(entry), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    return out
+
+
+def working_in(folder: Path) -> set[int]:
+    """Processes whose working directory is under ``folder``."""
+    prefix = str(folder.resolve())
+    out = set()
+    for pid in _processes():
+        try:
+            if os.readlink(f"/proc/{pid}/cwd").startswith(prefix):
+                out.add(pid)
+        except OSError:
+            continue
+    return out
 
 
 def eventually(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.1) -> Any:
