@@ -82,8 +82,12 @@ class RealMesos:
         resources: str = DEFAULT_RESOURCES,
         flags: dict[str, str] | None = None,
         build: Path | None = None,
+        namespaces: bool = True,
     ) -> None:
         self.build = build or built()
+        # False: executors and tasks outlive the cluster's process (``restart``), as on a real
+        # cluster where a master and its agents fail over while tasks run on.
+        self.namespaces = namespaces and isolated()
         self.workdir = workdir
         self.agents = agents
         self.resources = resources
@@ -121,12 +125,12 @@ class RealMesos:
         env.update({f"MESOS_{name.upper()}": value for name, value in self.flags.items()})
         return env
 
-    def start(self, timeout: float = 60.0) -> RealMesos:
+    def start(self, timeout: float = 60.0, port: int | None = None) -> RealMesos:
         (self.workdir / "mesos").mkdir(parents=True, exist_ok=True)
         for _attempt in range(3):  # a free port may be taken before the cluster binds it
-            self.port = free_port()
+            self.port = port or free_port()
             program = [str(self.build / "realmesos-cluster")]
-            if isolated():
+            if self.namespaces:
                 program = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", *program]
             with self.log.open("ab") as log:
                 self.process = subprocess.Popen(
@@ -166,6 +170,32 @@ class RealMesos:
                 )
             time.sleep(0.1)
 
+    def down(self) -> None:
+        """The cluster's process stops (SIGTERM, nothing else): executors and tasks run on.
+        Needs ``namespaces=False``."""
+        assert not self.namespaces and self.process is not None, "down needs namespaces=False"
+        process, self.process = self.process, None
+        process.terminate()
+        process.wait(30)
+
+    def up(self, timeout: float = 60.0) -> None:
+        """Start again after ``down`` on the same port over the same work folder: the master
+        recovers its registry (``registry: replicated_log``) and the agents their executors
+        (checkpointed frameworks), which re-subscribe."""
+        deadline = time.monotonic() + timeout
+        while True:  # the port is free again once the old sockets are gone
+            try:
+                self.start(timeout, port=self.port)
+                return
+            except AssertionError:
+                if time.monotonic() > deadline:
+                    raise
+
+    def restart(self, timeout: float = 60.0) -> None:
+        """The master and its agents fail over together: ``down`` then ``up``."""
+        self.down()
+        self.up(timeout)
+
     def log_tail(self, size: int = 6000) -> str:
         try:
             return self.log.read_bytes()[-size:].decode("utf-8", "replace")
@@ -176,7 +206,7 @@ class RealMesos:
         process, self.process = self.process, None
         if process is None:
             return
-        if isolated():
+        if self.namespaces:
             # unshare --kill-child: its child, the namespace's init, gets SIGKILL, and with it
             # every process of the namespace (executors and tasks included).
             process.kill()
@@ -252,7 +282,7 @@ class RealMesos:
 
     def host_pid(self, pid: int) -> int:
         """The pid on this machine of the cluster's process numbered ``pid`` inside it."""
-        if not isolated():
+        if not self.namespaces:
             return pid
         assert self.process is not None
         namespace = os.readlink(f"/proc/{self.process.pid}/ns/pid_for_children")  # unshare's new one

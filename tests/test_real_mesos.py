@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -547,3 +548,101 @@ def test_the_framework_runs_as_the_configured_user(
     harness = harness_on(mesos, tmp_path, backends)
     harness.backend().observe()  # subscribes
     assert eventually(lambda: [f["user"] for f in mesos.frameworks()]) == [getpass.getuser()]
+
+
+# ---- the master and its agents fail over ----------------------------------------------------------
+
+
+def test_a_master_and_agent_failover_keeps_the_tasks_and_the_framework(
+    tmp_path: Path, backends: list[Harness]
+) -> None:
+    """The cluster's process stops and starts again on the same port (master and agents fail
+    over together; the master's registry is the replicated log in its work folder): the task
+    processes run on untouched, the agents recover their executors, which re-subscribe, the
+    backend re-subscribes under its framework id, sees its tasks running, and can stop them."""
+    mesos = RealMesos(
+        tmp_path / "cluster",
+        agents=2,
+        resources="cpus:2;mem:2048;ports:[31000-31099]",
+        flags={"REGISTRY": "replicated_log"},
+        namespaces=False,
+    )
+    (tmp_path / "cluster").mkdir()
+    with mesos:
+        harness = harness_on(mesos, tmp_path, backends)
+        backend = harness.backend()
+        pids = tmp_path / "pids"
+        pids.mkdir()
+        placement = place_soon(backend, gang("steady", 2, Resources(1, 256)), timeout=30)
+        argv = [
+            PY,
+            "-c",
+            f"import os,time; open(os.path.join({str(pids)!r}, str(os.getpid())), 'w'); time.sleep(120)",
+        ]
+        tasks = launches(harness, placement, argv, resources=Resources(1, 256))
+        backend.launch(placement, tasks)
+        ids = [t.task_id for t in tasks]
+        wait_for(backend, running(ids), timeout=60)
+        before = eventually(
+            lambda: (found := {int(p.name) for p in pids.iterdir()}) and len(found) == 2 and found
+        )
+        framework_id = framework_named(mesos, "tfdeclare-test")["id"]
+        mesos.restart()
+        eventually(lambda: set(ids) <= set(mesos.running()), timeout=60)
+        assert framework_named(mesos, "tfdeclare-test")["id"] == framework_id
+        eventually(lambda: framework_named(mesos, "tfdeclare-test")["active"], timeout=60)
+        for pid in before:
+            os.kill(pid, 0)  # the very same processes
+        wait_for(backend, running(ids), timeout=60)
+        backend.stop(ids, 1.0)
+        seen = wait_for(backend, lambda ts: all(ts[i].state.ended for i in ids), timeout=60)
+        assert {seen[i].state for i in ids} == {TaskState.STOPPED}
+
+
+def test_a_task_that_ends_while_the_cluster_is_down_is_reported_after_it_recovers(
+    tmp_path: Path, backends: list[Harness]
+) -> None:
+    """A task killed (SIGKILL) while the master and agents are down: its executor keeps the
+    terminal update, re-subscribes with it once the agent is back, and the backend sees the
+    task Failed with the signal; the other task runs on."""
+    mesos = RealMesos(
+        tmp_path / "cluster",
+        agents=1,
+        resources="cpus:4;mem:4096;ports:[31000-31099]",
+        flags={"REGISTRY": "replicated_log"},
+        namespaces=False,
+    )
+    (tmp_path / "cluster").mkdir()
+    with mesos:
+        harness = harness_on(mesos, tmp_path, backends)
+        backend = harness.backend()
+        pids = tmp_path / "pids"
+        pids.mkdir()
+        placement = place_soon(backend, gang("half", 2, Resources(1, 256)), timeout=30)
+        argv = [
+            PY,
+            "-c",
+            f"import os,sys,time; open(os.path.join({str(pids)!r}, os.environ['TFD_SLOT']), 'w').write(str(os.getpid())); time.sleep(120)",
+        ]
+        tasks = []
+        for launch in launches(harness, placement, argv, resources=Resources(1, 256)):
+            slot = {"TFD_SLOT": launch.key.name}
+            tasks.append(replace(launch, env=tuple(sorted({**dict(launch.env), **slot}.items()))))
+        backend.launch(placement, tasks)
+        victim, survivor = (t.task_id for t in tasks)
+        wait_for(backend, running([victim, survivor]), timeout=60)
+
+        def written() -> dict[str, int] | None:
+            found = {p.name: int(p.read_text() or 0) for p in pids.iterdir()}
+            return found if len(found) == 2 and all(found.values()) else None
+
+        pid_of = eventually(written)
+        mesos.down()
+        os.kill(pid_of[tasks[0].key.name], signal.SIGKILL)
+        mesos.up()
+        seen = wait_for(backend, lambda ts: ts[victim].state.ended, timeout=90)
+        assert (seen[victim].state, seen[victim].exit_code) == (TaskState.FAILED, 128 + signal.SIGKILL), seen[
+            victim
+        ]
+        assert seen[survivor].state is TaskState.RUNNING
+        assert survivor in eventually(mesos.running, timeout=60)

@@ -129,10 +129,13 @@ class Executor:
         self.subscribed = False
         self.disconnected_since: float | None = None
         self.done = False
+        self.in_subscribe: set[str] = set()  # the updates the last SUBSCRIBE carried
+        self.resend_at: float | None = None  # when to send the unacknowledged updates again
 
     # ---- the connection ------------------------------------------------------------------
 
     def subscribe(self) -> None:
+        self.in_subscribe = set(self.unacknowledged)
         subscribe: dict[str, Any] = {"unacknowledged_updates": list(self.unacknowledged.values())}
         if self.task is not None:
             subscribe["unacknowledged_tasks"] = [self.task]
@@ -172,7 +175,9 @@ class Executor:
         except (OSError, http.client.HTTPException, ValueError) as error:
             self.events.put(("disconnected", str(error)))
 
-    def send(self, call: dict[str, Any]) -> None:
+    def send(self, call: dict[str, Any]) -> bool:
+        """POST one call; whether the agent took it (202). A failed UPDATE is sent again
+        (``resend``): an agent that is recovering answers 503 until it has recovered."""
         call = {"framework_id": self.framework_id, "executor_id": self.executor_id, **call}
         try:
             connection = http.client.HTTPConnection(self.host, self.port, timeout=30)
@@ -182,10 +187,21 @@ class Executor:
             response = connection.getresponse()
             response.read()
             connection.close()
-            if response.status != 202:
-                log(f"{call['type']} answered {response.status}")
+            if response.status == 202:
+                return True
+            log(f"{call['type']} answered {response.status}")
         except (OSError, http.client.HTTPException) as error:
-            log(f"{call['type']} not sent ({error}); it is re-sent on re-subscription")
+            log(f"{call['type']} not sent ({error})")
+        if call["type"] == "UPDATE":
+            self.resend_at = time.monotonic() + 0.5
+        return False
+
+    def resend(self) -> None:
+        """Send the unacknowledged updates again (after a failed UPDATE, once subscribed)."""
+        self.resend_at = None
+        for update in list(self.unacknowledged.values()):
+            if not self.send({"type": "UPDATE", "update": update}):
+                return
 
     # ---- status updates ------------------------------------------------------------------
 
@@ -363,6 +379,12 @@ class Executor:
             self.subscribed = True
             self.disconnected_since = None
             log("Received SUBSCRIBED event")
+            # Updates made while that SUBSCRIBE was on its way (the agent away: their UPDATE
+            # failed) were not in it: send them now. Upstream's library re-sends SUBSCRIBE
+            # with the current unacknowledged updates until it is answered, to the same end.
+            for key, update in list(self.unacknowledged.items()):
+                if key not in self.in_subscribe:
+                    self.send({"type": "UPDATE", "update": update})
         elif kind == "LAUNCH":
             self.launch(event["launch"]["task"])
         elif kind == "LAUNCH_GROUP":
@@ -396,7 +418,8 @@ class Executor:
         self.subscribe()
         while not self.done:
             now = time.monotonic()
-            deadlines = [d for d in (self.kill_deadline, self.completion_deadline, self.ack_deadline) if d]
+            timers = (self.kill_deadline, self.completion_deadline, self.ack_deadline, self.resend_at)
+            deadlines = [d for d in timers if d]
             timeout = max(0.0, min(deadlines) - now) if deadlines else 1.0
             try:
                 kind, value = self.events.get(timeout=min(timeout, 1.0))
@@ -428,6 +451,8 @@ class Executor:
                 log("Killing the task, which exceeded its maximum completion time")
                 self.killed_by_max_completion = True
                 self.kill(0.0)
+            if self.resend_at is not None and now >= self.resend_at and self.subscribed:
+                self.resend()
             if self.ack_deadline is not None and now >= self.ack_deadline and not self.done:
                 log("Did not receive ACK for the terminal status update from the agent")
                 return 1
