@@ -6,7 +6,9 @@ library only), for agents started with ``--http_command_executor``:
 
 - subscribes to the agent (``POST /<agent id>/api/v1/executor`` at ``MESOS_SLAVE_PID``),
   re-subscribing with its unacknowledged updates and task after a disconnection while the
-  framework checkpoints (within ``MESOS_RECOVERY_TIMEOUT``), else shutting down;
+  framework checkpoints (within ``MESOS_RECOVERY_TIMEOUT``), else shutting down; an UPDATE
+  the agent did not take (it answers 503 while it recovers) is sent again every 0.5 s, and
+  updates made while a SUBSCRIBE was on its way are sent once it is answered;
 - on LAUNCH sends TASK_STARTING, starts the task through ``mesos-containerizer launch
   --launch_info=...`` in a session of its own (environment: its own, then
   ``--task_environment``, then the command's; ``MESOS_ALLOCATION_ROLE``), sends TASK_RUNNING;
