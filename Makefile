@@ -8,7 +8,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-mesos test lint typecheck layers unit chaos fuzz bench bench-sched bench-docker bench-bigjob bench-placement bench-alongside images clean venv
+.PHONY: demo demo-mesos test lint typecheck layers unit chaos fuzz bench bench-sched bench-docker bench-bigjob bench-placement bench-alongside images clean venv real-mesos real-mesos-tests
 
 venv: $(STAMP)
 
@@ -110,6 +110,17 @@ bench-docker: $(STAMP)
 # through tools/build_images.py: make images [IMAGES=tf-cpu] [BASE=IMAGE] [CA_FILE=PEM]
 images: $(STAMP)
 	$(PY) tools/build_images.py $(IMAGES) $(if $(BASE),--base $(BASE)) $(if $(CA_FILE),--ca-file $(CA_FILE))
+
+# A real Apache Mesos 1.11.0 master and agents (issue 21): the mesos.scheduler tarball from
+# pip's package index (sha256 pinned) and the small programs of tools/realmesos, built into
+# the tests' cache folder (TFDECLARE_TEST_CACHE or ~/.cache/tfdeclare-tests). Needs g++ and
+# Debian's libsvn1 libapr1 libsasl2-2 libcurl4 zlib1g (.ci/run installs them as root).
+real-mesos: $(STAMP)
+	$(PY) tools/realmesos/build.py
+
+# The real-Mesos tier alone (pytest marker real_mesos; each test on a fresh cluster).
+real-mesos-tests: real-mesos
+	$(VENV)/bin/pytest -m real_mesos -q
 
 clean:
 	rm -rf $(VENV) .demo .demo-mesos .pytest_cache .mypy_cache .ruff_cache

@@ -434,6 +434,12 @@ def check_logs_and_forget(harness: Harness) -> None:
     assert b"hello from the task" in data
     partial = backend.read_log(task_id, 6)
     assert partial.data.startswith(b"from")
+    # the whole log: on a real Mesos agent the executor's own lines (stderr) follow the task's
+    deadline = time.monotonic() + 30
+    while not (chunk := backend.read_log(task_id, len(data))).complete or chunk.data:
+        data += chunk.data
+        assert time.monotonic() < deadline, "the log did not end"
+        time.sleep(0 if chunk.data else 0.05)
     end = backend.read_log(task_id, len(data))  # at the end: nothing more, not an error
     assert (end.data, end.next_offset) == (b"", len(data))
     for beyond in (len(data) + 1, 2**63 - 1):

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +96,29 @@ def workdir(tmp_path: Path) -> Iterator[Path]:
     (tmp_path / "specs").mkdir()
     yield tmp_path
     kill_leftovers(tmp_path)
+
+
+@pytest.fixture
+def real_mesos(tmp_path: Path) -> Iterator[Callable[..., Any]]:
+    """Starts fresh real Mesos clusters (tests/real_mesos.py: ``real_mesos(agents=2,
+    resources=..., flags={...})``), each in its own folder under the test's; all are stopped,
+    with every executor and task they started, when the test ends."""
+    from tests.real_mesos import RealMesos
+
+    started: list[RealMesos] = []
+
+    def start(**options: Any) -> RealMesos:
+        folder = tmp_path / f"cluster{len(started)}"
+        folder.mkdir()
+        cluster = RealMesos(folder, **options)
+        started.append(cluster)
+        return cluster.start()
+
+    try:
+        yield start
+    finally:
+        for cluster in started:
+            cluster.stop()
 
 
 @pytest.fixture(scope="session")

@@ -579,3 +579,18 @@ def test_offers_count_resources_reserved_to_the_offers_role() -> None:
     held = HeldOffer.parse(as_ml, 0, 5)
     assert (held.cpus, held.gpus) == (3.0, 1)  # batch's reservation is not ours
     assert all(r in held.resources for r in reserved) and other[0] not in held.resources
+
+
+def test_quota_verdict_compares_a_gangs_total_with_its_roles_limits() -> None:
+    from tfdeclare.backends.mesos.offers import quota_verdict
+
+    quota = {"ml": {"cpus": 4.0}, "ml/team": {"cpus": 6.0, "mem": 1024.0}, "other": {"cpus": 1.0}}
+    assert quota_verdict({"cpus": 4.0}, ("ml",), quota) is None
+    why = quota_verdict({"cpus": 5.0, "mem": 512.0}, ("ml",), quota)
+    assert why is not None and "cpus 5" in why and "role ml limits it to cpus 4" in why
+    # a child role is bounded by its parent's limit too (hierarchical quota)
+    assert "limits it to cpus 4" in str(quota_verdict({"cpus": 5.0}, ("ml/team",), quota))
+    assert quota_verdict({"mem": 2048.0}, ("ml/team",), quota) is not None
+    # several roles: their limits add up; a role without a limit is unbounded
+    assert quota_verdict({"cpus": 5.0}, ("ml", "other"), quota) is None
+    assert quota_verdict({"cpus": 50.0}, ("ml", "*"), quota) is None

@@ -136,3 +136,47 @@ def test_a_two_worker_tensorflow_job_in_docker_containers_ends_with_identical_we
         assert emulator.check_invariants() == []
     finally:
         emulator.stop()
+
+
+@pytest.mark.parametrize("containerizer", ["docker", "mesos"])
+def test_a_plain_apply_leaves_the_jobs_containers_running(
+    emulator: Emulator, docker_client: Any, base_image: str, tmp_path: Path, containerizer: str
+) -> None:
+    """``apply`` without ``--wait`` exits once the tasks are launched, and their containers run
+    on after it, as command tasks do on the real master (tests/test_real_mesos.py: a plain apply
+    leaves the tasks running). Issue 21 asked whether a plain apply started no container here:
+    not reproduced, with either containerizer."""
+    root = tmp_path / "project"
+    (root / "specs").mkdir(parents=True)
+    (root / "tfdeclare.yaml").write_text(config_yaml(emulator.url, containerizer=containerizer))
+    (root / "specs" / "plain.yaml").write_text(
+        "\n".join(
+            [
+                "apiVersion: tfdeclare/v1",
+                "kind: TFJob",
+                "metadata: {name: plain}",
+                "spec:",
+                f"  image: {base_image}",
+                "  replicas:",
+                "    worker: {count: 2, resources: {cpus: 0.5, mem: 64}, command: [sleep, '120']}",
+                "",
+            ]
+        )
+    )
+    result = cli("apply", "specs", "--backend", "mesos", cwd=root)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+    def running() -> list[Any]:
+        return [
+            c
+            for c in docker_client.containers.list(ignore_removed=True)
+            if any(
+                view.get("container_id") and c.name == f"mesos-{view['container_id']}"
+                for view in emulator.tasks().values()
+            )
+        ]
+
+    eventually(lambda: len(running()) == 2, timeout=60)
+    deleted = cli("delete", "plain", "--backend", "mesos", cwd=root)
+    assert deleted.returncode == 0, deleted.stderr
+    eventually(lambda: not running(), timeout=60)

@@ -422,3 +422,29 @@ def test_without_the_masters_agent_list_nothing_is_unschedulable_and_jobs_still_
     finally:
         harness.close()
         emulator.stop()
+
+
+def test_a_child_role_is_offered_its_parents_reservations(tmp_path: Path) -> None:
+    """Hierarchical roles, as the real master does them (issue 21; upstream
+    ``Resources::isAllocatableTo``): an agent with ``cpus(ml):3;cpus:1`` offers ml's
+    reservation to a framework in role ml/team, which runs a 3-cpu task on it, allocated to
+    ml/team; the backend counts ml's reservation as ml/team's when judging what fits."""
+    emulator = start_emulator(
+        tmp_path, agent_resources="cpus(ml):3;cpus:1;mem(ml):2048;mem:2048;ports:[31000-31099]"
+    )
+    harness = Harness(
+        lambda: MesosBackend(tmp_path / "state", mesos_test_config(emulator.url, roles=("ml/team",))),
+        tmp_path,
+    )
+    try:
+        backend = harness.backend()
+        placement = place_soon(backend, gang("team", 1, Resources(3, 1024)))
+        tasks = launches(harness, placement, SLEEP, resources=Resources(3, 1024))
+        backend.launch(placement, tasks)
+        eventually(lambda: tasks[0].task_id in running_on_agents(emulator))
+        asked = _task_resources(emulator, tasks[0].task_id)
+        assert {r["allocation_info"]["role"] for r in asked} == {"ml/team"}
+        assert ("ml", 3.0) in [(r["role"], r["scalar"]["value"]) for r in asked if r["name"] == "cpus"]
+    finally:
+        harness.close()
+        emulator.stop()

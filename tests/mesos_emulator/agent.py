@@ -120,6 +120,7 @@ class AgentTask:
     containerizer: str | None = None
     image_config: dict[str, Any] | None = None
     mounts: list[tuple[str, str, bool]] = field(default_factory=list)
+    ip_address: str | None = None  # the container's own, once a runner reported one
 
     @property
     def executor_id(self) -> str:
@@ -500,13 +501,15 @@ class Agent:
         reason: str | None = None,
         ip_address: str | None = None,
     ) -> None:
-        container_status = None
-        if state == "TASK_RUNNING":
-            # Slave::_statusUpdate fills in the agent's IP when the executor gave none.
-            container_status = {
-                "container_id": {"value": task.container_id},
-                "network_infos": [{"ip_addresses": [{"ip_address": ip_address or self.hostname}]}],
-            }
+        # Every update an executor sends for a task it was given carries the container's
+        # status: Slave::statusUpdate asks the containerizer for it, and Slave::_statusUpdate
+        # fills in the agent's IP when the executor gave none (upstream slave.cpp, 1.11).
+        # Found on the real agent (issue 21); the emulator once added it to TASK_RUNNING only.
+        task.ip_address = ip_address or task.ip_address
+        container_status = {
+            "container_id": {"value": task.container_id},
+            "network_infos": [{"ip_addresses": [{"ip_address": task.ip_address or self.hostname}]}],
+        }
         status = make_status(
             task.task_id,
             state,

@@ -448,16 +448,20 @@ class Master(AgentLifecycle):
         for framework_id, offers in batches.items():
             framework = self.frameworks[framework_id]
             pre_refinement = "RESERVATION_REFINEMENT" not in framework.capabilities
+            multi_role = "MULTI_ROLE" in framework.capabilities
             event = {
                 "type": "OFFERS",
-                "offers": {"offers": [self._offer_json(o, pre_refinement) for o in offers]},
+                "offers": {"offers": [self._offer_json(o, pre_refinement, multi_role) for o in offers]},
             }
             self.send(framework, event)
 
-    def _offer_json(self, offer: Offer, pre_refinement: bool) -> dict[str, Any]:
+    def _offer_json(self, offer: Offer, pre_refinement: bool, multi_role: bool = True) -> dict[str, Any]:
         agent = self.agents[offer.agent_id].agent
         port = self.cluster.agent_port
-        return {
+        # Per MESOS-8237 the master strips ``allocation_info`` from the offer and its resources
+        # for a framework without MULTI_ROLE (upstream master.cpp, ``Master::offer``); found on
+        # the real master (issue 21), where the emulator once sent it to every framework.
+        body = {
             "id": {"value": offer.id},
             "framework_id": {"value": offer.framework_id},
             "agent_id": {"value": offer.agent_id},
@@ -467,10 +471,13 @@ class Master(AgentLifecycle):
                 "address": {"hostname": agent.hostname, "ip": self.cluster.config.host_ip, "port": port},
                 "path": f"/{agent.pid_path}",
             },
-            "resources": offer.resources.to_json(offer.role, pre_refinement),
+            "resources": offer.resources.to_json(offer.role if multi_role else None, pre_refinement),
             "attributes": agent.attributes,
             "allocation_info": {"role": offer.role},
         }
+        if not multi_role:
+            del body["allocation_info"]
+        return body
 
     def _offer_timeout(self, offer: Offer) -> None:
         if offer.id in self.offers and not self.dead:

@@ -137,9 +137,16 @@ class Resources:
         return out
 
     def for_role(self, role: str) -> Resources:
-        """What a framework's role may be offered of these: unreserved, and reserved to it."""
+        """What a framework's role may be offered of these: unreserved, reserved to it, and
+        reserved to one of its ancestors (``ml``'s reservations go to ``ml/team`` too), as
+        upstream's ``Resources::isAllocatableTo`` (src/common/resources.cpp) decides: found
+        different on the real master (issue 21), where this once matched roles exactly."""
         out = Resources()
-        out.items = {k: v for k, v in self.items.items() if split_key(k)[1] in (None, role)}
+        out.items = {
+            k: v
+            for k, v in self.items.items()
+            if (reserved := split_key(k)[1]) in (None, role) or role.startswith(f"{reserved}/")
+        }
         return out
 
     def copy(self) -> Resources:

@@ -39,7 +39,7 @@ from tfdeclare.backends.mesos.errors import (
 )
 from tfdeclare.backends.mesos.info import validate_id
 from tfdeclare.backends.mesos.journal import TaskEntry
-from tfdeclare.backends.mesos.offers import HeldOffer
+from tfdeclare.backends.mesos.offers import HeldOffer, quota_verdict
 from tfdeclare.backends.mesos.placement import GangFit, never_fits
 from tfdeclare.backends.mesos.queueing import Waiting, place_in_line
 from tfdeclare.backends.mesos.sandbox import SandboxError, SandboxReader
@@ -331,7 +331,17 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
             self._never_fits_version = version
         key = (tuple((s.key, s.resources) for s in request.slots), request.constraints)
         if key not in self._never_fits_cache:
-            self._never_fits_cache[key] = never_fits(request, self._pool.capacities(), self._options)
+            why = never_fits(request, self._pool.capacities(), self._options)
+            if why is None and self._pool.quota:
+                needs = {
+                    "cpus": sum(s.resources.cpus for s in request.slots),
+                    "mem": float(sum(s.resources.mem_mib for s in request.slots)),
+                    "gpus": float(sum(s.resources.gpus for s in request.slots)),
+                }
+                why = quota_verdict(
+                    {k: v for k, v in needs.items() if v > 0}, self.config.roles, self._pool.quota
+                )
+            self._never_fits_cache[key] = why
         return self._never_fits_cache[key]
 
     def release(self, placement: Placement) -> None:

@@ -451,28 +451,61 @@ class SchedulerClient:
         """Explicit RECONCILE of (task_id, agent_id or None) pairs; empty means implicit."""
         self.call(calls.reconcile(tasks))
 
-    def get_agents(self) -> list[JSON]:
-        """The master's agents (operator API ``GET_AGENTS`` on the leader this client calls):
-        each with ``agent_info`` and ``total_resources``. Raises ``MesosError``."""
+    def _operator(self, call_type: str) -> JSON:
+        """One call of the master's operator API (``/api/v1``, JSON) on the leader this client
+        calls; its answer's body. Raises ``MesosError``."""
         with self._call_lock:
-            endpoint, _, _ = self._subscription("GET_AGENTS")
+            endpoint, _, _ = self._subscription(call_type)
             assert self._calls is not None
             url = endpoint.rsplit("/scheduler", 1)[0]  # .../api/v1/scheduler -> .../api/v1
             try:
                 resp = self._calls.post(
                     url,
-                    content=_dump({"type": "GET_AGENTS"}),
+                    content=_dump({"type": call_type}),
                     headers={"Content-Type": "application/json", "Accept": "application/json"},
                 )
             except httpx.HTTPError as exc:
-                raise MesosConnectionError(f"GET_AGENTS to {url}: {type(exc).__name__}: {exc}") from exc
+                raise MesosConnectionError(f"{call_type} to {url}: {type(exc).__name__}: {exc}") from exc
         if resp.status_code != 200:
-            raise error_for_status(resp.status_code, resp.text, "GET_AGENTS")
+            raise error_for_status(resp.status_code, resp.text, call_type)
         try:
-            agents = resp.json()["get_agents"].get("agents", [])
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            body = resp.json()
+        except ValueError as exc:
+            raise ProtocolError(f"{call_type}: an answer that is not JSON ({exc})") from None
+        if not isinstance(body, dict):
+            raise ProtocolError(f"{call_type}: an answer that is not a JSON object")
+        return body
+
+    def get_agents(self) -> list[JSON]:
+        """The master's agents (operator API ``GET_AGENTS`` on the leader this client calls):
+        each with ``agent_info`` and ``total_resources``. Raises ``MesosError``."""
+        body = self._operator("GET_AGENTS")
+        try:
+            agents = body["get_agents"].get("agents", [])
+        except (KeyError, TypeError, AttributeError) as exc:
             raise ProtocolError(f"GET_AGENTS: an answer that is not a list of agents ({exc})") from None
         return [a for a in agents if isinstance(a, dict)]
+
+    def get_quota(self) -> dict[str, dict[str, float]]:
+        """Each role's quota limits (operator API ``GET_QUOTA``): role -> {resource: limit}.
+        Masters of 1.9 and later list ``configs`` with ``limits`` (``UPDATE_QUOTA``); before,
+        a quota was a guarantee that was also its role's limit (``infos``' ``guarantee``).
+        Raises ``MesosError``."""
+        body = self._operator("GET_QUOTA")
+        try:
+            status = body["get_quota"].get("status") or {}
+            out: dict[str, dict[str, float]] = {}
+            for config in status.get("configs") or []:
+                limits = config.get("limits") or {}
+                out[str(config["role"])] = {str(k): float(v["value"]) for k, v in limits.items()}
+            for info in status.get("infos") or []:
+                if str(info["role"]) in out or not info.get("guarantee"):
+                    continue
+                scalars = [r for r in info["guarantee"] if r.get("type") == "SCALAR"]
+                out[str(info["role"])] = {str(r["name"]): float(r["scalar"]["value"]) for r in scalars}
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise ProtocolError(f"GET_QUOTA: an answer that is not a quota status ({exc})") from None
+        return out
 
     def update_framework(self, info: FrameworkInfo, suppressed_roles: Sequence[str] = ()) -> None:
         """UPDATE_FRAMEWORK (synchronous, 200). Info and suppressed roles are also used on re-subscribe."""

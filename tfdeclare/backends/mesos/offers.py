@@ -39,13 +39,59 @@ def reservation_role(resource: dict[str, Any]) -> str:
     return str(resource.get("role") or "*")
 
 
+def allocatable_to(reserved_to: str, role: str) -> bool:
+    """Whether resources reserved to ``reserved_to`` may be allocated to ``role``: unreserved
+    ones, those reserved to the role itself, and those reserved to one of its ancestors
+    (hierarchical roles: ``ml``'s reservations are offered to a framework in ``ml/team``).
+    Upstream ``Resources::isAllocatableTo`` (src/common/resources.cpp, Mesos 1.11):
+    ``isUnreserved(resource) || role == reservationRole || roles::isStrictSubroleOf(role,
+    reservationRole)``."""
+    return reserved_to in ("*", role) or role.startswith(reserved_to + "/")
+
+
 def usable(resource: dict[str, Any], roles: Collection[str]) -> bool:
-    """Plain resources, unreserved or reserved to one of ``roles`` (no disk, revocable,
-    shared or provider resources)."""
+    """Plain resources, unreserved or allocatable to one of ``roles`` (reserved to it or to an
+    ancestor; no disk, revocable, shared or provider resources)."""
     if any(key in resource for key in ("disk", "revocable", "shared", "provider_id")):
         return False
     role = reservation_role(resource)
-    return role == "*" or role in roles
+    return role == "*" or any(allocatable_to(role, ours) for ours in roles)
+
+
+def quota_verdict(
+    needs: dict[str, float], roles: Collection[str], quota: dict[str, dict[str, float]]
+) -> str | None:
+    """Why a gang needing ``needs`` in all (cpus, mem, gpus) can never be offered to a
+    framework in ``roles``, given the roles' quota limits, or None. Upstream's allocator never
+    allocates a role beyond its limit, nor beyond any ancestor's (hierarchical quota); a
+    framework in several roles may use the sum of their limits, and a role without a limit
+    on a resource is unbounded in it. Tasks of ours already running count against the limit
+    too, but that is a wait, not never: only the limits themselves are compared."""
+    allowed: dict[str, float] = {}
+    limiting: dict[str, list[str]] = {}
+    for name in needs:
+        total = 0.0
+        for role in roles:
+            parts = role.split("/")
+            ancestry = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+            bounds = [(quota[r][name], r) for r in ancestry if name in quota.get(r, {})]
+            if not bounds:
+                total = float("inf")
+                break
+            value, by = min(bounds)
+            total += value
+            limiting.setdefault(name, []).append(by)
+        allowed[name] = total
+    over = [name for name, need in needs.items() if need > allowed[name] + 1e-9]
+    if not over:
+        return None
+    described = ", ".join(f"{name} {needs[name]:g}" for name in over)
+    limits = ", ".join(f"{name} {allowed[name]:g}" for name in over)
+    owners = ", ".join(sorted({r for name in over for r in limiting.get(name, [])}))
+    return (
+        f"the gang needs {described} in all but the quota of role {owners} limits it to {limits} "
+        "(the master never offers a role more than its quota limit)"
+    )
 
 
 def merge_ranges(ranges: Iterable[tuple[int, int]]) -> PortRanges:
@@ -192,7 +238,8 @@ class OfferPool:
     agents_known: bool = False  # ``capacity`` holds the master's list of agents
     gpu_agents: set[str] = field(default_factory=set)
     agent_urls: dict[str, str] = field(default_factory=dict)
-    capacity_version: int = 0  # changes whenever ``capacity`` does
+    capacity_version: int = 0  # changes whenever ``capacity`` or ``quota`` does
+    quota: dict[str, dict[str, float]] = field(default_factory=dict)  # role -> its quota limits
 
     _views: dict[AgentRole, AgentOffer] = field(default_factory=dict)  # per (agent, role), kept current
 
@@ -222,6 +269,12 @@ class OfferPool:
             self.capacity = capacity
             self.capacity_version += 1
         self.agents_known = True
+
+    def set_quota(self, quota: dict[str, dict[str, float]]) -> None:
+        """The roles' quota limits (``GET_QUOTA``)."""
+        if quota != self.quota:
+            self.quota = quota
+            self.capacity_version += 1
 
     def forget_agents(self) -> None:
         """The list is out of date (a new subscription, maybe to another master)."""

@@ -409,17 +409,24 @@ class BackendState(ABC):
         self._agents_in_flight = True
         self._agents_asked_at = now
         answer: list[list[AgentOffer]] = []
+        quota: list[dict[str, dict[str, float]]] = []
         roles = self.config.roles
 
         def ask(client: SchedulerClient) -> None:
             listed = (agent_capacity(raw, roles) for raw in client.get_agents())
             answer.append([c for c in listed if c is not None])
+            try:  # the roles' quota limits: a gang over them is never offered in full
+                quota.append(client.get_quota())
+            except MesosError as err:  # not allowed to see it, or a master without quota
+                log.debug("no quota from the master: %s", err)
 
         def done(ok: bool) -> None:
             self._agents_in_flight = False
             self._agents_failed = not ok
             if ok and answer and self._connected:
                 self._pool.set_agents(answer[0])
+                if quota:
+                    self._pool.set_quota(quota[0])
                 self._changed = True
                 self._notify()
 

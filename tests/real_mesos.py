@@ -1,0 +1,372 @@
+"""A real Apache Mesos 1.11.0 master and agents for tests (issue 21; ``make real-mesos``).
+
+What this module owns: starting one fresh cluster (the master and N agents of
+``tools/realmesos``' ``realmesos-cluster``, one process) on a free port with its work folder
+under the test's tmp folder, waiting until every agent has registered, reading the master's
+own view (``/master/state``, the operator API), and stopping it with everything it started.
+
+As root (``.ci/run``, CI) the cluster runs in PID and mount namespaces of its own
+(``unshare --pid --mount-proc --kill-child``): stopping it kills every executor and task it
+started, whatever they did; a task's pid as it sees it is translated by ``host_pid``.
+Otherwise it runs in a session of its own and is stopped by SIGTERM, and every process below
+it, below its ``mesos-containerizer`` processes (they keep its environment, marked) or working
+in its folder is SIGKILLed (a task that daemonizes out of that tree would escape).
+
+Without the build (no compiler or libraries, not x86_64) a test skips with the reason, or
+fails under ``CI=true`` (``tests/components.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tests.components import missing
+
+DEFAULT_RESOURCES = "cpus:4;mem:4096;disk:4096;ports:[31000-31999]"
+
+
+_BUILT: list[Path | str] = []  # the build folder, or why there is none (once per test session)
+
+
+def built() -> Path:
+    """The build folder (``make real-mesos``), built if missing or stale; tried once per test
+    session (without it every test would try the download again)."""
+    if not _BUILT:
+        from tools.realmesos import build as builder
+
+        try:
+            _BUILT.append(builder.build())
+        except builder.BuildError as error:
+            _BUILT.append(f"no real Mesos ({error}; see make real-mesos)")
+        except OSError as error:
+            _BUILT.append(f"no real Mesos (fetching or building it failed: {error})")
+    found = _BUILT[0]
+    if isinstance(found, str):
+        missing(found)
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def isolated() -> bool:
+    """Whether clusters get namespaces of their own (root and util-linux's unshare;
+    ``TFDECLARE_REALMESOS_NAMESPACES=0`` turns them off, to test the other way)."""
+    if os.environ.get("TFDECLARE_REALMESOS_NAMESPACES") == "0":
+        return False
+    return os.geteuid() == 0 and shutil.which("unshare") is not None
+
+
+class RealMesos:
+    """One master and ``agents`` agents (all with ``resources``); ``flags`` adds MESOS_*
+    settings for both (``{"ROLES": ...}`` -> ``MESOS_ROLES``)."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        agents: int = 2,
+        resources: str = DEFAULT_RESOURCES,
+        flags: dict[str, str] | None = None,
+        build: Path | None = None,
+        namespaces: bool = True,
+    ) -> None:
+        self.build = build or built()
+        # False: executors and tasks outlive the cluster's process (``restart``), as on a real
+        # cluster where a master and its agents fail over while tasks run on.
+        self.namespaces = namespaces and isolated()
+        self.workdir = workdir
+        self.agents = agents
+        self.resources = resources
+        self.flags = dict(flags or {})
+        self.port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log = workdir / "cluster.log"
+        self.marker = str(workdir.resolve())  # in the environment of what it starts (not isolated)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def environment(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("MESOS_", "LIBPROCESS_"))}
+        env.update(
+            {
+                "LIBPROCESS_IP": "127.0.0.1",
+                "LIBPROCESS_PORT": str(self.port),
+                "MESOS_NUM_SLAVES": str(self.agents),
+                "MESOS_RESOURCES": self.resources,
+                "MESOS_WORK_DIR": str(self.workdir / "mesos"),
+                "MESOS_LAUNCHER_DIR": str(self.build),
+                "MESOS_REGISTRY": "in_memory",
+                "MESOS_ISOLATION": "posix/cpu,posix/mem",
+                "MESOS_LAUNCHER": "posix",
+                "MESOS_HTTP_COMMAND_EXECUTOR": "true",
+                "MESOS_HOSTNAME": "127.0.0.1",
+                "MESOS_SYSTEMD_ENABLE_SUPPORT": "false",
+                "MESOS_ALLOCATION_INTERVAL": "100ms",
+                "MESOS_GC_DELAY": "1hrs",
+                "TFDECLARE_REALMESOS": self.marker,
+            }
+        )
+        env.update({f"MESOS_{name.upper()}": value for name, value in self.flags.items()})
+        return env
+
+    def start(self, timeout: float = 60.0, port: int | None = None) -> RealMesos:
+        (self.workdir / "mesos").mkdir(parents=True, exist_ok=True)
+        for _attempt in range(3):  # a free port may be taken before the cluster binds it
+            self.port = port or free_port()
+            program = [str(self.build / "realmesos-cluster")]
+            if self.namespaces:
+                program = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", *program]
+            with self.log.open("ab") as log:
+                self.process = subprocess.Popen(
+                    program,
+                    env=self.environment(),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                    cwd=self.workdir,
+                )
+            try:
+                self.wait_until_up(timeout)
+                return self
+            except PortTaken:
+                self.stop()
+        raise AssertionError(f"the real Mesos cluster never came up:\n{self.log_tail()}")
+
+    def wait_until_up(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                if "Address already in use" in self.log_tail():
+                    raise PortTaken
+                raise AssertionError(
+                    f"the real Mesos cluster exited ({self.process.returncode}):\n{self.log_tail()}"
+                )
+            try:
+                if len(self.state().get("slaves", [])) == self.agents:
+                    return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"{self.agents} agents not registered in {timeout} s:\n{self.log_tail()}"
+                )
+            time.sleep(0.1)
+
+    def down(self) -> None:
+        """The cluster's process stops (SIGTERM, nothing else): executors and tasks run on.
+        Needs ``namespaces=False``."""
+        assert not self.namespaces and self.process is not None, "down needs namespaces=False"
+        process, self.process = self.process, None
+        process.terminate()
+        process.wait(30)
+
+    def up(self, timeout: float = 60.0) -> None:
+        """Start again after ``down`` on the same port over the same work folder: the master
+        recovers its registry (``registry: replicated_log``) and the agents their executors
+        (checkpointed frameworks), which re-subscribe."""
+        deadline = time.monotonic() + timeout
+        while True:  # the port is free again once the old sockets are gone
+            try:
+                self.start(timeout, port=self.port)
+                return
+            except AssertionError:
+                if time.monotonic() > deadline:
+                    raise
+
+    def restart(self, timeout: float = 60.0) -> None:
+        """The master and its agents fail over together: ``down`` then ``up``."""
+        self.down()
+        self.up(timeout)
+
+    def log_tail(self, size: int = 6000) -> str:
+        try:
+            return self.log.read_bytes()[-size:].decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is None:
+            return
+        if self.namespaces:
+            # unshare --kill-child: its child, the namespace's init, gets SIGKILL, and with it
+            # every process of the namespace (executors and tasks included).
+            process.kill()
+            process.wait(30)
+        else:
+            # Executors and tasks run in sessions of their own: find them first, as the
+            # descendants of the cluster (through its mesos-containerizer processes, which
+            # keep its environment) and of anything working in its folder.
+            tree = descendants({process.pid, *marked(self.marker), *working_in(self.workdir)})
+            try:
+                os.killpg(process.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(15)
+            for pid in tree | descendants({*marked(self.marker), *working_in(self.workdir)}):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+    def __enter__(self) -> RealMesos:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---- the master's view -------------------------------------------------------------
+
+    def get(self, path: str) -> Any:
+        with urllib.request.urlopen(self.url + path, timeout=30) as response:
+            return json.loads(response.read())
+
+    def state(self) -> dict[str, Any]:
+        return dict(self.get("/master/state"))
+
+    def operator(self, call: dict[str, Any], expect: int = 200) -> Any:
+        """POST a v1 operator call (JSON); the decoded answer, or None for an empty body."""
+        request = urllib.request.Request(
+            self.url + "/api/v1",
+            data=json.dumps(call).encode(),
+            headers={"Content-Type": "application/json", "Accept": "application/json"},
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                status, body = response.status, response.read()
+        except urllib.error.HTTPError as error:
+            status, body = error.code, error.read()
+        assert status == expect, f"{call.get('type')}: {status} {body[:500]!r}"
+        return json.loads(body) if body else None
+
+    def agent_ids(self) -> list[str]:
+        return sorted(str(a["id"]) for a in self.state()["slaves"])
+
+    def tasks(self) -> dict[str, dict[str, Any]]:
+        """task id -> the master's task (state, slave_id, resources...), of every framework."""
+        out: dict[str, dict[str, Any]] = {}
+        for framework in self.state().get("frameworks", []):
+            for task in framework.get("tasks", []) + framework.get("completed_tasks", []):
+                out.setdefault(task["id"], task)
+        return out
+
+    def running(self) -> dict[str, str]:
+        """task id -> agent id of every task the master sees running."""
+        return {i: str(t["slave_id"]) for i, t in self.tasks().items() if t["state"] == "TASK_RUNNING"}
+
+    def frameworks(self) -> list[dict[str, Any]]:
+        return list(self.state().get("frameworks", []))
+
+    def host_pid(self, pid: int) -> int:
+        """The pid on this machine of the cluster's process numbered ``pid`` inside it."""
+        if not self.namespaces:
+            return pid
+        assert self.process is not None
+        namespace = os.readlink(f"/proc/{self.process.pid}/ns/pid_for_children")  # unshare's new one
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                if os.readlink(f"/proc/{entry}/ns/pid") != namespace:
+                    continue
+                with open(f"/proc/{entry}/status") as status:
+                    for line in status:
+                        if line.startswith("NSpid:") and int(line.split()[-1]) == pid:
+                            return int(entry)
+            except OSError:
+                continue
+        raise ProcessLookupError(pid)
+
+
+class PortTaken(Exception):
+    pass
+
+
+def _processes() -> dict[int, int]:
+    """pid -> parent pid of every process."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    out[int(entry)] = int(stat.read().rpartition(")")[2].split()[1])
+            except OSError:
+                continue
+    return out
+
+
+def descendants(roots: set[int]) -> set[int]:
+    """``roots`` and every process below them."""
+    parents = _processes()
+    found = {r for r in roots if r in parents}
+    grew = True
+    while grew:
+        grew = False
+        for pid, parent in parents.items():
+            if parent in found and pid not in found:
+                found.add(pid)
+                grew = True
+    found.discard(os.getpid())
+    return found
+
+
+def marked(marker: str) -> set[int]:
+    """Processes whose environment holds ``TFDECLARE_REALMESOS=<marker>``."""
+    wanted = f"TFDECLARE_REALMESOS={marker}".encode()
+    out = set()
+    for pid in _processes():
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as environ:
+                if wanted in environ.read().split(b"\0"):
+                    out.add(pid)
+        except OSError:
+            continue
+    return out
+
+
+def working_in(folder: Path) -> set[int]:
+    """Processes whose working directory is under ``folder``."""
+    prefix = str(folder.resolve())
+    out = set()
+    for pid in _processes():
+        try:
+            if os.readlink(f"/proc/{pid}/cwd").startswith(prefix):
+                out.add(pid)
+        except OSError:
+            continue
+    return out
+
+
+def eventually(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.1) -> Any:
+    """Wait until ``predicate()`` is truthy (on a loaded machine: generous deadlines)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not reached in {timeout} s")
+        time.sleep(interval)
