@@ -4,6 +4,7 @@ there, stopped with the job."""
 
 from __future__ import annotations
 
+import http.client
 import textwrap
 import urllib.request
 from collections.abc import Iterator
@@ -35,10 +36,12 @@ def board(cwd: Path) -> dict[str, Any]:
 
 
 def answers(url: str) -> bool:
+    """TensorBoard answers at ``url`` (not yet: refused, or anything that is not its page, such
+    as another program that had the port a moment before, seen once as an echo of the request)."""
     try:
         with urllib.request.urlopen(url, timeout=5) as response:
             return response.status == 200 and b"TensorBoard" in response.read()
-    except OSError:
+    except (OSError, http.client.HTTPException):
         return False
 
 
