@@ -15,19 +15,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from tests.mesos_emulator.status import TERMINAL_STATES
 from tfdeclare.backends.mesos.client import ClientConfig, SchedulerClient
 from tfdeclare.backends.mesos.events import BaseHandler, Offer, TaskStatus
 from tfdeclare.backends.mesos.info import FrameworkInfo
-
-TERMINAL = {
-    "TASK_FINISHED",
-    "TASK_FAILED",
-    "TASK_KILLED",
-    "TASK_ERROR",
-    "TASK_LOST",
-    "TASK_DROPPED",
-    "TASK_GONE",
-}
 
 
 class OtherFramework(BaseHandler):
@@ -126,7 +117,7 @@ class OtherFramework(BaseHandler):
     def release(self, task_id: str, timeout: float = 15.0) -> None:
         """Kill the task and wait until the master says it ended (its resources are free)."""
         self.client.kill(task_id)
-        self._wait(lambda: self._states.get(task_id) in TERMINAL, timeout, f"{task_id} did not end")
+        self._wait(lambda: self._states.get(task_id) in TERMINAL_STATES, timeout, f"{task_id} did not end")
 
     def close(self) -> None:
         self.client.teardown()

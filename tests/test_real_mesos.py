@@ -112,18 +112,20 @@ def test_a_gang_is_placed_across_agents_and_runs_on_both(
     wait_for(backend, lambda ts: all(ts[i].state.ended for i in ids), timeout=60)
 
 
+def unschedulable(backend: Any, request: Any) -> Any:
+    """The backend's answer once it judges ``request`` unschedulable (it may first wait for
+    the master's agent list)."""
+    return eventually(
+        lambda: (a := backend.place(request)) and a.reason is UnplacedReason.UNSCHEDULABLE and a
+    )
+
+
 def test_a_gang_larger_than_any_agent_is_unschedulable_from_the_masters_agent_list(
     real_mesos: Start, tmp_path: Path, backends: list[Harness]
 ) -> None:
     mesos = real_mesos(agents=2, resources="cpus:2;mem:2048;ports:[31000-31099]")
     backend = harness_on(mesos, tmp_path, backends).backend()
-    answer = eventually(
-        lambda: (
-            (a := backend.place(gang("huge", 1, Resources(3, 256))))
-            and a.reason is UnplacedReason.UNSCHEDULABLE
-            and a
-        )
-    )
+    answer = unschedulable(backend, gang("huge", 1, Resources(3, 256)))
     assert "the largest agent has cpus 2" in answer.message, answer.message
 
 
@@ -151,13 +153,7 @@ def test_a_framework_outside_the_role_never_gets_its_reservations(
 ) -> None:
     mesos = real_mesos(agents=1, resources="cpus(ml):3;cpus:1;mem:4096;ports:[31000-31099]")
     backend = harness_on(mesos, tmp_path, backends).backend()
-    answer = eventually(
-        lambda: (
-            (a := backend.place(gang("two", 1, Resources(2, 256))))
-            and a.reason is UnplacedReason.UNSCHEDULABLE
-            and a
-        )
-    )
+    answer = unschedulable(backend, gang("two", 1, Resources(2, 256)))
     assert "the largest agent has cpus 1" in answer.message, answer.message
 
 

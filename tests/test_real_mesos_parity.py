@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from tests.mesos_emulator.status import TERMINAL_STATES
 from tests.mesos_fixtures import start_emulator
 from tests.real_mesos import RealMesos
 from tfdeclare.backends.mesos.client import ClientConfig, SchedulerClient
@@ -30,15 +31,6 @@ from tfdeclare.backends.mesos.info import Capability, FrameworkInfo
 pytestmark = [pytest.mark.real_mesos, pytest.mark.slow]
 
 RESOURCES = "cpus:4;mem:4096;ports:[31000-31099]"
-TERMINAL = {
-    "TASK_FINISHED",
-    "TASK_FAILED",
-    "TASK_KILLED",
-    "TASK_ERROR",
-    "TASK_LOST",
-    "TASK_DROPPED",
-    "TASK_GONE",
-}
 
 
 class Probe(BaseHandler):
@@ -118,7 +110,7 @@ class Probe(BaseHandler):
             return [u for u in self.updates if u.task_id == task_id]
 
     def ended(self, task_id: str) -> list[TaskStatus]:
-        return self.wait(lambda: (u := self.of(task_id)) and u[-1].state in TERMINAL and u)  # type: ignore[no-any-return]
+        return self.wait(lambda: (u := self.of(task_id)) and u[-1].state in TERMINAL_STATES and u)  # type: ignore[no-any-return]
 
     def close(self) -> None:
         self.client.teardown()
