@@ -2,7 +2,7 @@
 it runs from (read-only by mode only). When a new commit leaves that snapshot unused, the
 daemon keeps it and says so (path and count) instead of deleting the file with it; a snapshot
 holding only its commit's files is removed as before; ``tfdeclare gc`` removes a kept one when
-the operator asks (``--dry-run`` first)."""
+the operator asks (``--dry-run`` first); the daemon's ``/healthz`` lists what it keeps."""
 
 from __future__ import annotations
 
@@ -13,7 +13,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import cli
+from tests.controller_world import World
 from tests.test_git_security import Repo
+from tfdeclare.daemon import page
+from tfdeclare.daemon.service import Daemon, DaemonOptions
 from tfdeclare.daemon.sources import GitSettings, GitSource
 
 JOB = "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: a}\nspec:\n  command: [x]\n  replicas: {worker: {count: 1}}\n"
@@ -44,6 +47,18 @@ def test_a_snapshot_holding_a_file_a_task_wrote_is_kept_and_gc_removes_it(
     kept = [r.getMessage() for r in caplog.records if "keeping the snapshot" in r.getMessage()]
     assert len(kept) == 1 and str(snapshot) in kept[0] and "2 file(s)" in kept[0], kept
     assert sorted(source.kept[first]) == ["jobs/a.yaml", "jobs/checkpoint.ckpt"]
+    world = World(tmp_path / "world")  # the daemon's /healthz (and page) says so too
+    daemon = Daemon(
+        source, world.controller, world.files, world.status_dir, DaemonOptions(), clock=world.clock
+    )
+    try:
+        (kept_now,) = daemon.health()[1]["keptSnapshots"].items()
+        assert kept_now[0] == first and kept_now[1]["files"] == 2, kept_now
+        text = page.render([], [], daemon.health()[1], 0)
+        assert f'<code title="{first}">{first[:12]}</code> is no longer used but kept' in text
+        assert "tasks wrote 2 file(s) into it" in text
+    finally:
+        daemon.notifier.close()
 
     dry = cli("gc", "--dry-run", "-o", "json", cwd=tmp_path)
     assert dry.returncode == 0, dry.stderr

@@ -66,6 +66,10 @@ class Source(Protocol):
 
     rejected: tuple[str, str] | None  # (commit, why) of a fetched head not applied (signatures)
 
+    @property
+    def kept(self) -> Mapping[str, list[str]]:
+        """Unused revision snapshots kept for files tasks wrote into them: commit -> those files."""
+
 
 @dataclass(frozen=True, slots=True)
 class DaemonOptions:
@@ -339,6 +343,11 @@ class Daemon:
             "revision": self.revision.commit if self.revision else None,
             "lastPassAt": self.last_pass_at,
             "passOverdue": late,
+            # git snapshots no job uses, kept for the files tasks wrote in them (`tfdeclare gc`)
+            "keptSnapshots": {
+                commit: {"files": len(files), "examples": files[:5]}
+                for commit, files in self.source.kept.items()
+            },
         }
 
     def jobs(self) -> list[dict[str, Any]]:

@@ -28,9 +28,10 @@ import shutil
 import stat
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from tfdeclare.core.run.record import Revision
@@ -68,6 +69,7 @@ class SourceError(Exception):
 
 class FolderSource:
     rejected: tuple[str, str] | None = None  # a folder has no signatures
+    kept: Mapping[str, list[str]] = MappingProxyType({})  # a folder has no snapshots
 
     def __init__(self, folder: Path, ignore: list[Path]) -> None:
         self.folder = folder
