@@ -27,7 +27,9 @@ from tfdeclare.core.enums import (
     ConstraintOperator,
     PlacementStrategy,
     RestartPolicy,
+    RestartScope,
     Role,
+    ScopeReason,
     SuccessPolicy,
     VolumeMode,
 )
@@ -43,6 +45,20 @@ DEFAULT_EVALUATOR_GRACE_S = 60.0
 spec does not say (``evaluatorGraceSeconds``): long enough for one evaluation pass of a
 typical model over a validation set, short enough that a forgotten evaluator that waits for
 checkpoints forever does not hold a finished job open for long."""
+
+
+SCOPE_WHY: Mapping[ScopeReason, str] = {
+    ScopeReason.SET_FOR_ROLE: "set for the role (spec.replicas.{role}.restartScope)",
+    ScopeReason.SET_FOR_JOB: "set for the job (spec.restartScope)",
+    ScopeReason.WORKER_WITH_PS: "the job has ps roles: the coordinator re-dispatches a lost worker's "
+    "work and a worker restarted at its address rejoins",
+    ScopeReason.PS_OR_CHIEF: "the job has ps roles: a failed ps or chief needs the whole job, "
+    "restored from its checkpoint",
+    ScopeReason.WORKERS_ONLY: "no ps roles (MultiWorkerMirroredStrategy): its collectives need every worker",
+    ScopeReason.EVALUATOR: "the evaluator is outside the training cluster",
+    ScopeReason.TENSORBOARD: "TensorBoard is outside the training cluster",
+}
+"""Why a role has its restart scope, in words (``{role}``: the role's name)."""
 
 
 def _number(value: float) -> int | float:
@@ -80,7 +96,7 @@ def canonicalize(filled: Mapping[str, Any]) -> dict[str, Any]:
         if "command" in replica:
             entry["command"] = list(replica["command"])
         # Added for Kubeflow parity: present only when set, so earlier specs hash the same.
-        for key in ("args", "image", "workingDir", "restartPolicy"):
+        for key in ("args", "image", "workingDir", "restartPolicy", "restartScope"):
             if key in replica:
                 entry[key] = list(replica[key]) if key == "args" else replica[key]
         replicas[role_name] = entry
@@ -148,8 +164,9 @@ def _parity_fields(spec: Mapping[str, Any]) -> dict[str, Any]:
     for key in ("ttlSecondsAfterFinished", "evaluatorGraceSeconds"):
         if key in spec:
             out[key] = _number(spec[key])
-    if "successPolicy" in spec:
-        out["successPolicy"] = spec["successPolicy"]
+    for key in ("successPolicy", "restartScope"):
+        if key in spec:
+            out[key] = spec[key]
     return out
 
 
@@ -210,6 +227,7 @@ class ReplicaSpec:
     image: str | None = None
     working_dir: str | None = None
     restart_policy: RestartPolicy | None = None
+    restart_scope: RestartScope | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +253,7 @@ class JobSpec:
     success_policy: SuccessPolicy = SuccessPolicy.ALL_WORKERS
     ttl_after_finished_s: int | None = None
     evaluator_grace_s: float = DEFAULT_EVALUATOR_GRACE_S
+    restart_scope: RestartScope | None = None  # unset: by the roles (``restart_scope_for``)
 
     @classmethod
     def from_canonical(cls, canonical: Mapping[str, Any]) -> JobSpec:
@@ -253,6 +272,7 @@ class JobSpec:
                 image=entry.get("image"),
                 working_dir=entry.get("workingDir"),
                 restart_policy=RestartPolicy(entry["restartPolicy"]) if "restartPolicy" in entry else None,
+                restart_scope=RestartScope(entry["restartScope"]) if "restartScope" in entry else None,
             )
             for role, name in ROLE_NAMES
             if (entry := by_role.get(name)) is not None
@@ -284,6 +304,7 @@ class JobSpec:
             success_policy=SuccessPolicy(spec.get("successPolicy", SuccessPolicy.ALL_WORKERS.value)),
             ttl_after_finished_s=spec.get("ttlSecondsAfterFinished"),
             evaluator_grace_s=float(spec.get("evaluatorGraceSeconds", DEFAULT_EVALUATOR_GRACE_S)),
+            restart_scope=RestartScope(spec["restartScope"]) if "restartScope" in spec else None,
         )
 
     def replica(self, role: Role) -> ReplicaSpec | None:
@@ -372,6 +393,29 @@ class JobSpec:
     def restart_policy_for(self, role: Role) -> RestartPolicy:
         replica = self.replica(role)
         return replica.restart_policy if replica and replica.restart_policy else self.restart_policy
+
+    def restart_scope_for(self, role: Role) -> tuple[RestartScope, ScopeReason]:
+        """What a failed task of ``role`` restarts, and why: the evaluator and TensorBoard
+        always alone; else the role's ``restartScope``, the job's, or the default the roles
+        imply (reference: tensorflow-distributed.md §8.2, §11.4): with ``ps`` roles
+        (ParameterServerStrategy, TF1 between-graph) a worker alone, since the coordinator
+        re-dispatches its closures and a worker restarted at its address rejoins, while a ps
+        or the chief takes the whole job (restored from its checkpoint); without, every role
+        takes the whole job (MultiWorkerMirroredStrategy's collectives need every worker)."""
+        if role is Role.TENSORBOARD:
+            return RestartScope.TASK, ScopeReason.TENSORBOARD
+        if role is Role.EVALUATOR:
+            return RestartScope.TASK, ScopeReason.EVALUATOR
+        replica = self.replica(role)
+        if replica is not None and replica.restart_scope is not None:
+            return replica.restart_scope, ScopeReason.SET_FOR_ROLE
+        if self.restart_scope is not None:
+            return self.restart_scope, ScopeReason.SET_FOR_JOB
+        if role is Role.WORKER and self.count(Role.PS) > 0:
+            return RestartScope.TASK, ScopeReason.WORKER_WITH_PS
+        if role in (Role.PS, Role.CHIEF) and self.count(Role.PS) > 0:
+            return RestartScope.JOB, ScopeReason.PS_OR_CHIEF
+        return RestartScope.JOB, ScopeReason.WORKERS_ONLY
 
     @property
     def images(self) -> tuple[str, ...]:
