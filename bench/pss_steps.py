@@ -30,6 +30,7 @@ STEPS = int(os.environ.get("STEPS", "80"))
 STEPS_PER_ROUND = int(os.environ.get("STEPS_PER_ROUND", "10"))
 WIDTH = int(os.environ.get("WIDTH", "32"))
 BATCH = 32
+LEARNING_RATE = float(os.environ.get("LEARNING_RATE", "0.1"))
 GATE_DEADLINE_S = 600.0
 
 
@@ -81,7 +82,7 @@ def train(resolver: tf.distribute.cluster_resolver.TFConfigClusterResolver) -> N
                 keras.layers.Dense(1, activation="sigmoid"),
             ]
         )
-        optimizer = keras.optimizers.SGD(learning_rate=0.5)
+        optimizer = keras.optimizers.SGD(learning_rate=LEARNING_RATE)
         optimizer.build(model.trainable_variables)
         done = tf.Variable(0, dtype=tf.int64, trainable=False)
     checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, done=done)

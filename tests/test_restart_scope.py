@@ -398,3 +398,37 @@ def test_a_pinned_slot_that_cannot_be_placed_keeps_the_job_running_then_falls_ba
     assert after.attempt == 1 and after.phase in (Phase.RESTARTING, Phase.RUNNING, Phase.PENDING)
     status = world.status("p")
     assert status is not None and status["taskRestarts"][0]["jobRestartsForItsAddress"] == 1
+
+
+# ---- Mesos: a pinned slot gets its agent and port, or waits ---------------------------------
+
+
+def test_mesos_placement_gives_a_pinned_slot_its_agent_and_port_or_waits() -> None:
+    from tests.test_placement import ONE, agent
+    from tfdeclare.backends.mesos.placement import GangFit, NoFit, place_gang
+    from tfdeclare.core.run.tasks import Address, GangRequest, SlotRequest, UnplacedReason
+
+    def request(pinned: bool) -> GangRequest:
+        slot = SlotRequest(TaskKey(Role.WORKER, 1), ONE, Address("b.example", 31005), pinned=pinned)
+        return GangRequest("job", 0, (slot,))
+
+    offered = [agent("a"), agent("b")]
+    fit = place_gang(request(True), offered)
+    assert isinstance(fit, GangFit) and (fit.assignments[0].agent_id, fit.assignments[0].port) == ("b", 31005)
+    for offers in ([agent("a")], [agent("a"), agent("b", ports=((31006, 31009),))], [agent("b", cpus=0.5)]):
+        refused = place_gang(request(True), offers)
+        assert isinstance(refused, NoFit) and refused.reason is UnplacedReason.WAITING_FOR_ADDRESS, refused
+        assert "b.example:31005" in refused.message
+        moved = place_gang(request(False), [agent("a")])
+        assert isinstance(moved, GangFit), "unpinned, a previous address is only a preference"
+
+
+def test_mesos_a_pinned_gang_holds_no_line() -> None:
+    from tests.test_placement import ONE
+    from tfdeclare.backends.mesos.queueing import Waiting, head_of
+    from tfdeclare.core.run.tasks import Address, GangRequest, SlotRequest
+
+    pinned = SlotRequest(TaskKey(Role.WORKER, 1), ONE, Address("b.example", 31005), pinned=True)
+    waiting_for_address = Waiting(GangRequest("a", 0, (pinned,)), 1.0, 1.0)
+    other = Waiting(GangRequest("b", 0, (SlotRequest(TaskKey(Role.WORKER, 0), ONE),)), 2.0, 2.0)
+    assert head_of([("a", waiting_for_address), ("b", other)]) == ("b", other)

@@ -32,8 +32,8 @@ pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="TensorFlow is not installed"),
 ]
 
-STEPS, GATE_AT, KILL_AT = 60, 40, 20
-LOSS_TOLERANCE = 0.1  # asynchronous SGD: two undisturbed runs differ by a few hundredths
+STEPS, GATE_AT, KILL_AT = 150, 60, 20
+LOSS_TOLERANCE = 0.05  # asynchronous SGD: runs left alone differ by less than a hundredth here
 
 
 def job_spec(name: str, workdir: Path, *, gate: bool) -> str:
@@ -155,7 +155,9 @@ def run_pss_with_a_worker_killed(cwd: Path, extra: tuple[str, ...] = ()) -> None
         before = task_pids("hit")
         assert set(before) == {"chief-0", "ps-0", "worker-0", "worker-1"}, before
         port = next(
-            t["port"] for t in status(cwd, "hit")["tasks"] if t["role"] == "worker" and t["index"] == 1
+            (t["host"], t["port"])
+            for t in status(cwd, "hit")["tasks"]
+            if t["role"] == "worker" and t["index"] == 1
         )
         os.kill(before["worker-1"], signal.SIGKILL)  # mid-run: the chief schedules steps meanwhile
 
@@ -172,7 +174,7 @@ def run_pss_with_a_worker_killed(cwd: Path, extra: tuple[str, ...] = ()) -> None
         during = status(cwd, "hit")
         assert during["phase"] == "Running" and during["restarts"] == 0, during
         again = next(t for t in during["tasks"] if t["role"] == "worker" and t["index"] == 1)
-        assert again["port"] == port, "restarted at the same address"
+        assert (again["host"], again["port"]) == port, "restarted at the same address"
         middle = task_pids("hit")
         for name in ("chief-0", "ps-0", "worker-0"):
             assert middle[name] == before[name], f"{name} kept running"
