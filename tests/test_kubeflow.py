@@ -654,7 +654,8 @@ FINDINGS: dict[str, Any] = {
         == [
             "f.yaml:8:3: error: unknown field 'worker' (a field of spec.replicas: is it indented right?); "
             "allowed: activeDeadlineSeconds, args, backoffLimit, clusterSpec, command, env, "
-            "evaluatorGraceSeconds, image, placement, replicas, restartPolicy, successPolicy, tensorboard, "
+            "evaluatorGraceSeconds, image, placement, replicas, restartPolicy, restartScope, successPolicy, "
+            "tensorboard, "
             "terminationGracePeriodSeconds, ttlSecondsAfterFinished, volumes, workingDir (at $.spec.worker)"
         ]
     ),
