@@ -73,6 +73,7 @@ class FakeCluster:
 
 class FakeBackend:
     name = "local"  # the controller records it; jobs created here look like local jobs
+    address_wait_s: float | None = 30.0
 
     def __init__(self, cluster: FakeCluster | None = None, clock: Callable[[], float] | None = None) -> None:
         self.cluster = cluster or FakeCluster()
@@ -131,6 +132,8 @@ class FakeBackend:
                 previous = slot.previous.port if slot.previous else None
                 if previous is not None and previous not in taken:
                     port = previous
+                elif slot.pinned:
+                    return Unplaced(UnplacedReason.WAITING_FOR_ADDRESS, f"port {previous} is taken")
                 else:
                     port = next(
                         p

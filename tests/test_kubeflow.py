@@ -654,7 +654,7 @@ FINDINGS: dict[str, Any] = {
         == [
             "f.yaml:8:3: error: unknown field 'worker' (a field of spec.replicas: is it indented right?); "
             "allowed: activeDeadlineSeconds, args, backoffLimit, clusterSpec, command, env, "
-            "evaluatorGraceSeconds, image, imagePullPolicy, placement, replicas, restartPolicy, successPolicy, "
+            "evaluatorGraceSeconds, image, imagePullPolicy, placement, replicas, restartPolicy, restartScope, successPolicy, "
             "tensorboard, terminationGracePeriodSeconds, ttlSecondsAfterFinished, volumes, workingDir (at "
             "$.spec.worker)"
         ]

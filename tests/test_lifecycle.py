@@ -177,7 +177,8 @@ def test_each_role_fails_by_its_own_restart_policy() -> None:
     replicas = "{ps: {count: 1, restartPolicy: Never}, worker: {count: 1}}"
     record = record_for(replicas, "  restartPolicy: OnFailure\n")
     worker_failed = step(record, [task(record, "ps-0", R), task(record, "worker-0", F, 1)], T0, BACKOFF)
-    assert worker_failed.record.phase is Phase.RESTARTING
+    assert worker_failed.record.reason is Reason.TASK_RESTARTING  # alone: the job has ps roles
+    assert worker_failed.record.task_restarts["worker-0"].count == 1
     ps_failed = step(record, [task(record, "ps-0", F, 1), task(record, "worker-0", R)], T0, BACKOFF)
     assert ps_failed.record.phase is Phase.FAILED and ps_failed.record.reason == Reason.TASK_FAILED
     assert "restartPolicy Never" in ps_failed.record.message

@@ -30,12 +30,20 @@ class LogChunk:
 class Backend(Protocol):
     name: str
 
+    @property
+    def address_wait_s(self) -> float | None:
+        """How long a task restarting alone may wait for its own address (a slot ``pinned``
+        to it) before the controller restarts the whole job instead; None: for ever."""
+        ...
+
     def observe(self) -> Sequence[ObservedTask]:
         """Every task this controller owns that the backend still knows, in any state."""
         ...
 
     def place(self, request: GangRequest) -> Placement | Unplaced:
-        """Place the whole gang or nothing. A placement holds resources until launch/release."""
+        """Place the whole gang or nothing. A placement holds resources until launch/release.
+        A ``pinned`` slot gets exactly its ``previous`` address, or the answer is
+        ``Unplaced(WAITING_FOR_ADDRESS)`` until it can."""
         ...
 
     def release(self, placement: Placement) -> None:

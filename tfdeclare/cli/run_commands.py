@@ -405,6 +405,17 @@ def _status_detail(doc: dict[str, Any], paint: Painter = plain) -> str:
         lines.append(f"  source:    {doc['source']['file']}:{doc['source']['line']}")
     lines.append(f"  spec hash: {doc['specHash'][:16]}   revision: {doc.get('revision') or '-'}")
     lines.append(f"  attempt {doc.get('attempt', 0)}, restarts {doc.get('restarts', 0)}")
+    for role, scope in (doc.get("restartScopes") or {}).items():
+        what = "alone" if scope["scope"] == "Task" else "the whole job"
+        lines.append(f"  a failed {role} restarts {what} (restartScope {scope['scope']}: {scope['message']})")
+    for each in doc.get("taskRestarts") or []:
+        waiting = f", relaunch pending (from {each['nextLaunchTime']})" if each.get("pending") else ""
+        fell = each.get("jobRestartsForItsAddress") or 0
+        back = f", {fell} whole-job restart(s) for want of its address" if fell else ""
+        lines.append(
+            f"  {each['task']} restarted alone {each['restarts']}/{each['backoffLimit']}: "
+            f"{each['message']} ({each['lastRestartTime']}){waiting}{back}"
+        )
     lines.append(f"  started {doc.get('startTime') or '-'}, completed {doc.get('completionTime') or '-'}")
     lines.append("  conditions:")
     for c in doc.get("conditions", []):

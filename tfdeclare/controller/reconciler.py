@@ -244,6 +244,7 @@ class Controller:
                 message="runs again",
                 attempt=record.attempt + 1,
                 restarts=0,
+                task_restarts={},
                 next_launch_at=None,
                 start_time=None,
                 completion_time=None,
@@ -355,7 +356,7 @@ class Controller:
     def _reconcile_job(
         self, record: JobRecord, backend: Backend, tasks: list[ObservedTask], now: float, result: PassResult
     ) -> None:
-        decided = lifecycle.step(record, tasks, now, self.backoff)
+        decided = lifecycle.step(record, tasks, now, self.backoff, backend.address_wait_s)
         updated = decided.record
         result.events.extend(decided.events)
         for event in decided.events:
@@ -415,9 +416,12 @@ class Controller:
     def _launch(
         self, backend: Backend, record: JobRecord, keys: tuple[TaskKey, ...], now: float, result: PassResult
     ) -> tuple[JobRecord, list[TaskRecord]]:
-        answer = backend.place(gang_request(record, keys))
+        request = gang_request(record, keys)
+        answer = backend.place(request)
         if isinstance(answer, Unplaced):
             phase = Phase.RESTARTING if record.phase is Phase.RESTARTING else Phase.PENDING
+            if all(slot.pinned for slot in request.slots):  # restarting alone: the rest still run
+                phase = record.phase
             result.wake(now + 2.0)
             return record.evolve(phase=phase, reason=Reason(answer.reason), message=answer.message), []
         placement: Placement = answer

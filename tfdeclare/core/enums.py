@@ -47,6 +47,25 @@ class ImagePullPolicy(StrEnum):
     NEVER = "Never"  # never: an image the engine lacks is an error
 
 
+class RestartScope(StrEnum):
+    """What a failed task restarts (``restartScope``, per job and per role)."""
+
+    JOB = "Job"  # every task, so each gets a consistent cluster (same ports where possible)
+    TASK = "Task"  # that task alone, at its address: every other task's TF_CONFIG stays valid
+
+
+class ScopeReason(StrEnum):
+    """Why a role has its restart scope (the plan's and the status's ``restartScopes``)."""
+
+    SET_FOR_ROLE = "SetForRole"  # spec.replicas.<role>.restartScope
+    SET_FOR_JOB = "SetForJob"  # spec.restartScope
+    WORKER_WITH_PS = "WorkerWithParameterServers"  # the coordinator absorbs a lost worker
+    PS_OR_CHIEF = "ParameterServerOrChief"  # the chief depends on them: the whole job, from its checkpoint
+    WORKERS_ONLY = "NoParameterServers"  # MultiWorkerMirroredStrategy: collectives need every worker
+    EVALUATOR = "Evaluator"  # outside the training cluster: always alone
+    TENSORBOARD = "TensorBoard"  # outside the training cluster: always alone
+
+
 class SuccessPolicy(StrEnum):
     """When a job without a chief has succeeded (with a chief, the chief decides)."""
 
@@ -112,6 +131,12 @@ class Reason(StrEnum):
     WAITING_FOR_TASKS_TO_STOP = "WaitingForTasksToStop"
     BACKING_OFF = "BackingOff"
     RESTARTING = "Restarting"
+    # restartScope Task: a task restarts alone at its address while the others keep running
+    TASK_RESTARTING = "TaskRestarting"
+    # a task restarting alone waits for its address (Mesos: an offer of its agent and port)
+    WAITING_FOR_ADDRESS = "WaitingForAddress"
+    # a task restarting alone could not get its address in time: the whole job restarts
+    TASK_RESTART_TIMED_OUT = "TaskRestartTimedOut"
     SPEC_CHANGED = "SpecChanged"
     RESIZED = "Resized"
     CHIEF_SUCCEEDED = "ChiefSucceeded"
@@ -129,6 +154,7 @@ class Reason(StrEnum):
     WAITING_FOR_GPUS = "WaitingForGPUs"
     WAITING_FOR_OFFERS = "WaitingForOffers"
     UNSCHEDULABLE = "Unschedulable"
+    # (WAITING_FOR_ADDRESS above is one of them too: a slot that must keep its address)
     # The Synced condition (False: the job runs as last applied, not as its files say now).
     INVALID_SPEC = "InvalidSpec"
     SPEC_APPLIED = "SpecApplied"

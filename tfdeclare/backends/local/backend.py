@@ -88,6 +88,8 @@ from tfdeclare.files import write_atomic
 
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 60.0  # a supervisor that has not started its task by then failed
+ADDRESS_WAIT_S = 30.0  # a task restarting alone waits this long for its port, then the job restarts
+HOLD_S = 900.0  # a slot's port is held this long after its task ended, unless launched again
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,8 +204,23 @@ class _Reservation:
         self.ports.clear()
 
 
+@dataclass(slots=True)
+class _Hold:
+    """A slot's port kept reserved by this controller (a duplicate of the descriptor its task's
+    supervisor holds), so it stays ours while the task is down and its slot restarts on it."""
+
+    port: int
+    fd: int
+    idle_since: float | None = None  # no task of the slot alive since then
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
 class LocalBackend:
     name = "local"
+    address_wait_s: float | None = ADDRESS_WAIT_S
 
     def __init__(
         self,
@@ -219,6 +236,7 @@ class LocalBackend:
         self.capacity = capacity or LocalCapacity.detect()
         self.python = python or sys.executable
         self._reservations: dict[str, _Reservation] = {}
+        self._held: dict[tuple[str, str], _Hold] = {}  # (job, task name) -> its port, kept
         self._specs: dict[str, dict[str, Any]] = {}  # task.json never changes: read once
         # task id -> (folder mtime, what was observed, launch.json): reused while unchanged
         self._observed: dict[str, tuple[int, ObservedTask, dict[str, Any]]] = {}
@@ -278,7 +296,27 @@ class LocalBackend:
             observed.append(task)
         for gone in self._observed.keys() - seen:
             del self._observed[gone]
+        if self._held:
+            self._expire_holds(observed)
         return observed
+
+    def _expire_holds(self, observed: Sequence[ObservedTask]) -> None:
+        """A held port goes back ``HOLD_S`` after no task of its slot is alive (the job
+        finished or gave up on the slot) even if nobody says so."""
+        alive = {(t.job, t.key.name) for t in observed if t.state.alive}
+        now = time.monotonic()
+        for slot, hold in list(self._held.items()):
+            if slot in alive:
+                hold.idle_since = None
+            elif hold.idle_since is None:
+                hold.idle_since = now
+            elif now - hold.idle_since > HOLD_S:
+                self._drop_hold(slot)
+
+    def _drop_hold(self, slot: tuple[str, str]) -> None:
+        hold = self._held.pop(slot, None)
+        if hold is not None:
+            hold.close()
 
     @staticmethod
     def _still_alive(launch_info: dict[str, Any]) -> bool:
@@ -436,12 +474,22 @@ class LocalBackend:
         free_gpus = [g for g in range(self.capacity.gpus) if g not in gpus_used]
         slots = []
         for slot_request in request.slots:
+            previous = slot_request.previous.port if slot_request.previous else None
             try:
-                port = self._choose_port(
-                    slot_request.previous.port if slot_request.previous else None,
-                    ports_used | reservation.ports.keys(),
-                    reservation,
-                )
+                port = self._held_port(request.job, slot_request.key, previous, reservation)
+                if port is None and slot_request.pinned:
+                    taken = ports_used | reservation.ports.keys()
+                    if previous is not None and previous not in taken and self._take(previous, reservation):
+                        port = previous
+                    if port is None:
+                        reservation.close()
+                        return Unplaced(
+                            UnplacedReason.WAITING_FOR_ADDRESS,
+                            f"{slot_request.key.name} restarts alone at port {previous}, "
+                            "which something else on this machine holds now",
+                        )
+                if port is None:
+                    port = self._choose_port(previous, ports_used | reservation.ports.keys(), reservation)
             except OSError as err:
                 reservation.close()
                 raise BackendError(f"cannot reserve a port in {ports.ports_dir()}: {err}") from err
@@ -455,6 +503,19 @@ class LocalBackend:
         token = uuid.uuid4().hex
         self._reservations[token] = reservation
         return Placement(request.job, request.attempt, tuple(slots), token)
+
+    def _held_port(
+        self, job: str, key: TaskKey, previous: int | None, reservation: _Reservation
+    ) -> int | None:
+        """The slot's own held port when it asks for it again (and nothing else binds it):
+        reserved into ``reservation`` by a duplicate, so the hold stays if it is released."""
+        hold = self._held.get((job, key.name))
+        if hold is None or previous is None or hold.port != previous or previous in reservation.ports:
+            return None
+        if not machine.port_is_free(previous):
+            return None
+        reservation.ports[previous] = os.dup(hold.fd)
+        return previous
 
     @staticmethod
     def _take(port: int, reservation: _Reservation) -> bool:
@@ -497,6 +558,7 @@ class LocalBackend:
         made: list[Future[dict[str, Any] | None]] = []
         reservation = self._reservations.get(placement.token)
         held = reservation.ports if reservation is not None else {}
+        self._keep_addresses(tasks, held)
         try:
             # The engine makes and starts containers side by side, each once its folder is written.
             with ThreadPoolExecutor(max(1, len(tasks))) as engine:
@@ -512,6 +574,20 @@ class LocalBackend:
             for starter in starters:  # each forks the real supervisor and exits at once
                 starter.wait()
             self.release(placement)
+
+    def _keep_addresses(self, tasks: Sequence[TaskLaunch], held: dict[int, int]) -> None:
+        """Keep the port of each task whose role restarts it alone (``keep_address``) reserved
+        by this controller too, so a slot's port stays ours while its task is down."""
+        for task in tasks:
+            slot = (task.job, task.key.name)
+            fd = held.get(task.slot.port) if task.slot.port else None
+            if not task.keep_address or fd is None:
+                self._drop_hold(slot)
+                continue
+            before = self._held.get(slot)
+            self._held[slot] = _Hold(task.slot.port, os.dup(fd))
+            if before is not None:
+                before.close()
 
     def _launch_one(
         self, task: TaskLaunch, port_fd: int | None
@@ -624,6 +700,8 @@ class LocalBackend:
                 task_dir / "stop.json", json.dumps({"graceSeconds": grace_s, "at": time.time()}).encode()
             )
             spec = self._spec(task_dir)
+            if spec is not None:  # stopped on purpose: its slot's port need not stay ours
+                self._drop_hold((spec["job"], f"{spec['role']}-{spec['index']}"))
             if spec is not None and spec.get("runtime") == "docker":
                 self.containers.stop(task_id, grace_s)
                 continue
@@ -646,6 +724,8 @@ class LocalBackend:
 
     def purge(self, job: str) -> None:
         """Forget every ended task of ``job`` and delete its logs (the job is deleted)."""
+        for slot in [slot for slot in self._held if slot[0] == job]:
+            self._drop_hold(slot)
         for task in self.observe():
             if task.job == job and task.state.ended:
                 self.forget([task.task_id])
@@ -729,6 +809,8 @@ class LocalBackend:
         self._watcher.start()
 
     def close(self) -> None:
+        for slot in list(self._held):
+            self._drop_hold(slot)
         self._closed.set()
         if self._watcher is not None:
             self._watcher.join(timeout=1)

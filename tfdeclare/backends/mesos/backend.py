@@ -76,6 +76,11 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
 
     name = "mesos"
 
+    @property
+    def address_wait_s(self) -> float | None:
+        """How long a task restarting alone waits for an offer of its agent and port."""
+        return self.config.same_address_timeout_s
+
     @classmethod
     def from_config(cls, state_dir: Path, config: MesosConfig) -> MesosBackend:
         return cls(state_dir, config)

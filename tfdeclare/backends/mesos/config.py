@@ -36,6 +36,7 @@ class MesosConfig:
     fifo_backfill_s: float = 60.0
     head_of_line_hold_s: float = 60.0
     revive_interval_s: float = 5.0
+    same_address_timeout_s: float = 120.0
     reserved_first: bool = True
     on_framework_removed: str = "fail"  # fail | newFramework
     gpu_resources: bool = False
@@ -75,6 +76,7 @@ def parse_mesos_config(section: Mapping[str, Any], base_dir: str | None) -> Meso
         fifo_backfill_s=float(section["fifoBackfillSeconds"]),
         head_of_line_hold_s=float(section["headOfLineHoldSeconds"]),
         revive_interval_s=float(section["reviveIntervalSeconds"]),
+        same_address_timeout_s=float(section["sameAddressTimeoutSeconds"]),
         reserved_first=section["reservedFirst"],
         on_framework_removed=section["onFrameworkRemoved"],
         gpu_resources=section["gpuResources"],

@@ -5,7 +5,9 @@ attempt), each a pure function of its inputs:
 
 - ``place_gang``: every slot gets an agent and one port from that agent's offered ranges, or
   the whole gang is refused with a typed reason (all or nothing). A slot's previous
-  ``host:port`` is reused when an agent with that hostname offers that port. GPUs are whole;
+  ``host:port`` is reused when an agent with that hostname offers that port; a *pinned* slot
+  (a task restarting alone, whose address the others' TF_CONFIG names) gets it or the gang
+  waits (``WAITING_FOR_ADDRESS``). GPUs are whole;
   tasks without GPUs stay off agents that have GPUs unless ``cpu_tasks_on_gpu_agents``.
   ``pack`` fills few agents (the tightest agent that can take every remaining slot, else the
   largest), ``spread`` uses as many agents as possible (the least used, then the emptiest).
@@ -317,6 +319,12 @@ def place_gang(
                 if b.has_port(previous.port) and b.allows(resources, options) and b.fits(resources):
                     chosen, port = b, previous.port
                     break
+            if chosen is None and slot.pinned:  # restarting alone: its address or nothing
+                return NoFit(
+                    UnplacedReason.WAITING_FOR_ADDRESS,
+                    f"{slot.key.name} restarts alone at {previous}: waiting for an offer of that agent "
+                    f"that holds port {previous.port} and {resources.describe()}",
+                )
         if chosen is None:
             if shape is None or shape.resources != resources:
                 shape = _Shape(resources, bins, options, spread)

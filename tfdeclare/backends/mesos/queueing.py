@@ -49,9 +49,11 @@ def head_of(
     queue: Iterable[tuple[str, Waiting]], before: float | None = None, exclude: str | None = None
 ) -> tuple[str, Waiting] | None:
     """The job first in line (``queue`` in the order jobs first asked), optionally only one
-    that asked before ``before``, never ``exclude``."""
+    that asked before ``before``, never ``exclude``. A gang waiting for one agent's port (a
+    task restarting alone, its slot ``pinned``) holds no line: no other agent is drained for it.
+    """
     for job, waiting in queue:
-        if job == exclude:
+        if job == exclude or any(slot.pinned for slot in waiting.request.slots):
             continue
         if before is not None and waiting.first_asked >= before:
             return None

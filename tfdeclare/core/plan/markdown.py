@@ -21,7 +21,14 @@ from typing import Any
 from urllib.parse import quote
 
 from tfdeclare.core.plan.planner import ABSENT, Action, Effect, FieldChange, JobPlan, Plan
-from tfdeclare.core.plan.render import no_plan_line, shown_value, summary_line, task_list, value_pair
+from tfdeclare.core.plan.render import (
+    no_plan_line,
+    scope_lines,
+    shown_value,
+    summary_line,
+    task_list,
+    value_pair,
+)
 from tfdeclare.core.spec.loader import SourceRef
 from tfdeclare.core.spec.model import JobSpec
 from tfdeclare.core.spec.resources import Resources
@@ -120,7 +127,7 @@ def _job_row(job: JobPlan, link_base: str | None) -> str:
         f"`{job.action.symbol}`",
         f"`{job.name}`",
         job.action.value,
-        _md(job.message),
+        _md(job.message + "".join(f"; on failure: {line}" for line in scope_lines(job))),
         _md(tasks),
         "" if job.source is None else file_link(job.source, link_base, link=job.action not in _GONE),
     ]

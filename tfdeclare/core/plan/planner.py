@@ -4,10 +4,10 @@ Per job exactly one action, each with the reasons that make it:
 
 - ``+ create``  — a name that nothing runs under yet;
 - ``~ update``  — only fields that touch no running task changed (labels, backoffLimit,
-  activeDeadlineSeconds, restartPolicy (also a role's), terminationGracePeriodSeconds,
-  successPolicy, ttlSecondsAfterFinished, evaluatorGraceSeconds, imagePullPolicy (also a
-  role's): it says how the next launch gets the image, and a running task keeps the one it
-  has, so it is not part of a task's config hash either);
+  activeDeadlineSeconds, restartPolicy and restartScope (also a role's),
+  terminationGracePeriodSeconds, successPolicy, ttlSecondsAfterFinished, evaluatorGraceSeconds,
+  imagePullPolicy (also a role's): it says how the next launch gets the image, and a running
+  task keeps the one it has, so it is not part of a task's config hash either);
 - ``± resize``  — replica counts changed (a role appeared or went): the TF cluster spec is
   static, so every running task whose view of the cluster changes restarts; adding or
   removing the evaluator touches nothing else;
@@ -41,14 +41,14 @@ from typing import Any
 
 from tfdeclare.core import enums
 from tfdeclare.core.diagnostics import Code, Diagnostic, format_json_path
-from tfdeclare.core.enums import Phase
+from tfdeclare.core.enums import Phase, RestartScope, Role, ScopeReason
 from tfdeclare.core.plan.desired import DesiredState
 from tfdeclare.core.plan.observed import ObservedJob, ObservedState, observed_fingerprint
 from tfdeclare.core.plan.quotas import enforce_quotas
 from tfdeclare.core.run.clusterspec import symbolic_addresses, task_configs
 from tfdeclare.core.run.tasks import TaskKey
 from tfdeclare.core.spec.loader import LoadedJob, SourceRef
-from tfdeclare.core.spec.model import TENSORBOARD_KEY, JobSpec, task_keys_of
+from tfdeclare.core.spec.model import SCOPE_WHY, TENSORBOARD_KEY, JobSpec, task_keys_of
 from tfdeclare.core.spec.policy import Quota
 
 
@@ -139,9 +139,10 @@ _IN_PLACE_FIELDS = frozenset(
         ("spec", "ttlSecondsAfterFinished"),
         ("spec", "evaluatorGraceSeconds"),
         ("spec", "imagePullPolicy"),
+        ("spec", "restartScope"),
     }
 )
-_IN_PLACE_ROLE_FIELDS = frozenset({"restartPolicy", "imagePullPolicy"})
+_IN_PLACE_ROLE_FIELDS = frozenset({"restartPolicy", "restartScope", "imagePullPolicy"})
 
 ABSENT: Any = type("Absent", (), {"__repr__": lambda self: "(absent)"})()
 
@@ -178,6 +179,49 @@ class Sighting:
 
 
 @dataclass(frozen=True, slots=True)
+class RoleScope:
+    """What a failed task of ``role`` restarts (``restartScope``), and why."""
+
+    role: Role
+    scope: RestartScope
+    reason: ScopeReason
+
+    @property
+    def message(self) -> str:
+        return SCOPE_WHY[self.reason].format(role=self.role.value)
+
+
+def role_scopes(spec: JobSpec) -> tuple[RoleScope, ...]:
+    """Every role's restart scope (the cluster's roles; TensorBoard always restarts alone)."""
+    return tuple(RoleScope(r.role, *spec.restart_scope_for(r.role)) for r in spec.replicas)
+
+
+def scopes_shown(old: JobSpec | None, new: JobSpec) -> tuple[RoleScope, ...]:
+    """The restart scopes a plan shows for a job: when it is created (``old`` None) or a role
+    it keeps gets another scope, and only where it says something: a role restarts alone or
+    the spec sets ``restartScope`` (a job whose every failure restarts it whole, as every job's
+    did before ``restartScope``, shows nothing new)."""
+    scopes = role_scopes(new)
+    if not any(s.scope is RestartScope.TASK or s.reason in _SET for s in scopes):
+        return ()
+    if old is not None:
+        before = {s.role: s.scope for s in role_scopes(old)}
+        if all(before.get(s.role, s.scope) is s.scope for s in scopes) and not _set_changed(old, new):
+            return ()
+    return scopes
+
+
+_SET = (ScopeReason.SET_FOR_ROLE, ScopeReason.SET_FOR_JOB)
+
+
+def _set_changed(old: JobSpec, new: JobSpec) -> bool:
+    roles = {r.role for r in (*old.replicas, *new.replicas)}
+    return any(
+        old.restart_scope_for(r)[1] in _SET or new.restart_scope_for(r)[1] in _SET for r in roles
+    ) and any(old.restart_scope_for(r) != new.restart_scope_for(r) for r in roles)
+
+
+@dataclass(frozen=True, slots=True)
 class JobPlan:
     name: str
     action: Action
@@ -193,6 +237,8 @@ class JobPlan:
     previous_hash: str | None = None  # applied
     diagnostics: tuple[Diagnostic, ...] = ()
     moves: tuple[str, str] | None = None  # (from, to) backend of a move
+    # What a failed task of each role restarts, shown when new or changed (``scopes_shown``)
+    scopes: tuple[RoleScope, ...] = ()
 
     @property
     def not_synced(self) -> tuple[enums.Reason, str] | None:
@@ -320,6 +366,20 @@ def _unchanged(loaded: LoadedJob, observed: ObservedJob) -> JobPlan:
 
 
 def _plan_present(loaded: LoadedJob, observed: ObservedJob | None) -> JobPlan:
+    """The job's action, with its restart scopes where the plan should say them."""
+    planned = _action_of_present(loaded, observed)
+    if planned.action not in _SCOPED:
+        return planned
+    fresh = planned.action is Action.CREATE or observed is None or observed.phase.terminal
+    old = None if fresh or observed is None else JobSpec.from_canonical(observed.canonical)
+    scopes = scopes_shown(old, loaded.spec)
+    return replace(planned, scopes=scopes) if scopes else planned
+
+
+_SCOPED = (Action.CREATE, Action.UPDATE, Action.RESIZE, Action.RESTART)
+
+
+def _action_of_present(loaded: LoadedJob, observed: ObservedJob | None) -> JobPlan:
     name, source, desired_canonical = loaded.name, loaded.source, loaded.canonical
     if observed is None:
         return JobPlan(

@@ -131,6 +131,20 @@ def _job_text(job: JobPlan, paint: Painter) -> list[str]:
         lines.append(f"      starts: {task_list(job.start)}")
     if job.stop:
         lines.append(f"      stops: {task_list(job.stop)}")
+    lines.extend(f"      on failure: {line}" for line in scope_lines(job))
+    return lines
+
+
+def scope_lines(job: JobPlan) -> list[str]:
+    """``worker restarts alone (restartScope Task: why)``, one line per scope and reason."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for each in job.scopes:
+        groups.setdefault((each.scope.value, each.message), []).append(each.role.value)
+    lines = []
+    for (scope, why), roles in groups.items():
+        what = "alone" if scope == "Task" else "the whole job"
+        verb = "restarts" if len(roles) == 1 else "restart"
+        lines.append(f"{', '.join(roles)} {verb} {what} (restartScope {scope}: {why})")
     return lines
 
 
@@ -209,6 +223,21 @@ def plan_json(plan: Plan) -> dict[str, Any]:
                 },
                 "diagnostics": [d.to_json() for d in job.diagnostics],
                 "moves": {"from": job.moves[0], "to": job.moves[1]} if job.moves else None,
+                # present only when the plan shows them (so plans without them read as before)
+                **(
+                    {
+                        "restartScopes": {
+                            s.role.value: {
+                                "scope": s.scope.value,
+                                "reason": s.reason.value,
+                                "message": s.message,
+                            }
+                            for s in job.scopes
+                        }
+                    }
+                    if job.scopes
+                    else {}
+                ),
             }
             for job in plan.jobs
         ],

@@ -19,7 +19,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from tfdeclare.core.enums import ROLE_ORDER, ClusterSpecStyle, Role
@@ -218,3 +218,23 @@ def tensorboard_config(spec: JobSpec, key: TaskKey, address: str) -> TaskConfig:
 def symbolic_addresses(spec: JobSpec) -> dict[TaskKey, str]:
     """Stand-in addresses for comparing two specs' task configurations (ports are stable)."""
     return {key: key.name for key in spec.task_keys()}
+
+
+TASK_RESTARTS_ENV = "TFDECLARE_TASK_RESTARTS"
+
+
+def with_restarts(
+    configs: dict[TaskKey, TaskConfig], restarted: Mapping[str, int]
+) -> dict[TaskKey, TaskConfig]:
+    """``configs`` with the tasks restarted alone (``restartScope: Task``; task name -> how
+    often) saying so in ``TFDECLARE_TASK_RESTARTS``: a new identity for that task only, so
+    its ended copy is replaced while every other task's configuration stays as it was. A
+    task never restarted alone has no such variable (identities of earlier releases hold)."""
+    if not restarted:
+        return configs
+    for key, config in configs.items():
+        count = restarted.get(key.name)
+        if count and key.role.in_cluster:
+            env = [(k, v) for k, v in config.own_env if k != TASK_RESTARTS_ENV]
+            configs[key] = replace(config, own_env=tuple(sorted([*env, (TASK_RESTARTS_ENV, str(count))])))
+    return configs

@@ -8,13 +8,30 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from tfdeclare.core.run.clusterspec import task_configs
+from tfdeclare.core.enums import RestartScope, Role
+from tfdeclare.core.run.clusterspec import task_configs, with_restarts
 from tfdeclare.core.run.record import JobRecord
 from tfdeclare.core.run.tasks import Address, GangRequest, Placement, SlotRequest, TaskKey, TaskLaunch
 
 
 def task_id(record: JobRecord, key: TaskKey, launch: int) -> str:
     return f"{record.name}.{record.uid}.{key.name}.{launch}"
+
+
+_PINNABLE = (Role.CHIEF, Role.PS, Role.WORKER)  # the roles whose addresses other tasks know
+
+
+def pinned(record: JobRecord, key: TaskKey) -> bool:
+    """Is ``key`` restarting alone in this attempt at an address every other task's TF_CONFIG
+    names? (The evaluator's and TensorBoard's are in no other task's: they may move.)"""
+    entry = record.task_restarts.get(key.name)
+    return (
+        entry is not None
+        and entry.pending
+        and entry.attempt == record.attempt
+        and key.role in _PINNABLE
+        and key.name in record.addresses
+    )
 
 
 def gang_request(record: JobRecord, keys: tuple[TaskKey, ...]) -> GangRequest:
@@ -26,7 +43,7 @@ def gang_request(record: JobRecord, keys: tuple[TaskKey, ...]) -> GangRequest:
         if previous is not None:
             host, _, port = previous.rpartition(":")
             address = Address(host, int(port))
-        slots.append(SlotRequest(key, spec.resources_for(key.role), address))
+        slots.append(SlotRequest(key, spec.resources_for(key.role), address, pinned=pinned(record, key)))
     return GangRequest(record.name, record.attempt, tuple(slots), spec.strategy, spec.constraints)
 
 
@@ -58,7 +75,7 @@ def launches(
     ``secrets_dir`` is the config's ``secrets.dir``, where ``{name, key}`` references lie."""
     spec = record.spec
     addresses: Mapping[TaskKey, str] = {key: record.addresses[key.name] for key in spec.task_keys()}
-    configs = task_configs(spec, addresses, record.attempt)
+    configs = with_restarts(task_configs(spec, addresses, record.attempt), record.restarted_alone)
     out = []
     for slot in placement.slots:
         config = configs[slot.key]
@@ -82,6 +99,8 @@ def launches(
                 grace_period_s=spec.grace_period_s,
                 source_dir=source_dir,
                 entrypoint=config.entrypoint,
+                keep_address=slot.key.role in _PINNABLE
+                and spec.restart_scope_for(slot.key.role)[0] is RestartScope.TASK,
             )
         )
     return out

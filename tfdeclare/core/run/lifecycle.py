@@ -15,10 +15,18 @@ except what it wrote into the record. The rules (contract §5):
 - ``ttlSecondsAfterFinished`` after completion (Succeeded or Failed), once nothing of the job
   runs, its ended tasks and their logs are purged; the record keeps ``cleaned_at``.
 - Failure of a current task, by its role's restart policy: ``Never`` fails the job;
-  ``ExitCode`` fails it for exit codes 1-127 except 42; otherwise the whole job restarts
-  (attempt + 1, every task replaced, same ports) after an exponential backoff, at most
-  ``backoffLimit`` times. ``Always`` also treats a ps or evaluator (or, with a chief, a
-  worker) that exits 0 early as a failure.
+  ``ExitCode`` fails it for exit codes 1-127 except 42; otherwise it restarts after an
+  exponential backoff. ``Always`` also treats a ps or evaluator (or, with a chief, a worker)
+  that exits 0 early as a failure. What restarts is the role's restart scope
+  (``JobSpec.restart_scope_for``): ``Job`` restarts the whole job (attempt + 1, every task
+  replaced, same ports), at most ``backoffLimit`` times for the job; ``Task`` restarts that
+  task alone at its address while the others keep running, at most ``backoffLimit`` times
+  for that task (``JobRecord.task_restarts``; its configuration gains
+  ``TFDECLARE_TASK_RESTARTS``, so only it is replaced). When failures of both scopes come
+  together, the whole job restarts. A training task restarting alone keeps its address
+  (``launches.pinned``); if it has not got it back ``address_wait_s`` after its launch was
+  first asked for (a Mesos agent that does not offer its port), the whole job restarts
+  instead (reason ``TaskRestartTimedOut``), where its tasks may move.
 - ``activeDeadlineSeconds`` past the first start fails the job.
 - The TensorBoard task (``spec.tensorboard``) is outside all of this: it starts with the
   job's tasks (or alone), is relaunched alone when it ends, is replaced only when its own
@@ -30,11 +38,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from tfdeclare.core.enums import Phase, Reason, RestartPolicy, Role, SuccessPolicy, TaskState
-from tfdeclare.core.run.clusterspec import TaskConfig, task_configs
-from tfdeclare.core.run.record import JobRecord
+from tfdeclare.core.enums import Phase, Reason, RestartPolicy, RestartScope, Role, SuccessPolicy, TaskState
+from tfdeclare.core.run.clusterspec import TaskConfig, task_configs, with_restarts
+from tfdeclare.core.run.launches import pinned
+from tfdeclare.core.run.record import JobRecord, TaskRestarts
 from tfdeclare.core.run.tasks import ObservedTask, TaskKey
-from tfdeclare.core.spec.model import TENSORBOARD_KEY, JobSpec
+from tfdeclare.core.spec.model import SCOPE_WHY, TENSORBOARD_KEY, JobSpec
 
 RETRYABLE_EXIT = 42  # "checkpoint saved, restart me"
 TENSORBOARD_RELAUNCH_S = 10.0  # a TensorBoard task that ended is relaunched no sooner
@@ -73,7 +82,7 @@ def desired_configs(spec: JobSpec, record: JobRecord) -> dict[TaskKey, TaskConfi
     """What each slot should run, given the addresses placed so far (unplaced slots get a
     stand-in address, so tasks that would see it count as stale)."""
     addresses = {key: record.addresses.get(key.name, f"unplaced/{key.name}") for key in spec.task_keys()}
-    return task_configs(spec, addresses, record.attempt)
+    return with_restarts(task_configs(spec, addresses, record.attempt), record.restarted_alone)
 
 
 def _describe_end(task: ObservedTask) -> str:
@@ -123,15 +132,23 @@ _SUCCESS = {
 }
 
 
-def step(record: JobRecord, tasks: Sequence[ObservedTask], now: float, backoff: Backoff) -> Step:
+def step(
+    record: JobRecord,
+    tasks: Sequence[ObservedTask],
+    now: float,
+    backoff: Backoff,
+    address_wait_s: float | None = None,
+) -> Step:
+    """``address_wait_s``: how long a task restarting alone may wait for its address (the
+    backend's; None: for ever) before the whole job restarts instead."""
     desired = desired_configs(record.spec, record)  # once a pass: it is linear in the job's size
-    result = _step(record, tasks, now, backoff, desired)
+    result = _step(record, tasks, now, backoff, desired, address_wait_s)
     if result.remove:
         return result
     after = result.record
-    inputs = (record.spec_hash, record.attempt, record.addresses)
-    if (after.spec_hash, after.attempt, after.addresses) != inputs:
-        desired = desired_configs(after.spec, after)  # a restart: the next attempt's
+    inputs = (record.spec_hash, record.attempt, record.addresses, record.restarted_alone)
+    if (after.spec_hash, after.attempt, after.addresses, after.restarted_alone) != inputs:
+        desired = desired_configs(after.spec, after)  # a restart (of the job or a task alone)
     if after.phase.terminal:
         return replace(result, desired=desired)
     # Ended tasks of earlier attempts or configurations have been accounted for: let them go
@@ -150,6 +167,7 @@ def _step(
     now: float,
     backoff: Backoff,
     desired: Mapping[TaskKey, TaskConfig],
+    address_wait_s: float | None,
 ) -> Step:
     if record.deleting or record.phase.terminal:
         return _ending(record, tasks, now)
@@ -157,7 +175,9 @@ def _step(
     # "N task(s) running" counts what a status shows as running, the TensorBoard task included
     board_running = any(t.state is TaskState.RUNNING for t in boards)
     in_cluster = [t for t in tasks if t.key.role.in_cluster]
-    result = _cluster_step(record, in_cluster, now, backoff, desired, board_running=board_running)
+    result = _cluster_step(
+        record, in_cluster, now, backoff, desired, address_wait_s, board_running=board_running
+    )
     return _with_tensorboard(result, boards, now, desired)
 
 
@@ -188,6 +208,7 @@ def _cluster_step(
     now: float,
     backoff: Backoff,
     configs: Mapping[TaskKey, TaskConfig],
+    address_wait_s: float | None,
     *,
     board_running: bool = False,
 ) -> Step:
@@ -202,6 +223,8 @@ def _cluster_step(
     }
     stale = [t for t in alive if t.task_id not in current]
     current_alive = [t for t in alive if t.task_id in current]
+    if record.task_restarts:
+        record = _restarted(record, {t.key.name for t in current_alive})
     current_ended = [t for t in current.values() if t.state.ended]
 
     succeeded = {t.key for t in current_ended if t.state is TaskState.SUCCEEDED}
@@ -234,6 +257,7 @@ def _cluster_step(
     failures = sorted([*(t for t in current_ended if _is_failure(t, spec)), *lost], key=lambda t: t.key)
     if failures:
         return _on_failure(record, spec, failures, now, backoff, to_stop)
+    alone = _restarting_alone(record)
 
     events: list[str] = []
     stop_stale = tuple(t.task_id for t in stale if t.state is not TaskState.STOPPING)
@@ -241,6 +265,10 @@ def _cluster_step(
         events.append(f"{record.name}: stopping {len(stop_stale)} task(s) whose configuration changed")
     covered = {t.key for t in current_alive} | succeeded
     missing = tuple(key for key in desired if key not in covered)
+    if alone and any(k.name in alone for k in missing):
+        late = _address_timed_out(record, alone, missing, now, address_wait_s)
+        if late is not None:
+            return _fall_back(record, late, now, address_wait_s or 0.0, to_stop)
     if not missing:
         running = all(t.state is TaskState.RUNNING for t in current_alive)
         why = Reason.ALL_TASKS_RUNNING if running else Reason.TASKS_STARTING
@@ -248,6 +276,12 @@ def _cluster_step(
         count = len(current_alive) + board_running
         message = f"{count} task(s) running" if running else "tasks are starting"
         return Step(_update(record, phase, why, message), stop=stop_stale, events=tuple(events))
+    if stale and alone and all(t.key.name in alone for t in stale):
+        names = ", ".join(sorted({t.key.name for t in stale}))
+        waiting = _update(
+            record, record.phase, Reason.TASK_RESTARTING, f"{names}: waiting for its old copy to stop"
+        )
+        return Step(waiting, stop=stop_stale, events=tuple(events))
     if stale:
         waiting = record.evolve(
             phase=_waiting_phase(record),
@@ -263,11 +297,119 @@ def _cluster_step(
             f"{record.next_launch_at - now:.1f} s",
         )
         return Step(waiting, wake_at=record.next_launch_at)
+    if alone:
+        return _launch_alone(record, alone, missing, now, tuple(events))
     return Step(
         record.evolve(reason=Reason.LAUNCHING, message=f"launching {len(missing)} task(s)"),
         launch=missing,
         events=tuple(events),
     )
+
+
+# ---- restarts of a task alone (restartScope: Task) ------------------------------------------
+
+
+def _restarting_alone(record: JobRecord) -> dict[str, TaskRestarts]:
+    """The task restarts of this attempt that wait for their task to be launched and alive."""
+    return {
+        name: entry
+        for name, entry in record.task_restarts.items()
+        if entry.pending and entry.attempt == record.attempt
+    }
+
+
+def _restarted(record: JobRecord, alive: set[str]) -> JobRecord:
+    """A pending restart is over once a task of its new configuration is alive."""
+    done = {
+        name: replace(entry, next_launch_at=None, waiting_since=None)
+        for name, entry in record.task_restarts.items()
+        if entry.pending and entry.attempt == record.attempt and name in alive
+    }
+    return record.evolve(task_restarts={**record.task_restarts, **done}) if done else record
+
+
+def _address_timed_out(
+    record: JobRecord,
+    alone: Mapping[str, TaskRestarts],
+    missing: Sequence[TaskKey],
+    now: float,
+    address_wait_s: float | None,
+) -> TaskKey | None:
+    """A training task restarting alone whose launch has waited for its address too long."""
+    if address_wait_s is None:
+        return None
+    for key in missing:
+        entry = alone.get(key.name)
+        if (
+            entry is not None
+            and entry.waiting_since is not None
+            and pinned(record, key)
+            and now >= entry.waiting_since + address_wait_s
+        ):
+            return key
+    return None
+
+
+def _fall_back(
+    record: JobRecord, key: TaskKey, now: float, address_wait_s: float, to_stop: tuple[str, ...]
+) -> Step:
+    """The task restarting alone did not get its address back in time: restart the whole
+    job (not counted again against ``backoffLimit``: its failure was, for the task), where
+    its tasks may move."""
+    entry = record.task_restarts[key.name]
+    address = record.addresses.get(key.name, "?")
+    message = (
+        f"{key.name} could not get its address {address} back within {address_wait_s:g} s: "
+        "restarting the whole job instead, where its tasks may move"
+    )
+    fell_back = replace(entry, next_launch_at=None, waiting_since=None, fallbacks=entry.fallbacks + 1)
+    restarted = record.evolve(
+        phase=Phase.RESTARTING,
+        reason=Reason.TASK_RESTART_TIMED_OUT,
+        message=message,
+        attempt=record.attempt + 1,
+        next_launch_at=now,
+        task_restarts={**record.task_restarts, key.name: fell_back},
+    )
+    return Step(restarted, stop=to_stop, events=(f"{record.name}: {message}",))
+
+
+def _launch_alone(
+    record: JobRecord,
+    alone: Mapping[str, TaskRestarts],
+    missing: tuple[TaskKey, ...],
+    now: float,
+    events: tuple[str, ...],
+) -> Step:
+    """Launch what is missing, but a task restarting alone only once its own backoff is
+    over; the job keeps its phase (the other tasks keep running)."""
+    held = [k for k in missing if k.name in alone and (alone[k.name].next_launch_at or 0.0) > now]
+    ready = tuple(k for k in missing if k not in held)
+    wake = min(((alone[k.name].next_launch_at or now) for k in held), default=None)
+    if not ready:
+        first = min(held, key=lambda k: alone[k.name].next_launch_at or now)
+        entry = alone[first.name]
+        message = (
+            f"{first.name} restarts alone ({entry.count} of backoffLimit {record.spec.backoff_limit} "
+            f"for it): backing off {(entry.next_launch_at or now) - now:.1f} s"
+        )
+        return Step(
+            _update(record, record.phase, Reason.TASK_RESTARTING, message), wake_at=wake, events=events
+        )
+    asked = {
+        k.name: replace(alone[k.name], waiting_since=now)
+        for k in ready
+        if k.name in alone and alone[k.name].waiting_since is None
+    }
+    restarting = [k for k in ready if k.name in alone]
+    if restarting:
+        at = ", ".join(f"{k.name} at {record.addresses.get(k.name, 'a new address')}" for k in restarting)
+        message = f"relaunching {at} alone"
+        reason = Reason.TASK_RESTARTING
+    else:
+        message, reason = f"launching {len(ready)} task(s)", Reason.LAUNCHING
+    launching = record.evolve(reason=reason, message=message, task_restarts={**record.task_restarts, **asked})
+    return Step(launching, launch=ready, events=events, wake_at=wake)
 
 
 def _with_tensorboard(
@@ -381,6 +523,9 @@ def _on_failure(
         policy = spec.restart_policy_for(permanent[0].key.role)
         why = Reason.TASK_FAILED if policy is RestartPolicy.NEVER else Reason.PERMANENT_EXIT_CODE
         return _finish(record, Phase.FAILED, why, f"{what} (restartPolicy {policy.value})", now, to_stop)
+    whole = [t for t in failures if spec.restart_scope_for(t.key.role)[0] is RestartScope.JOB]
+    if not whole:
+        return _restart_alone(record, spec, failures, what, now, backoff, to_stop)
     if record.restarts >= spec.backoff_limit:
         message = f"{what}; {record.restarts} restart(s) used of backoffLimit {spec.backoff_limit}"
         return _finish(record, Phase.FAILED, Reason.BACKOFF_LIMIT_EXCEEDED, message, now, to_stop)
@@ -397,6 +542,65 @@ def _on_failure(
     return Step(
         restarted,
         stop=to_stop,
-        events=(f"{record.name}: {what}; restarting the whole job ({restarts}/{spec.backoff_limit})",),
+        events=(
+            f"{record.name}: {what}; restarting the whole job "
+            f"({restarts}/{spec.backoff_limit}, {_why(spec, whole[0].key.role)})",
+        ),
         wake_at=now + delay,
     )
+
+
+def _why(spec: JobSpec, role: Role) -> str:
+    scope, reason = spec.restart_scope_for(role)
+    return f"restartScope {scope.value} for {role.value}: {SCOPE_WHY[reason].format(role=role.value)}"
+
+
+def _restart_alone(
+    record: JobRecord,
+    spec: JobSpec,
+    failures: Sequence[ObservedTask],
+    what: str,
+    now: float,
+    backoff: Backoff,
+    to_stop: tuple[str, ...],
+) -> Step:
+    """Every failed task's role restarts it alone: each is counted against ``backoffLimit``
+    for itself and relaunched at its address after its own backoff; the rest keep running.
+    A lost one is stopped first (its replacement waits until it is gone)."""
+    counts = dict(record.task_restarts)
+    for task in failures:
+        entry = counts.get(task.key.name)
+        used = entry.count if entry is not None else 0
+        if used >= spec.backoff_limit:
+            message = (
+                f"{what}; {task.key.name} was restarted alone {used} time(s), "
+                f"backoffLimit {spec.backoff_limit}"
+            )
+            return _finish(record, Phase.FAILED, Reason.BACKOFF_LIMIT_EXCEEDED, message, now, to_stop)
+        count = used + 1
+        counts[task.key.name] = TaskRestarts(
+            count=count,
+            message=_describe_end(task),
+            at=now,
+            attempt=record.attempt,
+            exit_code=task.exit_code,
+            next_launch_at=now + backoff.delay(count),
+            fallbacks=entry.fallbacks if entry is not None else 0,
+        )
+    first = failures[0]
+    entry = counts[first.key.name]
+    delay = (entry.next_launch_at or now) - now
+    message = (
+        f"{what}: restarting {', '.join(t.key.name for t in failures)} alone in {delay:g} s "
+        f"({entry.count} of backoffLimit {spec.backoff_limit} for {first.key.name}; "
+        f"{_why(spec, first.key.role)})"
+    )
+    restarted = record.evolve(reason=Reason.TASK_RESTARTING, message=message, task_restarts=counts)
+    lost = tuple(t.task_id for t in failures if t.state is TaskState.LOST)
+    wake = min((counts[t.key.name].next_launch_at or now) for t in failures)
+    events = tuple(
+        f"{record.name}: {_describe_end(t)}; "
+        f"restarting it alone ({counts[t.key.name].count}/{spec.backoff_limit})"
+        for t in failures
+    )
+    return Step(restarted, stop=lost, events=events, wake_at=wake)

@@ -128,6 +128,55 @@ class TaskRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class TaskRestarts:
+    """The restarts of one task alone (``restartScope: Task``), counted against
+    ``backoffLimit`` for that task, over the job's run (a new run of the job starts afresh).
+
+    A restart is *pending* from the failure until a task of the slot's new configuration is
+    alive: ``next_launch_at`` is when its backoff ends, ``waiting_since`` when its launch was
+    first asked for (the slot keeps its address, so a backend may have to wait for it), and
+    ``attempt`` the job attempt it belongs to (a whole-job restart takes over a pending one)."""
+
+    count: int
+    message: str  # how the task ended, the last time
+    at: float  # when the last restart was decided
+    attempt: int
+    exit_code: int | None = None
+    next_launch_at: float | None = None  # None once a task of its new configuration is alive
+    waiting_since: float | None = None
+    fallbacks: int = 0  # whole-job restarts made because its address did not come back in time
+
+    @property
+    def pending(self) -> bool:
+        return self.next_launch_at is not None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "count": self.count,
+            "message": self.message,
+            "at": self.at,
+            "attempt": self.attempt,
+            "exitCode": self.exit_code,
+            "nextLaunchAt": self.next_launch_at,
+            "waitingSince": self.waiting_since,
+            "fallbacks": self.fallbacks,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TaskRestarts:
+        return cls(
+            count=int(data["count"]),
+            message=str(data.get("message", "")),
+            at=float(data["at"]),
+            attempt=int(data.get("attempt", 0)),
+            exit_code=data.get("exitCode"),
+            next_launch_at=data.get("nextLaunchAt"),
+            waiting_since=data.get("waitingSince"),
+            fallbacks=int(data.get("fallbacks", 0)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class JobRecord:
     name: str
     uid: str  # distinguishes this job from an earlier one of the same name (task ids)
@@ -145,7 +194,9 @@ class JobRecord:
     # While a job moves to ``backend``: the backend it leaves, until its tasks there are gone
     moving_from: str | None = None
     attempt: int = 0  # +1 per whole-job (re)launch after a failure or a restart-forcing change
-    restarts: int = 0  # restarts after failures (backoffLimit counts these)
+    restarts: int = 0  # whole-job restarts after failures (backoffLimit counts these)
+    # restartScope Task: each task's restarts alone, by task name ("worker-1")
+    task_restarts: Mapping[str, TaskRestarts] = field(default_factory=dict)
     launches: int = 0  # launch batches so far; part of every task id
     addresses: Mapping[str, str] = field(default_factory=dict)  # "worker-0" -> "host:port"
     start_time: float | None = None
@@ -160,6 +211,11 @@ class JobRecord:
     not_synced: tuple[Reason, str] | None = None
     conditions: tuple[Condition, ...] = ()
     tasks: tuple[TaskRecord, ...] = ()
+
+    @property
+    def restarted_alone(self) -> dict[str, int]:
+        """Task name -> how often it was restarted alone (part of its configuration)."""
+        return {name: entry.count for name, entry in self.task_restarts.items() if entry.count}
 
     @property
     def spec(self) -> JobSpec:
@@ -188,6 +244,7 @@ class JobRecord:
             "movingFrom": self.moving_from,
             "attempt": self.attempt,
             "restarts": self.restarts,
+            "taskRestarts": {name: entry.to_json() for name, entry in sorted(self.task_restarts.items())},
             "launches": self.launches,
             "addresses": dict(self.addresses),
             "startTime": self.start_time,
@@ -227,6 +284,9 @@ class JobRecord:
             moving_from=data.get("movingFrom"),
             attempt=int(data.get("attempt", 0)),
             restarts=int(data.get("restarts", 0)),
+            task_restarts={
+                name: TaskRestarts.from_json(entry) for name, entry in data.get("taskRestarts", {}).items()
+            },
             launches=int(data.get("launches", 0)),
             addresses=dict(data.get("addresses", {})),
             start_time=data.get("startTime"),

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tfdeclare.core.enums import ROLE_ORDER, Phase, Reason, TaskState
+from tfdeclare.core.enums import ROLE_ORDER, Phase, Reason, Role, TaskState
 from tfdeclare.core.run.record import Condition, ConditionType, JobRecord, TaskRecord, rfc3339
 from tfdeclare.core.run.tasks import ObservedTask, TaskKey
-from tfdeclare.core.spec.model import TENSORBOARD_KEY
+from tfdeclare.core.spec.model import SCOPE_WHY, TENSORBOARD_KEY, JobSpec
 
 
 def task_records(current: Sequence[ObservedTask]) -> tuple[TaskRecord, ...]:
@@ -139,6 +139,8 @@ def status_document(record: JobRecord, now: float) -> dict[str, Any]:
         "attempt": record.attempt,
         "restarts": record.restarts,
         "nextRestartTime": rfc3339(record.next_launch_at) if record.phase is Phase.RESTARTING else None,
+        "restartScopes": restart_scopes(record.spec),
+        "taskRestarts": _task_restarts(record),
         "replicas": replicas,
         "tasks": task_entries,
         "tensorboard": _tensorboard(record, tasks.get(TENSORBOARD_KEY)),
@@ -151,6 +153,43 @@ def status_document(record: JobRecord, now: float) -> dict[str, Any]:
         "message": record.message,
         "updatedAt": rfc3339(now),
     }
+
+
+def restart_scopes(spec: JobSpec) -> dict[str, dict[str, str]]:
+    """Per role (TensorBoard's included): what a failure of its task restarts, and why."""
+    roles = [replica.role for replica in spec.replicas]
+    if spec.tensorboard is not None:
+        roles.append(Role.TENSORBOARD)
+    out = {}
+    for role in roles:
+        scope, why = spec.restart_scope_for(role)
+        out[role.value] = {
+            "scope": scope.value,
+            "reason": why.value,
+            "message": SCOPE_WHY[why].format(role=role.value),
+        }
+    return out
+
+
+def _task_restarts(record: JobRecord) -> list[dict[str, Any]]:
+    """Each task restarted alone: how often, why the last time, and whether it waits."""
+    out = []
+    for name, entry in sorted(record.task_restarts.items(), key=lambda item: TaskKey.parse(item[0])):
+        pending = entry.pending and entry.attempt == record.attempt
+        out.append(
+            {
+                "task": name,
+                "restarts": entry.count,
+                "backoffLimit": record.spec.backoff_limit,
+                "lastRestartTime": rfc3339(entry.at),
+                "exitCode": entry.exit_code,
+                "message": entry.message,
+                "pending": pending,
+                "nextLaunchTime": rfc3339(entry.next_launch_at) if pending else None,
+                "jobRestartsForItsAddress": entry.fallbacks,
+            }
+        )
+    return out
 
 
 def _tensorboard(record: JobRecord, task: TaskRecord | None) -> dict[str, Any] | None:

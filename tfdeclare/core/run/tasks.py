@@ -49,6 +49,10 @@ class SlotRequest:
     # The address this slot had in an earlier attempt: backends reuse it when they can, so
     # PSS and TF1 peers can reconnect to the same host:port after a restart.
     previous: Address | None = None
+    # A task restarting alone (``restartScope: Task``): it must get ``previous`` exactly, since
+    # every other task's TF_CONFIG names that address; the backend waits for it
+    # (``WAITING_FOR_ADDRESS``) instead of choosing another.
+    pinned: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +111,7 @@ class UnplacedReason(StrEnum):
     WAITING_FOR_RESOURCES = "WaitingForResources"  # fits the cluster, but not what is free now
     WAITING_FOR_GPUS = "WaitingForGPUs"
     WAITING_FOR_OFFERS = "WaitingForOffers"
+    WAITING_FOR_ADDRESS = "WaitingForAddress"  # a pinned slot's host:port is not available now
     UNSCHEDULABLE = "Unschedulable"  # can never fit as configured
 
 
@@ -142,6 +147,9 @@ class TaskLaunch:
     # Variables given by reference, read by the backend as the task starts, never stored by
     # tfdeclare (``tfdeclare.backends.secrets``); ``name`` references arrive as files.
     secrets: tuple[tuple[str, SecretRef], ...] = ()
+    # Its role restarts a failed task alone at the same address (``restartScope: Task``): a
+    # backend keeps the address for the slot while the task is down, where it can.
+    keep_address: bool = False
 
 
 @dataclass(frozen=True, slots=True)

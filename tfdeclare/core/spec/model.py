@@ -28,7 +28,9 @@ from tfdeclare.core.enums import (
     ImagePullPolicy,
     PlacementStrategy,
     RestartPolicy,
+    RestartScope,
     Role,
+    ScopeReason,
     SuccessPolicy,
     VolumeMode,
 )
@@ -44,6 +46,20 @@ DEFAULT_EVALUATOR_GRACE_S = 60.0
 spec does not say (``evaluatorGraceSeconds``): long enough for one evaluation pass of a
 typical model over a validation set, short enough that a forgotten evaluator that waits for
 checkpoints forever does not hold a finished job open for long."""
+
+
+SCOPE_WHY: Mapping[ScopeReason, str] = {
+    ScopeReason.SET_FOR_ROLE: "set for the role (spec.replicas.{role}.restartScope)",
+    ScopeReason.SET_FOR_JOB: "set for the job (spec.restartScope)",
+    ScopeReason.WORKER_WITH_PS: "the job has ps roles: the coordinator re-dispatches a lost worker's "
+    "work and a worker restarted at its address rejoins",
+    ScopeReason.PS_OR_CHIEF: "the job has ps roles: a failed ps or chief needs the whole job, "
+    "restored from its checkpoint",
+    ScopeReason.WORKERS_ONLY: "no ps roles (MultiWorkerMirroredStrategy): its collectives need every worker",
+    ScopeReason.EVALUATOR: "the evaluator is outside the training cluster",
+    ScopeReason.TENSORBOARD: "TensorBoard is outside the training cluster",
+}
+"""Why a role has its restart scope, in words (``{role}``: the role's name)."""
 
 
 def _number(value: float) -> int | float:
@@ -81,7 +97,7 @@ def canonicalize(filled: Mapping[str, Any]) -> dict[str, Any]:
         if "command" in replica:
             entry["command"] = list(replica["command"])
         # Added for Kubeflow parity: present only when set, so earlier specs hash the same.
-        for key in ("args", "image", "imagePullPolicy", "workingDir", "restartPolicy"):
+        for key in ("args", "image", "imagePullPolicy", "workingDir", "restartPolicy", "restartScope"):
             if key in replica:
                 entry[key] = list(replica[key]) if key == "args" else replica[key]
         replicas[role_name] = entry
@@ -149,8 +165,9 @@ def _parity_fields(spec: Mapping[str, Any]) -> dict[str, Any]:
     for key in ("ttlSecondsAfterFinished", "evaluatorGraceSeconds"):
         if key in spec:
             out[key] = _number(spec[key])
-    if "successPolicy" in spec:
-        out["successPolicy"] = spec["successPolicy"]
+    for key in ("successPolicy", "restartScope"):
+        if key in spec:
+            out[key] = spec[key]
     # The schema's default is left out, so specs written before the field keep their hash.
     if (
         spec.get("imagePullPolicy", ImagePullPolicy.IF_NOT_PRESENT.value)
@@ -250,6 +267,7 @@ class ReplicaSpec:
     working_dir: str | None = None
     restart_policy: RestartPolicy | None = None
     image_pull_policy: ImagePullPolicy | None = None
+    restart_scope: RestartScope | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,6 +294,7 @@ class JobSpec:
     ttl_after_finished_s: int | None = None
     evaluator_grace_s: float = DEFAULT_EVALUATOR_GRACE_S
     image_pull_policy: ImagePullPolicy = ImagePullPolicy.IF_NOT_PRESENT
+    restart_scope: RestartScope | None = None  # unset: by the roles (``restart_scope_for``)
 
     @classmethod
     def from_canonical(cls, canonical: Mapping[str, Any], spec_hash: str | None = None) -> JobSpec:
@@ -299,6 +318,7 @@ class JobSpec:
                 image_pull_policy=ImagePullPolicy(entry["imagePullPolicy"])
                 if "imagePullPolicy" in entry
                 else None,
+                restart_scope=RestartScope(entry["restartScope"]) if "restartScope" in entry else None,
             )
             for role, name in ROLE_NAMES
             if (entry := by_role.get(name)) is not None
@@ -333,6 +353,7 @@ class JobSpec:
             image_pull_policy=ImagePullPolicy(
                 spec.get("imagePullPolicy", ImagePullPolicy.IF_NOT_PRESENT.value)
             ),
+            restart_scope=RestartScope(spec["restartScope"]) if "restartScope" in spec else None,
         )
 
     def replica(self, role: Role) -> ReplicaSpec | None:
@@ -427,6 +448,29 @@ class JobSpec:
     def restart_policy_for(self, role: Role) -> RestartPolicy:
         replica = self.replica(role)
         return replica.restart_policy if replica and replica.restart_policy else self.restart_policy
+
+    def restart_scope_for(self, role: Role) -> tuple[RestartScope, ScopeReason]:
+        """What a failed task of ``role`` restarts, and why: the evaluator and TensorBoard
+        always alone; else the role's ``restartScope``, the job's, or the default the roles
+        imply (reference: tensorflow-distributed.md §8.2, §11.4): with ``ps`` roles
+        (ParameterServerStrategy, TF1 between-graph) a worker alone, since the coordinator
+        re-dispatches its closures and a worker restarted at its address rejoins, while a ps
+        or the chief takes the whole job (restored from its checkpoint); without, every role
+        takes the whole job (MultiWorkerMirroredStrategy's collectives need every worker)."""
+        if role is Role.TENSORBOARD:
+            return RestartScope.TASK, ScopeReason.TENSORBOARD
+        if role is Role.EVALUATOR:
+            return RestartScope.TASK, ScopeReason.EVALUATOR
+        replica = self.replica(role)
+        if replica is not None and replica.restart_scope is not None:
+            return replica.restart_scope, ScopeReason.SET_FOR_ROLE
+        if self.restart_scope is not None:
+            return self.restart_scope, ScopeReason.SET_FOR_JOB
+        if role is Role.WORKER and self.count(Role.PS) > 0:
+            return RestartScope.TASK, ScopeReason.WORKER_WITH_PS
+        if role in (Role.PS, Role.CHIEF) and self.count(Role.PS) > 0:
+            return RestartScope.JOB, ScopeReason.PS_OR_CHIEF
+        return RestartScope.JOB, ScopeReason.WORKERS_ONLY
 
     @property
     def images(self) -> tuple[str, ...]:
