@@ -18,10 +18,9 @@ BACKOFF = Backoff(initial_s=1.0, max_s=8.0)
 T0 = 1_000_000.0
 
 
-def record_for(replicas: str, extra: str = "", **fields: object) -> JobRecord:
-    text = (
-        textwrap.dedent(
-            f"""\
+def job_document(replicas: str, extra: str = "") -> str:
+    """A job named ``job`` running ``train`` with these replicas, ``extra`` appended to its spec."""
+    head = f"""\
         apiVersion: tfdeclare/v1
         kind: TFJob
         metadata: {{name: job}}
@@ -29,10 +28,11 @@ def record_for(replicas: str, extra: str = "", **fields: object) -> JobRecord:
           command: [train]
           replicas: {replicas}
         """
-        )
-        + extra
-    )
-    result = load_file("job.yaml", text.encode())
+    return textwrap.dedent(head) + extra
+
+
+def record_for(replicas: str, extra: str = "", **fields: object) -> JobRecord:
+    result = load_file("job.yaml", job_document(replicas, extra).encode())
     assert not result.diagnostics, result.diagnostics
     job = result.jobs[0]
     record = JobRecord(name="job", uid="u1", canonical=job.canonical, spec_hash=job.spec_hash)

@@ -6,14 +6,13 @@ the plan and the status say, and the controller over the in-memory backend."""
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 
 import jsonschema
 import pytest
 
 from tests.controller_world import World, job_text
-from tests.test_lifecycle import BACKOFF, T0, record_for, task
+from tests.test_lifecycle import BACKOFF, T0, job_document, record_for, task
 from tfdeclare.core.enums import Phase, Reason, RestartScope, Role, ScopeReason, TaskState
 from tfdeclare.core.plan.planner import Action
 from tfdeclare.core.plan.render import render_json, render_text
@@ -79,20 +78,7 @@ def test_tensorboard_always_restarts_alone() -> None:
 
 
 def _load(replicas: str, extra: str = "") -> tuple[list[str], dict[str, object] | None]:
-    text = (
-        textwrap.dedent(
-            f"""\
-            apiVersion: tfdeclare/v1
-            kind: TFJob
-            metadata: {{name: job}}
-            spec:
-              command: [train]
-              replicas: {replicas}
-            """
-        )
-        + extra
-    )
-    result = load_file("job.yaml", text.encode())
+    result = load_file("job.yaml", job_document(replicas, extra).encode())
     errors = [d.format() for d in result.diagnostics]
     return errors, (dict(result.jobs[0].canonical["spec"]) if result.jobs else None)
 
