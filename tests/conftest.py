@@ -4,6 +4,7 @@ rule that a test served by the Mesos master emulator or the scripted HTTP server
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.components import missing
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -89,6 +92,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if SERVERS & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked ``tf`` needs TensorFlow, a component like the others (make venv installs
+    it): without it the test skips with one line, or fails under ``CI=true``."""
+    if item.get_closest_marker("tf") is not None and importlib.util.find_spec("tensorflow") is None:
+        missing("TensorFlow is not installed (make venv installs it; pip install '.[tensorflow]')")
 
 
 @pytest.fixture

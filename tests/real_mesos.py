@@ -26,7 +26,6 @@ import socket
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -358,15 +357,3 @@ def working_in(folder: Path) -> set[int]:
         except OSError:
             continue
     return out
-
-
-def eventually(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.1) -> Any:
-    """Wait until ``predicate()`` is truthy (on a loaded machine: generous deadlines)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not reached in {timeout} s")
-        time.sleep(interval)

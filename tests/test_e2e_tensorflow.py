@@ -5,7 +5,6 @@ finishes its steps, and the TF1 workers reach the last step."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
@@ -21,7 +20,6 @@ from tests.mesos_fixtures import config_yaml, start_emulator
 pytestmark = [
     pytest.mark.tf,
     pytest.mark.e2e,
-    pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="TensorFlow is not installed"),
 ]
 
 

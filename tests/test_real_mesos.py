@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +27,15 @@ import yaml
 from tests.backend_conformance import Harness, gang, launches, place_soon, wait_for
 from tests.conftest import cli, job_yaml
 from tests.mesos_fixtures import config_yaml, mesos_test_config
+from tests.mesos_fixtures import eventually as _eventually
 from tests.mesos_other_framework import OtherFramework
-from tests.real_mesos import RealMesos, eventually
+from tests.real_mesos import RealMesos
 from tfdeclare.backends.mesos.backend import MesosBackend
 from tfdeclare.core.enums import TaskState
 from tfdeclare.core.run.tasks import Placement, Unplaced, UnplacedReason
 from tfdeclare.core.spec.resources import Resources
+
+eventually = partial(_eventually, timeout=30.0)  # a real cluster on a loaded machine: generous deadlines
 
 pytestmark = [pytest.mark.real_mesos, pytest.mark.slow]
 
@@ -549,6 +553,19 @@ def test_the_framework_runs_as_the_configured_user(
 # ---- the master and its agents fail over ----------------------------------------------------------
 
 
+def restartable_cluster(tmp_path: Path, *, agents: int, resources: str) -> RealMesos:
+    """A cluster whose process can stop and start again on its port: the master's registry is
+    the replicated log in its work folder, and its tasks live outside its PID namespace."""
+    (tmp_path / "cluster").mkdir()
+    return RealMesos(
+        tmp_path / "cluster",
+        agents=agents,
+        resources=resources,
+        flags={"REGISTRY": "replicated_log"},
+        namespaces=False,
+    )
+
+
 def test_a_master_and_agent_failover_keeps_the_tasks_and_the_framework(
     tmp_path: Path, backends: list[Harness]
 ) -> None:
@@ -556,14 +573,7 @@ def test_a_master_and_agent_failover_keeps_the_tasks_and_the_framework(
     over together; the master's registry is the replicated log in its work folder): the task
     processes run on untouched, the agents recover their executors, which re-subscribe, the
     backend re-subscribes under its framework id, sees its tasks running, and can stop them."""
-    mesos = RealMesos(
-        tmp_path / "cluster",
-        agents=2,
-        resources="cpus:2;mem:2048;ports:[31000-31099]",
-        flags={"REGISTRY": "replicated_log"},
-        namespaces=False,
-    )
-    (tmp_path / "cluster").mkdir()
+    mesos = restartable_cluster(tmp_path, agents=2, resources="cpus:2;mem:2048;ports:[31000-31099]")
     with mesos:
         harness = harness_on(mesos, tmp_path, backends)
         backend = harness.backend()
@@ -601,14 +611,7 @@ def test_a_task_that_ends_while_the_cluster_is_down_is_reported_after_it_recover
     """A task killed (SIGKILL) while the master and agents are down: its executor keeps the
     terminal update, re-subscribes with it once the agent is back, and the backend sees the
     task Failed with the signal; the other task runs on."""
-    mesos = RealMesos(
-        tmp_path / "cluster",
-        agents=1,
-        resources="cpus:4;mem:4096;ports:[31000-31099]",
-        flags={"REGISTRY": "replicated_log"},
-        namespaces=False,
-    )
-    (tmp_path / "cluster").mkdir()
+    mesos = restartable_cluster(tmp_path, agents=1, resources="cpus:4;mem:4096;ports:[31000-31099]")
     with mesos:
         harness = harness_on(mesos, tmp_path, backends)
         backend = harness.backend()

@@ -9,7 +9,6 @@ agents are different hosts)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -30,7 +29,6 @@ pytestmark = [
     pytest.mark.tf,
     pytest.mark.e2e,
     pytest.mark.slow,
-    pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="TensorFlow is not installed"),
 ]
 
 

@@ -7,7 +7,6 @@ master emulator (its agents run the tasks as processes of this machine)."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
@@ -29,7 +28,6 @@ pytestmark = [
     pytest.mark.tf,
     pytest.mark.e2e,
     pytest.mark.slow,
-    pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="TensorFlow is not installed"),
 ]
 
 STEPS, GATE_AT, KILL_AT = 150, 60, 20
