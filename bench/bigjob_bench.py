@@ -91,6 +91,8 @@ def main() -> int:
     codes = {"this": REPO}
     if args.against is not None:
         codes["against"] = args.against.resolve()
+    for code in codes.values():  # bytecode compiled first: the workplace may not write it
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(code / "tfdeclare")], check=True)
     samples: dict[str, dict[int, list[dict[str, float]]]] = {c: {n: [] for n in sizes} for c in codes}
     for run in range(args.runs):  # interleaved: each version sees the same load, run for run
         for n in sizes:
