@@ -116,13 +116,16 @@ def plan_10k(workdir: Path, runs: int) -> tuple[Result, Result, Result]:
     )
 
 
-def replan_warm(workdir: Path, runs: int, *, told: bool) -> Result:
+def replan_warm(workdir: Path, runs: int, *, told: bool, jobs: int = 10_000) -> Result:
     from tfdeclare.core.enums import Phase
     from tfdeclare.core.plan.observed import ObservedJob
     from tfdeclare.core.plan.planner import PlanCache, plan
     from tfdeclare.shell.sources import SpecFiles
 
     specs = workdir / "specs10k"
+    if jobs != 10_000:  # issue 23: the told re-plan should not depend on the number of jobs
+        specs = workdir / f"specs{jobs}"
+        generate(specs, jobs)
     files = SpecFiles([specs])
     time.sleep(2.1)  # out of the racy-mtime window for the files just generated
     applied = files.load()
@@ -144,11 +147,11 @@ def replan_warm(workdir: Path, runs: int, *, told: bool) -> Result:
         assert sum(1 for j in result.jobs if j.action.changes_something) == 1
     how = "told which file changed (the daemon's file events)" if told else "full rescan (every file stat'ed)"
     return Result(
-        f"re-plan of 10,000 jobs after one file changed, warm process, {how}",
-        "≤ 50 ms",
+        f"re-plan of {jobs:,} jobs after one file changed, warm process, {how}",
+        "≤ 50 ms" if jobs == 10_000 else "–",
         samples,
         "ms",
-        limit=50,
+        limit=50 if jobs == 10_000 else None,
     )
 
 
@@ -158,6 +161,7 @@ def main(results: list[Result], quick: bool) -> None:
         results.extend(cold_validate(workdir, 7 if quick else 21))
         results.extend(plan_10k(workdir, 3 if quick else 5))
         results.append(replan_warm(workdir, 10 if quick else 30, told=True))
+        results.append(replan_warm(workdir, 10 if quick else 30, told=True, jobs=1_000))
         results.append(replan_warm(workdir, 10 if quick else 30, told=False))
 
 

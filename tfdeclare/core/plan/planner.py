@@ -619,7 +619,9 @@ class PlanCache:
 
 @dataclass(slots=True)
 class _Last:
-    """The last plan a ``PlanCache`` made, its inputs, and its jobs by name (names sorted)."""
+    """The last plan a ``PlanCache`` made, its inputs, and its jobs' names (sorted) and plans
+    in that order. The lists are the cache's own: ``_replan`` edits them in place, so a told
+    re-plan copies nothing per job but the new plan's tuple (issue 23)."""
 
     desired: DesiredState
     observed: ObservedState
@@ -627,16 +629,22 @@ class _Last:
     prune_all: bool
     plan: Plan
     names: list[str]
-    by_name: dict[str, JobPlan]
+    jobs: list[JobPlan]
+
+    def get(self, name: str) -> JobPlan | None:
+        at = bisect.bisect_left(self.names, name)
+        return self.jobs[at] if at < len(self.names) and self.names[at] == name else None
 
 
 def _replan(
     last: _Last, desired: DesiredState, changed: frozenset[str], cache: PlanCache, prune_all: bool
 ) -> _Last:
     """``last.plan`` with the jobs of ``changed`` planned again (see ``PlanCache``): what
-    ``plan`` would give, when nothing but those jobs differs and no rule spans jobs."""
-    names, by_name = list(last.names), dict(last.by_name)
-    acted, sources = dict(last.plan.desired), dict(last.plan.sources)
+    ``plan`` would give, when nothing but those jobs differs and no rule spans jobs. Edits
+    ``last``'s lists in place (the cache forgets ``last`` until they are whole again)."""
+    cache.last = None
+    names, jobs = last.names, last.jobs
+    acted, sources = dict(last.plan.desired), dict(last.plan.sources)  # the jobs with changes only
     observed, options = last.observed, last.options
     for name in changed:
         loaded, current = desired.jobs.get(name), observed.get(name)
@@ -659,20 +667,21 @@ def _replan(
         if job_plan is None:
             if present:
                 del names[at]
-                del by_name[name]
+                del jobs[at]
+        elif present:
+            jobs[at] = job_plan
         else:
-            if not present:
-                names.insert(at, name)
-            by_name[name] = job_plan
+            names.insert(at, name)
+            jobs.insert(at, job_plan)
     made = Plan(
-        jobs=tuple(by_name[n] for n in names),
+        jobs=tuple(jobs),
         options=options,
         observed=observed,
         diagnostics=desired.diagnostics,
         desired=acted,
         sources=sources,
     )
-    cache.last = _Last(desired, observed, options, prune_all, made, names, by_name)
+    cache.last = _Last(desired, observed, options, prune_all, made, names, jobs)
     return cache.last
 
 
@@ -762,9 +771,7 @@ def plan(
         wake_at=settling.wake_at,
     )
     if cache is not None:
-        names = [job.name for job in jobs]
-        by_name = dict(zip(names, jobs, strict=True))
-        cache.last = _Last(given, observed, options, prune_all, made, names, by_name)
+        cache.last = _Last(given, observed, options, prune_all, made, [job.name for job in jobs], jobs)
     return made
 
 
@@ -790,7 +797,7 @@ def _replan_patch(
     changed = desired.patch[1]
     now_last = _replan(last, desired, changed, cache, prune_all)
     made = now_last.plan
-    jobs = (now_last.by_name.get(n) for n in changed)
+    jobs = (now_last.get(n) for n in changed)
     if options.settle_s > 0 and any(job.action in _SETTLED for job in jobs if job is not None):
         return None  # the settle rule holds it back: the full plan does that
     return made
