@@ -80,6 +80,54 @@ def measure(code: Path, workers: int) -> dict[str, float]:
     return {"apply_s": apply_s, "apply_mb": apply_mb, "resize_s": resize_s, "resize_mb": resize_mb}
 
 
+_PASS_CHILD = """
+import json, statistics, sys, time
+from tfdeclare.core.enums import TaskState
+from tfdeclare.core.run.lifecycle import Backoff, desired_configs, step
+from tfdeclare.core.run.record import JobRecord
+from tfdeclare.core.run.tasks import ObservedTask
+from tfdeclare.core.spec.loader import load_file
+from tfdeclare.core.spec.resources import Resources
+n, runs = int(sys.argv[1]), int(sys.argv[2])
+text = (
+    "apiVersion: tfdeclare/v1\\nkind: TFJob\\nmetadata: {name: big}\\nspec:\\n  command: [python, train.py]\\n"
+    f"  replicas:\\n    worker: {{count: {n}, resources: {{cpus: 1}}}}\\n"
+)
+job = load_file("big.yaml", text.encode()).jobs[0]
+record = JobRecord(name="big", uid="u", canonical=job.canonical, spec_hash=job.spec_hash)
+record = record.evolve(addresses={k.name: f"10.0.{i // 250}.{i % 250}:{2000 + i}" for i, k in enumerate(record.spec.task_keys())}, start_time=1.0, launches=1)
+configs = desired_configs(record.spec, record)
+tasks = [ObservedTask(f"big.{k.name}", "big", k, record.attempt, c.config_hash, TaskState.RUNNING, Resources(1, 64), started_at=1.0) for k, c in configs.items()]
+backoff = Backoff(1.0, 8.0)
+out = {}
+for kept in (False, True):
+    previous = step(record, tasks, 2.0, backoff).desired if kept else None
+    samples = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        decided = step(record, tasks, 2.0, backoff, previous=previous)
+        samples.append(time.perf_counter() - started)
+        assert not decided.stop and not decided.launch
+    out["kept" if kept else "fresh"] = statistics.median(samples)
+print(json.dumps(out))
+"""
+
+
+def pass_over_running(code: Path, tasks: int, runs: int) -> dict[str, float]:
+    """One controller step over a running job of ``tasks`` workers, every task current: its
+    median time with every identity worked out afresh (as each pass did before issue 23) and
+    with the last pass's configs given (``previous``), in the code of ``code``."""
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    out = subprocess.run(
+        [sys.executable, "-c", _PASS_CHILD, str(tasks), str(runs)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.bigjob_bench")
     parser.add_argument("--sizes", default="1000,10000")
@@ -146,6 +194,13 @@ def main() -> int:
                 )
                 report[f"ratio/{n}/{field}"] = ratio
                 lines.append(f"this / against, {n} workers, {field}: {ratio:.3f}")
+    for n in sizes[1:]:  # a pass over the running job: this code only (the option is new)
+        row = pass_over_running(REPO, n, max(3, args.runs))
+        report[f"pass/{n}"] = row
+        lines.append(
+            f"step over {n:>6} running tasks: identities afresh {row['fresh'] * 1000:.1f} ms, "
+            f"last pass's configs kept {row['kept'] * 1000:.1f} ms"
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print("\n".join(lines))

@@ -339,3 +339,55 @@ def test_a_lost_task_restarts_the_job_but_its_replacement_waits_until_it_is_gone
     assert waiting.launch == () and waiting.record.reason == Reason.WAITING_FOR_TASKS_TO_STOP
     gone = [task(record, "worker-0", TaskState.GONE), task(record, "worker-1", TaskState.STOPPED, 143)]
     assert [k.name for k in step(restarted, gone, T0 + 100, BACKOFF).launch] == ["worker-0", "worker-1"]
+
+
+# ---- the last pass's configs, kept (issue 23) --------------------------------------------
+
+
+def _fresh_hashes(record: JobRecord) -> dict[TaskKey, str]:
+    return {k: c.config_hash for k, c in desired_configs(record.spec, record).items()}
+
+
+def test_a_pass_keeps_the_configs_that_did_not_change_and_their_identities() -> None:
+    record = record_for("{chief: {count: 1}, ps: {count: 2}, worker: {count: 3}, evaluator: {count: 1}}")
+    first = desired_configs(record.spec, record)
+    again = desired_configs(record.spec, record, first)
+    assert all(again[k] is first[k] for k in first), "nothing changed: every config is last pass's"
+
+    evaluator = TaskKey(Role.EVALUATOR, 0)
+    moved = record.evolve(addresses={**record.addresses, "evaluator-0": "10.0.0.9:1"})
+    after = desired_configs(moved.spec, moved, first)
+    # the evaluator is in no training task's cluster: only its own config changed
+    assert [k for k in after if after[k] is not first[k]] == [evaluator]
+    assert {k: c.config_hash for k, c in after.items()} == _fresh_hashes(moved)
+
+    worker = record.evolve(addresses={**record.addresses, "worker-2": "10.0.0.9:2"})
+    after = desired_configs(worker.spec, worker, first)
+    assert all(after[k] is not first[k] for k in first), "every task sees the worker's address"
+    assert {k: c.config_hash for k, c in after.items()} == _fresh_hashes(worker)
+
+    restarted = record.evolve(attempt=record.attempt + 1)
+    after = desired_configs(restarted.spec, restarted, first)
+    assert {k: c.config_hash for k, c in after.items()} == _fresh_hashes(restarted) != _fresh_hashes(record)
+
+
+def test_a_step_given_the_last_pass_decides_what_it_decides_without() -> None:
+    record = record_for("{chief: {count: 1}, worker: {count: 2}}")
+    tasks = [
+        task(record, "chief-0", TaskState.RUNNING),
+        task(record, "worker-0", TaskState.FAILED, 1),
+        task(record, "worker-1", TaskState.RUNNING, stale=True),
+    ]
+    fresh = step(record, tasks, T0 + 5, BACKOFF)
+    kept = step(record, tasks, T0 + 5, BACKOFF, previous=desired_configs(record.spec, record))
+    assert (kept.record, kept.stop, kept.launch, kept.forget, kept.events, kept.wake_at) == (
+        fresh.record,
+        fresh.stop,
+        fresh.launch,
+        fresh.forget,
+        fresh.events,
+        fresh.wake_at,
+    )
+    assert {k: c.config_hash for k, c in kept.desired.items()} == {
+        k: c.config_hash for k, c in fresh.desired.items()
+    }

@@ -141,6 +141,11 @@ class Controller:
         self.base_dir = base_dir or Path.cwd()  # spec file paths are relative to this when applied
         self._seen: dict[str, tuple[int, ...]] = {}
         self._seen_tasks: dict[str, list[object]] = {}  # keeps the ids above meaningful
+        # Each job's desired configs of the last pass (``Step.desired``), given to the next
+        # step: what did not change keeps its identity, worked out once (issue 23: a task's
+        # identity hashes its whole cluster, so a pass over a running 10,000-task job hashed
+        # about 2 GB when every identity was worked out again).
+        self._desired: dict[str, Mapping[TaskKey, TaskConfig]] = {}
 
     def _backend(self, name: str) -> Backend:
         if name == self.backend.name:
@@ -356,7 +361,10 @@ class Controller:
     def _reconcile_job(
         self, record: JobRecord, backend: Backend, tasks: list[ObservedTask], now: float, result: PassResult
     ) -> None:
-        decided = lifecycle.step(record, tasks, now, self.backoff, backend.address_wait_s)
+        decided = lifecycle.step(
+            record, tasks, now, self.backoff, backend.address_wait_s, self._desired.get(record.name)
+        )
+        self._desired[record.name] = decided.desired
         updated = decided.record
         result.events.extend(decided.events)
         for event in decided.events:
@@ -377,6 +385,7 @@ class Controller:
             self.store.delete(record.name)
             self._seen.pop(record.name, None)
             self._seen_tasks.pop(record.name, None)
+            self._desired.pop(record.name, None)
             return
         result.phases[record.name] = Phase.DELETING if updated.deleting else updated.phase
         seen = (id(record), *map(id, tasks))

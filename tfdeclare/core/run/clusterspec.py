@@ -143,10 +143,16 @@ class TaskConfig:
         return head, tail
 
 
-def task_configs(spec: JobSpec, addresses: Mapping[TaskKey, str], attempt: int) -> dict[TaskKey, TaskConfig]:
+def task_configs(
+    spec: JobSpec,
+    addresses: Mapping[TaskKey, str],
+    attempt: int,
+    previous: Mapping[TaskKey, TaskConfig] | None = None,
+) -> dict[TaskKey, TaskConfig]:
     """What every task of ``spec`` runs, given every task's address. Linear in the job's size:
     TF_CONFIG is held as the role's shared ``RoleCluster`` and made only at launch, and what
-    is the same for a role's tasks is worked out once per role."""
+    is the same for a role's tasks is worked out once per role. ``previous`` (the configs of
+    the last pass, see ``reuse``): a role whose cluster is unchanged keeps its ``RoleCluster``."""
     configs: dict[TaskKey, TaskConfig] = {}
     roles: dict[Role, tuple[TaskConfig, list[tuple[str, EnvValue]], int]] = {}
     hosts: dict[str, str] | None = None
@@ -171,7 +177,9 @@ def task_configs(spec: JobSpec, addresses: Mapping[TaskKey, str], attempt: int) 
                 working_dir=spec.working_dir_for(key.role),
                 volumes=spec.volumes,
                 entrypoint=spec.runs_entrypoint(key.role),
-                cluster=RoleCluster(cluster_json(addresses, key.role)) if with_tf_config else None,
+                cluster=_role_cluster(cluster_json(addresses, key.role), previous, key)
+                if with_tf_config
+                else None,
             )
             at = bisect.bisect_left([name for name, _ in shared], "TFDECLARE_INDEX")
             roles[key.role] = (template, shared, at)
@@ -193,6 +201,30 @@ def task_configs(spec: JobSpec, addresses: Mapping[TaskKey, str], attempt: int) 
             template.cluster,
         )
     return configs
+
+
+def _role_cluster(text: str, previous: Mapping[TaskKey, TaskConfig] | None, key: TaskKey) -> RoleCluster:
+    """The role's cluster: last pass's object when its JSON is the same (one comparison a role)."""
+    prior = previous.get(key) if previous else None
+    if prior is not None and prior.cluster is not None and prior.cluster.json == text:
+        return prior.cluster
+    return RoleCluster(text)
+
+
+def reuse(configs: dict[TaskKey, TaskConfig], previous: Mapping[TaskKey, TaskConfig] | None) -> None:
+    """Each of ``configs`` equal to ``previous``'s for its slot replaced by that object, whose
+    identity is then not worked out again. A task's identity hashes its whole cluster (its
+    encoding is frozen), so working out every task's identity afresh each pass made a pass over
+    a running job cost the square of its size (10,000 tasks: about 2 GB of SHA-256 input);
+    with the configs kept from the last pass (``task_configs(previous=...)`` keeps each
+    unchanged role's cluster object, so comparing two configs never compares clusters' text),
+    a pass hashes only the tasks whose configuration changed."""
+    if not previous:
+        return
+    for key, config in configs.items():
+        prior = previous.get(key)
+        if prior is not None and prior is not config and prior == config:
+            configs[key] = prior
 
 
 def tensorboard_config(spec: JobSpec, key: TaskKey, address: str) -> TaskConfig:

@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from tfdeclare.core.enums import Phase, Reason, RestartPolicy, RestartScope, Role, SuccessPolicy, TaskState
-from tfdeclare.core.run.clusterspec import TaskConfig, task_configs, with_restarts
+from tfdeclare.core.run.clusterspec import TaskConfig, reuse, task_configs, with_restarts
 from tfdeclare.core.run.launches import pinned
 from tfdeclare.core.run.record import JobRecord, TaskRestarts
 from tfdeclare.core.run.tasks import ObservedTask, TaskKey
@@ -78,11 +78,17 @@ class Step:
     desired: Mapping[TaskKey, TaskConfig] = field(default_factory=dict)
 
 
-def desired_configs(spec: JobSpec, record: JobRecord) -> dict[TaskKey, TaskConfig]:
+def desired_configs(
+    spec: JobSpec, record: JobRecord, previous: Mapping[TaskKey, TaskConfig] | None = None
+) -> dict[TaskKey, TaskConfig]:
     """What each slot should run, given the addresses placed so far (unplaced slots get a
-    stand-in address, so tasks that would see it count as stale)."""
+    stand-in address, so tasks that would see it count as stale). ``previous``: the last
+    pass's (``Step.desired``); the configs that did not change are its objects, identities
+    already worked out (``clusterspec.reuse``)."""
     addresses = {key: record.addresses.get(key.name, f"unplaced/{key.name}") for key in spec.task_keys()}
-    return with_restarts(task_configs(spec, addresses, record.attempt), record.restarted_alone)
+    configs = with_restarts(task_configs(spec, addresses, record.attempt, previous), record.restarted_alone)
+    reuse(configs, previous)
+    return configs
 
 
 def _describe_end(task: ObservedTask) -> str:
@@ -138,17 +144,19 @@ def step(
     now: float,
     backoff: Backoff,
     address_wait_s: float | None = None,
+    previous: Mapping[TaskKey, TaskConfig] | None = None,
 ) -> Step:
     """``address_wait_s``: how long a task restarting alone may wait for its address (the
-    backend's; None: for ever) before the whole job restarts instead."""
-    desired = desired_configs(record.spec, record)  # once a pass: it is linear in the job's size
+    backend's; None: for ever) before the whole job restarts instead. ``previous``: the last
+    step's ``desired`` for this job, if the caller kept it (a pass then hashes only what changed)."""
+    desired = desired_configs(record.spec, record, previous)  # once a pass: linear in the job's size
     result = _step(record, tasks, now, backoff, desired, address_wait_s)
     if result.remove:
         return result
     after = result.record
     inputs = (record.spec_hash, record.attempt, record.addresses, record.restarted_alone)
     if (after.spec_hash, after.attempt, after.addresses, after.restarted_alone) != inputs:
-        desired = desired_configs(after.spec, after)  # a restart (of the job or a task alone)
+        desired = desired_configs(after.spec, after, desired)  # a restart (of the job or a task alone)
     if after.phase.terminal:
         return replace(result, desired=desired)
     # Ended tasks of earlier attempts or configurations have been accounted for: let them go
