@@ -166,7 +166,7 @@ def test_what_only_the_representer_writes_goes_to_yaml_dump() -> None:
     assert "&id001" in dump(aliased) and dump(aliased) == reference(aliased)
     floats = {"f": 1.5, "g": float("inf"), "h": [1e300]}
     assert dump(floats) == reference(floats)
-    tuples = {"t": (1, "a"), "u": ()}
+    tuples = {"t": (1, "a"), "u": (), "s": {1, 2}, "l": [{3}, [()]]}
     assert dump(tuples) == reference(tuples)
     with pytest.raises(yaml.representer.RepresenterError):
         dump({"phase": Phase.RUNNING})  # as yaml.dump with the safe dumper: no enums

@@ -32,6 +32,7 @@ from tfdeclare.core.run.launches import gang_request, launches, placed
 from tfdeclare.core.run.lifecycle import Backoff
 from tfdeclare.core.run.record import JobRecord, Revision, TaskRecord
 from tfdeclare.core.run.tasks import ObservedTask, Placement, TaskKey, Unplaced
+from tfdeclare.core.spec.keys import ORDER
 from tfdeclare.core.spec.loader import SourceRef
 from tfdeclare.core.spec.model import fingerprint
 from tfdeclare.shell.statuswriter import StatusWriter
@@ -398,7 +399,7 @@ class Controller:
         if decided.launch:
             updated, launched = self._launch(backend, updated, decided.launch, now, result)
             shown.update((t.key, t) for t in launched)
-        tasks_now = tuple(shown[k] for k in sorted(shown))
+        tasks_now = tuple(shown[k] for k in sorted(shown, key=ORDER))
         if tasks_now != updated.tasks:
             updated = updated.evolve(tasks=tasks_now)
         conditions = status.conditions(updated, now)

@@ -47,6 +47,7 @@ from tfdeclare.core.plan.observed import ObservedJob, ObservedState, observed_fi
 from tfdeclare.core.plan.quotas import enforce_quotas
 from tfdeclare.core.run.clusterspec import symbolic_addresses, task_configs
 from tfdeclare.core.run.tasks import TaskKey
+from tfdeclare.core.spec.keys import ORDER
 from tfdeclare.core.spec.loader import LoadedJob, SourceRef
 from tfdeclare.core.spec.model import SCOPE_WHY, TENSORBOARD_KEY, JobSpec, task_keys_of
 from tfdeclare.core.spec.policy import Quota
@@ -339,11 +340,11 @@ def _task_sets(
     alive = set(running)
     restart = tuple(
         k
-        for k in sorted(new_configs.keys() & old_configs.keys())
+        for k in sorted(new_configs.keys() & old_configs.keys(), key=ORDER)
         if k in alive and not new_configs[k].same_identity(old_configs[k])
     )
-    start = tuple(sorted(new_configs.keys() - old_configs.keys()))
-    stop = tuple(sorted(old_configs.keys() - new_configs.keys()))
+    start = tuple(sorted(new_configs.keys() - old_configs.keys(), key=ORDER))
+    stop = tuple(sorted(old_configs.keys() - new_configs.keys(), key=ORDER))
     return restart, start, stop
 
 
@@ -449,8 +450,8 @@ def _action_of_present(loaded: LoadedJob, observed: ObservedJob | None) -> JobPl
             restart=tuple(
                 k for k in observed.running if k in new_keys and (k.role.in_cluster or board_restarts)
             ),
-            start=tuple(sorted(new_keys - old_keys)),
-            stop=tuple(sorted(old_keys - new_keys)),
+            start=tuple(sorted(new_keys - old_keys, key=ORDER)),
+            stop=tuple(sorted(old_keys - new_keys, key=ORDER)),
             **common,
         )
     restart, start, stop = _task_sets(old_spec, desired_spec, observed.running)

@@ -24,6 +24,7 @@ from functools import cached_property
 
 from tfdeclare.core.enums import ROLE_ORDER, ClusterSpecStyle, Role
 from tfdeclare.core.run.tasks import TaskKey, Volume
+from tfdeclare.core.spec.keys import ORDER
 from tfdeclare.core.spec.model import JobSpec
 from tfdeclare.core.spec.resources import Resources
 from tfdeclare.core.spec.secrets import EnvValue
@@ -37,7 +38,7 @@ def cluster_for(addresses: Mapping[TaskKey, str], role: Role) -> dict[str, list[
     for cluster_role in ROLE_ORDER:
         if cluster_role is Role.EVALUATOR and role is not Role.EVALUATOR:
             continue
-        keys = sorted(k for k in addresses if k.role is cluster_role)
+        keys = sorted((k for k in addresses if k.role is cluster_role), key=ORDER)
         if keys:
             cluster[cluster_role.value] = [addresses[k] for k in keys]
     return cluster

@@ -13,6 +13,7 @@ from typing import Any
 from tfdeclare.core.enums import ROLE_ORDER, Phase, Reason, Role, TaskState
 from tfdeclare.core.run.record import Condition, ConditionType, JobRecord, TaskRecord, rfc3339
 from tfdeclare.core.run.tasks import ObservedTask, TaskKey
+from tfdeclare.core.spec.keys import ORDER
 from tfdeclare.core.spec.model import SCOPE_WHY, TENSORBOARD_KEY, JobSpec
 
 
@@ -36,7 +37,7 @@ def task_records(current: Sequence[ObservedTask]) -> tuple[TaskRecord, ...]:
             finished_at=t.finished_at,
             message=t.message,
         )
-        for t in sorted(by_key.values(), key=lambda t: t.key)
+        for t in sorted(by_key.values(), key=lambda t: ORDER(t.key))
     )
 
 
@@ -87,7 +88,7 @@ def status_document(record: JobRecord, now: float) -> dict[str, Any]:
             "failed": sum(1 for t in of_role if t.state in (TaskState.FAILED, TaskState.GONE)),
         }
     task_entries = []
-    keys = sorted(set(spec.task_keys()) | set(tasks)) if not record.deleting else sorted(tasks)
+    keys = sorted(set(spec.task_keys()) | set(tasks) if not record.deleting else tasks, key=ORDER)
     for key in keys:
         task = tasks.get(key)
         log = f"tfdeclare logs {record.name} --task {key.name}"
