@@ -452,8 +452,6 @@ class DockerRuntime:
         directly (``since`` to the nanosecond, each message one frame of its multiplexed
         stream, its time in front). ``tail`` lets the engine read the end of its log file
         only: with ``since`` alone it reads the whole file to filter it."""
-        import requests
-
         api = self.client.api
         params: dict[str, int | str] = {"stdout": 1, "stderr": 1, "timestamps": 1, "follow": 0}
         if tail is not None:
@@ -464,7 +462,7 @@ class DockerRuntime:
         try:
             answer = api.get(url, params=params, timeout=ENGINE_TIMEOUT_S)
             body = answer.content
-        except (requests.RequestException, OSError) as err:
+        except OSError as err:  # what requests raises is one (RequestException is an IOError)
             raise EngineError(_explain(err)) from err
         if answer.status_code == 404:
             return None
