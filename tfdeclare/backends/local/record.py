@@ -29,8 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tfdeclare.core.enums import ImagePullPolicy, Role, VolumeMode
-from tfdeclare.core.run.tasks import TaskKey
-from tfdeclare.core.spec.keys import Volume
+from tfdeclare.core.spec.keys import TaskKey, Volume
 from tfdeclare.core.spec.resources import Resources
 from tfdeclare.core.spec.secrets import SecretRef
 from tfdeclare.files import write_atomic
