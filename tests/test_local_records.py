@@ -12,6 +12,7 @@ started by the next controller's upkeep (``tend``), never by a look (``observe``
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -23,6 +24,8 @@ import pytest
 
 from tests.backend_conformance import gang, look, wait_for
 from tfdeclare.backends.local.backend import LocalBackend, LocalCapacity
+from tfdeclare.backends.local.config import LocalRuntime
+from tfdeclare.backends.local.docker_runtime import DockerRuntime, container_name, owner_of
 from tfdeclare.backends.local.record import (
     RECORD_VERSION,
     LocalTask,
@@ -174,3 +177,50 @@ def test_a_launch_left_unstarted_starts_at_the_next_upkeep_and_never_by_a_look(
     finally:
         backend.stop([t.task_id for t in backend.observe() if t.state.alive], 0.1)
         backend.close()
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+@pytest.mark.parametrize("fixture", ["first-docker.json", "before-records-docker.json"])
+def test_a_container_a_previous_release_started_is_adopted(
+    tmp_path: Path, fixture: str, docker_client: Any, base_image: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The container as that release made it (its name, labels and options come from the
+    record) and its ``launch.json``; the next controller sees it running, stops it, records
+    its end and removes it."""
+    monkeypatch.setenv("TOKEN", "secret-value")
+    state, specs = tmp_path / "state", tmp_path / "specs"
+    specs.mkdir()
+    volumes = [{"hostPath": str(specs), "containerPath": "/data", "mode": "ro"}]
+    data = _old(fixture, state, specs, argv=["python3", "-c", "import time; time.sleep(60)"])
+    data.update(image=base_image, volumes=volumes, user=f"{os.getuid()}:{os.getgid()}", env={})
+    task_dir = state / "local" / "tasks" / data["taskId"]
+    task_dir.mkdir(parents=True)
+    Path(data["cwd"]).mkdir(parents=True, exist_ok=True)
+    (task_dir / "task.json").write_text(json.dumps(data))
+    owner = owner_of(state / "local")
+    made = DockerRuntime(owner)
+    try:
+        container = made.run(LocalTask.from_json(data))
+        (task_dir / "launch.json").write_text(
+            json.dumps({"container": container, "startedAt": time.time(), "logOffset": 0})
+        )
+        backend = LocalBackend(state, CAPACITY, runtime=LocalRuntime.DOCKER)
+        try:
+            task_id = data["taskId"]
+            tasks = wait_for(backend, lambda ts: ts[task_id].state is TaskState.RUNNING, 60)
+            assert (tasks[task_id].key, tasks[task_id].config_hash) == (TaskKey(Role.WORKER, 0), "c" * 16)
+            backend.stop([task_id], 1.0)
+            ended = wait_for(backend, lambda ts: ts[task_id].state.ended, 30)
+            assert ended[task_id].state is TaskState.STOPPED
+            look(backend)  # the next pass records its end and removes the container
+            name = container_name(owner, task_id)
+            assert docker_client.containers.list(all=True, filters={"name": name}, ignore_removed=True) == []
+        finally:
+            backend.close()
+    finally:
+        made.close()
+        for each in docker_client.containers.list(
+            all=True, filters={"label": f"tfdeclare.owner={owner}"}, ignore_removed=True
+        ):
+            each.remove(force=True)
