@@ -4,7 +4,10 @@
 - the runner's overhead on a containerised TensorFlow job's steps (the same container, with
   the same limits, started by hand with the SDK; the two take turns block by block, as in
   ``local_bench.tf_overhead``);
-- a restarted controller adopts 100 running containers: no duplicate, none lost.
+- a restarted controller adopts 100 running containers: no duplicate, none lost;
+- ``logs --follow`` of a running container with a large log (issue 23): what one read costs
+  once caught up, against what it cost before (the whole log from the engine every read,
+  still measurable as ``DockerRuntime.logs``), the two taking turns on the same container.
 
 The engine and the images are the tests' (``tests/docker_env.py``: DOCKER_HOST, the default
 socket, or the private engine, stopped at the end when this run started it; the Debian base and
@@ -13,7 +16,9 @@ the TensorFlow image, built once). Without an engine the suite reports nothing a
 
 from __future__ import annotations
 
+import contextlib
 import os
+import statistics
 import subprocess
 import tempfile
 import time
@@ -199,6 +204,93 @@ def tf_overhead(client: Any, image: str, workdir: Path, budget_s: float, min_pai
     )
 
 
+LOUD = (
+    "import sys, time\n"
+    "sys.stdout.write(('x' * 99 + '\\n') * 80000)\n"  # 8 MB at once
+    "sys.stdout.flush()\n"
+    "for i in range(3000):\n"
+    "    print('tick', i, flush=True)\n"
+    "    time.sleep(0.05)\n"
+)
+
+
+def follow_cost(image: str, workdir: Path, pairs: int) -> list[Result]:
+    """One container writes 8 MB, then a line every 50 ms. Once a follower has caught up,
+    pairs of reads take turns: the old read (``DockerRuntime.logs``: an inspect and the
+    whole log, which every ``read_log`` of a live container did) and today's ``read_log``
+    from the follower's offset (the engine's bytes counted by ``log_bytes_read``)."""
+    from tfdeclare.backends.local.backend import LocalBackend, LocalCapacity
+    from tfdeclare.backends.local.config import LocalRuntime
+    from tfdeclare.backends.local.docker_driver import DockerDriver
+    from tfdeclare.backends.local.docker_runtime import container_name
+    from tfdeclare.backends.local.record import TaskRuntime
+    from tfdeclare.core.enums import Role
+    from tfdeclare.core.run.tasks import GangRequest, Placement, SlotRequest, TaskKey, TaskLaunch
+    from tfdeclare.core.spec.resources import Resources
+
+    capacity = LocalCapacity(cpus=4, mem_mib=4096, gpus=0, port_first=37500, port_last=37599)
+    backend = LocalBackend(workdir / "state", capacity, runtime=LocalRuntime.DOCKER)
+    key, size = TaskKey(Role.WORKER, 0), Resources(0.5, 512, 0)
+    placement = backend.place(GangRequest("follow", 0, (SlotRequest(key, size),)))
+    assert isinstance(placement, Placement)
+    task_id = "follow.t1.worker-0"
+    launch = TaskLaunch(
+        task_id, "follow", key, 0, "s" * 64, "c" * 16, ("python3", "-c", LOUD), (), size,
+        placement.slots[0], image=image, source_dir=str(workdir),
+    )  # fmt: skip
+    driver = backend.drivers[TaskRuntime.DOCKER]
+    assert isinstance(driver, DockerDriver)
+    engine, name = driver.engine, container_name(driver.engine.owner, task_id)
+    before_s, before_bytes, after_s, after_bytes = [], [], [], []
+    try:
+        backend.launch(placement, [launch])
+        offset = 0
+        deadline = time.monotonic() + 120
+        while True:  # catch up with the 8 MB, and get past them by a second
+            chunk = backend.read_log(task_id, offset, 1 << 24)
+            offset = chunk.next_offset
+            if b"tick 20\n" in chunk.data or (offset > 8_000_000 and b"tick 2" in chunk.data):
+                break
+            assert time.monotonic() < deadline, "the container never wrote its log"
+            time.sleep(0.05)
+        for _ in range(pairs):
+            started = time.perf_counter()
+            whole = engine.logs(name)
+            before_s.append(time.perf_counter() - started)
+            before_bytes.append(len(whole[0]) if whole else 0)
+            read, started = engine.log_bytes_read, time.perf_counter()
+            offset = backend.read_log(task_id, offset).next_offset
+            after_s.append(time.perf_counter() - started)
+            after_bytes.append(engine.log_bytes_read - read)
+            time.sleep(0.1)
+    finally:
+        backend.stop([task_id], 1.0)
+        with contextlib.suppress(Exception):
+            engine.remove(name)
+        backend.close()
+    ratio = statistics.median(before_s) / statistics.median(after_s)
+    note = (
+        f"before (the whole log each read): median {statistics.median(before_s) * 1000:.1f} ms and "
+        f"{statistics.median(before_bytes) / 1e6:.2f} MB a read; now {statistics.median(after_bytes):.0f} "
+        f"bytes a read; {ratio:.1f}x faster ({pairs} pairs taking turns)"
+    )
+    return [
+        Result(
+            "`logs --follow` of a running container with an 8 MB log: one read once caught up",
+            "reads only what is new",
+            [t * 1000 for t in after_s],
+            unit="ms",
+            note=note,
+            extra={
+                "before_ms": [t * 1000 for t in before_s],
+                "before_bytes": before_bytes,
+                "after_bytes": after_bytes,
+                "ratio": ratio,
+            },
+        )
+    ]
+
+
 def main(results: list[Result], quick: bool) -> None:
     from tests import docker_env
 
@@ -226,6 +318,8 @@ def _measure(results: list[Result], quick: bool, host: str) -> None:
         results.append(apply_ten(client, base, Path(tmp), 3 if quick else 7))
     with tempfile.TemporaryDirectory() as tmp:
         results.append(adopt_hundred(client, base, Path(tmp)))
+    with tempfile.TemporaryDirectory() as tmp:
+        results.extend(follow_cost(base, Path(tmp), 10 if quick else 40))
     with tempfile.TemporaryDirectory() as tmp:
         results.extend(tf_overhead(client, tensorflow, Path(tmp), 30 if quick else 240))
     client.close()

@@ -149,6 +149,12 @@ def launches(
     return out
 
 
+def look(backend: Backend) -> Sequence[ObservedTask]:
+    """What a controller pass sees: the backend's upkeep, then its report."""
+    backend.tend()
+    return backend.observe()
+
+
 def wait_for(
     backend: Backend,
     predicate: Callable[[dict[str, ObservedTask]], bool],
@@ -156,7 +162,7 @@ def wait_for(
 ) -> dict[str, ObservedTask]:
     deadline = time.monotonic() + timeout
     while True:
-        tasks = {t.task_id: t for t in backend.observe()}
+        tasks = {t.task_id: t for t in look(backend)}
         if predicate(tasks):
             return tasks
         if time.monotonic() > deadline:

@@ -99,6 +99,9 @@ class FakeBackend:
 
     # ---- the protocol ----------------------------------------------------------------------
 
+    def tend(self) -> None:
+        """Nothing to look after: the fake's tasks change only as the test says."""
+
     def observe(self) -> Sequence[ObservedTask]:
         with self.cluster.lock:
             now = self.clock()

@@ -5,13 +5,16 @@ injected clock, so every timing rule is checked at exact instants without sleepi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from tests.controller_world import BACKOFF, World, job_text
+from tfdeclare.backends.base import BackendError
 from tfdeclare.core.enums import Phase, Reason, Role, TaskState
 from tfdeclare.core.plan.planner import Action
+from tfdeclare.core.run.tasks import ObservedTask
 
 
 @pytest.fixture
@@ -294,3 +297,30 @@ def test_a_gang_that_does_not_fit_waits_without_launching_part_of_it(world: Worl
     world.controller.delete(["big"])
     world.settle()
     assert len(world.tasks("more")) == 2
+
+
+def test_a_pass_runs_the_backends_upkeep_before_it_looks_and_reports_what_failed(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``tend`` (a stop the engine refused, a container it cannot remove) is the pass's error;
+    the pass still looks at every task and steps every job."""
+    world.write("a", job_text("a"))
+    world.apply()
+    world.settle()
+    order: list[str] = []
+    observe = world.backend.observe
+
+    def tend() -> None:
+        order.append("tend")
+        raise BackendError("a0: the Docker engine did not stop its container (refused)")
+
+    def looked() -> Sequence[ObservedTask]:
+        order.append("observe")
+        return observe()
+
+    monkeypatch.setattr(world.backend, "tend", tend)
+    monkeypatch.setattr(world.backend, "observe", looked)
+    result = world.reconcile()
+    assert order == ["tend", "observe"], "once per pass, upkeep first"
+    assert result.errors == ["local: a0: the Docker engine did not stop its container (refused)"]
+    assert result.phases == {"a": Phase.RUNNING}

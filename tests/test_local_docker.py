@@ -6,6 +6,7 @@ container removed once its end is recorded, and adoption by a restarted controll
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -14,7 +15,9 @@ from typing import Any
 
 import pytest
 
-from tests.backend_conformance import Harness, gang, launches, place_soon, wait_for
+from tests.backend_conformance import Harness, gang, launches, look, place_soon, wait_for
+from tests.engine_proxy import EngineProxy
+from tfdeclare.backends.base import BackendError
 from tfdeclare.backends.local.backend import LocalBackend, LocalCapacity
 from tfdeclare.backends.local.config import LocalRuntime
 from tfdeclare.backends.local.docker_runtime import (
@@ -25,6 +28,7 @@ from tfdeclare.backends.local.docker_runtime import (
     mounts_for,
     owner_of,
 )
+from tfdeclare.backends.local.record import LocalTask, TaskRuntime
 from tfdeclare.core.enums import Role, TaskState
 from tfdeclare.core.run.tasks import GangRequest, Placement, SlotRequest, TaskKey
 from tfdeclare.core.spec.resources import Resources
@@ -49,9 +53,18 @@ def _spec(**overrides: Any) -> dict[str, Any]:
         "image": "tf:2",
         "user": "1000:1000",
         "volumes": [],
+        "runtime": "docker",
+        "host": "127.0.0.1",
+        "port": 20000,
+        "logPath": "/state/local/logs/j/j.a0.l1.worker-0.log",
     }
     spec.update(overrides)
     return spec
+
+
+def _task(**overrides: Any) -> LocalTask:
+    """A container task's record, as ``task.json`` holds it."""
+    return LocalTask.from_json(_spec(**overrides))
 
 
 # ---- GPUs: exactly the devices placed --------------------------------------------------------
@@ -64,9 +77,9 @@ def _gpu_backend(tmp_path: Path) -> LocalBackend:
 
 def _devices_of(placement: Placement) -> dict[str, list[str]]:
     """Slot -> the device ids its container's one device request names."""
-    out = {}
+    out: dict[str, list[str]] = {}
     for slot in placement.slots:
-        options = container_options(_spec(gpuDevices=list(slot.gpu_devices), resources=[1, 1024, 0]), "o")
+        options = container_options(_task(gpuDevices=list(slot.gpu_devices), resources=[1, 1024, 0]), "o")
         requests = options["device_requests"]
         if not requests:
             out[slot.key.name] = []
@@ -115,7 +128,7 @@ def test_gpu_tasks_request_exactly_the_host_devices_placed(tmp_path: Path) -> No
 
 
 def test_a_container_gets_the_tasks_limits_labels_network_and_argv() -> None:
-    options = container_options(_spec(), "owner1")
+    options = container_options(_task(), "owner1")
     assert options["command"] == ["python", "train.py", "a;b"], "argv as a list, never a shell"
     assert options["name"] == container_name("owner1", "j.a0.l1.worker-0")
     assert options["network_mode"] == "host" and options["init"] is True
@@ -134,7 +147,7 @@ def test_a_container_gets_the_tasks_limits_labels_network_and_argv() -> None:
         "tfdeclare.spec-hash": "s" * 64,
         "tfdeclare.config-hash": "c" * 16,
     }
-    assert container_options(_spec(env={"HOME": "/home/me"}), "o")["environment"]["HOME"] == "/home/me"
+    assert container_options(_task(env={"HOME": "/home/me"}), "o")["environment"]["HOME"] == "/home/me"
 
 
 def test_mounts_are_the_tasks_folders_then_the_spec_volumes_read_only_unless_rw() -> None:
@@ -201,6 +214,7 @@ def test_limits_are_enforced_by_the_engine_and_the_container_goes_once_recorded(
         (task,) = launches(harness, placement, ["python3", "-c", CGROUP], resources=Resources(1.5, 256, 0))
         backend.launch(placement, [task])
         tasks = wait_for(backend, lambda ts: task.task_id in ts and ts[task.task_id].state.ended, 60)
+        look(backend)  # the next pass records its end and removes the container
         assert tasks[task.task_id].state is TaskState.SUCCEEDED
         log = backend.read_log(task.task_id).data.decode()
         limits = json.loads(log.split("LIMITS ", 1)[1].splitlines()[0])
@@ -244,6 +258,7 @@ def test_a_restarted_controller_adopts_running_containers_without_duplicates(
         second.stop(ids, 1.0)
         ended = wait_for(second, lambda ts: all(ts[i].state.ended for i in ids), 30)
         assert {ended[i].state for i in ids} == {TaskState.STOPPED}
+        look(second)  # the next pass records their ends and removes the containers
         assert (
             docker_client.containers.list(
                 ignore_removed=True, all=True, filters={"label": f"tfdeclare.owner={owner}"}
@@ -317,7 +332,7 @@ def test_a_task_folder_whose_container_was_never_made_is_made_by_the_next_contro
     tmp_path: Path, docker_client: Any, base_image: str
 ) -> None:
     """The crash point between writing a task's folder and making its container: what a
-    controller killed there leaves is the folder alone (``_launch_one`` writes exactly that).
+    controller killed there leaves is the folder alone (``_write_folder`` writes exactly that).
     The next controller makes the container, once, without counting a failure."""
     harness = _harness(tmp_path, base_image)
     crashed = harness.backend()
@@ -326,7 +341,8 @@ def test_a_task_folder_whose_container_was_never_made_is_made_by_the_next_contro
         placement = place_soon(crashed, gang("late", 1))
         (task,) = launches(harness, placement, harness.sleeper)
         assert isinstance(crashed, LocalBackend)
-        assert isinstance(crashed._launch_one(task, None), tuple)  # the folder, and no container
+        made = crashed._write_folder(task, crashed.drivers[TaskRuntime.DOCKER])
+        assert made is not None  # the folder, and no container
         crashed.release(placement)
         crashed.close()
         assert (
@@ -343,8 +359,8 @@ def test_a_task_folder_whose_container_was_never_made_is_made_by_the_next_contro
         )
         assert [c.labels["tfdeclare.task-id"] for c in made] == [task.task_id]
         assert b"container was never made" in after.read_log(task.task_id).data
-        for _ in range(3):  # observing again makes nothing more
-            after.observe()
+        for _ in range(3):  # more passes make nothing more
+            look(after)
         assert (
             len(
                 docker_client.containers.list(
@@ -359,3 +375,173 @@ def test_a_task_folder_whose_container_was_never_made_is_made_by_the_next_contro
         ):
             container.remove(force=True)
         harness.close()
+
+
+# ---- stop errors surface; follow reads only what is new ---------------------------------------
+
+
+def _remove_owned(docker_client: Any, owner: str) -> None:
+    for container in docker_client.containers.list(
+        ignore_removed=True, all=True, filters={"label": f"tfdeclare.owner={owner}"}
+    ):
+        container.remove(force=True)
+
+
+def _behind_a_proxy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> EngineProxy:
+    engine = os.environ["DOCKER_HOST"].removeprefix("unix://")
+    proxy = EngineProxy(engine, tmp_path / "engine.sock")
+    monkeypatch.setenv("DOCKER_HOST", proxy.address)  # what the backend's engine client connects to
+    return proxy
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_a_stop_the_engine_refuses_is_a_backend_error_and_the_task_is_killed(
+    tmp_path: Path, docker_client: Any, base_image: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine answers a stop only once the container has stopped, so the backend asks
+    for it on a thread; what the engine says there is not lost: the next upkeep reports it
+    as a ``BackendError`` (the controller's pass lists it) and kills the container."""
+    proxy = _behind_a_proxy(tmp_path, monkeypatch)
+    harness = _harness(tmp_path, base_image)
+    backend = harness.backend()
+    try:
+        placement = place_soon(backend, gang("refused", 1))
+        (task,) = launches(harness, placement, harness.sleeper)
+        backend.launch(placement, [task])
+        wait_for(backend, lambda ts: ts[task.task_id].state is TaskState.RUNNING, 60)
+        proxy.refuse = lambda line: line.startswith(b"POST ") and b"/stop" in line
+        backend.stop([task.task_id], 30.0)  # returns at once; the engine refuses on the thread
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                backend.tend()
+            except BackendError as err:
+                reported = str(err)
+                break
+            assert time.monotonic() < deadline, "the refused stop was never reported"
+            time.sleep(0.05)
+        assert task.task_id in reported and "did not stop its container" in reported
+        assert "refused" in reported, reported
+        ended = wait_for(backend, lambda ts: ts[task.task_id].state.ended, 30)
+        assert ended[task.task_id].state is TaskState.STOPPED, "killed well before its 30 s grace"
+    finally:
+        harness.close()
+        _remove_owned(docker_client, owner_of(tmp_path / "state" / "local"))
+        proxy.close()
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_a_stop_with_the_engine_gone_is_a_backend_error_at_once(
+    tmp_path: Path, docker_client: Any, base_image: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proxy = _behind_a_proxy(tmp_path, monkeypatch)
+    harness = _harness(tmp_path, base_image)
+    backend = harness.backend()
+    try:
+        placement = place_soon(backend, gang("gone", 1))
+        (task,) = launches(harness, placement, harness.sleeper)
+        backend.launch(placement, [task])
+        wait_for(backend, lambda ts: ts[task.task_id].state is TaskState.RUNNING, 60)
+        proxy.close()
+        with pytest.raises(BackendError, match=r"cannot stop .*did not answer"):
+            backend.stop([task.task_id], 1.0)
+        assert isinstance(backend, LocalBackend)
+        assert (backend.tasks_dir / task.task_id / "stop.json").exists(), "the request stays for later"
+    finally:
+        harness.close()
+        _remove_owned(docker_client, owner_of(tmp_path / "state" / "local"))
+
+
+LOUD_THEN_SLOW = (
+    "import sys, time\n"
+    "line = 'x' * 99 + '\\n'\n"
+    "sys.stdout.write(line * 20000)\n"  # 2 MB at once
+    "sys.stdout.flush()\n"
+    "for i in range(400):\n"
+    "    print('tick', i, flush=True)\n"
+    "    if i % 10 == 0:\n"
+    "        print('to stderr', i, file=sys.stderr, flush=True)\n"
+    "    time.sleep(0.02)\n"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_following_a_containers_large_log_reads_only_what_is_new(
+    tmp_path: Path, docker_client: Any, base_image: str
+) -> None:
+    """``logs --follow`` asks for the next offset again and again: once the 2 MB written at
+    first have been read (and the reads are past them by more than the 0.1 s each read asks
+    again), each read takes from the engine only what came since, and the bytes handed out
+    are the log, no more, no less."""
+    harness = _harness(tmp_path, base_image)
+    backend = harness.backend()
+    try:
+        placement = place_soon(backend, gang("loud", 1))
+        (task,) = launches(harness, placement, ["python3", "-c", LOUD_THEN_SLOW])
+        backend.launch(placement, [task])
+        assert isinstance(backend, LocalBackend)
+        engine = backend.drivers[TaskRuntime.DOCKER].engine  # type: ignore[attr-defined]
+        followed = b""
+        reads = 0
+        read_from_engine: list[int] = []
+        deadline = time.monotonic() + 60
+        while True:
+            chunk = backend.read_log(task.task_id, len(followed))
+            followed += chunk.data
+            reads += 1
+            if b"tick 20\n" in followed:  # caught up with the 2 MB, and past them by 0.4 s
+                read_from_engine.append(engine.log_bytes_read)
+            if chunk.complete:
+                break
+            assert time.monotonic() < deadline, "never complete"
+            time.sleep(0.02)
+        look(backend)  # the end recorded, the output kept in the log file
+        assert followed == backend.read_log(task.task_id, 0, 1 << 30).data, "every byte once, in order"
+        assert followed.count(b"tick ") == 400 and followed.count(b"to stderr") == 40
+        assert len(read_from_engine) > 20, "followed while it wrote"
+        total = read_from_engine[-1] - read_from_engine[0]
+        # each read: what is new plus at most 0.1 s of what was read (about 16 KB in all, with
+        # the engine's timestamps; the whole log each time, as before, would be 2 MB a read)
+        assert total < 200_000, (total, len(read_from_engine))
+    finally:
+        harness.close()
+        _remove_owned(docker_client, owner_of(tmp_path / "state" / "local"))
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_a_look_records_and_removes_nothing_an_upkeep_or_close_does(
+    tmp_path: Path, docker_client: Any, base_image: str
+) -> None:
+    """``observe`` (what ``place`` calls) reports an ended container as ended and leaves it
+    be; its end is recorded and the container removed by ``tend``, or by ``close`` when the
+    controller exits right after the pass that saw it end (``apply --wait``)."""
+    harness = _harness(tmp_path, base_image)
+    backend = harness.backend()
+    name = ""
+    try:
+        placement = place_soon(backend, gang("quick", 1))
+        (task,) = launches(harness, placement, ["python3", "-c", "print('done')"])
+        backend.launch(placement, [task])
+        assert isinstance(backend, LocalBackend)
+        name = container_name(owner_of(tmp_path / "state" / "local"), task.task_id)
+        deadline = time.monotonic() + 60
+        while not {t.task_id: t for t in backend.observe()}[task.task_id].state.ended:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        for _ in range(3):
+            (seen,) = backend.observe()
+            assert seen.state is TaskState.SUCCEEDED and seen.exit_code == 0
+        assert docker_client.containers.get(name).status == "exited", "a look removes nothing"
+        assert not (backend.tasks_dir / task.task_id / "exit.json").exists(), "a look records nothing"
+        assert b"done" in backend.read_log(task.task_id).data  # from the engine, while it is there
+        backend.close()
+        assert docker_client.containers.list(all=True, filters={"name": name}, ignore_removed=True) == []
+        assert json.loads((backend.tasks_dir / task.task_id / "exit.json").read_text())["exitCode"] == 0
+        assert b"done" in backend.read_log(task.task_id).data  # from the file now
+    finally:
+        harness.close()
+        _remove_owned(docker_client, owner_of(tmp_path / "state" / "local"))

@@ -3,7 +3,8 @@
 A backend owns the running tasks and nothing else: it does not know about specs, plans or
 phases. The controller asks it to ``place`` a gang (all tasks of one job attempt), builds the
 TF cluster description from the answer, ``launch``-es the tasks, ``stop``-s tasks, and
-``observe``-s them each pass. ``tests/backend_conformance.py`` is the suite every backend
+each pass lets the backend ``tend`` its tasks and then ``observe``-s them (``observe`` only
+reports). ``tests/backend_conformance.py`` is the suite every backend
 passes.
 """
 
@@ -36,8 +37,16 @@ class Backend(Protocol):
         to it) before the controller restarts the whole job instead; None: for ever."""
         ...
 
+    def tend(self) -> None:
+        """The backend's own upkeep, run by the controller once per pass before ``observe``:
+        finish what a controller that died left half-done, record how tasks ended and clear
+        away what they left, kill what outlived its grace period. ``BackendError`` for what
+        it could not do (the pass reports it and goes on)."""
+        ...
+
     def observe(self) -> Sequence[ObservedTask]:
-        """Every task this controller owns that the backend still knows, in any state."""
+        """Every task this controller owns that the backend still knows, in any state. Only
+        reports: it starts, stops, records and removes nothing."""
         ...
 
     def place(self, request: GangRequest) -> Placement | Unplaced:

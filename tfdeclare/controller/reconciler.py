@@ -51,18 +51,25 @@ class _SeenTasks:
     """The tasks of each backend a pass looks at, observed once per pass, by job; what no record
     takes is left over (tasks of no job there)."""
 
-    def __init__(self, backend: Callable[[str], Backend]) -> None:
+    def __init__(self, backend: Callable[[str], Backend], errors: list[str]) -> None:
         self._backend = backend
         self._by_backend: dict[str, dict[str, list[ObservedTask]]] = {}
         self._failed: dict[str, BackendError] = {}
+        self._errors = errors  # the pass's: what a backend's upkeep could not do
 
     def of(self, backend_name: str) -> dict[str, list[ObservedTask]]:
         if backend_name in self._failed:  # asked once per pass, not once per job
             raise self._failed[backend_name]
         if backend_name not in self._by_backend:
             by_job: dict[str, list[ObservedTask]] = defaultdict(list)
+            backend = self._backend(backend_name)
+            try:  # its upkeep first (observe only reports); what fails there is reported
+                backend.tend()
+            except BackendError as err:
+                self._errors.append(f"{backend_name}: {err}")
+                log.warning("%s: backend error: %s", backend_name, err)
             try:
-                for task in self._backend(backend_name).observe():
+                for task in backend.observe():
                     by_job[task.job].append(task)
             except BackendError as err:
                 self._failed[backend_name] = err
@@ -299,7 +306,7 @@ class Controller:
         §5: a job belongs to the backend that runs it); then the tasks of no job are stopped."""
         result = PassResult()
         now = self.clock()
-        seen = _SeenTasks(self._backend)
+        seen = _SeenTasks(self._backend, result.errors)
         seen.of(self.backend.name)  # its orphans are stopped even when no record names it
         for name, stored in sorted(self.store.records().items()):
             try:

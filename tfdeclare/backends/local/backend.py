@@ -1,13 +1,14 @@
-"""The local backend: each task a supervised process group on this machine.
+"""The local backend: each task on this machine, run by the driver its record names.
 
 State lives under ``<state-dir>/local``::
 
-    tasks/<task-id>/task.json    what to run (written before the supervisor starts; mode 600)
-    tasks/<task-id>/launch.json  the supervisor's pid and start tick
-    tasks/<task-id>/state.json   written by the supervisor once the task runs
+    tasks/<task-id>/task.json    the task's record: what to run (``record.py``; written once,
+                                 before anything runs; mode 600)
+    tasks/<task-id>/launch.json  the runtime's start (a supervisor's pid and start tick, or a
+                                 container's id, start time and log offset)
+    tasks/<task-id>/state.json   (process) written by the supervisor once the task runs
     tasks/<task-id>/stop.json    a stop request (grace period)
-    tasks/<task-id>/exit.json    written by the supervisor when the task has ended
-    tasks/<task-id>/launch.json  (container) its id and start time
+    tasks/<task-id>/exit.json    how the task ended
     logs/<job>/<task-id>.log     the task's output (kept after the task is forgotten)
     work/<job>/<role>-<index>/   the task's own writable working folder (never deleted)
 
@@ -28,51 +29,44 @@ reserved machine-wide (``ports.py``: no two state folders hand out the same port
 bindable, reused for a slot when its previous port is still free. GPU tasks get
 ``CUDA_VISIBLE_DEVICES`` with exactly their devices; other tasks on a GPU machine get none.
 
-Two runtimes (``local.runtime``, ``config.py``): a task of a job without ``spec.image`` is a
-process under its supervisor (``supervisor.py``); one with an image is a container of it,
-made through the Docker engine (``containers.py``, ``docker_runtime.py``), which then
-supervises it: the same task folder records it (``launch.json`` names the container,
-``exit.json`` is written by the controller that sees it ended, which then removes the
-container), its output comes from the engine while it runs and is kept in its log file once
-it has ended, and the engine stops it (SIGTERM, grace period, SIGKILL). Placement, ports
-and working folders are the same for both; inside a container the working folder (and the
-source folder, read-only) are mounted at their own paths, and an absolute ``workingDir`` is
-a folder of the image.
+Two runtimes, one interface (``drivers.py``): ``local.runtime`` (``config.py``) decides at
+launch what runs a task, a process under its supervisor (``process_driver.py``) or a
+container of its image through the Docker engine (``docker_driver.py``), and the record says
+so (``runtime``); from then on the backend picks the task's driver from its record and never
+asks again. Placement, ports and working folders are the same for both; inside a container
+the working folder (and the source folder, read-only) are mounted at their own paths, and an
+absolute ``workingDir`` is a folder of the image.
 
-Crash safety: a task folder whose supervisor never started (the controller died between
-making the folder and starting it) is started by the next controller, not counted as a
-failure; a stop request is a file the supervisor polls, so a controller that dies before its
-signal still gets the task stopped.
+``observe`` (and ``place``, which calls it) only reports. What a look finds to do (a launch
+a dead controller left half-done, an end to record and what the task left to clear away, a
+task past its grace period) is done by ``tend``, which the controller runs once per pass
+before it observes.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
+import logging
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from tfdeclare.backends.base import BackendError, LogChunk, LogOffsetError
+from tfdeclare.backends.base import BackendError, LogChunk
 from tfdeclare.backends.local import machine, ports
 from tfdeclare.backends.local.config import LocalRuntime
-from tfdeclare.backends.local.containers import ContainerTasks
-from tfdeclare.backends.local.docker_runtime import EngineError, owner_of
-from tfdeclare.backends.local.supervisor import kill_group, process_start_ticks
+from tfdeclare.backends.local.docker_driver import DockerDriver
+from tfdeclare.backends.local.docker_runtime import owner_of
+from tfdeclare.backends.local.drivers import Chore, Driver, Seen, TaskFolder, read_log_file
+from tfdeclare.backends.local.process_driver import ProcessDriver
+from tfdeclare.backends.local.record import LocalTask, TaskRuntime, read_task, write_task
 from tfdeclare.backends.secrets import SecretUnavailable, read_all
-from tfdeclare.backends.secrets import to_json as secrets_json
-from tfdeclare.core.enums import Role, TaskState
 from tfdeclare.core.run.tasks import (
     GangRequest,
     ObservedTask,
@@ -86,9 +80,11 @@ from tfdeclare.core.run.tasks import (
 from tfdeclare.core.spec.resources import Resources
 from tfdeclare.files import write_atomic
 
+log = logging.getLogger("tfdeclare.backends.local")
+
 HOST = "127.0.0.1"
-START_TIMEOUT_S = 60.0  # a supervisor that has not started its task by then failed
 ADDRESS_WAIT_S = 30.0  # a task restarting alone waits this long for its port, then the job restarts
+TENDED_FRESH_S = 0.5  # observe reports what the tend just before it saw, if that was this recent
 HOLD_S = 900.0  # a slot's port is held this long after its task ended, unless launched again
 
 
@@ -120,25 +116,6 @@ class LocalCapacity:
             port_first,
             port_last,
         )
-
-
-def _alive(pid: int | None, ticks: int | None) -> bool:
-    return pid is not None and ticks is not None and process_start_ticks(pid) == ticks
-
-
-def _supervisor_holds(task_dir: Path) -> bool:
-    """Does a supervisor hold this task's lock (an exclusive ``flock`` on ``task.json``)?"""
-    try:
-        fd = os.open(task_dir / "task.json", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
 
 
 def _source_folder(task: TaskLaunch) -> Path | None:
@@ -183,15 +160,6 @@ def _link_entries(work: Path, source: Path) -> None:
     write_atomic(work / _SOURCE_MARK, str(source).encode())
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 @dataclass(slots=True)
 class _Reservation:
     resources: Resources
@@ -218,6 +186,36 @@ class _Hold:
             os.close(self.fd)
 
 
+def _observed(task: LocalTask, seen: Seen) -> ObservedTask:
+    return ObservedTask(
+        task_id=task.task_id,
+        job=task.job,
+        key=task.key,
+        attempt=task.attempt,
+        config_hash=task.config_hash,
+        spec_hash=task.spec_hash,
+        state=seen.state,
+        resources=task.resources,
+        host=task.host,
+        port=task.port,
+        exit_code=seen.exit_code,
+        started_at=seen.started_at,
+        finished_at=seen.finished_at,
+        message=seen.message,
+        extra={"gpus": ",".join(str(g) for g in task.gpu_devices), "source": task.source_dir or ""},
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Look:
+    """One task as the last look saw it, with its folder's modification time then."""
+
+    mtime: int
+    folder: TaskFolder
+    seen: Seen
+    task: ObservedTask
+
+
 class LocalBackend:
     name = "local"
     address_wait_s: float | None = ADDRESS_WAIT_S
@@ -237,68 +235,110 @@ class LocalBackend:
         self.python = python or sys.executable
         self._reservations: dict[str, _Reservation] = {}
         self._held: dict[tuple[str, str], _Hold] = {}  # (job, task name) -> its port, kept
-        self._specs: dict[str, dict[str, Any]] = {}  # task.json never changes: read once
-        # task id -> (folder mtime, what was observed, launch.json): reused while unchanged
-        self._observed: dict[str, tuple[int, ObservedTask, dict[str, Any]]] = {}
+        self._records: dict[str, LocalTask] = {}  # task.json never changes: read once
+        self._looks: dict[str, _Look] = {}  # task id -> the last look: reused while unchanged
+        # A ``tend`` that had nothing to do: when, and what it saw (the pass's one look)
+        self._tended: tuple[float, list[_Look]] | None = None
         self._watcher: threading.Thread | None = None
         self._notifiers: list[Callable[[], None]] = []
         self._closed = threading.Event()
         self._next_port = self.capacity.port_first
-        self._started: dict[str, float] = {}  # supervisors this controller started: monotonic time
         self.runtime = runtime
-        self.containers = ContainerTasks(owner_of(self.root), self._started)
+        started: dict[str, float] = {}  # tasks this controller started: monotonic time
+        self.drivers: dict[TaskRuntime, Driver] = {
+            TaskRuntime.PROCESS: ProcessDriver(self.python, started),
+            TaskRuntime.DOCKER: DockerDriver(owner_of(self.root), started, self.root.parent),
+        }
 
-    # ---- observe --------------------------------------------------------------------------
+    # ---- the task folders -----------------------------------------------------------------
 
-    def _task_dirs(self) -> list[Path]:
+    def _folder(self, task_dir: Path) -> TaskFolder | None:
+        """The task folder with its record; None when it has none it can read (a launch that
+        crashed before writing it: nothing started)."""
+        task = self._records.get(task_dir.name)
+        if task is None:
+            task = read_task(task_dir)
+            if task is None:
+                return None
+            self._records[task_dir.name] = task
+        return TaskFolder(task_dir, task)
+
+    def _driver(self, folder: TaskFolder) -> Driver:
+        return self.drivers[folder.task.runtime]
+
+    def _task_dirs(self) -> list[os.DirEntry[str]]:
         try:
-            return [
-                Path(e.path) for e in os.scandir(self.tasks_dir) if e.is_dir() and not e.name.startswith(".")
-            ]
+            return [e for e in os.scandir(self.tasks_dir) if not e.name.startswith(".") and e.is_dir()]
         except FileNotFoundError:
             return []
 
-    def _spec(self, task_dir: Path) -> dict[str, Any] | None:
-        spec = self._specs.get(task_dir.name)
-        if spec is None:
-            spec = _read_json(task_dir / "task.json")
-            if spec is not None:
-                self._specs[task_dir.name] = spec
-        return spec
+    # ---- observe, tend --------------------------------------------------------------------
 
-    def observe(self) -> Sequence[ObservedTask]:
-        """Every task folder, read again only when it changed: supervisors write their files
-        into it (changing its mtime), and a live task's supervisor is checked every time."""
-        observed = []
-        seen: set[str] = set()
-        self.containers.new_pass()  # listed again, once, when a container task is looked at
-        try:
-            entries = [e for e in os.scandir(self.tasks_dir) if not e.name.startswith(".") and e.is_dir()]
-        except FileNotFoundError:
-            entries = []
-        for entry in entries:
-            seen.add(entry.name)
+    def _look(self) -> list[_Look]:
+        """Every task folder, read again only when it changed (the runtimes write into it) or
+        its driver cannot say nothing changed; reads only."""
+        for driver in self.drivers.values():
+            driver.begin_pass()
+        looks = []
+        seen_ids: set[str] = set()
+        for entry in self._task_dirs():
+            seen_ids.add(entry.name)
             try:
                 mtime = entry.stat().st_mtime_ns
             except FileNotFoundError:
                 continue
-            cached = self._observed.get(entry.name)
-            unchanged = cached is not None and cached[0] == mtime
-            if cached is not None and unchanged and (cached[1].state.ended or self._still_alive(cached[2])):
-                observed.append(cached[1])
+            last = self._looks.get(entry.name)
+            if (
+                last is not None
+                and last.mtime == mtime
+                and (last.task.state.ended or self._driver(last.folder).quiet(entry.name))
+            ):
+                looks.append(last)
                 continue
-            task_dir = Path(entry.path)
-            spec = self._spec(task_dir)
-            if spec is None:
-                continue  # a launch that crashed before writing task.json: nothing started
-            task, launch_info = self._observe_one(task_dir, spec)
-            self._observed[entry.name] = (mtime, task, launch_info)
-            observed.append(task)
-        for gone in self._observed.keys() - seen:
-            del self._observed[gone]
+            folder = self._folder(Path(entry.path))
+            if folder is None:
+                continue
+            seen = self._driver(folder).inspect(folder)
+            task = _observed(folder.task, seen)
+            if last is not None and last.task == task:
+                task = last.task  # the same object while nothing changed (the controller skips it)
+            look = _Look(mtime, folder, seen, task)
+            self._looks[entry.name] = look
+            looks.append(look)
+        for gone in self._looks.keys() - seen_ids:
+            del self._looks[gone]
+        return looks
+
+    def observe(self) -> Sequence[ObservedTask]:
+        """Every task, as it is now. Starts, records and removes nothing (``tend`` does).
+        Right after a ``tend`` that had nothing to do (the controller's pass), what that
+        ``tend`` saw: one look per pass."""
+        tended, self._tended = self._tended, None
+        fresh = tended is not None and time.monotonic() - tended[0] < TENDED_FRESH_S
+        return [look.task for look in (tended[1] if tended is not None and fresh else self._look())]
+
+    def tend(self) -> None:
+        """Do what the last look found to do, task by task (``Driver.tend``): start a launch a
+        dead controller left half-done, record an end and clear away what the task left, kill
+        a task past its grace period; and let go of ports held for slots long idle. A failure
+        of one task's upkeep does not stop the others': they are reported together."""
+        looks = self._look()
+        errors = []
+        nothing_to_do = all(look.seen.chore is None for look in looks)
+        self._tended = (time.monotonic(), looks) if nothing_to_do else None
+        for look in looks:
+            if look.seen.chore is None:
+                continue
+            try:
+                self._driver(look.folder).tend(look.folder, look.seen)
+            except BackendError as err:
+                errors.append(str(err))
+            except OSError as err:
+                errors.append(f"{look.folder.task_id}: {err}")
         if self._held:
-            self._expire_holds(observed)
-        return observed
+            self._expire_holds([look.task for look in looks])
+        if errors:
+            raise BackendError("; ".join(errors))
 
     def _expire_holds(self, observed: Sequence[ObservedTask]) -> None:
         """A held port goes back ``HOLD_S`` after no task of its slot is alive (the job
@@ -317,124 +357,6 @@ class LocalBackend:
         hold = self._held.pop(slot, None)
         if hold is not None:
             hold.close()
-
-    @staticmethod
-    def _still_alive(launch_info: dict[str, Any]) -> bool:
-        return _alive(launch_info.get("supervisorPid"), launch_info.get("supervisorTicks"))
-
-    def _observe_one(self, task_dir: Path, spec: dict[str, Any]) -> tuple[ObservedTask, dict[str, Any]]:
-        exit_info = _read_json(task_dir / "exit.json")
-        state_info = _read_json(task_dir / "state.json")
-        launch_info = _read_json(task_dir / "launch.json") or {}
-        stopping = (task_dir / "stop.json").exists()
-        started_at = state_info.get("startedAt") if state_info else None
-        message = ""
-        exit_code: int | None = None
-        finished_at: float | None = None
-        docker = spec.get("runtime") == "docker"
-        running = TaskState.STARTING
-        if exit_info is None and docker:
-            stop_request = (_read_json(task_dir / "stop.json") or {}) if stopping else None
-            try:
-                seen = self.containers.observe(task_dir, spec, launch_info, stop_request)
-            except EngineError as err:
-                raise BackendError(str(err)) from err
-            exit_info, running = (None, seen) if isinstance(seen, TaskState) else (seen, running)
-        if exit_info is not None:
-            exit_code = exit_info.get("exitCode")
-            finished_at = exit_info.get("finishedAt")
-            message = exit_info.get("message", "")
-            if exit_code == 0:
-                state = TaskState.SUCCEEDED
-            elif exit_info.get("stopped"):
-                state = TaskState.STOPPED
-            else:
-                state = TaskState.FAILED
-        elif docker:
-            state = TaskState.STOPPING if stopping and running is TaskState.RUNNING else running
-            started_at = launch_info.get("startedAt") if running is TaskState.RUNNING else None
-            launch_info = {"supervisorPid": None}  # never cached as alive: looked at every pass
-        else:
-            supervisor_alive = _alive(launch_info.get("supervisorPid"), launch_info.get("supervisorTicks"))
-            if supervisor_alive:
-                if state_info is None:
-                    state = TaskState.STARTING
-                else:
-                    state = TaskState.STOPPING if stopping else TaskState.RUNNING
-            elif state_info is None and self._starting(task_dir, spec):
-                state = TaskState.STARTING  # its supervisor is on its way
-                launch_info = {"supervisorPid": None}  # not cached as alive: look again
-            else:
-                state, exit_code, message = self._supervisor_gone(task_dir, state_info, stopping)
-                finished_at = time.time()
-        task = ObservedTask(
-            task_id=spec["taskId"],
-            job=spec["job"],
-            key=TaskKey(Role(spec["role"]), int(spec["index"])),
-            attempt=int(spec["attempt"]),
-            config_hash=spec["configHash"],
-            spec_hash=spec["specHash"],
-            state=state,
-            resources=Resources(*spec["resources"]),
-            host=spec["host"],
-            port=spec["port"],
-            exit_code=exit_code,
-            started_at=started_at,
-            finished_at=finished_at,
-            message=message,
-            extra={
-                "gpus": ",".join(str(g) for g in spec.get("gpuDevices", [])),
-                "source": spec.get("sourceDir") or "",
-            },
-        )
-        return task, launch_info
-
-    def _starting(self, task_dir: Path, spec: dict[str, Any]) -> bool:
-        """A task that has not started yet (no ``state.json``) and whose supervisor is not
-        known alive: still starting when this controller started its supervisor less than
-        ``START_TIMEOUT_S`` ago or a supervisor holds the task's lock; a launch that never
-        started (a controller died before the supervisor ran) is started again, once per
-        controller, and is never counted as a failure."""
-        started = self._started.get(task_dir.name)
-        if started is not None:
-            return time.monotonic() - started < START_TIMEOUT_S
-        if _supervisor_holds(task_dir):
-            return True
-        log_path = Path(spec["logPath"])
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "ab") as log:
-            log.write(b"tfdeclare: this task's launch never started (its controller stopped); starting it\n")
-        fd = ports.reserve(spec["port"]) if spec.get("port") is not None else None
-        try:
-            self._start_supervisor(task_dir, fd).wait()
-        finally:
-            if fd is not None:
-                os.close(fd)
-        return True
-
-    def _supervisor_gone(
-        self, task_dir: Path, state_info: dict[str, Any] | None, stopping: bool
-    ) -> tuple[TaskState, int | None, str]:
-        """The supervisor died without recording an exit (killed from outside): kill what is
-        left of the task and record the end, so the job's policy can act on it."""
-        if state_info is not None and _alive(state_info.get("pid"), state_info.get("ticks")):
-            kill_group(int(state_info["pid"]), signal.SIGKILL)
-        message = "its supervisor process died; the task was killed"
-        state = TaskState.STOPPED if stopping else TaskState.FAILED
-        exit_code = None
-        with contextlib.suppress(OSError):
-            write_atomic(
-                task_dir / "exit.json",
-                json.dumps(
-                    {
-                        "exitCode": exit_code,
-                        "finishedAt": time.time(),
-                        "stopped": stopping,
-                        "message": message,
-                    }
-                ).encode(),
-            )
-        return state, exit_code, message
 
     # ---- place ----------------------------------------------------------------------------
 
@@ -554,26 +476,37 @@ class LocalBackend:
     # ---- launch / stop --------------------------------------------------------------------
 
     def launch(self, placement: Placement, tasks: Sequence[TaskLaunch]) -> None:
-        starters: list[subprocess.Popen[bytes]] = []
-        made: list[Future[dict[str, Any] | None]] = []
+        """Write each new task's folder (its record complete, by rename), then have its driver
+        start it: the tasks of one runtime side by side."""
+        self._tended = None  # what it does is not in that look
         reservation = self._reservations.get(placement.token)
         held = reservation.ports if reservation is not None else {}
         self._keep_addresses(tasks, held)
         try:
-            # The engine makes and starts containers side by side, each once its folder is written.
-            with ThreadPoolExecutor(max(1, len(tasks))) as engine:
-                for task in tasks:
-                    started = self._launch_one(task, held.get(task.slot.port) if task.slot.port else None)
-                    if isinstance(started, subprocess.Popen):
-                        starters.append(started)
-                    elif started is not None:
-                        made.append(engine.submit(self.containers.run, *started))
-            for each in made:
-                each.result()
+            for task in tasks:  # read again as each task starts: never written to its files
+                try:
+                    read_all(task.secrets, os.environ)
+                except SecretUnavailable as err:
+                    raise BackendError(f"{task.task_id}: {err}") from None
+            by_runtime: dict[TaskRuntime, list[TaskLaunch]] = {}
+            for task in tasks:
+                runtime = TaskRuntime.DOCKER if self.runtime.uses_docker(task.image) else TaskRuntime.PROCESS
+                by_runtime.setdefault(runtime, []).append(task)
+            for runtime, batch in by_runtime.items():
+                driver = self.drivers[runtime]
+                driver.start(self._written(batch, driver, held))
         finally:
-            for starter in starters:  # each forks the real supervisor and exits at once
-                starter.wait()
             self.release(placement)
+
+    def _written(
+        self, tasks: Sequence[TaskLaunch], driver: Driver, held: dict[int, int]
+    ) -> Iterator[tuple[TaskFolder, int | None]]:
+        """Each task's folder as it is written (the driver starts it at once, while the next
+        is written), with the descriptor holding its port; tasks launched before are left out."""
+        for task in tasks:
+            folder = self._write_folder(task, driver)
+            if folder is not None:
+                yield folder, held.get(task.slot.port) if task.slot.port else None
 
     def _keep_addresses(self, tasks: Sequence[TaskLaunch], held: dict[int, int]) -> None:
         """Keep the port of each task whose role restarts it alone (``keep_address``) reserved
@@ -589,109 +522,68 @@ class LocalBackend:
             if before is not None:
                 before.close()
 
-    def _launch_one(
-        self, task: TaskLaunch, port_fd: int | None
-    ) -> subprocess.Popen[bytes] | tuple[Path, dict[str, Any]] | None:
-        """Write the task's folder, then start its supervisor (returned), or return the folder
-        and ``task.json`` of a container task for ``containers.run``; None if launched before."""
-        task_dir = self.tasks_dir / task.task_id
+    def _write_folder(self, launch: TaskLaunch, driver: Driver) -> TaskFolder | None:
+        """The task's working folder (its source linked in) and its folder with its record;
+        None if it was launched before (a retried apply: never twice)."""
+        task_dir = self.tasks_dir / launch.task_id
         if task_dir.exists():
-            return None  # launched before (a retried apply): never twice
-        try:  # read again by the supervisor as it starts the task: never written to its files
-            read_all(task.secrets, os.environ)
-        except SecretUnavailable as err:
-            raise BackendError(f"{task.task_id}: {err}") from None
-        docker = self.runtime.uses_docker(task.image)
-        env = dict(task.env)
-        if not docker:  # in a container, the image's PATH, and the engine hands out the GPUs
-            python_bin = str(Path(self.python).parent)
-            env["PATH"] = python_bin + os.pathsep + env.get("PATH", os.environ.get("PATH", os.defpath))
-            if self.capacity.gpus or task.resources.gpus:
-                env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in task.slot.gpu_devices)
-        work = self.work_dir / task.job / task.key.name
-        absolute = bool(task.working_dir) and Path(task.working_dir or "").is_absolute()
+            return None
+        prepared = driver.prepare(launch, bool(self.capacity.gpus))
+        env = prepared.env
+        work = self.work_dir / launch.job / launch.key.name
+        absolute = bool(launch.working_dir) and Path(launch.working_dir or "").is_absolute()
         # An absolute workingDir is a folder of this machine for a process, of the image for a
         # container (its source files are then the image's own: nothing is mounted for them).
-        source = None if docker and absolute else _source_folder(task)
-        cwd = task.working_dir if absolute and task.working_dir else str(work)
+        source = None if absolute and not prepared.host_working_dir else _source_folder(launch)
+        cwd = launch.working_dir if absolute and launch.working_dir else str(work)
         try:
             work.mkdir(parents=True, exist_ok=True)
             if source is not None and cwd == str(work):
                 _link_entries(work, source)
         except OSError as err:
-            raise BackendError(f"cannot prepare the working folder {work} of {task.task_id}: {err}") from err
+            raise BackendError(
+                f"cannot prepare the working folder {work} of {launch.task_id}: {err}"
+            ) from err
         env["TFDECLARE_WORK_DIR"] = str(work)
         if source is not None:
             env["TFDECLARE_SOURCE_DIR"] = str(source)
-        spec: dict[str, Any] = {
-            "taskId": task.task_id,
-            "job": task.job,
-            "role": task.key.role.value,
-            "index": task.key.index,
-            "attempt": task.attempt,
-            "configHash": task.config_hash,
-            "specHash": task.spec_hash,
-            "argv": list(task.argv),
-            "env": env,
-            "secrets": secrets_json(task.secrets),
-            "cwd": cwd,
-            "workDir": str(work),
-            "sourceDir": str(source) if source is not None else None,
-            "resources": [task.resources.cpus, task.resources.mem_mib, task.resources.gpus],
-            "host": task.slot.host,
-            "port": task.slot.port,
-            "gpuDevices": list(task.slot.gpu_devices),
-            "graceSeconds": task.grace_period_s,
-            "logPath": str(self.logs_dir / task.job / f"{task.task_id}.log"),
-            "createdAt": time.time(),
-        }
-        if docker:
-            spec.update(
-                runtime="docker",
-                image=task.image,
-                imagePullPolicy=task.image_pull_policy.value,
-                user=f"{os.getuid()}:{os.getgid()}",
-                # the state folder (other jobs' records and logs) when its source folder holds it
-                hidden=[os.path.realpath(self.root.parent)],
-                volumes=[
-                    {"hostPath": v.host_path, "containerPath": v.container_path, "mode": v.mode.value}
-                    for v in task.volumes
-                ],
-            )
-        tmp_dir = self.tasks_dir / f".{task.task_id}.tmp"
+        task = LocalTask(
+            task_id=launch.task_id,
+            job=launch.job,
+            key=launch.key,
+            attempt=launch.attempt,
+            config_hash=launch.config_hash,
+            spec_hash=launch.spec_hash,
+            argv=launch.argv,
+            env=env,
+            cwd=cwd,
+            work_dir=str(work),
+            source_dir=str(source) if source is not None else None,
+            resources=launch.resources,
+            host=launch.slot.host,
+            port=launch.slot.port,
+            gpu_devices=launch.slot.gpu_devices,
+            grace_s=launch.grace_period_s,
+            log_path=self.logs_dir / launch.job / f"{launch.task_id}.log",
+            created_at=time.time(),
+            runtime=driver.runtime,
+            secrets=launch.secrets,
+            container=prepared.container,
+        )
+        tmp_dir = self.tasks_dir / f".{launch.task_id}.tmp"
         shutil.rmtree(tmp_dir, ignore_errors=True)
         tmp_dir.mkdir(parents=True)
-        write_atomic(tmp_dir / "task.json", json.dumps(spec).encode(), mode=0o600)
+        write_task(tmp_dir, task)
         tmp_dir.rename(task_dir)  # the task exists from here on, complete
-        if docker:
-            return task_dir, spec
-        return self._start_supervisor(task_dir, port_fd)
-
-    def _start_supervisor(self, task_dir: Path, port_fd: int | None) -> subprocess.Popen[bytes]:
-        """Start the task's supervisor (it forks and detaches; the returned process exits at
-        once), handing it the descriptor that holds the task's port reservation."""
-        try:
-            starter = subprocess.Popen(
-                [
-                    self.python,
-                    "-m",
-                    "tfdeclare.backends.local.supervisor",
-                    "--detach",
-                    *(["--port-fd", str(port_fd)] if port_fd is not None else []),
-                    str(task_dir),
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                close_fds=True,
-                pass_fds=(port_fd,) if port_fd is not None else (),
-            )
-        except OSError as err:
-            raise BackendError(f"cannot start the supervisor of {task_dir.name}: {err}") from err
-        self._started[task_dir.name] = time.monotonic()
-        return starter
+        self._records[launch.task_id] = task
+        return TaskFolder(task_dir, task)
 
     def stop(self, task_ids: Sequence[str], grace_s: float) -> None:
+        """Write each task's stop request (``stop.json``, which its runtime honours even if
+        this controller dies now), then ask its driver to stop it. A driver that cannot is a
+        ``BackendError`` once every task was asked."""
+        self._tended = None  # what it does is not in that look
+        errors = []
         for task_id in task_ids:
             task_dir = self.tasks_dir / task_id
             if not task_dir.is_dir() or (task_dir / "exit.json").exists():
@@ -699,89 +591,66 @@ class LocalBackend:
             write_atomic(
                 task_dir / "stop.json", json.dumps({"graceSeconds": grace_s, "at": time.time()}).encode()
             )
-            spec = self._spec(task_dir)
-            if spec is not None:  # stopped on purpose: its slot's port need not stay ours
-                self._drop_hold((spec["job"], f"{spec['role']}-{spec['index']}"))
-            if spec is not None and spec.get("runtime") == "docker":
-                self.containers.stop(task_id, grace_s)
+            folder = self._folder(task_dir)
+            if folder is None:
                 continue
-            launch_info = _read_json(task_dir / "launch.json") or {}
-            pid, ticks = launch_info.get("supervisorPid"), launch_info.get("supervisorTicks")
-            if _alive(pid, ticks):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(pid), signal.SIGTERM)  # type: ignore[arg-type]
+            self._drop_hold((folder.task.job, folder.task.key.name))  # stopped on purpose
+            try:
+                self._driver(folder).stop(folder, grace_s)
+            except BackendError as err:
+                errors.append(str(err))
+        if errors:
+            raise BackendError("; ".join(errors))
 
     def forget(self, task_ids: Sequence[str]) -> None:
+        """Drop ended tasks: what their runtime keeps of them, then their folders (their logs
+        stay). One whose runtime cannot let go is kept for the next pass, and reported."""
+        self._tended = None  # what it does is not in that look
+        errors = []
         for task_id in task_ids:
             task_dir = self.tasks_dir / task_id
-            if (task_dir / "exit.json").exists():
-                spec = self._spec(task_dir)
-                if spec is not None and spec.get("runtime") == "docker":
-                    with contextlib.suppress(EngineError):  # recorded, but not yet removed
-                        self.containers.remove(task_id)
-                shutil.rmtree(task_dir, ignore_errors=True)
-                self._specs.pop(task_id, None)
+            if not (task_dir / "exit.json").exists():
+                continue
+            folder = self._folder(task_dir)
+            if folder is not None:
+                try:
+                    self._driver(folder).destroy(folder)
+                except BackendError as err:
+                    errors.append(str(err))
+                    continue
+            shutil.rmtree(task_dir, ignore_errors=True)
+            self._records.pop(task_id, None)
+        if errors:
+            raise BackendError("; ".join(errors))
 
     def purge(self, job: str) -> None:
         """Forget every ended task of ``job`` and delete its logs (the job is deleted)."""
         for slot in [slot for slot in self._held if slot[0] == job]:
             self._drop_hold(slot)
-        for task in self.observe():
-            if task.job == job and task.state.ended:
-                self.forget([task.task_id])
+        self.forget([task.task_id for task in self.observe() if task.job == job and task.state.ended])
         shutil.rmtree(self.logs_dir / job, ignore_errors=True)
 
     # ---- logs, watch, close ---------------------------------------------------------------
 
-    def _log_path(self, task_id: str) -> Path | None:
-        spec = self._spec(self.tasks_dir / task_id)
-        if spec is not None:
-            return Path(spec["logPath"])
-        job = task_id.split(".", 1)[0]
-        candidate = self.logs_dir / job / f"{task_id}.log"
-        return candidate if candidate.exists() else None
-
     def read_log(self, task_id: str, offset: int = 0, limit: int = 1 << 20) -> LogChunk:
-        path = self._log_path(task_id)
-        if path is None:
-            raise BackendError(f"no log for task {task_id}")
         task_dir = self.tasks_dir / task_id
-        spec = self._spec(task_dir)
-        try:
-            live = self.containers.live_log(task_dir, spec) if spec is not None else None
-        except EngineError as err:
-            raise BackendError(str(err)) from err
-        if live is not None:
-            output, ended = live
-            if offset > len(output):
-                raise LogOffsetError(offset, len(output))
-            data = output[offset : offset + limit]
-            return LogChunk(data, offset + len(data), ended and len(data) < limit)
-        try:
-            with open(path, "rb") as handle:
-                size = os.fstat(handle.fileno()).st_size
-                if offset > size:
-                    raise LogOffsetError(offset, size)
-                handle.seek(offset)
-                data = handle.read(limit)
-        except FileNotFoundError:
-            if offset > 0:
-                raise LogOffsetError(offset, 0) from None
-            data = b""
-        complete = (task_dir / "exit.json").exists() or not task_dir.exists()
-        return LogChunk(data, offset + len(data), complete and len(data) < limit)
+        folder = self._folder(task_dir) if task_dir.is_dir() else None
+        if folder is not None:
+            return self._driver(folder).read_log(folder, offset, limit)
+        path = self.logs_dir / task_id.split(".", 1)[0] / f"{task_id}.log"
+        if not path.exists():  # a forgotten task's log stays until its job is deleted
+            raise BackendError(f"no log for task {task_id}")
+        return read_log_file(path, offset, limit, ended=True)
 
-    def _containers_alive(self) -> bool:
-        """Did the last ``observe`` see a container task that has not ended?"""
-        return any(
-            not task.state.ended and self._specs.get(task_id, {}).get("runtime") == "docker"
-            for task_id, (_, task, _) in list(self._observed.items())
-        )
+    def _alive_runtimes(self) -> set[TaskRuntime]:
+        """The runtimes of the tasks the last look saw not ended."""
+        return {look.folder.task.runtime for look in list(self._looks.values()) if not look.task.state.ended}
 
     def watch(self, notify: Callable[[], None]) -> None:
         """Polls the task folders' modification times (a supervisor writing state or exit
-        changes them) and, while container tasks run, their containers' states (every 0.3 s),
-        and calls every ``notify`` given on a change."""
+        changes them) every 0.1 s and, while a task of a driver that says more runs, that
+        driver's ``state_token`` (a container listing, every 0.3 s), and calls every ``notify``
+        given on a change."""
         self._notifiers.append(notify)
         if self._watcher is not None:
             return
@@ -791,15 +660,16 @@ class LocalBackend:
             tick = 0
             while not self._closed.wait(0.1):
                 now: dict[str, object] = {}
-                for task_dir in self._task_dirs():
+                for entry in self._task_dirs():
                     with contextlib.suppress(OSError):
-                        now[task_dir.name] = task_dir.stat().st_mtime_ns
+                        now[entry.name] = entry.stat().st_mtime_ns
                 tick += 1
-                if tick % 3 == 0 and self._containers_alive():
-                    with contextlib.suppress(EngineError):
-                        now.update({f"container:{n}": st for n, st in self.containers.listing().items()})
-                elif tick % 3:
-                    now.update({k: v for k, v in last.items() if k.startswith("container:")})
+                for runtime in self._alive_runtimes():
+                    key = f"runtime:{runtime.value}"
+                    if tick % 3 == 0:
+                        now[key] = self.drivers[runtime].state_token()
+                    elif key in last:
+                        now[key] = last[key]
                 if now != last:
                     last = now
                     for each in list(self._notifiers):
@@ -809,10 +679,21 @@ class LocalBackend:
         self._watcher.start()
 
     def close(self) -> None:
+        """Let go of ports, the watcher and the drivers' connections; running tasks keep
+        running. Ends the last look saw and no ``tend`` has recorded yet are recorded first
+        (a CLI that exits right after the pass that saw a container end leaves no container
+        behind); what fails there is left to the next controller."""
+        for look in list(self._looks.values()):
+            if look.seen.chore is Chore.RECORD_END:
+                try:
+                    self._driver(look.folder).tend(look.folder, look.seen)
+                except (BackendError, OSError) as err:
+                    log.warning("%s: its end is left to the next controller: %s", look.folder.task_id, err)
         for slot in list(self._held):
             self._drop_hold(slot)
         self._closed.set()
         if self._watcher is not None:
             self._watcher.join(timeout=1)
             self._watcher = None
-        self.containers.close()
+        for driver in self.drivers.values():
+            driver.close()

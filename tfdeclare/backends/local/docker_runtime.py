@@ -1,6 +1,6 @@
 """The local backend's Docker runtime: the engine calls for tasks that run as containers of
 their job's ``spec.image``, through the Docker engine at ``DOCKER_HOST`` (or the default
-socket), with the ``docker`` SDK. ``containers.py`` keeps their record in the task folders.
+socket), with the ``docker`` SDK. ``docker_driver.py`` keeps their record in the task folders.
 
 The engine is the task's supervisor: no tfdeclare process stays behind for a container. A
 container is named ``tfdeclare-<owner>-<task id>`` (the engine refuses a second container of
@@ -31,7 +31,6 @@ pull that fails ends the task with the registry's reason.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import hashlib
 import math
@@ -45,9 +44,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from tfdeclare.backends.local.record import LocalTask
 from tfdeclare.backends.progress import PullEvent, PullStep, report
 from tfdeclare.backends.secrets import SecretUnavailable, agent_file_argv, read_all
-from tfdeclare.backends.secrets import from_json as secrets_from_json
 from tfdeclare.core.enums import ImagePullPolicy
 
 ENGINE_TIMEOUT_S = 60.0
@@ -185,41 +184,47 @@ def device_requests(devices: Sequence[int]) -> list[Any]:
     return [DeviceRequest(driver="nvidia", device_ids=[str(d) for d in devices], capabilities=[["gpu"]])]
 
 
-def container_options(spec: Mapping[str, Any], owner: str) -> dict[str, Any]:
-    """The keyword arguments of ``client.containers.create`` for a task's ``task.json``."""
+def container_options(task: LocalTask, owner: str) -> dict[str, Any]:
+    """The keyword arguments of ``client.containers.create`` for a container task."""
     from docker.types import Mount
 
-    cpus, mem_mib, _ = spec["resources"]
-    mem_bytes = int(mem_mib) * 1024 * 1024
-    devices = [int(d) for d in spec.get("gpuDevices", [])]
+    container = task.container
+    if container is None:
+        raise ValueError(f"task {task.task_id} is not a container task")
+    mem_bytes = task.resources.mem_mib * 1024 * 1024
+    devices = list(task.gpu_devices)
+    work = task.work_dir or task.cwd or "/"
     # Secrets: the controller's (env, file, name/key) are read now, into the container's
     # environment only (task.json keeps the references); ``agentFile`` ones are read inside the
     # container as it starts (a file of the image or of a mounted volume).
-    secrets = secrets_from_json(spec.get("secrets", []))
-    environment = {**spec["env"], **read_all(secrets, os.environ, agent_files=False)}
+    environment = {**task.env, **read_all(task.secrets, os.environ, agent_files=False)}
     environment["NVIDIA_VISIBLE_DEVICES"] = ",".join(str(d) for d in devices) or "void"
-    environment.setdefault("HOME", spec["workDir"])
+    environment.setdefault("HOME", work)
     labels = {
         f"{LABEL}.owner": owner,
-        f"{LABEL}.task-id": spec["taskId"],
-        f"{LABEL}.job": spec["job"],
-        f"{LABEL}.role": spec["role"],
-        f"{LABEL}.index": str(spec["index"]),
-        f"{LABEL}.attempt": str(spec["attempt"]),
-        f"{LABEL}.spec-hash": spec["specHash"],
-        f"{LABEL}.config-hash": spec["configHash"],
+        f"{LABEL}.task-id": task.task_id,
+        f"{LABEL}.job": task.job,
+        f"{LABEL}.role": task.key.role.value,
+        f"{LABEL}.index": str(task.key.index),
+        f"{LABEL}.attempt": str(task.attempt),
+        f"{LABEL}.spec-hash": task.spec_hash,
+        f"{LABEL}.config-hash": task.config_hash,
     }
+    volumes = [
+        {"hostPath": v.host_path, "containerPath": v.container_path, "mode": v.mode.value}
+        for v in container.volumes
+    ]
     return {
-        "image": spec["image"],
-        "command": agent_file_argv(spec["argv"], secrets),
-        "name": container_name(owner, spec["taskId"]),
+        "image": container.image,
+        "command": agent_file_argv(task.argv, task.secrets),
+        "name": container_name(owner, task.task_id),
         "labels": labels,
         "environment": environment,
-        "working_dir": spec["cwd"],
-        "user": spec["user"],
+        "working_dir": task.cwd,
+        "user": container.user,
         "network_mode": "host",
         "init": True,
-        "nano_cpus": int(float(cpus) * 1e9),
+        "nano_cpus": int(task.resources.cpus * 1e9),
         "mem_limit": mem_bytes,
         "memswap_limit": mem_bytes,
         "shm_size": min(1 << 30, mem_bytes // 2),
@@ -228,9 +233,7 @@ def container_options(spec: Mapping[str, Any], owner: str) -> dict[str, Any]:
             Mount(m.target, m.source, type="bind", read_only=m.read_only)
             if isinstance(m, BindMount)
             else Mount(m.target, None, type="tmpfs", tmpfs_size=1 << 20)
-            for m in mounts_for(
-                spec["workDir"], spec.get("sourceDir"), spec.get("volumes", []), spec.get("hidden", [])
-            )
+            for m in mounts_for(work, task.source_dir, volumes, container.hidden)
         ],
         "stdin_open": False,
         "tty": False,
@@ -256,6 +259,17 @@ def _unix_time(stamp: str) -> float | None:
         return None
 
 
+def _unix_ns(stamp: str) -> int:
+    """The engine's time of a log message (RFC 3339, nanoseconds) as unix nanoseconds."""
+    head, _, fraction = stamp.rstrip("Z").partition(".")
+    try:
+        seconds = int(datetime.fromisoformat(head + "+00:00").timestamp())
+    except ValueError:
+        return 0
+    digits = "".join(c for c in fraction if c.isdigit())[:9]
+    return seconds * 1_000_000_000 + int(digits.ljust(9, "0") or "0")
+
+
 class DockerRuntime:
     """The engine's side of the local backend's containers (one per backend instance)."""
 
@@ -264,6 +278,7 @@ class DockerRuntime:
         self._client: Any = None
         self._lock = threading.Lock()
         self._pulls: dict[str, Future[None]] = {}  # image -> the pull under way
+        self.log_bytes_read = 0  # bytes of container output read by ``log_frames`` (measured)
 
     def ensure_image(self, image: str, policy: ImagePullPolicy, job: str = "") -> None:
         """Have ``image`` on the engine as ``policy`` says (pulling it when needed), or raise
@@ -355,17 +370,17 @@ class DockerRuntime:
             raise EngineError(f"cannot list containers at {engine_address()}: {_reason(err)}") from err
         return {c["Names"][0].lstrip("/"): c["State"] for c in found if c.get("Names")}
 
-    def run(self, spec: Mapping[str, Any]) -> str:
-        """Create and start the task's container (a container of that name already there is
-        started if it has not been); its id."""
+    def run(self, task: LocalTask) -> str:
+        """Pull the task's image as its policy says, create and start its container (a
+        container of that name already there is started if it has not been); its id."""
         import docker.errors
 
-        name = container_name(self.owner, spec["taskId"])
-        policy = ImagePullPolicy(spec.get("imagePullPolicy", ImagePullPolicy.IF_NOT_PRESENT.value))
-        self.ensure_image(spec["image"], policy, spec["job"])
+        assert task.container is not None
+        name = container_name(self.owner, task.task_id)
+        self.ensure_image(task.container.image, task.container.image_pull_policy, task.job)
         try:
             try:
-                container = self.client.containers.create(**container_options(spec, self.owner))
+                container = self.client.containers.create(**container_options(task, self.owner))
             except docker.errors.APIError as err:
                 if err.status_code != 409:  # 409: the name is taken: made by an earlier launch
                     raise
@@ -405,7 +420,7 @@ class DockerRuntime:
         return ContainerEnd(code if isinstance(code, int) else None, finished, message)
 
     def logs(self, name: str) -> tuple[bytes, bool] | None:
-        """The container's output so far (stdout and stderr as written) and whether it has
+        """The container's whole output (stdout and stderr as written) and whether it has
         ended (no more will come), or None if there is no such container."""
         import docker.errors
 
@@ -417,6 +432,52 @@ class DockerRuntime:
         except (docker.errors.DockerException, OSError) as err:
             raise EngineError(_explain(err)) from err
         return data, ended
+
+    def status(self, name: str) -> str | None:
+        """The container's state (``running``, ``exited``, ...), or None if there is none."""
+        import docker.errors
+
+        try:
+            return str(self.client.api.inspect_container(name)["State"]["Status"])
+        except docker.errors.NotFound:
+            return None
+        except (docker.errors.DockerException, OSError) as err:
+            raise EngineError(_explain(err)) from err
+
+    def log_frames(self, name: str, since_ns: int, tail: int | None = None) -> list[tuple[int, bytes]] | None:
+        """The container's log messages written at or after ``since_ns`` (unix nanoseconds;
+        0: all) among its last ``tail`` (None: all), as (time in unix nanoseconds, bytes), in
+        the order written; None if there is no such container. One request; the SDK's
+        ``logs`` takes ``since`` only to the microsecond, so the engine's API is asked
+        directly (``since`` to the nanosecond, each message one frame of its multiplexed
+        stream, its time in front). ``tail`` lets the engine read the end of its log file
+        only: with ``since`` alone it reads the whole file to filter it."""
+        api = self.client.api
+        params: dict[str, int | str] = {"stdout": 1, "stderr": 1, "timestamps": 1, "follow": 0}
+        if tail is not None:
+            params["tail"] = str(tail)
+        if since_ns:
+            params["since"] = f"{since_ns // 1_000_000_000}.{since_ns % 1_000_000_000:09d}"
+        url = f"{api.base_url}/v{api.api_version}/containers/{name}/logs"
+        try:
+            answer = api.get(url, params=params, timeout=ENGINE_TIMEOUT_S)
+            body = answer.content
+        except OSError as err:  # what requests raises is one (RequestException is an IOError)
+            raise EngineError(_explain(err)) from err
+        if answer.status_code == 404:
+            return None
+        if answer.status_code >= 400:
+            why = body.decode("utf-8", "replace").strip()
+            raise EngineError(f"the Docker engine at {engine_address()} refused: {why}")
+        frames = []
+        at = 0
+        while at + 8 <= len(body):  # a frame: stream (1 byte), 3 zero bytes, size (4, big-endian)
+            size = int.from_bytes(body[at + 4 : at + 8], "big")
+            stamp, _, data = body[at + 8 : at + 8 + size].partition(b" ")
+            frames.append((_unix_ns(stamp.decode("ascii", "replace")), data))
+            at += 8 + size
+        self.log_bytes_read += len(body)
+        return frames
 
     def remove(self, name: str) -> None:
         import docker.errors
@@ -430,20 +491,30 @@ class DockerRuntime:
 
     def stop(self, name: str, grace_s: float) -> None:
         """SIGTERM now, SIGKILL after the grace period, done by the engine (which goes on
-        when this process exits); returns at once."""
+        even when this process exits before); returns once the container has stopped.
+        A container that is not there (any more) needs no stop."""
         import docker.errors
 
-        def stop() -> None:
-            with contextlib.suppress(docker.errors.DockerException, OSError):
-                self.client.api.stop(name, timeout=math.ceil(grace_s))
-
-        threading.Thread(target=stop, name=f"stop-{name}", daemon=True).start()
+        try:
+            self.client.api.stop(name, timeout=math.ceil(grace_s))
+        except docker.errors.NotFound:
+            pass
+        except (docker.errors.DockerException, OSError) as err:
+            raise EngineError(_explain(err)) from err
 
     def kill(self, name: str) -> None:
+        """SIGKILL the container now; one that is gone or not running needs none."""
         import docker.errors
 
-        with contextlib.suppress(docker.errors.DockerException, OSError):
+        try:
             self.client.api.kill(name)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as err:
+            if err.status_code != 409:  # 409: it is not running (any more)
+                raise EngineError(_explain(err)) from err
+        except (docker.errors.DockerException, OSError) as err:
+            raise EngineError(_explain(err)) from err
 
     def close(self) -> None:
         with self._lock:

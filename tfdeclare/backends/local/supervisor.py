@@ -18,7 +18,8 @@ the task ends, whatever is left of its group is killed too, so no task process o
 The controller passes the descriptor holding the task's machine-wide port reservation
 (``--port-fd``): it is never passed on to the task, and is closed once the task has ended.
 
-Standard library (and ``tfdeclare.files``) only, so it starts fast.
+It reads the task's record through ``record.py`` (every version a release wrote) and imports
+little else, so it starts fast.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tfdeclare.backends.local.record import TASK_FILE, read_task
 from tfdeclare.backends.secrets import SecretUnavailable, read_all
-from tfdeclare.backends.secrets import from_json as secrets_from_json
 from tfdeclare.files import write_atomic
 
 POLL_S = 0.05
@@ -66,9 +67,12 @@ class Supervisor:
     def __init__(self, task_dir: Path, port_fd: int | None = None) -> None:
         self.task_dir = task_dir
         self.port_fd = port_fd
-        self.spec = json.loads((task_dir / "task.json").read_text(encoding="utf-8"))
+        task = read_task(task_dir)
+        if task is None:
+            raise SystemExit(f"tfdeclare supervisor: no task record it can read in {task_dir}")
+        self.task = task
         self.stop_requested_at: float | None = None
-        self.grace_s = float(self.spec.get("graceSeconds", 10.0))
+        self.grace_s = task.grace_s
 
     def _release_port(self) -> None:
         if self.port_fd is not None:
@@ -93,16 +97,16 @@ class Supervisor:
         signal.signal(signal.SIGTERM, self._on_sigterm)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        log_path = Path(self.spec["logPath"])
+        log_path = self.task.log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
         started = time.time()
         with open(log_path, "ab", buffering=0) as log, open(os.devnull, "rb") as devnull:
             try:  # the values of secrets are read now, and only kept in the task's environment
-                secrets = read_all(secrets_from_json(self.spec.get("secrets", [])), os.environ)
+                secrets = read_all(self.task.secrets, os.environ)
                 child = subprocess.Popen(
-                    self.spec["argv"],
-                    env={**self.spec["env"], **secrets},
-                    cwd=self.spec.get("cwd") or None,
+                    self.task.argv,
+                    env={**self.task.env, **secrets},
+                    cwd=self.task.cwd or None,
                     stdin=devnull,
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -111,7 +115,7 @@ class Supervisor:
                 )
             except (OSError, SecretUnavailable) as err:
                 reason = getattr(err, "strerror", None) or err
-                log.write(f"tfdeclare: cannot start {self.spec['argv'][0]!r}: {reason}\n".encode())
+                log.write(f"tfdeclare: cannot start {self.task.argv[0]!r}: {reason}\n".encode())
                 self._release_port()
                 write_json(
                     self.task_dir / "exit.json",
@@ -175,7 +179,7 @@ def main(argv: list[str]) -> int:
         if os.fork() > 0:
             os._exit(0)
         os.setsid()
-    lock = os.open(task_dir / "task.json", os.O_RDONLY | os.O_CLOEXEC)
+    lock = os.open(task_dir / TASK_FILE, os.O_RDONLY | os.O_CLOEXEC)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held until we exit
     except BlockingIOError:

@@ -191,6 +191,9 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
 
     # ---- observe -----------------------------------------------------------------------------
 
+    def tend(self) -> None:
+        """Nothing: the loop thread does the framework's upkeep as events come."""
+
     def observe(self) -> Sequence[ObservedTask]:
         self._connect()
         self._usable()

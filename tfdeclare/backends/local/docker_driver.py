@@ -1,0 +1,424 @@
+"""The Docker driver: a task is a container of its image, made and supervised by the Docker
+engine (the engine calls are ``docker_runtime.py``'s), recorded in the task's folder like a
+process task.
+
+``launch.json`` says the container was made (its id, start time, and how long the log was
+then); ``exit.json`` how it ended, written by ``tend`` once a look (``inspect``) saw it
+ended, which then keeps its output in the task's log and removes the container. A folder
+without a container and without ``launch.json`` (the controller died before making it) gets
+its container from the next controller's ``tend``; a container made but not started (it died
+in between) is started. The listing of the owner's containers is made once per pass
+(``begin_pass``).
+
+Stopping: ``stop`` asks the engine first whether the container is there (an engine that does
+not answer is a ``BackendError`` at once), then has the engine stop it (SIGTERM, the grace
+period, SIGKILL: the engine goes on even if this process exits) on a thread of its own, since
+the engine answers only once the container has stopped. What that request fails with is
+kept, and the next look at the task asks ``tend`` to kill it and report the failure as a
+``BackendError`` (never dropped on the thread). A container still up past grace + 5 s is
+killed by ``tend`` too.
+
+Logs: a live container's output is read from the engine by time (``since``, to the
+nanosecond), never whole each time: a cursor per task keeps how many bytes were read and the
+times of the messages read in the last 0.1 s; the next read asks from 0.1 s before the
+newest of them (stdout and stderr are timed apart, so a message written a little later may
+carry an earlier time), drops the messages it already had (the engine answers in the order
+written, so they come first, and their times say so) and hands out only the new bytes. It
+also asks for the log's last messages only (``tail``: at least 256, four times as many as
+came last time), since with ``since`` alone the engine reads its whole log file to filter it
+(an 8 MB log followed: 0.36 s a read with ``since`` alone, 6 ms with ``tail`` too, against
+0.69 s for the whole log as before; ``make bench-docker``, docs/benchmarks.md); an
+answer that does not reach back to the messages it had is asked again whole. A cursor whose
+messages do not come back as read (the log was rotated) starts over from the beginning.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from tfdeclare.backends.base import BackendError, LogChunk, LogOffsetError
+from tfdeclare.backends.local.docker_runtime import (
+    KILL_SLACK_S,
+    ContainerEnd,
+    DockerRuntime,
+    EngineError,
+    ImageUnavailable,
+    container_name,
+)
+from tfdeclare.backends.local.drivers import (
+    Chore,
+    Preparation,
+    Seen,
+    TaskFolder,
+    read_log_file,
+    seen_from_end,
+)
+from tfdeclare.backends.local.record import ContainerSpec, TaskRuntime
+from tfdeclare.core.enums import TaskState
+from tfdeclare.core.run.tasks import TaskLaunch
+from tfdeclare.files import write_atomic
+
+START_TIMEOUT_S = 60.0  # a container this controller asked for less long ago is on its way
+START_THREADS = 32  # containers of one launch made at once
+TAIL_FIRST = 256  # a follow read asks the engine for at least this many of its last messages
+SINCE_MARGIN_NS = 100_000_000  # a log read asks from this long before the newest message read
+ENDED = ("exited", "dead")
+
+
+def _size(path: str | Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
+
+
+class _Rotated(Exception):
+    """The engine's log no longer starts with what a cursor read."""
+
+
+@dataclass(slots=True)
+class _LogCursor:
+    """How far a live container's output has been read from the engine."""
+
+    fetched: int = 0  # bytes of output read so far
+    pending: bytes = b""  # the last of them, not handed out yet (they end at ``fetched``)
+    newest: int = 0  # the time (unix ns) of the newest message read
+    recent: list[int] = field(default_factory=list)  # times of the messages read since ``_since``
+    came: int = 0  # how many new messages the last read brought
+
+    def _since(self) -> int:
+        return max(1, self.newest - SINCE_MARGIN_NS) if self.newest else 0
+
+    def more(self, engine: DockerRuntime, name: str) -> bool:
+        """Read what the container wrote since the last read; False if it is not there."""
+        since = self._since()
+        had = self.recent if since else []
+        # The engine's last ``tail`` messages, as many as came last time and more; when the
+        # answer does not reach back to the messages we had, the rest came between: again,
+        # whole.
+        tail = max(TAIL_FIRST, 4 * self.came) + len(had) if since else None
+        frames = engine.log_frames(name, since, tail)
+        if frames is None:
+            return False
+        if tail is not None and len(frames) >= tail and [s for s, _ in frames[: len(had)]] != had:
+            frames = engine.log_frames(name, since)
+            if frames is None:
+                return False
+        if [stamp for stamp, _ in frames[: len(had)]] != had:
+            raise _Rotated
+        new = frames[len(had) :]
+        self.came = len(new)
+        data = b"".join(chunk for _, chunk in new)
+        self.fetched += len(data)
+        self.pending += data
+        self.newest = max([self.newest, *(stamp for stamp, _ in new)])
+        cutoff = self._since()
+        self.recent = [stamp for stamp, _ in frames if stamp >= cutoff]
+        return True
+
+
+class DockerDriver:
+    runtime = TaskRuntime.DOCKER
+
+    def __init__(self, owner: str, started: dict[str, float], state_folder: Path) -> None:
+        self.engine = DockerRuntime(owner)
+        self._started = started  # task id -> when this controller asked for it (monotonic)
+        self._state_folder = state_folder
+        self._listing: dict[str, str] | None = None
+        self._ends: dict[str, ContainerEnd] = {}  # an ended container's end (it never changes)
+        self._gone: dict[str, float] = {}  # task id -> when its container was first seen missing
+        self._stop_failures: dict[str, str] = {}  # task id -> why the engine did not stop it
+        self._cursors: dict[str, _LogCursor] = {}
+        self._lock = threading.Lock()  # the failures and cursors, from the stop and log threads
+
+    def _name(self, task_id: str) -> str:
+        return container_name(self.engine.owner, task_id)
+
+    def prepare(self, launch: TaskLaunch, gpu_machine: bool) -> Preparation:
+        """The image's PATH; the engine hands out the GPUs (the container numbers them from 0);
+        the controller's user; the state folder hidden when a source folder holds it."""
+        if launch.image is None:
+            raise BackendError(f"{launch.task_id}: a container task needs an image")
+        container = ContainerSpec(
+            image=launch.image,
+            image_pull_policy=launch.image_pull_policy,
+            user=f"{os.getuid()}:{os.getgid()}",
+            hidden=(os.path.realpath(self._state_folder),),
+            volumes=launch.volumes,
+        )
+        return Preparation(dict(launch.env), host_working_dir=False, container=container)
+
+    def state_token(self) -> object:
+        try:
+            return self.engine.listing()
+        except EngineError:
+            return None
+
+    # ---- start ------------------------------------------------------------------------------
+
+    def start(self, folders: Iterable[tuple[TaskFolder, int | None]]) -> None:
+        """Make and start the containers side by side, each as soon as its folder is written
+        (the port reservation is not needed: the container binds its port once it runs)."""
+        with ThreadPoolExecutor(START_THREADS) as engine:
+            made = [engine.submit(self._run, folder) for folder, _ in folders]
+        for each in made:
+            each.result()
+
+    def _run(self, folder: TaskFolder) -> None:
+        """Pull its image as its policy says, make and start the task's container and record it
+        in ``launch.json``; an image that cannot be had (a pull the registry refused, a missing
+        one under ``Never``) ends the task without an exit code, with the reason as its
+        message; an engine that refuses (a host path that does not exist) ends it with exit
+        code 127."""
+        self._started[folder.task_id] = time.monotonic()
+        try:
+            container_id = self.engine.run(folder.task)
+        except ImageUnavailable as err:  # it never ran: no exit code, the reason is its end
+            folder.note(str(err))
+            folder.record_end(None, time.time(), str(err), False, containerRemoved=True)
+            return
+        except EngineError as err:
+            folder.note(f"cannot start its container: {err}")
+            try:  # made, perhaps, but not started
+                self.engine.remove(self._name(folder.task_id))
+                removed = True
+            except EngineError:
+                removed = False  # ``destroy`` tries again
+            folder.record_end(127, time.time(), f"cannot start: {err}", False, containerRemoved=removed)
+            return
+        launched = {
+            "container": container_id,
+            "startedAt": time.time(),
+            "logOffset": _size(folder.task.log_path),
+        }
+        write_atomic(folder.path / "launch.json", json.dumps(launched).encode())
+
+    # ---- inspect ----------------------------------------------------------------------------
+
+    def begin_pass(self) -> None:
+        self._listing = None
+
+    def quiet(self, task_id: str) -> bool:
+        return False  # the engine, not the folder, says what changed: looked at every pass
+
+    def _state(self, task_id: str) -> str | None:
+        if self._listing is None:
+            try:
+                self._listing = self.engine.listing()
+            except EngineError as err:
+                raise BackendError(str(err)) from err
+        return self._listing.get(self._name(task_id))
+
+    def inspect(self, folder: TaskFolder) -> Seen:
+        """From its folder and the engine's listing of the owner's containers (one per pass)."""
+        task_id = folder.task_id
+        end_on_record = folder.exit()
+        if end_on_record is not None:
+            return seen_from_end(end_on_record)
+        state = self._state(task_id)
+        stop_request = folder.stop_request()
+        stopping = stop_request is not None
+        asked = self._started.get(task_id)
+        recent = asked is not None and time.monotonic() - asked < START_TIMEOUT_S
+        if state is None and folder.launch().get("container"):
+            at = self._gone.setdefault(task_id, time.time())
+            message = "its container was removed outside tfdeclare"
+            return Seen(
+                TaskState.STOPPED if stopping else TaskState.FAILED, None, None, at, message, Chore.RECORD_END
+            )
+        if state in (None, "created") and stopping:
+            at = self._gone.setdefault(task_id, time.time())
+            return Seen(TaskState.STOPPED, None, None, at, "stopped before it started", Chore.RECORD_END)
+        if state in (None, "created"):
+            return Seen(TaskState.STARTING, chore=None if recent else Chore.START)
+        if state in ENDED:
+            end = self._end(task_id)
+            seen = seen_from_end(
+                {
+                    "exitCode": end.exit_code,
+                    "finishedAt": end.finished_at,
+                    "stopped": stopping,
+                    "message": end.message,
+                }
+            )
+            return replace(seen, chore=Chore.RECORD_END)
+        started_at = folder.launch().get("startedAt")
+        chore = None
+        with self._lock:
+            failed = task_id in self._stop_failures
+        if failed or (
+            stop_request is not None
+            and time.time()
+            > float(stop_request.get("at", 0)) + float(stop_request.get("graceSeconds", 0)) + KILL_SLACK_S
+        ):
+            chore = Chore.KILL  # the engine's own stop did not finish (or failed)
+        return Seen(TaskState.STOPPING if stopping else TaskState.RUNNING, started_at=started_at, chore=chore)
+
+    def _end(self, task_id: str) -> ContainerEnd:
+        end = self._ends.get(task_id)
+        if end is None:
+            try:
+                end = self._ends[task_id] = self.engine.end(self._name(task_id))
+            except EngineError as err:
+                raise BackendError(str(err)) from err
+        return end
+
+    # ---- tend -------------------------------------------------------------------------------
+
+    def tend(self, folder: TaskFolder, seen: Seen) -> None:
+        try:
+            if seen.chore is Chore.START:
+                self._start_again(folder)
+            elif seen.chore is Chore.RECORD_END:
+                self._record_end(folder, seen)
+            elif seen.chore is Chore.KILL:
+                self._kill(folder)
+        except EngineError as err:
+            raise BackendError(f"{folder.task_id}: {err}") from err
+
+    def _start_again(self, folder: TaskFolder) -> None:
+        name = self._name(folder.task_id)
+        if self._state(folder.task_id) == "created":
+            self.engine.start(name)  # made by a controller that died before starting it
+            return
+        folder.note("this task's container was never made (its controller stopped); making it")
+        self._run(folder)
+
+    def _record_end(self, folder: TaskFolder, seen: Seen) -> None:
+        """Keep the ended container's output in the log, record its end, remove it (a
+        controller that dies in between leaves the removal to ``destroy``)."""
+        name = self._name(folder.task_id)
+        state = self._state(folder.task_id)
+        if state in ENDED:
+            output = (self.engine.logs(name) or (b"", True))[0]
+            self._keep_output(folder, output)
+        end = (
+            seen.exit_code,
+            seen.finished_at or time.time(),
+            seen.message,
+            folder.stop_request() is not None,
+        )
+        folder.record_end(*end)
+        if state is not None:
+            self.engine.remove(name)
+        folder.record_end(*end, containerRemoved=True)  # ``destroy`` then needs no engine
+        self._forget(folder.task_id)
+
+    @staticmethod
+    def _keep_output(folder: TaskFolder, output: bytes) -> None:
+        """The log becomes what tfdeclare wrote before the container started, then the
+        container's whole output: written atomically, so doing it twice (a controller that
+        died before recording the end) changes nothing."""
+        path = folder.task.log_path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            before = path.read_bytes()[: folder.launch().get("logOffset", _size(path))]
+        except FileNotFoundError:
+            before = b""
+        write_atomic(path, before + output)
+
+    def _kill(self, folder: TaskFolder) -> None:
+        with self._lock:
+            failure = self._stop_failures.pop(folder.task_id, None)
+        self.engine.kill(self._name(folder.task_id))
+        if failure is not None:
+            raise BackendError(
+                f"{folder.task_id}: the Docker engine did not stop its container ({failure}); killed it"
+            )
+
+    # ---- stop, destroy, logs ----------------------------------------------------------------
+
+    def stop(self, folder: TaskFolder, grace_s: float) -> None:
+        name = self._name(folder.task_id)
+        try:
+            state = self.engine.status(name)
+        except EngineError as err:
+            raise BackendError(f"cannot stop {folder.task_id}: {err}") from err
+        if state is None or state in ENDED or state == "created":
+            return  # nothing runs: the next look records how it ended
+
+        def stop() -> None:
+            try:
+                self.engine.stop(name, grace_s)
+            except EngineError as err:
+                with self._lock:
+                    self._stop_failures[folder.task_id] = str(err)
+
+        threading.Thread(target=stop, name=f"stop-{name}", daemon=True).start()
+
+    def destroy(self, folder: TaskFolder) -> None:
+        if (folder.exit() or {}).get("containerRemoved"):
+            self._forget(folder.task_id)
+            return  # nothing of it is left on the engine
+        try:
+            self.engine.remove(self._name(folder.task_id))  # recorded, but not yet removed
+        except EngineError as err:
+            raise BackendError(f"cannot remove the container of {folder.task_id}: {err}") from err
+        self._forget(folder.task_id)
+
+    def _forget(self, task_id: str) -> None:
+        self._ends.pop(task_id, None)
+        self._gone.pop(task_id, None)
+        with self._lock:
+            self._cursors.pop(task_id, None)
+            self._stop_failures.pop(task_id, None)
+
+    def read_log(self, folder: TaskFolder, offset: int, limit: int) -> LogChunk:
+        """While the container is there, what tfdeclare wrote before it started, then its
+        output from the engine; else the log file (all of it once its end is recorded; what
+        tfdeclare wrote so far while its container is being made)."""
+        path = folder.task.log_path
+        if not folder.ended_on_record():
+            before = int(folder.launch().get("logOffset", 0))
+            if offset < before:  # tfdeclare's own lines before the container's output
+                chunk = read_log_file(path, offset, min(limit, before - offset), ended=False)
+                return LogChunk(chunk.data, chunk.next_offset, False)
+            try:
+                with self._lock:
+                    live = self._read_live(folder.task_id, offset - before, limit)
+            except EngineError as err:
+                raise BackendError(str(err)) from err
+            if live is not None:
+                data, ended, size = live
+                if data is None:
+                    raise LogOffsetError(offset, before + size)
+                return LogChunk(data, offset + len(data), ended and len(data) < limit)
+        return read_log_file(path, offset, limit, ended=folder.ended_on_record())
+
+    def _read_live(self, task_id: str, offset: int, limit: int) -> tuple[bytes | None, bool, int] | None:
+        """``limit`` bytes of the container's output from ``offset``, whether it has ended,
+        and how much it has written (the data is None when ``offset`` is past that); None
+        when the container is not there."""
+        name = self._name(task_id)
+        cursor = self._cursors.get(task_id)
+        if cursor is None or offset < cursor.fetched - len(cursor.pending):  # a read back: start over
+            cursor = self._cursors[task_id] = _LogCursor()
+        ended = False
+        if offset >= cursor.fetched:  # all read so far is handed out: ask for what is new
+            state = self.engine.status(name)  # first: ended now, all it wrote comes next
+            if state is None:
+                return None
+            ended = state in ENDED
+            try:
+                there = cursor.more(self.engine, name)
+            except _Rotated:
+                cursor = self._cursors[task_id] = _LogCursor()
+                there = cursor.more(self.engine, name)
+            if not there:
+                return None
+        if offset > cursor.fetched:
+            return None, ended, cursor.fetched
+        start = offset - (cursor.fetched - len(cursor.pending))
+        data = cursor.pending[start : start + limit]
+        cursor.pending = cursor.pending[start + len(data) :]
+        return data, ended and not cursor.pending, cursor.fetched
+
+    def close(self) -> None:
+        self.engine.close()
