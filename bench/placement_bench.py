@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
 import json
 import os
 import random
@@ -80,7 +81,8 @@ def _child(agents: int, decisions: int, seed: int) -> dict[str, Any]:
         slots = tuple(SlotRequest(TaskKey(Role.WORKER, k), Resources(4.0, 8192, gpus)) for k in range(tasks))
         gangs.append(GangRequest(f"job-{n}", 0, slots, strategy))
     options = PlacementOptions()
-    times, updates = [], []
+    times, updates, refusals = [], [], []
+    answers = hashlib.sha256()  # every answer, to check both trees decided the same
     ends: dict[int, list[tuple[str, Resources]]] = {}  # decision number -> what a gang gives back then
     before = [g["collections"] for g in gc.get_stats()]
     for n, gang in enumerate(gangs):
@@ -88,6 +90,9 @@ def _child(agents: int, decisions: int, seed: int) -> dict[str, Any]:
         started = time.perf_counter()
         fit = place_gang(gang, offers, options)
         times.append(time.perf_counter() - started)
+        answers.update(repr(fit).encode())
+        if not isinstance(fit, GangFit):
+            refusals.append(times[-1])
         # The pool changes between decisions: a placed gang's agents offer less until it ends
         # 20 decisions later (the same changes for both trees: their placements are the same).
         started = time.perf_counter()
@@ -100,19 +105,33 @@ def _child(agents: int, decisions: int, seed: int) -> dict[str, Any]:
         updates.append(time.perf_counter() - started)
     full = gc.get_stats()[2]["collections"] - before[2]  # collections that scanned the whole heap
     young = gc.get_stats()[0]["collections"] - before[0]
+    # What one full collection over this heap costs, and with the heap frozen out of the
+    # collector (``gc.freeze``): the pause a decision would take if one landed in it.
+    started = time.perf_counter()
+    gc.collect()
+    collect_ms = (time.perf_counter() - started) * 1000
+    gc.freeze()
+    started = time.perf_counter()
+    gc.collect()
+    frozen_collect_ms = (time.perf_counter() - started) * 1000
+    gc.unfreeze()
     del heap
     ms = sorted(t * 1000 for t in times)
     p99 = ms[min(len(ms) - 1, int(0.99 * len(ms)))]
     median = statistics.median(ms)
     return {
         "tfdeclare": str(Path(placement.__file__).parent),  # which code was measured
+        "answers": answers.hexdigest()[:16],
         "p50_ms": median,
         "p99_ms": p99,
         "max_ms": ms[-1],
         "per_agent_us": median * 1000 / agents,
+        "refusal_p50_ms": statistics.median(refusals) * 1000 if refusals else 0.0,  # reads every agent
         "pool_update_p50_us": statistics.median(updates) * 1e6,
         "full_collections": full,
         "young_collections": young,
+        "full_collection_ms": collect_ms,
+        "full_collection_frozen_ms": frozen_collect_ms,
     }
 
 
@@ -126,7 +145,7 @@ def _less(view: Any, resources: Any, sign: int, replace: Any) -> Any:
     )
 
 
-def measure(code: Path, agents: int, decisions: int, seed: int = 7) -> dict[str, float]:
+def measure(code: Path, agents: int, decisions: int, seed: int = 7) -> dict[str, Any]:
     """This file's ``_child`` in a child process whose ``tfdeclare`` is the one in ``code``
     (``-P``: neither the working folder nor this script's folder comes first on the path)."""
     command = [sys.executable, "-P", __file__, "--child", str(agents), str(decisions), str(seed)]
@@ -157,9 +176,13 @@ def main() -> int:
     samples: dict[str, dict[int, list[dict[str, float]]]] = {c: {n: [] for n in sizes} for c in codes}
     for run in range(args.runs):  # interleaved, so both see the same load
         for n in sizes:
+            answers = set()
             for name, code in codes.items():
-                samples[name][n].append(measure(code, n, args.decisions, seed=7 + run))
-                print(f"run {run + 1} {name} {n}: {samples[name][n][-1]}", file=sys.stderr, flush=True)
+                result = measure(code, n, args.decisions, seed=7 + run)
+                answers.add(result.pop("answers"))
+                samples[name][n].append(result)
+                print(f"run {run + 1} {name} {n}: {result}", file=sys.stderr, flush=True)
+            assert len(answers) == 1, "the two trees placed differently: their times are not comparable"
     report: dict[str, object] = {
         "machine": machine(),
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -173,6 +196,12 @@ def main() -> int:
             row = {k: statistics.median(s[k] for s in samples[name][n]) for k in samples[name][n][0]}
             report[f"{name}/{n}"] = row
             lines.append(f"{name} {n:>6} agents: " + ", ".join(f"{k} {v:.3g}" for k, v in row.items()))
+    for name in codes:
+        first = report[f"{name}/{sizes[0]}"]
+        for n in sizes[1:]:
+            growth = report[f"{name}/{n}"]["per_agent_us"] / first["per_agent_us"]  # type: ignore[index]
+            report[f"growth/{name}/{n}"] = growth
+            lines.append(f"{name}: per-agent p50 at {n} agents / at {sizes[0]}: {growth:.2f}")
     if "against" in codes:
         for n in sizes:
             for key in ("p50_ms", "p99_ms"):
