@@ -213,5 +213,7 @@ def test_an_amended_index_is_void_once_its_index_changes() -> None:
         list(amended)
     with pytest.raises(KeyError):
         index.amended({("b", "*"): None})
+    with pytest.raises(ValueError, match="keep its agent, role and hostname"):
+        index.amended({("a", "*"): replace(a, hostname="elsewhere")})
     with pytest.raises(ValueError, match="two views of agent a"):
         AgentIndex([a, a])

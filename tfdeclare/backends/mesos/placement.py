@@ -14,11 +14,11 @@ attempt), each a pure function of its inputs:
 - ``never_fits``: a cheap necessary check against what each agent has in all (not what is free
   now: other frameworks may hold the rest), so a gang that can never be placed is reported
   as such instead of waiting forever, and one that fits an agent waits for it.
-- ``backfill_views``: the FIFO-with-backfill policy. A gang behind the head of the queue may
-  use what the head cannot; once the head has waited longer than a bound, the fewest agents
-  that would hold the head when empty (the freest now first) are given to no one else: they
-  drain for it, and the rest of the cluster keeps backfilling (``drain_set``). Without known
-  agent capacities, every agent the head could use drains.
+- ``backfill`` (``backfill_views`` over a sequence): the FIFO-with-backfill policy. A gang
+  behind the head of the queue may use what the head cannot; once the head has waited longer
+  than a bound, the fewest agents that would hold the head when empty (the freest now first)
+  are given to no one else: they drain for it, and the rest of the cluster keeps backfilling
+  (``drain_set``). Without known agent capacities, every agent the head could use drains.
 
 The same input always gives the same answer: agents are ordered by id, slots by key, and
 every tie is broken by agent id.
@@ -246,11 +246,12 @@ class AgentIndex:
 
     def amended(self, changes: Mapping[AgentKey, AgentOffer | None]) -> AgentIndex:
         """This index with the views of ``changes``' keys replaced (None: removed); each key
-        must be one it holds."""
+        must be one it holds, and a replacement keeps its agent, role and hostname."""
         t = self._tables()
-        for key in changes:
-            if key not in t.views:
-                raise KeyError(key)
+        for key, view in changes.items():
+            old = t.views[key]  # KeyError: not one it holds
+            if view is not None and (view.agent_id, view.role, view.hostname) != (*key, old.hostname):
+                raise ValueError(f"a change of {key} must keep its agent, role and hostname")
         out = AgentIndex.__new__(AgentIndex)
         out._t, out._changes, out._at = t, {**self._changes, **changes}, t.version
         return out
