@@ -209,6 +209,8 @@ class AgentIndex:
         old = t.views.get(key)
         if old is not None:
             self._unfile(old)
+            if t.by_host is not None and old.hostname != view.hostname:
+                _remove_key(t.by_host, old.hostname, key)
         elif t.order is not None:
             bisect.insort(t.order, key)
         t.views[key] = view
@@ -232,7 +234,7 @@ class AgentIndex:
         t.version += 1
 
     def _unfile(self, old: AgentOffer) -> None:
-        """Take ``old`` out of its bucket (and out of its host's list, if its host changes)."""
+        """Take ``old`` out of its bucket."""
         t = self._t
         bucket = (_gpu_flag(old), old.gpus)
         entries = t.buckets[bucket]
