@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 from tfdeclare.backends.mesos.events import Offer
 from tfdeclare.backends.mesos.journal import FrameworkStore, TaskEntry, TaskJournal
 from tfdeclare.backends.mesos.offers import HeldOffer, OfferPool, agent_capacity, merge_ranges
-from tfdeclare.backends.mesos.placement import SlotAssignment
+from tfdeclare.backends.mesos.placement import GangFit, PlacementOptions, SlotAssignment, place_gang
 from tfdeclare.backends.mesos.taskinfo import (
     MKDIR_CD_SCRIPT,
     take_resources,
@@ -22,7 +23,7 @@ from tfdeclare.backends.mesos.taskinfo import (
 )
 from tfdeclare.backends.mesos.taskstate import apply_status, exit_code_from, observed_state
 from tfdeclare.core.enums import Role, TaskState, VolumeMode
-from tfdeclare.core.run.tasks import Slot, TaskKey, TaskLaunch
+from tfdeclare.core.run.tasks import GangRequest, Slot, SlotRequest, TaskKey, TaskLaunch
 from tfdeclare.core.spec.keys import Volume
 from tfdeclare.core.spec.resources import Resources
 
@@ -594,3 +595,48 @@ def test_quota_verdict_compares_a_gangs_total_with_its_roles_limits() -> None:
     # several roles: their limits add up; a role without a limit is unbounded
     assert quota_verdict({"cpus": 5.0}, ("ml", "other"), quota) is None
     assert quota_verdict({"cpus": 50.0}, ("ml", "*"), quota) is None
+
+
+def test_the_pools_index_follows_its_offers() -> None:
+    """The pool keeps an ``AgentIndex`` current as offers come and go (placement reads it
+    between decisions): after random adds and removes it holds one view per (agent, role)
+    with held offers, their sums, GPU agents marked; placing on it, reservations amended
+    in, is placing on those views."""
+    rng = random.Random(23)
+    pool = OfferPool()
+    held: dict[str, HeldOffer] = {}
+    for n in range(400):
+        if held and rng.random() < 0.4:
+            offer_id = rng.choice(sorted(held))
+            assert pool.remove(offer_id) == held.pop(offer_id)
+            continue
+        agent_id = f"a{rng.randint(0, 19):02d}"
+        start = 31000 + 10 * rng.randint(0, 5)
+        one = HeldOffer(
+            f"o{n}", agent_id, f"{agent_id}.example", rng.choice(("*", "ml")), float(rng.randint(1, 4)),
+            1024.0, rng.choice((0, 0, 1)), ((start, start + 4),), {}, "", 0.0, 5.0,
+        )  # fmt: skip
+        pool.add(one)
+        held[one.offer_id] = one
+    gpu_agents = {h.agent_id for h in held.values() if h.gpus}
+    expected: dict[tuple[str, str], list[HeldOffer]] = {}
+    for h in held.values():
+        expected.setdefault((h.agent_id, h.role), []).append(h)
+    views = pool.views()
+    assert [(v.agent_id, v.role) for v in views] == sorted(expected)
+    for view in views:
+        offers = expected[view.agent_id, view.role]
+        assert view.cpus == round(sum(h.cpus for h in offers), 3)
+        assert view.gpus == sum(h.gpus for h in offers)
+        assert view.ports == merge_ranges(r for h in offers for r in h.ports)
+        assert view.gpu_agent >= (view.agent_id in gpu_agents)
+    request = GangRequest(
+        "job", 0, tuple(SlotRequest(TaskKey(Role.WORKER, i), Resources(1, 512)) for i in range(3))
+    )
+    options = PlacementOptions(cpu_tasks_on_gpu_agents=True)
+    fit = place_gang(request, pool.index(), options)
+    assert isinstance(fit, GangFit) and fit == place_gang(request, views, options)
+    reserved = list(fit.assignments)
+    assert place_gang(request, pool.index(reserved), options) == place_gang(
+        request, pool.views(reserved), options
+    )

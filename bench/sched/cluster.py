@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from tfdeclare.backends.mesos.placement import AgentOffer, remove_ports
+from tfdeclare.backends.mesos.placement import AgentIndex, AgentOffer, remove_ports
 from tfdeclare.core.spec.resources import Resources
 
 GPUS_PER_AGENT = 8
@@ -36,6 +36,7 @@ class Agent:
     used_ports: set[int] = field(default_factory=set)
     foreign_gpus: int = 0  # held by other frameworks
     _view: AgentOffer | None = None
+    changed: bool = True  # since the cluster's index last saw it
 
     def view(self) -> AgentOffer:
         if self._view is None:
@@ -60,6 +61,7 @@ class Agent:
         self.gpus -= resources.gpus
         self.used_ports.add(port)
         self._view = None
+        self.changed = True
 
     def give(self, resources: Resources, port: int) -> None:
         self.cpus += resources.cpus
@@ -67,6 +69,7 @@ class Agent:
         self.gpus += resources.gpus
         self.used_ports.discard(port)
         self._view = None
+        self.changed = True
 
     def free_port(self) -> int:
         for begin, end in PORTS:
@@ -80,6 +83,7 @@ class Agent:
 class Cluster:
     agents: list[Agent]
     by_id: dict[str, Agent]
+    _index: AgentIndex = field(default_factory=AgentIndex)
 
     @property
     def capacity_gpus(self) -> int:
@@ -106,9 +110,18 @@ class Cluster:
             for a in self.agents
         ]
 
-    def views(self) -> list[AgentOffer]:
-        """One offer per agent with a free GPU (every task of these traces needs GPUs)."""
-        return [a.view() for a in self.agents if a.gpus > 0]
+    def views(self) -> AgentIndex:
+        """One offer per agent with a free GPU (every task of these traces needs GPUs), in an
+        index kept current as the backend's offer pool keeps its own: the agents that changed
+        since the last call are put in again or dropped."""
+        for agent in self.agents:
+            if agent.changed:
+                agent.changed = False
+                if agent.gpus > 0:
+                    self._index.put(agent.view())
+                else:
+                    self._index.drop(agent.agent_id, agent.role)
+        return self._index
 
 
 def make_cluster(

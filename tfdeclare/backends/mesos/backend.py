@@ -308,7 +308,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
         if why is not None:
             return Unplaced(UnplacedReason.UNSCHEDULABLE, why), True, None
         reserved = [a for r in self._reservations.values() for a in r.fit.assignments]
-        views = self._pool.views(reserved)
+        views = self._pool.index(reserved)  # indexed: the decision looks at candidate agents only
         decision = place_in_line(
             waiting,
             self._queue,

@@ -3,8 +3,9 @@
 This module owns turning an ``Offer`` into what placement needs (cpus, mem, whole GPUs and
 port ranges, unreserved or reserved to the offer's role, with the offered entries kept to
 launch from; text attributes; the agent's HTTP address), the pool of held offers (per
-(agent, role) views that combine every held offer of that agent, minus what placements
-reserved), and what each agent *has* (for "can this ever fit?").
+(agent, role) views that combine every held offer of that agent, kept current in placement's
+``AgentIndex`` as offers come and go, minus what placements reserved), and what each agent
+*has* (for "can this ever fit?").
 
 What an agent has is its total, as the master's operator API lists it (``GET_AGENTS``),
 never what it offers: on a shared cluster other frameworks hold part of every agent, and an
@@ -24,7 +25,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tfdeclare.backends.mesos.events import Offer
-from tfdeclare.backends.mesos.placement import AgentOffer, PortRanges, SlotAssignment, remove_ports
+from tfdeclare.backends.mesos.placement import (
+    AgentIndex,
+    AgentOffer,
+    PortRanges,
+    SlotAssignment,
+    remove_ports,
+)
 
 AgentRole = tuple[str, str]
 
@@ -241,7 +248,8 @@ class OfferPool:
     capacity_version: int = 0  # changes whenever ``capacity`` or ``quota`` does
     quota: dict[str, dict[str, float]] = field(default_factory=dict)  # role -> its quota limits
 
-    _views: dict[AgentRole, AgentOffer] = field(default_factory=dict)  # per (agent, role), kept current
+    # One view per (agent, role), kept current as offers come and go, indexed for placement.
+    _index: AgentIndex = field(default_factory=AgentIndex)
 
     def add(self, held: HeldOffer) -> None:
         self.offers[held.offer_id] = held
@@ -256,8 +264,10 @@ class OfferPool:
         if agent_id in self.gpu_agents:
             return
         self.gpu_agents.add(agent_id)
-        views = self._views.items()
-        self._views = {k: replace(v, gpu_agent=True) if k[0] == agent_id else v for k, v in views}
+        for agent, role in self._index.keys_of(agent_id):
+            view = self._index.get(agent, role)
+            if view is not None:
+                self._index.put(replace(view, gpu_agent=True))
 
     def set_agents(self, capacities: Iterable[AgentOffer]) -> None:
         """The master's list of agents and what each has (``GET_AGENTS``)."""
@@ -284,20 +294,22 @@ class OfferPool:
     def _refresh(self, key: AgentRole) -> None:
         ids = self.by_agent.get(key)
         if not ids:
-            self._views.pop(key, None)
+            self._index.drop(*key)
             return
         held = [self.offers[i] for i in ids]
         first = held[0]
-        self._views[key] = AgentOffer(
-            key[0],
-            first.hostname,
-            round(sum(h.cpus for h in held), 3),
-            sum(h.mem_mib for h in held),
-            sum(h.gpus for h in held),
-            first.ports if len(held) == 1 else merge_ranges(r for h in held for r in h.ports),
-            first.attributes,
-            key[1],
-            gpu_agent=key[0] in self.gpu_agents,
+        self._index.put(
+            AgentOffer(
+                key[0],
+                first.hostname,
+                round(sum(h.cpus for h in held), 3),
+                sum(h.mem_mib for h in held),
+                sum(h.gpus for h in held),
+                first.ports if len(held) == 1 else merge_ranges(r for h in held for r in h.ports),
+                first.attributes,
+                key[1],
+                gpu_agent=key[0] in self.gpu_agents,
+            )
         )
 
     def remove(self, offer_id: str) -> HeldOffer | None:
@@ -317,7 +329,7 @@ class OfferPool:
         held = list(self.offers.values())
         self.offers.clear()
         self.by_agent.clear()
-        self._views.clear()
+        self._index = AgentIndex()
         return held
 
     def of_agent(self, agent_id: str, role: str) -> list[HeldOffer]:
@@ -325,24 +337,29 @@ class OfferPool:
 
     def views(self, reserved: Sequence[SlotAssignment] = ()) -> list[AgentOffer]:
         """One view per (agent, role) with held offers, minus the ``reserved`` assignments."""
+        return list(self.index(reserved))
+
+    def index(self, reserved: Sequence[SlotAssignment] = ()) -> AgentIndex:
+        """``views`` as placement takes them: the pool's index, amended by the ``reserved``
+        assignments (valid until the pool changes)."""
         if not reserved:
-            return list(self._views.values())
+            return self._index
         taken: dict[AgentRole, list[SlotAssignment]] = {}
         for assignment in reserved:
             taken.setdefault((assignment.agent_id, assignment.role), []).append(assignment)
-        out = dict(self._views)
+        changes: dict[AgentRole, AgentOffer | None] = {}
         for key, assignments in taken.items():
-            view = out.get(key)
+            view = self._index.get(*key)
             if view is None:
                 continue
-            out[key] = replace(
+            changes[key] = replace(
                 view,
                 cpus=max(0.0, round(view.cpus - sum(a.resources.cpus for a in assignments), 3)),
                 mem_mib=max(0.0, view.mem_mib - sum(a.resources.mem_mib for a in assignments)),
                 gpus=max(0, view.gpus - sum(a.resources.gpus for a in assignments)),
                 ports=remove_ports(view.ports, {a.port for a in assignments}),
             )
-        return list(out.values())
+        return self._index.amended(changes)
 
     def covers(
         self, agent_id: str, role: str, assignments: Sequence[SlotAssignment]

@@ -2,12 +2,13 @@
 
 This module owns the line that waiting jobs stand in (``Waiting``: by when each first asked)
 and ``place_in_line``, the one decision the backend makes each time a job asks to be placed:
-the job first in line before it (the head) is served by ``backfill_views`` (what the head's
+the job first in line before it (the head) is served by ``backfill`` (what the head's
 placement takes, or the agents kept for it once it has waited ``drain_after_s``, are withheld;
 ``capacities``, the largest seen per agent, choose those), and the job is placed on what is
 left by ``place_gang`` (all or nothing).
 
-The backend calls it on its loop with the offers it holds; the scheduling simulator
+The backend calls it on its loop with the offers it holds (an ``AgentIndex`` its offer pool
+keeps current, so a decision costs the agents it looks at); the scheduling simulator
 (``bench/sched``) calls the very same function in virtual time, so what is measured there is
 what the backend does.
 """
@@ -18,11 +19,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from tfdeclare.backends.mesos.placement import (
+    AgentIndex,
     AgentOffer,
     GangFit,
     NoFit,
     PlacementOptions,
-    backfill_views,
+    as_index,
+    backfill,
     place_gang,
 )
 from tfdeclare.core.run.tasks import GangRequest
@@ -64,7 +67,7 @@ def head_of(
 def place_in_line(
     waiting: Waiting,
     queue: Mapping[str, Waiting],
-    offers: Sequence[AgentOffer],
+    offers: AgentIndex | Sequence[AgentOffer],
     now: float,
     drain_after_s: float,
     options: PlacementOptions,
@@ -73,11 +76,10 @@ def place_in_line(
     """Place ``waiting``'s gang on ``offers``, minus what its head of line is owed (module doc)."""
     request = waiting.request
     head = head_of(queue.items(), before=waiting.first_asked, exclude=request.job)
-    note = ""
+    agents, note = as_index(offers), ""
     if head is not None:
         first = head[1]
-        backfill = backfill_views(
-            first.request, now - first.first_asked, offers, drain_after_s, options, capacities
+        agents, note = backfill(
+            first.request, now - first.first_asked, agents, drain_after_s, options, capacities
         )
-        offers, note = backfill.views, backfill.note
-    return InLine(place_gang(request, offers, options), note)
+    return InLine(place_gang(request, agents, options), note)
