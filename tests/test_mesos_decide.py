@@ -14,22 +14,26 @@ from dataclasses import dataclass, field
 import pytest
 
 from tfdeclare.backends.mesos import decide
+from tfdeclare.backends.mesos import decide_messages as msg
 from tfdeclare.backends.mesos.decide import (
     AGENTS_REFRESH_S,
     MIN_KILL_RETRY_S,
     QUEUE_TTL_S,
     RECONCILE_MAX_RETRY_S,
+    Interest,
+    Policy,
+    Settings,
+)
+from tfdeclare.backends.mesos.decide_messages import (
     Call,
     Decline,
     Kill,
     KillTarget,
     PlacementExpired,
-    Policy,
     Reconcile,
     RefreshAgents,
     Reported,
     Revive,
-    Settings,
     Suppress,
     WakeWatchers,
 )
@@ -72,7 +76,7 @@ class Run:
         self.pool = Pool()
         self.decided: list[Call] = []
 
-    def event(self, event: decide.Event, now: float) -> list[Call]:
+    def event(self, event: msg.Event, now: float) -> list[Call]:
         _, calls = decide.on_event(self.policy, event, now)
         return self._answer(calls, now)
 
@@ -89,13 +93,13 @@ class Run:
         out = list(calls)
         for call in calls:
             if isinstance(call, Revive | Suppress):
-                out += self.event(decide.InterestAnswered(ok, bool(self.pool.offers)), now)
+                out += self.event(msg.InterestAnswered(ok, bool(self.pool.offers)), now)
             elif isinstance(call, RefreshAgents):
-                out += self.event(decide.AgentsAnswered(ok), now)
+                out += self.event(msg.AgentsAnswered(ok), now)
         return out
 
     def subscribe(self, now: float = 0.0, **kwargs: tuple[object, ...]) -> list[Call]:
-        return self.event(decide.Subscribed(**kwargs), now)  # type: ignore[arg-type]
+        return self.event(msg.Subscribed(**kwargs), now)  # type: ignore[arg-type]
 
 
 def gang(job: str, cpus: float = 1.0) -> GangRequest:
@@ -116,8 +120,8 @@ def kinds(calls: list[Call], *types: type) -> list[Call]:
 def ask(run: Run, job: str, now: float) -> list[Call]:
     """A job asks to be placed and does not fit what is held (as ``MesosBackend.place``)."""
     first = job not in run.policy.queue
-    calls = run.event(decide.PlaceAsked(gang(job)), now)
-    return calls + run.event(decide.NotPlacedYet(job, first, bool(run.pool.offers)), now)
+    calls = run.event(msg.PlaceAsked(gang(job)), now)
+    return calls + run.event(msg.NotPlacedYet(job, first, bool(run.pool.offers)), now)
 
 
 # ---- offer interest ---------------------------------------------------------------------------
@@ -140,9 +144,9 @@ def test_a_queued_gang_revives_once_then_every_interval_and_suppresses_after_the
     assert revives == [6.0, 11.0], "then at most every reviveIntervalSeconds while it waits"
     assert not kinds(ask(run, "big", 11.5), Revive), "asking again is not a new job"
     # Placed (a reservation, so still demand), then launched: nothing waits, no offer held.
-    run.event(decide.Placed("t1", "big", fit_on("a1"), 13.0), 12.0)
+    run.event(msg.Placed("t1", "big", fit_on("a1"), 13.0), 12.0)
     assert not kinds(run.tick(12.1), Suppress), "a placement not launched yet is demand"
-    run.event(decide.Released("t1"), 12.2)
+    run.event(msg.Released("t1"), 12.2)
     assert kinds(run.tick(12.3), Revive, Suppress) == [Suppress(ROLES)]
 
 
@@ -161,15 +165,15 @@ def test_one_interest_call_at_a_time_and_a_new_job_is_decided_after_the_answer()
     run.pool.offers["o1"] = Held("o1", "a1", "*", 0.0, 0.5)
     run.tick(1.0)  # declined with a filter: our filter may hide agents from us
     assert run.policy.filtered
-    decide.on_event(run.policy, decide.PlaceAsked(gang("a")), 2.0)
-    _, calls = decide.on_event(run.policy, decide.NotPlacedYet("a", True, False), 2.0)
-    assert calls == [Revive(ROLES)] and run.policy.interest_out is decide.Interest.REVIVE
+    decide.on_event(run.policy, msg.PlaceAsked(gang("a")), 2.0)
+    _, calls = decide.on_event(run.policy, msg.NotPlacedYet("a", True, False), 2.0)
+    assert calls == [Revive(ROLES)] and run.policy.interest_out is Interest.REVIVE
     # Another new job while that REVIVE is out: nothing is sent now, it is decided after.
-    decide.on_event(run.policy, decide.PlaceAsked(gang("b")), 2.1)
-    _, calls = decide.on_event(run.policy, decide.NotPlacedYet("b", True, False), 2.1)
+    decide.on_event(run.policy, msg.PlaceAsked(gang("b")), 2.1)
+    _, calls = decide.on_event(run.policy, msg.NotPlacedYet("b", True, False), 2.1)
     assert calls == [] and run.policy.revive_now_asked
     assert offers_coming(run.policy)
-    _, calls = decide.on_event(run.policy, decide.InterestAnswered(True, False), 2.2)
+    _, calls = decide.on_event(run.policy, msg.InterestAnswered(True, False), 2.2)
     assert calls == [], "the REVIVE that was out cleared the filters: no second one within 1 s"
     assert (run.policy.filtered, run.policy.suppressed) == (False, False)
 
@@ -182,10 +186,10 @@ def test_a_refused_revive_is_decided_again_on_the_next_tick() -> None:
     run = Run()
     run.subscribe()
     run.tick(0.1)
-    decide.on_event(run.policy, decide.PlaceAsked(gang("a")), 1.0)
-    _, calls = decide.on_event(run.policy, decide.NotPlacedYet("a", True, False), 1.0)
+    decide.on_event(run.policy, msg.PlaceAsked(gang("a")), 1.0)
+    _, calls = decide.on_event(run.policy, msg.NotPlacedYet("a", True, False), 1.0)
     assert calls == [Revive(ROLES)]
-    _, calls = decide.on_event(run.policy, decide.InterestAnswered(False, False), 1.1)
+    _, calls = decide.on_event(run.policy, msg.InterestAnswered(False, False), 1.1)
     assert calls == [] and run.policy.suppressed, "the master did not take it: still suppressed"
     assert kinds(run.tick(1.2), Revive) == [Revive(ROLES)]
 
@@ -196,14 +200,14 @@ def test_asking_for_gpu_offers_revives() -> None:
     ask(run, "gpu", 0.5)
     run.tick(0.6)
     assert not kinds(run.tick(0.8), Revive)
-    run.event(decide.GpuOffersAsked(), 1.0)
+    run.event(msg.GpuOffersAsked(), 1.0)
     assert kinds(run.tick(1.1), Revive) == [Revive(ROLES)]
 
 
 def test_nothing_is_asked_of_the_master_while_disconnected() -> None:
     run = Run()
     run.subscribe()
-    run.event(decide.Disconnected(), 1.0)
+    run.event(msg.Disconnected(), 1.0)
     assert ask(run, "a", 2.0) == []
     assert run.tick(100.0) == []
     assert not decide.offers_coming(run.policy, agents_known=False)
@@ -227,10 +231,10 @@ def test_reconciliation_is_retried_with_doubling_backoff_capped_and_stops_when_a
     assert times[:4] == [0.0, 1.0, 3.0, 7.0]
     assert gaps[:7] == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0] and set(gaps[6:]) == {RECONCILE_MAX_RETRY_S}
     assert sent[0.0] == (("t1", "a1"), ("t2", "a2"))
-    run.event(decide.Update("t1", "a1", Reported.RUNNING), 400.0)
+    run.event(msg.Update("t1", "a1", Reported.RUNNING), 400.0)
     later = [c for t in range(400, 600) for c in kinds(run.tick(float(t)), Reconcile)]
     assert later and all(c.tasks == (("t2", "a2"),) for c in later)  # type: ignore[union-attr]
-    run.event(decide.Update("t2", "a2", Reported.ENDED, known=False), 600.0)
+    run.event(msg.Update("t2", "a2", Reported.ENDED, known=False), 600.0)
     assert not [c for t in range(600, 1000) for c in kinds(run.tick(float(t)), Reconcile)]
 
 
@@ -245,7 +249,7 @@ def test_a_launch_without_answer_is_reconciled_at_once() -> None:
     run = Run(reconcile_interval_s=10_000.0)
     run.subscribe(0.0)
     run.tick(0.0)
-    run.event(decide.LaunchUnanswered((("t9", "a1"),)), 50.0)
+    run.event(msg.LaunchUnanswered((("t9", "a1"),)), 50.0)
     assert Reconcile((("t9", "a1"),)) in run.tick(50.0)
 
 
@@ -255,14 +259,14 @@ def test_a_launch_without_answer_is_reconciled_at_once() -> None:
 def test_a_kill_is_retried_every_10_s_until_a_terminal_update() -> None:
     run = Run()
     run.subscribe(0.0)
-    stop = decide.Stop((KillTarget("t1", "a1", 2.0),))
+    stop = msg.Stop((KillTarget("t1", "a1", 2.0),))
     assert run.event(stop, 1.0) == [Kill("t1", "a1", 2.0)]
     assert run.event(stop, 5.0) == [], "asked again within the retry: not sent again"
     sent = [t for t in range(2, 40) if kinds(run.tick(float(t)), Kill)]
     assert sent == [11, 21, 31]
-    run.event(decide.Update("t1", "a1", Reported.KILLING), 35.0)
+    run.event(msg.Update("t1", "a1", Reported.KILLING), 35.0)
     assert kinds(run.tick(41.0), Kill), "TASK_KILLING is not the end"
-    run.event(decide.Update("t1", "a1", Reported.ENDED), 42.0)
+    run.event(msg.Update("t1", "a1", Reported.ENDED), 42.0)
     assert not [t for t in range(42, 100) if kinds(run.tick(float(t)), Kill)]
 
 
@@ -270,7 +274,7 @@ def test_a_kill_is_retried_every_10_s_until_a_terminal_update() -> None:
 def test_the_kill_retry_is_past_twice_the_grace_period(grace: float | None, retry: float) -> None:
     run = Run()
     run.subscribe(0.0)
-    run.event(decide.Stop((KillTarget("t1", "a1", grace),)), 0.0)
+    run.event(msg.Stop((KillTarget("t1", "a1", grace),)), 0.0)
     assert not kinds(run.tick(retry - 0.5), Kill)
     assert kinds(run.tick(retry), Kill) == [Kill("t1", "a1", grace)]
 
@@ -278,8 +282,8 @@ def test_the_kill_retry_is_past_twice_the_grace_period(grace: float | None, retr
 def test_unconfirmed_kills_are_sent_again_on_resubscribing() -> None:
     run = Run()
     run.subscribe(0.0)
-    run.event(decide.Stop((KillTarget("t1", "a1", 1.0),)), 1.0)
-    run.event(decide.Disconnected(), 2.0)
+    run.event(msg.Stop((KillTarget("t1", "a1", 1.0),)), 1.0)
+    run.event(msg.Disconnected(), 2.0)
     assert not kinds(run.tick(12.0), Kill), "not while disconnected"
     run.subscribe(13.0, kill_requested=(KillTarget("t2", "a2", None),))
     assert sorted(c.task_id for c in kinds(run.tick(13.0), Kill)) == ["t1", "t2"]  # type: ignore[union-attr]
@@ -288,29 +292,29 @@ def test_unconfirmed_kills_are_sent_again_on_resubscribing() -> None:
 def test_an_unknown_task_of_ours_is_killed_at_most_every_10_s() -> None:
     run = Run()
     run.subscribe(0.0)
-    unknown = decide.Update("x.1.worker-0.a", "a7", Reported.RUNNING, known=False, ours=True)
+    unknown = msg.Update("x.1.worker-0.a", "a7", Reported.RUNNING, known=False, ours=True)
     assert run.event(unknown, 1.0) == [Kill("x.1.worker-0.a", "a7", None, unknown=True)]
     assert run.event(unknown, 5.0) == []
     assert run.event(unknown, 11.0) == [Kill("x.1.worker-0.a", "a7", None, unknown=True)]
-    not_ours = decide.Update("someone-else", "a7", Reported.RUNNING, known=False, ours=False)
-    ended = decide.Update("y.1.worker-0.a", "a7", Reported.ENDED, known=False, ours=True)
+    not_ours = msg.Update("someone-else", "a7", Reported.RUNNING, known=False, ours=False)
+    ended = msg.Update("y.1.worker-0.a", "a7", Reported.ENDED, known=False, ours=True)
     assert run.event(not_ours, 20.0) == [] and run.event(ended, 20.0) == []
 
 
 def test_a_task_back_from_a_partition_that_was_asked_to_stop_is_killed_at_once() -> None:
     run = Run()
     run.subscribe(0.0)
-    run.event(decide.Stop((KillTarget("t1", "a1", 5.0),)), 1.0)
-    run.event(decide.Update("t1", "a1", Reported.LOST, lost_since=2.0), 2.0)
-    back = decide.Update("t1", "a1", Reported.RUNNING, kill_requested=True, kill_grace_s=5.0, was_lost=True)
+    run.event(msg.Stop((KillTarget("t1", "a1", 5.0),)), 1.0)
+    run.event(msg.Update("t1", "a1", Reported.LOST, lost_since=2.0), 2.0)
+    back = msg.Update("t1", "a1", Reported.RUNNING, kill_requested=True, kill_grace_s=5.0, was_lost=True)
     assert run.event(back, 3.0) == [Kill("t1", "a1", 5.0)]
 
 
 def test_forgotten_tasks_are_no_longer_killed() -> None:
     run = Run()
     run.subscribe(0.0)
-    run.event(decide.Stop((KillTarget("t1", "a1", None),)), 0.0)
-    run.event(decide.Forgotten(("t1",)), 1.0)
+    run.event(msg.Stop((KillTarget("t1", "a1", None),)), 0.0)
+    run.event(msg.Forgotten(("t1",)), 1.0)
     assert not [t for t in range(0, 60) if kinds(run.tick(float(t)), Kill)]
 
 
@@ -326,7 +330,7 @@ def test_an_offer_held_past_its_expiry_is_declined_with_the_refuse_filter() -> N
     assert decide.hold_for(run.policy, 1.0) == 1.0
     run.pool.offers["o1"] = Held("o1", "a1", "*", 1.0, 2.0)
     run.pool.offers["o2"] = Held("o2", "a2", "*", 1.0, 2.0)
-    run.event(decide.Placed("t1", "b", fit_on("a2"), 9.0), 1.5)
+    run.event(msg.Placed("t1", "b", fit_on("a2"), 9.0), 1.5)
     assert not kinds(run.tick(1.9), Decline)
     assert kinds(run.tick(2.0), Decline) == [Decline(("o1",), 7.0)], "o2 backs a placement: kept"
     assert kinds(run.tick(9.0), PlacementExpired, Decline) == [PlacementExpired("b"), Decline(("o2",), 7.0)]
@@ -378,23 +382,23 @@ def test_the_agents_are_asked_on_subscribe_while_jobs_wait_and_when_an_unlisted_
         if kinds(run.tick(float(t)), RefreshAgents):
             asked.append(t)
     assert asked == [100, 130, 160], f"every {AGENTS_REFRESH_S:g} s while a job waits"
-    joined = [t for t in (160.5, 161.0, 161.5, 162.0) if run.event(decide.OffersReceived(unlisted=True), t)]
+    joined = [t for t in (160.5, 161.0, 161.5, 162.0) if run.event(msg.OffersReceived(unlisted=True), t)]
     assert joined == [161.0, 162.0], "an unlisted agent: asked again, at most every second"
 
 
 def test_an_unlisted_agent_is_asked_about_every_30_s_while_the_master_refuses_the_list() -> None:
     run = Run()
-    assert decide.on_event(run.policy, decide.Subscribed(), 0.0)[1] == [RefreshAgents()]
-    decide.on_event(run.policy, decide.AgentsAnswered(False), 0.1)
-    assert not decide.on_event(run.policy, decide.OffersReceived(unlisted=True), 5.0)[1]
-    assert decide.on_event(run.policy, decide.OffersReceived(unlisted=True), 30.0)[1] == [RefreshAgents()]
-    assert not decide.on_event(run.policy, decide.OffersReceived(unlisted=True), 31.0)[1], "one ask out"
+    assert decide.on_event(run.policy, msg.Subscribed(), 0.0)[1] == [RefreshAgents()]
+    decide.on_event(run.policy, msg.AgentsAnswered(False), 0.1)
+    assert not decide.on_event(run.policy, msg.OffersReceived(unlisted=True), 5.0)[1]
+    assert decide.on_event(run.policy, msg.OffersReceived(unlisted=True), 30.0)[1] == [RefreshAgents()]
+    assert not decide.on_event(run.policy, msg.OffersReceived(unlisted=True), 31.0)[1], "one ask out"
 
 
 def test_an_unschedulable_job_asks_for_the_agents_again_at_most_every_3_s() -> None:
     run = Run()
     run.subscribe(0.0)
-    asked = [t for t in (1.0, 2.0, 3.0, 4.0, 5.0, 6.5) if run.event(decide.Unschedulable("huge"), t)]
+    asked = [t for t in (1.0, 2.0, 3.0, 4.0, 5.0, 6.5) if run.event(msg.Unschedulable("huge"), t)]
     assert asked == [3.0, 6.5]
 
 
@@ -404,9 +408,9 @@ def test_an_unschedulable_job_asks_for_the_agents_again_at_most_every_3_s() -> N
 def test_a_lost_task_wakes_the_controller_once_its_fencing_timeout_passes() -> None:
     run = Run(fencing_timeout_s=60.0)
     run.subscribe(0.0)
-    run.event(decide.Update("t1", "a1", Reported.LOST, lost_since=10.0), 10.0)
-    run.event(decide.Update("t2", "a2", Reported.LOST, lost_since=10.0), 10.0)
-    run.event(decide.Update("t2", "a2", Reported.RUNNING), 20.0)  # t2 came back: no deadline
+    run.event(msg.Update("t1", "a1", Reported.LOST, lost_since=10.0), 10.0)
+    run.event(msg.Update("t2", "a2", Reported.LOST, lost_since=10.0), 10.0)
+    run.event(msg.Update("t2", "a2", Reported.RUNNING), 20.0)  # t2 came back: no deadline
     woken = [t for t in range(10, 200) if WakeWatchers() in run.tick(float(t))]
     assert woken == [70]
 
@@ -414,8 +418,8 @@ def test_a_lost_task_wakes_the_controller_once_its_fencing_timeout_passes() -> N
 def test_a_removed_framework_leaves_nothing_to_kill_or_fence() -> None:
     run = Run(fencing_timeout_s=60.0)
     run.subscribe(0.0)
-    run.event(decide.Stop((KillTarget("t1", "a1", None),)), 0.0)
-    run.event(decide.Update("t2", "a2", Reported.LOST, lost_since=1.0), 1.0)
-    run.event(decide.FrameworkRemoved(), 2.0)
+    run.event(msg.Stop((KillTarget("t1", "a1", None),)), 0.0)
+    run.event(msg.Update("t2", "a2", Reported.LOST, lost_since=1.0), 1.0)
+    run.event(msg.FrameworkRemoved(), 2.0)
     run.subscribe(3.0)
     assert not [c for t in range(3, 100) for c in kinds(run.tick(float(t)), Kill, WakeWatchers)]

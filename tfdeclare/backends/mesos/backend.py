@@ -28,6 +28,7 @@ from pathlib import Path
 
 from tfdeclare.backends.base import BackendError, LogChunk
 from tfdeclare.backends.mesos import decide
+from tfdeclare.backends.mesos import decide_messages as msg
 from tfdeclare.backends.mesos.auth import Credentials, load_credentials
 from tfdeclare.backends.mesos.client import ClientConfig, SchedulerClient
 from tfdeclare.backends.mesos.config import MesosConfig
@@ -173,7 +174,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
         def forget() -> None:
             if self._client is client:
                 self._client = None
-                self._decide(decide.Disconnected())
+                self._decide(msg.Disconnected())
 
         self._ask(forget)
 
@@ -237,7 +238,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
     def _place(self, future: Future[Placement | Unplaced], request: GangRequest) -> None:
         now = self.clock()
         new = request.job not in self._queue
-        self._decide(decide.PlaceAsked(request), now)
+        self._decide(msg.PlaceAsked(request), now)
         waiting = self._queue[request.job]
         answer, ideal, fit = self._try_place(request, waiting)
         if ideal:
@@ -245,7 +246,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
             return
         # Not placed from the offers held: make sure offers come (REVIVE clears our filters and
         # un-suppresses), then wait a little for an offer round that is on its way.
-        self._decide(decide.NotPlacedYet(request.job, new, bool(self._pool.offers)), now)
+        self._decide(msg.NotPlacedYet(request.job, new, bool(self._pool.offers)), now)
         deadline = now + self.config.place_wait_s
 
         def attempt(now: float) -> bool:
@@ -267,9 +268,9 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
         now = self.clock()
         if isinstance(answer, Placement) and fit is not None:
             expires_at = now + max(self.config.offer_hold_s, 1.0)
-            self._decide(decide.Placed(answer.token, request.job, fit, expires_at), now)
+            self._decide(msg.Placed(answer.token, request.job, fit, expires_at), now)
         elif isinstance(answer, Unplaced) and answer.reason is UnplacedReason.UNSCHEDULABLE:
-            self._decide(decide.Unschedulable(request.job), now)
+            self._decide(msg.Unschedulable(request.job), now)
         return answer
 
     def _try_place(
@@ -332,7 +333,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
 
     def release(self, placement: Placement) -> None:
         def release() -> None:
-            self._decide(decide.Released(placement.token))
+            self._decide(msg.Released(placement.token))
             self._changed = self._tick_soon = True
 
         self._post(release)
@@ -355,7 +356,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
         self._gpu_enabled = True
         self._framework = replace(self._framework, gpu_resources=True)
         self._framework_store.save(self._framework)
-        self._decide(decide.GpuOffersAsked())
+        self._decide(msg.GpuOffersAsked())
         self._tick_soon = True
 
     # ---- launch ---------------------------------------------------------------------------------
@@ -384,7 +385,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
     def _launch(self, future: Future[None], placement: Placement, tasks: list[TaskLaunch]) -> None:
         todo = [t for t in tasks if t.task_id not in self._tasks]
         if not todo:
-            self._decide(decide.Released(placement.token))
+            self._decide(msg.Released(placement.token))
             future.set_result(None)
             return
         reservation = self._reservations.get(placement.token)
@@ -442,7 +443,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
         for held in backing.values():
             for offer in held:
                 self._pool.remove(offer.offer_id)
-        self._decide(decide.Released(placement.token), now)
+        self._decide(msg.Released(placement.token), now)
         for (agent_id, role), group in sorted(groups.items()):
             held = backing[(agent_id, role)]
             offered = [r for o in held for r in o.resources]
@@ -451,7 +452,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
             )
             self._unsent.update(t.task_id for t in group)
         # What the tasks leave of those offers comes back once the ACCEPT is done.
-        self._decide(decide.OffersUsed(), now)
+        self._decide(msg.OffersUsed(), now)
         self._changed = True
         self._notify()
 
@@ -493,8 +494,8 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
                 entry.kill_requested = True
                 entry.kill_grace_s = grace_s
                 changed.append(entry)
-            targets.append(decide.KillTarget(task_id, entry.agent_id, grace_s))
-        self._decide(decide.Stop(tuple(targets)))  # a KILL now, unless one went out recently
+            targets.append(msg.KillTarget(task_id, entry.agent_id, grace_s))
+        self._decide(msg.Stop(tuple(targets)))  # a KILL now, unless one went out recently
         self._journal.put(changed, sync=True)
         if changed:
             self._changed = True
@@ -521,7 +522,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
                 self._drop_task(task_id)
                 if self._sandbox is not None:
                     self._sandbox.forget(task_id)
-            self._decide(decide.Forgotten(tuple(gone)), now)
+            self._decide(msg.Forgotten(tuple(gone)), now)
             self._journal.delete(gone, sync=False)
 
         self._ask(purge)

@@ -3,12 +3,12 @@
 The client's stream thread only posts each event to the loop (``state``), which handles it
 in order with everything else; the stream thread never waits for the backend. This module
 owns ``SchedulerEvents``: SUBSCRIBED (persist the framework id before anything
-acts on it, void held offers, ask for the master's agents, start explicit reconciliation,
-re-send unconfirmed KILLs), OFFERS (into the pool, held while work waits or waited a moment
-ago, else declined at once; an agent the master's list lacks makes the backend ask for the
-list again), RESCIND, UPDATE (folded into the journal, which is written before the update is
-acknowledged; unknown tasks of ours are killed; a task never launched is forgotten), the
-end of a subscription, and a framework the master removed (policy ``onFrameworkRemoved``).
+acts on it, void held offers), OFFERS (into the pool, held for as long as ``decide.hold_for``
+says), RESCIND, UPDATE (folded into the journal, which is written before the update is
+acknowledged; a task never launched is forgotten), the end of a subscription, and a
+framework the master removed (policy ``onFrameworkRemoved``). What follows from each for the
+policies (ask for the agents, reconcile, re-send KILLs, kill an unknown task of ours, fence
+a lost one) is decided by ``decide`` from the event this module hands it.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from dataclasses import replace
 
 from tfdeclare.backends.base import BackendError
 from tfdeclare.backends.mesos import decide
+from tfdeclare.backends.mesos import decide_messages as msg
 from tfdeclare.backends.mesos.client import SchedulerClient
-from tfdeclare.backends.mesos.decide import Reported
+from tfdeclare.backends.mesos.decide_messages import Reported
 from tfdeclare.backends.mesos.errors import (
     ClientStoppedError,
     FrameworkFailedOverError,
@@ -143,7 +144,7 @@ class SchedulerEvents(BackendState):
         self._journal.put(gone, sync=True)
         self._framework = FrameworkState(None, self._framework.instance_id, self._framework.gpu_resources)
         self._framework_store.save(self._framework)
-        self._decide(decide.FrameworkRemoved())
+        self._decide(msg.FrameworkRemoved())
         self._pool.clear()
         self._changed = True
         self._notify()
@@ -153,7 +154,7 @@ class SchedulerEvents(BackendState):
             return
         if isinstance(error, FrameworkFailedOverError):
             self._read_only = True
-            self._decide(decide.Disconnected())
+            self._decide(msg.Disconnected())
             self._fatal = BackendError(
                 f"another scheduler subscribed as framework {self._framework.framework_id} and took "
                 "over; this controller stops acting (is the same state folder used elsewhere?)"
@@ -188,11 +189,11 @@ class SchedulerEvents(BackendState):
             if not is_terminal(t.state) and t.task_id not in self._unsent
         )
         stopping = tuple(
-            decide.KillTarget(t.task_id, t.agent_id, t.kill_grace_s)
+            msg.KillTarget(t.task_id, t.agent_id, t.kill_grace_s)
             for t in self._tasks.values()
             if t.kill_requested and not is_terminal(t.state)
         )
-        self._decide(decide.Subscribed(live, stopping))
+        self._decide(msg.Subscribed(live, stopping))
         self._changed = self._tick_soon = True
         log.info("subscribed as framework %s; reconciling %d task(s)", framework_id, len(live))
         if not self._gpu_enabled and _older_than(version, (1, 9)):
@@ -207,7 +208,7 @@ class SchedulerEvents(BackendState):
         self._notify()
 
     def _on_disconnected(self) -> None:
-        self._decide(decide.Disconnected())
+        self._decide(msg.Disconnected())
         self._pool.clear()
         self._changed = True
 
@@ -223,7 +224,7 @@ class SchedulerEvents(BackendState):
             held = HeldOffer.parse(offer, now, hold)
             self._pool.add(held)
             unlisted = unlisted or held.agent_id not in self._pool.capacity
-        self._decide(decide.OffersReceived(unlisted), now)
+        self._decide(msg.OffersReceived(unlisted), now)
         self._changed = self._tick_soon = True
         if decide.demand(self._policy, now):
             self._notify()
@@ -244,7 +245,7 @@ class SchedulerEvents(BackendState):
         reported = _reported(status.state)
         if entry is None:
             ours = reported is not Reported.ENDED and self._is_ours(task_id, status)
-            self._decide(decide.Update(task_id, status.agent_id, reported, known=False, ours=ours), now)
+            self._decide(msg.Update(task_id, status.agent_id, reported, known=False, ours=ours), now)
         elif entry.state is None and status.state in NEVER_LAUNCHED and not _agent_refused(status):
             # The task never reached an agent: its launch did not happen. Forget it, so the
             # controller launches the slot again (this is not a failure of the task).
@@ -256,7 +257,7 @@ class SchedulerEvents(BackendState):
                 status.message,
             )
             self._drop_task(task_id)
-            self._decide(decide.Forgotten((task_id,)), now)
+            self._decide(msg.Forgotten((task_id,)), now)
             self._journal.delete([task_id], sync=False)
             changed = True
         else:
@@ -273,7 +274,7 @@ class SchedulerEvents(BackendState):
             if changed:
                 self._journal.put([entry], sync=False)
             self._decide(
-                decide.Update(
+                msg.Update(
                     task_id,
                     entry.agent_id,
                     reported,

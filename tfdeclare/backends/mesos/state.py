@@ -1,12 +1,15 @@
 """The Mesos backend's state, the one thread that owns it, and how the others talk to it.
 
 This module owns ``BackendState``: the journal and framework files, the task table, the offer
-pool, the reservations of placed gangs, the FIFO queue of waiting gangs, the queue of ACCEPTs
-to send, reconciliation, kill and fencing bookkeeping, and the offer-interest flags. All of it
-belongs to one thread, ``mesos-backend-loop``; nothing else reads or writes it while the loop
-runs. The others send the loop messages (callables run in order on the loop): ``_post`` does
-not wait, ``_request`` waits on a future the loop resolves, at once or later (a *waiter*
-re-checked after each batch of messages and on every tick: a placement waiting for offers, a
+pool, the queue of ACCEPTs to send, and the policies' state (``decide.Policy``: offer
+interest, reconciliation, kills, fencing, the FIFO queue of waiting gangs and the
+reservations of placed gangs), which only the reducer ``decide`` changes; this module
+executes the calls it decides (``_decide``, ``_execute``: REVIVE, SUPPRESS, RECONCILE, KILL,
+DECLINE, GET_AGENTS on the calls thread). All of it belongs to one thread,
+``mesos-backend-loop``; nothing else reads or writes it while the loop runs. The others send
+the loop messages (callables run in order on the loop): ``_post`` does not wait,
+``_request`` waits on a future the loop resolves, at once or later (a *waiter* re-checked
+after each batch of messages and on every tick: a placement waiting for offers, a
 launch waiting for its offers to come back, the first ``observe`` waiting for reconciliation,
 ``close`` waiting for queued ACCEPTs). The loop never makes an HTTP call nor waits for an
 fsync of status updates: it hands calls to ``mesos-backend-calls`` and acknowledgements, with
@@ -35,6 +38,7 @@ from typing import Any, TypeVar
 
 from tfdeclare.backends.base import BackendError
 from tfdeclare.backends.mesos import decide
+from tfdeclare.backends.mesos import decide_messages as msg
 from tfdeclare.backends.mesos.auth import Credentials
 from tfdeclare.backends.mesos.client import SchedulerClient
 from tfdeclare.backends.mesos.config import MesosConfig
@@ -393,45 +397,45 @@ class BackendState(ABC):
         """The placements not launched yet (the reducer's: read it, never write it)."""
         return self._policy.reservations
 
-    def _decide(self, event: decide.Event, now: float | None = None) -> None:
+    def _decide(self, event: msg.Event, now: float | None = None) -> None:
         """Fold ``event`` into the policies and make the calls they decide."""
         _, calls = decide.on_event(self._policy, event, self.clock() if now is None else now)
         self._execute(calls)
 
-    def _execute(self, calls: list[decide.Call]) -> None:
+    def _execute(self, calls: list[msg.Call]) -> None:
         """Make the calls the reducer decided, in order (HTTP ones on the calls thread)."""
         for call in calls:
             self._execute_one(call)
 
-    def _execute_one(self, call: decide.Call) -> None:
+    def _execute_one(self, call: msg.Call) -> None:
         match call:
-            case decide.Revive(roles=roles):
+            case msg.Revive(roles=roles):
                 self._send("REVIVE", lambda c: c.revive(list(roles)), on_done=self._interest_answered)
-            case decide.Suppress(roles=roles):
+            case msg.Suppress(roles=roles):
                 self._send("SUPPRESS", lambda c: c.suppress(list(roles)), on_done=self._interest_answered)
-            case decide.Reconcile(tasks=()):
+            case msg.Reconcile(tasks=()):
                 self._send("RECONCILE (implicit)", lambda c: c.reconcile([]))
-            case decide.Reconcile(tasks=tasks):
+            case msg.Reconcile(tasks=tasks):
                 log.info("reconciling %d task(s)", len(tasks))
                 self._send("RECONCILE", lambda c: c.reconcile(list(tasks)))
-            case decide.Kill(task_id=task_id, agent_id=agent_id, grace_s=grace, unknown=unknown):
+            case msg.Kill(task_id=task_id, agent_id=agent_id, grace_s=grace, unknown=unknown):
                 if unknown:
                     log.warning("task %s runs but tfdeclare does not know it: killing it", task_id)
                 self._send_kill(task_id, agent_id, grace)
-            case decide.Decline(offer_ids=offer_ids, refuse_s=refuse_s):
+            case msg.Decline(offer_ids=offer_ids, refuse_s=refuse_s):
                 for offer_id in offer_ids:
                     self._pool.remove(offer_id)
                 self._send("DECLINE", lambda c: c.decline(list(offer_ids), refuse_s))
-            case decide.RefreshAgents():
+            case msg.RefreshAgents():
                 self._refresh_agents()
-            case decide.PlacementExpired(job=job):
+            case msg.PlacementExpired(job=job):
                 log.info("placement of %s was not launched in time: released", job)
-            case decide.WakeWatchers():
+            case msg.WakeWatchers():
                 self._changed = True
                 self._notify()
 
     def _interest_answered(self, ok: bool) -> None:
-        self._decide(decide.InterestAnswered(ok, bool(self._pool.offers)))
+        self._decide(msg.InterestAnswered(ok, bool(self._pool.offers)))
 
     def _refresh_agents(self) -> None:
         """Ask the master for its agents and what each has (``GET_AGENTS``, on the calls
@@ -449,7 +453,7 @@ class BackendState(ABC):
                 log.debug("no quota from the master: %s", err)
 
         def done(ok: bool) -> None:
-            self._decide(decide.AgentsAnswered(ok))
+            self._decide(msg.AgentsAnswered(ok))
             if ok and answer and self._connected:
                 self._pool.set_agents(answer[0])
                 if quota:

@@ -26,6 +26,7 @@ import os
 import queue
 
 from tfdeclare.backends.mesos import decide
+from tfdeclare.backends.mesos import decide_messages as msg
 from tfdeclare.backends.mesos.client import SchedulerClient
 from tfdeclare.backends.mesos.errors import MesosConnectionError, MesosError, NotSubscribedError
 from tfdeclare.backends.mesos.state import LAUNCH_BURST, Accept, AckBatch, BackendState
@@ -189,7 +190,7 @@ class BackgroundWork(BackendState):
                 "launching %s on agent %s: %s; reconciliation will tell", accept.job, accept.agent_id, result
             )
             self._decide(  # did the master get it? Reconciliation will say.
-                decide.LaunchUnanswered(
+                msg.LaunchUnanswered(
                     tuple((t, e.agent_id) for t in ids if (e := self._tasks.get(t)) is not None)
                 )
             )
@@ -199,7 +200,7 @@ class BackgroundWork(BackendState):
             self._forget_unlaunched(ids, f"the master refused its launch ({result})")
             self._notify()
             return
-        self._decide(decide.OffersUsed())
+        self._decide(msg.OffersUsed())
         for task_id in ids:  # informational: written with the task's next change
             if (entry := self._tasks.get(task_id)) is not None:
                 entry.accepted = True
@@ -210,6 +211,6 @@ class BackgroundWork(BackendState):
         for task_id in task_ids:
             log.warning("task %s was not launched: %s", task_id, why)
             self._drop_task(task_id)
-        self._decide(decide.Forgotten(tuple(task_ids)))
+        self._decide(msg.Forgotten(tuple(task_ids)))
         self._journal.delete(task_ids, sync=True)
         self._changed = True
