@@ -15,6 +15,7 @@ import pytest
 
 from tfdeclare.backends.mesos import decide
 from tfdeclare.backends.mesos import decide_messages as msg
+from tfdeclare.backends.mesos.config import MesosConfig
 from tfdeclare.backends.mesos.decide import (
     AGENTS_REFRESH_S,
     MIN_KILL_RETRY_S,
@@ -72,7 +73,8 @@ class Run:
     """A policy driven in virtual time; ``calls`` collects what it decided since last read."""
 
     def __init__(self, **settings: float) -> None:
-        self.policy = Policy(Settings(roles=ROLES, **settings))  # type: ignore[arg-type]
+        values = {"offer_hold_s": 1.0, **settings}  # the rest as MesosConfig's defaults
+        self.policy = Policy(Settings(roles=ROLES, **values))  # type: ignore[arg-type]
         self.pool = Pool()
         self.decided: list[Call] = []
 
@@ -423,3 +425,19 @@ def test_a_removed_framework_leaves_nothing_to_kill_or_fence() -> None:
     run.event(msg.FrameworkRemoved(), 2.0)
     run.subscribe(3.0)
     assert not [c for t in range(3, 100) for c in kinds(run.tick(float(t)), Kill, WakeWatchers)]
+
+
+def test_the_settings_default_to_the_configs_defaults() -> None:
+    config = MesosConfig(master="http://127.0.0.1:5050")
+    settings = Settings()
+    for name in (
+        "roles",
+        "revive_interval_s",
+        "reconcile_interval_s",
+        "refuse_s",
+        "fencing_timeout_s",
+        "offer_hold_s",
+        "fifo_backfill_s",
+        "head_of_line_hold_s",
+    ):
+        assert getattr(settings, name) == getattr(config, name), name

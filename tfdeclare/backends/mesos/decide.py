@@ -88,16 +88,16 @@ FILTERED_REVIVE_S = 1.0  # a new job revives at once (our filters hide agents) a
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """The configuration the policies read (from ``MesosConfig``)."""
+    """The configuration the policies read (from ``MesosConfig``; the same defaults)."""
 
     roles: tuple[str, ...] = ("*",)
     revive_interval_s: float = 5.0
-    reconcile_interval_s: float = 600.0
+    reconcile_interval_s: float = 900.0
     refuse_s: float = 5.0
     fencing_timeout_s: float = 300.0
-    offer_hold_s: float = 1.0
-    fifo_backfill_s: float = 120.0
-    head_of_line_hold_s: float = 30.0
+    offer_hold_s: float = 5.0
+    fifo_backfill_s: float = 60.0
+    head_of_line_hold_s: float = 60.0
     options: PlacementOptions = field(default_factory=PlacementOptions)
 
 
