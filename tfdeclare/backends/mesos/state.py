@@ -54,7 +54,7 @@ from tfdeclare.backends.mesos.journal import (
 )
 from tfdeclare.backends.mesos.offers import OfferPool, agent_capacity
 from tfdeclare.backends.mesos.placement import AgentOffer, PlacementOptions
-from tfdeclare.backends.mesos.queueing import Waiting, head_of
+from tfdeclare.backends.mesos.queueing import Waiting
 from tfdeclare.backends.mesos.sandbox import SandboxReader
 from tfdeclare.backends.mesos.taskinfo import LABEL_PREFIX
 from tfdeclare.backends.mesos.taskstate import LOST_LIKE, is_terminal, observed_state
@@ -462,10 +462,6 @@ class BackendState(ABC):
                 self._notify()
 
         self._send("GET_AGENTS", ask, on_done=done)
-
-    def _head(self, before: float | None = None, exclude: str | None = None) -> tuple[str, Waiting] | None:
-        """The job first in line (optionally: that asked before ``before``)."""
-        return head_of(self._queue.items(), before, exclude)
 
     def _notify(self) -> None:
         """Tell the watchers (on the loop: a watcher only wakes someone, it never calls back)."""
