@@ -201,7 +201,7 @@ def decision_backend(workdir: Path, agents: int, waiting: int) -> MesosBackend:
     """A backend (never connected) holding one offer round of ``agents`` agents, with
     ``waiting`` jobs queued ahead that cannot be placed now."""
     backend = MesosBackend(workdir / f"state-{agents}-{waiting}", MesosConfig(master="http://127.0.0.1:9"))
-    backend._connected = True
+    backend._policy.connected = True  # as if subscribed
     now = time.time()
     for agent in range(agents):
         backend._pool.add(HeldOffer.parse(_offer(agent), now, 3600))

@@ -38,9 +38,10 @@ class Cluster:
         self.emulator = emulator
         self.config: MesosConfig = mesos_test_config(emulator.url, **config)
         self.harness = Harness(self._make, tmp_path)
+        self.skew = 0.0  # the backends' clock runs this far ahead of the wall clock
 
     def _make(self) -> MesosBackend:
-        return MesosBackend(self.tmp_path / "state", self.config)
+        return MesosBackend(self.tmp_path / "state", self.config, clock=lambda: time.time() + self.skew)
 
     def backend(self, **config: object) -> MesosBackend:
         if config:
@@ -260,7 +261,7 @@ def test_fifo_backfill_then_the_head_is_placed(cluster: Cluster) -> None:
     assert isinstance(small2, Placement), small2
     s2 = launches(cluster.harness, small2, SLEEP)
     backend.launch(small2, s2)
-    time.sleep(1.1)
+    cluster.skew += 1.1  # big has waited past fifoBackfillSeconds (the backend's time, not a sleep)
     assert isinstance(backend.place(gang("big", 1, Resources(4, 1024))), Unplaced)  # still first in line
     small3 = backend.place(gang("small3", 1))  # big waited > 1 s: no more backfill
     assert isinstance(small3, Unplaced) and "big" in small3.message, small3

@@ -80,7 +80,9 @@ def test_a_job_that_fits_an_agent_waits_for_it_and_runs_when_it_is_free(
             waited.append(answer)
         ours = next(f for f in emulator.frameworks() if f["name"] == "tfdeclare-test")
         assert ours["suppressed_roles"] == []  # never SUPPRESS while work waits
-        eventually(lambda: len(emulator.calls("REVIVE")) >= 2, timeout=10)  # bounded-rate REVIVEs
+        # REVIVE sent while it waits (its bounded rate, every reviveIntervalSeconds, is tested
+        # in virtual time: tests/test_mesos_decide.py)
+        eventually(lambda: len(emulator.calls("REVIVE")) >= 1, timeout=10)
         released_at = time.monotonic()
         other.release(held)
         placement = None

@@ -27,6 +27,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from tfdeclare.backends.base import BackendError, LogChunk
+from tfdeclare.backends.mesos import decide
+from tfdeclare.backends.mesos import decide_messages as msg
 from tfdeclare.backends.mesos.auth import Credentials, load_credentials
 from tfdeclare.backends.mesos.client import ClientConfig, SchedulerClient
 from tfdeclare.backends.mesos.config import MesosConfig
@@ -44,14 +46,7 @@ from tfdeclare.backends.mesos.placement import GangFit, never_fits
 from tfdeclare.backends.mesos.queueing import Waiting, place_in_line
 from tfdeclare.backends.mesos.sandbox import SandboxError, SandboxReader
 from tfdeclare.backends.mesos.scheduler import EventHandler, SchedulerEvents
-from tfdeclare.backends.mesos.state import (
-    FIRST_OBSERVE_WAIT_S,
-    LAUNCH_DRAIN_S,
-    MIN_KILL_RETRY_S,
-    UNSCHEDULABLE_RECHECK_S,
-    Accept,
-    Reservation,
-)
+from tfdeclare.backends.mesos.state import FIRST_OBSERVE_WAIT_S, LAUNCH_DRAIN_S, Accept
 from tfdeclare.backends.mesos.taskstate import is_terminal, observed_state
 from tfdeclare.backends.mesos.workers import BackgroundWork
 from tfdeclare.backends.secrets import SecretUnavailable, read_all
@@ -179,7 +174,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
         def forget() -> None:
             if self._client is client:
                 self._client = None
-                self._connected = False
+                self._decide(msg.Disconnected())
 
         self._ask(forget)
 
@@ -201,7 +196,8 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
         def answer(future: Future[list[ObservedTask]], now: float) -> bool:
             # Right after subscribing, give explicit reconciliation a moment to answer, so the
             # first pass of a restarted controller sees what happened while it was away.
-            if self._reconcile_pending and now - self._subscribed_at < FIRST_OBSERVE_WAIT_S:
+            policy = self._policy
+            if policy.reconcile_pending and now - policy.subscribed_at < FIRST_OBSERVE_WAIT_S:
                 return False
             future.set_result([self._observed(e, now) for e in self._tasks.values() if not e.forgotten])
             return True
@@ -244,31 +240,24 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
 
     def _place(self, future: Future[Placement | Unplaced], request: GangRequest) -> None:
         now = self.clock()
-        self._last_demand_at = now
-        waiting = self._queue.get(request.job)
-        new = waiting is None
-        if waiting is None:
-            waiting = Waiting(request, now, now)
-            self._queue[request.job] = waiting
-        else:
-            waiting.request, waiting.last_asked = request, now
+        new = request.job not in self._queue
+        self._decide(msg.PlaceAsked(request), now)
+        waiting = self._queue[request.job]
         answer, ideal, fit = self._try_place(request, waiting)
         if ideal:
             future.set_result(self._settle(request, answer, fit))
             return
         # Not placed from the offers held: make sure offers come (REVIVE clears our filters and
         # un-suppresses), then wait a little for an offer round that is on its way.
-        self._sync_offer_interest(revive_now=new)
+        self._decide(msg.NotPlacedYet(request.job, new, bool(self._pool.offers)), now)
         deadline = now + self.config.place_wait_s
 
         def attempt(now: float) -> bool:
             answer, ideal, fit = self._try_place(request, waiting)
             # Offers are on their way, or a REVIVE may be decided once the call out is answered,
             # or the master's list of agents (to judge "can never fit") is.
-            coming = self._last_offers_at < self._expect_offers_since or self._revive_now_asked
-            listing = not self._pool.agents_known and self._agents_in_flight
-            offers_coming = self._connected and (coming or listing)
-            if not ideal and now < deadline and offers_coming:
+            coming = decide.offers_coming(self._policy, self._pool.agents_known)
+            if not ideal and now < deadline and coming:
                 return False
             future.set_result(self._settle(request, answer, fit))
             return True
@@ -279,19 +268,12 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
         self, request: GangRequest, answer: Placement | Unplaced, fit: GangFit | None
     ) -> Placement | Unplaced:
         """Reserve what a placement took, or leave the queue for good."""
+        now = self.clock()
         if isinstance(answer, Placement) and fit is not None:
-            self._reservations[answer.token] = Reservation(
-                request.job, fit, self.clock() + max(self.config.offer_hold_s, 1.0)
-            )
-            self._queue.pop(request.job, None)
+            expires_at = now + max(self.config.offer_hold_s, 1.0)
+            self._decide(msg.Placed(answer.token, request.job, fit, expires_at), now)
         elif isinstance(answer, Unplaced) and answer.reason is UnplacedReason.UNSCHEDULABLE:
-            self._queue.pop(request.job, None)
-            # Out of the queue, so offers may be suppressed: learn of agents that join (the
-            # job is placed once one could hold it) from the master's list, asked again as the
-            # controller asks again (at most every UNSCHEDULABLE_RECHECK_S).
-            now = self.clock()
-            if now - self._agents_asked_at >= UNSCHEDULABLE_RECHECK_S:
-                self._refresh_agents(now)
+            self._decide(msg.Unschedulable(request.job), now)
         return answer
 
     def _try_place(
@@ -354,7 +336,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
 
     def release(self, placement: Placement) -> None:
         def release() -> None:
-            self._reservations.pop(placement.token, None)
+            self._decide(msg.Released(placement.token))
             self._changed = self._tick_soon = True
 
         self._post(release)
@@ -377,7 +359,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
         self._gpu_enabled = True
         self._framework = replace(self._framework, gpu_resources=True)
         self._framework_store.save(self._framework)
-        self._revive_wanted = True
+        self._decide(msg.GpuOffersAsked())
         self._tick_soon = True
 
     # ---- launch ---------------------------------------------------------------------------------
@@ -406,7 +388,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
     def _launch(self, future: Future[None], placement: Placement, tasks: list[TaskLaunch]) -> None:
         todo = [t for t in tasks if t.task_id not in self._tasks]
         if not todo:
-            self._reservations.pop(placement.token, None)
+            self._decide(msg.Released(placement.token))
             future.set_result(None)
             return
         reservation = self._reservations.get(placement.token)
@@ -464,7 +446,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
         for held in backing.values():
             for offer in held:
                 self._pool.remove(offer.offer_id)
-        self._reservations.pop(placement.token, None)
+        self._decide(msg.Released(placement.token), now)
         for (agent_id, role), group in sorted(groups.items()):
             held = backing[(agent_id, role)]
             offered = [r for o in held for r in o.resources]
@@ -473,7 +455,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
             )
             self._unsent.update(t.task_id for t in group)
         # What the tasks leave of those offers comes back once the ACCEPT is done.
-        self._expect_offers_since = max(self._expect_offers_since, now)
+        self._decide(msg.OffersUsed(), now)
         self._changed = True
         self._notify()
 
@@ -505,8 +487,8 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
         self._ask(lambda: self._stop(task_ids, grace_s))
 
     def _stop(self, task_ids: Sequence[str], grace_s: float) -> None:
-        now = self.clock()
         changed = []
+        targets = []
         for task_id in task_ids:
             entry = self._tasks.get(task_id)
             if entry is None or is_terminal(entry.state):
@@ -515,10 +497,8 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
                 entry.kill_requested = True
                 entry.kill_grace_s = grace_s
                 changed.append(entry)
-            last = self._kill_sent.get(task_id)
-            if last is None or now - last >= max(MIN_KILL_RETRY_S, 2 * grace_s):
-                self._kill_sent[task_id] = now
-                self._send_kill(task_id, entry.agent_id, grace_s)
+            targets.append(msg.KillTarget(task_id, entry.agent_id, grace_s))
+        self._decide(msg.Stop(tuple(targets)))  # a KILL now, unless one went out recently
         self._journal.put(changed, sync=True)
         if changed:
             self._changed = True
@@ -543,9 +523,9 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
             gone = [t.task_id for t in self._tasks.values() if t.job == job and self._ended(t, now)]
             for task_id in gone:
                 self._drop_task(task_id)
-                self._kill_sent.pop(task_id, None)
                 if self._sandbox is not None:
                     self._sandbox.forget(task_id)
+            self._decide(msg.Forgotten(tuple(gone)), now)
             self._journal.delete(gone, sync=False)
 
         self._ask(purge)

@@ -3,12 +3,12 @@
 The client's stream thread only posts each event to the loop (``state``), which handles it
 in order with everything else; the stream thread never waits for the backend. This module
 owns ``SchedulerEvents``: SUBSCRIBED (persist the framework id before anything
-acts on it, void held offers, ask for the master's agents, start explicit reconciliation,
-re-send unconfirmed KILLs), OFFERS (into the pool, held while work waits or waited a moment
-ago, else declined at once; an agent the master's list lacks makes the backend ask for the
-list again), RESCIND, UPDATE (folded into the journal, which is written before the update is
-acknowledged; unknown tasks of ours are killed; a task never launched is forgotten), the
-end of a subscription, and a framework the master removed (policy ``onFrameworkRemoved``).
+acts on it, void held offers), OFFERS (into the pool, held for as long as ``decide.hold_for``
+says), RESCIND, UPDATE (folded into the journal, which is written before the update is
+acknowledged; a task never launched is forgotten), the end of a subscription, and a
+framework the master removed (policy ``onFrameworkRemoved``). What follows from each for the
+policies (ask for the agents, reconcile, re-send KILLs, kill an unknown task of ours, fence
+a lost one) is decided by ``decide`` from the event this module hands it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from tfdeclare.backends.base import BackendError
+from tfdeclare.backends.mesos import decide
+from tfdeclare.backends.mesos import decide_messages as msg
 from tfdeclare.backends.mesos.client import SchedulerClient
+from tfdeclare.backends.mesos.decide_messages import Reported
 from tfdeclare.backends.mesos.errors import (
     ClientStoppedError,
     FrameworkFailedOverError,
@@ -28,12 +31,7 @@ from tfdeclare.backends.mesos.errors import (
 from tfdeclare.backends.mesos.events import BaseHandler, Offer, TaskStatus
 from tfdeclare.backends.mesos.journal import FrameworkState
 from tfdeclare.backends.mesos.offers import HeldOffer
-from tfdeclare.backends.mesos.state import (
-    MIN_KILL_RETRY_S,
-    OUR_TASK_ID,
-    RECONCILE_FIRST_RETRY_S,
-    BackendState,
-)
+from tfdeclare.backends.mesos.state import OUR_TASK_ID, BackendState
 from tfdeclare.backends.mesos.taskinfo import LABEL_PREFIX
 from tfdeclare.backends.mesos.taskstate import LOST_LIKE, NEVER_LAUNCHED, TERMINAL, apply_status, is_terminal
 
@@ -48,6 +46,19 @@ def _older_than(version: str, than: tuple[int, int]) -> bool:
     except (IndexError, ValueError):
         return False
     return (major, minor) < than
+
+
+def _reported(state: str) -> Reported:
+    """What an update's state says of a task, in the reducer's terms."""
+    if state in TERMINAL:
+        return Reported.ENDED
+    if state in LOST_LIKE:
+        return Reported.LOST
+    if state == "TASK_KILLING":
+        return Reported.KILLING
+    if state in ("TASK_RUNNING", "TASK_STARTING"):
+        return Reported.RUNNING
+    return Reported.ACTIVE
 
 
 def _agent_refused(status: TaskStatus) -> bool:
@@ -133,7 +144,7 @@ class SchedulerEvents(BackendState):
         self._journal.put(gone, sync=True)
         self._framework = FrameworkState(None, self._framework.instance_id, self._framework.gpu_resources)
         self._framework_store.save(self._framework)
-        self._connected = False
+        self._decide(msg.FrameworkRemoved())
         self._pool.clear()
         self._changed = True
         self._notify()
@@ -143,7 +154,7 @@ class SchedulerEvents(BackendState):
             return
         if isinstance(error, FrameworkFailedOverError):
             self._read_only = True
-            self._connected = False
+            self._decide(msg.Disconnected())
             self._fatal = BackendError(
                 f"another scheduler subscribed as framework {self._framework.framework_id} and took "
                 "over; this controller stops acting (is the same state folder used elsewhere?)"
@@ -170,32 +181,21 @@ class SchedulerEvents(BackendState):
             self._framework_store.save(self._framework)  # before anything acts on it
         if client is not None:
             self._client = client
-        now = self.clock()
-        self._connected = True
-        self._subscribed_at = now
-        self._expect_offers_since = now
         self._pool.clear()  # offers of an earlier subscription are void
         self._pool.forget_agents()
-        self._refresh_agents(now)
-        self._suppressed = False
-        self._revive_wanted = True
-        self._reconcile_pending = {
-            t.task_id: t.agent_id
+        live = tuple(
+            (t.task_id, t.agent_id)
             for t in self._tasks.values()
             if not is_terminal(t.state) and t.task_id not in self._unsent
-        }
-        self._reconcile_next_at = now
-        self._reconcile_delay = RECONCILE_FIRST_RETRY_S
-        for task_id in list(self._kill_sent):
-            self._kill_sent[task_id] = 0.0  # re-send every unconfirmed KILL
-        for entry in self._tasks.values():
-            if entry.kill_requested and not is_terminal(entry.state):
-                self._kill_sent[entry.task_id] = 0.0
-        self._implicit_next_at = now + self.config.reconcile_interval_s
-        self._changed = self._tick_soon = True
-        log.info(
-            "subscribed as framework %s; reconciling %d task(s)", framework_id, len(self._reconcile_pending)
         )
+        stopping = tuple(
+            msg.KillTarget(t.task_id, t.agent_id, t.kill_grace_s)
+            for t in self._tasks.values()
+            if t.kill_requested and not is_terminal(t.state)
+        )
+        self._decide(msg.Subscribed(live, stopping))
+        self._changed = self._tick_soon = True
+        log.info("subscribed as framework %s; reconciling %d task(s)", framework_id, len(live))
         if not self._gpu_enabled and _older_than(version, (1, 9)):
             # No UPDATE_FRAMEWORK before Mesos 1.9 (the call is a 400 there): subscribe again
             # with GPU_RESOURCES now, so GPU jobs never need it. Remembered in framework.json.
@@ -208,7 +208,7 @@ class SchedulerEvents(BackendState):
         self._notify()
 
     def _on_disconnected(self) -> None:
-        self._connected = False
+        self._decide(msg.Disconnected())
         self._pool.clear()
         self._changed = True
 
@@ -218,19 +218,15 @@ class SchedulerEvents(BackendState):
         now = self.clock()
         # Hold offers while work waits, or waited a moment ago (the controller places one
         # job after the other); with nothing to do, decline at once (with a filter).
-        recent = now - self._last_demand_at < self.config.offer_hold_s
-        demand = bool(self._queue) or bool(self._reservations) or recent
-        hold = self.config.offer_hold_s if demand else 0.0
+        hold = decide.hold_for(self._policy, now)
         unlisted = False
         for offer in offers:
             held = HeldOffer.parse(offer, now, hold)
             self._pool.add(held)
             unlisted = unlisted or held.agent_id not in self._pool.capacity
-        if unlisted:  # an agent joined: what it has may make a waiting job schedulable
-            self._refresh_agents(now, retry=True)
-        self._last_offers_at = now
+        self._decide(msg.OffersReceived(unlisted), now)
         self._changed = self._tick_soon = True
-        if demand:
+        if decide.demand(self._policy, now):
             self._notify()
 
     def _on_rescind(self, offer_id: str) -> None:
@@ -244,17 +240,12 @@ class SchedulerEvents(BackendState):
         now = self.clock()
         task_id = status.task_id
         entry = self._tasks.get(task_id)
-        if task_id in self._reconcile_pending:
-            del self._reconcile_pending[task_id]
+        if task_id in self._policy.reconcile_pending:
             self._changed = True  # the first observe() may be waiting for these answers
+        reported = _reported(status.state)
         if entry is None:
-            alive = status.state not in TERMINAL and status.state != "TASK_KILLING"
-            recently = now - self._unknown_killed.get(task_id, -MIN_KILL_RETRY_S) < MIN_KILL_RETRY_S
-            if alive and not recently and self._is_ours(task_id, status):
-                log.warning("task %s runs but tfdeclare does not know it: killing it", task_id)
-                self._unknown_killed[task_id] = now
-                self._unknown_kills[task_id] = status.agent_id
-                self._tick_soon = True
+            ours = reported is not Reported.ENDED and self._is_ours(task_id, status)
+            self._decide(msg.Update(task_id, status.agent_id, reported, known=False, ours=ours), now)
         elif entry.state is None and status.state in NEVER_LAUNCHED and not _agent_refused(status):
             # The task never reached an agent: its launch did not happen. Forget it, so the
             # controller launches the slot again (this is not a failure of the task).
@@ -266,6 +257,7 @@ class SchedulerEvents(BackendState):
                 status.message,
             )
             self._drop_task(task_id)
+            self._decide(msg.Forgotten((task_id,)), now)
             self._journal.delete([task_id], sync=False)
             changed = True
         else:
@@ -281,14 +273,19 @@ class SchedulerEvents(BackendState):
             )
             if changed:
                 self._journal.put([entry], sync=False)
-                if status.state in TERMINAL:
-                    self._kill_sent.pop(task_id, None)
-                    self._expect_offers_since = max(self._expect_offers_since, now)
-                elif entry.kill_requested and status.state in ("TASK_RUNNING", "TASK_STARTING") and was_lost:
-                    self._kill_sent[task_id] = 0.0  # it came back: kill it again now
-                    self._tick_soon = True
-                if status.state in LOST_LIKE:
-                    self._lost.add(task_id)
+            self._decide(
+                msg.Update(
+                    task_id,
+                    entry.agent_id,
+                    reported,
+                    changed=changed,
+                    kill_requested=entry.kill_requested,
+                    kill_grace_s=entry.kill_grace_s,
+                    was_lost=was_lost,
+                    lost_since=entry.lost_since,
+                ),
+                now,
+            )
         if status.uuid is not None and status.agent_id is not None:
             self._acks_due.append((status.agent_id, task_id, status.uuid))  # once the journal is synced
         if changed:

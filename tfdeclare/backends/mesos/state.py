@@ -1,12 +1,15 @@
 """The Mesos backend's state, the one thread that owns it, and how the others talk to it.
 
 This module owns ``BackendState``: the journal and framework files, the task table, the offer
-pool, the reservations of placed gangs, the FIFO queue of waiting gangs, the queue of ACCEPTs
-to send, reconciliation, kill and fencing bookkeeping, and the offer-interest flags. All of it
-belongs to one thread, ``mesos-backend-loop``; nothing else reads or writes it while the loop
-runs. The others send the loop messages (callables run in order on the loop): ``_post`` does
-not wait, ``_request`` waits on a future the loop resolves, at once or later (a *waiter*
-re-checked after each batch of messages and on every tick: a placement waiting for offers, a
+pool, the queue of ACCEPTs to send, and the policies' state (``decide.Policy``: offer
+interest, reconciliation, kills, fencing, the FIFO queue of waiting gangs and the
+reservations of placed gangs), which only the reducer ``decide`` changes; this module
+executes the calls it decides (``_decide``, ``_execute``: REVIVE, SUPPRESS, RECONCILE, KILL,
+DECLINE, GET_AGENTS on the calls thread). All of it belongs to one thread,
+``mesos-backend-loop``; nothing else reads or writes it while the loop runs. The others send
+the loop messages (callables run in order on the loop): ``_post`` does not wait,
+``_request`` waits on a future the loop resolves, at once or later (a *waiter* re-checked
+after each batch of messages and on every tick: a placement waiting for offers, a
 launch waiting for its offers to come back, the first ``observe`` waiting for reconciliation,
 ``close`` waiting for queued ACCEPTs). The loop never makes an HTTP call nor waits for an
 fsync of status updates: it hands calls to ``mesos-backend-calls`` and acknowledgements, with
@@ -34,9 +37,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tfdeclare.backends.base import BackendError
+from tfdeclare.backends.mesos import decide
+from tfdeclare.backends.mesos import decide_messages as msg
 from tfdeclare.backends.mesos.auth import Credentials
 from tfdeclare.backends.mesos.client import SchedulerClient
 from tfdeclare.backends.mesos.config import MesosConfig
+from tfdeclare.backends.mesos.decide import Policy, Reservation, Settings
 from tfdeclare.backends.mesos.errors import MesosError
 from tfdeclare.backends.mesos.info import Capability, FrameworkInfo
 from tfdeclare.backends.mesos.journal import (
@@ -47,8 +53,8 @@ from tfdeclare.backends.mesos.journal import (
     TaskJournal,
 )
 from tfdeclare.backends.mesos.offers import OfferPool, agent_capacity
-from tfdeclare.backends.mesos.placement import AgentOffer, GangFit, PlacementOptions
-from tfdeclare.backends.mesos.queueing import Waiting, head_of
+from tfdeclare.backends.mesos.placement import AgentOffer, PlacementOptions
+from tfdeclare.backends.mesos.queueing import Waiting
 from tfdeclare.backends.mesos.sandbox import SandboxReader
 from tfdeclare.backends.mesos.taskinfo import LABEL_PREFIX
 from tfdeclare.backends.mesos.taskstate import LOST_LIKE, is_terminal, observed_state
@@ -62,29 +68,15 @@ T = TypeVar("T")
 OUR_TASK_ID = re.compile(
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\.[^./\\]+\.(chief|ps|worker|evaluator|tensorboard)-\d+\.[^./\\]+$"
 )
-RECONCILE_FIRST_RETRY_S = 1.0
-RECONCILE_MAX_RETRY_S = 60.0
 FIRST_OBSERVE_WAIT_S = 2.0  # the first observe() after subscribing waits this long for answers
-QUEUE_TTL_S = 15.0  # a waiting job that has not asked again for this long left the queue
-MIN_KILL_RETRY_S = 10.0
 LAUNCH_DRAIN_S = 30.0  # close() waits this long for queued ACCEPTs
 LAUNCH_BURST = 64  # ACCEPTs pipelined in one go at most
 MESSAGE_BATCH = 1024  # messages the loop handles before its after-batch work (fsync, acks, waiters)
-AGENTS_REFRESH_S = 30.0  # the master's list of agents is asked again this often while jobs wait
-AGENTS_RETRY_S = 1.0  # at most this often for an agent not on the list (one that just joined)
-UNSCHEDULABLE_RECHECK_S = 3.0  # at most this often while a job is told it can never fit
 
 Message = Callable[[], None]
 Waiter = Callable[[float], bool]  # (now) -> done: it resolved its future
 Outgoing = Callable[[], None]  # a call for the calls thread, its client already bound
 AckBatch = tuple[SchedulerClient, list[tuple[str, str, str]], int | None]
-
-
-@dataclass(slots=True)
-class Reservation:
-    job: str
-    fit: GangFit
-    expires_at: float
 
 
 @dataclass(slots=True)
@@ -126,8 +118,26 @@ class BackendState(ABC):
             self._on_agent.setdefault(entry.agent_id, set()).add(entry.task_id)
         self._never_fits_cache: dict[object, str | None] = {}
         self._never_fits_version = -1
-        self._reservations: dict[str, Reservation] = {}
-        self._queue: dict[str, Waiting] = {}
+        # the policies (offer interest, reconciliation, kills, offers to decline, the queue and
+        # the reservations, the agents' list, fencing): decided by ``decide``, executed here
+        self._policy = Policy(
+            Settings(
+                roles=tuple(config.roles),
+                revive_interval_s=config.revive_interval_s,
+                reconcile_interval_s=config.reconcile_interval_s,
+                refuse_s=config.refuse_s,
+                fencing_timeout_s=config.fencing_timeout_s,
+                offer_hold_s=config.offer_hold_s,
+                fifo_backfill_s=config.fifo_backfill_s,
+                head_of_line_hold_s=config.head_of_line_hold_s,
+                options=self._options,
+            ),
+            lost={
+                t.task_id: t.lost_since
+                for t in self._tasks.values()
+                if t.state in LOST_LIKE and t.lost_since is not None
+            },
+        )
         self._client: SchedulerClient | None = None  # written by the loop, read by callers
         self._credentials: Credentials | None = None
         self._gpu_enabled = (
@@ -135,31 +145,6 @@ class BackendState(ABC):
             or self._framework.gpu_resources
             or any(t.gpus > 0 and not is_terminal(t.state) for t in self._tasks.values())
         )
-        # subscription and offers
-        self._connected = False
-        self._subscribed_at = 0.0
-        self._last_offers_at = 0.0
-        self._last_demand_at = 0.0
-        self._expect_offers_since = 0.0
-        self._suppressed = False
-        self._revive_wanted = False
-        self._last_revive_at = 0.0
-        self._interest_in_flight = False  # a REVIVE or SUPPRESS is with the calls thread
-        self._revive_now_asked = False  # asked for while one was in flight: decide again after it
-        # the master's list of agents (what each has), asked on the calls thread
-        self._agents_in_flight = False
-        self._agents_asked_at = -AGENTS_REFRESH_S
-        self._agents_failed = False  # the last ask was refused or failed
-        self._filtered = False  # we declined with a filter since the last REVIVE
-        # reconciliation, kills, fencing
-        self._reconcile_pending: dict[str, str | None] = {}
-        self._reconcile_next_at = 0.0
-        self._reconcile_delay = RECONCILE_FIRST_RETRY_S
-        self._implicit_next_at = 0.0
-        self._kill_sent: dict[str, float] = {}  # task id -> when KILL was last sent
-        self._unknown_kills: dict[str, str | None] = {}  # to kill on the next tick
-        self._unknown_killed: dict[str, float] = {}  # when a KILL was sent for an unknown task
-        self._lost: set[str] = {t.task_id for t in self._tasks.values() if t.state in LOST_LIKE}
         self._old_clients: list[SchedulerClient] = []
         self._removed_ids: set[str] = set()
         # acknowledgements: journaled updates to acknowledge once the journal is synced
@@ -395,19 +380,66 @@ class BackendState(ABC):
         if entry is not None:
             self._on_agent.get(entry.agent_id, set()).discard(task_id)
 
-    def _refresh_agents(self, now: float, retry: bool = False) -> None:
+    # ---- the policies: decided by ``decide``, executed here (on the loop) ----------------------
+
+    @property
+    def _connected(self) -> bool:
+        """Subscribed, and the subscription has not ended (the reducer's to say)."""
+        return self._policy.connected
+
+    @property
+    def _queue(self) -> dict[str, Waiting]:
+        """The FIFO queue of waiting gangs (the reducer's: read it, never write it)."""
+        return self._policy.queue
+
+    @property
+    def _reservations(self) -> dict[str, Reservation]:
+        """The placements not launched yet (the reducer's: read it, never write it)."""
+        return self._policy.reservations
+
+    def _decide(self, event: msg.Event, now: float | None = None) -> None:
+        """Fold ``event`` into the policies and make the calls they decide."""
+        _, calls = decide.on_event(self._policy, event, self.clock() if now is None else now)
+        self._execute(calls)
+
+    def _execute(self, calls: list[msg.Call]) -> None:
+        """Make the calls the reducer decided, in order (HTTP ones on the calls thread)."""
+        for call in calls:
+            self._execute_one(call)
+
+    def _execute_one(self, call: msg.Call) -> None:
+        match call:
+            case msg.Revive(roles=roles):
+                self._send("REVIVE", lambda c: c.revive(list(roles)), on_done=self._interest_answered)
+            case msg.Suppress(roles=roles):
+                self._send("SUPPRESS", lambda c: c.suppress(list(roles)), on_done=self._interest_answered)
+            case msg.Reconcile(tasks=()):
+                self._send("RECONCILE (implicit)", lambda c: c.reconcile([]))
+            case msg.Reconcile(tasks=tasks):
+                log.info("reconciling %d task(s)", len(tasks))
+                self._send("RECONCILE", lambda c: c.reconcile(list(tasks)))
+            case msg.Kill(task_id=task_id, agent_id=agent_id, grace_s=grace, unknown=unknown):
+                if unknown:
+                    log.warning("task %s runs but tfdeclare does not know it: killing it", task_id)
+                self._send_kill(task_id, agent_id, grace)
+            case msg.Decline(offer_ids=offer_ids, refuse_s=refuse_s):
+                for offer_id in offer_ids:
+                    self._pool.remove(offer_id)
+                self._send("DECLINE", lambda c: c.decline(list(offer_ids), refuse_s))
+            case msg.RefreshAgents():
+                self._refresh_agents()
+            case msg.PlacementExpired(job=job):
+                log.info("placement of %s was not launched in time: released", job)
+            case msg.WakeWatchers():
+                self._changed = True
+                self._notify()
+
+    def _interest_answered(self, ok: bool) -> None:
+        self._decide(msg.InterestAnswered(ok, bool(self._pool.offers)))
+
+    def _refresh_agents(self) -> None:
         """Ask the master for its agents and what each has (``GET_AGENTS``, on the calls
-        thread); the answer replaces the pool's capacities. At most one ask is out; a
-        ``retry`` (an agent not on the list offered) waits ``AGENTS_RETRY_S`` after the last,
-        or ``AGENTS_REFRESH_S`` while the master refuses the list (no operator API, or no
-        permission: jobs then wait and are never judged unschedulable)."""
-        if self._agents_in_flight or not self._connected:
-            return
-        pause = AGENTS_REFRESH_S if self._agents_failed else AGENTS_RETRY_S
-        if retry and now - self._agents_asked_at < pause:
-            return
-        self._agents_in_flight = True
-        self._agents_asked_at = now
+        thread), and the roles' quota; the answer replaces the pool's capacities."""
         answer: list[list[AgentOffer]] = []
         quota: list[dict[str, dict[str, float]]] = []
         roles = self.config.roles
@@ -421,8 +453,7 @@ class BackendState(ABC):
                 log.debug("no quota from the master: %s", err)
 
         def done(ok: bool) -> None:
-            self._agents_in_flight = False
-            self._agents_failed = not ok
+            self._decide(msg.AgentsAnswered(ok))
             if ok and answer and self._connected:
                 self._pool.set_agents(answer[0])
                 if quota:
@@ -431,10 +462,6 @@ class BackendState(ABC):
                 self._notify()
 
         self._send("GET_AGENTS", ask, on_done=done)
-
-    def _head(self, before: float | None = None, exclude: str | None = None) -> tuple[str, Waiting] | None:
-        """The job first in line (optionally: that asked before ``before``)."""
-        return head_of(self._queue.items(), before, exclude)
 
     def _notify(self) -> None:
         """Tell the watchers (on the loop: a watcher only wakes someone, it never calls back)."""

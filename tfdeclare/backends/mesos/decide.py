@@ -1,0 +1,457 @@
+"""The Mesos backend's policies as a pure reducer: what to ask of the master, and when.
+
+This module owns the decisions that used to be spread over about fifteen flags of the
+backend's loop: offer interest (REVIVE / SUPPRESS), explicit and implicit reconciliation with
+backoff, KILLs and their retries (and the KILL of a task of ours the journal does not know),
+which held offers to DECLINE and when, the FIFO queue of waiting gangs and its TTL, the
+reservations of placed gangs and their expiry, when to ask the master for its agents again,
+and fencing deadlines of lost tasks. Like the core's ``lifecycle.step`` it does no I/O, starts
+no thread and reads no clock:
+
+- ``on_event(policy, event, now) -> (policy, calls)`` for what happened (the master's events
+  as the loop booked them, and the protocol's requests where they change a policy);
+- ``on_tick(policy, now, pool) -> (policy, calls)`` for timers, given a read-only view of the
+  offers held (``HeldOffers``: ``offers.OfferPool`` satisfies it);
+- ``calls`` are plain values (``Revive``, ``Suppress``, ``Reconcile``, ``Kill``, ``Decline``,
+  ``RefreshAgents``, ``PlacementExpired``, ``WakeWatchers``) that the loop (``state``)
+  only executes, in order; what came of a call it executes comes back as an event
+  (``InterestAnswered``, ``AgentsAnswered``, ``LaunchUnanswered``). Events and calls are
+  defined in ``decide_messages``.
+
+The state, ``Policy``, is a small mutable record that only this module writes: ``on_event``
+and ``on_tick`` change it in place and return it. The loop reads it (the queue and the
+reservations for ``queueing.place_in_line``, ``offers_coming`` for a placement that waits)
+but never writes it. It is not a frozen value because the queue, the reservations and the
+kill and reconciliation tables are maps of up to one entry per task or job (thousands), and
+the loop feeds an event per status update: copying them per event would make each update
+cost O(tasks). Tests drive it as a value all the same: a fresh ``Policy``, events and ticks
+with explicit times, and the calls that come out (``tests/test_mesos_decide.py``).
+
+What stays with the loop, because it is bookkeeping of I/O rather than a policy: the task
+table and its journal (the reducer is told what an update did to a task: ``Update``), the
+offer pool itself (``offers.OfferPool``; the reducer decides which offers to decline and the
+loop removes them), the ACCEPT bursts and the acknowledgements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from tfdeclare.backends.mesos.decide_messages import (
+    AgentsAnswered,
+    Call,
+    Decline,
+    Disconnected,
+    Event,
+    Forgotten,
+    FrameworkRemoved,
+    GpuOffersAsked,
+    HeldOffers,
+    InterestAnswered,
+    Kill,
+    KillTarget,
+    LaunchUnanswered,
+    NotPlacedYet,
+    OffersReceived,
+    OffersUsed,
+    PlaceAsked,
+    Placed,
+    PlacementExpired,
+    Reconcile,
+    RefreshAgents,
+    Released,
+    Reported,
+    Revive,
+    Stop,
+    Subscribed,
+    Suppress,
+    Unschedulable,
+    Update,
+    WakeWatchers,
+)
+from tfdeclare.backends.mesos.placement import GangFit, PlacementOptions, drain_set
+from tfdeclare.backends.mesos.queueing import Waiting, head_of
+
+RECONCILE_FIRST_RETRY_S = 1.0
+RECONCILE_MAX_RETRY_S = 60.0
+QUEUE_TTL_S = 15.0  # a waiting job that has not asked again for this long left the queue
+MIN_KILL_RETRY_S = 10.0
+AGENTS_REFRESH_S = 30.0  # the master's list of agents is asked again this often while jobs wait
+AGENTS_RETRY_S = 1.0  # at most this often for an agent not on the list (one that just joined)
+UNSCHEDULABLE_RECHECK_S = 3.0  # at most this often while a job is told it can never fit
+FILTERED_REVIVE_S = 1.0  # a new job revives at once (our filters hide agents) at most this often
+
+
+# ---- settings and state --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """The configuration the policies read (from ``MesosConfig``; the same defaults)."""
+
+    roles: tuple[str, ...] = ("*",)
+    revive_interval_s: float = 5.0
+    reconcile_interval_s: float = 900.0
+    refuse_s: float = 5.0
+    fencing_timeout_s: float = 300.0
+    offer_hold_s: float = 5.0
+    fifo_backfill_s: float = 60.0
+    head_of_line_hold_s: float = 60.0
+    options: PlacementOptions = field(default_factory=PlacementOptions)
+
+
+class Interest(Enum):
+    """The two offer-interest calls, REVIVE and SUPPRESS."""
+
+    REVIVE = "REVIVE"
+    SUPPRESS = "SUPPRESS"
+
+
+@dataclass(slots=True)
+class Reservation:
+    """What a placement took of the held offers, until its launch or ``expires_at``."""
+
+    job: str
+    fit: GangFit
+    expires_at: float
+
+
+@dataclass(slots=True)
+class KillRecord:
+    """A KILL the controller asked for, re-sent until the task ends."""
+
+    agent_id: str | None
+    grace_s: float | None
+    sent_at: float  # -inf: due now
+
+
+@dataclass(slots=True)
+class Policy:
+    """The reducer's state: written only by ``on_event``/``on_tick``; see the module docstring."""
+
+    settings: Settings
+    connected: bool = False
+    subscribed_at: float = 0.0
+    # offer interest
+    suppressed: bool = False
+    revive_wanted: bool = False  # decide REVIVE/SUPPRESS on the next chance, whatever the flags say
+    interest_out: Interest | None = None  # the REVIVE or SUPPRESS out: one decision at a time
+    revive_now_asked: bool = False  # asked for while one was out: decide again after it
+    filtered: bool = False  # we declined with a refuse filter since the last REVIVE
+    last_revive_at: float = float("-inf")
+    last_offers_at: float = 0.0
+    expect_offers_since: float = 0.0  # offers are due after this (a REVIVE, an ACCEPT, a task ended)
+    last_demand_at: float = float("-inf")  # when a job last asked to be placed
+    # demand: the FIFO queue (in the order jobs first asked) and the placements not launched yet
+    queue: dict[str, Waiting] = field(default_factory=dict)
+    reservations: dict[str, Reservation] = field(default_factory=dict)
+    # the master's list of agents
+    agents_in_flight: bool = False
+    agents_asked_at: float = -AGENTS_REFRESH_S
+    agents_failed: bool = False
+    # reconciliation: task id -> agent id, until the master answers
+    reconcile_pending: dict[str, str | None] = field(default_factory=dict)
+    reconcile_next_at: float = 0.0
+    reconcile_delay: float = RECONCILE_FIRST_RETRY_S
+    implicit_next_at: float = 0.0
+    # kills
+    kills: dict[str, KillRecord] = field(default_factory=dict)
+    unknown_killed: dict[str, float] = field(default_factory=dict)  # when a KILL went to an unknown task
+    # fencing: lost tasks and since when
+    lost: dict[str, float] = field(default_factory=dict)
+
+
+# ---- queries (read-only) -----------------------------------------------------------------------------
+
+
+def hold_for(policy: Policy, now: float) -> float:
+    """How long to hold offers that come now: while work waits or waited a moment ago (the
+    controller places one job after the other); else not at all (declined at once)."""
+    return policy.settings.offer_hold_s if demand(policy, now) else 0.0
+
+
+def demand(policy: Policy, now: float) -> bool:
+    """Work waits for offers, or a job asked within ``offer_hold_s``."""
+    recent = now - policy.last_demand_at < policy.settings.offer_hold_s
+    return bool(policy.queue) or bool(policy.reservations) or recent
+
+
+def offers_coming(policy: Policy, agents_known: bool) -> bool:
+    """Offers are on their way (asked for, or a REVIVE may be decided once the one out is
+    answered), or the master's list of agents (to judge "can never fit") is."""
+    coming = policy.last_offers_at < policy.expect_offers_since or policy.revive_now_asked
+    listing = not agents_known and policy.agents_in_flight
+    return policy.connected and (coming or listing)
+
+
+def head(policy: Policy) -> tuple[str, Waiting] | None:
+    """The job first in line."""
+    return head_of(policy.queue.items())
+
+
+# ---- the reducer --------------------------------------------------------------------------------------
+
+
+def on_event(policy: Policy, event: Event, now: float) -> tuple[Policy, list[Call]]:
+    """Fold one event into the policy; the calls to make, in order."""
+    calls: list[Call] = []
+    match event:
+        case Subscribed():
+            _subscribed(policy, event, now, calls)
+        case Disconnected():
+            policy.connected = False
+        case FrameworkRemoved():  # its tasks are all gone: nothing to kill or fence
+            policy.connected = False
+            policy.kills.clear()
+            policy.lost.clear()
+        case OffersReceived(unlisted=unlisted):
+            if unlisted:  # an agent joined: what it has may make a waiting job schedulable
+                _ask_agents(policy, now, calls, retry=True)
+            policy.last_offers_at = now
+        case Update():
+            _update(policy, event, now, calls)
+        case Stop(targets=targets):
+            for target in targets:
+                _stop(policy, target, now, calls)
+        case Forgotten(task_ids=task_ids):
+            for task_id in task_ids:
+                policy.kills.pop(task_id, None)
+                policy.lost.pop(task_id, None)
+        case LaunchUnanswered(tasks=tasks):
+            policy.reconcile_pending.update(tasks)
+            policy.reconcile_next_at = now
+        case OffersUsed():
+            policy.expect_offers_since = max(policy.expect_offers_since, now)
+        case PlaceAsked(request=request):
+            policy.last_demand_at = now
+            waiting = policy.queue.get(request.job)
+            if waiting is None:
+                policy.queue[request.job] = Waiting(request, now, now)
+            else:
+                waiting.request, waiting.last_asked = request, now
+        case NotPlacedYet(first=first, offers_held=held):
+            # Make sure offers come (REVIVE clears our filters and un-suppresses).
+            _offer_interest(policy, now, held, calls, revive_now=first)
+        case Placed(token=token, job=job, fit=fit, expires_at=expires_at):
+            policy.reservations[token] = Reservation(job, fit, expires_at)
+            policy.queue.pop(job, None)
+        case Unschedulable(job=job):
+            policy.queue.pop(job, None)
+            # Out of the queue, so offers may be suppressed: learn of agents that join (the
+            # job is placed once one could hold it) from the master's list, asked again as the
+            # controller asks again (at most every UNSCHEDULABLE_RECHECK_S).
+            if now - policy.agents_asked_at >= UNSCHEDULABLE_RECHECK_S:
+                _ask_agents(policy, now, calls)
+        case Released(token=token):
+            policy.reservations.pop(token, None)
+        case GpuOffersAsked():
+            policy.revive_wanted = True
+        case InterestAnswered(ok=ok, offers_held=held):
+            _interest_answered(policy, ok, held, now, calls)
+        case AgentsAnswered(ok=ok):
+            policy.agents_in_flight = False
+            policy.agents_failed = not ok
+    return policy, calls
+
+
+def on_tick(policy: Policy, now: float, pool: HeldOffers) -> tuple[Policy, list[Call]]:
+    """The timers: placements not launched in time, stale queue entries, held offers to
+    decline, reconciliation retries, the master's agents asked again, KILL retries, fencing
+    deadlines, and REVIVE/SUPPRESS."""
+    settings = policy.settings
+    calls: list[Call] = []
+    for token, reservation in list(policy.reservations.items()):
+        if reservation.expires_at <= now:
+            calls.append(PlacementExpired(reservation.job))
+            del policy.reservations[token]
+    for job, waiting in list(policy.queue.items()):
+        if now - waiting.last_asked > QUEUE_TTL_S:
+            del policy.queue[job]
+    declined = 0
+    if policy.connected:
+        expired = _expired_offers(policy, now, pool)
+        if expired:
+            declined = len(expired)
+            calls.append(Decline(tuple(expired), settings.refuse_s))
+            # Those agents are hidden from us for refuse_s (if the DECLINE goes through):
+            # a job that does not fit what is held REVIVEs to see them.
+            policy.filtered = policy.filtered or settings.refuse_s > 0
+        if policy.reconcile_pending and now >= policy.reconcile_next_at:
+            policy.reconcile_next_at = now + policy.reconcile_delay
+            policy.reconcile_delay = min(RECONCILE_MAX_RETRY_S, policy.reconcile_delay * 2)
+            calls.append(Reconcile(tuple(sorted(policy.reconcile_pending.items(), key=lambda kv: kv[0]))))
+        if now >= policy.implicit_next_at:
+            policy.implicit_next_at = now + settings.reconcile_interval_s
+            calls.append(Reconcile(()))
+        if policy.queue and now - policy.agents_asked_at >= AGENTS_REFRESH_S:
+            _ask_agents(policy, now, calls)  # agents may have left or been resized
+        for task_id, kill in policy.kills.items():
+            if now - kill.sent_at >= _kill_retry_s(kill.grace_s):
+                kill.sent_at = now
+                calls.append(Kill(task_id, kill.agent_id, kill.grace_s))
+    fenced = [task_id for task_id, since in policy.lost.items() if now - since >= settings.fencing_timeout_s]
+    for task_id in fenced:  # presumed gone from now on: the controller acts
+        del policy.lost[task_id]
+    _offer_interest(policy, now, len(pool.offers) > declined, calls)
+    if fenced:
+        calls.append(WakeWatchers())
+    return policy, calls
+
+
+# ---- the policies -------------------------------------------------------------------------------------
+
+
+def _subscribed(policy: Policy, event: Subscribed, now: float, calls: list[Call]) -> None:
+    """Void what an earlier subscription knew: ask for the agents, reconcile every live task
+    explicitly (from the next tick), re-send every unconfirmed KILL, decide offer interest
+    afresh (the master forgot our suppression)."""
+    policy.connected = True
+    policy.subscribed_at = now
+    policy.expect_offers_since = now
+    _ask_agents(policy, now, calls)
+    policy.suppressed = False
+    policy.revive_wanted = True
+    policy.reconcile_pending = dict(event.live)
+    policy.reconcile_next_at = now
+    policy.reconcile_delay = RECONCILE_FIRST_RETRY_S
+    for kill in policy.kills.values():
+        kill.sent_at = float("-inf")
+    for target in event.kill_requested:
+        policy.kills[target.task_id] = KillRecord(target.agent_id, target.grace_s, float("-inf"))
+    policy.implicit_next_at = now + policy.settings.reconcile_interval_s
+
+
+def _update(policy: Policy, event: Update, now: float, calls: list[Call]) -> None:
+    task_id = event.task_id
+    policy.reconcile_pending.pop(task_id, None)  # answered
+    reported = event.reported
+    if not event.known:
+        # A live task the journal does not know: ours (by its id and labels) is killed, at
+        # most once every MIN_KILL_RETRY_S (the master repeats its updates).
+        alive = reported not in (Reported.ENDED, Reported.KILLING)
+        recently = now - policy.unknown_killed.get(task_id, -MIN_KILL_RETRY_S) < MIN_KILL_RETRY_S
+        if alive and not recently and event.ours:
+            policy.unknown_killed[task_id] = now
+            calls.append(Kill(task_id, event.agent_id, None, unknown=True))
+        return
+    if not event.changed:
+        return
+    if reported is Reported.ENDED:
+        policy.kills.pop(task_id, None)
+        policy.lost.pop(task_id, None)
+        policy.expect_offers_since = max(policy.expect_offers_since, now)  # its resources come back
+        return
+    if reported is Reported.LOST:
+        policy.lost[task_id] = event.lost_since if event.lost_since is not None else now
+        return
+    policy.lost.pop(task_id, None)
+    if event.kill_requested and reported is Reported.RUNNING and event.was_lost:
+        # It came back from a partition although it was asked to stop: kill it again now.
+        policy.kills[task_id] = KillRecord(event.agent_id, event.kill_grace_s, now)
+        calls.append(Kill(task_id, event.agent_id, event.kill_grace_s))
+
+
+def _kill_retry_s(grace_s: float | None) -> float:
+    """A KILL not confirmed is sent again after this long (past twice its grace period)."""
+    return max(MIN_KILL_RETRY_S, 2 * (grace_s or 0.0))
+
+
+def _stop(policy: Policy, target: KillTarget, now: float, calls: list[Call]) -> None:
+    kill = policy.kills.get(target.task_id)
+    if kill is None:
+        kill = policy.kills[target.task_id] = KillRecord(target.agent_id, target.grace_s, float("-inf"))
+    kill.grace_s = target.grace_s
+    if now - kill.sent_at >= _kill_retry_s(target.grace_s):
+        kill.sent_at = now
+        calls.append(Kill(target.task_id, target.agent_id, target.grace_s))
+
+
+def _ask_agents(policy: Policy, now: float, calls: list[Call], retry: bool = False) -> None:
+    """Ask the master for its agents, at most one ask out; a ``retry`` (an agent not on the
+    list offered) waits ``AGENTS_RETRY_S`` after the last ask, or ``AGENTS_REFRESH_S`` while
+    the master refuses the list (no operator API, or no permission: jobs then wait and are
+    never judged unschedulable)."""
+    if policy.agents_in_flight or not policy.connected:
+        return
+    pause = AGENTS_REFRESH_S if policy.agents_failed else AGENTS_RETRY_S
+    if retry and now - policy.agents_asked_at < pause:
+        return
+    policy.agents_in_flight = True
+    policy.agents_asked_at = now
+    calls.append(RefreshAgents())
+
+
+def _offer_interest(
+    policy: Policy, now: float, offers_held: bool, calls: list[Call], revive_now: bool = False
+) -> None:
+    """REVIVE when work waits (and we are suppressed, or were asked to, or a job has been
+    waiting for resources not offered now for ``reviveIntervalSeconds``), SUPPRESS only
+    when nothing waits and no offer is held. One decision at a time is out, so the master
+    always ends up told the latest decision.
+
+    On a shared cluster what a waiting gang needs is held by other frameworks now; when
+    they release it, the master offers it to whoever is first by DRF and not filtered. A
+    REVIVE at a bounded rate clears every filter we installed (declines with
+    ``refuseSeconds``) and any suppression, so the freed resources reach us within about
+    one interval, without flooding a large master with REVIVEs. A new job that does not
+    fit what is held revives at once only when our own filters may hide agents from us."""
+    if policy.interest_out is not None:
+        policy.revive_now_asked = policy.revive_now_asked or revive_now
+        return
+    if not policy.connected:
+        return
+    waiting = bool(policy.queue) or bool(policy.reservations)
+    since_revive = now - policy.last_revive_at
+    call: Interest | None = None
+    if waiting and (
+        policy.suppressed
+        or policy.revive_wanted
+        or (revive_now and policy.filtered and since_revive >= FILTERED_REVIVE_S)
+        or (bool(policy.queue) and since_revive >= policy.settings.revive_interval_s)
+    ):
+        call = Interest.REVIVE
+        policy.last_revive_at = now
+        policy.expect_offers_since = now
+    elif not waiting and not offers_held and (policy.revive_wanted or not policy.suppressed):
+        call = Interest.SUPPRESS
+    policy.revive_wanted = False
+    if call is not None:
+        policy.interest_out = call
+        roles = policy.settings.roles
+        calls.append(Revive(roles) if call is Interest.REVIVE else Suppress(roles))
+
+
+def _interest_answered(policy: Policy, ok: bool, offers_held: bool, now: float, calls: list[Call]) -> None:
+    """Book the answer to the REVIVE/SUPPRESS that was out (a refused one is decided again on
+    the next tick); decide again at once if a new job asked meanwhile."""
+    out, policy.interest_out = policy.interest_out, None
+    if ok:
+        policy.suppressed = out is Interest.SUPPRESS
+        if out is Interest.REVIVE:
+            policy.filtered = False
+    else:
+        policy.revive_wanted = True
+    again, policy.revive_now_asked = policy.revive_now_asked, False
+    if again:
+        _offer_interest(policy, now, offers_held, calls, revive_now=True)
+
+
+def _expired_offers(policy: Policy, now: float, pool: HeldOffers) -> list[str]:
+    """Held offers whose time is up; kept: offers of agents with a live reservation, and
+    offers of the agents kept for a long-waiting head of the queue (``drain_set``; bounded by
+    ``headOfLineHoldSeconds``)."""
+    settings = policy.settings
+    reserved = {(a.agent_id, a.role) for r in policy.reservations.values() for a in r.fit.assignments}
+    first = head(policy)
+    kept: set[str] = set()
+    if first is not None and now - first[1].first_asked >= settings.fifo_backfill_s:
+        kept = drain_set(first[1].request, pool.views(), pool.capacities(), settings.options)
+    expired = []
+    for held in pool.offers.values():
+        if held.hold_until > now or (held.agent_id, held.role) in reserved:
+            continue
+        if held.agent_id in kept and now - held.received_at < settings.head_of_line_hold_s:
+            continue
+        expired.append(held.offer_id)
+    return expired
