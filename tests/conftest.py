@@ -87,11 +87,51 @@ def kill_leftovers(folder: Path) -> list[int]:
 
 SERVERS = {"emulator", "server"}  # fixtures: tests/test_mesos_emulator_helpers.py, test_mesos_client_http.py
 
+# Tasks that listen on the ports their TF_CONFIG gives them: TensorFlow servers, TensorBoard and
+# the conformance suite's listener. On a Mesos agent (the emulator's, a real one) those are the
+# ports of its offers, the same range (31000 and up) in every cluster the tests start, and the
+# backend takes the lowest free ones: two such tests at once on two workers would hand their
+# tasks the same ports. The local backend reserves its ports machine-wide (backends/local/ports.py),
+# but the conformance suite gives it 31000 and up too. So they share one xdist group: one worker
+# runs them one after another (make test: --dist loadgroup).
+LISTENING_TASKS = "listening-tasks"
+_LISTENERS = ("tensorboard", "port_in_tf_config")  # in a test's id, besides the marker tf
+
+
+def _tasks_listen_on_shared_ports(item: pytest.Item) -> bool:
+    test_id = item.nodeid.lower()
+    return item.get_closest_marker("tf") is not None or any(word in test_id for word in _LISTENERS)
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if SERVERS & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+        if _tasks_listen_on_shared_ports(item):
+            item.add_marker(pytest.mark.xdist_group(LISTENING_TASKS))
+
+
+def _runs_workers(config: pytest.Config) -> bool:
+    """Whether this is the main process of a run on pytest-xdist worker processes (``-n``)."""
+    return not hasattr(config, "workerinput") and config.getoption("dist", "no") != "no"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The main process of a run on worker processes counts as a user of the private Docker
+    engine for the whole run (``docker_env.hold``; it starts nothing): the worker whose test
+    needs the engine first starts it, and it is stopped when the run ends, not when that
+    worker does."""
+    if _runs_workers(session.config):
+        from tests import docker_env
+
+        docker_env.hold()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _runs_workers(session.config):
+        from tests import docker_env
+
+        docker_env.release()
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
