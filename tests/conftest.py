@@ -87,28 +87,32 @@ def kill_leftovers(folder: Path) -> list[int]:
 
 SERVERS = {"emulator", "server"}  # fixtures: tests/test_mesos_emulator_helpers.py, test_mesos_client_http.py
 
-# Tasks that listen on the ports their TF_CONFIG gives them: TensorFlow servers, TensorBoard and
-# the conformance suite's listener. On a Mesos agent (the emulator's, a real one) those are the
-# ports of its offers, the same range (31000 and up) in every cluster the tests start, and the
-# backend takes the lowest free ones: two such tests at once on two workers would hand their
-# tasks the same ports. The local backend reserves its ports machine-wide (backends/local/ports.py),
-# but the conformance suite gives it 31000 and up too. So they share one xdist group: one worker
-# runs them one after another (make test: --dist loadgroup).
-LISTENING_TASKS = "listening-tasks"
-_LISTENERS = ("tensorboard", "port_in_tf_config")  # in a test's id, besides the marker tf
+# Ports 31000 and up are what every Mesos agent the tests start offers (the emulator's, a real
+# one), and the backend takes the lowest free ones; the backend conformance suite gives the
+# local backend that range too, and checks which ports its tasks get (a slot gets its old port
+# back; a task listens on the port of its TF_CONFIG). Tests whose tasks listen there or that
+# depend on which of those ports they get would take them from each other on two workers at
+# once, so they share one xdist group: one worker runs them one after another (make test:
+# --dist loadgroup). Elsewhere the local backend's ports are reserved machine-wide
+# (backends/local/ports.py): its TensorFlow and TensorBoard tasks can run side by side.
+SHARED_PORTS = "agent-ports-31000"
+_CONFORMANCE = ("tests/test_backend_conformance.py::", "tests/test_real_mesos_conformance.py::")
 
 
-def _tasks_listen_on_shared_ports(item: pytest.Item) -> bool:
+def _uses_shared_ports(item: pytest.Item) -> bool:
     test_id = item.nodeid.lower()
-    return item.get_closest_marker("tf") is not None or any(word in test_id for word in _LISTENERS)
+    if test_id.startswith(_CONFORMANCE):
+        return True
+    listens = item.get_closest_marker("tf") is not None or "tensorboard" in test_id
+    return listens and (item.get_closest_marker("real_mesos") is not None or "mesos" in test_id)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if SERVERS & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
-        if _tasks_listen_on_shared_ports(item):
-            item.add_marker(pytest.mark.xdist_group(LISTENING_TASKS))
+        if _uses_shared_ports(item):
+            item.add_marker(pytest.mark.xdist_group(SHARED_PORTS))
 
 
 def _runs_workers(config: pytest.Config) -> bool:
