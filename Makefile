@@ -57,13 +57,20 @@ typecheck: $(STAMP)
 layers: $(STAMP)
 	$(VENV)/bin/lint-imports
 
+# Both run the tests on TEST_WORKERS processes (pytest-xdist; much of a test's time is waiting
+# on sockets, timers and processes, so more workers than cores pays: docs/benchmarks.md, issue
+# 23). TEST_WORKERS=0 runs them in this one process. --dist loadgroup keeps the tests of one
+# xdist_group (tests/conftest.py: those that share something outside the process) on one worker.
+TEST_WORKERS ?= 4
+XDIST := -n $(TEST_WORKERS) --dist loadgroup
+
 # The fast tests only: no TensorFlow, no real jobs through the CLI, no waiting on processes or
 # timers (markers tf, e2e, slow in pyproject.toml). Well under a minute.
 unit: $(STAMP)
-	$(VENV)/bin/pytest -m 'not tf and not slow and not e2e' -q
+	$(VENV)/bin/pytest -m 'not tf and not slow and not e2e' -q $(XDIST)
 
 test: lint typecheck layers
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q $(XDIST)
 
 # Issue 12's proof, long versions (make test runs short seeded ones): controllers killed with
 # SIGKILL at random points amid faults, on both backends (docs/robustness.md), and the loader

@@ -87,11 +87,55 @@ def kill_leftovers(folder: Path) -> list[int]:
 
 SERVERS = {"emulator", "server"}  # fixtures: tests/test_mesos_emulator_helpers.py, test_mesos_client_http.py
 
+# Ports 31000 and up are what every Mesos agent the tests start offers (the emulator's, a real
+# one), and the backend takes the lowest free ones; the backend conformance suite gives the
+# local backend that range too, and checks which ports its tasks get (a slot gets its old port
+# back; a task listens on the port of its TF_CONFIG). Tests whose tasks listen there or that
+# depend on which of those ports they get would take them from each other on two workers at
+# once, so they share one xdist group: one worker runs them one after another (make test:
+# --dist loadgroup). Elsewhere the local backend's ports are reserved machine-wide
+# (backends/local/ports.py): its TensorFlow and TensorBoard tasks can run side by side.
+SHARED_PORTS = "agent-ports-31000"
+_CONFORMANCE = ("tests/test_backend_conformance.py::", "tests/test_real_mesos_conformance.py::")
+
+
+def _uses_shared_ports(item: pytest.Item) -> bool:
+    test_id = item.nodeid.lower()
+    if test_id.startswith(_CONFORMANCE):
+        return True
+    listens = item.get_closest_marker("tf") is not None or "tensorboard" in test_id
+    return listens and (item.get_closest_marker("real_mesos") is not None or "mesos" in test_id)
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if SERVERS & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+        if _uses_shared_ports(item):
+            item.add_marker(pytest.mark.xdist_group(SHARED_PORTS))
+
+
+def _runs_workers(config: pytest.Config) -> bool:
+    """Whether this is the main process of a run on pytest-xdist worker processes (``-n``)."""
+    return not hasattr(config, "workerinput") and config.getoption("dist", "no") != "no"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The main process of a run on worker processes counts as a user of the private Docker
+    engine for the whole run (``docker_env.hold``; it starts nothing): the worker whose test
+    needs the engine first starts it, and it is stopped when the run ends, not when that
+    worker does."""
+    if _runs_workers(session.config):
+        from tests import docker_env
+
+        docker_env.hold()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _runs_workers(session.config):
+        from tests import docker_env
+
+        docker_env.release()
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -21,7 +21,9 @@ Which engine (`engine()`):
 A test run stops what it started (contract section 9): an engine a test run started (marked by
 `STARTED_BY_TESTS`) is stopped when the last test run using it ends (`release()`: each run
 using the private engine holds a shared lock on `USERS_LOCK` meanwhile, so two concurrent
-runs never stop it under each other). An engine found running and not started by a test run
+runs never stop it under each other; a run on several worker processes holds the lock in its
+main process too, `hold()`, so the engine outlives the worker that started it until the run
+ends). An engine found running and not started by a test run
 (`DOCKER_HOST`, the default socket, one `start` below or `.ci/run` started) is never stopped.
 
 Also a command line for `.ci/run` and people: `python3 -m tests.docker_env start` starts (or
@@ -168,18 +170,26 @@ def acquire() -> str:
     socket (not ours: never stopped), else the private one, found or started. This process then
     counts as a user of the private engine until `release()`. Raises RuntimeError when there is
     none and none can be started."""
-    global _users_lock
     for host in (os.environ.get("DOCKER_HOST", ""), "unix:///var/run/docker.sock"):
         if host and host != f"unix://{SOCKET}" and _ping(host):
             return host
-    if _users_lock is None:
-        ENGINE_DIR.mkdir(parents=True, exist_ok=True)
-        _users_lock = open(USERS_LOCK, "a")  # noqa: SIM115 - held until release()
-        fcntl.flock(_users_lock, fcntl.LOCK_SH)  # waits while a last user stops the engine
+    hold()
     host, started = _start_private_engine()
     if started:
         STARTED_BY_TESTS.write_text(f"{os.getpid()}\n")
     return host
+
+
+def hold() -> None:
+    """Count this process as a user of the private engine until `release()`, without starting
+    it. A test run on several worker processes (pytest-xdist) holds it in its main process
+    (conftest.py), so that an engine one worker started is not stopped when that worker ends
+    while others still have tests to run, and is stopped when the run ends."""
+    global _users_lock
+    if _users_lock is None:
+        ENGINE_DIR.mkdir(parents=True, exist_ok=True)
+        _users_lock = open(USERS_LOCK, "a")  # noqa: SIM115 - held until release()
+        fcntl.flock(_users_lock, fcntl.LOCK_SH)  # waits while a last user stops the engine
 
 
 def release() -> None:

@@ -75,12 +75,19 @@ def env(tmp_path: Path) -> Iterator[dict[str, str]]:
     subprocess.run(["rm", "-rf", str(cache)], check=False)
 
 
-class User:
-    """One test run using the engine, as a real process: acquire, then release when told."""
+HOLDER = USER.replace(
+    "print(docker_env.acquire(), flush=True)", "docker_env.hold()\nprint('held', flush=True)"
+)
 
-    def __init__(self, env: dict[str, str]) -> None:
+
+class User:
+    """One test run using the engine, as a real process: acquire, then release when told
+    (``code``: HOLDER, the main process of a run on worker processes, which holds it and
+    starts nothing)."""
+
+    def __init__(self, env: dict[str, str], code: str = USER) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-c", USER], cwd=REPO, env=env, stdin=subprocess.PIPE,
+            [sys.executable, "-c", code], cwd=REPO, env=env, stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
         assert self.process.stdout is not None
@@ -145,3 +152,18 @@ def test_concurrent_runs_share_it_and_the_last_one_stops_it(env: dict[str, str],
     assert _alive(pid), "stopped under a run that still uses it"
     runs[1].release()
     assert not _alive(pid)
+
+
+def test_a_run_on_worker_processes_keeps_it_until_its_main_process_ends(env: dict[str, str]) -> None:
+    main = User(env, HOLDER)  # conftest.py: the main process of ``pytest -n``
+    assert main.host == "held" and _engine_pid(env) is None, "holding starts nothing"
+    first = User(env)  # the worker whose test needs it first starts it
+    pid = _engine_pid(env)
+    assert pid is not None
+    first.release()
+    assert _alive(pid), "stopped when the worker that started it ended, under the rest of the run"
+    second = User(env)
+    assert _engine_pid(env) == pid, "another worker of the run uses the same engine"
+    second.release()
+    main.release()
+    assert not _alive(pid), "the run ended and left the engine it started running"

@@ -59,7 +59,8 @@ class Receiver:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        # polled often, so that close() (shutdown) returns at once rather than after 0.5 s
+        threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True).start()
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook?token={SECRET}"
 
     def wait(self, count: int, timeout: float = 10.0) -> list[tuple[dict[str, str], dict[str, Any]]]:
@@ -217,7 +218,10 @@ def test_attempts_are_bounded() -> None:
     assert len(failing.requests) == 3
 
 
-def test_a_stuck_receiver_never_blocks_notify_and_the_queue_is_bounded() -> None:
+def test_a_stuck_receiver_never_blocks_notify_and_the_queue_is_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(webhooks, "QUEUE_SIZE", 50)  # the same bound as 1,000, at a twentieth of the posts
     stuck = Receiver(hold=True)
     results = Results()
     notifier = Notifier((WebhookConfig("slow", stuck.url, timeout_s=30),), results)

@@ -22,7 +22,7 @@ from tests.conftest import cli
 from tests.controller_world import World, job_text
 from tests.test_daemon import Daemon as CliDaemon
 from tfdeclare.core.enums import Role
-from tfdeclare.daemon.server import MAX_CONNECTIONS, REQUEST_DEADLINE_S, DaemonServer, ListenError
+from tfdeclare.daemon.server import MAX_CONNECTIONS, DaemonServer, ListenError
 from tfdeclare.daemon.service import Daemon, DaemonOptions
 from tfdeclare.daemon.sources import FolderSource
 
@@ -41,6 +41,13 @@ def request(
         return response.status, dict(response.getheaders()), response.read()
     finally:
         connection.close()
+
+
+def started_since(before: set[threading.Thread]) -> list[threading.Thread]:
+    """The threads alive now that were not in ``before``: those the test started and left
+    running. (Not a count: a thread of an earlier test in this process that ends meanwhile
+    must not hide one, nor fail the test.)"""
+    return [thread for thread in threading.enumerate() if thread not in before]
 
 
 # ---- finding 9: numbers in query parameters -----------------------------------------------
@@ -175,10 +182,10 @@ def test_an_endpoint_that_fails_answers_500_instead_of_hanging_up(caplog: pytest
 def test_a_taken_port_is_one_clear_line_and_nothing_is_left_started() -> None:
     with socket.create_server(("127.0.0.1", 0)) as holder:
         port = holder.getsockname()[1]
-        before = threading.active_count()
+        before = set(threading.enumerate())
         with pytest.raises(ListenError) as refused:
             DaemonServer("127.0.0.1", port)
-        assert threading.active_count() == before
+        assert not started_since(before)
     message = str(refused.value)
     assert "\n" not in message and f"127.0.0.1:{port}" in message and "already in use" in message
     assert "--port" in message and "daemon.port" in message
@@ -241,10 +248,15 @@ class Quick:
 
 TRICKLERS = 64
 TRICKLE = b"GET /jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 100
+# The server's request deadline here (the daemon's is REQUEST_DEADLINE_S, 5 s), and how often
+# a trickler sends a byte: well within it, so only the whole request's deadline cuts it off.
+TRICKLE_DEADLINE_S = 1.0
+TRICKLE_EVERY_S = TRICKLE_DEADLINE_S / 4
 
 
 class Tricklers:
-    """``TRICKLERS`` connections, each sending one byte of a never-ending request every 2 s;
+    """``TRICKLERS`` connections, each sending one byte of a never-ending request every
+    ``TRICKLE_EVERY_S``;
     one the server closes is opened again at once (a patient attacker). Counts the closes."""
 
     def __init__(self, address: tuple[str, int]) -> None:
@@ -279,7 +291,7 @@ class Tricklers:
                         connection.sendall(bytes([byte]))
                     except OSError:
                         break
-                    if self._closed(connection, within=2.0):
+                    if self._closed(connection, within=TRICKLE_EVERY_S):
                         break
                 with self.lock:
                     self.closed_by_server += 1
@@ -297,12 +309,12 @@ class Tricklers:
 
 @pytest.mark.slow
 def test_slow_clients_cannot_starve_the_probe(caplog: pytest.LogCaptureFixture) -> None:
-    server = DaemonServer("127.0.0.1", 0, Quick())
+    server = DaemonServer("127.0.0.1", 0, Quick(), request_deadline_s=TRICKLE_DEADLINE_S)
     server.start()
     waits: list[float] = []
     try:
         with caplog.at_level(logging.WARNING), Tricklers(server.address) as tricklers:
-            until = time.monotonic() + REQUEST_DEADLINE_S * 2 + 2  # past the first round of cut-offs
+            until = time.monotonic() + TRICKLE_DEADLINE_S * 2 + 2  # past the first round of cut-offs
             while time.monotonic() < until:
                 started = time.monotonic()
                 code, _, _ = request(server, "GET", "/healthz")
@@ -320,7 +332,7 @@ def test_slow_clients_cannot_starve_the_probe(caplog: pytest.LogCaptureFixture) 
 def test_closing_with_connections_open_ends_them_and_every_thread_quietly(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    before = threading.active_count()
+    before = set(threading.enumerate())
     server = DaemonServer("127.0.0.1", 0, Quick())
     server.start()
     with caplog.at_level(logging.DEBUG, logger="tfdeclare"), caplog.at_level(logging.WARNING):
@@ -336,7 +348,7 @@ def test_closing_with_connections_open_ends_them_and_every_thread_quietly(
         for client in clients:
             assert client.recv(1) == b""  # closed by the server, not left hanging
             client.close()
-    assert threading.active_count() == before
+    assert not started_since(before)
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(server.address, timeout=10)
@@ -349,11 +361,8 @@ class Big(Quick):
         return LogChunk(b"x" * (32 << 20), 32 << 20, True)
 
 
-def test_a_client_that_does_not_read_its_answer_is_dropped_after_the_response_deadline(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr("tfdeclare.daemon.server.RESPONSE_DEADLINE_S", 1.0)
-    server = DaemonServer("127.0.0.1", 0, Big())
+def test_a_client_that_does_not_read_its_answer_is_dropped_after_the_response_deadline() -> None:
+    server = DaemonServer("127.0.0.1", 0, Big(), response_deadline_s=1.0)
     server.start()
     try:
         reader = socket.socket()

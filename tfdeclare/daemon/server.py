@@ -19,13 +19,15 @@ within the log, ``refresh`` 0 or 2 to 3600) is answered 400, like any malformed 
 
 **Bounds.** One thread (``daemon-http``) runs an asyncio event loop that accepts connections
 and reads each request whole: request line, headers (at most ``MAX_HEADER_BYTES``) and body
-(at most ``httpguard.MAX_BODY``) must all arrive within ``REQUEST_DEADLINE_S`` of the
-connection's first byte however slowly they trickle, else 408 and the connection is closed
-(a client that sends nothing is closed after the same time). Only a complete request goes to
-one of ``WORKERS`` threads, which runs the endpoint on it in memory; the answer is written by
-the loop, which gives a slow reader ``RESPONSE_DEADLINE_S`` (then the connection is dropped,
-unsent bytes and all). So a slow client holds a file
-descriptor, never a worker. At most ``MAX_CONNECTIONS`` connections are open; when all are,
+(at most ``httpguard.MAX_BODY``) must all arrive within the request deadline
+(``REQUEST_DEADLINE_S`` unless the server is made with another) of the connection's first
+byte however slowly they trickle, else 408 and the connection is closed (a client that sends
+nothing is closed after the same time). Only a complete request goes to one of ``WORKERS``
+threads, which runs the endpoint on it in memory; the answer is written by the loop, which
+gives a slow reader the response deadline (``RESPONSE_DEADLINE_S``; then the connection is
+dropped, unsent bytes and all). So a slow client holds a file descriptor, never a worker.
+The deadlines are parameters so that the tests can wait for them in a fraction of a second;
+the daemon uses the defaults. At most ``MAX_CONNECTIONS`` connections are open; when all are,
 a new one closes the connection that has been sending its request the longest (a trickling
 client cannot keep others out), or is refused at once when every one is being answered.
 Each connection carries one request (HTTP/1.0 semantics, ``Connection: close``).
@@ -122,7 +124,8 @@ def _response(code: int, reason: str, body: dict[str, Any]) -> bytes:
 class DaemonServer:
     """The endpoints on ``host:port``. The socket is bound at construction (``ListenError``
     when it cannot be: nothing else has started then); ``start`` serves ``endpoints`` (given
-    here or there) until ``close``."""
+    here or there) until ``close``. ``request_deadline_s`` and ``response_deadline_s`` bound
+    a request's arrival and its answer's departure (module docstring)."""
 
     def __init__(
         self,
@@ -130,8 +133,13 @@ class DaemonServer:
         port: int,
         endpoints: Endpoints | None = None,
         access: AccessPolicy | None = None,
+        *,
+        request_deadline_s: float = REQUEST_DEADLINE_S,
+        response_deadline_s: float = RESPONSE_DEADLINE_S,
     ) -> None:
         self._socket = listen(host, port)
+        self._request_deadline_s = request_deadline_s
+        self._response_deadline_s = response_deadline_s
         bound = self._socket.getsockname()
         self._address = (str(bound[0]), int(bound[1]))
         self._endpoints = endpoints
@@ -151,7 +159,7 @@ class DaemonServer:
         self._serving: dict[asyncio.Task[None], asyncio.StreamWriter] = {}  # being answered
         self.turned_away = 0  # refused at once: every connection was being answered
         self.evicted = 0  # closed to make room: the one sending its request the longest
-        self.timed_out = 0  # their request was not complete within REQUEST_DEADLINE_S
+        self.timed_out = 0  # their request was not complete within the request deadline
 
     @property
     def address(self) -> tuple[str, int]:
@@ -231,7 +239,7 @@ class DaemonServer:
                 peer = writer.get_extra_info("peername") or ("?", 0)
                 answer = await asyncio.get_running_loop().run_in_executor(self._pool, self._answer, raw, peer)
                 writer.write(answer)
-            async with asyncio.timeout(RESPONSE_DEADLINE_S):  # the answer (or a 408) gets out
+            async with asyncio.timeout(self._response_deadline_s):  # the answer (or a 408) gets out
                 writer.close()
                 await writer.wait_closed()
                 closed = True
@@ -250,7 +258,7 @@ class DaemonServer:
         client went away."""
         received = bytearray()
         try:
-            async with asyncio.timeout(REQUEST_DEADLINE_S):
+            async with asyncio.timeout(self._request_deadline_s):
                 if not await _read_head(reader, received):
                     return None  # closed before a whole request
                 length = _content_length(bytes(received))
