@@ -6,7 +6,9 @@ compiling, next to the libmesos it holds, the small programs of this folder:
 
 - ``realmesos-cluster`` (launcher.cpp): the master and N agents in one process;
 - ``mesos-containerizer`` (containerizer.cpp): the ``launch`` subcommand the agent runs;
-- ``mesos-executor``: the command executor (executor.py, run by the Python that built it);
+- ``mesos-executor``: the command executor (executor.py, standard library only, run by the Python
+  that last used the build: the cache is shared by every checkout on the machine, so a build
+  whose recorded interpreter is gone, a removed checkout's venv, gets its wrapper rewritten);
 - ``libssl.so.1.0.0`` / ``libcrypto.so.1.0.0``: stubs with OpenSSL 1.0's symbol versions
   (libmesos links them; with SSL off nothing calls them), from openssl-symbols.txt;
 - ``libcurl.so.4``: libcurl's seven calls under their old version tag, forwarded to the
@@ -252,11 +254,32 @@ def compile_programs(folder: Path) -> None:
         run([cxx, "-std=c++17", "-O1", "-o", program, source, *link], folder)
 
 
+def executor_wrapper() -> str:
+    return f'#!/bin/sh\nexec "{sys.executable}" "$(dirname "$0")/executor.py" "$@"\n'
+
+
 def write_executor(folder: Path) -> None:
     shutil.copy(HERE / "executor.py", folder / "executor.py")
-    wrapper = folder / "mesos-executor"
-    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$(dirname "$0")/executor.py" "$@"\n')
-    wrapper.chmod(0o755)
+    write_wrapper(folder)
+
+
+def write_wrapper(folder: Path) -> None:
+    """The wrapper, replaced in one rename (agents of another test may be starting it)."""
+    scratch = folder / ".mesos-executor.tmp"
+    scratch.write_text(executor_wrapper())
+    scratch.chmod(0o755)
+    scratch.replace(folder / "mesos-executor")
+
+
+def interpreter_gone(folder: Path) -> bool:
+    """Whether the wrapper runs an interpreter that no longer exists (the build was made by a
+    checkout whose venv was removed since: its executors would all die at once)."""
+    try:
+        line = (folder / "mesos-executor").read_text().splitlines()[1]
+    except (OSError, IndexError):
+        return True
+    recorded = line.split('"')[1] if line.count('"') >= 2 else ""
+    return not os.access(recorded, os.X_OK)
 
 
 def check_runs(folder: Path) -> None:
@@ -270,6 +293,8 @@ def check_runs(folder: Path) -> None:
 def build(folder: Path | None = None) -> Path:
     folder = folder or build_dir()
     if is_current(folder):
+        if interpreter_gone(folder):
+            write_wrapper(folder)
         return folder
     if platform.system() != "Linux" or platform.machine() != "x86_64":
         raise BuildError(f"the mesos.scheduler {VERSION} tarball is for Linux x86_64 only")
