@@ -292,6 +292,9 @@ def test_implicit_reconciliation_and_terminal_unacked_tasks(
     emulator.wait_for(lambda e: "b" not in e.tasks(), timeout=2)
 
 
+# Its task binds an agent's offered port (31000 and up) on this machine: it runs in the xdist
+# group of the other tests whose tasks listen there (tests/conftest.py, SHARED_PORTS).
+@pytest.mark.xdist_group("agent-ports-31000")
 def test_real_ports_can_be_bound(emulator: Emulator, subscribers: list[Subscriber]) -> None:
     sub = subscribe(emulator, subscribers)
     offer = sub.offers()[0]
