@@ -48,7 +48,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from tests.conftest import REPO, kill_leftovers
+from tests.conftest import REPO, kill_leftovers, processes_of, worker_ports
 from tfdeclare.core.spec.loader import load_file
 from tfdeclare.core.spec.schema import schema_text
 
@@ -143,9 +143,10 @@ class Chaos:
             )
             (root / "tfdeclare.yaml").write_text(config_yaml(self.emulator.url, fencingTimeoutSeconds=1.5))
         else:
+            first, last = worker_ports()
             (root / "tfdeclare.yaml").write_text(
                 "restartBackoff: {initialSeconds: 0.2, maxSeconds: 1}\n"
-                "local: {cpus: 8, mem: 8Gi, gpus: 0, portRange: {first: 33000, last: 33999}}\n"
+                f"local: {{cpus: 8, mem: 8Gi, gpus: 0, portRange: {{first: {first}, last: {last}}}}}\n"
             )
             mounted = subprocess.run(
                 ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(root / "status")],
@@ -555,34 +556,15 @@ class Chaos:
 
 def local_tasks(root: Path) -> list[tuple[str, str, int, int]]:
     """(job, role, index, attempt) of every live ``e2e_task.py`` process of the project."""
-    out = []
-    marker = f"TFDECLARE_WORK_DIR={root}".encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as handle:
-                if TASK.encode() not in handle.read():
-                    continue
-            with open(f"/proc/{entry}/environ", "rb") as handle:
-                environ = handle.read().split(b"\0")
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                if handle.read().rsplit(b") ", 1)[1][:1] == b"Z":
-                    continue
-        except OSError:
-            continue
-        if not any(item.startswith(marker) for item in environ):
-            continue
-        env = dict(item.decode().split("=", 1) for item in environ if b"=" in item)
-        out.append(
-            (
-                env["TFDECLARE_JOB"],
-                env["TFDECLARE_ROLE"],
-                int(env["TFDECLARE_INDEX"]),
-                int(env["TFDECLARE_ATTEMPT"]),
-            )
+    return [
+        (
+            env["TFDECLARE_JOB"],
+            env["TFDECLARE_ROLE"],
+            int(env["TFDECLARE_INDEX"]),
+            int(env["TFDECLARE_ATTEMPT"]),
         )
-    return out
+        for env in processes_of(root, TASK).values()
+    ]
 
 
 def report(backend: str, tallies: dict[str, Tally], seconds: float, notes: list[str]) -> str:

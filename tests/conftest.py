@@ -85,16 +85,57 @@ def kill_leftovers(folder: Path) -> list[int]:
     return found
 
 
+def worker_ports(size: int = 1000) -> tuple[int, int]:
+    """The first and last port of this xdist worker's own slice of 10000-19999, for tests that
+    give the local backend a port range: below the default range (20000-29999, which tests
+    without a config share), the Mesos agents' ports (31000 and up) and the kernel's ephemeral
+    range (32768 and up, any outgoing connection may take one). The tests of one worker run one
+    after another, so a test whose job restarts on the ports it had (or a slot that gets its
+    port back) never loses them to a test on another worker. ``size`` ports from its start."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+    if index >= 10 or not 0 < size <= 1000:
+        raise RuntimeError(f"no port slice for worker {worker} of size {size}: 10 workers at most")
+    first = 10000 + 1000 * index
+    return first, first + size - 1
+
+
+def processes_of(folder: Path, script: str) -> dict[int, dict[str, str]]:
+    """pid -> environment of every live (not zombie) process running ``script`` whose
+    environment names ``folder`` or a path in it (the test's own tmp folder): tests on other xdist workers run
+    jobs of the same names, so a test must never pick a process by job name alone."""
+    found: dict[int, dict[str, str]] = {}
+    marker = str(folder).encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                if script.encode() not in handle.read():
+                    continue
+            with open(f"/proc/{entry}/environ", "rb") as handle:
+                environ = handle.read().split(b"\0")
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                if handle.read().rsplit(b") ", 1)[1][:1] == b"Z":
+                    continue
+        except (OSError, IndexError):
+            continue
+        values = [item.partition(b"=")[2] for item in environ]
+        if any(value == marker or marker + b"/" in value for value in values):
+            found[int(entry)] = dict(e.decode(errors="replace").split("=", 1) for e in environ if b"=" in e)
+    return found
+
+
 SERVERS = {"emulator", "server"}  # fixtures: tests/test_mesos_emulator_helpers.py, test_mesos_client_http.py
 
 # Ports 31000 and up are what every Mesos agent the tests start offers (the emulator's, a real
-# one), and the backend takes the lowest free ones; the backend conformance suite gives the
-# local backend that range too, and checks which ports its tasks get (a slot gets its old port
-# back; a task listens on the port of its TF_CONFIG). Tests whose tasks listen there or that
-# depend on which of those ports they get would take them from each other on two workers at
-# once, so they share one xdist group: one worker runs them one after another (make test:
-# --dist loadgroup). Elsewhere the local backend's ports are reserved machine-wide
-# (backends/local/ports.py): its TensorFlow and TensorBoard tasks can run side by side.
+# one), and the backend takes the lowest free ones; the backend conformance suite checks which
+# ports its tasks get (a slot gets its old port back; a task listens on the port of its
+# TF_CONFIG). Tests whose tasks listen there or that depend on which of those ports they get
+# would take them from each other on two workers at once, so they share one xdist group: one
+# worker runs them one after another (make test: --dist loadgroup). The local backend's ports
+# are reserved machine-wide (backends/local/ports.py), and a test that depends on getting a
+# port back gives it its worker's own range (worker_ports above).
 SHARED_PORTS = "agent-ports-31000"
 _CONFORMANCE = ("tests/test_backend_conformance.py::", "tests/test_real_mesos_conformance.py::")
 
@@ -107,6 +148,9 @@ def _uses_shared_ports(item: pytest.Item) -> bool:
     return listens and (item.get_closest_marker("real_mesos") is not None or "mesos" in test_id)
 
 
+# tryfirst: pytest-xdist's own hook reads the xdist_group marks (it names each test by its group)
+# and runs before a conftest's by default, so marks added after it would group nothing.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if SERVERS & set(getattr(item, "fixturenames", ())):

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.backend_conformance import SUITE, WITHOUT_PROCESSES, Harness
+from tests.conftest import worker_ports
 from tests.fake_backend import Clock, FakeBackend, FakeCluster
 from tests.mesos_fixtures import mesos_test_config, start_emulator
 from tfdeclare.backends import registry
@@ -29,11 +30,11 @@ from tfdeclare.core.spec.keys import Volume
 
 @contextmanager
 def local_harness(tmp_path: Path) -> Iterator[Harness]:
-    # A port range of its own (no other test's, nor the Mesos agents' 31000 and up, and below the
-    # kernel's ephemeral ports, 32768 and up, which any connection may take): a check
-    # that a stopped slot gets its port back fails when a test on another xdist worker took
-    # the freed port in between, as another controller of the machine rightly may.
-    config = LocalConfig(cpus=4, mem_mib=4096, gpus=0, port_first=28000, port_last=28999)
+    # The xdist worker's own ports (tests/conftest.py worker_ports): a check that a stopped slot
+    # gets its port back fails when a test on another worker took the freed port in between,
+    # as another controller of the machine rightly may.
+    first, last = worker_ports()
+    config = LocalConfig(cpus=4, mem_mib=4096, gpus=0, port_first=first, port_last=last)
     harness = Harness(lambda: registry.plugin("local").build(tmp_path / "state", config), tmp_path)
     try:
         yield harness
@@ -51,8 +52,9 @@ def _stop_all(harness: Harness) -> None:
 def docker_harness(tmp_path: Path, client: Any, image: str) -> Iterator[Harness]:
     """The local backend with ``local.runtime: docker``: every task a container of the test
     base image (its own Python), the test folder mounted read-write at its own path."""
+    first, last = worker_ports()
     config = LocalConfig(
-        cpus=4, mem_mib=4096, gpus=0, port_first=29000, port_last=29999, runtime=LocalRuntime.DOCKER
+        cpus=4, mem_mib=4096, gpus=0, port_first=first, port_last=last, runtime=LocalRuntime.DOCKER
     )
 
     def kill(task_id: str, pid_in_container: int) -> None:

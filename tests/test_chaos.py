@@ -4,13 +4,13 @@ they look for. ``make chaos`` runs the long version (100 iterations per backend)
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.chaos import PROBLEMS, Chaos, Tally, report
+from tests.chaos import PROBLEMS, TASK, Chaos, Tally, report
+from tests.conftest import processes_of
 from tests.mesos_fixtures import eventually
 
 pytestmark = pytest.mark.slow
@@ -39,9 +39,12 @@ def test_the_checks_catch_a_duplicate_a_lost_file_and_a_corrupt_status_file(tmp_
         tally = Tally()
         live = len(chaos.live())
         job, role, index, _ = next(t for t in chaos.live() if t[0] == "alpha")
-        pid = next(p for p in os.listdir("/proc") if p.isdigit() and _is_task(p, job, role, index))
-        with open(f"/proc/{pid}/environ", "rb") as handle:
-            environ = dict(i.decode().split("=", 1) for i in handle.read().split(b"\0") if b"=" in i)
+        pid, environ = next(
+            (p, env)
+            for p, env in processes_of(chaos.root, TASK).items()
+            if (env["TFDECLARE_JOB"], env["TFDECLARE_ROLE"], env["TFDECLARE_INDEX"])
+            == (job, role, str(index))
+        )
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
             argv = [a.decode() for a in handle.read().split(b"\0") if a]
         second = subprocess.Popen(argv, env=environ, cwd=environ["TFDECLARE_WORK_DIR"])
@@ -64,13 +67,3 @@ def test_the_checks_catch_a_duplicate_a_lost_file_and_a_corrupt_status_file(tmp_
         assert sum(tally.problems[p] for p in PROBLEMS) == 3
     finally:
         chaos.close()
-
-
-def _is_task(pid: str, job: str, role: str, index: int) -> bool:
-    try:
-        environ = set(Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"))
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-    wanted = {f"TFDECLARE_JOB={job}", f"TFDECLARE_ROLE={role}", f"TFDECLARE_INDEX={index}"}
-    return {w.encode() for w in wanted} <= environ and b"e2e_task.py" in cmdline

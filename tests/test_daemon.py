@@ -19,12 +19,16 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import ORDINARY_USER, REPO, cli, kill_leftovers
+from tests.conftest import ORDINARY_USER, REPO, cli, kill_leftovers, worker_ports
 
 pytestmark = pytest.mark.e2e  # the daemon as a process, real jobs, git repositories
 
 TASK = str(REPO / "tests" / "e2e_task.py")
-CONFIG = "restartBackoff: {initialSeconds: 0.2, maxSeconds: 1}\nlocal: {cpus: 8, mem: 8Gi, gpus: 0, portRange: {first: 33000, last: 33999}}\n"
+PORTS = worker_ports()
+CONFIG = (
+    "restartBackoff: {initialSeconds: 0.2, maxSeconds: 1}\n"
+    f"local: {{cpus: 8, mem: 8Gi, gpus: 0, portRange: {{first: {PORTS[0]}, last: {PORTS[1]}}}}}\n"
+)
 
 
 def job(name: str, mode: str = "serve", *, count: int = 1, extra: str = "") -> str:

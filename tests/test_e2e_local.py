@@ -16,15 +16,16 @@ import jsonschema
 import pytest
 import yaml
 
-from tests.conftest import REPO, cli, kill_leftovers
+from tests.conftest import REPO, cli, kill_leftovers, worker_ports
 from tfdeclare.core.spec.schema import schema_text
 
 pytestmark = pytest.mark.e2e  # real CLI processes running real jobs
 
 TASK = str(REPO / "tests" / "e2e_task.py")
-CONFIG = """\
-restartBackoff: {initialSeconds: 0.2, maxSeconds: 1}
-local: {cpus: 8, mem: 8Gi, gpus: 0, portRange: {first: 32000, last: 32999}}
+PORTS = worker_ports()
+CONFIG = f"""\
+restartBackoff: {{initialSeconds: 0.2, maxSeconds: 1}}
+local: {{cpus: 8, mem: 8Gi, gpus: 0, portRange: {{first: {PORTS[0]}, last: {PORTS[1]}}}}}
 """
 
 

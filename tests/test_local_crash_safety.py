@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.backend_conformance import PY, Harness, gang, launches, place_soon, start, wait_for
+from tests.conftest import worker_ports
 from tfdeclare.backends.base import BackendError
 from tfdeclare.backends.local.backend import LocalBackend, LocalCapacity
 from tfdeclare.core.enums import TaskState
@@ -23,7 +24,8 @@ from tfdeclare.core.run.tasks import Address, Placement
 from tfdeclare.files import write_atomic
 
 SERVE = [PY, "-c", "import time; time.sleep(60)"]
-CAPACITY = LocalCapacity(cpus=4, mem_mib=4096, gpus=0, port_first=34500, port_last=34519)
+PORTS = worker_ports(20)
+CAPACITY = LocalCapacity(cpus=4, mem_mib=4096, gpus=0, port_first=PORTS[0], port_last=PORTS[1])
 
 
 @pytest.fixture

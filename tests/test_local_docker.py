@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.backend_conformance import Harness, gang, launches, look, place_soon, wait_for
+from tests.conftest import worker_ports
 from tests.engine_proxy import EngineProxy
 from tfdeclare.backends.base import BackendError
 from tfdeclare.backends.local.backend import LocalBackend, LocalCapacity
@@ -71,7 +72,8 @@ def _task(**overrides: Any) -> LocalTask:
 
 
 def _gpu_backend(tmp_path: Path) -> LocalBackend:
-    capacity = LocalCapacity(cpus=16, mem_mib=65536, gpus=4, port_first=32000, port_last=32999)
+    first, last = worker_ports()
+    capacity = LocalCapacity(cpus=16, mem_mib=65536, gpus=4, port_first=first, port_last=last)
     return LocalBackend(tmp_path / "state", capacity, runtime=LocalRuntime.DOCKER)
 
 
@@ -181,7 +183,8 @@ def test_the_owner_is_the_state_folder(tmp_path: Path) -> None:
 
 
 def _harness(tmp_path: Path, base_image: str) -> Harness:
-    capacity = LocalCapacity(cpus=4, mem_mib=4096, gpus=0, port_first=33000, port_last=33999)
+    first, last = worker_ports()
+    capacity = LocalCapacity(cpus=4, mem_mib=4096, gpus=0, port_first=first, port_last=last)
     return Harness(
         lambda: LocalBackend(tmp_path / "state", capacity, runtime=LocalRuntime.DOCKER),
         tmp_path,

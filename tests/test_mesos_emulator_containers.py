@@ -193,7 +193,9 @@ def test_docker_containerizer_maps_env_workdir_volumes_limits_and_host_network(
     assert sub.update("mapped")["state"] == "TASK_KILLING"
     killed = run_to(sub, "mapped", "TASK_KILLED")
     assert killed["message"] == "Container exited with status 137"
-    eventually(lambda: not docker_client.containers.list(all=True, filters={"name": name}))  # removed
+    eventually(
+        lambda: not docker_client.containers.list(ignore_removed=True, all=True, filters={"name": name})
+    )  # removed
 
 
 def test_docker_containerizer_keeps_the_entrypoint_and_reports_exit_codes(

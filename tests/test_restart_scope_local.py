@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import worker_ports
 from tfdeclare.backends.local import ports
 from tfdeclare.backends.local.backend import HOST, LocalBackend, LocalCapacity
 from tfdeclare.core.enums import Role, TaskState
@@ -33,7 +34,8 @@ from tfdeclare.core.spec.resources import Resources
 
 pytestmark = pytest.mark.slow
 
-CAPACITY = LocalCapacity(cpus=4, mem_mib=4096, gpus=0, port_first=34620, port_last=34639)
+PORTS = worker_ports(20)
+CAPACITY = LocalCapacity(cpus=4, mem_mib=4096, gpus=0, port_first=PORTS[0], port_last=PORTS[1])
 KEY = TaskKey(Role.WORKER, 1)
 SMALL = Resources(0.1, 64, 0)
 

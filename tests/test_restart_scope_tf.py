@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import REPO, cli, kill_leftovers
+from tests.conftest import REPO, cli, kill_leftovers, processes_of, worker_ports
 from tests.mesos_fixtures import config_yaml, start_emulator
 
 pytestmark = [
@@ -75,25 +75,15 @@ def wait_for(
         time.sleep(0.3)
 
 
-def task_pids(job: str) -> dict[str, int]:
-    """The live TF processes of ``job`` on this machine, by task name, from their environment
-    (both backends run them here: the local backend, and the emulator's agents)."""
-    found: dict[str, int] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            if b"pss_steps.py" not in cmdline:
-                continue
-            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
-            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        env = dict(e.decode(errors="replace").split("=", 1) for e in environ if b"=" in e)
-        if env.get("TFDECLARE_JOB") == job and state != "Z":
-            found[f"{env['TFDECLARE_ROLE']}-{env['TFDECLARE_INDEX']}"] = int(entry)
-    return found
+def task_pids(cwd: Path, job: str) -> dict[str, int]:
+    """The live TF processes of this test's ``job`` on this machine, by task name, from their
+    environment (both backends run them here: the local backend, and the emulator's agents; the
+    job's CKPT_DIR lies in ``cwd``, which tells them from another test's job of the same name)."""
+    return {
+        f"{env['TFDECLARE_ROLE']}-{env['TFDECLARE_INDEX']}": pid
+        for pid, env in processes_of(cwd, "pss_steps.py").items()
+        if env.get("TFDECLARE_JOB") == job
+    }
 
 
 def status(cwd: Path, name: str) -> dict[str, Any]:
@@ -150,7 +140,7 @@ def run_pss_with_a_worker_killed(cwd: Path, extra: tuple[str, ...] = ()) -> None
     )
     try:
         wait_for(f"step {KILL_AT}", lambda: f"STEP {KILL_AT} " in log(cwd, "hit", "chief-0"), 300, proc)
-        before = task_pids("hit")
+        before = task_pids(cwd, "hit")
         assert set(before) == {"chief-0", "ps-0", "worker-0", "worker-1"}, before
         port = next(
             (t["host"], t["port"])
@@ -160,7 +150,7 @@ def run_pss_with_a_worker_killed(cwd: Path, extra: tuple[str, ...] = ()) -> None
         os.kill(before["worker-1"], signal.SIGKILL)  # mid-run: the chief schedules steps meanwhile
 
         def restarted() -> bool:
-            now = task_pids("hit")
+            now = task_pids(cwd, "hit")
             entries = status(cwd, "hit").get("taskRestarts") or []
             return (
                 now.get("worker-1", before["worker-1"]) != before["worker-1"]
@@ -173,7 +163,7 @@ def run_pss_with_a_worker_killed(cwd: Path, extra: tuple[str, ...] = ()) -> None
         assert during["phase"] == "Running" and during["restarts"] == 0, during
         again = next(t for t in during["tasks"] if t["role"] == "worker" and t["index"] == 1)
         assert (again["host"], again["port"]) == port, "restarted at the same address"
-        middle = task_pids("hit")
+        middle = task_pids(cwd, "hit")
         for name in ("chief-0", "ps-0", "worker-0"):
             assert middle[name] == before[name], f"{name} kept running"
         wait_for(
@@ -208,6 +198,8 @@ def run_pss_with_a_worker_killed(cwd: Path, extra: tuple[str, ...] = ()) -> None
 
 
 def test_a_killed_pss_worker_restarts_alone_on_the_local_backend(tmp_path: Path) -> None:
+    first, last = worker_ports()
+    (tmp_path / "tfdeclare.yaml").write_text(f"local: {{portRange: {{first: {first}, last: {last}}}}}\n")
     try:
         run_pss_with_a_worker_killed(tmp_path)
     finally:

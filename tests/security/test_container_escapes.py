@@ -70,7 +70,7 @@ def test_every_escape_by_path_is_refused_and_no_container_is_made(
         assert result.returncode == 1, (name, result.stdout, result.stderr)
         assert f"specs/{name}.yaml:" in result.stderr and "Traceback" not in result.stderr, result.stderr
         (tmp_path / "specs" / f"{name}.yaml").unlink()
-    assert not docker_client.containers.list(all=True, filters=ours)
+    assert not docker_client.containers.list(ignore_removed=True, all=True, filters=ours)
 
 
 def test_a_source_folder_that_holds_the_state_folder_is_mounted_without_it(
@@ -102,7 +102,7 @@ def test_a_source_folder_that_holds_the_state_folder_is_mounted_without_it(
     assert SECRET not in text and "No such file" in text, text
     assert "probe.yaml" in listing and "other.yaml" in listing, text  # its source folder it does see
     (container,) = docker_client.containers.list(
-        all=True, filters={"label": [*ours["label"], "tfdeclare.job=probe"]}
+        ignore_removed=True, all=True, filters={"label": [*ours["label"], "tfdeclare.job=probe"]}
     )
     mounts = {m["Destination"]: m for m in container.attrs["Mounts"]}
     assert mounts[str(state)]["Type"] == "tmpfs"

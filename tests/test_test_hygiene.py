@@ -1,0 +1,87 @@
+"""Rules for the tests themselves that keep them correct on parallel workers (make test runs
+them on several, tests/conftest.py), each the class of a failure seen in CI.
+
+- The Docker SDK's ``containers.list`` inspects every container it listed, one by one; one
+  removed in between (by the test's own backend, or another worker's test) raises NotFound out
+  of the listing, unless ``ignore_removed=True``.
+- A local backend's port range written into a test as numbers is shared with every other test
+  on every worker that writes the same numbers: a job that restarts on its ports, or a slot that
+  gets its port back, loses them to another test's controller. Such a test takes its worker's
+  own range (``worker_ports``).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = sorted([*(ROOT / "tests").rglob("*.py"), *(ROOT / "bench").rglob("*.py")])
+
+# Literal ranges that are data, not a range a running backend hands out to tasks that restart:
+# the config parser's own cases, and the port that the records of earlier releases name.
+LITERAL_PORTS_ALLOWED = {"tests/test_backend_plugins.py", "tests/test_local_records.py"}
+LITERAL_RANGE = re.compile(r"portRange:\s*\{\s*first:\s*\d|port_first\s*=\s*\d")
+
+
+def _relative(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+def _unsafe_listings(path: Path) -> list[int]:
+    return [
+        node.lineno
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path)))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "list"
+        and isinstance(node.func.value, ast.Attribute)
+        and node.func.value.attr == "containers"
+        and not any(k.arg == "ignore_removed" for k in node.keywords)
+    ]
+
+
+def test_container_listings_ignore_containers_removed_meanwhile() -> None:
+    found = {_relative(p): lines for p in SOURCES if (lines := _unsafe_listings(p))}
+    assert not found, f"containers.list without ignore_removed=True (file: lines): {found}"
+
+
+def test_local_port_ranges_are_the_workers_own() -> None:
+    found = {}
+    for path in SOURCES:
+        if path.parts[-2] != "tests" or _relative(path) in LITERAL_PORTS_ALLOWED:
+            continue
+        text = path.read_text().splitlines()
+        if lines := [n for n, line in enumerate(text, 1) if LITERAL_RANGE.search(line)]:
+            found[_relative(path)] = lines
+    assert not found, f"a literal local port range (file: lines), use worker_ports(): {found}"
+
+
+def test_xdist_groups_keep_their_tests_on_one_worker(tmp_path: Path) -> None:
+    """make test relies on ``--dist loadgroup`` running one group's tests on one worker, one
+    after another (tests/conftest.py); a pytest that pytest-xdist does not fit ignores the
+    marks without a word. Four grouped tests on two workers: one worker runs them all."""
+    (tmp_path / "test_grouped.py").write_text(
+        "import os\nimport pytest\n\n"
+        + "".join(
+            f"@pytest.mark.xdist_group('one')\ndef test_{i}():\n"
+            f"    print('WORKER', os.environ['PYTEST_XDIST_WORKER'])\n\n"
+            for i in range(4)
+        )
+        + "".join(f"def test_free_{i}():\n    pass\n\n" for i in range(4))
+    )
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "-q", "test_grouped.py"]
+    done = subprocess.run(
+        [*command, "-n", "2", "--dist", "loadgroup"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    workers = set(re.findall(r"^WORKER (gw\d+)$", done.stdout, re.M))
+    assert len(workers) == 1, done.stdout
