@@ -14,13 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfdeclare.core.diagnostics import Code, Diagnostic, format_json_path
 from tfdeclare.core.plan.desired import DesiredState
-from tfdeclare.core.plan.observed import ObservedJob, ObservedState
 from tfdeclare.core.spec.loader import LoadedJob
 from tfdeclare.core.spec.policy import Quota
+
+if TYPE_CHECKING:  # validate counts quotas without importing the observed state's model
+    from tfdeclare.core.plan.observed import ObservedJob, ObservedState
 
 Usage = tuple[float, float, float, float]  # gpus, cpus, mem MiB, tasks
 _NONE: Usage = (0.0, 0.0, 0.0, 0.0)
