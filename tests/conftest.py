@@ -102,8 +102,9 @@ def worker_ports(size: int = 1000) -> tuple[int, int]:
 
 def processes_of(folder: Path, script: str) -> dict[int, dict[str, str]]:
     """pid -> environment of every live (not zombie) process running ``script`` whose
-    environment names ``folder`` or a path in it (the test's own tmp folder): tests on other xdist workers run
-    jobs of the same names, so a test must never pick a process by job name alone."""
+    environment names ``folder`` or a path in it (the test's own tmp folder): tests on other
+    xdist workers run jobs of the same names, so a test must never pick a process by job name
+    alone."""
     found: dict[int, dict[str, str]] = {}
     marker = str(folder).encode()
     for entry in os.listdir("/proc"):
@@ -149,7 +150,7 @@ def _uses_shared_ports(item: pytest.Item) -> bool:
 
 
 # tryfirst: pytest-xdist's own hook reads the xdist_group marks (it names each test by its group)
-# and runs before a conftest's by default, so marks added after it would group nothing.
+# and ran before this one (checked), so marks added after it grouped nothing.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:

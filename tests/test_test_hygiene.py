@@ -85,3 +85,12 @@ def test_xdist_groups_keep_their_tests_on_one_worker(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     workers = set(re.findall(r"^WORKER (gw\d+)$", done.stdout, re.M))
     assert len(workers) == 1, done.stdout
+
+
+def test_the_group_marks_are_added_before_xdist_reads_them() -> None:
+    """tests/conftest.py adds xdist_group marks in a collection hook; pytest-xdist reads them in
+    its own, which runs first unless ours is ``tryfirst`` (checked: without it every
+    conformance test ran on any worker)."""
+    from tests import conftest
+
+    assert conftest.pytest_collection_modifyitems.pytest_impl["tryfirst"]  # type: ignore[attr-defined]
