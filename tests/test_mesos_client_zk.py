@@ -22,7 +22,7 @@ import pytest
 
 from tests.backend_conformance import Harness, gang, launches, wait_for
 from tests.mesos_fixtures import PY, eventually, mesos_test_config, start_emulator
-from tests.mesos_script_server import ScriptServer
+from tests.mesos_script_server import Reply, ScriptServer
 from tests.zookeeper_server import zookeeper_server
 from tfdeclare.backends.mesos import BaseHandler, ClientConfig, FrameworkInfo, SchedulerClient
 from tfdeclare.backends.mesos.backend import MesosBackend
@@ -85,6 +85,45 @@ def test_follows_the_lowest_sequence_and_its_changes(zookeeper: str, zk: Any) ->
         client.stop()
         first.close()
         second.close()
+        zk.delete(path, recursive=True)
+
+
+def test_a_named_leader_that_still_redirects_is_asked_again_not_followed(zookeeper: str, zk: Any) -> None:
+    """The race a leader change runs (seen in CI): ZooKeeper tells us the new leader before it
+    tells the new leader itself, which answers 307 to the old one, stopped by then. Following
+    that redirect left the client on the stopped master for good (ZooKeeper had nothing more
+    to say). The client must keep to the leader ZooKeeper names and ask it again."""
+    path = f"/tfdeclare-test-{uuid.uuid4().hex}"
+    leader, gone = ScriptServer(), ScriptServer()
+    gone.close()  # the old leader: nothing listens at its address any more
+    redirected = []
+
+    def not_yet(req: Any) -> Any:
+        if len(redirected) < 2:  # it learns that it leads after two SUBSCRIBEs
+            redirected.append(req)
+            return Reply(307, headers={"Location": gone.location})
+        return leader.default_subscribe(req)
+
+    leader.on_subscribe = not_yet
+    client = SchedulerClient(
+        ClientConfig(
+            master=f"zk://{zookeeper}{path}",
+            framework=FrameworkInfo(user="svc", name="zk-test"),
+            backoff_initial=0.05,
+            backoff_cap=0.2,
+        ),
+        BaseHandler(),
+    )
+    try:
+        zk.ensure_path(path)
+        _register(zk, path, leader)
+        client.start()
+        assert client.wait_subscribed(10) == "fw-1"
+        assert len(redirected) == 2 and len(leader.subscribes()) == 3
+        assert client.endpoint == leader.url + "/api/v1/scheduler"
+    finally:
+        client.stop()
+        leader.close()
         zk.delete(path, recursive=True)
 
 

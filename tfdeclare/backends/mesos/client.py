@@ -544,14 +544,23 @@ class SchedulerClient:
             try:
                 reason = self._subscribe_once(endpoint)
             except _Redirect as redirect:
-                redirects += 1
-                try:
-                    self._endpoint = resolve_redirect(endpoint, redirect.location)
-                    log.info("SUBSCRIBE redirected to %s", self._endpoint)
-                except ConfigError as exc:
-                    self._failed(exc)
-                if redirects <= self._config.max_redirects:
-                    continue
+                if self._zk is not None:
+                    # ZooKeeper names the leader. One that still redirects has not yet seen its
+                    # own election (its watch fires after ours) and points at the old leader,
+                    # often a stopped one: following it would leave us there, since ZooKeeper
+                    # then has no change left to tell. Ask the named leader again after a
+                    # backoff, as upstream's scheduler library does; a change of leader wakes us.
+                    reason = f"{endpoint} does not lead yet (it redirects to {redirect.location})"
+                    log.info("SUBSCRIBE: %s", reason)
+                else:
+                    redirects += 1
+                    try:
+                        self._endpoint = resolve_redirect(endpoint, redirect.location)
+                        log.info("SUBSCRIBE redirected to %s", self._endpoint)
+                    except ConfigError as exc:
+                        self._failed(exc)
+                    if redirects <= self._config.max_redirects:
+                        continue
             except TerminalError as exc:
                 self._end_stream(str(exc))
                 self._enter_terminal(exc)
