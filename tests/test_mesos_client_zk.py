@@ -26,6 +26,7 @@ from tests.mesos_script_server import Reply, ScriptServer
 from tests.zookeeper_server import zookeeper_server
 from tfdeclare.backends.mesos import BaseHandler, ClientConfig, FrameworkInfo, SchedulerClient
 from tfdeclare.backends.mesos.backend import MesosBackend
+from tfdeclare.backends.mesos.errors import MesosConnectionError
 from tfdeclare.core.enums import TaskState
 from tfdeclare.core.run.tasks import Placement
 
@@ -120,6 +121,40 @@ def test_a_named_leader_that_still_redirects_is_asked_again_not_followed(zookeep
         client.start()
         assert client.wait_subscribed(10) == "fw-1"
         assert len(redirected) == 2 and len(leader.subscribes()) == 3
+        assert client.endpoint == leader.url + "/api/v1/scheduler"
+    finally:
+        client.stop()
+        leader.close()
+        zk.delete(path, recursive=True)
+
+
+def test_a_call_redirected_to_an_old_leader_does_not_move_the_subscription(zookeeper: str, zk: Any) -> None:
+    """A call answered with 307 goes where the answer says, but with ZooKeeper the next
+    SUBSCRIBE still goes to the leader ZooKeeper names: a redirect can name a stopped master."""
+    path = f"/tfdeclare-test-{uuid.uuid4().hex}"
+    leader, gone = ScriptServer(), ScriptServer()
+    gone.close()
+    client = SchedulerClient(
+        ClientConfig(
+            master=f"zk://{zookeeper}{path}",
+            framework=FrameworkInfo(user="svc", name="zk-test"),
+            backoff_initial=0.05,
+            backoff_cap=0.2,
+        ),
+        BaseHandler(),
+    )
+    try:
+        zk.ensure_path(path)
+        _register(zk, path, leader)
+        client.start()
+        assert client.wait_subscribed(10) == "fw-1"
+        leader.on_call = lambda req: Reply(307, headers={"Location": gone.location})
+        with pytest.raises(MesosConnectionError):
+            client.revive()  # followed to the stopped master
+        leader.on_call = lambda req: Reply(202)
+        leader.wait_stream(1).abort()  # the stream drops: subscribe again, to the leader
+        leader.wait(lambda: len(leader.subscribes()) == 2, timeout=10)
+        assert client.wait_subscribed(10) == "fw-1"
         assert client.endpoint == leader.url + "/api/v1/scheduler"
     finally:
         client.stop()

@@ -133,7 +133,10 @@ class SchedulerClient:
         self._zk = spec.zookeeper
         self._candidates = spec.endpoints
         self._candidate = 0
-        self._endpoint: str | None = spec.endpoints[0] if spec.endpoints else None
+        self._endpoint: str | None = spec.endpoints[0] if spec.endpoints else None  # calls go here
+        # With ZooKeeper, the leader it names: every SUBSCRIBE goes there, whatever a redirect
+        # of a call made of ``_endpoint`` meanwhile (a redirect can name an old leader).
+        self._leader: str | None = None
         self._framework = config.framework
         self._suppressed_roles = config.suppressed_roles
         self._backoff = Backoff(
@@ -536,10 +539,11 @@ class SchedulerClient:
     def _run(self) -> None:
         redirects = 0
         while not self._stop.is_set():
-            endpoint = self._endpoint
+            endpoint = self._leader if self._zk is not None else self._endpoint
             if endpoint is None:  # ZooKeeper knows no leader (yet)
                 self._sleep(self._config.backoff_cap)
                 continue
+            self._endpoint = endpoint  # the calls of this subscription go where it goes
             reason = "stream ended"
             try:
                 reason = self._subscribe_once(endpoint)
@@ -685,9 +689,9 @@ class SchedulerClient:
 
     def _set_leader(self, endpoint: str | None) -> None:
         """Leader detection says the leader is now ``endpoint`` (None: no leader)."""
-        if endpoint == self._endpoint:
+        if endpoint == self._leader:
             return
-        self._endpoint = endpoint
+        self._leader = self._endpoint = endpoint
         self._abort_stream("the leading master changed")
         self._wake.set()
 
