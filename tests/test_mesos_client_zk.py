@@ -58,18 +58,21 @@ def _register(zk: Any, path: str, server: ScriptServer) -> str:
     return node
 
 
+def _client(zookeeper: str, path: str) -> SchedulerClient:
+    """A client of the masters registered at ``path``, retrying quickly."""
+    config = ClientConfig(
+        master=f"zk://{zookeeper}{path}",
+        framework=FrameworkInfo(user="svc", name="zk-test"),
+        backoff_initial=0.05,
+        backoff_cap=0.2,
+    )
+    return SchedulerClient(config, BaseHandler())
+
+
 def test_follows_the_lowest_sequence_and_its_changes(zookeeper: str, zk: Any) -> None:
     path = f"/tfdeclare-test-{uuid.uuid4().hex}"
     first, second = ScriptServer(), ScriptServer()
-    client = SchedulerClient(
-        ClientConfig(
-            master=f"zk://{zookeeper}{path}",
-            framework=FrameworkInfo(user="svc", name="zk-test"),
-            backoff_initial=0.05,
-            backoff_cap=0.2,
-        ),
-        BaseHandler(),
-    )
+    client = _client(zookeeper, path)
     try:
         client.start()  # the path does not exist yet
         zk.ensure_path(path)
@@ -106,15 +109,7 @@ def test_a_named_leader_that_still_redirects_is_asked_again_not_followed(zookeep
         return leader.default_subscribe(req)
 
     leader.on_subscribe = not_yet
-    client = SchedulerClient(
-        ClientConfig(
-            master=f"zk://{zookeeper}{path}",
-            framework=FrameworkInfo(user="svc", name="zk-test"),
-            backoff_initial=0.05,
-            backoff_cap=0.2,
-        ),
-        BaseHandler(),
-    )
+    client = _client(zookeeper, path)
     try:
         zk.ensure_path(path)
         _register(zk, path, leader)
@@ -134,15 +129,7 @@ def test_a_call_redirected_to_an_old_leader_does_not_move_the_subscription(zooke
     path = f"/tfdeclare-test-{uuid.uuid4().hex}"
     leader, gone = ScriptServer(), ScriptServer()
     gone.close()
-    client = SchedulerClient(
-        ClientConfig(
-            master=f"zk://{zookeeper}{path}",
-            framework=FrameworkInfo(user="svc", name="zk-test"),
-            backoff_initial=0.05,
-            backoff_cap=0.2,
-        ),
-        BaseHandler(),
-    )
+    client = _client(zookeeper, path)
     try:
         zk.ensure_path(path)
         _register(zk, path, leader)

@@ -134,8 +134,8 @@ class SchedulerClient:
         self._candidates = spec.endpoints
         self._candidate = 0
         self._endpoint: str | None = spec.endpoints[0] if spec.endpoints else None  # calls go here
-        # With ZooKeeper, the leader it names: every SUBSCRIBE goes there, whatever a redirect
-        # of a call made of ``_endpoint`` meanwhile (a redirect can name an old leader).
+        # With ZooKeeper, the leader it names: every SUBSCRIBE goes there, even after a call's
+        # redirect moved ``_endpoint`` (a redirect can name an old, stopped leader).
         self._leader: str | None = None
         self._framework = config.framework
         self._suppressed_roles = config.suppressed_roles
