@@ -123,8 +123,8 @@ def cwd(tmp_path: Path) -> Iterator[Path]:
     (tmp_path / "tfdeclare.yaml").write_text(CONFIG)
     (tmp_path / "specs").mkdir()
     yield tmp_path
-    cli("delete", "--all", cwd=tmp_path)
-    assert kill_leftovers(tmp_path) == [], "a task outlived its job"
+    deleted = cli("delete", "--all", cwd=tmp_path)
+    assert kill_leftovers(tmp_path) == [], f"a task outlived its job; delete --all said: {deleted.stderr}"
 
 
 def out_dir(cwd: Path, name: str, base: str = "specs") -> Path:
