@@ -1,6 +1,6 @@
 """`make images` (tools/build_images.py) builds images/tf-cpu on the locally made test base
 (no registry here): pip in the build reaches PyPI through this machine's network and trusts
-its CA bundle (extra-ca.crt), and the image runs TensorFlow with the example scripts. The
+its CA bundle (extra-ca.crt), and the image runs TensorFlow with the example scripts, and TensorBoard. The
 engine's layer cache makes a repeated run quick."""
 
 from __future__ import annotations
@@ -48,3 +48,5 @@ def test_make_images_builds_tf_cpu_on_the_test_base(docker_client: Any, base_ima
     assert (version, uid) == ("2.21.0", "10001")
     assert (ca_left, pip_cert) == ("False", "False"), "the build's CA is pip's during the build only"
     assert "mwms_train.py" in scripts
+    board = docker_client.containers.run(tag, ["tensorboard", "--version"], remove=True, network_mode="none")
+    assert board.decode().strip().startswith("2.21"), "spec.tensorboard runs `tensorboard` in the image"

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,52 @@ def test_pip_install_gives_a_working_cli_without_tensorflow_within_budget(tmp_pa
 
 def _megabytes(folder: Path) -> int:
     return sum(p.lstat().st_size for p in folder.rglob("*")) // 2**20
+
+
+def test_the_license_and_the_metadata_agree() -> None:
+    """A LICENSE file whose text is the licence the metadata names (PEP 639), and the fields
+    an index page shows."""
+    assert PROJECT["license"] == "Apache-2.0"
+    assert PROJECT["license-files"] == ["LICENSE"]
+    text = (REPO / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+    assert {"Homepage", "Repository", "Issues", "Changelog"} <= set(PROJECT["urls"])
+    assert PROJECT["authors"] and PROJECT["keywords"] and PROJECT["classifiers"]
+    assert (REPO / "tfdeclare" / "py.typed").is_file()  # the "Typing :: Typed" classifier's promise
+
+
+def test_the_version_has_one_source_and_a_changelog_entry() -> None:
+    assert "version" not in PROJECT and PROJECT["dynamic"] == ["version"]
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert pyproject["tool"]["hatch"]["version"]["path"] == "tfdeclare/__init__.py"
+    from tfdeclare import __version__
+
+    changelog = (REPO / "CHANGELOG.md").read_text()
+    assert f"## {__version__}" in changelog
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_the_sdist_and_wheel_build_and_pass_twine_check(tmp_path: Path) -> None:
+    """What a release publishes: ``python -m build`` (in its own isolated environment, as a
+    release job runs it) and ``twine check --strict`` on both files."""
+    from tfdeclare import __version__
+
+    built = subprocess.run(
+        [sys.executable, "-m", "build", "--outdir", str(tmp_path), str(REPO)],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files == [f"tfdeclare-{__version__}-py3-none-any.whl", f"tfdeclare-{__version__}.tar.gz"]
+    checked = subprocess.run(
+        [sys.executable, "-m", "twine", "check", "--strict", *map(str, tmp_path.iterdir())],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    with zipfile.ZipFile(tmp_path / files[0]) as wheel:
+        names = set(wheel.namelist())
+        metadata = wheel.read(f"tfdeclare-{__version__}.dist-info/METADATA").decode()
+    assert f"tfdeclare-{__version__}.dist-info/licenses/LICENSE" in names
+    assert "tfdeclare/_schemas/job.schema.json" in names and "tfdeclare/py.typed" in names
+    assert "License-Expression: Apache-2.0" in metadata and f"Version: {__version__}" in metadata
