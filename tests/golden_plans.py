@@ -2,9 +2,10 @@
 
     specs/*.yaml     the desired state (paths shown relative to the case folder)
     observed.yaml    a list of applied jobs: {phase, running: [worker-0, ...], source: FILE:LINE,
-                     backend: NAME, job: TFJob}
+                     sourcePath: ABSOLUTE FILE, backend: NAME, job: TFJob}
     options.yaml     optional planner options: {prune: bool, allowEmpty: bool, backend: NAME,
-                     settleSeconds: S, now: T, sightings: {NAME: {specHash: HASH or null, since: T}}}
+                     settleSeconds: S, now: T, sightings: {NAME: {specHash: HASH or null, since: T}},
+                     scope: {paths: [ABSOLUTE PATH, ...], stdin: bool}}
     expected.txt     the text plan
     expected.json    the JSON plan
     expected.md      the Markdown plan (as `plan -o markdown` prints it)
@@ -23,6 +24,7 @@ import yaml
 from tfdeclare.core.enums import Phase, Role
 from tfdeclare.core.plan.observed import ObservedJob
 from tfdeclare.core.plan.planner import Plan, PlanOptions, Sighting, plan
+from tfdeclare.core.plan.scope import PruneScope
 from tfdeclare.core.run.tasks import TaskKey
 from tfdeclare.core.spec.loader import SourceRef, load_file
 from tfdeclare.shell.sources import SpecFiles
@@ -48,8 +50,22 @@ def _observed(entry: dict[str, Any]) -> ObservedJob:
         for role, index in (t.rsplit("-", 1) for t in entry.get("running", []))
     )
     return ObservedJob(
-        job.name, job.canonical, job.spec_hash, Phase(entry["phase"]), source, running, entry.get("backend")
+        job.name,
+        job.canonical,
+        job.spec_hash,
+        Phase(entry["phase"]),
+        source,
+        running,
+        entry.get("backend"),
+        entry.get("sourcePath"),
     )
+
+
+def _scope(given: dict[str, Any] | None) -> PruneScope | None:
+    if given is None:
+        return None
+    paths = tuple(given.get("paths", []))
+    return PruneScope(paths, stdin=given.get("stdin", False), shown=paths)
 
 
 def run_case(case: Path) -> Plan:
@@ -71,6 +87,7 @@ def run_case(case: Path) -> Plan:
             allow_empty=options.get("allowEmpty", False),
             backend=options.get("backend"),
             settle_s=options.get("settleSeconds", 0.0),
+            scope=_scope(options.get("scope")),
         ),
         now=options.get("now", 0.0),
         sightings={

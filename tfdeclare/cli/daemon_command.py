@@ -29,7 +29,7 @@ from tfdeclare.daemon.server import DaemonServer, ListenError
 from tfdeclare.daemon.service import Daemon, DaemonOptions, Source
 from tfdeclare.daemon.signatures import SignaturePolicy, SignatureSetupError
 from tfdeclare.daemon.sources import FolderSource, GitSettings, GitSource, SourceError
-from tfdeclare.shell.sources import SpecFiles, spec_sources
+from tfdeclare.shell.sources import SpecFiles, prune_scope, spec_sources
 
 
 class _JsonFormatter(logging.Formatter):
@@ -158,12 +158,15 @@ def _serve(args: argparse.Namespace, settings: Settings, server: DaemonServer) -
             )
             source = GitSource(git, settings.state_dir / "git")
             base_dir = source.current
+            # every revision's snapshot: a job applied from an earlier commit is the daemon's too
+            scope = prune_scope([source.revisions_dir], [source.description])
         else:
             folder = Path(args.specs)
             if not folder.is_dir():
                 raise UserError(f"--specs {folder}: no such folder")
             source = FolderSource(folder, [settings.state_dir, settings.status_dir])
             base_dir = Path.cwd()
+            scope = prune_scope([folder])
     except (SourceError, SignatureSetupError) as err:
         raise UserError(str(err)) from err
     interval = args.interval if args.interval is not None else daemon_config.interval_s
@@ -175,6 +178,7 @@ def _serve(args: argparse.Namespace, settings: Settings, server: DaemonServer) -
         daemon_config.settle_s,
         settings.config.webhooks,
         settings.config.policy.quotas,
+        scope=scope,
     )
     host, port = server.address
     if args.port != 0 and (args.port is not None or daemon_config.port):  # not "any free port" (tests)

@@ -46,7 +46,7 @@ from tfdeclare.core.spec.loader import LoadedJob, Locate, SourceRef
 from tfdeclare.core.spec.model import fingerprint
 from tfdeclare.core.tone import PHASE_TONES, Painter, Tone, plain
 from tfdeclare.shell.lock import ControllerLock
-from tfdeclare.shell.sources import spec_sources
+from tfdeclare.shell.sources import prune_scope, spec_sources
 from tfdeclare.shell.statuswriter import StatusWriter
 from tfdeclare.shell.store import StateError, StateStore
 
@@ -101,6 +101,7 @@ def _saved_plan(path: str, settings: Settings, store: StateStore) -> tuple[Plan,
             allow_empty=saved["plan"]["options"]["allowEmpty"],
             backend=settings.backend,
             quotas=settings.config.policy.quotas,
+            scope=prune_scope([str(p) for p in saved.get("paths") or ["."]]),
         )
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise UserError(f"{path}: not a readable tfdeclare plan ({err})") from err
@@ -259,6 +260,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
                         allow_empty=args.allow_empty,
                         backend=settings.backend,
                         quotas=settings.config.policy.quotas,
+                        scope=prune_scope(args.paths),
                     ),
                 )
             except StateError as err:

@@ -31,6 +31,7 @@ from tfdeclare.core.plan.planner import Plan, PlanOptions, plan
 from tfdeclare.core.plan.render import plan_json, render_json, render_text
 from tfdeclare.core.spec.schema import SCHEMA_NAMES, schema_text
 from tfdeclare.files import write_atomic
+from tfdeclare.shell.sources import prune_scope
 from tfdeclare.shell.store import StateError, StateStore
 
 PLAN_KIND = "TFDeclarePlan"
@@ -77,6 +78,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         allow_empty=args.allow_empty,
         backend=settings.backend,
         quotas=settings.config.policy.quotas,
+        scope=prune_scope(args.paths),
     )
     result, desired = compute_plan(args.paths, settings, options)
     print_diagnostics(result.diagnostics, args.output)

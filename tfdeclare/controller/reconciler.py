@@ -25,7 +25,7 @@ from typing import Any
 
 from tfdeclare.backends.base import Backend, BackendError
 from tfdeclare.core.enums import Phase, Reason, TaskState
-from tfdeclare.core.plan.planner import Action, Plan
+from tfdeclare.core.plan.planner import Action, Plan, PlanReason
 from tfdeclare.core.run import lifecycle, status
 from tfdeclare.core.run.clusterspec import TaskConfig
 from tfdeclare.core.run.launches import gang_request, launches, placed
@@ -181,6 +181,8 @@ class Controller:
         records = self.store.records()
         changes: list[str] = []
         for job in plan.jobs:
+            if PlanReason.OUTSIDE_SCOPE in job.reasons:
+                continue  # another source's job: this plan read none of its files, so it says nothing of it
             record = records.get(job.name)
             canonical = plan.desired.get(job.name)
             source = plan.sources.get(job.name)

@@ -30,6 +30,7 @@ from tfdeclare.core.config import WebhookConfig
 from tfdeclare.core.diagnostics import Diagnostic
 from tfdeclare.core.enums import Phase, Reason
 from tfdeclare.core.plan.planner import Plan, PlanCache, PlanOptions, Sighting, plan
+from tfdeclare.core.plan.scope import PruneScope
 from tfdeclare.core.run.record import JobRecord, Revision
 from tfdeclare.core.spec.keys import TaskKey
 from tfdeclare.core.spec.names import is_job_name
@@ -80,6 +81,7 @@ class DaemonOptions:
     settle_s: float = 3.0
     webhooks: tuple[WebhookConfig, ...] = ()
     quotas: tuple[Quota, ...] = ()  # the config's policy.quotas
+    scope: PruneScope | None = None  # the jobs it may prune: those applied from its own source
     min_sync_interval_s: float = 1.0  # POST /sync fetches at most this often (the rest coalesce)
 
 
@@ -267,6 +269,7 @@ class Daemon:
             backend=self.controller.backend.name,
             settle_s=self.options.settle_s,
             quotas=self.options.quotas,
+            scope=self.options.scope,
         )
         current = plan(
             desired,

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from tfdeclare.core.diagnostics import Code, Diagnostic, Severity
 from tfdeclare.core.plan.desired import DesiredState, assemble, holds_no_job
+from tfdeclare.core.plan.scope import PruneScope
 from tfdeclare.core.spec.loader import STDIN_NAME, FileResult, SpecCheck, content_hash, load_file
 from tfdeclare.core.spec.policy import SpecSources
 
@@ -49,6 +50,15 @@ def spec_sources(paths: Sequence[str | Path], base: str | Path | None = None) ->
         given = os.path.join(here, "." if str(path) == "-" else path)
         roots.append(given if os.path.isdir(given) else os.path.dirname(given))
     return SpecSources(tuple(dict.fromkeys(roots)), here, os.path.realpath)
+
+
+def prune_scope(paths: Sequence[str | Path], shown: Sequence[str] | None = None) -> PruneScope:
+    """What ``--prune`` of a plan read from ``paths`` may reach (``core.plan.scope``): each path
+    made absolute with its links resolved, as the job records' source folders are; ``-`` is
+    standard input."""
+    roots = tuple(dict.fromkeys(os.path.realpath(p) for p in paths if str(p) != "-"))
+    given = tuple(shown) if shown is not None else tuple(str(p) for p in paths)
+    return PruneScope(roots, stdin=any(str(p) == "-" for p in paths), shown=given)
 
 
 def display_path(path: str, base: str | None) -> str:

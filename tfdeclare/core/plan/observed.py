@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 from tfdeclare.core.enums import Phase
 from tfdeclare.core.run.record import JobRecord
 from tfdeclare.core.spec.keys import TaskKey
-from tfdeclare.core.spec.loader import SourceRef
+from tfdeclare.core.spec.loader import STDIN_NAME, SourceRef
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +28,7 @@ class ObservedJob:
     source: SourceRef | None = None
     running: tuple[TaskKey, ...] = ()  # tasks alive now (or at the last pass)
     backend: str | None = None  # where it runs (None: not recorded, as in golden cases)
+    source_path: str | None = None  # the absolute spec file it was last applied from (``scope``)
 
 
 ObservedState = Mapping[str, ObservedJob]
@@ -42,7 +44,16 @@ def observed_job(record: JobRecord) -> ObservedJob:
         source=record.source,
         running=tuple(sorted(t.key for t in record.tasks if t.state.alive)),
         backend=record.backend,
+        source_path=source_path(record.source_dir, record.source.file if record.source else None),
     )
+
+
+def source_path(source_dir: str | None, file: str | None) -> str | None:
+    """The absolute spec file a job was applied from: its recorded folder (absolute, links
+    resolved) and the file's name; None for standard input or an unrecorded folder."""
+    if source_dir is None or file is None or file == STDIN_NAME:
+        return None
+    return posixpath.join(source_dir, posixpath.basename(file))
 
 
 def _standing(phase: Phase) -> str:

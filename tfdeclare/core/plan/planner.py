@@ -45,6 +45,7 @@ from tfdeclare.core.enums import Phase, RestartScope, Role, ScopeReason
 from tfdeclare.core.plan.desired import DesiredState
 from tfdeclare.core.plan.observed import ObservedJob, ObservedState, observed_fingerprint
 from tfdeclare.core.plan.quotas import enforce_quotas
+from tfdeclare.core.plan.scope import PruneScope
 from tfdeclare.core.run.clusterspec import symbolic_addresses, task_configs
 from tfdeclare.core.run.tasks import TaskKey
 from tfdeclare.core.spec.keys import ORDER
@@ -112,6 +113,7 @@ class PlanReason(StrEnum):
     FILES_UNREADABLE = "FilesUnreadable"
     NOT_SETTLED = "NotSettled"
     TENSORBOARD_CHANGED = "TensorBoardChanged"
+    OUTSIDE_SCOPE = "OutsideScope"  # last applied from a file outside the paths given (``scope``)
 
 
 _NOT_SYNCED = {
@@ -168,6 +170,13 @@ class PlanOptions:
     backend: str | None = None
     settle_s: float = 0.0  # a change is made once the files have said so this long (0: at once)
     quotas: tuple[Quota, ...] = ()  # the config's policy.quotas, counted over what the plan runs
+    # The jobs the plan may act on when their files are gone: those last applied from the
+    # paths given (``scope``). None: every job of the state folder (plans of golden cases).
+    scope: PruneScope | None = None
+
+    def reaches(self, job: ObservedJob) -> bool:
+        """Whether a job absent from the files is this plan's to orphan or prune."""
+        return self.scope is None or self.scope.holds(job)
 
 
 @dataclass(frozen=True, slots=True)
@@ -498,6 +507,10 @@ def _plan_absent(
         "phase": observed.phase,
         "previous_hash": observed.spec_hash,
     }
+    if not options.reaches(observed):
+        assert options.scope is not None
+        why = options.scope.outside_message(observed)
+        return JobPlan(observed.name, Action.NOOP, (PlanReason.OUTSIDE_SCOPE,), why, **common)
     file = observed.source.file if observed.source is not None else None
     protected = desired.protected.get(observed.name)
     if protected is None and file in desired.invalid_files:
@@ -738,7 +751,7 @@ def plan(
         replanned = _replan_patch(cache, cache.last, desired, observed, options)
         if replanned is not None:
             return replanned
-    desired = enforce_quotas(desired, observed, options.quotas, options.prune)
+    desired = enforce_quotas(desired, observed, options.quotas, options.prune, options.scope)
     settling = _Settling(options.settle_s, now, sightings or {})
     jobs: list[JobPlan] = []
     acted: dict[str, Mapping[str, Any]] = {}

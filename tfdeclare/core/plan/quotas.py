@@ -23,6 +23,7 @@ from tfdeclare.core.spec.policy import Quota
 
 if TYPE_CHECKING:  # validate counts quotas without importing the observed state's model
     from tfdeclare.core.plan.observed import ObservedJob, ObservedState
+    from tfdeclare.core.plan.scope import PruneScope
 
 Usage = tuple[float, float, float, float]  # gpus, cpus, mem MiB, tasks
 _NONE: Usage = (0.0, 0.0, 0.0, 0.0)
@@ -58,15 +59,22 @@ def _running(job: ObservedJob | None) -> Mapping[str, Any] | None:
 
 
 def enforce_quotas(
-    desired: DesiredState, observed: ObservedState, quotas: tuple[Quota, ...], prune: bool
+    desired: DesiredState,
+    observed: ObservedState,
+    quotas: tuple[Quota, ...],
+    prune: bool,
+    scope: PruneScope | None = None,
 ) -> DesiredState:
-    """``desired`` less the jobs a quota refuses (they become protected, with a diagnostic)."""
+    """``desired`` less the jobs a quota refuses (they become protected, with a diagnostic).
+    A job gone from the files still counts unless the plan prunes it (``prune``, and it is in
+    ``scope``)."""
     if not quotas:
         return desired
     counted: dict[str, Mapping[str, Any] | None] = {}  # what runs if nothing is refused
     candidates: list[LoadedJob] = []  # jobs that would change what runs
     for name, job in observed.items():
-        if name not in desired.jobs and (name in desired.protected or not prune):
+        pruned = prune and (scope is None or scope.holds(job))
+        if name not in desired.jobs and (name in desired.protected or not pruned):
             counted[name] = _running(job)
     for name, loaded in desired.jobs.items():
         current = observed.get(name)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tfdeclare.core.plan.planner import ABSENT, Action, FieldChange, JobPlan, Plan
+from tfdeclare.core.plan.planner import ABSENT, Action, FieldChange, JobPlan, Plan, PlanReason
 from tfdeclare.core.run.tasks import TaskKey
 from tfdeclare.core.spec.secrets import shown_env_value
 from tfdeclare.core.tone import Painter, Tone, plain
@@ -73,13 +73,24 @@ def summary_line(plan: Plan) -> str:
         extra.append(f"{plan.count(Action.MOVE)} to move to another backend")
     if plan.count(Action.UPDATE):
         extra.append(f"{plan.count(Action.UPDATE)} to update in place")
-    if plan.count(Action.NOOP):
-        extra.append(f"{plan.count(Action.NOOP)} unchanged")
+    outside = len(_outside(plan))
+    if plan.count(Action.NOOP) - outside:
+        extra.append(f"{plan.count(Action.NOOP) - outside} unchanged")
+    if outside:
+        extra.append(f"{outside} outside the paths given")
     if plan.count(Action.ORPHAN):
         extra.append(f"{plan.count(Action.ORPHAN)} orphaned")
     if plan.count(Action.KEEP):
         extra.append(f"{plan.count(Action.KEEP)} kept as applied")
     return line + (f" ({', '.join(extra)})" if extra else "")
+
+
+def _outside(plan: Plan) -> list[JobPlan]:
+    """The jobs last applied from files outside the paths the plan read (never pruned by it)."""
+    return [j for j in plan.jobs if PlanReason.OUTSIDE_SCOPE in j.reasons]
+
+
+OUTSIDE_SHOWN = 20  # a plan of one file in a state folder of many jobs names this many of the others
 
 
 def task_list(keys: tuple[TaskKey, ...]) -> str:
@@ -154,7 +165,16 @@ def no_plan_line(errors: int) -> str:
 
 def render_text(plan: Plan, *, show_unchanged: bool = False, paint: Painter = plain) -> str:
     lines: list[str] = []
-    listed = [j for j in plan.jobs if j.action in _LISTED or (show_unchanged and j.action is Action.NOOP)]
+    scope = plan.options.scope
+    if plan.options.prune and scope is not None:
+        lines.append(f"Prune scope: only jobs last applied from {scope.describe()} may be deleted.")
+        lines.append("")
+    outside = _outside(plan)
+    listed = [
+        j
+        for j in plan.jobs
+        if j.action in _LISTED or (show_unchanged and j.action is Action.NOOP and j not in outside)
+    ]
     errors = sum(1 for d in plan.diagnostics if d.is_error)
     if errors:  # as Terraform: no plan from files with errors (it would be a plan of some of them)
         lines.append(paint(no_plan_line(errors), Tone.BAD))
@@ -181,6 +201,15 @@ def render_text(plan: Plan, *, show_unchanged: bool = False, paint: Painter = pl
             for j in orphans
         )
         lines.append("")
+    if outside and (plan.options.prune or show_unchanged):
+        lines.append("Outside the paths given (not pruned; nothing is done to them):")
+        lines.extend(
+            f"  {paint('= ' + j.name, Tone.MUTED)} ({j.phase.value if j.phase else 'unknown'}): {j.message}"
+            for j in outside[:OUTSIDE_SHOWN]
+        )
+        if len(outside) > OUTSIDE_SHOWN:
+            lines.append(f"  ... and {len(outside) - OUTSIDE_SHOWN} more (-o json lists them all)")
+        lines.append("")
     if not errors:
         lines.append(paint(summary_line(plan), Tone.STRONG))
     return "\n".join(lines).rstrip("\n") + "\n"
@@ -203,7 +232,16 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "formatVersion": 1,
         "summary": {action.value: plan.count(action) for action in Action},
         "hasChanges": plan.has_changes,
-        "options": {"prune": plan.options.prune, "allowEmpty": plan.options.allow_empty},
+        "options": {
+            "prune": plan.options.prune,
+            "allowEmpty": plan.options.allow_empty,
+            # present only when the plan was given paths (so plans of golden cases read as before)
+            **(
+                {"pruneScope": {"paths": list(scope.shown or scope.roots), "stdin": scope.stdin}}
+                if (scope := plan.options.scope) is not None
+                else {}
+            ),
+        },
         "jobs": [
             {
                 "name": job.name,
