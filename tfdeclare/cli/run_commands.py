@@ -38,7 +38,13 @@ from tfdeclare.cli.wiring import controller_for, locked
 from tfdeclare.controller import Controller
 from tfdeclare.core.diagnostics import Code
 from tfdeclare.core.enums import Phase, Reason, TaskState
-from tfdeclare.core.plan.claims import STDIN_PATH, desired_mismatches, parse_plan_file, plan_mismatches
+from tfdeclare.core.plan.claims import (
+    STDIN_PATH,
+    desired_mismatches,
+    parse_plan_file,
+    plan_mismatches,
+    shown,
+)
 from tfdeclare.core.plan.desired import DesiredState
 from tfdeclare.core.plan.planner import Action, Plan, PlanOptions, plan
 from tfdeclare.core.plan.render import plan_json, render_text
@@ -91,7 +97,7 @@ def replan_saved(path: str, settings: Settings, store: StateStore) -> tuple[Plan
         raise UserError(f"{path}: not a readable tfdeclare plan ({err})") from err
     if saved.backend != settings.backend or saved.state_dir != str(settings.state_dir):
         raise UserError(
-            f"{path} was made for backend {saved.backend} and state folder {saved.state_dir}; "
+            f"{path} was made for backend {shown(saved.backend)} and state folder {shown(saved.state_dir)}; "
             f"this is backend {settings.backend} with {settings.state_dir}"
         )
     if STDIN_PATH in saved.paths:

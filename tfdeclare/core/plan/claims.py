@@ -104,8 +104,8 @@ def parse_plan_file(document: Any) -> SavedPlan:
             raise PlanFileError(f"plan.jobs[{index}]: expected a mapping with a name")
         actions.append((entry["name"], {key: entry.get(key) for key in _ACTION_FIELDS}))
     paths = _strings(document, "paths") if "paths" in document else (".",)  # plans before paths
-    if not paths:
-        raise PlanFileError("paths: empty")
+    if not paths or not all(paths) or any("\0" in p for p in paths):
+        raise PlanFileError("paths: empty, or a path empty or holding a NUL character")
     return SavedPlan(
         backend=_field(document, "backend", str, ""),
         state_dir=_field(document, "stateDir", str, ""),
@@ -145,14 +145,17 @@ def differences(claimed: Any, actual: Any, path: JsonPath = ()) -> list[JsonPath
     return []
 
 
-def _listed(values: Sequence[str] | frozenset[str] | Mapping[str, Any]) -> str:
-    shown = sorted(values)
-    return (
-        "["
-        + ", ".join(repr(v) for v in shown[:_SHOWN_PATHS])
-        + (", ..." if len(shown) > _SHOWN_PATHS else "")
-        + "]"
-    )
+def shown(value: Any, limit: int = 120) -> str:
+    """A claimed value for a message: a printable string as it is, anything else as Python
+    writes it (control characters escaped), cut at ``limit`` characters."""
+    text = value if isinstance(value, str) and value.isprintable() else repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _listed(values: Sequence[str]) -> str:
+    names = sorted(values)
+    more = ", ..." if len(names) > _SHOWN_PATHS else ""
+    return "[" + ", ".join(repr(v) for v in names[:_SHOWN_PATHS]) + more + "]"
 
 
 def desired_mismatches(saved: SavedPlan, desired: DesiredState, plan_file: str) -> list[Diagnostic]:
@@ -225,6 +228,7 @@ def plan_mismatches(saved: SavedPlan, current: Plan) -> list[str]:
         for key in _ACTION_FIELDS:
             if differences(claimed[key], actual[key]):
                 out.append(
-                    f"job {name}: the plan says {key} {claimed[key]!r}, a plan made now says {actual[key]!r}"
+                    f"job {name}: the plan says {key} {shown(claimed[key])}, "
+                    f"a plan made now says {shown(actual[key])}"
                 )
     return out[:_SHOWN_PATHS]
