@@ -135,9 +135,12 @@ def test_edits_of_the_plan_files_own_fields_are_refused(
 def test_an_honest_plan_still_applies(planned: tuple[Path, dict[str, Any]]) -> None:
     project, _ = planned
     try:
-        applied = cli("apply", "plan.json", cwd=project)
+        applied = cli("apply", "plan.json", "--prune", cwd=project)
         assert applied.returncode == 0, applied.stderr
         assert "reader will be created" in applied.stdout
+        assert "warning: --prune is ignored: a saved plan applies with the options it was made with" in (
+            applied.stderr
+        )
         record = json.loads((project / ".tfdeclare" / "jobs" / "reader.json").read_text())
         assert record["source"] == {"file": "specs/reader.yaml", "line": 1}
         assert record["sourceDir"] == str((project / "specs").resolve())

@@ -240,6 +240,15 @@ def cmd_apply(args: argparse.Namespace) -> int:
     with locked(settings, "apply", source=" ".join(args.paths)):
         if _is_plan_file(args.paths):
             result, desired = replan_saved(args.paths[0], settings, store)
+            for flag, given, planned in (
+                ("--prune", args.prune, result.options.prune),
+                ("--allow-empty", args.allow_empty, result.options.allow_empty),
+            ):
+                if given and not planned:
+                    stderr_line(
+                        f"tfdeclare: warning: {flag} is ignored: a saved plan applies with the options "
+                        f"it was made with (make it with `tfdeclare plan {flag} --out`)"
+                    )
         else:
             desired, _ = load_desired(args.paths, settings)
             if desired.has_errors:

@@ -72,6 +72,10 @@ def _field(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], whe
 
 
 def _strings(data: Mapping[str, Any], key: str, where: str = "") -> tuple[str, ...]:
+    """A list of strings; missing is empty (plans of earlier releases lack some lists: they are
+    compared all the same, so a missing one only matches an empty one)."""
+    if key not in data:
+        return ()
     values = _field(data, key, list, where)
     if not all(isinstance(v, str) for v in values):
         raise PlanFileError(f"{where}{key}: expected a list of strings")
