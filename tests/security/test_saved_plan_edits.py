@@ -31,6 +31,7 @@ from tfdeclare.cli.common import UserError, settings_from
 from tfdeclare.cli.main import main
 from tfdeclare.cli.run_commands import replan_saved
 from tfdeclare.core.enums import Phase
+from tfdeclare.core.plan.claims import differences
 from tfdeclare.core.plan.desired import DesiredState
 from tfdeclare.core.plan.planner import Plan
 from tfdeclare.core.plan.render import plan_json
@@ -335,3 +336,15 @@ def test_pairs_of_edits_are_refused_or_change_nothing(planned: Planned) -> None:
         assert got is None or got == planned.outcome, edits
 
     check()
+
+
+def test_differences_compare_types_and_name_each_field() -> None:
+    assert differences({"a": 1, "b": [1, 2]}, {"a": 1, "b": [1, 2]}) == []
+    assert differences({"a": 1}, {"a": True}) == [("a",)]  # JSON true is not 1
+    assert differences({"a": 1.0}, {"a": 1}) == [("a",)]
+    assert differences({"a": {"x": 1}, "b": [1, 2]}, {"a": {"y": 1}, "b": [1, 3]}) == [
+        ("a", "x"),
+        ("a", "y"),
+        ("b", 1),
+    ]
+    assert differences({"b": [1]}, {"b": [1, 2]}) == [("b",)]

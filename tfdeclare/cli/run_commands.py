@@ -81,7 +81,7 @@ def _is_plan_file(paths: list[str]) -> bool:
                 return False
             handle.seek(0)
             return bool(json.load(handle).get("kind") == PLAN_KIND)
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return False
 
 
@@ -93,7 +93,7 @@ def replan_saved(path: str, settings: Settings, store: StateStore) -> tuple[Plan
     source file, prune list or option it holds is used unless the files say the same."""
     try:
         saved = parse_plan_file(json.loads(Path(path).read_text(encoding="utf-8")))
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, RecursionError) as err:
         raise UserError(f"{path}: not a readable tfdeclare plan ({err})") from err
     if saved.backend != settings.backend or saved.state_dir != str(settings.state_dir):
         raise UserError(
