@@ -133,7 +133,7 @@ def replan_saved(path: str, settings: Settings, store: StateStore) -> tuple[Plan
         raise UserError(str(err)) from err
     stale = plan_mismatches(saved, current)
     if stale:
-        for line in stale:
+        for line in stale[1:]:
             stderr_line(f"tfdeclare: {line}")
         raise UserError(f"{path} is stale: {stale[0]}. Run `tfdeclare plan` again.")
     return current, desired
