@@ -135,7 +135,8 @@ def test_a_saved_plan_is_checked_against_the_policy_when_applied(project: Path) 
     (project / "tfdeclare.yaml").write_text(POLICY.replace("registry.example.com/*", "other/*"))
     result = cli("apply", "p.json", cwd=project)
     assert result.returncode == 1
-    assert "specs/img.yaml:1: error: image 'registry.example.com/tf:2' is not allowed" in result.stderr
+    # the specs are read again from their files: the error is at the field, as `apply specs` gives it
+    assert "specs/img.yaml:6:10: error: image 'registry.example.com/tf:2' is not allowed" in result.stderr
 
 
 def test_the_state_folder_is_made_private(project: Path) -> None:

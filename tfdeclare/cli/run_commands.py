@@ -36,17 +36,22 @@ from tfdeclare.cli.specs_commands import PLAN_KIND
 from tfdeclare.cli.validate_command import load_desired
 from tfdeclare.cli.wiring import controller_for, locked
 from tfdeclare.controller import Controller
-from tfdeclare.core.diagnostics import Code, Diagnostic, JsonPath, format_json_path
+from tfdeclare.core.diagnostics import Code
 from tfdeclare.core.enums import Phase, Reason, TaskState
+from tfdeclare.core.plan.claims import (
+    STDIN_PATH,
+    desired_mismatches,
+    parse_plan_file,
+    plan_mismatches,
+    shown,
+)
 from tfdeclare.core.plan.desired import DesiredState
 from tfdeclare.core.plan.planner import Action, Plan, PlanOptions, plan
 from tfdeclare.core.plan.render import plan_json, render_text
 from tfdeclare.core.run.record import JobRecord
-from tfdeclare.core.spec.loader import LoadedJob, Locate, SourceRef
-from tfdeclare.core.spec.model import fingerprint
 from tfdeclare.core.tone import PHASE_TONES, Painter, Tone, plain
 from tfdeclare.shell.lock import ControllerLock
-from tfdeclare.shell.sources import prune_scope, spec_sources
+from tfdeclare.shell.sources import prune_scope
 from tfdeclare.shell.statuswriter import StatusWriter
 from tfdeclare.shell.store import StateError, StateStore
 
@@ -77,70 +82,62 @@ def _is_plan_file(paths: list[str]) -> bool:
                 return False
             handle.seek(0)
             return bool(json.load(handle).get("kind") == PLAN_KIND)
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return False
 
 
-def _locate(job: LoadedJob) -> Locate:
-    """Diagnostics on a saved plan's job, at its file and line."""
-
-    def at(path: JsonPath, message: str) -> Diagnostic:
-        source = job.source
-        return Diagnostic(source.file, source.line, None, message, format_json_path(path), Code.BACKEND)
-
-    return at
-
-
-def _saved_plan(path: str, settings: Settings, store: StateStore) -> tuple[Plan, DesiredState]:
-    """Re-plan from a saved plan's specs; refuse it when the state moved since."""
+def replan_saved(path: str, settings: Settings, store: StateStore) -> tuple[Plan, DesiredState]:
+    """What ``apply PLANFILE`` applies: the specs read again from the plan's paths (as
+    ``apply PATH`` reads them: the same loader, policy and backend checks) and planned against
+    the state now, when that bears out everything the file claims; otherwise a ``UserError``
+    naming what differs, and nothing is applied. The file is evidence, never authority: no spec,
+    source file, prune list or option it holds is used unless the files say the same."""
     try:
-        saved = json.loads(Path(path).read_text(encoding="utf-8"))
-        desired_specs: dict[str, Any] = saved["desiredAll"]
-        options = PlanOptions(
-            prune=saved["plan"]["options"]["prune"],
-            allow_empty=saved["plan"]["options"]["allowEmpty"],
-            backend=settings.backend,
-            quotas=settings.config.policy.quotas,
-            scope=prune_scope([str(p) for p in saved.get("paths") or ["."]]),
-        )
-    except (OSError, ValueError, KeyError, TypeError) as err:
+        saved = parse_plan_file(json.loads(Path(path).read_text(encoding="utf-8")))
+    except (OSError, ValueError, RecursionError) as err:
         raise UserError(f"{path}: not a readable tfdeclare plan ({err})") from err
-    if saved.get("backend") != settings.backend or saved.get("stateDir") != str(settings.state_dir):
+    if saved.backend != settings.backend or saved.state_dir != str(settings.state_dir):
         raise UserError(
-            f"{path} was made for backend {saved.get('backend')} and state folder {saved.get('stateDir')}; "
+            f"{path} was made for backend {shown(saved.backend)} and state folder {shown(saved.state_dir)}; "
             f"this is backend {settings.backend} with {settings.state_dir}"
         )
-    jobs = {
-        name: LoadedJob(
-            name, entry["spec"], fingerprint(entry["spec"]), SourceRef(entry["file"], entry["line"])
-        )
-        for name, entry in desired_specs.items()
-    }
-    # the paths the plan was made from, as given then (relative to this same folder: the state
-    # folder matched): a hand-edited spec is judged where its file lies, like any other
-    checks = settings.reading(spec_sources([str(p) for p in saved.get("paths") or ["."]])).spec_checks
-    problems = [p for job in jobs.values() for check in checks for p in check(job, _locate(job))]
-    if problems:  # the policy or the backend may have changed since, or the file was edited
-        print_diagnostics(problems)
-        raise UserError(f"{path}: its jobs break the policy or the backend's rules (see above)")
-    desired = DesiredState(
-        jobs,
-        (),
-        dict.fromkeys(saved.get("protected", []), ()),
-        frozenset(saved.get("invalidFiles", [])),
-        tuple(saved.get("files", [])),
-        frozenset(saved.get("emptyFiles", [])),
-    )
-    observed = store.observed()
-    current = plan(desired, observed, options)
-    stale = current.observed_fingerprint != saved["observedFingerprint"] or [
-        (j["name"], j["action"]) for j in saved["plan"]["jobs"]
-    ] != [(j.name, j.action.value) for j in current.jobs]
-    if stale:
+    if STDIN_PATH in saved.paths:
         raise UserError(
-            f"{path} is stale: the jobs it was planned against have changed since (another apply, a "
-            "completion or a failure). Run `tfdeclare plan` again."
+            f"{path} was made from standard input, which cannot be read again: "
+            "run `tfdeclare apply -` with the spec instead"
         )
+    # the paths the plan was made from, as given then (relative to this same folder: the state
+    # folder matched), read as `apply PATH` reads them
+    desired, _ = load_desired(list(saved.paths), settings)
+    if desired.has_errors:
+        print_diagnostics(desired.diagnostics)
+        raise UserError(
+            f"nothing applied from {path}: the specs it was made from have errors now (see above)"
+        )
+    print_diagnostics(desired.diagnostics)  # warnings
+    mismatches = desired_mismatches(saved, desired, path)
+    if mismatches:
+        print_diagnostics(mismatches)
+        raise UserError(
+            f"nothing applied from {path}: the files it was made from say otherwise now (see above); "
+            "run `tfdeclare plan` again"
+        )
+    options = PlanOptions(
+        prune=saved.prune,
+        allow_empty=saved.allow_empty,
+        backend=settings.backend,
+        quotas=settings.config.policy.quotas,
+        scope=prune_scope(list(saved.paths)),
+    )
+    try:
+        current = plan(desired, store.observed(), options)
+    except StateError as err:
+        raise UserError(str(err)) from err
+    stale = plan_mismatches(saved, current)
+    if stale:
+        for line in stale[1:]:
+            stderr_line(f"tfdeclare: {line}")
+        raise UserError(f"{path} is stale: {stale[0]}. Run `tfdeclare plan` again.")
     return current, desired
 
 
@@ -244,7 +241,16 @@ def cmd_apply(args: argparse.Namespace) -> int:
     store = StateStore(settings.state_dir)
     with locked(settings, "apply", source=" ".join(args.paths)):
         if _is_plan_file(args.paths):
-            result, desired = _saved_plan(args.paths[0], settings, store)
+            result, desired = replan_saved(args.paths[0], settings, store)
+            for flag, given, planned in (
+                ("--prune", args.prune, result.options.prune),
+                ("--allow-empty", args.allow_empty, result.options.allow_empty),
+            ):
+                if given and not planned:
+                    stderr_line(
+                        f"tfdeclare: warning: {flag} is ignored: a saved plan applies with the options "
+                        f"it was made with (make it with `tfdeclare plan {flag} --out`)"
+                    )
         else:
             desired, _ = load_desired(args.paths, settings)
             if desired.has_errors:

@@ -25,6 +25,7 @@ from tfdeclare.cli.common import (
     stdout_write,
 )
 from tfdeclare.cli.validate_command import load_desired
+from tfdeclare.core.plan.claims import FORMAT_VERSION, PLAN_KIND, STDIN_PATH
 from tfdeclare.core.plan.desired import DesiredState
 from tfdeclare.core.plan.markdown import render_markdown
 from tfdeclare.core.plan.planner import Plan, PlanOptions, plan
@@ -34,7 +35,7 @@ from tfdeclare.files import write_atomic
 from tfdeclare.shell.sources import prune_scope
 from tfdeclare.shell.store import StateError, StateStore
 
-PLAN_KIND = "TFDeclarePlan"
+__all__ = ["PLAN_KIND", "cmd_plan", "cmd_schema", "cmd_version", "compute_plan", "saved_plan"]
 
 
 def compute_plan(paths: list[str], settings: Settings, options: PlanOptions) -> tuple[Plan, DesiredState]:
@@ -47,12 +48,13 @@ def compute_plan(paths: list[str], settings: Settings, options: PlanOptions) -> 
 
 
 def saved_plan(result: Plan, desired: DesiredState, settings: Settings, paths: list[str]) -> dict[str, Any]:
-    """The plan file: everything `apply PLANFILE` needs to re-plan from the same specs and to
-    refuse the plan when the state it was computed against has moved (it holds the specs,
-    environment values included: keep it where you keep the specs)."""
+    """The plan file: what `apply PLANFILE` reads the specs again from (``paths``, relative to
+    the current folder) and the claims it checks them and a new plan against
+    (``core.plan.claims``), refusing the plan when anything differs. It holds the specs,
+    environment values included: keep it where you keep the specs."""
     return {
         "kind": PLAN_KIND,
-        "formatVersion": 1,
+        "formatVersion": FORMAT_VERSION,
         "tfdeclareVersion": __version__,
         "createdAt": time.time(),
         "backend": settings.backend,
@@ -73,6 +75,11 @@ def saved_plan(result: Plan, desired: DesiredState, settings: Settings, paths: l
 
 def cmd_plan(args: argparse.Namespace) -> int:
     settings = settings_from(args)
+    if args.out and STDIN_PATH in args.paths:
+        raise UserError(
+            f"not saving {args.out}: `apply PLANFILE` reads the specs again from the paths of the "
+            "plan, and standard input (`-`) cannot be read again; save the spec to a file and plan that"
+        )
     options = PlanOptions(
         prune=args.prune,
         allow_empty=args.allow_empty,

@@ -40,6 +40,7 @@ class Code(StrEnum):
     KUBEFLOW = "kubeflow"  # a Kubeflow TFJob: read as such (note), or not one we can read (error)
     KUBEFLOW_UNMAPPED = "kubeflow-unmapped"  # a Kubeflow field with no equivalent (warning)
     NOT_A_JOB = "not-a-job"  # another Kubernetes document beside the jobs (a Service...): not run (warning)
+    PLAN_MISMATCH = "plan-mismatch"  # a saved plan's claim that the files (or a plan now) do not bear out
 
 
 @dataclass(frozen=True, slots=True)
