@@ -220,6 +220,8 @@ def test_the_guard_lets_deliveries_through_to_their_signature_check() -> None:
         (webhook, "POST", "/sync", {**delivery, "content-length": str(2**20 + 1)}, 413),
         (webhook, "POST", "/other", delivery, 413),  # the large bound is for /sync only
         (AccessPolicy(frozenset()), "POST", "/sync", delivery, 413),  # no secret configured
+        (webhook, "POST", "/sync", {**delivery, "host": "hooks.example"}, 421),  # daemon.serverNames
+        (webhook, "POST", "/sync", {**delivery, "origin": "http://evil.example"}, 403),
     ]
     for policy, method, path, given, expected in cases:
         found = refusal(method, path, given, 8470, policy)
@@ -288,6 +290,26 @@ def test_the_server_takes_each_hosts_deliveries(served: tuple[DaemonServer, Endp
     code, _, answer = post(server, "/sync", *github_ping().signed(SECRET))
     assert (code, answer["ping"], answer["event"]) == (200, "ok", "ping")
     assert endpoints.syncs == len(PUSHES_TO_MAIN)
+
+
+def test_in_folder_mode_any_signed_push_syncs() -> None:
+    endpoints = Endpoints()
+    policy = AccessPolicy(frozenset(), webhook=WebhookPolicy(SECRET, None))
+    server = DaemonServer("127.0.0.1", 0, endpoints, policy)
+    server.start()
+    try:
+        for delivery in (github_push("refs/heads/dev", HEAD), bitbucket_cloud_push("feature", HEAD)):
+            code, _, answer = post(server, "/sync", *delivery.signed(SECRET))
+            assert code == 202 and answer["sync"] in ("requested", "coalesced"), answer
+        assert post(server, "/sync", *github_ping().signed(SECRET))[0] == 200
+        assert (
+            post(server, "/sync", *github_push("refs/heads/dev", HEAD).signed("wrong-0123456789abcdef"))[0]
+            == 401
+        )
+        assert post(server, "/sync", {})[0] == 401  # no token configured: only signed deliveries sync
+        assert endpoints.syncs == 2
+    finally:
+        server.close()
 
 
 def test_the_server_refuses_unsigned_and_wrongly_signed_deliveries(
