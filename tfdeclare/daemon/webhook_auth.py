@@ -123,9 +123,7 @@ def host_of(headers: Mapping[str, str]) -> GitHost | None:
     """The git host that sent a delivery, by its headers (None: none we know)."""
     if "x-gitlab-event" in headers or "x-gitlab-token" in headers:
         return GitHost.GITLAB
-    if any(name in headers for name in (*_GITEA_EVENTS, "x-gitea-signature", "x-forgejo-signature")):
-        return GitHost.GITEA
-    if "x-gogs-signature" in headers:
+    if any(name in headers for name in (*_GITEA_EVENTS, *_GITEA_SIGNATURES[:3])):  # not X-Hub-*
         return GitHost.GITEA
     if "x-github-event" in headers:
         return GitHost.GITHUB
