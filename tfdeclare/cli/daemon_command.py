@@ -29,6 +29,7 @@ from tfdeclare.daemon.server import DaemonServer, ListenError
 from tfdeclare.daemon.service import Daemon, DaemonOptions, Source
 from tfdeclare.daemon.signatures import SignaturePolicy, SignatureSetupError
 from tfdeclare.daemon.sources import FolderSource, GitSettings, GitSource, SourceError
+from tfdeclare.daemon.webhook_auth import WebhookPolicy
 from tfdeclare.shell.sources import SpecFiles, prune_scope, spec_sources
 
 
@@ -92,27 +93,40 @@ def page_url(host: str, port: int) -> str:
     return f"http://{host}:{port}/"
 
 
-def access_policy(config: DaemonConfig, host: str) -> AccessPolicy:
-    """Who may use the endpoints (``tfdeclare.daemon.httpguard``): the token read from its file
-    or variable, the names served; refused (``UserError``) where the host needs a token."""
-    token: str | None = None
-    if config.token_file is not None:
+def _secret(name: str, file: str | None, env: str | None) -> str | None:
+    """The value of the config's ``<name>File`` or ``<name>Env`` (trailing newline dropped);
+    ``UserError`` naming the setting, never the value."""
+    value: str | None = None
+    if file is not None:
         try:
-            token = Path(config.token_file).read_text(encoding="utf-8").rstrip("\r\n")
+            value = Path(file).read_text(encoding="utf-8").rstrip("\r\n")
         except (OSError, UnicodeDecodeError) as err:
-            raise UserError(
-                f"cannot read daemon.tokenFile {config.token_file}: {type(err).__name__}"
-            ) from None
-    elif config.token_env is not None:
-        token = os.environ.get(config.token_env)
-        if token is None:
-            raise UserError(f"daemon.tokenEnv: the variable {config.token_env} is not set")
+            raise UserError(f"cannot read daemon.{name}File {file}: {type(err).__name__}") from None
+    elif env is not None:
+        value = os.environ.get(env)
+        if value is None:
+            raise UserError(f"daemon.{name}Env: the variable {env} is not set")
+    return value
+
+
+def access_policy(config: DaemonConfig, host: str, branch: str | None = None) -> AccessPolicy:
+    """Who may use the endpoints (``tfdeclare.daemon.httpguard``): the token read from its file
+    or variable, the webhook secret likewise (deliveries to ``branch``, None in folder mode,
+    sync), the names served; refused (``UserError``) where the host needs a token."""
+    token = _secret("token", config.token_file, config.token_env)
     if token is not None and len(token) < 16:
         raise UserError(
             "the daemon's token is too short: use 16 characters or more (e.g. openssl rand -hex 32)"
         )
+    secret = _secret("webhookSecret", config.webhook_secret_file, config.webhook_secret_env)
+    if secret is not None and len(secret.strip()) < 16:
+        raise UserError(
+            "the daemon's webhook secret is too short: use 16 characters or more "
+            "(e.g. openssl rand -hex 32), and give the git host the same"
+        )
+    webhook = WebhookPolicy(secret, branch, config.webhook_max_body_bytes) if secret is not None else None
     names = {n.lower() for n in (*config.server_names, socket.gethostname(), socket.getfqdn(), host)}
-    policy = AccessPolicy(frozenset(names), token, config.token_for_reads)
+    policy = AccessPolicy(frozenset(names), token, config.token_for_reads, webhook)
     problem = check_listen(host, policy)
     if problem is not None:
         raise UserError(problem)
@@ -130,7 +144,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     daemon_config = settings.config.daemon
     _setup_logging(args.log_format or daemon_config.log_format)
     host = args.host or daemon_config.host
-    access = access_policy(daemon_config, host)  # before anything starts
+    access = access_policy(daemon_config, host, args.branch if args.git else None)  # before anything starts
     port = args.port if args.port is not None else daemon_config.port
     try:  # the port first: when it is taken, nothing else has started (no lock, no thread)
         server = DaemonServer(host, port, None, access)

@@ -51,6 +51,9 @@ class DaemonConfig:
     token_file: str | None = None
     token_env: str | None = None
     token_for_reads: bool = False
+    webhook_secret_file: str | None = None  # signed git-host deliveries on POST /sync
+    webhook_secret_env: str | None = None
+    webhook_max_body_bytes: int = 1024 * 1024
     allowed_signers: str | None = None  # git mode: verify heads against these SSH keys
     gpg_keyring: str | None = None  # or these OpenPGP keys
 
@@ -134,6 +137,9 @@ def parse_config(
             token_file=_path(base_dir, daemon.get("tokenFile")),
             token_env=daemon.get("tokenEnv"),
             token_for_reads=daemon["tokenForReads"],
+            webhook_secret_file=_path(base_dir, daemon.get("webhookSecretFile")),
+            webhook_secret_env=daemon.get("webhookSecretEnv"),
+            webhook_max_body_bytes=daemon["webhookMaxBodyBytes"],
             allowed_signers=_path(base_dir, daemon.get("verifyCommits", {}).get("allowedSigners")),
             gpg_keyring=_path(base_dir, daemon.get("verifyCommits", {}).get("gpgKeyring")),
         ),

@@ -11,7 +11,12 @@
 - ``GET /metrics`` — Prometheus text format;
 - ``GET /jobs`` — every job's status document, as JSON;
 - ``POST /sync`` — fetch the source now and run a pass (202); requests that arrive while one
-  is pending, or sooner than a second after the last fetch, are coalesced into it.
+  is pending, or sooner than a second after the last fetch, are coalesced into it. With a
+  webhook secret, a git host's delivery is judged by ``webhook_auth`` (signature first) and
+  syncs only when it is a push to the watched branch.
+
+A known path asked with another method is 405 with an ``Allow`` header (``ALLOWED``); an
+unknown one is 404.
 
 Every request first passes ``httpguard`` (Host, Origin, token, size). A numeric query
 parameter that is not a plain decimal number in its range (``offset`` from 0 to 2^63-1 and
@@ -19,7 +24,8 @@ within the log, ``refresh`` 0 or 2 to 3600) is answered 400, like any malformed 
 
 **Bounds.** One thread (``daemon-http``) runs an asyncio event loop that accepts connections
 and reads each request whole: request line, headers (at most ``MAX_HEADER_BYTES``) and body
-(at most ``httpguard.MAX_BODY``) must all arrive within the request deadline
+(at most ``httpguard.body_limit``: 1 KiB, or ``daemon.webhookMaxBodyBytes`` for a delivery,
+of which at most ``MAX_LARGE_READS`` are read at once, else 503) must all arrive within the request deadline
 (``REQUEST_DEADLINE_S`` unless the server is made with another) of the connection's first
 byte however slowly they trickle, else 408 and the connection is closed (a client that sends
 nothing is closed after the same time). Only a complete request goes to one of ``WORKERS``
@@ -50,8 +56,19 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from tfdeclare.backends.base import BackendError, LogChunk, LogOffsetError
 from tfdeclare.daemon import page
-from tfdeclare.daemon.httpguard import INT64_MAX, MAX_BODY, AccessPolicy, BadRequest, number, refusal
+from tfdeclare.daemon.httpguard import (
+    INT64_MAX,
+    MAX_BODY,
+    SYNC_PATH,
+    AccessPolicy,
+    BadRequest,
+    body_limit,
+    is_webhook_delivery,
+    number,
+    refusal,
+)
 from tfdeclare.daemon.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from tfdeclare.daemon.webhook_auth import Outcome, judge
 
 log = logging.getLogger("tfdeclare.daemon")
 
@@ -80,6 +97,23 @@ MAX_HEADER_BYTES = 16 * 1024  # request line and headers together; more is 431
 MAX_HEADERS = 100
 MAX_QUERY_FIELDS = 20
 BACKLOG = 128  # a burst is accepted (and sorted out) at once
+MAX_LARGE_READS = 8  # bodies over MAX_BODY (webhook deliveries) being read at once; more: 503
+# The methods each known path answers; another method is 405 with an Allow header.
+ALLOWED = {
+    "/": "GET",
+    "/healthz": "GET",
+    "/livez": "GET",
+    "/metrics": "GET",
+    "/jobs": "GET",
+    SYNC_PATH: "POST",
+}
+
+
+def allowed_methods(path: str) -> str | None:
+    """The methods ``path`` answers (None: no such endpoint)."""
+    if path.startswith("/jobs/") and path.endswith("/logs"):
+        return "GET"
+    return ALLOWED.get(path)
 
 
 class ListenError(Exception):
@@ -160,6 +194,7 @@ class DaemonServer:
         self.turned_away = 0  # refused at once: every connection was being answered
         self.evicted = 0  # closed to make room: the one sending its request the longest
         self.timed_out = 0  # their request was not complete within the request deadline
+        self._large_reads = 0  # bodies over MAX_BODY being read now (the loop's own count)
 
     @property
     def address(self) -> tuple[str, int]:
@@ -261,9 +296,21 @@ class DaemonServer:
             async with asyncio.timeout(self._request_deadline_s):
                 if not await _read_head(reader, received):
                     return None  # closed before a whole request
-                length = _content_length(bytes(received))
-                if 0 < length <= MAX_BODY:  # larger ones are refused (413) unread
+                method, path, headers = _head(bytes(received))
+                length = _content_length(headers)
+                if 0 < length <= MAX_BODY:
                     received += await reader.readexactly(length)
+                elif MAX_BODY < length <= body_limit(method, path, headers, self._access):
+                    if self._large_reads >= MAX_LARGE_READS:
+                        busy = {"error": "too many large requests at once; try again"}
+                        writer.write(_response(503, "Service Unavailable", busy))
+                        return None
+                    self._large_reads += 1
+                    try:
+                        received += await reader.readexactly(length)
+                    finally:
+                        self._large_reads -= 1
+                # larger ones are refused (413) unread
         except TimeoutError:
             self.timed_out += 1
             if received:
@@ -305,15 +352,23 @@ async def _read_head(reader: asyncio.StreamReader, received: bytearray) -> bool:
             return True
 
 
-def _content_length(head: bytes) -> int:
-    """The Content-Length of a request head (0 when absent or not a small number)."""
-    _, _, rest = head.partition(b"\n")
+def _head(head: bytes) -> tuple[str, str, dict[str, str]]:
+    """A request head's method, path (without the query) and headers (lower-case names; empty
+    when they cannot be parsed: the handler answers that)."""
+    line, _, rest = head.partition(b"\n")
+    parts = line.decode("latin-1").split()
+    method, target = (parts[0], parts[1]) if len(parts) >= 2 else ("", "")
     try:
         headers = parse_headers(io.BytesIO(rest))
     except HTTPException:
-        return 0
+        return method, "", {}
+    return method, target.split("?", 1)[0], {k.lower(): v for k, v in headers.items()}
+
+
+def _content_length(headers: dict[str, str]) -> int:
+    """The Content-Length of a request (0 when absent or not a small number)."""
     value = (headers.get("content-length") or "0").strip()
-    return int(value) if value.isascii() and value.isdigit() and len(value) <= 6 else 0
+    return int(value) if value.isascii() and value.isdigit() and len(value) <= 10 else 0
 
 
 def _handler_for(endpoints: Endpoints, access: AccessPolicy, port: int) -> type[_Handler]:
@@ -432,14 +487,67 @@ class _Handler(BaseHTTPRequestHandler):
             elif path == "/jobs":
                 self._json(200, self.endpoints.jobs())
             else:
-                self._json(404, {"error": f"no such endpoint {path}"})
+                self._not_here("GET", path)
         except BadRequest as err:
             self._json(400, {"error": str(err)})
 
     def do_POST(self) -> None:
         if self._refused("POST"):
             return
-        if self.path.split("?", 1)[0] == "/sync":
-            self._json(202, {"sync": "requested" if self.endpoints.request_sync() else "coalesced"})
+        path = self.path.split("?", 1)[0]
+        if path == SYNC_PATH:
+            self._sync()
         else:
-            self._json(404, {"error": f"no such endpoint {self.path}"})
+            self._not_here("POST", path)
+
+    def _not_here(self, method: str, path: str) -> None:
+        """405 with ``Allow`` for a known path asked with another method, else 404."""
+        allowed = allowed_methods(path)
+        if allowed is None:
+            body: dict[str, str] = {"error": f"no such endpoint {path}"}
+            code = 404
+        else:
+            body = {"error": f"{path} answers {allowed}, not {method}"}
+            code = 405
+        if method == "HEAD":  # an answer to HEAD has no body
+            self.send_response(code)
+            self.send_header("Content-Length", "0")
+            self.send_header("Connection", "close")
+            if allowed is not None:
+                self.send_header("Allow", allowed)
+            self.end_headers()
+        elif allowed is None:
+            self._json(code, body)
+        else:
+            self._json(code, body, Allow=allowed)
+
+    def _other_method(self) -> None:
+        if not self._refused(self.command):
+            self._not_here(self.command, self.path.split("?", 1)[0])
+
+    do_HEAD = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = _other_method
+
+    def _sync(self) -> None:
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        if not is_webhook_delivery("POST", SYNC_PATH, headers, self.access):
+            self._json(202, {"sync": "requested" if self.endpoints.request_sync() else "coalesced"})
+            return
+        assert self.access.webhook is not None
+        length = int(headers.get("content-length", "0").strip() or "0")  # refusal() checked it
+        verdict = judge(headers, self.rfile.read(length), self.access.webhook)
+        sync = None
+        if verdict.outcome is Outcome.SYNC:
+            sync = "requested" if self.endpoints.request_sync() else "coalesced"
+        peer = self.client_address[0] if self.client_address else "?"
+        level = logging.WARNING if verdict.outcome is Outcome.REFUSED else logging.INFO
+        log.log(
+            level,
+            "webhook from %s (%s %s, delivery %s): %s: %s",
+            peer,
+            verdict.host or "unknown host",
+            verdict.event or "no event",
+            verdict.delivery or "-",
+            verdict.outcome,
+            verdict.reason,
+        )
+        self._json(verdict.code, verdict.answer(sync))
