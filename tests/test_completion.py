@@ -60,7 +60,7 @@ def test_bash_completes_commands_values_and_job_names(project: Path) -> None:
     assert lines[0].startswith("complete ") and lines[0].endswith(" tfdeclare")
     assert "-F _python_argcomplete" in lines[0]
     assert "tfdeclare va => validate ," in lines
-    assert "tfdeclare plan -o  => text,json,markdown," in lines
+    assert "tfdeclare plan -o  => text,json,yaml,markdown," in lines
     assert "tfdeclare status b => bert ," in lines
     assert "tfdeclare completion f => fish ," in lines
 

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from tfdeclare.cli.output import OUTPUT_FORMATS
 from tfdeclare.core.spec.keys import TaskKey
 from tfdeclare.core.spec.names import is_job_name
 
@@ -93,7 +94,7 @@ def _specs_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         "PATH:LINE:COL: error: MESSAGE (at $.json.path).",
     )
     validate.add_argument("paths", nargs="+", metavar="PATH")
-    validate.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    validate.add_argument("-o", "--output", choices=OUTPUT_FORMATS, default="text")
     validate.set_defaults(handler="tfdeclare.cli.validate_command:cmd_validate")
 
     plan_parser = sub.add_parser(
@@ -104,7 +105,7 @@ def _specs_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         "(+ create, ~ update in place, ± resize, -/+ restart, - delete) with its reasons.",
     )
     plan_parser.add_argument("paths", nargs="+", metavar="PATH")
-    plan_parser.add_argument("-o", "--output", choices=("text", "json", "markdown"), default="text")
+    plan_parser.add_argument("-o", "--output", choices=(*OUTPUT_FORMATS, "markdown"), default="text")
     plan_parser.add_argument("--out", metavar="PLANFILE", help="save the plan for `tfdeclare apply PLANFILE`")
     plan_parser.add_argument(
         "--detailed-exitcode", action="store_true", help="exit 2 when the plan has changes (0 none, 1 error)"
@@ -129,7 +130,7 @@ def _specs_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     schema.set_defaults(handler="tfdeclare.cli.specs_commands:cmd_schema")
 
     version = sub.add_parser("version", help="print the version (also --version)")
-    version.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    version.add_argument("-o", "--output", choices=OUTPUT_FORMATS, default="text")
     version.set_defaults(handler="tfdeclare.cli.specs_commands:cmd_version")
     convert = sub.add_parser(
         "convert",
@@ -166,9 +167,9 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     apply.add_argument(
         "-o",
         "--output",
-        choices=("text", "json"),
+        choices=OUTPUT_FORMATS,
         default="text",
-        help="json: one document at the end (the plan, each job's outcome) instead of progress",
+        help="json, yaml: one document at the end (the plan, each job's outcome) instead of progress",
     )
     apply.set_defaults(handler="tfdeclare.cli.run_commands:cmd_apply")
 
@@ -181,7 +182,7 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         "reconcile pass first (it takes the lock, so not while a daemon runs).",
     )
     status_parser.add_argument("name", nargs="?", metavar="NAME", type=job_name)
-    status_parser.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    status_parser.add_argument("-o", "--output", choices=OUTPUT_FORMATS, default="text")
     status_parser.add_argument(
         "--refresh", action="store_true", help="reconcile once first: adopt tasks, notice ended ones"
     )
@@ -207,7 +208,11 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         "-f", "--follow", action="store_true", help="keep printing until the job (or the task) has ended"
     )
     logs.add_argument(
-        "-o", "--output", choices=("text", "json"), default="text", help='json: {"task", "line"} per line'
+        "-o",
+        "--output",
+        choices=OUTPUT_FORMATS,
+        default="text",
+        help='json: {"task", "line"} per line (yaml: one document each)',
     )
     logs.set_defaults(handler="tfdeclare.cli.logs_command:cmd_logs")
 
@@ -223,9 +228,9 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     delete.add_argument(
         "-o",
         "--output",
-        choices=("text", "json"),
+        choices=OUTPUT_FORMATS,
         default="text",
-        help="json: deleted and missing names",
+        help="json, yaml: deleted and missing names",
     )
     delete.set_defaults(handler="tfdeclare.cli.run_commands:cmd_delete")
 
@@ -238,7 +243,7 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         "task). Takes the controller lock: stop the daemon first.",
     )
     gc.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
-    gc.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    gc.add_argument("-o", "--output", choices=OUTPUT_FORMATS, default="text")
     gc.set_defaults(handler="tfdeclare.cli.gc_command:cmd_gc")
 
 
