@@ -13,6 +13,8 @@ from tfdeclare.cli.output import OUTPUT_FORMATS
 from tfdeclare.core.spec.keys import TaskKey
 from tfdeclare.core.spec.names import is_job_name
 
+# As tfdeclare.core.spec.schema.SCHEMA_NAMES (a test holds them equal), without importing it here.
+SCHEMA_NAMES = ("job", "status", "config")
 EXIT_USAGE = 1  # as Terraform: 2 would read as "the plan has changes" under --detailed-exitcode
 
 
@@ -30,11 +32,9 @@ class Parser(argparse.ArgumentParser):
         choices = action.choices
         if choices is None or value in choices or not isinstance(value, str):
             return super()._check_value(action, value)
-        import difflib  # here: only a mistyped word needs it (a faster start)
-
-        close = difflib.get_close_matches(value, [str(c) for c in choices], n=1)
+        close = meant(value, [str(c) for c in choices])
         names = ", ".join(repr(c) for c in choices)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
+        hint = f"; did you mean {close!r}?" if close else ""
         raise argparse.ArgumentError(action, f"invalid choice: {value!r} (choose from {names}){hint}")
 
     def parse_args(  # type: ignore[override]
@@ -42,14 +42,12 @@ class Parser(argparse.ArgumentParser):
     ) -> argparse.Namespace:
         parsed, unknown = self.parse_known_args(args, namespace)
         if unknown:
-            import difflib
-
             options = self._options_of(getattr(parsed, "command", None))
             hints = [
-                f"did you mean {close[0]}?"
+                f"did you mean {close}?"
                 for word in unknown
                 if word.startswith("-")
-                for close in [difflib.get_close_matches(word.partition("=")[0], options, n=1)]
+                for close in [meant(word.partition("=")[0], options)]
                 if close
             ]
             self.error("; ".join([f"unrecognized arguments: {' '.join(unknown)}", *hints]))
@@ -66,6 +64,21 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def meant(word: str, known: Sequence[str]) -> str | None:
+    """The word of ``known`` that ``word`` is a slip of: by edits first, as validate finds a
+    mistyped field (a swap of neighbours is one edit: ``cg`` is ``gc``), else the closest by
+    difflib's ratio; none for a word like no other."""
+    import difflib  # here: only a mistyped word needs it (a faster start)
+
+    from tfdeclare.core.spec.schema import close_name
+
+    close = close_name(word, known)
+    if close is not None:
+        return close
+    found = difflib.get_close_matches(word, known, n=1)
+    return found[0] if found else None
 
 
 def job_name(text: str) -> str:
@@ -126,8 +139,25 @@ def _specs_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     plan_parser.set_defaults(handler="tfdeclare.cli.specs_commands:cmd_plan")
 
     schema = sub.add_parser("schema", help="print a JSON Schema: job (default), status or config")
-    schema.add_argument("name", nargs="?", default="job")
+    schema.add_argument("name", nargs="?", default="job", choices=SCHEMA_NAMES)
     schema.set_defaults(handler="tfdeclare.cli.specs_commands:cmd_schema")
+
+    explain = sub.add_parser(
+        "explain",
+        help="describe one field of the job spec: type, default, allowed values, its fields",
+        description="Describe a field of the job spec (or, with --schema, of the status or config "
+        "file) as `kubectl explain` does: its type, description, default, allowed values, pattern, "
+        "bounds and the fields under it. FIELD is dotted (spec.replicas.worker.count) or a JSON path "
+        "as diagnostics print it ($.spec.volumes[0].hostPath); none: the top. A list's items and a "
+        "map's values are looked through: spec.volumes.hostPath, metadata.labels.team.",
+    )
+    explain.add_argument("field", nargs="?", default="", metavar="FIELD")
+    explain.add_argument(
+        "--schema", choices=SCHEMA_NAMES, default="job", help="the schema: job (default), status or config"
+    )
+    explain.add_argument("--recursive", action="store_true", help="list every field below, as a tree")
+    explain.add_argument("-o", "--output", choices=OUTPUT_FORMATS, default="text")
+    explain.set_defaults(handler="tfdeclare.cli.explain_command:cmd_explain")
 
     version = sub.add_parser("version", help="print the version (also --version)")
     version.add_argument("-o", "--output", choices=OUTPUT_FORMATS, default="text")
