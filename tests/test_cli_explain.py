@@ -144,12 +144,14 @@ def test_recursive_lists_the_subtree_and_yaml_is_the_json(tmp_path: Path) -> Non
     assert config["schema"] == "config" and config["default"] == "auto"
 
 
-def _every_property(field: Field, depth: int = 0) -> Iterator[tuple[tuple[str, ...], Field]]:
-    for sub in children(field, JOB):
+def _every_property(
+    field: Field, depth: int = 0, schema: dict[str, Any] = JOB
+) -> Iterator[tuple[tuple[str, ...], Field]]:
+    for sub in children(field, schema):
         if sub.name != ANY_KEY:
             yield sub.path, sub
         if depth < 8:
-            yield from _every_property(sub, depth + 1)
+            yield from _every_property(sub, depth + 1, schema)
 
 
 def test_every_field_of_the_job_schema_is_found_by_its_path() -> None:
@@ -159,6 +161,23 @@ def test_every_field_of_the_job_schema_is_found_by_its_path() -> None:
         assert field_at(JOB, path) == field
         assert field_at(JOB, parse_path(".".join(path))) == field
         assert completions(JOB, ".".join(path))[0] == ".".join(path)
+
+
+@pytest.mark.parametrize("name", SCHEMA_NAMES)
+def test_every_field_of_every_schema_explains_as_text_and_as_a_document(name: str) -> None:
+    from tfdeclare.cli.explain_command import schema_document
+    from tfdeclare.core.spec.explain import explain_json, explain_text
+
+    document = schema_document(name)
+    top = field_at(document, ())
+    fields = [top, *(f for _, f in _every_property(top, schema=document))]
+    assert len(fields) > 50
+    for field in fields:
+        text = explain_text(field, document)
+        assert text.startswith(f"KIND:     {document['title']}\n") and "DESCRIPTION:" in text
+        assert json.loads(json.dumps(explain_json(field, document)))["field"] == field.dotted
+    tree = explain_text(top, document, recursive=True)
+    assert len(tree.splitlines()) > len(fields) - 10  # one line a field (maps' values as <KEY>)
 
 
 def test_field_paths_parse_as_diagnostics_print_them() -> None:
