@@ -19,6 +19,7 @@ import pytest
 from tests.components import missing
 
 REPO = Path(__file__).resolve().parents[1]
+SETTINGS_ENV = ("TFDECLARE_CONFIG", "TFDECLARE_STATE_DIR", "TFDECLARE_STATUS_DIR")
 
 # A command prefix that runs a process as a user whom a file's mode can lock out: under root,
 # without the capabilities that override file modes (``chmod 000`` then means what it says).
@@ -28,8 +29,10 @@ ORDINARY_USER = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"] if 
 def cli(
     *args: str, cwd: Path, timeout: float = 120, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m tfdeclare ARGS`` as a real process."""
-    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    """Run ``python -m tfdeclare ARGS`` as a real process (the environment variables of the
+    common options only as ``env`` gives them, whatever the shell running the tests has)."""
+    inherited = {k: v for k, v in os.environ.items() if k not in SETTINGS_ENV}
+    full_env = {**inherited, "PYTHONUNBUFFERED": "1", **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "tfdeclare", *args],
         cwd=cwd,

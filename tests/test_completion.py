@@ -60,7 +60,7 @@ def test_bash_completes_commands_values_and_job_names(project: Path) -> None:
     assert lines[0].startswith("complete ") and lines[0].endswith(" tfdeclare")
     assert "-F _python_argcomplete" in lines[0]
     assert "tfdeclare va => validate ," in lines
-    assert "tfdeclare plan -o  => text,json,markdown," in lines
+    assert "tfdeclare plan -o  => text,json,yaml,markdown," in lines
     assert "tfdeclare status b => bert ," in lines
     assert "tfdeclare completion f => fish ," in lines
 
@@ -123,3 +123,62 @@ def test_task_option_completes_from_the_jobs_tasks(workdir: Path) -> None:
     # the alias, once begun: bash breaks words at ':', so what follows it is offered
     assert "tfdeclare logs a --task worker: => 0,1," in lines
     assert "tfdeclare logs nope --task  => ," in lines  # nothing offered
+
+
+def test_bash_completes_schema_names_and_explains_field_paths(project: Path) -> None:
+    (project / "specs.yaml").write_text("a file that must not be offered\n")
+    lines = bash_complete(
+        project,
+        "tfdeclare schema ",
+        "tfdeclare schema s",
+        "tfdeclare expl",
+        "tfdeclare explain me",
+        "tfdeclare explain spec.repl",
+        "tfdeclare explain spec.replicas.worker.co",
+        "tfdeclare explain spec.replicas.worker.count",
+        "tfdeclare explain metadata.labels.",
+        "tfdeclare explain spec.nope.",
+        "tfdeclare explain --schema config lo",
+    )
+    assert "tfdeclare schema  => -h,--help,job,status,config," in lines  # never file names
+    assert "tfdeclare schema s => status ," in lines
+    assert "tfdeclare expl => explain ," in lines
+    # a field that alone matches comes with its fields: the shell stops after it, no space
+    assert "tfdeclare explain me => metadata,metadata.name,metadata.labels," in lines
+    assert (
+        "tfdeclare explain spec.repl => spec.replicas,spec.replicas.chief,spec.replicas.ps,"
+        "spec.replicas.worker,spec.replicas.evaluator,"
+    ) in lines
+    assert (
+        "tfdeclare explain spec.replicas.worker.co => spec.replicas.worker.count,spec.replicas.worker.command,"
+        in lines
+    )
+    assert "tfdeclare explain spec.replicas.worker.count => spec.replicas.worker.count ," in lines  # a leaf
+    assert "tfdeclare explain metadata.labels. => ," in lines  # any key: nothing to offer
+    assert "tfdeclare explain spec.nope. => ," in lines
+    assert "tfdeclare explain --schema config lo => local,local.runtime,local.cpus," in "\n".join(lines)
+
+
+def test_fish_is_answered_field_paths_by_the_command_itself(project: Path, tmp_path: Path) -> None:
+    answer = tmp_path / "answer"
+    line = "tfdeclare explain spec.replicas.worker.resources."
+    subprocess.run(
+        [sys.executable, "-m", "tfdeclare"],
+        cwd=project,
+        env={
+            **os.environ,
+            "_ARGCOMPLETE": "1",
+            "_ARGCOMPLETE_SHELL": "fish",
+            "_ARGCOMPLETE_IFS": "\n",
+            "_ARGCOMPLETE_DFS": "\t",
+            "_ARGCOMPLETE_STDOUT_FILENAME": str(answer),
+            "COMP_LINE": line,
+            "COMP_POINT": str(len(line)),
+        },
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    offered = [entry.split("\t")[0] for entry in answer.read_text().splitlines()]
+    prefix = "spec.replicas.worker.resources."
+    assert offered == [prefix + "cpus", prefix + "mem", prefix + "gpus"], offered

@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from enum import Enum
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -122,35 +123,127 @@ class Settings:
         return (*self.spec_checks, check)
 
 
+# The common options' environment variables: a flag beats its variable, which beats the config
+# file, which beats the defaults. An empty variable counts as unset.
+CONFIG_ENV = "TFDECLARE_CONFIG"
+STATE_DIR_ENV = "TFDECLARE_STATE_DIR"
+STATUS_DIR_ENV = "TFDECLARE_STATUS_DIR"
+PRECEDENCE_NOTE = (
+    f"{CONFIG_ENV}, {STATE_DIR_ENV} and {STATUS_DIR_ENV} stand for --config, --state-dir and "
+    "--status-dir when those are not given: a flag beats its environment variable, which beats the "
+    "config file, which beats the defaults (an empty variable counts as unset)."
+)
+
+
 def add_common_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("common options")
+    group = parser.add_argument_group("common options", description=PRECEDENCE_NOTE)
     group.add_argument(
-        "--config", metavar="FILE", help=f"config file (default ./{DEFAULT_CONFIG} when present)"
+        "--config",
+        metavar="FILE",
+        help=f"config file (env {CONFIG_ENV}; default ./{DEFAULT_CONFIG} when present)",
     )
     group.add_argument("--backend", choices=registry.names(), help="where jobs run (default local)")
-    group.add_argument("--state-dir", metavar="DIR", help="controller state (default ./.tfdeclare)")
-    group.add_argument("--status-dir", metavar="DIR", help="status files (default ./status)")
+    group.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        help=f"controller state (env {STATE_DIR_ENV}; default stateDir of the config, ./.tfdeclare)",
+    )
+    group.add_argument(
+        "--status-dir",
+        metavar="DIR",
+        help=f"status files (env {STATUS_DIR_ENV}; default statusDir of the config, ./status)",
+    )
+
+
+class Origin(Enum):
+    """Where a setting's effective value came from, strongest first."""
+
+    FLAG = "flag"
+    ENVIRONMENT = "environment"
+    CONFIG_FILE = "config file"
+    DEFAULT = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class Chosen:
+    """A common option's effective value and where it came from; ``via`` names that place as a
+    user would look for it: ``--state-dir``, ``TFDECLARE_STATE_DIR``, ``stateDir in FILE``."""
+
+    value: str
+    origin: Origin
+    via: str
+
+    def said(self) -> str:
+        """``VALUE (from VIA)``, for messages."""
+        return f"{self.value} (from {self.via})"
+
+
+def chosen_option(
+    args: argparse.Namespace, dest: str, env: str, environ: Mapping[str, str] | None = None
+) -> Chosen | None:
+    """The value of the option ``dest`` from its flag or else its environment variable ``env``
+    (empty counts as unset); None when neither gives one."""
+    flag = getattr(args, dest, None)
+    if flag:
+        return Chosen(str(flag), Origin.FLAG, "--" + dest.replace("_", "-"))
+    value = (os.environ if environ is None else environ).get(env, "")
+    return Chosen(value, Origin.ENVIRONMENT, env) if value else None
+
+
+def chosen_config(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Chosen | None:
+    """The config file to read: ``--config``, ``TFDECLARE_CONFIG``, else ``./tfdeclare.yaml``
+    when there is one; None for none (the defaults)."""
+    named = chosen_option(args, "config", CONFIG_ENV, environ)
+    if named is None and Path(DEFAULT_CONFIG).is_file():
+        return Chosen(DEFAULT_CONFIG, Origin.DEFAULT, f"./{DEFAULT_CONFIG}")
+    return named
+
+
+def chosen_folders(
+    args: argparse.Namespace,
+    config: Config,
+    config_path: Path | None,
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, Chosen]:
+    """The state and status folders (``state_dir``, ``status_dir``) as given, with where each
+    came from: flag, environment, the config file (relative to its folder), or the default
+    (relative to the config file's folder when there is one, else to the current folder)."""
+    base = config_path.resolve().parent if config_path is not None else Path.cwd()
+    chosen: dict[str, Chosen] = {}
+    for dest, env, key in (
+        ("state_dir", STATE_DIR_ENV, "stateDir"),
+        ("status_dir", STATUS_DIR_ENV, "statusDir"),
+    ):
+        given = chosen_option(args, dest, env, environ)
+        if given is None:
+            value: str = getattr(config, dest)
+            path = str(base / value)
+            if config_path is not None and value != getattr(Config(), dest):
+                given = Chosen(path, Origin.CONFIG_FILE, f"{key} in {config_path}")
+            else:
+                given = Chosen(path, Origin.DEFAULT, "the default")
+        chosen[dest] = given
+    return chosen
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
-    config_path: Path | None = Path(args.config) if args.config else None
-    if config_path is None and Path(DEFAULT_CONFIG).is_file():
-        config_path = Path(DEFAULT_CONFIG)
+    config_choice = chosen_config(args)
+    config_path = Path(config_choice.value) if config_choice is not None else None
     config = Config()
-    base = Path.cwd()
-    if config_path is not None:
+    if config_path is not None and config_choice is not None:
         try:
             data = config_path.read_bytes()
         except OSError as err:
-            raise UserError(f"cannot read config {config_path}: {err.strerror or err}") from err
+            named = "" if config_choice.origin is Origin.DEFAULT else f" (from {config_choice.via})"
+            raise UserError(f"cannot read config {config_path}{named}: {err.strerror or err}") from err
         base = config_path.resolve().parent
         parsed, problems = registry.parse_config_file(str(config_path), data, str(base))
         if parsed is None:
             raise UserError(f"invalid config {config_path}", problems)
         config = parsed
     config = config.with_overrides(backend=args.backend)
-    state_dir = Path(args.state_dir) if args.state_dir else base / config.state_dir
-    status_dir = Path(args.status_dir) if args.status_dir else base / config.status_dir
+    folders = chosen_folders(args, config, config_path)
+    state_dir, status_dir = Path(folders["state_dir"].value), Path(folders["status_dir"].value)
     return Settings(config, state_dir.absolute(), status_dir.absolute(), config_path)
 
 

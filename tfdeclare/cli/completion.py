@@ -1,7 +1,8 @@
 """Shell completion through argcomplete: ``tfdeclare completion bash|zsh|fish`` prints the
 shell's hook, which on TAB runs ``tfdeclare`` with argcomplete's environment variables; the
 command line's own parser then answers (commands, options, choices, job names from the
-status folder, a job's tasks for ``--task``), so completion never lags behind the parser.
+status folder, a job's tasks for ``--task``, the schema's field paths for ``explain``), so
+completion never lags behind the parser.
 argcomplete is imported only then and by ``completion``: other commands do not pay for it.
 """
 
@@ -40,9 +41,21 @@ def _task_names(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[
         return []
 
 
+def _field_paths(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[str]:
+    """``explain FIELD``: the field paths of the schema (``--schema``, else the job's) that
+    complete ``prefix``, one level at a time."""
+    from tfdeclare.cli.explain_command import schema_document
+    from tfdeclare.core.spec.explain import completions
+
+    try:
+        return completions(schema_document(getattr(parsed_args, "schema", None) or "job"), prefix)
+    except Exception:  # a completion never fails loudly
+        return []
+
+
 def _with_completers(parser: argparse.ArgumentParser) -> None:
     """Job NAME arguments complete from the status folder, in every command that takes one;
-    ``--task`` from the job's tasks."""
+    ``--task`` from the job's tasks; ``explain FIELD`` from the schema's fields."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for sub in action.choices.values():
@@ -51,6 +64,8 @@ def _with_completers(parser: argparse.ArgumentParser) -> None:
             action.completer = _job_names  # type: ignore[attr-defined]
         elif "--task" in action.option_strings:
             action.completer = _task_names  # type: ignore[attr-defined]
+        elif action.metavar == "FIELD":
+            action.completer = _field_paths  # type: ignore[attr-defined]
 
 
 def complete_if_asked(parser: argparse.ArgumentParser) -> None:

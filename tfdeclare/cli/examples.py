@@ -51,6 +51,13 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "tfdeclare schema job > job.schema.json   # for editors (yaml-language-server)",
         "tfdeclare schema config",
     ),
+    "explain": (
+        "tfdeclare explain spec.replicas.worker        # a role's fields, as kubectl explain",
+        "tfdeclare explain spec.restartPolicy          # the allowed values and the default",
+        "tfdeclare explain '$.spec.volumes[0].mode'    # a JSON path, as diagnostics print it",
+        "tfdeclare explain spec --recursive            # every field below, as a tree",
+        "tfdeclare explain --schema config local.runtime",
+    ),
     "version": ("tfdeclare version", "tfdeclare version -o json"),
     "convert": (
         "tfdeclare convert tfjob.yaml                 # the native spec on stdout, comments kept",

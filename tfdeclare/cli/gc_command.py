@@ -8,10 +8,10 @@ current or be launched from while it is removed. ``--dry-run`` lists what would 
 from __future__ import annotations
 
 import argparse
-import json
 
 from tfdeclare.cli.common import EXIT_OK, settings_from, stdout_write
 from tfdeclare.cli.daemon_command import folders_in_use
+from tfdeclare.cli.output import document_text, is_document
 from tfdeclare.cli.wiring import controller_for, locked
 from tfdeclare.daemon.sources import GitSettings, GitSource
 
@@ -26,9 +26,9 @@ def cmd_gc(args: argparse.Namespace) -> int:
         with locked(settings, "gc"), controller_for(settings) as controller:
             source = GitSource(GitSettings(url="", branch="-", status_branch="-status"), workdir)
             removed = source.collect(folders_in_use(controller), dry_run=args.dry_run)
-    if args.output == "json":
+    if is_document(args.output):
         removed_json = [{"revision": commit, "foreignFiles": foreign} for commit, foreign in removed]
-        stdout_write(json.dumps({"dryRun": args.dry_run, "removed": removed_json}, indent=2) + "\n")
+        stdout_write(document_text({"dryRun": args.dry_run, "removed": removed_json}, args.output))
         return EXIT_OK
     verb = "would remove" if args.dry_run else "removed"
     for commit, foreign in removed:

@@ -2,7 +2,7 @@
 with its task (``worker-0 | ...``); with ``--follow`` the lines of all tasks interleave as they
 are written, tasks that start later (a restart) included, until the job has finished and every
 log is complete. With ``--task`` the task's bytes as written. ``-o json``: one JSON object per
-line, ``{"task": "worker-0", "line": "..."}``.
+line, ``{"task": "worker-0", "line": "..."}``; ``-o yaml``: the same, one YAML document each.
 
 Without ``--follow`` the tasks' logs come one after the other (no backend records when a line
 was written, so there is no order across tasks to restore).
@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from tfdeclare.backends.base import Backend, BackendError, LogOffsetError
 from tfdeclare.cli import terminal
 from tfdeclare.cli.common import EXIT_OK, UserError, settings_from, stderr_line
+from tfdeclare.cli.output import is_document, yaml_text
 from tfdeclare.cli.wiring import make_backend
 from tfdeclare.core.enums import Phase
 from tfdeclare.core.run.record import JobRecord
@@ -79,10 +80,10 @@ class _Printer:
 
     def lines(self, key: TaskKey, lines: list[bytes]) -> None:
         out = sys.stdout.buffer
-        if self.output == "json":
+        if is_document(self.output):
             for line in lines:
                 text = line.removesuffix(b"\n").decode("utf-8", errors="replace")
-                out.write(json.dumps({"task": key.name, "line": text}, ensure_ascii=False).encode() + b"\n")
+                out.write(self._document({"task": key.name, "line": text}).encode())
         elif self.prefixed:
             tone = self.tones.setdefault(key.name, _PREFIX_TONES[len(self.tones) % len(_PREFIX_TONES)])
             prefix = (self.paint(key.name.ljust(self.width), tone) + " | ").encode()
@@ -92,6 +93,12 @@ class _Printer:
             out.writelines(lines)
         out.flush()
         lines.clear()
+
+    def _document(self, document: dict[str, str]) -> str:
+        """One line's document: a line of JSON, or a YAML document of the stream (``---``)."""
+        if self.output == "yaml":
+            return yaml_text(document, start=True)
+        return json.dumps(document, ensure_ascii=False) + "\n"
 
 
 def _followed_to_the_end(

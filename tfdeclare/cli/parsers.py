@@ -9,9 +9,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from tfdeclare.cli.output import OUTPUT_FORMATS
 from tfdeclare.core.spec.keys import TaskKey
 from tfdeclare.core.spec.names import is_job_name
 
+# As tfdeclare.core.spec.schema.SCHEMA_NAMES (a test holds them equal), without importing it here.
+SCHEMA_NAMES = ("job", "status", "config")
 EXIT_USAGE = 1  # as Terraform: 2 would read as "the plan has changes" under --detailed-exitcode
 
 
@@ -29,11 +32,9 @@ class Parser(argparse.ArgumentParser):
         choices = action.choices
         if choices is None or value in choices or not isinstance(value, str):
             return super()._check_value(action, value)
-        import difflib  # here: only a mistyped word needs it (a faster start)
-
-        close = difflib.get_close_matches(value, [str(c) for c in choices], n=1)
+        close = meant(value, [str(c) for c in choices])
         names = ", ".join(repr(c) for c in choices)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
+        hint = f"; did you mean {close!r}?" if close else ""
         raise argparse.ArgumentError(action, f"invalid choice: {value!r} (choose from {names}){hint}")
 
     def parse_args(  # type: ignore[override]
@@ -41,14 +42,12 @@ class Parser(argparse.ArgumentParser):
     ) -> argparse.Namespace:
         parsed, unknown = self.parse_known_args(args, namespace)
         if unknown:
-            import difflib
-
             options = self._options_of(getattr(parsed, "command", None))
             hints = [
-                f"did you mean {close[0]}?"
+                f"did you mean {close}?"
                 for word in unknown
                 if word.startswith("-")
-                for close in [difflib.get_close_matches(word.partition("=")[0], options, n=1)]
+                for close in [meant(word.partition("=")[0], options)]
                 if close
             ]
             self.error("; ".join([f"unrecognized arguments: {' '.join(unknown)}", *hints]))
@@ -65,6 +64,21 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def meant(word: str, known: Sequence[str]) -> str | None:
+    """The word of ``known`` that ``word`` is a slip of: by edits first, as validate finds a
+    mistyped field (a swap of neighbours is one edit: ``cg`` is ``gc``), else the closest by
+    difflib's ratio; none for a word like no other."""
+    import difflib  # here: only a mistyped word needs it (a faster start)
+
+    from tfdeclare.core.spec.schema import close_name
+
+    close = close_name(word, known)
+    if close is not None:
+        return close
+    found = difflib.get_close_matches(word, known, n=1)
+    return found[0] if found else None
 
 
 def job_name(text: str) -> str:
@@ -93,7 +107,7 @@ def _specs_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         "PATH:LINE:COL: error: MESSAGE (at $.json.path).",
     )
     validate.add_argument("paths", nargs="+", metavar="PATH")
-    validate.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    validate.add_argument("-o", "--output", choices=OUTPUT_FORMATS, default="text")
     validate.set_defaults(handler="tfdeclare.cli.validate_command:cmd_validate")
 
     plan_parser = sub.add_parser(
@@ -104,7 +118,7 @@ def _specs_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         "(+ create, ~ update in place, ± resize, -/+ restart, - delete) with its reasons.",
     )
     plan_parser.add_argument("paths", nargs="+", metavar="PATH")
-    plan_parser.add_argument("-o", "--output", choices=("text", "json", "markdown"), default="text")
+    plan_parser.add_argument("-o", "--output", choices=(*OUTPUT_FORMATS, "markdown"), default="text")
     plan_parser.add_argument("--out", metavar="PLANFILE", help="save the plan for `tfdeclare apply PLANFILE`")
     plan_parser.add_argument(
         "--detailed-exitcode", action="store_true", help="exit 2 when the plan has changes (0 none, 1 error)"
@@ -125,11 +139,28 @@ def _specs_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     plan_parser.set_defaults(handler="tfdeclare.cli.specs_commands:cmd_plan")
 
     schema = sub.add_parser("schema", help="print a JSON Schema: job (default), status or config")
-    schema.add_argument("name", nargs="?", default="job")
+    schema.add_argument("name", nargs="?", default="job", choices=SCHEMA_NAMES)
     schema.set_defaults(handler="tfdeclare.cli.specs_commands:cmd_schema")
 
+    explain = sub.add_parser(
+        "explain",
+        help="describe one field of the job spec: type, default, allowed values, its fields",
+        description="Describe a field of the job spec (or, with --schema, of the status or config "
+        "file) as `kubectl explain` does: its type, description, default, allowed values, pattern, "
+        "bounds and the fields under it. FIELD is dotted (spec.replicas.worker.count) or a JSON path "
+        "as diagnostics print it ($.spec.volumes[0].hostPath); none: the top. A list's items and a "
+        "map's values are looked through: spec.volumes.hostPath, metadata.labels.team.",
+    )
+    explain.add_argument("field", nargs="?", default="", metavar="FIELD")
+    explain.add_argument(
+        "--schema", choices=SCHEMA_NAMES, default="job", help="the schema: job (default), status or config"
+    )
+    explain.add_argument("--recursive", action="store_true", help="list every field below, as a tree")
+    explain.add_argument("-o", "--output", choices=OUTPUT_FORMATS, default="text")
+    explain.set_defaults(handler="tfdeclare.cli.explain_command:cmd_explain")
+
     version = sub.add_parser("version", help="print the version (also --version)")
-    version.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    version.add_argument("-o", "--output", choices=OUTPUT_FORMATS, default="text")
     version.set_defaults(handler="tfdeclare.cli.specs_commands:cmd_version")
     convert = sub.add_parser(
         "convert",
@@ -166,9 +197,9 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     apply.add_argument(
         "-o",
         "--output",
-        choices=("text", "json"),
+        choices=OUTPUT_FORMATS,
         default="text",
-        help="json: one document at the end (the plan, each job's outcome) instead of progress",
+        help="json, yaml: one document at the end (the plan, each job's outcome) instead of progress",
     )
     apply.set_defaults(handler="tfdeclare.cli.run_commands:cmd_apply")
 
@@ -181,7 +212,7 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         "reconcile pass first (it takes the lock, so not while a daemon runs).",
     )
     status_parser.add_argument("name", nargs="?", metavar="NAME", type=job_name)
-    status_parser.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    status_parser.add_argument("-o", "--output", choices=OUTPUT_FORMATS, default="text")
     status_parser.add_argument(
         "--refresh", action="store_true", help="reconcile once first: adopt tasks, notice ended ones"
     )
@@ -207,7 +238,11 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         "-f", "--follow", action="store_true", help="keep printing until the job (or the task) has ended"
     )
     logs.add_argument(
-        "-o", "--output", choices=("text", "json"), default="text", help='json: {"task", "line"} per line'
+        "-o",
+        "--output",
+        choices=OUTPUT_FORMATS,
+        default="text",
+        help='json: {"task", "line"} per line (yaml: one document each)',
     )
     logs.set_defaults(handler="tfdeclare.cli.logs_command:cmd_logs")
 
@@ -223,9 +258,9 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     delete.add_argument(
         "-o",
         "--output",
-        choices=("text", "json"),
+        choices=OUTPUT_FORMATS,
         default="text",
-        help="json: deleted and missing names",
+        help="json, yaml: deleted and missing names",
     )
     delete.set_defaults(handler="tfdeclare.cli.run_commands:cmd_delete")
 
@@ -238,7 +273,7 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         "task). Takes the controller lock: stop the daemon first.",
     )
     gc.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
-    gc.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    gc.add_argument("-o", "--output", choices=OUTPUT_FORMATS, default="text")
     gc.set_defaults(handler="tfdeclare.cli.gc_command:cmd_gc")
 
 

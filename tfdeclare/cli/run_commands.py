@@ -24,14 +24,17 @@ from tfdeclare.cli.common import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    Origin,
     Settings,
     UserError,
+    chosen_folders,
     print_backend_warnings,
     print_diagnostics,
     settings_from,
     stderr_line,
     stdout_write,
 )
+from tfdeclare.cli.output import document_text, is_document
 from tfdeclare.cli.specs_commands import PLAN_KIND
 from tfdeclare.cli.validate_command import load_desired
 from tfdeclare.cli.wiring import controller_for, locked
@@ -274,7 +277,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         if result.has_errors:  # a quota refused a job
             print_diagnostics([d for d in result.diagnostics if d.code is Code.QUOTA])
             raise UserError("nothing applied: the specs break the policy (see above)")
-        machine = args.output == "json"
+        machine = is_document(args.output)
         if not machine:
             stdout_write(render_text(result, paint=terminal.painter(sys.stdout)))
         print_backend_warnings(settings, list(desired.jobs.values()))
@@ -312,7 +315,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
             "timedOut": timed_out,
             "errors": errors,
         }
-        stdout_write(json.dumps(outcome, indent=2, ensure_ascii=False) + "\n")
+        stdout_write(document_text(outcome, args.output, ensure_ascii=False))
     return _apply_outcome(records, timed_out, errors, wait=args.wait)
 
 
@@ -437,6 +440,19 @@ def _status_detail(doc: dict[str, Any], paint: Painter = plain) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _folders_read(args: argparse.Namespace, settings: Settings) -> str:
+    """``state folder X (status folder Y)``, each with where it came from unless the default:
+    what ``status`` says when it finds nothing, so that a wrong folder shows."""
+    chosen = chosen_folders(args, settings.config, settings.config_path)
+
+    def named(what: str, dest: str, path: Path) -> str:
+        origin = chosen[dest]
+        return f"{what} {path}" + ("" if origin.origin is Origin.DEFAULT else f", from {origin.via}")
+
+    state = named("state folder", "state_dir", settings.state_dir)
+    return f"{state} ({named('status folder', 'status_dir', settings.status_dir)})"
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     if args.refresh:
@@ -445,16 +461,18 @@ def cmd_status(args: argparse.Namespace) -> int:
     names = [args.name] if args.name else statuses.names()
     documents = [d for d in (statuses.read(n) for n in names) if d is not None]
     if args.name and not documents:
-        raise UserError(f"no job named {args.name!r} (no status file in {settings.status_dir})")
-    if args.output == "json":
-        stdout_write(json.dumps(documents[0] if args.name else documents, indent=2) + "\n")
+        raise UserError(f"no job named {args.name!r} in {_folders_read(args, settings)}")
+    if is_document(args.output):
+        stdout_write(document_text(documents[0] if args.name else documents, args.output))
+        if not documents:  # the list stays a list (scripts count it); where it looked, aside
+            stderr_line(f"tfdeclare: no jobs in {_folders_read(args, settings)}")
     elif args.name:
         stdout_write(_status_detail(documents[0], terminal.painter(sys.stdout)))
     elif documents:
         stdout_write(_status_table(documents, terminal.painter(sys.stdout)))
     else:
-        stdout_write("No jobs.\n")
-    if documents and args.output != "json":
+        stdout_write(f"No jobs in {_folders_read(args, settings)}.\n")
+    if documents and not is_document(args.output):
         stderr_line(f"({_freshness(settings)})")
     return EXIT_OK
 
@@ -476,11 +494,11 @@ def cmd_delete(args: argparse.Namespace) -> int:
         present = set(names) - set(missing)
         if present:
             _, timed_out, _ = _run_passes(
-                controller, present, wait=True, timeout=args.timeout, show=args.output != "json"
+                controller, present, wait=True, timeout=args.timeout, show=not is_document(args.output)
             )
-    if args.output == "json":
+    if is_document(args.output):
         document = {"deleted": sorted(present), "missing": sorted(missing), "timedOut": timed_out}
-        stdout_write(json.dumps(document, indent=2) + "\n")
+        stdout_write(document_text(document, args.output))
     if timed_out:
         stderr_line("tfdeclare: timed out waiting for tasks to stop; they are still being stopped")
         return EXIT_ERROR

@@ -24,6 +24,7 @@ from tfdeclare.cli.common import (
     settings_from,
     stdout_write,
 )
+from tfdeclare.cli.output import document_text, is_document
 from tfdeclare.cli.validate_command import load_desired
 from tfdeclare.core.plan.claims import FORMAT_VERSION, PLAN_KIND, STDIN_PATH
 from tfdeclare.core.plan.desired import DesiredState
@@ -92,6 +93,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     print_backend_warnings(settings, list(desired.jobs.values()))
     if args.output == "json":
         stdout_write(render_json(result))
+    elif args.output == "yaml":
+        stdout_write(document_text(plan_json(result), "yaml"))
     elif args.output == "markdown":
         stdout_write(render_markdown(result, link_base=args.link_base))
     else:
@@ -122,14 +125,14 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_version(args: argparse.Namespace) -> int:
-    if args.output == "json":
+    if is_document(args.output):
         document = {
             "version": __version__,
             "apiVersion": "tfdeclare/v1",
             "python": platform.python_version(),
             "backends": list(registry.names()),
         }
-        stdout_write(json.dumps(document, indent=2) + "\n")
+        stdout_write(document_text(document, args.output))
     else:
         stdout_write(f"tfdeclare {__version__}\n")
     return EXIT_OK

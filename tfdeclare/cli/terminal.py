@@ -1,7 +1,7 @@
 """Colour on a terminal, and only there.
 
 ``use_color`` decides per stream: never with ``NO_COLOR`` set (https://no-color.org), never for
-machine output (``-o json``, ``-o markdown``), never when ``TERM=dumb``; with ``FORCE_COLOR``
+machine output (``-o json``, ``-o yaml``, ``-o markdown``), never when ``TERM=dumb``; with ``FORCE_COLOR``
 set (not ``0``) always; otherwise only when the stream is a terminal. ``painter`` turns the
 core's tones into ANSI SGR sequences (eight standard colours, bold, dim: what every terminal
 and CI log viewer shows; a library for six codes would cost ``validate`` its start-up time).
@@ -28,7 +28,7 @@ _SGR = {
     Tone.STRONG: "1",
     Tone.MUTED: "2",
 }
-MACHINE_FORMATS = frozenset({"json", "markdown"})
+MACHINE_FORMATS = frozenset({"json", "yaml", "markdown"})
 
 
 def use_color(stream: TextIO, output: str = "text", env: Mapping[str, str] | None = None) -> bool:

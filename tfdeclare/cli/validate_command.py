@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Literal
 
 from tfdeclare.cli import terminal
 from tfdeclare.cli.common import EXIT_ERROR, EXIT_OK, Settings, print_diagnostics, settings_from, stdout_write
+from tfdeclare.cli.output import document_text, is_document
 from tfdeclare.core.plan.desired import DesiredState
 from tfdeclare.core.plan.quotas import enforce_quotas
 from tfdeclare.core.spec.documents import MAX_FILE_BYTES
@@ -51,19 +51,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if not desired.files and not diagnostics:
         diagnostics.append(no_files_warning([Path(p) for p in args.paths if p != "-"]))
     valid = not any(d.is_error for d in diagnostics)
-    if args.output == "json":
-        stdout_write(
-            json.dumps(
-                {
-                    "valid": valid,
-                    "files": len(desired.files),
-                    "jobs": sorted(desired.jobs),
-                    "diagnostics": [d.to_json() for d in diagnostics],
-                },
-                indent=2,
-            )
-            + "\n"
-        )
+    if is_document(args.output):
+        document = {
+            "valid": valid,
+            "files": len(desired.files),
+            "jobs": sorted(desired.jobs),
+            "diagnostics": [d.to_json() for d in diagnostics],
+        }
+        stdout_write(document_text(document, args.output))
     else:
         print_diagnostics(diagnostics)
         paint = terminal.painter(sys.stdout)
