@@ -58,9 +58,9 @@ def test_make_demo_leaves_its_jobs_where_status_looks_and_says_how_to_look(tmp_p
 
         again = _make_demo(tmp_path)  # from scratch: its jobs run again, the user's job stays
         assert again.returncode == 0, again.stdout + again.stderr
-        assert (
-            "quick-a will be created" in again.stdout and "mine (Running): not in the files" in again.stdout
-        )
+        # the user's job was applied from another file: outside the demo's paths, not an orphan of them
+        assert "quick-a will be created" in again.stdout and "1 outside the paths given" in again.stdout
+        assert "? mine" not in again.stdout and "mine will be" not in again.stdout
         assert (tmp_path / "status" / "quick-a.yaml").read_text() != started
         assert "Running" in cli("status", "mine", cwd=tmp_path).stdout
     finally:
