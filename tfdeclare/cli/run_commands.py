@@ -272,7 +272,14 @@ def cmd_apply(args: argparse.Namespace) -> int:
         print_backend_warnings(settings, list(desired.jobs.values()))
         with controller_for(settings) as controller, pulls.shown_on(sys.stderr):
             controller.apply(result)
+            not_applied = [
+                f"job {name}: not applied: cannot write {why}; free the disk and apply again"
+                for name, why in sorted(controller.apply_failures.items())
+            ]
+            for line in not_applied:
+                stderr_line(f"tfdeclare: error: {line}")
             names = set(desired.jobs) | {j.name for j in result.jobs if j.action is Action.DELETE}
+            names -= controller.apply_failures.keys() - controller.store.records().keys()  # never made
             records: dict[str, JobRecord] = {}
             timed_out, errors = False, list[str]()
             if names:
@@ -302,10 +309,10 @@ def cmd_apply(args: argparse.Namespace) -> int:
             ],
             "deleted": sorted(names - set(records)) if names else [],
             "timedOut": timed_out,
-            "errors": errors,
+            "errors": [*not_applied, *errors],
         }
         stdout_write(json.dumps(outcome, indent=2, ensure_ascii=False) + "\n")
-    return _apply_outcome(records, timed_out, errors, wait=args.wait)
+    return _apply_outcome(records, timed_out, [*not_applied, *errors], wait=args.wait)
 
 
 def _apply_outcome(records: dict[str, JobRecord], timed_out: bool, errors: list[str], *, wait: bool) -> int:
@@ -434,8 +441,21 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.refresh:
         _refresh(settings)
     statuses = StatusWriter(settings.status_dir)
-    names = [args.name] if args.name else statuses.names()
-    documents = [d for d in (statuses.read(n) for n in names) if d is not None]
+    store = StateStore(settings.state_dir)  # read-only: never the lock
+    try:
+        records = store.records() if not args.name else {}
+        if args.name:
+            record = store.load(args.name)
+            records = {args.name: record} if record is not None else {}
+    except StateError as err:
+        records = {}
+        store.unreadable[args.name] = str(err)
+    documents, notes = statuses.documents(records, time.time(), [args.name] if args.name else None)
+    notes.extend(
+        f"{name}: its record cannot be read: {why}" for name, why in sorted(store.unreadable.items())
+    )
+    for note in notes:  # what could not be read is said, on stderr (stdout stays the documents)
+        stderr_line(f"tfdeclare: warning: {note}")
     if args.name and not documents:
         raise UserError(f"no job named {args.name!r} (no status file in {settings.status_dir})")
     if args.output == "json":

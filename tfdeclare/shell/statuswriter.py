@@ -35,6 +35,8 @@ from yaml.events import (
 )
 from yaml.nodes import ScalarNode
 
+from tfdeclare.core.run.record import JobRecord
+from tfdeclare.core.run.status import status_document
 from tfdeclare.core.spec.names import is_job_name
 from tfdeclare.files import remove, write_atomic
 
@@ -137,6 +139,10 @@ def dump(document: dict[str, Any]) -> str:
     return stream.getvalue()
 
 
+class StatusUnreadable(Exception):
+    """A status file that exists but cannot be read, or is not a status document (named)."""
+
+
 class StatusWriter:
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -166,11 +172,44 @@ class StatusWriter:
         self._last.pop(name, None)
 
     def read(self, name: str) -> dict[str, Any] | None:
+        """The job's status document; None when there is no file. ``StatusUnreadable`` when
+        the file cannot be read or is not a status document (the message names it)."""
+        path = self.path(name)
         try:
-            data = yaml.safe_load(self.path(name).read_text(encoding="utf-8"))
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return None
-        return data if isinstance(data, dict) else None
+        except OSError as err:
+            raise StatusUnreadable(f"{path}: cannot be read ({err.strerror})") from err
+        except (ValueError, yaml.YAMLError) as err:  # ValueError: invalid UTF-8
+            raise StatusUnreadable(f"{path}: not a readable status document ({err})") from err
+        if not isinstance(data, dict):
+            raise StatusUnreadable(f"{path}: not a status document")
+        return data
+
+    def documents(
+        self, records: dict[str, JobRecord], now: float, names: list[str] | None = None
+    ) -> tuple[list[dict[str, Any]], list[str]]:
+        """The status documents of ``names`` (default: every status file and every record), and
+        one line for each that had to be shown otherwise. A job never disappears because its
+        status file could not be written or read (a full disk, a damaged file): with a record,
+        its document is made from the record (what the controller would have written); the
+        lines say which files could not be read and which jobs are shown from their records."""
+        wanted = sorted(set(self.names()) | set(records)) if names is None else names
+        documents: list[dict[str, Any]] = []
+        notes: list[str] = []
+        for name in wanted:
+            try:
+                document = self.read(name)
+            except StatusUnreadable as err:
+                notes.append(str(err))
+                document = None
+            if document is None and name in records:
+                document = status_document(records[name], now)
+                notes.append(f"{name}: no readable status file; shown from its record in the state folder")
+            if document is not None:
+                documents.append(document)
+        return documents, notes
 
     def names(self) -> list[str]:
         if not self.root.is_dir():
