@@ -76,6 +76,12 @@ def test_a_full_state_disk_names_the_job_and_the_file_and_applies_the_rest_later
     assert "b                        deleted" not in applied.stdout, "a job never made is not 'deleted'"
     listed = cli("status", cwd=project)
     assert listed.returncode == 0 and listed.stdout.split()[6] == "a", listed.stdout + listed.stderr
+    deleted = cli("delete", "a", cwd=project)
+    assert deleted.returncode == 1 and "Traceback" not in deleted.stderr, deleted.stderr
+    assert (
+        f"error: job a: cannot write {project / '.tfdeclare' / 'jobs' / 'a.json'} (No space left on device); "
+        "it was not marked for deletion; free the disk and run the command again"
+    ) in deleted.stderr, deleted.stderr
 
     (project / "filler").unlink()
     again = cli("apply", "specs", cwd=project)

@@ -59,6 +59,9 @@ class Settings:
     status_dir: Path
     config_path: Path | None
     sources: SpecSources | None = None  # where the specs are read from (the source-folder rule)
+    # why the state folder is where it is, for a person ("--state-dir", "TFDECLARE_STATE_DIR",
+    # "the config FILE", "the default"): plan and apply say it when it is not ./.tfdeclare
+    state_dir_from: str = "the default"
 
     def reading(self, sources: SpecSources) -> Settings:
         """These settings for specs read from ``sources``."""
@@ -133,7 +136,12 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
-    config_path: Path | None = Path(args.config) if args.config else None
+    """The config and the folders: flags > environment (``TFDECLARE_CONFIG``,
+    ``TFDECLARE_STATE_DIR``, ``TFDECLARE_STATUS_DIR``) > the config file (its folders are
+    relative to its own folder) > the defaults."""
+    environ = os.environ
+    named = args.config or environ.get("TFDECLARE_CONFIG") or None
+    config_path: Path | None = Path(named) if named else None
     if config_path is None and Path(DEFAULT_CONFIG).is_file():
         config_path = Path(DEFAULT_CONFIG)
     config = Config()
@@ -149,9 +157,31 @@ def settings_from(args: argparse.Namespace) -> Settings:
             raise UserError(f"invalid config {config_path}", problems)
         config = parsed
     config = config.with_overrides(backend=args.backend)
-    state_dir = Path(args.state_dir) if args.state_dir else base / config.state_dir
-    status_dir = Path(args.status_dir) if args.status_dir else base / config.status_dir
-    return Settings(config, state_dir.absolute(), status_dir.absolute(), config_path)
+    state_flag = args.state_dir or environ.get("TFDECLARE_STATE_DIR") or None
+    status_flag = args.status_dir or environ.get("TFDECLARE_STATUS_DIR") or None
+    state_dir = Path(state_flag) if state_flag else base / config.state_dir
+    status_dir = Path(status_flag) if status_flag else base / config.status_dir
+    if args.state_dir:
+        state_from = "--state-dir"
+    elif state_flag:
+        state_from = "TFDECLARE_STATE_DIR"
+    elif config_path is not None:
+        how = "--config" if args.config else "TFDECLARE_CONFIG" if named else "the config"
+        state_from = f"{how} {config_path}: its stateDir ({config.state_dir}) is relative to its folder"
+    else:
+        state_from = "the default"
+    return Settings(
+        config, state_dir.absolute(), status_dir.absolute(), config_path, state_dir_from=state_from
+    )
+
+
+def state_dir_note(settings: Settings) -> str | None:
+    """A line saying which state folder a command uses and why, when it is not the default
+    (``./.tfdeclare`` here): a config elsewhere moves it, and jobs under the other are not
+    seen (``shell.statedirs`` finds them)."""
+    if settings.state_dir == (Path.cwd() / Config().state_dir).absolute():
+        return None
+    return f"state folder {settings.state_dir} (from {settings.state_dir_from}), not ./{Config().state_dir}"
 
 
 def stdout_write(text: str) -> None:

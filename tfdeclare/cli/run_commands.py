@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tfdeclare.cli import pulls, terminal
+from tfdeclare.cli import elsewhere, pulls, terminal
 from tfdeclare.cli.common import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -266,6 +266,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         if result.has_errors:  # a quota refused a job
             print_diagnostics([d for d in result.diagnostics if d.code is Code.QUOTA])
             raise UserError("nothing applied: the specs break the policy (see above)")
+        elsewhere.check(settings, result, applying=True)  # never a second copy of a job
         machine = args.output == "json"
         if not machine:
             stdout_write(render_text(result, paint=terminal.painter(sys.stdout)))
