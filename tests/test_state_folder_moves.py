@@ -10,12 +10,14 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.chaos import local_tasks
 from tests.conftest import cli
+from tests.test_daemon import Daemon, wait_until
 from tests.test_e2e_local import CONFIG, project, spec
 
 __all__ = ["project"]  # the fixture
@@ -106,3 +108,29 @@ def test_a_registry_that_is_a_link_or_not_ours_is_not_used(
         applied.stderr
     )
     assert list(target.iterdir()) == []
+
+
+def test_a_daemon_under_another_state_folder_does_not_start_a_second_copy(project: Path) -> None:
+    (project / "specs" / "a.yaml").write_text(spec("a", {"worker": (1, "serve")}))
+    assert cli("apply", "specs", cwd=project).returncode == 0
+    other = _other_config(project, CONFIG)
+    daemon = Daemon(project, "--specs", "specs", "--config", other, "--interval", "1")
+    try:
+        wait_until(lambda: daemon.get("/healthz")[1]["lastPassAt"] is not None)
+        code, health = daemon.get("/healthz")
+        assert code == 503 and health["status"] == "degraded", health
+        why = health["notStarted"]["a"]
+        assert why.startswith(
+            f"not started: it exists under state folder {os.path.realpath(project / '.tfdeclare')}"
+        )
+        assert "state folder" in daemon.text() and "(from --config other/tfdeclare.yaml" in daemon.text()
+        time.sleep(2)  # passes go on: still one copy
+        assert len([t for t in local_tasks(project) if t[0] == "a"]) == 1
+
+        assert cli("delete", "a", cwd=project).returncode == 0  # where it ran: now the daemon may
+        wait_until(lambda: daemon.get("/healthz")[0] == 200, timeout=30)
+        wait_until(lambda: len([t for t in local_tasks(project) if t[0] == "a"]) == 1)
+        assert (project / "other" / ".tfdeclare" / "jobs" / "a.json").exists()
+    finally:
+        daemon.stop()
+    assert cli("delete", "--all", "--config", other, cwd=project).returncode == 0

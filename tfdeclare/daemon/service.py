@@ -19,7 +19,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
@@ -29,9 +29,10 @@ from tfdeclare.controller import Controller
 from tfdeclare.core.config import WebhookConfig
 from tfdeclare.core.diagnostics import Diagnostic
 from tfdeclare.core.enums import Phase, Reason
-from tfdeclare.core.plan.planner import Plan, PlanCache, PlanOptions, Sighting, plan
+from tfdeclare.core.plan.planner import Action, Plan, PlanCache, PlanOptions, Sighting, plan
 from tfdeclare.core.run.record import JobRecord, Revision
 from tfdeclare.core.spec.keys import TaskKey
+from tfdeclare.core.spec.model import fingerprint
 from tfdeclare.core.spec.names import is_job_name
 from tfdeclare.core.spec.policy import Quota
 from tfdeclare.daemon import page
@@ -40,6 +41,7 @@ from tfdeclare.daemon.metrics import Metrics
 from tfdeclare.daemon.sources import SourceError
 from tfdeclare.daemon.webhooks import Notifier, PhaseChange
 from tfdeclare.files import failed_write
+from tfdeclare.shell import statedirs
 from tfdeclare.shell.sources import SpecFiles
 from tfdeclare.shell.statuswriter import StatusUnreadable
 from tfdeclare.shell.writable import folder_problem
@@ -131,6 +133,7 @@ class Daemon:
         # ("state"/"status" -> why), and a pass that failed on a write outside any one job.
         self.write_failures: Mapping[str, str] = {}
         self.records: Mapping[str, JobRecord] = {}  # as of the last pass
+        self.not_started: Mapping[str, str] = {}  # job -> why: it runs under another state folder
         self.folder_problems: Mapping[str, str] = {}
         self.pass_write_error: str | None = None
         self.last_pass_at: float | None = None
@@ -316,6 +319,7 @@ class Daemon:
             for diagnostic in current.diagnostics:
                 log.warning("%s", diagnostic.format())
         self._log_held(current)
+        current = self._without_second_copies(current)
         for line in self.controller.apply(current, self.revision, self.source.rejected):
             log.info("applied %s", line)
         for name, why in sorted(self.controller.apply_failures.items()):
@@ -325,6 +329,32 @@ class Daemon:
         if not current.has_errors:
             self.metrics.applied_revision = revision
         return current.wake_at
+
+    def _without_second_copies(self, current: Plan) -> Plan:
+        """``current`` less the creates of jobs that exist under another state folder of this
+        user (``shell.statedirs``, read-only): one job never runs twice. They are named in
+        /healthz and logged when that set changes, and created once gone from there."""
+        creates = {
+            job.name: fingerprint(current.desired[job.name])
+            for job in current.jobs
+            if job.action is Action.CREATE and job.name in current.desired
+        }
+        found, problems = statedirs.elsewhere(creates, self.controller.store.root)
+        for problem in problems:
+            log.warning("cannot look for new jobs under other state folders: %s", problem)
+        refused = {
+            e.name: f"not started: it exists under {e.describe()}; delete it there first "
+            f"(`tfdeclare delete {e.name} --state-dir {e.state_dir}`)"
+            for e in found
+            if e.live
+        }
+        if refused != self.not_started:
+            for name, why in sorted(refused.items()):
+                log.error("%s: %s", name, why)
+        self.not_started = refused
+        if not refused:
+            return current
+        return replace(current, jobs=tuple(job for job in current.jobs if job.name not in refused))
 
     def _phase_changes(self, phases: Mapping[str, Phase], records: Mapping[str, JobRecord]) -> None:
         """Each job that entered a phase since the last pass: a recent event and a notice."""
@@ -372,11 +402,18 @@ class Daemon:
         late = self.clock() - since > overdue
         starting = self.last_pass_at is None and not late
         cannot_write = self.write_problems()
-        healthy = not late and not starting and self.source_error is None and not cannot_write
+        healthy = (
+            not late
+            and not starting
+            and self.source_error is None
+            and not cannot_write
+            and not self.not_started
+        )
         reasons = [
             *(["a pass is overdue (a hang?)"] if late else []),
             *([f"the source cannot be read: {self.source_error}"] if self.source_error else []),
             *cannot_write,
+            *(f"job {name}: {why}" for name, why in sorted(self.not_started.items())),
         ]
         return healthy, {
             "status": "ok" if healthy else "starting" if starting else "degraded",
@@ -391,6 +428,8 @@ class Daemon:
                 "status": self.folder_problems.get("status"),
             },
             "writeFailures": dict(self.write_failures),
+            # jobs of the files not started: they exist under another state folder of this user
+            "notStarted": dict(self.not_started),
             "revision": self.revision.commit if self.revision else None,
             "lastPassAt": self.last_pass_at,
             "passOverdue": late,
