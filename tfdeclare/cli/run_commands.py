@@ -443,18 +443,18 @@ def cmd_status(args: argparse.Namespace) -> int:
         _refresh(settings)
     statuses = StatusWriter(settings.status_dir)
     store = StateStore(settings.state_dir)  # read-only: never the lock
-    try:
-        records = store.records() if not args.name else {}
-        if args.name:
-            record = store.load(args.name)
-            records = {args.name: record} if record is not None else {}
-    except StateError as err:
-        records = {}
-        store.unreadable[args.name] = str(err)
-    documents, notes = statuses.documents(records, time.time(), [args.name] if args.name else None)
-    notes.extend(
-        f"{name}: its record cannot be read: {why}" for name, why in sorted(store.unreadable.items())
-    )
+    unreadable: list[str] = []
+
+    def record_of(name: str) -> JobRecord | None:  # only for a job without a readable status file
+        try:
+            return store.load(name)
+        except StateError as err:
+            unreadable.append(f"{name}: its record cannot be read either: {err}")
+            return None
+
+    names = [args.name] if args.name else None
+    documents, notes = statuses.documents(store.names(), record_of, time.time(), names)
+    notes.extend(unreadable)
     for note in notes:  # what could not be read is said, on stderr (stdout stays the documents)
         stderr_line(f"tfdeclare: warning: {note}")
     if args.name and not documents:

@@ -458,7 +458,8 @@ class Daemon:
     def jobs(self) -> list[dict[str, Any]]:
         # a job whose status file cannot be written or read is shown from its record (as of
         # the last pass: the HTTP threads never touch the loop's store)
-        documents, _ = self.controller.statuses.documents(dict(self.records), self.clock())
+        records = self.records
+        documents, _ = self.controller.statuses.documents(records, records.get, self.clock())
         return documents
 
     def metrics_text(self) -> str:

@@ -18,6 +18,7 @@ its time writing the status file.
 from __future__ import annotations
 
 import io
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -188,25 +189,38 @@ class StatusWriter:
         return data
 
     def documents(
-        self, records: dict[str, JobRecord], now: float, names: list[str] | None = None
+        self,
+        record_names: Iterable[str],
+        record_of: Callable[[str], JobRecord | None],
+        now: float,
+        names: list[str] | None = None,
     ) -> tuple[list[dict[str, Any]], list[str]]:
-        """The status documents of ``names`` (default: every status file and every record), and
-        one line for each that had to be shown otherwise. A job never disappears because its
-        status file could not be written or read (a full disk, a damaged file): with a record,
-        its document is made from the record (what the controller would have written); the
-        lines say which files could not be read and which jobs are shown from their records."""
-        wanted = sorted(set(self.names()) | set(records)) if names is None else names
+        """The status documents of ``names`` (default: every status file and every job of
+        ``record_names``), and one line for each that had to be shown otherwise. A job never
+        disappears because its status file could not be written or read (a full disk, a
+        damaged file): its document is made from its record (``record_of``, asked only for
+        those), as the controller would have written it; the lines say which files could not
+        be read and which jobs are shown from their records."""
+        on_disk = set(self.names())
+        wanted = sorted(on_disk | set(record_names)) if names is None else names
         documents: list[dict[str, Any]] = []
         notes: list[str] = []
         for name in wanted:
-            try:
-                document = self.read(name)
-            except StatusUnreadable as err:
-                notes.append(str(err))
-                document = None
-            if document is None and name in records:
-                document = status_document(records[name], now)
-                notes.append(f"{name}: no readable status file; shown from its record in the state folder")
+            document = None
+            if not is_job_name(name):
+                continue
+            if name in on_disk or names is not None:
+                try:
+                    document = self.read(name)
+                except StatusUnreadable as err:
+                    notes.append(str(err))
+            if document is None:
+                record = record_of(name)
+                if record is not None:
+                    document = status_document(record, now)
+                    notes.append(
+                        f"{name}: no readable status file; shown from its record in the state folder"
+                    )
             if document is not None:
                 documents.append(document)
         return documents, notes
