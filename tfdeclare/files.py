@@ -18,8 +18,7 @@ from pathlib import Path
 
 def _naming(err: OSError, path: Path) -> OSError:
     """``err`` (same errno, so the same subclass) naming ``path``."""
-    named = OSError(err.errno, err.strerror or str(err), str(path))
-    return named
+    return OSError(err.errno, err.strerror or str(err), str(path))
 
 
 def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
