@@ -602,6 +602,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="tfdeclare-chaos-") as folder:
+        # its own registry of state folders (tfdeclare.shell.statedirs), not the real home's
+        os.environ.setdefault("TFDECLARE_REGISTRY_DIR", str(Path(folder) / "registry"))
         chaos = Chaos(Path(folder), args.backend, args.seed, log=lambda line: print(line, flush=True))
         try:
             tallies = chaos.run(args.iterations)

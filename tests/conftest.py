@@ -193,6 +193,15 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         missing("TensorFlow is not installed (make venv installs it; pip install '.[tensorflow]')")
 
 
+@pytest.fixture(autouse=True)
+def state_folder_registry(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test's own registry of state folders (``tfdeclare.shell.statedirs``), inherited by
+    the processes it starts: no test touches the real home, nor sees another test's jobs."""
+    folder = tmp_path_factory.mktemp("registry") / "tfdeclare"
+    monkeypatch.setenv("TFDECLARE_REGISTRY_DIR", str(folder))
+    return folder
+
+
 @pytest.fixture
 def workdir(tmp_path: Path) -> Iterator[Path]:
     (tmp_path / "specs").mkdir()

@@ -60,6 +60,9 @@ class Settings:
     status_dir: Path
     config_path: Path | None
     sources: SpecSources | None = None  # where the specs are read from (the source-folder rule)
+    # why the state folder is where it is, for a person ("--state-dir", "TFDECLARE_STATE_DIR",
+    # "the config FILE", "the default"): plan and apply say it when it is not ./.tfdeclare
+    state_dir_from: str = "the default"
 
     def reading(self, sources: SpecSources) -> Settings:
         """These settings for specs read from ``sources``."""
@@ -227,6 +230,9 @@ def chosen_folders(
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
+    """The config and the folders: flags > environment (``TFDECLARE_CONFIG``,
+    ``TFDECLARE_STATE_DIR``, ``TFDECLARE_STATUS_DIR``) > the config file (its folders are
+    relative to its own folder) > the defaults."""
     config_choice = chosen_config(args)
     config_path = Path(config_choice.value) if config_choice is not None else None
     config = Config()
@@ -244,7 +250,26 @@ def settings_from(args: argparse.Namespace) -> Settings:
     config = config.with_overrides(backend=args.backend)
     folders = chosen_folders(args, config, config_path)
     state_dir, status_dir = Path(folders["state_dir"].value), Path(folders["status_dir"].value)
-    return Settings(config, state_dir.absolute(), status_dir.absolute(), config_path)
+    state = folders["state_dir"]
+    if state.origin in (Origin.FLAG, Origin.ENVIRONMENT):
+        state_from = state.via
+    elif config_choice is not None and config_path is not None:
+        how = "the config" if config_choice.origin is Origin.DEFAULT else config_choice.via
+        state_from = f"{how} {config_path}: its stateDir ({config.state_dir}) is relative to its folder"
+    else:
+        state_from = "the default"
+    return Settings(
+        config, state_dir.absolute(), status_dir.absolute(), config_path, state_dir_from=state_from
+    )
+
+
+def state_dir_note(settings: Settings) -> str | None:
+    """A line saying which state folder a command uses and why, when it is not the default
+    (``./.tfdeclare`` here): a config elsewhere moves it, and jobs under the other are not
+    seen (``shell.statedirs`` finds them)."""
+    if settings.state_dir == (Path.cwd() / Config().state_dir).absolute():
+        return None
+    return f"state folder {settings.state_dir} (from {settings.state_dir_from}), not ./{Config().state_dir}"
 
 
 def stdout_write(text: str) -> None:

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from tfdeclare.backends import progress
-from tfdeclare.cli.common import EXIT_OK, Settings, UserError, settings_from
+from tfdeclare.cli.common import EXIT_OK, Settings, UserError, settings_from, state_dir_note
 from tfdeclare.cli.pulls import PlainPulls
 from tfdeclare.cli.wiring import controller_for, locked
 from tfdeclare.controller import Controller
@@ -212,6 +212,9 @@ def _serve(args: argparse.Namespace, settings: Settings, server: DaemonServer) -
             base=base_dir if args.git else None,
         )
         daemon = Daemon(source, controller, files, settings.status_dir, options)
+        note = state_dir_note(settings)
+        if note:
+            log.info("%s", note)
         server.start(daemon)
         stack.callback(server.close)
         log.info(

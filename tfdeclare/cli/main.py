@@ -23,6 +23,7 @@ from tfdeclare.cli.common import (
     print_diagnostics,
     stderr_line,
 )
+from tfdeclare.files import JobWriteError, failed_write
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,8 +66,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return EXIT_ERROR
+    except JobWriteError as err:  # a full or read-only state disk while applying or deleting
+        stderr_line(f"tfdeclare: error: {err}; free the disk and run the command again")
+        return EXIT_ERROR
     except OSError as err:  # the environment (a full or read-only disk), not a bug: no traceback
-        stderr_line(f"tfdeclare: error: {err}")
+        stderr_line(f"tfdeclare: error: {failed_write(err)}")
         return EXIT_ERROR
     except Exception:
         stderr_line("tfdeclare: internal error (this is a bug; please report it with the trace below)")

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tfdeclare.cli import pulls, terminal
+from tfdeclare.cli import elsewhere, pulls, terminal
 from tfdeclare.cli.common import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -277,13 +277,21 @@ def cmd_apply(args: argparse.Namespace) -> int:
         if result.has_errors:  # a quota refused a job
             print_diagnostics([d for d in result.diagnostics if d.code is Code.QUOTA])
             raise UserError("nothing applied: the specs break the policy (see above)")
+        elsewhere.check(settings, result, applying=True)  # never a second copy of a job
         machine = is_document(args.output)
         if not machine:
             stdout_write(render_text(result, paint=terminal.painter(sys.stdout)))
         print_backend_warnings(settings, list(desired.jobs.values()))
         with controller_for(settings) as controller, pulls.shown_on(sys.stderr):
             controller.apply(result)
+            not_applied = [
+                f"job {name}: not applied: cannot write {why}; free the disk and apply again"
+                for name, why in sorted(controller.apply_failures.items())
+            ]
+            for line in not_applied:
+                stderr_line(f"tfdeclare: error: {line}")
             names = set(desired.jobs) | {j.name for j in result.jobs if j.action is Action.DELETE}
+            names -= controller.apply_failures.keys() - controller.store.records().keys()  # never made
             records: dict[str, JobRecord] = {}
             timed_out, errors = False, list[str]()
             if names:
@@ -313,10 +321,10 @@ def cmd_apply(args: argparse.Namespace) -> int:
             ],
             "deleted": sorted(names - set(records)) if names else [],
             "timedOut": timed_out,
-            "errors": errors,
+            "errors": [*not_applied, *errors],
         }
         stdout_write(document_text(outcome, args.output, ensure_ascii=False))
-    return _apply_outcome(records, timed_out, errors, wait=args.wait)
+    return _apply_outcome(records, timed_out, [*not_applied, *errors], wait=args.wait)
 
 
 def _apply_outcome(records: dict[str, JobRecord], timed_out: bool, errors: list[str], *, wait: bool) -> int:
@@ -458,8 +466,21 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.refresh:
         _refresh(settings)
     statuses = StatusWriter(settings.status_dir)
-    names = [args.name] if args.name else statuses.names()
-    documents = [d for d in (statuses.read(n) for n in names) if d is not None]
+    store = StateStore(settings.state_dir)  # read-only: never the lock
+    unreadable: list[str] = []
+
+    def record_of(name: str) -> JobRecord | None:  # only for a job without a readable status file
+        try:
+            return store.load(name)
+        except StateError as err:
+            unreadable.append(f"{name}: its record cannot be read either: {err}")
+            return None
+
+    names = [args.name] if args.name else None
+    documents, notes = statuses.documents(store.names(), record_of, time.time(), names)
+    notes.extend(unreadable)
+    for note in notes:  # what could not be read is said, on stderr (stdout stays the documents)
+        stderr_line(f"tfdeclare: warning: {note}")
     if args.name and not documents:
         raise UserError(f"no job named {args.name!r} in {_folders_read(args, settings)}")
     if is_document(args.output):

@@ -12,7 +12,7 @@ from typing import Any
 
 from tfdeclare import __version__
 from tfdeclare.backends import registry
-from tfdeclare.cli import terminal
+from tfdeclare.cli import elsewhere, terminal
 from tfdeclare.cli.common import (
     EXIT_CHANGES,
     EXIT_ERROR,
@@ -89,6 +89,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         scope=prune_scope(args.paths),
     )
     result, desired = compute_plan(args.paths, settings, options)
+    elsewhere.check(settings, result, applying=False)
     print_diagnostics(result.diagnostics, args.output)
     print_backend_warnings(settings, list(desired.jobs.values()))
     if args.output == "json":

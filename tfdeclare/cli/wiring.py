@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from tfdeclare.backends import registry
 from tfdeclare.backends.base import Backend
-from tfdeclare.cli.common import Settings, UserError
+from tfdeclare.cli.common import Settings, UserError, stderr_line
 from tfdeclare.controller import Controller
 from tfdeclare.core.run.lifecycle import Backoff
+from tfdeclare.shell import statedirs
 from tfdeclare.shell.lock import ControllerLock, LockHeld
 from tfdeclare.shell.statuswriter import StatusWriter
 from tfdeclare.shell.store import StateStore
@@ -67,6 +69,10 @@ def locked(settings: Settings, purpose: str, **details: Any) -> Iterator[Control
         lock.acquire(purpose, **details)
     except LockHeld as err:
         raise lock_error(err) from None
+    try:  # so that a command under another state folder finds this one's jobs
+        statedirs.remember(settings.state_dir, settings.backend, time.time())
+    except statedirs.RegistryError as err:
+        stderr_line(f"tfdeclare: warning: cannot record this state folder for other commands to find: {err}")
     try:
         yield lock
     finally:

@@ -35,16 +35,11 @@ from tfdeclare.core.run.tasks import ObservedTask, Placement, TaskKey, Unplaced
 from tfdeclare.core.spec.keys import ORDER
 from tfdeclare.core.spec.loader import SourceRef
 from tfdeclare.core.spec.model import fingerprint
+from tfdeclare.files import JobWriteError, failed_write
 from tfdeclare.shell.statuswriter import StatusWriter
 from tfdeclare.shell.store import StateStore
 
 log = logging.getLogger("tfdeclare.controller")
-
-
-def _failed_write(err: OSError) -> str:
-    """``status/a.yaml (No space left on device)``: the file meant, not the temporary one."""
-    target = err.filename2 or err.filename
-    return f"{target} ({err.strerror})" if target and err.strerror else str(err)
 
 
 class _SeenTasks:
@@ -94,6 +89,9 @@ class PassResult:
     events: list[str] = field(default_factory=list)
     wake_at: float | None = None  # the earliest time a job wants another look
     errors: list[str] = field(default_factory=list)
+    # job -> "PATH (why)": the record or status file this pass could not write (a full or
+    # read-only disk); the daemon shows them in /healthz and /metrics until a pass writes them
+    write_failures: dict[str, str] = field(default_factory=dict)
 
     def wake(self, at: float | None) -> None:
         if at is not None and (self.wake_at is None or at < self.wake_at):
@@ -154,6 +152,7 @@ class Controller:
         # identity hashes its whole cluster, so a pass over a running 10,000-task job hashed
         # about 2 GB when every identity was worked out again).
         self._desired: dict[str, Mapping[TaskKey, TaskConfig]] = {}
+        self.apply_failures: dict[str, str] = {}  # of the last ``apply``: job -> "PATH (why)"
 
     def _backend(self, name: str) -> Backend:
         if name == self.backend.name:
@@ -177,9 +176,12 @@ class Controller:
     ) -> list[str]:
         """Write the plan's decisions into the records. Returns one line per change.
         ``unverified``: (commit, why) of a git head that was not applied (its signature): every
-        job says so in its Synced condition."""
+        job says so in its Synced condition. A job whose record cannot be written (a full or
+        read-only state disk) keeps its old record and is named in ``apply_failures`` (job ->
+        "PATH (why)"); the other jobs are applied."""
         records = self.store.records()
         changes: list[str] = []
+        self.apply_failures = {}
         for job in plan.jobs:
             if PlanReason.OUTSIDE_SCOPE in job.reasons:
                 continue  # another source's job: this plan read none of its files, so it says nothing of it
@@ -202,7 +204,11 @@ class Controller:
                     not_synced=(Reason.UNVERIFIED_REVISION, why), last_attempted_revision=commit
                 )
             if updated is not None and updated is not record and updated != record:
-                self.store.save(updated)
+                try:
+                    self.store.save(updated)
+                except OSError as err:  # a full or read-only state disk: the other jobs go on
+                    self.apply_failures[job.name] = failed_write(err)
+                    continue
                 if job.action.changes_something:
                     changes.append(f"{job.action.symbol} {job.name}: {job.message}")
         return changes
@@ -298,7 +304,10 @@ class Controller:
             if record is None:
                 missing.append(name)
             elif not record.deleting:
-                self.store.save(record.evolve(deleting=True))
+                try:
+                    self.store.save(record.evolve(deleting=True))
+                except OSError as err:
+                    raise JobWriteError(name, err, "it was not marked for deletion") from err
         return missing
 
     # ---- one reconcile pass ---------------------------------------------------------------
@@ -325,7 +334,8 @@ class Controller:
                 log.warning("%s: backend error: %s", name, err)
             except OSError as err:  # e.g. the state or status disk is full: the other jobs go on
                 self._seen.pop(name, None)  # look at it again next pass
-                result.errors.append(f"{name}: cannot write {_failed_write(err)}; retrying next pass")
+                result.write_failures[name] = failed_write(err)
+                result.errors.append(f"{name}: cannot write {failed_write(err)}; retrying next pass")
                 result.wake(now + 5.0)
         for name, why in sorted(self.store.unreadable.items()):
             result.errors.append(f"{name}: its record cannot be read, so it is left alone: {why}")

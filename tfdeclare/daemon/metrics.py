@@ -43,6 +43,8 @@ class Metrics:
         self.restarts: Mapping[str, int] = {}
         self.applied_revision: str | None = None
         self.attempted_revision: str | None = None
+        self.storage_writable: Mapping[str, bool] = {}  # "state"/"status" -> can take a write
+        self.write_failures = 0  # files the last pass could not write (and a failed pass)
         self.webhook_results: Counter[str] = Counter()  # WebhookResult value -> deliveries
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))
@@ -65,6 +67,11 @@ class Metrics:
             self.jobs_by_phase = Counter(phases.values())
             self.tasks_by_state = dict(tasks)
             self.restarts = dict(restarts)
+
+    def set_storage(self, writable: Mapping[str, bool], write_failures: int) -> None:
+        with self._lock:
+            self.storage_writable = dict(writable)
+            self.write_failures = write_failures
 
     def count_webhook(self, result: str) -> None:
         with self._lock:
@@ -118,6 +125,18 @@ class Metrics:
             "Restarts after failures, per job.",
             "job",
             self.restarts,
+        )
+        yield _labelled(
+            GaugeMetricFamily,
+            "tfdeclare_storage_writable",
+            "Whether the state and status folders can take a write now (0: read-only or full).",
+            "folder",
+            {kind: int(ok) for kind, ok in self.storage_writable.items()},
+        )
+        yield GaugeMetricFamily(
+            "tfdeclare_write_failures",
+            "Record and status files the last pass could not write (a full or read-only disk).",
+            value=self.write_failures,
         )
         revisions = GaugeMetricFamily(
             "tfdeclare_revision_info",

@@ -5,7 +5,8 @@
 - ``GET /jobs/<name>/logs?task=ROLE-INDEX&offset=N`` — a page of a task's output, read-only;
 - ``GET /healthz`` (readiness) — 200 ``ok`` while passes run on time; 503 with ``status``
   ``starting`` until the first pass has ended (as long as that is not overdue), ``degraded``
-  when a pass is overdue or the source cannot be read (the JSON body says which);
+  when a pass is overdue, the source cannot be read, the state or status folder cannot take
+  a write or a job runs under another state folder (the JSON body says which: ``reasons``);
 - ``GET /livez`` (liveness) — 200 unless a pass is overdue (a hang: 503), so a probe tells
   a slow start or an unreadable source, which a restart would not fix, from a hang;
 - ``GET /metrics`` — Prometheus text format;

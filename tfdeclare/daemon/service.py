@@ -19,7 +19,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
@@ -29,10 +29,11 @@ from tfdeclare.controller import Controller
 from tfdeclare.core.config import WebhookConfig
 from tfdeclare.core.diagnostics import Diagnostic
 from tfdeclare.core.enums import Phase, Reason
-from tfdeclare.core.plan.planner import Plan, PlanCache, PlanOptions, Sighting, plan
+from tfdeclare.core.plan.planner import Action, Plan, PlanCache, PlanOptions, Sighting, plan
 from tfdeclare.core.plan.scope import PruneScope
 from tfdeclare.core.run.record import JobRecord, Revision
 from tfdeclare.core.spec.keys import TaskKey
+from tfdeclare.core.spec.model import fingerprint
 from tfdeclare.core.spec.names import is_job_name
 from tfdeclare.core.spec.policy import Quota
 from tfdeclare.daemon import page
@@ -40,7 +41,11 @@ from tfdeclare.daemon.httpguard import INT64_MAX
 from tfdeclare.daemon.metrics import Metrics
 from tfdeclare.daemon.sources import SourceError
 from tfdeclare.daemon.webhooks import Notifier, PhaseChange
+from tfdeclare.files import failed_write
+from tfdeclare.shell import statedirs
 from tfdeclare.shell.sources import SpecFiles
+from tfdeclare.shell.statuswriter import StatusUnreadable
+from tfdeclare.shell.writable import folder_problem
 
 log = logging.getLogger("tfdeclare.daemon")
 
@@ -125,6 +130,14 @@ class Daemon:
         self._held: Mapping[str, tuple[Reason, str]] = {}  # jobs kept as applied, as last logged
         self.revision: Revision | None = None
         self.source_error: str | None = None
+        # What could not be written, shown in /healthz, /metrics and the page until it can be:
+        # job -> "PATH (why)" from the last pass, the folders that cannot take a write now
+        # ("state"/"status" -> why), and a pass that failed on a write outside any one job.
+        self.write_failures: Mapping[str, str] = {}
+        self.records: Mapping[str, JobRecord] = {}  # as of the last pass
+        self.not_started: Mapping[str, str] = {}  # job -> why: it runs under another state folder
+        self.folder_problems: Mapping[str, str] = {}
+        self.pass_write_error: str | None = None
         self.last_pass_at: float | None = None
         self.started_at = clock()
 
@@ -178,9 +191,12 @@ class Daemon:
                     self._changes = None  # a resync reads every file, whatever events said
             try:
                 wake_at = self._pass()
+                self.pass_write_error = None
             except OSError as err:  # e.g. the state disk is full: nothing to report as a bug
-                log.error("cannot write the state folder (%s); retrying", err)
+                self.pass_write_error = failed_write(err)
+                log.error("a pass could not finish: cannot write %s; retrying", self.pass_write_error)
                 self.metrics.pass_errors += 1
+                self._check_folders()
                 wake_at = self.clock() + min(self.options.interval_s, 5.0)
             except Exception:  # a bug must not take the controller of every job down with it
                 log.exception("internal error in a reconcile pass (a bug; please report it); retrying")
@@ -228,17 +244,22 @@ class Daemon:
                 n: Phase.DELETING if r.deleting else r.phase
                 for n, r in self.controller.store.records().items()
             }
+        self.controller.apply_failures = {}
         settles_at = self._apply_desired() if self.source_error is None else None
         try:
             result = self.controller.reconcile()  # it logs what it does
         except BackendError as err:  # the cluster is unreachable: try again next pass
             log.error("backend unavailable, the jobs keep running: %s", err)
+            self._check_folders()
             self.last_pass_at = self.clock()
             self.metrics.observe_pass(time.monotonic() - started, self.last_pass_at, 0, 0, 1)
             return None
         for error in result.errors:
             log.error("%s", error)
+        self.write_failures = {**self.controller.apply_failures, **result.write_failures}
+        self._check_folders()
         records = self.controller.store.records()
+        self.records = dict(records)  # replaced whole: the HTTP threads read it
         self._phase_changes(result.phases, records)
         self.spec_details = {name: page.details(record.spec) for name, record in records.items()}
         tasks = Counter(t.state.value for r in records.values() for t in r.tasks)
@@ -257,6 +278,22 @@ class Daemon:
         )
         wakes = [at for at in (result.wake_at, settles_at) if at is not None]
         return min(wakes) if wakes else None
+
+    def _check_folders(self) -> None:
+        """Whether the state and status folders can take a write now (``shell.writable``);
+        a change is logged once, the state is shown in /healthz, /metrics and the page."""
+        folders = {"state": self.controller.store.root, "status": self.status_dir}
+        problems = {kind: why for kind, folder in folders.items() if (why := folder_problem(folder))}
+        for kind, why in sorted(problems.items()):
+            if self.folder_problems.get(kind) != why:
+                log.error("the %s folder cannot take a write: %s", kind, why)
+        for kind in sorted(self.folder_problems.keys() - problems.keys()):
+            log.info("the %s folder can be written again", kind)
+        self.folder_problems = problems
+        self.metrics.set_storage(
+            {kind: kind not in problems for kind in folders},
+            len(self.write_failures) + (self.pass_write_error is not None),
+        )
 
     def _apply_desired(self) -> float | None:
         """Plan and apply what the files say; returns when the next pending change settles."""
@@ -285,13 +322,42 @@ class Daemon:
             for diagnostic in current.diagnostics:
                 log.warning("%s", diagnostic.format())
         self._log_held(current)
+        current = self._without_second_copies(current)
         for line in self.controller.apply(current, self.revision, self.source.rejected):
             log.info("applied %s", line)
+        for name, why in sorted(self.controller.apply_failures.items()):
+            log.error("%s: not applied: cannot write %s; retrying next pass", name, why)
         revision = self.revision.commit if self.revision else None
         self.metrics.attempted_revision = revision
         if not current.has_errors:
             self.metrics.applied_revision = revision
         return current.wake_at
+
+    def _without_second_copies(self, current: Plan) -> Plan:
+        """``current`` less the creates of jobs that exist under another state folder of this
+        user (``shell.statedirs``, read-only): one job never runs twice. They are named in
+        /healthz and logged when that set changes, and created once gone from there."""
+        creates = {
+            job.name: fingerprint(current.desired[job.name])
+            for job in current.jobs
+            if job.action is Action.CREATE and job.name in current.desired
+        }
+        found, problems = statedirs.elsewhere(creates, self.controller.store.root)
+        for problem in problems:
+            log.warning("cannot look for new jobs under other state folders: %s", problem)
+        refused = {
+            e.name: f"not started: it exists under {e.describe()}; delete it there first "
+            f"(`tfdeclare delete {e.name} --state-dir {e.state_dir}`)"
+            for e in found
+            if e.live
+        }
+        if refused != self.not_started:
+            for name, why in sorted(refused.items()):
+                log.error("%s: %s", name, why)
+        self.not_started = refused
+        if not refused:
+            return current
+        return replace(current, jobs=tuple(job for job in current.jobs if job.name not in refused))
 
     def _phase_changes(self, phases: Mapping[str, Phase], records: Mapping[str, JobRecord]) -> None:
         """Each job that entered a phase since the last pass: a recent event and a notice."""
@@ -338,11 +404,35 @@ class Daemon:
         since = self.last_pass_at if self.last_pass_at is not None else self.started_at
         late = self.clock() - since > overdue
         starting = self.last_pass_at is None and not late
-        healthy = not late and not starting and self.source_error is None
+        cannot_write = self.write_problems()
+        healthy = (
+            not late
+            and not starting
+            and self.source_error is None
+            and not cannot_write
+            and not self.not_started
+        )
+        reasons = [
+            *(["a pass is overdue (a hang?)"] if late else []),
+            *([f"the source cannot be read: {self.source_error}"] if self.source_error else []),
+            *cannot_write,
+            *(f"job {name}: {why}" for name, why in sorted(self.not_started.items())),
+        ]
         return healthy, {
             "status": "ok" if healthy else "starting" if starting else "degraded",
+            "reasons": reasons,
             "source": self.source.description,
             "sourceError": self.source_error,
+            # the state or status folder that cannot take a write (read-only, full), and the
+            # files the last pass could not write, by job: our own state is not kept, a real
+            # readiness problem (503), though the jobs keep running
+            "storage": {
+                "state": self.folder_problems.get("state"),
+                "status": self.folder_problems.get("status"),
+            },
+            "writeFailures": dict(self.write_failures),
+            # jobs of the files not started: they exist under another state folder of this user
+            "notStarted": dict(self.not_started),
             "revision": self.revision.commit if self.revision else None,
             "lastPassAt": self.last_pass_at,
             "passOverdue": late,
@@ -353,9 +443,27 @@ class Daemon:
             },
         }
 
+    def write_problems(self) -> list[str]:
+        """One line each for what tfdeclare cannot write now (folders, then jobs' files)."""
+        return [
+            *(
+                f"the {kind} folder cannot take a write: {why}"
+                for kind, why in sorted(self.folder_problems.items())
+            ),
+            *(f"job {job}: cannot write {why}" for job, why in sorted(self.write_failures.items())),
+            *(
+                [f"a pass could not finish: cannot write {self.pass_write_error}"]
+                if self.pass_write_error
+                else []
+            ),
+        ]
+
     def jobs(self) -> list[dict[str, Any]]:
-        statuses = self.controller.statuses
-        return [doc for doc in (statuses.read(name) for name in statuses.names()) if doc is not None]
+        # a job whose status file cannot be written or read is shown from its record (as of
+        # the last pass: the HTTP threads never touch the loop's store)
+        records = self.records
+        documents, _ = self.controller.statuses.documents(records, records.get, self.clock())
+        return documents
 
     def metrics_text(self) -> str:
         return self.metrics.render()
@@ -414,7 +522,10 @@ class Daemon:
         the job's first task that started) of job ``name``. Raises ``LookupError`` naming what
         is not there (a ``task`` that is no task name too: no such log), ``BackendError`` when
         the backend cannot read it."""
-        document = self.controller.statuses.read(name) if is_job_name(name) else None
+        try:
+            document = self.controller.statuses.read(name) if is_job_name(name) else None
+        except StatusUnreadable:
+            document = None
         if document is None:
             raise LookupError(f"no job named {name!r}")
         started = [t for t in document["tasks"] if t["id"]]

@@ -54,9 +54,13 @@ class ControllerLock:
             "since": time.time(),
             **details,
         }
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(info).encode(), 0)
-        os.fsync(fd)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(info).encode(), 0)
+            os.fsync(fd)
+        except OSError as err:  # a full or read-only state disk: say which file
+            os.close(fd)
+            raise OSError(err.errno, err.strerror, str(self.path)) from err
         self._fd = fd
 
     @staticmethod

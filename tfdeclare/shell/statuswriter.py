@@ -18,6 +18,7 @@ its time writing the status file.
 from __future__ import annotations
 
 import io
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,8 @@ from yaml.events import (
 )
 from yaml.nodes import ScalarNode
 
+from tfdeclare.core.run.record import JobRecord
+from tfdeclare.core.run.status import status_document
 from tfdeclare.core.spec.names import is_job_name
 from tfdeclare.files import remove, write_atomic
 
@@ -137,6 +140,10 @@ def dump(document: dict[str, Any]) -> str:
     return stream.getvalue()
 
 
+class StatusUnreadable(Exception):
+    """A status file that exists but cannot be read, or is not a status document (named)."""
+
+
 class StatusWriter:
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -166,11 +173,57 @@ class StatusWriter:
         self._last.pop(name, None)
 
     def read(self, name: str) -> dict[str, Any] | None:
+        """The job's status document; None when there is no file. ``StatusUnreadable`` when
+        the file cannot be read or is not a status document (the message names it)."""
+        path = self.path(name)
         try:
-            data = yaml.safe_load(self.path(name).read_text(encoding="utf-8"))
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return None
-        return data if isinstance(data, dict) else None
+        except OSError as err:
+            raise StatusUnreadable(f"{path}: cannot be read ({err.strerror})") from err
+        except (ValueError, yaml.YAMLError) as err:  # ValueError: invalid UTF-8
+            raise StatusUnreadable(f"{path}: not a readable status document ({err})") from err
+        if not isinstance(data, dict):
+            raise StatusUnreadable(f"{path}: not a status document")
+        return data
+
+    def documents(
+        self,
+        record_names: Iterable[str],
+        record_of: Callable[[str], JobRecord | None],
+        now: float,
+        names: list[str] | None = None,
+    ) -> tuple[list[dict[str, Any]], list[str]]:
+        """The status documents of ``names`` (default: every status file and every job of
+        ``record_names``), and one line for each that had to be shown otherwise. A job never
+        disappears because its status file could not be written or read (a full disk, a
+        damaged file): its document is made from its record (``record_of``, asked only for
+        those), as the controller would have written it; the lines say which files could not
+        be read and which jobs are shown from their records."""
+        on_disk = set(self.names())
+        wanted = sorted(on_disk | set(record_names)) if names is None else names
+        documents: list[dict[str, Any]] = []
+        notes: list[str] = []
+        for name in wanted:
+            document = None
+            if not is_job_name(name):
+                continue
+            if name in on_disk or names is not None:
+                try:
+                    document = self.read(name)
+                except StatusUnreadable as err:
+                    notes.append(str(err))
+            if document is None:
+                record = record_of(name)
+                if record is not None:
+                    document = status_document(record, now)
+                    notes.append(
+                        f"{name}: no readable status file; shown from its record in the state folder"
+                    )
+            if document is not None:
+                documents.append(document)
+        return documents, notes
 
     def names(self) -> list[str]:
         if not self.root.is_dir():

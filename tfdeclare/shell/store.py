@@ -59,6 +59,14 @@ class StateStore:
         except (KeyError, TypeError, ValueError) as err:
             raise StateError(f"{path}: invalid job record: {err}") from err
 
+    def names(self) -> list[str]:
+        """The jobs that have a record file (read or not: nothing is parsed)."""
+        try:
+            entries = os.listdir(self.jobs_dir)
+        except FileNotFoundError:
+            return []
+        return sorted(n.removesuffix(".json") for n in entries if n.endswith(".json") and is_job_name(n[:-5]))
+
     def records(self) -> dict[str, JobRecord]:
         """Every readable record. Unreadable ones are left out and listed in ``unreadable``
         (name -> why), so one damaged file never stops the others being managed, and the

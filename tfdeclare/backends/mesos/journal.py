@@ -204,15 +204,18 @@ class TaskJournal:
             return
         fd = self._open()
         view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        self._lines += data.count(b"\n")
-        self._dirty = True
-        self.wrote = True
-        if sync:
-            os.fsync(fd)
-            self._dirty = False
+        try:  # a full or read-only state disk: say which file (the line is retried next time)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            self._lines += data.count(b"\n")
+            self._dirty = True
+            self.wrote = True
+            if sync:
+                os.fsync(fd)
+                self._dirty = False
+        except OSError as err:
+            raise OSError(err.errno, err.strerror, str(self.log_path)) from err
 
     def put(self, entries: Iterable[TaskEntry], sync: bool) -> None:
         """Record these task records (complete); ``sync``: durable before returning."""
