@@ -130,3 +130,25 @@ def test_a_job_deleted_while_its_status_file_cannot_be_removed_does_not_leave_it
     again = cli("apply", "specs", "--prune", cwd=project)
     assert again.returncode == 0, again.stdout + again.stderr
     assert sorted(p.name for p in full_status_disk.glob("*.yaml")) == ["a.yaml"]
+
+
+def test_a_failed_status_write_is_tried_again_and_not_taken_as_written(tmp_path: Path) -> None:
+    """A write that failed leaves the writer not believing the file holds what it last wrote,
+    so the next pass writes again and fails visibly again (the daemon's ``writeFailures`` once
+    went quiet after one pass while the status file stayed stale)."""
+    from tfdeclare.shell.statuswriter import StatusWriter
+
+    folder = tmp_path / "status"
+    folder.mkdir()
+    writer = StatusWriter(folder)
+    first = {"name": "a", "phase": "Running", "updatedAt": "1"}
+    assert writer.write(first) and writer.written("a")
+    folder.rename(tmp_path / "aside")
+    folder.write_text("not a folder")  # every write into it fails (also as root)
+    with pytest.raises(OSError):
+        writer.write({**first, "phase": "Restarting"})
+    assert not writer.written("a"), "a failed write must be tried again by the next pass"
+    folder.unlink()
+    (tmp_path / "aside").rename(folder)
+    assert writer.write({**first, "phase": "Restarting", "updatedAt": "2"})
+    assert "Restarting" in (folder / "a.yaml").read_text()

@@ -160,7 +160,13 @@ class StatusWriter:
         comparable = {k: v for k, v in document.items() if k != "updatedAt"}
         if self._last.get(name) == comparable and self.path(name).exists():
             return False
-        write_atomic(self.path(name), dump(document).encode("utf-8"))
+        try:
+            write_atomic(self.path(name), dump(document).encode("utf-8"))
+        except OSError:
+            # the file on disk is not what was last written any more (or never was): the next
+            # pass must try again, and fail visibly again, rather than take it as written
+            self._last.pop(name, None)
+            raise
         self._last[name] = comparable
         return True
 
