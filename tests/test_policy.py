@@ -258,3 +258,19 @@ def test_the_daemon_keeps_the_running_version_when_a_change_breaks_a_quota(tmp_p
         passes = world.controller.passes
         world.controller.wait_for_pass(passes, lambda: "maxGpusPerJob" in json.dumps(world.status("a")))
         assert {t.task_id for t in world.tasks("a").values()} == ids
+
+
+def test_a_spec_file_outside_every_folder_read_gets_no_relative_working_folder() -> None:
+    """The source-folder rule takes the root from the folders the specs were read from; a spec
+    file none of them holds (only a hand-made claim names one, such as an edited saved plan's
+    ``file``) is never its own root: every relative workingDir is refused."""
+    from tfdeclare.core.spec.policy import SpecSources
+
+    sources = SpecSources(("/srv/project/specs",), "/srv/project")
+    checks = policy_checks(PolicyConfig(), (), sources=sources)
+    text = spec("w", "  workingDir: etc\n").encode()
+    assert not load_file("specs/w.yaml", text, checks).diagnostics  # its folder is read: fine
+    (problem,) = load_file("/fake.yaml", text, checks).diagnostics
+    assert problem.json_path == "$.spec.workingDir"
+    assert "not a folder the specs were read from" in problem.message
+    assert not load_file("/fake.yaml", spec("a", "  workingDir: /opt/x\n").encode(), checks).diagnostics

@@ -238,11 +238,15 @@ class SpecSources:
             return self.resolve(self.base)
         return self.resolve(posixpath.dirname(posixpath.join(self.base, file)))
 
-    def root_of(self, folder: str) -> str:
-        """The innermost root holding ``folder``; the folder itself when none does. Roots are
-        resolved when asked: in git mode they lie behind the link to the current snapshot."""
+    def root_of(self, folder: str) -> str | None:
+        """The innermost root holding ``folder``; the folder itself when no roots are known
+        (pure checks), None when roots are known and none holds it (a spec's recorded file that
+        no folder read holds: never its own root). Roots are resolved when asked: in git mode
+        they lie behind the link to the current snapshot."""
+        if not self.roots:
+            return folder
         holding = [real for r in self.roots if lies_under(folder, real := self.resolve(r))]
-        return max(holding, key=len) if holding else folder
+        return max(holding, key=len) if holding else None
 
 
 def check_source_folders(
@@ -261,6 +265,15 @@ def check_source_folders(
         return ()
     folder = sources.folder_of(job.source.file)
     root = sources.root_of(folder)
+    if root is None:  # only a claim (a hand-made source) can name such a file: refuse every relative one
+        return tuple(
+            at(
+                run.working_dir_at,
+                f"workingDir {run.working_dir} is taken relative to {folder}, which is not a folder "
+                "the specs were read from: a relative workingDir needs the spec's own folder",
+            )
+            for run in {r.working_dir_at: r for r in relative}.values()
+        )
     for run in relative:
         wd = run.working_dir
         if wd is None or run.working_dir_at in problems:
