@@ -506,6 +506,9 @@ class LocalBackend:
         for task in tasks:
             folder = self._write_folder(task, driver)
             if folder is not None:
+                unshared = ports.fallback() if task.slot.port else None
+                if unshared is not None:  # said where the user looks: the task's log
+                    folder.note(f"port {task.slot.port}: {unshared}")
                 yield folder, held.get(task.slot.port) if task.slot.port else None
 
     def _keep_addresses(self, tasks: Sequence[TaskLaunch], held: dict[int, int]) -> None:
