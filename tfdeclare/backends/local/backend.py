@@ -120,10 +120,30 @@ class LocalCapacity:
 
 def _source_folder(task: TaskLaunch) -> Path | None:
     """The folder whose files a task sees: its spec file's folder, or ``workingDir`` (relative
-    to that folder; to the controller's folder when there is no spec file)."""
+    to that folder; to the controller's folder when there is no spec file). The controller
+    resolved and checked it just now (``source_folder``, links resolved): that path is used."""
+    if task.source_folder is not None:
+        return Path(task.source_folder)
     if task.working_dir is None:
         return Path(task.source_dir) if task.source_dir is not None else None
     return Path(os.path.abspath(Path(task.source_dir or ".") / task.working_dir))
+
+
+def no_link_in(path: Path) -> bool:
+    """Whether no part of the absolute ``path`` is a link (nor missing): each folder is opened
+    from the one above with ``O_NOFOLLOW``, so a path resolved a moment ago still is."""
+    fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in path.parts[1:]:
+            try:
+                inner = os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except OSError:
+                return False  # a link (ELOOP / ENOTDIR with O_PATH), or gone
+            os.close(fd)
+            fd = inner
+        return True
+    finally:
+        os.close(fd)
 
 
 _SOURCE_MARK = ".tfdeclare-source"  # in a working folder: the source folder linked last
@@ -218,6 +238,7 @@ class _Look:
 
 class LocalBackend:
     name = "local"
+    host_paths_here = True  # its tasks' host paths are this machine's: checked again at launch
     address_wait_s: float | None = ADDRESS_WAIT_S
 
     def __init__(
@@ -539,6 +560,11 @@ class LocalBackend:
         # container (its source files are then the image's own: nothing is mounted for them).
         source = None if absolute and not prepared.host_working_dir else _source_folder(launch)
         cwd = launch.working_dir if absolute and launch.working_dir else str(work)
+        if source is not None and launch.source_folder is not None and not no_link_in(source):
+            raise BackendError(  # swapped since the controller resolved it a moment ago
+                f"{launch.task_id}: its source folder {source} changed as it was launched "
+                "(a part of it is a link now): not launched"
+            )
         try:
             work.mkdir(parents=True, exist_ok=True)
             if source is not None and cwd == str(work):
