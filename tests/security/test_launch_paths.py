@@ -226,3 +226,15 @@ def test_the_local_backend_refuses_a_checked_folder_that_turned_into_a_link(tmp_
         assert not backend.observe()
     finally:
         backend.close()
+
+
+def test_in_git_mode_the_snapshot_in_the_state_folder_is_the_root_and_nothing_above_it(tree: Path) -> None:
+    snapshot = tree / "state" / "git" / "revisions" / "c0ffee"
+    (snapshot / "jobs" / "sub").mkdir(parents=True)
+    (tree / "state" / "local").mkdir()
+    ok = paths(tree).checked(launch_of(snapshot / "jobs", "sub"), str(snapshot), host_paths_here=True)
+    assert ok.source_folder == str(snapshot / "jobs" / "sub")
+    assert paths(tree).checked(launch_of(snapshot / "jobs", None), str(snapshot), host_paths_here=True)
+    (snapshot / "jobs" / "up").symlink_to(tree / "state" / "local")
+    with pytest.raises(LaunchRefused, match="outside"):
+        paths(tree).checked(launch_of(snapshot / "jobs", "up"), str(snapshot), host_paths_here=True)

@@ -281,7 +281,9 @@ def source_folder_problem(what: str, target: str, root: str, reserved: Mapping[s
             "from (links resolved): a relative workingDir must stay inside it; use an "
             "absolute workingDir (a folder of the image) or a volume"
         )
-    hit = next((r for r in reserved if lies_under(target, r)), None)
+    # a reserved folder that holds the root itself is not counted: in git mode the checkout
+    # (its snapshot) lies in the state folder, and the target stays inside the checkout
+    hit = next((r for r in reserved if lies_under(target, r) and not lies_under(root, r)), None)
     if hit is not None:
         return f"{what} leads to {target}, in {reserved[hit]} {hit}: no job may use it"
     return None
