@@ -20,7 +20,7 @@ import yaml
 
 from tests.conftest import cli, worker_ports
 from tfdeclare.backends.base import BackendError
-from tfdeclare.backends.local.backend import LocalBackend, LocalCapacity
+from tfdeclare.backends.local.backend import LocalBackend, LocalCapacity, no_link_in
 from tfdeclare.controller.launchpaths import LaunchPaths, LaunchRefused
 from tfdeclare.core.enums import Role
 from tfdeclare.core.run.tasks import GangRequest, Placement, Slot, SlotRequest, TaskKey, TaskLaunch
@@ -238,3 +238,8 @@ def test_in_git_mode_the_snapshot_in_the_state_folder_is_the_root_and_nothing_ab
     (snapshot / "jobs" / "up").symlink_to(tree / "state" / "local")
     with pytest.raises(LaunchRefused, match="outside"):
         paths(tree).checked(launch_of(snapshot / "jobs", "up"), str(snapshot), host_paths_here=True)
+
+
+def test_a_missing_source_folder_is_no_link() -> None:
+    assert no_link_in(Path("/nonexistent-folder/sub"))
+    assert no_link_in(Path("/"))

@@ -50,6 +50,7 @@ import json
 import logging
 import os
 import shutil
+import stat
 import sys
 import threading
 import time
@@ -130,15 +131,22 @@ def _source_folder(task: TaskLaunch) -> Path | None:
 
 
 def no_link_in(path: Path) -> bool:
-    """Whether no part of the absolute ``path`` is a link (nor missing): each folder is opened
-    from the one above with ``O_NOFOLLOW``, so a path resolved a moment ago still is."""
+    """Whether no part of the absolute ``path`` is a link: each folder is opened from the one
+    above with ``O_NOFOLLOW``, so a path resolved a moment ago still is. A part that is
+    missing (a source folder that does not exist: nothing is linked from it) or not a folder
+    is no link."""
     fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for part in path.parts[1:]:
             try:
                 inner = os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-            except OSError:
-                return False  # a link (ELOOP / ENOTDIR with O_PATH), or gone
+            except FileNotFoundError:
+                return True
+            except OSError:  # ELOOP, or ENOTDIR for a link with O_PATH (or for a file)
+                try:
+                    return not stat.S_ISLNK(os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode)
+                except OSError:
+                    return True
             os.close(fd)
             fd = inner
         return True
