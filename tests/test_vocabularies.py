@@ -45,6 +45,7 @@ def test_only_reasons_that_need_a_change_stall_a_job() -> None:
     stalled = {r for r in Reason if r.stalled}
     assert stalled == {
         Reason.UNSCHEDULABLE,
+        Reason.LAUNCH_REFUSED,
         Reason.BACKOFF_LIMIT_EXCEEDED,
         Reason.DEADLINE_EXCEEDED,
         Reason.PERMANENT_EXIT_CODE,

@@ -205,6 +205,7 @@ def _serve(args: argparse.Namespace, settings: Settings, server: DaemonServer) -
         if isinstance(source, GitSource):
             source.in_use = lambda: folders_in_use(controller)
         sources = spec_sources([source.specs_path], base_dir if args.git else None)
+        controller.sources = sources  # recorded with each job: its workingDir's bound at launch
         files = SpecFiles(
             [source.specs_path],
             checks=settings.reading(sources).launch_checks,

@@ -54,7 +54,7 @@ from tfdeclare.core.plan.render import plan_json, render_text
 from tfdeclare.core.run.record import JobRecord
 from tfdeclare.core.tone import PHASE_TONES, Painter, Tone, plain
 from tfdeclare.shell.lock import ControllerLock
-from tfdeclare.shell.sources import prune_scope
+from tfdeclare.shell.sources import prune_scope, spec_sources
 from tfdeclare.shell.statuswriter import StatusWriter
 from tfdeclare.shell.store import StateError, StateStore
 
@@ -66,6 +66,7 @@ _LAUNCHED_REASONS = frozenset(
         Reason.WAITING_FOR_GPUS,
         Reason.WAITING_FOR_OFFERS,
         Reason.UNSCHEDULABLE,
+        Reason.LAUNCH_REFUSED,
         Reason.BACKING_OFF,
     }
 )
@@ -87,6 +88,17 @@ def _is_plan_file(paths: list[str]) -> bool:
             return bool(json.load(handle).get("kind") == PLAN_KIND)
     except (OSError, ValueError, AttributeError, RecursionError):
         return False
+
+
+def _read_from(paths: list[str]) -> list[str]:
+    """The paths the specs of ``apply PATHS`` were read from (a saved plan's, as given then)."""
+    if not _is_plan_file(paths):
+        return paths
+    try:
+        saved = json.loads(Path(paths[0]).read_bytes())
+        return [str(p) for p in saved.get("paths") or ["."]]
+    except (OSError, ValueError, AttributeError):
+        return ["."]  # read and checked before: not reached
 
 
 def replan_saved(path: str, settings: Settings, store: StateStore) -> tuple[Plan, DesiredState]:
@@ -230,7 +242,7 @@ def _finished(records: dict[str, JobRecord], wait: bool, *, patient: bool = Fals
                 return False  # done, but still stopping what ran beside the chief
             continue
         if wait:
-            if record.reason is not Reason.UNSCHEDULABLE:
+            if not record.reason.stalled:  # unschedulable, a launch refused: waiting is in vain
                 return False
         elif record.reason not in _LAUNCHED_REASONS and (
             patient or record.reason is not Reason.TASKS_STARTING
@@ -283,6 +295,9 @@ def cmd_apply(args: argparse.Namespace) -> int:
             stdout_write(render_text(result, paint=terminal.painter(sys.stdout)))
         print_backend_warnings(settings, list(desired.jobs.values()))
         with controller_for(settings) as controller, pulls.shown_on(sys.stderr):
+            # where the specs were read from, recorded with each job (its workingDir's bound,
+            # checked again at every launch)
+            controller.sources = spec_sources(_read_from(args.paths))
             controller.apply(result)
             not_applied = [
                 f"job {name}: not applied: cannot write {why}; free the disk and apply again"
@@ -332,6 +347,10 @@ def _apply_outcome(records: dict[str, JobRecord], timed_out: bool, errors: list[
     stuck = sorted(n for n, r in records.items() if r.reason is Reason.UNSCHEDULABLE and not r.phase.terminal)
     if stuck:
         stderr_line(f"tfdeclare: cannot be scheduled: {', '.join(stuck)} (see `tfdeclare status NAME`)")
+    refused = sorted(n for n, r in records.items() if r.reason is Reason.LAUNCH_REFUSED)
+    for name in refused:
+        stderr_line(f"tfdeclare: {name}: {records[name].message}")
+    stuck += refused
     if wait and failed:
         stderr_line(f"tfdeclare: failed: {', '.join(failed)}")
         return EXIT_ERROR

@@ -9,8 +9,9 @@ from typing import Any
 
 from tfdeclare.backends import registry
 from tfdeclare.backends.base import Backend
-from tfdeclare.cli.common import Settings, UserError, stderr_line
+from tfdeclare.cli.common import Settings, UserError, engine_sockets, stderr_line
 from tfdeclare.controller import Controller
+from tfdeclare.controller.launchpaths import LaunchPaths
 from tfdeclare.core.run.lifecycle import Backoff
 from tfdeclare.shell import statedirs
 from tfdeclare.shell.lock import ControllerLock, LockHeld
@@ -33,7 +34,17 @@ def make_controller(settings: Settings, backend: Backend) -> Controller:
         backoff=Backoff(settings.config.backoff_initial_s, settings.config.backoff_max_s),
         other_backends=other_backend,
         secrets_dir=settings.config.secrets.dir,
+        launch_paths=launch_paths(settings),
     )
+
+
+def launch_paths(settings: Settings) -> LaunchPaths:
+    """What each launch's folders are checked against again (the policy's paths): the state
+    and status folders, the engine sockets, ``policy.allowedHostPaths``."""
+    reserved = dict.fromkeys(engine_sockets(), "the container engine's socket")
+    own = (str(settings.state_dir), str(settings.status_dir))
+    reserved.update(dict.fromkeys(own, "tfdeclare's own folder"))
+    return LaunchPaths(reserved, settings.config.policy.allowed_host_paths)
 
 
 @contextmanager

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tfdeclare.backends.base import Backend, BackendError
+from tfdeclare.controller.launchpaths import LaunchPaths, LaunchRefused
 from tfdeclare.core.enums import Phase, Reason, TaskState
 from tfdeclare.core.plan.planner import Action, Plan, PlanReason
 from tfdeclare.core.run import lifecycle, status
@@ -35,6 +36,7 @@ from tfdeclare.core.run.tasks import ObservedTask, Placement, TaskKey, Unplaced
 from tfdeclare.core.spec.keys import ORDER
 from tfdeclare.core.spec.loader import SourceRef
 from tfdeclare.core.spec.model import fingerprint
+from tfdeclare.core.spec.policy import SpecSources
 from tfdeclare.files import JobWriteError, failed_write
 from tfdeclare.shell.statuswriter import StatusWriter
 from tfdeclare.shell.store import StateStore
@@ -101,21 +103,25 @@ class PassResult:
 def _provenance(
     record: JobRecord,
     source: SourceRef | None,
-    source_dir: Callable[[SourceRef | None], str | None],
+    source_dirs: Callable[[SourceRef | None], tuple[str | None, str | None]],
     revision: Revision | None,
 ) -> JobRecord:
     """An unchanged job's record with where its spec now comes from (a new revision, a moved
-    file) and no error; the same record object when nothing differs (the common case)."""
+    file, the folder it was read from) and no error; the same record object when nothing
+    differs (the common case)."""
     changes: dict[str, Any] = {}
     if record.not_synced:
         changes["not_synced"] = None
+    folder, root = source_dirs(source)
     if source != record.source:
         changes["source"] = source
-        changes["source_dir"] = source_dir(source)
+        changes["source_dir"] = folder
     if revision is not None and revision.commit != record.revision:
         changes["revision"] = revision.commit
         changes["revision_info"] = revision.to_json()
-        changes["source_dir"] = source_dir(source)  # the new revision's snapshot, for later launches
+        changes["source_dir"] = folder  # the new revision's snapshot, for later launches
+    if root != record.source_root and (root is not None or "source_dir" in changes):
+        changes["source_root"] = root  # a record from before it was kept gets it here
     if revision is not None and revision.commit != record.last_attempted_revision:
         changes["last_attempted_revision"] = revision.commit
     return record.evolve(**changes) if changes else record
@@ -133,8 +139,17 @@ class Controller:
         base_dir: Path | None = None,
         other_backends: Callable[[str], Backend] | None = None,
         secrets_dir: str | None = None,
+        launch_paths: LaunchPaths | None = None,
     ) -> None:
         self.store = store
+        # What every launch's folders are checked against again, links resolved then
+        # (``launchpaths.py``); by default the state and status folders are reserved.
+        self.launch_paths = launch_paths or LaunchPaths(
+            {str(store.root): "tfdeclare's own folder", str(statuses.root): "tfdeclare's own folder"}
+        )
+        # Where the specs applied now were read from: the folder a job's relative workingDir
+        # must stay inside (recorded with the job; None: each spec file's own folder).
+        self.sources: SpecSources | None = None
         self.secrets_dir = secrets_dir  # the config's secrets.dir: {name, key} references
         self.backend = backend
         # Builds another backend by name, for the jobs that run there (every record is
@@ -196,7 +211,7 @@ class Controller:
                 )
             elif job.action is Action.NOOP and record is not None:
                 where = source or job.source or record.source
-                updated = _provenance(record, where, self._source_dir, revision)
+                updated = _provenance(record, where, self._source_dirs, revision)
             held = updated or record
             if unverified is not None and held is not None:  # the job runs as applied, and says why
                 commit, why = unverified
@@ -213,8 +228,14 @@ class Controller:
                     changes.append(f"{job.action.symbol} {job.name}: {job.message}")
         return changes
 
-    def _source_dir(self, source: SourceRef | None) -> str | None:
-        return str((self.base_dir / source.file).parent.resolve()) if source else None
+    def _source_dirs(self, source: SourceRef | None) -> tuple[str | None, str | None]:
+        """The spec file's folder and the folder it was read from (the source-folder rule's
+        bound), links resolved; (None, None) for a job with no file."""
+        if source is None:
+            return None, None
+        folder = str((self.base_dir / source.file).parent.resolve())
+        root = self.sources.root_of(folder) if self.sources is not None else folder
+        return folder, root
 
     def _applied(
         self,
@@ -227,7 +248,8 @@ class Controller:
     ) -> JobRecord | None:
         provenance: dict[str, Any] = {
             "source": source,
-            "source_dir": self._source_dir(source),
+            "source_dir": self._source_dirs(source)[0],
+            "source_root": self._source_dirs(source)[1],
             "revision": revision.commit if revision else None,
             "revision_info": revision.to_json() if revision else None,
             "last_attempted_revision": revision.commit if revision else None,
@@ -461,6 +483,21 @@ class Controller:
         )
         self.store.save(ready)  # write-ahead: addresses and launch number before any task exists
         to_launch = launches(ready, placement, record.source_dir, self.secrets_dir)
+        here = bool(getattr(backend, "host_paths_here", False))
+        try:  # its folders as they are now, links resolved: what the backend then uses
+            to_launch = [
+                self.launch_paths.checked(t, record.source_root, host_paths_here=here) for t in to_launch
+            ]
+        except LaunchRefused as err:
+            backend.release(placement)
+            phase = Phase.RESTARTING if record.phase is Phase.RESTARTING else Phase.PENDING
+            if all(slot.pinned for slot in request.slots):  # restarting alone: the rest still run
+                phase = record.phase
+            where = f" ({record.source.file})" if record.source is not None else ""
+            message = f"not launched: {err}{where}; launched once the folder is fixed"
+            log.warning("%s: %s", record.name, message)
+            result.wake(now + 30.0)
+            return ready.evolve(phase=phase, reason=Reason.LAUNCH_REFUSED, message=message), []
         try:
             backend.launch(placement, to_launch)
         except BackendError:

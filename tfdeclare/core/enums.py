@@ -154,6 +154,9 @@ class Reason(StrEnum):
     WAITING_FOR_GPUS = "WaitingForGPUs"
     WAITING_FOR_OFFERS = "WaitingForOffers"
     UNSCHEDULABLE = "Unschedulable"
+    # A task's working folder or volume, its links resolved again at launch, leads somewhere
+    # the spec may not reach (a link swapped since it was checked): not launched until fixed.
+    LAUNCH_REFUSED = "LaunchRefused"
     # (WAITING_FOR_ADDRESS above is one of them too: a slot that must keep its address)
     # The Synced condition (False: the job runs as last applied, not as its files say now).
     INVALID_SPEC = "InvalidSpec"
@@ -174,6 +177,7 @@ class Reason(StrEnum):
 _STALLED = frozenset(
     {
         Reason.UNSCHEDULABLE,
+        Reason.LAUNCH_REFUSED,
         Reason.BACKOFF_LIMIT_EXCEEDED,
         Reason.DEADLINE_EXCEEDED,
         Reason.PERMANENT_EXIT_CODE,

@@ -11,7 +11,8 @@ Both only *say* when to look again (``on_change``); the daemon's pass reads the 
   through it. Tasks run from the snapshot of the revision they were launched with, which
   stays as it was for their whole life: a snapshot is removed only once it is neither current
   nor named by ``in_use`` (the daemon's job records and live tasks), and never while it holds
-  files its commit does not (a task running as root writes through read-only modes): that one
+  files its commit does not (a task running as root writes through read-only modes; the
+  folder is compared with the commit's tree, ``snapshots.py``): that one
   is kept and logged, and ``tfdeclare gc`` removes it when the operator says so. The clone's own working
   tree is never checked out or cleaned. Status files are committed to their own branch
   (default ``tfdeclare-status``) with git plumbing, never to the watched branch, and pushed
@@ -36,6 +37,7 @@ from typing import Any
 
 from tfdeclare.core.run.record import Revision
 from tfdeclare.daemon.signatures import SignaturePolicy, Verifier
+from tfdeclare.daemon.snapshots import CompareError, foreign_paths
 
 log = logging.getLogger("tfdeclare.daemon")
 
@@ -334,37 +336,17 @@ class GitSource:
         return removed
 
     def foreign_files(self, repo: Any, commit: str) -> list[str]:
-        """The files of ``commit``'s snapshot that git does not know as they are: made, changed
-        or removed since it was written (``git status`` against a fresh index of the commit,
-        so every file's content is compared, ignored files included). A leftover of an
-        interrupted snapshot (``.<commit>.tmp``) holds none."""
-        import git
-
+        """The paths of ``commit``'s snapshot that its commit does not have as they are: made,
+        changed (content or executable bit) or removed since it was written, whatever git
+        would hide (``.git`` folders, ignored files, paths under a submodule): the folder is
+        compared with the commit's tree (``snapshots.py``). A leftover of an interrupted
+        snapshot (``.<commit>.tmp``) holds none. The daemon and ``tfdeclare gc`` both ask this."""
         if commit.startswith("."):
             return []
-        index = {"GIT_INDEX_FILE": str(self.workdir / "check-index")}
         try:
-            repo.git.read_tree(commit, env=index)
-            out = repo.git.execute(
-                [
-                    "git",
-                    f"--work-tree={self.revisions_dir / commit}",
-                    "status",
-                    "--porcelain",
-                    "-z",
-                    "--untracked-files=all",
-                    "--ignored=matching",
-                    "--no-renames",
-                ],
-                env=index,
-                strip_newline_in_stdout=False,
-            )
-        except (git.GitCommandError, OSError) as err:  # unknown then: keep it, lose no file
-            why = git_problem(err) if isinstance(err, git.GitCommandError) else str(err)
-            return [f"(cannot compare it with the commit: {why})"]
-        # XY PATH: Y is the work tree against the commit's index (X compares with the clone's
-        # HEAD, which is not the snapshot's commit); ?? untracked, !! ignored
-        return [item[3:] for item in str(out).split("\0") if len(item) > 3 and item[1] != " "]
+            return foreign_paths(Path(repo.git_dir), commit, self.revisions_dir / commit)
+        except CompareError as err:  # unknown then: keep it, lose no file
+            return [f"(cannot compare it with the commit: {err})"]
 
     def _set_aside(self) -> None:
         if self.clone_dir.exists():

@@ -50,6 +50,7 @@ import json
 import logging
 import os
 import shutil
+import stat
 import sys
 import threading
 import time
@@ -120,10 +121,37 @@ class LocalCapacity:
 
 def _source_folder(task: TaskLaunch) -> Path | None:
     """The folder whose files a task sees: its spec file's folder, or ``workingDir`` (relative
-    to that folder; to the controller's folder when there is no spec file)."""
+    to that folder; to the controller's folder when there is no spec file). The controller
+    resolved and checked it just now (``source_folder``, links resolved): that path is used."""
+    if task.source_folder is not None:
+        return Path(task.source_folder)
     if task.working_dir is None:
         return Path(task.source_dir) if task.source_dir is not None else None
     return Path(os.path.abspath(Path(task.source_dir or ".") / task.working_dir))
+
+
+def no_link_in(path: Path) -> bool:
+    """Whether no part of the absolute ``path`` is a link: each folder is opened from the one
+    above with ``O_NOFOLLOW``, so a path resolved a moment ago still is. A part that is
+    missing (a source folder that does not exist: nothing is linked from it) or not a folder
+    is no link."""
+    fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in path.parts[1:]:
+            try:
+                inner = os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except FileNotFoundError:
+                return True
+            except OSError:  # ELOOP, or ENOTDIR for a link with O_PATH (or for a file)
+                try:
+                    return not stat.S_ISLNK(os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode)
+                except OSError:
+                    return True
+            os.close(fd)
+            fd = inner
+        return True
+    finally:
+        os.close(fd)
 
 
 _SOURCE_MARK = ".tfdeclare-source"  # in a working folder: the source folder linked last
@@ -218,6 +246,7 @@ class _Look:
 
 class LocalBackend:
     name = "local"
+    host_paths_here = True  # its tasks' host paths are this machine's: checked again at launch
     address_wait_s: float | None = ADDRESS_WAIT_S
 
     def __init__(
@@ -506,6 +535,9 @@ class LocalBackend:
         for task in tasks:
             folder = self._write_folder(task, driver)
             if folder is not None:
+                unshared = ports.fallback() if task.slot.port else None
+                if unshared is not None:  # said where the user looks: the task's log
+                    folder.note(f"port {task.slot.port}: {unshared}")
                 yield folder, held.get(task.slot.port) if task.slot.port else None
 
     def _keep_addresses(self, tasks: Sequence[TaskLaunch], held: dict[int, int]) -> None:
@@ -536,6 +568,11 @@ class LocalBackend:
         # container (its source files are then the image's own: nothing is mounted for them).
         source = None if absolute and not prepared.host_working_dir else _source_folder(launch)
         cwd = launch.working_dir if absolute and launch.working_dir else str(work)
+        if source is not None and launch.source_folder is not None and not no_link_in(source):
+            raise BackendError(  # swapped since the controller resolved it a moment ago
+                f"{launch.task_id}: its source folder {source} changed as it was launched "
+                "(a part of it is a link now): not launched"
+            )
         try:
             work.mkdir(parents=True, exist_ok=True)
             if source is not None and cwd == str(work):

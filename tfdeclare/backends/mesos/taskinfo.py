@@ -147,17 +147,20 @@ def working_dir(launch: TaskLaunch, shared_filesystem: bool) -> str | None:
     """Where the task starts: in an image, ``workingDir`` (relative: under the sandbox's mount
     point) or None for the image's own; otherwise the spec's folder rules of the local backend
     when the agents share this machine's files, else ``workingDir`` as given (relative: from
-    the sandbox)."""
+    the sandbox). The agents resolve that path again: a folder swapped for a link between the
+    controller's check and the agent's start is not caught (it is on the local backend)."""
     if launch.image is not None:
         if launch.working_dir is None or os.path.isabs(launch.working_dir):
             return launch.working_dir
         return os.path.normpath(os.path.join(SANDBOX_IN_CONTAINER, launch.working_dir))
     if not shared_filesystem or launch.source_dir is None:
         return launch.working_dir
+    if launch.working_dir is not None and os.path.isabs(launch.working_dir):
+        return launch.working_dir
+    if launch.source_folder is not None:  # resolved and checked by the controller just now
+        return launch.source_folder
     if launch.working_dir is None:
         return launch.source_dir
-    if os.path.isabs(launch.working_dir):
-        return launch.working_dir
     return os.path.normpath(os.path.join(launch.source_dir, launch.working_dir))
 
 

@@ -187,6 +187,9 @@ class JobRecord:
     message: str = ""
     source: SourceRef | None = None
     source_dir: str | None = None  # absolute folder of the spec file when applied (local working dir)
+    # The folder the spec was read from (links resolved when applied), which the source-folder
+    # rule bounds a relative workingDir by: checked again at every launch. None: ``source_dir``.
+    source_root: str | None = None
     revision: str | None = None
     revision_info: Mapping[str, Any] | None = None
     last_attempted_revision: str | None = None
@@ -237,6 +240,7 @@ class JobRecord:
             "message": self.message,
             "source": {"file": self.source.file, "line": self.source.line} if self.source else None,
             "sourceDir": self.source_dir,
+            "sourceRoot": self.source_root,
             "revision": self.revision,
             "revisionInfo": self.revision_info,
             "lastAttemptedRevision": self.last_attempted_revision,
@@ -277,6 +281,7 @@ class JobRecord:
             message=data.get("message", ""),
             source=SourceRef(source["file"], int(source["line"])) if source else None,
             source_dir=data.get("sourceDir"),
+            source_root=data.get("sourceRoot"),
             revision=data.get("revision"),
             revision_info=data.get("revisionInfo"),
             last_attempted_revision=data.get("lastAttemptedRevision"),

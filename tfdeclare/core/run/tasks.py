@@ -144,6 +144,10 @@ class TaskLaunch:
     volumes: tuple[Volume, ...] = ()
     grace_period_s: float = 10.0
     source_dir: str | None = None  # folder of the spec file (local backend: default working dir)
+    # The task's source folder (``workingDir`` relative to ``source_dir``) as the controller
+    # resolved and checked it just before this launch (links resolved): what a backend links
+    # and mounts, never resolved again from ``source_dir``. None: not checked (then resolved).
+    source_folder: str | None = None
     # Variables given by reference, read by the backend as the task starts, never stored by
     # tfdeclare (``tfdeclare.backends.secrets``); ``name`` references arrive as files.
     secrets: tuple[tuple[str, SecretRef], ...] = ()

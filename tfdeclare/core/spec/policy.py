@@ -213,10 +213,9 @@ def check_reserved_paths(reserved: Mapping[str, str], job: LoadedJob, at: Locate
         candidates[("spec", "volumes", index, "hostPath")] = (volume["hostPath"], True)
     problems = []
     for path, (value, above) in candidates.items():
-        normal = posixpath.normpath(value)
-        hit = next((r for r in reserved if lies_under(normal, r) or (above and lies_under(r, normal))), None)
-        if hit is not None:
-            problems.append(at(path, f"{normal} is or holds {reserved[hit]} {hit}: no job may use it"))
+        problem = reserved_path_problem(posixpath.normpath(value), reserved, mounted=above)
+        if problem is not None:
+            problems.append(at(path, problem))
     return problems
 
 
@@ -279,21 +278,35 @@ def check_source_folders(
         if wd is None or run.working_dir_at in problems:
             continue
         target = sources.resolve(posixpath.normpath(posixpath.join(folder, wd)))
-        if not lies_under(target, root):
-            problems[run.working_dir_at] = at(
-                run.working_dir_at,
-                f"workingDir {wd} leads to {target}, outside {root}, the folder the spec was read "
-                "from (links resolved): a relative workingDir must stay inside it; use an "
-                "absolute workingDir (a folder of the image) or a volume",
-            )
-            continue
-        hit = next((r for r in reserved if lies_under(target, r)), None)
-        if hit is not None:
-            problems[run.working_dir_at] = at(
-                run.working_dir_at,
-                f"workingDir {wd} leads to {target}, in {reserved[hit]} {hit}: no job may use it",
-            )
+        problem = source_folder_problem(f"workingDir {wd}", target, root, reserved)
+        if problem is not None:
+            problems[run.working_dir_at] = at(run.working_dir_at, problem)
     return tuple(problems.values())
+
+
+def source_folder_problem(what: str, target: str, root: str, reserved: Mapping[str, str]) -> str | None:
+    """The source-folder rule on one folder: ``what`` (``workingDir sub``) leads to ``target``
+    (links resolved), which must lie inside ``root`` and in no ``reserved`` path. Applied when a
+    spec is checked and again, links resolved anew, when each task is launched."""
+    if not lies_under(target, root):
+        return (
+            f"{what} leads to {target}, outside {root}, the folder the spec was read "
+            "from (links resolved): a relative workingDir must stay inside it; use an "
+            "absolute workingDir (a folder of the image) or a volume"
+        )
+    # a reserved folder that holds the root itself is not counted: in git mode the checkout
+    # (its snapshot) lies in the state folder, and the target stays inside the checkout
+    hit = next((r for r in reserved if lies_under(target, r) and not lies_under(root, r)), None)
+    if hit is not None:
+        return f"{what} leads to {target}, in {reserved[hit]} {hit}: no job may use it"
+    return None
+
+
+def reserved_path_problem(path: str, reserved: Mapping[str, str], *, mounted: bool) -> str | None:
+    """Whether ``path`` (normalised) is, lies in or, when ``mounted`` (a volume exposes all below
+    it), holds one of the ``reserved`` paths; applied when a spec is checked and at launch."""
+    hit = next((r for r in reserved if lies_under(path, r) or (mounted and lies_under(r, path))), None)
+    return None if hit is None else f"{path} is or holds {reserved[hit]} {hit}: no job may use it"
 
 
 def check_log_dir(job: LoadedJob, at: Locate) -> Sequence[Diagnostic]:
