@@ -154,9 +154,9 @@ def test_folder_mode_create_edit_invalid_delete(cwd: Path) -> None:
         (cwd / "specs" / "a.yaml").write_text(
             "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: a}\nspec: {replicas: {worker: {count: x}}}\n"
         )
-        wait_until(
+        wait_until(  # the file may be seen half-written (empty: FileHoldsNoJob) first, under load
             lambda: any(
-                c["type"] == "Synced" and c["status"] == "False"
+                c["type"] == "Synced" and c["status"] == "False" and c["reason"] == "InvalidSpec"
                 for c in (status(cwd, "a") or {}).get("conditions", [])
             )
         )
