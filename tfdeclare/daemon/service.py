@@ -36,6 +36,7 @@ from tfdeclare.core.spec.keys import TaskKey
 from tfdeclare.core.spec.names import is_job_name
 from tfdeclare.core.spec.policy import Quota
 from tfdeclare.daemon import page
+from tfdeclare.daemon.history import History
 from tfdeclare.daemon.httpguard import INT64_MAX
 from tfdeclare.daemon.metrics import Metrics
 from tfdeclare.daemon.sources import SourceError
@@ -127,6 +128,7 @@ class Daemon:
         self.source_error: str | None = None
         self.last_pass_at: float | None = None
         self.started_at = clock()
+        self.history = History(controller.store.root)  # the revisions acted on (`tfdeclare history`)
 
     # ---- asking for passes ----------------------------------------------------------------
 
@@ -194,6 +196,7 @@ class Daemon:
             self._trigger.wait(max(0.01, timeout))
             self._trigger.clear()
             self._debounce()
+        self.history.stop(self.clock())
         self.notifier.close()
 
     def _debounce(self) -> None:
@@ -287,6 +290,8 @@ class Daemon:
         self._log_held(current)
         for line in self.controller.apply(current, self.revision, self.source.rejected):
             log.info("applied %s", line)
+        attempts = {name: record.attempt for name, record in self.controller.store.records().items()}
+        self.history.after_pass(current, self.revision, self.source.rejected, attempts, self.clock())
         revision = self.revision.commit if self.revision else None
         self.metrics.attempted_revision = revision
         if not current.has_errors:
@@ -370,6 +375,7 @@ class Daemon:
             now=self.clock(),
             specs=self.spec_details,
             tails=self._log_tails(jobs),
+            history=(self.history.recent, self.history.error),
         )
 
     def _log_tails(self, jobs: list[dict[str, Any]]) -> dict[str, page.LogTail]:
