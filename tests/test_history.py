@@ -183,6 +183,7 @@ def test_folder_mode_records_changes_and_changed_problems_only() -> None:
     broken = plan(INVALID_G, errors=(error("jobs/g.yaml"),))
     _, made = run(
         [
+            (0.5, None, plan()),  # an empty folder at the start: nothing happened
             (1.0, None, good),
             (2.0, None, plan(KEEP_G)),  # a resync: nothing new
             (3.0, None, broken),
@@ -292,3 +293,29 @@ def test_a_crash_between_a_compaction_and_its_rename_leaves_the_log_whole(tmp_pa
     assert [p.name for p in tmp_path.iterdir()] == ["history.jsonl"]
     again.append(entry(5))
     assert [e.at for e in read(tmp_path).entries] == [3.0, 99.0, 5.0]
+
+
+# ---- the daemon's part: a log it cannot write -----------------------------------------------
+
+
+def test_entries_the_log_cannot_take_are_kept_shown_and_written_later(tmp_path: Path) -> None:
+    from tfdeclare.daemon import page
+    from tfdeclare.daemon.history import History
+
+    log_path(tmp_path).mkdir(parents=True)  # in the way of the log: every write fails
+    recorder = History(tmp_path)
+    recorder.after_pass(plan(CREATE_G), A, None, {"g": 0}, 1.0)
+    recorder.after_pass(plan(RESTART_G), B, None, {"g": 1}, 2.0)
+    assert recorder.error is not None and "2 entries not written yet" in recorder.error
+    assert [e.revision.subject for e in recorder.recent if e.revision] == ["break g", "add g"]
+    html = page.render(
+        [], [], {"status": "ok", "source": "git"}, 0, history=(recorder.recent, recorder.error)
+    )
+    assert "The history cannot be written: 2 entries not written yet" in html
+    assert f"{B.commit[:12]} break g" in html and "applied 1 change" in html
+
+    log_path(tmp_path).rmdir()
+    recorder.after_pass(plan(KEEP_G), B, None, {"g": 1}, 3.0)  # nothing new, but the rest is written now
+    assert recorder.error is None
+    assert [e.at for e in read(tmp_path).entries] == [1.0, 2.0]
+    assert "cannot be written" not in page.render([], [], {}, 0, history=(recorder.recent, recorder.error))

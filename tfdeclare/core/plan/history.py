@@ -468,7 +468,7 @@ def observe(state: RecorderState, facts: PassFacts) -> tuple[RecorderState, list
     if pending is None:
         head = revision.commit if revision is not None else None
         new_head = head is not None and head != state.last_head and facts.rejected is None
-        if new_head or changed or _digest(problems, held) != state.last_digest:
+        if new_head or changed or _digest(problems, held) != (state.last_digest or _digest((), {})):
             pending = Pending(now, revision, {}, {}, (), frozenset())
     before, state = state.error_files, replace(state, error_files=error_files)
     if pending is None:
