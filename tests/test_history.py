@@ -86,7 +86,7 @@ def run(
     state = state or RecorderState()
     made: list[HistoryEntry] = []
     for now, revision, current in passes:
-        state, new = observe(state, PassFacts(now, current, revision, attempts={"g": 1}))
+        state, new = observe(state, PassFacts(now, current, revision, attempt={"g": 1}.get))
         made.extend(new)
     return state, made
 
@@ -304,8 +304,8 @@ def test_entries_the_log_cannot_take_are_kept_shown_and_written_later(tmp_path: 
 
     log_path(tmp_path).mkdir(parents=True)  # in the way of the log: every write fails
     recorder = History(tmp_path)
-    recorder.after_pass(plan(CREATE_G), A, None, {"g": 0}, 1.0)
-    recorder.after_pass(plan(RESTART_G), B, None, {"g": 1}, 2.0)
+    recorder.after_pass(plan(CREATE_G), A, None, lambda: {}, 1.0)
+    recorder.after_pass(plan(RESTART_G), B, None, lambda: {}, 2.0)
     assert recorder.error is not None and "2 entries not written yet" in recorder.error
     assert [e.revision.subject for e in recorder.recent if e.revision] == ["break g", "add g"]
     html = page.render(
@@ -315,7 +315,7 @@ def test_entries_the_log_cannot_take_are_kept_shown_and_written_later(tmp_path: 
     assert f"{B.commit[:12]} break g" in html and "applied 1 change" in html
 
     log_path(tmp_path).rmdir()
-    recorder.after_pass(plan(KEEP_G), B, None, {"g": 1}, 3.0)  # nothing new, but the rest is written now
+    recorder.after_pass(plan(KEEP_G), B, None, lambda: {}, 3.0)  # nothing new, but the rest is written now
     assert recorder.error is None
     assert [e.at for e in read(tmp_path).entries] == [1.0, 2.0]
     assert "cannot be written" not in page.render([], [], {}, 0, history=(recorder.recent, recorder.error))

@@ -8,12 +8,12 @@ on regardless. The status page's History section reads ``recent``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from tfdeclare.core.plan.history import HistoryEntry, PassFacts, RecorderState, flush, newest_first, observe
 from tfdeclare.core.plan.planner import Plan
-from tfdeclare.core.run.record import Revision
+from tfdeclare.core.run.record import JobRecord, Revision
 from tfdeclare.shell.history import HistoryLog
 
 log = logging.getLogger("tfdeclare.daemon")
@@ -42,10 +42,20 @@ class History:
         plan: Plan,
         revision: Revision | None,
         rejected: tuple[str, str] | None,
-        attempts: Mapping[str, int],
+        records: Callable[[], Mapping[str, JobRecord]],
         now: float,
     ) -> None:
-        self._state, made = observe(self._state, PassFacts(now, plan, revision, rejected, attempts))
+        """After ``plan`` was applied: ``records`` are the job records then (read only when
+        a job changed, for its attempt)."""
+        read: list[Mapping[str, JobRecord]] = []
+
+        def attempt(name: str) -> int | None:
+            if not read:
+                read.append(records())
+            record = read[0].get(name)
+            return record.attempt if record is not None else None
+
+        self._state, made = observe(self._state, PassFacts(now, plan, revision, rejected, attempt))
         self._write(made)
 
     def stop(self, now: float) -> None:

@@ -290,8 +290,8 @@ class Daemon:
         self._log_held(current)
         for line in self.controller.apply(current, self.revision, self.source.rejected):
             log.info("applied %s", line)
-        attempts = {name: record.attempt for name, record in self.controller.store.records().items()}
-        self.history.after_pass(current, self.revision, self.source.rejected, attempts, self.clock())
+        records = self.controller.store.records
+        self.history.after_pass(current, self.revision, self.source.rejected, records, self.clock())
         revision = self.revision.commit if self.revision else None
         self.metrics.attempted_revision = revision
         if not current.has_errors:
