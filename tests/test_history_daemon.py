@@ -132,3 +132,23 @@ def test_folder_mode_records_a_change_of_the_files(cwd: Path) -> None:
     assert created["jobs"][0]["name"] == "f" and created["jobs"][0]["action"] == "create"
     assert (broken["outcome"], broken["files"], broken["problems"]) == ("refused", ["specs/f.yaml"], 1)
     assert "folder: specs/f.yaml" in cli("history", "f", cwd=cwd).stdout
+
+
+def test_apply_from_the_command_line_is_recorded_with_its_paths(cwd: Path) -> None:
+    (cwd / "specs" / "p-out").mkdir()
+    (cwd / "specs" / "p.yaml").write_text(job("p"))
+    assert cli("apply", "specs", cwd=cwd).returncode == 0
+    assert cli("apply", "specs", cwd=cwd).returncode == 0
+    (cwd / "specs" / "p.yaml").write_text(
+        "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: p}\nspec: 3\n"
+    )
+    assert cli("apply", "specs", cwd=cwd).returncode == 1, "refused where it runs, and nothing applied"
+    again, first = history(cwd)
+    assert (first["source"], first["files"], first["outcome"], first["jobs"][0]["action"]) == (
+        "apply",
+        ["specs"],
+        "applied",
+        "create",
+    )
+    assert (again["outcome"], again["jobs"]) == ("nothing-to-do", [])
+    assert "apply: specs" in cli("history", "p", cwd=cwd).stdout

@@ -280,6 +280,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         print_backend_warnings(settings, list(desired.jobs.values()))
         with controller_for(settings) as controller, pulls.shown_on(sys.stderr):
             controller.apply(result)
+            _record(settings, result, args.paths, controller)
             names = set(desired.jobs) | {j.name for j in result.jobs if j.action is Action.DELETE}
             records: dict[str, JobRecord] = {}
             timed_out, errors = False, list[str]()
@@ -314,6 +315,19 @@ def cmd_apply(args: argparse.Namespace) -> int:
         }
         stdout_write(json.dumps(outcome, indent=2, ensure_ascii=False) + "\n")
     return _apply_outcome(records, timed_out, errors, wait=args.wait)
+
+
+def _record(settings: Settings, result: Plan, paths: list[str], controller: Controller) -> None:
+    """The apply in the history of revisions (``tfdeclare history``); a history that cannot be
+    written is a warning, never a failed apply."""
+    from tfdeclare.core.plan.history import applied
+    from tfdeclare.shell.history import append_one
+
+    records = controller.store.records()
+    attempt = {name: record.attempt for name, record in records.items()}.get
+    problem = append_one(settings.state_dir, applied(result, paths, attempt, time.time()))
+    if problem is not None:
+        stderr_line(f"tfdeclare: warning: {problem}")
 
 
 def _apply_outcome(records: dict[str, JobRecord], timed_out: bool, errors: list[str], *, wait: bool) -> int:

@@ -102,3 +102,12 @@ class HistoryLog:
         kept = kept_within(self.entries, self.max_entries * 3 // 4, self.max_bytes * 3 // 4)
         write_atomic(self.path, b"".join(e.line() for e in kept), mode=0o600)
         self.entries = kept
+
+
+def append_one(state_dir: Path, entry: HistoryEntry) -> str | None:
+    """Append one entry (``apply``); what went wrong, or None."""
+    try:
+        HistoryLog(state_dir).append(entry)
+    except OSError as err:
+        return f"cannot write the history {log_path(state_dir)}: {err.strerror or err}"
+    return None

@@ -505,3 +505,14 @@ def flush(state: RecorderState, now: float) -> tuple[RecorderState, list[History
     if state.pending is None:
         return state, []
     return _close(state, state.pending, now), [_entry_of(state.pending, now)]
+
+
+def applied(
+    plan: Plan, paths: Sequence[str], attempt: Callable[[str], int | None], now: float
+) -> HistoryEntry:
+    """The entry of ``tfdeclare apply PATH...`` (or ``apply PLANFILE``), once it applied
+    ``plan``: the paths it was given, what it changed (an apply with problems applies nothing,
+    and says so where it runs)."""
+    seen = _scan(plan, attempt)
+    problems = _problems(plan)
+    return entry(now, SourceKind.APPLY, None, seen.changed, seen.held, problems, paths)
