@@ -63,7 +63,13 @@ class SourceKind(StrEnum):
     APPLY = "apply"  # `tfdeclare apply PATH...`
 
 
+_CONTROL = dict.fromkeys([*range(0x20), *range(0x7F, 0xA0)], "\ufffd")
+
+
 def _clip(text: str) -> str:
+    """A text as an entry keeps it: control characters (a commit subject is anyone's to write:
+    no terminal escape reaches ``tfdeclare history``) as U+FFFD, at most ``MAX_TEXT`` long."""
+    text = text.translate(_CONTROL)
     return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 3] + "..."
 
 
@@ -116,6 +122,7 @@ class HistoryEntry:
     outcome: Outcome
     revision: Revision | None = None  # git: the commit acted on
     files: tuple[str, ...] = ()  # folder, apply: the files that changed (or were given)
+    files_omitted: int = 0  # beyond MAX_JOBS of them
     changes: int = 0  # jobs changed
     problems: int = 0  # error diagnostics of the files (and quotas), or a refused signature
     diagnostics: tuple[str, ...] = ()  # the first MAX_DIAGNOSTICS problems, formatted
@@ -157,7 +164,8 @@ class HistoryEntry:
         if not self.files:
             return f"{self.source.value}: no file changed"
         shown = ", ".join(self.files[:3])
-        more = f" and {len(self.files) - 3} more" if len(self.files) > 3 else ""
+        left = len(self.files) + self.files_omitted - 3
+        more = f" and {left} more" if left > 0 else ""
         return f"{self.source.value}: {shown}{more}"
 
     def to_json(self) -> dict[str, Any]:
@@ -168,6 +176,7 @@ class HistoryEntry:
             "source": self.source.value,
             "revision": self.revision.to_json() if self.revision else None,
             "files": list(self.files),
+            "filesOmitted": self.files_omitted,
             "outcome": self.outcome.value,
             "changes": self.changes,
             "problems": self.problems,
@@ -190,6 +199,7 @@ class HistoryEntry:
             outcome=Outcome(data["outcome"]),
             revision=_revision(revision) if revision is not None else None,
             files=tuple(str(f) for f in data.get("files", ())),
+            files_omitted=int(data.get("filesOmitted", 0)),
             changes=int(data.get("changes", 0)),
             problems=int(data.get("problems", 0)),
             diagnostics=tuple(str(d) for d in data.get("diagnostics", ())),
@@ -411,12 +421,18 @@ def entry(
 ) -> HistoryEntry:
     """An entry (bounded) from what was changed, what was kept and the problems."""
     jobs = [*sorted(changed.values(), key=lambda j: j.name), *sorted(held.values(), key=lambda j: j.name)]
+    names = sorted({_clip(f) for f in files})
+    if revision is not None:
+        revision = Revision(
+            _clip(revision.commit), _clip(revision.author), revision.time, _clip(revision.subject)
+        )
     return HistoryEntry(
         at=at,
         source=source,
         outcome=Outcome.of(len(changed), len(problems)),
         revision=revision,
-        files=tuple(sorted(files)),
+        files=tuple(names[:MAX_JOBS]),
+        files_omitted=max(0, len(names) - MAX_JOBS),
         changes=len(changed),
         problems=len(problems),
         diagnostics=tuple(problems[:MAX_DIAGNOSTICS]),
