@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.conftest import cli
 from tests.test_daemon import Daemon, commit, cwd, job, repo, status, wait_until
@@ -86,6 +87,7 @@ def test_git_mode_three_commits_are_three_entries_newest_first(cwd: Path, repo: 
     ]
     assert [e["job"]["action"] for e in history(cwd, "g")] == ["restart", "keep", "create"]
     assert [e["revision"]["subject"] for e in history(cwd, "--limit", "1")] == ["fix g"]
+    assert yaml.safe_load(cli("history", "-o", "yaml", cwd=cwd).stdout) == history(cwd)
     text = cli("history", cwd=cwd)
     lines = text.stdout.splitlines()
     assert lines[0].split() == ["TIME", "REVISION", "OUTCOME", "JOBS"]

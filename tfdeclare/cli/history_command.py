@@ -1,4 +1,4 @@
-"""``tfdeclare history [JOB] [-o text|json] [--limit N]``: the revisions the daemon (and
+"""``tfdeclare history [JOB] [-o text|json|yaml] [--limit N]``: the revisions the daemon (and
 ``apply``) acted on and their outcome, newest first, from ``<state-dir>/history.jsonl``
 (``shell/history.py``). Read-only: it never takes the lock and works with or without a
 daemon running. With a JOB, only the entries that touched it, each with what it did to the
@@ -37,6 +37,18 @@ def cmd_history(args: argparse.Namespace) -> int:
     entries = newest_first(parsed.entries, args.job, args.limit)
     if args.output == "json":
         stdout_write(json.dumps([_document(e, args.job) for e in entries], indent=2) + "\n")
+    elif args.output == "yaml":  # the same documents
+        import yaml
+
+        documents = [_document(e, args.job) for e in entries]
+        stdout_write(
+            yaml.dump(
+                documents,
+                Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper),
+                sort_keys=False,
+                allow_unicode=True,
+            )
+        )
     elif entries:
         stdout_write(_table(entries, args.job, terminal.painter(sys.stdout)))
         commit = next((e.revision.commit for e in entries if e.rollback and e.revision), None)

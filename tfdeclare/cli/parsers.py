@@ -208,7 +208,7 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         "started. Read-only: never takes the lock. To roll back, `git revert` the commit and push.",
     )
     history.add_argument("job", nargs="?", metavar="JOB", type=job_name)
-    history.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    history.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
     history.add_argument("--limit", type=at_least_one, metavar="N", help="only the newest N entries")
     history.set_defaults(handler="tfdeclare.cli.history_command:cmd_history")
 
