@@ -112,6 +112,7 @@ def test_git_three_commits_good_invalid_fix() -> None:
         ("break g", Outcome.REFUSED, 4.0),
         ("fix g", Outcome.APPLIED, 9.0),
     ]
+    assert [e.started for e in made] == [1.0, 4.0, 6.0], "when its first pass acted on it"
     created, refused, fixed = made
     assert created.jobs == (JobEntry("g", Action.CREATE, "create g", attempt=1),)
     assert created.summary == "Plan: 1 to create, 0 to resize, 0 to restart, 0 to delete."

@@ -130,6 +130,11 @@ class HistoryEntry:
     jobs: tuple[JobEntry, ...] = ()
     jobs_omitted: int = 0
     digest: str = ""  # of the problems and held jobs: what the next entry is compared with
+    started: float | None = None  # when the first pass acted on it (``at``: when it was done)
+
+    def __post_init__(self) -> None:
+        if self.started is None:  # acted on and done in one pass
+            object.__setattr__(self, "started", self.at)
 
     def touches(self, name: str) -> bool:
         return any(job.name == name for job in self.jobs)
@@ -173,6 +178,8 @@ class HistoryEntry:
             "version": ENTRY_VERSION,
             "time": rfc3339(self.at),
             "at": self.at,
+            "started": rfc3339(self.started if self.started is not None else self.at),
+            "startedAt": self.started,
             "source": self.source.value,
             "revision": self.revision.to_json() if self.revision else None,
             "files": list(self.files),
@@ -207,6 +214,7 @@ class HistoryEntry:
             jobs=tuple(JobEntry.from_json(job) for job in data.get("jobs", ())),
             jobs_omitted=int(data.get("jobsOmitted", 0)),
             digest=str(data.get("digest", "")),
+            started=float(data["startedAt"]) if data.get("startedAt") is not None else None,
         )
 
     def line(self) -> bytes:
@@ -418,6 +426,7 @@ def entry(
     files: Iterable[str] = (),
     *,
     digest: str = "",
+    started: float | None = None,
 ) -> HistoryEntry:
     """An entry (bounded) from what was changed, what was kept and the problems."""
     jobs = [*sorted(changed.values(), key=lambda j: j.name), *sorted(held.values(), key=lambda j: j.name)]
@@ -440,6 +449,7 @@ def entry(
         jobs=tuple(jobs[:MAX_JOBS]),
         jobs_omitted=max(0, len(jobs) - MAX_JOBS),
         digest=digest,
+        started=at if started is None else started,
     )
 
 
@@ -461,6 +471,7 @@ def _entry_of(pending: Pending, now: float) -> HistoryEntry:
         pending.problems,
         () if git else pending.files,
         digest=_digest(pending.problems, pending.held),
+        started=pending.since,
     )
 
 
