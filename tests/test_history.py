@@ -328,3 +328,26 @@ def test_entries_the_log_cannot_take_are_kept_shown_and_written_later(tmp_path: 
     assert recorder.error is None
     assert [e.at for e in read(tmp_path).entries] == [1.0, 2.0]
     assert "cannot be written" not in page.render([], [], {}, 0, history=(recorder.recent, recorder.error))
+
+
+def test_the_command_reads_leniently_and_names_what_it_cannot_read(tmp_path: Path) -> None:
+    from tests.conftest import cli
+
+    state = tmp_path / ".tfdeclare"
+    HistoryLog(state).append(entry(1))
+    with open(log_path(state), "ab") as handle:
+        handle.write(b"{damaged\n" + entry(2).line()[:25])  # a damaged line, and a torn one
+    shown = cli("history", "-o", "json", cwd=tmp_path)
+    assert shown.returncode == 0 and [e["at"] for e in json.loads(shown.stdout)] == [1.0]
+    assert shown.stderr == f"tfdeclare: warning: skipped 1 unreadable line(s) of {log_path(state)}\n"
+    assert cli("history", "--limit", "0", cwd=tmp_path).stderr.endswith(
+        "argument --limit: '0' is not a whole number of at least 1\n"
+    )
+    log_path(state).unlink()
+    log_path(state).symlink_to(tmp_path / "elsewhere")  # not followed
+    (tmp_path / "elsewhere").write_bytes(entry(3).line())
+    refused = cli("history", cwd=tmp_path)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert refused.stderr == (
+        f"tfdeclare: error: cannot read the history {log_path(state)}: it is a symbolic link, which is not followed\n"
+    )

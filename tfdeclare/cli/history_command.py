@@ -8,6 +8,7 @@ job and the attempt that started. Rollback stays a ``git revert``, and the text 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import sys
 
@@ -33,7 +34,12 @@ def cmd_history(args: argparse.Namespace) -> int:
     try:
         parsed = history.read(settings.state_dir)
     except OSError as err:
-        raise UserError(f"cannot read the history {path}: {err.strerror or err}") from err
+        why = (
+            "it is a symbolic link, which is not followed"
+            if err.errno == errno.ELOOP
+            else err.strerror or err
+        )
+        raise UserError(f"cannot read the history {path}: {why}") from err
     entries = newest_first(parsed.entries, args.job, args.limit)
     if args.output == "json":
         stdout_write(json.dumps([_document(e, args.job) for e in entries], indent=2) + "\n")
