@@ -255,3 +255,7 @@ def test_the_daemon_keeps_the_last_good_revision_and_every_status_says_why(tmp_p
         daemon.request_sync()
         world.controller.wait_for_pass(world.controller.passes, lambda: world.record("a").not_synced is None)
         assert (world.status("a") or {})["revision"] == fixed and world.tasks("b")
+    # the history: the unsigned head refused once, saying why, between the two applied ones
+    shown = [(e.revision.commit if e.revision else None, e.outcome.value) for e in daemon.history.recent]
+    assert shown == [(fixed, "applied"), (bad, "refused"), (good, "applied")]
+    assert f"revision {bad[:12]} is not applied: it is not signed" in daemon.history.recent[1].diagnostics[0]

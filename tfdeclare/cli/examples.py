@@ -36,6 +36,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "tfdeclare status -o json",
         "tfdeclare status --refresh   # reconcile once first (no daemon running)",
     ),
+    "history": (
+        "tfdeclare history                      # newest first: revision, outcome, jobs changed",
+        "tfdeclare history bert                 # the revisions that touched bert, each attempt",
+        "tfdeclare history -o json --limit 5",
+    ),
     "logs": (
         "tfdeclare logs bert                   # every task, each line prefixed: worker-0 | ...",
         "tfdeclare logs bert --task worker-1 --follow            # worker:1 works too",

@@ -98,6 +98,17 @@ def task_name(text: str) -> TaskKey:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
+def at_least_one(text: str) -> int:
+    """A count such as ``--limit``: a whole number, 1 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return value
+
+
 def _specs_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     validate = sub.add_parser(
         "validate",
@@ -217,6 +228,20 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         "--refresh", action="store_true", help="reconcile once first: adopt tasks, notice ended ones"
     )
     status_parser.set_defaults(handler="tfdeclare.cli.run_commands:cmd_status")
+
+    history = sub.add_parser(
+        "history",
+        parents=[common],
+        help="show the revisions the daemon acted on and their outcome (read-only)",
+        description="Show the revisions (git commits, folder changes, applies) acted on, newest "
+        "first: when, the revision, the outcome (applied, nothing to do, refused, partly applied) "
+        "and the jobs changed. With JOB, only the entries that touched it and the attempt each "
+        "started. Read-only: never takes the lock. To roll back, `git revert` the commit and push.",
+    )
+    history.add_argument("job", nargs="?", metavar="JOB", type=job_name)
+    history.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
+    history.add_argument("--limit", type=at_least_one, metavar="N", help="only the newest N entries")
+    history.set_defaults(handler="tfdeclare.cli.history_command:cmd_history")
 
     logs = sub.add_parser(
         "logs",

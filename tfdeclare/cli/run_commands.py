@@ -305,6 +305,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
             ]
             for line in not_applied:
                 stderr_line(f"tfdeclare: error: {line}")
+            _record(settings, result, args.paths, controller)
             names = set(desired.jobs) | {j.name for j in result.jobs if j.action is Action.DELETE}
             names -= controller.apply_failures.keys() - controller.store.records().keys()  # never made
             records: dict[str, JobRecord] = {}
@@ -340,6 +341,19 @@ def cmd_apply(args: argparse.Namespace) -> int:
         }
         stdout_write(document_text(outcome, args.output, ensure_ascii=False))
     return _apply_outcome(records, timed_out, [*not_applied, *errors], wait=args.wait)
+
+
+def _record(settings: Settings, result: Plan, paths: list[str], controller: Controller) -> None:
+    """The apply in the history of revisions (``tfdeclare history``); a history that cannot be
+    written is a warning, never a failed apply."""
+    from tfdeclare.core.plan.history import applied
+    from tfdeclare.shell.history import append_one
+
+    records = controller.store.records()
+    attempt = {name: record.attempt for name, record in records.items()}.get
+    problem = append_one(settings.state_dir, applied(result, paths, attempt, time.time()))
+    if problem is not None:
+        stderr_line(f"tfdeclare: warning: {problem}")
 
 
 def _apply_outcome(records: dict[str, JobRecord], timed_out: bool, errors: list[str], *, wait: bool) -> int:

@@ -30,6 +30,7 @@ import markupsafe
 
 from tfdeclare import __version__
 from tfdeclare.core.enums import Role
+from tfdeclare.core.plan.history import HistoryEntry
 from tfdeclare.core.run.record import rfc3339
 from tfdeclare.core.spec.model import JobSpec
 from tfdeclare.core.spec.resources import Resources
@@ -147,10 +148,12 @@ def render(
     now: float | None = None,
     specs: Mapping[str, Mapping[str, Any]] | None = None,
     tails: Mapping[str, LogTail] | None = None,
+    history: tuple[Sequence[HistoryEntry], str | None] = ((), None),
 ) -> str:
     """The page: every job's status document with what ``details`` says of its spec (by
-    name, when known) and its log's tail, the recent phase changes, the daemon's health;
-    ``refresh``: seconds between reloads, 0 for none."""
+    name, when known) and its log's tail, the recent phase changes, the daemon's health, the
+    newest revisions acted on (``history``: entries newest first, and why the log cannot be
+    written, if so); ``refresh``: seconds between reloads, 0 for none."""
     now = time.time() if now is None else now
     phases: dict[str, int] = {}
     cards = []
@@ -186,6 +189,8 @@ def render(
                 }
                 for e in events
             ],
+            history=[_history_row(entry) for entry in history[0]],
+            history_error=history[1],
             health=health,
             last_pass=rfc3339(health.get("lastPassAt")),
             last_pass_age=age(rfc3339(health.get("lastPassAt")), now),
@@ -193,6 +198,18 @@ def render(
             refresh_choices=REFRESH_CHOICES,
         )
     )
+
+
+def _history_row(entry: HistoryEntry) -> dict[str, Any]:
+    return {
+        "time": rfc3339(entry.at),
+        "commit": entry.revision.commit if entry.revision else None,
+        "what": entry.what,
+        "outcome": entry.outcome.value,
+        "outcome_text": entry.outcome_text,
+        "jobs": ", ".join(f"{j.action.symbol} {j.name}" for j in entry.jobs if j.action.changes_something),
+        "summary": entry.summary,
+    }
 
 
 def refresh_from(query: Mapping[str, list[str]]) -> int | None:

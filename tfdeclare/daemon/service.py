@@ -37,6 +37,7 @@ from tfdeclare.core.spec.model import fingerprint
 from tfdeclare.core.spec.names import is_job_name
 from tfdeclare.core.spec.policy import Quota
 from tfdeclare.daemon import page
+from tfdeclare.daemon.history import History
 from tfdeclare.daemon.httpguard import INT64_MAX
 from tfdeclare.daemon.metrics import Metrics
 from tfdeclare.daemon.sources import SourceError
@@ -140,6 +141,7 @@ class Daemon:
         self.pass_write_error: str | None = None
         self.last_pass_at: float | None = None
         self.started_at = clock()
+        self.history = History(controller.store.root)  # the revisions acted on (`tfdeclare history`)
 
     # ---- asking for passes ----------------------------------------------------------------
 
@@ -210,6 +212,7 @@ class Daemon:
             self._trigger.wait(max(0.01, timeout))
             self._trigger.clear()
             self._debounce()
+        self.history.stop(self.clock())
         self.notifier.close()
 
     def _debounce(self) -> None:
@@ -327,6 +330,8 @@ class Daemon:
             log.info("applied %s", line)
         for name, why in sorted(self.controller.apply_failures.items()):
             log.error("%s: not applied: cannot write %s; retrying next pass", name, why)
+        records = self.controller.store.records
+        self.history.after_pass(current, self.revision, self.source.rejected, records, self.clock())
         revision = self.revision.commit if self.revision else None
         self.metrics.attempted_revision = revision
         if not current.has_errors:
@@ -478,6 +483,7 @@ class Daemon:
             now=self.clock(),
             specs=self.spec_details,
             tails=self._log_tails(jobs),
+            history=(self.history.recent, self.history.error),
         )
 
     def _log_tails(self, jobs: list[dict[str, Any]]) -> dict[str, page.LogTail]:
