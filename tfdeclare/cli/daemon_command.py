@@ -189,7 +189,7 @@ def _serve(args: argparse.Namespace, settings: Settings, server: DaemonServer) -
         daemon_config.debounce_s,
         args.prune,
         args.allow_empty,
-        daemon_config.settle_s,
+        0.0 if args.git else daemon_config.settle_s,  # a checkout is never half-written
         settings.config.webhooks,
         settings.config.policy.quotas,
         scope=scope,

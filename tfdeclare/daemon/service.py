@@ -7,7 +7,8 @@ says so (log, /healthz, metrics); the newest revision always supersedes an older
 Files are seen while they are written, so the daemon plans with a settle time: a change that
 stops or restarts tasks is made once the files have said the same for ``settle`` seconds (the
 planner's settle rule; the daemon keeps its sightings from pass to pass and wakes when one
-settles).
+settles). A git source is applied as checked out: its snapshot is written whole before it
+becomes current, so the daemon is started with no settle time in git mode.
 Jobs the plan keeps as applied for a reason (an unreadable listing, a file without a job,
 the prune-everything guard) are logged as a warning whenever that set changes.
 """
