@@ -47,9 +47,11 @@ from tfdeclare.core.plan.claims import (
 )
 from tfdeclare.core.plan.desired import DesiredState
 from tfdeclare.core.plan.planner import Action, Plan, PlanOptions, plan
+from tfdeclare.core.plan.problems import Problem
 from tfdeclare.core.plan.render import plan_json, render_text
 from tfdeclare.core.run.record import JobRecord
 from tfdeclare.core.tone import PHASE_TONES, Painter, Tone, plain
+from tfdeclare.shell import problems as problems_file
 from tfdeclare.shell.lock import ControllerLock
 from tfdeclare.shell.sources import prune_scope
 from tfdeclare.shell.statuswriter import StatusWriter
@@ -446,17 +448,59 @@ def cmd_status(args: argparse.Namespace) -> int:
     documents = [d for d in (statuses.read(n) for n in names) if d is not None]
     if args.name and not documents:
         raise UserError(f"no job named {args.name!r} (no status file in {settings.status_dir})")
+    problems, as_of = _standing_problems(settings)
+    if args.name:
+        problems = tuple(p for p in problems if args.name in p.jobs)
     if args.output == "json":
-        stdout_write(json.dumps(documents[0] if args.name else documents, indent=2) + "\n")
+        listed = [p.to_json() for p in problems]
+        if args.problems and args.name:
+            stdout_write(json.dumps({**documents[0], "problems": listed}, indent=2) + "\n")
+        elif args.problems:
+            stdout_write(json.dumps({"jobs": documents, "problems": listed}, indent=2) + "\n")
+        else:  # the list (or document) scripts read, as before: the problems go to stderr
+            stdout_write(json.dumps(documents[0] if args.name else documents, indent=2) + "\n")
+            for problem in problems:
+                stderr_line(f"tfdeclare: problem ({problem.kind.value}): {problem.message}")
     elif args.name:
         stdout_write(_status_detail(documents[0], terminal.painter(sys.stdout)))
     elif documents:
         stdout_write(_status_table(documents, terminal.painter(sys.stdout)))
     else:
         stdout_write("No jobs.\n")
+    if args.output != "json" and problems:
+        stdout_write(_problems_footer(problems, as_of, terminal.painter(sys.stdout)))
     if documents and args.output != "json":
         stderr_line(f"({_freshness(settings)})")
     return EXIT_OK
+
+
+def _standing_problems(settings: Settings) -> tuple[tuple[Problem, ...], str | None]:
+    """The source problems the daemon last recorded (none without a file); a file that
+    cannot be read is said on stderr, and shows none."""
+    try:
+        return problems_file.load(problems_file.path_in(settings.state_dir))
+    except problems_file.ProblemsUnreadable as err:
+        stderr_line(f"tfdeclare: warning: the source problems cannot be shown: {err}")
+        return (), None
+
+
+def _problems_footer(problems: tuple[Problem, ...], as_of: str | None, paint: Painter) -> str:
+    """Each file that cannot be applied and its first error (what holds which job back)."""
+    when = f", as of {as_of}" if as_of else ""
+    lines = [
+        "",
+        paint(
+            f"Problems ({len(problems)}{when}): not applied, the jobs named keep running as applied", Tone.BAD
+        ),
+    ]
+    for problem in problems:
+        held = f" (holds back {', '.join(problem.jobs)})" if problem.jobs else ""
+        lines.append(f"  {problem.path}: {problem.kind.value}{held}, since {problem.since_text}")
+        lines.append(f"    {problem.message}")
+        more = problem.diagnostic_count - 1
+        if more > 0:
+            lines.append(f"    ... and {more} more error{'s' if more > 1 else ''}")
+    return "\n".join(lines) + "\n"
 
 
 # ---- delete -------------------------------------------------------------------------------

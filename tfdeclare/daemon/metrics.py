@@ -44,6 +44,7 @@ class Metrics:
         self.applied_revision: str | None = None
         self.attempted_revision: str | None = None
         self.webhook_results: Counter[str] = Counter()  # WebhookResult value -> deliveries
+        self.problems_by_kind: Mapping[str, int] = {}  # standing source problems (ProblemKind value -> count)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))
         ProcessCollector(registry=self.registry)
@@ -65,6 +66,10 @@ class Metrics:
             self.jobs_by_phase = Counter(phases.values())
             self.tasks_by_state = dict(tasks)
             self.restarts = dict(restarts)
+
+    def set_problems(self, by_kind: Mapping[str, int]) -> None:
+        with self._lock:
+            self.problems_by_kind = dict(by_kind)
 
     def count_webhook(self, result: str) -> None:
         with self._lock:
@@ -101,6 +106,14 @@ class Metrics:
             "tfdeclare_source_errors",
             "Failures to read the source (fetch, clone, folder).",
             self.source_errors,
+        )
+        yield _labelled(
+            GaugeMetricFamily,
+            "tfdeclare_source_problems",
+            "Source problems standing now, by kind: files that cannot be applied (invalid, unreadable, "
+            "refused by policy, a duplicate name), a failed fetch, an unverified commit. 0 once fixed.",
+            "kind",
+            self.problems_by_kind,
         )
         yield counter("tfdeclare_tasks_launched", "Tasks launched.", self.launched)
         yield counter("tfdeclare_tasks_stopped", "Task stops requested.", self.stopped)

@@ -9,7 +9,10 @@
 - ``GET /livez`` (liveness) — 200 unless a pass is overdue (a hang: 503), so a probe tells
   a slow start or an unreadable source, which a restart would not fix, from a hang;
 - ``GET /metrics`` — Prometheus text format;
-- ``GET /jobs`` — every job's status document, as JSON;
+- ``GET /jobs`` — every job's status document, as a JSON list (each with ``problems``: the
+  standing source problems that hold it back); ``?problems=true`` answers an object instead,
+  ``{"jobs": [...], "problems": [...]}``, with every standing problem (a new file that cannot
+  be applied holds back no job yet);
 - ``POST /sync`` — fetch the source now and run a pass (202); requests that arrive while one
   is pending, or sooner than a second after the last fetch, are coalesced into it. With a
   webhook secret, a git host's delivery is judged by ``webhook_auth`` (signature first) and
@@ -81,6 +84,8 @@ class Endpoints(Protocol):
     def metrics_text(self) -> str: ...
 
     def jobs(self) -> list[dict[str, Any]]: ...
+
+    def problem_list(self) -> list[dict[str, Any]]: ...
 
     def request_sync(self) -> bool: ...
 
@@ -466,6 +471,15 @@ class _Handler(BaseHTTPRequestHandler):
             headers["Set_Cookie"] = page.refresh_cookie(chosen)
         self._send(200, self.endpoints.page_html(refresh).encode(), "text/html; charset=utf-8", **headers)
 
+    def _jobs(self, query: dict[str, list[str]]) -> None:
+        asked = query.get("problems")
+        if asked is not None and asked not in (["true"], ["false"]):
+            raise BadRequest("problems must be true or false")
+        if asked == ["true"]:
+            self._json(200, {"jobs": self.endpoints.jobs(), "problems": self.endpoints.problem_list()})
+        else:
+            self._json(200, self.endpoints.jobs())
+
     def do_GET(self) -> None:
         if self._refused("GET"):
             return
@@ -485,7 +499,7 @@ class _Handler(BaseHTTPRequestHandler):
             elif path == "/metrics":
                 self._send(200, self.endpoints.metrics_text().encode(), METRICS_CONTENT_TYPE)
             elif path == "/jobs":
-                self._json(200, self.endpoints.jobs())
+                self._jobs(query)
             else:
                 self._not_here("GET", path)
         except BadRequest as err:

@@ -11,6 +11,12 @@ settles). A git source is applied as checked out: its snapshot is written whole 
 becomes current, so the daemon is started with no settle time in git mode.
 Jobs the plan keeps as applied for a reason (an unreadable listing, a file without a job,
 the prune-everything guard) are logged as a warning whenever that set changes.
+
+After each pass the daemon records the standing *source problems* (``core.plan.problems``:
+each file that cannot be applied, a failed fetch, an unverified head) in ``problems``, which
+the endpoints answer from (``/healthz``, ``/jobs``, ``/metrics``, the page); when they change it
+logs each that appeared or cleared, posts it to the webhooks and writes them to
+``<state-dir>/problems.json`` for ``tfdeclare status`` (``shell.problems``).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from tfdeclare.core.config import WebhookConfig
 from tfdeclare.core.diagnostics import Diagnostic
 from tfdeclare.core.enums import Phase, Reason
 from tfdeclare.core.plan.planner import Plan, PlanCache, PlanOptions, Sighting, plan
+from tfdeclare.core.plan.problems import Problem, changes, counts, held_back, standing
 from tfdeclare.core.plan.scope import PruneScope
 from tfdeclare.core.run.record import JobRecord, Revision
 from tfdeclare.core.spec.keys import TaskKey
@@ -39,8 +46,9 @@ from tfdeclare.core.spec.policy import Quota
 from tfdeclare.daemon import page
 from tfdeclare.daemon.httpguard import INT64_MAX
 from tfdeclare.daemon.metrics import Metrics
-from tfdeclare.daemon.sources import SourceError
-from tfdeclare.daemon.webhooks import Notifier, PhaseChange
+from tfdeclare.daemon.sources import GitSource, SourceError
+from tfdeclare.daemon.webhooks import Notifier, PhaseChange, ProblemChange
+from tfdeclare.shell import problems as problems_file
 from tfdeclare.shell.sources import SpecFiles
 
 log = logging.getLogger("tfdeclare.daemon")
@@ -101,6 +109,7 @@ class Daemon:
         options: DaemonOptions,
         *,
         clock: Callable[[], float] = time.time,
+        problems_path: Path | None = None,
     ) -> None:
         self.source = source
         self.controller = controller
@@ -128,6 +137,12 @@ class Daemon:
         self.source_error: str | None = None
         self.last_pass_at: float | None = None
         self.started_at = clock()
+        # The standing source problems, replaced whole after a pass (HTTP threads read them);
+        # persisted in ``problems_path`` when given (the daemon's state folder).
+        self.problems_path = problems_path
+        self.problems: tuple[Problem, ...] = self._load_problems()
+        self._plan: Plan | None = None  # this pass's, for the problems
+        self.metrics.set_problems(counts(self.problems))
 
     # ---- asking for passes ----------------------------------------------------------------
 
@@ -229,7 +244,9 @@ class Daemon:
                 n: Phase.DELETING if r.deleting else r.phase
                 for n, r in self.controller.store.records().items()
             }
+        self._plan = None
         settles_at = self._apply_desired() if self.source_error is None else None
+        self._record_problems()
         try:
             result = self.controller.reconcile()  # it logs what it does
         except BackendError as err:  # the cluster is unreachable: try again next pass
@@ -281,6 +298,7 @@ class Daemon:
             sightings=self._sightings,
         )
         self._sightings = current.sightings
+        self._plan = current
         if current.diagnostics != self._diagnostics:  # the files' and the quotas'
             self._diagnostics = current.diagnostics
             for diagnostic in current.diagnostics:
@@ -293,6 +311,55 @@ class Daemon:
         if not current.has_errors:
             self.metrics.applied_revision = revision
         return current.wake_at
+
+    # ---- source problems ------------------------------------------------------------------
+
+    def _load_problems(self) -> tuple[Problem, ...]:
+        """Those the last daemon left (they keep their ``since`` while they stand)."""
+        if self.problems_path is None:
+            return ()
+        try:
+            return problems_file.load(self.problems_path)[0]
+        except problems_file.ProblemsUnreadable as err:
+            log.warning("the problems of the last daemon are not used: %s", err)
+            return ()
+
+    def _record_problems(self) -> None:
+        """The problems standing after this pass: shown, logged, posted and written when they
+        changed. The files' stand as last read while the source cannot be read."""
+        current = self._plan
+        source_path = getattr(self.source, "problem_path", self.source.description)
+        now = self.clock()
+        found = standing(
+            current.diagnostics if current is not None else None,
+            source=source_path,
+            source_error=self.source_error,
+            fetch=isinstance(self.source, GitSource),
+            rejected=self.source.rejected,
+            revision=self.revision.commit if self.revision else None,
+            now=now,
+            previous=self.problems,
+            held=held_back(current) if current is not None else None,
+        )
+        if found == self.problems:
+            return
+        changed = changes(self.problems, found)
+        self.problems = found
+        self.metrics.set_problems(counts(found))
+        for problem in changed.appeared:
+            jobs = f" (holds back {', '.join(problem.jobs)})" if problem.jobs else ""
+            log.warning("problem %s: %s%s", problem.kind.value, problem.message, jobs)
+            self.notifier.notify_problem(ProblemChange(problem, False, now))
+        for problem in changed.cleared:
+            log.info("problem cleared (%s): %s", problem.kind.value, problem.path)
+            self.notifier.notify_problem(ProblemChange(problem, True, now))
+        if self.problems_path is not None:
+            try:
+                problems_file.save(self.problems_path, found, now)
+            except OSError as err:
+                log.error(
+                    "cannot write %s (%s); /healthz and the page still show them", self.problems_path, err
+                )
 
     def _phase_changes(self, phases: Mapping[str, Phase], records: Mapping[str, JobRecord]) -> None:
         """Each job that entered a phase since the last pass: a recent event and a notice."""
@@ -347,6 +414,8 @@ class Daemon:
             "revision": self.revision.commit if self.revision else None,
             "lastPassAt": self.last_pass_at,
             "passOverdue": late,
+            # What cannot be applied now (a user's file: readiness is not failed for it)
+            "problems": [p.to_json() for p in self.problems],
             # git snapshots no job uses, kept for the files tasks wrote in them (`tfdeclare gc`)
             "keptSnapshots": {
                 commit: {"files": len(files), "examples": files[:5]}
@@ -355,8 +424,19 @@ class Daemon:
         }
 
     def jobs(self) -> list[dict[str, Any]]:
+        """Every job's status document, each with the standing problems that hold it back
+        (``problems``, empty when none)."""
         statuses = self.controller.statuses
-        return [doc for doc in (statuses.read(name) for name in statuses.names()) if doc is not None]
+        held: dict[str, list[dict[str, Any]]] = {}
+        for problem in self.problems:
+            for name in problem.jobs:
+                held.setdefault(name, []).append(problem.to_json())
+        documents = [doc for doc in (statuses.read(name) for name in statuses.names()) if doc is not None]
+        return [{**doc, "problems": held.get(doc["name"], [])} for doc in documents]
+
+    def problem_list(self) -> list[dict[str, Any]]:
+        """The standing source problems (``GET /jobs?problems=true``)."""
+        return [p.to_json() for p in self.problems]
 
     def metrics_text(self) -> str:
         return self.metrics.render()

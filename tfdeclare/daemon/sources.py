@@ -81,6 +81,11 @@ class FolderSource:
         return f"folder {self.folder}"
 
     @property
+    def problem_path(self) -> str:
+        """What a problem of the source itself is named by (``core.plan.problems``)."""
+        return str(self.folder)
+
+    @property
     def specs_path(self) -> Path:
         return self.folder
 
@@ -182,6 +187,11 @@ class GitSource:
         return f"git {self.settings.url} branch {self.settings.branch}" + (
             f" path {self.settings.subdir}" if self.settings.subdir not in ("", ".") else ""
         )
+
+    @property
+    def problem_path(self) -> str:
+        """What a problem of the source itself (a failed fetch, an unverified head) is named by."""
+        return self.settings.url
 
     @property
     def specs_path(self) -> Path:
