@@ -271,3 +271,22 @@ def test_git_mode_no_settle_time_a_bad_commit_and_a_failed_fetch_are_problems(
     finally:
         daemon.stop()
     assert os.path.exists(cwd / ".tfdeclare" / "problems.json")
+
+
+def test_apply_records_the_problems_of_the_files_it_read_and_clears_them_once_fixed(cwd: Path) -> None:
+    out_dir = cwd / "specs" / "a-out"
+    out_dir.mkdir()
+    (cwd / "specs" / "a.yaml").write_text(job("a").replace("count: 1", "count: -1"))
+    (cwd / "other").mkdir()
+    (cwd / "other" / "b.yaml").write_text(job("b").replace("worker:", "wroker:"))
+    assert cli("apply", "other", cwd=cwd).returncode == 1
+    refused = cli("apply", "specs", cwd=cwd)
+    assert refused.returncode == 1 and "specs/a.yaml:8:" in refused.stderr, "diagnostics as before"
+    shown = cli("status", cwd=cwd).stdout
+    assert "specs/a.yaml: invalid-spec (holds back a)" in shown and "other/b.yaml: invalid-spec" in shown
+    (cwd / "specs" / "a.yaml").write_text(job("a"))
+    assert cli("apply", "specs", cwd=cwd).returncode == 0
+    shown = cli("status", cwd=cwd).stdout
+    assert "specs/a.yaml" not in shown.split("Problems")[-1], "fixed: gone"
+    assert "other/b.yaml: invalid-spec" in shown, "a file apply did not read stands"
+    assert cli("plan", "other", cwd=cwd).returncode == 1

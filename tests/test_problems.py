@@ -202,3 +202,34 @@ def test_a_damaged_file_is_refused_saying_why(tmp_path: Path, damage: str) -> No
         path.write_text(good.replace('"invalid-spec"', '"typo"'))
     with pytest.raises(stored.ProblemsUnreadable, match=r"problems\.json"):
         stored.load(path)
+
+
+@pytest.mark.parametrize(
+    ("path", "roots", "expected"),
+    [
+        ("specs/a.yaml", ["specs"], True),
+        ("specs/a.yaml", ["specs/"], True),
+        ("specs/a.yaml", ["./specs"], True),
+        ("specs/a.yaml", ["specs/a.yaml"], True),
+        ("specs/a.yaml", ["."], True),
+        ("specsx/a.yaml", ["specs"], False),
+        ("other/a.yaml", ["specs", "more"], False),
+        ("specs/../other/a.yaml", ["other"], True),
+        ("/abs/specs/a.yaml", ["/abs/specs"], True),
+        ("/abs/specs/a.yaml", ["abs/specs"], False),
+        ("file:///srv/jobs.git", ["specs"], False),
+    ],
+)
+def test_under_compares_paths_as_given(path: str, roots: list[str], expected: bool) -> None:
+    assert model.under(path, roots) is expected
+
+
+def test_merged_replaces_only_what_was_read() -> None:
+    daemon = run([error("specs/a.yaml"), error("other/b.yaml")], source_error="down", now=100.0)
+    found = tuple(p for p in run([error("specs/c.yaml")], daemon, now=200.0) if p.path.startswith("specs"))
+    after = model.merged(daemon, found, ["specs"])
+    assert [(p.path, p.since) for p in after] == [
+        ("file:///srv/jobs.git", 100.0),
+        ("other/b.yaml", 100.0),
+        ("specs/c.yaml", 200.0),
+    ]

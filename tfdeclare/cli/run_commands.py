@@ -47,7 +47,7 @@ from tfdeclare.core.plan.claims import (
 )
 from tfdeclare.core.plan.desired import DesiredState
 from tfdeclare.core.plan.planner import Action, Plan, PlanOptions, plan
-from tfdeclare.core.plan.problems import Problem
+from tfdeclare.core.plan.problems import Problem, held_by, merged, standing
 from tfdeclare.core.plan.render import plan_json, render_text
 from tfdeclare.core.run.record import JobRecord
 from tfdeclare.core.tone import PHASE_TONES, Painter, Tone, plain
@@ -255,6 +255,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
                     )
         else:
             desired, _ = load_desired(args.paths, settings)
+            _record_problems(settings, args.paths, desired)
             if desired.has_errors:
                 print_diagnostics(desired.diagnostics, args.output)
                 raise UserError("nothing applied: the specs have errors (see above)")
@@ -316,6 +317,38 @@ def cmd_apply(args: argparse.Namespace) -> int:
         }
         stdout_write(json.dumps(outcome, indent=2, ensure_ascii=False) + "\n")
     return _apply_outcome(records, timed_out, errors, wait=args.wait)
+
+
+def _record_problems(settings: Settings, paths: list[str], desired: DesiredState) -> None:
+    """``apply PATH...`` (which holds the lock) records the problems of the files it read in
+    the state folder's problems file, as the daemon does, and clears those it found fixed; the
+    problems of other paths, and of a daemon's source, stand. Standard input is no file."""
+    roots = [p for p in paths if p != "-"]
+    if not roots:
+        return
+    where = problems_file.path_in(settings.state_dir)
+    try:
+        previous, _ = problems_file.load(where)
+    except problems_file.ProblemsUnreadable:
+        previous = ()  # rewritten whole below
+    found = standing(
+        desired.diagnostics,
+        source="",
+        source_error=None,
+        fetch=False,
+        rejected=None,
+        revision=None,
+        now=time.time(),
+        previous=previous,
+        held=held_by(desired.protected),
+    )
+    now = merged(previous, found, roots)
+    if now == previous:
+        return
+    try:
+        problems_file.save(where, now, time.time())
+    except OSError as err:
+        stderr_line(f"tfdeclare: warning: cannot record the problems in {where}: {err.strerror}")
 
 
 def _apply_outcome(records: dict[str, JobRecord], timed_out: bool, errors: list[str], *, wait: bool) -> int:

@@ -141,16 +141,26 @@ def held_back(plan: Plan) -> dict[str, tuple[str, ...]]:
     """Path -> the jobs its errors hold back: the names it defines that cannot be applied
     (``Plan.protected``) and the jobs kept as applied for its errors (their file is invalid
     or unreadable now)."""
-    held: dict[str, set[str]] = {}
-    for name, diagnostics in plan.protected.items():
-        for diagnostic in diagnostics:
-            held.setdefault(diagnostic.path, set()).add(name)
+    held = _protecting(plan.protected)
     for job in plan.jobs:
         reason = job.not_synced[0] if job.not_synced else None
         if reason in _HOLDING:
             for diagnostic in job.diagnostics:
                 held.setdefault(diagnostic.path, set()).add(job.name)
     return {path: tuple(sorted(names)) for path, names in held.items()}
+
+
+def held_by(protected: Mapping[str, tuple[Diagnostic, ...]]) -> dict[str, tuple[str, ...]]:
+    """Path -> the names it defines that cannot be applied (``DesiredState.protected``)."""
+    return {path: tuple(sorted(names)) for path, names in _protecting(protected).items()}
+
+
+def _protecting(protected: Mapping[str, tuple[Diagnostic, ...]]) -> dict[str, set[str]]:
+    held: dict[str, set[str]] = {}
+    for name, diagnostics in protected.items():
+        for diagnostic in diagnostics:
+            held.setdefault(diagnostic.path, set()).add(name)
+    return held
 
 
 def standing(
@@ -222,6 +232,35 @@ def _made(
         jobs=jobs[:MAX_JOBS],
         job_count=len(jobs),
     )
+
+
+def under(path: str, roots: Iterable[str]) -> bool:
+    """Whether a problem's ``path`` is one of ``roots`` or below one (paths as given)."""
+    normal = _normal(path)
+    return any(normal == r or normal.startswith(r.rstrip("/") + "/") or r == "." for r in map(_normal, roots))
+
+
+def _normal(path: str) -> str:
+    parts: list[str] = []
+    for part in path.split("/"):
+        if part in ("", "."):
+            continue
+        if part == ".." and parts and parts[-1] != "..":
+            parts.pop()
+        else:
+            parts.append(part)
+    return ("/" if path.startswith("/") else "") + "/".join(parts) or "."
+
+
+def merged(
+    previous: Iterable[Problem], found: Iterable[Problem], roots: Iterable[str]
+) -> tuple[Problem, ...]:
+    """``previous`` with the problems of the files under ``roots`` replaced by ``found`` (what
+    ``tfdeclare apply PATH...`` read now; the others, and those of a daemon's source, stand)."""
+    roots = tuple(roots)
+    kept = [p for p in previous if not under(p.path, roots)]
+    out = sorted([*kept, *found], key=lambda p: (p.path, p.kind.value))
+    return tuple(out[:MAX_PROBLEMS])
 
 
 @dataclass(frozen=True, slots=True)
