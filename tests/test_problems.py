@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.error
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +19,8 @@ from tfdeclare.core.plan.desired import assemble
 from tfdeclare.core.plan.planner import plan
 from tfdeclare.core.plan.problems import Problem, ProblemKind, changes, counts, held_back, kind_of, standing
 from tfdeclare.core.spec.loader import load_file
+from tfdeclare.daemon.httpguard import AccessPolicy
+from tfdeclare.daemon.server import DaemonServer
 from tfdeclare.shell import problems as stored
 
 SOURCE = "file:///srv/jobs.git"
@@ -233,3 +238,61 @@ def test_merged_replaces_only_what_was_read() -> None:
         ("other/b.yaml", 100.0),
         ("specs/c.yaml", 200.0),
     ]
+
+
+class Endpoints:
+    """What the server asks of a daemon with one problem standing."""
+
+    problem = run([error("specs/secret-project.yaml")], held={"specs/secret-project.yaml": ("a",)})[
+        0
+    ].to_json()
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        return True, {"status": "ok", "problems": [self.problem]}
+
+    def metrics_text(self) -> str:
+        return ""
+
+    def jobs(self) -> list[dict[str, Any]]:
+        return [{"name": "a", "problems": [self.problem]}]
+
+    def problem_list(self) -> list[dict[str, Any]]:
+        return [self.problem]
+
+    def request_sync(self) -> bool:
+        return True
+
+
+def ask(server: DaemonServer, path: str, token: str | None = None) -> tuple[int, Any]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(f"http://127.0.0.1:{server.address[1]}{path}", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+@pytest.mark.parametrize("for_reads", [False, True])
+def test_the_endpoints_name_the_files_to_those_who_may_read(for_reads: bool) -> None:
+    token = "a-token-of-sixteen-or-more"
+    server = DaemonServer(
+        "127.0.0.1", 0, Endpoints(), AccessPolicy(frozenset(), token, token_for_reads=for_reads)
+    )  # type: ignore[arg-type]
+    server.start()
+    try:
+        code, open_health = ask(server, "/healthz")
+        assert code == 200
+        if for_reads:  # a probe without the token: the kinds only
+            assert open_health["problems"] == [{"kind": "invalid-spec"}]
+            assert "secret-project" not in json.dumps(open_health)
+            assert ask(server, "/jobs?problems=true")[0] == 401
+        else:
+            assert open_health["problems"][0]["path"] == "specs/secret-project.yaml"
+        assert ask(server, "/healthz", token)[1]["problems"][0]["path"] == "specs/secret-project.yaml"
+        code, both = ask(server, "/jobs?problems=true", token)
+        assert code == 200 and [p["path"] for p in both["problems"]] == ["specs/secret-project.yaml"]
+        assert isinstance(ask(server, "/jobs", token)[1], list), "the plain /jobs stays a list"
+        assert ask(server, "/jobs?problems=1", token)[0] == 400
+    finally:
+        server.close()

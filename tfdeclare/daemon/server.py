@@ -5,7 +5,9 @@
 - ``GET /jobs/<name>/logs?task=ROLE-INDEX&offset=N`` — a page of a task's output, read-only;
 - ``GET /healthz`` (readiness) — 200 ``ok`` while passes run on time; 503 with ``status``
   ``starting`` until the first pass has ended (as long as that is not overdue), ``degraded``
-  when a pass is overdue or the source cannot be read (the JSON body says which);
+  when a pass is overdue or the source cannot be read (the JSON body says which); its
+  ``problems`` list the standing source problems (a user's bad file is no reason for 503;
+  with ``daemon.tokenForReads`` and no token, only their kinds);
 - ``GET /livez`` (liveness) — 200 unless a pass is overdue (a hang: 503), so a probe tells
   a slow start or an unreadable source, which a restart would not fix, from a hang;
 - ``GET /metrics`` — Prometheus text format;
@@ -471,6 +473,16 @@ class _Handler(BaseHTTPRequestHandler):
             headers["Set_Cookie"] = page.refresh_cookie(chosen)
         self._send(200, self.endpoints.page_html(refresh).encode(), "text/html; charset=utf-8", **headers)
 
+    def _guarded_health(self, detail: dict[str, Any]) -> dict[str, Any]:
+        """``/healthz`` stays open for probes with ``daemon.tokenForReads``: without the token
+        its problems say their kind only (their files and errors are for those who may read)."""
+        if not self.access.token_for_reads or not detail.get("problems"):
+            return detail
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        if refusal("GET", "/jobs", headers, self.port, self.access) is None:
+            return detail
+        return {**detail, "problems": [{"kind": p["kind"]} for p in detail["problems"]]}
+
     def _jobs(self, query: dict[str, list[str]]) -> None:
         asked = query.get("problems")
         if asked is not None and asked not in (["true"], ["false"]):
@@ -491,7 +503,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._log(path, query)
             elif path == "/healthz":
                 healthy, detail = self.endpoints.health()
-                self._json(200 if healthy else 503, detail)
+                self._json(200 if healthy else 503, self._guarded_health(detail))
             elif path == "/livez":  # a hang, not a slow start or an unreadable source
                 _, detail = self.endpoints.health()
                 overdue = bool(detail.get("passOverdue"))
