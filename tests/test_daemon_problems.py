@@ -186,22 +186,28 @@ def test_folder_mode_a_bad_file_is_shown_everywhere_until_fixed(cwd: Path, recei
 
 
 def test_folder_mode_problems_outlive_the_daemon_for_status_and_keep_their_since(cwd: Path) -> None:
+    with (cwd / "tfdeclare.yaml").open("a") as config:
+        config.write("policy: {maxTasksPerJob: 1}\n")
     (cwd / "specs" / "twice.yaml").write_text(job("dup") + "---\n" + job("dup"))
+    (cwd / "specs" / "big.yaml").write_text(job("big", count=2))
     daemon = Daemon(cwd, "--specs", "specs")
     try:
-        wait_until(lambda: paths(daemon) == ["specs/twice.yaml"])
-        (problem,) = problems(daemon)
+        wait_until(lambda: paths(daemon) == ["specs/big.yaml", "specs/twice.yaml"])
+        big, problem = problems(daemon)
         assert (problem["kind"], problem["jobs"]) == ("duplicate-name", ["dup"])
+        assert (big["kind"], big["jobs"]) == ("policy", ["big"]) and "maxTasksPerJob" in big["message"]
+        assert gauge(daemon, "policy") == 1 and gauge(daemon, "duplicate-name") == 1
     finally:
         daemon.stop()
     shown = cli("status", cwd=cwd)
     assert shown.returncode == 0 and "specs/twice.yaml: duplicate-name (holds back dup)" in shown.stdout
+    assert "specs/big.yaml: policy (holds back big)" in shown.stdout
     assert "No jobs." in shown.stdout
     time.sleep(1.1)
     again = Daemon(cwd, "--specs", "specs")
     try:
         wait_until(lambda: again.get("/healthz")[0] == 200)
-        (kept,) = again.get("/healthz")[1]["problems"]
+        _, kept = again.get("/healthz")[1]["problems"]
         assert kept["since"] == problem["since"], "a problem that still stands keeps its since"
     finally:
         again.stop()
