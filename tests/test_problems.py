@@ -21,6 +21,7 @@ from tfdeclare.core.plan.problems import Problem, ProblemKind, changes, counts, 
 from tfdeclare.core.spec.loader import load_file
 from tfdeclare.daemon.httpguard import AccessPolicy
 from tfdeclare.daemon.server import DaemonServer
+from tfdeclare.daemon.sources import without_credentials
 from tfdeclare.shell import problems as stored
 
 SOURCE = "file:///srv/jobs.git"
@@ -296,3 +297,23 @@ def test_the_endpoints_name_the_files_to_those_who_may_read(for_reads: bool) -> 
         assert ask(server, "/jobs?problems=1", token)[0] == 400
     finally:
         server.close()
+
+
+def test_a_head_refused_before_any_good_one_is_one_problem_not_two() -> None:
+    why = "revision c3 is not applied: it is not signed"
+    (problem,) = run(None, source_error=why, rejected=("c3", why))
+    assert (problem.kind, problem.revision) == (ProblemKind.UNVERIFIED_COMMIT, "c3")
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://ada:s3cret@git.example.com/ml/jobs.git", "https://git.example.com/ml/jobs.git"),
+        ("https://oauth2:tok@en@git.example.com:8443/x.git", "https://git.example.com:8443/x.git"),
+        ("https://git.example.com/ml/jobs.git", "https://git.example.com/ml/jobs.git"),
+        ("file:///srv/jobs.git", "file:///srv/jobs.git"),
+        ("git@github.com:ml/jobs.git", "git@github.com:ml/jobs.git"),  # scp-like: a user name, no secret
+    ],
+)
+def test_a_source_problem_names_the_url_without_credentials(url: str, shown: str) -> None:
+    assert without_credentials(url) == shown

@@ -99,6 +99,11 @@ TAIL_BUDGET_S = 1.0  # time the page may spend reading its jobs' log tails
 TAIL_ROLES = ("chief", "worker", "evaluator", "ps", "tensorboard")  # whose log a card shows
 
 
+def _hiding(text: str | None, url: str | None, shown: str) -> str | None:
+    """``text`` with the source's URL, which may hold credentials, as problems show it."""
+    return text.replace(url, shown) if text is not None and url else text
+
+
 class Daemon:
     def __init__(
         self,
@@ -329,17 +334,19 @@ class Daemon:
         changed. The files' stand as last read while the source cannot be read."""
         current = self._plan
         source_path = getattr(self.source, "problem_path", self.source.description)
+        url = self.source.settings.url if isinstance(self.source, GitSource) else None
+        rejected = self.source.rejected
         now = self.clock()
         found = standing(
             current.diagnostics if current is not None else None,
             source=source_path,
-            source_error=self.source_error,
-            fetch=isinstance(self.source, GitSource),
-            rejected=self.source.rejected,
+            source_error=_hiding(self.source_error, url, source_path),
+            fetch=url is not None,
+            rejected=(rejected[0], _hiding(rejected[1], url, source_path) or "") if rejected else None,
             revision=self.revision.commit if self.revision else None,
             now=now,
             previous=self.problems,
-            held=held_back(current) if current is not None else None,
+            held=held_back(current) if current is not None and current.has_errors else None,
         )
         if found == self.problems:
             return

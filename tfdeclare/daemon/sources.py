@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from tfdeclare.core.run.record import Revision
 from tfdeclare.daemon.signatures import SignaturePolicy, Verifier
@@ -61,6 +62,14 @@ def _revision(commit: Any) -> Revision:
         time=float(commit.committed_date),
         subject=commit.summary if isinstance(commit.summary, str) else commit.summary.decode(),
     )
+
+
+def without_credentials(url: str) -> str:
+    """``https://user:token@host/x.git`` -> ``https://host/x.git`` (other URLs as they are)."""
+    parts = urlsplit(url)
+    if not parts.scheme or "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
 
 
 class SourceError(Exception):
@@ -190,8 +199,9 @@ class GitSource:
 
     @property
     def problem_path(self) -> str:
-        """What a problem of the source itself (a failed fetch, an unverified head) is named by."""
-        return self.settings.url
+        """What a problem of the source itself (a failed fetch, an unverified head) is named by:
+        its URL without credentials (problems go to files, pages and webhooks)."""
+        return without_credentials(self.settings.url)
 
     @property
     def specs_path(self) -> Path:

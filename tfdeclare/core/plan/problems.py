@@ -197,7 +197,7 @@ def standing(
         for path, errors in by_path.items():
             jobs = (held or {}).get(path, ())
             found.append(_made(path, kind_of(errors), errors, jobs, revision, now))
-    if source_error is not None:
+    if source_error is not None and not (rejected is not None and source_error == rejected[1]):
         kind = ProblemKind.FETCH_FAILED if fetch else ProblemKind.UNREADABLE
         error = Diagnostic(source, None, None, source_error, None, Code.READ_ERROR)
         found.append(_made(source, kind, [error], (), revision, now))
