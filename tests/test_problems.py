@@ -19,6 +19,7 @@ from tfdeclare.core.plan.desired import assemble
 from tfdeclare.core.plan.planner import plan
 from tfdeclare.core.plan.problems import Problem, ProblemKind, changes, counts, held_back, kind_of, standing
 from tfdeclare.core.spec.loader import load_file
+from tfdeclare.daemon import page
 from tfdeclare.daemon.httpguard import AccessPolicy
 from tfdeclare.daemon.server import DaemonServer
 from tfdeclare.daemon.sources import without_credentials
@@ -317,3 +318,17 @@ def test_a_head_refused_before_any_good_one_is_one_problem_not_two() -> None:
 )
 def test_a_source_problem_names_the_url_without_credentials(url: str, shown: str) -> None:
     assert without_credentials(url) == shown
+
+
+@pytest.mark.parametrize("readiness", ["ok", "degraded"])
+def test_the_page_header_is_not_ok_while_problems_stand(readiness: str) -> None:
+    problem = run([error("specs/<i>x</i>.yaml", message="<b>bad</b>")])[0].to_json()
+    health = {"status": readiness, "source": "folder specs", "problems": [problem]}
+    html = page.render([], [], health, 0, now=300.0)
+    header = html[html.index("<header>") : html.index("</header>")]
+    assert "1 problem</a>" in header and (">ok<" not in header)
+    assert ("degraded · " in header) is (readiness == "degraded")
+    assert html.index('id="problems"') < html.index("<h3>Jobs</h3>")
+    assert "&lt;b&gt;bad&lt;/b&gt;" in html and "<b>bad" not in html, "escaped"
+    clean = page.render([], [], {**health, "status": "ok", "problems": []}, 0, now=300.0)
+    assert 'id="problems"' not in clean and 'id="state">ok<' in clean
