@@ -264,7 +264,7 @@ def test_git_mode_no_settle_time_a_bad_commit_and_a_failed_fetch_are_problems(
         assert daemon.post("/sync") == 202
         wait_until(lambda: problems(daemon) == [], timeout=15)
         assert daemon.get("/healthz")[0] == 200 and gauge(daemon, "fetch-failed") == 0
-        assert (status(cwd, "g") or {}).get("revision") == fixed
+        wait_until(lambda: (status(cwd, "g") or {}).get("revision") == fixed)  # written at the pass's end
         wait_until(lambda: len(receiver.problems()) >= 4)
         assert sorted(receiver.problems()) == sorted(
             [

@@ -190,7 +190,7 @@ def _serve(args: argparse.Namespace, settings: Settings, server: DaemonServer) -
         daemon_config.debounce_s,
         args.prune,
         args.allow_empty,
-        0.0 if args.git else daemon_config.settle_s,  # a checkout is never half-written
+        daemon_config.settle_s,  # folder mode only: a git revision is read whole (Source.whole)
         settings.config.webhooks,
         settings.config.policy.quotas,
         scope=scope,

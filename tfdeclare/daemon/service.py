@@ -8,7 +8,7 @@ Files are seen while they are written, so the daemon plans with a settle time: a
 stops or restarts tasks is made once the files have said the same for ``settle`` seconds (the
 planner's settle rule; the daemon keeps its sightings from pass to pass and wakes when one
 settles). A git source is applied as checked out: its snapshot is written whole before it
-becomes current, so the daemon is started with no settle time in git mode.
+becomes current (``Source.whole``), so a git revision is applied at once: no settle time.
 Jobs the plan keeps as applied for a reason (an unreadable listing, a file without a job,
 the prune-everything guard) are logged as a warning whenever that set changes.
 
@@ -75,6 +75,7 @@ class Source(Protocol):
     def close(self) -> None: ...
 
     rejected: tuple[str, str] | None  # (commit, why) of a fetched head not applied (signatures)
+    whole: bool  # its revisions are read whole (git snapshots): no settle time for them
 
     @property
     def kept(self) -> Mapping[str, list[str]]:
@@ -290,7 +291,7 @@ class Daemon:
             prune=self.options.prune,
             allow_empty=self.options.allow_empty,
             backend=self.controller.backend.name,
-            settle_s=self.options.settle_s,
+            settle_s=0.0 if getattr(self.source, "whole", False) else self.options.settle_s,
             quotas=self.options.quotas,
             scope=self.options.scope,
         )

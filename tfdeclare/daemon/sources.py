@@ -78,6 +78,7 @@ class SourceError(Exception):
 
 class FolderSource:
     rejected: tuple[str, str] | None = None  # a folder has no signatures
+    whole = False  # its files are read while they are written: the daemon's settle time applies
     kept: Mapping[str, list[str]] = MappingProxyType({})  # a folder has no snapshots
 
     def __init__(self, folder: Path, ignore: list[Path]) -> None:
@@ -168,6 +169,10 @@ class GitSettings:
 
 
 class GitSource:
+    # A revision is read from its snapshot, written whole and made current by one rename: never
+    # half-written, so the daemon applies it at once (no settle time).
+    whole = True
+
     def __init__(self, settings: GitSettings, workdir: Path) -> None:
         if settings.status_branch == settings.branch:
             raise SourceError(f"the status branch must not be the watched branch ({settings.branch})")
