@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.controller_world import World, job_text
 from tfdeclare.core.diagnostics import Code, Diagnostic, Severity
 from tfdeclare.core.plan import problems as model
 from tfdeclare.core.plan.desired import assemble
@@ -22,7 +24,8 @@ from tfdeclare.core.spec.loader import load_file
 from tfdeclare.daemon import page
 from tfdeclare.daemon.httpguard import AccessPolicy
 from tfdeclare.daemon.server import DaemonServer
-from tfdeclare.daemon.sources import without_credentials
+from tfdeclare.daemon.service import Daemon, DaemonOptions
+from tfdeclare.daemon.sources import FolderSource, without_credentials
 from tfdeclare.shell import problems as stored
 
 SOURCE = "file:///srv/jobs.git"
@@ -332,3 +335,34 @@ def test_the_page_header_is_not_ok_while_problems_stand(readiness: str) -> None:
     assert "&lt;b&gt;bad&lt;/b&gt;" in html and "<b>bad" not in html, "escaped"
     clean = page.render([], [], {**health, "status": "ok", "problems": []}, 0, now=300.0)
     assert 'id="problems"' not in clean and 'id="state">ok<' in clean
+
+
+def test_the_loop_records_problems_and_retries_a_file_it_could_not_write(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    world = World(tmp_path / "world")
+    blocker = tmp_path / "state-folder"
+    blocker.write_text("a file where the state folder should be")
+    source = FolderSource(world.specs, [])
+    daemon = Daemon(
+        source,
+        world.controller,
+        world.files,
+        world.status_dir,
+        DaemonOptions(),
+        clock=world.clock,
+        problems_path=blocker / "problems.json",
+    )
+    world.write("a", job_text("a", replicas="worker: {count: -1}"))
+    daemon._sync()
+    daemon._pass()
+    (problem,) = daemon.problems
+    assert (problem.path, problem.kind, problem.jobs) == ("specs/a.yaml", ProblemKind.INVALID_SPEC, ("a",))
+    assert "cannot write" in caplog.text and "problems.json" in caplog.text
+    blocker.unlink()
+    daemon._pass()  # nothing changed, but the file is written now
+    assert stored.load(blocker / "problems.json")[0] == daemon.problems
+    daemon.on_file_event([str(world.write("a", job_text("a")))])
+    daemon._pass()
+    assert daemon.problems == () and stored.load(blocker / "problems.json")[0] == ()
+    assert re.search(r'^tfdeclare_source_problems\{kind="invalid-spec"\} 0\.0$', daemon.metrics_text(), re.M)

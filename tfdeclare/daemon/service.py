@@ -148,6 +148,7 @@ class Daemon:
         self.problems_path = problems_path
         self.problems: tuple[Problem, ...] = self._load_problems()
         self._plan: Plan | None = None  # this pass's, for the problems
+        self._problems_saved = True  # False while the file could not be written: retried
         self.metrics.set_problems(counts(self.problems))
 
     # ---- asking for passes ----------------------------------------------------------------
@@ -349,8 +350,16 @@ class Daemon:
             previous=self.problems,
             held=held_back(current) if current is not None and current.has_errors else None,
         )
-        if found == self.problems:
+        if found == self.problems and self._problems_saved:
             return
+        if self.problems_path is not None:  # first, so that status agrees once the endpoints do
+            try:
+                problems_file.save(self.problems_path, found, now)
+                self._problems_saved = True
+            except OSError as err:
+                if self._problems_saved:
+                    log.error("cannot write %s (%s); retrying after each pass", self.problems_path, err)
+                self._problems_saved = False
         changed = changes(self.problems, found)
         self.problems = found
         self.metrics.set_problems(counts(found))
@@ -361,13 +370,6 @@ class Daemon:
         for problem in changed.cleared:
             log.info("problem cleared (%s): %s", problem.kind.value, problem.path)
             self.notifier.notify_problem(ProblemChange(problem, True, now))
-        if self.problems_path is not None:
-            try:
-                problems_file.save(self.problems_path, found, now)
-            except OSError as err:
-                log.error(
-                    "cannot write %s (%s); /healthz and the page still show them", self.problems_path, err
-                )
 
     def _phase_changes(self, phases: Mapping[str, Phase], records: Mapping[str, JobRecord]) -> None:
         """Each job that entered a phase since the last pass: a recent event and a notice."""
