@@ -1,8 +1,13 @@
 """Issue 5's targets: folder save → first task started, git commit → first task started, a
-pass over 1,000 unchanged jobs, and the daemon's memory with 1,000 jobs."""
+pass over 1,000 unchanged jobs, and the daemon's memory with 1,000 jobs; issue 31's: a commit
+that restarts a running job, announced by ``POST /sync`` → its first new task started.
+
+    python -m bench.daemon_bench --only git-sync [--runs N]   (``make bench-git-sync``)
+"""
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import signal
@@ -10,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 from bench.common import CLI_SCRIPT, Result, run, wait_for
@@ -120,6 +126,61 @@ def git_latency(workdir: Path, runs: int, interval: float) -> Result:
     )
 
 
+def git_sync_latency(workdir: Path, runs: int) -> Result:
+    """A commit that changes a running job's command (a restart), pushed and announced by
+    ``POST /sync`` (a git host's webhook), → the first task of its new attempt started. The
+    resync interval is long (60 s): only the request brings the commit in."""
+    (workdir / "tfdeclare.yaml").write_text(CONFIG)
+    remote, work, marks = workdir / "remote.git", workdir / "work", workdir / "marks"
+    marks.mkdir()
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "b",
+        "GIT_AUTHOR_EMAIL": "b@example.com",
+        "GIT_COMMITTER_NAME": "b",
+        "GIT_COMMITTER_EMAIL": "b@example.com",
+    }
+
+    def git(*args: str, cwd: Path = work) -> None:
+        subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, env=env)
+
+    def spec(i: int) -> str:
+        return _job("restarted", f"[sh, -c, 'echo up > {marks}/{i}; exec sleep 600']")
+
+    git("init", "-q", "--bare", "--initial-branch=main", str(remote), cwd=workdir)
+    git("clone", "-q", str(remote), str(work), cwd=workdir)
+    (work / "restarted.yaml").write_text(spec(0))
+    git("add", "-A")
+    git("commit", "-q", "-m", "first")
+    git("push", "-q", "origin", "HEAD:main")
+    daemon = _Daemon(workdir, "--git", f"file://{remote}", "--interval", "60")
+    match = re.search(r"listening on (http://\S+)", daemon.log.read_text())
+    assert match, daemon.log.read_text()
+    sync = urllib.request.Request(match.group(1) + "/sync", method="POST")
+    samples = []
+    try:
+        wait_for((marks / "0").exists, timeout=30)
+        for i in range(1, runs + 1):
+            time.sleep(1.1)  # POST /sync fetches at most once a second
+            (work / "restarted.yaml").write_text(spec(i))
+            git("commit", "-q", "-am", f"c{i}")
+            git("push", "-q", "origin", "HEAD:main")
+            started = time.perf_counter()
+            with urllib.request.urlopen(sync, timeout=5) as answer:
+                assert answer.status == 202
+            wait_for((marks / str(i)).exists, timeout=30, poll=0.01)
+            samples.append(time.perf_counter() - started)
+    finally:
+        daemon.stop()
+        run([CLI_SCRIPT, "delete", "--all"], workdir)
+    return Result(
+        "git mode: commit restarting a job, POST /sync → its first new task started",
+        "≤ 1 s",
+        samples,
+        limit=1.0,
+    )
+
+
 def thousand_jobs(workdir: Path, passes: int) -> tuple[Result, Result]:
     (workdir / "tfdeclare.yaml").write_text(CONFIG)
     specs = workdir / "specs"
@@ -181,4 +242,17 @@ def main(results: list[Result], quick: bool) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         results.append(git_latency(Path(tmp), 3 if quick else 8, interval=2.0))
     with tempfile.TemporaryDirectory() as tmp:
+        results.append(git_sync_latency(Path(tmp), 3 if quick else 8))
+    with tempfile.TemporaryDirectory() as tmp:
         results.extend(thousand_jobs(Path(tmp), 10 if quick else 30))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="python -m bench.daemon_bench")
+    parser.add_argument("--only", choices=["git-sync"], required=True)
+    parser.add_argument("--runs", type=int, default=8)
+    options = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        result = git_sync_latency(Path(tmp), options.runs)
+    print(result.row())
+    print("samples:", ", ".join(f"{s:.3f}" for s in result.samples))

@@ -30,6 +30,7 @@ from tfdeclare.daemon.service import Daemon, DaemonOptions, Source
 from tfdeclare.daemon.signatures import SignaturePolicy, SignatureSetupError
 from tfdeclare.daemon.sources import FolderSource, GitSettings, GitSource, SourceError
 from tfdeclare.daemon.webhook_auth import WebhookPolicy
+from tfdeclare.shell.problems import path_in as problems_path_in
 from tfdeclare.shell.sources import SpecFiles, prune_scope, spec_sources
 
 
@@ -189,7 +190,7 @@ def _serve(args: argparse.Namespace, settings: Settings, server: DaemonServer) -
         daemon_config.debounce_s,
         args.prune,
         args.allow_empty,
-        daemon_config.settle_s,
+        daemon_config.settle_s,  # folder mode only: a git revision is read whole (Source.whole)
         settings.config.webhooks,
         settings.config.policy.quotas,
         scope=scope,
@@ -212,7 +213,8 @@ def _serve(args: argparse.Namespace, settings: Settings, server: DaemonServer) -
             exclude=(settings.state_dir, settings.status_dir),
             base=base_dir if args.git else None,
         )
-        daemon = Daemon(source, controller, files, settings.status_dir, options)
+        problems = problems_path_in(settings.state_dir)  # for `tfdeclare status`
+        daemon = Daemon(source, controller, files, settings.status_dir, options, problems_path=problems)
         note = state_dir_note(settings)
         if note:
             log.info("%s", note)

@@ -227,6 +227,13 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     status_parser.add_argument(
         "--refresh", action="store_true", help="reconcile once first: adopt tasks, notice ended ones"
     )
+    status_parser.add_argument(
+        "--problems",
+        action="store_true",
+        help="with -o json or yaml: an object {jobs: [...], problems: [...]} instead of the list (with NAME: "
+        "the job's document with the problems that hold it back under problems); without it, -o json "
+        "prints the standing problems on stderr",
+    )
     status_parser.set_defaults(handler="tfdeclare.cli.run_commands:cmd_status")
 
     history = sub.add_parser(

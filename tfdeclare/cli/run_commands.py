@@ -50,9 +50,11 @@ from tfdeclare.core.plan.claims import (
 )
 from tfdeclare.core.plan.desired import DesiredState
 from tfdeclare.core.plan.planner import Action, Plan, PlanOptions, plan
+from tfdeclare.core.plan.problems import Problem, held_by, merged, standing
 from tfdeclare.core.plan.render import plan_json, render_text
 from tfdeclare.core.run.record import JobRecord
 from tfdeclare.core.tone import PHASE_TONES, Painter, Tone, plain
+from tfdeclare.shell import problems as problems_file
 from tfdeclare.shell.lock import ControllerLock
 from tfdeclare.shell.sources import prune_scope, spec_sources
 from tfdeclare.shell.statuswriter import StatusWriter
@@ -268,6 +270,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
                     )
         else:
             desired, _ = load_desired(args.paths, settings)
+            _record_problems(settings, args.paths, desired)
             if desired.has_errors:
                 print_diagnostics(desired.diagnostics, args.output)
                 raise UserError("nothing applied: the specs have errors (see above)")
@@ -354,6 +357,38 @@ def _record(settings: Settings, result: Plan, paths: list[str], controller: Cont
     problem = append_one(settings.state_dir, applied(result, paths, attempt, time.time()))
     if problem is not None:
         stderr_line(f"tfdeclare: warning: {problem}")
+
+
+def _record_problems(settings: Settings, paths: list[str], desired: DesiredState) -> None:
+    """``apply PATH...`` (which holds the lock) records the problems of the files it read in
+    the state folder's problems file, as the daemon does, and clears those it found fixed; the
+    problems of other paths, and of a daemon's source, stand. Standard input is no file."""
+    roots = [p for p in paths if p != "-"]
+    if not roots:
+        return
+    where = problems_file.path_in(settings.state_dir)
+    try:
+        previous, _ = problems_file.load(where)
+    except problems_file.ProblemsUnreadable:
+        previous = ()  # rewritten whole below
+    found = standing(
+        desired.diagnostics,
+        source="",
+        source_error=None,
+        fetch=False,
+        rejected=None,
+        revision=None,
+        now=time.time(),
+        previous=previous,
+        held=held_by(desired.protected),
+    )
+    now = merged(previous, found, roots)
+    if now == previous:
+        return
+    try:
+        problems_file.save(where, now, time.time())
+    except OSError as err:
+        stderr_line(f"tfdeclare: warning: cannot record the problems in {where}: {err.strerror}")
 
 
 def _apply_outcome(records: dict[str, JobRecord], timed_out: bool, errors: list[str], *, wait: bool) -> int:
@@ -516,8 +551,21 @@ def cmd_status(args: argparse.Namespace) -> int:
         stderr_line(f"tfdeclare: warning: {note}")
     if args.name and not documents:
         raise UserError(f"no job named {args.name!r} in {_folders_read(args, settings)}")
+    problems, as_of = _standing_problems(settings)
+    if args.name:
+        problems = tuple(p for p in problems if args.name in p.jobs)
     if is_document(args.output):
-        stdout_write(document_text(documents[0] if args.name else documents, args.output))
+        listed = [p.to_json() for p in problems]
+        document: Any
+        if args.problems and args.name:
+            document = {**documents[0], "problems": listed}
+        elif args.problems:
+            document = {"jobs": documents, "problems": listed}
+        else:  # the list (or document) scripts read, as before: the problems go to stderr
+            document = documents[0] if args.name else documents
+            for problem in problems:
+                stderr_line(f"tfdeclare: problem ({problem.kind.value}): {problem.message}")
+        stdout_write(document_text(document, args.output))
         if not documents:  # the list stays a list (scripts count it); where it looked, aside
             stderr_line(f"tfdeclare: no jobs in {_folders_read(args, settings)}")
     elif args.name:
@@ -526,9 +574,40 @@ def cmd_status(args: argparse.Namespace) -> int:
         stdout_write(_status_table(documents, terminal.painter(sys.stdout)))
     else:
         stdout_write(f"No jobs in {_folders_read(args, settings)}.\n")
+    if not is_document(args.output) and problems:
+        stdout_write(_problems_footer(problems, as_of, terminal.painter(sys.stdout)))
     if documents and not is_document(args.output):
         stderr_line(f"({_freshness(settings)})")
     return EXIT_OK
+
+
+def _standing_problems(settings: Settings) -> tuple[tuple[Problem, ...], str | None]:
+    """The source problems the daemon last recorded (none without a file); a file that
+    cannot be read is said on stderr, and shows none."""
+    try:
+        return problems_file.load(problems_file.path_in(settings.state_dir))
+    except problems_file.ProblemsUnreadable as err:
+        stderr_line(f"tfdeclare: warning: the source problems cannot be shown: {err}")
+        return (), None
+
+
+def _problems_footer(problems: tuple[Problem, ...], as_of: str | None, paint: Painter) -> str:
+    """Each file that cannot be applied and its first error (what holds which job back)."""
+    when = f", as of {as_of}" if as_of else ""
+    lines = [
+        "",
+        paint(
+            f"Problems ({len(problems)}{when}): not applied, the jobs named keep running as applied", Tone.BAD
+        ),
+    ]
+    for problem in problems:
+        held = f" (holds back {', '.join(problem.jobs)})" if problem.jobs else ""
+        lines.append(f"  {problem.path}: {problem.kind.value}{held}, since {problem.since_text}")
+        lines.append(f"    {problem.message}")
+        more = problem.diagnostic_count - 1
+        if more > 0:
+            lines.append(f"    ... and {more} more error{'s' if more > 1 else ''}")
+    return "\n".join(lines) + "\n"
 
 
 # ---- delete -------------------------------------------------------------------------------

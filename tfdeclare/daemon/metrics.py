@@ -46,6 +46,7 @@ class Metrics:
         self.storage_writable: Mapping[str, bool] = {}  # "state"/"status" -> can take a write
         self.write_failures = 0  # files the last pass could not write (and a failed pass)
         self.webhook_results: Counter[str] = Counter()  # WebhookResult value -> deliveries
+        self.problems_by_kind: Mapping[str, int] = {}  # standing source problems (ProblemKind value -> count)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))
         ProcessCollector(registry=self.registry)
@@ -72,6 +73,10 @@ class Metrics:
         with self._lock:
             self.storage_writable = dict(writable)
             self.write_failures = write_failures
+
+    def set_problems(self, by_kind: Mapping[str, int]) -> None:
+        with self._lock:
+            self.problems_by_kind = dict(by_kind)
 
     def count_webhook(self, result: str) -> None:
         with self._lock:
@@ -108,6 +113,14 @@ class Metrics:
             "tfdeclare_source_errors",
             "Failures to read the source (fetch, clone, folder).",
             self.source_errors,
+        )
+        yield _labelled(
+            GaugeMetricFamily,
+            "tfdeclare_source_problems",
+            "Source problems standing now, by kind: files that cannot be applied (invalid, unreadable, "
+            "refused by policy, a duplicate name), a failed fetch, an unverified commit. 0 once fixed.",
+            "kind",
+            self.problems_by_kind,
         )
         yield counter("tfdeclare_tasks_launched", "Tasks launched.", self.launched)
         yield counter("tfdeclare_tasks_stopped", "Task stops requested.", self.stopped)

@@ -6,11 +6,16 @@
 - ``GET /healthz`` (readiness) — 200 ``ok`` while passes run on time; 503 with ``status``
   ``starting`` until the first pass has ended (as long as that is not overdue), ``degraded``
   when a pass is overdue, the source cannot be read, the state or status folder cannot take
-  a write or a job runs under another state folder (the JSON body says which: ``reasons``);
+  a write or a job runs under another state folder (the JSON body says which: ``reasons``); its
+  ``problems`` list the standing source problems (a user's bad file is no reason for 503;
+  with ``daemon.tokenForReads`` and no token, only their kinds);
 - ``GET /livez`` (liveness) — 200 unless a pass is overdue (a hang: 503), so a probe tells
   a slow start or an unreadable source, which a restart would not fix, from a hang;
 - ``GET /metrics`` — Prometheus text format;
-- ``GET /jobs`` — every job's status document, as JSON;
+- ``GET /jobs`` — every job's status document, as a JSON list (each with ``problems``: the
+  standing source problems that hold it back); ``?problems=true`` answers an object instead,
+  ``{"jobs": [...], "problems": [...]}``, with every standing problem (a new file that cannot
+  be applied holds back no job yet);
 - ``POST /sync`` — fetch the source now and run a pass (202); requests that arrive while one
   is pending, or sooner than a second after the last fetch, are coalesced into it. With a
   webhook secret, a git host's delivery is judged by ``webhook_auth`` (signature first) and
@@ -82,6 +87,8 @@ class Endpoints(Protocol):
     def metrics_text(self) -> str: ...
 
     def jobs(self) -> list[dict[str, Any]]: ...
+
+    def problem_list(self) -> list[dict[str, Any]]: ...
 
     def request_sync(self) -> bool: ...
 
@@ -467,6 +474,25 @@ class _Handler(BaseHTTPRequestHandler):
             headers["Set_Cookie"] = page.refresh_cookie(chosen)
         self._send(200, self.endpoints.page_html(refresh).encode(), "text/html; charset=utf-8", **headers)
 
+    def _guarded_health(self, detail: dict[str, Any]) -> dict[str, Any]:
+        """``/healthz`` stays open for probes with ``daemon.tokenForReads``: without the token
+        its problems say their kind only (their files and errors are for those who may read)."""
+        if not self.access.token_for_reads or not detail.get("problems"):
+            return detail
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        if refusal("GET", "/jobs", headers, self.port, self.access) is None:
+            return detail
+        return {**detail, "problems": [{"kind": p["kind"]} for p in detail["problems"]]}
+
+    def _jobs(self, query: dict[str, list[str]]) -> None:
+        asked = query.get("problems")
+        if asked is not None and asked not in (["true"], ["false"]):
+            raise BadRequest("problems must be true or false")
+        if asked == ["true"]:
+            self._json(200, {"jobs": self.endpoints.jobs(), "problems": self.endpoints.problem_list()})
+        else:
+            self._json(200, self.endpoints.jobs())
+
     def do_GET(self) -> None:
         if self._refused("GET"):
             return
@@ -478,7 +504,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._log(path, query)
             elif path == "/healthz":
                 healthy, detail = self.endpoints.health()
-                self._json(200 if healthy else 503, detail)
+                self._json(200 if healthy else 503, self._guarded_health(detail))
             elif path == "/livez":  # a hang, not a slow start or an unreadable source
                 _, detail = self.endpoints.health()
                 overdue = bool(detail.get("passOverdue"))
@@ -486,7 +512,7 @@ class _Handler(BaseHTTPRequestHandler):
             elif path == "/metrics":
                 self._send(200, self.endpoints.metrics_text().encode(), METRICS_CONTENT_TYPE)
             elif path == "/jobs":
-                self._json(200, self.endpoints.jobs())
+                self._jobs(query)
             else:
                 self._not_here("GET", path)
         except BadRequest as err:

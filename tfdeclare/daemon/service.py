@@ -7,9 +7,16 @@ says so (log, /healthz, metrics); the newest revision always supersedes an older
 Files are seen while they are written, so the daemon plans with a settle time: a change that
 stops or restarts tasks is made once the files have said the same for ``settle`` seconds (the
 planner's settle rule; the daemon keeps its sightings from pass to pass and wakes when one
-settles).
+settles). A git source is applied as checked out: its snapshot is written whole before it
+becomes current (``Source.whole``), so a git revision is applied at once: no settle time.
 Jobs the plan keeps as applied for a reason (an unreadable listing, a file without a job,
 the prune-everything guard) are logged as a warning whenever that set changes.
+
+After each pass the daemon records the standing *source problems* (``core.plan.problems``:
+each file that cannot be applied, a failed fetch, an unverified head) in ``problems``, which
+the endpoints answer from (``/healthz``, ``/jobs``, ``/metrics``, the page); when they change it
+logs each that appeared or cleared, posts it to the webhooks and writes them to
+``<state-dir>/problems.json`` for ``tfdeclare status`` (``shell.problems``).
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from tfdeclare.core.config import WebhookConfig
 from tfdeclare.core.diagnostics import Diagnostic
 from tfdeclare.core.enums import Phase, Reason
 from tfdeclare.core.plan.planner import Action, Plan, PlanCache, PlanOptions, Sighting, plan
+from tfdeclare.core.plan.problems import Problem, changes, counts, held_back, standing
 from tfdeclare.core.plan.scope import PruneScope
 from tfdeclare.core.run.record import JobRecord, Revision
 from tfdeclare.core.spec.keys import TaskKey
@@ -40,9 +48,10 @@ from tfdeclare.daemon import page
 from tfdeclare.daemon.history import History
 from tfdeclare.daemon.httpguard import INT64_MAX
 from tfdeclare.daemon.metrics import Metrics
-from tfdeclare.daemon.sources import SourceError
-from tfdeclare.daemon.webhooks import Notifier, PhaseChange
+from tfdeclare.daemon.sources import GitSource, SourceError
+from tfdeclare.daemon.webhooks import Notifier, PhaseChange, ProblemChange
 from tfdeclare.files import failed_write
+from tfdeclare.shell import problems as problems_file
 from tfdeclare.shell import statedirs
 from tfdeclare.shell.sources import SpecFiles
 from tfdeclare.shell.statuswriter import StatusUnreadable
@@ -72,6 +81,7 @@ class Source(Protocol):
     def close(self) -> None: ...
 
     rejected: tuple[str, str] | None  # (commit, why) of a fetched head not applied (signatures)
+    whole: bool  # its revisions are read whole (git snapshots): no settle time for them
 
     @property
     def kept(self) -> Mapping[str, list[str]]:
@@ -96,6 +106,11 @@ TAIL_BUDGET_S = 1.0  # time the page may spend reading its jobs' log tails
 TAIL_ROLES = ("chief", "worker", "evaluator", "ps", "tensorboard")  # whose log a card shows
 
 
+def _hiding(text: str | None, url: str | None, shown: str) -> str | None:
+    """``text`` with the source's URL, which may hold credentials, as problems show it."""
+    return text.replace(url, shown) if text is not None and url else text
+
+
 class Daemon:
     def __init__(
         self,
@@ -106,6 +121,7 @@ class Daemon:
         options: DaemonOptions,
         *,
         clock: Callable[[], float] = time.time,
+        problems_path: Path | None = None,
     ) -> None:
         self.source = source
         self.controller = controller
@@ -142,6 +158,13 @@ class Daemon:
         self.last_pass_at: float | None = None
         self.started_at = clock()
         self.history = History(controller.store.root)  # the revisions acted on (`tfdeclare history`)
+        # The standing source problems, replaced whole after a pass (HTTP threads read them);
+        # persisted in ``problems_path`` when given (the daemon's state folder).
+        self.problems_path = problems_path
+        self.problems: tuple[Problem, ...] = self._load_problems()
+        self._plan: Plan | None = None  # this pass's, for the problems
+        self._problems_saved = True  # False while the file could not be written: retried
+        self.metrics.set_problems(counts(self.problems))
 
     # ---- asking for passes ----------------------------------------------------------------
 
@@ -248,7 +271,9 @@ class Daemon:
                 for n, r in self.controller.store.records().items()
             }
         self.controller.apply_failures = {}
+        self._plan = None
         settles_at = self._apply_desired() if self.source_error is None else None
+        self._record_problems()
         try:
             result = self.controller.reconcile()  # it logs what it does
         except BackendError as err:  # the cluster is unreachable: try again next pass
@@ -307,7 +332,7 @@ class Daemon:
             prune=self.options.prune,
             allow_empty=self.options.allow_empty,
             backend=self.controller.backend.name,
-            settle_s=self.options.settle_s,
+            settle_s=0.0 if getattr(self.source, "whole", False) else self.options.settle_s,
             quotas=self.options.quotas,
             scope=self.options.scope,
         )
@@ -320,6 +345,7 @@ class Daemon:
             sightings=self._sightings,
         )
         self._sightings = current.sightings
+        self._plan = current
         if current.diagnostics != self._diagnostics:  # the files' and the quotas'
             self._diagnostics = current.diagnostics
             for diagnostic in current.diagnostics:
@@ -363,6 +389,58 @@ class Daemon:
         if not refused:
             return current
         return replace(current, jobs=tuple(job for job in current.jobs if job.name not in refused))
+
+    # ---- source problems ------------------------------------------------------------------
+
+    def _load_problems(self) -> tuple[Problem, ...]:
+        """Those the last daemon left (they keep their ``since`` while they stand)."""
+        if self.problems_path is None:
+            return ()
+        try:
+            return problems_file.load(self.problems_path)[0]
+        except problems_file.ProblemsUnreadable as err:
+            log.warning("the problems of the last daemon are not used: %s", err)
+            return ()
+
+    def _record_problems(self) -> None:
+        """The problems standing after this pass: shown, logged, posted and written when they
+        changed. The files' stand as last read while the source cannot be read."""
+        current = self._plan
+        source_path = getattr(self.source, "problem_path", self.source.description)
+        url = self.source.settings.url if isinstance(self.source, GitSource) else None
+        rejected = self.source.rejected
+        now = self.clock()
+        found = standing(
+            current.diagnostics if current is not None else None,
+            source=source_path,
+            source_error=_hiding(self.source_error, url, source_path),
+            fetch=url is not None,
+            rejected=(rejected[0], _hiding(rejected[1], url, source_path) or "") if rejected else None,
+            revision=self.revision.commit if self.revision else None,
+            now=now,
+            previous=self.problems,
+            held=held_back(current) if current is not None and current.has_errors else None,
+        )
+        if found == self.problems and self._problems_saved:
+            return
+        if self.problems_path is not None:  # first, so that status agrees once the endpoints do
+            try:
+                problems_file.save(self.problems_path, found, now)
+                self._problems_saved = True
+            except OSError as err:
+                if self._problems_saved:
+                    log.error("cannot write %s (%s); retrying after each pass", self.problems_path, err)
+                self._problems_saved = False
+        changed = changes(self.problems, found)
+        self.problems = found
+        self.metrics.set_problems(counts(found))
+        for problem in changed.appeared:
+            jobs = f" (holds back {', '.join(problem.jobs)})" if problem.jobs else ""
+            log.warning("problem %s: %s%s", problem.kind.value, problem.message, jobs)
+            self.notifier.notify_problem(ProblemChange(problem, False, now))
+        for problem in changed.cleared:
+            log.info("problem cleared (%s): %s", problem.kind.value, problem.path)
+            self.notifier.notify_problem(ProblemChange(problem, True, now))
 
     def _phase_changes(self, phases: Mapping[str, Phase], records: Mapping[str, JobRecord]) -> None:
         """Each job that entered a phase since the last pass: a recent event and a notice."""
@@ -441,6 +519,8 @@ class Daemon:
             "revision": self.revision.commit if self.revision else None,
             "lastPassAt": self.last_pass_at,
             "passOverdue": late,
+            # What cannot be applied now (a user's file: readiness is not failed for it)
+            "problems": [p.to_json() for p in self.problems],
             # git snapshots no job uses, kept for the files tasks wrote in them (`tfdeclare gc`)
             "keptSnapshots": {
                 commit: {"files": len(files), "examples": files[:5]}
@@ -464,11 +544,21 @@ class Daemon:
         ]
 
     def jobs(self) -> list[dict[str, Any]]:
-        # a job whose status file cannot be written or read is shown from its record (as of
-        # the last pass: the HTTP threads never touch the loop's store)
+        """Every job's status document, each with the standing problems that hold it back
+        (``problems``, empty when none); a job whose status file cannot be written or read is
+        shown from its record (as of the last pass: the HTTP threads never touch the loop's
+        store)."""
+        held: dict[str, list[dict[str, Any]]] = {}
+        for problem in self.problems:
+            for name in problem.jobs:
+                held.setdefault(name, []).append(problem.to_json())
         records = self.records
         documents, _ = self.controller.statuses.documents(records, records.get, self.clock())
-        return documents
+        return [{**doc, "problems": held.get(doc["name"], [])} for doc in documents]
+
+    def problem_list(self) -> list[dict[str, Any]]:
+        """The standing source problems (``GET /jobs?problems=true``)."""
+        return [p.to_json() for p in self.problems]
 
     def metrics_text(self) -> str:
         return self.metrics.render()

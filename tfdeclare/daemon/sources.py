@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from tfdeclare.core.run.record import Revision
 from tfdeclare.daemon.signatures import SignaturePolicy, Verifier
@@ -65,12 +66,21 @@ def _revision(commit: Any) -> Revision:
     )
 
 
+def without_credentials(url: str) -> str:
+    """``https://user:token@host/x.git`` -> ``https://host/x.git`` (other URLs as they are)."""
+    parts = urlsplit(url)
+    if not parts.scheme or "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+
 class SourceError(Exception):
     """The source cannot be read now (unreachable remote, corrupt clone, missing folder)."""
 
 
 class FolderSource:
     rejected: tuple[str, str] | None = None  # a folder has no signatures
+    whole = False  # its files are read while they are written: the daemon's settle time applies
     kept: Mapping[str, list[str]] = MappingProxyType({})  # a folder has no snapshots
 
     def __init__(self, folder: Path, ignore: list[Path]) -> None:
@@ -81,6 +91,11 @@ class FolderSource:
     @property
     def description(self) -> str:
         return f"folder {self.folder}"
+
+    @property
+    def problem_path(self) -> str:
+        """What a problem of the source itself is named by (``core.plan.problems``)."""
+        return str(self.folder)
 
     @property
     def specs_path(self) -> Path:
@@ -156,6 +171,10 @@ class GitSettings:
 
 
 class GitSource:
+    # A revision is read from its snapshot, written whole and made current by one rename: never
+    # half-written, so the daemon applies it at once (no settle time).
+    whole = True
+
     def __init__(self, settings: GitSettings, workdir: Path) -> None:
         if settings.status_branch == settings.branch:
             raise SourceError(f"the status branch must not be the watched branch ({settings.branch})")
@@ -184,6 +203,12 @@ class GitSource:
         return f"git {self.settings.url} branch {self.settings.branch}" + (
             f" path {self.settings.subdir}" if self.settings.subdir not in ("", ".") else ""
         )
+
+    @property
+    def problem_path(self) -> str:
+        """What a problem of the source itself (a failed fetch, an unverified head) is named by:
+        its URL without credentials (problems go to files, pages and webhooks)."""
+        return without_credentials(self.settings.url)
 
     @property
     def specs_path(self) -> Path:

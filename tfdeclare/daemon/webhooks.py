@@ -13,6 +13,16 @@ The body (README, "Webhooks")::
      "job": "a", "phase": "Failed", "previousPhase": "Running" | null,
      "time": "2026-12-03T10:00:00Z", "revision": "<commit>" | null, "restarts": 3,
      "message": "..."}
+
+and, to every webhook whatever its ``phases``, when a source problem appears or clears (a
+file that cannot be applied, a failed fetch, an unverified commit: ``core.plan.problems``)::
+
+    {"apiVersion": "tfdeclare/v1", "kind": "SourceProblemAppeared" | "SourceProblemCleared",
+     "id": "<uuid>", "time": "...", "path": "jobs/a.yaml", "problemKind": "invalid-spec",
+     "message": "jobs/a.yaml:4:7: error: ...", "since": "...", "revision": "<commit>" | null,
+     "jobs": ["a"], "diagnostics": [...]}
+
+The ``X-Tfdeclare-Event`` header names the ``kind``.
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ from tfdeclare import __version__
 from tfdeclare.backends.secrets import SecretUnavailable, read_secret
 from tfdeclare.core.config import WebhookConfig
 from tfdeclare.core.enums import Phase
+from tfdeclare.core.plan.problems import Problem
 from tfdeclare.core.run.record import rfc3339
 from tfdeclare.core.spec.secrets import SecretRef
 
@@ -80,6 +91,38 @@ class PhaseChange:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class ProblemChange:
+    """A source problem appeared (``cleared`` False) or is gone (True) at ``at``."""
+
+    problem: Problem
+    cleared: bool
+    at: float
+
+    def body(self) -> dict[str, Any]:
+        problem = self.problem.to_json()
+        return {
+            "apiVersion": "tfdeclare/v1",
+            "kind": "SourceProblemCleared" if self.cleared else "SourceProblemAppeared",
+            "id": str(uuid.uuid4()),
+            "time": rfc3339(self.at),
+            "path": problem["path"],
+            "problemKind": problem["kind"],
+            "message": problem["message"],
+            "since": problem["since"],
+            "revision": problem["revision"],
+            "jobs": problem["jobs"],
+            "diagnostics": problem["diagnostics"],
+        }
+
+
+def _what(body: dict[str, Any]) -> str:
+    """A notice as logs name it (never its URL)."""
+    if body["kind"] == "JobPhaseChanged":
+        return f"job {body['job']} {body['phase']}"
+    return f"{body['kind']} {body['path']}"
+
+
 def resolve(value: str | SecretRef) -> str:
     """A config value, its secret read now (``SecretUnavailable`` names no value)."""
     return value if isinstance(value, str) else read_secret("webhook", value, os.environ)
@@ -102,11 +145,10 @@ class _Webhook:
             if len(self._queue) >= QUEUE_SIZE:
                 dropped = self._queue.popleft()
                 log.warning(
-                    "%s: %d notices waiting, dropped the oldest (job %s, %s)",
+                    "%s: %d notices waiting, dropped the oldest (%s)",
                     self.config.name,
                     QUEUE_SIZE,
-                    dropped["job"],
-                    dropped["phase"],
+                    _what(dropped),
                 )
                 self._count(WebhookResult.DROPPED)
             self._queue.append(body)
@@ -138,7 +180,7 @@ class _Webhook:
 
     def _deliver(self, client: httpx.Client, body: dict[str, Any]) -> WebhookResult | None:
         """One notice, with its retries; None when the daemon stopped meanwhile."""
-        name, what = self.config.name, f"job {body['job']} {body['phase']}"
+        name, what = self.config.name, _what(body)
         data = json.dumps(body).encode()
         delay = BACKOFF_INITIAL_S
         for attempt in range(1, self.config.max_attempts + 1):
@@ -151,7 +193,7 @@ class _Webhook:
             headers = {
                 "Content-Type": "application/json",
                 "User-Agent": f"tfdeclare/{__version__}",
-                "X-Tfdeclare-Event": "JobPhaseChanged",
+                "X-Tfdeclare-Event": body["kind"],
                 "X-Tfdeclare-Delivery": body["id"],
                 **headers,
             }
@@ -178,7 +220,8 @@ class _Webhook:
 
 
 class Notifier:
-    """Every configured webhook; ``notify`` queues a phase change for those that want it."""
+    """Every configured webhook; ``notify`` queues a phase change for those that want it,
+    ``notify_problem`` a source problem for all."""
 
     def __init__(self, webhooks: tuple[WebhookConfig, ...], count: Callable[[WebhookResult], None]) -> None:
         self._webhooks = [_Webhook(config, count) for config in webhooks]
@@ -188,6 +231,12 @@ class Notifier:
         for webhook in self._webhooks:
             if change.phase in webhook.config.phases:
                 webhook.put(dict(body))
+
+    def notify_problem(self, change: ProblemChange) -> None:
+        """Queue a problem's appearance or clearance for every webhook."""
+        body = change.body()
+        for webhook in self._webhooks:
+            webhook.put(dict(body))
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop delivering: a retry waiting is abandoned, a request in flight may finish."""

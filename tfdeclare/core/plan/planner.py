@@ -268,6 +268,8 @@ class Plan:
     sources: Mapping[str, SourceRef] = field(default_factory=dict)
     sightings: Mapping[str, Sighting] = field(default_factory=dict)  # pending changes (settle rule)
     wake_at: float | None = None  # when the first pending change settles
+    # name -> why it cannot be applied now (the desired state's, quotas' refusals included)
+    protected: Mapping[str, tuple[Diagnostic, ...]] = field(default_factory=dict)
 
     @cached_property
     def observed_fingerprint(self) -> str:
@@ -694,6 +696,7 @@ def _replan(
         diagnostics=desired.diagnostics,
         desired=acted,
         sources=sources,
+        protected=desired.protected,
     )
     cache.last = _Last(desired, observed, options, prune_all, made, names, jobs)
     return cache.last
@@ -783,6 +786,7 @@ def plan(
         sources=sources,
         sightings=settling.sightings,
         wake_at=settling.wake_at,
+        protected=desired.protected,
     )
     if cache is not None:
         cache.last = _Last(given, observed, options, prune_all, made, [job.name for job in jobs], jobs)

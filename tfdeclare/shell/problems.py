@@ -1,0 +1,64 @@
+"""The standing source problems on disk: ``<state-dir>/problems.json``, written by the daemon
+after each pass that changed them (atomically: temp file, fsync, rename), read by ``tfdeclare
+status``, which runs without the daemon, and by the next daemon (a problem that still stands
+keeps the time it was first seen).
+
+What is written is bounded by the core (``core.plan.problems``: at most ``MAX_PROBLEMS``
+problems, each with a bounded number of diagnostics and jobs); what is read is bounded here
+(``MAX_BYTES``), opened without following a link, and checked field by field: a damaged file
+is reported, never trusted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+from tfdeclare.core.plan.problems import Problem, document, from_document
+from tfdeclare.files import write_atomic
+
+FILE_NAME = "problems.json"
+MAX_BYTES = 4 * 1024 * 1024
+
+
+def path_in(state_dir: Path) -> Path:
+    return state_dir / FILE_NAME
+
+
+def save(path: Path, problems: tuple[Problem, ...], now: float) -> None:
+    """Replace the file with ``problems`` (``OSError`` when the folder cannot take it)."""
+    data = json.dumps(document(problems, now), separators=(",", ":")) + "\n"
+    write_atomic(path, data.encode(), 0o644)
+
+
+class ProblemsUnreadable(Exception):
+    """The file is there but cannot be read or is not one tfdeclare wrote (one line)."""
+
+
+def load(path: Path) -> tuple[tuple[Problem, ...], str | None]:
+    """The problems the file holds and when it was written (RFC 3339); none when there is no
+    file. ``ProblemsUnreadable`` says why one cannot be used."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return (), None
+    except OSError as err:
+        raise ProblemsUnreadable(f"{path}: {err.strerror}") from None
+    try:
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise ProblemsUnreadable(f"{path}: not a regular file")
+            data = handle.read(MAX_BYTES + 1)
+    except OSError as err:
+        raise ProblemsUnreadable(f"{path}: {err.strerror}") from None
+    if len(data) > MAX_BYTES:
+        raise ProblemsUnreadable(f"{path}: larger than {MAX_BYTES} bytes, not one tfdeclare writes")
+    try:
+        parsed = json.loads(data)
+        problems = from_document(parsed)
+    except (ValueError, RecursionError) as err:
+        raise ProblemsUnreadable(f"{path}: {err}") from None
+    updated = parsed.get("updatedAt")
+    return problems, updated if isinstance(updated, str) else None
