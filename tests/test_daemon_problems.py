@@ -202,7 +202,7 @@ def test_folder_mode_problems_outlive_the_daemon_for_status_and_keep_their_since
     shown = cli("status", cwd=cwd)
     assert shown.returncode == 0 and "specs/twice.yaml: duplicate-name (holds back dup)" in shown.stdout
     assert "specs/big.yaml: policy (holds back big)" in shown.stdout
-    assert "No jobs." in shown.stdout
+    assert "No jobs in state folder" in shown.stdout
     time.sleep(1.1)
     again = Daemon(cwd, "--specs", "specs")
     try:
