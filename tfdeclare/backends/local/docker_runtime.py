@@ -371,13 +371,17 @@ class DockerRuntime:
         return {c["Names"][0].lstrip("/"): c["State"] for c in found if c.get("Names")}
 
     def run(self, task: LocalTask) -> str:
-        """Pull the task's image as its policy says, create and start its container (a
-        container of that name already there is started if it has not been); its id."""
+        """Pull the task's image as its policy says, create and start its container; its id."""
+        assert task.container is not None
+        self.ensure_image(task.container.image, task.container.image_pull_policy, task.job)
+        return self.make(task)
+
+    def make(self, task: LocalTask) -> str:
+        """Create and start the task's container, its image on the engine (a container of
+        that name already there is started if it has not been); its id."""
         import docker.errors
 
-        assert task.container is not None
         name = container_name(self.owner, task.task_id)
-        self.ensure_image(task.container.image, task.container.image_pull_policy, task.job)
         try:
             try:
                 container = self.client.containers.create(**container_options(task, self.owner))
