@@ -6,7 +6,7 @@ never answers.
 forwarded to the registry as it came (one per connection), and the answer comes back as it
 is, except the body of a blob larger than ``threshold`` bytes, which trickles at ``rate``
 bytes a second (None: at full speed; it may be changed while a pull runs). It counts the
-requests for each blob (``blob_gets``) and how many blob answers are being sent now
+requests for each blob (``blob_gets``; ``trickled``: those that trickled) and how many blob answers are being sent now
 (``sending``), so a test can tell one pull from two, and sees when a client went away.
 
 ``SilentRegistry()`` accepts connections and never answers a byte.
@@ -33,7 +33,8 @@ class TrickleProxy:
         self.upstream = upstream
         self.rate = rate
         self.threshold = threshold
-        self.blob_gets: Counter[str] = Counter()
+        self.blob_gets: Counter[str] = Counter()  # digest -> GETs of that blob
+        self.trickled: Counter[str] = Counter()  # digest -> its GETs that trickled
         self.sending = 0  # blob answers being trickled now
         self.sent = 0  # blob bytes trickled so far
         self._lock = threading.Lock()
@@ -85,6 +86,8 @@ class TrickleProxy:
                 return
             length = int(answer.getheader("Content-Length") or 0)
             if blob and length > self.threshold:
+                with self._lock:
+                    self.trickled[request.path.rsplit("/", 1)[-1]] += 1
                 self._trickle(answer, request)
             else:
                 request.wfile.write(answer.read())

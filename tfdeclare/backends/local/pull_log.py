@@ -172,6 +172,8 @@ class PullView:
 
     def fetched_text(self) -> str:
         """How much was fetched, of how much once every layer's size is known."""
+        if not self.layers:
+            return "nothing fetched yet"
         fetched = sum(
             (layer.total or layer.current) if layer.done else layer.current for layer in self.layers.values()
         )
