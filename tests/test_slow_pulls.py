@@ -177,3 +177,31 @@ def test_a_pull_past_its_timeout_fails_its_task_and_apply_runs_the_other_jobs_me
     assert "Traceback" not in applied.stderr
     # B ran and ended while A's pull was still waiting for its registry.
     assert b["finishTime"] < a["finishTime"], (a, b)
+
+
+def test_plain_apply_leaves_a_slow_pull_to_its_launcher_which_makes_the_container_on_its_own(
+    workdir: Path, proxy: TrickleProxy, pushed: str, base_image: str, docker_client: Any
+) -> None:
+    slow = f"{proxy.address}/{pushed}"
+    (workdir / "specs" / "a.yaml").write_text(_job("a", slow, ["sh", "-c", "echo a-ran; sleep 300"]))
+    (workdir / "specs" / "b.yaml").write_text(_job("b", base_image, ["sleep", "300"]))
+    asked = time.monotonic()
+    applied = cli("apply", "specs", cwd=workdir, timeout=60)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert time.monotonic() - asked < 20, "apply waits STARTING_GRACE_S for a starting task, no more"
+    assert _task(workdir, "b")["state"] == "running"
+    a = _task(workdir, "a")
+    assert a["state"] == "starting" and a["message"].startswith(f"pulling {slow}: "), a
+    assert proxy.sending == 1, "the pull goes on after apply returned"
+
+    # No controller runs now: the launcher makes and starts A's container once its image is in.
+    proxy.rate = None
+    ours = {"label": [f"tfdeclare.owner={owner_of(workdir / '.tfdeclare' / 'local')}", "tfdeclare.job=a"]}
+    wait_until(lambda: any(c.status == "running" for c in docker_client.containers.list(filters=ours)), 60)
+    again = cli("apply", "specs", cwd=workdir, timeout=60)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert _task(workdir, "a")["state"] == "running", _task(workdir, "a")
+    assert list(proxy.trickled.values()) == [1], "pulled once"
+    assert "pulling" not in again.stderr, again.stderr
+    deleted = cli("delete", "--all", cwd=workdir, timeout=60)
+    assert deleted.returncode == 0, deleted.stdout + deleted.stderr
