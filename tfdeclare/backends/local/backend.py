@@ -6,6 +6,9 @@ State lives under ``<state-dir>/local``::
                                  before anything runs; mode 600)
     tasks/<task-id>/launch.json  the runtime's start (a supervisor's pid and start tick, or a
                                  container's id, start time and log offset)
+    tasks/<task-id>/launcher.json  (container) its launcher's pid, start tick, start time and
+                                 pull timeout (``launcher.py``)
+    tasks/<task-id>/pull.jsonl   (container) its image pull's progress, appended by the launcher
     tasks/<task-id>/state.json   (process) written by the supervisor once the task runs
     tasks/<task-id>/stop.json    a stop request (grace period)
     tasks/<task-id>/exit.json    how the task ended

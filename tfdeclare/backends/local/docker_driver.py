@@ -2,13 +2,24 @@
 engine (the engine calls are ``docker_runtime.py``'s), recorded in the task's folder like a
 process task.
 
+``start`` only starts each task's launcher (``launcher.py``: a detached process that pulls
+the image, makes and starts the container and writes ``launch.json``), so no pass waits for
+a pull. While a launcher is at work (it holds the task's lock) the task is starting, its
+message the pull's progress (``pull_log.py``: what the launcher wrote since the last look is
+handed on to ``backends/progress.py``, one task's events per image); a launcher past its
+pull timeout and ``LAUNCHER_SLACK_S`` (it ends itself at its timeout: this one is wedged),
+or asked to stop and past ``KILL_SLACK_S``, is killed by ``tend``. A folder with neither a
+container nor a launcher at work gets a launcher from ``tend`` once per controller (one that
+this controller started and that died without a word has failed); a container made but not
+started (its launcher died in between) is started. This controller's or an earlier one's
+launcher: the same, so a restarted daemon adopts a pull under way.
+
 ``launch.json`` says the container was made (its id, start time, and how long the log was
 then); ``exit.json`` how it ended, written by ``tend`` once a look (``inspect``) saw it
-ended, which then keeps its output in the task's log and removes the container. A folder
-without a container and without ``launch.json`` (the controller died before making it) gets
-its container from the next controller's ``tend``; a container made but not started (it died
-in between) is started. The listing of the owner's containers is made once per pass
-(``begin_pass``).
+ended, which then keeps its output in the task's log and removes the container (or by the
+launcher, when there was no container to make). The listing of the owner's containers is
+made once per pass (``begin_pass``), and again for a task whose launcher made its container
+after it.
 
 Stopping: ``stop`` asks the engine first whether the container is there (an engine that does
 not answer is a ``BackendError`` at once), then has the engine stop it (SIGTERM, the grace

@@ -24,9 +24,11 @@ Images (``ensure_image``) are pulled before the container is made as the task's
 ``imagePullPolicy`` says, like the kubelet: ``IfNotPresent`` when the engine lacks it,
 ``Always`` every launch, ``Never`` not at all (a missing image is then the task's error). The
 SDK sends the credentials of the client's config (``~/.docker/config.json`` or
-``DOCKER_CONFIG``, credential helpers included) for the image's registry. Tasks of one launch
-that need the same image wait for one pull; its progress goes to ``backends/progress.py``. A
-pull that fails ends the task with the registry's reason.
+``DOCKER_CONFIG``, credential helpers included) for the image's registry. Callers of one
+process that need the same image wait for one pull; its progress goes to
+``backends/progress.py``. A pull that fails ends the task with the registry's reason. The
+calls run in each task's launcher (``launcher.py``), never in a reconcile pass; the engine
+joins the pulls of one image by several launchers (one download of each layer).
 """
 
 from __future__ import annotations
