@@ -77,12 +77,12 @@ def _clean(docker_client: Any, workdir: Path, image: str) -> None:
         pass
 
 
-def _job(name: str, image: str, command: list[str]) -> str:
+def _job(name: str, image: str, command: list[str], count: int = 1) -> str:
     spec = {
         "image": image,
         "command": command,
         "backoffLimit": 0,
-        "replicas": {"worker": {"count": 1, "resources": {"cpus": 0.1, "mem": 64}}},
+        "replicas": {"worker": {"count": count, "resources": {"cpus": 0.1, "mem": 64}}},
     }
     document = {"apiVersion": "tfdeclare/v1", "kind": "TFJob", "metadata": {"name": name}, "spec": spec}
     return yaml.safe_dump(document, sort_keys=False)
@@ -183,11 +183,14 @@ def test_plain_apply_leaves_a_slow_pull_to_its_launcher_which_makes_the_containe
     workdir: Path, proxy: TrickleProxy, pushed: str, base_image: str, docker_client: Any
 ) -> None:
     slow = f"{proxy.address}/{pushed}"
-    (workdir / "specs" / "a.yaml").write_text(_job("a", slow, ["sh", "-c", "echo a-ran; sleep 300"]))
+    (workdir / "specs" / "a.yaml").write_text(_job("a", slow, ["sh", "-c", "echo a-ran; sleep 300"], count=2))
     (workdir / "specs" / "b.yaml").write_text(_job("b", base_image, ["sleep", "300"]))
     asked = time.monotonic()
     applied = cli("apply", "specs", cwd=workdir, timeout=60)
     assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert applied.stderr.count(f"tfdeclare: pulling {slow} for job a") == 1, (
+        "one pull for both tasks, shown once"
+    )
     assert time.monotonic() - asked < 20, "apply waits STARTING_GRACE_S for a starting task, no more"
     assert _task(workdir, "b")["state"] == "running"
     a = _task(workdir, "a")
@@ -197,7 +200,7 @@ def test_plain_apply_leaves_a_slow_pull_to_its_launcher_which_makes_the_containe
     # No controller runs now: the launcher makes and starts A's container once its image is in.
     proxy.rate = None
     ours = {"label": [f"tfdeclare.owner={owner_of(workdir / '.tfdeclare' / 'local')}", "tfdeclare.job=a"]}
-    wait_until(lambda: any(c.status == "running" for c in docker_client.containers.list(filters=ours)), 60)
+    wait_until(lambda: len(docker_client.containers.list(filters=ours)) == 2, 60)
     again = cli("apply", "specs", cwd=workdir, timeout=60)
     assert again.returncode == 0, again.stdout + again.stderr
     assert _task(workdir, "a")["state"] == "running", _task(workdir, "a")

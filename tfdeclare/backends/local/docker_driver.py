@@ -6,7 +6,7 @@ process task.
 the image, makes and starts the container and writes ``launch.json``), so no pass waits for
 a pull. While a launcher is at work (it holds the task's lock) the task is starting, its
 message the pull's progress (``pull_log.py``: what the launcher wrote since the last look is
-handed on to ``backends/progress.py``, one task's events per image); a launcher past its
+handed on to ``backends/progress.py``, each pull once); a launcher past its
 pull timeout and ``LAUNCHER_SLACK_S`` (it ends itself at its timeout: this one is wedged),
 or asked to stop and past ``KILL_SLACK_S``, is killed by ``tend``. A folder with neither a
 container nor a launcher at work gets a launcher from ``tend`` once per controller (one that
@@ -165,7 +165,6 @@ class DockerDriver:
         self._stop_failures: dict[str, str] = {}  # task id -> why the engine did not stop it
         self._cursors: dict[str, _LogCursor] = {}
         self._pulls: dict[str, PullView] = {}  # task id -> its launcher's pull, as read so far
-        self._shown: dict[str, str] = {}  # image -> the task whose pull events are handed on
         self._launching: dict[str, Path] = {}  # task id -> its folder, while a launcher is at work
         self._lock = threading.Lock()  # the failures, cursors and launching, from other threads
 
@@ -199,19 +198,19 @@ class DockerDriver:
     # ---- start ------------------------------------------------------------------------------
 
     def start(self, folders: Iterable[tuple[TaskFolder, int | None]]) -> None:
-        """Start each task's launcher (``launcher.py``) as soon as its folder is written: it
-        pulls the image, makes and starts the container and records it, detached, so the pass
-        never waits for a pull (the port reservation is not needed: the container binds its
-        port once it runs)."""
-        starters: list[subprocess.Popen[bytes]] = []
+        """Start one launcher (``launcher.py``) for the tasks of this launch once their folders
+        are written: it pulls their images, makes and starts their containers side by side and
+        records them, detached, so the pass never waits for a pull (the port reservation is
+        not needed: a container binds its port once it runs)."""
+        batch: list[TaskFolder] = []
         try:
             for folder, _ in folders:
-                starters.append(self._start_launcher(folder))
-        finally:
-            for starter in starters:  # each forks the real launcher and exits at once
-                starter.wait()
+                batch.append(folder)
+        finally:  # the tasks written so far get their launcher, whatever ``folders`` raised
+            if batch:
+                self._start_launcher(batch).wait()  # it forks the real launcher and exits at once
 
-    def _start_launcher(self, folder: TaskFolder) -> subprocess.Popen[bytes]:
+    def _start_launcher(self, batch: list[TaskFolder]) -> subprocess.Popen[bytes]:
         try:
             starter = subprocess.Popen(
                 [
@@ -223,7 +222,7 @@ class DockerDriver:
                     self.engine.owner,
                     "--pull-timeout",
                     f"{self.pull_timeout_s:g}",
-                    str(folder.path),
+                    *(str(folder.path) for folder in batch),
                 ],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -231,10 +230,13 @@ class DockerDriver:
                 close_fds=True,
             )
         except OSError as err:
-            raise BackendError(f"cannot start the launcher of {folder.task_id}: {err}") from err
-        self._started[folder.task_id] = time.monotonic()
+            names = ", ".join(folder.task_id for folder in batch)
+            raise BackendError(f"cannot start the launcher of {names}: {err}") from err
+        now = time.monotonic()
         with self._lock:
-            self._launching[folder.task_id] = folder.path
+            for folder in batch:
+                self._started[folder.task_id] = now
+                self._launching[folder.task_id] = folder.path
         return starter
 
     # ---- inspect ----------------------------------------------------------------------------
@@ -346,26 +348,24 @@ class DockerDriver:
 
     def _pull_message(self, folder: TaskFolder) -> str:
         """Its pull's progress in words; what the launcher wrote since the last look is handed
-        on to whoever shows pulls (one task's events for each image)."""
+        on to whoever shows pulls (what is not an echo of another task's log: each pull once)."""
         view = self._pulls.get(folder.task_id)
         if view is None:
             view = self._pulls[folder.task_id] = PullView(folder.path / PULL_LOG)
         for event in view.read_new():
-            if self._shown.setdefault(event.image, folder.task_id) == folder.task_id:
-                progress.report(event)
+            progress.report(event)
         return view.summary()
 
     def _done_launching(self, task_id: str) -> None:
-        """Its launcher's work is over: what is left of its pull is handed on, then dropped."""
-        view = self._pulls.pop(task_id, None)
-        if view is not None:
-            for event in view.read_new():
-                if self._shown.get(event.image) == task_id:
-                    progress.report(event)
-            for image in [image for image, shown in self._shown.items() if shown == task_id]:
-                del self._shown[image]
+        """Its launcher's work is over: what is left of its pull is handed on (all of it, for
+        a launch of this controller that ended before a look saw it at work), then dropped."""
         with self._lock:
-            self._launching.pop(task_id, None)
+            path = self._launching.pop(task_id, None)
+        view = self._pulls.pop(task_id, None)
+        if view is None and path is not None:
+            view = PullView(path / PULL_LOG)
+        for event in view.read_new() if view is not None else []:
+            progress.report(event)
 
     def _end(self, task_id: str) -> ContainerEnd:
         end = self._ends.get(task_id)
@@ -397,7 +397,7 @@ class DockerDriver:
         if folder.task_id in self._started:
             return  # once per controller: a launcher that then dies without a word has failed
         folder.note("this task's container was never made (its launcher stopped first); launching it")
-        self._start_launcher(folder).wait()
+        self._start_launcher([folder]).wait()
 
     def _record_end(self, folder: TaskFolder, seen: Seen) -> None:
         """Keep the ended container's output in the log, record its end, remove it (a

@@ -1,29 +1,32 @@
 """The container launcher: ``python -m tfdeclare.backends.local.launcher --detach --owner O
---pull-timeout S TASK_DIR``.
+--pull-timeout S TASK_DIR...``.
 
-One small process per container task, started by the Docker driver (``docker_driver.py``)
-once the task's folder is written, in its own session so it outlives the controller (a
-daemon stopped or killed, an ``apply`` that returned): it has the task's image on the engine
-as its ``imagePullPolicy`` says (pulling it, ``docker_runtime.ensure_image``), then makes and
-starts its container and records it (``launch.json``), or records why it could not
+One small process per launch (the container tasks of one gang; one task when a controller
+launches a task that an earlier one left unlaunched), started by the Docker driver
+(``docker_driver.py``) once the tasks' folders are written, in its own session so it outlives
+the controller (a daemon stopped or killed, an ``apply`` that returned): for each task, side
+by side, it has the task's image on the engine as its ``imagePullPolicy`` says (pulling it,
+``docker_runtime.ensure_image``: the tasks that need one image wait for one pull), then makes
+and starts its container and records it (``launch.json``), or records why it could not
 (``exit.json``). So no reconcile pass ever waits for a pull, and the engine, which cancels a
 pull when its client goes away, keeps pulling whatever happens to the controller; the next
 controller finds the launcher at work and waits for it (it never pulls again meanwhile).
-Launchers of tasks with the same image share the engine's one download of each layer.
+Launchers of several launches that need one image share the engine's one download of each
+layer. One process per launch, not per task: its start (Python, the Docker SDK) is paid once.
 
-It takes an exclusive ``flock`` on ``task.json`` (a second launcher of the same task exits at
-once; the controller tells a launcher at work by the lock) and writes ``launcher.json`` (its
-pid, start tick, start time and pull timeout) and the pull's progress to ``pull.jsonl``
-(``pull_log.py``).
+It takes an exclusive ``flock`` on each task's ``task.json`` (a task whose lock is held, or
+that was launched or ended before, is left out; the controller tells a task whose launcher is
+at work by the lock) and writes its ``launcher.json`` (the launcher's pid, start tick, start
+time and pull timeout) and the pull's progress to its ``pull.jsonl`` (``pull_log.py``).
 
-The pull is bounded: past ``--pull-timeout`` seconds without the image, the launcher records
-the task's end (no exit code; the message says the pull did not finish in time and how much
-was fetched: the job's ``restartPolicy`` decides, as for any pull that failed) and exits,
-which ends its connection to the engine, so the engine cancels the pull. A stop request
-(``stop.json``, polled; SIGTERM only wakes it sooner) ends it the same way before the
-container is made, with nothing recorded (the controller records "stopped before it
-started"); one that comes while the container is being made has the engine stop it once
-made.
+The pull is bounded: past ``--pull-timeout`` seconds, each task whose image is not there yet
+has its end recorded (no exit code; the message says the pull did not finish in time and how
+much was fetched: the job's ``restartPolicy`` decides, as for any pull that failed) and is
+given up. A stop request (``stop.json``, polled; SIGTERM only wakes it sooner) gives a task up
+the same way before its container is made, with nothing recorded (the controller records
+"stopped before it started"); one that comes while the container is being made has the
+engine stop it once made. Once every task is done or given up the launcher exits, which ends
+its connection to the engine, so the engine cancels a pull nobody waits for any more.
 """
 
 from __future__ import annotations
@@ -36,11 +39,15 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
-from tfdeclare.backends.local.pull_log import LAUNCHER_FILE, PULL_LOG, LauncherInfo, PullView, PullWriter
+from tfdeclare.backends.local.drivers import TaskFolder
+from tfdeclare.backends.local.pull_log import LAUNCHER_FILE, PULL_LOG, LauncherInfo, PullView, event_line
 from tfdeclare.backends.local.record import TASK_FILE, read_task
 from tfdeclare.backends.local.supervisor import process_start_ticks
+from tfdeclare.backends.progress import PullEvent, PullStep
 from tfdeclare.files import write_atomic
 
 POLL_S = 0.1
@@ -53,28 +60,50 @@ def _size(path: Path) -> int:
         return 0
 
 
-class Launcher:
-    def __init__(self, task_dir: Path, owner: str, pull_timeout_s: float) -> None:
-        from tfdeclare.backends.local.docker_runtime import DockerRuntime
-        from tfdeclare.backends.local.drivers import TaskFolder
+@dataclass(slots=True)
+class _Launch:
+    """One task of the launch, and how far it is (changed under the launcher's lock)."""
 
-        task = read_task(task_dir)
-        if task is None or task.container is None:
-            raise SystemExit(f"tfdeclare launcher: no container task record it can read in {task_dir}")
-        self.folder = TaskFolder(task_dir, task)
+    folder: TaskFolder
+    pull_log: IO[bytes]
+    making: bool = False  # its container is being made: too late to give it up
+    given_up: bool = False  # timed out or asked to stop: make nothing
+    done: bool = False
+
+    @property
+    def image(self) -> str:
+        assert self.folder.task.container is not None
+        return self.folder.task.container.image
+
+    def stop_requested(self, signalled: bool) -> bool:
+        return signalled or (self.folder.path / "stop.json").exists()
+
+
+class Launcher:
+    def __init__(self, folders: list[TaskFolder], owner: str, pull_timeout_s: float) -> None:
+        from tfdeclare.backends.local.docker_runtime import DockerRuntime
+
         self.engine = DockerRuntime(owner)
         self.pull_timeout_s = pull_timeout_s
+        self.launches = [_Launch(f, open(f.path / PULL_LOG, "ab")) for f in folders]  # noqa: SIM115
         self._lock = threading.Lock()
-        self._making = False  # the container is being made: too late to cancel
-        self._cancelled = False  # the launch was given up: make nothing
-        self._done = threading.Event()
+        self._changed = threading.Event()
         self._signalled = False
-
-    def _stop_requested(self) -> bool:
-        return self._signalled or (self.folder.path / "stop.json").exists()
 
     def _on_sigterm(self, signum: int, frame: object) -> None:
         self._signalled = True
+        self._changed.set()
+
+    def _report(self, event: PullEvent) -> None:
+        """A pull's event goes to the pull log of each task waiting for that image (an echo
+        but in the first)."""
+        lines = [event_line(event), event_line(event, echo=True)]
+        with self._lock:
+            for launch in self.launches:
+                if launch.image == event.image and not launch.given_up and not launch.done:
+                    launch.pull_log.write(lines[0])
+                    launch.pull_log.flush()
+                    lines = lines[1:] or lines
 
     def run(self) -> int:
         from tfdeclare.backends import progress
@@ -82,69 +111,78 @@ class Launcher:
         signal.signal(signal.SIGTERM, self._on_sigterm)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        with open(self.folder.path / PULL_LOG, "ab") as pull_log:
-            progress.set_receiver(PullWriter(pull_log))
-            deadline = time.monotonic() + self.pull_timeout_s
-            threading.Thread(target=self._work, name="launch", daemon=True).start()
-            while not self._done.wait(POLL_S):
-                stop = self._stop_requested()
-                if not stop and time.monotonic() < deadline:
-                    continue
-                with self._lock:
-                    if not self._making:
-                        self._cancelled = True
-                if not self._cancelled:
-                    continue  # the container is being made: the work ends soon
-                if not stop:
-                    self._timed_out()
-                # Exiting ends the engine connection: the engine cancels the pull.
-                os._exit(0)
-        return 0
+        progress.set_receiver(self._report)
+        deadline = time.monotonic() + self.pull_timeout_s
+        for launch in self.launches:
+            threading.Thread(target=self._work, args=(launch,), name="launch", daemon=True).start()
+        while True:
+            self._changed.wait(POLL_S)
+            self._changed.clear()
+            late = time.monotonic() >= deadline
+            with self._lock:
+                for launch in self.launches:
+                    if launch.done or launch.making or launch.given_up:
+                        continue
+                    if launch.stop_requested(self._signalled):
+                        launch.given_up = True
+                    elif late:
+                        launch.given_up = True
+                        self._timed_out(launch)
+                if all(launch.done or launch.given_up for launch in self.launches):
+                    break
+        # Exiting ends the engine connection: the engine cancels a pull still under way.
+        os._exit(0)
 
-    def _timed_out(self) -> None:
-        from tfdeclare.backends import progress
-        from tfdeclare.backends.progress import PullEvent, PullStep
-
-        assert self.folder.task.container is not None
-        image = self.folder.task.container.image
-        view = PullView(self.folder.path / PULL_LOG)
+    def _timed_out(self, launch: _Launch) -> None:
+        view = PullView(launch.folder.path / PULL_LOG)
         view.read_new()
         why = f"not done within {self.pull_timeout_s:g} s (local.pullTimeoutSeconds); {view.fetched_text()}"
-        progress.report(PullEvent(image, PullStep.FAILED, self.folder.task.job, status=why))
-        message = f"cannot pull image {image}: {why}"
-        self.folder.note(message)
-        self.folder.record_end(None, time.time(), message, False, containerRemoved=True)
+        launch.pull_log.write(
+            event_line(PullEvent(launch.image, PullStep.FAILED, launch.folder.task.job, status=why))
+        )
+        launch.pull_log.flush()
+        message = f"cannot pull image {launch.image}: {why}"
+        launch.folder.note(message)
+        launch.folder.record_end(None, time.time(), message, False, containerRemoved=True)
 
-    def _work(self) -> None:
+    def _work(self, launch: _Launch) -> None:
         try:
-            self._launch()
+            self._launch(launch)
         finally:
-            self._done.set()
+            with self._lock:
+                launch.done = True
+            self._changed.set()
 
-    def _launch(self) -> None:
+    def _launch(self, launch: _Launch) -> None:
         """Have the image, make and start the container and record it in ``launch.json``; an
         image that cannot be had (a pull the registry refused, a missing one under ``Never``)
         ends the task without an exit code, with the reason as its message; an engine that
         refuses (a host path that does not exist) ends it with exit code 127."""
         from tfdeclare.backends.local.docker_runtime import EngineError, ImageUnavailable, container_name
 
-        folder = self.folder
+        folder = launch.folder
         container = folder.task.container
         assert container is not None
         name = container_name(self.engine.owner, folder.task_id)
         try:
             self.engine.ensure_image(container.image, container.image_pull_policy, folder.task.job)
             with self._lock:
-                if self._cancelled or self._stop_requested():
-                    self._cancelled = True
+                if launch.given_up or launch.stop_requested(self._signalled):
+                    launch.given_up = True
                     return
-                self._making = True
+                launch.making = True
             container_id = self.engine.make(folder.task)
         except ImageUnavailable as err:  # it never ran: no exit code, the reason is its end
+            with self._lock:
+                if launch.given_up:
+                    return  # its end is recorded (timed out), or left to the controller (stopped)
             folder.note(str(err))
             folder.record_end(None, time.time(), str(err), False, containerRemoved=True)
             return
         except EngineError as err:
+            with self._lock:
+                if launch.given_up:
+                    return
             folder.note(f"cannot start its container: {err}")
             try:  # made, perhaps, but not started
                 self.engine.remove(name)
@@ -159,11 +197,33 @@ class Launcher:
             "logOffset": _size(folder.task.log_path),
         }
         write_atomic(folder.path / "launch.json", json.dumps(launched).encode())
-        if self._stop_requested():  # asked while it was being made: the controller saw nothing to stop
+        if launch.stop_requested(self._signalled):  # asked while it was made: the controller saw nothing
             try:
                 self.engine.stop(name, folder.task.grace_s)
             except EngineError:
                 pass  # the controller kills it past its grace period
+
+
+def _claim(task_dir: Path) -> TaskFolder | None:
+    """The task, locked for this launcher; None when another launcher holds it, or it was
+    launched (or ended) before, or it has no container record to read."""
+    try:
+        lock = os.open(task_dir / TASK_FILE, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None  # forgotten meanwhile
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held until we exit
+    except BlockingIOError:
+        os.close(lock)
+        return None  # this task's launcher already runs
+    task = read_task(task_dir)
+    if (task_dir / "exit.json").exists() or (task_dir / "launch.json").exists() or task is None:
+        os.close(lock)
+        return None
+    if task.container is None:
+        os.close(lock)
+        return None
+    return TaskFolder(task_dir, task)
 
 
 def main(argv: list[str]) -> int:
@@ -173,27 +233,20 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--detach", action="store_true")
     parser.add_argument("--owner", required=True)
     parser.add_argument("--pull-timeout", type=float, required=True)
-    parser.add_argument("task_dir", type=Path)
+    parser.add_argument("task_dirs", type=Path, nargs="+")
     args = parser.parse_args(argv)
-    task_dir: Path = args.task_dir
     if args.detach:
         if os.fork() > 0:
             os._exit(0)
         os.setsid()
-    try:
-        lock = os.open(task_dir / TASK_FILE, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return 0  # forgotten meanwhile
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held until we exit
-    except BlockingIOError:
-        return 0  # this task's launcher already runs
-    if (task_dir / "exit.json").exists() or (task_dir / "launch.json").exists():
-        return 0  # launched (or ended) before
+    folders = [f for f in map(_claim, args.task_dirs) if f is not None]
+    if not folders:
+        return 0
     me = os.getpid()
     info = LauncherInfo(me, process_start_ticks(me) or 0, time.time(), args.pull_timeout)
-    write_atomic(task_dir / LAUNCHER_FILE, json.dumps(info.to_json()).encode())
-    return Launcher(task_dir, args.owner, args.pull_timeout).run()
+    for folder in folders:
+        write_atomic(folder.path / LAUNCHER_FILE, json.dumps(info.to_json()).encode())
+    return Launcher(folders, args.owner, args.pull_timeout).run()
 
 
 if __name__ == "__main__":

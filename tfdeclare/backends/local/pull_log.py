@@ -19,7 +19,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from tfdeclare.backends.progress import PullEvent, PullStep, size
 
@@ -65,8 +65,12 @@ class LauncherInfo:
         return now > self.started_at + self.pull_timeout_s + slack_s
 
 
-def event_line(event: PullEvent) -> bytes:
+def event_line(event: PullEvent, echo: bool = False) -> bytes:
+    """One line of ``pull.jsonl``; ``echo``: a copy of what another task's log of the same
+    launcher has (each task's log has the pull's every event, for its status; only one of
+    them is handed on, so a pull is shown once)."""
     data = {
+        "echo": echo,
         "step": event.step.value,
         "image": event.image,
         "job": event.job,
@@ -78,10 +82,10 @@ def event_line(event: PullEvent) -> bytes:
     return json.dumps(data).encode() + b"\n"
 
 
-def _event(line: bytes) -> PullEvent | None:
+def _event(line: bytes) -> tuple[PullEvent, bool] | None:
     try:
         data = json.loads(line)
-        return PullEvent(
+        event = PullEvent(
             str(data["image"]),
             PullStep(data["step"]),
             str(data.get("job", "")),
@@ -90,19 +94,9 @@ def _event(line: bytes) -> PullEvent | None:
             data.get("current") if isinstance(data.get("current"), int) else None,
             data.get("total") if isinstance(data.get("total"), int) else None,
         )
+        return event, data.get("echo") is True
     except (ValueError, KeyError, TypeError):
         return None
-
-
-class PullWriter:
-    """The launcher's receiver of ``PullEvent``\\ s: each one a line of ``pull.jsonl``."""
-
-    def __init__(self, handle: IO[bytes]) -> None:
-        self._handle = handle
-
-    def __call__(self, event: PullEvent) -> None:
-        self._handle.write(event_line(event))
-        self._handle.flush()
 
 
 @dataclass(slots=True)
@@ -124,7 +118,8 @@ class PullView:
     layers: dict[str, _LayerBytes] = field(default_factory=dict)
 
     def read_new(self) -> list[PullEvent]:
-        """The events written since the last read (complete lines only)."""
+        """Read the events written since the last read (complete lines only); those to hand
+        on (not echoes)."""
         try:
             with open(self.path, "rb") as handle:
                 handle.seek(self.offset)
@@ -134,9 +129,9 @@ class PullView:
         complete = data[: data.rfind(b"\n") + 1]
         self.offset += len(complete)
         events = [e for e in map(_event, complete.splitlines()) if e is not None]
-        for event in events:
+        for event, _ in events:
             self._update(event)
-        return events
+        return [event for event, echo in events if not echo]
 
     def _update(self, event: PullEvent) -> None:
         self.image = event.image
