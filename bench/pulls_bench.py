@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from bench.common import REPO, Result, wait_for
+from bench.docker_bench import apply_ten
 
 LAYER_BYTES = 262_144
 RATE = 32_768.0
@@ -73,7 +74,7 @@ def _push(client: Any, registry: str, base: str) -> str:
     return "bench/slow:v1"
 
 
-def _once(checkout: Path, client: Any, slow: str, base: str) -> float:
+def _once(checkout: Path, client: Any, slow: str, base: str, proxy: Any) -> float:
     import docker.errors
 
     with contextlib.suppress(docker.errors.ImageNotFound):
@@ -93,8 +94,14 @@ def _once(checkout: Path, client: Any, slow: str, base: str) -> float:
             stderr=subprocess.DEVNULL,
         )
         try:
-            wait_for(lambda: _b_running(workdir), timeout=120, poll=0.02)
+            wait_for(lambda: _b_running(workdir), timeout=60, poll=0.02)
             seconds = time.perf_counter() - started
+        except TimeoutError:
+            print(f"{checkout}: proxy: {proxy.trickled} {proxy.sending} {proxy.sent}", flush=True)
+            for name in ("a-slow", "b-ready"):
+                path = workdir / "status" / f"{name}.yaml"
+                print(f"{checkout}: {name}:", path.read_text() if path.exists() else "no status", flush=True)
+            raise
         finally:
             apply.send_signal(signal.SIGINT)
             apply.wait(60)
@@ -102,6 +109,20 @@ def _once(checkout: Path, client: Any, slow: str, base: str) -> float:
     with contextlib.suppress(docker.errors.ImageNotFound):
         client.images.remove(slow, force=True)
     return seconds
+
+
+def _ten(checkout: Path, client: Any, base: str) -> float:
+    """``docker_bench.apply_ten`` once, with the ``tfdeclare`` of ``checkout``."""
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = str(checkout)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            return apply_ten(client, base, Path(tmp), 1).samples[0]
+    finally:
+        if before is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = before
 
 
 def main(results: list[Result], quick: bool) -> None:
@@ -139,15 +160,24 @@ def _measure(results: list[Result], quick: bool, host: str) -> None:
             slow = f"{proxy.address}/{pushed}"
             for _ in range(runs):
                 if against:
-                    theirs.append(_once(Path(against), client, slow, base))
-                ours.append(_once(REPO, client, slow, base))
+                    theirs.append(_once(Path(against), client, slow, base, proxy))
+                ours.append(_once(REPO, client, slow, base, proxy))
+    ten_ours: list[float] = []
+    ten_theirs: list[float] = []
+    for _ in range(runs):  # the launch path changed: a 10-task job, its image present
+        if against:
+            ten_theirs.append(_ten(Path(against), client, base))
+        ten_ours.append(_ten(REPO, client, base))
     client.close()
     what = (
         f"`apply`: job B running while job A's image pulls ({LAYER_BYTES // 1024} kB at {RATE / 1024:g} kB/s)"
     )
     if theirs:
         results.append(Result(f"{what}, before (`AGAINST`)", "", theirs))
-    note = ""
-    if theirs:
-        note = f"before: median {sorted(theirs)[len(theirs) // 2]:.2f} s"
+    note = f"before: median {sorted(theirs)[len(theirs) // 2]:.2f} s" if theirs else ""
     results.append(Result(what, "≤ 2 s (one pass)", ours, limit=2.0, note=note))
+    ten = "`apply` of a 10-task job with an image until all 10 containers run (image present)"
+    if ten_theirs:
+        results.append(Result(f"{ten}, before (`AGAINST`)", "", ten_theirs))
+    note = f"before: median {sorted(ten_theirs)[len(ten_theirs) // 2]:.2f} s" if ten_theirs else ""
+    results.append(Result(ten, "≤ 2 s", ten_ours, limit=2.0, note=note))
