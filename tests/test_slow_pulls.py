@@ -102,9 +102,11 @@ def _phase(workdir: Path, name: str) -> str:
     return str((yaml.safe_load(path.read_text()) or {}).get("phase")) if path.exists() else ""
 
 
-def _launcher_pid(workdir: Path) -> int:
-    (folder,) = [p for p in (workdir / ".tfdeclare" / "local" / "tasks").iterdir() if p.name.startswith("a.")]
-    return int(json.loads((folder / "launcher.json").read_text())["pid"])
+def _launcher_pid(workdir: Path, prefix: str = "a.") -> int:
+    """The pid of the launcher of the tasks whose ids start with ``prefix`` (one for them all)."""
+    folders = [p for p in (workdir / ".tfdeclare" / "local" / "tasks").iterdir() if p.name.startswith(prefix)]
+    (pid,) = {int(json.loads((folder / "launcher.json").read_text())["pid"]) for folder in folders}
+    return pid
 
 
 def test_a_slow_pull_holds_up_no_other_job_no_stop_and_is_adopted_by_the_next_daemon(
@@ -208,3 +210,28 @@ def test_plain_apply_leaves_a_slow_pull_to_its_launcher_which_makes_the_containe
     assert "pulling" not in again.stderr, again.stderr
     deleted = cli("delete", "--all", cwd=workdir, timeout=60)
     assert deleted.returncode == 0, deleted.stdout + deleted.stderr
+
+
+def test_deleting_a_job_mid_pull_gives_its_launch_up_and_the_engine_cancels_the_pull(
+    workdir: Path, proxy: TrickleProxy, pushed: str, docker_client: Any
+) -> None:
+    slow = f"{proxy.address}/{pushed}"
+    (workdir / "specs" / "a.yaml").write_text(_job("a", slow, ["sleep", "300"], count=2))
+    daemon = Daemon(workdir, "--specs", "specs")
+    try:
+        wait_until(lambda: "kB fetched" in str(_task(workdir, "a").get("message")), timeout=30)
+        launcher = _launcher_pid(workdir, "a.")
+    finally:
+        daemon.stop(signal.SIGTERM)
+    asked = time.monotonic()
+    deleted = cli("delete", "a", cwd=workdir, timeout=60)
+    assert deleted.returncode == 0, deleted.stdout + deleted.stderr
+    assert time.monotonic() - asked < 10, "no wait for the pull"
+    wait_until(lambda: proxy.sending == 0, timeout=10)  # the engine let go of the registry
+    assert (
+        not Path(f"/proc/{launcher}").exists()
+        or b"launcher" not in Path(f"/proc/{launcher}/cmdline").read_bytes()
+    )
+    ours = {"label": [f"tfdeclare.owner={owner_of(workdir / '.tfdeclare' / 'local')}"]}
+    assert docker_client.containers.list(all=True, filters=ours) == []
+    assert not (workdir / "status" / "a.yaml").exists()

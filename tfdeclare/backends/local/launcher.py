@@ -25,8 +25,10 @@ much was fetched: the job's ``restartPolicy`` decides, as for any pull that fail
 given up. A stop request (``stop.json``, polled; SIGTERM only wakes it sooner) gives a task up
 the same way before its container is made, with nothing recorded (the controller records
 "stopped before it started"); one that comes while the container is being made has the
-engine stop it once made. Once every task is done or given up the launcher exits, which ends
-its connection to the engine, so the engine cancels a pull nobody waits for any more.
+engine stop it once made. A task done or given up has its lock let go at once, so the
+controller sees that while the other tasks of the launch still wait. Once every task is done
+or given up the launcher exits, which ends its connection to the engine, so the engine
+cancels a pull nobody waits for any more.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ class _Launch:
 
     folder: TaskFolder
     pull_log: IO[bytes]
+    lock: int  # the descriptor holding its lock: closed once it is done or given up
     making: bool = False  # its container is being made: too late to give it up
     given_up: bool = False  # timed out or asked to stop: make nothing
     done: bool = False
@@ -75,24 +78,33 @@ class _Launch:
         assert self.folder.task.container is not None
         return self.folder.task.container.image
 
-    def stop_requested(self, signalled: bool) -> bool:
-        return signalled or (self.folder.path / "stop.json").exists()
+    def stop_requested(self) -> bool:
+        return (self.folder.path / "stop.json").exists()
+
+    def release(self) -> None:
+        """Let go of the task's lock: the controller sees its launcher's work is over (its
+        end, its container, or nothing: stopped before it started), whatever the other tasks
+        of the launch still wait for."""
+        if self.lock >= 0:
+            os.close(self.lock)
+            self.lock = -1
 
 
 class Launcher:
-    def __init__(self, folders: list[TaskFolder], owner: str, pull_timeout_s: float) -> None:
+    def __init__(self, claimed: list[tuple[TaskFolder, int]], owner: str, pull_timeout_s: float) -> None:
         from tfdeclare.backends.local.docker_runtime import DockerRuntime
 
         self.engine = DockerRuntime(owner)
         self.pull_timeout_s = pull_timeout_s
-        self.launches = [_Launch(f, open(f.path / PULL_LOG, "ab")) for f in folders]  # noqa: SIM115
+        self.launches = [
+            _Launch(folder, open(folder.path / PULL_LOG, "ab"), lock)  # noqa: SIM115
+            for folder, lock in claimed
+        ]
         self._lock = threading.Lock()
         self._changed = threading.Event()
-        self._signalled = False
 
     def _on_sigterm(self, signum: int, frame: object) -> None:
-        self._signalled = True
-        self._changed.set()
+        self._changed.set()  # a stop was asked for (its stop.json says which task)
 
     def _report(self, event: PullEvent) -> None:
         """A pull's event goes to the pull log of each task waiting for that image (an echo
@@ -123,11 +135,13 @@ class Launcher:
                 for launch in self.launches:
                     if launch.done or launch.making or launch.given_up:
                         continue
-                    if launch.stop_requested(self._signalled):
+                    if launch.stop_requested():
                         launch.given_up = True
+                        launch.release()
                     elif late:
                         launch.given_up = True
                         self._timed_out(launch)
+                        launch.release()
                 if all(launch.done or launch.given_up for launch in self.launches):
                     break
         # Exiting ends the engine connection: the engine cancels a pull still under way.
@@ -151,6 +165,7 @@ class Launcher:
         finally:
             with self._lock:
                 launch.done = True
+                launch.release()
             self._changed.set()
 
     def _launch(self, launch: _Launch) -> None:
@@ -167,7 +182,7 @@ class Launcher:
         try:
             self.engine.ensure_image(container.image, container.image_pull_policy, folder.task.job)
             with self._lock:
-                if launch.given_up or launch.stop_requested(self._signalled):
+                if launch.given_up or launch.stop_requested():
                     launch.given_up = True
                     return
                 launch.making = True
@@ -197,16 +212,16 @@ class Launcher:
             "logOffset": _size(folder.task.log_path),
         }
         write_atomic(folder.path / "launch.json", json.dumps(launched).encode())
-        if launch.stop_requested(self._signalled):  # asked while it was made: the controller saw nothing
+        if launch.stop_requested():  # asked while it was made: the controller saw nothing
             try:
                 self.engine.stop(name, folder.task.grace_s)
             except EngineError:
                 pass  # the controller kills it past its grace period
 
 
-def _claim(task_dir: Path) -> TaskFolder | None:
-    """The task, locked for this launcher; None when another launcher holds it, or it was
-    launched (or ended) before, or it has no container record to read."""
+def _claim(task_dir: Path) -> tuple[TaskFolder, int] | None:
+    """The task and the descriptor holding its lock for this launcher; None when another
+    launcher holds it, or it was launched (or ended) before, or it has no container record."""
     try:
         lock = os.open(task_dir / TASK_FILE, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
@@ -223,7 +238,7 @@ def _claim(task_dir: Path) -> TaskFolder | None:
     if task.container is None:
         os.close(lock)
         return None
-    return TaskFolder(task_dir, task)
+    return TaskFolder(task_dir, task), lock
 
 
 def main(argv: list[str]) -> int:
@@ -239,14 +254,14 @@ def main(argv: list[str]) -> int:
         if os.fork() > 0:
             os._exit(0)
         os.setsid()
-    folders = [f for f in map(_claim, args.task_dirs) if f is not None]
-    if not folders:
+    claimed = [c for c in map(_claim, args.task_dirs) if c is not None]
+    if not claimed:
         return 0
     me = os.getpid()
     info = LauncherInfo(me, process_start_ticks(me) or 0, time.time(), args.pull_timeout)
-    for folder in folders:
+    for folder, _ in claimed:
         write_atomic(folder.path / LAUNCHER_FILE, json.dumps(info.to_json()).encode())
-    return Launcher(folders, args.owner, args.pull_timeout).run()
+    return Launcher(claimed, args.owner, args.pull_timeout).run()
 
 
 if __name__ == "__main__":
