@@ -132,6 +132,7 @@ class Launcher:
             self._changed.clear()
             late = time.monotonic() >= deadline
             with self._lock:
+                shown: set[str] = set()  # images whose timeout is in a log already (the rest echo it)
                 for launch in self.launches:
                     if launch.done or launch.making or launch.given_up:
                         continue
@@ -140,20 +141,20 @@ class Launcher:
                         launch.release()
                     elif late:
                         launch.given_up = True
-                        self._timed_out(launch)
+                        self._timed_out(launch, echo=launch.image in shown)
+                        shown.add(launch.image)
                         launch.release()
                 if all(launch.done or launch.given_up for launch in self.launches):
                     break
         # Exiting ends the engine connection: the engine cancels a pull still under way.
         os._exit(0)
 
-    def _timed_out(self, launch: _Launch) -> None:
+    def _timed_out(self, launch: _Launch, echo: bool) -> None:
         view = PullView(launch.folder.path / PULL_LOG)
         view.read_new()
         why = f"not done within {self.pull_timeout_s:g} s (local.pullTimeoutSeconds); {view.fetched_text()}"
-        launch.pull_log.write(
-            event_line(PullEvent(launch.image, PullStep.FAILED, launch.folder.task.job, status=why))
-        )
+        failed = PullEvent(launch.image, PullStep.FAILED, launch.folder.task.job, status=why)
+        launch.pull_log.write(event_line(failed, echo=echo))
         launch.pull_log.flush()
         message = f"cannot pull image {launch.image}: {why}"
         launch.folder.note(message)
