@@ -202,7 +202,7 @@ def test_plain_apply_leaves_a_slow_pull_to_its_launcher_which_makes_the_containe
     # No controller runs now: the launcher makes and starts A's container once its image is in.
     proxy.rate = None
     ours = {"label": [f"tfdeclare.owner={owner_of(workdir / '.tfdeclare' / 'local')}", "tfdeclare.job=a"]}
-    wait_until(lambda: len(docker_client.containers.list(filters=ours)) == 2, 60)
+    wait_until(lambda: len(docker_client.containers.list(ignore_removed=True, filters=ours)) == 2, 60)
     again = cli("apply", "specs", cwd=workdir, timeout=60)
     assert again.returncode == 0, again.stdout + again.stderr
     assert _task(workdir, "a")["state"] == "running", _task(workdir, "a")
@@ -233,5 +233,5 @@ def test_deleting_a_job_mid_pull_gives_its_launch_up_and_the_engine_cancels_the_
         or b"launcher" not in Path(f"/proc/{launcher}/cmdline").read_bytes()
     )
     ours = {"label": [f"tfdeclare.owner={owner_of(workdir / '.tfdeclare' / 'local')}"]}
-    assert docker_client.containers.list(all=True, filters=ours) == []
+    assert docker_client.containers.list(ignore_removed=True, all=True, filters=ours) == []
     assert not (workdir / "status" / "a.yaml").exists()
