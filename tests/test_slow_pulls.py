@@ -174,6 +174,8 @@ def test_a_pull_past_its_timeout_fails_its_task_and_apply_runs_the_other_jobs_me
     assert _phase(workdir, "a") == "Failed" and _phase(workdir, "b") == "Succeeded"
     reason = f"cannot pull image {image}: not done within 4 s (local.pullTimeoutSeconds)"
     assert a["message"] == f"{reason}; nothing fetched yet", a
+    job = yaml.safe_load((workdir / "status" / "a.yaml").read_text())
+    assert reason in job["message"], job["message"]  # the job's own status says why
     shown = f"tfdeclare: cannot pull {image}: not done within 4 s (local.pullTimeoutSeconds)"
     assert applied.stderr.count(shown) == 1, applied.stderr  # one launch, one pull: shown once
     assert "Traceback" not in applied.stderr
