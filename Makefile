@@ -8,7 +8,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-mesos test lint typecheck layers unit chaos fuzz bench bench-git-sync bench-sched bench-docker bench-bigjob bench-placement bench-alongside bench-mesos-alongside images clean venv real-mesos real-mesos-tests
+.PHONY: demo demo-mesos test lint typecheck layers unit chaos fuzz bench bench-git-sync bench-sched bench-docker bench-pulls bench-bigjob bench-placement bench-alongside bench-mesos-alongside images clean venv real-mesos real-mesos-tests
 
 venv: $(STAMP)
 
@@ -122,6 +122,12 @@ bench-mesos-alongside: $(STAMP)
 # finds or starts one): bench/out/docker.md and docker.json.
 bench-docker: $(STAMP)
 	$(PY) -m bench --only docker --out docker $(if $(QUICK),--quick)
+
+# Issue 29: apply to job B running while job A's image pulls from a slow registry (needs an
+# engine), taking turns with AGAINST=DIR (a checkout of another commit) when given:
+# bench/out/pulls.md and pulls.json.
+bench-pulls: $(STAMP)
+	PULLS_AGAINST=$(AGAINST) $(PY) -m bench --only pulls --out pulls $(if $(QUICK),--quick)
 
 # The training images of images/, built by the Docker engine (DOCKER_HOST or the default socket)
 # through tools/build_images.py: make images [IMAGES=tf-cpu] [BASE=IMAGE] [CA_FILE=PEM]

@@ -4,7 +4,8 @@ docs/benchmarks.md, with the machine and date) and bench/out/results.json.
     python -m bench [--quick] [--only core,local,daemon,mesos,realmesos,scope,history] [--out NAME]
 
 ``make bench-docker`` runs the ``docker`` suite alone (it needs a Docker engine) into
-bench/out/docker.md and docker.json.
+bench/out/docker.md and docker.json; ``make bench-pulls`` the ``pulls`` suite (issue 29) into
+bench/out/pulls.md and pulls.json.
 """
 
 from __future__ import annotations
@@ -16,14 +17,22 @@ import time
 
 from bench.common import REPO, Result, machine
 
-SUITES = ("core", "local", "daemon", "mesos", "realmesos", "scope", "history")  # and "docker", by name only
+SUITES = (
+    "core",
+    "local",
+    "daemon",
+    "mesos",
+    "realmesos",
+    "scope",
+    "history",
+)  # and "docker", "pulls", by name only
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument(
-        "--only", default=",".join(SUITES), help="comma-separated: " + ", ".join((*SUITES, "docker"))
+        "--only", default=",".join(SUITES), help="comma-separated: " + ", ".join((*SUITES, "docker", "pulls"))
     )
     parser.add_argument("--out", default="results", help="bench/out/NAME.md and NAME.json (default results)")
     args = parser.parse_args()

@@ -32,6 +32,18 @@ class PullEvent:
     total: int | None = None
 
 
+def size(n: int | None) -> str:
+    """Bytes as the engine's own client shows them (decimal units)."""
+    if n is None:
+        return "?"
+    value = float(n)
+    for unit in ("B", "kB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    raise AssertionError  # the loop returns at GB
+
+
 Receiver = Callable[[PullEvent], None]
 
 _lock = threading.Lock()

@@ -17,22 +17,10 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from tfdeclare.backends import progress
-from tfdeclare.backends.progress import PullEvent, PullStep
+from tfdeclare.backends.progress import PullEvent, PullStep, size
 
 REDRAW_S = 0.1  # bytes are redrawn at most ten times a second (each new state of a layer always)
 _DONE = frozenset({"Pull complete", "Already exists"})
-
-
-def size(n: int | None) -> str:
-    """Bytes as the engine's own client shows them (decimal units)."""
-    if n is None:
-        return "?"
-    value = float(n)
-    for unit in ("B", "kB", "MB", "GB"):
-        if value < 1000 or unit == "GB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    raise AssertionError  # the loop returns at GB
 
 
 @dataclass

@@ -6,6 +6,9 @@ State lives under ``<state-dir>/local``::
                                  before anything runs; mode 600)
     tasks/<task-id>/launch.json  the runtime's start (a supervisor's pid and start tick, or a
                                  container's id, start time and log offset)
+    tasks/<task-id>/launcher.json  (container) its launcher's pid, start tick, start time and
+                                 pull timeout (``launcher.py``)
+    tasks/<task-id>/pull.jsonl   (container) its image pull's progress, appended by the launcher
     tasks/<task-id>/state.json   (process) written by the supervisor once the task runs
     tasks/<task-id>/stop.json    a stop request (grace period)
     tasks/<task-id>/exit.json    how the task ended
@@ -62,7 +65,7 @@ from pathlib import Path
 from tfdeclare.backends.base import BackendError, LogChunk
 from tfdeclare.backends.local import machine, ports
 from tfdeclare.backends.local.config import LocalRuntime
-from tfdeclare.backends.local.docker_driver import DockerDriver
+from tfdeclare.backends.local.docker_driver import DEFAULT_PULL_TIMEOUT_S, DockerDriver
 from tfdeclare.backends.local.docker_runtime import owner_of
 from tfdeclare.backends.local.drivers import Chore, Driver, Seen, TaskFolder, read_log_file
 from tfdeclare.backends.local.process_driver import ProcessDriver
@@ -255,6 +258,7 @@ class LocalBackend:
         capacity: LocalCapacity | None = None,
         python: str | None = None,
         runtime: LocalRuntime = LocalRuntime.AUTO,
+        pull_timeout_s: float = DEFAULT_PULL_TIMEOUT_S,
     ) -> None:
         self.root = state_dir / "local"
         self.tasks_dir = self.root / "tasks"
@@ -276,7 +280,9 @@ class LocalBackend:
         started: dict[str, float] = {}  # tasks this controller started: monotonic time
         self.drivers: dict[TaskRuntime, Driver] = {
             TaskRuntime.PROCESS: ProcessDriver(self.python, started),
-            TaskRuntime.DOCKER: DockerDriver(owner_of(self.root), started, self.root.parent),
+            TaskRuntime.DOCKER: DockerDriver(
+                owner_of(self.root), started, self.root.parent, self.python, pull_timeout_s
+            ),
         }
 
     # ---- the task folders -----------------------------------------------------------------

@@ -32,6 +32,7 @@ class LocalConfig:
     port_first: int = 20000
     port_last: int = 29999
     runtime: LocalRuntime = LocalRuntime.AUTO
+    pull_timeout_s: float = 1800.0  # a container task's image is on the engine within this, or it failed
 
 
 def parse_local_config(section: Mapping[str, Any], base_dir: str | None) -> LocalConfig:
@@ -50,4 +51,5 @@ def parse_local_config(section: Mapping[str, Any], base_dir: str | None) -> Loca
         port_first=ports["first"],
         port_last=ports["last"],
         runtime=LocalRuntime(section["runtime"]),
+        pull_timeout_s=float(section.get("pullTimeoutSeconds", 1800.0)),
     )

@@ -2,13 +2,24 @@
 engine (the engine calls are ``docker_runtime.py``'s), recorded in the task's folder like a
 process task.
 
+``start`` only starts each task's launcher (``launcher.py``: a detached process that pulls
+the image, makes and starts the container and writes ``launch.json``), so no pass waits for
+a pull. While a launcher is at work (it holds the task's lock) the task is starting, its
+message the pull's progress (``pull_log.py``: what the launcher wrote since the last look is
+handed on to ``backends/progress.py``, each pull once); a launcher past its
+pull timeout and ``LAUNCHER_SLACK_S`` (it ends itself at its timeout: this one is wedged),
+or asked to stop and past ``KILL_SLACK_S``, is killed by ``tend``. A folder with neither a
+container nor a launcher at work gets a launcher from ``tend`` once per controller (one that
+this controller started and that died without a word has failed); a container made but not
+started (its launcher died in between) is started. This controller's or an earlier one's
+launcher: the same, so a restarted daemon adopts a pull under way.
+
 ``launch.json`` says the container was made (its id, start time, and how long the log was
 then); ``exit.json`` how it ended, written by ``tend`` once a look (``inspect``) saw it
-ended, which then keeps its output in the task's log and removes the container. A folder
-without a container and without ``launch.json`` (the controller died before making it) gets
-its container from the next controller's ``tend``; a container made but not started (it died
-in between) is started. The listing of the owner's containers is made once per pass
-(``begin_pass``).
+ended, which then keeps its output in the task's log and removes the container (or by the
+launcher, when there was no container to make). The listing of the owner's containers is
+made once per pass (``begin_pass``), and again for a task whose launcher made its container
+after it.
 
 Stopping: ``stop`` asks the engine first whether the container is there (an engine that does
 not answer is a ``BackendError`` at once), then has the engine stop it (SIGTERM, the grace
@@ -34,22 +45,23 @@ messages do not come back as read (the log was rotated) starts over from the beg
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
+import signal
+import subprocess
 import threading
 import time
-from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from tfdeclare.backends import progress
 from tfdeclare.backends.base import BackendError, LogChunk, LogOffsetError
 from tfdeclare.backends.local.docker_runtime import (
     KILL_SLACK_S,
     ContainerEnd,
     DockerRuntime,
     EngineError,
-    ImageUnavailable,
     container_name,
 )
 from tfdeclare.backends.local.drivers import (
@@ -60,13 +72,17 @@ from tfdeclare.backends.local.drivers import (
     read_log_file,
     seen_from_end,
 )
+from tfdeclare.backends.local.process_driver import alive, supervisor_holds
+from tfdeclare.backends.local.pull_log import PULL_LOG, LauncherInfo, PullView, pull_log_size
 from tfdeclare.backends.local.record import ContainerSpec, TaskRuntime
 from tfdeclare.core.enums import TaskState
 from tfdeclare.core.run.tasks import TaskLaunch
 from tfdeclare.files import write_atomic
 
-START_TIMEOUT_S = 60.0  # a container this controller asked for less long ago is on its way
-START_THREADS = 32  # containers of one launch made at once
+LAUNCHER_START_S = 30.0  # a launcher started less long ago that holds no lock yet is on its way
+LAUNCHER_SLACK_S = 30.0  # a launcher still there this long past its pull timeout is killed
+DEFAULT_PULL_TIMEOUT_S = 1800.0  # local.pullTimeoutSeconds
+LAUNCHER_GONE = "its launcher exited before its container was made"
 TAIL_FIRST = 256  # a follow read asks the engine for at least this many of its last messages
 SINCE_MARGIN_NS = 100_000_000  # a log read asks from this long before the newest message read
 ENDED = ("exited", "dead")
@@ -127,16 +143,30 @@ class _LogCursor:
 class DockerDriver:
     runtime = TaskRuntime.DOCKER
 
-    def __init__(self, owner: str, started: dict[str, float], state_folder: Path) -> None:
+    def __init__(
+        self,
+        owner: str,
+        started: dict[str, float],
+        state_folder: Path,
+        python: str,
+        pull_timeout_s: float = DEFAULT_PULL_TIMEOUT_S,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.engine = DockerRuntime(owner)
-        self._started = started  # task id -> when this controller asked for it (monotonic)
+        self.python = python
+        self.pull_timeout_s = pull_timeout_s
+        self._clock = clock
+        self._started = started  # task id -> when this controller started its launcher (monotonic)
         self._state_folder = state_folder
         self._listing: dict[str, str] | None = None
+        self._listed_at = 0.0  # when the listing was asked for (monotonic)
         self._ends: dict[str, ContainerEnd] = {}  # an ended container's end (it never changes)
         self._gone: dict[str, float] = {}  # task id -> when its container was first seen missing
         self._stop_failures: dict[str, str] = {}  # task id -> why the engine did not stop it
         self._cursors: dict[str, _LogCursor] = {}
-        self._lock = threading.Lock()  # the failures and cursors, from the stop and log threads
+        self._pulls: dict[str, PullView] = {}  # task id -> its launcher's pull, as read so far
+        self._launching: dict[str, Path] = {}  # task id -> its folder, while a launcher is at work
+        self._lock = threading.Lock()  # the failures, cursors and launching, from other threads
 
     def _name(self, task_id: str) -> str:
         return container_name(self.engine.owner, task_id)
@@ -156,49 +186,58 @@ class DockerDriver:
         return Preparation(dict(launch.env), host_working_dir=False, container=container)
 
     def state_token(self) -> object:
+        """The engine's listing and how far each launcher at work has written its pull."""
+        with self._lock:
+            launching = sorted(self._launching.items())
+        pulls = tuple((task_id, pull_log_size(path)) for task_id, path in launching)
         try:
-            return self.engine.listing()
+            return self.engine.listing(), pulls
         except EngineError:
-            return None
+            return None, pulls
 
     # ---- start ------------------------------------------------------------------------------
 
     def start(self, folders: Iterable[tuple[TaskFolder, int | None]]) -> None:
-        """Make and start the containers side by side, each as soon as its folder is written
-        (the port reservation is not needed: the container binds its port once it runs)."""
-        with ThreadPoolExecutor(START_THREADS) as engine:
-            made = [engine.submit(self._run, folder) for folder, _ in folders]
-        for each in made:
-            each.result()
-
-    def _run(self, folder: TaskFolder) -> None:
-        """Pull its image as its policy says, make and start the task's container and record it
-        in ``launch.json``; an image that cannot be had (a pull the registry refused, a missing
-        one under ``Never``) ends the task without an exit code, with the reason as its
-        message; an engine that refuses (a host path that does not exist) ends it with exit
-        code 127."""
-        self._started[folder.task_id] = time.monotonic()
+        """Start one launcher (``launcher.py``) for the tasks of this launch once their folders
+        are written: it pulls their images, makes and starts their containers side by side and
+        records them, detached, so the pass never waits for a pull (the port reservation is
+        not needed: a container binds its port once it runs)."""
+        batch: list[TaskFolder] = []
         try:
-            container_id = self.engine.run(folder.task)
-        except ImageUnavailable as err:  # it never ran: no exit code, the reason is its end
-            folder.note(str(err))
-            folder.record_end(None, time.time(), str(err), False, containerRemoved=True)
-            return
-        except EngineError as err:
-            folder.note(f"cannot start its container: {err}")
-            try:  # made, perhaps, but not started
-                self.engine.remove(self._name(folder.task_id))
-                removed = True
-            except EngineError:
-                removed = False  # ``destroy`` tries again
-            folder.record_end(127, time.time(), f"cannot start: {err}", False, containerRemoved=removed)
-            return
-        launched = {
-            "container": container_id,
-            "startedAt": time.time(),
-            "logOffset": _size(folder.task.log_path),
-        }
-        write_atomic(folder.path / "launch.json", json.dumps(launched).encode())
+            for folder, _ in folders:
+                batch.append(folder)
+        finally:  # the tasks written so far get their launcher, whatever ``folders`` raised
+            if batch:
+                self._start_launcher(batch).wait()  # it forks the real launcher and exits at once
+
+    def _start_launcher(self, batch: list[TaskFolder]) -> subprocess.Popen[bytes]:
+        try:
+            starter = subprocess.Popen(
+                [
+                    self.python,
+                    "-m",
+                    "tfdeclare.backends.local.launcher",
+                    "--detach",
+                    "--owner",
+                    self.engine.owner,
+                    "--pull-timeout",
+                    f"{self.pull_timeout_s:g}",
+                    *(str(folder.path) for folder in batch),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                close_fds=True,
+            )
+        except OSError as err:
+            names = ", ".join(folder.task_id for folder in batch)
+            raise BackendError(f"cannot start the launcher of {names}: {err}") from err
+        now = time.monotonic()
+        with self._lock:
+            for folder in batch:
+                self._started[folder.task_id] = now
+                self._launching[folder.task_id] = folder.path
+        return starter
 
     # ---- inspect ----------------------------------------------------------------------------
 
@@ -210,6 +249,7 @@ class DockerDriver:
 
     def _state(self, task_id: str) -> str | None:
         if self._listing is None:
+            self._listed_at = time.monotonic()
             try:
                 self._listing = self.engine.listing()
             except EngineError as err:
@@ -217,27 +257,47 @@ class DockerDriver:
         return self._listing.get(self._name(task_id))
 
     def inspect(self, folder: TaskFolder) -> Seen:
-        """From its folder and the engine's listing of the owner's containers (one per pass)."""
+        """From its folder, its launcher (while one is at work) and the engine's listing of the
+        owner's containers (one per pass). Read in that order: a launcher seen gone has written
+        all it will (its container, or its end) before the folder is read."""
         task_id = folder.task_id
+        looked_at = time.monotonic()
+        launcher = self._launcher(folder)
         end_on_record = folder.exit()
         if end_on_record is not None:
+            self._done_launching(task_id)
             return seen_from_end(end_on_record)
-        state = self._state(task_id)
         stop_request = folder.stop_request()
         stopping = stop_request is not None
-        asked = self._started.get(task_id)
-        recent = asked is not None and time.monotonic() - asked < START_TIMEOUT_S
-        if state is None and folder.launch().get("container"):
+        made = bool(folder.launch().get("container"))
+        state = self._state(task_id)
+        if state is None and made and self._listed_at < looked_at:
+            self._listing = None  # made after this pass listed the containers: list again
+            state = self._state(task_id)
+        if launcher is None and (state is not None or made):
+            self._done_launching(task_id)
+        if state is None and made:
             at = self._gone.setdefault(task_id, time.time())
             message = "its container was removed outside tfdeclare"
             return Seen(
                 TaskState.STOPPED if stopping else TaskState.FAILED, None, None, at, message, Chore.RECORD_END
             )
+        if state in (None, "created") and launcher is not None:
+            return self._launching_seen(folder, launcher, stop_request)
         if state in (None, "created") and stopping:
             at = self._gone.setdefault(task_id, time.time())
             return Seen(TaskState.STOPPED, None, None, at, "stopped before it started", Chore.RECORD_END)
-        if state in (None, "created"):
-            return Seen(TaskState.STARTING, chore=None if recent else Chore.START)
+        if state == "created":
+            return Seen(TaskState.STARTING, chore=Chore.START)  # made by a launcher that died then
+        if state is None:
+            asked = self._started.get(task_id)
+            if asked is None:  # left by a controller that stopped before starting its launcher
+                return Seen(TaskState.STARTING, chore=Chore.START)
+            if time.monotonic() - asked < LAUNCHER_START_S:
+                return Seen(TaskState.STARTING, message=self._pull_message(folder))  # on its way
+            self._done_launching(task_id)
+            at = self._gone.setdefault(task_id, time.time())
+            return Seen(TaskState.FAILED, None, None, at, LAUNCHER_GONE, Chore.RECORD_END)
         if state in ENDED:
             end = self._end(task_id)
             seen = seen_from_end(
@@ -260,6 +320,52 @@ class DockerDriver:
         ):
             chore = Chore.KILL  # the engine's own stop did not finish (or failed)
         return Seen(TaskState.STOPPING if stopping else TaskState.RUNNING, started_at=started_at, chore=chore)
+
+    def _launcher(self, folder: TaskFolder) -> LauncherInfo | None:
+        """The task's launcher, while it is at work (it holds the task's lock)."""
+        if not supervisor_holds(folder.path):
+            return None
+        info = LauncherInfo.read(folder.path)
+        if info is None:  # it has the lock and is about to say who it is
+            info = LauncherInfo(0, 0, self._clock(), self.pull_timeout_s)
+        with self._lock:
+            self._launching[folder.task_id] = folder.path
+        return info
+
+    def _launching_seen(
+        self, folder: TaskFolder, launcher: LauncherInfo, stop_request: dict[str, object] | None
+    ) -> Seen:
+        """A task whose launcher is at work: starting, with its pull's progress; past its
+        timeout (or, asked to stop, past the slack) it is killed by ``tend``."""
+        now = self._clock()
+        message = self._pull_message(folder)
+        if stop_request is not None:
+            asked_at = float(stop_request.get("at", now))  # type: ignore[arg-type]
+            late = now > asked_at + KILL_SLACK_S
+            return Seen(TaskState.STOPPING, message=message, chore=Chore.KILL if late else None)
+        late = launcher.overdue(now, LAUNCHER_SLACK_S)
+        return Seen(TaskState.STARTING, message=message, chore=Chore.KILL if late else None)
+
+    def _pull_message(self, folder: TaskFolder) -> str:
+        """Its pull's progress in words; what the launcher wrote since the last look is handed
+        on to whoever shows pulls (what is not an echo of another task's log: each pull once)."""
+        view = self._pulls.get(folder.task_id)
+        if view is None:
+            view = self._pulls[folder.task_id] = PullView(folder.path / PULL_LOG)
+        for event in view.read_new():
+            progress.report(event)
+        return view.summary()
+
+    def _done_launching(self, task_id: str) -> None:
+        """Its launcher's work is over: what is left of its pull is handed on (all of it, for
+        a launch of this controller that ended before a look saw it at work), then dropped."""
+        with self._lock:
+            path = self._launching.pop(task_id, None)
+        view = self._pulls.pop(task_id, None)
+        if view is None and path is not None:
+            view = PullView(path / PULL_LOG)
+        for event in view.read_new() if view is not None else []:
+            progress.report(event)
 
     def _end(self, task_id: str) -> ContainerEnd:
         end = self._ends.get(task_id)
@@ -286,10 +392,12 @@ class DockerDriver:
     def _start_again(self, folder: TaskFolder) -> None:
         name = self._name(folder.task_id)
         if self._state(folder.task_id) == "created":
-            self.engine.start(name)  # made by a controller that died before starting it
+            self.engine.start(name)  # made by a launcher that died before starting it
             return
-        folder.note("this task's container was never made (its controller stopped); making it")
-        self._run(folder)
+        if folder.task_id in self._started:
+            return  # once per controller: a launcher that then dies without a word has failed
+        folder.note("this task's container was never made (its launcher stopped first); launching it")
+        self._start_launcher([folder]).wait()
 
     def _record_end(self, folder: TaskFolder, seen: Seen) -> None:
         """Keep the ended container's output in the log, record its end, remove it (a
@@ -325,6 +433,10 @@ class DockerDriver:
         write_atomic(path, before + output)
 
     def _kill(self, folder: TaskFolder) -> None:
+        launcher = self._launcher(folder)
+        if launcher is not None and not folder.launch().get("container"):
+            self._kill_launcher(folder, launcher)
+            return
         with self._lock:
             failure = self._stop_failures.pop(folder.task_id, None)
         self.engine.kill(self._name(folder.task_id))
@@ -333,9 +445,29 @@ class DockerDriver:
                 f"{folder.task_id}: the Docker engine did not stop its container ({failure}); killed it"
             )
 
+    def _kill_launcher(self, folder: TaskFolder, launcher: LauncherInfo) -> None:
+        """A launcher past its pull timeout (or its stop) and still there: killed (which
+        cancels its pull); past its timeout, the task's end says so."""
+        if alive(launcher.pid, launcher.ticks):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(launcher.pid, signal.SIGKILL)
+        if folder.stop_request() is not None or folder.ended_on_record():
+            return  # the next look records it stopped
+        assert folder.task.container is not None
+        message = (
+            f"cannot pull image {folder.task.container.image}: not done within "
+            f"{launcher.pull_timeout_s:g} s (local.pullTimeoutSeconds); its launcher did not end, killed"
+        )
+        folder.note(message)
+        folder.record_end(None, self._clock(), message, False, containerRemoved=True)
+
     # ---- stop, destroy, logs ----------------------------------------------------------------
 
     def stop(self, folder: TaskFolder, grace_s: float) -> None:
+        launcher = self._launcher(folder)
+        if launcher is not None and alive(launcher.pid, launcher.ticks):
+            with contextlib.suppress(ProcessLookupError):  # it polls stop.json: this wakes it sooner
+                os.kill(launcher.pid, signal.SIGTERM)
         name = self._name(folder.task_id)
         try:
             state = self.engine.status(name)
@@ -364,6 +496,7 @@ class DockerDriver:
         self._forget(folder.task_id)
 
     def _forget(self, task_id: str) -> None:
+        self._done_launching(task_id)
         self._ends.pop(task_id, None)
         self._gone.pop(task_id, None)
         with self._lock:

@@ -24,9 +24,11 @@ Images (``ensure_image``) are pulled before the container is made as the task's
 ``imagePullPolicy`` says, like the kubelet: ``IfNotPresent`` when the engine lacks it,
 ``Always`` every launch, ``Never`` not at all (a missing image is then the task's error). The
 SDK sends the credentials of the client's config (``~/.docker/config.json`` or
-``DOCKER_CONFIG``, credential helpers included) for the image's registry. Tasks of one launch
-that need the same image wait for one pull; its progress goes to ``backends/progress.py``. A
-pull that fails ends the task with the registry's reason.
+``DOCKER_CONFIG``, credential helpers included) for the image's registry. Callers of one
+process that need the same image wait for one pull; its progress goes to
+``backends/progress.py``. A pull that fails ends the task with the registry's reason. The
+calls run in each task's launcher (``launcher.py``), never in a reconcile pass; the engine
+joins the pulls of one image by several launchers (one download of each layer).
 """
 
 from __future__ import annotations
@@ -371,13 +373,17 @@ class DockerRuntime:
         return {c["Names"][0].lstrip("/"): c["State"] for c in found if c.get("Names")}
 
     def run(self, task: LocalTask) -> str:
-        """Pull the task's image as its policy says, create and start its container (a
-        container of that name already there is started if it has not been); its id."""
+        """Pull the task's image as its policy says, create and start its container; its id."""
+        assert task.container is not None
+        self.ensure_image(task.container.image, task.container.image_pull_policy, task.job)
+        return self.make(task)
+
+    def make(self, task: LocalTask) -> str:
+        """Create and start the task's container, its image on the engine (a container of
+        that name already there is started if it has not been); its id."""
         import docker.errors
 
-        assert task.container is not None
         name = container_name(self.owner, task.task_id)
-        self.ensure_image(task.container.image, task.container.image_pull_policy, task.job)
         try:
             try:
                 container = self.client.containers.create(**container_options(task, self.owner))

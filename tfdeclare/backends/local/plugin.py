@@ -213,7 +213,7 @@ def build(state_dir: Path, config: LocalConfig) -> Backend:
     capacity = LocalCapacity.detect(
         config.cpus, config.mem_mib, config.gpus, config.port_first, config.port_last
     )
-    return LocalBackend(state_dir, capacity, runtime=config.runtime)
+    return LocalBackend(state_dir, capacity, runtime=config.runtime, pull_timeout_s=config.pull_timeout_s)
 
 
 PLUGIN = BackendPlugin(
