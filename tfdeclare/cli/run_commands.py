@@ -35,7 +35,7 @@ from tfdeclare.cli.common import (
     stdout_write,
 )
 from tfdeclare.cli.output import document_text, is_document
-from tfdeclare.cli.specs_commands import PLAN_KIND
+from tfdeclare.cli.specs_commands import PLAN_KIND, plan_options
 from tfdeclare.cli.validate_command import load_desired
 from tfdeclare.cli.wiring import controller_for, locked
 from tfdeclare.controller import Controller
@@ -49,14 +49,14 @@ from tfdeclare.core.plan.claims import (
     shown,
 )
 from tfdeclare.core.plan.desired import DesiredState
-from tfdeclare.core.plan.planner import Action, Plan, PlanOptions, plan
+from tfdeclare.core.plan.planner import Action, Plan, plan
 from tfdeclare.core.plan.problems import Problem, held_by, merged, standing
 from tfdeclare.core.plan.render import plan_json, render_text
 from tfdeclare.core.run.record import JobRecord
 from tfdeclare.core.tone import PHASE_TONES, Painter, Tone, plain
 from tfdeclare.shell import problems as problems_file
 from tfdeclare.shell.lock import ControllerLock
-from tfdeclare.shell.sources import prune_scope, spec_sources
+from tfdeclare.shell.sources import spec_sources
 from tfdeclare.shell.statuswriter import StatusWriter
 from tfdeclare.shell.store import StateError, StateStore
 
@@ -139,13 +139,7 @@ def replan_saved(path: str, settings: Settings, store: StateStore) -> tuple[Plan
             f"nothing applied from {path}: the files it was made from say otherwise now (see above); "
             "run `tfdeclare plan` again"
         )
-    options = PlanOptions(
-        prune=saved.prune,
-        allow_empty=saved.allow_empty,
-        backend=settings.backend,
-        quotas=settings.config.policy.quotas,
-        scope=prune_scope(list(saved.paths)),
-    )
+    options = plan_options(settings, saved.paths, prune=saved.prune, allow_empty=saved.allow_empty)
     try:
         current = plan(desired, store.observed(), options)
     except StateError as err:
@@ -279,13 +273,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
                 result = plan(
                     desired,
                     store.observed(),
-                    PlanOptions(
-                        prune=args.prune,
-                        allow_empty=args.allow_empty,
-                        backend=settings.backend,
-                        quotas=settings.config.policy.quotas,
-                        scope=prune_scope(args.paths),
-                    ),
+                    plan_options(settings, args.paths, prune=args.prune, allow_empty=args.allow_empty),
                 )
             except StateError as err:
                 raise UserError(str(err)) from err

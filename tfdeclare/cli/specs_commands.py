@@ -7,6 +7,7 @@ import json
 import platform
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,19 @@ from tfdeclare.files import write_atomic
 from tfdeclare.shell.sources import prune_scope
 from tfdeclare.shell.store import StateError, StateStore
 
-__all__ = ["PLAN_KIND", "cmd_plan", "cmd_schema", "cmd_version", "compute_plan", "saved_plan"]
+__all__ = ["PLAN_KIND", "cmd_plan", "cmd_schema", "cmd_version", "compute_plan", "plan_options", "saved_plan"]
+
+
+def plan_options(settings: Settings, paths: Sequence[str], *, prune: bool, allow_empty: bool) -> PlanOptions:
+    """The options of a plan of ``paths`` (plan, apply, a saved plan's re-plan): the backend and
+    quotas of ``settings``, and a prune that reaches only jobs last applied from ``paths``."""
+    return PlanOptions(
+        prune=prune,
+        allow_empty=allow_empty,
+        backend=settings.backend,
+        quotas=settings.config.policy.quotas,
+        scope=prune_scope(paths),
+    )
 
 
 def compute_plan(paths: list[str], settings: Settings, options: PlanOptions) -> tuple[Plan, DesiredState]:
@@ -81,13 +94,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             f"not saving {args.out}: `apply PLANFILE` reads the specs again from the paths of the "
             "plan, and standard input (`-`) cannot be read again; save the spec to a file and plan that"
         )
-    options = PlanOptions(
-        prune=args.prune,
-        allow_empty=args.allow_empty,
-        backend=settings.backend,
-        quotas=settings.config.policy.quotas,
-        scope=prune_scope(args.paths),
-    )
+    options = plan_options(settings, args.paths, prune=args.prune, allow_empty=args.allow_empty)
     result, desired = compute_plan(args.paths, settings, options)
     elsewhere.check(settings, result, applying=False)
     print_diagnostics(result.diagnostics, args.output)
