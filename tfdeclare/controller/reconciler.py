@@ -10,6 +10,15 @@ A job belongs to the backend that runs it (its record says which): a pass reconc
 record against its own backend, and a job moving to another one first has its tasks on the old
 one stopped, so two copies never run. One job's failure to write its record or status is
 reported and retried; it never stops the other jobs.
+
+Jobs are looked at in priority order (``spec.priority``, higher first, then by name), so a
+higher-priority job is placed first. One that cannot be placed, where its backend says what it
+lacks (``Unplaced.short``), preempts running jobs of lower priority on that backend
+(``core.run.preemption`` chooses them; ``lifecycle.suspend`` marks them Suspended/Preempted and
+their own step, later in the same pass, stops their tasks with their grace period). A
+preempted job asks to be placed again whenever nothing of it runs, but not while a job of
+higher priority on its backend waits for room in that pass, so it never takes back what it
+was preempted for.
 """
 
 from __future__ import annotations
@@ -26,15 +35,16 @@ from typing import Any
 from tfdeclare.backends.base import Backend, BackendError
 from tfdeclare.core.enums import Phase, Reason, TaskState
 from tfdeclare.core.plan.planner import Action, Plan, PlanReason
-from tfdeclare.core.run import lifecycle, status
+from tfdeclare.core.run import lifecycle, preemption, status
 from tfdeclare.core.run.clusterspec import TaskConfig
 from tfdeclare.core.run.launches import gang_request, launches, placed
 from tfdeclare.core.run.lifecycle import Backoff
 from tfdeclare.core.run.record import JobRecord, Revision, TaskRecord
-from tfdeclare.core.run.tasks import ObservedTask, Placement, TaskKey, Unplaced
+from tfdeclare.core.run.tasks import ObservedTask, Placement, TaskKey, Unplaced, UnplacedReason
 from tfdeclare.core.spec.keys import ORDER
 from tfdeclare.core.spec.loader import SourceRef
 from tfdeclare.core.spec.model import fingerprint
+from tfdeclare.core.spec.resources import ZERO, Resources
 from tfdeclare.shell.statuswriter import StatusWriter
 from tfdeclare.shell.store import StateStore
 
@@ -54,6 +64,7 @@ class _SeenTasks:
     def __init__(self, backend: Callable[[str], Backend], errors: list[str]) -> None:
         self._backend = backend
         self._by_backend: dict[str, dict[str, list[ObservedTask]]] = {}
+        self._all: dict[str, dict[str, list[ObservedTask]]] = {}  # as observed, nothing taken
         self._failed: dict[str, BackendError] = {}
         self._errors = errors  # the pass's: what a backend's upkeep could not do
 
@@ -75,13 +86,35 @@ class _SeenTasks:
                 self._failed[backend_name] = err
                 raise
             self._by_backend[backend_name] = by_job
+            self._all[backend_name] = dict(by_job)
         return self._by_backend[backend_name]
+
+    def all_of(self, backend_name: str) -> Mapping[str, list[ObservedTask]]:
+        """Every job's tasks there as observed this pass, those already taken included."""
+        self.of(backend_name)
+        return self._all[backend_name]
 
     def take(self, backend_name: str, job: str) -> list[ObservedTask]:
         return self.of(backend_name).pop(job, [])
 
     def left(self) -> list[tuple[str, dict[str, list[ObservedTask]]]]:
         return sorted(self._by_backend.items())
+
+
+def priority(record: JobRecord) -> int:
+    """``spec.priority`` from the canonical form (cheap: no typed spec is built)."""
+    return int(record.canonical["spec"].get("priority", 0))
+
+
+@dataclass(slots=True)
+class _Pass:
+    """What a pass shares between its jobs: every record as it stands now (a preempted
+    job's is replaced when it is marked), the tasks observed, and per backend the highest
+    priority of a job that waits for room (a preempted job does not take room before it)."""
+
+    seen: _SeenTasks
+    records: dict[str, JobRecord]
+    waiting: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -154,6 +187,7 @@ class Controller:
         # identity hashes its whole cluster, so a pass over a running 10,000-task job hashed
         # about 2 GB when every identity was worked out again).
         self._desired: dict[str, Mapping[TaskKey, TaskConfig]] = {}
+        self._pass: _Pass | None = None  # during a pass
 
     def _backend(self, name: str) -> Backend:
         if name == self.backend.name:
@@ -310,9 +344,11 @@ class Controller:
         now = self.clock()
         seen = _SeenTasks(self._backend, result.errors)
         seen.of(self.backend.name)  # its orphans are stopped even when no record names it
-        for name, stored in sorted(self.store.records().items()):
+        records = dict(self.store.records())
+        self._pass = _Pass(seen, records)
+        for name in sorted(records, key=lambda n: (-priority(records[n]), n)):
             try:
-                record = stored
+                record = records[name]  # a job preempted earlier in this pass: its new record
                 if record.moving_from is not None:
                     moved = self._move_out(record, seen.take(record.moving_from, name), now, result)
                     if moved is None:
@@ -327,6 +363,7 @@ class Controller:
                 self._seen.pop(name, None)  # look at it again next pass
                 result.errors.append(f"{name}: cannot write {_failed_write(err)}; retrying next pass")
                 result.wake(now + 5.0)
+        self._pass = None
         for name, why in sorted(self.store.unreadable.items()):
             result.errors.append(f"{name}: its record cannot be read, so it is left alone: {why}")
         for backend_name, by_job in seen.left():
@@ -435,15 +472,33 @@ class Controller:
     def _launch(
         self, backend: Backend, record: JobRecord, keys: tuple[TaskKey, ...], now: float, result: PassResult
     ) -> tuple[JobRecord, list[TaskRecord]]:
+        mine = priority(record)
+        pass_ = self._pass
+        first = pass_.waiting.get(backend.name) if pass_ is not None else None
+        if record.suspension is not None and first is not None and first > mine:
+            result.wake(now + 2.0)  # preempted: a job of higher priority waits for room first
+            return record, []
         request = gang_request(record, keys)
         answer = backend.place(request)
         if isinstance(answer, Unplaced):
+            result.wake(now + 2.0)
+            if answer.reason is not UnplacedReason.WAITING_FOR_ADDRESS and pass_ is not None:
+                pass_.waiting[backend.name] = max(mine, pass_.waiting.get(backend.name, mine))
+            said = ""
+            if answer.short is not None and not all(slot.pinned for slot in request.slots):
+                said = self._preempt(record, backend, answer.short, now, result)
+            if record.suspension is not None:  # preempted: it waits as it is, for room
+                return record, []
             phase = Phase.RESTARTING if record.phase is Phase.RESTARTING else Phase.PENDING
             if all(slot.pinned for slot in request.slots):  # restarting alone: the rest still run
                 phase = record.phase
-            result.wake(now + 2.0)
-            return record.evolve(phase=phase, reason=Reason(answer.reason), message=answer.message), []
+            message = f"{answer.message}; {said}" if said else answer.message
+            return record.evolve(phase=phase, reason=Reason(answer.reason), message=message), []
         placement: Placement = answer
+        if record.suspension is not None:  # a preempted job placed again
+            record = lifecycle.resumed(record, now)
+            result.events.append(f"{record.name}: {record.message}")
+            log.info("%s: %s", record.name, record.message)
         ready = placed(record, placement).evolve(
             start_time=record.start_time or now,
             reason=Reason.TASKS_STARTING,
@@ -465,6 +520,59 @@ class Controller:
             for t in to_launch
         ]
         return ready, started
+
+    def _preempt(
+        self, record: JobRecord, backend: Backend, short: Resources, now: float, result: PassResult
+    ) -> str:
+        """Preempt the lower-priority jobs on ``backend`` that free ``short`` for ``record``
+        losing the least work (``preemption.choose``); what it did, in words for the
+        waiting job's message ("" when nothing of lower priority would help)."""
+        pass_ = self._pass
+        if pass_ is None:
+            return ""
+        mine = priority(record)
+        tasks = pass_.seen.all_of(backend.name)
+        candidates: list[preemption.Candidate] = []
+        coming, stopping = ZERO, 0
+        for name, other in pass_.records.items():
+            if name == record.name or other.backend != backend.name or other.moving_from is not None:
+                continue
+            alive = [t for t in tasks.get(name, ()) if t.state.alive]
+            if not alive:
+                continue
+            held = ZERO
+            for task in alive:
+                held = held + task.resources
+            if other.suspension is not None or other.deleting or other.phase.terminal:
+                coming, stopping = coming + held, stopping + len(alive)  # on its way back
+                continue
+            started = min((t.started_at for t in alive if t.started_at is not None), default=now)
+            candidates.append(preemption.Candidate(name, priority(other), held, len(alive), started))
+        choice = preemption.choose(short, mine, candidates, now, coming)
+        if choice.covered:
+            return f"waiting for {stopping} task(s) of suspended or preempted jobs to stop"
+        if not choice.victims:
+            return ""
+        for victim in choice.victims:
+            why = f"priority {mine} > {victim.priority}"
+            marked = lifecycle.suspend(
+                pass_.records[victim.job],
+                Reason.PREEMPTED,
+                now,
+                by=record.name,
+                message=why,
+                tasks=victim.tasks,
+            )
+            self.store.save(marked)  # write-ahead: its own step, later this pass, stops its tasks
+            pass_.records[victim.job] = marked
+            event = (
+                f"{victim.job}: preempted by {record.name} ({why}): stopping {victim.tasks} task(s), "
+                f"{victim.work_at_risk(now):.0f} task-seconds of work at risk"
+            )
+            result.events.append(event)
+            log.info("%s", event)
+        names = ", ".join(v.job for v in choice.victims)
+        return f"preempting {names} (lower priority): waiting for their tasks to stop"
 
     def _stop_orphans(
         self, backend: Backend, job: str, tasks: list[ObservedTask], result: PassResult

@@ -7,7 +7,10 @@ Per job exactly one action, each with the reasons that make it:
   activeDeadlineSeconds, restartPolicy and restartScope (also a role's),
   terminationGracePeriodSeconds, successPolicy, ttlSecondsAfterFinished, evaluatorGraceSeconds,
   imagePullPolicy (also a role's): it says how the next launch gets the image, and a running
-  task keeps the one it has, so it is not part of a task's config hash either);
+  task keeps the one it has, so it is not part of a task's config hash either; priority;
+  suspend: a job suspended or resumed is an update too (reason ``Suspends`` / ``Resumes``,
+  saying what stops), whatever else changed with it, since its tasks stop or start anyway and
+  the next launch runs the new spec);
 - ``± resize``  — replica counts changed (a role appeared or went): the TF cluster spec is
   static, so every running task whose view of the cluster changes restarts; adding or
   removing the evaluator touches nothing else;
@@ -114,6 +117,9 @@ class PlanReason(StrEnum):
     NOT_SETTLED = "NotSettled"
     TENSORBOARD_CHANGED = "TensorBoardChanged"
     OUTSIDE_SCOPE = "OutsideScope"  # last applied from a file outside the paths given (``scope``)
+    SUSPENDS = "Suspends"  # spec.suspend became true: its tasks stop the graceful way
+    RESUMES = "Resumes"  # spec.suspend became false: its tasks start again
+    CREATED_SUSPENDED = "CreatedSuspended"  # a new job with spec.suspend true: it starts nothing
 
 
 _NOT_SYNCED = {
@@ -143,6 +149,8 @@ _IN_PLACE_FIELDS = frozenset(
         ("spec", "evaluatorGraceSeconds"),
         ("spec", "imagePullPolicy"),
         ("spec", "restartScope"),
+        ("spec", "priority"),  # the queue's order and whom it may preempt: no running task changes
+        ("spec", "suspend"),  # stops or starts the job's tasks, never changes what they run
     }
 )
 _IN_PLACE_ROLE_FIELDS = frozenset({"restartPolicy", "restartScope", "imagePullPolicy"})
@@ -392,6 +400,15 @@ _SCOPED = (Action.CREATE, Action.UPDATE, Action.RESIZE, Action.RESTART)
 def _action_of_present(loaded: LoadedJob, observed: ObservedJob | None) -> JobPlan:
     name, source, desired_canonical = loaded.name, loaded.source, loaded.canonical
     if observed is None:
+        if desired_canonical["spec"].get("suspend"):
+            return JobPlan(
+                name,
+                Action.CREATE,
+                (PlanReason.NEW_JOB, PlanReason.CREATED_SUSPENDED),
+                "new job, suspended (spec.suspend): it starts nothing until suspend is false",
+                source=source,
+                spec_hash=loaded.spec_hash,
+            )
         return JobPlan(
             name,
             Action.CREATE,
@@ -423,6 +440,10 @@ def _action_of_present(loaded: LoadedJob, observed: ObservedJob | None) -> JobPl
     effects = {c.effect for c in changes}
     if not changes:  # a different hash for the same spec: only after a change of the hashing
         return _unchanged(loaded, observed)
+    if not observed.phase.terminal:
+        suspension = _suspension(observed, desired_spec, changes, common)
+        if suspension is not None:
+            return replace(suspension, name=name)
     if effects == {Effect.IN_PLACE}:
         return JobPlan(
             name,
@@ -489,6 +510,39 @@ def _action_of_present(loaded: LoadedJob, observed: ObservedJob | None) -> JobPl
         stop=stop,
         **common,
     )
+
+
+def _suspension(
+    observed: ObservedJob, desired: JobSpec, changes: tuple[FieldChange, ...], common: Mapping[str, Any]
+) -> JobPlan | None:
+    """A job suspended, resumed, or changed while it stays suspended: an update in place,
+    whatever else changed (its tasks stop or start anyway, and its next launch runs the new
+    spec). None when neither side is suspended."""
+    before = bool(observed.canonical["spec"].get("suspend"))
+    if not before and not desired.suspend:
+        return None
+    others = [c for c in changes if c.path != ("spec", "suspend")]
+    later = "; its other changes apply when it resumes" if others and desired.suspend else ""
+    if desired.suspend and not before:
+        running = len(observed.running)
+        message = (
+            f"suspends: stops {running} task(s) after a {desired.grace_period_s:g} s grace{later}"
+            if running
+            else f"suspends: nothing of it runs now, nothing starts{later}"
+        )
+        reasons: tuple[PlanReason, ...] = (PlanReason.SUSPENDS,)
+        start: tuple[TaskKey, ...] = ()
+        stop = observed.running
+    elif before and not desired.suspend:
+        start = desired.task_keys()
+        message = f"resumes: starts its {len(start)} task(s) again"
+        reasons, stop = (PlanReason.RESUMES,), ()
+    else:
+        message = "suspended: its changes apply when it resumes"
+        reasons, start, stop = (PlanReason.IN_PLACE_CHANGE,), (), ()
+    # Nothing restarts for them: its tasks stop (or start) for the suspension anyway.
+    in_place = tuple(replace(c, effect=Effect.IN_PLACE) for c in changes)
+    return JobPlan("", Action.UPDATE, reasons, message, changes=in_place, start=start, stop=stop, **common)
 
 
 def _count(value: Any) -> int:

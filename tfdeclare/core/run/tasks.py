@@ -119,6 +119,9 @@ class UnplacedReason(StrEnum):
 class Unplaced:
     reason: UnplacedReason
     message: str
+    # What the gang lacks beyond what is free now, where the backend can say (the local
+    # machine): the controller may preempt lower-priority jobs for it. None: not known.
+    short: Resources | None = None
 
 
 @dataclass(frozen=True, slots=True)
