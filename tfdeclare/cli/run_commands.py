@@ -226,6 +226,10 @@ def _finished(records: dict[str, JobRecord], wait: bool, *, patient: bool = Fals
             if wait and any(t.state.alive for t in record.tasks):
                 return False  # done, but still stopping what ran beside the chief
             continue
+        if record.phase is Phase.SUSPENDED:  # its stops are asked for; a preempted one runs again
+            if wait and (record.reason is Reason.PREEMPTED or any(t.state.alive for t in record.tasks)):
+                return False
+            continue
         if wait:
             if record.reason is not Reason.UNSCHEDULABLE:
                 return False

@@ -440,7 +440,11 @@ class Controller:
             return  # the same record and tasks as last pass, all written: nothing to do
         shown = {
             t.key: t
-            for t in status.task_records(tasks if updated.deleting else self._current(decided.desired, tasks))
+            for t in status.task_records(
+                tasks  # being deleted or suspended: what of it is still there, until it has stopped
+                if updated.deleting or updated.suspension is not None
+                else self._current(decided.desired, tasks)
+            )
         }
         if decided.launch:
             updated, launched = self._launch(backend, updated, decided.launch, now, result)
