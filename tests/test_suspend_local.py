@@ -95,7 +95,9 @@ def test_suspend_from_the_file_stops_gracefully_and_resume_reuses_the_ports(proj
     assert refreshed(project, "bert")["phase"] == "Suspended", "nothing relaunches a suspended job"
     assert len(outputs(project, "bert")) == 2
     text = cli("status", "bert", cwd=project).stdout
-    assert "Suspended" in text, text
+    assert "bert: Suspended" in text and "preemptions 0, suspensions 1 (not counted as restarts)" in text, (
+        text
+    )
 
     spec_file.write_text(job("bert", 2, "term"))
     plan = cli("plan", "specs", cwd=project)
@@ -159,6 +161,9 @@ def test_a_high_priority_job_preempts_a_low_one_which_resumes_when_it_is_done(pr
     assert low["suspension"] is None
     assert [(h["reason"], h["preemptedBy"]) for h in low["suspensionHistory"]] == [("Preempted", "high")]  # type: ignore[union-attr,index]
     assert status_of(project, "high")["preemptions"] == 0
+    text = cli("status", "low", cwd=project).stdout
+    assert "restarts 0" in text and "preemptions 1, suspensions 0" in text, text
+    assert "preempted by high at" in text and "priority 10 > 0" in text, text
 
 
 def test_never_preempts_a_job_of_the_same_priority(project: Path) -> None:

@@ -41,6 +41,8 @@ class Metrics:
         self.jobs_by_phase: Mapping[str, int] = {}
         self.tasks_by_state: Mapping[str, int] = {}
         self.restarts: Mapping[str, int] = {}
+        self.preemptions: Mapping[str, int] = {}  # per job, apart from restarts
+        self.suspensions: Mapping[str, int] = {}
         self.applied_revision: str | None = None
         self.attempted_revision: str | None = None
         self.webhook_results: Counter[str] = Counter()  # WebhookResult value -> deliveries
@@ -60,11 +62,20 @@ class Metrics:
             self.stopped += stopped
             self.pass_errors += errors
 
-    def set_jobs(self, phases: Mapping[str, str], tasks: Counter[str], restarts: Mapping[str, int]) -> None:
+    def set_jobs(
+        self,
+        phases: Mapping[str, str],
+        tasks: Counter[str],
+        restarts: Mapping[str, int],
+        preemptions: Mapping[str, int] | None = None,
+        suspensions: Mapping[str, int] | None = None,
+    ) -> None:
         with self._lock:
             self.jobs_by_phase = Counter(phases.values())
             self.tasks_by_state = dict(tasks)
             self.restarts = dict(restarts)
+            self.preemptions = dict(preemptions or {})
+            self.suspensions = dict(suspensions or {})
 
     def count_webhook(self, result: str) -> None:
         with self._lock:
@@ -118,6 +129,20 @@ class Metrics:
             "Restarts after failures, per job.",
             "job",
             self.restarts,
+        )
+        yield _labelled(
+            GaugeMetricFamily,
+            "tfdeclare_job_preemptions",
+            "Times a job of higher priority stopped the job (not counted as restarts), per job.",
+            "job",
+            self.preemptions,
+        )
+        yield _labelled(
+            GaugeMetricFamily,
+            "tfdeclare_job_suspensions",
+            "Times spec.suspend stopped the job (not counted as restarts), per job.",
+            "job",
+            self.suspensions,
         )
         revisions = GaugeMetricFamily(
             "tfdeclare_revision_info",

@@ -62,6 +62,7 @@ class GangRequest:
     slots: tuple[SlotRequest, ...]
     strategy: PlacementStrategy = PlacementStrategy.PACK
     constraints: tuple[AttributeConstraint, ...] = ()
+    priority: int = 0  # ``spec.priority``: a queue of waiting gangs serves higher first
 
     @property
     def total(self) -> Resources:
