@@ -157,3 +157,45 @@ def test_record_round_trips_its_suspension() -> None:
     record = suspend(record_for(MWMS), Reason.PREEMPTED, T0, by="urgent", tasks=2)
     again = JobRecord.from_json(record.to_json())
     assert again == record
+
+
+def _loaded(text: str):  # type: ignore[no-untyped-def]
+    result = load_file("specs/a.yaml", text.encode())
+    assert not result.diagnostics, [d.format() for d in result.diagnostics]
+    return result.jobs[0]
+
+
+A = "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: a}\nspec: {command: [t], %sreplicas: {worker: {count: 2}}}\n"
+
+
+def test_a_suspension_waits_for_the_files_to_settle_and_a_resume_does_not() -> None:
+    from tfdeclare.core.enums import Role
+    from tfdeclare.core.plan.desired import DesiredState
+    from tfdeclare.core.plan.observed import ObservedJob
+    from tfdeclare.core.plan.planner import Action, PlanOptions, PlanReason, Sighting, plan
+    from tfdeclare.core.run.tasks import TaskKey
+
+    running, suspended = _loaded(A % ""), _loaded(A % "suspend: true, ")
+    workers = (TaskKey(Role.WORKER, 0), TaskKey(Role.WORKER, 1))
+
+    def planned(applied, wanted, phase, now, seen=None):  # type: ignore[no-untyped-def]
+        observed = {"a": ObservedJob("a", applied.canonical, applied.spec_hash, phase, None, workers)}
+        desired = DesiredState({"a": wanted}, (), {}, frozenset(), ("specs/a.yaml",))
+        return plan(desired, observed, PlanOptions(settle_s=3.0), now=now, sightings=seen)
+
+    first = planned(running, suspended, Phase.RUNNING, 100.0)
+    job = first.job("a")
+    assert job.action is Action.KEEP and job.reasons == (PlanReason.NOT_SETTLED,)
+    assert "it is suspended once the files have stayed so for 3 s" in job.message
+    later = planned(running, suspended, Phase.RUNNING, 103.5, {"a": Sighting(suspended.spec_hash, 100.0)})
+    assert later.job("a").action is Action.UPDATE and later.job("a").reasons == (PlanReason.SUSPENDS,)
+    back = planned(suspended, running, Phase.SUSPENDED, 200.0)
+    assert back.job("a").action is Action.UPDATE and back.job("a").reasons == (PlanReason.RESUMES,)
+
+
+def test_active_deadline_counts_from_the_resumption() -> None:
+    record = with_suspend(record_for(MWMS, "  activeDeadlineSeconds: 100\n", phase=Phase.RUNNING), True)
+    suspended = step(record, [], T0 + 50, BACKOFF).record
+    back = step(with_suspend(suspended, False), [], T0 + 500, BACKOFF)
+    assert back.record.phase is Phase.PENDING and back.record.start_time is None
+    assert [k.name for k in back.launch] == ["worker-0", "worker-1"]  # not DeadlineExceeded

@@ -757,6 +757,14 @@ def _replan(
 _SETTLED = {Action.RESIZE: "resized", Action.RESTART: "restarted", Action.DELETE: "deleted"}
 
 
+def _settles(job: JobPlan) -> str | None:
+    """What the change does, in words, when it must wait for the files to settle (it stops
+    or restarts tasks: a suspension too); None when it is made at once."""
+    if PlanReason.SUSPENDS in job.reasons:
+        return "suspended"
+    return _SETTLED.get(job.action)
+
+
 class _Settling:
     """The settle rule over one plan: holds back changes that stop or restart tasks until the
     files have said them for long enough, and remembers when each was first seen."""
@@ -767,7 +775,8 @@ class _Settling:
         self.wake_at: float | None = None
 
     def hold(self, job: JobPlan, spec_hash: str | None) -> JobPlan:
-        if self.seconds <= 0 or job.action not in _SETTLED:
+        done = _settles(job)
+        if self.seconds <= 0 or done is None:
             return job
         before = self.seen.get(job.name)
         sighting = before if before and before.spec_hash == spec_hash else Sighting(spec_hash, self.now)
@@ -781,7 +790,7 @@ class _Settling:
             job,
             action=Action.KEEP,
             reasons=(PlanReason.NOT_SETTLED,),
-            message=f"{what} less than {self.seconds:g} s ago: it is {_SETTLED[job.action]} "
+            message=f"{what} less than {self.seconds:g} s ago: it is {done} "
             f"once the files have stayed so for {self.seconds:g} s",
             restart=(),
             start=(),
@@ -866,6 +875,6 @@ def _replan_patch(
     now_last = _replan(last, desired, changed, cache, prune_all)
     made = now_last.plan
     jobs = (now_last.get(n) for n in changed)
-    if options.settle_s > 0 and any(job.action in _SETTLED for job in jobs if job is not None):
+    if options.settle_s > 0 and any(_settles(job) for job in jobs if job is not None):
         return None  # the settle rule holds it back: the full plan does that
     return made

@@ -238,12 +238,15 @@ def suspend(
 
 def resumed(record: JobRecord, now: float) -> JobRecord:
     """The record of a suspended or preempted job that may run again (``spec.suspend`` false,
-    or the controller placed it): its suspension goes to the history, the phase to Pending."""
+    or the controller placed it): its suspension goes to the history, the phase to Pending,
+    and its start time is reset (its next launch sets it), so ``activeDeadlineSeconds``
+    counts from the resumption, as a Kubernetes Job's does."""
     hold = record.suspension
     if hold is None:
         return record
     ended = replace(hold, resumed_at=now)
-    return record.evolve(
+    return record.evolve(  # start time reset, as Kubernetes does: activeDeadlineSeconds counts anew
+        start_time=None,
         suspension=None,
         suspension_history=(*record.suspension_history, ended)[-SUSPENSION_HISTORY:],
         phase=Phase.PENDING,
