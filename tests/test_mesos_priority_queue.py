@@ -67,3 +67,14 @@ def test_what_the_high_priority_head_needs_is_withheld_from_an_earlier_low_job()
     assert not isinstance(low.fit, GangFit), "the head's 3 cpus are withheld: 1 is left for low"
     high = place_in_line(queue["high"], queue, [agent], 11.0, 300.0, PlacementOptions())
     assert isinstance(high.fit, GangFit)
+
+
+def test_the_shortfall_is_what_the_held_offers_lack_in_total() -> None:
+    from tfdeclare.backends.mesos.queueing import shortfall
+
+    one = AgentOffer("a1", "a1.example", 1.0, 1024, 0, ((31000, 31010),))
+    two = AgentOffer("a2", "a2.example", 1.5, 512, 1, ((31000, 31010),))
+    assert shortfall(gang("g", cpus=4), [one, two]) == Resources(1.5, 0, 0)
+    assert shortfall(gang("g", cpus=2), [one, two]) is None  # enough in all: only the spread keeps it out
+    gpus = GangRequest("g", 0, (SlotRequest(TaskKey(Role.WORKER, 0), Resources(1, 2048, 2)),))
+    assert shortfall(gpus, [one, two]) == Resources(0.0, 512, 1)

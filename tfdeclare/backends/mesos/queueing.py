@@ -30,6 +30,7 @@ from tfdeclare.backends.mesos.placement import (
     place_gang,
 )
 from tfdeclare.core.run.tasks import GangRequest
+from tfdeclare.core.spec.resources import Resources
 
 
 @dataclass(slots=True)
@@ -84,6 +85,22 @@ def head_of(
                 return None
         return job, waiting
     return None
+
+
+def shortfall(request: GangRequest, offers: Iterable[AgentOffer]) -> Resources | None:
+    """What the gang lacks beyond everything the held ``offers`` hold together (what the
+    controller may preempt lower-priority jobs of ours for); None when they hold enough in all
+    and only how it is spread keeps the gang out (preempting by totals would not tell whom)."""
+    cpus, mem, gpus = 0.0, 0.0, 0
+    for offer in offers:
+        cpus, mem, gpus = cpus + offer.cpus, mem + offer.mem_mib, gpus + offer.gpus
+    need = request.total
+    short = Resources(
+        max(0.0, round(need.cpus - cpus, 3)),
+        max(0, int(need.mem_mib - mem + 0.999)),
+        max(0, need.gpus - gpus),
+    )
+    return None if short == Resources(0.0, 0, 0) else short
 
 
 def place_in_line(
