@@ -104,3 +104,22 @@ def test_the_queue_is_ordered_by_priority_and_equal_priorities_never_preempt(tmp
     w.settle()
     assert w.record("b-first").phase is Phase.RUNNING and w.record("peer").phase is Phase.PENDING
     assert "preempting" not in w.record("peer").message
+
+
+def test_jobs_at_or_above_the_non_preemptible_priority_are_never_preempted(tmp_path: Path) -> None:
+    w = world(tmp_path)
+    w.controller.non_preemptible = 5  # policy.nonPreemptiblePriority
+    w.write("protected", job("protected", 2, priority=5))
+    w.write("batch", job("batch", 2, priority=0))
+    w.apply()
+    w.settle()
+    w.clock.advance(10)  # batch has lost less work than protected would: still chosen for that
+    w.write("urgent", job("urgent", 4, priority=10))
+    w.apply()
+    w.settle()
+    assert w.record("protected").phase is Phase.RUNNING, "protected by the policy"
+    assert w.record("batch").phase is Phase.RUNNING, "preempting batch alone would not make room"
+    assert w.record("urgent").phase is Phase.PENDING
+    w.controller.non_preemptible = None
+    w.settle()
+    assert w.record("protected").phase is Phase.SUSPENDED and w.record("batch").phase is Phase.SUSPENDED

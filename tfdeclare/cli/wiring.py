@@ -31,6 +31,7 @@ def make_controller(settings: Settings, backend: Backend) -> Controller:
         backoff=Backoff(settings.config.backoff_initial_s, settings.config.backoff_max_s),
         other_backends=other_backend,
         secrets_dir=settings.config.secrets.dir,
+        non_preemptible=settings.config.policy.non_preemptible_priority,
     )
 
 

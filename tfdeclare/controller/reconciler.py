@@ -168,8 +168,11 @@ class Controller:
         base_dir: Path | None = None,
         other_backends: Callable[[str], Backend] | None = None,
         secrets_dir: str | None = None,
+        non_preemptible: int | None = None,
     ) -> None:
         self.store = store
+        # policy.nonPreemptiblePriority: jobs of this priority or higher are never preempted
+        self.non_preemptible = non_preemptible
         self.secrets_dir = secrets_dir  # the config's secrets.dir: {name, key} references
         self.backend = backend
         # Builds another backend by name, for the jobs that run there (every record is
@@ -550,8 +553,11 @@ class Controller:
             if other.suspension is not None or other.deleting or other.phase.terminal:
                 coming, stopping = coming + held, stopping + len(alive)  # on its way back
                 continue
+            rank = priority(other)
+            if self.non_preemptible is not None and rank >= self.non_preemptible:
+                continue  # protected by the policy
             started = min((t.started_at for t in alive if t.started_at is not None), default=now)
-            candidates.append(preemption.Candidate(name, priority(other), held, len(alive), started))
+            candidates.append(preemption.Candidate(name, rank, held, len(alive), started))
         choice = preemption.choose(short, mine, candidates, now, coming)
         if choice.covered:
             return f"waiting for {stopping} task(s) of suspended or preempted jobs to stop"
