@@ -123,3 +123,34 @@ def test_jobs_at_or_above_the_non_preemptible_priority_are_never_preempted(tmp_p
     w.controller.non_preemptible = None
     w.settle()
     assert w.record("protected").phase is Phase.SUSPENDED and w.record("batch").phase is Phase.SUSPENDED
+
+
+def test_a_controller_that_dies_after_marking_its_victims_leaves_them_to_the_next_one(
+    tmp_path: Path,
+) -> None:
+    from tests.controller_world import PassCountingController
+    from tfdeclare.backends.base import BackendError
+
+    w = world(tmp_path)
+    w.write("low", job("low", 3))
+    w.apply()
+    w.settle()
+    first = w.task("low", Role.WORKER).task_id
+    w.write("urgent", job("urgent", 3, priority=10))
+    w.apply()
+    real_stop = w.backend.stop
+
+    def dies(task_ids: object, grace_s: float) -> None:
+        raise BackendError("the controller was killed here")
+
+    w.backend.stop = dies  # type: ignore[method-assign]
+    w.reconcile()  # marks low (its record written first), then dies before its task is stopped
+    assert w.task("low", Role.WORKER).task_id == first
+    w.backend.stop = real_stop  # type: ignore[method-assign]
+    # the next controller: the job that preempted low is gone by now, low's record still says
+    w.controller = PassCountingController(w.store, w.backend, w.statuses, clock=w.clock, base_dir=tmp_path)
+    assert w.controller.delete(["urgent"]) == []
+    w.settle(5)
+    low = w.record("low")
+    assert low.phase is Phase.RUNNING and low.preemptions == 1 and low.restarts == 0
+    assert w.task("low", Role.WORKER).task_id != first, "its task was stopped, and it ran again"
