@@ -154,3 +154,20 @@ def test_a_controller_that_dies_after_marking_its_victims_leaves_them_to_the_nex
     low = w.record("low")
     assert low.phase is Phase.RUNNING and low.preemptions == 1 and low.restarts == 0
     assert w.task("low", Role.WORKER).task_id != first, "its task was stopped, and it ran again"
+
+
+def test_a_higher_job_that_can_never_fit_does_not_keep_a_preempted_one_waiting(tmp_path: Path) -> None:
+    w = world(tmp_path)
+    w.write("low", job("low", 3))
+    w.apply()
+    w.settle()
+    w.write("urgent", job("urgent", 3, priority=10))
+    w.apply()
+    w.settle()
+    assert w.record("low").phase is Phase.SUSPENDED
+    w.write("huge", job("huge", 64, priority=20))  # Unschedulable: more than the machine has
+    w.apply()
+    w.backend.finish(w.task("urgent", Role.WORKER).task_id, 0)
+    w.settle()
+    assert w.record("huge").reason is Reason.UNSCHEDULABLE
+    assert w.record("low").phase is Phase.RUNNING, w.record("low").message

@@ -101,6 +101,13 @@ class _SeenTasks:
         return sorted(self._by_backend.items())
 
 
+# A job Unplaced for one of these waits for room that may come (not Unschedulable, not a
+# slot's own address): a preempted job of lower priority does not take room before it.
+_WAITS_FOR_ROOM = frozenset(
+    {UnplacedReason.WAITING_FOR_RESOURCES, UnplacedReason.WAITING_FOR_GPUS, UnplacedReason.WAITING_FOR_OFFERS}
+)
+
+
 def priority(record: JobRecord) -> int:
     """``spec.priority`` from the canonical form (cheap: no typed spec is built)."""
     return int(record.canonical["spec"].get("priority", 0))
@@ -436,6 +443,8 @@ class Controller:
             self._seen.pop(record.name, None)
             self._seen_tasks.pop(record.name, None)
             self._desired.pop(record.name, None)
+            if self._pass is not None:
+                self._pass.records.pop(record.name, None)
             return
         result.phases[record.name] = Phase.DELETING if updated.deleting else updated.phase
         seen = (id(record), *map(id, tasks))
@@ -469,6 +478,8 @@ class Controller:
         # 27-48 ms with this skip and 185-302 ms without it (target 100 ms; 2 shared cores,
         # 2026-12-03, bench/daemon_bench.py's thousand_jobs).
         kept = updated if updated != record else record  # what the store holds now
+        if self._pass is not None:  # later jobs of this pass see it as it is now
+            self._pass.records[record.name] = kept
         self._seen[record.name] = (id(kept), *map(id, tasks))
         self._seen_tasks[record.name] = [kept, *tasks]
 
@@ -489,7 +500,7 @@ class Controller:
         answer = backend.place(request)
         if isinstance(answer, Unplaced):
             result.wake(now + 2.0)
-            if answer.reason is not UnplacedReason.WAITING_FOR_ADDRESS and pass_ is not None:
+            if answer.reason in _WAITS_FOR_ROOM and pass_ is not None:
                 pass_.waiting[backend.name] = max(mine, pass_.waiting.get(backend.name, mine))
             said = ""
             if answer.short is not None and not all(slot.pinned for slot in request.slots):
