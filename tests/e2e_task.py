@@ -5,13 +5,16 @@
 It writes ``$OUT/<role>-<index>.<attempt>.json`` with its argv, TF_CONFIG, pid and the
 TFDECLARE_* variables, then per MODE: ``serve`` sleeps until stopped; ``exit=N`` exits N;
 ``fail-once`` exits 1 on its first attempt and 0 later; ``wait=N`` waits until N records
-exist (the whole cluster is up) and exits 0; ``sleep=S`` sleeps S seconds and exits 0.
+exist (the whole cluster is up) and exits 0; ``sleep=S`` sleeps S seconds and exits 0;
+``term`` serves until SIGTERM, then writes ``$OUT/<role>-<index>.<attempt>.term`` (what a
+checkpoint on a graceful stop would be) and exits 0.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -35,6 +38,15 @@ def main() -> int:
     tmp = out / f".{role}-{index}.{attempt}.tmp"
     tmp.write_text(json.dumps(record))
     tmp.rename(out / f"{role}-{index}.{attempt}.json")
+    if mode == "term":
+
+        def saved(signum: int, frame: object) -> None:
+            (out / f"{role}-{index}.{attempt}.term").write_text(str(os.getpid()))
+            sys.exit(0)
+
+        signal.signal(signal.SIGTERM, saved)
+        while True:
+            time.sleep(1)
     if mode == "serve":
         while True:
             time.sleep(1)

@@ -128,8 +128,14 @@ class FakeBackend:
             for resources, ports in self._reservations.values():
                 used = used + resources
                 taken |= ports
-            if not need.fits_in(self.cluster.capacity - used):
-                return Unplaced(UnplacedReason.WAITING_FOR_RESOURCES, f"needs {need.describe()}")
+            free = self.cluster.capacity - used
+            if not need.fits_in(free):
+                short = Resources(
+                    max(0.0, need.cpus - free.cpus),
+                    max(0, need.mem_mib - free.mem_mib),
+                    max(0, need.gpus - free.gpus),
+                )
+                return Unplaced(UnplacedReason.WAITING_FOR_RESOURCES, f"needs {need.describe()}", short)
             slots = []
             for slot in request.slots:
                 previous = slot.previous.port if slot.previous else None

@@ -188,3 +188,26 @@ def test_health_says_starting_until_the_first_pass_and_overdue_if_it_never_ends(
     finally:
         daemon.notifier.close()
         source.close()
+
+
+def test_suspend_in_the_file_stops_the_job_once_settled_and_false_resumes_it(
+    daemon: Running, world: World
+) -> None:
+    before = {t.task_id for t in world.tasks("a").values()}
+    world.write("a", job_text("a", extra="suspend: true"))
+    daemon.wait(lambda: world.record("a").not_synced is not None)
+    assert world.record("a").not_synced[0] is Reason.NOT_SETTLED  # type: ignore[index]
+    assert {t.task_id for t in world.tasks("a").values()} == before, "nothing stops before the settle time"
+    world.clock.advance(SETTLE_S)
+    daemon.daemon.request_pass()
+    daemon.wait(lambda: world.record("a").phase is Phase.SUSPENDED and not world.tasks("a"))
+    record = world.record("a")
+    assert record.reason is Reason.SUSPENDED and record.restarts == 0 and record.suspensions == 1
+    status = world.status("a")
+    assert status is not None and status["phase"] == "Suspended"
+    assert re.search(r'^tfdeclare_jobs\{phase="Suspended"\} 1(\.0)?$', daemon.daemon.metrics_text(), re.M)
+    assert re.search(r'^tfdeclare_job_suspensions\{job="a"\} 1(\.0)?$', daemon.daemon.metrics_text(), re.M)
+    world.write("a", job_text("a"))  # a resume stops nothing: made at once
+    daemon.wait(lambda: len(world.tasks("a")) == 2 and world.record("a").phase is Phase.RUNNING)
+    assert not {t.task_id for t in world.tasks("a").values()} & before
+    assert world.record("a").suspension_history[-1].resumed_at is not None

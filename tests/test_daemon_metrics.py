@@ -57,3 +57,20 @@ def test_labels_are_escaped() -> None:
     metrics.applied_revision = 'odd"rev\\ision\n'
     got = samples(metrics.render())
     assert got[("tfdeclare_revision_info", (("kind", "applied"), ("revision", 'odd"rev\\ision\n')))] == 1
+
+
+def test_preemptions_and_suspensions_are_counted_apart_from_restarts() -> None:
+    metrics = Metrics()
+    metrics.set_jobs(
+        {"low": "Suspended", "paused": "Suspended", "high": "Running"},
+        Counter(running=1),
+        {"low": 0, "paused": 2, "high": 0},
+        {"low": 3, "paused": 0, "high": 0},
+        {"low": 0, "paused": 1, "high": 0},
+    )
+    got = samples(metrics.render())
+    assert got[("tfdeclare_jobs", (("phase", "Suspended"),))] == 2
+    assert got[("tfdeclare_job_preemptions", (("job", "low"),))] == 3
+    assert got[("tfdeclare_job_suspensions", (("job", "paused"),))] == 1
+    assert got[("tfdeclare_job_restarts", (("job", "low"),))] == 0
+    assert got[("tfdeclare_job_restarts", (("job", "paused"),))] == 2

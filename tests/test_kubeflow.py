@@ -654,8 +654,8 @@ FINDINGS: dict[str, Any] = {
         == [
             "f.yaml:8:3: error: unknown field 'worker' (a field of spec.replicas: is it indented right?); "
             "allowed: activeDeadlineSeconds, args, backoffLimit, clusterSpec, command, env, "
-            "evaluatorGraceSeconds, image, imagePullPolicy, placement, replicas, restartPolicy, restartScope, successPolicy, "
-            "tensorboard, terminationGracePeriodSeconds, ttlSecondsAfterFinished, volumes, workingDir (at "
+            "evaluatorGraceSeconds, image, imagePullPolicy, placement, priority, replicas, restartPolicy, restartScope, "
+            "successPolicy, suspend, tensorboard, terminationGracePeriodSeconds, ttlSecondsAfterFinished, volumes, workingDir (at "
             "$.spec.worker)"
         ]
     ),
@@ -683,3 +683,28 @@ FINDINGS: dict[str, Any] = {
 @pytest.mark.parametrize("finding", FINDINGS)
 def test_each_finding_is_fixed(finding: str) -> None:
     assert FINDINGS[finding](), finding
+
+
+SUSPENDED = """\
+    apiVersion: kubeflow.org/v1
+    kind: TFJob
+    metadata: {name: paused}
+    spec:
+      runPolicy: {suspend: true}
+      tfReplicaSpecs:
+        Worker:
+          replicas: 2
+          template:
+            spec:
+              containers: [{name: tensorflow, image: tf:2.21, command: [python, train.py]}]
+    """
+
+
+def test_run_policy_suspend_is_spec_suspend() -> None:
+    result = load(SUSPENDED)
+    assert not any(d.is_error for d in result.diagnostics), [d.format() for d in result.diagnostics]
+    assert not any("suspend" in d.message for d in result.diagnostics)  # mapped, not warned about
+    job = result.jobs[0]
+    assert job.spec.suspend is True and job.canonical["spec"]["suspend"] is True
+    running = load(SUSPENDED.replace("{suspend: true}", "{suspend: false}")).jobs[0]
+    assert running.spec.suspend is False and "suspend" not in running.canonical["spec"]

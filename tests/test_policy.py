@@ -32,6 +32,8 @@ policy:
   allowedHostPaths: [/mnt/data]
   maxTasksPerJob: 10
   maxGpusPerJob: 4
+  maxPriority: 10
+  nonPreemptiblePriority: 8
   quotas: [{label: team, value: vision, gpus: 6, cpus: 100}]
 """
 QUOTA_POLICY = "policy: {quotas: [{label: team, value: vision, cpus: 1.5}]}\n"
@@ -69,6 +71,12 @@ CASES = {
         "7:42",
         "$.spec.replicas.worker.resources.gpus",
         "the job asks for 5 GPUs; at most 4 per job (policy.maxGpusPerJob",
+    ),
+    "maxPriority": (
+        spec("prio", "  priority: 50\n"),
+        "6:13",
+        "$.spec.priority",
+        "priority 50 is above 10, the highest allowed (policy.maxPriority",
     ),
     "reservedFolder": (
         spec("forge", "  workingDir: STATE/jobs\n"),
@@ -181,6 +189,8 @@ def test_every_rule_is_described_in_the_config_schema() -> None:
         "allowedHostPaths",
         "maxTasksPerJob",
         "maxGpusPerJob",
+        "maxPriority",
+        "nonPreemptiblePriority",
         "quotas",
     ):
         assert len(policy[rule]["description"]) > 40, rule
@@ -197,6 +207,8 @@ def test_the_config_parses_the_policy() -> None:
         allowed_host_paths=("/mnt/data",),
         max_gpus_per_job=4,
         quotas=(Quota("team", "vision", gpus=6, cpus=100.0),),
+        max_priority=10,
+        non_preemptible_priority=8,
     )
     assert Config().policy.allowed_images is None  # no policy: any image
     bad = "policy: {quotas: [{label: team, value: v, mem: 0Gi}]}\n"

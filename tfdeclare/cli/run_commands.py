@@ -237,6 +237,10 @@ def _finished(records: dict[str, JobRecord], wait: bool, *, patient: bool = Fals
             if wait and any(t.state.alive for t in record.tasks):
                 return False  # done, but still stopping what ran beside the chief
             continue
+        if record.phase is Phase.SUSPENDED:  # its stops are asked for; a preempted one runs again
+            if wait and (record.reason is Reason.PREEMPTED or any(t.state.alive for t in record.tasks)):
+                return False
+            continue
         if wait:
             if not record.reason.stalled:  # unschedulable, a launch refused: waiting is in vain
                 return False
@@ -480,6 +484,7 @@ def _status_detail(doc: dict[str, Any], paint: Painter = plain) -> str:
         lines.append(f"  source:    {doc['source']['file']}:{doc['source']['line']}")
     lines.append(f"  spec hash: {doc['specHash'][:16]}   revision: {doc.get('revision') or '-'}")
     lines.append(f"  attempt {doc.get('attempt', 0)}, restarts {doc.get('restarts', 0)}")
+    lines.extend(_interruptions(doc))
     for role, scope in (doc.get("restartScopes") or {}).items():
         what = "alone" if scope["scope"] == "Task" else "the whole job"
         lines.append(f"  a failed {role} restarts {what} (restartScope {scope['scope']}: {scope['message']})")
@@ -515,6 +520,24 @@ def _folders_read(args: argparse.Namespace, settings: Settings) -> str:
 
     state = named("state folder", "state_dir", settings.state_dir)
     return f"{state} ({named('status folder', 'status_dir', settings.status_dir)})"
+
+
+def _interruptions(doc: dict[str, Any]) -> list[str]:
+    """Preemptions and suspensions, apart from restarts (they never count as restarts): the
+    counters, the current one and the last few ended ones."""
+    preempted, suspended = doc.get("preemptions") or 0, doc.get("suspensions") or 0
+    current, history = doc.get("suspension"), doc.get("suspensionHistory") or []
+    if not (preempted or suspended or current):
+        return []
+    lines = [f"  preemptions {preempted}, suspensions {suspended} (not counted as restarts)"]
+    for entry, now in [*((e, False) for e in history[-5:]), *([(current, True)] if current else [])]:
+        by = f" by {entry['preemptedBy']}" if entry.get("preemptedBy") else ""
+        why = f" ({entry['message']})" if entry.get("message") else ""
+        until = "still" if now else f"resumed {entry.get('resumeTime') or '-'}"
+        lines.append(
+            f"  {entry['reason'].lower()}{by} at {entry['time']}{why}, {entry['tasks']} task(s); {until}"
+        )
+    return lines
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -35,6 +35,7 @@ def make_controller(settings: Settings, backend: Backend) -> Controller:
         other_backends=other_backend,
         secrets_dir=settings.config.secrets.dir,
         launch_paths=launch_paths(settings),
+        non_preemptible=settings.config.policy.non_preemptible_priority,
     )
 
 

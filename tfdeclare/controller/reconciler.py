@@ -10,6 +10,15 @@ A job belongs to the backend that runs it (its record says which): a pass reconc
 record against its own backend, and a job moving to another one first has its tasks on the old
 one stopped, so two copies never run. One job's failure to write its record or status is
 reported and retried; it never stops the other jobs.
+
+Jobs are looked at in priority order (``spec.priority``, higher first, then by name), so a
+higher-priority job is placed first. One that cannot be placed, where its backend says what it
+lacks (``Unplaced.short``), preempts running jobs of lower priority on that backend
+(``core.run.preemption`` chooses them; ``lifecycle.suspend`` marks them Suspended/Preempted and
+their own step, later in the same pass, stops their tasks with their grace period). A
+preempted job asks to be placed again whenever nothing of it runs, but not while a job of
+higher priority on its backend waits for room in that pass, so it never takes back what it
+was preempted for.
 """
 
 from __future__ import annotations
@@ -27,16 +36,17 @@ from tfdeclare.backends.base import Backend, BackendError
 from tfdeclare.controller.launchpaths import LaunchPaths, LaunchRefused
 from tfdeclare.core.enums import Phase, Reason, TaskState
 from tfdeclare.core.plan.planner import Action, Plan, PlanReason
-from tfdeclare.core.run import lifecycle, status
+from tfdeclare.core.run import lifecycle, preemption, status
 from tfdeclare.core.run.clusterspec import TaskConfig
 from tfdeclare.core.run.launches import gang_request, launches, placed
 from tfdeclare.core.run.lifecycle import Backoff
 from tfdeclare.core.run.record import JobRecord, Revision, TaskRecord
-from tfdeclare.core.run.tasks import ObservedTask, Placement, TaskKey, Unplaced
+from tfdeclare.core.run.tasks import ObservedTask, Placement, TaskKey, Unplaced, UnplacedReason
 from tfdeclare.core.spec.keys import ORDER
 from tfdeclare.core.spec.loader import SourceRef
 from tfdeclare.core.spec.model import fingerprint
 from tfdeclare.core.spec.policy import SpecSources
+from tfdeclare.core.spec.resources import ZERO, Resources
 from tfdeclare.files import JobWriteError, failed_write
 from tfdeclare.shell.statuswriter import StatusWriter
 from tfdeclare.shell.store import StateStore
@@ -51,6 +61,7 @@ class _SeenTasks:
     def __init__(self, backend: Callable[[str], Backend], errors: list[str]) -> None:
         self._backend = backend
         self._by_backend: dict[str, dict[str, list[ObservedTask]]] = {}
+        self._all: dict[str, dict[str, list[ObservedTask]]] = {}  # as observed, nothing taken
         self._failed: dict[str, BackendError] = {}
         self._errors = errors  # the pass's: what a backend's upkeep could not do
 
@@ -72,13 +83,42 @@ class _SeenTasks:
                 self._failed[backend_name] = err
                 raise
             self._by_backend[backend_name] = by_job
+            self._all[backend_name] = dict(by_job)
         return self._by_backend[backend_name]
+
+    def all_of(self, backend_name: str) -> Mapping[str, list[ObservedTask]]:
+        """Every job's tasks there as observed this pass, those already taken included."""
+        self.of(backend_name)
+        return self._all[backend_name]
 
     def take(self, backend_name: str, job: str) -> list[ObservedTask]:
         return self.of(backend_name).pop(job, [])
 
     def left(self) -> list[tuple[str, dict[str, list[ObservedTask]]]]:
         return sorted(self._by_backend.items())
+
+
+# A job Unplaced for one of these waits for room that may come (not Unschedulable, not a
+# slot's own address): a preempted job of lower priority does not take room before it.
+_WAITS_FOR_ROOM = frozenset(
+    {UnplacedReason.WAITING_FOR_RESOURCES, UnplacedReason.WAITING_FOR_GPUS, UnplacedReason.WAITING_FOR_OFFERS}
+)
+
+
+def priority(record: JobRecord) -> int:
+    """``spec.priority`` from the canonical form (cheap: no typed spec is built)."""
+    return int(record.canonical["spec"].get("priority", 0))
+
+
+@dataclass(slots=True)
+class _Pass:
+    """What a pass shares between its jobs: every record as it stands now (a preempted
+    job's is replaced when it is marked), the tasks observed, and per backend the highest
+    priority of a job that waits for room (a preempted job does not take room before it)."""
+
+    seen: _SeenTasks
+    records: dict[str, JobRecord]
+    waiting: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -140,6 +180,7 @@ class Controller:
         other_backends: Callable[[str], Backend] | None = None,
         secrets_dir: str | None = None,
         launch_paths: LaunchPaths | None = None,
+        non_preemptible: int | None = None,
     ) -> None:
         self.store = store
         # What every launch's folders are checked against again, links resolved then
@@ -150,6 +191,8 @@ class Controller:
         # Where the specs applied now were read from: the folder a job's relative workingDir
         # must stay inside (recorded with the job; None: each spec file's own folder).
         self.sources: SpecSources | None = None
+        # policy.nonPreemptiblePriority: jobs of this priority or higher are never preempted
+        self.non_preemptible = non_preemptible
         self.secrets_dir = secrets_dir  # the config's secrets.dir: {name, key} references
         self.backend = backend
         # Builds another backend by name, for the jobs that run there (every record is
@@ -168,6 +211,7 @@ class Controller:
         # about 2 GB when every identity was worked out again).
         self._desired: dict[str, Mapping[TaskKey, TaskConfig]] = {}
         self.apply_failures: dict[str, str] = {}  # of the last ``apply``: job -> "PATH (why)"
+        self._pass: _Pass | None = None  # during a pass
 
     def _backend(self, name: str) -> Backend:
         if name == self.backend.name:
@@ -341,9 +385,11 @@ class Controller:
         now = self.clock()
         seen = _SeenTasks(self._backend, result.errors)
         seen.of(self.backend.name)  # its orphans are stopped even when no record names it
-        for name, stored in sorted(self.store.records().items()):
+        records = dict(self.store.records())
+        self._pass = _Pass(seen, records)
+        for name in sorted(records, key=lambda n: (-priority(records[n]), n)):
             try:
-                record = stored
+                record = records[name]  # a job preempted earlier in this pass: its new record
                 if record.moving_from is not None:
                     moved = self._move_out(record, seen.take(record.moving_from, name), now, result)
                     if moved is None:
@@ -359,6 +405,7 @@ class Controller:
                 result.write_failures[name] = failed_write(err)
                 result.errors.append(f"{name}: cannot write {failed_write(err)}; retrying next pass")
                 result.wake(now + 5.0)
+        self._pass = None
         for name, why in sorted(self.store.unreadable.items()):
             result.errors.append(f"{name}: its record cannot be read, so it is left alone: {why}")
         for backend_name, by_job in seen.left():
@@ -428,6 +475,8 @@ class Controller:
             self._seen.pop(record.name, None)
             self._seen_tasks.pop(record.name, None)
             self._desired.pop(record.name, None)
+            if self._pass is not None:
+                self._pass.records.pop(record.name, None)
             return
         result.phases[record.name] = Phase.DELETING if updated.deleting else updated.phase
         seen = (id(record), *map(id, tasks))
@@ -435,7 +484,11 @@ class Controller:
             return  # the same record and tasks as last pass, all written: nothing to do
         shown = {
             t.key: t
-            for t in status.task_records(tasks if updated.deleting else self._current(decided.desired, tasks))
+            for t in status.task_records(
+                tasks  # being deleted or suspended: what of it is still there, until it has stopped
+                if updated.deleting or updated.suspension is not None
+                else self._current(decided.desired, tasks)
+            )
         }
         if decided.launch:
             updated, launched = self._launch(backend, updated, decided.launch, now, result)
@@ -457,6 +510,8 @@ class Controller:
         # 27-48 ms with this skip and 185-302 ms without it (target 100 ms; 2 shared cores,
         # 2026-12-03, bench/daemon_bench.py's thousand_jobs).
         kept = updated if updated != record else record  # what the store holds now
+        if self._pass is not None:  # later jobs of this pass see it as it is now
+            self._pass.records[record.name] = kept
         self._seen[record.name] = (id(kept), *map(id, tasks))
         self._seen_tasks[record.name] = [kept, *tasks]
 
@@ -467,15 +522,33 @@ class Controller:
     def _launch(
         self, backend: Backend, record: JobRecord, keys: tuple[TaskKey, ...], now: float, result: PassResult
     ) -> tuple[JobRecord, list[TaskRecord]]:
+        mine = priority(record)
+        pass_ = self._pass
+        first = pass_.waiting.get(backend.name) if pass_ is not None else None
+        if record.suspension is not None and first is not None and first > mine:
+            result.wake(now + 2.0)  # preempted: a job of higher priority waits for room first
+            return record, []
         request = gang_request(record, keys)
         answer = backend.place(request)
         if isinstance(answer, Unplaced):
+            result.wake(now + 2.0)
+            if answer.reason in _WAITS_FOR_ROOM and pass_ is not None:
+                pass_.waiting[backend.name] = max(mine, pass_.waiting.get(backend.name, mine))
+            said = ""
+            if answer.short is not None and not all(slot.pinned for slot in request.slots):
+                said = self._preempt(record, backend, answer.short, now, result)
+            if record.suspension is not None:  # preempted: it waits as it is, for room
+                return record, []
             phase = Phase.RESTARTING if record.phase is Phase.RESTARTING else Phase.PENDING
             if all(slot.pinned for slot in request.slots):  # restarting alone: the rest still run
                 phase = record.phase
-            result.wake(now + 2.0)
-            return record.evolve(phase=phase, reason=Reason(answer.reason), message=answer.message), []
+            message = f"{answer.message}; {said}" if said else answer.message
+            return record.evolve(phase=phase, reason=Reason(answer.reason), message=message), []
         placement: Placement = answer
+        if record.suspension is not None:  # a preempted job placed again
+            record = lifecycle.resumed(record, now)
+            result.events.append(f"{record.name}: {record.message}")
+            log.info("%s: %s", record.name, record.message)
         ready = placed(record, placement).evolve(
             start_time=record.start_time or now,
             reason=Reason.TASKS_STARTING,
@@ -512,6 +585,62 @@ class Controller:
             for t in to_launch
         ]
         return ready, started
+
+    def _preempt(
+        self, record: JobRecord, backend: Backend, short: Resources, now: float, result: PassResult
+    ) -> str:
+        """Preempt the lower-priority jobs on ``backend`` that free ``short`` for ``record``
+        losing the least work (``preemption.choose``); what it did, in words for the
+        waiting job's message ("" when nothing of lower priority would help)."""
+        pass_ = self._pass
+        if pass_ is None:
+            return ""
+        mine = priority(record)
+        tasks = pass_.seen.all_of(backend.name)
+        candidates: list[preemption.Candidate] = []
+        coming, stopping = ZERO, 0
+        for name, other in pass_.records.items():
+            if name == record.name or other.backend != backend.name or other.moving_from is not None:
+                continue
+            alive = [t for t in tasks.get(name, ()) if t.state.alive]
+            if not alive:
+                continue
+            held = ZERO
+            for task in alive:
+                held = held + task.resources
+            if other.suspension is not None or other.deleting or other.phase.terminal:
+                coming, stopping = coming + held, stopping + len(alive)  # on its way back
+                continue
+            rank = priority(other)
+            if self.non_preemptible is not None and rank >= self.non_preemptible:
+                continue  # protected by the policy
+            started = min((t.started_at for t in alive if t.started_at is not None), default=now)
+            candidates.append(preemption.Candidate(name, rank, held, len(alive), started))
+        choice = preemption.choose(short, mine, candidates, now, coming)
+        if choice.covered:
+            return f"waiting for {stopping} task(s) of suspended or preempted jobs to stop"
+        if not choice.victims:
+            return ""
+        for victim in choice.victims:
+            why = f"priority {mine} > {victim.priority}"
+            marked = lifecycle.suspend(
+                pass_.records[victim.job],
+                Reason.PREEMPTED,
+                now,
+                by=record.name,
+                message=why,
+                tasks=victim.tasks,
+            )
+            self.store.save(marked)  # write-ahead: its own step, later this pass, stops its tasks
+            pass_.records[victim.job] = marked
+            event = (
+                f"{victim.job}: preempted by {record.name} ({why}): stopping {victim.tasks} task(s), "
+                f"{victim.work_at_risk(now):.0f} task-seconds of work at risk"
+            )
+            result.events.append(event)
+            log.info("%s", event)
+        names = ", ".join(v.job for v in choice.victims)
+        return f"preempting {names} (lower priority): waiting for their tasks to stop"
 
     def _stop_orphans(
         self, backend: Backend, job: str, tasks: list[ObservedTask], result: PassResult

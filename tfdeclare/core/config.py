@@ -206,4 +206,6 @@ def _policy(raw: Mapping[str, Any]) -> PolicyConfig:
         allowed_host_paths=tuple(raw["allowedHostPaths"]),
         max_gpus_per_job=raw.get("maxGpusPerJob"),
         quotas=tuple(quotas),
+        max_priority=raw.get("maxPriority"),
+        non_preemptible_priority=raw.get("nonPreemptiblePriority"),
     )

@@ -114,6 +114,9 @@ class Phase(StrEnum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     DELETING = "Deleting"
+    # Stopped on purpose, waiting to run again: ``spec.suspend: true`` (reason Suspended) or a
+    # higher-priority job took its resources (reason Preempted). Never counted in restarts.
+    SUSPENDED = "Suspended"
 
     @property
     def terminal(self) -> bool:
@@ -148,6 +151,9 @@ class Reason(StrEnum):
     BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
     DEADLINE_EXCEEDED = "DeadlineExceeded"
     DELETING = "Deleting"
+    SUSPENDED = "Suspended"  # spec.suspend: true stopped it; false resumes it
+    PREEMPTED = "Preempted"  # a higher-priority job took its resources; it resumes when they return
+    RESUMED = "Resumed"  # it ran again after being suspended or preempted (its history says so)
     MOVING_BACKEND = "MovingBackend"  # its tasks on the backend it leaves are stopping
     # A backend could not place the job's gang (``UnplacedReason`` carries the same values).
     WAITING_FOR_RESOURCES = "WaitingForResources"

@@ -38,4 +38,5 @@ PHASE_TONES = {
     Phase.SUCCEEDED: Tone.GOOD,
     Phase.FAILED: Tone.BAD,
     Phase.DELETING: Tone.MUTED,
+    Phase.SUSPENDED: Tone.MUTED,
 }

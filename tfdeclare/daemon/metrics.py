@@ -41,6 +41,8 @@ class Metrics:
         self.jobs_by_phase: Mapping[str, int] = {}
         self.tasks_by_state: Mapping[str, int] = {}
         self.restarts: Mapping[str, int] = {}
+        self.preemptions: Mapping[str, int] = {}  # per job, apart from restarts
+        self.suspensions: Mapping[str, int] = {}
         self.applied_revision: str | None = None
         self.attempted_revision: str | None = None
         self.storage_writable: Mapping[str, bool] = {}  # "state"/"status" -> can take a write
@@ -63,11 +65,20 @@ class Metrics:
             self.stopped += stopped
             self.pass_errors += errors
 
-    def set_jobs(self, phases: Mapping[str, str], tasks: Counter[str], restarts: Mapping[str, int]) -> None:
+    def set_jobs(
+        self,
+        phases: Mapping[str, str],
+        tasks: Counter[str],
+        restarts: Mapping[str, int],
+        preemptions: Mapping[str, int] | None = None,
+        suspensions: Mapping[str, int] | None = None,
+    ) -> None:
         with self._lock:
             self.jobs_by_phase = Counter(phases.values())
             self.tasks_by_state = dict(tasks)
             self.restarts = dict(restarts)
+            self.preemptions = dict(preemptions or {})
+            self.suspensions = dict(suspensions or {})
 
     def set_storage(self, writable: Mapping[str, bool], write_failures: int) -> None:
         with self._lock:
@@ -150,6 +161,20 @@ class Metrics:
             "tfdeclare_write_failures",
             "Record and status files the last pass could not write (a full or read-only disk).",
             value=self.write_failures,
+        )
+        yield _labelled(
+            GaugeMetricFamily,
+            "tfdeclare_job_preemptions",
+            "Times a job of higher priority stopped the job (not counted as restarts), per job.",
+            "job",
+            self.preemptions,
+        )
+        yield _labelled(
+            GaugeMetricFamily,
+            "tfdeclare_job_suspensions",
+            "Times spec.suspend stopped the job (not counted as restarts), per job.",
+            "job",
+            self.suspensions,
         )
         revisions = GaugeMetricFamily(
             "tfdeclare_revision_info",

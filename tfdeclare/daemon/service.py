@@ -292,7 +292,11 @@ class Daemon:
         self.spec_details = {name: page.details(record.spec) for name, record in records.items()}
         tasks = Counter(t.state.value for r in records.values() for t in r.tasks)
         self.metrics.set_jobs(
-            {n: p.value for n, p in result.phases.items()}, tasks, {n: r.restarts for n, r in records.items()}
+            {n: p.value for n, p in result.phases.items()},
+            tasks,
+            {n: r.restarts for n, r in records.items()},
+            {n: r.preemptions for n, r in records.items()},
+            {n: r.suspensions for n, r in records.items()},
         )
         if self.source_error is None:
             try:

@@ -426,7 +426,12 @@ class LocalBackend:
             reason = UnplacedReason.WAITING_FOR_RESOURCES
             if need.cpus <= free.cpus + 1e-9 and need.mem_mib <= free.mem_mib:
                 reason = UnplacedReason.WAITING_FOR_GPUS
-            return Unplaced(reason, f"needs {need.describe()}; free now: {free.describe()}")
+            short = Resources(
+                max(0.0, round(need.cpus - free.cpus, 3)),
+                max(0, need.mem_mib - free.mem_mib),
+                max(0, need.gpus - free.gpus),
+            )
+            return Unplaced(reason, f"needs {need.describe()}; free now: {free.describe()}", short)
         reservation = _Reservation(need, {}, set())
         free_gpus = [g for g in range(self.capacity.gpus) if g not in gpus_used]
         slots = []

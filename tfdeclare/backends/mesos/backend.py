@@ -2,7 +2,8 @@
 
 The protocol side lives here: connecting (lazily, on first use; ``BackendError`` when no
 SUBSCRIBED comes within ``subscribeTimeoutSeconds``), ``observe`` (the journal mapped onto
-``TaskState``), ``place`` (gang placement over the held offers, FIFO with backfill),
+``TaskState``), ``place`` (gang placement over the held offers, by priority then FIFO with
+backfill; what a gang lacks in total, for preemption, when the held offers are all there is),
 ``launch`` (write-ahead journal, then ACCEPTs queued, sent in bursts by the calls thread), ``stop``
 (KILL with the grace period), ``forget``/``purge``, ``read_log`` (the agent's sandbox) and
 ``close`` (no TEARDOWN: tasks keep running). The events from the master are handled in
@@ -21,7 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import replace
 from pathlib import Path
@@ -42,8 +43,8 @@ from tfdeclare.backends.mesos.errors import (
 from tfdeclare.backends.mesos.info import validate_id
 from tfdeclare.backends.mesos.journal import TaskEntry
 from tfdeclare.backends.mesos.offers import HeldOffer, quota_verdict
-from tfdeclare.backends.mesos.placement import GangFit, never_fits
-from tfdeclare.backends.mesos.queueing import Waiting, place_in_line
+from tfdeclare.backends.mesos.placement import AgentOffer, GangFit, never_fits
+from tfdeclare.backends.mesos.queueing import Waiting, head_of, place_in_line, shortfall
 from tfdeclare.backends.mesos.sandbox import SandboxError, SandboxReader
 from tfdeclare.backends.mesos.scheduler import EventHandler, SchedulerEvents
 from tfdeclare.backends.mesos.state import FIRST_OBSERVE_WAIT_S, LAUNCH_DRAIN_S, Accept
@@ -303,7 +304,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
         fit, note = decision.fit, decision.note
         if not isinstance(fit, GangFit):
             message = f"{fit.message}; {note}" if note else fit.message
-            return Unplaced(fit.reason, message), False, None
+            return Unplaced(fit.reason, message, self._short(request, waiting, views)), False, None
         slots = tuple(Slot(a.key, a.hostname, a.port, backend_ref=a.agent_id) for a in fit.assignments)
         wanted = {s.key: s.previous for s in request.slots if s.previous is not None}
         ideal = all(
@@ -312,6 +313,19 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
             if a.key in wanted
         )
         return Placement(request.job, request.attempt, slots, secrets.token_hex(8)), ideal, fit
+
+    def _short(self, request: GangRequest, waiting: Waiting, views: Iterable[AgentOffer]) -> Resources | None:
+        """What the gang lacks beyond the offers held (``Unplaced.short``: the controller may
+        preempt lower-priority jobs of ours for it), said only when the held offers are what
+        there is: the gang is first in line, the master's agents are known and no offers are on
+        their way (an offer round came since we last asked). A task restarting alone (pinned)
+        never preempts."""
+        if any(slot.pinned for slot in request.slots) or not self._pool.agents_known:
+            return None
+        if decide.offers_coming(self._policy, self._pool.agents_known):
+            return None
+        ahead = head_of(self._queue.items(), waiting.first_asked, request.job, request.priority)
+        return shortfall(request, views) if ahead is None else None
 
     def _never_fits(self, request: GangRequest) -> str | None:
         """``never_fits`` against the capacities seen, cached until they change."""

@@ -3,8 +3,9 @@
 This module owns the decisions that used to be spread over about fifteen flags of the
 backend's loop: offer interest (REVIVE / SUPPRESS), explicit and implicit reconciliation with
 backoff, KILLs and their retries (and the KILL of a task of ours the journal does not know),
-which held offers to DECLINE and when, the FIFO queue of waiting gangs and its TTL, the
-reservations of placed gangs and their expiry, when to ask the master for its agents again,
+which held offers to DECLINE and when, the queue of waiting gangs (by priority, then first
+come) and its TTL, the reservations of placed gangs and their expiry, when to ask the master
+for its agents again,
 and fencing deadlines of lost tasks. Like the core's ``lifecycle.step`` it does no I/O, starts
 no thread and reads no clock:
 
@@ -71,7 +72,7 @@ from tfdeclare.backends.mesos.decide_messages import (
     WakeWatchers,
 )
 from tfdeclare.backends.mesos.placement import GangFit, PlacementOptions, drain_set
-from tfdeclare.backends.mesos.queueing import Waiting, head_of
+from tfdeclare.backends.mesos.queueing import Waiting, enqueue, head_of
 
 RECONCILE_FIRST_RETRY_S = 1.0
 RECONCILE_MAX_RETRY_S = 60.0
@@ -227,7 +228,9 @@ def on_event(policy: Policy, event: Event, now: float) -> tuple[Policy, list[Cal
             policy.last_demand_at = now
             waiting = policy.queue.get(request.job)
             if waiting is None:
-                policy.queue[request.job] = Waiting(request, now, now)
+                enqueue(policy.queue, request.job, Waiting(request, now, now))
+            elif waiting.request.priority != request.priority:  # its spec.priority changed
+                enqueue(policy.queue, request.job, Waiting(request, waiting.first_asked, now))
             else:
                 waiting.request, waiting.last_asked = request, now
         case NotPlacedYet(first=first, offers_held=held):

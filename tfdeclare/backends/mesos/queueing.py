@@ -1,6 +1,7 @@
 """The queue of gangs waiting for offers, and the decision for one of them: pure.
 
-This module owns the line that waiting jobs stand in (``Waiting``: by when each first asked)
+This module owns the line that waiting jobs stand in (``Waiting``: by ``spec.priority``,
+higher first, then by when each first asked; ``enqueue`` keeps that order)
 and ``place_in_line``, the one decision the backend makes each time a job asks to be placed:
 the job first in line before it (the head) is served by ``backfill`` (what the head's
 placement takes, or the agents kept for it once it has waited ``drain_after_s``, are withheld;
@@ -29,6 +30,7 @@ from tfdeclare.backends.mesos.placement import (
     place_gang,
 )
 from tfdeclare.core.run.tasks import GangRequest
+from tfdeclare.core.spec.resources import Resources
 
 
 @dataclass(slots=True)
@@ -48,20 +50,57 @@ class InLine:
     note: str = ""
 
 
+def enqueue(queue: dict[str, Waiting], job: str, waiting: Waiting) -> None:
+    """Put ``waiting`` in line: after every job of its priority or higher (a dict keeps the
+    order). The common case, a priority no higher than the last one's, appends."""
+    queue.pop(job, None)
+    last = next(reversed(queue.values()), None)
+    if last is None or last.request.priority >= waiting.request.priority:
+        queue[job] = waiting
+        return
+    entries = list(queue.items())
+    at = next(i for i, (_, w) in enumerate(entries) if w.request.priority < waiting.request.priority)
+    entries.insert(at, (job, waiting))
+    queue.clear()
+    queue.update(entries)
+
+
 def head_of(
-    queue: Iterable[tuple[str, Waiting]], before: float | None = None, exclude: str | None = None
+    queue: Iterable[tuple[str, Waiting]],
+    before: float | None = None,
+    exclude: str | None = None,
+    priority: int = 0,
 ) -> tuple[str, Waiting] | None:
-    """The job first in line (``queue`` in the order jobs first asked), optionally only one
-    that asked before ``before``, never ``exclude``. A gang waiting for one agent's port (a
+    """The job first in line (``queue`` in line order: ``enqueue``), optionally only one ahead
+    of a job of ``priority`` that first asked at ``before`` (of a higher priority, or of the
+    same one and asked earlier), never ``exclude``. A gang waiting for one agent's port (a
     task restarting alone, its slot ``pinned``) holds no line: no other agent is drained for it.
     """
     for job, waiting in queue:
         if job == exclude or any(slot.pinned for slot in waiting.request.slots):
             continue
-        if before is not None and waiting.first_asked >= before:
-            return None
+        if before is not None:
+            ahead = waiting.request.priority
+            if ahead < priority or (ahead == priority and waiting.first_asked >= before):
+                return None
         return job, waiting
     return None
+
+
+def shortfall(request: GangRequest, offers: Iterable[AgentOffer]) -> Resources | None:
+    """What the gang lacks beyond everything the held ``offers`` hold together (what the
+    controller may preempt lower-priority jobs of ours for); None when they hold enough in all
+    and only how it is spread keeps the gang out (preempting by totals would not tell whom)."""
+    cpus, mem, gpus = 0.0, 0.0, 0
+    for offer in offers:
+        cpus, mem, gpus = cpus + offer.cpus, mem + offer.mem_mib, gpus + offer.gpus
+    need = request.total
+    short = Resources(
+        max(0.0, round(need.cpus - cpus, 3)),
+        max(0, int(need.mem_mib - mem + 0.999)),
+        max(0, need.gpus - gpus),
+    )
+    return None if short == Resources(0.0, 0, 0) else short
 
 
 def place_in_line(
@@ -75,7 +114,7 @@ def place_in_line(
 ) -> InLine:
     """Place ``waiting``'s gang on ``offers``, minus what its head of line is owed (module doc)."""
     request = waiting.request
-    head = head_of(queue.items(), before=waiting.first_asked, exclude=request.job)
+    head = head_of(queue.items(), before=waiting.first_asked, exclude=request.job, priority=request.priority)
     agents, note = as_index(offers), ""
     if head is not None:
         first = head[1]

@@ -7,7 +7,10 @@ Per job exactly one action, each with the reasons that make it:
   activeDeadlineSeconds, restartPolicy and restartScope (also a role's),
   terminationGracePeriodSeconds, successPolicy, ttlSecondsAfterFinished, evaluatorGraceSeconds,
   imagePullPolicy (also a role's): it says how the next launch gets the image, and a running
-  task keeps the one it has, so it is not part of a task's config hash either);
+  task keeps the one it has, so it is not part of a task's config hash either; priority;
+  suspend: a job suspended or resumed is an update too (reason ``Suspends`` / ``Resumes``,
+  saying what stops), whatever else changed with it, since its tasks stop or start anyway and
+  the next launch runs the new spec);
 - ``± resize``  — replica counts changed (a role appeared or went): the TF cluster spec is
   static, so every running task whose view of the cluster changes restarts; adding or
   removing the evaluator touches nothing else;
@@ -114,6 +117,9 @@ class PlanReason(StrEnum):
     NOT_SETTLED = "NotSettled"
     TENSORBOARD_CHANGED = "TensorBoardChanged"
     OUTSIDE_SCOPE = "OutsideScope"  # last applied from a file outside the paths given (``scope``)
+    SUSPENDS = "Suspends"  # spec.suspend became true: its tasks stop the graceful way
+    RESUMES = "Resumes"  # spec.suspend became false: its tasks start again
+    CREATED_SUSPENDED = "CreatedSuspended"  # a new job with spec.suspend true: it starts nothing
 
 
 _NOT_SYNCED = {
@@ -143,6 +149,8 @@ _IN_PLACE_FIELDS = frozenset(
         ("spec", "evaluatorGraceSeconds"),
         ("spec", "imagePullPolicy"),
         ("spec", "restartScope"),
+        ("spec", "priority"),  # the queue's order and whom it may preempt: no running task changes
+        ("spec", "suspend"),  # stops or starts the job's tasks, never changes what they run
     }
 )
 _IN_PLACE_ROLE_FIELDS = frozenset({"restartPolicy", "restartScope", "imagePullPolicy"})
@@ -394,6 +402,15 @@ _SCOPED = (Action.CREATE, Action.UPDATE, Action.RESIZE, Action.RESTART)
 def _action_of_present(loaded: LoadedJob, observed: ObservedJob | None) -> JobPlan:
     name, source, desired_canonical = loaded.name, loaded.source, loaded.canonical
     if observed is None:
+        if desired_canonical["spec"].get("suspend"):
+            return JobPlan(
+                name,
+                Action.CREATE,
+                (PlanReason.NEW_JOB, PlanReason.CREATED_SUSPENDED),
+                "new job, suspended (spec.suspend): it starts nothing until suspend is false",
+                source=source,
+                spec_hash=loaded.spec_hash,
+            )
         return JobPlan(
             name,
             Action.CREATE,
@@ -425,6 +442,10 @@ def _action_of_present(loaded: LoadedJob, observed: ObservedJob | None) -> JobPl
     effects = {c.effect for c in changes}
     if not changes:  # a different hash for the same spec: only after a change of the hashing
         return _unchanged(loaded, observed)
+    if not observed.phase.terminal:
+        suspension = _suspension(observed, desired_spec, changes, common)
+        if suspension is not None:
+            return replace(suspension, name=name)
     if effects == {Effect.IN_PLACE}:
         return JobPlan(
             name,
@@ -491,6 +512,39 @@ def _action_of_present(loaded: LoadedJob, observed: ObservedJob | None) -> JobPl
         stop=stop,
         **common,
     )
+
+
+def _suspension(
+    observed: ObservedJob, desired: JobSpec, changes: tuple[FieldChange, ...], common: Mapping[str, Any]
+) -> JobPlan | None:
+    """A job suspended, resumed, or changed while it stays suspended: an update in place,
+    whatever else changed (its tasks stop or start anyway, and its next launch runs the new
+    spec). None when neither side is suspended."""
+    before = bool(observed.canonical["spec"].get("suspend"))
+    if not before and not desired.suspend:
+        return None
+    others = [c for c in changes if c.path != ("spec", "suspend")]
+    later = "; its other changes apply when it resumes" if others and desired.suspend else ""
+    if desired.suspend and not before:
+        running = len(observed.running)
+        message = (
+            f"suspends: stops {running} task(s) after a {desired.grace_period_s:g} s grace{later}"
+            if running
+            else f"suspends: nothing of it runs now, nothing starts{later}"
+        )
+        reasons: tuple[PlanReason, ...] = (PlanReason.SUSPENDS,)
+        start: tuple[TaskKey, ...] = ()
+        stop = observed.running
+    elif before and not desired.suspend:
+        start = desired.task_keys()
+        message = f"resumes: starts its {len(start)} task(s) again"
+        reasons, stop = (PlanReason.RESUMES,), ()
+    else:
+        message = "suspended: its changes apply when it resumes"
+        reasons, start, stop = (PlanReason.IN_PLACE_CHANGE,), (), ()
+    # Nothing restarts for them: its tasks stop (or start) for the suspension anyway.
+    in_place = tuple(replace(c, effect=Effect.IN_PLACE) for c in changes)
+    return JobPlan("", Action.UPDATE, reasons, message, changes=in_place, start=start, stop=stop, **common)
 
 
 def _count(value: Any) -> int:
@@ -706,6 +760,14 @@ def _replan(
 _SETTLED = {Action.RESIZE: "resized", Action.RESTART: "restarted", Action.DELETE: "deleted"}
 
 
+def _settles(job: JobPlan) -> str | None:
+    """What the change does, in words, when it must wait for the files to settle (it stops
+    or restarts tasks: a suspension too); None when it is made at once."""
+    if PlanReason.SUSPENDS in job.reasons:
+        return "suspended"
+    return _SETTLED.get(job.action)
+
+
 class _Settling:
     """The settle rule over one plan: holds back changes that stop or restart tasks until the
     files have said them for long enough, and remembers when each was first seen."""
@@ -716,7 +778,8 @@ class _Settling:
         self.wake_at: float | None = None
 
     def hold(self, job: JobPlan, spec_hash: str | None) -> JobPlan:
-        if self.seconds <= 0 or job.action not in _SETTLED:
+        done = _settles(job)
+        if self.seconds <= 0 or done is None:
             return job
         before = self.seen.get(job.name)
         sighting = before if before and before.spec_hash == spec_hash else Sighting(spec_hash, self.now)
@@ -730,7 +793,7 @@ class _Settling:
             job,
             action=Action.KEEP,
             reasons=(PlanReason.NOT_SETTLED,),
-            message=f"{what} less than {self.seconds:g} s ago: it is {_SETTLED[job.action]} "
+            message=f"{what} less than {self.seconds:g} s ago: it is {done} "
             f"once the files have stayed so for {self.seconds:g} s",
             restart=(),
             start=(),
@@ -816,6 +879,6 @@ def _replan_patch(
     now_last = _replan(last, desired, changed, cache, prune_all)
     made = now_last.plan
     jobs = (now_last.get(n) for n in changed)
-    if options.settle_s > 0 and any(job.action in _SETTLED for job in jobs if job is not None):
+    if options.settle_s > 0 and any(_settles(job) for job in jobs if job is not None):
         return None  # the settle rule holds it back: the full plan does that
     return made

@@ -44,7 +44,9 @@ def gang_request(record: JobRecord, keys: tuple[TaskKey, ...]) -> GangRequest:
             host, _, port = previous.rpartition(":")
             address = Address(host, int(port))
         slots.append(SlotRequest(key, spec.resources_for(key.role), address, pinned=pinned(record, key)))
-    return GangRequest(record.name, record.attempt, tuple(slots), spec.strategy, spec.constraints)
+    return GangRequest(
+        record.name, record.attempt, tuple(slots), spec.strategy, spec.constraints, spec.priority
+    )
 
 
 def placed(record: JobRecord, placement: Placement) -> JobRecord:

@@ -28,6 +28,14 @@ except what it wrote into the record. The rules (contract §5):
   first asked for (a Mesos agent that does not offer its port), the whole job restarts
   instead (reason ``TaskRestartTimedOut``), where its tasks may move.
 - ``activeDeadlineSeconds`` past the first start fails the job.
+- Suspension (``spec.suspend: true``) and preemption (``suspend``, called by the controller
+  for a job a higher-priority one needs the room of): every task is stopped with the job's
+  grace period, the phase is Suspended (reason Suspended or Preempted), and nothing of it
+  counts as a failure, a restart or against ``backoffLimit`` (``suspensions`` and
+  ``preemptions`` count them). The attempt moves on at once, so its next launch is a fresh
+  gang on the same addresses where the backend can. ``suspend: false`` resumes a suspended
+  job; a preempted one asks to be placed whenever nothing of it runs, and is resumed (by the
+  controller, ``resumed``) once it is.
 - The TensorBoard task (``spec.tensorboard``) is outside all of this: it starts with the
   job's tasks (or alone), is relaunched alone when it ends, is replaced only when its own
   config changes, and is stopped when the job ends or is deleted.
@@ -41,7 +49,7 @@ from dataclasses import dataclass, field, replace
 from tfdeclare.core.enums import Phase, Reason, RestartPolicy, RestartScope, Role, SuccessPolicy, TaskState
 from tfdeclare.core.run.clusterspec import TaskConfig, reuse, task_configs, with_restarts
 from tfdeclare.core.run.launches import pinned
-from tfdeclare.core.run.record import JobRecord, TaskRestarts
+from tfdeclare.core.run.record import SUSPENSION_HISTORY, JobRecord, Suspension, TaskRestarts, rfc3339
 from tfdeclare.core.run.tasks import ObservedTask, TaskKey
 from tfdeclare.core.spec.model import SCOPE_WHY, TENSORBOARD_KEY, JobSpec
 
@@ -179,6 +187,10 @@ def _step(
 ) -> Step:
     if record.deleting or record.phase.terminal:
         return _ending(record, tasks, now)
+    record, said = _suspend_by_spec(record, tasks, now)
+    if record.suspension is not None:
+        held = _suspended(record, tasks)
+        return replace(held, events=(*said, *held.events))
     boards = [t for t in tasks if not t.key.role.in_cluster]
     # "N task(s) running" counts what a status shows as running, the TensorBoard task included
     board_running = any(t.state is TaskState.RUNNING for t in boards)
@@ -187,6 +199,108 @@ def _step(
         record, in_cluster, now, backoff, desired, address_wait_s, board_running=board_running
     )
     return _with_tensorboard(result, boards, now, desired)
+
+
+# ---- suspension and preemption --------------------------------------------------------------
+
+
+def suspend(
+    record: JobRecord,
+    reason: Reason,
+    now: float,
+    *,
+    by: str | None = None,
+    message: str = "",
+    tasks: int = 0,
+) -> JobRecord:
+    """The record of a job stopped on purpose: ``reason`` SUSPENDED (``spec.suspend``) or
+    PREEMPTED (``by`` the job that needs its room; ``message`` says why). Its tasks are
+    stopped by the next ``step``; no restart is counted, and the attempt moves on, so what
+    runs next is a fresh gang (on the same addresses where the backend can)."""
+    assert reason in (Reason.SUSPENDED, Reason.PREEMPTED)
+    history = record.suspension_history
+    if record.suspension is not None:  # a preempted job suspended from its file
+        history = (*history, record.suspension)[-SUSPENSION_HISTORY:]
+    hold = Suspension(reason, now, by, message, tasks)
+    return record.evolve(
+        suspension=hold,
+        suspension_history=history,
+        suspensions=record.suspensions + (reason is Reason.SUSPENDED),
+        preemptions=record.preemptions + (reason is Reason.PREEMPTED),
+        phase=Phase.SUSPENDED,
+        reason=reason,
+        message=_held_words(hold),
+        attempt=record.attempt + 1,
+        next_launch_at=None,
+        final_evaluation_since=None,
+    )
+
+
+def resumed(record: JobRecord, now: float) -> JobRecord:
+    """The record of a suspended or preempted job that may run again (``spec.suspend`` false,
+    or the controller placed it): its suspension goes to the history, the phase to Pending,
+    and its start time is reset (its next launch sets it), so ``activeDeadlineSeconds``
+    counts from the resumption, as a Kubernetes Job's does."""
+    hold = record.suspension
+    if hold is None:
+        return record
+    ended = replace(hold, resumed_at=now)
+    return record.evolve(  # start time reset, as Kubernetes does: activeDeadlineSeconds counts anew
+        start_time=None,
+        suspension=None,
+        suspension_history=(*record.suspension_history, ended)[-SUSPENSION_HISTORY:],
+        phase=Phase.PENDING,
+        reason=Reason.RESUMED,
+        message=f"resumed after {now - hold.at:.0f} s {_held_words(hold, short=True)}",
+    )
+
+
+def _held_words(hold: Suspension, *, short: bool = False) -> str:
+    if hold.reason is Reason.SUSPENDED:
+        return "suspended (spec.suspend)" + ("" if short else f" at {rfc3339(hold.at)}")
+    by = f" by {hold.by}" if hold.by else ""
+    if short:
+        return f"preempted{by}"
+    return f"preempted{by} at {rfc3339(hold.at)}" + (f" ({hold.message})" if hold.message else "")
+
+
+def _suspend_by_spec(
+    record: JobRecord, tasks: Sequence[ObservedTask], now: float
+) -> tuple[JobRecord, tuple[str, ...]]:
+    """``spec.suspend`` true suspends the job (a preempted one too: it now waits for the
+    file, not for room); false resumes a job it suspended. A preemption stays as it is."""
+    hold = record.suspension
+    wanted = record.spec.suspend
+    if wanted and (hold is None or hold.reason is Reason.PREEMPTED):
+        alive = sum(1 for t in tasks if t.state.alive)
+        grace = record.spec.grace_period_s
+        stopping = f": stopping {alive} task(s) with a {grace:g} s grace" if alive else ""
+        return suspend(record, Reason.SUSPENDED, now, tasks=alive), (
+            f"{record.name}: suspended (spec.suspend){stopping}",
+        )
+    if not wanted and hold is not None and hold.reason is Reason.SUSPENDED:
+        return resumed(record, now), (f"{record.name}: resumed (spec.suspend is false)",)
+    return record, ()
+
+
+def _suspended(record: JobRecord, tasks: Sequence[ObservedTask]) -> Step:
+    """A suspended or preempted job: stop whatever of it runs (the grace period is the
+    caller's), forget what ended (its logs stay); once nothing runs, a preempted job asks to
+    be placed again (the controller resumes it when it is), a suspended one waits for its file."""
+    hold = record.suspension
+    assert hold is not None
+    alive = [t for t in tasks if t.state.alive]
+    to_stop = tuple(t.task_id for t in alive if t.state is not TaskState.STOPPING)
+    ended = tuple(t.task_id for t in tasks if t.state.ended)
+    what = _held_words(hold)
+    if alive:
+        stopping = _update(record, Phase.SUSPENDED, hold.reason, f"{what}: stopping {len(alive)} task(s)")
+        return Step(stopping, stop=to_stop, forget=ended)
+    if hold.reason is Reason.PREEMPTED:
+        waiting = _update(record, Phase.SUSPENDED, hold.reason, f"{what}; it runs again when there is room")
+        return Step(waiting, launch=record.spec.task_keys(), forget=ended)
+    waiting = _update(record, Phase.SUSPENDED, hold.reason, f"{what}; suspend: false runs it again")
+    return Step(waiting, forget=ended)
 
 
 def _ending(record: JobRecord, tasks: Sequence[ObservedTask], now: float) -> Step:

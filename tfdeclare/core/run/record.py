@@ -51,6 +51,7 @@ class ConditionType(StrEnum):
     SYNCED = "Synced"
     RECONCILING = "Reconciling"
     STALLED = "Stalled"
+    SUSPENDED = "Suspended"  # present while it is suspended or preempted
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +177,43 @@ class TaskRestarts:
         )
 
 
+SUSPENSION_HISTORY = 20  # the suspensions and preemptions a record (and status) keeps, newest last
+
+
+@dataclass(frozen=True, slots=True)
+class Suspension:
+    """One time the job was stopped on purpose: by ``spec.suspend`` (reason Suspended) or by a
+    higher-priority job (reason Preempted, ``by`` names it). ``resumed_at`` None: still so."""
+
+    reason: Reason  # SUSPENDED | PREEMPTED
+    at: float
+    by: str | None = None  # the job that preempted it
+    message: str = ""
+    tasks: int = 0  # tasks alive when it was stopped
+    resumed_at: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "reason": self.reason.value,
+            "at": self.at,
+            "by": self.by,
+            "message": self.message,
+            "tasks": self.tasks,
+            "resumedAt": self.resumed_at,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Suspension:
+        return cls(
+            reason=Reason(data["reason"]),
+            at=float(data["at"]),
+            by=data.get("by"),
+            message=str(data.get("message", "")),
+            tasks=int(data.get("tasks", 0)),
+            resumed_at=data.get("resumedAt"),
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class JobRecord:
     name: str
@@ -214,6 +252,12 @@ class JobRecord:
     not_synced: tuple[Reason, str] | None = None
     conditions: tuple[Condition, ...] = ()
     tasks: tuple[TaskRecord, ...] = ()
+    # Stopped on purpose (phase Suspended) since ``suspension.at``; None while it may run.
+    suspension: Suspension | None = None
+    suspensions: int = 0  # times spec.suspend stopped it (never counted in ``restarts``)
+    preemptions: int = 0  # times a higher-priority job stopped it
+    # Ended suspensions and preemptions, newest last (at most ``SUSPENSION_HISTORY``)
+    suspension_history: tuple[Suspension, ...] = ()
 
     @property
     def restarted_alone(self) -> dict[str, int]:
@@ -264,6 +308,10 @@ class JobRecord:
             ),
             "conditions": [c.to_json() for c in self.conditions],
             "tasks": [t.to_json() for t in self.tasks],
+            "suspension": self.suspension.to_json() if self.suspension else None,
+            "suspensions": self.suspensions,
+            "preemptions": self.preemptions,
+            "suspensionHistory": [entry.to_json() for entry in self.suspension_history],
         }
 
     @classmethod
@@ -303,6 +351,10 @@ class JobRecord:
             not_synced=_not_synced(data),
             conditions=tuple(Condition.from_json(c) for c in data.get("conditions", ())),
             tasks=tuple(TaskRecord.from_json(t) for t in data.get("tasks", ())),
+            suspension=Suspension.from_json(data["suspension"]) if data.get("suspension") else None,
+            suspensions=int(data.get("suspensions", 0)),
+            preemptions=int(data.get("preemptions", 0)),
+            suspension_history=tuple(Suspension.from_json(e) for e in data.get("suspensionHistory", ())),
         )
 
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tfdeclare.core.enums import ROLE_ORDER, Phase, Reason, Role, TaskState
-from tfdeclare.core.run.record import Condition, ConditionType, JobRecord, TaskRecord, rfc3339
+from tfdeclare.core.run.record import Condition, ConditionType, JobRecord, Suspension, TaskRecord, rfc3339
 from tfdeclare.core.run.tasks import ObservedTask, TaskKey
 from tfdeclare.core.spec.keys import ORDER
 from tfdeclare.core.spec.model import SCOPE_WHY, TENSORBOARD_KEY, JobSpec
@@ -65,6 +65,9 @@ def conditions(record: JobRecord, now: float) -> tuple[Condition, ...]:
     else:
         applied = f"revision {record.revision}" if record.revision else f"spec {record.spec_hash[:12]}"
         out.append(make(ConditionType.SYNCED, "True", Reason.SPEC_APPLIED, f"{applied} is applied"))
+    if record.suspension is not None:
+        hold = record.suspension
+        out.append(make(ConditionType.SUSPENDED, "True", hold.reason, record.message))
     if record.reason.stalled:
         out.append(make(ConditionType.STALLED, "True", record.reason, record.message))
     elif phase in (Phase.PENDING, Phase.RESTARTING, Phase.DELETING):
@@ -142,6 +145,10 @@ def status_document(record: JobRecord, now: float) -> dict[str, Any]:
         "nextRestartTime": rfc3339(record.next_launch_at) if record.phase is Phase.RESTARTING else None,
         "restartScopes": restart_scopes(record.spec),
         "taskRestarts": _task_restarts(record),
+        "suspension": _suspension(record.suspension),
+        "suspensions": record.suspensions,
+        "preemptions": record.preemptions,
+        "suspensionHistory": [_suspension(entry) for entry in record.suspension_history],
         "replicas": replicas,
         "tasks": task_entries,
         "tensorboard": _tensorboard(record, tasks.get(TENSORBOARD_KEY)),
@@ -191,6 +198,20 @@ def _task_restarts(record: JobRecord) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def _suspension(hold: Suspension | None) -> dict[str, Any] | None:
+    """A suspension or preemption: why, by whom, when, and when it ended (null: not yet)."""
+    if hold is None:
+        return None
+    return {
+        "reason": hold.reason.value,
+        "preemptedBy": hold.by,
+        "time": rfc3339(hold.at),
+        "tasks": hold.tasks,
+        "message": hold.message,
+        "resumeTime": rfc3339(hold.resumed_at),
+    }
 
 
 def _tensorboard(record: JobRecord, task: TaskRecord | None) -> dict[str, Any] | None:

@@ -62,6 +62,7 @@ class GangRequest:
     slots: tuple[SlotRequest, ...]
     strategy: PlacementStrategy = PlacementStrategy.PACK
     constraints: tuple[AttributeConstraint, ...] = ()
+    priority: int = 0  # ``spec.priority``: a queue of waiting gangs serves higher first
 
     @property
     def total(self) -> Resources:
@@ -119,6 +120,9 @@ class UnplacedReason(StrEnum):
 class Unplaced:
     reason: UnplacedReason
     message: str
+    # What the gang lacks beyond what is free now, where the backend can say (the local
+    # machine): the controller may preempt lower-priority jobs for it. None: not known.
+    short: Resources | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -313,13 +313,15 @@ class _Translator:
             self.error(where, f"cleanPodPolicy {clean!r}: one of Running, All, None")
         if not whole:
             return
+        if "suspend" in policy:  # training-operator 1.7: stops the job's pods, false resumes it
+            self.put(out, ("spec", "suspend"), policy["suspend"], (*at, "suspend"))
         if "schedulingPolicy" in policy:
             self.warn(
                 (*at, "schedulingPolicy"),
                 "schedulingPolicy: tfdeclare always places a job's tasks as one gang (all or none); "
-                "queues and priorities are the backend's",
+                "its priority is spec.priority (an integer, higher first), not a priority class",
             )
-        known = (*_RUN_POLICY, "cleanPodPolicy", "schedulingPolicy")
+        known = (*_RUN_POLICY, "cleanPodPolicy", "schedulingPolicy", "suspend")
         self.unknown(policy, known, at, "runPolicy")
 
     def shared_volumes(self, out: dict[str, Any], volumes: dict[str, list[dict[str, Any]]]) -> None:

@@ -174,6 +174,12 @@ def _parity_fields(spec: Mapping[str, Any]) -> dict[str, Any]:
         != ImagePullPolicy.IF_NOT_PRESENT.value
     ):
         out["imagePullPolicy"] = spec["imagePullPolicy"]
+    # Issue 34: present only when not the default (priority 0, not suspended), so no existing
+    # job's hash changes.
+    if spec.get("priority", 0):
+        out["priority"] = int(spec["priority"])
+    if spec.get("suspend", False):
+        out["suspend"] = True
     return out
 
 
@@ -295,6 +301,8 @@ class JobSpec:
     evaluator_grace_s: float = DEFAULT_EVALUATOR_GRACE_S
     image_pull_policy: ImagePullPolicy = ImagePullPolicy.IF_NOT_PRESENT
     restart_scope: RestartScope | None = None  # unset: by the roles (``restart_scope_for``)
+    priority: int = 0  # higher first: the queue's order, and whom it may preempt
+    suspend: bool = False  # stopped the graceful way until it is false again
 
     @classmethod
     def from_canonical(cls, canonical: Mapping[str, Any], spec_hash: str | None = None) -> JobSpec:
@@ -354,6 +362,8 @@ class JobSpec:
                 spec.get("imagePullPolicy", ImagePullPolicy.IF_NOT_PRESENT.value)
             ),
             restart_scope=RestartScope(spec["restartScope"]) if "restartScope" in spec else None,
+            priority=int(spec.get("priority", 0)),
+            suspend=bool(spec.get("suspend", False)),
         )
 
     def replica(self, role: Role) -> ReplicaSpec | None:

@@ -48,6 +48,9 @@ class PolicyConfig:
     allowed_host_paths: tuple[str, ...] = ()  # none by default: no hostPath volume
     max_gpus_per_job: int | None = None
     quotas: tuple[Quota, ...] = ()
+    max_priority: int | None = None  # the highest spec.priority a job may have (None: any)
+    # Jobs of this priority or higher are never preempted (None: any job of a lower priority may be)
+    non_preemptible_priority: int | None = None
 
 
 def policy_checks(
@@ -76,6 +79,8 @@ def policy_checks(
     ]
     if policy.max_gpus_per_job is not None:
         checks.append(partial(check_gpus, policy.max_gpus_per_job))
+    if policy.max_priority is not None:
+        checks.append(partial(check_priority, policy.max_priority))
     return tuple(checks)
 
 
@@ -139,6 +144,18 @@ def check_gpus(max_gpus: int, job: LoadedJob, at: Locate) -> Sequence[Diagnostic
             f"the job asks for {total} GPUs; at most {max_gpus} per job (policy.maxGpusPerJob in the config)",
         ),
     )
+
+
+def check_priority(max_priority: int, job: LoadedJob, at: Locate) -> Sequence[Diagnostic]:
+    """``policy.maxPriority``: a priority lets a job preempt the jobs below it, so who may
+    write a spec does not decide alone how high it goes. Reported at ``spec.priority``."""
+    priority = int(job.canonical["spec"].get("priority", 0))
+    if priority <= max_priority:
+        return ()
+    message = (
+        f"priority {priority} is above {max_priority}, the highest allowed (policy.maxPriority in the config)"
+    )
+    return (at(("spec", "priority"), message),)
 
 
 def check_images(policy: PolicyConfig, job: LoadedJob, at: Locate) -> Sequence[Diagnostic]:
