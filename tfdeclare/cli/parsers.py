@@ -67,6 +67,22 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
+def task_limit(text: str) -> int:
+    """``--tasks``: a count of tasks, or ``all`` (-1)."""
+    if text == "all":
+        return -1
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:
+        raise argparse.ArgumentTypeError(f"expected a number of tasks or `all`, got {text!r}")
+    return int(text)
+
+
+def task_offset(text: str) -> int:
+    """``--tasks-offset``: a task's place, from 0."""
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:
+        raise argparse.ArgumentTypeError(f"expected a task's place from 0, got {text!r}")
+    return int(text)
+
+
 def job_name(text: str) -> str:
     """A NAME argument: a job name, so it can never name a file outside the state folders."""
     if not is_job_name(text):
@@ -184,6 +200,20 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     status_parser.add_argument("-o", "--output", choices=("text", "json"), default="text")
     status_parser.add_argument(
         "--refresh", action="store_true", help="reconcile once first: adopt tasks, notice ended ones"
+    )
+    status_parser.add_argument(
+        "--tasks",
+        type=task_limit,
+        metavar="N",
+        help="with NAME: list N of its tasks, or `all` (default: 20 in text; -o json: those its status "
+        "file lists, at most 1000)",
+    )
+    status_parser.add_argument(
+        "--tasks-offset",
+        type=task_offset,
+        default=0,
+        metavar="I",
+        help="with NAME: list its tasks from the I-th (0: the first), in role and index order",
     )
     status_parser.set_defaults(handler="tfdeclare.cli.run_commands:cmd_status")
 

@@ -41,13 +41,14 @@ from tfdeclare.core.enums import Phase, Reason, TaskState
 from tfdeclare.core.plan.desired import DesiredState
 from tfdeclare.core.plan.planner import Action, Plan, PlanOptions, plan
 from tfdeclare.core.plan.render import plan_json, render_text
+from tfdeclare.core.run import status
 from tfdeclare.core.run.record import JobRecord
 from tfdeclare.core.spec.loader import LoadedJob, Locate, SourceRef
 from tfdeclare.core.spec.model import fingerprint
 from tfdeclare.core.tone import PHASE_TONES, Painter, Tone, plain
 from tfdeclare.shell.lock import ControllerLock
 from tfdeclare.shell.sources import spec_sources
-from tfdeclare.shell.statuswriter import StatusWriter
+from tfdeclare.shell.statuswriter import STATUS_INDEX, StatusWriter
 from tfdeclare.shell.store import StateError, StateStore
 
 # A job has what it needs for now (apply without --wait may return) in these states.
@@ -372,21 +373,20 @@ def _phase(phase: str, paint: Painter, width: int = 0) -> str:
     return paint(phase, tone) + " " * (width - len(phase))
 
 
-def _status_table(documents: list[dict[str, Any]], paint: Painter = plain) -> str:
+def _status_table(summaries: list[dict[str, Any]], paint: Painter = plain) -> str:
+    """One line a job, from its summary (``core.run.status.summary``)."""
     rows = [("NAME", "PHASE", "TASKS", "RESTARTS", "AGE", "MESSAGE")]
-    for doc in documents:
-        tasks = doc.get("tasks", [])
-        running = sum(1 for t in tasks if t["state"] == TaskState.RUNNING)
-        done = sum(1 for t in tasks if t["state"] == TaskState.SUCCEEDED)
-        counts = f"{running}/{len(tasks)}" + (f" ({done} done)" if done else "")
+    for job in summaries:
+        done = job.get("succeeded", 0)
+        counts = f"{job.get('running', 0)}/{job.get('tasks', 0)}" + (f" ({done} done)" if done else "")
         rows.append(
             (
-                doc["name"],
-                doc["phase"],
+                str(job["name"]),
+                str(job["phase"]),
                 counts,
-                str(doc.get("restarts", 0)),
-                _age(doc.get("startTime")),
-                doc.get("message", ""),
+                str(job.get("restarts", 0)),
+                _age(job.get("startTime")),
+                str(job.get("message", "")),
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
@@ -420,33 +420,96 @@ def _status_detail(doc: dict[str, Any], paint: Painter = plain) -> str:
     lines.append("  conditions:")
     for c in doc.get("conditions", []):
         lines.append(f"    {c['type']:<12} {c['status']:<6} {c['reason']}: {c['message']}")
-    lines.append("  tasks:")
-    for t in doc.get("tasks", []):
+    tasks = doc.get("tasks", [])
+    offset = int(doc.get("tasksOffset", 0))
+    total = int(doc.get("taskCount", offset + len(tasks)))
+    whole = not offset and len(tasks) == total
+    lines.append("  tasks:" if whole else f"  tasks ({total} in all):")
+    for t in tasks:
         where = f"{t['host']}:{t['port']}" if t.get("host") else "-"
         code = "" if t.get("exitCode") is None else f" exit {t['exitCode']}"
         name = f"{t['role']}-{t['index']}"
         lines.append(f"    {name:<12} {t['state']:<10} {where:<21}{code} {t.get('message', '')}".rstrip())
+    if not whole:
+        shown = f"tasks {offset + 1}-{offset + len(tasks)}" if tasks else "no task"
+        following = total - offset - len(tasks)
+        more = (
+            f"; {following} more: `tfdeclare status {doc['name']} --tasks-offset {offset + len(tasks)}`"
+            if following > 0
+            else ""
+        )
+        lines.append(f"    ({shown} of {total} listed{more}, or `--tasks all`)")
     return "\n".join(lines) + "\n"
+
+
+DETAIL_TASKS = 20  # tasks `tfdeclare status NAME` lists unless told (--tasks)
+
+
+def _paged(doc: dict[str, Any], settings: Settings, offset: int, limit: int | None) -> dict[str, Any]:
+    """The document with its tasks from ``offset``, at most ``limit`` (None: all). Tasks past
+    those its status file lists (a big job's) come from the job's record, when there is one
+    with the same spec and attempt; else only those listed."""
+    listed = doc.get("tasks") or []
+    total = int(doc.get("taskCount", len(listed)))
+    end = total if limit is None else min(total, offset + limit)
+    if end <= len(listed):
+        page = listed[offset:end]
+    else:
+        try:
+            record = StateStore(settings.state_dir).load(doc["name"])
+        except StateError:
+            record = None
+        same = record is not None and (record.spec_hash, record.attempt) == (
+            doc.get("specHash"),
+            doc.get("attempt", 0),
+        )
+        if record is not None and same:
+            page = status.task_entries(record, offset, None if limit is None else end - offset)
+            total = len(status.task_keys(record))
+        else:
+            page = listed[offset:end]
+            total = len(listed)  # all that can be shown
+    paged = {k: v for k, v in doc.items() if k not in ("tasks", "tasksTruncated", "taskCount", "updatedAt")}
+    paged["tasks"] = page
+    if offset or len(page) < total:
+        paged.update(tasksTruncated=True, taskCount=total, tasksOffset=offset)
+    paged["updatedAt"] = doc.get("updatedAt")
+    return paged
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     if args.refresh:
         _refresh(settings)
-    statuses = StatusWriter(settings.status_dir)
-    names = [args.name] if args.name else statuses.names()
-    documents = [d for d in (statuses.read(n) for n in names) if d is not None]
-    if args.name and not documents:
-        raise UserError(f"no job named {args.name!r} (no status file in {settings.status_dir})")
-    if args.output == "json":
-        stdout_write(json.dumps(documents[0] if args.name else documents, indent=2) + "\n")
-    elif args.name:
-        stdout_write(_status_detail(documents[0], terminal.painter(sys.stdout)))
-    elif documents:
-        stdout_write(_status_table(documents, terminal.painter(sys.stdout)))
+    statuses = StatusWriter(settings.status_dir, index=settings.state_dir / STATUS_INDEX)
+    if args.name:
+        document = statuses.read(args.name)
+        if document is None:
+            raise UserError(f"no job named {args.name!r} (no status file in {settings.status_dir})")
+        told = args.tasks is not None or args.tasks_offset > 0
+        limit = None if args.tasks == -1 else DETAIL_TASKS if args.tasks is None else args.tasks  # -1: all
+        if args.output == "json" and not told:
+            stdout_write(json.dumps(document, indent=2) + "\n")  # the status file as it is
+        elif args.output == "json":
+            paged = _paged(
+                document, settings, args.tasks_offset, None if args.tasks in (None, -1) else args.tasks
+            )
+            stdout_write(json.dumps(paged, indent=2) + "\n")
+        else:
+            paged = _paged(document, settings, args.tasks_offset, limit)
+            stdout_write(_status_detail(paged, terminal.painter(sys.stdout)))
+    elif args.tasks is not None or args.tasks_offset:
+        raise UserError("--tasks and --tasks-offset list the tasks of one job: name it")
+    elif args.output == "json":
+        documents = [d for d in (statuses.read(n) for n in statuses.names()) if d is not None]
+        stdout_write(json.dumps(documents, indent=2) + "\n")
+        return EXIT_OK
+    elif summaries := statuses.summaries():
+        stdout_write(_status_table(summaries, terminal.painter(sys.stdout)))
     else:
         stdout_write("No jobs.\n")
-    if documents and args.output != "json":
+        return EXIT_OK
+    if args.output != "json":
         stderr_line(f"({_freshness(settings)})")
     return EXIT_OK
 

@@ -331,6 +331,10 @@ class Controller:
             for job, orphans in sorted(by_job.items()):
                 if job not in self.store.unreadable:
                     self._stop_orphans(self._backend(backend_name), job, orphans, result)
+        try:
+            self.statuses.flush()  # the summaries' index: a cache, retried next pass
+        except OSError as err:
+            result.errors.append(f"cannot write {_failed_write(err)}; retrying next pass")
         return result
 
     def _move_out(

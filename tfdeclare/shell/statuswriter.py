@@ -13,11 +13,20 @@ which it writes as an anchor and alias; a value of another type) goes to ``yaml.
 status of a 10,000-task job (1.7 MB): ``yaml.dump`` 0.91-1.04 s, the events 0.16-0.19 s
 (2026-12-04, 2 shared cores), so a one-task resize of such a job no longer spends most of
 its time writing the status file.
+
+Read through libyaml too (``CSafeLoader``). ``tfdeclare status`` of many jobs reads no status
+file it need not: the writer keeps an index of one summary a job (``core.run.status.summary``)
+beside the state (``<state-dir>/status-summaries.json``, written once a pass when something
+changed), each with the identity (inode, mtime, size) of the status file it summarises;
+``summaries`` takes an entry only while its file is still that one, and reads the file
+otherwise. So a stale, missing or foreign index costs time, never a wrong line.
 """
 
 from __future__ import annotations
 
 import io
+import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +44,14 @@ from yaml.events import (
 )
 from yaml.nodes import ScalarNode
 
+from tfdeclare.core.run.status import summary
 from tfdeclare.core.spec.names import is_job_name
 from tfdeclare.files import remove, write_atomic
 
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+INDEX_VERSION = 1
+STATUS_INDEX = "status-summaries.json"  # the index's name in the state folder
 _OPTIONS: dict[str, Any] = {"allow_unicode": True, "default_flow_style": False, "sort_keys": False}
 
 _STR = "tag:yaml.org,2002:str"
@@ -137,10 +150,21 @@ def dump(document: dict[str, Any]) -> str:
     return stream.getvalue()
 
 
+def _identity(stat: os.stat_result) -> list[int]:
+    return [stat.st_ino, stat.st_mtime_ns, stat.st_size]  # atomic writes make a new inode
+
+
 class StatusWriter:
-    def __init__(self, root: Path) -> None:
+    """The status folder. ``index``: where to keep the summaries' index (module docstring);
+    None keeps none."""
+
+    def __init__(self, root: Path, index: Path | None = None) -> None:
         self.root = root
+        self.index = index
         self._last: dict[str, dict[str, Any]] = {}  # what was written, less updatedAt
+        self._updated: dict[str, Any] = {}  # its updatedAt
+        self._summaries: dict[str, dict[str, Any]] | None = None  # name -> {file, summary}
+        self._dirty = False
 
     def path(self, name: str) -> Path:
         if not is_job_name(name):
@@ -151,23 +175,49 @@ class StatusWriter:
         """Write unless only ``updatedAt`` would change; says whether it wrote."""
         name = document["name"]
         comparable = {k: v for k, v in document.items() if k != "updatedAt"}
-        if self._last.get(name) == comparable and self.path(name).exists():
+        path = self.path(name)
+        if self._last.get(name) == comparable and path.exists():
             return False
-        write_atomic(self.path(name), dump(document).encode("utf-8"))
+        write_atomic(path, dump(document).encode("utf-8"))
         self._last[name] = comparable
+        self._updated[name] = document.get("updatedAt")
+        if self.index is not None:
+            self._indexed()[name] = {"file": _identity(path.stat()), "summary": summary(document)}
+            self._dirty = True
         return True
 
     def written(self, name: str) -> bool:
         """Whether this writer has written the job's status file (it is the only writer)."""
         return name in self._last
 
+    def documents(self) -> dict[str, dict[str, Any]]:
+        """What this writer wrote last of each job still there, by name (new dicts; their
+        values are shared: not to be changed)."""
+        return {name: {**doc, "updatedAt": self._updated.get(name)} for name, doc in self._last.items()}
+
     def remove(self, name: str) -> None:
         remove(self.path(name))
         self._last.pop(name, None)
+        self._updated.pop(name, None)
+        if self.index is not None and self._indexed().pop(name, None) is not None:
+            self._dirty = True
+
+    def flush(self) -> None:
+        """Write the index if it changed (once a pass: the controller calls this)."""
+        if self.index is None or not self._dirty:
+            return
+        data = {"version": INDEX_VERSION, "statusDir": str(self.root), "jobs": self._indexed()}
+        write_atomic(self.index, json.dumps(data, separators=(",", ":")).encode())
+        self._dirty = False
+
+    def _indexed(self) -> dict[str, dict[str, Any]]:
+        if self._summaries is None:  # what an earlier writer indexed, checked by every reader
+            self._summaries = _read_index(self.index)
+        return self._summaries
 
     def read(self, name: str) -> dict[str, Any] | None:
         try:
-            data = yaml.safe_load(self.path(name).read_text(encoding="utf-8"))
+            data = yaml.load(self.path(name).read_bytes(), Loader=_LOADER)  # noqa: S506 (a safe loader)
         except FileNotFoundError:
             return None
         return data if isinstance(data, dict) else None
@@ -176,3 +226,43 @@ class StatusWriter:
         if not self.root.is_dir():
             return []
         return sorted(p.stem for p in self.root.glob("*.yaml") if is_job_name(p.stem))
+
+    def summaries(self) -> list[dict[str, Any]]:
+        """``summary`` of every job's status file, in name order: from the index while an entry
+        is of the file there now, else read from the file."""
+        indexed = _read_index(self.index)
+        out = []
+        try:
+            entries = sorted(os.scandir(self.root), key=lambda e: e.name)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        for entry in entries:
+            name = entry.name.removesuffix(".yaml")
+            if not entry.name.endswith(".yaml") or not is_job_name(name):
+                continue
+            try:
+                identity = _identity(entry.stat())
+            except FileNotFoundError:
+                continue
+            known = indexed.get(name)
+            if known is not None and known.get("file") == identity and isinstance(known.get("summary"), dict):
+                out.append(known["summary"])
+                continue
+            document = self.read(name)
+            if document is not None:
+                out.append(summary(document))
+        return out
+
+
+def _read_index(path: Path | None) -> dict[str, dict[str, Any]]:
+    """The index's entries; none when there is no index or it cannot be read (it is a cache)."""
+    if path is None:
+        return {}
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("version") != INDEX_VERSION:
+        return {}
+    jobs = data.get("jobs")
+    return {k: v for k, v in jobs.items() if isinstance(v, dict)} if isinstance(jobs, dict) else {}

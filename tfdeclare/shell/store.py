@@ -5,6 +5,7 @@ Layout::
 
     <state-dir>/lock            the controller lock (shell.lock)
     <state-dir>/jobs/<name>.json  one JobRecord per job
+    <state-dir>/status-summaries.json  the status files' summaries (shell.statuswriter: a cache)
     <state-dir>/local/...       the local backend's task folders
     <state-dir>/mesos/...       the Mesos backend's framework id and task journal
 """
