@@ -7,6 +7,9 @@ index while it is of the files there, else from the files. Small counts, with th
 from __future__ import annotations
 
 import json
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +18,11 @@ import pytest
 
 from tests.conftest import REPO
 from tests.controller_world import World, job_text
+from tests.test_daemon_page import Served
 from tfdeclare.cli.main import main
 from tfdeclare.core.run import status
+from tfdeclare.core.spec.keys import ORDER
+from tfdeclare.daemon import page, service
 from tfdeclare.shell.statuswriter import StatusWriter
 
 STATUS_SCHEMA = json.loads((REPO / "schemas" / "status.schema.json").read_text())
@@ -163,3 +169,126 @@ def test_tasks_options_need_a_job(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert code == 1 and "--tasks and --tasks-offset list the tasks of one job: name it" in err
     with pytest.raises(SystemExit):
         run_status(tmp_path, capsys, "a", "--tasks", "-1")
+
+
+def test_task_keys_are_the_spec_s_and_the_recorded_ones_in_order(tmp_path: Path) -> None:
+    """The same keys, in the same order, as sorting the spec's and the recorded ones together,
+    for any page; a deleting job's are the recorded ones alone."""
+    world = seven_workers(tmp_path)
+    running = world.record("a")
+    world.write("a", job_text("a", "worker: {count: 3, resources: {cpus: 0.1, mem: 16}}, ps: {count: 2}"))
+    world.apply()
+    resized = world.record("a").evolve(tasks=running.tasks)  # its 7 workers still recorded
+    for record in (running, resized, resized.evolve(deleting=True), resized.evolve(tasks=())):
+        recorded = {t.key for t in record.tasks}
+        expected = sorted(recorded if record.deleting else {*record.spec.task_keys(), *recorded}, key=ORDER)
+        assert status.task_keys(record) == expected and status.task_count(record) == len(expected)
+        for offset in range(len(expected) + 1):
+            for limit in (0, 1, 2, 5, None):
+                end = None if limit is None else offset + limit
+                assert status.task_keys(record, offset, limit) == expected[offset:end], (offset, limit)
+
+
+# ---- the daemon's endpoints ------------------------------------------------------------------
+
+
+@pytest.fixture
+def served_four(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Served]:
+    """Jobs a (7 workers and TensorBoard, its status file lists 3 of 8 tasks), b, c, d (2
+    workers each) after a daemon pass, with the bounds lowered: /jobs lists 5 tasks in all,
+    the page 2 cards of 2 tasks each."""
+    monkeypatch.setattr(status, "TASKS_LISTED", 3)
+    monkeypatch.setattr(service, "JOBS_TASKS", 5)
+    monkeypatch.setattr(page, "PAGE_JOBS", 2)
+    monkeypatch.setattr(page, "CARD_TASKS", 2)
+    world = seven_workers(tmp_path)
+    for name in ("b", "c", "d"):
+        world.write(name, job_text(name))
+    world.apply()
+    world.settle()
+    made = Served(world)
+    made.daemon._pass()  # publishes the view
+    yield made
+    made.close()
+
+
+def test_jobs_lists_every_job_within_a_bound_on_tasks(served_four: Served) -> None:
+    code, _, body = served_four.get("/jobs")
+    jobs = json.loads(body)
+    assert code == 200 and [j["name"] for j in jobs] == ["a", "b", "c", "d"]
+    a, b, c, d = jobs
+    assert (len(a["tasks"]), a["taskCount"], a["tasksTruncated"]) == (3, 8, True)
+    assert len(b["tasks"]) == 2 and "tasksTruncated" not in b, "within the bound: as its status file"
+    assert (c["tasks"], c["taskCount"], c["tasksTruncated"]) == ([], 2, True)
+    assert (d["tasks"], d["taskCount"]) == ([], 2)
+    assert all(schema_errors(j) == [] for j in jobs)
+    assert b == served_four.world.status("b")
+
+
+def test_jobs_name_pages_a_job_s_tasks(served_four: Served) -> None:
+    code, _, body = served_four.get("/jobs/a?tasksOffset=5&tasksLimit=2")
+    paged = json.loads(body)
+    assert code == 200 and [t["index"] for t in paged["tasks"]] == [4, 5]  # tensorboard-0 is first
+    assert (paged["tasksOffset"], paged["taskCount"], paged["tasksTruncated"]) == (5, 8, True)
+    assert all(t["state"] == "running" and t["id"] for t in paged["tasks"]), "from the record: live"
+    assert schema_errors(paged) == []
+    code, _, body = served_four.get("/jobs/a?tasksLimit=100")
+    assert len(json.loads(body)["tasks"]) == 8 and "tasksTruncated" not in json.loads(body)
+    code, _, body = served_four.get("/jobs/a")
+    assert len(json.loads(body)["tasks"]) == 3, "by default as many as a status file lists"
+    assert served_four.get("/jobs/zz")[0] == 404 and served_four.get("/jobs/..%2fa")[0] == 404
+    for bad in ("tasksLimit=-1", "tasksLimit=10001", "tasksOffset=x", "tasksOffset=1&tasksOffset=2"):
+        assert served_four.get(f"/jobs/a?{bad}")[0] == 400, bad
+
+
+def test_the_page_shows_a_page_of_cards_with_a_page_of_tasks_each(served_four: Served) -> None:
+    code, _, body = served_four.get("/")
+    text = body.decode()
+    assert code == 200 and 'id="job-a"' in text and 'id="job-b"' in text and 'id="job-c"' not in text
+    assert "jobs 1\u20132 of 4" in text and 'href="/?jobsOffset=2"' in text
+    assert "8 of 8 tasks running" in text, "counted over every task, not those listed"
+    assert text.count('<tr class="task">') == 4
+    assert "2 of 8 tasks listed; the other 6" in text and 'href="/jobs/a?tasksOffset=2"' in text
+    code, _, body = served_four.get("/?jobsOffset=2")
+    text = body.decode()
+    assert 'id="job-c"' in text and 'id="job-d"' in text and 'id="job-a"' not in text
+    assert 'href="/?jobsOffset=0"' in text
+    assert served_four.get("/?jobsOffset=-2")[0] == 400
+
+
+def test_the_endpoints_answer_from_the_last_pass_without_reading_a_file(
+    served_four: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_reads(self: StatusWriter, name: str) -> None:
+        raise AssertionError(f"read {name}'s status file")
+
+    monkeypatch.setattr(StatusWriter, "read", no_reads)
+    assert [served_four.get(path)[0] for path in ("/", "/jobs", "/jobs/a", "/healthz")] == [200] * 4
+    assert served_four.get("/jobs/a/logs?task=worker-6")[0] == 200, "a task past the listed ones"
+
+
+def test_a_long_pass_keeps_the_endpoints_answering(tmp_path: Path) -> None:
+    world = seven_workers(tmp_path)
+    made = Served(world)
+    made.daemon._pass()
+    release = threading.Event()
+    inside = threading.Event()
+    reconcile = world.controller.reconcile
+
+    def slow() -> Any:
+        inside.set()
+        release.wait(30)
+        return reconcile()
+
+    world.controller.reconcile = slow  # type: ignore[method-assign]
+    loop = threading.Thread(target=made.daemon._pass)
+    loop.start()
+    try:
+        assert inside.wait(10)
+        started = time.monotonic()
+        assert [made.get(path)[0] for path in ("/", "/jobs", "/jobs/a", "/healthz")] == [200] * 4
+        assert time.monotonic() - started < 5
+    finally:
+        release.set()
+        loop.join(30)
+        made.close()

@@ -465,7 +465,7 @@ def _paged(doc: dict[str, Any], settings: Settings, offset: int, limit: int | No
         )
         if record is not None and same:
             page = status.task_entries(record, offset, None if limit is None else end - offset)
-            total = len(status.task_keys(record))
+            total = status.task_count(record)
         else:
             page = listed[offset:end]
             total = len(listed)  # all that can be shown

@@ -10,6 +10,14 @@ planner's settle rule; the daemon keeps its sightings from pass to pass and wake
 settles).
 Jobs the plan keeps as applied for a reason (an unreadable listing, a file without a job,
 the prune-everything guard) are logged as a warning whenever that set changes.
+
+**What the endpoints show** comes from a ``View`` the loop publishes after each pass (the
+status documents it wrote and the records they came from), replaced whole, so an HTTP thread
+never reads a file or waits for a pass: a pass over 10,000 jobs or a 100,000-task job leaves
+``/``, ``/jobs`` and ``/healthz`` answering. Until the first pass has ended, the view is what
+the status files say (read once). ``/jobs`` lists at most ``JOBS_TASKS`` tasks over all jobs
+(each job's document as its status file has it until then; past it ``tasks`` is empty and
+``tasksTruncated`` says so); ``job`` pages one job's tasks.
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -30,8 +38,9 @@ from tfdeclare.core.config import WebhookConfig
 from tfdeclare.core.diagnostics import Diagnostic
 from tfdeclare.core.enums import Phase, Reason
 from tfdeclare.core.plan.planner import Plan, PlanCache, PlanOptions, Sighting, plan
+from tfdeclare.core.run import status
 from tfdeclare.core.run.record import JobRecord, Revision
-from tfdeclare.core.spec.keys import TaskKey
+from tfdeclare.core.spec.keys import ORDER, TaskKey
 from tfdeclare.core.spec.names import is_job_name
 from tfdeclare.core.spec.policy import Quota
 from tfdeclare.daemon import page
@@ -84,6 +93,18 @@ class DaemonOptions:
 
 
 RECENT_EVENTS = 50  # phase changes the status page shows
+JOBS_TASKS = 100_000  # tasks /jobs lists at most, over all its jobs (the rest: /jobs/NAME)
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """What the endpoints show, as of a pass: each job's status document (in name order) and
+    the record it came from (to page tasks past those the document lists)."""
+
+    documents: tuple[dict[str, Any], ...]
+    records: Mapping[str, JobRecord]
+
+
 TAIL_BUDGET_S = 1.0  # time the page may spend reading its jobs' log tails
 TAIL_ROLES = ("chief", "worker", "evaluator", "ps", "tensorboard")  # whose log a card shows
 
@@ -108,7 +129,8 @@ class Daemon:
         self.metrics = Metrics()
         self.notifier = Notifier(options.webhooks, lambda result: self.metrics.count_webhook(result.value))
         self.events: tuple[PhaseChange, ...] = ()  # newest first; replaced whole (HTTP threads read it)
-        self.spec_details: Mapping[str, Mapping[str, Any]] = {}  # page.details per job; replaced whole
+        self._view: View | None = None  # replaced whole after each pass (HTTP threads read it)
+        self._first_view_lock = threading.Lock()
         self._phases: dict[str, Phase] | None = None  # as last seen; None until the first pass
         self._trigger = threading.Event()
         self._sync_requested = threading.Event()
@@ -238,7 +260,8 @@ class Daemon:
             log.error("%s", error)
         records = self.controller.store.records()
         self._phase_changes(result.phases, records)
-        self.spec_details = {name: page.details(record.spec) for name, record in records.items()}
+        written = self.controller.statuses.documents()
+        self._view = View(tuple(written[name] for name in sorted(written)), dict(records))
         tasks = Counter(t.state.value for r in records.values() for t in r.tasks)
         self.metrics.set_jobs(
             {n: p.value for n, p in result.phases.items()}, tasks, {n: r.restarts for n, r in records.items()}
@@ -350,26 +373,75 @@ class Daemon:
             },
         }
 
+    def view(self) -> View:
+        """The last pass's view; before the first pass has ended, the status files' (read once)."""
+        view = self._view
+        if view is not None:
+            return view
+        with self._first_view_lock:
+            if self._view is None:
+                statuses = self.controller.statuses
+                documents = (statuses.read(name) for name in statuses.names())
+                self._view = View(tuple(d for d in documents if d is not None), {})
+            return self._view
+
     def jobs(self) -> list[dict[str, Any]]:
-        statuses = self.controller.statuses
-        return [doc for doc in (statuses.read(name) for name in statuses.names()) if doc is not None]
+        """Every job's status document, at most ``JOBS_TASKS`` tasks over all of them."""
+        budget = JOBS_TASKS
+        out = []
+        for document in self.view().documents:
+            tasks = document.get("tasks") or []
+            if len(tasks) <= budget:
+                out.append(document)
+                budget -= len(tasks)
+                continue
+            out.append(_with_tasks(document, tasks[:budget], int(document.get("taskCount", len(tasks)))))
+            budget = 0
+        return out
+
+    def job(self, name: str, offset: int = 0, limit: int | None = None) -> dict[str, Any] | None:
+        """One job's status document with its tasks from ``offset``, at most ``limit`` (default
+        ``status.TASKS_LISTED``); None when there is no such job."""
+        view = self.view()
+        limit = status.TASKS_LISTED if limit is None else limit
+        document = next((d for d in view.documents if d["name"] == name), None)
+        if document is None:
+            return None
+        listed = document.get("tasks") or []
+        total = int(document.get("taskCount", len(listed)))
+        end = min(total, offset + limit)
+        record = view.records.get(name)
+        if end <= len(listed) or record is None:
+            page, total = listed[offset:end], (total if end <= len(listed) else len(listed))
+        else:
+            page = status.task_entries(record, offset, limit)
+        paged = _with_tasks(document, page, total)
+        if offset:
+            paged["tasksOffset"] = offset
+        return paged
 
     def metrics_text(self) -> str:
         return self.metrics.render()
 
-    def page_html(self, refresh: int) -> str:
-        jobs = self.jobs()
+    def page_html(self, refresh: int, jobs_offset: int = 0) -> str:
+        """The page (``page.render``): the jobs from ``jobs_offset``, ``page.PAGE_JOBS`` of them."""
+        view = self.view()
+        shown = view.documents[jobs_offset : jobs_offset + page.PAGE_JOBS]
+        specs = {
+            d["name"]: page.details(view.records[d["name"]].spec) for d in shown if d["name"] in view.records
+        }
         return page.render(
-            jobs,
+            view.documents,
             self.events,
             self.health()[1],
             refresh,
             now=self.clock(),
-            specs=self.spec_details,
-            tails=self._log_tails(jobs),
+            specs=specs,
+            tails=self._log_tails(shown),
+            jobs_offset=jobs_offset,
         )
 
-    def _log_tails(self, jobs: list[dict[str, Any]]) -> dict[str, page.LogTail]:
+    def _log_tails(self, jobs: Sequence[Mapping[str, Any]]) -> dict[str, page.LogTail]:
         """The end of one task's log per job (``page.LogTail``), read while ``TAIL_BUDGET_S``
         lasts: a slow backend (a Mesos agent far away) costs the page its tails, not its
         answer. A log that cannot be read has no tail."""
@@ -411,10 +483,20 @@ class Daemon:
         the job's first task that started) of job ``name``. Raises ``LookupError`` naming what
         is not there (a ``task`` that is no task name too: no such log), ``BackendError`` when
         the backend cannot read it."""
-        document = self.controller.statuses.read(name) if is_job_name(name) else None
+        view = self.view()
+        document = next((d for d in view.documents if d["name"] == name), None) if is_job_name(name) else None
         if document is None:
             raise LookupError(f"no job named {name!r}")
-        started = [t for t in document["tasks"] if t["id"]]
+        record = view.records.get(name)
+        started: list[dict[str, Any]]
+        if record is not None:  # every task, also those past the document's list
+            started = [
+                {"id": t.task_id, "role": t.key.role.value, "index": t.key.index}
+                for t in sorted(record.tasks, key=lambda t: ORDER(t.key))
+                if t.task_id
+            ]
+        else:
+            started = [t for t in document["tasks"] if t["id"]]
         if task is not None:
             try:
                 key = TaskKey.parse(task)
@@ -425,3 +507,17 @@ class Daemon:
         if not started:
             raise LookupError(f"job {name} has no task {task + ' ' if task else ''}that has started")
         return self.controller.backend.read_log(started[0]["id"], offset, page.LOG_PAGE_BYTES)
+
+
+def _with_tasks(document: Mapping[str, Any], tasks: list[dict[str, Any]], total: int) -> dict[str, Any]:
+    """``document`` with ``tasks`` in place of its own, followed by ``tasksTruncated`` and
+    ``taskCount`` when they are not all ``total`` of the job's."""
+    out: dict[str, Any] = {}
+    for key, value in document.items():
+        if key == "tasks":
+            out["tasks"] = tasks
+            if len(tasks) < total:
+                out.update(tasksTruncated=True, taskCount=total)
+        elif key not in ("tasksTruncated", "taskCount"):
+            out[key] = value
+    return out

@@ -83,20 +83,52 @@ def conditions(record: JobRecord, now: float) -> tuple[Condition, ...]:
 TASKS_LISTED = 1000  # tasks a status document lists at most (module docstring)
 
 
-def task_keys(record: JobRecord) -> list[TaskKey]:
-    """Every task a status document has, in role and index order: the spec's and those still
-    recorded (a deleting job: only those recorded)."""
-    recorded = [t.key for t in record.tasks]
-    if record.deleting:
-        return sorted(recorded, key=ORDER)
-    return sorted({*record.spec.task_keys(), *recorded}, key=ORDER)
+def _groups(record: JobRecord) -> list[tuple[Role, Sequence[int]]]:
+    """A status document's tasks, by role in ``ORDER`` (a role sorts by its name), each role's
+    indices in order: the spec's and those still recorded (a deleting job: only those
+    recorded). Ranges where they can be, so a 100,000-task job costs no list of keys."""
+    recorded: dict[Role, set[int]] = {}
+    for task in record.tasks:
+        recorded.setdefault(task.key.role, set()).add(task.key.index)
+    counts: dict[Role, int] = {}
+    if not record.deleting:
+        spec = record.spec
+        counts = {r.role: r.count for r in spec.replicas if r.count}
+        if spec.tensorboard is not None:
+            counts[Role.TENSORBOARD] = 1
+    out: list[tuple[Role, Sequence[int]]] = []
+    for role in sorted(counts.keys() | recorded.keys()):
+        count = counts.get(role, 0)
+        extra = sorted(i for i in recorded.get(role, ()) if i >= count)
+        out.append((role, [*range(count), *extra] if extra else range(count)))
+    return out
+
+
+def task_keys(record: JobRecord, offset: int = 0, limit: int | None = None) -> list[TaskKey]:
+    """A status document's tasks from ``offset``, at most ``limit`` (None: all), in role and
+    index order (``_groups``)."""
+    out: list[TaskKey] = []
+    for role, indices in _groups(record):
+        if offset >= len(indices):
+            offset -= len(indices)
+            continue
+        wanted = None if limit is None else limit - len(out)
+        chosen = indices[offset:] if wanted is None else indices[offset : offset + wanted]
+        out.extend(TaskKey(role, i) for i in chosen)
+        offset = 0
+        if limit is not None and len(out) >= limit:
+            break
+    return out
+
+
+def task_count(record: JobRecord) -> int:
+    """How many tasks a status document of the record has (listed or not)."""
+    return sum(len(indices) for _, indices in _groups(record))
 
 
 def task_entries(record: JobRecord, offset: int = 0, limit: int | None = None) -> list[dict[str, Any]]:
     """The status document's task entries from ``offset``, at most ``limit`` (None: all)."""
-    keys = task_keys(record)
-    end = len(keys) if limit is None else min(len(keys), offset + max(0, limit))
-    return _entries(record, keys[offset:end])
+    return _entries(record, task_keys(record, offset, None if limit is None else max(0, limit)))
 
 
 def _entries(record: JobRecord, keys: Sequence[TaskKey]) -> list[dict[str, Any]]:
@@ -158,9 +190,9 @@ def status_document(record: JobRecord, now: float, *, tasks_listed: int | None =
             "succeeded": sum(1 for t in of_role if t.state is TaskState.SUCCEEDED),
             "failed": sum(1 for t in of_role if t.state in (TaskState.FAILED, TaskState.GONE)),
         }
-    keys = task_keys(record)
-    listed = _entries(record, keys[: TASKS_LISTED if tasks_listed is None else tasks_listed])
-    truncated = {"tasksTruncated": True, "taskCount": len(keys)} if len(keys) > len(listed) else {}
+    listed = task_entries(record, 0, TASKS_LISTED if tasks_listed is None else tasks_listed)
+    total = task_count(record)
+    truncated = {"tasksTruncated": True, "taskCount": total} if total > len(listed) else {}
     return {
         "apiVersion": "tfdeclare/v1",
         "kind": "TFJobStatus",
