@@ -1,7 +1,7 @@
 """``make bench``: run the benchmarks and write bench/out/results.md (a table for
 docs/benchmarks.md, with the machine and date) and bench/out/results.json.
 
-    python -m bench [--quick] [--only core,local,daemon,mesos,realmesos,scope] [--out NAME]
+    python -m bench [--quick] [--only core,local,daemon,mesos,realmesos,scope,limits] [--out NAME]
 
 ``make bench-docker`` runs the ``docker`` suite alone (it needs a Docker engine) into
 bench/out/docker.md and docker.json.
@@ -16,7 +16,7 @@ import time
 
 from bench.common import REPO, Result, machine
 
-SUITES = ("core", "local", "daemon", "mesos", "realmesos", "scope")  # and "docker", by name only
+SUITES = ("core", "local", "daemon", "mesos", "realmesos", "scope", "limits")  # and "docker", by name only
 
 
 def main() -> int:

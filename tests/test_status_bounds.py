@@ -292,3 +292,24 @@ def test_a_long_pass_keeps_the_endpoints_answering(tmp_path: Path) -> None:
         release.set()
         loop.join(30)
         made.close()
+
+
+def test_a_new_writer_leaves_a_file_that_already_says_it_alone(tmp_path: Path) -> None:
+    """A command run again over unchanged jobs (a new process: a new writer) writes none of
+    their status files, and keeps when they were written."""
+    world = seven_workers(tmp_path)
+    document = status.status_document(world.record("a"), world.clock())
+    first = StatusWriter(tmp_path / "out")
+    assert first.write(document) is True
+    path = first.path("a")
+    inode = path.stat().st_ino
+    later = {**document, "updatedAt": "2030-01-01T00:00:00Z"}
+    again = StatusWriter(tmp_path / "out", index=tmp_path / "index.json")
+    assert again.write(later) is False and path.stat().st_ino == inode
+    assert again.documents()["a"]["updatedAt"] == document["updatedAt"], "when the file was written"
+    again.flush()
+    assert again.summaries() == [status.summary(document)], "indexed all the same"
+    assert StatusWriter(tmp_path / "out").write({**later, "message": "changed"}) is True
+    assert path.stat().st_ino != inode
+    path.write_text("not: [a status")
+    assert StatusWriter(tmp_path / "out").write(later) is True, "a file that says otherwise is replaced"

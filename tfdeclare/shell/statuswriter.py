@@ -27,6 +27,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +151,15 @@ def dump(document: dict[str, Any]) -> str:
     return stream.getvalue()
 
 
+# ``updatedAt`` is a status document's last key: its line is the file's last at column 0
+# (a long value's continuation lines are indented).
+_UPDATED_AT = re.compile(r"\nupdatedAt: '?([^'\n]*)'?\n?\Z")
+
+
+def _less_updated_at(text: str) -> str:
+    return text.rpartition("\nupdatedAt:")[0]
+
+
 def _identity(stat: os.stat_result) -> list[int]:
     return [stat.st_ino, stat.st_mtime_ns, stat.st_size]  # atomic writes make a new inode
 
@@ -172,19 +182,40 @@ class StatusWriter:
         return self.root / f"{name}.yaml"
 
     def write(self, document: dict[str, Any]) -> bool:
-        """Write unless only ``updatedAt`` would change; says whether it wrote."""
+        """Write unless only ``updatedAt`` would change, also from what the file holds (the
+        first write of a job in a process: a command run again over 10,000 unchanged jobs
+        writes none of their files); says whether it wrote."""
         name = document["name"]
         comparable = {k: v for k, v in document.items() if k != "updatedAt"}
         path = self.path(name)
         if self._last.get(name) == comparable and path.exists():
             return False
-        write_atomic(path, dump(document).encode("utf-8"))
+        text = dump(document)
+        updated = document.get("updatedAt")
+        held = self._held(path) if name not in self._last else None
+        wrote = held is None or held[0] != _less_updated_at(text)
+        if wrote:
+            write_atomic(path, text.encode("utf-8"))
+        elif held is not None:
+            updated = held[1]  # when the file was written
         self._last[name] = comparable
-        self._updated[name] = document.get("updatedAt")
+        self._updated[name] = updated
         if self.index is not None:
-            self._indexed()[name] = {"file": _identity(path.stat()), "summary": summary(document)}
-            self._dirty = True
-        return True
+            entry = {"file": _identity(path.stat()), "summary": summary({**document, "updatedAt": updated})}
+            if self._indexed().get(name) != entry:
+                self._indexed()[name] = entry
+                self._dirty = True
+        return wrote
+
+    @staticmethod
+    def _held(path: Path) -> tuple[str, str | None] | None:
+        """What a status file holds but its ``updatedAt``, and that; None when unreadable."""
+        try:
+            text = path.read_bytes().decode("utf-8")
+        except (OSError, UnicodeDecodeError):
+            return None
+        found = _UPDATED_AT.search(text)
+        return _less_updated_at(text), found.group(1) if found and found.group(1) != "null" else None
 
     def written(self, name: str) -> bool:
         """Whether this writer has written the job's status file (it is the only writer)."""

@@ -114,7 +114,10 @@ class StateStore:
         return out
 
     def save(self, record: JobRecord) -> None:
-        data = json.dumps(record.to_json(), indent=1, sort_keys=True).encode()
+        # No indent: json's C encoder (with one it is Python's, about 10x slower: a third of
+        # `apply` of 10,000 jobs went to writing their records). Line breaks between the keys
+        # keep a record readable with `python -m json.tool` or jq, not diffable line by line.
+        data = json.dumps(record.to_json(), sort_keys=True, separators=(",", ":")).encode()
         path = self.record_path(record.name)
         write_atomic(path, data, mode=0o600)  # the spec's environment may hold secrets
         stat = path.stat()
