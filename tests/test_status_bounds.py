@@ -7,6 +7,7 @@ index while it is of the files there, else from the files. Small counts, with th
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -313,3 +314,47 @@ def test_a_new_writer_leaves_a_file_that_already_says_it_alone(tmp_path: Path) -
     assert path.stat().st_ino != inode
     path.write_text("not: [a status")
     assert StatusWriter(tmp_path / "out").write(later) is True, "a file that says otherwise is replaced"
+
+
+# ---- many jobs: one sync a pass ------------------------------------------------------------
+
+
+def waiting_jobs(root: Path, count: int) -> World:
+    world = World(root)
+    world.statuses.index = root / "state" / "status-summaries.json"
+    for i in range(count):
+        world.write(f"w{i}", job_text(f"w{i}", "worker: {count: 1, resources: {cpus: 1000}}"))
+    return world
+
+
+def test_a_pass_over_jobs_that_wait_syncs_once_not_twice_a_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    world = waiting_jobs(tmp_path, 20)
+    syncs: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: syncs.append(fd) or real_fsync(fd))
+    world.apply()
+    assert len(syncs) <= 2, f"20 records applied with {len(syncs)} fsync calls"
+    syncs.clear()
+    world.reconcile()
+    assert all(world.record(f"w{i}").reason.value == "Unschedulable" for i in range(20))
+    assert len(syncs) <= 6, f"20 records and 20 status files written with {len(syncs)} fsync calls"
+    assert [s["name"] for s in world.statuses.summaries()] == sorted(f"w{i}" for i in range(20))
+    syncs.clear()
+    world.controller.delete([f"w{i}" for i in range(20)])
+    world.reconcile()
+    assert world.store.records() == {} and world.statuses.names() == []
+    assert len(syncs) <= 6, f"20 jobs deleted with {len(syncs)} fsync calls"
+
+
+def test_a_write_that_fails_in_a_batch_is_that_job_s_alone_and_retried(tmp_path: Path) -> None:
+    world = waiting_jobs(tmp_path, 3)
+    world.apply()
+    blocker = world.statuses.path("w1")
+    blocker.mkdir(parents=True)  # w1's status file cannot be put in place
+    result = world.reconcile()
+    assert [e.split(":")[0] for e in result.errors] == ["w1"] and "retrying next pass" in result.errors[0]
+    assert world.status("w0") is not None and world.status("w2") is not None
+    blocker.rmdir()
+    assert world.reconcile().errors == [] and world.status("w1") is not None
