@@ -22,6 +22,7 @@ the status files say (read once). ``/jobs`` lists at most ``JOBS_TASKS`` tasks o
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -103,6 +104,7 @@ class View:
 
     documents: tuple[dict[str, Any], ...]
     records: Mapping[str, JobRecord]
+    texts: tuple[str, ...] | None = None  # the documents as JSON, when known
 
 
 TAIL_BUDGET_S = 1.0  # time the page may spend reading its jobs' log tails
@@ -261,7 +263,9 @@ class Daemon:
         records = self.controller.store.records()
         self._phase_changes(result.phases, records)
         written = self.controller.statuses.documents()
-        self._view = View(tuple(written[name] for name in sorted(written)), dict(records))
+        texts = self.controller.statuses.json_documents()
+        names = sorted(written)
+        self._view = View(tuple(written[n] for n in names), dict(records), tuple(texts[n] for n in names))
         tasks = Counter(t.state.value for r in records.values() for t in r.tasks)
         self.metrics.set_jobs(
             {n: p.value for n, p in result.phases.items()}, tasks, {n: r.restarts for n, r in records.items()}
@@ -387,15 +391,25 @@ class Daemon:
 
     def jobs(self) -> list[dict[str, Any]]:
         """Every job's status document, at most ``JOBS_TASKS`` tasks over all of them."""
+        return [json.loads(text) for text in self._jobs_texts()]
+
+    def jobs_json(self) -> str:
+        """``jobs`` as a JSON text, joined from each document's own (``View.texts``)."""
+        return "[" + ", ".join(self._jobs_texts()) + "]"
+
+    def _jobs_texts(self) -> list[str]:
+        view = self.view()
+        texts = view.texts or tuple(json.dumps(d) for d in view.documents)
         budget = JOBS_TASKS
         out = []
-        for document in self.view().documents:
+        for document, text in zip(view.documents, texts, strict=True):
             tasks = document.get("tasks") or []
             if len(tasks) <= budget:
-                out.append(document)
+                out.append(text)
                 budget -= len(tasks)
                 continue
-            out.append(_with_tasks(document, tasks[:budget], int(document.get("taskCount", len(tasks)))))
+            total = int(document.get("taskCount", len(tasks)))
+            out.append(json.dumps(_with_tasks(document, tasks[:budget], total)))
             budget = 0
         return out
 

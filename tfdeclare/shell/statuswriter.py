@@ -174,6 +174,7 @@ class StatusWriter:
         self.index = index
         self._last: dict[str, dict[str, Any]] = {}  # what was written, less updatedAt
         self._updated: dict[str, Any] = {}  # its updatedAt
+        self._json: dict[str, str] = {}  # its JSON text, once asked for (json_documents)
         self._summaries: dict[str, dict[str, Any]] | None = None  # name -> {file, summary}
         self._dirty = False
 
@@ -227,6 +228,7 @@ class StatusWriter:
         name = document["name"]
         self._last[name] = {k: v for k, v in document.items() if k != "updatedAt"}
         self._updated[name] = document.get("updatedAt") if updated is ... else updated
+        self._json.pop(name, None)
         if self.index is not None:
             shown = {**document, "updatedAt": self._updated[name]}
             entry = {"file": _identity(self.path(name).stat()), "summary": summary(shown)}
@@ -253,6 +255,17 @@ class StatusWriter:
         values are shared: not to be changed)."""
         return {name: {**doc, "updatedAt": self._updated.get(name)} for name, doc in self._last.items()}
 
+    def json_documents(self) -> dict[str, str]:
+        """``documents`` as JSON texts, each made once per write (``/jobs`` of 10,000 jobs joins
+        these instead of encoding 16 MB per request)."""
+        out = {}
+        for name, doc in self._last.items():
+            text = self._json.get(name)
+            if text is None:
+                text = self._json[name] = json.dumps({**doc, "updatedAt": self._updated.get(name)})
+            out[name] = text
+        return out
+
     def remove(self, name: str) -> None:
         remove(self.path(name))
         self._removed(name)
@@ -272,6 +285,7 @@ class StatusWriter:
     def _removed(self, name: str) -> None:
         self._last.pop(name, None)
         self._updated.pop(name, None)
+        self._json.pop(name, None)
         if self.index is not None and self._indexed().pop(name, None) is not None:
             self._dirty = True
 
