@@ -358,3 +358,11 @@ def test_a_write_that_fails_in_a_batch_is_that_job_s_alone_and_retried(tmp_path:
     assert world.status("w0") is not None and world.status("w2") is not None
     blocker.rmdir()
     assert world.reconcile().errors == [] and world.status("w1") is not None
+
+
+def test_a_line_of_job_names_is_bounded() -> None:
+    from tfdeclare.cli.run_commands import NAMES_SHOWN, _some
+
+    names = [f"j{i:02d}" for i in range(NAMES_SHOWN + 5)]
+    assert _some(names[:3]) == "j00, j01, j02"
+    assert _some(names) == ", ".join(names[:NAMES_SHOWN]) + " and 5 more"

@@ -309,13 +309,24 @@ def cmd_apply(args: argparse.Namespace) -> int:
     return _apply_outcome(records, timed_out, errors, wait=args.wait)
 
 
+NAMES_SHOWN = 20  # jobs a line names before it says how many more
+
+
+def _some(names: list[str]) -> str:
+    """``a, b, c`` — at most ``NAMES_SHOWN`` of them, then how many more (10,000 unschedulable
+    jobs are one line, not 80 KB; `tfdeclare status` lists them all)."""
+    if len(names) <= NAMES_SHOWN:
+        return ", ".join(names)
+    return f"{', '.join(names[:NAMES_SHOWN])} and {len(names) - NAMES_SHOWN} more"
+
+
 def _apply_outcome(records: dict[str, JobRecord], timed_out: bool, errors: list[str], *, wait: bool) -> int:
     failed = sorted(n for n, r in records.items() if r.phase is Phase.FAILED)
     stuck = sorted(n for n, r in records.items() if r.reason is Reason.UNSCHEDULABLE and not r.phase.terminal)
     if stuck:
-        stderr_line(f"tfdeclare: cannot be scheduled: {', '.join(stuck)} (see `tfdeclare status NAME`)")
+        stderr_line(f"tfdeclare: cannot be scheduled: {_some(stuck)} (see `tfdeclare status NAME`)")
     if wait and failed:
-        stderr_line(f"tfdeclare: failed: {', '.join(failed)}")
+        stderr_line(f"tfdeclare: failed: {_some(failed)}")
         return EXIT_ERROR
     if timed_out:
         stderr_line("tfdeclare: timed out waiting; the jobs keep running (`tfdeclare status`)")
