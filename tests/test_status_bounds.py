@@ -366,3 +366,17 @@ def test_a_line_of_job_names_is_bounded() -> None:
     names = [f"j{i:02d}" for i in range(NAMES_SHOWN + 5)]
     assert _some(names[:3]) == "j00, j01, j02"
     assert _some(names) == ", ".join(names[:NAMES_SHOWN]) + " and 5 more"
+
+
+def test_a_job_whose_record_cannot_be_read_still_shows_its_last_status(served_four: Served) -> None:
+    root = served_four.world.root
+    (root / "specs" / "b.yaml").unlink()  # else the daemon applies it anew
+    (root / "state" / "jobs" / "b.json").write_text("{not json")
+    fresh = Served(World(root))  # a daemon started since: its writer never wrote b's status
+    try:
+        fresh.daemon._pass()
+        code, _, body = fresh.get("/jobs")
+        assert code == 200 and [j["name"] for j in json.loads(body)] == ["a", "b", "c", "d"]
+        assert 'id="job-b"' in fresh.get("/")[2].decode()
+    finally:
+        fresh.close()

@@ -262,10 +262,7 @@ class Daemon:
             log.error("%s", error)
         records = self.controller.store.records()
         self._phase_changes(result.phases, records)
-        written = self.controller.statuses.documents()
-        texts = self.controller.statuses.json_documents()
-        names = sorted(written)
-        self._view = View(tuple(written[n] for n in names), dict(records), tuple(texts[n] for n in names))
+        self._view = self._view_of(records)
         tasks = Counter(t.state.value for r in records.values() for t in r.tasks)
         self.metrics.set_jobs(
             {n: p.value for n, p in result.phases.items()}, tasks, {n: r.restarts for n, r in records.items()}
@@ -376,6 +373,20 @@ class Daemon:
                 for commit, files in self.source.kept.items()
             },
         }
+
+    def _view_of(self, records: Mapping[str, JobRecord]) -> View:
+        """What this pass wrote, and the status files of jobs whose record cannot be read
+        (their last word, as before: the pass leaves them alone)."""
+        statuses = self.controller.statuses
+        written = statuses.documents()
+        texts = statuses.json_documents()
+        for name in self.controller.store.unreadable.keys() - written.keys():
+            document = statuses.read(name)
+            if document is not None:
+                written[name] = document
+                texts[name] = json.dumps(document)
+        names = sorted(written)
+        return View(tuple(written[n] for n in names), dict(records), tuple(texts[n] for n in names))
 
     def view(self) -> View:
         """The last pass's view; before the first pass has ended, the status files' (read once)."""
