@@ -380,3 +380,15 @@ def test_a_job_whose_record_cannot_be_read_still_shows_its_last_status(served_fo
         assert 'id="job-b"' in fresh.get("/")[2].decode()
     finally:
         fresh.close()
+
+
+def test_tasks_past_the_status_file_without_a_record_are_said_to_be_missing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(status, "TASKS_LISTED", 3)
+    seven_workers(tmp_path)
+    (tmp_path / "state" / "jobs" / "a.json").unlink()  # only the status files, e.g. a copy
+    code, out, err = run_status(tmp_path, capsys, "a", "--tasks-offset", "2", "-o", "json")
+    paged = json.loads(out)
+    assert code == 0 and len(paged["tasks"]) == 1 and paged["taskCount"] == 8
+    assert "lists its first 3 of 8 tasks" in err and "has no record of this run" in err

@@ -479,7 +479,11 @@ def _paged(doc: dict[str, Any], settings: Settings, offset: int, limit: int | No
             total = status.task_count(record)
         else:
             page = listed[offset:end]
-            total = len(listed)  # all that can be shown
+            stderr_line(
+                f"tfdeclare: job {doc['name']}'s status file lists its first {len(listed)} of {total} "
+                f"tasks and the state folder ({settings.state_dir}) has no record of this run of it "
+                "to list the others"
+            )
     paged = {k: v for k, v in doc.items() if k not in ("tasks", "tasksTruncated", "taskCount", "updatedAt")}
     paged["tasks"] = page
     if offset or len(page) < total:

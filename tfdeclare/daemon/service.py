@@ -22,6 +22,7 @@ the status files say (read once). ``/jobs`` lists at most ``JOBS_TASKS`` tasks o
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 import threading
@@ -105,6 +106,12 @@ class View:
     documents: tuple[dict[str, Any], ...]
     records: Mapping[str, JobRecord]
     texts: tuple[str, ...] | None = None  # the documents as JSON, when known
+
+    def document(self, name: str) -> dict[str, Any] | None:
+        """The job's document (a bisection: the documents are in name order)."""
+        at = bisect.bisect_left(self.documents, name, key=lambda d: str(d["name"]))
+        found = self.documents[at] if at < len(self.documents) else None
+        return found if found is not None and found["name"] == name else None
 
 
 TAIL_BUDGET_S = 1.0  # time the page may spend reading its jobs' log tails
@@ -429,7 +436,7 @@ class Daemon:
         ``status.TASKS_LISTED``); None when there is no such job."""
         view = self.view()
         limit = status.TASKS_LISTED if limit is None else limit
-        document = next((d for d in view.documents if d["name"] == name), None)
+        document = view.document(name)
         if document is None:
             return None
         listed = document.get("tasks") or []
@@ -509,7 +516,7 @@ class Daemon:
         is not there (a ``task`` that is no task name too: no such log), ``BackendError`` when
         the backend cannot read it."""
         view = self.view()
-        document = next((d for d in view.documents if d["name"] == name), None) if is_job_name(name) else None
+        document = view.document(name) if is_job_name(name) else None
         if document is None:
             raise LookupError(f"no job named {name!r}")
         record = view.records.get(name)
