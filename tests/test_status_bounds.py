@@ -142,7 +142,7 @@ def test_status_name_lists_a_page_of_tasks_and_says_how_to_see_the_rest(
     world = seven_workers(tmp_path)
     document = world.status("a")
     assert document is not None and len(document["tasks"]) == 3 and document["taskCount"] == 8
-    monkeypatch.setattr("tfdeclare.cli.run_commands.DETAIL_TASKS", 2)
+    monkeypatch.setattr("tfdeclare.cli.status_command.DETAIL_TASKS", 2)
     code, out, _ = run_status(tmp_path, capsys, "a")
     assert code == 0
     assert "tasks (8 in all):" in out and "tensorboard-0" in out and "worker-0" in out

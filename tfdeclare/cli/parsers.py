@@ -215,7 +215,7 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         metavar="I",
         help="with NAME: list its tasks from the I-th (0: the first), in role and index order",
     )
-    status_parser.set_defaults(handler="tfdeclare.cli.run_commands:cmd_status")
+    status_parser.set_defaults(handler="tfdeclare.cli.status_command:cmd_status")
 
     logs = sub.add_parser(
         "logs",
