@@ -8,7 +8,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-mesos test lint typecheck layers unit chaos fuzz bench bench-git-sync bench-sched bench-docker bench-pulls bench-bigjob bench-placement bench-alongside bench-mesos-alongside images clean venv real-mesos real-mesos-tests
+.PHONY: demo demo-mesos test lint typecheck layers unit chaos fuzz bench bench-git-sync bench-sched bench-docker bench-pulls bench-bigjob bench-placement bench-alongside bench-mesos-alongside bench-limits images clean venv real-mesos real-mesos-tests
 
 venv: $(STAMP)
 
@@ -112,6 +112,12 @@ bench-placement: $(STAMP)
 
 bench-alongside: $(STAMP)
 	$(PY) -m bench.alongside --against $(AGAINST)
+
+# Issue 29: at the policy's own limits. One job of 100,000 workers and 10,000 jobs in one
+# folder (local backend, unschedulable): apply, status, delete, the daemon's page and /jobs
+# (bench/limits_bench.py; bench/out/limits.md and limits.json; about 10 minutes, RUNS=1 fewer).
+bench-limits: $(STAMP)
+	$(PY) -m bench.limits_bench $(if $(RUNS),--runs $(RUNS))
 
 # The Mesos backend end to end (10,000 tasks, 1,000 agents) for this checkout and AGAINST=DIR,
 # round by round (issue 23: its policies as a pure reducer must not cost the loop more).

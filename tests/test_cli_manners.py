@@ -18,7 +18,8 @@ import pytest
 from tests.conftest import cli
 from tests.test_e2e_local import pids_alive, project, records, spec, status_of, wait_until
 from tfdeclare.cli.main import build_parser
-from tfdeclare.cli.run_commands import _age, _finished
+from tfdeclare.cli.run_commands import _finished
+from tfdeclare.cli.status_command import _age
 from tfdeclare.core.enums import Phase, Reason, Role
 from tfdeclare.core.run.record import JobRecord, rfc3339
 from tfdeclare.core.spec.keys import TaskKey
@@ -53,7 +54,7 @@ def test_a_name_that_is_not_a_job_name_is_a_usage_error(tmp_path: Path, args: tu
 
 def test_ages_are_counted_in_utc_whatever_the_local_daylight_saving_time() -> None:
     code = (
-        "import time; from tfdeclare.cli.run_commands import _age; "
+        "import time; from tfdeclare.cli.status_command import _age; "
         "from tfdeclare.core.run.record import rfc3339; print(_age(rfc3339(time.time() - 90)))"
     )
     for zone in ("Australia/Sydney", "America/New_York", "Europe/Berlin", "UTC"):

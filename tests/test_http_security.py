@@ -5,6 +5,7 @@ daemon loop for the coalescing of ``POST /sync``. Each test waits on answers or 
 from __future__ import annotations
 
 import http.client
+import json
 import socket
 import threading
 import time
@@ -41,6 +42,9 @@ class Endpoints:
 
     def jobs(self) -> list[dict[str, Any]]:
         return [{"name": "secret-project"}]
+
+    def jobs_json(self) -> str:
+        return json.dumps(self.jobs())
 
     def request_sync(self) -> bool:
         self.syncs += 1

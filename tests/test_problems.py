@@ -261,6 +261,9 @@ class Endpoints:
     def jobs(self) -> list[dict[str, Any]]:
         return [{"name": "a", "problems": [self.problem]}]
 
+    def jobs_json(self) -> str:
+        return json.dumps(self.jobs())
+
     def problem_list(self) -> list[dict[str, Any]]:
         return [self.problem]
 

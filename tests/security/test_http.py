@@ -154,6 +154,9 @@ class Broken:
     def jobs(self) -> list[dict[str, Any]]:
         raise RuntimeError("a bug")
 
+    def jobs_json(self) -> str:
+        raise RuntimeError("a bug")
+
     def request_sync(self) -> bool:
         raise RuntimeError("a bug")
 
@@ -235,6 +238,9 @@ class Quick:
 
     def jobs(self) -> list[dict[str, Any]]:
         return []
+
+    def jobs_json(self) -> str:
+        return "[]"
 
     def request_sync(self) -> bool:
         return True

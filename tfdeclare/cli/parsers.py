@@ -81,6 +81,22 @@ def meant(word: str, known: Sequence[str]) -> str | None:
     return found[0] if found else None
 
 
+def task_limit(text: str) -> int:
+    """``--tasks``: a count of tasks, or ``all`` (-1)."""
+    if text == "all":
+        return -1
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:
+        raise argparse.ArgumentTypeError(f"expected a number of tasks or `all`, got {text!r}")
+    return int(text)
+
+
+def task_offset(text: str) -> int:
+    """``--tasks-offset``: a task's place, from 0."""
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:
+        raise argparse.ArgumentTypeError(f"expected a task's place from 0, got {text!r}")
+    return int(text)
+
+
 def job_name(text: str) -> str:
     """A NAME argument: a job name, so it can never name a file outside the state folders."""
     if not is_job_name(text):
@@ -234,7 +250,21 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         "the job's document with the problems that hold it back under problems); without it, -o json "
         "prints the standing problems on stderr",
     )
-    status_parser.set_defaults(handler="tfdeclare.cli.run_commands:cmd_status")
+    status_parser.add_argument(
+        "--tasks",
+        type=task_limit,
+        metavar="N",
+        help="with NAME: list N of its tasks, or `all` (default: 20 in text; -o json: those its status "
+        "file lists, at most 1000)",
+    )
+    status_parser.add_argument(
+        "--tasks-offset",
+        type=task_offset,
+        default=0,
+        metavar="I",
+        help="with NAME: list its tasks from the I-th (0: the first), in role and index order",
+    )
+    status_parser.set_defaults(handler="tfdeclare.cli.status_command:cmd_status")
 
     history = sub.add_parser(
         "history",

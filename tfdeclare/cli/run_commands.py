@@ -1,4 +1,5 @@
-"""``apply``, ``status``, ``logs`` and ``delete``: the commands that act on running jobs.
+"""``apply`` and ``delete``: the commands that act on running jobs (``status`` is
+``status_command``, ``logs`` ``logs_command``).
 
 ``apply`` takes the state folder's lock, applies the plan to the job records and runs
 reconcile passes: without ``--wait`` until every job's tasks are seen running (or waiting for
@@ -11,23 +12,19 @@ never stops them; a later ``apply``, ``status`` or the daemon adopts them.
 from __future__ import annotations
 
 import argparse
-import calendar
 import json
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 from tfdeclare.cli import elsewhere, pulls, terminal
 from tfdeclare.cli.common import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
     EXIT_OK,
-    Origin,
     Settings,
     UserError,
-    chosen_folders,
     print_backend_warnings,
     print_diagnostics,
     settings_from,
@@ -36,6 +33,7 @@ from tfdeclare.cli.common import (
 )
 from tfdeclare.cli.output import document_text, is_document
 from tfdeclare.cli.specs_commands import PLAN_KIND, plan_options
+from tfdeclare.cli.status_command import _phase
 from tfdeclare.cli.validate_command import load_desired
 from tfdeclare.cli.wiring import controller_for, locked
 from tfdeclare.controller import Controller
@@ -50,14 +48,12 @@ from tfdeclare.core.plan.claims import (
 )
 from tfdeclare.core.plan.desired import DesiredState
 from tfdeclare.core.plan.planner import Action, Plan, plan
-from tfdeclare.core.plan.problems import Problem, held_by, merged, standing
+from tfdeclare.core.plan.problems import held_by, merged, standing
 from tfdeclare.core.plan.render import plan_json, render_text
 from tfdeclare.core.run.record import JobRecord
-from tfdeclare.core.tone import PHASE_TONES, Painter, Tone, plain
+from tfdeclare.core.tone import Painter, plain
 from tfdeclare.shell import problems as problems_file
-from tfdeclare.shell.lock import ControllerLock
 from tfdeclare.shell.sources import spec_sources
-from tfdeclare.shell.statuswriter import StatusWriter
 from tfdeclare.shell.store import StateError, StateStore
 
 # A job has what it needs for now (apply without --wait may return) in these states.
@@ -383,17 +379,28 @@ def _record_problems(settings: Settings, paths: list[str], desired: DesiredState
         stderr_line(f"tfdeclare: warning: cannot record the problems in {where}: {err.strerror}")
 
 
+NAMES_SHOWN = 20  # jobs a line names before it says how many more
+
+
+def _some(names: list[str]) -> str:
+    """``a, b, c`` — at most ``NAMES_SHOWN`` of them, then how many more (10,000 unschedulable
+    jobs are one line, not 80 KB; `tfdeclare status` lists them all)."""
+    if len(names) <= NAMES_SHOWN:
+        return ", ".join(names)
+    return f"{', '.join(names[:NAMES_SHOWN])} and {len(names) - NAMES_SHOWN} more"
+
+
 def _apply_outcome(records: dict[str, JobRecord], timed_out: bool, errors: list[str], *, wait: bool) -> int:
     failed = sorted(n for n, r in records.items() if r.phase is Phase.FAILED)
     stuck = sorted(n for n, r in records.items() if r.reason is Reason.UNSCHEDULABLE and not r.phase.terminal)
     if stuck:
-        stderr_line(f"tfdeclare: cannot be scheduled: {', '.join(stuck)} (see `tfdeclare status NAME`)")
+        stderr_line(f"tfdeclare: cannot be scheduled: {_some(stuck)} (see `tfdeclare status NAME`)")
     refused = sorted(n for n, r in records.items() if r.reason is Reason.LAUNCH_REFUSED)
     for name in refused:
         stderr_line(f"tfdeclare: {name}: {records[name].message}")
     stuck += refused
     if wait and failed:
-        stderr_line(f"tfdeclare: failed: {', '.join(failed)}")
+        stderr_line(f"tfdeclare: failed: {_some(failed)}")
         return EXIT_ERROR
     if timed_out:
         stderr_line("tfdeclare: timed out waiting; the jobs keep running (`tfdeclare status`)")
@@ -402,223 +409,6 @@ def _apply_outcome(records: dict[str, JobRecord], timed_out: bool, errors: list[
         stderr_line(f"tfdeclare: {len(errors)} problem(s) remain (above); the next pass retries them")
         return EXIT_ERROR
     return EXIT_ERROR if stuck else EXIT_OK  # it can never run as configured: a user error
-
-
-# ---- status -----------------------------------------------------------------------------
-
-
-def _refresh(settings: Settings) -> None:
-    """One reconcile pass (``status --refresh``): adopt tasks, notice the ones that ended."""
-    if not StateStore(settings.state_dir).jobs_dir.is_dir():
-        return
-    with (
-        locked(settings, "status --refresh"),
-        controller_for(settings) as controller,
-        pulls.shown_on(sys.stderr),
-    ):
-        result = controller.reconcile()
-    for error in result.errors:
-        stderr_line(f"tfdeclare: {error}")
-
-
-def _freshness(settings: Settings) -> str:
-    """Who keeps the status files current, for a note under the table."""
-    holder = ControllerLock(settings.state_dir).holder()
-    if holder is not None:
-        who = holder.get("purpose", "a controller")
-        return f"status files kept current by {who} (pid {holder.get('pid', '?')})"
-    return (
-        "as of the last reconcile pass; no controller is running: `tfdeclare status --refresh` updates them"
-    )
-
-
-def _age(timestamp: str | None) -> str:
-    if not timestamp:
-        return "-"
-    then = calendar.timegm(time.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ"))  # UTC, whatever the DST
-    seconds = max(0, int(time.time() - then))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
-
-def _phase(phase: str, paint: Painter, width: int = 0) -> str:
-    try:
-        tone = PHASE_TONES[Phase(phase)]
-    except ValueError:
-        return phase.ljust(width)
-    return paint(phase, tone) + " " * (width - len(phase))
-
-
-def _status_table(documents: list[dict[str, Any]], paint: Painter = plain) -> str:
-    rows = [("NAME", "PHASE", "TASKS", "RESTARTS", "AGE", "MESSAGE")]
-    for doc in documents:
-        tasks = doc.get("tasks", [])
-        running = sum(1 for t in tasks if t["state"] == TaskState.RUNNING)
-        done = sum(1 for t in tasks if t["state"] == TaskState.SUCCEEDED)
-        counts = f"{running}/{len(tasks)}" + (f" ({done} done)" if done else "")
-        rows.append(
-            (
-                doc["name"],
-                doc["phase"],
-                counts,
-                str(doc.get("restarts", 0)),
-                _age(doc.get("startTime")),
-                doc.get("message", ""),
-            )
-        )
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    header = "  ".join(c.ljust(w) for c, w in zip(rows[0][:5], widths, strict=True)) + "  " + rows[0][5]
-    lines = [paint(header, Tone.STRONG)]
-    for r in rows[1:]:
-        cells = [r[0].ljust(widths[0]), _phase(r[1], paint, widths[1])]
-        cells.extend(c.ljust(w) for c, w in zip(r[2:5], widths[2:], strict=True))
-        lines.append("  ".join(cells) + "  " + r[5])
-    return "".join(line.rstrip() + "\n" for line in lines)
-
-
-def _status_detail(doc: dict[str, Any], paint: Painter = plain) -> str:
-    lines = [f"{paint(doc['name'], Tone.STRONG)}: {_phase(doc['phase'], paint)} — {doc.get('message', '')}"]
-    if doc.get("source"):
-        lines.append(f"  source:    {doc['source']['file']}:{doc['source']['line']}")
-    lines.append(f"  spec hash: {doc['specHash'][:16]}   revision: {doc.get('revision') or '-'}")
-    lines.append(f"  attempt {doc.get('attempt', 0)}, restarts {doc.get('restarts', 0)}")
-    lines.extend(_interruptions(doc))
-    for role, scope in (doc.get("restartScopes") or {}).items():
-        what = "alone" if scope["scope"] == "Task" else "the whole job"
-        lines.append(f"  a failed {role} restarts {what} (restartScope {scope['scope']}: {scope['message']})")
-    for each in doc.get("taskRestarts") or []:
-        waiting = f", relaunch pending (from {each['nextLaunchTime']})" if each.get("pending") else ""
-        fell = each.get("jobRestartsForItsAddress") or 0
-        back = f", {fell} whole-job restart(s) for want of its address" if fell else ""
-        lines.append(
-            f"  {each['task']} restarted alone {each['restarts']}/{each['backoffLimit']}: "
-            f"{each['message']} ({each['lastRestartTime']}){waiting}{back}"
-        )
-    lines.append(f"  started {doc.get('startTime') or '-'}, completed {doc.get('completionTime') or '-'}")
-    lines.append("  conditions:")
-    for c in doc.get("conditions", []):
-        lines.append(f"    {c['type']:<12} {c['status']:<6} {c['reason']}: {c['message']}")
-    lines.append("  tasks:")
-    for t in doc.get("tasks", []):
-        where = f"{t['host']}:{t['port']}" if t.get("host") else "-"
-        code = "" if t.get("exitCode") is None else f" exit {t['exitCode']}"
-        name = f"{t['role']}-{t['index']}"
-        lines.append(f"    {name:<12} {t['state']:<10} {where:<21}{code} {t.get('message', '')}".rstrip())
-    return "\n".join(lines) + "\n"
-
-
-def _folders_read(args: argparse.Namespace, settings: Settings) -> str:
-    """``state folder X (status folder Y)``, each with where it came from unless the default:
-    what ``status`` says when it finds nothing, so that a wrong folder shows."""
-    chosen = chosen_folders(args, settings.config, settings.config_path)
-
-    def named(what: str, dest: str, path: Path) -> str:
-        origin = chosen[dest]
-        return f"{what} {path}" + ("" if origin.origin is Origin.DEFAULT else f", from {origin.via}")
-
-    state = named("state folder", "state_dir", settings.state_dir)
-    return f"{state} ({named('status folder', 'status_dir', settings.status_dir)})"
-
-
-def _interruptions(doc: dict[str, Any]) -> list[str]:
-    """Preemptions and suspensions, apart from restarts (they never count as restarts): the
-    counters, the current one and the last few ended ones."""
-    preempted, suspended = doc.get("preemptions") or 0, doc.get("suspensions") or 0
-    current, history = doc.get("suspension"), doc.get("suspensionHistory") or []
-    if not (preempted or suspended or current):
-        return []
-    lines = [f"  preemptions {preempted}, suspensions {suspended} (not counted as restarts)"]
-    for entry, now in [*((e, False) for e in history[-5:]), *([(current, True)] if current else [])]:
-        by = f" by {entry['preemptedBy']}" if entry.get("preemptedBy") else ""
-        why = f" ({entry['message']})" if entry.get("message") else ""
-        until = "still" if now else f"resumed {entry.get('resumeTime') or '-'}"
-        lines.append(
-            f"  {entry['reason'].lower()}{by} at {entry['time']}{why}, {entry['tasks']} task(s); {until}"
-        )
-    return lines
-
-
-def cmd_status(args: argparse.Namespace) -> int:
-    settings = settings_from(args)
-    if args.refresh:
-        _refresh(settings)
-    statuses = StatusWriter(settings.status_dir)
-    store = StateStore(settings.state_dir)  # read-only: never the lock
-    unreadable: list[str] = []
-
-    def record_of(name: str) -> JobRecord | None:  # only for a job without a readable status file
-        try:
-            return store.load(name)
-        except StateError as err:
-            unreadable.append(f"{name}: its record cannot be read either: {err}")
-            return None
-
-    names = [args.name] if args.name else None
-    documents, notes = statuses.documents(store.names(), record_of, time.time(), names)
-    notes.extend(unreadable)
-    for note in notes:  # what could not be read is said, on stderr (stdout stays the documents)
-        stderr_line(f"tfdeclare: warning: {note}")
-    if args.name and not documents:
-        raise UserError(f"no job named {args.name!r} in {_folders_read(args, settings)}")
-    problems, as_of = _standing_problems(settings)
-    if args.name:
-        problems = tuple(p for p in problems if args.name in p.jobs)
-    if is_document(args.output):
-        listed = [p.to_json() for p in problems]
-        document: Any
-        if args.problems and args.name:
-            document = {**documents[0], "problems": listed}
-        elif args.problems:
-            document = {"jobs": documents, "problems": listed}
-        else:  # the list (or document) scripts read, as before: the problems go to stderr
-            document = documents[0] if args.name else documents
-            for problem in problems:
-                stderr_line(f"tfdeclare: problem ({problem.kind.value}): {problem.message}")
-        stdout_write(document_text(document, args.output))
-        if not documents:  # the list stays a list (scripts count it); where it looked, aside
-            stderr_line(f"tfdeclare: no jobs in {_folders_read(args, settings)}")
-    elif args.name:
-        stdout_write(_status_detail(documents[0], terminal.painter(sys.stdout)))
-    elif documents:
-        stdout_write(_status_table(documents, terminal.painter(sys.stdout)))
-    else:
-        stdout_write(f"No jobs in {_folders_read(args, settings)}.\n")
-    if not is_document(args.output) and problems:
-        stdout_write(_problems_footer(problems, as_of, terminal.painter(sys.stdout)))
-    if documents and not is_document(args.output):
-        stderr_line(f"({_freshness(settings)})")
-    return EXIT_OK
-
-
-def _standing_problems(settings: Settings) -> tuple[tuple[Problem, ...], str | None]:
-    """The source problems the daemon last recorded (none without a file); a file that
-    cannot be read is said on stderr, and shows none."""
-    try:
-        return problems_file.load(problems_file.path_in(settings.state_dir))
-    except problems_file.ProblemsUnreadable as err:
-        stderr_line(f"tfdeclare: warning: the source problems cannot be shown: {err}")
-        return (), None
-
-
-def _problems_footer(problems: tuple[Problem, ...], as_of: str | None, paint: Painter) -> str:
-    """Each file that cannot be applied and its first error (what holds which job back)."""
-    when = f", as of {as_of}" if as_of else ""
-    lines = [
-        "",
-        paint(
-            f"Problems ({len(problems)}{when}): not applied, the jobs named keep running as applied", Tone.BAD
-        ),
-    ]
-    for problem in problems:
-        held = f" (holds back {', '.join(problem.jobs)})" if problem.jobs else ""
-        lines.append(f"  {problem.path}: {problem.kind.value}{held}, since {problem.since_text}")
-        lines.append(f"    {problem.message}")
-        more = problem.diagnostic_count - 1
-        if more > 0:
-            lines.append(f"    ... and {more} more error{'s' if more > 1 else ''}")
-    return "\n".join(lines) + "\n"
 
 
 # ---- delete -------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from tfdeclare.controller.launchpaths import LaunchPaths
 from tfdeclare.core.run.lifecycle import Backoff
 from tfdeclare.shell import statedirs
 from tfdeclare.shell.lock import ControllerLock, LockHeld
-from tfdeclare.shell.statuswriter import StatusWriter
+from tfdeclare.shell.statuswriter import STATUS_INDEX, StatusWriter
 from tfdeclare.shell.store import StateStore
 
 
@@ -30,7 +30,7 @@ def make_controller(settings: Settings, backend: Backend) -> Controller:
     return Controller(
         StateStore(settings.state_dir, exclusive=True),  # the caller holds the lock
         backend,
-        StatusWriter(settings.status_dir),
+        StatusWriter(settings.status_dir, index=settings.state_dir / STATUS_INDEX),
         backoff=Backoff(settings.config.backoff_initial_s, settings.config.backoff_max_s),
         other_backends=other_backend,
         secrets_dir=settings.config.secrets.dir,

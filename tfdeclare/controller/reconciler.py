@@ -6,6 +6,12 @@ record is saved with its new addresses and launch number *before* its tasks are 
 tasks that a backend reports for no record are stopped; records and status files are written
 atomically and only when they change.
 
+What a pass writes for a job whose step did nothing to a backend (no launch, stop, forget
+or purge: a job waiting for resources, an unchanged one after a restart of the controller) is
+written at the end of the pass, all in one batch with one sync (``write_atomic_many``): a crash
+before it leaves the old record, and the next pass decides the same again. A job's removal
+(its status file, then its record) goes in the same way, after its tasks are purged.
+
 A job belongs to the backend that runs it (its record says which): a pass reconciles every
 record against its own backend, and a job moving to another one first has its tasks on the old
 one stopped, so two copies never run. One job's failure to write its record or status is
@@ -122,6 +128,15 @@ class _Pass:
 
 
 @dataclass(slots=True)
+class _Later:
+    """What a pass writes at its end (module docstring)."""
+
+    records: list[JobRecord] = field(default_factory=list)
+    statuses: list[dict[str, Any]] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class PassResult:
     """What one reconcile pass saw and did."""
 
@@ -212,6 +227,7 @@ class Controller:
         self._desired: dict[str, Mapping[TaskKey, TaskConfig]] = {}
         self.apply_failures: dict[str, str] = {}  # of the last ``apply``: job -> "PATH (why)"
         self._pass: _Pass | None = None  # during a pass
+        self._later = _Later()  # what this pass writes at its end
 
     def _backend(self, name: str) -> Backend:
         if name == self.backend.name:
@@ -241,6 +257,8 @@ class Controller:
         records = self.store.records()
         changes: list[str] = []
         self.apply_failures = {}
+        to_save: list[JobRecord] = []
+        said: dict[str, str] = {}  # job -> its change line, once its record is written
         for job in plan.jobs:
             if PlanReason.OUTSIDE_SCOPE in job.reasons:
                 continue  # another source's job: this plan read none of its files, so it says nothing of it
@@ -263,13 +281,15 @@ class Controller:
                     not_synced=(Reason.UNVERIFIED_REVISION, why), last_attempted_revision=commit
                 )
             if updated is not None and updated is not record and updated != record:
-                try:
-                    self.store.save(updated)
-                except OSError as err:  # a full or read-only state disk: the other jobs go on
-                    self.apply_failures[job.name] = failed_write(err)
-                    continue
+                to_save.append(updated)
                 if job.action.changes_something:
-                    changes.append(f"{job.action.symbol} {job.name}: {job.message}")
+                    said[job.name] = f"{job.action.symbol} {job.name}: {job.message}"
+        # independent records: one sync for all; one that cannot be written (a full or
+        # read-only state disk) keeps its old record, and the other jobs are applied
+        failed = self.store.save_many(to_save)
+        for name, err in sorted(failed.items()):
+            self.apply_failures[name] = failed_write(err)
+        changes.extend(line for name, line in said.items() if name not in failed)
         return changes
 
     def _source_dirs(self, source: SourceRef | None) -> tuple[str | None, str | None]:
@@ -365,15 +385,17 @@ class Controller:
     def delete(self, names: Sequence[str]) -> list[str]:
         """Mark jobs for deletion; the next passes stop their tasks and drop them."""
         missing = []
+        marked = []
         for name in names:
             record = self.store.load(name)
             if record is None:
                 missing.append(name)
             elif not record.deleting:
-                try:
-                    self.store.save(record.evolve(deleting=True))
-                except OSError as err:
-                    raise JobWriteError(name, err, "it was not marked for deletion") from err
+                marked.append(record.evolve(deleting=True))
+        failed = self.store.save_many(marked)  # one sync for all
+        if failed:
+            name, err = sorted(failed.items())[0]
+            raise JobWriteError(name, err, "it was not marked for deletion")
         return missing
 
     # ---- one reconcile pass ---------------------------------------------------------------
@@ -383,6 +405,7 @@ class Controller:
         §5: a job belongs to the backend that runs it); then the tasks of no job are stopped."""
         result = PassResult()
         now = self.clock()
+        self._later = _Later()
         seen = _SeenTasks(self._backend, result.errors)
         seen.of(self.backend.name)  # its orphans are stopped even when no record names it
         records = dict(self.store.records())
@@ -412,7 +435,28 @@ class Controller:
             for job, orphans in sorted(by_job.items()):
                 if job not in self.store.unreadable:
                     self._stop_orphans(self._backend(backend_name), job, orphans, result)
+        self._write_later(result, now)
+        try:
+            self.statuses.flush()  # the summaries' index: a cache, retried next pass
+        except OSError as err:
+            result.errors.append(f"cannot write {failed_write(err)}; retrying next pass")
         return result
+
+    def _write_later(self, result: PassResult, now: float) -> None:
+        """What the pass left to its end (module docstring): records, then status files; the
+        status files of removed jobs, then their records. A job whose write failed is looked
+        at again next pass, and said so."""
+        later, self._later = self._later, _Later()
+        failed = dict(self.store.save_many(later.records))
+        failed.update(self.statuses.write_many([d for d in later.statuses if d["name"] not in failed]))
+        kept = self.statuses.remove_many(later.removed)
+        failed.update(kept)
+        failed.update(self.store.delete_many([n for n in later.removed if n not in kept]))
+        for name, err in sorted(failed.items()):
+            self._seen.pop(name, None)
+            result.write_failures[name] = failed_write(err)
+            result.errors.append(f"{name}: cannot write {failed_write(err)}; retrying next pass")
+            result.wake(now + 5.0)
 
     def _move_out(
         self, record: JobRecord, tasks: list[ObservedTask], now: float, result: PassResult
@@ -470,8 +514,8 @@ class Controller:
             backend.purge(record.name)
         if decided.remove:
             backend.purge(record.name)
-            self.statuses.remove(record.name)  # first: a status file that cannot go keeps the record
-            self.store.delete(record.name)
+            # at the pass's end, the status file first: one that cannot go keeps the record
+            self._later.removed.append(record.name)
             self._seen.pop(record.name, None)
             self._seen_tasks.pop(record.name, None)
             self._desired.pop(record.name, None)
@@ -490,9 +534,11 @@ class Controller:
                 else self._current(decided.desired, tasks)
             )
         }
+        touched = bool(decided.stop or decided.forget or decided.purge)  # a backend was changed
         if decided.launch:
             updated, launched = self._launch(backend, updated, decided.launch, now, result)
             shown.update((t.key, t) for t in launched)
+            touched = touched or bool(launched)
         tasks_now = tuple(shown[k] for k in sorted(shown, key=ORDER))
         if tasks_now != updated.tasks:
             updated = updated.evolve(tasks=tasks_now)
@@ -500,9 +546,16 @@ class Controller:
         if conditions != updated.conditions:
             updated = updated.evolve(conditions=conditions)
         if updated != record:
-            self.store.save(updated)
+            if touched:
+                self.store.save(updated)
+            else:
+                self._later.records.append(updated)
         if updated != record or not self.statuses.written(updated.name):
-            self.statuses.write(status.status_document(updated, now))
+            document = status.status_document(updated, now)
+            if touched:
+                self.statuses.write(document)
+            else:
+                self._later.statuses.append(document)
         # The record and tasks this pass ended with, by identity: the store and the backends
         # hand out the same objects while nothing changes, so the same tuple next pass means
         # nothing to recompute. (The objects are kept, so their ids cannot be reused.)

@@ -10,6 +10,13 @@ tail of one task's log (the chief's, else worker 0's, else the first that starte
 reloads itself every ``REFRESH_DEFAULT`` seconds (``<meta refresh>``); ``/?refresh=SECONDS``
 changes that and ``/?refresh=0`` turns it off, remembered by the browser in a cookie.
 
+**Bounded.** The page shows the count of jobs by phase over every job, then the cards of
+``PAGE_JOBS`` jobs from ``?jobsOffset=`` (default 0; links to the pages before and after),
+each with at most ``CARD_TASKS`` tasks and a link to the JSON of the rest
+(``/jobs/NAME?tasksOffset=``); its task counts are over every task (``status.summary``). So
+the page of 10,000 jobs or of a 100,000-task job costs what a page of ``PAGE_JOBS`` small
+ones does.
+
 Also the bounds of the read-only log endpoint ``/jobs/<name>/logs?task=ROLE-INDEX&offset=N``:
 at most ``LOG_PAGE_BYTES`` from ``offset`` (default 0); the answer's ``X-Tfdeclare-Next-Offset``
 header is where the next page starts.
@@ -31,6 +38,7 @@ import markupsafe
 from tfdeclare import __version__
 from tfdeclare.core.enums import Role
 from tfdeclare.core.plan.history import HistoryEntry
+from tfdeclare.core.run import status
 from tfdeclare.core.run.record import rfc3339
 from tfdeclare.core.spec.model import JobSpec
 from tfdeclare.core.spec.resources import Resources
@@ -49,6 +57,8 @@ CONTENT_SECURITY_POLICY = (
 )
 
 
+PAGE_JOBS = 100  # job cards a page shows (``?jobsOffset=`` pages them)
+CARD_TASKS = 50  # tasks a card lists (the rest: ``/jobs/NAME?tasksOffset=CARD_TASKS``)
 TAIL_BYTES = 4096  # of a job's log shown on its card
 TAIL_LINES = 8
 
@@ -148,28 +158,36 @@ def render(
     now: float | None = None,
     specs: Mapping[str, Mapping[str, Any]] | None = None,
     tails: Mapping[str, LogTail] | None = None,
+    jobs_offset: int = 0,
     history: tuple[Sequence[HistoryEntry], str | None] = ((), None),
 ) -> str:
-    """The page: every job's status document with what ``details`` says of its spec (by
-    name, when known) and its log's tail, the recent phase changes, the daemon's health, the
-    newest revisions acted on (``history``: entries newest first, and why the log cannot be
-    written, if so); ``refresh``: seconds between reloads, 0 for none."""
+    """The page: the jobs by phase, the cards of ``PAGE_JOBS`` of the jobs' status documents
+    from ``jobs_offset``, each with what ``details`` says of its spec (by name, when known)
+    and its log's tail, the recent phase changes, the daemon's health, the newest revisions
+    acted on (``history``: entries newest first, and why the log cannot be written, if so);
+    ``refresh``: seconds between reloads, 0 for none."""
     now = time.time() if now is None else now
     phases: dict[str, int] = {}
-    cards = []
     for job in jobs:
         phases[job["phase"]] = phases.get(job["phase"], 0) + 1
-        tasks = job.get("tasks") or []
+    cards = []
+    for job in jobs[jobs_offset : jobs_offset + PAGE_JOBS]:
+        tasks = (job.get("tasks") or [])[:CARD_TASKS]
+        counts = status.summary(job)
         cards.append(
             {
                 "job": job,
                 "spec": (specs or {}).get(job["name"]),
                 "tail": (tails or {}).get(job["name"]),
                 "age": age(job.get("startTime"), now),
-                "running": sum(1 for t in tasks if t.get("state") == "running"),
+                "running": counts["running"],
+                "count": counts["tasks"],
                 "tasks": [{**t, "age": age(t.get("startTime"), now)} for t in tasks],
+                "more": counts["tasks"] - len(tasks),
             }
         )
+    before = max(0, jobs_offset - PAGE_JOBS) if jobs_offset else None
+    after = jobs_offset + PAGE_JOBS if jobs_offset + PAGE_JOBS < len(jobs) else None
     return (
         _environment()
         .get_template("page.html")
@@ -177,6 +195,11 @@ def render(
             version=__version__,
             jobs=jobs,
             cards=cards,
+            first=jobs_offset + 1,
+            last=jobs_offset + len(cards),
+            before=before,
+            after=after,
+            card_tasks=CARD_TASKS,
             refresh_default=REFRESH_DEFAULT,
             phases=sorted(phases.items()),
             events=[

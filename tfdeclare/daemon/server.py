@@ -12,10 +12,13 @@
 - ``GET /livez`` (liveness) — 200 unless a pass is overdue (a hang: 503), so a probe tells
   a slow start or an unreadable source, which a restart would not fix, from a hang;
 - ``GET /metrics`` — Prometheus text format;
-- ``GET /jobs`` — every job's status document, as a JSON list (each with ``problems``: the
-  standing source problems that hold it back); ``?problems=true`` answers an object instead,
+- ``GET /jobs`` — every job's status document, as a JSON list (at most ``JOBS_TASKS`` tasks
+  over all of them: ``service.Daemon.jobs``; each with ``problems``: the standing source
+  problems that hold it back); ``?problems=true`` answers an object instead,
   ``{"jobs": [...], "problems": [...]}``, with every standing problem (a new file that cannot
   be applied holds back no job yet);
+- ``GET /jobs/<name>?tasksOffset=I&tasksLimit=N`` — one job's status document with its tasks
+  from the I-th (default 0), at most N (default 1000, at most ``MAX_TASKS_PAGE``), as JSON;
 - ``POST /sync`` — fetch the source now and run a pass (202); requests that arrive while one
   is pending, or sooner than a second after the last fetch, are coalesced into it. With a
   webhook secret, a git host's delivery is judged by ``webhook_auth`` (signature first) and
@@ -26,7 +29,8 @@ unknown one is 404.
 
 Every request first passes ``httpguard`` (Host, Origin, token, size). A numeric query
 parameter that is not a plain decimal number in its range (``offset`` from 0 to 2^63-1 and
-within the log, ``refresh`` 0 or 2 to 3600) is answered 400, like any malformed request.
+within the log, ``refresh`` 0 or 2 to 3600, ``jobsOffset`` and ``tasksOffset`` from 0,
+``tasksLimit`` from 0 to ``MAX_TASKS_PAGE``) is answered 400, like any malformed request.
 
 **Bounds.** One thread (``daemon-http``) runs an asyncio event loop that accepts connections
 and reads each request whole: request line, headers (at most ``MAX_HEADER_BYTES``) and body
@@ -61,6 +65,7 @@ from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from tfdeclare.backends.base import BackendError, LogChunk, LogOffsetError
+from tfdeclare.core.spec.names import is_job_name
 from tfdeclare.daemon import page
 from tfdeclare.daemon.httpguard import (
     INT64_MAX,
@@ -90,9 +95,13 @@ class Endpoints(Protocol):
 
     def problem_list(self) -> list[dict[str, Any]]: ...
 
+    def jobs_json(self) -> str: ...
+
+    def job(self, name: str, offset: int, limit: int | None) -> dict[str, Any] | None: ...
+
     def request_sync(self) -> bool: ...
 
-    def page_html(self, refresh: int) -> str: ...
+    def page_html(self, refresh: int, jobs_offset: int = 0) -> str: ...
 
     def task_log(self, name: str, task: str | None, offset: int) -> LogChunk: ...
 
@@ -104,6 +113,7 @@ RESPONSE_DEADLINE_S = 30.0  # writing the answer to a slow reader
 MAX_HEADER_BYTES = 16 * 1024  # request line and headers together; more is 431
 MAX_HEADERS = 100
 MAX_QUERY_FIELDS = 20
+MAX_TASKS_PAGE = 10_000  # tasks one /jobs/<name> answer lists at most
 BACKLOG = 128  # a burst is accepted (and sorted out) at once
 MAX_LARGE_READS = 8  # bodies over MAX_BODY (webhook deliveries) being read at once; more: 503
 # The methods each known path answers; another method is 405 with an Allow header.
@@ -472,7 +482,19 @@ class _Handler(BaseHTTPRequestHandler):
         }
         if chosen is not None:  # remembered for the next visit without ?refresh
             headers["Set_Cookie"] = page.refresh_cookie(chosen)
-        self._send(200, self.endpoints.page_html(refresh).encode(), "text/html; charset=utf-8", **headers)
+        offset = number(query, "jobsOffset", 0, 0, INT64_MAX)
+        html = self.endpoints.page_html(refresh, offset) if offset else self.endpoints.page_html(refresh)
+        self._send(200, html.encode(), "text/html; charset=utf-8", **headers)
+
+    def _job(self, path: str, query: dict[str, list[str]]) -> None:
+        name = unquote(path.removeprefix("/jobs/"))
+        offset = number(query, "tasksOffset", 0, 0, INT64_MAX)
+        limit = number(query, "tasksLimit", -1, 0, MAX_TASKS_PAGE) if "tasksLimit" in query else None
+        document = self.endpoints.job(name, offset, limit) if is_job_name(name) else None
+        if document is None:
+            self._json(404, {"error": f"no job named {name!r}"})
+        else:
+            self._send(200, (json.dumps(document) + "\n").encode(), "application/json")
 
     def _guarded_health(self, detail: dict[str, Any]) -> dict[str, Any]:
         """``/healthz`` stays open for probes with ``daemon.tokenForReads``: without the token
@@ -490,8 +512,8 @@ class _Handler(BaseHTTPRequestHandler):
             raise BadRequest("problems must be true or false")
         if asked == ["true"]:
             self._json(200, {"jobs": self.endpoints.jobs(), "problems": self.endpoints.problem_list()})
-        else:
-            self._json(200, self.endpoints.jobs())
+        else:  # joined from each document's own JSON text (10,000 jobs)
+            self._send(200, (self.endpoints.jobs_json() + "\n").encode(), "application/json")
 
     def do_GET(self) -> None:
         if self._refused("GET"):
@@ -502,6 +524,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._page(query)
             elif path.startswith("/jobs/") and path.endswith("/logs"):
                 self._log(path, query)
+            elif path.startswith("/jobs/"):
+                self._job(path, query)
             elif path == "/healthz":
                 healthy, detail = self.endpoints.health()
                 self._json(200 if healthy else 503, self._guarded_health(detail))

@@ -17,15 +17,25 @@ each file that cannot be applied, a failed fetch, an unverified head) in ``probl
 the endpoints answer from (``/healthz``, ``/jobs``, ``/metrics``, the page); when they change it
 logs each that appeared or cleared, posts it to the webhooks and writes them to
 ``<state-dir>/problems.json`` for ``tfdeclare status`` (``shell.problems``).
+
+**What the endpoints show** comes from a ``View`` the loop publishes after each pass (the
+status documents it wrote and the records they came from), replaced whole, so an HTTP thread
+never reads a file or waits for a pass: a pass over 10,000 jobs or a 100,000-task job leaves
+``/``, ``/jobs`` and ``/healthz`` answering. Until the first pass has ended, the view is what
+the status files say (read once). ``/jobs`` lists at most ``JOBS_TASKS`` tasks over all jobs
+(each job's document as its status file has it until then; past it ``tasks`` is empty and
+``tasksTruncated`` says so); ``job`` pages one job's tasks.
 """
 
 from __future__ import annotations
 
+import bisect
+import json
 import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -39,8 +49,9 @@ from tfdeclare.core.enums import Phase, Reason
 from tfdeclare.core.plan.planner import Action, Plan, PlanCache, PlanOptions, Sighting, plan
 from tfdeclare.core.plan.problems import Problem, changes, counts, held_back, standing
 from tfdeclare.core.plan.scope import PruneScope
+from tfdeclare.core.run import status
 from tfdeclare.core.run.record import JobRecord, Revision
-from tfdeclare.core.spec.keys import TaskKey
+from tfdeclare.core.spec.keys import ORDER, TaskKey
 from tfdeclare.core.spec.model import fingerprint
 from tfdeclare.core.spec.names import is_job_name
 from tfdeclare.core.spec.policy import Quota
@@ -54,7 +65,6 @@ from tfdeclare.files import failed_write
 from tfdeclare.shell import problems as problems_file
 from tfdeclare.shell import statedirs
 from tfdeclare.shell.sources import SpecFiles
-from tfdeclare.shell.statuswriter import StatusUnreadable
 from tfdeclare.shell.writable import folder_problem
 
 log = logging.getLogger("tfdeclare.daemon")
@@ -102,6 +112,25 @@ class DaemonOptions:
 
 
 RECENT_EVENTS = 50  # phase changes the status page shows
+JOBS_TASKS = 100_000  # tasks /jobs lists at most, over all its jobs (the rest: /jobs/NAME)
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """What the endpoints show, as of a pass: each job's status document (in name order) and
+    the record it came from (to page tasks past those the document lists)."""
+
+    documents: tuple[dict[str, Any], ...]
+    records: Mapping[str, JobRecord]
+    texts: tuple[str, ...] | None = None  # the documents as JSON, when known
+
+    def document(self, name: str) -> dict[str, Any] | None:
+        """The job's document (a bisection: the documents are in name order)."""
+        at = bisect.bisect_left(self.documents, name, key=lambda d: str(d["name"]))
+        found = self.documents[at] if at < len(self.documents) else None
+        return found if found is not None and found["name"] == name else None
+
+
 TAIL_BUDGET_S = 1.0  # time the page may spend reading its jobs' log tails
 TAIL_ROLES = ("chief", "worker", "evaluator", "ps", "tensorboard")  # whose log a card shows
 
@@ -132,7 +161,8 @@ class Daemon:
         self.metrics = Metrics()
         self.notifier = Notifier(options.webhooks, lambda result: self.metrics.count_webhook(result.value))
         self.events: tuple[PhaseChange, ...] = ()  # newest first; replaced whole (HTTP threads read it)
-        self.spec_details: Mapping[str, Mapping[str, Any]] = {}  # page.details per job; replaced whole
+        self._view: View | None = None  # replaced whole after each pass (HTTP threads read it)
+        self._first_view_lock = threading.Lock()
         self._phases: dict[str, Phase] | None = None  # as last seen; None until the first pass
         self._trigger = threading.Event()
         self._sync_requested = threading.Event()
@@ -289,7 +319,7 @@ class Daemon:
         records = self.controller.store.records()
         self.records = dict(records)  # replaced whole: the HTTP threads read it
         self._phase_changes(result.phases, records)
-        self.spec_details = {name: page.details(record.spec) for name, record in records.items()}
+        self._view = self._view_of(records)
         tasks = Counter(t.state.value for r in records.values() for t in r.tasks)
         self.metrics.set_jobs(
             {n: p.value for n, p in result.phases.items()},
@@ -547,18 +577,86 @@ class Daemon:
             ),
         ]
 
+    def _view_of(self, records: Mapping[str, JobRecord]) -> View:
+        """What this pass wrote, and the status files of jobs whose record cannot be read
+        (their last word, as before: the pass leaves them alone)."""
+        statuses = self.controller.statuses
+        written = statuses.documents()
+        texts = statuses.json_documents()
+        for name in self.controller.store.unreadable.keys() - written.keys():
+            document = statuses.read(name)
+            if document is not None:
+                written[name] = document
+                texts[name] = json.dumps(document)
+        now = self.clock()
+        for name in records.keys() - written.keys():  # its status file could not be written
+            written[name] = status.status_document(records[name], now)
+            texts[name] = json.dumps(written[name])
+        names = sorted(written)
+        return View(tuple(written[n] for n in names), dict(records), tuple(texts[n] for n in names))
+
+    def view(self) -> View:
+        """The last pass's view; before the first pass has ended, the status files' (read once)."""
+        view = self._view
+        if view is not None:
+            return view
+        with self._first_view_lock:
+            if self._view is None:
+                statuses = self.controller.statuses
+                documents = (statuses.read(name) for name in statuses.names())
+                self._view = View(tuple(d for d in documents if d is not None), {})
+            return self._view
+
     def jobs(self) -> list[dict[str, Any]]:
-        """Every job's status document, each with the standing problems that hold it back
-        (``problems``, empty when none); a job whose status file cannot be written or read is
-        shown from its record (as of the last pass: the HTTP threads never touch the loop's
-        store)."""
+        """Every job's status document, at most ``JOBS_TASKS`` tasks over all of them, each
+        with the standing problems that hold it back (``problems``, empty when none)."""
+        return [json.loads(text) for text in self._jobs_texts()]
+
+    def jobs_json(self) -> str:
+        """``jobs`` as a JSON text, joined from each document's own (``View.texts``)."""
+        return "[" + ", ".join(self._jobs_texts()) + "]"
+
+    def _jobs_texts(self) -> list[str]:
+        view = self.view()
+        texts = view.texts or tuple(json.dumps(d) for d in view.documents)
         held: dict[str, list[dict[str, Any]]] = {}
         for problem in self.problems:
             for name in problem.jobs:
                 held.setdefault(name, []).append(problem.to_json())
-        records = self.records
-        documents, _ = self.controller.statuses.documents(records, records.get, self.clock())
-        return [{**doc, "problems": held.get(doc["name"], [])} for doc in documents]
+        budget = JOBS_TASKS
+        out = []
+        for document, own in zip(view.documents, texts, strict=True):
+            tasks = document.get("tasks") or []
+            text = own
+            if len(tasks) > budget:
+                total = int(document.get("taskCount", len(tasks)))
+                text = json.dumps(_with_tasks(document, tasks[:budget], total))
+            budget = max(0, budget - len(tasks))
+            # the document's own text with "problems" added last (its closing brace replaced)
+            problems = json.dumps(held.get(document["name"], []))
+            out.append(f'{text[:-1]}, "problems": {problems}}}')
+        return out
+
+    def job(self, name: str, offset: int = 0, limit: int | None = None) -> dict[str, Any] | None:
+        """One job's status document with its tasks from ``offset``, at most ``limit`` (default
+        ``status.TASKS_LISTED``); None when there is no such job."""
+        view = self.view()
+        limit = status.TASKS_LISTED if limit is None else limit
+        document = view.document(name)
+        if document is None:
+            return None
+        listed = document.get("tasks") or []
+        total = int(document.get("taskCount", len(listed)))
+        end = min(total, offset + limit)
+        record = view.records.get(name)
+        if end <= len(listed) or record is None:
+            page, total = listed[offset:end], (total if end <= len(listed) else len(listed))
+        else:
+            page = status.task_entries(record, offset, limit)
+        paged = _with_tasks(document, page, total)
+        if offset:
+            paged["tasksOffset"] = offset
+        return paged
 
     def problem_list(self) -> list[dict[str, Any]]:
         """The standing source problems (``GET /jobs?problems=true``)."""
@@ -567,20 +665,26 @@ class Daemon:
     def metrics_text(self) -> str:
         return self.metrics.render()
 
-    def page_html(self, refresh: int) -> str:
-        jobs = self.jobs()
+    def page_html(self, refresh: int, jobs_offset: int = 0) -> str:
+        """The page (``page.render``): the jobs from ``jobs_offset``, ``page.PAGE_JOBS`` of them."""
+        view = self.view()
+        shown = view.documents[jobs_offset : jobs_offset + page.PAGE_JOBS]
+        specs = {
+            d["name"]: page.details(view.records[d["name"]].spec) for d in shown if d["name"] in view.records
+        }
         return page.render(
-            jobs,
+            view.documents,
             self.events,
             self.health()[1],
             refresh,
             now=self.clock(),
-            specs=self.spec_details,
-            tails=self._log_tails(jobs),
+            specs=specs,
+            tails=self._log_tails(shown),
+            jobs_offset=jobs_offset,
             history=(self.history.recent, self.history.error),
         )
 
-    def _log_tails(self, jobs: list[dict[str, Any]]) -> dict[str, page.LogTail]:
+    def _log_tails(self, jobs: Sequence[Mapping[str, Any]]) -> dict[str, page.LogTail]:
         """The end of one task's log per job (``page.LogTail``), read while ``TAIL_BUDGET_S``
         lasts: a slow backend (a Mesos agent far away) costs the page its tails, not its
         answer. A log that cannot be read has no tail."""
@@ -622,13 +726,20 @@ class Daemon:
         the job's first task that started) of job ``name``. Raises ``LookupError`` naming what
         is not there (a ``task`` that is no task name too: no such log), ``BackendError`` when
         the backend cannot read it."""
-        try:
-            document = self.controller.statuses.read(name) if is_job_name(name) else None
-        except StatusUnreadable:
-            document = None
+        view = self.view()
+        document = view.document(name) if is_job_name(name) else None
         if document is None:
             raise LookupError(f"no job named {name!r}")
-        started = [t for t in document["tasks"] if t["id"]]
+        record = view.records.get(name)
+        started: list[dict[str, Any]]
+        if record is not None:  # every task, also those past the document's list
+            started = [
+                {"id": t.task_id, "role": t.key.role.value, "index": t.key.index}
+                for t in sorted(record.tasks, key=lambda t: ORDER(t.key))
+                if t.task_id
+            ]
+        else:
+            started = [t for t in document["tasks"] if t["id"]]
         if task is not None:
             try:
                 key = TaskKey.parse(task)
@@ -639,3 +750,17 @@ class Daemon:
         if not started:
             raise LookupError(f"job {name} has no task {task + ' ' if task else ''}that has started")
         return self.controller.backend.read_log(started[0]["id"], offset, page.LOG_PAGE_BYTES)
+
+
+def _with_tasks(document: Mapping[str, Any], tasks: list[dict[str, Any]], total: int) -> dict[str, Any]:
+    """``document`` with ``tasks`` in place of its own, followed by ``tasksTruncated`` and
+    ``taskCount`` when they are not all ``total`` of the job's."""
+    out: dict[str, Any] = {}
+    for key, value in document.items():
+        if key == "tasks":
+            out["tasks"] = tasks
+            if len(tasks) < total:
+                out.update(tasksTruncated=True, taskCount=total)
+        elif key not in ("tasksTruncated", "taskCount"):
+            out[key] = value
+    return out

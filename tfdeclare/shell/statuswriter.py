@@ -13,12 +13,22 @@ which it writes as an anchor and alias; a value of another type) goes to ``yaml.
 status of a 10,000-task job (1.7 MB): ``yaml.dump`` 0.91-1.04 s, the events 0.16-0.19 s
 (2026-12-04, 2 shared cores), so a one-task resize of such a job no longer spends most of
 its time writing the status file.
+
+Read through libyaml too (``CSafeLoader``). ``tfdeclare status`` of many jobs reads no status
+file it need not: the writer keeps an index of one summary a job (``core.run.status.summary``)
+beside the state (``<state-dir>/status-summaries.json``, written once a pass when something
+changed), each with the identity (inode, mtime, size) of the status file it summarises;
+``summaries`` takes an entry only while its file is still that one, and reads the file
+otherwise. So a stale, missing or foreign index costs time, never a wrong line.
 """
 
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Iterable
+import json
+import os
+import re
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +47,14 @@ from yaml.events import (
 from yaml.nodes import ScalarNode
 
 from tfdeclare.core.run.record import JobRecord
-from tfdeclare.core.run.status import status_document
+from tfdeclare.core.run.status import status_document, summary
 from tfdeclare.core.spec.names import is_job_name
-from tfdeclare.files import remove, write_atomic
+from tfdeclare.files import remove, remove_many, write_atomic, write_atomic_many
 
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+INDEX_VERSION = 1
+STATUS_INDEX = "status-summaries.json"  # the index's name in the state folder
 _OPTIONS: dict[str, Any] = {"allow_unicode": True, "default_flow_style": False, "sort_keys": False}
 
 _STR = "tag:yaml.org,2002:str"
@@ -144,10 +157,31 @@ class StatusUnreadable(Exception):
     """A status file that exists but cannot be read, or is not a status document (named)."""
 
 
+# ``updatedAt`` is a status document's last key: its line is the file's last at column 0
+# (a long value's continuation lines are indented).
+_UPDATED_AT = re.compile(r"\nupdatedAt: '?([^'\n]*)'?\n?\Z")
+
+
+def _less_updated_at(text: str) -> str:
+    return text.rpartition("\nupdatedAt:")[0]
+
+
+def _identity(stat: os.stat_result) -> list[int]:
+    return [stat.st_ino, stat.st_mtime_ns, stat.st_size]  # atomic writes make a new inode
+
+
 class StatusWriter:
-    def __init__(self, root: Path) -> None:
+    """The status folder. ``index``: where to keep the summaries' index (module docstring);
+    None keeps none."""
+
+    def __init__(self, root: Path, index: Path | None = None) -> None:
         self.root = root
+        self.index = index
         self._last: dict[str, dict[str, Any]] = {}  # what was written, less updatedAt
+        self._updated: dict[str, Any] = {}  # its updatedAt
+        self._json: dict[str, str] = {}  # its JSON text, once asked for (json_documents)
+        self._summaries: dict[str, dict[str, Any]] | None = None  # name -> {file, summary}
+        self._dirty = False
 
     def path(self, name: str) -> Path:
         if not is_job_name(name):
@@ -155,35 +189,142 @@ class StatusWriter:
         return self.root / f"{name}.yaml"
 
     def write(self, document: dict[str, Any]) -> bool:
-        """Write unless only ``updatedAt`` would change; says whether it wrote."""
-        name = document["name"]
-        comparable = {k: v for k, v in document.items() if k != "updatedAt"}
-        if self._last.get(name) == comparable and self.path(name).exists():
+        """Write unless only ``updatedAt`` would change, also from what the file holds (the
+        first write of a job in a process: a command run again over 10,000 unchanged jobs
+        writes none of their files); says whether it wrote."""
+        text = self._to_write(document)
+        if text is None:
             return False
         try:
-            write_atomic(self.path(name), dump(document).encode("utf-8"))
+            write_atomic(self.path(document["name"]), text.encode("utf-8"))
         except OSError:
-            # the file on disk is not what was last written any more (or never was): the next
-            # pass must try again, and fail visibly again, rather than take it as written
-            self._last.pop(name, None)
+            self._failed(document["name"])
             raise
-        self._last[name] = comparable
+        self._wrote(document)
         return True
+
+    def write_many(self, documents: Sequence[dict[str, Any]]) -> dict[str, OSError]:
+        """``write`` of each, with one sync for all (``files.write_atomic_many``); the names
+        of those that could not be written, with why."""
+        chosen = [(d, text) for d in documents if (text := self._to_write(d)) is not None]
+        failed = write_atomic_many(
+            [(self.path(d["name"]), text.encode("utf-8"), 0o644) for d, text in chosen]
+        )
+        out = {}
+        for document, _ in chosen:
+            error = failed.get(self.path(document["name"]))
+            if error is None:
+                self._wrote(document)
+            else:
+                self._failed(document["name"])
+                out[document["name"]] = error
+        return out
+
+    def _failed(self, name: str) -> None:
+        """The file on disk is not what was last written any more (or never was): the next pass
+        must try again, and fail visibly again, rather than take it as written."""
+        self._last.pop(name, None)
+        self._updated.pop(name, None)
+        self._json.pop(name, None)
+
+    def _to_write(self, document: dict[str, Any]) -> str | None:
+        """The text to write, or None when the file says it already (then it counts as written)."""
+        name = document["name"]
+        comparable = {k: v for k, v in document.items() if k != "updatedAt"}
+        path = self.path(name)
+        if self._last.get(name) == comparable and path.exists():
+            return None
+        text = dump(document)
+        held = self._held(path) if name not in self._last else None
+        if held is None or held[0] != _less_updated_at(text):
+            return text
+        self._wrote(document, updated=held[1])  # the file was written then
+        return None
+
+    def _wrote(self, document: dict[str, Any], *, updated: Any = ...) -> None:
+        name = document["name"]
+        self._last[name] = {k: v for k, v in document.items() if k != "updatedAt"}
+        self._updated[name] = document.get("updatedAt") if updated is ... else updated
+        self._json.pop(name, None)
+        if self.index is not None:
+            shown = {**document, "updatedAt": self._updated[name]}
+            entry = {"file": _identity(self.path(name).stat()), "summary": summary(shown)}
+            if self._indexed().get(name) != entry:
+                self._indexed()[name] = entry
+                self._dirty = True
+
+    @staticmethod
+    def _held(path: Path) -> tuple[str, str | None] | None:
+        """What a status file holds but its ``updatedAt``, and that; None when unreadable."""
+        try:
+            text = path.read_bytes().decode("utf-8")
+        except (OSError, UnicodeDecodeError):
+            return None
+        found = _UPDATED_AT.search(text)
+        return _less_updated_at(text), found.group(1) if found and found.group(1) != "null" else None
 
     def written(self, name: str) -> bool:
         """Whether this writer has written the job's status file (it is the only writer)."""
         return name in self._last
 
+    def documents(self) -> dict[str, dict[str, Any]]:
+        """What this writer wrote last of each job still there, by name (new dicts; their
+        values are shared: not to be changed)."""
+        return {name: {**doc, "updatedAt": self._updated.get(name)} for name, doc in self._last.items()}
+
+    def json_documents(self) -> dict[str, str]:
+        """``documents`` as JSON texts, each made once per write (``/jobs`` of 10,000 jobs joins
+        these instead of encoding 16 MB per request)."""
+        out = {}
+        for name, doc in self._last.items():
+            text = self._json.get(name)
+            if text is None:
+                text = self._json[name] = json.dumps({**doc, "updatedAt": self._updated.get(name)})
+            out[name] = text
+        return out
+
     def remove(self, name: str) -> None:
         remove(self.path(name))
+        self._removed(name)
+
+    def remove_many(self, names: Sequence[str]) -> dict[str, OSError]:
+        """``remove`` of each, with one sync; those that could not go, with why."""
+        failed = remove_many([self.path(name) for name in names])
+        out = {}
+        for name in names:
+            error = failed.get(self.path(name))
+            if error is None:
+                self._removed(name)
+            else:
+                out[name] = error
+        return out
+
+    def _removed(self, name: str) -> None:
         self._last.pop(name, None)
+        self._updated.pop(name, None)
+        self._json.pop(name, None)
+        if self.index is not None and self._indexed().pop(name, None) is not None:
+            self._dirty = True
+
+    def flush(self) -> None:
+        """Write the index if it changed (once a pass: the controller calls this)."""
+        if self.index is None or not self._dirty:
+            return
+        data = {"version": INDEX_VERSION, "statusDir": str(self.root), "jobs": self._indexed()}
+        write_atomic(self.index, json.dumps(data, separators=(",", ":")).encode())
+        self._dirty = False
+
+    def _indexed(self) -> dict[str, dict[str, Any]]:
+        if self._summaries is None:  # what an earlier writer indexed, checked by every reader
+            self._summaries = _read_index(self.index)
+        return self._summaries
 
     def read(self, name: str) -> dict[str, Any] | None:
         """The job's status document; None when there is no file. ``StatusUnreadable`` when
         the file cannot be read or is not a status document (the message names it)."""
         path = self.path(name)
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+            data = yaml.load(self.path(name).read_bytes(), Loader=_LOADER)  # noqa: S506 (a safe loader)
         except FileNotFoundError:
             return None
         except OSError as err:
@@ -194,7 +335,7 @@ class StatusWriter:
             raise StatusUnreadable(f"{path}: not a status document")
         return data
 
-    def documents(
+    def shown_documents(
         self,
         record_names: Iterable[str],
         record_of: Callable[[str], JobRecord | None],
@@ -235,3 +376,46 @@ class StatusWriter:
         if not self.root.is_dir():
             return []
         return sorted(p.stem for p in self.root.glob("*.yaml") if is_job_name(p.stem))
+
+    def summaries(self) -> list[dict[str, Any]]:
+        """``summary`` of every job's status file, in name order: from the index while an entry
+        is of the file there now, else read from the file."""
+        indexed = _read_index(self.index)
+        out = []
+        try:
+            entries = sorted(os.scandir(self.root), key=lambda e: e.name)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        for entry in entries:
+            name = entry.name.removesuffix(".yaml")
+            if not entry.name.endswith(".yaml") or not is_job_name(name):
+                continue
+            try:
+                identity = _identity(entry.stat())
+            except FileNotFoundError:
+                continue
+            known = indexed.get(name)
+            if known is not None and known.get("file") == identity and isinstance(known.get("summary"), dict):
+                out.append(known["summary"])
+                continue
+            try:
+                document = self.read(name)
+            except StatusUnreadable:
+                continue  # not its job's summary: the caller shows the job otherwise (its record)
+            if document is not None:
+                out.append(summary(document))
+        return out
+
+
+def _read_index(path: Path | None) -> dict[str, dict[str, Any]]:
+    """The index's entries; none when there is no index or it cannot be read (it is a cache)."""
+    if path is None:
+        return {}
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("version") != INDEX_VERSION:
+        return {}
+    jobs = data.get("jobs")
+    return {k: v for k, v in jobs.items() if isinstance(v, dict)} if isinstance(jobs, dict) else {}

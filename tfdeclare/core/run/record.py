@@ -258,6 +258,8 @@ class JobRecord:
     preemptions: int = 0  # times a higher-priority job stopped it
     # Ended suspensions and preemptions, newest last (at most ``SUSPENSION_HISTORY``)
     suspension_history: tuple[Suspension, ...] = ()
+    # ``spec``, made once per canonical spec (a pass asked for it about ten times a job)
+    _spec: JobSpec | None = field(default=None, init=False, compare=False, repr=False)
 
     @property
     def restarted_alone(self) -> dict[str, int]:
@@ -266,11 +268,17 @@ class JobRecord:
 
     @property
     def spec(self) -> JobSpec:
-        """The typed spec."""
-        return JobSpec.from_canonical(self.canonical)
+        """The typed spec (made from ``canonical`` once)."""
+        if self._spec is None:
+            object.__setattr__(self, "_spec", JobSpec.from_canonical(self.canonical))
+        assert self._spec is not None
+        return self._spec
 
     def evolve(self, **changes: Any) -> JobRecord:
-        return replace(self, **changes)
+        evolved = replace(self, **changes)
+        if "canonical" not in changes and self._spec is not None:  # the same spec
+            object.__setattr__(evolved, "_spec", self._spec)
+        return evolved
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -3,11 +3,19 @@ record and its tasks. Pure: the shell writes the result atomically.
 
 Conditions are recomputed every time; a condition keeps its ``lastTransitionTime`` while its
 status and reason stay the same. ``Reconciling`` and ``Stalled`` appear only while true.
+
+**Bounded.** A document lists at most ``TASKS_LISTED`` tasks (the first, in role and index
+order; as many as ``policy.maxTasksPerJob`` allows by default, so a job within the default
+policy is always listed whole). A bigger job's document says so: ``tasksTruncated: true`` and
+``taskCount`` (all its tasks) follow ``tasks``; ``replicas`` still counts every task. The
+rest are paged with ``task_entries`` (the daemon's ``/jobs/NAME?tasksOffset=``, ``tfdeclare
+status NAME --tasks``). So a 100,000-task job costs a status file of 1,000 tasks, not one of
+17 MB that took a minute to read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tfdeclare.core.enums import ROLE_ORDER, Phase, Reason, Role, TaskState
@@ -75,26 +83,62 @@ def conditions(record: JobRecord, now: float) -> tuple[Condition, ...]:
     return tuple(out)
 
 
-def status_document(record: JobRecord, now: float) -> dict[str, Any]:
-    spec = record.spec
-    tasks = {t.key: t for t in record.tasks}
-    replicas: dict[str, dict[str, int]] = {}
-    for role in ROLE_ORDER:
-        desired = spec.count(role)
-        of_role = [t for t in record.tasks if t.key.role is role]
-        if not desired and not of_role:
+TASKS_LISTED = 1000  # tasks a status document lists at most (module docstring)
+
+
+def _groups(record: JobRecord) -> list[tuple[Role, Sequence[int]]]:
+    """A status document's tasks, by role in ``ORDER`` (a role sorts by its name), each role's
+    indices in order: the spec's and those still recorded (a deleting job: only those
+    recorded). Ranges where they can be, so a 100,000-task job costs no list of keys."""
+    recorded: dict[Role, set[int]] = {}
+    for task in record.tasks:
+        recorded.setdefault(task.key.role, set()).add(task.key.index)
+    counts: dict[Role, int] = {}
+    if not record.deleting:
+        spec = record.spec
+        counts = {r.role: r.count for r in spec.replicas if r.count}
+        if spec.tensorboard is not None:
+            counts[Role.TENSORBOARD] = 1
+    out: list[tuple[Role, Sequence[int]]] = []
+    for role in sorted(counts.keys() | recorded.keys()):
+        count = counts.get(role, 0)
+        extra = sorted(i for i in recorded.get(role, ()) if i >= count)
+        out.append((role, [*range(count), *extra] if extra else range(count)))
+    return out
+
+
+def task_keys(record: JobRecord, offset: int = 0, limit: int | None = None) -> list[TaskKey]:
+    """A status document's tasks from ``offset``, at most ``limit`` (None: all), in role and
+    index order (``_groups``)."""
+    out: list[TaskKey] = []
+    for role, indices in _groups(record):
+        if offset >= len(indices):
+            offset -= len(indices)
             continue
-        replicas[role.value] = {
-            "desired": desired,
-            "running": sum(1 for t in of_role if t.state is TaskState.RUNNING),
-            "succeeded": sum(1 for t in of_role if t.state is TaskState.SUCCEEDED),
-            "failed": sum(1 for t in of_role if t.state in (TaskState.FAILED, TaskState.GONE)),
-        }
+        wanted = None if limit is None else limit - len(out)
+        chosen = indices[offset:] if wanted is None else indices[offset : offset + wanted]
+        out.extend(TaskKey(role, i) for i in chosen)
+        offset = 0
+        if limit is not None and len(out) >= limit:
+            break
+    return out
+
+
+def task_count(record: JobRecord) -> int:
+    """How many tasks a status document of the record has (listed or not)."""
+    return sum(len(indices) for _, indices in _groups(record))
+
+
+def task_entries(record: JobRecord, offset: int = 0, limit: int | None = None) -> list[dict[str, Any]]:
+    """The status document's task entries from ``offset``, at most ``limit`` (None: all)."""
+    return _entries(record, task_keys(record, offset, None if limit is None else max(0, limit)))
+
+
+def _entries(record: JobRecord, keys: Sequence[TaskKey]) -> list[dict[str, Any]]:
+    tasks = {t.key: t for t in record.tasks}
     task_entries = []
-    keys = sorted(set(spec.task_keys()) | set(tasks) if not record.deleting else tasks, key=ORDER)
     for key in keys:
         task = tasks.get(key)
-        log = f"tfdeclare logs {record.name} --task {key.name}"
         if task is None:
             task_entries.append(
                 {
@@ -126,9 +170,32 @@ def status_document(record: JobRecord, now: float) -> dict[str, Any]:
                 "startTime": rfc3339(task.started_at),
                 "finishTime": rfc3339(task.finished_at),
                 "message": task.message,
-                "log": log,
+                "log": f"tfdeclare logs {record.name} --task {key.name}",
             }
         )
+    return task_entries
+
+
+def status_document(record: JobRecord, now: float, *, tasks_listed: int | None = None) -> dict[str, Any]:
+    """The job's status document, listing at most ``tasks_listed`` tasks (default
+    ``TASKS_LISTED``; module docstring)."""
+    spec = record.spec
+    tasks = {t.key: t for t in record.tasks}
+    replicas: dict[str, dict[str, int]] = {}
+    for role in ROLE_ORDER:
+        desired = spec.count(role)
+        of_role = [t for t in record.tasks if t.key.role is role]
+        if not desired and not of_role:
+            continue
+        replicas[role.value] = {
+            "desired": desired,
+            "running": sum(1 for t in of_role if t.state is TaskState.RUNNING),
+            "succeeded": sum(1 for t in of_role if t.state is TaskState.SUCCEEDED),
+            "failed": sum(1 for t in of_role if t.state in (TaskState.FAILED, TaskState.GONE)),
+        }
+    listed = task_entries(record, 0, TASKS_LISTED if tasks_listed is None else tasks_listed)
+    total = task_count(record)
+    truncated = {"tasksTruncated": True, "taskCount": total} if total > len(listed) else {}
     return {
         "apiVersion": "tfdeclare/v1",
         "kind": "TFJobStatus",
@@ -150,7 +217,8 @@ def status_document(record: JobRecord, now: float) -> dict[str, Any]:
         "preemptions": record.preemptions,
         "suspensionHistory": [_suspension(entry) for entry in record.suspension_history],
         "replicas": replicas,
-        "tasks": task_entries,
+        "tasks": listed,
+        **truncated,
         "tensorboard": _tensorboard(record, tasks.get(TENSORBOARD_KEY)),
         "conditions": [
             {**c.to_json(), "lastTransitionTime": rfc3339(c.last_transition)} for c in record.conditions
@@ -232,3 +300,30 @@ def _tensorboard(record: JobRecord, task: TaskRecord | None) -> dict[str, Any] |
 
 def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
+
+
+def summary(document: Mapping[str, Any]) -> dict[str, Any]:
+    """What a one-line view of a job shows (``tfdeclare status``, the daemon's page), from its
+    status document, whole or truncated: its tasks, running and succeeded are counted over
+    every task (``replicas`` and ``tensorboard`` when ``tasks`` lists only the first)."""
+    tasks = document.get("tasks") or []
+    if document.get("tasksTruncated"):
+        replicas = (document.get("replicas") or {}).values()
+        board = (document.get("tensorboard") or {}).get("state")
+        running = sum(r.get("running", 0) for r in replicas) + (board == TaskState.RUNNING)
+        succeeded = sum(r.get("succeeded", 0) for r in replicas) + (board == TaskState.SUCCEEDED)
+        total = int(document.get("taskCount", len(tasks)))
+    else:
+        running = sum(1 for t in tasks if t.get("state") == TaskState.RUNNING)
+        succeeded = sum(1 for t in tasks if t.get("state") == TaskState.SUCCEEDED)
+        total = len(tasks)
+    return {
+        "name": document.get("name"),
+        "phase": document.get("phase"),
+        "restarts": document.get("restarts", 0),
+        "startTime": document.get("startTime"),
+        "message": document.get("message", ""),
+        "tasks": total,
+        "running": running,
+        "succeeded": succeeded,
+    }

@@ -1,0 +1,337 @@
+"""``tfdeclare status``: the status files, read-only (``--refresh`` runs one pass first).
+
+Kept apart from ``run_commands`` so that it imports no planner, backend or controller unless
+``--refresh`` asks for one: the table of 10,000 jobs is mostly start-up otherwise. Without a
+name it prints one line a job from the summaries' index (``StatusWriter.summaries``); with one,
+that job's status file with a page of its tasks (``DETAIL_TASKS``, ``--tasks``,
+``--tasks-offset``: past those the file lists, from the job's record).
+"""
+
+from __future__ import annotations
+
+import argparse
+import calendar
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tfdeclare.cli import terminal
+from tfdeclare.cli.common import (
+    EXIT_OK,
+    Origin,
+    Settings,
+    UserError,
+    chosen_folders,
+    settings_from,
+    stderr_line,
+    stdout_write,
+)
+from tfdeclare.cli.output import document_text, is_document
+from tfdeclare.core.enums import Phase
+from tfdeclare.core.plan.problems import Problem
+from tfdeclare.core.run import status
+from tfdeclare.core.run.record import JobRecord
+from tfdeclare.core.tone import PHASE_TONES, Painter, Tone, plain
+from tfdeclare.shell import problems as problems_file
+from tfdeclare.shell.lock import ControllerLock
+from tfdeclare.shell.statuswriter import STATUS_INDEX, StatusWriter
+from tfdeclare.shell.store import StateError, StateStore
+
+
+def _refresh(settings: Settings) -> None:
+    """One reconcile pass (``status --refresh``): adopt tasks, notice the ones that ended."""
+    from tfdeclare.cli import pulls
+    from tfdeclare.cli.wiring import controller_for, locked
+
+    if not StateStore(settings.state_dir).jobs_dir.is_dir():
+        return
+    with (
+        locked(settings, "status --refresh"),
+        controller_for(settings) as controller,
+        pulls.shown_on(sys.stderr),
+    ):
+        result = controller.reconcile()
+    for error in result.errors:
+        stderr_line(f"tfdeclare: {error}")
+
+
+def _freshness(settings: Settings) -> str:
+    """Who keeps the status files current, for a note under the table."""
+    holder = ControllerLock(settings.state_dir).holder()
+    if holder is not None:
+        who = holder.get("purpose", "a controller")
+        return f"status files kept current by {who} (pid {holder.get('pid', '?')})"
+    return (
+        "as of the last reconcile pass; no controller is running: `tfdeclare status --refresh` updates them"
+    )
+
+
+def _age(timestamp: str | None) -> str:
+    if not timestamp:
+        return "-"
+    then = calendar.timegm(time.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ"))  # UTC, whatever the DST
+    seconds = max(0, int(time.time() - then))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _phase(phase: str, paint: Painter, width: int = 0) -> str:
+    try:
+        tone = PHASE_TONES[Phase(phase)]
+    except ValueError:
+        return phase.ljust(width)
+    return paint(phase, tone) + " " * (width - len(phase))
+
+
+def _status_table(summaries: list[dict[str, Any]], paint: Painter = plain) -> str:
+    """One line a job, from its summary (``core.run.status.summary``)."""
+    rows = [("NAME", "PHASE", "TASKS", "RESTARTS", "AGE", "MESSAGE")]
+    for job in summaries:
+        done = job.get("succeeded", 0)
+        counts = f"{job.get('running', 0)}/{job.get('tasks', 0)}" + (f" ({done} done)" if done else "")
+        rows.append(
+            (
+                str(job["name"]),
+                str(job["phase"]),
+                counts,
+                str(job.get("restarts", 0)),
+                _age(job.get("startTime")),
+                str(job.get("message", "")),
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    header = "  ".join(c.ljust(w) for c, w in zip(rows[0][:5], widths, strict=True)) + "  " + rows[0][5]
+    lines = [paint(header, Tone.STRONG)]
+    for r in rows[1:]:
+        cells = [r[0].ljust(widths[0]), _phase(r[1], paint, widths[1])]
+        cells.extend(c.ljust(w) for c, w in zip(r[2:5], widths[2:], strict=True))
+        lines.append("  ".join(cells) + "  " + r[5])
+    return "".join(line.rstrip() + "\n" for line in lines)
+
+
+def _status_detail(doc: dict[str, Any], paint: Painter = plain) -> str:
+    lines = [f"{paint(doc['name'], Tone.STRONG)}: {_phase(doc['phase'], paint)} — {doc.get('message', '')}"]
+    if doc.get("source"):
+        lines.append(f"  source:    {doc['source']['file']}:{doc['source']['line']}")
+    lines.append(f"  spec hash: {doc['specHash'][:16]}   revision: {doc.get('revision') or '-'}")
+    lines.append(f"  attempt {doc.get('attempt', 0)}, restarts {doc.get('restarts', 0)}")
+    lines.extend(_interruptions(doc))
+    for role, scope in (doc.get("restartScopes") or {}).items():
+        what = "alone" if scope["scope"] == "Task" else "the whole job"
+        lines.append(f"  a failed {role} restarts {what} (restartScope {scope['scope']}: {scope['message']})")
+    for each in doc.get("taskRestarts") or []:
+        waiting = f", relaunch pending (from {each['nextLaunchTime']})" if each.get("pending") else ""
+        fell = each.get("jobRestartsForItsAddress") or 0
+        back = f", {fell} whole-job restart(s) for want of its address" if fell else ""
+        lines.append(
+            f"  {each['task']} restarted alone {each['restarts']}/{each['backoffLimit']}: "
+            f"{each['message']} ({each['lastRestartTime']}){waiting}{back}"
+        )
+    lines.append(f"  started {doc.get('startTime') or '-'}, completed {doc.get('completionTime') or '-'}")
+    lines.append("  conditions:")
+    for c in doc.get("conditions", []):
+        lines.append(f"    {c['type']:<12} {c['status']:<6} {c['reason']}: {c['message']}")
+    tasks = doc.get("tasks", [])
+    offset = int(doc.get("tasksOffset", 0))
+    total = int(doc.get("taskCount", offset + len(tasks)))
+    whole = not offset and len(tasks) == total
+    lines.append("  tasks:" if whole else f"  tasks ({total} in all):")
+    for t in tasks:
+        where = f"{t['host']}:{t['port']}" if t.get("host") else "-"
+        code = "" if t.get("exitCode") is None else f" exit {t['exitCode']}"
+        name = f"{t['role']}-{t['index']}"
+        lines.append(f"    {name:<12} {t['state']:<10} {where:<21}{code} {t.get('message', '')}".rstrip())
+    if not whole:
+        shown = f"tasks {offset + 1}-{offset + len(tasks)}" if tasks else "no task"
+        following = total - offset - len(tasks)
+        more = (
+            f"; {following} more: `tfdeclare status {doc['name']} --tasks-offset {offset + len(tasks)}`"
+            if following > 0
+            else ""
+        )
+        lines.append(f"    ({shown} of {total} listed{more}, or `--tasks all`)")
+    return "\n".join(lines) + "\n"
+
+
+def _folders_read(args: argparse.Namespace, settings: Settings) -> str:
+    """``state folder X (status folder Y)``, each with where it came from unless the default:
+    what ``status`` says when it finds nothing, so that a wrong folder shows."""
+    chosen = chosen_folders(args, settings.config, settings.config_path)
+
+    def named(what: str, dest: str, path: Path) -> str:
+        origin = chosen[dest]
+        return f"{what} {path}" + ("" if origin.origin is Origin.DEFAULT else f", from {origin.via}")
+
+    state = named("state folder", "state_dir", settings.state_dir)
+    return f"{state} ({named('status folder', 'status_dir', settings.status_dir)})"
+
+
+def _interruptions(doc: dict[str, Any]) -> list[str]:
+    """Preemptions and suspensions, apart from restarts (they never count as restarts): the
+    counters, the current one and the last few ended ones."""
+    preempted, suspended = doc.get("preemptions") or 0, doc.get("suspensions") or 0
+    current, history = doc.get("suspension"), doc.get("suspensionHistory") or []
+    if not (preempted or suspended or current):
+        return []
+    lines = [f"  preemptions {preempted}, suspensions {suspended} (not counted as restarts)"]
+    for entry, now in [*((e, False) for e in history[-5:]), *([(current, True)] if current else [])]:
+        by = f" by {entry['preemptedBy']}" if entry.get("preemptedBy") else ""
+        why = f" ({entry['message']})" if entry.get("message") else ""
+        until = "still" if now else f"resumed {entry.get('resumeTime') or '-'}"
+        lines.append(
+            f"  {entry['reason'].lower()}{by} at {entry['time']}{why}, {entry['tasks']} task(s); {until}"
+        )
+    return lines
+
+
+def _standing_problems(settings: Settings) -> tuple[tuple[Problem, ...], str | None]:
+    """The source problems the daemon last recorded (none without a file); a file that
+    cannot be read is said on stderr, and shows none."""
+    try:
+        return problems_file.load(problems_file.path_in(settings.state_dir))
+    except problems_file.ProblemsUnreadable as err:
+        stderr_line(f"tfdeclare: warning: the source problems cannot be shown: {err}")
+        return (), None
+
+
+def _problems_footer(problems: tuple[Problem, ...], as_of: str | None, paint: Painter) -> str:
+    """Each file that cannot be applied and its first error (what holds which job back)."""
+    when = f", as of {as_of}" if as_of else ""
+    lines = [
+        "",
+        paint(
+            f"Problems ({len(problems)}{when}): not applied, the jobs named keep running as applied", Tone.BAD
+        ),
+    ]
+    for problem in problems:
+        held = f" (holds back {', '.join(problem.jobs)})" if problem.jobs else ""
+        lines.append(f"  {problem.path}: {problem.kind.value}{held}, since {problem.since_text}")
+        lines.append(f"    {problem.message}")
+        more = problem.diagnostic_count - 1
+        if more > 0:
+            lines.append(f"    ... and {more} more error{'s' if more > 1 else ''}")
+    return "\n".join(lines) + "\n"
+
+
+DETAIL_TASKS = 20  # tasks `tfdeclare status NAME` lists unless told (--tasks)
+
+
+def _paged(doc: dict[str, Any], settings: Settings, offset: int, limit: int | None) -> dict[str, Any]:
+    """The document with its tasks from ``offset``, at most ``limit`` (None: all). Tasks past
+    those its status file lists (a big job's) come from the job's record, when there is one
+    with the same spec and attempt; else only those listed."""
+    listed = doc.get("tasks") or []
+    total = int(doc.get("taskCount", len(listed)))
+    end = total if limit is None else min(total, offset + limit)
+    if end <= len(listed):
+        page = listed[offset:end]
+    else:
+        try:
+            record = StateStore(settings.state_dir).load(doc["name"])
+        except StateError:
+            record = None
+        same = record is not None and (record.spec_hash, record.attempt) == (
+            doc.get("specHash"),
+            doc.get("attempt", 0),
+        )
+        if record is not None and same:
+            page = status.task_entries(record, offset, None if limit is None else end - offset)
+            total = status.task_count(record)
+        else:
+            page = listed[offset:end]
+            stderr_line(
+                f"tfdeclare: job {doc['name']}'s status file lists its first {len(listed)} of {total} "
+                f"tasks and the state folder ({settings.state_dir}) has no record of this run of it "
+                "to list the others"
+            )
+    paged = {k: v for k, v in doc.items() if k not in ("tasks", "tasksTruncated", "taskCount", "updatedAt")}
+    paged["tasks"] = page
+    if offset or len(page) < total:
+        paged.update(tasksTruncated=True, taskCount=total, tasksOffset=offset)
+    paged["updatedAt"] = doc.get("updatedAt")
+    return paged
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    if args.refresh:
+        _refresh(settings)
+    statuses = StatusWriter(settings.status_dir, index=settings.state_dir / STATUS_INDEX)
+    store = StateStore(settings.state_dir)  # read-only: never the lock
+    unreadable: list[str] = []
+
+    def record_of(name: str) -> JobRecord | None:  # only for a job without a readable status file
+        try:
+            return store.load(name)
+        except StateError as err:
+            unreadable.append(f"{name}: its record cannot be read either: {err}")
+            return None
+
+    def warn(notes: list[str]) -> None:  # what could not be read is said, on stderr
+        for note in [*notes, *unreadable]:
+            stderr_line(f"tfdeclare: warning: {note}")
+
+    if (args.tasks is not None or args.tasks_offset) and not args.name:
+        raise UserError("--tasks and --tasks-offset list the tasks of one job: name it")
+    problems, as_of = _standing_problems(settings)
+    if args.name:
+        problems = tuple(p for p in problems if args.name in p.jobs)
+    paint = terminal.painter(sys.stdout)
+    documents: list[dict[str, Any]] = []
+    if args.name:
+        found, notes = statuses.shown_documents((), record_of, time.time(), [args.name])
+        warn(notes)
+        if not found:
+            raise UserError(f"no job named {args.name!r} in {_folders_read(args, settings)}")
+        documents = found
+        told = args.tasks is not None or args.tasks_offset > 0
+        limit = None if args.tasks == -1 else DETAIL_TASKS if args.tasks is None else args.tasks  # -1: all
+        if is_document(args.output):
+            document = documents[0]  # the status file as it is, unless a page of tasks is asked for
+            if told:
+                document = _paged(
+                    document, settings, args.tasks_offset, None if args.tasks in (None, -1) else args.tasks
+                )
+            if args.problems:
+                document = {**document, "problems": [p.to_json() for p in problems]}
+            stdout_write(document_text(document, args.output))
+        else:
+            stdout_write(_status_detail(_paged(documents[0], settings, args.tasks_offset, limit), paint))
+    elif is_document(args.output):
+        documents, notes = statuses.shown_documents(store.names(), record_of, time.time())
+        warn(notes)
+        listed: Any = documents
+        if args.problems:
+            listed = {"jobs": documents, "problems": [p.to_json() for p in problems]}
+        stdout_write(document_text(listed, args.output))
+        if not args.problems:  # the list (or document) scripts read, as before: the problems go to stderr
+            for problem in problems:
+                stderr_line(f"tfdeclare: problem ({problem.kind.value}): {problem.message}")
+        if not documents:  # the list stays a list (scripts count it); where it looked, aside
+            stderr_line(f"tfdeclare: no jobs in {_folders_read(args, settings)}")
+        return EXIT_OK
+    else:
+        documents = statuses.summaries()
+        shown = {d["name"] for d in documents}
+        # a job whose status file could not be written or read is shown from its record
+        missing = [n for n in store.names() if n not in shown]
+        if missing:
+            extra, notes = statuses.shown_documents((), record_of, time.time(), missing)
+            warn(notes)
+            documents = sorted(
+                [*documents, *(status.summary(d) for d in extra)], key=lambda d: str(d["name"])
+            )
+        if documents:
+            stdout_write(_status_table(documents, paint))
+        else:
+            stdout_write(f"No jobs in {_folders_read(args, settings)}.\n")
+    if is_document(args.output):
+        return EXIT_OK
+    if problems:
+        stdout_write(_problems_footer(problems, as_of, paint))
+    if documents:
+        stderr_line(f"({_freshness(settings)})")
+    return EXIT_OK
