@@ -156,7 +156,10 @@ def test_bash_completes_schema_names_and_explains_field_paths(project: Path) -> 
     assert "tfdeclare explain spec.replicas.worker.count => spec.replicas.worker.count ," in lines  # a leaf
     assert "tfdeclare explain metadata.labels. => ," in lines  # any key: nothing to offer
     assert "tfdeclare explain spec.nope. => ," in lines
-    assert "tfdeclare explain --schema config lo => local,local.runtime,local.cpus," in "\n".join(lines)
+    assert (
+        "tfdeclare explain --schema config lo => local,local.runtime,local.pullTimeoutSeconds,local.cpus,"
+        in "\n".join(lines)
+    )
 
 
 def test_fish_is_answered_field_paths_by_the_command_itself(project: Path, tmp_path: Path) -> None:

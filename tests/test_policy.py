@@ -263,9 +263,14 @@ def test_the_daemon_keeps_the_running_version_when_a_change_breaks_a_quota(tmp_p
         ids = {t.task_id for t in world.tasks("a").values()}
         world.write("a", _labelled("a", 6))  # over the quota: kept as applied
         passes = world.controller.passes
-        world.controller.wait_for_pass(passes, lambda: world.record("a").not_synced is not None)
+        world.controller.wait_for_pass(  # the record first, then its status file, in one pass
+            passes,
+            lambda: (
+                world.record("a").not_synced is not None
+                and "policy.quotas team=vision" in json.dumps(world.status("a"))
+            ),
+        )
         assert world.record("a").not_synced[0] is Reason.INVALID_SPEC  # type: ignore[index]
-        assert "policy.quotas team=vision" in json.dumps(world.status("a"))
         world.write("a", _labelled("a", 9))  # over maxGpusPerJob: the same
         passes = world.controller.passes
         world.controller.wait_for_pass(passes, lambda: "maxGpusPerJob" in json.dumps(world.status("a")))
