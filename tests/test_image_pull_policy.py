@@ -93,6 +93,7 @@ def _kubeflow(chief_policy: str, worker_policy: str) -> bytes:
             "image": "tf:2.21",
             "imagePullPolicy": policy,
             "command": ["python"],
+            "resources": {"requests": {"cpu": 1, "memory": "1Gi"}},  # none: a warning says what is reserved
         }
         return {"replicas": 1, "template": {"spec": {"containers": [container]}}}
 

@@ -205,7 +205,9 @@ def _native(translation: Translation, comments: _Comments) -> tuple[CommentedMap
     start = [HEADER.format(version=translation.api_version)]
     if translation.warnings:
         start.append("Not carried over (tfdeclare validate shows where):")
-        start.extend(f"- {message}" for _, message in translation.warnings)
+        # once each: the same message at several places (each role's) is one line here; the
+        # loader's warnings give each place
+        start.extend(f"- {message}" for message in dict.fromkeys(m for _, m in translation.warnings))
     start.extend(ordered.pop((), []))
     start.extend(ordered.pop(("apiVersion",), []))
     root.yaml_set_start_comment("\n".join(start))

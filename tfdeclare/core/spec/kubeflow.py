@@ -15,7 +15,20 @@ Kubeflow's own defaults are written out where ours differ: a replica without
 ``restartPolicy`` is ``Never``; without ``successPolicy`` and without a chief, worker 0's
 success completes the job (``successPolicy: Worker0``). Resource quantities are Kubernetes'
 (``2500m`` cores, ``1G`` = 10^9 bytes, ``4Gi``); we reserve the request (the limit when no
-request is given).
+request is given, as Kubernetes then requests the limit).
+
+Kubernetes' meaning is kept, or where it cannot be, said at the manifest's line:
+
+- a container without ``imagePullPolicy`` pulls as the kubelet would: ``Always`` for an image
+  tagged ``:latest`` or untagged (no digest), else ``IfNotPresent`` (our default, so not
+  written out); a note at the image's line says so;
+- a container without a cpu or memory request (and no limit) is BestEffort in Kubernetes,
+  reserving nothing; a gang must reserve something to be placed, so it gets our defaults
+  (``DEFAULT_CPUS``, ``DEFAULT_MEM``) and a warning at its line naming them;
+- ``emptyDir`` and ``secret`` volumes cannot be mounted; their warnings name the natural
+  equivalent (the task's own writable working folder; ``secretRef`` environment values).
+
+Each warning is listed once (``Translation.warn`` drops a repeat of a path and message).
 """
 
 from __future__ import annotations
@@ -25,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfdeclare.core.diagnostics import JsonPath
-from tfdeclare.core.spec.kubequantity import parse_cpu, parse_memory_mib
+from tfdeclare.core.spec.kubequantity import parse_cpu, parse_gpus, parse_memory_mib
 
 API_GROUP = "kubeflow.org/"
 API_VERSION = "kubeflow.org/v1"
@@ -40,6 +53,10 @@ _V1ALPHA2_EVAL = "eval"  # v1alpha2's name for the evaluator until mid-2018
 _TF_PORT = 2222  # Kubeflow's default TF port (its name: tfjob-port); tfdeclare assigns ports
 _HOISTED = ("image", "imagePullPolicy", "command", "args", "env", "workingDir")
 _RUN_POLICY = ("backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished")
+# What a role reserves without a request: the job schema's Resources defaults (a test keeps
+# them in step).
+DEFAULT_CPUS = 1
+DEFAULT_MEM = "2Gi"
 
 
 def is_kubeflow(value: Any) -> bool:
@@ -53,6 +70,9 @@ class Translation:
     native: dict[str, Any] = field(default_factory=dict)
     origins: dict[JsonPath, JsonPath] = field(default_factory=dict)  # native path -> manifest path
     warnings: list[tuple[JsonPath, str]] = field(default_factory=list)
+    # How a part was read where that is worth knowing but nothing is lost (a pull policy
+    # written out as Kubernetes sets it): notes at the manifest's line.
+    notes: list[tuple[JsonPath, str]] = field(default_factory=list)
     errors: list[tuple[JsonPath, str]] = field(default_factory=list)
     dropped: list[JsonPath] = field(default_factory=list)  # manifest parts not carried over at all
     # Native parts written out for a Kubeflow default (a replica's count, its restartPolicy):
@@ -96,9 +116,13 @@ class _Translator:
     def warn(self, path: JsonPath, message: str, *, dropped: bool = True) -> None:
         """What did not map, at ``path``; ``dropped``: that part of the manifest is left out
         (not so for a warning about how a part was mapped)."""
-        self.out.warnings.append((path, message))
+        if (path, message) not in self.out.warnings:
+            self.out.warnings.append((path, message))
         if dropped:
             self.out.dropped.append(path)
+
+    def note(self, path: JsonPath, message: str) -> None:
+        self.out.notes.append((path, message))
 
     def error(self, path: JsonPath, message: str) -> None:
         self.out.errors.append((path, message))
@@ -450,6 +474,7 @@ class _Translator:
         for key in ("image", "imagePullPolicy", "command", "args", "workingDir"):
             if key in container:
                 self.put(out, (*native, key), container[key], (*cat, key))
+        self.pull_policy(out, container, cat, native)
         if "env" in container:
             self.env(out, container["env"], (*cat, "env"), native)
         if "envFrom" in container:
@@ -459,6 +484,7 @@ class _Translator:
             )
         if "resources" in container:
             self.resources(out, container["resources"], (*cat, "resources"), native)
+        self.best_effort(out, container, cat, native)
         for i, port in enumerate(self.listed(container, "ports", cat)):
             if isinstance(port, Mapping) and (
                 port.get("name") == "tfjob-port" or port.get("containerPort") == _TF_PORT
@@ -475,6 +501,55 @@ class _Translator:
         self.unknown(container, (*known, "imagePullPolicy", "volumeMounts"), cat, "container")
         mounts = self.listed(container, "volumeMounts", cat)
         return [((*cat, "volumeMounts", i), m) for i, m in enumerate(mounts) if isinstance(m, Mapping)]
+
+    def pull_policy(
+        self, out: dict[str, Any], container: Mapping[str, Any], cat: JsonPath, native: JsonPath
+    ) -> None:
+        """Kubernetes' default pull policy, written out where it is not ours (IfNotPresent)."""
+        image = container.get("image")
+        if "imagePullPolicy" in container or not isinstance(image, str) or not pulls_always(image):
+            return
+        where = (*cat, "image")
+        self.put(out, (*native, "imagePullPolicy"), "Always", where, implied=True)
+        self.note(
+            where,
+            f"image {image} is pulled at every launch (imagePullPolicy Always), as Kubernetes "
+            "does for an image tagged :latest or untagged; set imagePullPolicy: IfNotPresent "
+            "to use the copy an engine has",
+        )
+
+    def best_effort(
+        self, out: dict[str, Any], container: Mapping[str, Any], cat: JsonPath, native: JsonPath
+    ) -> None:
+        """A cpu or memory neither requested nor limited: what is reserved, said at the line."""
+        resources = container.get("resources")
+        asked: set[str] = set()
+        if isinstance(resources, Mapping):
+            for key in ("requests", "limits"):
+                if isinstance(resources.get(key), Mapping):
+                    asked.update(str(name) for name in resources[key])
+        missing = [
+            (name, shown)
+            for name, shown in (
+                ("cpu", f"{DEFAULT_CPUS} CPU"),
+                ("memory", f"{DEFAULT_MEM} of memory"),
+            )
+            if name not in asked
+        ]
+        if not missing:
+            return
+        where = (*cat, "resources") if isinstance(resources, Mapping) else cat
+        names = " or ".join(name for name, _ in missing)
+        kubernetes = "nothing (BestEffort)" if len(missing) == 2 else f"no {names}"
+        defaults = "defaults" if len(missing) == 2 else "default"
+        self.warn(
+            where,
+            f"no {names} request: Kubernetes reserves {kubernetes} for it, but each task must "
+            f"reserve something to be placed, so it reserves {' and '.join(s for _, s in missing)} "
+            f"(tfdeclare's {defaults}); set resources.requests.{'/'.join(n for n, _ in missing)} "
+            "to what the task needs",
+            dropped=False,
+        )
 
     def env(self, out: dict[str, Any], env: Any, at: JsonPath, native: JsonPath) -> None:
         if not isinstance(env, list):
@@ -539,7 +614,11 @@ class _Translator:
             if name == "cpu":
                 cpus = parse_cpu(value)
                 if cpus is None:
-                    self.error(where, f"cpu {value!r} is not a Kubernetes quantity such as 2, 0.5 or 2500m")
+                    self.error(
+                        where,
+                        f"cpu {value!r} is not a Kubernetes quantity of at least 1m (a millicore) "
+                        "such as 2, 0.5 or 2500m",
+                    )
                 else:
                     wanted["cpus"] = cpus
                     self.out.origins[(*native, "resources", "cpus")] = where
@@ -553,8 +632,14 @@ class _Translator:
                     wanted["mem"] = f"{mib // 1024}Gi" if mib % 1024 == 0 else mib
                     self.out.origins[(*native, "resources", "mem")] = where
             elif name == "nvidia.com/gpu":
-                wanted["gpus"] = value
-                self.out.origins[(*native, "resources", "gpus")] = where
+                gpus = parse_gpus(value)
+                if gpus is None:
+                    self.error(
+                        where, f"nvidia.com/gpu {value!r} is not a whole number of GPUs such as 1 or 2"
+                    )
+                else:
+                    wanted["gpus"] = gpus
+                    self.out.origins[(*native, "resources", "gpus")] = where
             else:
                 self.warn(
                     where, f"resource {name} has no equivalent (cpu, memory and nvidia.com/gpu do): ignored"
@@ -599,16 +684,53 @@ class _Translator:
                 }
                 continue
             kind = next((k for k in volume if k != "name"), "unknown")
-            self.warn(
-                (*at, i, kind),
-                f"volume '{volume.get('name')}' ({kind}) has no equivalent: put the data on the agents and "
-                "mount it with a hostPath volume (spec.volumes)",
-            )
+            self.warn((*at, i, kind), _unmounted(volume, kind, mount))
         for i, volume in by_name.values():
             self.warn(
                 (*at, i), f"volume '{volume.get('name')}' is not mounted by the tensorflow container: ignored"
             )
         return out
+
+
+def _unmounted(volume: Mapping[str, Any], kind: str, mount: Mapping[str, Any]) -> str:
+    """The warning for a volume that is not a hostPath, naming its natural equivalent."""
+    name, path = volume.get("name"), mount.get("mountPath")
+    if kind == "emptyDir":
+        return (
+            f"volume '{name}' (emptyDir) is not mounted at {path}: each task has a writable working "
+            "folder of its own (TFDECLARE_WORK_DIR, where it runs unless workingDir is absolute), "
+            "kept across its restarts: write to a relative path there (such as "
+            f"'{str(path or name).strip('/').rpartition('/')[2] or name}/') instead"
+        )
+    if kind == "secret":
+        secret = volume.get("secret")
+        secret_name = secret.get("secretName") if isinstance(secret, Mapping) else None
+        items = secret.get("items") if isinstance(secret, Mapping) else None
+        keys = (
+            [i["key"] for i in items if isinstance(i, Mapping) and isinstance(i.get("key"), str)]
+            if isinstance(items, list)
+            else []
+        )
+        key = keys[0] if keys else "KEY"
+        return (
+            f"volume '{name}' (secret {secret_name}) is not mounted at {path}: tfdeclare does not "
+            "mount secrets; it passes each as an environment value read when the task starts: "
+            f"give each key as one, e.g. env: {{NAME: {{secretRef: {{name: {secret_name}, key: {key}}}}}}} "
+            "(a file of the secrets folder, docs/security.md)"
+        )
+    return (
+        f"volume '{name}' ({kind}) has no equivalent: put the data on the agents and mount it with a "
+        "hostPath volume (spec.volumes)"
+    )
+
+
+def pulls_always(image: str) -> bool:
+    """Whether Kubernetes pulls ``image`` at every start by default: tagged ``:latest``, or
+    neither tagged nor pinned by a digest (a registry's port is not a tag)."""
+    if "@" in image:
+        return False
+    _name, colon, tag = image.rpartition("/")[2].partition(":")
+    return not colon or tag == "latest"
 
 
 def _unread_version(version: str) -> str:

@@ -1,6 +1,8 @@
 """Kubernetes resource quantities (``2500m``, ``4Gi``, ``1G``, ``1e3``) as numbers: cores, and
 memory in whole MiB. Unlike our own ``mem`` (where ``G`` means GiB, as Mesos counts), ``G`` is
-10^9 bytes here, as Kubernetes counts: a Kubeflow manifest means what it meant there."""
+10^9 bytes here, as Kubernetes counts: a Kubeflow manifest means what it meant there. The
+suffixes are Kubernetes' own: decimal ``n u m k M G T P E`` and binary ``Ki Mi Gi Ti Pi Ei``.
+CPU is counted in millicores (less than ``1m`` cannot be reserved), GPUs are whole."""
 
 from __future__ import annotations
 
@@ -9,10 +11,12 @@ import re
 from typing import Any
 
 _QUANTITY = re.compile(
-    r"^([+]?[0-9]+(?:\.[0-9]*)?|[+]?\.[0-9]+)(?:[eE]([+-]?[0-9]+))?(m|k|Ki|Mi|Gi|Ti|Pi|Ei|M|G|T|P|E)?$"
+    r"^([+]?[0-9]+(?:\.[0-9]*)?|[+]?\.[0-9]+)(?:[eE]([+-]?[0-9]+))?(n|u|m|k|Ki|Mi|Gi|Ti|Pi|Ei|M|G|T|P|E)?$"
 )
 _SUFFIX = {
     None: 1.0,
+    "n": 1e-9,
+    "u": 1e-6,
     "m": 1e-3,
     "k": 1e3,
     "M": 1e6,
@@ -44,11 +48,22 @@ def parse_quantity(value: Any) -> float | None:
 
 
 def parse_cpu(value: Any) -> int | float | None:
+    """Cores, to the millicore (less than ``1m``: None, nothing tfdeclare can reserve)."""
     cores = parse_quantity(value)
     if cores is None:
         return None
     cores = round(cores, 3)  # Kubernetes counts millicores
+    if cores <= 0:
+        return None
     return int(cores) if cores.is_integer() else cores
+
+
+def parse_gpus(value: Any) -> int | None:
+    """Whole GPUs (``0``, ``1``, ``"2"``); a fraction or anything else: None."""
+    if not isinstance(value, bool) and str(value).strip() in ("0", "0.0"):
+        return 0
+    count = parse_quantity(value)
+    return int(count) if count is not None and count.is_integer() else None
 
 
 def parse_memory_mib(value: Any) -> int | None:

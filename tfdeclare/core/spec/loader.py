@@ -189,8 +189,12 @@ class _View:
             replace(doc.diagnostic(path, message, Code.KUBEFLOW_UNMAPPED), severity=Severity.WARNING)
             for path, message in self.translation.warnings
         ]
+        notes = [
+            replace(doc.diagnostic(path, message, Code.KUBEFLOW), severity=Severity.NOTE)
+            for path, message in self.translation.notes
+        ]
         errors = [doc.diagnostic(path, message, Code.KUBEFLOW) for path, message in self.translation.errors]
-        return [note, *warnings, *errors] if read else [*warnings, *errors]
+        return [note, *notes, *warnings, *errors] if read else [*warnings, *errors]
 
 
 def kubeflow_note(api_version: str) -> str:
