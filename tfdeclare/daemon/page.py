@@ -4,11 +4,13 @@ every value a spec, a task or a message brings is escaped. No script and no outs
 minimal inline CSS (a responsive layout, no horizontal scrolling at phone widths; file paths
 break only after a ``/``).
 
-Each job's card shows its phase, age, labels, the resources it asks for (per role and in
-all), its tasks (TensorBoard's among them, counted like the others) with their ages, and the
-tail of one task's log (the chief's, else worker 0's, else the first that started). The page
-reloads itself every ``REFRESH_DEFAULT`` seconds (``<meta refresh>``); ``/?refresh=SECONDS``
-changes that and ``/?refresh=0`` turns it off, remembered by the browser in a cookie.
+Cards come problems first, coloured by meaning (``page_look``). Each job's card shows its
+phase, age, labels, the resources it asks for (per role and in all), its tasks (TensorBoard's
+among them, counted like the others) with their ages, and the tail of one task's log (the
+chief's, else worker 0's, else the first that started); `code` spans of its messages are
+shown as code. The page reloads itself every ``REFRESH_DEFAULT`` seconds (``<meta
+refresh>``); ``/?refresh=SECONDS`` changes that and ``/?refresh=0`` turns it off, remembered
+by the browser in a cookie.
 
 Also the bounds of the read-only log endpoint ``/jobs/<name>/logs?task=ROLE-INDEX&offset=N``:
 at most ``LOG_PAGE_BYTES`` from ``offset`` (default 0); the answer's ``X-Tfdeclare-Next-Offset``
@@ -35,6 +37,14 @@ from tfdeclare.core.run.record import rfc3339
 from tfdeclare.core.spec.model import JobSpec
 from tfdeclare.core.spec.resources import Resources
 from tfdeclare.daemon.httpguard import BadRequest, number
+from tfdeclare.daemon.page_look import (
+    PROBLEM_FREE,
+    card_order,
+    condition_tone,
+    inline_markdown,
+    phase_tone,
+    problem_rank,
+)
 from tfdeclare.daemon.webhooks import PhaseChange
 
 LOG_PAGE_BYTES = 256 * 1024
@@ -136,6 +146,8 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     environment.filters["path"] = path_breaks
+    environment.filters["md"] = inline_markdown  # escapes, then adds <code> for `code` spans
+    environment.globals.update(phase_tone=phase_tone, condition_tone=condition_tone)
     return environment
 
 
@@ -157,7 +169,7 @@ def render(
     now = time.time() if now is None else now
     phases: dict[str, int] = {}
     cards = []
-    for job in jobs:
+    for job in sorted(jobs, key=card_order):  # problems first (page_look)
         phases[job["phase"]] = phases.get(job["phase"], 0) + 1
         tasks = job.get("tasks") or []
         cards.append(
@@ -167,6 +179,7 @@ def render(
                 "tail": (tails or {}).get(job["name"]),
                 "age": age(job.get("startTime"), now),
                 "running": sum(1 for t in tasks if t.get("state") == "running"),
+                "problem": problem_rank(job) < PROBLEM_FREE,  # marked on its card
                 "tasks": [{**t, "age": age(t.get("startTime"), now)} for t in tasks],
             }
         )
