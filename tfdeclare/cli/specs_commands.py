@@ -23,6 +23,7 @@ from tfdeclare.cli.common import (
     print_backend_warnings,
     print_diagnostics,
     settings_from,
+    stderr_line,
     stdout_write,
 )
 from tfdeclare.cli.output import document_text, is_document
@@ -115,6 +116,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
         write_atomic(
             Path(args.out), (json.dumps(document, indent=1, sort_keys=True) + "\n").encode(), mode=0o600
         )
+        hint = f"Saved the plan to {args.out}: run `tfdeclare apply {args.out}` to apply exactly this plan"
+        if args.output == "text":  # the text plan's last line
+            stdout_write(f"\n{hint}\n")
+        else:  # on stderr: a document on stdout stays parseable
+            stderr_line(hint)
     if result.has_errors:
         return EXIT_ERROR
     if args.detailed_exitcode and result.has_changes:

@@ -4,11 +4,13 @@ every value a spec, a task or a message brings is escaped. No script and no outs
 minimal inline CSS (a responsive layout, no horizontal scrolling at phone widths; file paths
 break only after a ``/``).
 
-Each job's card shows its phase, age, labels, the resources it asks for (per role and in
-all), its tasks (TensorBoard's among them, counted like the others) with their ages, and the
-tail of one task's log (the chief's, else worker 0's, else the first that started). The page
-reloads itself every ``REFRESH_DEFAULT`` seconds (``<meta refresh>``); ``/?refresh=SECONDS``
-changes that and ``/?refresh=0`` turns it off, remembered by the browser in a cookie.
+Cards come problems first, coloured by meaning (``page_look``). Each job's card shows its
+phase, age, labels, the resources it asks for (per role and in all), its tasks (TensorBoard's
+among them, counted like the others) with their ages, and the tail of one task's log (the
+chief's, else worker 0's, else the first that started); `code` spans of its messages are
+shown as code. The page reloads itself every ``REFRESH_DEFAULT`` seconds (``<meta
+refresh>``); ``/?refresh=SECONDS`` changes that and ``/?refresh=0`` turns it off, remembered
+by the browser in a cookie.
 
 **Bounded.** The page shows the count of jobs by phase over every job, then the cards of
 ``PAGE_JOBS`` jobs from ``?jobsOffset=`` (default 0; links to the pages before and after),
@@ -43,6 +45,14 @@ from tfdeclare.core.run.record import rfc3339
 from tfdeclare.core.spec.model import JobSpec
 from tfdeclare.core.spec.resources import Resources
 from tfdeclare.daemon.httpguard import BadRequest, number
+from tfdeclare.daemon.page_look import (
+    PROBLEM_FREE,
+    card_order,
+    condition_tone,
+    inline_markdown,
+    phase_tone,
+    problem_rank,
+)
 from tfdeclare.daemon.webhooks import PhaseChange
 
 LOG_PAGE_BYTES = 256 * 1024
@@ -146,6 +156,8 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     environment.filters["path"] = path_breaks
+    environment.filters["md"] = inline_markdown  # escapes, then adds <code> for `code` spans
+    environment.globals.update(phase_tone=phase_tone, condition_tone=condition_tone)
     return environment
 
 
@@ -168,10 +180,11 @@ def render(
     ``refresh``: seconds between reloads, 0 for none."""
     now = time.time() if now is None else now
     phases: dict[str, int] = {}
+    ordered = sorted(jobs, key=card_order)  # problems first (page_look), then by name
     for job in jobs:
         phases[job["phase"]] = phases.get(job["phase"], 0) + 1
     cards = []
-    for job in jobs[jobs_offset : jobs_offset + PAGE_JOBS]:
+    for job in ordered[jobs_offset : jobs_offset + PAGE_JOBS]:
         tasks = (job.get("tasks") or [])[:CARD_TASKS]
         counts = status.summary(job)
         cards.append(
@@ -182,6 +195,7 @@ def render(
                 "age": age(job.get("startTime"), now),
                 "running": counts["running"],
                 "count": counts["tasks"],
+                "problem": problem_rank(job) < PROBLEM_FREE,  # marked on its card
                 "tasks": [{**t, "age": age(t.get("startTime"), now)} for t in tasks],
                 "more": counts["tasks"] - len(tasks),
             }

@@ -14,20 +14,27 @@ one: what apply would do (pull an image) or find (no engine, an image ``imagePul
 Never`` forbids pulling) is a warning at the image's field. At ``apply`` and in the daemon no
 engine, or a missing image under ``Never``, is an error (file:line), never a silent bare
 process; the images a job lacks are pulled as it launches (``docker_runtime.py``).
+
+At ``plan`` it also warns, at the spec's line, of a job that can never fit what the backend
+offers (``offered``: the config's ``local.cpus``/``mem``/``gpus``, else the machine's own);
+apply finds the same and leaves the job Pending as Unschedulable, shown in its status.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tfdeclare.backends.local import machine
 from tfdeclare.backends.local.config import LocalConfig, LocalRuntime, parse_local_config
 from tfdeclare.backends.plugin import BackendPlugin
 from tfdeclare.core.diagnostics import Severity
 from tfdeclare.core.enums import ImagePullPolicy
+from tfdeclare.core.spec.resources import Resources
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -145,19 +152,59 @@ def _has(images: set[str], image: str) -> bool:
     return wanted in images or image in images
 
 
+def offered(config: LocalConfig) -> Resources:
+    """What the local backend offers all jobs together: ``local.cpus``/``mem``/``gpus`` where
+    the config sets them, else what this machine has (as ``build`` sizes the backend)."""
+    return Resources(
+        config.cpus if config.cpus is not None else machine.cpu_count(),
+        config.mem_mib if config.mem_mib is not None else machine.memory_mib(),
+        config.gpus if config.gpus is not None else _gpus_here(),
+    )
+
+
+@functools.cache
+def _gpus_here() -> int:  # nvidia-smi once per process: a plan of many jobs asks for each
+    return machine.gpu_count()
+
+
+def capacity_warnings(config: LocalConfig, job: LoadedJob, at: Locate) -> list[Diagnostic]:
+    """``plan``'s warning at the spec's line for a job that can never fit what the backend
+    offers (apply leaves it Pending, Unschedulable, until the spec or the config changes)."""
+    need, total = job.spec.total_resources, offered(config)
+    if need.fits_in(total):
+        return []
+    short = [
+        f"{want:g} {label} (offered: {have:g})"
+        for label, want, have in (
+            ("cpus", need.cpus, total.cpus),
+            ("MiB of memory", need.mem_mib, total.mem_mib),
+            ("gpus", need.gpus, total.gpus),
+        )
+        if want > have + 1e-9
+    ]
+    text = (
+        f"this job can never fit this machine: its tasks need {', '.join(short)} in all; the "
+        "local backend offers local.cpus, local.mem and local.gpus of the config, else what the "
+        "machine has: change the spec or the config, or apply will leave it Pending as Unschedulable"
+    )
+    return [_warning(at(("spec",), text))]
+
+
 def check_environment(config: LocalConfig, job: LoadedJob, at: Locate, launching: bool) -> list[Diagnostic]:
-    """What the Docker engine says about a container job's images, at each image's field.
+    """What this machine can offer a job (``plan`` only: at apply the job is Unschedulable,
+    shown in its status), and what the Docker engine says about its images, at each image's
+    field.
 
     ``plan`` (``launching`` false) works without an engine: an engine that does not answer,
     an image apply will pull and one it may not pull are warnings saying what apply will do.
     ``apply`` and the daemon pull what they may (showing progress as they do): an engine that
     does not answer, or a missing image under ``imagePullPolicy: Never``, is an error there.
     """
+    problems = [] if launching else capacity_warnings(config, job, at)
     named = _images(job)
     if config.runtime is LocalRuntime.PROCESS or (not named and not config.runtime.uses_docker(None)):
-        return []
+        return problems
     images = _engine_images()
-    problems: list[Diagnostic] = []
     if isinstance(images, str):
         where = named[0][0] if named else ("spec",)
         if launching:
@@ -165,12 +212,12 @@ def check_environment(config: LocalConfig, job: LoadedJob, at: Locate, launching
                 f"this job runs in containers, but {images}: start the engine or point DOCKER_HOST "
                 "at it (or set local.runtime to process and remove the job's images)"
             )
-            return [at(where, text)]
+            return [*problems, at(where, text)]
         text = (
             f"{images}: apply needs a Docker engine to run this job's containers (and pulls the "
             "images it lacks); start one or point DOCKER_HOST at it before applying"
         )
-        return [_warning(at(where, text))]
+        return [*problems, _warning(at(where, text))]
     told: set[tuple[str, ImagePullPolicy]] = set()
     for path, image, policy in named:
         if (image, policy) in told or policy is ImagePullPolicy.ALWAYS or _has(images, image):

@@ -20,11 +20,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import quote
 
-from tfdeclare.core.plan.planner import ABSENT, Action, Effect, FieldChange, JobPlan, Plan
+from tfdeclare.core.plan.planner import ABSENT, Action, FieldChange, JobPlan, Plan
 from tfdeclare.core.plan.render import (
     no_plan_line,
     scope_lines,
     shown_value,
+    spec_lines,
     summary_line,
     task_list,
     value_pair,
@@ -187,24 +188,7 @@ def _job_diff(plan: Plan, job: JobPlan) -> tuple[list[str], str]:
             f"{len(job.changes)} field(s) changed"
         )
     if job.action is Action.CREATE and job.name in plan.desired:
-        return _whole(plan.desired[job.name], "+"), "the new job's spec"
+        return spec_lines(plan.desired[job.name], "+"), "the new job's spec"
     if job.action is Action.DELETE and job.name in plan.observed:
-        return _whole(plan.observed[job.name].canonical, "-"), "the deleted job's spec"
+        return spec_lines(plan.observed[job.name].canonical, "-"), "the deleted job's spec"
     return [], ""
-
-
-def _whole(canonical: Mapping[str, Any], sign: str) -> list[str]:
-    """One line per field that is set (one per role for ``replicas``)."""
-    labels = canonical["metadata"].get("labels")
-    fields: list[tuple[tuple[str, ...], Any]] = [(("metadata", "labels"), labels)]
-    for key, value in canonical["spec"].items():
-        if key == "replicas":
-            fields.extend((("spec", key, role), replica) for role, replica in value.items())
-        else:
-            fields.append((("spec", key), value))
-    fields = [(path, value) for path, value in fields if value not in (None, {}, [])]
-    lines = []
-    for path, value in fields:
-        shown = shown_value(FieldChange(path, ABSENT, value, Effect.IN_PLACE), value)
-        lines.append(f"{sign} {'.'.join(path)}: {value_pair(shown, shown, limit=100)[1]}")
-    return lines

@@ -8,9 +8,10 @@ Environment values whose names or values look like secrets are never shown (``(s
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
-from tfdeclare.core.plan.planner import ABSENT, Action, FieldChange, JobPlan, Plan, PlanReason
+from tfdeclare.core.plan.planner import ABSENT, Action, Effect, FieldChange, JobPlan, Plan, PlanReason
 from tfdeclare.core.run.tasks import TaskKey
 from tfdeclare.core.spec.secrets import shown_env_value
 from tfdeclare.core.tone import Painter, Tone, plain
@@ -118,6 +119,25 @@ def value_pair(old: Any, new: Any, limit: int = 80) -> tuple[str, str]:
     return _value_text(old, limit), _value_text(new, limit)
 
 
+def spec_lines(canonical: Mapping[str, Any], sign: str) -> list[str]:
+    """A whole spec, defaults filled in (what will run), as ``sign path: value`` lines: one per
+    field that is set (one per role for ``replicas``), secret-looking values hidden. The text
+    plan shows a created job's this way, the Markdown plan a created or deleted job's."""
+    labels = canonical["metadata"].get("labels")
+    fields: list[tuple[tuple[str, ...], Any]] = [(("metadata", "labels"), labels)]
+    for key, value in canonical["spec"].items():
+        if key == "replicas":
+            fields.extend((("spec", key, role), replica) for role, replica in value.items())
+        else:
+            fields.append((("spec", key), value))
+    fields = [(path, value) for path, value in fields if value not in (None, {}, [])]
+    lines = []
+    for path, value in fields:
+        shown = shown_value(FieldChange(path, ABSENT, value, Effect.IN_PLACE), value)
+        lines.append(f"{sign} {'.'.join(path)}: {value_pair(shown, shown, limit=100)[1]}")
+    return lines
+
+
 def _change_line(change: FieldChange, paint: Painter) -> str:
     old, new = shown_value(change, change.old), shown_value(change, change.new)
     if old is ABSENT:
@@ -131,10 +151,14 @@ def _change_line(change: FieldChange, paint: Painter) -> str:
     return body + paint(f"   # {note}", Tone.MUTED)
 
 
-def _job_text(job: JobPlan, paint: Painter) -> list[str]:
+def _job_text(job: JobPlan, paint: Painter, created: Mapping[str, Any] | None = None) -> list[str]:
+    """A job's block; ``created``: a created job's canonical spec, shown whole (what apply
+    will run, defaults filled in), as Terraform shows a ``+ resource``."""
     where = f"  ({job.source})" if job.source else ""
     headline = paint(f"{job.action.symbol} {job.name} {_VERB[job.action]}", _ACTION_TONES[job.action])
     lines = [f"  {headline}{where}", f"      why: {job.message}"]
+    if created is not None:
+        lines.extend(f"      {paint(line, Tone.ADDED)}" for line in spec_lines(created, "+"))
     lines.extend(f"      {_change_line(c, paint)}" for c in job.changes)
     if job.restart:
         lines.append(f"      restarts: {task_list(job.restart)}")
@@ -183,7 +207,8 @@ def render_text(plan: Plan, *, show_unchanged: bool = False, paint: Painter = pl
         lines.append("tfdeclare will perform these actions:")
         lines.append("")
         for job in listed:
-            lines.extend(_job_text(job, paint))
+            created = plan.desired.get(job.name) if job.action is Action.CREATE else None
+            lines.extend(_job_text(job, paint, created))
             lines.append("")
     else:
         lines.append(paint("No changes: the running jobs match the files.", Tone.GOOD))
