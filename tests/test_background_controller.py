@@ -106,6 +106,7 @@ def test_a_plain_apply_finishes_its_job_without_another_command(project: Path) -
     (project / "specs" / "job.yaml").write_text(ps_job("pstrain", FINISHING))
     applied = cli("apply", "specs", cwd=project, env=ON)
     assert applied.returncode == 0, applied.stdout + applied.stderr
+    returned = time.monotonic()
     pid = keeper(project)
     assert pid is not None, "apply left no background controller"
     shown = cli("status", cwd=project)  # read-only: it says who keeps the jobs
@@ -121,6 +122,7 @@ def test_a_plain_apply_finishes_its_job_without_another_command(project: Path) -
     assert followed.returncode == 0, followed.stderr
     assert f"chief-0  | {CHIEF_SAYS}" in followed.stdout  # padded to worker-0
     assert phase(project, "pstrain") == "Succeeded"
+    assert time.monotonic() - returned < 12, "the chief runs 3 s: Succeeded within a few seconds after"
     serving = task_pids(project, "ps") + task_pids(project, "worker")
     assert len(serving) == 3
     wait_until(lambda: not any(alive(p) for p in serving), 15)  # the ps and workers were stopped
@@ -210,3 +212,19 @@ def test_it_can_be_turned_off_in_the_config(project: Path) -> None:
     applied = cli("apply", "specs", cwd=project, env={"TFDECLARE_BACKGROUND_CONTROLLER": ""})
     assert applied.returncode == 0, applied.stderr
     assert holder(project) is None
+
+
+def test_logs_follow_a_task_across_its_restart_to_the_end(project: Path) -> None:
+    twice = (
+        '[python, -c, \'import os, sys, time; a = os.environ["TFDECLARE_ATTEMPT"]; '
+        'print("attempt", a, flush=True); a == "0" and time.sleep(3); sys.exit(1 if a == "0" else 0)\']'
+    )
+    (project / "specs" / "job.yaml").write_text(
+        ps_job("retried", twice) + "  restartPolicy: OnFailure\n  backoffLimit: 2\n"
+    )
+    assert cli("apply", "specs", cwd=project, env=ON).returncode == 0  # attempt 0 runs 3 s
+    followed = cli("logs", "retried", "--follow", "--task", "chief-0", cwd=project, timeout=60)
+    assert followed.returncode == 0, followed.stderr
+    assert followed.stdout.splitlines() == ["attempt 0", "attempt 1"]
+    assert phase(project, "retried") == "Succeeded"
+    wait_until(lambda: keeper(project) is None, 15)
