@@ -228,3 +228,27 @@ def test_logs_follow_a_task_across_its_restart_to_the_end(project: Path) -> None
     assert followed.stdout.splitlines() == ["attempt 0", "attempt 1"]
     assert phase(project, "retried") == "Succeeded"
     wait_until(lambda: keeper(project) is None, 15)
+
+
+def test_a_lock_holder_that_only_says_it_is_one_is_never_signalled(project: Path) -> None:
+    """The lock file is evidence: a process holding the lock whose file says "background
+    controller" but which does not run the keeper is not sent SIGTERM; the command says who
+    holds the lock, as for any other controller."""
+    (project / "specs" / "job.yaml").write_text(ps_job("claimed", SERVING))
+    holds = (
+        "import sys, time; from pathlib import Path; from tfdeclare.shell.lock import ControllerLock; "
+        "ControllerLock(Path(sys.argv[1])).acquire('background controller'); print('held', flush=True); "
+        "time.sleep(120)"
+    )
+    pretender = subprocess.Popen(
+        [sys.executable, "-c", holds, str(project / ".tfdeclare")], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert pretender.stdout is not None and pretender.stdout.readline() == "held\n"
+        refused = cli("apply", "specs", cwd=project, env=ON, timeout=60)
+        assert refused.returncode == 1
+        assert f"background controller (pid {pretender.pid}" in refused.stderr, refused.stderr
+        assert pretender.poll() is None, "it was not signalled"
+    finally:
+        pretender.kill()
+        pretender.wait()

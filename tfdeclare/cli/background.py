@@ -31,6 +31,7 @@ from tfdeclare.shell.store import StateError, StateStore
 PURPOSE = "background controller"
 ENV = "TFDECLARE_BACKGROUND_CONTROLLER"
 LOG_NAME = "controller.log"
+KEEPER_MODULE = "tfdeclare.cli.keeper"
 # How long a command waits for a background controller to finish its pass and let go
 YIELD_TIMEOUT_S = 30.0
 # How long a command waits for the one it started to hold the lock (so that ``status`` right
@@ -61,13 +62,23 @@ def ask_to_yield(holder: dict[str, Any]) -> bool:
     pid = holder.get("pid")
     if not is_background(holder) or holder.get("host") != socket.gethostname() or not isinstance(pid, int):
         return False
-    if pid <= 1 or pid == os.getpid():
+    if pid <= 1 or pid == os.getpid() or not _runs_keeper(pid):
         return False
     try:
         os.kill(pid, signal.SIGTERM)
     except (ProcessLookupError, PermissionError):
         return False
     return True
+
+
+def _runs_keeper(pid: int) -> bool:
+    """Whether ``pid`` runs ``tfdeclare.cli.keeper``: a lock file is evidence, and no other
+    process is ever signalled on its word."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return KEEPER_MODULE.encode() in handle.read().split(b"\0")
+    except OSError:
+        return not Path("/proc/self").exists()  # no /proc to look in: the holder's word
 
 
 def acquire_yielded(lock: ControllerLock, purpose: str, **details: Any) -> None:
@@ -109,7 +120,7 @@ def start_if_needed(settings: Settings) -> int | None:
     command = [
         sys.executable,
         "-m",
-        "tfdeclare.cli.keeper",
+        KEEPER_MODULE,
         "--state-dir",  # first: test teardown finds it by its state folder
         str(settings.state_dir),
         "--status-dir",

@@ -74,7 +74,8 @@ def lock_error(err: LockHeld) -> UserError:
         )
     if background.is_background(holder):  # on another host, or it did not let go in time
         return UserError(
-            f"{err}: it did not let go within {background.YIELD_TIMEOUT_S:.0f} s; see its log "
+            f"{err}: it is not one this command can ask to yield (another host, or not tfdeclare's), or it "
+            f"did not let go within {background.YIELD_TIMEOUT_S:.0f} s; see its log "
             f"{holder.get('log', 'controller.log in the state folder')} (one controller per state folder)"
         )
     return UserError(f"{err}; wait for it to finish (one controller per state folder)")
