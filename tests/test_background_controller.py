@@ -122,7 +122,7 @@ def test_a_plain_apply_finishes_its_job_without_another_command(project: Path) -
     assert followed.returncode == 0, followed.stderr
     assert f"chief-0  | {CHIEF_SAYS}" in followed.stdout  # padded to worker-0
     assert phase(project, "pstrain") == "Succeeded"
-    assert time.monotonic() - returned < 12, "the chief runs 3 s: Succeeded within a few seconds after"
+    assert time.monotonic() - returned < 15, "the chief runs 3 s: Succeeded within a few seconds after"
     serving = task_pids(project, "ps") + task_pids(project, "worker")
     assert len(serving) == 3
     wait_until(lambda: not any(alive(p) for p in serving), 15)  # the ps and workers were stopped
@@ -142,7 +142,7 @@ def test_apply_and_delete_while_it_runs_take_over_and_hand_back(project: Path) -
     assert "holds the state folder lock" not in again.stderr
     second = keeper(project)
     assert second is not None and second != first, "apply asked it to yield and started one again"
-    assert not alive(first)
+    wait_until(lambda: not alive(first), 10)  # it let go of the lock, then exits
     refreshed = cli("status", "--refresh", cwd=project, env=ON)
     assert refreshed.returncode == 0, refreshed.stderr
     serving = task_pids(project, "ps") + task_pids(project, "worker") + task_pids(project, "chief")
@@ -180,7 +180,7 @@ def test_a_daemon_takes_over_from_it(project: Path) -> None:
     )
     try:
         wait_until(lambda: (holder(project) or {}).get("purpose") == "daemon", 40)
-        assert not alive(pid)
+        wait_until(lambda: not alive(pid), 10)  # it let go of the lock, then exits
     finally:
         daemon.send_signal(signal.SIGTERM)
         _, err = daemon.communicate(timeout=30)
