@@ -202,6 +202,15 @@ def state_folder_registry(tmp_path_factory: pytest.TempPathFactory, monkeypatch:
     return folder
 
 
+@pytest.fixture(autouse=True)
+def no_background_controller(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No background controller is left after a command (cli.background), in this process and
+    the processes it starts, unless a test turns it on (``TFDECLARE_BACKGROUND_CONTROLLER=on``
+    in the environment it gives a command, as tests/test_background_controller.py does): the
+    other tests look at what one command left."""
+    monkeypatch.setenv("TFDECLARE_BACKGROUND_CONTROLLER", "off")
+
+
 @pytest.fixture
 def workdir(tmp_path: Path) -> Iterator[Path]:
     (tmp_path / "specs").mkdir()

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tfdeclare.cli import terminal
+from tfdeclare.cli import background, terminal
 from tfdeclare.cli.common import (
     EXIT_OK,
     Origin,
@@ -59,6 +59,11 @@ def _refresh(settings: Settings) -> None:
 def _freshness(settings: Settings) -> str:
     """Who keeps the status files current, for a note under the table."""
     holder = ControllerLock(settings.state_dir).holder()
+    if holder is not None and background.is_background(holder):
+        return (
+            f"status files kept current by a background controller (pid {holder.get('pid', '?')}, "
+            f"log {holder.get('log', background.LOG_NAME)})"
+        )
     if holder is not None:
         who = holder.get("purpose", "a controller")
         return f"status files kept current by {who} (pid {holder.get('pid', '?')})"

@@ -9,6 +9,7 @@ from typing import Any
 
 from tfdeclare.backends import registry
 from tfdeclare.backends.base import Backend
+from tfdeclare.cli import background
 from tfdeclare.cli.common import Settings, UserError, engine_sockets, stderr_line
 from tfdeclare.controller import Controller
 from tfdeclare.controller.launchpaths import LaunchPaths
@@ -71,14 +72,20 @@ def lock_error(err: LockHeld) -> UserError:
             f"state folder from {source}: change the jobs there (it applies them), or stop the daemon first. "
             "`tfdeclare plan` and `tfdeclare status` still work while it runs."
         )
+    if background.is_background(holder):  # on another host, or it did not let go in time
+        return UserError(
+            f"{err}: it is not one this command can ask to yield (another host, or not tfdeclare's), or it "
+            f"did not let go within {background.YIELD_TIMEOUT_S:.0f} s; see its log "
+            f"{holder.get('log', 'controller.log in the state folder')} (one controller per state folder)"
+        )
     return UserError(f"{err}; wait for it to finish (one controller per state folder)")
 
 
 @contextmanager
 def locked(settings: Settings, purpose: str, **details: Any) -> Iterator[ControllerLock]:
     lock = ControllerLock(settings.state_dir)
-    try:
-        lock.acquire(purpose, **details)
+    try:  # a background controller is asked to yield, and started again after (cli.background)
+        background.acquire_yielded(lock, purpose, **details)
     except LockHeld as err:
         raise lock_error(err) from None
     try:  # so that a command under another state folder finds this one's jobs
@@ -89,3 +96,5 @@ def locked(settings: Settings, purpose: str, **details: Any) -> Iterator[Control
         yield lock
     finally:
         lock.release()
+        if purpose not in background.NOT_AFTER:
+            background.start_if_needed(settings)

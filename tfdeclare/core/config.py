@@ -77,6 +77,8 @@ class Config:
     status_dir: str = "status"
     backoff_initial_s: float = 1.0
     backoff_max_s: float = 300.0
+    # a background controller keeps the jobs between commands (README, "Running jobs")
+    background_controller: bool = True
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     webhooks: tuple[WebhookConfig, ...] = ()
@@ -125,6 +127,7 @@ def parse_config(
         status_dir=raw["statusDir"],
         backoff_initial_s=float(raw["restartBackoff"]["initialSeconds"]),
         backoff_max_s=float(raw["restartBackoff"]["maxSeconds"]),
+        background_controller=bool(raw["backgroundController"]),
         daemon=DaemonConfig(
             interval_s=float(daemon["interval"]),
             host=daemon["host"],
