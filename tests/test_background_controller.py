@@ -252,3 +252,42 @@ def test_a_lock_holder_that_only_says_it_is_one_is_never_signalled(project: Path
     finally:
         pretender.kill()
         pretender.wait()
+
+
+@pytest.mark.slow
+def test_on_mesos_a_plain_apply_finishes_its_job_and_places_a_waiting_gang(tmp_path: Path) -> None:
+    """The same on the Mesos backend (the master emulator, one agent of 4 cpus): a job whose
+    gang waits for offers (another job holds the agent) is placed by the background controller
+    once they come, and when its chief exits 0 its worker is killed and it Succeeds; no other
+    tfdeclare command runs meanwhile."""
+    from tests.mesos_fixtures import config_yaml, start_emulator
+
+    emulator = start_emulator(tmp_path)
+    (tmp_path / "tfdeclare.yaml").write_text(config_yaml(emulator.url, reviveIntervalSeconds=1))
+    (tmp_path / "specs").mkdir()
+
+    def job(name: str, chief: str, cpus: float) -> str:
+        return (
+            "apiVersion: tfdeclare/v1\nkind: TFJob\n"
+            f"metadata: {{name: {name}}}\n"
+            "spec:\n  terminationGracePeriodSeconds: 1\n  replicas:\n"
+            f"    chief: {{count: 1, resources: {{cpus: {cpus}, mem: 64}}, command: {chief}}}\n"
+            f"    worker: {{count: 1, resources: {{cpus: 0.5, mem: 64}}, command: [sleep, '600']}}\n"
+        )
+
+    try:
+        (tmp_path / "specs" / "first.yaml").write_text(job("first", "[sleep, '8']", 3))
+        assert cli("apply", "specs/first.yaml", "--backend", "mesos", cwd=tmp_path, env=ON).returncode == 0
+        (tmp_path / "specs" / "second.yaml").write_text(job("second", "[sleep, '1']", 3))
+        applied = cli("apply", "specs/second.yaml", "--backend", "mesos", cwd=tmp_path, env=ON)
+        assert applied.returncode == 0, applied.stdout + applied.stderr
+        assert phase(tmp_path, "second") != "Running", "its gang waits for first's cpus"
+        wait_until(lambda: phase(tmp_path, "first") == "Succeeded", 60)  # its worker killed
+        wait_until(lambda: phase(tmp_path, "second") == "Succeeded", 60)  # placed, then done
+        wait_until(lambda: keeper(tmp_path) is None, 30)  # and the controller went away
+        killed = {c["call"]["kill"]["task_id"]["value"] for c in emulator.calls("KILL")}
+        assert {t.split(".")[0] for t in killed} == {"first", "second"}, killed  # each job's worker
+    finally:
+        cli("delete", "--all", cwd=tmp_path)
+        kill_leftovers(tmp_path)
+        emulator.stop()
