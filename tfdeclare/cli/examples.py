@@ -34,6 +34,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "tfdeclare status",
         "tfdeclare status bert",
         "tfdeclare status -o json",
+        "tfdeclare status -l team=vision -l tier!=batch   # by metadata.labels",
         "tfdeclare status --refresh   # reconcile once first (no daemon running)",
     ),
     "history": (
@@ -46,7 +47,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "tfdeclare logs bert --task worker-1 --follow            # worker:1 works too",
         "tfdeclare logs bert -o json | jq -r 'select(.task == \"chief-0\") | .line'",
     ),
-    "delete": ("tfdeclare delete bert", "tfdeclare delete --all --timeout 300"),
+    "delete": (
+        "tfdeclare delete bert",
+        "tfdeclare delete --all --timeout 300",
+        "tfdeclare delete -l team=vision          # the jobs with that label",
+    ),
     "gc": ("tfdeclare gc --dry-run", "tfdeclare gc --state-dir /var/lib/tfdeclare"),
     "daemon": (
         "tfdeclare daemon --specs specs/",

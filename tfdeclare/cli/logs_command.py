@@ -18,12 +18,14 @@ from dataclasses import dataclass, field
 
 from tfdeclare.backends.base import Backend, BackendError, LogOffsetError
 from tfdeclare.cli import terminal
-from tfdeclare.cli.common import EXIT_OK, UserError, settings_from, stderr_line
+from tfdeclare.cli.common import EXIT_OK, Settings, UserError, settings_from, stderr_line
 from tfdeclare.cli.output import is_document, yaml_text
+from tfdeclare.cli.selection import selected_names, selector_of
 from tfdeclare.cli.wiring import make_backend
 from tfdeclare.core.enums import Phase
 from tfdeclare.core.run.record import JobRecord
 from tfdeclare.core.run.tasks import TaskKey
+from tfdeclare.core.spec.selector import Selector
 from tfdeclare.core.tone import Painter, Tone
 from tfdeclare.shell.lock import ControllerLock
 from tfdeclare.shell.store import StateStore
@@ -71,10 +73,11 @@ class _Tail:
 
 
 class _Printer:
-    def __init__(self, output: str, prefixed: bool, width: int) -> None:
+    def __init__(self, output: str, prefixed: bool, width: int, job: str | None = None) -> None:
         self.output = output
         self.prefixed = prefixed
         self.width = width
+        self.job = job  # with -l: each line says its job too (``bert/worker-0 | ...``)
         self.paint: Painter = terminal.painter(sys.stdout, output)
         self.tones: dict[str, Tone] = {}
 
@@ -83,10 +86,12 @@ class _Printer:
         if is_document(self.output):
             for line in lines:
                 text = line.removesuffix(b"\n").decode("utf-8", errors="replace")
-                out.write(self._document({"task": key.name, "line": text}).encode())
+                job = {"job": self.job} if self.job is not None else {}
+                out.write(self._document({**job, "task": key.name, "line": text}).encode())
         elif self.prefixed:
-            tone = self.tones.setdefault(key.name, _PREFIX_TONES[len(self.tones) % len(_PREFIX_TONES)])
-            prefix = (self.paint(key.name.ljust(self.width), tone) + " | ").encode()
+            name = key.name if self.job is None else f"{self.job}/{key.name}"
+            tone = self.tones.setdefault(name, _PREFIX_TONES[len(self.tones) % len(_PREFIX_TONES)])
+            prefix = (self.paint(name.ljust(self.width), tone) + " | ").encode()
             for line in lines:
                 out.write(prefix + line if line.endswith(b"\n") else prefix + line + b"\n")
         else:
@@ -119,9 +124,48 @@ def _followed_to_the_end(
     return bool(tails) and record.phase not in (Phase.RESTARTING, Phase.PENDING)
 
 
+def _selected_logs(
+    args: argparse.Namespace, settings: Settings, store: StateStore, selector: Selector
+) -> int:
+    """``logs -l``: each matching job's logs one after the other, every line prefixed with its
+    job and task (``bert/worker-0 | ...``; ``-o json``: a ``job`` field too)."""
+    if args.name:
+        raise UserError("-l picks the jobs whose logs are printed: give it without NAME")
+    if args.follow:
+        raise UserError("--follow follows one job: name it (without -l)")
+    names = selected_names(store, selector)
+    if not names:
+        stderr_line(f"tfdeclare: no job matches -l {selector}")
+        return EXIT_OK
+    records = [r for r in (store.load(n) for n in names) if r is not None]
+    width = max((len(r.name) + 1 + len(k.name) for r in records for k in r.spec.task_keys()), default=0)
+    backend = make_backend(settings)
+    try:
+        for record in records:
+            started = [t for t in sorted(record.tasks, key=lambda t: t.key) if t.task_id]
+            started = [t for t in started if args.task in (None, t.key)]
+            if not started:
+                stderr_line(f"tfdeclare: job {record.name} has no task that has started")
+                continue
+            printer = _Printer(args.output, prefixed=True, width=width, job=record.name)
+            for task in started:
+                tail = _Tail(task.key, str(task.task_id))
+                while not tail.complete and tail.read(backend, strict=False):
+                    printer.lines(tail.key, tail.lines)
+                printer.lines(tail.key, tail.lines)
+    finally:
+        backend.close()
+    return EXIT_OK
+
+
 def cmd_logs(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     store = StateStore(settings.state_dir)
+    selector = selector_of(args)
+    if selector:
+        return _selected_logs(args, settings, store, selector)
+    if not args.name:
+        raise UserError("name the job whose logs to print (or pick jobs with -l KEY=VALUE)")
     record = store.load(args.name)
     if record is None:
         raise UserError(f"no job named {args.name!r}")

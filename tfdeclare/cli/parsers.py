@@ -125,6 +125,19 @@ def at_least_one(text: str) -> int:
     return value
 
 
+SELECTOR_HELP = (
+    "only the jobs whose metadata.labels match: KEY=VALUE, KEY!=VALUE, KEY (has it), !KEY (has it "
+    "not); comma-separated or repeated, every term must match"
+)
+
+
+def _selector(parser: argparse.ArgumentParser) -> None:
+    """``-l/--selector``: read by ``core.spec.selector`` in the command (a bad one: exit 1)."""
+    parser.add_argument(
+        "-l", "--selector", action="append", default=[], metavar="KEY=VALUE", help=SELECTOR_HELP
+    )
+
+
 def _specs_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     validate = sub.add_parser(
         "validate",
@@ -157,6 +170,7 @@ def _specs_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         help="with --prune, allow deleting every job when the files define none",
     )
     plan_parser.add_argument("--show-unchanged", action="store_true", help="list unchanged jobs too")
+    _selector(plan_parser)
     plan_parser.add_argument(
         "--link-base",
         metavar="URL",
@@ -264,6 +278,7 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         metavar="I",
         help="with NAME: list its tasks from the I-th (0: the first), in role and index order",
     )
+    _selector(status_parser)
     status_parser.set_defaults(handler="tfdeclare.cli.status_command:cmd_status")
 
     history = sub.add_parser(
@@ -289,7 +304,8 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         "that start later included. Python tasks run unbuffered (PYTHONUNBUFFERED=1 unless the spec "
         "sets it), so lines appear as they are printed.",
     )
-    logs.add_argument("name", metavar="NAME", type=job_name)
+    logs.add_argument("name", nargs="?", metavar="NAME", type=job_name)
+    _selector(logs)
     logs.add_argument(
         "--task",
         metavar="ROLE-INDEX",
@@ -311,6 +327,7 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     delete = sub.add_parser("delete", parents=[common], help="stop jobs and forget them")
     delete.add_argument("names", nargs="*", metavar="NAME", type=job_name)
     delete.add_argument("--all", action="store_true", help="every job in the state folder")
+    _selector(delete)
     delete.add_argument(
         "--ignore-not-found",
         action="store_true",

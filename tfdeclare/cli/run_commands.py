@@ -32,6 +32,7 @@ from tfdeclare.cli.common import (
     stdout_write,
 )
 from tfdeclare.cli.output import document_text, is_document
+from tfdeclare.cli.selection import selected_names, selector_of
 from tfdeclare.cli.specs_commands import PLAN_KIND, plan_options
 from tfdeclare.cli.status_command import _phase
 from tfdeclare.cli.validate_command import load_desired
@@ -417,13 +418,26 @@ def _apply_outcome(records: dict[str, JobRecord], timed_out: bool, errors: list[
 def cmd_delete(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     store = StateStore(settings.state_dir)
-    names = sorted(store.records()) if args.all else list(args.names)
+    selector = selector_of(args)
+    if selector and (args.all or args.names):
+        raise UserError("-l picks the jobs to delete: give it without NAMEs or --all")
+    if selector:
+        names = selected_names(store, selector)
+        if not names:  # like `kubectl delete -l`: nothing to do is no error
+            stderr_line(f"tfdeclare: no job matches -l {selector}; nothing deleted")
+    else:
+        names = sorted(store.records()) if args.all else list(args.names)
     if not names:
-        if args.all:
+        if args.all or selector:
+            if is_document(args.output):
+                stdout_write(document_text({"deleted": [], "missing": [], "timedOut": False}, args.output))
             return EXIT_OK
-        raise UserError("name the jobs to delete (or --all)")
+        raise UserError("name the jobs to delete (or --all, or -l KEY=VALUE)")
     timed_out = False
-    with locked(settings, "delete", source=" ".join(names)), controller_for(settings) as controller:
+    source = f"-l {selector}" if selector else " ".join(names)
+    with locked(settings, "delete", source=source), controller_for(settings) as controller:
+        if selector:  # again under the lock: a job relabelled meanwhile is not deleted
+            names = selected_names(controller.store, selector)
         missing = controller.delete(names)
         present = set(names) - set(missing)
         if present:

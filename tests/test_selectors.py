@@ -1,0 +1,134 @@
+"""``-l KEY=VALUE`` on ``status``, ``logs``, ``delete`` and ``plan``: the selector's reading
+(``core.spec.selector``) and each command with real local tasks: only the matching jobs are
+shown, printed, deleted or planned; a prune with ``-l`` never reaches a job more; a bad
+selector is exit 1 with its reason."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import cli
+from tests.test_e2e_local import project
+from tfdeclare.core.spec.selector import Operator, Requirement, SelectorError, parse
+
+__all__ = ["project"]  # the fixture
+
+
+def _job(
+    name: str,
+    labels: dict[str, str],
+    command: str = "[python, -c, 'print(\"hello\"); import time; time.sleep(30)']",
+) -> str:
+    shown = json.dumps(labels)
+    return (
+        f"apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {{name: {name}, labels: {shown}}}\nspec:\n"
+        f"  command: {command}\n"
+        "  replicas: {worker: {count: 1, resources: {cpus: 0.1, mem: 64}}}\n"
+    )
+
+
+def test_selector_terms_read_as_kubectl_reads_them() -> None:
+    selector = parse(["team=vision,tier!=batch", "gpu", "!legacy"])
+    assert selector.requirements == (
+        Requirement("team", Operator.EQUALS, "vision"),
+        Requirement("tier", Operator.NOT_EQUALS, "batch"),
+        Requirement("gpu", Operator.EXISTS),
+        Requirement("legacy", Operator.NOT_EXISTS),
+    )
+    assert selector.matches({"team": "vision", "gpu": "a100"})
+    assert selector.matches({"team": "vision", "gpu": "", "tier": "online"})
+    assert not selector.matches({"team": "vision", "gpu": "a100", "tier": "batch"})
+    assert not selector.matches({"team": "nlp", "gpu": "a100"})
+    assert not selector.matches({"team": "vision"})
+    assert not selector.matches({"team": "vision", "gpu": "x", "legacy": "1"})
+    assert parse(["team==vision"]).matches((("team", "vision"),))
+    assert not parse([]) and parse([]).matches({})
+    assert str(selector) == "team=vision,tier!=batch,gpu,!legacy"
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("team=a=b", "one operator"),
+        ("-bad=x", "not a label key"),
+        ("team,,gpu", "empty term"),
+        ("team in (a,b)", "set-based selectors"),
+        ("env notin (x)", "only KEY=VALUE"),
+    ],
+)
+def test_a_bad_selector_says_why(text: str, why: str) -> None:
+    with pytest.raises(SelectorError, match=why):
+        parse([text])
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_selectors_pick_the_jobs_of_status_logs_plan_and_delete(project: Path) -> None:
+    specs = project / "specs"
+    (specs / "a.yaml").write_text(_job("vis-a", {"team": "vision", "tier": "batch"}))
+    (specs / "b.yaml").write_text(_job("vis-b", {"team": "vision"}))
+    (specs / "c.yaml").write_text(_job("nlp-c", {"team": "nlp"}))
+    applied = cli("apply", "specs", cwd=project)
+    assert applied.returncode == 0, applied.stderr
+
+    def names_of(*args: str) -> list[str]:
+        shown = cli("status", "-o", "json", *args, cwd=project)
+        assert shown.returncode == 0, shown.stderr
+        return sorted(job["name"] for job in json.loads(shown.stdout))
+
+    assert names_of("-l", "team=vision") == ["vis-a", "vis-b"]
+    assert names_of("-l", "team=vision", "-l", "tier!=batch") == ["vis-b"]
+    assert names_of("-l", "tier") == ["vis-a"]
+    assert names_of("-l", "!tier") == ["nlp-c", "vis-b"]
+    assert names_of("-l", "team=none") == []
+    table = cli("status", "-l", "team=nlp", cwd=project)
+    assert table.returncode == 0
+    assert [line.split()[0] for line in table.stdout.splitlines()] == ["NAME", "nlp-c"]
+    nothing = cli("status", "-l", "team=none", cwd=project)
+    assert nothing.returncode == 0 and "No job matches -l team=none" in nothing.stdout
+    assert cli("status", "vis-a", "-l", "team=vision", cwd=project).returncode == 0
+    other = cli("status", "nlp-c", "-l", "team=vision", cwd=project)
+    assert other.returncode == 1 and "does not match -l team=vision" in other.stderr
+    bad = cli("status", "-l", "team=a=b", cwd=project)
+    assert bad.returncode == 1 and "one operator" in bad.stderr and "Traceback" not in bad.stderr
+
+    # logs -l: each matching job's lines, prefixed with its job and task
+    def logs_of(*args: str) -> str:
+        for _ in range(100):
+            shown = cli("logs", *args, cwd=project)
+            if shown.stdout.count("hello") >= 2 or "nlp" in args[-1]:
+                return shown.stdout
+        return shown.stdout
+
+    logs = logs_of("-l", "team=vision")
+    assert "vis-a/worker-0 | hello\n" in logs and "vis-b/worker-0 | hello\n" in logs
+    assert "nlp-c" not in logs
+    as_json = cli("logs", "-l", "team=vision", "-o", "json", cwd=project)
+    assert {"job": "vis-a", "task": "worker-0", "line": "hello"} in [
+        json.loads(line) for line in as_json.stdout.splitlines()
+    ]
+    both = cli("logs", "vis-a", "-l", "team=vision", cwd=project)
+    assert both.returncode == 1 and "without NAME" in both.stderr
+
+    # plan -l: only the matching jobs; with --prune it never reaches a job more
+    (specs / "a.yaml").unlink()
+    (specs / "c.yaml").unlink()
+    pruned = cli("plan", "specs", "--prune", "-l", "team=nlp", "-o", "json", cwd=project)
+    assert pruned.returncode == 0, pruned.stderr
+    jobs = {job["name"]: job["action"] for job in json.loads(pruned.stdout)["jobs"]}
+    assert set(jobs) == {"nlp-c"}, jobs
+    saved = cli("plan", "specs", "-l", "team=nlp", "--out", "p.json", cwd=project)
+    assert saved.returncode == 1 and "a saved plan applies every job" in saved.stderr
+
+    # delete -l: the matching jobs only; none matching is no error
+    none = cli("delete", "-l", "team=none", cwd=project)
+    assert none.returncode == 0 and "no job matches -l team=none; nothing deleted" in none.stderr
+    mixed = cli("delete", "vis-a", "-l", "team=vision", cwd=project)
+    assert mixed.returncode == 1 and "without NAMEs or --all" in mixed.stderr
+    deleted = cli("delete", "-l", "team=vision", "-o", "json", cwd=project)
+    assert deleted.returncode == 0, deleted.stderr
+    assert json.loads(deleted.stdout)["deleted"] == ["vis-a", "vis-b"]
+    assert names_of() == ["nlp-c"]
