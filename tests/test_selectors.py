@@ -132,3 +132,44 @@ def test_selectors_pick_the_jobs_of_status_logs_plan_and_delete(project: Path) -
     assert deleted.returncode == 0, deleted.stderr
     assert json.loads(deleted.stdout)["deleted"] == ["vis-a", "vis-b"]
     assert names_of() == ["nlp-c"]
+
+
+COUNTER = """\
+import os, sys
+attempt = os.environ["TFDECLARE_ATTEMPT"]
+for i in range(1, 8):
+    print(f"line {i} of attempt {attempt}")
+sys.exit(1 if attempt == "0" else 0)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_logs_tail_and_previous_after_a_restart(project: Path) -> None:
+    (project / "specs" / "count.yaml").write_text(
+        "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: count}\nspec:\n"
+        f"  command: [python, -c, {json.dumps(COUNTER)}]\n"
+        "  replicas: {worker: {count: 1, resources: {cpus: 0.1, mem: 64}}}\n"
+    )
+    applied = cli("apply", "specs", "--wait", "--timeout", "60", cwd=project)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+
+    current = cli("logs", "count", "--task", "worker-0", cwd=project)
+    assert current.stdout == "".join(f"line {i} of attempt 1\n" for i in range(1, 8))
+    tail = cli("logs", "count", "--tail", "2", cwd=project)
+    assert tail.returncode == 0, tail.stderr
+    assert tail.stdout == "worker-0 | line 6 of attempt 1\nworker-0 | line 7 of attempt 1\n"
+    assert cli("logs", "count", "--tail", "0", cwd=project).stdout == ""
+    previous = cli("logs", "count", "--previous", "--tail", "3", cwd=project)
+    assert previous.returncode == 0, previous.stderr
+    assert previous.stdout == "".join(f"worker-0 | line {i} of attempt 0\n" for i in (5, 6, 7))
+    whole = cli("logs", "count", "--task", "worker-0", "-p", cwd=project)
+    assert whole.stdout == "".join(f"line {i} of attempt 0\n" for i in range(1, 8))
+    bad = cli("logs", "count", "--tail", "-1", cwd=project)
+    assert bad.returncode != 0 and "number of lines" in bad.stderr
+    assert cli("logs", "count", "-p", "-f", cwd=project).returncode == 1
+
+    (project / "specs" / "once.yaml").write_text(_job("once", {}, command="[python, -c, 'print(1)']"))
+    assert cli("apply", "specs/once.yaml", "--wait", "--timeout", "60", cwd=project).returncode == 0
+    none = cli("logs", "once", "--task", "worker-0", "--previous", cwd=project)
+    assert none.returncode == 1 and "no earlier launch" in none.stderr

@@ -45,6 +45,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "logs": (
         "tfdeclare logs bert                   # every task, each line prefixed: worker-0 | ...",
         "tfdeclare logs bert --task worker-1 --follow            # worker:1 works too",
+        "tfdeclare logs bert --tail 20 --previous   # a restarted task's last 20 lines before it",
         "tfdeclare logs bert -o json | jq -r 'select(.task == \"chief-0\") | .line'",
     ),
     "delete": (

@@ -4,6 +4,11 @@ are written, tasks that start later (a restart) included, until the job has fini
 log is complete. With ``--task`` the task's bytes as written. ``-o json``: one JSON object per
 line, ``{"task": "worker-0", "line": "..."}``; ``-o yaml``: the same, one YAML document each.
 
+``--tail N``: of what each log holds at first, only its last N lines (held N at a time,
+however long the log). ``--previous``: each task's launch before its current one (its id's
+launch count lower, the backend asked in turn). ``-l``: each matching job's logs, lines
+prefixed ``JOB/TASK``.
+
 Without ``--follow`` the tasks' logs come one after the other (no backend records when a line
 was written, so there is no order across tasks to restore).
 """
@@ -44,6 +49,23 @@ class _Tail:
     partial: bytes = b""
     complete: bool = False
     lines: list[bytes] = field(default_factory=list)
+    keep: int | None = None  # --tail: of what is there at first, only the last lines
+
+    def drain(self, backend: Backend, strict: bool, printer: _Printer) -> bool:
+        """Print what is there now (at first, with ``keep``, only its last lines); whether
+        anything came."""
+        came = False
+        while not self.complete and self.read(backend, strict):
+            came = True
+            if self.keep is None:
+                printer.lines(self.key, self.lines)
+            else:  # only ever the last `keep` lines held, however long the log
+                del self.lines[: max(0, len(self.lines) - self.keep)]
+        if self.keep is not None:
+            del self.lines[: max(0, len(self.lines) - self.keep)]
+            self.keep = None
+        printer.lines(self.key, self.lines)
+        return came
 
     def read(self, backend: Backend, strict: bool) -> bool:
         """Read what is there now; complete lines go to ``lines``. Whether anything came. A log
@@ -124,6 +146,42 @@ def _followed_to_the_end(
     return bool(tails) and record.phase not in (Phase.RESTARTING, Phase.PENDING)
 
 
+PREVIOUS_LOOKED_BACK = 1000  # launches `--previous` looks back through for a task's last log
+
+
+def _previous_id(backend: Backend, task_id: str) -> str | None:
+    """The id of the task's launch before ``task_id`` whose log the backend still has: ids end
+    in the job's launch count (``core.run.launches.task_id``), and a task is not relaunched in
+    every launch (another task restarting alone), so the counts below are tried in turn."""
+    base, _, count = task_id.rpartition(".")
+    if not base or not count.isdigit():
+        return None
+    for launch in range(int(count) - 1, max(-1, int(count) - 1 - PREVIOUS_LOOKED_BACK), -1):
+        try:
+            backend.read_log(f"{base}.{launch}", 0, 1)
+        except BackendError:
+            continue
+        return f"{base}.{launch}"
+    return None
+
+
+def _tail_of(
+    args: argparse.Namespace, backend: Backend, key: TaskKey, task_id: str, *, strict: bool
+) -> _Tail | None:
+    """The log to print of a task: its current launch's, or with ``--previous`` the one before
+    (None, said on stderr, when there is none the backend can read)."""
+    if args.previous:
+        earlier = _previous_id(backend, task_id)
+        if earlier is None:
+            why = f"{key.name} has no earlier launch whose log the backend still has"
+            if strict:
+                raise UserError(why)
+            stderr_line(f"tfdeclare: {why}")
+            return None
+        task_id = earlier
+    return _Tail(key, task_id, keep=args.tail)
+
+
 def _selected_logs(
     args: argparse.Namespace, settings: Settings, store: StateStore, selector: Selector
 ) -> int:
@@ -149,10 +207,9 @@ def _selected_logs(
                 continue
             printer = _Printer(args.output, prefixed=True, width=width, job=record.name)
             for task in started:
-                tail = _Tail(task.key, str(task.task_id))
-                while not tail.complete and tail.read(backend, strict=False):
-                    printer.lines(tail.key, tail.lines)
-                printer.lines(tail.key, tail.lines)
+                tail = _tail_of(args, backend, task.key, str(task.task_id), strict=False)
+                if tail is not None:
+                    tail.drain(backend, False, printer)
     finally:
         backend.close()
     return EXIT_OK
@@ -166,6 +223,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
         return _selected_logs(args, settings, store, selector)
     if not args.name:
         raise UserError("name the job whose logs to print (or pick jobs with -l KEY=VALUE)")
+    if args.previous and args.follow:
+        raise UserError("--previous prints an earlier launch's log, which is complete: not with --follow")
     record = store.load(args.name)
     if record is None:
         raise UserError(f"no job named {args.name!r}")
@@ -182,13 +241,12 @@ def cmd_logs(args: argparse.Namespace) -> int:
         while True:
             for task in sorted(record.tasks, key=lambda t: t.key):
                 if task.task_id and task.task_id not in tails and only in (None, task.key):
-                    tails[task.task_id] = _Tail(task.key, task.task_id)
+                    tail = _tail_of(args, backend, task.key, task.task_id, strict=only is not None)
+                    if tail is not None:
+                        tails[task.task_id] = tail
             came = False
             for tail in tails.values():  # all there is now, task by task
-                while not tail.complete and tail.read(backend, strict=only is not None):
-                    came = True
-                    printer.lines(tail.key, tail.lines)
-                printer.lines(tail.key, tail.lines)
+                came = tail.drain(backend, only is not None, printer) or came
             if not args.follow:
                 return EXIT_OK
             latest = store.load(args.name)

@@ -97,6 +97,13 @@ def task_offset(text: str) -> int:
     return int(text)
 
 
+def line_count(text: str) -> int:
+    """``logs --tail``: a number of lines, 0 or more."""
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:
+        raise argparse.ArgumentTypeError(f"expected a number of lines (0 or more), got {text!r}")
+    return int(text)
+
+
 def job_name(text: str) -> str:
     """A NAME argument: a job name, so it can never name a file outside the state folders."""
     if not is_job_name(text):
@@ -314,6 +321,18 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     logs.add_argument(
         "-f", "--follow", action="store_true", help="keep printing until the job (or the task) has ended"
+    )
+    logs.add_argument(
+        "--tail",
+        type=line_count,
+        metavar="N",
+        help="only the last N lines of each task's log (then, with --follow, what comes)",
+    )
+    logs.add_argument(
+        "-p",
+        "--previous",
+        action="store_true",
+        help="the log of each task's launch before the current one (a restarted task's last run)",
     )
     logs.add_argument(
         "-o",
