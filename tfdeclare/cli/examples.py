@@ -35,6 +35,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "tfdeclare status bert",
         "tfdeclare status -o json",
         "tfdeclare status -l team=vision -l tier!=batch   # by metadata.labels",
+        "tfdeclare status --watch                # a row per change, until Ctrl-C",
+        "tfdeclare status bert --watch -o json   # until it ends: exit 0 Succeeded, 1 Failed",
         "tfdeclare status --refresh   # reconcile once first (no daemon running)",
     ),
     "history": (

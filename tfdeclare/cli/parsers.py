@@ -286,6 +286,16 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         help="with NAME: list its tasks from the I-th (0: the first), in role and index order",
     )
     _selector(status_parser)
+    status_parser.add_argument(
+        "-w",
+        "--watch",
+        action="store_true",
+        help="then a row whenever a job's phase, tasks, restarts or message change, until Ctrl-C; with "
+        "NAME until it has Succeeded (exit 0) or Failed (exit 1); -o json: a document a line per change",
+    )
+    status_parser.add_argument(  # how often --watch looks (tests shorten it)
+        "--watch-interval", type=float, default=1.0, help=argparse.SUPPRESS
+    )
     status_parser.set_defaults(handler="tfdeclare.cli.status_command:cmd_status")
 
     history = sub.add_parser(

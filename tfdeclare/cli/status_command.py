@@ -286,6 +286,16 @@ def cmd_status(args: argparse.Namespace) -> int:
     chosen = set(selected_names(store, selector)) if selector else None  # None: every job
     if args.name and chosen is not None and args.name not in chosen:
         raise UserError(f"job {args.name} does not match -l {selector}")
+    if args.watch:
+        from tfdeclare.cli import watch_command
+
+        if args.tasks is not None or args.tasks_offset or args.problems or args.refresh:
+            raise UserError("--watch shows rows as they change: not with --tasks, --problems or --refresh")
+        if args.name:
+            return watch_command.watch_one(args, statuses, _status_table)
+        return watch_command.watch_all(
+            args, statuses, lambda: set(selected_names(store, selector)) if selector else None, _status_table
+        )
     problems, as_of = _standing_problems(settings)
     if args.name:
         problems = tuple(p for p in problems if args.name in p.jobs)
