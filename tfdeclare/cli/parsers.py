@@ -240,6 +240,9 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     apply.add_argument(
         "--timeout", type=float, metavar="SECONDS", help="give up waiting after this long (exit 1)"
     )
+    apply.add_argument(  # how long --wait stays silent before "Still running…" (tests shorten it)
+        "--heartbeat-interval", type=float, default=30.0, help=argparse.SUPPRESS
+    )
     apply.add_argument("--prune", action="store_true", help="delete jobs that are gone from the files")
     apply.add_argument("--allow-empty", action="store_true", help="with --prune, allow deleting every job")
     apply.add_argument(
