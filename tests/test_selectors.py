@@ -173,3 +173,46 @@ def test_logs_tail_and_previous_after_a_restart(project: Path) -> None:
     assert cli("apply", "specs/once.yaml", "--wait", "--timeout", "60", cwd=project).returncode == 0
     none = cli("logs", "once", "--task", "worker-0", "--previous", cwd=project)
     assert none.returncode == 1 and "no earlier launch" in none.stderr
+
+
+SLOW_TALKER = "import time; print('early', flush=True); time.sleep(2.5); print('late')"
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_logs_timestamps_and_since_from_the_supervisors_samples(project: Path) -> None:
+    import datetime
+    import time
+
+    before = time.time()
+    (project / "specs" / "slow.yaml").write_text(
+        _job("slow", {}, command=json.dumps(["python", "-c", SLOW_TALKER]))
+    )
+    applied = cli("apply", "specs", "--wait", "--timeout", "60", cwd=project)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    after = time.time()
+
+    stamped = cli("logs", "slow", "--timestamps", cwd=project)
+    assert stamped.returncode == 0, stamped.stderr
+    lines = stamped.stdout.splitlines()
+    assert [line.split(" ", 3)[::3] for line in lines] == [["worker-0", "early"], ["worker-0", "late"]], lines
+    times = [datetime.datetime.fromisoformat(line.split(" ")[2]).timestamp() for line in lines]
+    assert before - 1 <= times[0] < times[1] <= after + 1
+    assert times[1] - times[0] >= 1.5  # each line its own time, not the file's
+
+    between = datetime.datetime.fromtimestamp((times[0] + times[1]) / 2, datetime.UTC).isoformat()
+    since = cli("logs", "slow", "--task", "worker-0", "--since", between, cwd=project)
+    assert since.returncode == 0 and since.stdout == "late\n", since.stdout + since.stderr
+    assert cli("logs", "slow", "--task", "worker-0", "--since", "1h", cwd=project).stdout == "early\nlate\n"
+    assert cli("logs", "slow", "--task", "worker-0", "--since", "0s", cwd=project).stdout == ""
+    documents = [
+        json.loads(line)
+        for line in cli("logs", "slow", "--timestamps", "-o", "json", cwd=project).stdout.splitlines()
+    ]
+    assert [d["line"] for d in documents] == ["early", "late"] and all(
+        d["time"].endswith("Z") for d in documents
+    )
+    bad = cli("logs", "slow", "--since", "yesterday", cwd=project)
+    assert bad.returncode != 0 and "expected a duration" in bad.stderr
+    naive = cli("logs", "slow", "--since", "2026-01-02T03:04:05", cwd=project)
+    assert naive.returncode != 0 and "with its offset" in naive.stderr

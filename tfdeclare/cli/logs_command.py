@@ -16,12 +16,13 @@ was written, so there is no order across tasks to restore).
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import sys
 import time
 from dataclasses import dataclass, field
 
-from tfdeclare.backends.base import Backend, BackendError, LogOffsetError
+from tfdeclare.backends.base import Backend, BackendError, LogOffsetError, LogTimes
 from tfdeclare.cli import terminal
 from tfdeclare.cli.common import EXIT_OK, Settings, UserError, settings_from, stderr_line
 from tfdeclare.cli.output import is_document, yaml_text
@@ -50,6 +51,15 @@ class _Tail:
     complete: bool = False
     lines: list[bytes] = field(default_factory=list)
     keep: int | None = None  # --tail: of what is there at first, only the last lines
+    timing: _Timing | None = None  # --timestamps, --since: when each line was written
+    since: float | None = None  # --since: lines written before this are dropped
+    stamps: list[float] = field(default_factory=list)  # with timing: each line's time
+
+    def _trim(self) -> None:
+        if self.keep is not None:
+            cut = max(0, len(self.lines) - self.keep)
+            del self.lines[:cut]
+            del self.stamps[:cut]
 
     def drain(self, backend: Backend, strict: bool, printer: _Printer) -> bool:
         """Print what is there now (at first, with ``keep``, only its last lines); whether
@@ -58,13 +68,12 @@ class _Tail:
         while not self.complete and self.read(backend, strict):
             came = True
             if self.keep is None:
-                printer.lines(self.key, self.lines)
+                printer.lines(self.key, self.lines, self.stamps)
             else:  # only ever the last `keep` lines held, however long the log
-                del self.lines[: max(0, len(self.lines) - self.keep)]
-        if self.keep is not None:
-            del self.lines[: max(0, len(self.lines) - self.keep)]
-            self.keep = None
-        printer.lines(self.key, self.lines)
+                self._trim()
+        self._trim()
+        self.keep = None
+        printer.lines(self.key, self.lines, self.stamps)
         return came
 
     def read(self, backend: Backend, strict: bool) -> bool:
@@ -82,34 +91,89 @@ class _Tail:
             stderr_line(f"tfdeclare: {self.key.name}: {err}")
             self.complete = True
             return False
+        start = self.offset - len(self.partial)  # where the first line read now begins
         self.offset = chunk.next_offset
         data = self.partial + chunk.data
         *whole, self.partial = data.split(b"\n")
-        self.lines.extend(line + b"\n" for line in whole)
+        ends: list[int] = []
+        for line in whole:
+            start += len(line) + 1
+            self.lines.append(line + b"\n")
+            ends.append(start)
         if chunk.complete and not chunk.data:
             self.complete = True
             if self.partial:  # the last line, without a newline
+                start += len(self.partial)
                 self.lines.append(self.partial)
+                ends.append(start)
                 self.partial = b""
+        if self.timing is not None and ends:
+            self._stamp(ends)
         return bool(chunk.data)
+
+    def _stamp(self, ends: list[int]) -> None:
+        """The times of the lines just read (ending at ``ends``), and with ``since`` only those
+        written since."""
+        assert self.timing is not None
+        fresh = self.lines[len(self.lines) - len(ends) :]
+        del self.lines[len(self.lines) - len(ends) :]
+        for line, end in zip(fresh, ends, strict=True):
+            at = self.timing.at(end, self.complete)
+            if self.since is None or at >= self.since:
+                self.lines.append(line)
+                self.stamps.append(at)
+
+
+class _Timing:
+    """When a task's log lines were written, from the backend's samples of its log's size
+    (``LogTimes``): a line has the time of the first sample that holds it (at most a second
+    late); one past the last sample is being written now (or, in a complete log, by the last)."""
+
+    def __init__(self, backend: LogTimes, task_id: str, samples: list[tuple[int, float]]) -> None:
+        self.backend = backend
+        self.task_id = task_id
+        self.samples = samples
+
+    def at(self, end: int, complete: bool) -> float:
+        place = bisect.bisect_left(self.samples, end, key=lambda sample: sample[0])
+        if place == len(self.samples):
+            self.samples = self.backend.read_log_times(self.task_id) or self.samples
+            place = bisect.bisect_left(self.samples, end, key=lambda sample: sample[0])
+        if place < len(self.samples):
+            return self.samples[place][1]
+        if complete and self.samples:
+            return self.samples[-1][1]
+        return time.time()
+
+
+def _stamp_text(at: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(at)) + f".{int(at % 1 * 1000):03d}Z"
 
 
 class _Printer:
-    def __init__(self, output: str, prefixed: bool, width: int, job: str | None = None) -> None:
+    def __init__(
+        self, output: str, prefixed: bool, width: int, job: str | None = None, timestamps: bool = False
+    ) -> None:
         self.output = output
+        self.timestamps = timestamps  # each line prefixed with its time (-o json: a "time" field)
         self.prefixed = prefixed
         self.width = width
         self.job = job  # with -l: each line says its job too (``bert/worker-0 | ...``)
         self.paint: Painter = terminal.painter(sys.stdout, output)
         self.tones: dict[str, Tone] = {}
 
-    def lines(self, key: TaskKey, lines: list[bytes]) -> None:
+    def lines(self, key: TaskKey, lines: list[bytes], stamps: list[float] | None = None) -> None:
         out = sys.stdout.buffer
+        if self.timestamps and stamps is not None and not is_document(self.output):
+            lines[:] = [
+                _stamp_text(at).encode() + b" " + line for line, at in zip(lines, stamps, strict=True)
+            ]
         if is_document(self.output):
-            for line in lines:
+            for place, line in enumerate(lines):
                 text = line.removesuffix(b"\n").decode("utf-8", errors="replace")
                 job = {"job": self.job} if self.job is not None else {}
-                out.write(self._document({**job, "task": key.name, "line": text}).encode())
+                when = {"time": _stamp_text(stamps[place])} if self.timestamps and stamps else {}
+                out.write(self._document({**job, "task": key.name, **when, "line": text}).encode())
         elif self.prefixed:
             name = key.name if self.job is None else f"{self.job}/{key.name}"
             tone = self.tones.setdefault(name, _PREFIX_TONES[len(self.tones) % len(_PREFIX_TONES)])
@@ -120,6 +184,8 @@ class _Printer:
             out.writelines(lines)
         out.flush()
         lines.clear()
+        if stamps is not None:
+            stamps.clear()
 
     def _document(self, document: dict[str, str]) -> str:
         """One line's document: a line of JSON, or a YAML document of the stream (``---``)."""
@@ -179,7 +245,25 @@ def _tail_of(
             stderr_line(f"tfdeclare: {why}")
             return None
         task_id = earlier
-    return _Tail(key, task_id, keep=args.tail)
+    tail = _Tail(key, task_id, keep=args.tail, since=args.since)
+    if args.timestamps or args.since is not None:
+        if not isinstance(backend, LogTimes):
+            raise UserError(
+                f"the {backend.name} backend does not record when log lines were written: --timestamps "
+                "and --since work with the local backend's process tasks"
+            )
+        samples = backend.read_log_times(task_id)
+        if samples is None:
+            why = (
+                f"{key.name}'s log has no line times (a container's, or a task started by an earlier "
+                "release): not printed with --timestamps or --since"
+            )
+            if strict:
+                raise UserError(why)
+            stderr_line(f"tfdeclare: {why}")
+            return None
+        tail.timing = _Timing(backend, task_id, samples)
+    return tail
 
 
 def _selected_logs(
@@ -205,7 +289,9 @@ def _selected_logs(
             if not started:
                 stderr_line(f"tfdeclare: job {record.name} has no task that has started")
                 continue
-            printer = _Printer(args.output, prefixed=True, width=width, job=record.name)
+            printer = _Printer(
+                args.output, prefixed=True, width=width, job=record.name, timestamps=args.timestamps
+            )
             for task in started:
                 tail = _tail_of(args, backend, task.key, str(task.task_id), strict=False)
                 if tail is not None:
@@ -234,16 +320,19 @@ def cmd_logs(args: argparse.Namespace) -> int:
     if only is not None and not any(t.key == only and t.task_id for t in record.tasks) and not args.follow:
         raise UserError(f"job {record.name} has no task {only.name} that has started")
     width = max((len(k.name) for k in record.spec.task_keys()), default=0)
-    printer = _Printer(args.output, prefixed=only is None, width=width)
+    printer = _Printer(args.output, prefixed=only is None, width=width, timestamps=args.timestamps)
     backend = make_backend(settings)
     tails: dict[str, _Tail] = {}
+    skipped: set[str] = set()
     try:
         while True:
             for task in sorted(record.tasks, key=lambda t: t.key):
-                if task.task_id and task.task_id not in tails and only in (None, task.key):
+                if task.task_id and task.task_id not in (tails.keys() | skipped) and only in (None, task.key):
                     tail = _tail_of(args, backend, task.key, task.task_id, strict=only is not None)
                     if tail is not None:
                         tails[task.task_id] = tail
+                    else:  # said once
+                        skipped.add(task.task_id)
             came = False
             for tail in tails.values():  # all there is now, task by task
                 came = tail.drain(backend, only is not None, printer) or came

@@ -5,7 +5,10 @@ must start fast)."""
 from __future__ import annotations
 
 import argparse
+import datetime
+import re
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
@@ -102,6 +105,27 @@ def line_count(text: str) -> int:
     if not (text.isascii() and text.isdigit()) or len(text) > 18:
         raise argparse.ArgumentTypeError(f"expected a number of lines (0 or more), got {text!r}")
     return int(text)
+
+
+_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+def since_time(text: str) -> float:
+    """``logs --since``: a duration ago (``10s``, ``5m``, ``2h``, ``1h30m``) or an RFC 3339 time
+    with its offset (``2026-01-02T03:04:05Z``), as a Unix time."""
+    found = _DURATION.match(text)
+    if found and any(found.groups()):
+        hours, minutes, seconds = (int(part or 0) for part in found.groups())
+        return time.time() - (hours * 3600 + minutes * 60 + seconds)
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        when = None
+    if when is None or when.tzinfo is None:
+        raise argparse.ArgumentTypeError(
+            f"expected a duration (10s, 5m, 2h, 1h30m) or an RFC 3339 time with its offset, got {text!r}"
+        )
+    return when.timestamp()
 
 
 def job_name(text: str) -> str:
@@ -340,6 +364,17 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         type=line_count,
         metavar="N",
         help="only the last N lines of each task's log (then, with --follow, what comes)",
+    )
+    logs.add_argument(
+        "--since",
+        type=since_time,
+        metavar="DURATION|TIME",
+        help="only lines written since: 10s, 5m, 2h, 1h30m ago, or an RFC 3339 time (local backend)",
+    )
+    logs.add_argument(
+        "--timestamps",
+        action="store_true",
+        help="prefix each line with when it was written, RFC 3339 in UTC, to the second (local backend)",
     )
     logs.add_argument(
         "-p",
