@@ -17,7 +17,7 @@ from typing import Protocol, runtime_checkable
 from tfdeclare.backends.errors import BackendError, LogOffsetError
 from tfdeclare.core.run.tasks import GangRequest, ObservedTask, Placement, TaskLaunch, Unplaced
 
-__all__ = ["Backend", "BackendError", "LogChunk", "LogOffsetError"]
+__all__ = ["Backend", "BackendError", "LogChunk", "LogOffsetError", "LogTimes"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +25,16 @@ class LogChunk:
     data: bytes
     next_offset: int
     complete: bool  # the task has ended and no more output will come
+
+
+@runtime_checkable
+class LogTimes(Protocol):
+    """A backend that knows when its tasks' log lines were written (``logs --timestamps``,
+    ``--since``): the local backend's process tasks. Others have no such method."""
+
+    def read_log_times(self, task_id: str) -> list[tuple[int, float]] | None:
+        """(size of the log, time it had grown to that size) samples in order; None: not known."""
+        ...
 
 
 @runtime_checkable

@@ -34,6 +34,9 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "tfdeclare status",
         "tfdeclare status bert",
         "tfdeclare status -o json",
+        "tfdeclare status -l team=vision -l tier!=batch   # by metadata.labels",
+        "tfdeclare status --watch                # a row per change, until Ctrl-C",
+        "tfdeclare status bert --watch -o json   # until it ends: exit 0 Succeeded, 1 Failed",
         "tfdeclare status --refresh   # reconcile once first (no daemon running)",
     ),
     "history": (
@@ -44,9 +47,14 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "logs": (
         "tfdeclare logs bert                   # every task, each line prefixed: worker-0 | ...",
         "tfdeclare logs bert --task worker-1 --follow            # worker:1 works too",
+        "tfdeclare logs bert --tail 20 --previous   # a restarted task's last 20 lines before it",
         "tfdeclare logs bert -o json | jq -r 'select(.task == \"chief-0\") | .line'",
     ),
-    "delete": ("tfdeclare delete bert", "tfdeclare delete --all --timeout 300"),
+    "delete": (
+        "tfdeclare delete bert",
+        "tfdeclare delete --all --timeout 300",
+        "tfdeclare delete -l team=vision          # the jobs with that label",
+    ),
     "gc": ("tfdeclare gc --dry-run", "tfdeclare gc --state-dir /var/lib/tfdeclare"),
     "daemon": (
         "tfdeclare daemon --specs specs/",

@@ -4,6 +4,11 @@ are written, tasks that start later (a restart) included, until the job has fini
 log is complete. With ``--task`` the task's bytes as written. ``-o json``: one JSON object per
 line, ``{"task": "worker-0", "line": "..."}``; ``-o yaml``: the same, one YAML document each.
 
+``--tail N``: of what each log holds at first, only its last N lines (held N at a time,
+however long the log). ``--previous``: each task's launch before its current one (its id's
+launch count lower, the backend asked in turn). ``-l``: each matching job's logs, lines
+prefixed ``JOB/TASK``.
+
 Without ``--follow`` the tasks' logs come one after the other (no backend records when a line
 was written, so there is no order across tasks to restore).
 """
@@ -11,19 +16,22 @@ was written, so there is no order across tasks to restore).
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import sys
 import time
 from dataclasses import dataclass, field
 
-from tfdeclare.backends.base import Backend, BackendError, LogOffsetError
+from tfdeclare.backends.base import Backend, BackendError, LogOffsetError, LogTimes
 from tfdeclare.cli import terminal
-from tfdeclare.cli.common import EXIT_OK, UserError, settings_from, stderr_line
+from tfdeclare.cli.common import EXIT_OK, Settings, UserError, settings_from, stderr_line
 from tfdeclare.cli.output import is_document, yaml_text
+from tfdeclare.cli.selection import selected_names, selector_of
 from tfdeclare.cli.wiring import make_backend
 from tfdeclare.core.enums import Phase
 from tfdeclare.core.run.record import JobRecord
 from tfdeclare.core.run.tasks import TaskKey
+from tfdeclare.core.spec.selector import Selector
 from tfdeclare.core.tone import Painter, Tone
 from tfdeclare.shell.lock import ControllerLock
 from tfdeclare.shell.store import StateStore
@@ -42,6 +50,31 @@ class _Tail:
     partial: bytes = b""
     complete: bool = False
     lines: list[bytes] = field(default_factory=list)
+    keep: int | None = None  # --tail: of what is there at first, only the last lines
+    timing: _Timing | None = None  # --timestamps, --since: when each line was written
+    since: float | None = None  # --since: lines written before this are dropped
+    stamps: list[float] = field(default_factory=list)  # with timing: each line's time
+
+    def _trim(self) -> None:
+        if self.keep is not None:
+            cut = max(0, len(self.lines) - self.keep)
+            del self.lines[:cut]
+            del self.stamps[:cut]
+
+    def drain(self, backend: Backend, strict: bool, printer: _Printer) -> bool:
+        """Print what is there now (at first, with ``keep``, only its last lines); whether
+        anything came."""
+        came = False
+        while not self.complete and self.read(backend, strict):
+            came = True
+            if self.keep is None:
+                printer.lines(self.key, self.lines, self.stamps)
+            else:  # only ever the last `keep` lines held, however long the log
+                self._trim()
+        self._trim()
+        self.keep = None
+        printer.lines(self.key, self.lines, self.stamps)
+        return came
 
     def read(self, backend: Backend, strict: bool) -> bool:
         """Read what is there now; complete lines go to ``lines``. Whether anything came. A log
@@ -58,41 +91,101 @@ class _Tail:
             stderr_line(f"tfdeclare: {self.key.name}: {err}")
             self.complete = True
             return False
+        start = self.offset - len(self.partial)  # where the first line read now begins
         self.offset = chunk.next_offset
         data = self.partial + chunk.data
         *whole, self.partial = data.split(b"\n")
-        self.lines.extend(line + b"\n" for line in whole)
+        ends: list[int] = []
+        for line in whole:
+            start += len(line) + 1
+            self.lines.append(line + b"\n")
+            ends.append(start)
         if chunk.complete and not chunk.data:
             self.complete = True
             if self.partial:  # the last line, without a newline
+                start += len(self.partial)
                 self.lines.append(self.partial)
+                ends.append(start)
                 self.partial = b""
+        if self.timing is not None and ends:
+            self._stamp(ends)
         return bool(chunk.data)
+
+    def _stamp(self, ends: list[int]) -> None:
+        """The times of the lines just read (ending at ``ends``), and with ``since`` only those
+        written since."""
+        assert self.timing is not None
+        fresh = self.lines[len(self.lines) - len(ends) :]
+        del self.lines[len(self.lines) - len(ends) :]
+        for line, end in zip(fresh, ends, strict=True):
+            at = self.timing.at(end, self.complete)
+            if self.since is None or at >= self.since:
+                self.lines.append(line)
+                self.stamps.append(at)
+
+
+class _Timing:
+    """When a task's log lines were written, from the backend's samples of its log's size
+    (``LogTimes``): a line has the time of the first sample that holds it (at most a second
+    late); one past the last sample is being written now (or, in a complete log, by the last)."""
+
+    def __init__(self, backend: LogTimes, task_id: str, samples: list[tuple[int, float]]) -> None:
+        self.backend = backend
+        self.task_id = task_id
+        self.samples = samples
+
+    def at(self, end: int, complete: bool) -> float:
+        place = bisect.bisect_left(self.samples, end, key=lambda sample: sample[0])
+        if place == len(self.samples):
+            self.samples = self.backend.read_log_times(self.task_id) or self.samples
+            place = bisect.bisect_left(self.samples, end, key=lambda sample: sample[0])
+        if place < len(self.samples):
+            return self.samples[place][1]
+        if complete and self.samples:
+            return self.samples[-1][1]
+        return time.time()
+
+
+def _stamp_text(at: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(at)) + f".{int(at % 1 * 1000):03d}Z"
 
 
 class _Printer:
-    def __init__(self, output: str, prefixed: bool, width: int) -> None:
+    def __init__(
+        self, output: str, prefixed: bool, width: int, job: str | None = None, timestamps: bool = False
+    ) -> None:
         self.output = output
+        self.timestamps = timestamps  # each line prefixed with its time (-o json: a "time" field)
         self.prefixed = prefixed
         self.width = width
+        self.job = job  # with -l: each line says its job too (``bert/worker-0 | ...``)
         self.paint: Painter = terminal.painter(sys.stdout, output)
         self.tones: dict[str, Tone] = {}
 
-    def lines(self, key: TaskKey, lines: list[bytes]) -> None:
+    def lines(self, key: TaskKey, lines: list[bytes], stamps: list[float] | None = None) -> None:
         out = sys.stdout.buffer
+        if self.timestamps and stamps is not None and not is_document(self.output):
+            lines[:] = [
+                _stamp_text(at).encode() + b" " + line for line, at in zip(lines, stamps, strict=True)
+            ]
         if is_document(self.output):
-            for line in lines:
+            for place, line in enumerate(lines):
                 text = line.removesuffix(b"\n").decode("utf-8", errors="replace")
-                out.write(self._document({"task": key.name, "line": text}).encode())
+                job = {"job": self.job} if self.job is not None else {}
+                when = {"time": _stamp_text(stamps[place])} if self.timestamps and stamps else {}
+                out.write(self._document({**job, "task": key.name, **when, "line": text}).encode())
         elif self.prefixed:
-            tone = self.tones.setdefault(key.name, _PREFIX_TONES[len(self.tones) % len(_PREFIX_TONES)])
-            prefix = (self.paint(key.name.ljust(self.width), tone) + " | ").encode()
+            name = key.name if self.job is None else f"{self.job}/{key.name}"
+            tone = self.tones.setdefault(name, _PREFIX_TONES[len(self.tones) % len(_PREFIX_TONES)])
+            prefix = (self.paint(name.ljust(self.width), tone) + " | ").encode()
             for line in lines:
                 out.write(prefix + line if line.endswith(b"\n") else prefix + line + b"\n")
         else:
             out.writelines(lines)
         out.flush()
         lines.clear()
+        if stamps is not None:
+            stamps.clear()
 
     def _document(self, document: dict[str, str]) -> str:
         """One line's document: a line of JSON, or a YAML document of the stream (``---``)."""
@@ -119,9 +212,105 @@ def _followed_to_the_end(
     return bool(tails) and record.phase not in (Phase.RESTARTING, Phase.PENDING)
 
 
+PREVIOUS_LOOKED_BACK = 1000  # launches `--previous` looks back through for a task's last log
+
+
+def _previous_id(backend: Backend, task_id: str) -> str | None:
+    """The id of the task's launch before ``task_id`` whose log the backend still has: ids end
+    in the job's launch count (``core.run.launches.task_id``), and a task is not relaunched in
+    every launch (another task restarting alone), so the counts below are tried in turn."""
+    base, _, count = task_id.rpartition(".")
+    if not base or not count.isdigit():
+        return None
+    for launch in range(int(count) - 1, max(-1, int(count) - 1 - PREVIOUS_LOOKED_BACK), -1):
+        try:
+            backend.read_log(f"{base}.{launch}", 0, 1)
+        except BackendError:
+            continue
+        return f"{base}.{launch}"
+    return None
+
+
+def _tail_of(
+    args: argparse.Namespace, backend: Backend, key: TaskKey, task_id: str, *, strict: bool
+) -> _Tail | None:
+    """The log to print of a task: its current launch's, or with ``--previous`` the one before
+    (None, said on stderr, when there is none the backend can read)."""
+    if args.previous:
+        earlier = _previous_id(backend, task_id)
+        if earlier is None:
+            why = f"{key.name} has no earlier launch whose log the backend still has"
+            if strict:
+                raise UserError(why)
+            stderr_line(f"tfdeclare: {why}")
+            return None
+        task_id = earlier
+    tail = _Tail(key, task_id, keep=args.tail, since=args.since)
+    if args.timestamps or args.since is not None:
+        if not isinstance(backend, LogTimes):
+            raise UserError(
+                f"the {backend.name} backend does not record when log lines were written: --timestamps "
+                "and --since work with the local backend's process tasks"
+            )
+        samples = backend.read_log_times(task_id)
+        if samples is None:
+            why = (
+                f"{key.name}'s log has no line times (a container's, or a task started by an earlier "
+                "release): not printed with --timestamps or --since"
+            )
+            if strict:
+                raise UserError(why)
+            stderr_line(f"tfdeclare: {why}")
+            return None
+        tail.timing = _Timing(backend, task_id, samples)
+    return tail
+
+
+def _selected_logs(
+    args: argparse.Namespace, settings: Settings, store: StateStore, selector: Selector
+) -> int:
+    """``logs -l``: each matching job's logs one after the other, every line prefixed with its
+    job and task (``bert/worker-0 | ...``; ``-o json``: a ``job`` field too)."""
+    if args.name:
+        raise UserError("-l picks the jobs whose logs are printed: give it without NAME")
+    if args.follow:
+        raise UserError("--follow follows one job: name it (without -l)")
+    names = selected_names(store, selector)
+    if not names:
+        stderr_line(f"tfdeclare: no job matches -l {selector}")
+        return EXIT_OK
+    records = [r for r in (store.load(n) for n in names) if r is not None]
+    width = max((len(r.name) + 1 + len(k.name) for r in records for k in r.spec.task_keys()), default=0)
+    backend = make_backend(settings)
+    try:
+        for record in records:
+            started = [t for t in sorted(record.tasks, key=lambda t: t.key) if t.task_id]
+            started = [t for t in started if args.task in (None, t.key)]
+            if not started:
+                stderr_line(f"tfdeclare: job {record.name} has no task that has started")
+                continue
+            printer = _Printer(
+                args.output, prefixed=True, width=width, job=record.name, timestamps=args.timestamps
+            )
+            for task in started:
+                tail = _tail_of(args, backend, task.key, str(task.task_id), strict=False)
+                if tail is not None:
+                    tail.drain(backend, False, printer)
+    finally:
+        backend.close()
+    return EXIT_OK
+
+
 def cmd_logs(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     store = StateStore(settings.state_dir)
+    selector = selector_of(args)
+    if selector:
+        return _selected_logs(args, settings, store, selector)
+    if not args.name:
+        raise UserError("name the job whose logs to print (or pick jobs with -l KEY=VALUE)")
+    if args.previous and args.follow:
+        raise UserError("--previous prints an earlier launch's log, which is complete: not with --follow")
     record = store.load(args.name)
     if record is None:
         raise UserError(f"no job named {args.name!r}")
@@ -131,20 +320,22 @@ def cmd_logs(args: argparse.Namespace) -> int:
     if only is not None and not any(t.key == only and t.task_id for t in record.tasks) and not args.follow:
         raise UserError(f"job {record.name} has no task {only.name} that has started")
     width = max((len(k.name) for k in record.spec.task_keys()), default=0)
-    printer = _Printer(args.output, prefixed=only is None, width=width)
+    printer = _Printer(args.output, prefixed=only is None, width=width, timestamps=args.timestamps)
     backend = make_backend(settings)
     tails: dict[str, _Tail] = {}
+    skipped: set[str] = set()
     try:
         while True:
             for task in sorted(record.tasks, key=lambda t: t.key):
-                if task.task_id and task.task_id not in tails and only in (None, task.key):
-                    tails[task.task_id] = _Tail(task.key, task.task_id)
+                if task.task_id and task.task_id not in (tails.keys() | skipped) and only in (None, task.key):
+                    tail = _tail_of(args, backend, task.key, task.task_id, strict=only is not None)
+                    if tail is not None:
+                        tails[task.task_id] = tail
+                    else:  # said once
+                        skipped.add(task.task_id)
             came = False
             for tail in tails.values():  # all there is now, task by task
-                while not tail.complete and tail.read(backend, strict=only is not None):
-                    came = True
-                    printer.lines(tail.key, tail.lines)
-                printer.lines(tail.key, tail.lines)
+                came = tail.drain(backend, only is not None, printer) or came
             if not args.follow:
                 return EXIT_OK
             latest = store.load(args.name)

@@ -5,7 +5,10 @@ must start fast)."""
 from __future__ import annotations
 
 import argparse
+import datetime
+import re
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
@@ -97,6 +100,34 @@ def task_offset(text: str) -> int:
     return int(text)
 
 
+def line_count(text: str) -> int:
+    """``logs --tail``: a number of lines, 0 or more."""
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:
+        raise argparse.ArgumentTypeError(f"expected a number of lines (0 or more), got {text!r}")
+    return int(text)
+
+
+_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+def since_time(text: str) -> float:
+    """``logs --since``: a duration ago (``10s``, ``5m``, ``2h``, ``1h30m``) or an RFC 3339 time
+    with its offset (``2026-01-02T03:04:05Z``), as a Unix time."""
+    found = _DURATION.match(text)
+    if found and any(found.groups()):
+        hours, minutes, seconds = (int(part or 0) for part in found.groups())
+        return time.time() - (hours * 3600 + minutes * 60 + seconds)
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        when = None
+    if when is None or when.tzinfo is None:
+        raise argparse.ArgumentTypeError(
+            f"expected a duration (10s, 5m, 2h, 1h30m) or an RFC 3339 time with its offset, got {text!r}"
+        )
+    return when.timestamp()
+
+
 def job_name(text: str) -> str:
     """A NAME argument: a job name, so it can never name a file outside the state folders."""
     if not is_job_name(text):
@@ -123,6 +154,19 @@ def at_least_one(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
     return value
+
+
+SELECTOR_HELP = (
+    "only the jobs whose metadata.labels match: KEY=VALUE, KEY!=VALUE, KEY (has it), !KEY (has it "
+    "not); comma-separated or repeated, every term must match"
+)
+
+
+def _selector(parser: argparse.ArgumentParser) -> None:
+    """``-l/--selector``: read by ``core.spec.selector`` in the command (a bad one: exit 1)."""
+    parser.add_argument(
+        "-l", "--selector", action="append", default=[], metavar="KEY=VALUE", help=SELECTOR_HELP
+    )
 
 
 def _specs_commands(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -157,6 +201,7 @@ def _specs_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         help="with --prune, allow deleting every job when the files define none",
     )
     plan_parser.add_argument("--show-unchanged", action="store_true", help="list unchanged jobs too")
+    _selector(plan_parser)
     plan_parser.add_argument(
         "--link-base",
         metavar="URL",
@@ -219,6 +264,9 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     apply.add_argument(
         "--timeout", type=float, metavar="SECONDS", help="give up waiting after this long (exit 1)"
     )
+    apply.add_argument(  # how long --wait stays silent before "Still running…" (tests shorten it)
+        "--heartbeat-interval", type=float, default=30.0, help=argparse.SUPPRESS
+    )
     apply.add_argument("--prune", action="store_true", help="delete jobs that are gone from the files")
     apply.add_argument("--allow-empty", action="store_true", help="with --prune, allow deleting every job")
     apply.add_argument(
@@ -264,6 +312,17 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         metavar="I",
         help="with NAME: list its tasks from the I-th (0: the first), in role and index order",
     )
+    _selector(status_parser)
+    status_parser.add_argument(
+        "-w",
+        "--watch",
+        action="store_true",
+        help="then a row whenever a job's phase, tasks, restarts or message change, until Ctrl-C; with "
+        "NAME until it has Succeeded (exit 0) or Failed (exit 1); -o json: a document a line per change",
+    )
+    status_parser.add_argument(  # how often --watch looks (tests shorten it)
+        "--watch-interval", type=float, default=1.0, help=argparse.SUPPRESS
+    )
     status_parser.set_defaults(handler="tfdeclare.cli.status_command:cmd_status")
 
     history = sub.add_parser(
@@ -289,7 +348,8 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         "that start later included. Python tasks run unbuffered (PYTHONUNBUFFERED=1 unless the spec "
         "sets it), so lines appear as they are printed.",
     )
-    logs.add_argument("name", metavar="NAME", type=job_name)
+    logs.add_argument("name", nargs="?", metavar="NAME", type=job_name)
+    _selector(logs)
     logs.add_argument(
         "--task",
         metavar="ROLE-INDEX",
@@ -298,6 +358,29 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     logs.add_argument(
         "-f", "--follow", action="store_true", help="keep printing until the job (or the task) has ended"
+    )
+    logs.add_argument(
+        "--tail",
+        type=line_count,
+        metavar="N",
+        help="only the last N lines of each task's log (then, with --follow, what comes)",
+    )
+    logs.add_argument(
+        "--since",
+        type=since_time,
+        metavar="DURATION|TIME",
+        help="only lines written since: 10s, 5m, 2h, 1h30m ago, or an RFC 3339 time (local backend)",
+    )
+    logs.add_argument(
+        "--timestamps",
+        action="store_true",
+        help="prefix each line with when it was written, RFC 3339 in UTC, to the second (local backend)",
+    )
+    logs.add_argument(
+        "-p",
+        "--previous",
+        action="store_true",
+        help="the log of each task's launch before the current one (a restarted task's last run)",
     )
     logs.add_argument(
         "-o",
@@ -311,6 +394,7 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     delete = sub.add_parser("delete", parents=[common], help="stop jobs and forget them")
     delete.add_argument("names", nargs="*", metavar="NAME", type=job_name)
     delete.add_argument("--all", action="store_true", help="every job in the state folder")
+    _selector(delete)
     delete.add_argument(
         "--ignore-not-found",
         action="store_true",

@@ -5,8 +5,9 @@
 reconcile passes: without ``--wait`` until every job's tasks are seen running (or waiting for
 resources; tasks still starting after ``STARTING_GRACE_S`` are left starting), so the status
 files it leaves say what runs; with ``--wait`` until every job of the files has Succeeded or Failed, printing
-progress as it changes. Tasks are detached processes (or Mesos tasks): interrupting ``apply``
-never stops them; a later ``apply``, ``status`` or the daemon adopts them.
+progress as it changes, and in between a heartbeat (``_Heartbeat``: a "Still running…" line
+every 30 s in a log, a live line on a terminal). Tasks are detached processes (or Mesos
+tasks): interrupting ``apply`` never stops them; a later ``apply``, ``status`` or the daemon adopts them.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from tfdeclare.cli.common import (
     stdout_write,
 )
 from tfdeclare.cli.output import document_text, is_document
+from tfdeclare.cli.selection import selected_names, selector_of
 from tfdeclare.cli.specs_commands import PLAN_KIND, plan_options
 from tfdeclare.cli.status_command import _phase
 from tfdeclare.cli.validate_command import load_desired
@@ -176,14 +178,83 @@ def _progress_line(record: JobRecord, paint: Painter = plain) -> str:
     return ", ".join(parts) + (f" — {record.message}" if record.message else "")
 
 
+_CLEAR = "\r\x1b[K"
+
+
+def _elapsed(seconds: float) -> str:
+    """``1h2m``, ``1m30s``, ``12s``."""
+    whole = int(seconds)
+    hours, minutes, secs = whole // 3600, whole // 60 % 60, whole % 60
+    if hours:
+        return f"{hours}h{minutes}m"
+    return f"{minutes}m{secs}s" if minutes else f"{secs}s"
+
+
+def _counts(records: list[JobRecord]) -> str:
+    tasks = sum(len(r.spec.task_keys()) for r in records)
+    running = sum(1 for r in records for t in r.tasks if t.state is TaskState.RUNNING)
+    done = sum(1 for r in records for t in r.tasks if t.state is TaskState.SUCCEEDED)
+    return f"{running}/{tasks} running" + (f", {done} succeeded" if done else "")
+
+
+class _Heartbeat:
+    """While ``apply --wait`` waits and nothing changes: on a terminal one live line (``\r``)
+    updated every second, cleared before any other line; elsewhere (a CI log) a line
+    ``Still running… [1m30s elapsed] NAME: 3/4 running, 1 succeeded`` per job still running
+    (past ``NAMES_SHOWN`` of them, one line for all) once ``every`` seconds pass without a line."""
+
+    def __init__(self, every: float, live: bool) -> None:
+        self.every = every
+        self.live = live
+        self.last = 0.0  # elapsed when a line was last printed
+        self.shown = False  # the live line is on the screen
+
+    def printed(self, elapsed: float) -> None:
+        self.clear()
+        self.last = elapsed
+
+    def clear(self) -> None:
+        if self.shown:
+            stdout_write(_CLEAR)
+            self.shown = False
+
+    def beat(self, records: dict[str, JobRecord], elapsed: float) -> None:
+        waiting = [r for _, r in sorted(records.items()) if not _finished({r.name: r}, True)]
+        if not waiting:
+            return
+        head = f"Still running… [{_elapsed(elapsed)} elapsed]"
+        if len(waiting) == 1:
+            lines = [f"{head} {waiting[0].name}: {_counts(waiting)}"]
+        elif self.live or len(waiting) > NAMES_SHOWN:
+            lines = [f"{head} {len(waiting)} jobs: {_counts(waiting)}"]
+        else:
+            lines = [f"{head} {r.name}: {_counts([r])}" for r in waiting]
+        if self.live:
+            if elapsed - self.last >= 1.0:
+                stdout_write(_CLEAR + lines[0])
+                self.shown = True
+                self.last = elapsed
+        elif elapsed - self.last >= self.every:
+            stdout_write("".join(line + "\n" for line in lines))
+            self.last = elapsed
+
+
 def _run_passes(
-    controller: Controller, names: set[str], *, wait: bool, timeout: float | None, show: bool = True
+    controller: Controller,
+    names: set[str],
+    *,
+    wait: bool,
+    timeout: float | None,
+    show: bool = True,
+    heartbeat: float | None = None,
 ) -> tuple[dict[str, JobRecord], bool, list[str]]:
     """Reconcile until the jobs in ``names`` are launched (or finished, with ``wait``).
     Returns the last records, whether it timed out, and the errors of the last pass (each
-    error is printed once, when first seen)."""
+    error is printed once, when first seen). ``heartbeat``: with ``show``, a ``_Heartbeat``
+    of that period while nothing changes."""
     waker = _Waker()
     paint = terminal.painter(sys.stdout)
+    beats = _Heartbeat(heartbeat, sys.stdout.isatty()) if heartbeat is not None and show else None
     controller.backend.watch(waker)
     started = time.monotonic()
     shown: dict[str, tuple[object, ...]] = {}
@@ -194,6 +265,8 @@ def _run_passes(
         for error in result.errors:
             if error not in told:
                 told.add(error)
+                if beats is not None:
+                    beats.clear()
                 stderr_line(f"tfdeclare: {error}")
         records = {n: r for n, r in controller.store.records().items() if n in names}
         elapsed = time.monotonic() - started
@@ -209,10 +282,18 @@ def _run_passes(
             if shown.get(name) != key:
                 shown[name] = key
                 if show:
+                    if beats is not None:
+                        beats.printed(elapsed)
                     stdout_write(f"[{elapsed:6.1f}s] {line}\n")
         if _finished(records, wait, patient=elapsed < STARTING_GRACE_S):
+            if beats is not None:
+                beats.clear()
             return records, False, result.errors
+        if beats is not None:
+            beats.beat(records, elapsed)
         if limit is not None and elapsed >= limit:
+            if beats is not None:
+                beats.clear()
             return records, True, result.errors
         pause = 0.25 if not wait else 0.5
         if result.wake_at is not None:
@@ -306,7 +387,12 @@ def cmd_apply(args: argparse.Namespace) -> int:
                     stdout_write("\n")
                 try:
                     records, timed_out, errors = _run_passes(
-                        controller, names, wait=args.wait, timeout=args.timeout, show=not machine
+                        controller,
+                        names,
+                        wait=args.wait,
+                        timeout=args.timeout,
+                        show=not machine,
+                        heartbeat=args.heartbeat_interval if args.wait else None,
                     )
                 except KeyboardInterrupt:
                     stderr_line(
@@ -417,13 +503,26 @@ def _apply_outcome(records: dict[str, JobRecord], timed_out: bool, errors: list[
 def cmd_delete(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     store = StateStore(settings.state_dir)
-    names = sorted(store.records()) if args.all else list(args.names)
+    selector = selector_of(args)
+    if selector and (args.all or args.names):
+        raise UserError("-l picks the jobs to delete: give it without NAMEs or --all")
+    if selector:
+        names = selected_names(store, selector)
+        if not names:  # like `kubectl delete -l`: nothing to do is no error
+            stderr_line(f"tfdeclare: no job matches -l {selector}; nothing deleted")
+    else:
+        names = sorted(store.records()) if args.all else list(args.names)
     if not names:
-        if args.all:
+        if args.all or selector:
+            if is_document(args.output):
+                stdout_write(document_text({"deleted": [], "missing": [], "timedOut": False}, args.output))
             return EXIT_OK
-        raise UserError("name the jobs to delete (or --all)")
+        raise UserError("name the jobs to delete (or --all, or -l KEY=VALUE)")
     timed_out = False
-    with locked(settings, "delete", source=" ".join(names)), controller_for(settings) as controller:
+    source = f"-l {selector}" if selector else " ".join(names)
+    with locked(settings, "delete", source=source), controller_for(settings) as controller:
+        if selector:  # again under the lock: a job relabelled meanwhile is not deleted
+            names = selected_names(controller.store, selector)
         missing = controller.delete(names)
         present = set(names) - set(missing)
         if present:

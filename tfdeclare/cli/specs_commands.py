@@ -27,6 +27,7 @@ from tfdeclare.cli.common import (
     stdout_write,
 )
 from tfdeclare.cli.output import document_text, is_document
+from tfdeclare.cli.selection import selected_plan, selector_of
 from tfdeclare.cli.validate_command import load_desired
 from tfdeclare.core.plan.claims import FORMAT_VERSION, PLAN_KIND, STDIN_PATH
 from tfdeclare.core.plan.desired import DesiredState
@@ -95,8 +96,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
             f"not saving {args.out}: `apply PLANFILE` reads the specs again from the paths of the "
             "plan, and standard input (`-`) cannot be read again; save the spec to a file and plan that"
         )
+    selector = selector_of(args)
+    if selector and args.out:
+        raise UserError(
+            f"not saving {args.out}: a saved plan applies every job of its files, and -l shows only some; "
+            "plan without -l to save one"
+        )
     options = plan_options(settings, args.paths, prune=args.prune, allow_empty=args.allow_empty)
     result, desired = compute_plan(args.paths, settings, options)
+    result = selected_plan(result, selector)  # only ever fewer jobs: never a prune more
     elsewhere.check(settings, result, applying=False)
     print_diagnostics(result.diagnostics, args.output)
     print_backend_warnings(settings, list(desired.jobs.values()))

@@ -28,10 +28,12 @@ from tfdeclare.cli.common import (
     stdout_write,
 )
 from tfdeclare.cli.output import document_text, is_document
+from tfdeclare.cli.selection import selected_names, selector_of
 from tfdeclare.core.enums import Phase
 from tfdeclare.core.plan.problems import Problem
 from tfdeclare.core.run import status
 from tfdeclare.core.run.record import JobRecord
+from tfdeclare.core.spec.selector import Selector
 from tfdeclare.core.tone import PHASE_TONES, Painter, Tone, plain
 from tfdeclare.shell import problems as problems_file
 from tfdeclare.shell.lock import ControllerLock
@@ -260,6 +262,10 @@ def _paged(doc: dict[str, Any], settings: Settings, offset: int, limit: int | No
     return paged
 
 
+def _none_found(selector: Selector) -> str:
+    return f"job matches -l {selector}" if selector else "jobs"
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     if args.refresh:
@@ -281,6 +287,20 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     if (args.tasks is not None or args.tasks_offset) and not args.name:
         raise UserError("--tasks and --tasks-offset list the tasks of one job: name it")
+    selector = selector_of(args)
+    chosen = set(selected_names(store, selector)) if selector else None  # None: every job
+    if args.name and chosen is not None and args.name not in chosen:
+        raise UserError(f"job {args.name} does not match -l {selector}")
+    if args.watch:
+        from tfdeclare.cli import watch_command
+
+        if args.tasks is not None or args.tasks_offset or args.problems or args.refresh:
+            raise UserError("--watch shows rows as they change: not with --tasks, --problems or --refresh")
+        if args.name:
+            return watch_command.watch_one(args, statuses, _status_table)
+        return watch_command.watch_all(
+            args, statuses, lambda: set(selected_names(store, selector)) if selector else None, _status_table
+        )
     problems, as_of = _standing_problems(settings)
     if args.name:
         problems = tuple(p for p in problems if args.name in p.jobs)
@@ -306,7 +326,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         else:
             stdout_write(_status_detail(_paged(documents[0], settings, args.tasks_offset, limit), paint))
     elif is_document(args.output):
-        documents, notes = statuses.shown_documents(store.names(), record_of, time.time())
+        documents, notes = statuses.shown_documents(
+            store.names(), record_of, time.time(), None if chosen is None else sorted(chosen)
+        )
         warn(notes)
         listed: Any = documents
         if args.problems:
@@ -316,13 +338,13 @@ def cmd_status(args: argparse.Namespace) -> int:
             for problem in problems:
                 stderr_line(f"tfdeclare: problem ({problem.kind.value}): {problem.message}")
         if not documents:  # the list stays a list (scripts count it); where it looked, aside
-            stderr_line(f"tfdeclare: no jobs in {_folders_read(args, settings)}")
+            stderr_line(f"tfdeclare: no {_none_found(selector)} in {_folders_read(args, settings)}")
         return EXIT_OK
     else:
-        documents = statuses.summaries()
+        documents = [d for d in statuses.summaries() if chosen is None or d["name"] in chosen]
         shown = {d["name"] for d in documents}
         # a job whose status file could not be written or read is shown from its record
-        missing = [n for n in store.names() if n not in shown]
+        missing = [n for n in (store.names() if chosen is None else sorted(chosen)) if n not in shown]
         if missing:
             extra, notes = statuses.shown_documents((), record_of, time.time(), missing)
             warn(notes)
@@ -332,7 +354,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         if documents:
             stdout_write(_status_table(documents, paint))
         else:
-            stdout_write(f"No jobs in {_folders_read(args, settings)}.\n")
+            stdout_write(f"No {_none_found(selector)} in {_folders_read(args, settings)}.\n")
     if is_document(args.output):
         return EXIT_OK
     if problems:

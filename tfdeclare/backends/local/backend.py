@@ -68,6 +68,7 @@ from tfdeclare.backends.local.config import LocalRuntime
 from tfdeclare.backends.local.docker_driver import DEFAULT_PULL_TIMEOUT_S, DockerDriver
 from tfdeclare.backends.local.docker_runtime import owner_of
 from tfdeclare.backends.local.drivers import Chore, Driver, Seen, TaskFolder, read_log_file
+from tfdeclare.backends.local.logtimes import read_times
 from tfdeclare.backends.local.process_driver import ProcessDriver
 from tfdeclare.backends.local.record import LocalTask, TaskRuntime, read_task, write_task
 from tfdeclare.backends.secrets import SecretUnavailable, read_all
@@ -689,6 +690,15 @@ class LocalBackend:
         if not path.exists():  # a forgotten task's log stays until its job is deleted
             raise BackendError(f"no log for task {task_id}")
         return read_log_file(path, offset, limit, ended=True)
+
+    def read_log_times(self, task_id: str) -> list[tuple[int, float]] | None:
+        """When the task's log grew (``logtimes``): process tasks only; None for a container's
+        or a task started by a release before it."""
+        task_dir = self.tasks_dir / task_id
+        folder = self._folder(task_dir) if task_dir.is_dir() else None
+        if folder is not None:
+            return read_times(folder.task.log_path)
+        return read_times(self.logs_dir / task_id.split(".", 1)[0] / f"{task_id}.log")
 
     def _alive_runtimes(self) -> set[TaskRuntime]:
         """The runtimes of the tasks the last look saw not ended."""

@@ -18,7 +18,8 @@ the task ends, whatever is left of its group is killed too, so no task process o
 The controller passes the descriptor holding the task's machine-wide port reservation
 (``--port-fd``): it is never passed on to the task, and is closed once the task has ended.
 
-It reads the task's record through ``record.py`` (every version a release wrote) and imports
+While the task runs it samples its log's size once a second (``logtimes``: when each line was
+written). It reads the task's record through ``record.py`` (every version a release wrote) and imports
 little else, so it starts fast.
 """
 
@@ -36,6 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tfdeclare.backends.local.logtimes import Sampler
 from tfdeclare.backends.local.record import TASK_FILE, read_task
 from tfdeclare.backends.secrets import SecretUnavailable, read_all
 from tfdeclare.files import write_atomic
@@ -100,6 +102,7 @@ class Supervisor:
         log_path = self.task.log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
         started = time.time()
+        self.times = Sampler(log_path)  # when the log grew: `logs --timestamps`, `--since`
         with open(log_path, "ab", buffering=0) as log, open(os.devnull, "rb") as devnull:
             try:  # the values of secrets are read now, and only kept in the task's environment
                 secrets = read_all(self.task.secrets, os.environ)
@@ -116,6 +119,7 @@ class Supervisor:
             except (OSError, SecretUnavailable) as err:
                 reason = getattr(err, "strerror", None) or err
                 log.write(f"tfdeclare: cannot start {self.task.argv[0]!r}: {reason}\n".encode())
+                self.times.sample(time.time(), time.monotonic(), final=True)
                 self._release_port()
                 write_json(
                     self.task_dir / "exit.json",
@@ -138,6 +142,7 @@ class Supervisor:
             },
         )
         returncode = self._wait(child)
+        self.times.sample(time.time(), time.monotonic(), final=True)
         kill_group(child.pid, signal.SIGKILL)  # stragglers of the task's group
         self._release_port()
         exit_code = returncode if returncode >= 0 else 128 - returncode
@@ -153,6 +158,7 @@ class Supervisor:
             code = child.poll()
             if code is not None:
                 return code
+            self.times.sample(time.time(), time.monotonic())
             asked_at = self._stop_requested()
             if asked_at is not None:
                 if not termed:
