@@ -65,11 +65,8 @@ def test_bash_completes_commands_values_and_job_names(project: Path) -> None:
     assert "tfdeclare completion f => fish ," in lines
 
 
-def test_fish_is_answered_by_the_command_itself(project: Path, tmp_path: Path) -> None:
-    script = cli("completion", "fish", cwd=project)
-    assert script.returncode == 0 and "complete --command tfdeclare" in script.stdout
-    answer = tmp_path / "answer"
-    line = "tfdeclare logs "
+def _fish_offers(project: Path, answer: Path, line: str) -> list[str]:
+    """What the command itself offers fish for ``line`` (argcomplete's protocol)."""
     subprocess.run(
         [sys.executable, "-m", "tfdeclare"],
         cwd=project,
@@ -87,7 +84,15 @@ def test_fish_is_answered_by_the_command_itself(project: Path, tmp_path: Path) -
         timeout=60,
         check=False,
     )
-    offered = [entry.split("\t")[0] for entry in answer.read_text().splitlines()]
+    return [entry.split("\t")[0] for entry in answer.read_text().splitlines()]
+
+
+def test_fish_is_answered_by_the_command_itself(project: Path, tmp_path: Path) -> None:
+    script = cli("completion", "fish", cwd=project)
+    assert script.returncode == 0 and "complete --command tfdeclare" in script.stdout
+    answer = tmp_path / "answer"
+    line = "tfdeclare logs "
+    offered = _fish_offers(project, answer, line)
     assert {"bert", "vit", "--follow"} <= set(offered), offered
 
 
@@ -165,23 +170,6 @@ def test_bash_completes_schema_names_and_explains_field_paths(project: Path) -> 
 def test_fish_is_answered_field_paths_by_the_command_itself(project: Path, tmp_path: Path) -> None:
     answer = tmp_path / "answer"
     line = "tfdeclare explain spec.replicas.worker.resources."
-    subprocess.run(
-        [sys.executable, "-m", "tfdeclare"],
-        cwd=project,
-        env={
-            **os.environ,
-            "_ARGCOMPLETE": "1",
-            "_ARGCOMPLETE_SHELL": "fish",
-            "_ARGCOMPLETE_IFS": "\n",
-            "_ARGCOMPLETE_DFS": "\t",
-            "_ARGCOMPLETE_STDOUT_FILENAME": str(answer),
-            "COMP_LINE": line,
-            "COMP_POINT": str(len(line)),
-        },
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
-    offered = [entry.split("\t")[0] for entry in answer.read_text().splitlines()]
+    offered = _fish_offers(project, answer, line)
     prefix = "spec.replicas.worker.resources."
     assert offered == [prefix + "cpus", prefix + "mem", prefix + "gpus"], offered
