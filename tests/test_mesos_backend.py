@@ -390,7 +390,7 @@ def test_principal_secret_and_roles(cluster: Cluster, monkeypatch: pytest.Monkey
     with pytest.raises(BackendError) as info_:
         refused.observe()
     refused.close()
-    assert "cannot reach the Mesos master" in str(info_.value) and "401" in str(info_.value)
+    assert "refused the framework" in str(info_.value) and "401" in str(info_.value)  # at once
     assert "wrong" not in str(info_.value) and "s3cret" not in str(info_.value)
 
 

@@ -37,6 +37,7 @@ from tfdeclare.backends.mesos import (
     Offer,
     SchedulerClient,
     ServerError,
+    SubscribeRefusedError,
     SubscribeTimeoutError,
     TaskStatus,
     TerminalError,
@@ -363,8 +364,6 @@ def test_basic_auth_on_every_request_and_secret_never_shown(
     monkeypatch.setenv("TFD_TEST_SECRET", secret)
     creds = load_credentials("tfd", secret_env="TFD_TEST_SECRET")
     caplog.set_level(logging.DEBUG)
-    answers = iter([Reply(401, b"", {"WWW-Authenticate": 'Basic realm="mesos-master-scheduler"'})])
-    server.on_subscribe = lambda req: next(answers, None) or server.default_subscribe(req)
     client, _ = make_client(server.url, credentials=creds)
     client.wait_subscribed(5)
     client.revive()
@@ -376,17 +375,26 @@ def test_basic_auth_on_every_request_and_secret_never_shown(
         assert req.headers["authorization"] == f"Basic {encoded}"
     shown = caplog.text + repr(client._config) + str(info.value) + repr(info.value) + repr(client.last_error)
     assert secret not in shown and encoded not in shown
-    assert "401" in caplog.text  # the failed subscribe was logged, without the secret
+    assert "401" in str(info.value)  # the refused call says so, without the secret
 
 
-def test_401_on_subscribe_surfaces_as_auth_error(server: ScriptServer, make_client: Any) -> None:
-    server.on_subscribe = lambda req: Reply(401, b"", {"WWW-Authenticate": 'Basic realm="x"'})
+@pytest.mark.parametrize(("status", "cls"), [(401, AuthenticationError), (403, ForbiddenError)])
+def test_a_refused_subscribe_stops_the_client_at_once(
+    server: ScriptServer, make_client: Any, status: int, cls: type
+) -> None:
+    """401 (credentials refused) and 403 (the principal may not register) never change by
+    asking again: the client stops at once with the typed cause, instead of retrying until
+    the subscribe timeout (issue 33: five retries, then a timeout)."""
+    server.on_subscribe = lambda req: Reply(status, b"denied", {"WWW-Authenticate": 'Basic realm="x"'})
     client, _ = make_client(server.url)
-    with pytest.raises(SubscribeTimeoutError) as info:
-        client.wait_subscribed(0.5)
-    assert isinstance(info.value.last_error, AuthenticationError)
-    assert isinstance(client.last_error, AuthenticationError)
-    with pytest.raises(NotSubscribedError):
+    started = time.monotonic()
+    with pytest.raises(SubscribeRefusedError) as info:
+        client.wait_subscribed(10)
+    assert time.monotonic() - started < 2, "not retried until the timeout"
+    assert isinstance(info.value.cause, cls) and info.value.cause.status == status
+    assert isinstance(client.last_error, cls)
+    assert len([r for r in server.requests if r.type == "SUBSCRIBE"]) == 1, "asked once"
+    with pytest.raises(SubscribeRefusedError):
         client.revive()
 
 

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
         NotSubscribedError,
         RecordIOError,
         ServerError,
+        SubscribeRefusedError,
         SubscribeTimeoutError,
         TerminalError,
     )
@@ -91,6 +92,7 @@ __all__ = [
     "SchedulerClient",
     "Secret",
     "ServerError",
+    "SubscribeRefusedError",
     "SubscribeTimeoutError",
     "TaskStatus",
     "TerminalError",

@@ -37,6 +37,7 @@ from tfdeclare.backends.mesos.errors import (
     ConfigError,
     FrameworkRemovedError,
     MesosError,
+    SubscribeRefusedError,
     SubscribeTimeoutError,
     TerminalError,
 )
@@ -138,6 +139,13 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
                     self._ask(self._framework_removed)
                     self._usable()
                     continue
+                except SubscribeRefusedError as err:  # at once, not after the subscribe timeout
+                    client.stop()
+                    self._forget_client(client)
+                    raise BackendError(
+                        f"the Mesos master at {self.config.master} refused the framework: {err} "
+                        "(check mesos.principal and its secret, and the master's ACLs)"
+                    ) from None
                 except TerminalError as err:
                     client.stop()
                     self._usable()

@@ -36,6 +36,7 @@ from tfdeclare.backends.mesos.errors import (
     MesosError,
     NotSubscribedError,
     ProtocolError,
+    SubscribeRefusedError,
     SubscribeTimeoutError,
     TerminalError,
     TooManyRedirectsError,
@@ -566,6 +567,8 @@ class SchedulerClient:
                     if redirects <= self._config.max_redirects:
                         continue
             except TerminalError as exc:
+                if isinstance(exc, SubscribeRefusedError):
+                    self._failed(exc.cause)
                 self._end_stream(str(exc))
                 self._enter_terminal(exc)
                 return
@@ -603,7 +606,10 @@ class SchedulerClient:
             if resp.status_code == 307:
                 raise _Redirect(resp.headers.get("Location"))
             if resp.status_code != 200:
-                raise error_for_status(resp.status_code, self._read_text(resp), "SUBSCRIBE")
+                error = error_for_status(resp.status_code, self._read_text(resp), "SUBSCRIBE")
+                if resp.status_code in (401, 403):  # an operator must act: never retried
+                    raise SubscribeRefusedError(error)
+                raise error
             stream_id = resp.headers.get("Mesos-Stream-Id")
             if not stream_id:
                 raise ProtocolError("the SUBSCRIBE response has no Mesos-Stream-Id header")

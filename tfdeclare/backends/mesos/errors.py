@@ -65,6 +65,17 @@ class ClientStoppedError(TerminalError):
     """The client was stopped (``stop()`` or ``teardown()``)."""
 
 
+class SubscribeRefusedError(TerminalError):
+    """SUBSCRIBE was answered 401 (the credentials were refused) or 403 (the principal may not
+    register, its ACLs): asking again changes nothing until an operator changes the secret or
+    the master's ACLs, so the client stops at once instead of retrying until the subscribe
+    timeout. ``cause`` is the typed HTTP error (status, the master's text)."""
+
+    def __init__(self, cause: MesosHTTPError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
 class MesosHTTPError(MesosError):
     """The master answered a request with an unexpected HTTP status."""
 

@@ -26,6 +26,7 @@ from tfdeclare.backends.mesos.errors import (
     ClientStoppedError,
     FrameworkFailedOverError,
     FrameworkRemovedError,
+    SubscribeRefusedError,
     TerminalError,
 )
 from tfdeclare.backends.mesos.events import BaseHandler, Offer, TaskStatus
@@ -166,6 +167,14 @@ class SchedulerEvents(BackendState):
             self._old_clients.append(self._client)
             self._client = None
             self._framework_removed()
+        elif isinstance(error, SubscribeRefusedError):
+            # the credentials or ACLs changed under a running client: the next pass connects
+            # again and says why; nothing is fatal, an operator's fix is taken then
+            log.error("the Mesos master refused the framework: %s", error)
+            if self._client is None:
+                return  # still connecting: _connect() says so
+            self._old_clients.append(self._client)
+            self._client = None
         else:
             self._fatal = BackendError(f"the Mesos client stopped: {error}")
         self._changed = True
