@@ -78,7 +78,15 @@ class Daemon:
     def stop(self, sig: int = signal.SIGTERM) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
-        code = self.proc.wait(timeout=30)
+        try:
+            code = self.proc.wait(timeout=45)
+        except subprocess.TimeoutExpired:  # say where it is stuck (the daemon dumps its stacks)
+            self.proc.send_signal(signal.SIGUSR1)
+            time.sleep(1)
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+            self.handle.close()
+            raise AssertionError(f"the daemon did not stop within 45 s:\n{self.text()[-6000:]}") from None
         self.handle.close()
         return code
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import faulthandler
 import json
 import logging
 import os
@@ -234,6 +235,9 @@ def _serve(args: argparse.Namespace, settings: Settings, server: DaemonServer) -
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
+        # `kill -USR1 PID` writes every thread's stack to the daemon's stderr (a stuck pass or
+        # stop can be looked at without stopping it)
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
         daemon.run()
     log.info("stopped")
     return EXIT_OK
