@@ -110,16 +110,24 @@ def test_git_mode_three_commits_are_three_entries_newest_first(cwd: Path, repo: 
     assert len(history(cwd)) == 3
 
 
+def _replace(path: Path, text: str) -> None:
+    staged = path.with_name(f".{path.name}.tmp")
+    staged.write_text(text)
+    staged.rename(path)
+
+
 def test_folder_mode_records_a_change_of_the_files(cwd: Path) -> None:
     (cwd / "specs" / "f-out").mkdir()
     daemon = Daemon(cwd, "--specs", "specs", "--interval", "0.5")
     try:
         wait_until(lambda: "listening on" in daemon.text())
         assert history(cwd) == [], "a folder with nothing in it changed nothing"
-        (cwd / "specs" / "f.yaml").write_text(job("f"))
+        # written whole (a rename), so the daemon never reads one half-written: an empty file
+        # seen mid-write holds its job back (FileHoldsNoJob), a change the history records too
+        _replace(cwd / "specs" / "f.yaml", job("f"))
         wait_until(lambda: len(history(cwd)) == 1)
-        (cwd / "specs" / "f.yaml").write_text(
-            "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: f}\nspec: 3\n"
+        _replace(
+            cwd / "specs" / "f.yaml", "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: f}\nspec: 3\n"
         )
         wait_until(lambda: len(history(cwd)) == 2)
     finally:
