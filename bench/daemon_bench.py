@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from bench.common import CLI_SCRIPT, Result, run, wait_for
@@ -79,7 +80,9 @@ def folder_latency(workdir: Path, runs: int) -> Result:
     return Result("folder mode: file saved → its first task started", "≤ 300 ms", samples, "ms", limit=300)
 
 
-def git_latency(workdir: Path, runs: int, interval: float) -> Result:
+def _git_project(workdir: Path) -> tuple[Path, Path, Path, Callable[..., None]]:
+    """The config, a bare remote and its clone, a folder for the tasks' marks, and ``git`` run
+    in the clone (``cwd`` to run it elsewhere)."""
     (workdir / "tfdeclare.yaml").write_text(CONFIG)
     remote, work, marks = workdir / "remote.git", workdir / "work", workdir / "marks"
     marks.mkdir()
@@ -96,6 +99,11 @@ def git_latency(workdir: Path, runs: int, interval: float) -> Result:
 
     git("init", "-q", "--bare", "--initial-branch=main", str(remote), cwd=workdir)
     git("clone", "-q", str(remote), str(work), cwd=workdir)
+    return remote, work, marks, git
+
+
+def git_latency(workdir: Path, runs: int, interval: float) -> Result:
+    remote, work, marks, git = _git_project(workdir)
     (work / "anchor.yaml").write_text(_job("anchor", "[sleep, '600']"))
     git("add", "-A")
     git("commit", "-q", "-m", "anchor")
@@ -130,25 +138,11 @@ def git_sync_latency(workdir: Path, runs: int) -> Result:
     """A commit that changes a running job's command (a restart), pushed and announced by
     ``POST /sync`` (a git host's webhook), → the first task of its new attempt started. The
     resync interval is long (60 s): only the request brings the commit in."""
-    (workdir / "tfdeclare.yaml").write_text(CONFIG)
-    remote, work, marks = workdir / "remote.git", workdir / "work", workdir / "marks"
-    marks.mkdir()
-    env = {
-        **os.environ,
-        "GIT_AUTHOR_NAME": "b",
-        "GIT_AUTHOR_EMAIL": "b@example.com",
-        "GIT_COMMITTER_NAME": "b",
-        "GIT_COMMITTER_EMAIL": "b@example.com",
-    }
-
-    def git(*args: str, cwd: Path = work) -> None:
-        subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, env=env)
+    remote, work, marks, git = _git_project(workdir)
 
     def spec(i: int) -> str:
         return _job("restarted", f"[sh, -c, 'echo up > {marks}/{i}; exec sleep 600']")
 
-    git("init", "-q", "--bare", "--initial-branch=main", str(remote), cwd=workdir)
-    git("clone", "-q", str(remote), str(work), cwd=workdir)
     (work / "restarted.yaml").write_text(spec(0))
     git("add", "-A")
     git("commit", "-q", "-m", "first")
