@@ -5,7 +5,9 @@
 It writes ``$OUT/<role>-<index>.<attempt>.json`` with its argv, TF_CONFIG, pid and the
 TFDECLARE_* variables, then per MODE: ``serve`` sleeps until stopped; ``exit=N`` exits N;
 ``fail-once`` exits 1 on its first attempt and 0 later; ``wait=N`` waits until N records
-exist (the whole cluster is up) and exits 0; ``sleep=S`` sleeps S seconds and exits 0;
+exist (the whole cluster is up) and exits 0; ``sleep=S`` sleeps S seconds and exits 0; ``until=NAME`` waits until ``$OUT/NAME`` exists (the
+test's go-ahead, so that a loaded machine cannot end the task before the test has looked) and
+exits 0;
 ``term`` serves until SIGTERM, then writes ``$OUT/<role>-<index>.<attempt>.term`` (what a
 checkpoint on a graceful stop would be) and exits 0.
 """
@@ -57,6 +59,10 @@ def main() -> int:
     if mode.startswith("wait="):
         want = int(mode.split("=", 1)[1])
         while len(list(out.glob(f"*.{attempt}.json"))) < want:
+            time.sleep(0.05)
+        return 0
+    if mode.startswith("until="):
+        while not (out / mode.split("=", 1)[1]).exists():
             time.sleep(0.05)
         return 0
     if mode.startswith("sleep="):

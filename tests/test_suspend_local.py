@@ -138,7 +138,7 @@ def test_a_high_priority_job_preempts_a_low_one_which_resumes_when_it_is_done(pr
     low_pids = [int(r["pid"]) for r in outputs(project, "low").values()]  # type: ignore[call-overload]
 
     (project / "specs" / "high.yaml").write_text(
-        job("high", 1, "sleep=4", cpus=0.6, extra="  priority: 10\n")
+        job("high", 1, "until=go", cpus=0.6, extra="  priority: 10\n")
     )
     applied = cli("apply", "specs", cwd=project)
     assert applied.returncode == 0, applied.stdout + applied.stderr
@@ -153,6 +153,7 @@ def test_a_high_priority_job_preempts_a_low_one_which_resumes_when_it_is_done(pr
     assert not pids_alive(low_pids)
     assert terms(project, "low") == {"worker-0.0", "worker-1.0"}, "the victim's tasks got SIGTERM"
     assert refreshed(project, "low")["phase"] == "Suspended", "it waits while the high job runs"
+    (project / "specs" / "out" / "high" / "go").touch()  # the high job may finish now
 
     wait_until(lambda: refreshed(project, "high")["phase"] == "Succeeded", timeout=40)
     wait_until(lambda: refreshed(project, "low")["phase"] == "Running" and len(outputs(project, "low")) == 4)
