@@ -8,7 +8,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-mesos test lint typecheck layers unit chaos fuzz bench bench-git-sync bench-sched bench-docker bench-pulls bench-bigjob bench-placement bench-alongside bench-mesos-alongside bench-limits images clean venv real-mesos real-mesos-tests
+.PHONY: demo demo-mesos test lint typecheck layers reference unit chaos fuzz bench bench-git-sync bench-sched bench-docker bench-pulls bench-bigjob bench-placement bench-alongside bench-mesos-alongside bench-limits images clean venv real-mesos real-mesos-tests
 
 venv: $(STAMP)
 
@@ -56,6 +56,11 @@ typecheck: $(STAMP)
 
 layers: $(STAMP)
 	$(VENV)/bin/lint-imports
+
+# Rewrites the generated parts of docs/reference.md (commands from the parser, fields from the
+# schemas); tests/test_reference.py fails while the page and the code disagree.
+reference: $(STAMP)
+	$(PY) -m tfdeclare.cli.reference
 
 # Both run the tests on TEST_WORKERS processes (pytest-xdist; much of a test's time is waiting
 # on sockets, timers and processes, so more workers than cores pays: docs/benchmarks.md, issue

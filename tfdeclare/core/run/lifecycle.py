@@ -2,7 +2,7 @@
 
 Pure and clock-free (``now`` is an argument), so every timing rule is tested without sleeping.
 Each call looks at everything afresh; nothing depends on what the previous call decided
-except what it wrote into the record. The rules (contract §5):
+except what it wrote into the record. The rules (docs/reference.md#job-semantics):
 
 - A task's identity is its *config hash* (``clusterspec``): alive tasks whose hash is not the
   desired one are stale and stopped; desired slots without a current task are launched
