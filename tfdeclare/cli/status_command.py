@@ -266,7 +266,7 @@ def _none_found(selector: Selector) -> str:
     return f"job matches -l {selector}" if selector else "jobs"
 
 
-def cmd_status(args: argparse.Namespace) -> int:
+def cmd_status(args: argparse.Namespace) -> int:  # noqa: C901 - every option of status
     settings = settings_from(args)
     if args.refresh:
         _refresh(settings)

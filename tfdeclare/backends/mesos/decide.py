@@ -194,7 +194,9 @@ def head(policy: Policy) -> tuple[str, Waiting] | None:
 # ---- the reducer --------------------------------------------------------------------------------------
 
 
-def on_event(policy: Policy, event: Event, now: float) -> tuple[Policy, list[Call]]:
+def on_event(  # noqa: C901 - one case per event type
+    policy: Policy, event: Event, now: float
+) -> tuple[Policy, list[Call]]:
     """Fold one event into the policy; the calls to make, in order."""
     calls: list[Call] = []
     match event:

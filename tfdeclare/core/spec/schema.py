@@ -156,7 +156,9 @@ def _node(document: Mapping[str, Any], schema_path: list[str | int]) -> Any:
     return node
 
 
-def _render(error: ValidationError, document: Mapping[str, Any]) -> list[SchemaError]:
+def _render(  # noqa: C901 - one rule per error kind
+    error: ValidationError, document: Mapping[str, Any]
+) -> list[SchemaError]:
     from jsonschema_rs import ValidationErrorKind as Kind
 
     path: JsonPath = tuple(error.instance_path)
