@@ -9,7 +9,7 @@ the wiring against the emulator.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 
 import pytest
 
@@ -74,16 +74,17 @@ class Run:
 
     def __init__(self, **settings: float) -> None:
         values = {"offer_hold_s": 1.0, **settings}  # the rest as MesosConfig's defaults
-        self.policy = Policy(Settings(roles=ROLES, **values))  # type: ignore[arg-type]
+        config = MesosConfig(roles=ROLES, **values)  # type: ignore[arg-type]
+        self.policy = Policy(Settings.from_config(config))
         self.pool = Pool()
         self.decided: list[Call] = []
 
     def event(self, event: msg.Event, now: float) -> list[Call]:
-        _, calls = decide.on_event(self.policy, event, now)
+        calls = decide.on_event(self.policy, event, now)
         return self._answer(calls, now)
 
     def tick(self, now: float) -> list[Call]:
-        _, calls = decide.on_tick(self.policy, now, self.pool)
+        calls = decide.on_tick(self.policy, now, self.pool)
         for call in calls:
             if isinstance(call, Decline):  # the loop removes what it declines from the pool
                 for offer_id in call.offer_ids:
@@ -168,14 +169,14 @@ def test_one_interest_call_at_a_time_and_a_new_job_is_decided_after_the_answer()
     run.tick(1.0)  # declined with a filter: our filter may hide agents from us
     assert run.policy.filtered
     decide.on_event(run.policy, msg.PlaceAsked(gang("a")), 2.0)
-    _, calls = decide.on_event(run.policy, msg.NotPlacedYet("a", True, False), 2.0)
+    calls = decide.on_event(run.policy, msg.NotPlacedYet("a", True, False), 2.0)
     assert calls == [Revive(ROLES)] and run.policy.interest_out is Interest.REVIVE
     # Another new job while that REVIVE is out: nothing is sent now, it is decided after.
     decide.on_event(run.policy, msg.PlaceAsked(gang("b")), 2.1)
-    _, calls = decide.on_event(run.policy, msg.NotPlacedYet("b", True, False), 2.1)
+    calls = decide.on_event(run.policy, msg.NotPlacedYet("b", True, False), 2.1)
     assert calls == [] and run.policy.revive_now_asked
     assert offers_coming(run.policy)
-    _, calls = decide.on_event(run.policy, msg.InterestAnswered(True, False), 2.2)
+    calls = decide.on_event(run.policy, msg.InterestAnswered(True, False), 2.2)
     assert calls == [], "the REVIVE that was out cleared the filters: no second one within 1 s"
     assert (run.policy.filtered, run.policy.suppressed) == (False, False)
 
@@ -189,9 +190,9 @@ def test_a_refused_revive_is_decided_again_on_the_next_tick() -> None:
     run.subscribe()
     run.tick(0.1)
     decide.on_event(run.policy, msg.PlaceAsked(gang("a")), 1.0)
-    _, calls = decide.on_event(run.policy, msg.NotPlacedYet("a", True, False), 1.0)
+    calls = decide.on_event(run.policy, msg.NotPlacedYet("a", True, False), 1.0)
     assert calls == [Revive(ROLES)]
-    _, calls = decide.on_event(run.policy, msg.InterestAnswered(False, False), 1.1)
+    calls = decide.on_event(run.policy, msg.InterestAnswered(False, False), 1.1)
     assert calls == [] and run.policy.suppressed, "the master did not take it: still suppressed"
     assert kinds(run.tick(1.2), Revive) == [Revive(ROLES)]
 
@@ -390,11 +391,11 @@ def test_the_agents_are_asked_on_subscribe_while_jobs_wait_and_when_an_unlisted_
 
 def test_an_unlisted_agent_is_asked_about_every_30_s_while_the_master_refuses_the_list() -> None:
     run = Run()
-    assert decide.on_event(run.policy, msg.Subscribed(), 0.0)[1] == [RefreshAgents()]
+    assert decide.on_event(run.policy, msg.Subscribed(), 0.0) == [RefreshAgents()]
     decide.on_event(run.policy, msg.AgentsAnswered(False), 0.1)
-    assert not decide.on_event(run.policy, msg.OffersReceived(unlisted=True), 5.0)[1]
-    assert decide.on_event(run.policy, msg.OffersReceived(unlisted=True), 30.0)[1] == [RefreshAgents()]
-    assert not decide.on_event(run.policy, msg.OffersReceived(unlisted=True), 31.0)[1], "one ask out"
+    assert not decide.on_event(run.policy, msg.OffersReceived(unlisted=True), 5.0)
+    assert decide.on_event(run.policy, msg.OffersReceived(unlisted=True), 30.0) == [RefreshAgents()]
+    assert not decide.on_event(run.policy, msg.OffersReceived(unlisted=True), 31.0), "one ask out"
 
 
 def test_an_unschedulable_job_asks_for_the_agents_again_at_most_every_3_s() -> None:
@@ -427,17 +428,23 @@ def test_a_removed_framework_leaves_nothing_to_kill_or_fence() -> None:
     assert not [c for t in range(3, 100) for c in kinds(run.tick(float(t)), Kill, WakeWatchers)]
 
 
-def test_the_settings_default_to_the_configs_defaults() -> None:
-    config = MesosConfig(master="http://127.0.0.1:5050")
-    settings = Settings()
-    for name in (
-        "roles",
-        "revive_interval_s",
-        "reconcile_interval_s",
-        "refuse_s",
-        "fencing_timeout_s",
-        "offer_hold_s",
-        "fifo_backfill_s",
-        "head_of_line_hold_s",
-    ):
-        assert getattr(settings, name) == getattr(config, name), name
+def test_the_settings_are_the_configs_with_no_defaults_of_their_own() -> None:
+    """``decide.Settings`` repeats no default: every field comes from a ``MesosConfig``."""
+    assert all(f.default is MISSING and f.default_factory is MISSING for f in fields(Settings))
+    config = MesosConfig(
+        roles=("gpu", "*"),
+        revive_interval_s=7.0,
+        reconcile_interval_s=11.0,
+        refuse_s=13.0,
+        fencing_timeout_s=17.0,
+        offer_hold_s=19.0,
+        fifo_backfill_s=23.0,
+        head_of_line_hold_s=29.0,
+        cpu_tasks_on_gpu_agents=True,
+    )
+    settings = Settings.from_config(config)
+    for field_ in fields(Settings):
+        if field_.name != "options":
+            assert getattr(settings, field_.name) == getattr(config, field_.name), field_.name
+    assert settings.options.cpu_tasks_on_gpu_agents is True
+    assert Settings.from_config(MesosConfig()).options.cpu_tasks_on_gpu_agents is False

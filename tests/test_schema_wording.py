@@ -443,3 +443,14 @@ def test_errors_are_worded_as_before_and_validity_agrees_with_jsonschema(
         assert sorted(said) == sorted(expected), value
         assert (not said) == reference.is_valid(value), value
     assert {not errors for _, errors in table} == {True, False} or name == "true schema"
+
+
+def test_every_worded_kind_is_one_of_the_validators_kinds() -> None:
+    """The wording rules are keyed by the class names of jsonschema-rs's error kinds: a name
+    the library no longer has would leave its errors in the library's words, unnoticed."""
+    import jsonschema_rs
+
+    from tfdeclare.core.spec.schema import _WORDING
+
+    kinds = {name for name in dir(jsonschema_rs.ValidationErrorKind) if not name.startswith("_")}
+    assert set(_WORDING) <= kinds, sorted(set(_WORDING) - kinds)

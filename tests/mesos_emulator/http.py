@@ -141,7 +141,7 @@ class MasterEndpoints:
         self.cluster.record_call(request, call, response)
         return response
 
-    def _pipeline(
+    def _pipeline(  # noqa: C901 - the master's request pipeline, one check after another in its order
         self, request: Request, start_stream: StreamStarter
     ) -> tuple[Response | EventStream, dict[str, Any] | None]:
         cluster = self.cluster

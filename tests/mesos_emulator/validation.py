@@ -445,7 +445,9 @@ class TaskContext:
     framework_id: str
 
 
-def validate_task(task: dict[str, Any], ctx: TaskContext) -> tuple[str | None, TaskResources]:
+def validate_task(  # noqa: C901 - mirrors the master's validation::task::validate, check by check
+    task: dict[str, Any], ctx: TaskContext
+) -> tuple[str | None, TaskResources]:
     """``validation::task::validate`` for one TaskInfo of a LAUNCH."""
     resources = TaskResources()
     task_id = task["task_id"]["value"]

@@ -1,7 +1,7 @@
 """What every command shares: errors and exit codes, settings from config + options, output.
 
-Exit codes (contract §3): 0 success, 1 user or environment error, 2 plan has changes (with
-``--detailed-exitcode``), 3 internal error, 130 interrupted.
+Exit codes (docs/reference.md#exit-codes): 0 success, 1 user or environment error, 2 plan has
+changes (with ``--detailed-exitcode``), 3 internal error, 130 interrupted.
 """
 
 from __future__ import annotations

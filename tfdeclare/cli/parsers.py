@@ -22,8 +22,8 @@ EXIT_USAGE = 1  # as Terraform: 2 would read as "the plan has changes" under --d
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with usage errors exiting 1, not 2 (exit codes: contract §3); no prefixes of
-    options (``--detailed`` is an error, not ``--detailed-exitcode``: a later option that
+    """argparse with usage errors exiting 1, not 2 (docs/reference.md#exit-codes); no prefixes
+    of options (``--detailed`` is an error, not ``--detailed-exitcode``: a later option that
     shares the prefix would change what a script means); a mistyped command or choice gets
     "did you mean" (argparse's own ``suggest_on_error`` comes with Python 3.14)."""
 
@@ -156,6 +156,8 @@ def at_least_one(text: str) -> int:
     return value
 
 
+PATHS_HELP = "spec files or folders (every *.yaml/*.yml below); - reads standard input"
+OUTPUT_HELP = "how to print the result: text for people, json or yaml for programs"
 SELECTOR_HELP = (
     "only the jobs whose metadata.labels match: KEY=VALUE, KEY!=VALUE, KEY (has it), !KEY (has it "
     "not); comma-separated or repeated, every term must match"
@@ -177,8 +179,8 @@ def _specs_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         description="Check spec files (recursive *.yaml/*.yml under folders). Diagnostics are "
         "PATH:LINE:COL: error: MESSAGE (at $.json.path).",
     )
-    validate.add_argument("paths", nargs="+", metavar="PATH")
-    validate.add_argument("-o", "--output", choices=OUTPUT_FORMATS, default="text")
+    validate.add_argument("paths", nargs="+", metavar="PATH", help=PATHS_HELP)
+    validate.add_argument("-o", "--output", choices=OUTPUT_FORMATS, default="text", help=OUTPUT_HELP)
     validate.set_defaults(handler="tfdeclare.cli.validate_command:cmd_validate")
 
     plan_parser = sub.add_parser(
@@ -188,8 +190,14 @@ def _specs_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         description="Compare the spec files with what is applied and show each job's action "
         "(+ create, ~ update in place, ± resize, -/+ restart, - delete) with its reasons.",
     )
-    plan_parser.add_argument("paths", nargs="+", metavar="PATH")
-    plan_parser.add_argument("-o", "--output", choices=(*OUTPUT_FORMATS, "markdown"), default="text")
+    plan_parser.add_argument("paths", nargs="+", metavar="PATH", help=PATHS_HELP)
+    plan_parser.add_argument(
+        "-o",
+        "--output",
+        choices=(*OUTPUT_FORMATS, "markdown"),
+        default="text",
+        help="how to print the plan (markdown: for a pull request's comment)",
+    )
     plan_parser.add_argument("--out", metavar="PLANFILE", help="save the plan for `tfdeclare apply PLANFILE`")
     plan_parser.add_argument(
         "--detailed-exitcode", action="store_true", help="exit 2 when the plan has changes (0 none, 1 error)"
@@ -211,7 +219,7 @@ def _specs_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     plan_parser.set_defaults(handler="tfdeclare.cli.specs_commands:cmd_plan")
 
     schema = sub.add_parser("schema", help="print a JSON Schema: job (default), status or config")
-    schema.add_argument("name", nargs="?", default="job", choices=SCHEMA_NAMES)
+    schema.add_argument("name", nargs="?", default="job", choices=SCHEMA_NAMES, help="which schema")
     schema.set_defaults(handler="tfdeclare.cli.specs_commands:cmd_schema")
 
     explain = sub.add_parser(
@@ -223,16 +231,16 @@ def _specs_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         "as diagnostics print it ($.spec.volumes[0].hostPath); none: the top. A list's items and a "
         "map's values are looked through: spec.volumes.hostPath, metadata.labels.team.",
     )
-    explain.add_argument("field", nargs="?", default="", metavar="FIELD")
+    explain.add_argument("field", nargs="?", default="", metavar="FIELD", help="the field (none: the top)")
     explain.add_argument(
         "--schema", choices=SCHEMA_NAMES, default="job", help="the schema: job (default), status or config"
     )
     explain.add_argument("--recursive", action="store_true", help="list every field below, as a tree")
-    explain.add_argument("-o", "--output", choices=OUTPUT_FORMATS, default="text")
+    explain.add_argument("-o", "--output", choices=OUTPUT_FORMATS, default="text", help=OUTPUT_HELP)
     explain.set_defaults(handler="tfdeclare.cli.explain_command:cmd_explain")
 
     version = sub.add_parser("version", help="print the version (also --version)")
-    version.add_argument("-o", "--output", choices=OUTPUT_FORMATS, default="text")
+    version.add_argument("-o", "--output", choices=OUTPUT_FORMATS, default="text", help=OUTPUT_HELP)
     version.set_defaults(handler="tfdeclare.cli.specs_commands:cmd_version")
     convert = sub.add_parser(
         "convert",
@@ -243,7 +251,7 @@ def _specs_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         "warning (and a comment atop the converted document). A manifest the config's policy or the "
         "backend refuses is an error, as in validate. Example: tfdeclare convert tfjob.yaml",
     )
-    convert.add_argument("files", nargs="+", metavar="FILE")
+    convert.add_argument("files", nargs="+", metavar="FILE", help="Kubeflow TFJob manifests")
     convert.add_argument(
         "-w", "--write", action="store_true", help="rewrite each file in place instead of printing"
     )
@@ -259,7 +267,9 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         "they match the files. Given a PLANFILE from `plan --out`, apply exactly that plan, or refuse it "
         "if stale.",
     )
-    apply.add_argument("paths", nargs="+", metavar="PATH|PLANFILE")
+    apply.add_argument(
+        "paths", nargs="+", metavar="PATH|PLANFILE", help=f"{PATHS_HELP}; or one plan file of `plan --out`"
+    )
     apply.add_argument("--wait", action="store_true", help="wait until every job has Succeeded or Failed")
     apply.add_argument(
         "--timeout", type=float, metavar="SECONDS", help="give up waiting after this long (exit 1)"
@@ -286,8 +296,10 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         "anything. The daemon, apply and delete keep the files current; --refresh runs one "
         "reconcile pass first (it takes the lock, so not while a daemon runs).",
     )
-    status_parser.add_argument("name", nargs="?", metavar="NAME", type=job_name)
-    status_parser.add_argument("-o", "--output", choices=OUTPUT_FORMATS, default="text")
+    status_parser.add_argument(
+        "name", nargs="?", metavar="NAME", type=job_name, help="one job (none: every job)"
+    )
+    status_parser.add_argument("-o", "--output", choices=OUTPUT_FORMATS, default="text", help=OUTPUT_HELP)
     status_parser.add_argument(
         "--refresh", action="store_true", help="reconcile once first: adopt tasks, notice ended ones"
     )
@@ -334,8 +346,10 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         "and the jobs changed. With JOB, only the entries that touched it and the attempt each "
         "started. Read-only: never takes the lock. To roll back, `git revert` the commit and push.",
     )
-    history.add_argument("job", nargs="?", metavar="JOB", type=job_name)
-    history.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
+    history.add_argument(
+        "job", nargs="?", metavar="JOB", type=job_name, help="only the entries that touched it"
+    )
+    history.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text", help=OUTPUT_HELP)
     history.add_argument("--limit", type=at_least_one, metavar="N", help="only the newest N entries")
     history.set_defaults(handler="tfdeclare.cli.history_command:cmd_history")
 
@@ -348,7 +362,9 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         "that start later included. Python tasks run unbuffered (PYTHONUNBUFFERED=1 unless the spec "
         "sets it), so lines appear as they are printed.",
     )
-    logs.add_argument("name", nargs="?", metavar="NAME", type=job_name)
+    logs.add_argument(
+        "name", nargs="?", metavar="NAME", type=job_name, help="the job (or -l: the jobs it selects)"
+    )
     _selector(logs)
     logs.add_argument(
         "--task",
@@ -392,7 +408,7 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     logs.set_defaults(handler="tfdeclare.cli.logs_command:cmd_logs")
 
     delete = sub.add_parser("delete", parents=[common], help="stop jobs and forget them")
-    delete.add_argument("names", nargs="*", metavar="NAME", type=job_name)
+    delete.add_argument("names", nargs="*", metavar="NAME", type=job_name, help="the jobs to delete")
     delete.add_argument("--all", action="store_true", help="every job in the state folder")
     _selector(delete)
     delete.add_argument(
@@ -419,7 +435,7 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         "task). Takes the controller lock: stop the daemon first.",
     )
     gc.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
-    gc.add_argument("-o", "--output", choices=OUTPUT_FORMATS, default="text")
+    gc.add_argument("-o", "--output", choices=OUTPUT_FORMATS, default="text", help=OUTPUT_HELP)
     gc.set_defaults(handler="tfdeclare.cli.gc_command:cmd_gc")
 
 
@@ -432,7 +448,7 @@ def _completion_command(sub: Any) -> None:
         "completion zsh)` in ~/.zshrc after compinit; fish `tfdeclare completion fish | source` in "
         "~/.config/fish/config.fish. Commands, options, their values and job names complete.",
     )
-    completion.add_argument("shell", choices=("bash", "zsh", "fish"))
+    completion.add_argument("shell", choices=("bash", "zsh", "fish"), help="the shell")
     completion.set_defaults(handler="tfdeclare.cli.completion:cmd_completion")
 
 

@@ -13,6 +13,8 @@ import argparse
 import calendar
 import sys
 import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -266,25 +268,39 @@ def _none_found(selector: Selector) -> str:
     return f"job matches -l {selector}" if selector else "jobs"
 
 
+@dataclass(slots=True)
+class _Reading:
+    """What ``status`` reads: the status files and, for a job without a readable one, its
+    record (read-only: never the lock). What could not be read is said on stderr."""
+
+    settings: Settings
+    statuses: StatusWriter
+    store: StateStore
+    unreadable: list[str] = field(default_factory=list)
+
+    def record_of(self, name: str) -> JobRecord | None:  # only for a job without a readable status file
+        try:
+            return self.store.load(name)
+        except StateError as err:
+            self.unreadable.append(f"{name}: its record cannot be read either: {err}")
+            return None
+
+    def documents(self, names: Iterable[str], only: list[str] | None) -> list[dict[str, Any]]:
+        """The status documents of ``names`` (or of ``only``), warning of what is unreadable."""
+        found, notes = self.statuses.shown_documents(names, self.record_of, time.time(), only)
+        for note in [*notes, *self.unreadable]:
+            stderr_line(f"tfdeclare: warning: {note}")
+        return found
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     if args.refresh:
         _refresh(settings)
-    statuses = StatusWriter(settings.status_dir, index=settings.state_dir / STATUS_INDEX)
     store = StateStore(settings.state_dir)  # read-only: never the lock
-    unreadable: list[str] = []
-
-    def record_of(name: str) -> JobRecord | None:  # only for a job without a readable status file
-        try:
-            return store.load(name)
-        except StateError as err:
-            unreadable.append(f"{name}: its record cannot be read either: {err}")
-            return None
-
-    def warn(notes: list[str]) -> None:  # what could not be read is said, on stderr
-        for note in [*notes, *unreadable]:
-            stderr_line(f"tfdeclare: warning: {note}")
-
+    reading = _Reading(
+        settings, StatusWriter(settings.status_dir, index=settings.state_dir / STATUS_INDEX), store
+    )
     if (args.tasks is not None or args.tasks_offset) and not args.name:
         raise UserError("--tasks and --tasks-offset list the tasks of one job: name it")
     selector = selector_of(args)
@@ -292,69 +308,17 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.name and chosen is not None and args.name not in chosen:
         raise UserError(f"job {args.name} does not match -l {selector}")
     if args.watch:
-        from tfdeclare.cli import watch_command
-
-        if args.tasks is not None or args.tasks_offset or args.problems or args.refresh:
-            raise UserError("--watch shows rows as they change: not with --tasks, --problems or --refresh")
-        if args.name:
-            return watch_command.watch_one(args, statuses, _status_table)
-        return watch_command.watch_all(
-            args, statuses, lambda: set(selected_names(store, selector)) if selector else None, _status_table
-        )
+        return _watch(args, reading, selector)
     problems, as_of = _standing_problems(settings)
+    paint = terminal.painter(sys.stdout)
     if args.name:
         problems = tuple(p for p in problems if args.name in p.jobs)
-    paint = terminal.painter(sys.stdout)
-    documents: list[dict[str, Any]] = []
-    if args.name:
-        found, notes = statuses.shown_documents((), record_of, time.time(), [args.name])
-        warn(notes)
-        if not found:
-            raise UserError(f"no job named {args.name!r} in {_folders_read(args, settings)}")
-        documents = found
-        told = args.tasks is not None or args.tasks_offset > 0
-        limit = None if args.tasks == -1 else DETAIL_TASKS if args.tasks is None else args.tasks  # -1: all
-        if is_document(args.output):
-            document = documents[0]  # the status file as it is, unless a page of tasks is asked for
-            if told:
-                document = _paged(
-                    document, settings, args.tasks_offset, None if args.tasks in (None, -1) else args.tasks
-                )
-            if args.problems:
-                document = {**document, "problems": [p.to_json() for p in problems]}
-            stdout_write(document_text(document, args.output))
-        else:
-            stdout_write(_status_detail(_paged(documents[0], settings, args.tasks_offset, limit), paint))
+        documents = _show_one(args, reading, problems, paint)
     elif is_document(args.output):
-        documents, notes = statuses.shown_documents(
-            store.names(), record_of, time.time(), None if chosen is None else sorted(chosen)
-        )
-        warn(notes)
-        listed: Any = documents
-        if args.problems:
-            listed = {"jobs": documents, "problems": [p.to_json() for p in problems]}
-        stdout_write(document_text(listed, args.output))
-        if not args.problems:  # the list (or document) scripts read, as before: the problems go to stderr
-            for problem in problems:
-                stderr_line(f"tfdeclare: problem ({problem.kind.value}): {problem.message}")
-        if not documents:  # the list stays a list (scripts count it); where it looked, aside
-            stderr_line(f"tfdeclare: no {_none_found(selector)} in {_folders_read(args, settings)}")
+        _print_documents(args, reading, chosen, selector, problems)
         return EXIT_OK
     else:
-        documents = [d for d in statuses.summaries() if chosen is None or d["name"] in chosen]
-        shown = {d["name"] for d in documents}
-        # a job whose status file could not be written or read is shown from its record
-        missing = [n for n in (store.names() if chosen is None else sorted(chosen)) if n not in shown]
-        if missing:
-            extra, notes = statuses.shown_documents((), record_of, time.time(), missing)
-            warn(notes)
-            documents = sorted(
-                [*documents, *(status.summary(d) for d in extra)], key=lambda d: str(d["name"])
-            )
-        if documents:
-            stdout_write(_status_table(documents, paint))
-        else:
-            stdout_write(f"No {_none_found(selector)} in {_folders_read(args, settings)}.\n")
+        documents = _show_table(args, reading, chosen, selector, paint)
     if is_document(args.output):
         return EXIT_OK
     if problems:
@@ -362,3 +326,84 @@ def cmd_status(args: argparse.Namespace) -> int:
     if documents:
         stderr_line(f"({_freshness(settings)})")
     return EXIT_OK
+
+
+def _watch(args: argparse.Namespace, reading: _Reading, selector: Selector) -> int:
+    """``status --watch``: a row per change, of one job or of every (selected) one."""
+    from tfdeclare.cli import watch_command
+
+    if args.tasks is not None or args.tasks_offset or args.problems or args.refresh:
+        raise UserError("--watch shows rows as they change: not with --tasks, --problems or --refresh")
+    if args.name:
+        return watch_command.watch_one(args, reading.statuses, _status_table)
+    store = reading.store
+    return watch_command.watch_all(
+        args,
+        reading.statuses,
+        lambda: set(selected_names(store, selector)) if selector else None,
+        _status_table,
+    )
+
+
+def _show_one(
+    args: argparse.Namespace, reading: _Reading, problems: Sequence[Problem], paint: Painter
+) -> list[dict[str, Any]]:
+    """``status NAME``: its status file as it is (or a page of its tasks) for ``-o json|yaml``,
+    else its detail with the first ``--tasks`` of its tasks."""
+    settings = reading.settings
+    documents = reading.documents((), [args.name])
+    if not documents:
+        raise UserError(f"no job named {args.name!r} in {_folders_read(args, settings)}")
+    if not is_document(args.output):
+        limit = None if args.tasks == -1 else DETAIL_TASKS if args.tasks is None else args.tasks  # -1: all
+        stdout_write(_status_detail(_paged(documents[0], settings, args.tasks_offset, limit), paint))
+        return documents
+    document = documents[0]  # the status file as it is, unless a page of tasks is asked for
+    if args.tasks is not None or args.tasks_offset > 0:
+        document = _paged(
+            document, settings, args.tasks_offset, None if args.tasks in (None, -1) else args.tasks
+        )
+    if args.problems:
+        document = {**document, "problems": [p.to_json() for p in problems]}
+    stdout_write(document_text(document, args.output))
+    return documents
+
+
+def _print_documents(
+    args: argparse.Namespace,
+    reading: _Reading,
+    chosen: set[str] | None,
+    selector: Selector,
+    problems: Sequence[Problem],
+) -> None:
+    """``status -o json|yaml``: the list of every (selected) job's document; with
+    ``--problems`` an object holding it and the standing problems, else those on stderr."""
+    documents = reading.documents(reading.store.names(), None if chosen is None else sorted(chosen))
+    listed: Any = documents
+    if args.problems:
+        listed = {"jobs": documents, "problems": [p.to_json() for p in problems]}
+    stdout_write(document_text(listed, args.output))
+    if not args.problems:  # the list (or document) scripts read, as before: the problems go to stderr
+        for problem in problems:
+            stderr_line(f"tfdeclare: problem ({problem.kind.value}): {problem.message}")
+    if not documents:  # the list stays a list (scripts count it); where it looked, aside
+        stderr_line(f"tfdeclare: no {_none_found(selector)} in {_folders_read(args, reading.settings)}")
+
+
+def _show_table(
+    args: argparse.Namespace, reading: _Reading, chosen: set[str] | None, selector: Selector, paint: Painter
+) -> list[dict[str, Any]]:
+    """``status``: a row per (selected) job, from the status index; a job whose status file
+    could not be written or read is shown from its record."""
+    documents = [d for d in reading.statuses.summaries() if chosen is None or d["name"] in chosen]
+    shown = {d["name"] for d in documents}
+    names = reading.store.names() if chosen is None else sorted(chosen)
+    missing = [n for n in names if n not in shown]
+    if missing:
+        extra = reading.documents((), missing)
+        documents = sorted([*documents, *(status.summary(d) for d in extra)], key=lambda d: str(d["name"]))
+    if documents:
+        stdout_write(_status_table(documents, paint))
+    else:
+        stdout_write(f"No {_none_found(selector)} in {_folders_read(args, reading.settings)}.\n")
+    return documents

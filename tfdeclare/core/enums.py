@@ -106,7 +106,7 @@ class SecretSource(StrEnum):
 
 
 class Phase(StrEnum):
-    """A job's phase in its status file (contract §6)."""
+    """A job's phase in its status file (docs/reference.md#status-files)."""
 
     PENDING = "Pending"
     RUNNING = "Running"

@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from enum import StrEnum
 from itertools import cycle
-from typing import Any
+from typing import Any, assert_never
 
 import markupsafe
 
@@ -64,7 +64,7 @@ def condition_tone(kind: object, status: object, phase: object) -> str:
     if status not in ("True", "False"):
         return Look.NEUTRAL.value
     true = status == "True"
-    match kind:
+    match _condition_type(kind):
         case ConditionType.READY:
             if true:
                 return Look.GOOD.value
@@ -75,7 +75,17 @@ def condition_tone(kind: object, status: object, phase: object) -> str:
             return (Look.GOOD if true else Look.BAD).value
         case ConditionType.RECONCILING:
             return (Look.WAIT if true else Look.NEUTRAL).value
-    return Look.NEUTRAL.value  # Suspended (on purpose), and types of a newer release
+        case ConditionType.SUSPENDED | None:  # suspended on purpose; a type of a newer release
+            return Look.NEUTRAL.value
+        case unknown:
+            assert_never(unknown)
+
+
+def _condition_type(value: object) -> ConditionType | None:
+    try:
+        return ConditionType(str(value))
+    except ValueError:  # a condition of a newer release: shown, but neutral
+        return None
 
 
 def _conditions(job: Mapping[str, Any]) -> list[Mapping[str, Any]]:

@@ -4,9 +4,10 @@ What the local backend cannot honour is an error naming the field, never silentl
 ``local.runtime`` (``config.py``) decides how a job runs: ``auto`` (the default) runs a job
 with ``spec.image`` in containers (``docker_runtime.py``) and the rest as processes;
 ``process`` refuses ``spec.image`` (the job would run as a bare process instead of in its
-image; contract §5) and ``docker`` requires it. ``spec.volumes`` need a container (a process
-has nothing to mount into); ``spec.placement.constraints`` are refused (no agent attributes to
-match); ``placement.strategy`` has nothing to choose between on one machine and is accepted.
+image: docs/reference.md#job-semantics) and ``docker`` requires it. ``spec.volumes`` need a
+container (a process has nothing to mount into); ``spec.placement.constraints`` are refused
+(no agent attributes to match); ``placement.strategy`` has nothing to choose between on one
+machine and is accepted.
 
 ``check_environment`` (``plan``, ``apply`` and the daemon, not ``validate``) asks the Docker
 engine whether it answers and holds each container job's images. ``plan`` works without

@@ -9,10 +9,10 @@ for its agents again,
 and fencing deadlines of lost tasks. Like the core's ``lifecycle.step`` it does no I/O, starts
 no thread and reads no clock:
 
-- ``on_event(policy, event, now) -> (policy, calls)`` for what happened (the master's events
-  as the loop booked them, and the protocol's requests where they change a policy);
-- ``on_tick(policy, now, pool) -> (policy, calls)`` for timers, given a read-only view of the
-  offers held (``HeldOffers``: ``offers.OfferPool`` satisfies it);
+- ``on_event(policy, event, now) -> calls`` for what happened (the master's events as the
+  loop booked them, and the protocol's requests where they change a policy);
+- ``on_tick(policy, now, pool) -> calls`` for timers, given a read-only view of the offers
+  held (``HeldOffers``: ``offers.OfferPool`` satisfies it);
 - ``calls`` are plain values (``Revive``, ``Suppress``, ``Reconcile``, ``Kill``, ``Decline``,
   ``RefreshAgents``, ``PlacementExpired``, ``WakeWatchers``) that the loop (``state``)
   only executes, in order; what came of a call it executes comes back as an event
@@ -20,7 +20,8 @@ no thread and reads no clock:
   defined in ``decide_messages``.
 
 The state, ``Policy``, is a small mutable record that only this module writes: ``on_event``
-and ``on_tick`` change it in place and return it. The loop reads it (the queue and the
+and ``on_tick`` change it in place (they return only the calls, so no caller mistakes it for
+a new value). Its one owner is the loop (``state``), which reads it (the queue and the
 reservations for ``queueing.place_in_line``, ``offers_coming`` for a placement that waits)
 but never writes it. It is not a frozen value because the queue, the reservations and the
 kill and reconciliation tables are maps of up to one entry per task or job (thousands), and
@@ -36,9 +37,12 @@ loop removes them), the ACCEPT bursts and the acknowledgements.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import assert_never
 
+from tfdeclare.backends.mesos.config import MesosConfig
 from tfdeclare.backends.mesos.decide_messages import (
     AgentsAnswered,
     Call,
@@ -89,17 +93,33 @@ FILTERED_REVIVE_S = 1.0  # a new job revives at once (our filters hide agents) a
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """The configuration the policies read (from ``MesosConfig``; the same defaults)."""
+    """The configuration the policies read: made from a ``MesosConfig`` (``from_config``),
+    whose defaults are the only ones (no second copy here)."""
 
-    roles: tuple[str, ...] = ("*",)
-    revive_interval_s: float = 5.0
-    reconcile_interval_s: float = 900.0
-    refuse_s: float = 5.0
-    fencing_timeout_s: float = 300.0
-    offer_hold_s: float = 5.0
-    fifo_backfill_s: float = 60.0
-    head_of_line_hold_s: float = 60.0
-    options: PlacementOptions = field(default_factory=PlacementOptions)
+    roles: tuple[str, ...]
+    revive_interval_s: float
+    reconcile_interval_s: float
+    refuse_s: float
+    fencing_timeout_s: float
+    offer_hold_s: float
+    fifo_backfill_s: float
+    head_of_line_hold_s: float
+    options: PlacementOptions
+
+    @classmethod
+    def from_config(cls, config: MesosConfig, options: PlacementOptions | None = None) -> Settings:
+        """``config``'s settings; ``options``: the placement's (default: as ``config`` says)."""
+        return cls(
+            roles=tuple(config.roles),
+            revive_interval_s=config.revive_interval_s,
+            reconcile_interval_s=config.reconcile_interval_s,
+            refuse_s=config.refuse_s,
+            fencing_timeout_s=config.fencing_timeout_s,
+            offer_hold_s=config.offer_hold_s,
+            fifo_backfill_s=config.fifo_backfill_s,
+            head_of_line_hold_s=config.head_of_line_hold_s,
+            options=options or PlacementOptions(cpu_tasks_on_gpu_agents=config.cpu_tasks_on_gpu_agents),
+        )
 
 
 class Interest(Enum):
@@ -194,8 +214,8 @@ def head(policy: Policy) -> tuple[str, Waiting] | None:
 # ---- the reducer --------------------------------------------------------------------------------------
 
 
-def on_event(policy: Policy, event: Event, now: float) -> tuple[Policy, list[Call]]:
-    """Fold one event into the policy; the calls to make, in order."""
+def on_event(policy: Policy, event: Event, now: float) -> list[Call]:
+    """Fold one event into ``policy`` (in place); the calls to make, in order."""
     calls: list[Call] = []
     match event:
         case Subscribed():
@@ -207,32 +227,20 @@ def on_event(policy: Policy, event: Event, now: float) -> tuple[Policy, list[Cal
             policy.kills.clear()
             policy.lost.clear()
         case OffersReceived(unlisted=unlisted):
-            if unlisted:  # an agent joined: what it has may make a waiting job schedulable
-                _ask_agents(policy, now, calls, retry=True)
-            policy.last_offers_at = now
+            _offers_received(policy, unlisted, now, calls)
         case Update():
             _update(policy, event, now, calls)
         case Stop(targets=targets):
-            for target in targets:
-                _stop(policy, target, now, calls)
+            _stop(policy, targets, now, calls)
         case Forgotten(task_ids=task_ids):
-            for task_id in task_ids:
-                policy.kills.pop(task_id, None)
-                policy.lost.pop(task_id, None)
+            _forgotten(policy, task_ids)
         case LaunchUnanswered(tasks=tasks):
             policy.reconcile_pending.update(tasks)
             policy.reconcile_next_at = now
         case OffersUsed():
             policy.expect_offers_since = max(policy.expect_offers_since, now)
-        case PlaceAsked(request=request):
-            policy.last_demand_at = now
-            waiting = policy.queue.get(request.job)
-            if waiting is None:
-                enqueue(policy.queue, request.job, Waiting(request, now, now))
-            elif waiting.request.priority != request.priority:  # its spec.priority changed
-                enqueue(policy.queue, request.job, Waiting(request, waiting.first_asked, now))
-            else:
-                waiting.request, waiting.last_asked = request, now
+        case PlaceAsked():
+            _place_asked(policy, event, now)
         case NotPlacedYet(first=first, offers_held=held):
             # Make sure offers come (REVIVE clears our filters and un-suppresses).
             _offer_interest(policy, now, held, calls, revive_now=first)
@@ -240,12 +248,7 @@ def on_event(policy: Policy, event: Event, now: float) -> tuple[Policy, list[Cal
             policy.reservations[token] = Reservation(job, fit, expires_at)
             policy.queue.pop(job, None)
         case Unschedulable(job=job):
-            policy.queue.pop(job, None)
-            # Out of the queue, so offers may be suppressed: learn of agents that join (the
-            # job is placed once one could hold it) from the master's list, asked again as the
-            # controller asks again (at most every UNSCHEDULABLE_RECHECK_S).
-            if now - policy.agents_asked_at >= UNSCHEDULABLE_RECHECK_S:
-                _ask_agents(policy, now, calls)
+            _unschedulable(policy, job, now, calls)
         case Released(token=token):
             policy.reservations.pop(token, None)
         case GpuOffersAsked():
@@ -255,13 +258,16 @@ def on_event(policy: Policy, event: Event, now: float) -> tuple[Policy, list[Cal
         case AgentsAnswered(ok=ok):
             policy.agents_in_flight = False
             policy.agents_failed = not ok
-    return policy, calls
+        case _:
+            assert_never(event)
+    return calls
 
 
-def on_tick(policy: Policy, now: float, pool: HeldOffers) -> tuple[Policy, list[Call]]:
+def on_tick(policy: Policy, now: float, pool: HeldOffers) -> list[Call]:
     """The timers: placements not launched in time, stale queue entries, held offers to
     decline, reconciliation retries, the master's agents asked again, KILL retries, fencing
-    deadlines, and REVIVE/SUPPRESS."""
+    deadlines, and REVIVE/SUPPRESS. ``policy`` is changed in place; the calls to make, in
+    order."""
     settings = policy.settings
     calls: list[Call] = []
     for token, reservation in list(policy.reservations.items()):
@@ -299,7 +305,7 @@ def on_tick(policy: Policy, now: float, pool: HeldOffers) -> tuple[Policy, list[
     _offer_interest(policy, now, len(pool.offers) > declined, calls)
     if fenced:
         calls.append(WakeWatchers())
-    return policy, calls
+    return calls
 
 
 # ---- the policies -------------------------------------------------------------------------------------
@@ -323,6 +329,35 @@ def _subscribed(policy: Policy, event: Subscribed, now: float, calls: list[Call]
     for target in event.kill_requested:
         policy.kills[target.task_id] = KillRecord(target.agent_id, target.grace_s, float("-inf"))
     policy.implicit_next_at = now + policy.settings.reconcile_interval_s
+
+
+def _offers_received(policy: Policy, unlisted: bool, now: float, calls: list[Call]) -> None:
+    if unlisted:  # an agent joined: what it has may make a waiting job schedulable
+        _ask_agents(policy, now, calls, retry=True)
+    policy.last_offers_at = now
+
+
+def _place_asked(policy: Policy, event: PlaceAsked, now: float) -> None:
+    """A job asks (again) to be placed: it joins the queue, or keeps its place there (a new
+    place when its ``spec.priority`` changed)."""
+    request = event.request
+    policy.last_demand_at = now
+    waiting = policy.queue.get(request.job)
+    if waiting is None:
+        enqueue(policy.queue, request.job, Waiting(request, now, now))
+    elif waiting.request.priority != request.priority:
+        enqueue(policy.queue, request.job, Waiting(request, waiting.first_asked, now))
+    else:
+        waiting.request, waiting.last_asked = request, now
+
+
+def _unschedulable(policy: Policy, job: str, now: float, calls: list[Call]) -> None:
+    """Out of the queue, so offers may be suppressed: learn of agents that join (the job is
+    placed once one could hold it) from the master's list, asked again as the controller
+    asks again (at most every ``UNSCHEDULABLE_RECHECK_S``)."""
+    policy.queue.pop(job, None)
+    if now - policy.agents_asked_at >= UNSCHEDULABLE_RECHECK_S:
+        _ask_agents(policy, now, calls)
 
 
 def _update(policy: Policy, event: Update, now: float, calls: list[Call]) -> None:
@@ -360,14 +395,23 @@ def _kill_retry_s(grace_s: float | None) -> float:
     return max(MIN_KILL_RETRY_S, 2 * (grace_s or 0.0))
 
 
-def _stop(policy: Policy, target: KillTarget, now: float, calls: list[Call]) -> None:
-    kill = policy.kills.get(target.task_id)
-    if kill is None:
-        kill = policy.kills[target.task_id] = KillRecord(target.agent_id, target.grace_s, float("-inf"))
-    kill.grace_s = target.grace_s
-    if now - kill.sent_at >= _kill_retry_s(target.grace_s):
-        kill.sent_at = now
-        calls.append(Kill(target.task_id, target.agent_id, target.grace_s))
+def _stop(policy: Policy, targets: Iterable[KillTarget], now: float, calls: list[Call]) -> None:
+    """KILL each target, unless a KILL of it went out less than its retry time ago."""
+    for target in targets:
+        kill = policy.kills.get(target.task_id)
+        if kill is None:
+            kill = policy.kills[target.task_id] = KillRecord(target.agent_id, target.grace_s, float("-inf"))
+        kill.grace_s = target.grace_s
+        if now - kill.sent_at >= _kill_retry_s(target.grace_s):
+            kill.sent_at = now
+            calls.append(Kill(target.task_id, target.agent_id, target.grace_s))
+
+
+def _forgotten(policy: Policy, task_ids: Iterable[str]) -> None:
+    """Tasks the loop forgot: no KILL or fencing of them any more."""
+    for task_id in task_ids:
+        policy.kills.pop(task_id, None)
+        policy.lost.pop(task_id, None)
 
 
 def _ask_agents(policy: Policy, now: float, calls: list[Call], retry: bool = False) -> None:

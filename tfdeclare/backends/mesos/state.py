@@ -34,7 +34,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, assert_never
 
 from tfdeclare.backends.base import BackendError
 from tfdeclare.backends.mesos import decide
@@ -121,17 +121,7 @@ class BackendState(ABC):
         # the policies (offer interest, reconciliation, kills, offers to decline, the queue and
         # the reservations, the agents' list, fencing): decided by ``decide``, executed here
         self._policy = Policy(
-            Settings(
-                roles=tuple(config.roles),
-                revive_interval_s=config.revive_interval_s,
-                reconcile_interval_s=config.reconcile_interval_s,
-                refuse_s=config.refuse_s,
-                fencing_timeout_s=config.fencing_timeout_s,
-                offer_hold_s=config.offer_hold_s,
-                fifo_backfill_s=config.fifo_backfill_s,
-                head_of_line_hold_s=config.head_of_line_hold_s,
-                options=self._options,
-            ),
+            Settings.from_config(config, self._options),
             lost={
                 t.task_id: t.lost_since
                 for t in self._tasks.values()
@@ -399,8 +389,7 @@ class BackendState(ABC):
 
     def _decide(self, event: msg.Event, now: float | None = None) -> None:
         """Fold ``event`` into the policies and make the calls they decide."""
-        _, calls = decide.on_event(self._policy, event, self.clock() if now is None else now)
-        self._execute(calls)
+        self._execute(decide.on_event(self._policy, event, self.clock() if now is None else now))
 
     def _execute(self, calls: list[msg.Call]) -> None:
         """Make the calls the reducer decided, in order (HTTP ones on the calls thread)."""
@@ -433,6 +422,8 @@ class BackendState(ABC):
             case msg.WakeWatchers():
                 self._changed = True
                 self._notify()
+            case _:
+                assert_never(call)
 
     def _interest_answered(self, ok: bool) -> None:
         self._decide(msg.InterestAnswered(ok, bool(self._pool.offers)))

@@ -90,7 +90,7 @@ class BackgroundWork(BackendState):
         """The policies' timers (``decide.on_tick``), then compaction of the journal."""
         if self._read_only or self._closed:
             return
-        _, calls = decide.on_tick(self._policy, self.clock(), self._pool)
+        calls = decide.on_tick(self._policy, self.clock(), self._pool)
         self._execute(calls)
         if self._journal.needs_compaction(len(self._tasks)):
             self._compact()

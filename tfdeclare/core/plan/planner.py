@@ -314,8 +314,9 @@ def diff(
 
     A key missing on one side equals an unset value on the other (``None``, ``{}``, ``[]``):
     a record applied by an earlier release lacks the fields added since, and that must never
-    count as a change (contract §5: an upgrade never changes a running job's plan). So a field
-    added to the canonical form must be unset there when the user did not set it
+    count as a change (an upgrade never changes a running job's plan:
+    docs/reference.md#job-semantics). So a field added to the canonical form must be unset
+    there when the user did not set it
     (``tests/test_upgrade.py`` holds records of earlier releases)."""
     if isinstance(old, dict) and isinstance(new, dict):
         out = []
@@ -629,7 +630,8 @@ def _plan_absent(
 
 def _plan_move(loaded: LoadedJob, observed: ObservedJob, old: str, backend: str) -> JobPlan:
     """A job belongs to the backend that runs it: another one means a move, never a second
-    copy. Its tasks there stop before it starts on ``backend`` (contract §5)."""
+    copy. Its tasks there stop before it starts on ``backend``
+    (docs/reference.md#job-semantics)."""
     spec = loaded.spec
     return JobPlan(
         loaded.name,

@@ -2,7 +2,7 @@
 
 Pure and clock-free (``now`` is an argument), so every timing rule is tested without sleeping.
 Each call looks at everything afresh; nothing depends on what the previous call decided
-except what it wrote into the record. The rules (contract §5):
+except what it wrote into the record. The rules (docs/reference.md#job-semantics):
 
 - A task's identity is its *config hash* (``clusterspec``): alive tasks whose hash is not the
   desired one are stale and stopped; desired slots without a current task are launched
@@ -43,7 +43,7 @@ except what it wrote into the record. The rules (contract §5):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from tfdeclare.core.enums import Phase, Reason, RestartPolicy, RestartScope, Role, SuccessPolicy, TaskState
@@ -324,6 +324,90 @@ def _ending(record: JobRecord, tasks: Sequence[ObservedTask], now: float) -> Ste
     return _after_finish(record, tasks, now, to_stop)
 
 
+@dataclass(frozen=True, slots=True)
+class _Look:
+    """What one look at the TF cluster's tasks sees, worked out once for the rules below.
+    ``current``: the tasks running what their slot should (by config hash); ``stale``: alive
+    tasks that do not; ``missing``: desired slots with no current task alive or succeeded;
+    ``alone``: the task restarts of this attempt waiting for their task (``restartScope:
+    Task``)."""
+
+    record: JobRecord
+    now: float
+    backoff: Backoff
+    address_wait_s: float | None
+    board_running: bool
+    alive: list[ObservedTask]
+    to_stop: tuple[str, ...]  # every alive task not already stopping
+    current: dict[str, ObservedTask]
+    current_alive: list[ObservedTask]
+    current_ended: list[ObservedTask]
+    stale: list[ObservedTask]
+    stop_stale: tuple[str, ...]  # the stale tasks not already stopping
+    done: Reason | None  # why the job has completed, if it has
+    missing: tuple[TaskKey, ...]
+    alone: dict[str, TaskRestarts]
+
+    @property
+    def spec(self) -> JobSpec:
+        return self.record.spec
+
+    @property
+    def events(self) -> tuple[str, ...]:
+        if not self.stop_stale:
+            return ()
+        return (f"{self.record.name}: stopping {len(self.stop_stale)} task(s) whose configuration changed",)
+
+
+def _look(
+    record: JobRecord,
+    tasks: Sequence[ObservedTask],
+    now: float,
+    backoff: Backoff,
+    configs: Mapping[TaskKey, TaskConfig],
+    address_wait_s: float | None,
+    board_running: bool,
+) -> _Look:
+    alive = [t for t in tasks if t.state.alive]
+    desired = {k: c for k, c in configs.items() if k.role.in_cluster}
+    current, current_alive, stale = _current_and_stale(tasks, alive, desired)
+    if record.task_restarts:
+        record = _restarted(record, {t.key.name for t in current_alive})
+    current_ended = [t for t in current.values() if t.state.ended]
+    succeeded = {t.key for t in current_ended if t.state is TaskState.SUCCEEDED}
+    covered = {t.key for t in current_alive} | succeeded
+    return _Look(
+        record=record,
+        now=now,
+        backoff=backoff,
+        address_wait_s=address_wait_s,
+        board_running=board_running,
+        alive=alive,
+        to_stop=tuple(t.task_id for t in alive if t.state is not TaskState.STOPPING),
+        current=current,
+        current_alive=current_alive,
+        current_ended=current_ended,
+        stale=stale,
+        stop_stale=tuple(t.task_id for t in stale if t.state is not TaskState.STOPPING),
+        done=_completed(record.spec, succeeded),
+        missing=tuple(key for key in desired if key not in covered),
+        alone=_restarting_alone(record),
+    )
+
+
+def _current_and_stale(
+    tasks: Sequence[ObservedTask], alive: Sequence[ObservedTask], desired: Mapping[TaskKey, TaskConfig]
+) -> tuple[dict[str, ObservedTask], list[ObservedTask], list[ObservedTask]]:
+    """The current tasks (by id: those running what their slot should), those of them alive,
+    and the stale ones (alive, running something else)."""
+    current = {
+        t.task_id: t for t in tasks if t.key in desired and t.config_hash == desired[t.key].config_hash
+    }
+    current_alive = [t for t in alive if t.task_id in current]
+    stale = [t for t in alive if t.task_id not in current]
+    return current, current_alive, stale
+
+
 def _cluster_step(
     record: JobRecord,
     tasks: Sequence[ObservedTask],
@@ -335,97 +419,148 @@ def _cluster_step(
     board_running: bool = False,
 ) -> Step:
     """The TF cluster's tasks (``tasks`` holds no TensorBoard task; ``board_running``: the
-    job's TensorBoard task runs, counted in the message)."""
-    alive = [t for t in tasks if t.state.alive]
-    to_stop = tuple(t.task_id for t in alive if t.state is not TaskState.STOPPING)
-    spec = record.spec
-    desired = {k: c for k, c in configs.items() if k.role.in_cluster}
-    current = {
-        t.task_id: t for t in tasks if t.key in desired and t.config_hash == desired[t.key].config_hash
-    }
-    stale = [t for t in alive if t.task_id not in current]
-    current_alive = [t for t in alive if t.task_id in current]
-    if record.task_restarts:
-        record = _restarted(record, {t.key.name for t in current_alive})
-    current_ended = [t for t in current.values() if t.state.ended]
+    job's TensorBoard task runs, counted in the message): the first of ``_CLUSTER_RULES``
+    that decides, else launch what is missing."""
+    look = _look(record, tasks, now, backoff, configs, address_wait_s, board_running)
+    for rule in _CLUSTER_RULES:
+        decided = rule(look)
+        if decided is not None:
+            return decided
+    return _launch_missing(look)
 
-    succeeded = {t.key for t in current_ended if t.state is TaskState.SUCCEEDED}
-    done = _completed(spec, succeeded)
-    if done is not None and record.final_evaluation_since is not None:
-        return _final_evaluation(record, done, current, alive, now)
 
-    deadline = spec.active_deadline_s
-    if deadline is not None and record.start_time is not None and now >= record.start_time + deadline:
-        message = f"still running {deadline} s after it started (activeDeadlineSeconds)"
-        return _finish(record, Phase.FAILED, Reason.DEADLINE_EXCEEDED, message, now, to_stop)
+# The rules of the cluster's step, in order: each decides (a Step) or passes (None).
 
-    if done is not None:
-        evaluating = [t for t in current_alive if t.key.role is Role.EVALUATOR]
-        if evaluating and spec.evaluator_grace_s > 0:
-            started = record.evolve(
-                final_evaluation_since=now,
-                phase=Phase.RUNNING,
-                reason=Reason.FINAL_EVALUATION,
-                message=f"{_SUCCESS[done]}; the evaluator finishes its final evaluation "
-                f"(up to {spec.evaluator_grace_s:g} s, evaluatorGraceSeconds)",
-            )
-            begun = (f"{record.name}: {_SUCCESS[done]}; waiting for the evaluator's final evaluation",)
-            return _final_evaluation(started, done, current, alive, now, begun)
-        return _finish(record, Phase.SUCCEEDED, done, _SUCCESS[done], now, to_stop)
 
-    # A lost task may still run (a partitioned agent): the job is degraded and restarts, but
-    # its replacement waits until the backend says it is gone (it stays "alive" until then).
-    lost = [t for t in current_alive if t.state is TaskState.LOST]
-    failures = sorted([*(t for t in current_ended if _is_failure(t, spec)), *lost], key=lambda t: t.key)
-    if failures:
-        return _on_failure(record, spec, failures, now, backoff, to_stop)
-    alone = _restarting_alone(record)
+def _evaluation_goes_on(look: _Look) -> Step | None:
+    """Completed, and the evaluator's final evaluation has begun: it goes on, or is cut off."""
+    if look.done is None or look.record.final_evaluation_since is None:
+        return None
+    return _final_evaluation(look.record, look.done, look.current, look.alive, look.now)
 
-    events: list[str] = []
-    stop_stale = tuple(t.task_id for t in stale if t.state is not TaskState.STOPPING)
-    if stop_stale:
-        events.append(f"{record.name}: stopping {len(stop_stale)} task(s) whose configuration changed")
-    covered = {t.key for t in current_alive} | succeeded
-    missing = tuple(key for key in desired if key not in covered)
-    if alone and any(k.name in alone for k in missing):
-        late = _address_timed_out(record, alone, missing, now, address_wait_s)
-        if late is not None:
-            return _fall_back(record, late, now, address_wait_s or 0.0, to_stop)
-    if not missing:
-        running = all(t.state is TaskState.RUNNING for t in current_alive)
-        why = Reason.ALL_TASKS_RUNNING if running else Reason.TASKS_STARTING
-        phase = Phase.RUNNING if running else record.phase
-        count = len(current_alive) + board_running
-        message = f"{count} task(s) running" if running else "tasks are starting"
-        return Step(_update(record, phase, why, message), stop=stop_stale, events=tuple(events))
-    if stale and alone and all(t.key.name in alone for t in stale):
-        names = ", ".join(sorted({t.key.name for t in stale}))
-        waiting = _update(
-            record, record.phase, Reason.TASK_RESTARTING, f"{names}: waiting for its old copy to stop"
-        )
-        return Step(waiting, stop=stop_stale, events=tuple(events))
-    if stale:
-        waiting = record.evolve(
-            phase=_waiting_phase(record),
-            reason=Reason.WAITING_FOR_TASKS_TO_STOP,
-            message=f"waiting for {len(stale)} task(s) to stop before starting {len(missing)}",
-        )
-        return Step(waiting, stop=stop_stale, events=tuple(events))
-    if record.next_launch_at is not None and now < record.next_launch_at:
-        waiting = record.evolve(
-            phase=Phase.RESTARTING,
-            reason=Reason.BACKING_OFF,
-            message=f"restart {record.restarts} of {spec.backoff_limit}: backing off "
-            f"{record.next_launch_at - now:.1f} s",
-        )
-        return Step(waiting, wake_at=record.next_launch_at)
-    if alone:
-        return _launch_alone(record, alone, missing, now, tuple(events))
-    return Step(
-        record.evolve(reason=Reason.LAUNCHING, message=f"launching {len(missing)} task(s)"),
-        launch=missing,
-        events=tuple(events),
+
+def _past_deadline(look: _Look) -> Step | None:
+    """``activeDeadlineSeconds`` past the first start: the job has Failed."""
+    deadline, started = look.spec.active_deadline_s, look.record.start_time
+    if deadline is None or started is None or look.now < started + deadline:
+        return None
+    message = f"still running {deadline} s after it started (activeDeadlineSeconds)"
+    return _finish(look.record, Phase.FAILED, Reason.DEADLINE_EXCEEDED, message, look.now, look.to_stop)
+
+
+def _completed_now(look: _Look) -> Step | None:
+    """Completed: Succeeded, or first the evaluator's final evaluation when one runs and
+    ``evaluatorGraceSeconds`` allows it."""
+    done, record, spec = look.done, look.record, look.spec
+    if done is None:
+        return None
+    evaluating = [t for t in look.current_alive if t.key.role is Role.EVALUATOR]
+    if not evaluating or spec.evaluator_grace_s <= 0:
+        return _finish(record, Phase.SUCCEEDED, done, _SUCCESS[done], look.now, look.to_stop)
+    started = record.evolve(
+        final_evaluation_since=look.now,
+        phase=Phase.RUNNING,
+        reason=Reason.FINAL_EVALUATION,
+        message=f"{_SUCCESS[done]}; the evaluator finishes its final evaluation "
+        f"(up to {spec.evaluator_grace_s:g} s, evaluatorGraceSeconds)",
     )
+    begun = (f"{record.name}: {_SUCCESS[done]}; waiting for the evaluator's final evaluation",)
+    return _final_evaluation(started, done, look.current, look.alive, look.now, begun)
+
+
+def _a_task_failed(look: _Look) -> Step | None:
+    """A current task failed (by its role's policy) or is lost: restart (the job or the task
+    alone) or fail. A lost task may still run (a partitioned agent): the job is degraded and
+    restarts, but its replacement waits until the backend says it is gone (it stays "alive"
+    until then)."""
+    spec = look.spec
+    lost = [t for t in look.current_alive if t.state is TaskState.LOST]
+    ended = [t for t in look.current_ended if _is_failure(t, spec)]
+    failures = sorted([*ended, *lost], key=lambda t: t.key)
+    if not failures:
+        return None
+    return _on_failure(look.record, spec, failures, look.now, look.backoff, look.to_stop)
+
+
+def _address_not_back(look: _Look) -> Step | None:
+    """A task restarting alone has waited too long for its address: restart the whole job."""
+    if not any(k.name in look.alone for k in look.missing):
+        return None
+    late = _address_timed_out(look.record, look.alone, look.missing, look.now, look.address_wait_s)
+    if late is None:
+        return None
+    return _fall_back(look.record, late, look.now, look.address_wait_s or 0.0, look.to_stop)
+
+
+def _nothing_missing(look: _Look) -> Step | None:
+    """Every slot has its task: Running once all of them run, else still starting."""
+    if look.missing:
+        return None
+    running = all(t.state is TaskState.RUNNING for t in look.current_alive)
+    if running:
+        count = len(look.current_alive) + look.board_running
+        record = _update(look.record, Phase.RUNNING, Reason.ALL_TASKS_RUNNING, f"{count} task(s) running")
+    else:
+        record = _update(look.record, look.record.phase, Reason.TASKS_STARTING, "tasks are starting")
+    return Step(record, stop=look.stop_stale, events=look.events)
+
+
+def _old_copy_stopping(look: _Look) -> Step | None:
+    """Only tasks restarting alone are stale: each waits for its old copy to stop."""
+    if not look.stale or not look.alone or any(t.key.name not in look.alone for t in look.stale):
+        return None
+    names = ", ".join(sorted({t.key.name for t in look.stale}))
+    message = f"{names}: waiting for its old copy to stop"
+    waiting = _update(look.record, look.record.phase, Reason.TASK_RESTARTING, message)
+    return Step(waiting, stop=look.stop_stale, events=look.events)
+
+
+def _stale_stopping(look: _Look) -> Step | None:
+    """Stale tasks still run: the new gang waits for them (it reuses their ports)."""
+    if not look.stale:
+        return None
+    waiting = look.record.evolve(
+        phase=_waiting_phase(look.record),
+        reason=Reason.WAITING_FOR_TASKS_TO_STOP,
+        message=f"waiting for {len(look.stale)} task(s) to stop before starting {len(look.missing)}",
+    )
+    return Step(waiting, stop=look.stop_stale, events=look.events)
+
+
+def _backing_off(look: _Look) -> Step | None:
+    """A restart of the job waits for its backoff to run out."""
+    record, now = look.record, look.now
+    if record.next_launch_at is None or now >= record.next_launch_at:
+        return None
+    waiting = record.evolve(
+        phase=Phase.RESTARTING,
+        reason=Reason.BACKING_OFF,
+        message=f"restart {record.restarts} of {look.spec.backoff_limit}: backing off "
+        f"{record.next_launch_at - now:.1f} s",
+    )
+    return Step(waiting, wake_at=record.next_launch_at)
+
+
+def _launch_missing(look: _Look) -> Step:
+    """Launch what is missing: as one gang, or, with tasks restarting alone, each once its
+    own backoff is over."""
+    if look.alone:
+        return _launch_alone(look.record, look.alone, look.missing, look.now, look.events)
+    launching = look.record.evolve(reason=Reason.LAUNCHING, message=f"launching {len(look.missing)} task(s)")
+    return Step(launching, launch=look.missing, events=look.events)
+
+
+_CLUSTER_RULES: tuple[Callable[[_Look], Step | None], ...] = (
+    _evaluation_goes_on,
+    _past_deadline,
+    _completed_now,
+    _a_task_failed,
+    _address_not_back,
+    _nothing_missing,
+    _old_copy_stopping,
+    _stale_stopping,
+    _backing_off,
+)
 
 
 # ---- restarts of a task alone (restartScope: Task) ------------------------------------------

@@ -1,5 +1,5 @@
-"""A job's status document (contract §6, ``schemas/status.schema.json``), computed from its
-record and its tasks. Pure: the shell writes the result atomically.
+"""A job's status document (docs/reference.md#status-files, ``schemas/status.schema.json``),
+computed from its record and its tasks. Pure: the shell writes the result atomically.
 
 Conditions are recomputed every time; a condition keeps its ``lastTransitionTime`` while its
 status and reason stay the same. ``Reconciling`` and ``Stalled`` appear only while true.

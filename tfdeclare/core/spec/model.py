@@ -6,9 +6,9 @@ filled in and quantities normalised (``mem`` in MiB, ``cpus: 2`` == ``cpus: 2.0`
 and hashed into ``spec_hash``, so formatting, key order and defaults never count as changes.
 
 Upgrades: records keep the canonical form of the release that applied them, and an upgrade must
-never change a running job's plan (contract §5). The planner takes a key missing on one side
-as equal to an unset value (``None``, ``{}``, ``[]``), so a field added to this form must be
-unset when the user did not set it, and ``from_canonical`` must read it with a default.
+never change a running job's plan (docs/reference.md#job-semantics). The planner takes a key
+missing on one side as equal to an unset value (``None``, ``{}``, ``[]``), so a field added to
+this form must be unset when the user did not set it, and ``from_canonical`` must read it with a default.
 (``tests/test_upgrade.py`` plans against records written by earlier releases.)
 """
 

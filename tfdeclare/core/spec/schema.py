@@ -2,7 +2,7 @@
 
 The schemas are the single source of truth for the formats. jsonschema-rs (a compiled Draft
 2020-12 validator) decides whether a value is valid and finds every error with its instance
-path; this module only words those errors (``_render``: one rule per error kind, with the
+path; this module only words those errors (``_WORDING``: one rule per error kind, with the
 schemas' ``x-message``s and "did you mean" hints for unknown fields) and fills in the
 schemas' ``default``s (``Defaults``). The ``jsonschema`` package is the oracle in the tests.
 
@@ -13,7 +13,7 @@ nothing never pay for it.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -156,93 +156,145 @@ def _node(document: Mapping[str, Any], schema_path: list[str | int]) -> Any:
     return node
 
 
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    """One error of jsonschema-rs as the wording rules below read it: ``node`` is the schema
+    object whose keyword failed, ``kind`` the error's kind with its own fields (``limit``,
+    ``property``, ...)."""
+
+    error: ValidationError
+    document: Mapping[str, Any]
+    node: Mapping[str, Any]
+    path: JsonPath
+
+    @property
+    def kind(self) -> Any:
+        return self.error.kind
+
+    @property
+    def value(self) -> Any:
+        return self.error.instance
+
+    @property
+    def message(self) -> str | None:
+        """The schema's own words for this keyword (``x-message``), if it has them."""
+        said = self.node.get("x-message")
+        return str(said) if said else None
+
+    def shown(self, what: Any) -> str:
+        return _type_word(what) if hides_value(self.path) else describe(what)
+
+    def said(self, text: str) -> list[SchemaError]:
+        return [SchemaError(self.path, text)]
+
+
 def _render(error: ValidationError, document: Mapping[str, Any]) -> list[SchemaError]:
-    from jsonschema_rs import ValidationErrorKind as Kind
+    """``error`` in our words: the rule of ``_WORDING`` for its kind, else (a keyword our
+    schemas do not use) the library's own words."""
+    failure = _Failure(error, document, _node(document, error.schema_path), tuple(error.instance_path))
+    rule = _WORDING.get(type(error.kind).__name__)
+    return rule(failure) if rule is not None else failure.said(error.message)
 
-    path: JsonPath = tuple(error.instance_path)
-    value: Any = error.instance
-    kind = error.kind
-    node = _node(document, error.schema_path)
-    message = node.get("x-message")
 
-    def shown(what: Any) -> str:
-        return _type_word(what) if hides_value(path) else describe(what)
+def _wrong_type(f: _Failure) -> list[SchemaError]:
+    types = _types(f.node, f.document) or ()
+    return f.said(f"expected {' or '.join(_TYPE_WORDS[t] for t in types)}, got {f.shown(f.value)}")
 
-    def said(text: str) -> list[SchemaError]:
-        return [SchemaError(path, text)]
 
-    match kind:
-        case Kind.Type():
-            types = _types(node, document) or ()
-            return said(f"expected {' or '.join(_TYPE_WORDS[t] for t in types)}, got {shown(value)}")
-        case Kind.Required(property=missing):
-            return said(f"missing required field {missing!r}")
-        case Kind.AdditionalProperties(unexpected=unexpected):
-            known = sorted(node.get("properties", {}))
-            found = []
-            for key in unexpected:
-                hint = close_name(key, known)
-                suffix = f" (did you mean {hint!r}?)" if hint else ""
-                if not hint and (homes := _homes_of(key, path, document)):
-                    suffix = f" (a field of {' or '.join(homes)}: is it indented right?)"
-                allowed = f"; allowed: {', '.join(known)}" if known and not hint else ""
-                found.append(SchemaError((*path, key), f"unknown field {key!r}{suffix}{allowed}", True))
-            return found
-        case Kind.PropertyNames(error=inner):
-            name = inner.instance
-            return [
-                SchemaError((*path, str(name)), f"name {name!r}: {e.message}", True)
-                for e in _render_all([inner], document)
-            ]
-        case Kind.MinProperties(limit=limit):
-            return said(f"must have at least {limit} entries")
-        case Kind.MaxProperties(limit=limit):
-            return said(f"must have at most {limit} entries")
-        case Kind.MinItems(limit=limit):
-            return said(f"must have at least {limit} {'item' if limit == 1 else 'items'}")
-        case Kind.MaxItems(limit=limit):
-            return said(f"must have at most {limit} items")
-        case Kind.UniqueItems():
-            seen: list[str] = []
-            found = []
-            for i, element in enumerate(value):
-                encoded = json.dumps(element, sort_keys=True)
-                if encoded in seen:
-                    found.append(SchemaError((*path, i), f"duplicate item {shown(element)}"))
-                seen.append(encoded)
-            return found
-        case Kind.Enum():
-            listing = ", ".join(str(option) for option in node["enum"])
-            return said(f"must be one of {listing}; got {shown(value)}")
-        case Kind.Constant():
-            return said(f"must be {describe(node['const'])}; got {shown(value)}")
-        case Kind.MinLength(limit=limit):
-            return said(message or f"must not be shorter than {limit} characters")
-        case Kind.MaxLength(limit=limit):
-            return said(f"must be at most {limit} characters; got {len(value)}")
-        case Kind.Pattern(pattern=pattern):
-            return said(f"{message or f'must match the pattern {pattern}'}; got {shown(value)}")
-        case Kind.Minimum() | Kind.Maximum() | Kind.ExclusiveMinimum() | Kind.ExclusiveMaximum():
-            bound = str(error.schema_path[-1])
-            return said(f"{_BOUNDS[bound]} {node[bound]}; got {shown(value)}")
-        case Kind.MultipleOf():
-            return said(f"must be a multiple of {node['multipleOf']}; got {shown(value)}")
-        case Kind.OneOfMultipleValid():
-            return said("matches more than one alternative")
-        case Kind.AnyOf(context=context) | Kind.OneOfNotValid(context=context):
-            if message:
-                return said(f"{message}; got {shown(value)}")
-            branches = node[str(error.schema_path[-1])]
-            # The branches that admit a value of this type; when only one does, its errors
-            # say what is wrong better than "not any of these".
-            admitting = [i for i, branch in enumerate(branches) if _admits(branch, document, value)]
-            if len(admitting) == 1:
-                return _render_all(context[admitting[0]], document)
-            words = sorted({_TYPE_WORDS[t] for b in branches for t in _types(b, document) or ()})
-            return said(f"expected {' or '.join(words) or 'another value'}, got {shown(value)}")
-        case Kind.Not():
-            return said(message or f"{shown(value)} is not allowed")
-    return said(error.message)  # a keyword our schemas do not use: the library's own words
+def _unknown_fields(f: _Failure) -> list[SchemaError]:
+    """Each unknown key, with the field meant ("did you mean"), or where it belongs (a key at
+    the wrong level), or the fields allowed here."""
+    known = sorted(f.node.get("properties", {}))
+    found = []
+    for key in f.kind.unexpected:
+        hint = close_name(key, known)
+        suffix = f" (did you mean {hint!r}?)" if hint else ""
+        if not hint and (homes := _homes_of(key, f.path, f.document)):
+            suffix = f" (a field of {' or '.join(homes)}: is it indented right?)"
+        allowed = f"; allowed: {', '.join(known)}" if known and not hint else ""
+        found.append(SchemaError((*f.path, key), f"unknown field {key!r}{suffix}{allowed}", True))
+    return found
+
+
+def _bad_name(f: _Failure) -> list[SchemaError]:
+    inner = f.kind.error
+    name = inner.instance
+    return [
+        SchemaError((*f.path, str(name)), f"name {name!r}: {e.message}", True)
+        for e in _render_all([inner], f.document)
+    ]
+
+
+def _min_items(f: _Failure) -> list[SchemaError]:
+    limit = f.kind.limit
+    return f.said(f"must have at least {limit} {'item' if limit == 1 else 'items'}")
+
+
+def _duplicates(f: _Failure) -> list[SchemaError]:
+    seen: list[str] = []
+    found = []
+    for i, element in enumerate(f.value):
+        encoded = json.dumps(element, sort_keys=True)
+        if encoded in seen:
+            found.append(SchemaError((*f.path, i), f"duplicate item {f.shown(element)}"))
+        seen.append(encoded)
+    return found
+
+
+def _not_listed(f: _Failure) -> list[SchemaError]:
+    listing = ", ".join(str(option) for option in f.node["enum"])
+    return f.said(f"must be one of {listing}; got {f.shown(f.value)}")
+
+
+def _no_match(f: _Failure) -> list[SchemaError]:
+    return f.said(f"{f.message or f'must match the pattern {f.kind.pattern}'}; got {f.shown(f.value)}")
+
+
+def _out_of_bounds(f: _Failure) -> list[SchemaError]:
+    bound = str(f.error.schema_path[-1])
+    return f.said(f"{_BOUNDS[bound]} {f.node[bound]}; got {f.shown(f.value)}")
+
+
+def _no_alternative(f: _Failure) -> list[SchemaError]:
+    """``anyOf``/``oneOf`` with no branch matching: the schema's words, or the errors of the
+    one branch that admits a value of this type (they say what is wrong better than "not any
+    of these"), or the types the branches admit."""
+    if f.message:
+        return f.said(f"{f.message}; got {f.shown(f.value)}")
+    branches = f.node[str(f.error.schema_path[-1])]
+    admitting = [i for i, branch in enumerate(branches) if _admits(branch, f.document, f.value)]
+    if len(admitting) == 1:
+        return _render_all(f.kind.context[admitting[0]], f.document)
+    words = sorted({_TYPE_WORDS[t] for b in branches for t in _types(b, f.document) or ()})
+    return f.said(f"expected {' or '.join(words) or 'another value'}, got {f.shown(f.value)}")
+
+
+# The wording of each kind of error (jsonschema-rs's ValidationErrorKind, by its class name).
+_WORDING: dict[str, Callable[[_Failure], list[SchemaError]]] = {
+    "Type": _wrong_type,
+    "Required": lambda f: f.said(f"missing required field {f.kind.property!r}"),
+    "AdditionalProperties": _unknown_fields,
+    "PropertyNames": _bad_name,
+    "MinProperties": lambda f: f.said(f"must have at least {f.kind.limit} entries"),
+    "MaxProperties": lambda f: f.said(f"must have at most {f.kind.limit} entries"),
+    "MinItems": _min_items,
+    "MaxItems": lambda f: f.said(f"must have at most {f.kind.limit} items"),
+    "UniqueItems": _duplicates,
+    "Enum": _not_listed,
+    "Constant": lambda f: f.said(f"must be {describe(f.node['const'])}; got {f.shown(f.value)}"),
+    "MinLength": lambda f: f.said(f.message or f"must not be shorter than {f.kind.limit} characters"),
+    "MaxLength": lambda f: f.said(f"must be at most {f.kind.limit} characters; got {len(f.value)}"),
+    "Pattern": _no_match,
+    "Minimum": _out_of_bounds,
+    "Maximum": _out_of_bounds,
+    "ExclusiveMinimum": _out_of_bounds,
+    "ExclusiveMaximum": _out_of_bounds,
+    "MultipleOf": lambda f: f.said(f"must be a multiple of {f.node['multipleOf']}; got {f.shown(f.value)}"),
+    "OneOfMultipleValid": lambda f: f.said("matches more than one alternative"),
+    "AnyOf": _no_alternative,
+    "OneOfNotValid": _no_alternative,
+    "Not": lambda f: f.said(f.message or f"{f.shown(f.value)} is not allowed"),
+}
 
 
 def close_name(key: str, known: Iterable[str]) -> str | None:
