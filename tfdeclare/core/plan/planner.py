@@ -151,6 +151,7 @@ _IN_PLACE_FIELDS = frozenset(
         ("spec", "restartScope"),
         ("spec", "priority"),  # the queue's order and whom it may preempt: no running task changes
         ("spec", "suspend"),  # stops or starts the job's tasks, never changes what they run
+        ("spec", "checkpoint"),  # only read by the controller (progress): no task changes
     }
 )
 _IN_PLACE_ROLE_FIELDS = frozenset({"restartPolicy", "restartScope", "imagePullPolicy"})
@@ -333,7 +334,7 @@ def diff(
 
 
 def classify(path: tuple[str | int, ...]) -> Effect:
-    if path[:2] == ("metadata", "labels") or path in _IN_PLACE_FIELDS:
+    if path[:2] == ("metadata", "labels") or path[:2] in _IN_PLACE_FIELDS or path in _IN_PLACE_FIELDS:
         return Effect.IN_PLACE
     if len(path) == 4 and path[:2] == ("spec", "replicas") and path[3] in _IN_PLACE_ROLE_FIELDS:
         return Effect.IN_PLACE

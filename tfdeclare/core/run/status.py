@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tfdeclare.core.enums import ROLE_ORDER, Phase, Reason, Role, TaskState
+from tfdeclare.core.run import progress
 from tfdeclare.core.run.record import Condition, ConditionType, JobRecord, Suspension, TaskRecord, rfc3339
 from tfdeclare.core.run.tasks import ObservedTask, TaskKey
 from tfdeclare.core.spec.keys import ORDER
@@ -220,6 +221,7 @@ def status_document(record: JobRecord, now: float, *, tasks_listed: int | None =
         "tasks": listed,
         **truncated,
         "tensorboard": _tensorboard(record, tasks.get(TENSORBOARD_KEY)),
+        "progress": progress_entry(record),
         "conditions": [
             {**c.to_json(), "lastTransitionTime": rfc3339(c.last_transition)} for c in record.conditions
         ],
@@ -295,6 +297,31 @@ def _tensorboard(record: JobRecord, task: TaskRecord | None) -> dict[str, Any] |
         "state": task.state.value,
         "address": f"{task.host}:{task.port}" if running else None,
         "url": f"http://{_url_host(task.host or '')}:{task.port}/" if running else None,
+    }
+
+
+def progress_entry(record: JobRecord) -> dict[str, Any] | None:
+    """The job's progress (``core/run/progress``): null when it declares no checkpoint folder
+    and no TensorBoard log folder. Times, not ages, so the file changes only when it does."""
+    spec = record.spec
+    if spec.checkpoint is None and spec.tensorboard is None:
+        return None
+    seen = progress.with_total(record.progress, spec.checkpoint.total_steps if spec.checkpoint else None)
+    if seen is None:
+        seen = progress.Progress(total_steps=spec.checkpoint.total_steps if spec.checkpoint else None)
+    checkpoint = seen.checkpoint
+    return {
+        "step": seen.step,
+        "stepTime": rfc3339(seen.step_at),
+        "stepsPerSecond": seen.steps_per_second,
+        "totalSteps": seen.total_steps,
+        "estimatedCompletionTime": rfc3339(seen.estimated_completion),
+        "checkpoint": (
+            {"name": checkpoint.name, "step": checkpoint.step, "time": rfc3339(checkpoint.at)}
+            if checkpoint is not None
+            else None
+        ),
+        "message": seen.message,
     }
 
 
