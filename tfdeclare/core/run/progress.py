@@ -163,9 +163,9 @@ def observe(previous: Progress | None, seen: Observation, total_steps: int | Non
         if (step := _sane_step(e.step)) is not None
     ]
     checkpoint = seen.checkpoint if seen.checkpoint is not None else prev.checkpoint
-    if not seen.events_read and checkpoint is not None and checkpoint.step is not None:
-        if checkpoint != prev.checkpoint:
-            fresh.append(Sample(checkpoint.step, min(checkpoint.at, now)))
+    fresh_checkpoint = checkpoint is not None and checkpoint != prev.checkpoint
+    if not seen.events_read and fresh_checkpoint and checkpoint is not None and checkpoint.step is not None:
+        fresh.append(Sample(checkpoint.step, min(checkpoint.at, now)))
     samples.extend(fresh)
     if seen.started_at is not None:  # an earlier run's samples count only while this one has none
         current = [s for s in samples if s.at >= seen.started_at]

@@ -4,7 +4,8 @@ hostile.
 
 A TFRecord is ``length`` (uint64, little-endian), ``masked_crc32c(length)`` (uint32), ``length``
 bytes of data, ``masked_crc32c(data)`` (uint32). The data is an ``Event`` protocol buffer, of
-which we read field 1 (``wall_time``, a double) and field 2 (``step``, an int64 varint).
+which we read field 1 (``wall_time``, a double) and field 2 (``step``, an int64 varint; absent
+when 0, so an event with a summary, field 5, and no step is at step 0).
 
 ``records`` takes bytes read from some offset of a file and returns the events of every whole
 record in them and how many bytes those took, so the caller reads only what is new next time
@@ -54,12 +55,7 @@ def masked_crc32c(data: bytes) -> int:
 def frame(data: bytes) -> bytes:
     """One TFRecord around ``data`` (tests write event files with it)."""
     length = struct.pack("<Q", len(data))
-    return (
-        length
-        + struct.pack("<I", masked_crc32c(length))
-        + data
-        + struct.pack("<I", masked_crc32c(data))
-    )
+    return length + struct.pack("<I", masked_crc32c(length)) + data + struct.pack("<I", masked_crc32c(data))
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +127,7 @@ def event(data: bytes) -> Event:
     """``step`` and ``wall_time`` of an ``Event``; either None where absent or malformed."""
     step: int | None = None
     wall: float | None = None
+    summary = False  # field 5: a summary (step 0 is not written: proto3's default)
     at = 0
     try:
         while at < len(data):
@@ -149,6 +146,7 @@ def event(data: bytes) -> Event:
             elif wire == 2:
                 size, at = _varint(data, at)
                 at += size
+                summary = summary or field == 5
             elif wire == 5:
                 at += 4
             else:
@@ -157,6 +155,8 @@ def event(data: bytes) -> Event:
         pass
     if wall is not None and not math.isfinite(wall):
         wall = None
+    if step is None and summary:
+        step = 0
     return Event(step, wall)
 
 
