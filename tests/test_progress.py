@@ -4,6 +4,7 @@ pure, in tables with an injected clock."""
 from __future__ import annotations
 
 import struct
+from collections import Counter
 
 import pytest
 
@@ -253,3 +254,46 @@ def test_since_checkpoint(
 )
 def test_restart_cost(step: int | None, since: float | None, now: float, declared: bool, words: str) -> None:
     assert restart_cost(step, since, now, declared=declared) == words
+
+
+def test_progress_in_words_for_status_and_the_page() -> None:
+    from tfdeclare.core.run.status import progress_lines
+
+    entry = {
+        "step": 1200,
+        "stepTime": "2026-12-05T10:00:00Z",
+        "stepsPerSecond": 2.0,
+        "totalSteps": 10000,
+        "estimatedCompletionTime": "2026-12-05T11:13:20Z",
+        "checkpoint": {"name": "ckpt-1200", "step": 1200, "time": "2026-12-05T09:58:00Z"},
+        "message": "",
+    }
+    now = 1796464800.0 + 60  # 2026-12-05T10:01:00Z
+    assert progress_lines(entry, now) == [
+        "step 1,200 of 10,000 (12 %), 60 s ago, 2 steps/s, done in about 72 min",
+        "checkpoint ckpt-1200 at step 1,200, saved 3 min ago",
+    ]
+    empty = {**entry, "step": None, "checkpoint": None, "message": "checkpoint.dir ckpt does not exist (yet)"}
+    assert progress_lines(empty, now) == ["no checkpoint yet", "checkpoint.dir ckpt does not exist (yet)"]
+    assert progress_lines(None, now) == []
+
+
+def test_progress_metrics() -> None:
+    from tfdeclare.daemon.metrics import Metrics
+
+    metrics = Metrics()
+    metrics.clock = lambda: 1000.0
+    seen = Progress(
+        step=500,
+        step_at=990.0,
+        steps_per_second=5.0,
+        total_steps=1000,
+        checkpoint=Checkpoint("ckpt-450", 450, 940.0),
+    )
+    metrics.set_jobs({"a": "Running"}, Counter(), {}, progress={"a": seen})
+    text = metrics.render()
+    assert 'tfdeclare_job_progress_step{job="a"} 500.0' in text
+    assert 'tfdeclare_job_steps_per_second{job="a"} 5.0' in text
+    assert 'tfdeclare_job_checkpoint_step{job="a"} 450.0' in text
+    assert 'tfdeclare_job_checkpoint_age_seconds{job="a"} 60.0' in text
+    assert 'tfdeclare_job_estimated_seconds_left{job="a"} 90.0' in text

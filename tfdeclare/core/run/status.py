@@ -15,6 +15,8 @@ status NAME --tasks``). So a 100,000-task job costs a status file of 1,000 tasks
 
 from __future__ import annotations
 
+import calendar
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -323,6 +325,49 @@ def progress_entry(record: JobRecord) -> dict[str, Any] | None:
         ),
         "message": seen.message,
     }
+
+
+def _seconds(timestamp: str | None) -> float | None:
+    if not timestamp:
+        return None
+    try:
+        return float(calendar.timegm(time.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ")))
+    except (ValueError, TypeError):
+        return None
+
+
+def progress_lines(entry: Mapping[str, Any] | None, now: float) -> list[str]:
+    """A status document's ``progress`` in words, for ``tfdeclare status NAME`` and the page:
+    "step 1,200 of 10,000 (12 %), 3.2 steps/s, done in about 47 min", "checkpoint ckpt-1200 at
+    step 1,200, saved 2 min ago", and what could not be read. Empty without progress."""
+    if not entry:
+        return []
+    lines = []
+    step, total, rate = entry.get("step"), entry.get("totalSteps"), entry.get("stepsPerSecond")
+    if step is not None:
+        words = f"step {step:,}"
+        if total:
+            words += f" of {total:,} ({min(100.0, 100.0 * step / total):.0f} %)"
+        reached = _seconds(entry.get("stepTime"))
+        if reached is not None:
+            words += f", {progress.duration(now - reached)} ago"
+        if rate is not None:
+            words += f", {rate:.3g} steps/s"
+        eta = _seconds(entry.get("estimatedCompletionTime"))
+        if eta is not None and total and step < total:
+            words += f", done in about {progress.duration(eta - now)}" if eta > now else ", due by now"
+        lines.append(words)
+    checkpoint = entry.get("checkpoint")
+    if checkpoint:
+        at = f" at step {checkpoint['step']:,}" if checkpoint.get("step") is not None else ""
+        saved = _seconds(checkpoint.get("time"))
+        when = f", saved {progress.duration(now - saved)} ago" if saved is not None else ""
+        lines.append(f"checkpoint {checkpoint['name']}{at}{when}")
+    elif step is not None or entry.get("message"):
+        lines.append("no checkpoint yet")
+    if entry.get("message"):
+        lines.append(str(entry["message"]))
+    return lines
 
 
 def _url_host(host: str) -> str:
