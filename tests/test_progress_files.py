@@ -134,3 +134,20 @@ def test_a_huge_or_hostile_event_file_costs_a_bounded_read(tmp_path: Path) -> No
     _events(big, 100_001, 100_002)
     later = _read(reader, log) + _read(reader, log)
     assert 100_002 in later
+
+
+def test_the_job_folders_inside_the_state_folder_are_read_and_the_rest_of_it_is_not(tmp_path: Path) -> None:
+    state = tmp_path / ".tfdeclare"
+    task = state / "local" / "work" / "a" / "chief-0"
+    (task / "ckpt").mkdir(parents=True)
+    (task / "ckpt" / "checkpoint").write_text('model_checkpoint_path: "ckpt-5"\n')
+    (state / "jobs").mkdir()
+    reserved = {str(state): "tfdeclare's own folder"}
+    job_folder = str(task.parent)
+    fd = open_folder(str(task / "ckpt"), [job_folder], reserved)
+    os.close(fd)
+    (task / "records").symlink_to(state / "jobs")  # a task's link to the job records
+    with pytest.raises(Refused, match="outside the folders"):
+        open_folder(str(task / "records"), [job_folder], reserved)
+    with pytest.raises(Refused, match="lies in tfdeclare's own folder"):
+        open_folder(str(task / "records"), [job_folder, str(tmp_path)], reserved)

@@ -58,12 +58,17 @@ def open_folder(path: str, allowed: Sequence[str], reserved: Mapping[str, str]) 
     it does not exist, when its links lead outside every ``allowed`` folder or into a
     ``reserved`` one, or when a part of it became a link since it was resolved."""
     real = os.path.realpath(path)
+    shown = path if real == path else f"{path} leads to {real}, which"
     roots = [posixpath.normpath(a) for a in allowed] + [os.path.realpath(a) for a in allowed]
-    if not any(lies_under(real, root) for root in roots):
-        raise Refused(f"{path} leads to {real}, outside the folders it may name: not read")
+    holding = [root for root in roots if lies_under(real, root)]
+    if not holding:
+        raise Refused(f"{shown} lies outside the folders it may name: not read")
     for place, what in reserved.items():
-        if lies_under(real, posixpath.normpath(place)) or lies_under(real, os.path.realpath(place)):
-            raise Refused(f"{path} leads to {real}, in {what}: not read")
+        for spot in (posixpath.normpath(place), os.path.realpath(place)):
+            # an allowed folder inside a reserved one is allowed (the local backend's task
+            # folders lie in the state folder); the rest of it is not
+            if lies_under(real, spot) and not any(lies_under(root, spot) for root in holding):
+                raise Refused(f"{shown} lies in {what}: not read")
     fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for part in real.split("/")[1:]:
