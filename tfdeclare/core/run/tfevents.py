@@ -98,16 +98,29 @@ def records(data: bytes) -> Frames:
     return Frames(tuple(events), at)
 
 
+RESYNC_CHECKS = 4096  # checksums ``resync`` computes at most (each costs about 5 µs)
+_WALL_TIME_KEY = 0x09  # field 1, a double: what TensorFlow writes first in every Event
+_HIGH_ZEROS = b"\0" * 5  # a record of at most 16 MiB has these high bytes of its length zero
+
+
 def resync(data: bytes) -> int | None:
     """The first offset in ``data`` where a whole record (its length checked) starts and the
-    bytes after it frame further records or end; None when there is none."""
-    for at in range(max(0, len(data) - 11)):
-        length = _header_ok(data, at)
-        if length is None:
-            continue
-        end = at + 12 + length + 4
-        if end > len(data) or end == len(data) or _header_ok(data, end) is not None:
-            return at
+    bytes after it frame further records or end; None when there is none among the first
+    ``RESYNC_CHECKS`` candidates. A candidate is an offset whose record would start with an
+    Event's first key and whose length is small: found by ``bytes.find``, so a file of zeros or
+    noise costs a scan in C, not a checksum per byte."""
+    checks = 0
+    found = data.find(bytes([_WALL_TIME_KEY]), 12)
+    while found != -1 and checks < RESYNC_CHECKS:
+        at = found - 12
+        if data[at + 3 : at + 8] == _HIGH_ZEROS:
+            checks += 1
+            length = _header_ok(data, at)
+            if length is not None:
+                end = at + 12 + length + 4
+                if end >= len(data) or _header_ok(data, end) is not None:
+                    return at
+        found = data.find(bytes([_WALL_TIME_KEY]), found + 1)
     return None
 
 
