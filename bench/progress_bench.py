@@ -25,7 +25,9 @@ def _events(first: int, count: int) -> bytes:
     return b"".join(frame(event_bytes(step, 1.0e9 + step)) for step in range(first, first + count))
 
 
-def _look(reader: EventReader, logs: Path, ckpt: Path, previous: progress.Progress | None) -> progress.Progress:
+def _look(
+    reader: EventReader, logs: Path, ckpt: Path, previous: progress.Progress | None
+) -> progress.Progress:
     """One look, as the controller makes it: both folders opened and read, the progress derived."""
     folder = open_folder(str(ckpt), [str(ckpt.parent)], {})
     try:

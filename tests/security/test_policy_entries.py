@@ -337,7 +337,13 @@ def test_the_daemon_refuses_every_hostile_form_and_runs_none(tmp_path: Path) -> 
     # the local backend: the daemon's passes need no cluster (Mesos would wait for its master)
     config = (project / "tfdeclare.yaml").read_text().replace("backend: mesos", "backend: local")
     (project / "tfdeclare.yaml").write_text(config)
-    hostile = {"path": "../../etc", "volume": "/", "logdir": "../../jobs", "checkpoint": "../../jobs", "image": "evil.io/miner:latest"}
+    hostile = {
+        "path": "../../etc",
+        "volume": "/",
+        "logdir": "../../jobs",
+        "checkpoint": "../../jobs",
+        "image": "evil.io/miner:latest",
+    }
     expected = {}
     for index, (_, form) in enumerate(sorted(FORMS.items())):
         text = spec_text(form, fill(hostile[form.kind], project)).replace("name: bad", f"name: bad{index}")
