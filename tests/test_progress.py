@@ -297,3 +297,39 @@ def test_progress_metrics() -> None:
     assert 'tfdeclare_job_checkpoint_step{job="a"} 450.0' in text
     assert 'tfdeclare_job_checkpoint_age_seconds{job="a"} 60.0' in text
     assert 'tfdeclare_job_estimated_seconds_left{job="a"} 90.0' in text
+
+
+def test_a_change_of_spec_checkpoint_restarts_nothing() -> None:
+    from tfdeclare.core.plan.planner import Effect, classify
+
+    for path in (("spec", "checkpoint"), ("spec", "checkpoint", "dir"), ("spec", "checkpoint", "totalSteps")):
+        assert classify(path) is Effect.IN_PLACE
+    assert classify(("spec", "command", 0)) is Effect.RESTART
+
+
+def test_the_page_shows_a_jobs_progress() -> None:
+    from tfdeclare.daemon.page import render
+
+    job = {
+        "name": "gpt",
+        "phase": "Running",
+        "message": "",
+        "restarts": 0,
+        "attempt": 0,
+        "backend": "local",
+        "specHash": "0" * 64,
+        "tasks": [],
+        "conditions": [],
+        "progress": {
+            "step": 1200,
+            "stepTime": None,
+            "stepsPerSecond": 2.0,
+            "totalSteps": None,
+            "estimatedCompletionTime": None,
+            "checkpoint": {"name": "ckpt-1200", "step": 1200, "time": None},
+            "message": "",
+        },
+    }
+    page = render([job], [], {}, 0, now=0.0)
+    assert "step 1,200, 2 steps/s" in page
+    assert "checkpoint ckpt-1200 at step 1,200" in page

@@ -4,8 +4,11 @@ by the work since each victim's last checkpoint; the plan says what a restart co
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+
+import jsonschema
 
 from tests.controller_world import World, job_text
 from tests.fake_backend import FakeCluster
@@ -14,6 +17,8 @@ from tfdeclare.core.plan.planner import PlanOptions, plan
 from tfdeclare.core.plan.render import render_text
 from tfdeclare.core.run.tasks import TaskKey
 from tfdeclare.core.spec.resources import Resources
+
+STATUS_SCHEMA = json.loads((Path(__file__).parent.parent / "schemas" / "status.schema.json").read_text())
 
 
 def job(name: str, cpus: float, *, priority: int = 0, version: str = "1") -> str:
@@ -68,6 +73,7 @@ def test_the_status_shows_the_latest_checkpoint_and_preemption_loses_the_least(t
     assert progress["checkpoint"]["name"] == "ckpt-40" and progress["checkpoint"]["step"] == 40
     assert progress["step"] == 40 and progress["totalSteps"] == 100 and progress["message"] == ""
     assert w.record("old").progress is not None
+    jsonschema.validate(status, STATUS_SCHEMA)
 
     # old has run 1013 s but saved 10 s ago; young has run 13 s and never saved: old loses less
     w.write("urgent", job("urgent", 2, priority=1))
