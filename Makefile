@@ -8,7 +8,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-mesos test lint typecheck layers reference unit chaos fuzz bench bench-git-sync bench-sched bench-docker bench-pulls bench-bigjob bench-placement bench-alongside bench-mesos-alongside bench-limits images clean venv real-mesos real-mesos-tests
+.PHONY: demo demo-mesos test lint typecheck layers reference unit chaos fuzz bench bench-git-sync bench-sched bench-progress bench-docker bench-pulls bench-bigjob bench-placement bench-alongside bench-mesos-alongside bench-limits images clean venv real-mesos real-mesos-tests
 
 venv: $(STAMP)
 
@@ -108,6 +108,10 @@ bench-git-sync: $(STAMP)
 # GPU-cluster traces. Writes bench/out/sched.json, sched.md and sched-*.png (about 3 minutes).
 bench-sched: $(STAMP)
 	$(PY) -m bench.sched
+
+# Issue 34: what one look at a job's progress files costs (shell/progressfiles.py).
+bench-progress: $(STAMP)
+	$(PY) -m bench.progress_bench
 
 # Issue 23's figures. One big job (apply of N workers that cannot be placed, then a resize by
 # one): per-task time and memory; Mesos placement over 1,000-10,000 agents beside a long-lived

@@ -2,7 +2,8 @@
 
     specs/*.yaml     the desired state (paths shown relative to the case folder)
     observed.yaml    a list of applied jobs: {phase, running: [worker-0, ...], source: FILE:LINE,
-                     sourcePath: ABSOLUTE FILE, backend: NAME, job: TFJob}
+                     sourcePath: ABSOLUTE FILE, backend: NAME, startedAt: T,
+                     progress: {checkpoint: {name, step, at}, step: N, ...} (a record's), job: TFJob}
     options.yaml     optional planner options: {prune: bool, allowEmpty: bool, backend: NAME,
                      settleSeconds: S, now: T, sightings: {NAME: {specHash: HASH or null, since: T}},
                      scope: {paths: [ABSOLUTE PATH, ...], stdin: bool}}
@@ -25,6 +26,7 @@ from tfdeclare.core.enums import Phase, Role
 from tfdeclare.core.plan.observed import ObservedJob
 from tfdeclare.core.plan.planner import Plan, PlanOptions, Sighting, plan
 from tfdeclare.core.plan.scope import PruneScope
+from tfdeclare.core.run.progress import Progress
 from tfdeclare.core.run.tasks import TaskKey
 from tfdeclare.core.spec.loader import SourceRef, load_file
 from tfdeclare.shell.sources import SpecFiles
@@ -58,6 +60,8 @@ def _observed(entry: dict[str, Any]) -> ObservedJob:
         running,
         entry.get("backend"),
         entry.get("sourcePath"),
+        Progress.from_json(entry["progress"]) if entry.get("progress") else None,
+        entry.get("startedAt"),
     )
 
 

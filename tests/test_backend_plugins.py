@@ -225,6 +225,17 @@ def test_mesos_takes_gpus_with_either_containerizer_warning_what_docker_does() -
     assert [d.severity for d in result.diagnostics] == [Severity.WARNING]
 
 
+def test_mesos_warns_that_a_relative_checkpoint_folder_is_not_read() -> None:
+    """Issue 34: a relative spec.checkpoint.dir lies in an agent's sandbox; an absolute one on a
+    shared filesystem is read (and the local backend reads either)."""
+    mesos = MesosConfig(containerizer="mesos")
+    (found,) = mesos_check(mesos, _job(JOB + "  checkpoint: {dir: ckpt}\n"), _at)
+    assert found.json_path == "spec.checkpoint.dir" and found.severity is Severity.WARNING
+    assert "Mesos sandbox" in found.message
+    assert mesos_check(mesos, _job(JOB + "  checkpoint: {dir: /mnt/shared/ckpt}\n"), _at) == []
+    assert local_check(LocalConfig(), _job(JOB + "  checkpoint: {dir: ckpt}\n"), _at) == []
+
+
 def test_a_roles_own_image_runs_in_containers_like_spec_image() -> None:
     text = JOB.replace("worker: {count: 2,", "worker: {count: 2, image: tf:2,")
     (problem,) = local_check(LocalConfig(runtime=LocalRuntime.PROCESS), _job(text), _at)

@@ -35,7 +35,7 @@ def test_validate_json_output(workdir: Path) -> None:
         "column": 3,
         "severity": "error",
         "code": "schema",
-        "message": "unknown field 'extra'; allowed: activeDeadlineSeconds, args, backoffLimit, clusterSpec, "
+        "message": "unknown field 'extra'; allowed: activeDeadlineSeconds, args, backoffLimit, checkpoint, clusterSpec, "
         "command, env, evaluatorGraceSeconds, image, imagePullPolicy, placement, priority, replicas, restartPolicy, "
         "restartScope, successPolicy, suspend, tensorboard, terminationGracePeriodSeconds, ttlSecondsAfterFinished, "
         "volumes, workingDir",

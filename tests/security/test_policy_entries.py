@@ -72,7 +72,7 @@ class Form:
     text: Callable[[str], str]
     at: str  # the end of the JSON path of the diagnostic
     canonical: tuple[str | int, ...] | None  # None: not in the saved plan's native form as is
-    kind: str  # relative | absolute | volume | logdir | image
+    kind: str  # path | volume | logdir | checkpoint | image
 
 
 FORMS: dict[str, Form] = {
@@ -96,6 +96,12 @@ FORMS: dict[str, Form] = {
         "$.spec.tensorboard.logDir",
         ("spec", "tensorboard", "logDir"),
         "logdir",
+    ),
+    "checkpoint dir": Form(  # issue 34: read by the controller
+        lambda v: native(f"  checkpoint: {{dir: {v}}}\n"),
+        "$.spec.checkpoint.dir",
+        ("spec", "checkpoint", "dir"),
+        "checkpoint",
     ),
     "Kubeflow workingDir": Form(
         lambda v: kubeflow(f"workingDir: {v}\nimage: {GOOD_IMAGE}\n"),
@@ -159,6 +165,10 @@ HOSTILE: dict[str, st.SearchStrategy[str]] = {
         ]
     ),
     "logdir": st.builds(lambda k: "../" * k + "jobs", st.integers(2, 8)),
+    "checkpoint": st.one_of(
+        st.builds(lambda k: "../" * k + "jobs", st.integers(2, 8)),
+        st.sampled_from(["/etc", "/", "STATE", "STATE/jobs", "STATUS/x", "PROJECT/data/../.tfdeclare"]),
+    ),
     "image": st.sampled_from(
         [
             "evil.io/miner:latest",
@@ -172,6 +182,7 @@ BENIGN = {
     "path": ["sub", "./sub/../sub", "/workspace", "inside"],
     "volume": ["PROJECT/data", "PROJECT/data/sets/../x", "/var/lib/datasets"],
     "logdir": ["runs", "../chief-0/logs", "gs://bucket/runs"],
+    "checkpoint": ["ckpt", "../worker-0/ckpt", "PROJECT/data/ckpt", "/var/lib/ckpt"],
     "image": [GOOD_IMAGE, "registry.example.com/team/tf@sha256:" + "a" * 64],
 }
 ENTRIES = ("validate", "plan", "apply", "stdin", "convert")
@@ -288,6 +299,7 @@ def test_a_hand_edited_saved_plan_is_refused_for_each_field(tmp_path: Path, name
             "path": "../../etc",
             "volume": "/var/run/docker.sock",
             "logdir": "../../../jobs",
+            "checkpoint": "STATE/jobs",
             "image": "evil.io/miner:latest",
         }[form.kind],
         project,
@@ -314,6 +326,7 @@ WORDS = {  # what each kind's refusal says (the daemon's log has other lines at 
     "path": ("outside", "no job may use it"),
     "volume": ("no job may use it", "is not allowed"),
     "logdir": ("leads out",),
+    "checkpoint": ("leads out", "is not allowed", "no job may use it"),
     "image": ("policy.allowedImages",),
 }
 
@@ -324,7 +337,13 @@ def test_the_daemon_refuses_every_hostile_form_and_runs_none(tmp_path: Path) -> 
     # the local backend: the daemon's passes need no cluster (Mesos would wait for its master)
     config = (project / "tfdeclare.yaml").read_text().replace("backend: mesos", "backend: local")
     (project / "tfdeclare.yaml").write_text(config)
-    hostile = {"path": "../../etc", "volume": "/", "logdir": "../../jobs", "image": "evil.io/miner:latest"}
+    hostile = {
+        "path": "../../etc",
+        "volume": "/",
+        "logdir": "../../jobs",
+        "checkpoint": "../../jobs",
+        "image": "evil.io/miner:latest",
+    }
     expected = {}
     for index, (_, form) in enumerate(sorted(FORMS.items())):
         text = spec_text(form, fill(hostile[form.kind], project)).replace("name: bad", f"name: bad{index}")

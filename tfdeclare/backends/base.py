@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from tfdeclare.backends.errors import BackendError, LogOffsetError
-from tfdeclare.core.run.tasks import GangRequest, ObservedTask, Placement, TaskLaunch, Unplaced
+from tfdeclare.core.run.tasks import GangRequest, ObservedTask, Placement, TaskKey, TaskLaunch, Unplaced
 
-__all__ = ["Backend", "BackendError", "LogChunk", "LogOffsetError", "LogTimes"]
+__all__ = ["Backend", "BackendError", "LogChunk", "LogOffsetError", "LogTimes", "TaskFolders"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +34,17 @@ class LogTimes(Protocol):
 
     def read_log_times(self, task_id: str) -> list[tuple[int, float]] | None:
         """(size of the log, time it had grown to that size) samples in order; None: not known."""
+        ...
+
+
+@runtime_checkable
+class TaskFolders(Protocol):
+    """A backend whose tasks' working folders lie on the controller's machine (the local
+    backend), where a job's progress files are read (``spec.checkpoint``, TensorBoard's
+    ``logDir``). Others have no such method: their relative folders are not read."""
+
+    def task_folder(self, job: str, key: TaskKey) -> str | None:
+        """The absolute working folder of the job's task ``key`` (it may not exist yet)."""
         ...
 
 

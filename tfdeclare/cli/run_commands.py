@@ -355,6 +355,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
                     desired,
                     store.observed(),
                     plan_options(settings, args.paths, prune=args.prune, allow_empty=args.allow_empty),
+                    now=time.time(),
                 )
             except StateError as err:
                 raise UserError(str(err)) from err

@@ -60,7 +60,7 @@ def compute_plan(paths: list[str], settings: Settings, options: PlanOptions) -> 
         observed = StateStore(settings.state_dir).observed()
     except StateError as err:
         raise UserError(str(err)) from err
-    return plan(desired, observed, options), desired
+    return plan(desired, observed, options, now=time.time()), desired
 
 
 def saved_plan(result: Plan, desired: DesiredState, settings: Settings, paths: list[str]) -> dict[str, Any]:

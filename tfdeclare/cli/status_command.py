@@ -35,6 +35,7 @@ from tfdeclare.core.enums import Phase
 from tfdeclare.core.plan.problems import Problem
 from tfdeclare.core.run import status
 from tfdeclare.core.run.record import JobRecord
+from tfdeclare.core.run.status import progress_lines
 from tfdeclare.core.spec.selector import Selector
 from tfdeclare.core.tone import PHASE_TONES, Painter, Tone, plain
 from tfdeclare.shell import problems as problems_file
@@ -140,6 +141,8 @@ def _status_detail(doc: dict[str, Any], paint: Painter = plain) -> str:
             f"{each['message']} ({each['lastRestartTime']}){waiting}{back}"
         )
     lines.append(f"  started {doc.get('startTime') or '-'}, completed {doc.get('completionTime') or '-'}")
+    for line in progress_lines(doc.get("progress"), time.time()):
+        lines.append(f"  progress: {line}")
     lines.append("  conditions:")
     for c in doc.get("conditions", []):
         lines.append(f"    {c['type']:<12} {c['status']:<6} {c['reason']}: {c['message']}")

@@ -40,9 +40,10 @@ from typing import Any
 
 from tfdeclare.backends.base import Backend, BackendError
 from tfdeclare.controller.launchpaths import LaunchPaths, LaunchRefused
+from tfdeclare.controller.progresswatch import ProgressWatch
 from tfdeclare.core.enums import Phase, Reason, TaskState
 from tfdeclare.core.plan.planner import Action, Plan, PlanReason
-from tfdeclare.core.run import lifecycle, preemption, status
+from tfdeclare.core.run import lifecycle, preemption, progress, status
 from tfdeclare.core.run.clusterspec import TaskConfig
 from tfdeclare.core.run.launches import gang_request, launches, placed
 from tfdeclare.core.run.lifecycle import Backoff
@@ -227,6 +228,8 @@ class Controller:
         self._desired: dict[str, Mapping[TaskKey, TaskConfig]] = {}
         self.apply_failures: dict[str, str] = {}  # of the last ``apply``: job -> "PATH (why)"
         self._pass: _Pass | None = None  # during a pass
+        # Each job's progress files, read every few seconds while it runs (issue 34)
+        self.progress = ProgressWatch(self.launch_paths.reserved, self.launch_paths.allowed_host_paths)
         self._later = _Later()  # what this pass writes at its end
 
     def _backend(self, name: str) -> Backend:
@@ -499,6 +502,11 @@ class Controller:
         )
         self._desired[record.name] = decided.desired
         updated = decided.record
+        if not decided.remove:
+            looked, again = self.progress.look(updated, backend, tasks, now)
+            if looked is not updated.progress:
+                updated = updated.evolve(progress=looked)
+            result.wake(again)
         result.events.extend(decided.events)
         for event in decided.events:
             log.info("%s", event)
@@ -519,6 +527,7 @@ class Controller:
             self._seen.pop(record.name, None)
             self._seen_tasks.pop(record.name, None)
             self._desired.pop(record.name, None)
+            self.progress.forget(record.name)
             if self._pass is not None:
                 self._pass.records.pop(record.name, None)
             return
@@ -668,7 +677,9 @@ class Controller:
             if self.non_preemptible is not None and rank >= self.non_preemptible:
                 continue  # protected by the policy
             started = min((t.started_at for t in alive if t.started_at is not None), default=now)
-            candidates.append(preemption.Candidate(name, rank, held, len(alive), started))
+            # work at risk: since its last checkpoint that these tasks made (else since they started)
+            since = progress.since_checkpoint(other.progress, started)[1]
+            candidates.append(preemption.Candidate(name, rank, held, len(alive), started, since))
         choice = preemption.choose(short, mine, candidates, now, coming)
         if choice.covered:
             return f"waiting for {stopping} task(s) of suspended or preempted jobs to stop"

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import platform
 import threading
+import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from tfdeclare import __version__
+from tfdeclare.core.run.progress import Progress
 
 _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -43,6 +45,8 @@ class Metrics:
         self.restarts: Mapping[str, int] = {}
         self.preemptions: Mapping[str, int] = {}  # per job, apart from restarts
         self.suspensions: Mapping[str, int] = {}
+        self.progress: Mapping[str, Progress] = {}  # per job that has some (issue 34)
+        self.clock: Callable[[], float] = time.time  # for ages at scrape time
         self.applied_revision: str | None = None
         self.attempted_revision: str | None = None
         self.storage_writable: Mapping[str, bool] = {}  # "state"/"status" -> can take a write
@@ -72,8 +76,10 @@ class Metrics:
         restarts: Mapping[str, int],
         preemptions: Mapping[str, int] | None = None,
         suspensions: Mapping[str, int] | None = None,
+        progress: Mapping[str, Progress] | None = None,
     ) -> None:
         with self._lock:
+            self.progress = dict(progress or {})
             self.jobs_by_phase = Counter(phases.values())
             self.tasks_by_state = dict(tasks)
             self.restarts = dict(restarts)
@@ -176,6 +182,7 @@ class Metrics:
             "job",
             self.suspensions,
         )
+        yield from self._progress_families()
         revisions = GaugeMetricFamily(
             "tfdeclare_revision_info",
             "The last applied and attempted source revisions.",
@@ -199,6 +206,45 @@ class Metrics:
         )
         build.add_metric([__version__, platform.python_version()], 1.0)
         yield build
+
+    def _progress_families(self) -> Iterator[Metric]:
+        """Each job's progress (``core/run/progress``), where known: its latest step, steps
+        per second, latest checkpoint's step and age, and the seconds left to ``totalSteps``."""
+        now = self.clock()
+        values: dict[str, dict[str, float]] = {
+            "step": {},
+            "rate": {},
+            "checkpoint": {},
+            "age": {},
+            "left": {},
+        }
+        for job, seen in sorted(self.progress.items()):
+            if seen.step is not None:
+                values["step"][job] = seen.step
+            if seen.steps_per_second is not None:
+                values["rate"][job] = seen.steps_per_second
+            if seen.checkpoint is not None and seen.checkpoint.step is not None:
+                values["checkpoint"][job] = seen.checkpoint.step
+            if seen.checkpoint is not None:
+                values["age"][job] = max(0.0, now - seen.checkpoint.at)
+            eta = seen.estimated_completion
+            if eta is not None:
+                values["left"][job] = max(0.0, eta - now)
+        for key, name, doc in (
+            ("step", "tfdeclare_job_progress_step", "The latest training step seen, per job."),
+            ("rate", "tfdeclare_job_steps_per_second", "Training steps per second, per job."),
+            ("checkpoint", "tfdeclare_job_checkpoint_step", "The latest checkpoint's step, per job."),
+            ("age", "tfdeclare_job_checkpoint_age_seconds", "Seconds since the latest checkpoint, per job."),
+            (
+                "left",
+                "tfdeclare_job_estimated_seconds_left",
+                "Seconds until spec.checkpoint.totalSteps at the present rate, per job.",
+            ),
+        ):
+            metric = GaugeMetricFamily(name, doc, labels=["job"])
+            for job, value in values[key].items():
+                metric.add_metric([job], value)
+            yield metric
 
 
 def _labelled(

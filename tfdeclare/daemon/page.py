@@ -198,6 +198,7 @@ def render(
                 "problem": problem_rank(job) < PROBLEM_FREE,  # marked on its card
                 "tasks": [{**t, "age": age(t.get("startTime"), now)} for t in tasks],
                 "more": counts["tasks"] - len(tasks),
+                "progress": status.progress_lines(job.get("progress"), now),
             }
         )
     before = max(0, jobs_offset - PAGE_JOBS) if jobs_offset else None

@@ -327,6 +327,7 @@ class Daemon:
             {n: r.restarts for n, r in records.items()},
             {n: r.preemptions for n, r in records.items()},
             {n: r.suspensions for n, r in records.items()},
+            {n: r.progress for n, r in records.items() if r.progress is not None},
         )
         if self.source_error is None:
             try:

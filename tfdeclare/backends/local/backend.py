@@ -691,6 +691,11 @@ class LocalBackend:
             raise BackendError(f"no log for task {task_id}")
         return read_log_file(path, offset, limit, ended=True)
 
+    def task_folder(self, job: str, key: TaskKey) -> str | None:
+        """The task's working folder (``work/<job>/<role>-<index>``), where its progress
+        files are read (``base.TaskFolders``)."""
+        return str(self.work_dir / job / key.name)
+
     def read_log_times(self, task_id: str) -> list[tuple[int, float]] | None:
         """When the task's log grew (``logtimes``): process tasks only; None for a container's
         or a task started by a release before it."""

@@ -23,6 +23,7 @@ does).
 from __future__ import annotations
 
 import os
+import posixpath
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,6 +40,25 @@ if TYPE_CHECKING:
 
 
 def check_job(config: MesosConfig, job: LoadedJob, at: Locate) -> list[Diagnostic]:
+    return [*_checks(config, job, at), *_relative_checkpoint(job, at)]
+
+
+def _relative_checkpoint(job: LoadedJob, at: Locate) -> list[Diagnostic]:
+    """A relative ``checkpoint.dir`` lies in an agent's sandbox, which the controller cannot
+    read: a warning (the job runs; its progress says the same)."""
+    checkpoint = job.canonical["spec"].get("checkpoint")
+    if checkpoint is None or posixpath.isabs(checkpoint["dir"]):
+        return []
+    found = at(
+        ("spec", "checkpoint", "dir"),
+        f"checkpoint.dir {checkpoint['dir']} lies in a Mesos sandbox, which the controller cannot read: "
+        "no progress is shown and preemption counts work from the tasks' start; use an absolute "
+        "folder on a filesystem the agents and the controller share",
+    )
+    return [replace(found, severity=Severity.WARNING)]
+
+
+def _checks(config: MesosConfig, job: LoadedJob, at: Locate) -> list[Diagnostic]:
     if config.containerizer != "docker":
         return _entrypoint_working_dir(job, at)
     for role, replica in job.canonical["spec"]["replicas"].items():

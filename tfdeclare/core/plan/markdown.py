@@ -118,7 +118,7 @@ def _totals_table(plan: Plan) -> list[str]:
     return [*out, ""]
 
 
-def _job_row(job: JobPlan, link_base: str | None) -> str:
+def _job_row(job: JobPlan, link_base: str | None, now: float = 0.0) -> str:
     tasks = "; ".join(
         f"{label} {task_list(keys)}"
         for label, keys in (("restart", job.restart), ("start", job.start), ("stop", job.stop))
@@ -128,7 +128,11 @@ def _job_row(job: JobPlan, link_base: str | None) -> str:
         f"`{job.action.symbol}`",
         f"`{job.name}`",
         job.action.value,
-        _md(job.message + "".join(f"; on failure: {line}" for line in scope_lines(job))),
+        _md(
+            job.message
+            + "".join(f"; on failure: {line}" for line in scope_lines(job))
+            + (f"; costs: {job.cost.words(now)}" if job.cost is not None else "")
+        ),
         _md(tasks),
         "" if job.source is None else file_link(job.source, link_base, link=job.action not in _GONE),
     ]
@@ -155,7 +159,7 @@ def render_markdown(plan: Plan, *, link_base: str | None = None) -> str:
     if rows:
         out.append("| | job | action | why | tasks | file |")
         out.append("|---|---|---|---|---|---|")
-        out.extend(_job_row(job, link_base) for job in rows)
+        out.extend(_job_row(job, link_base, plan.now) for job in rows)
         out.append("")
     elif not errors:
         out.append("No changes.")

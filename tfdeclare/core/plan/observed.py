@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfdeclare.core.enums import Phase
+from tfdeclare.core.run.progress import Progress
 from tfdeclare.core.run.record import JobRecord
 from tfdeclare.core.spec.keys import TaskKey
 from tfdeclare.core.spec.loader import STDIN_NAME, SourceRef
@@ -29,6 +30,8 @@ class ObservedJob:
     running: tuple[TaskKey, ...] = ()  # tasks alive now (or at the last pass)
     backend: str | None = None  # where it runs (None: not recorded, as in golden cases)
     source_path: str | None = None  # the absolute spec file it was last applied from (``scope``)
+    progress: Progress | None = None  # what its checkpoint folder and event files said (issue 34)
+    started_at: float | None = None  # when its running cluster tasks started (the earliest)
 
 
 ObservedState = Mapping[str, ObservedJob]
@@ -45,6 +48,11 @@ def observed_job(record: JobRecord) -> ObservedJob:
         running=tuple(sorted(t.key for t in record.tasks if t.state.alive)),
         backend=record.backend,
         source_path=source_path(record.source_dir, record.source.file if record.source else None),
+        progress=record.progress,
+        started_at=min(
+            (t.started_at for t in record.tasks if t.state.alive and t.key.role.in_cluster and t.started_at),
+            default=None,
+        ),
     )
 
 

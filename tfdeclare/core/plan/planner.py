@@ -50,6 +50,7 @@ from tfdeclare.core.plan.observed import ObservedJob, ObservedState, observed_fi
 from tfdeclare.core.plan.quotas import enforce_quotas
 from tfdeclare.core.plan.scope import PruneScope
 from tfdeclare.core.run.clusterspec import symbolic_addresses, task_configs
+from tfdeclare.core.run.progress import restart_cost, since_checkpoint
 from tfdeclare.core.run.tasks import TaskKey
 from tfdeclare.core.spec.keys import ORDER
 from tfdeclare.core.spec.loader import LoadedJob, SourceRef
@@ -151,6 +152,7 @@ _IN_PLACE_FIELDS = frozenset(
         ("spec", "restartScope"),
         ("spec", "priority"),  # the queue's order and whom it may preempt: no running task changes
         ("spec", "suspend"),  # stops or starts the job's tasks, never changes what they run
+        ("spec", "checkpoint"),  # only read by the controller (progress): no task changes
     }
 )
 _IN_PLACE_ROLE_FIELDS = frozenset({"restartPolicy", "restartScope", "imagePullPolicy"})
@@ -240,6 +242,31 @@ def _set_changed(old: JobSpec, new: JobSpec) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class RestartCost:
+    """What a restart of a running job's training tasks loses, from its observed progress:
+    the checkpoint it resumes from (its step; None: none since its tasks started) and since
+    when its work is lost (that checkpoint's time, else its tasks' start; None: not known).
+    Times, not durations: the plan stays the same while the time passes (``words``)."""
+
+    checkpoint_step: int | None
+    since: float | None
+
+    def words(self, now: float) -> str:
+        return restart_cost(self.checkpoint_step, self.since, now, declared=True)
+
+    def lost_s(self, now: float) -> float | None:
+        return None if self.since is None else max(0.0, now - self.since)
+
+
+def cost_of(observed: ObservedJob, restart: tuple[TaskKey, ...]) -> RestartCost | None:
+    """The cost of restarting ``restart`` (of ``observed``): only when a training task restarts
+    and the job declares ``spec.checkpoint`` (without it nothing says where it saves)."""
+    if "checkpoint" not in observed.canonical["spec"] or not any(k.role.in_cluster for k in restart):
+        return None
+    return RestartCost(*since_checkpoint(observed.progress, observed.started_at))
+
+
+@dataclass(frozen=True, slots=True)
 class JobPlan:
     name: str
     action: Action
@@ -257,6 +284,9 @@ class JobPlan:
     moves: tuple[str, str] | None = None  # (from, to) backend of a move
     # What a failed task of each role restarts, shown when new or changed (``scopes_shown``)
     scopes: tuple[RoleScope, ...] = ()
+    # What restarting its running training tasks loses (``cost_of``); None: nothing restarts,
+    # or the job declares no checkpoint folder
+    cost: RestartCost | None = None
 
     @property
     def not_synced(self) -> tuple[enums.Reason, str] | None:
@@ -272,6 +302,7 @@ class Plan:
     options: PlanOptions
     observed: ObservedState
     diagnostics: tuple[Diagnostic, ...] = ()
+    now: float = 0.0  # when it was made: what a restart costs is worded for it (``RestartCost``)
     desired: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # canonical specs acted on
     sources: Mapping[str, SourceRef] = field(default_factory=dict)
     sightings: Mapping[str, Sighting] = field(default_factory=dict)  # pending changes (settle rule)
@@ -334,7 +365,7 @@ def diff(
 
 
 def classify(path: tuple[str | int, ...]) -> Effect:
-    if path[:2] == ("metadata", "labels") or path in _IN_PLACE_FIELDS:
+    if path[:2] == ("metadata", "labels") or path[:2] in _IN_PLACE_FIELDS or path in _IN_PLACE_FIELDS:
         return Effect.IN_PLACE
     if len(path) == 4 and path[:2] == ("spec", "replicas") and path[3] in _IN_PLACE_ROLE_FIELDS:
         return Effect.IN_PLACE
@@ -474,15 +505,17 @@ def _action_of_present(loaded: LoadedJob, observed: ObservedJob | None) -> JobPl
         )
         new_keys, old_keys = set(desired_spec.task_keys()), set(old_spec.task_keys())
         board_restarts = TENSORBOARD_KEY in _task_sets(old_spec, desired_spec, observed.running)[0]
+        restart = tuple(
+            k for k in observed.running if k in new_keys and (k.role.in_cluster or board_restarts)
+        )
         return JobPlan(
             name,
             Action.RESTART,
             reasons,
             f"{', '.join(forcing)} changed: every task restarts",
             changes=changes,
-            restart=tuple(
-                k for k in observed.running if k in new_keys and (k.role.in_cluster or board_restarts)
-            ),
+            restart=restart,
+            cost=cost_of(observed, restart),
             start=tuple(sorted(new_keys - old_keys, key=ORDER)),
             stop=tuple(sorted(old_keys - new_keys, key=ORDER)),
             **common,
@@ -511,6 +544,7 @@ def _action_of_present(loaded: LoadedJob, observed: ObservedJob | None) -> JobPl
         restart=restart,
         start=start,
         stop=stop,
+        cost=cost_of(observed, restart),
         **common,
     )
 
@@ -709,7 +743,12 @@ class _Last:
 
 
 def _replan(
-    last: _Last, desired: DesiredState, changed: frozenset[str], cache: PlanCache, prune_all: bool
+    last: _Last,
+    desired: DesiredState,
+    changed: frozenset[str],
+    cache: PlanCache,
+    prune_all: bool,
+    now: float = 0.0,
 ) -> _Last:
     """``last.plan`` with the jobs of ``changed`` planned again (see ``PlanCache``): what
     ``plan`` would give, when nothing but those jobs differs and no rule spans jobs. Edits
@@ -750,6 +789,7 @@ def _replan(
         options=options,
         observed=observed,
         diagnostics=desired.diagnostics,
+        now=now,
         desired=acted,
         sources=sources,
         protected=desired.protected,
@@ -800,6 +840,7 @@ class _Settling:
             restart=(),
             start=(),
             stop=(),
+            cost=None,
         )
 
 
@@ -816,7 +857,7 @@ def plan(
     options = options or PlanOptions()
     given = desired
     if cache is not None and cache.last is not None and not sightings:
-        replanned = _replan_patch(cache, cache.last, desired, observed, options)
+        replanned = _replan_patch(cache, cache.last, desired, observed, options, now)
         if replanned is not None:
             return replanned
     desired = enforce_quotas(desired, observed, options.quotas, options.prune, options.scope)
@@ -847,6 +888,7 @@ def plan(
         options=options,
         observed=observed,
         diagnostics=desired.diagnostics,
+        now=now,
         desired=acted,
         sources=sources,
         sightings=settling.sightings,
@@ -859,7 +901,12 @@ def plan(
 
 
 def _replan_patch(
-    cache: PlanCache, last: _Last, desired: DesiredState, observed: ObservedState, options: PlanOptions
+    cache: PlanCache,
+    last: _Last,
+    desired: DesiredState,
+    observed: ObservedState,
+    options: PlanOptions,
+    now: float = 0.0,
 ) -> Plan | None:
     """The plan of ``desired`` made from ``last`` when ``desired`` is a patch of the state
     ``last`` was made from and nothing spans jobs; None when a full plan is needed."""
@@ -878,7 +925,7 @@ def _replan_patch(
     if prune_all != last.prune_all:
         return None
     changed = desired.patch[1]
-    now_last = _replan(last, desired, changed, cache, prune_all)
+    now_last = _replan(last, desired, changed, cache, prune_all, now)
     made = now_last.plan
     jobs = (now_last.get(n) for n in changed)
     if options.settle_s > 0 and any(_settles(job) for job in jobs if job is not None):

@@ -11,7 +11,17 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from tfdeclare.core.plan.planner import ABSENT, Action, Effect, FieldChange, JobPlan, Plan, PlanReason
+from tfdeclare.core.plan.planner import (
+    ABSENT,
+    Action,
+    Effect,
+    FieldChange,
+    JobPlan,
+    Plan,
+    PlanReason,
+    RestartCost,
+)
+from tfdeclare.core.run.record import rfc3339
 from tfdeclare.core.run.tasks import TaskKey
 from tfdeclare.core.spec.secrets import shown_env_value
 from tfdeclare.core.tone import Painter, Tone, plain
@@ -151,7 +161,9 @@ def _change_line(change: FieldChange, paint: Painter) -> str:
     return body + paint(f"   # {note}", Tone.MUTED)
 
 
-def _job_text(job: JobPlan, paint: Painter, created: Mapping[str, Any] | None = None) -> list[str]:
+def _job_text(
+    job: JobPlan, paint: Painter, created: Mapping[str, Any] | None = None, now: float = 0.0
+) -> list[str]:
     """A job's block; ``created``: a created job's canonical spec, shown whole (what apply
     will run, defaults filled in), as Terraform shows a ``+ resource``."""
     where = f"  ({job.source})" if job.source else ""
@@ -162,6 +174,8 @@ def _job_text(job: JobPlan, paint: Painter, created: Mapping[str, Any] | None = 
     lines.extend(f"      {_change_line(c, paint)}" for c in job.changes)
     if job.restart:
         lines.append(f"      restarts: {task_list(job.restart)}")
+    if job.cost is not None:
+        lines.append(f"      costs: {job.cost.words(now)}")
     if job.start:
         lines.append(f"      starts: {task_list(job.start)}")
     if job.stop:
@@ -208,7 +222,7 @@ def render_text(plan: Plan, *, show_unchanged: bool = False, paint: Painter = pl
         lines.append("")
         for job in listed:
             created = plan.desired.get(job.name) if job.action is Action.CREATE else None
-            lines.extend(_job_text(job, paint, created))
+            lines.extend(_job_text(job, paint, created, plan.now))
             lines.append("")
     else:
         lines.append(paint("No changes: the running jobs match the files.", Tone.GOOD))
@@ -301,10 +315,22 @@ def plan_json(plan: Plan) -> dict[str, Any]:
                     if job.scopes
                     else {}
                 ),
+                # present only for a running job that declares spec.checkpoint (issue 34)
+                **({"cost": _cost_json(job.cost, plan.now)} if job.cost is not None else {}),
             }
             for job in plan.jobs
         ],
         "diagnostics": [d.to_json() for d in plan.diagnostics],
+    }
+
+
+def _cost_json(cost: RestartCost, now: float) -> dict[str, Any]:
+    lost = cost.lost_s(now)
+    return {
+        "checkpointStep": cost.checkpoint_step,
+        "since": rfc3339(cost.since),
+        "workLostSeconds": None if lost is None else round(float(lost), 1),
+        "message": cost.words(now),
     }
 
 

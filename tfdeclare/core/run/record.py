@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import Any
 
 from tfdeclare.core.enums import Phase, Reason, Role, TaskState
+from tfdeclare.core.run.progress import Progress
 from tfdeclare.core.spec.keys import TaskKey
 from tfdeclare.core.spec.loader import SourceRef
 from tfdeclare.core.spec.model import JobSpec
@@ -258,6 +259,8 @@ class JobRecord:
     preemptions: int = 0  # times a higher-priority job stopped it
     # Ended suspensions and preemptions, newest last (at most ``SUSPENSION_HISTORY``)
     suspension_history: tuple[Suspension, ...] = ()
+    # What its checkpoint folder and event files said when last read (``core/run/progress``)
+    progress: Progress | None = None
     # ``spec``, made once per canonical spec (a pass asked for it about ten times a job)
     _spec: JobSpec | None = field(default=None, init=False, compare=False, repr=False)
 
@@ -320,6 +323,7 @@ class JobRecord:
             "suspensions": self.suspensions,
             "preemptions": self.preemptions,
             "suspensionHistory": [entry.to_json() for entry in self.suspension_history],
+            **({"progress": self.progress.to_json()} if self.progress is not None else {}),
         }
 
     @classmethod
@@ -363,6 +367,7 @@ class JobRecord:
             suspensions=int(data.get("suspensions", 0)),
             preemptions=int(data.get("preemptions", 0)),
             suspension_history=tuple(Suspension.from_json(e) for e in data.get("suspensionHistory", ())),
+            progress=Progress.from_json(data["progress"]) if data.get("progress") else None,
         )
 
 

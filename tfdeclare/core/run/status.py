@@ -15,10 +15,13 @@ status NAME --tasks``). So a 100,000-task job costs a status file of 1,000 tasks
 
 from __future__ import annotations
 
+import calendar
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tfdeclare.core.enums import ROLE_ORDER, Phase, Reason, Role, TaskState
+from tfdeclare.core.run import progress
 from tfdeclare.core.run.record import Condition, ConditionType, JobRecord, Suspension, TaskRecord, rfc3339
 from tfdeclare.core.run.tasks import ObservedTask, TaskKey
 from tfdeclare.core.spec.keys import ORDER
@@ -220,6 +223,7 @@ def status_document(record: JobRecord, now: float, *, tasks_listed: int | None =
         "tasks": listed,
         **truncated,
         "tensorboard": _tensorboard(record, tasks.get(TENSORBOARD_KEY)),
+        "progress": progress_entry(record),
         "conditions": [
             {**c.to_json(), "lastTransitionTime": rfc3339(c.last_transition)} for c in record.conditions
         ],
@@ -296,6 +300,74 @@ def _tensorboard(record: JobRecord, task: TaskRecord | None) -> dict[str, Any] |
         "address": f"{task.host}:{task.port}" if running else None,
         "url": f"http://{_url_host(task.host or '')}:{task.port}/" if running else None,
     }
+
+
+def progress_entry(record: JobRecord) -> dict[str, Any] | None:
+    """The job's progress (``core/run/progress``): null when it declares no checkpoint folder
+    and no TensorBoard log folder. Times, not ages, so the file changes only when it does."""
+    spec = record.spec
+    if spec.checkpoint is None and spec.tensorboard is None:
+        return None
+    seen = progress.with_total(record.progress, spec.checkpoint.total_steps if spec.checkpoint else None)
+    if seen is None:
+        seen = progress.Progress(total_steps=spec.checkpoint.total_steps if spec.checkpoint else None)
+    checkpoint = seen.checkpoint
+    return {
+        "step": seen.step,
+        "stepTime": rfc3339(seen.step_at),
+        "stepsPerSecond": seen.steps_per_second,
+        "totalSteps": seen.total_steps,
+        "estimatedCompletionTime": rfc3339(seen.estimated_completion),
+        "checkpoint": (
+            {"name": checkpoint.name, "step": checkpoint.step, "time": rfc3339(checkpoint.at)}
+            if checkpoint is not None
+            else None
+        ),
+        "message": seen.message,
+    }
+
+
+def _seconds(timestamp: str | None) -> float | None:
+    if not timestamp:
+        return None
+    try:
+        return float(calendar.timegm(time.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ")))
+    except (ValueError, TypeError):
+        return None
+
+
+def progress_lines(entry: Mapping[str, Any] | None, now: float) -> list[str]:
+    """A status document's ``progress`` in words, for ``tfdeclare status NAME`` and the page:
+    "step 1,200 of 10,000 (12 %), 3.2 steps/s, done in about 47 min", "checkpoint ckpt-1200 at
+    step 1,200, saved 2 min ago", and what could not be read. Empty without progress."""
+    if not entry:
+        return []
+    lines = []
+    step, total, rate = entry.get("step"), entry.get("totalSteps"), entry.get("stepsPerSecond")
+    if step is not None:
+        words = f"step {step:,}"
+        if total:
+            words += f" of {total:,} ({min(100.0, 100.0 * step / total):.0f} %)"
+        reached = _seconds(entry.get("stepTime"))
+        if reached is not None:
+            words += f", {progress.duration(now - reached)} ago"
+        if rate is not None:
+            words += f", {rate:.3g} steps/s"
+        eta = _seconds(entry.get("estimatedCompletionTime"))
+        if eta is not None and total and step < total:
+            words += f", done in about {progress.duration(eta - now)}" if eta > now else ", due by now"
+        lines.append(words)
+    checkpoint = entry.get("checkpoint")
+    if checkpoint:
+        at = f" at step {checkpoint['step']:,}" if checkpoint.get("step") is not None else ""
+        saved = _seconds(checkpoint.get("time"))
+        when = f", saved {progress.duration(now - saved)} ago" if saved is not None else ""
+        lines.append(f"checkpoint {checkpoint['name']}{at}{when}")
+    elif step is not None or entry.get("message"):
+        lines.append("no checkpoint yet")
+    if entry.get("message"):
+        lines.append(str(entry["message"]))
+    return lines
 
 
 def _url_host(host: str) -> str:

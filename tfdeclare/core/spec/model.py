@@ -129,6 +129,12 @@ def canonicalize(filled: Mapping[str, Any]) -> dict[str, Any]:
     }
     if "tensorboard" in spec:  # absent when unset: the hash of every other job stays as it was
         canonical_spec["tensorboard"] = _canonical_tensorboard(spec["tensorboard"])
+    if "checkpoint" in spec:  # issue 34: absent when unset, so no other job's hash changes
+        checkpoint = spec["checkpoint"]
+        canonical_spec["checkpoint"] = {
+            "dir": checkpoint["dir"],
+            **({"totalSteps": int(checkpoint["totalSteps"])} if "totalSteps" in checkpoint else {}),
+        }
     return {
         "apiVersion": filled["apiVersion"],
         "kind": filled["kind"],
@@ -209,6 +215,15 @@ class TensorBoardSpec:
     command: tuple[str, ...]
     resources: Resources
     image: str | None = None  # None: the job's spec.image
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointSpec:
+    """``spec.checkpoint``: the folder the job saves its checkpoints in (relative: in the
+    saving task's working folder) and the step at which it is done (None: not declared)."""
+
+    dir: str
+    total_steps: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,6 +318,7 @@ class JobSpec:
     restart_scope: RestartScope | None = None  # unset: by the roles (``restart_scope_for``)
     priority: int = 0  # higher first: the queue's order, and whom it may preempt
     suspend: bool = False  # stopped the graceful way until it is false again
+    checkpoint: CheckpointSpec | None = None  # where its progress is read (issue 34)
 
     @classmethod
     def from_canonical(cls, canonical: Mapping[str, Any], spec_hash: str | None = None) -> JobSpec:
@@ -364,6 +380,9 @@ class JobSpec:
             restart_scope=RestartScope(spec["restartScope"]) if "restartScope" in spec else None,
             priority=int(spec.get("priority", 0)),
             suspend=bool(spec.get("suspend", False)),
+            checkpoint=CheckpointSpec(spec["checkpoint"]["dir"], spec["checkpoint"].get("totalSteps"))
+            if "checkpoint" in spec
+            else None,
         )
 
     def replica(self, role: Role) -> ReplicaSpec | None:
@@ -379,6 +398,12 @@ class JobSpec:
     @property
     def has_chief(self) -> bool:
         return self.count(Role.CHIEF) > 0
+
+    @property
+    def saver(self) -> TaskKey:
+        """The task that saves checkpoints (TensorFlow's chief: ``chief-0``, else
+        ``worker-0``): a relative ``checkpoint.dir`` lies in its working folder."""
+        return TaskKey(Role.CHIEF if self.has_chief else Role.WORKER, 0)
 
     def task_keys(self) -> tuple[TaskKey, ...]:
         """Every task: the cluster's, then the TensorBoard task when there is one."""

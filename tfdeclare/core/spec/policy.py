@@ -76,6 +76,7 @@ def policy_checks(
         partial(check_reserved_paths, named),
         partial(check_source_folders, sources or SpecSources((), "/"), named),
         check_log_dir,
+        partial(check_checkpoint_dir, policy.allowed_host_paths, named),
     ]
     if policy.max_gpus_per_job is not None:
         checks.append(partial(check_gpus, policy.max_gpus_per_job))
@@ -343,3 +344,42 @@ def check_log_dir(job: LoadedJob, at: Locate) -> Sequence[Diagnostic]:
             "name its job's folders (../chief-0/logs), nothing above them",
         ),
     )
+
+
+def check_checkpoint_dir(
+    allowed: Sequence[str], reserved: Mapping[str, str], job: LoadedJob, at: Locate
+) -> Sequence[Diagnostic]:
+    """``spec.checkpoint.dir``, which the controller reads (docs/security.md): a relative one
+    is taken in the saving task's working folder and may reach its job's other task folders
+    (``../worker-0/ckpt``), nothing above them; an absolute one is a folder of the controller's
+    machine, so it must lie under ``policy.allowedHostPaths`` and not in a ``reserved`` path."""
+    checkpoint = job.canonical["spec"].get("checkpoint")
+    if checkpoint is None:
+        return ()
+    where: JsonPath = ("spec", "checkpoint", "dir")
+    folder = checkpoint["dir"]
+    if not posixpath.isabs(folder):
+        reached = posixpath.normpath(posixpath.join("job/task", folder))
+        if reached == "job" or reached.startswith("job/"):
+            return ()
+        return (
+            at(
+                where,
+                f"checkpoint.dir {folder} leads out of the job's task folders: a relative "
+                "checkpoint.dir may name its job's folders (../worker-0/ckpt), nothing above them",
+            ),
+        )
+    path = posixpath.normpath(folder)
+    problem = reserved_path_problem(path, reserved, mounted=False)
+    if problem is not None:
+        return (at(where, f"checkpoint.dir {problem}"),)
+    if not any(lies_under(path, prefix) for prefix in allowed):
+        shown = ", ".join(allowed) if allowed else "none (set policy.allowedHostPaths to allow some)"
+        return (
+            at(
+                where,
+                f"checkpoint.dir {path} is read by the controller on its machine and is not allowed; "
+                f"allowed under: {shown} (policy.allowedHostPaths in the config)",
+            ),
+        )
+    return ()
