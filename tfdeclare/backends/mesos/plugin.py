@@ -18,6 +18,12 @@ The warning for ``plan``/``apply``: tasks run as ``FrameworkInfo.user`` on the a
 controller running as root that is root on every agent (or every task refused, on masters
 with ``--root_submissions=false``). Importing this module imports no Mesos client (``build``
 does).
+
+``check_environment`` runs at ``plan`` only (``launching`` false): it asks the master what its
+agents have (``survey.py``, a bounded wait, once per plan) and warns at the spec's line, or at a
+role's ``resources``, of a job that can never fit (``fit.py``); a master that cannot be asked is
+one warning, and plan goes on. At ``apply`` and in the daemon the backend's placement judges the
+same and leaves the job Pending as ``Unschedulable``.
 """
 
 from __future__ import annotations
@@ -88,6 +94,15 @@ def user_warnings(config: MesosConfig, euid: int) -> list[str]:
     ]
 
 
+def check_environment(config: MesosConfig, job: LoadedJob, at: Locate, launching: bool) -> list[Diagnostic]:
+    """At ``plan``: whether the job can ever fit the cluster's agents (``survey.py``)."""
+    if launching:
+        return []
+    from tfdeclare.backends.mesos import survey
+
+    return survey.plan_warnings(config, job, at, survey.survey(config))
+
+
 def build(state_dir: Path, config: MesosConfig) -> Backend:
     from tfdeclare.backends.mesos.backend import MesosBackend
 
@@ -125,4 +140,5 @@ PLUGIN = BackendPlugin(
     build,
     with_page_url,
     warnings=lambda config, jobs: user_warnings(config, os.geteuid()) if jobs else [],
+    check_environment=check_environment,
 )
