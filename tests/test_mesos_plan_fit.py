@@ -29,6 +29,7 @@ from tfdeclare.backends.mesos.config import MesosConfig
 from tfdeclare.backends.mesos.errors import AuthenticationError, MesosError
 from tfdeclare.backends.mesos.fit import fit_findings, gang_of
 from tfdeclare.backends.mesos.placement import AgentOffer, PlacementOptions, PortRanges, never_fits
+from tfdeclare.backends.mesos.plugin import PLUGIN
 from tfdeclare.backends.mesos.readonly import agents_of, ask
 from tfdeclare.core.diagnostics import Code, Diagnostic, JsonPath, Severity
 from tfdeclare.core.spec.loader import LoadedJob, load_file
@@ -198,19 +199,24 @@ def _at(path: tuple[str | int, ...], message: str) -> Diagnostic:
     return Diagnostic("j.yaml", 1, None, message, ".".join(map(str, path)), Code.BACKEND)
 
 
-def test_an_unreachable_master_is_said_once_per_answer_and_nothing_of_fit() -> None:
-    config = MesosConfig(master="http://127.0.0.1:1")
-    seen = survey.Survey(0.0, unasked="GET_AGENTS: Connection refused")
+def test_an_unreachable_master_is_said_once_by_plan_and_nothing_of_fit() -> None:
+    config = MesosConfig(master="http://127.0.0.1:1", user="svc", framework_name="unreachable-test")
     big = job(workers(1, 64))
-    (first,) = survey.plan_warnings(config, big, _at, seen)
-    assert first.severity is Severity.WARNING and first.json_path == "spec"
-    assert first.message.startswith(
-        "could not ask the Mesos master (http://127.0.0.1:1) for its agents within 2 s "
-        "(GET_AGENTS: Connection refused): plan says nothing of whether jobs fit"
-    )
-    assert survey.plan_warnings(config, big, _at, seen) == []  # the next job: said already
-    known = survey.Survey(0.0, agents=(FOUR,))
-    (warning,) = survey.plan_warnings(config, big, _at, known)
+    # plan's check: nothing at the spec's line (the cluster was not asked)...
+    assert PLUGIN.check_environment is not None
+    assert PLUGIN.check_environment(config, big, _at, False) == []
+    assert PLUGIN.check_environment(config, big, _at, False) == []  # a second job
+    # ...and one warning of the plugin's, said once
+    (said,) = PLUGIN.warnings(config, [big, big])
+    assert said.startswith(
+        "could not ask the Mesos master (http://127.0.0.1:1) for its agents within 2 s (GET_AGENTS: "
+    ), said
+    assert "plan says nothing of whether jobs fit the cluster's largest agent" in said
+    assert PLUGIN.warnings(config, [big]) == []
+    # apply and the daemon never ask here
+    assert PLUGIN.check_environment(config, big, _at, True) == []
+    assert PLUGIN.warnings(config, [big]) == []
+    (warning,) = survey.plan_warnings(config, big, _at, (FOUR,))
     assert warning.severity is Severity.WARNING and warning.json_path == "spec.replicas.worker.resources"
 
 
@@ -338,6 +344,8 @@ def test_plan_with_a_master_that_never_answers_warns_once_and_goes_on(tmp_path: 
     assert result.returncode == 0, result.stderr
     assert "+ fit-big will be created" in result.stdout
     assert result.stderr.count("could not ask the Mesos master") == 1, result.stderr
+    assert "tfdeclare: warning: could not ask the Mesos master (http://127.0.0.1:" in result.stderr
+    assert "specs/" not in result.stderr  # about the cluster, not about a spec's line
     assert "within 2 s" in result.stderr and "largest agent of" not in result.stderr
     # bounded: the scheduler client's own call timeout is 75 s; plan gives up after 2
     assert took < 30, took

@@ -22,8 +22,8 @@ does).
 ``check_environment`` runs at ``plan`` only (``launching`` false): it asks the master what its
 agents have (``survey.py``, a bounded wait, once per plan) and warns at the spec's line, or at a
 role's ``resources``, of a job that can never fit (``fit.py``); a master that cannot be asked is
-one warning, and plan goes on. At ``apply`` and in the daemon the backend's placement judges the
-same and leaves the job Pending as ``Unschedulable``.
+one warning (of ``warnings``, on no spec's line), and plan goes on. At ``apply`` and in the
+daemon the backend's placement judges the same and leaves the job Pending as ``Unschedulable``.
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ from tfdeclare.core.diagnostics import Severity
 from tfdeclare.core.enums import ImagePullPolicy
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from tfdeclare.backends.base import Backend
     from tfdeclare.core.diagnostics import Diagnostic
     from tfdeclare.core.spec.loader import LoadedJob, Locate
@@ -94,13 +96,31 @@ def user_warnings(config: MesosConfig, euid: int) -> list[str]:
     ]
 
 
+# plan's notes that the master could not be asked: ``check_environment`` records one per
+# config, ``warnings`` says it once (on no spec's line: it is about the cluster).
+_unasked: dict[MesosConfig, str] = {}
+
+
 def check_environment(config: MesosConfig, job: LoadedJob, at: Locate, launching: bool) -> list[Diagnostic]:
     """At ``plan``: whether the job can ever fit the cluster's agents (``survey.py``)."""
     if launching:
         return []
     from tfdeclare.backends.mesos import survey
 
-    return survey.plan_warnings(config, job, at, survey.survey(config))
+    seen = survey.survey(config)
+    if seen.unasked is not None:
+        _unasked[config] = survey.unasked_warning(config, seen.unasked)
+        return []
+    return survey.plan_warnings(config, job, at, seen.agents)
+
+
+def plan_and_apply_warnings(config: MesosConfig, jobs: Sequence[LoadedJob], euid: int) -> list[str]:
+    """Said once by ``plan`` and ``apply`` about running ``jobs``: the task user, and (plan
+    only: apply never asks here) a master that could not be asked for its agents."""
+    if not jobs:
+        return []
+    unasked = _unasked.pop(config, None)
+    return [*user_warnings(config, euid), *([unasked] if unasked else [])]
 
 
 def build(state_dir: Path, config: MesosConfig) -> Backend:
@@ -139,6 +159,6 @@ PLUGIN = BackendPlugin(
     lambda config, job, at: check_job(config, job, at) + pull_policies(job, at),
     build,
     with_page_url,
-    warnings=lambda config, jobs: user_warnings(config, os.geteuid()) if jobs else [],
+    warnings=lambda config, jobs: plan_and_apply_warnings(config, jobs, os.geteuid()),
     check_environment=check_environment,
 )

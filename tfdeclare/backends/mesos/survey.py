@@ -5,8 +5,9 @@ operator API, ``readonly.ask``: the same master list, ZooKeeper, TLS and credent
 backend's client, without subscribing), within ``ASK_TIMEOUT_S`` in all, once per config in a
 process (a plan checks every job with one answer), and turning the answer into warnings at
 the spec's lines (``fit.fit_findings`` decides). ``plan`` works offline: a master that cannot
-be asked is one warning saying so (at the first job checked), never an error and never a long
-wait, and then nothing is said of fit. ``apply`` and the daemon never ask here: the backend's
+be asked is one warning saying so (``unasked_warning``, said once by the plugin's
+``warnings``: it is about no spec's line), never an error and never a long wait, and then
+nothing is said of fit. ``apply`` and the daemon never ask here: the backend's
 placement judges the same on the same list and leaves such a job Pending as
 ``Unschedulable``.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -43,7 +44,6 @@ class Survey:
     asked_at: float
     agents: tuple[AgentOffer, ...] = ()
     unasked: str | None = None  # why the master could not be asked
-    told: bool = False  # ``unasked`` was said (once)
 
 
 _seen: dict[MesosConfig, Survey] = {}
@@ -80,23 +80,22 @@ def survey(config: MesosConfig, clock: Callable[[], float] = time.monotonic) -> 
         return seen
 
 
-def plan_warnings(config: MesosConfig, job: LoadedJob, at: Locate, seen: Survey) -> list[Diagnostic]:
-    """``plan``'s warnings for one job: where it can never fit the agents ``seen``, or (once
-    per answer) that the master could not be asked."""
-    if seen.unasked is not None:
-        if seen.told:
-            return []
-        seen.told = True
-        text = (
-            f"could not ask the Mesos master ({config.master}) for its agents within "
-            f"{ASK_TIMEOUT_S:g} s ({seen.unasked}): plan says nothing of whether jobs fit the "
-            "cluster's largest agent; apply places them, and says Unschedulable for one that "
-            "can never fit"
-        )
-        return [_warning(at(("spec",), text))]
+def plan_warnings(
+    config: MesosConfig, job: LoadedJob, at: Locate, agents: Sequence[AgentOffer]
+) -> list[Diagnostic]:
+    """``plan``'s warnings for one job: where it can never fit ``agents`` (what each has)."""
     options = PlacementOptions(cpu_tasks_on_gpu_agents=config.cpu_tasks_on_gpu_agents)
-    findings = fit_findings(job.name, job.spec, seen.agents, options)
+    findings = fit_findings(job.name, job.spec, agents, options)
     return [_warning(at(finding.at, finding.message)) for finding in findings]
+
+
+def unasked_warning(config: MesosConfig, why: str) -> str:
+    """What ``plan`` says once when the master could not be asked for its agents."""
+    return (
+        f"could not ask the Mesos master ({config.master}) for its agents within {ASK_TIMEOUT_S:g} s "
+        f"({why}): plan says nothing of whether jobs fit the cluster's largest agent; apply places "
+        "them, and says Unschedulable for one that can never fit"
+    )
 
 
 def _warning(diagnostic: Diagnostic) -> Diagnostic:
