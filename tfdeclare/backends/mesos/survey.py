@@ -37,7 +37,7 @@ ASK_TIMEOUT_S = 2.0  # all of it: ZooKeeper, each master of the list, redirects
 SEEN_S = 10.0  # how long one answer serves (a plan of many jobs asks once)
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Survey:
     """The master's answer: what each agent has for our roles, or why it could not be asked."""
 
