@@ -234,3 +234,22 @@ def test_the_backend_follows_a_leader_change_and_reconciles(zookeeper: str, zk: 
 def _placed(backend: MesosBackend, request: Any) -> Placement | None:
     answer = backend.place(request)
     return answer if isinstance(answer, Placement) else None
+
+
+def test_plan_asks_the_leader_zookeeper_names_for_its_agents(zookeeper: str, zk: Any, tmp_path: Path) -> None:
+    """``plan``'s one read-only question (issue 32) finds the master as the client does: the
+    lowest member of the group; no leader registered is an error, never a hang."""
+    from tfdeclare.backends.mesos.readonly import agents_of, ask
+
+    path = f"/mesos-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(MesosConnectionError, match="names no leading Mesos master"):
+        ask(f"zk://{zookeeper}{path}", "GET_AGENTS", timeout_s=5)
+    leader = start_emulator(tmp_path / "a", agents=2, zookeeper=f"zk://{zookeeper}{path}")
+    standby = start_emulator(tmp_path / "b", agents=1, zookeeper=f"zk://{zookeeper}{path}")
+    try:
+        listed = agents_of(ask(f"zk://{zookeeper}{path}", "GET_AGENTS", timeout_s=5))
+        assert sorted(a["agent_info"]["id"]["value"] for a in listed) == sorted(leader.agent_ids())
+    finally:
+        standby.stop()
+        leader.stop()
+        zk.delete(path, recursive=True)

@@ -11,10 +11,14 @@ import base64
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
 from tfdeclare.backends.mesos.errors import ConfigError
+
+if TYPE_CHECKING:
+    from tfdeclare.backends.mesos.config import MesosConfig
 
 
 class Secret:
@@ -85,3 +89,11 @@ def load_credentials(
     if not value:
         raise ConfigError("the secret is empty")
     return Credentials(principal, Secret(value))
+
+
+def credentials_for(config: MesosConfig) -> Credentials | None:
+    """The credentials ``mesos.principal`` with ``secretFile`` or ``secretEnv`` give (the
+    backend's and ``plan``'s), or None when the config names no secret."""
+    if config.principal is None or (config.secret_file is None and config.secret_env is None):
+        return None
+    return load_credentials(config.principal, secret_file=config.secret_file, secret_env=config.secret_env)

@@ -30,7 +30,7 @@ from pathlib import Path
 from tfdeclare.backends.base import BackendError, LogChunk
 from tfdeclare.backends.mesos import decide
 from tfdeclare.backends.mesos import decide_messages as msg
-from tfdeclare.backends.mesos.auth import Credentials, load_credentials
+from tfdeclare.backends.mesos.auth import Credentials, credentials_for
 from tfdeclare.backends.mesos.client import ClientConfig, SchedulerClient
 from tfdeclare.backends.mesos.config import MesosConfig
 from tfdeclare.backends.mesos.errors import (
@@ -83,12 +83,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
         return cls(state_dir, config)
 
     def _load_credentials(self) -> Credentials | None:
-        config = self.config
-        if config.principal is None or (config.secret_file is None and config.secret_env is None):
-            return None
-        return load_credentials(
-            config.principal, secret_file=config.secret_file, secret_env=config.secret_env
-        )
+        return credentials_for(self.config)
 
     def _credentials_once(self) -> Credentials | None:
         """The credentials, loaded on first use (on the loop)."""

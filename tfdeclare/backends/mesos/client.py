@@ -46,6 +46,7 @@ from tfdeclare.backends.mesos.events import Handler, Offer, TaskStatus, id_value
 from tfdeclare.backends.mesos.info import FrameworkInfo
 from tfdeclare.backends.mesos.leader import ZooKeeperDetector, parse_master, resolve_redirect
 from tfdeclare.backends.mesos.pipeline import PipelinedConnection, PipelineError
+from tfdeclare.backends.mesos.readonly import agents_of, operator_answer, operator_url, tls_verify
 from tfdeclare.backends.mesos.recordio import DEFAULT_MAX_RECORD_SIZE, RecordIODecoder, decode_event
 
 log = logging.getLogger(__name__)
@@ -214,15 +215,9 @@ class SchedulerClient:
         if self._started:
             raise RuntimeError("SchedulerClient.start() can only be called once")
         self._started = True
-        verify: ssl.SSLContext | bool = True
-        if self._config.insecure_skip_tls_verify:
+        verify = tls_verify(self._config.ca_file, self._config.insecure_skip_tls_verify)
+        if verify is False:
             log.warning("TLS certificate verification of the Mesos master is disabled")
-            verify = False
-        elif self._config.ca_file:
-            try:
-                verify = ssl.create_default_context(cafile=self._config.ca_file)
-            except (OSError, ssl.SSLError) as exc:
-                raise ConfigError(f"cannot load the CA file {self._config.ca_file!r}: {exc}") from None
         if isinstance(verify, ssl.SSLContext):
             self._ssl_context = verify
         elif verify is False:
@@ -461,7 +456,7 @@ class SchedulerClient:
         with self._call_lock:
             endpoint, _, _ = self._subscription(call_type)
             assert self._calls is not None
-            url = endpoint.rsplit("/scheduler", 1)[0]  # .../api/v1/scheduler -> .../api/v1
+            url = operator_url(endpoint)
             try:
                 resp = self._calls.post(
                     url,
@@ -470,25 +465,12 @@ class SchedulerClient:
                 )
             except httpx.HTTPError as exc:
                 raise MesosConnectionError(f"{call_type} to {url}: {type(exc).__name__}: {exc}") from exc
-        if resp.status_code != 200:
-            raise error_for_status(resp.status_code, resp.text, call_type)
-        try:
-            body = resp.json()
-        except ValueError as exc:
-            raise ProtocolError(f"{call_type}: an answer that is not JSON ({exc})") from None
-        if not isinstance(body, dict):
-            raise ProtocolError(f"{call_type}: an answer that is not a JSON object")
-        return body
+        return operator_answer(resp, call_type)
 
     def get_agents(self) -> list[JSON]:
         """The master's agents (operator API ``GET_AGENTS`` on the leader this client calls):
         each with ``agent_info`` and ``total_resources``. Raises ``MesosError``."""
-        body = self._operator("GET_AGENTS")
-        try:
-            agents = body["get_agents"].get("agents", [])
-        except (KeyError, TypeError, AttributeError) as exc:
-            raise ProtocolError(f"GET_AGENTS: an answer that is not a list of agents ({exc})") from None
-        return [a for a in agents if isinstance(a, dict)]
+        return agents_of(self._operator("GET_AGENTS"))
 
     def get_quota(self) -> dict[str, dict[str, float]]:
         """Each role's quota limits (operator API ``GET_QUOTA``): role -> {resource: limit}.

@@ -4,7 +4,8 @@ This module owns (1) turning the configured master string into scheduler endpoin
 (2) resolving a protocol-relative ``Location: //host:port/path`` against the URL in use,
 (3) picking the leader among the ZooKeeper children of the Mesos path (lowest
 ``json.info_<seq>``) and reading its address from the MasterInfo JSON, and (4) a thin
-kazoo-based watcher; kazoo is optional and imported only when a ``zk://`` master is started.
+kazoo-based watcher (the scheduler client) and a one-shot lookup (``plan``); kazoo is optional
+and imported only when a ``zk://`` master is asked.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from tfdeclare.backends.mesos.errors import ConfigError
+from tfdeclare.backends.mesos.errors import ConfigError, MesosConnectionError
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,13 @@ def resolve_redirect(current: str, location: str | None) -> str:
     Mesos sends ``//leader-host:port/api/v1/scheduler``: keep the current scheme, take host,
     port and path from the Location. An absolute http(s) URL is used as it is.
     """
+    parts = urlsplit(resolve_location(current, location))
+    return _endpoint(f"{parts.scheme}://{parts.netloc}{parts.path or SCHEDULER_PATH}")
+
+
+def resolve_location(current: str, location: str | None) -> str:
+    """The absolute http(s) URL a 307 from ``current`` names (``//host:port/path`` keeps the
+    current scheme)."""
     if not location:
         raise ConfigError("307 redirect without a Location header")
     if location.startswith("//"):
@@ -85,7 +93,7 @@ def resolve_redirect(current: str, location: str | None) -> str:
     parts = urlsplit(location)
     if parts.scheme not in {"http", "https"} or not parts.hostname:
         raise ConfigError(f"unusable redirect Location {location!r}")
-    return _endpoint(f"{parts.scheme}://{parts.netloc}{parts.path or SCHEDULER_PATH}")
+    return location
 
 
 def select_leader_znode(children: Iterable[str]) -> str | None:
@@ -118,6 +126,42 @@ def master_url_from_info(data: bytes, scheme: str = "http") -> str:
     return _endpoint(f"{scheme}://{host}:{int(port)}")
 
 
+def _kazoo_client() -> Any:
+    try:
+        from kazoo.client import KazooClient
+    except ImportError:
+        raise ConfigError("a zk:// master needs kazoo: pip install 'tfdeclare[zookeeper]'") from None
+    return KazooClient
+
+
+def _read_leader(client: Any, zk: ZooKeeperMaster, children: Iterable[str], scheme: str) -> str | None:
+    """The scheduler endpoint of the leader among ``children`` of the Mesos path, or None."""
+    child = select_leader_znode(children)
+    if child is None:
+        return None
+    data, _ = client.get(f"{zk.path}/{child}")
+    return master_url_from_info(data, scheme)
+
+
+def zookeeper_leader(zk: ZooKeeperMaster, scheme: str = "http", timeout: float = 10.0) -> str | None:
+    """The leading master's scheduler endpoint as ZooKeeper names it now (None: no leader),
+    asked once within about ``timeout`` seconds (``plan``; the scheduler client watches with
+    ``ZooKeeperDetector``). Raises ``MesosConnectionError`` when ZooKeeper does not answer."""
+    client = _kazoo_client()(hosts=zk.hosts, timeout=timeout)
+    try:
+        client.start(timeout=timeout)
+        children = client.get_children(zk.path) if client.exists(zk.path) else []
+        return _read_leader(client, zk, children, scheme)
+    except Exception as exc:  # kazoo's timeouts and errors, a znode that vanished, bad data
+        raise MesosConnectionError(f"cannot read the Mesos leader from ZooKeeper {zk.hosts}: {exc}") from None
+    finally:
+        try:
+            client.stop()
+            client.close()
+        except Exception as exc:
+            log.debug("closing the ZooKeeper client: %s", exc)
+
+
 class ZooKeeperDetector:
     """Watches the Mesos ZooKeeper path and reports the leader's endpoint (or None) on change."""
 
@@ -137,12 +181,10 @@ class ZooKeeperDetector:
         self._lock = threading.Lock()
 
     def start(self) -> None:
-        try:
-            from kazoo.client import KazooClient
-            from kazoo.recipe.watchers import ChildrenWatch
-        except ImportError:
-            raise ConfigError("a zk:// master needs kazoo: pip install 'tfdeclare[zookeeper]'") from None
-        self._client = KazooClient(hosts=self._zk.hosts, timeout=self._timeout)
+        kazoo_client = _kazoo_client()
+        from kazoo.recipe.watchers import ChildrenWatch
+
+        self._client = kazoo_client(hosts=self._zk.hosts, timeout=self._timeout)
         self._client.start(timeout=self._timeout)
         self._children_watch = ChildrenWatch
         self._path_changed()
@@ -160,13 +202,10 @@ class ZooKeeperDetector:
     def _children_changed(self, children: list[str]) -> None:
         with self._lock:
             leader: str | None = None
-            child = select_leader_znode(children)
             try:
-                if child is not None:
-                    data, _ = self._client.get(f"{self._zk.path}/{child}")
-                    leader = master_url_from_info(data, self._scheme)
+                leader = _read_leader(self._client, self._zk, children, self._scheme)
             except Exception as exc:  # the znode vanished, or bad data: wait for the next change
-                log.warning("cannot read the Mesos leader from ZooKeeper (%s): %s", child, exc)
+                log.warning("cannot read the Mesos leader from ZooKeeper (%s): %s", sorted(children), exc)
             log.info("Mesos leader from ZooKeeper: %s", leader or "none")
             self._on_leader(leader)
 

@@ -689,7 +689,7 @@ def _no_fit(
         largest = max(usable, key=lambda v: (v.cpus, v.mem_mib, v.gpus, v.agent_id))
         where = (
             f"offers held from {len(usable)} usable agent(s) total {free.describe()}; the largest has "
-            f"{_describe_view(largest)}"
+            f"{describe_agent(largest)}"
         )
     return NoFit(
         reason,
@@ -698,7 +698,7 @@ def _no_fit(
     )
 
 
-def _describe_view(view: AgentOffer) -> str:
+def describe_agent(view: AgentOffer) -> str:
     text = f"cpus {view.cpus:g}, mem {view.mem_mib:g} MiB"
     return f"{text}, gpus {view.gpus}" if view.gpus else text
 
@@ -717,7 +717,8 @@ def never_fits(
     matching = [c for c in capacities if matches(c.attributes, request.constraints)]
     if not matching:
         described = ", ".join(
-            f"{c.attribute} {c.operator.value} {list(c.values)}".rstrip(" []") for c in request.constraints
+            f"{c.attribute} {c.operator.value}" + (f" {list(c.values)}" if c.values else "")
+            for c in request.constraints
         )
         return f"no agent matches the placement constraints ({described})"
     gpu_hosts = [c for c in matching if c.gpu_agent or c.gpus > 0]
@@ -735,11 +736,11 @@ def never_fits(
         if not hosts:
             what = "GPUs" if slot.resources.gpus else "no GPUs (cpuTasksOnGpuAgents is off)"
             return f"{slot.key.name} needs an agent with {what}, and the cluster has no such agent"
-        if not any(slot.resources.fits_in(_as_resources(c)) and c.port_count > 0 for c in hosts):
-            largest = max(hosts, key=lambda c: (c.cpus, c.mem_mib, c.gpus, c.agent_id))
+        if not any(agent_holds(c, slot.resources) for c in hosts):
+            largest = largest_agent(hosts)
             return (
                 f"{slot.key.name} needs {slot.resources.describe()} but the largest agent has "
-                f"{_describe_view(largest)}"
+                f"{describe_agent(largest)}"
             )
     gpu_slots = [s for s in request.slots if s.resources.gpus > 0]
     cpu_slots = [s for s in request.slots if s.resources.gpus == 0]
@@ -768,6 +769,17 @@ def never_fits(
 
 def _as_resources(view: AgentOffer) -> Resources:
     return Resources(view.cpus, int(view.mem_mib + _EPS), view.gpus)
+
+
+def agent_holds(agent: AgentOffer, resources: Resources) -> bool:
+    """Could this agent, with ``agent`` saying what it has in all, ever run one task of
+    ``resources`` (and give it a port)?"""
+    return resources.fits_in(_as_resources(agent)) and agent.port_count > 0
+
+
+def largest_agent(agents: Iterable[AgentOffer]) -> AgentOffer:
+    """The largest of ``agents`` (not empty): most cpus, then mem, then GPUs, then agent id."""
+    return max(agents, key=lambda c: (c.cpus, c.mem_mib, c.gpus, c.agent_id))
 
 
 # ---- FIFO with backfill -----------------------------------------------------------------------

@@ -18,6 +18,12 @@ The warning for ``plan``/``apply``: tasks run as ``FrameworkInfo.user`` on the a
 controller running as root that is root on every agent (or every task refused, on masters
 with ``--root_submissions=false``). Importing this module imports no Mesos client (``build``
 does).
+
+``check_environment`` runs at ``plan`` only (``launching`` false): it asks the master what its
+agents have (``survey.py``, a bounded wait, once per plan) and warns at the spec's line, or at a
+role's ``resources``, of a job that can never fit (``fit.py``); a master that cannot be asked is
+one warning (of ``warnings``, on no spec's line), and plan goes on. At ``apply`` and in the
+daemon the backend's placement judges the same and leaves the job Pending as ``Unschedulable``.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ from tfdeclare.core.diagnostics import Severity
 from tfdeclare.core.enums import ImagePullPolicy
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from tfdeclare.backends.base import Backend
     from tfdeclare.core.diagnostics import Diagnostic
     from tfdeclare.core.spec.loader import LoadedJob, Locate
@@ -108,6 +116,33 @@ def user_warnings(config: MesosConfig, euid: int) -> list[str]:
     ]
 
 
+# plan's notes that the master could not be asked: ``check_environment`` records one per
+# config, ``warnings`` says it once (on no spec's line: it is about the cluster).
+_unasked: dict[MesosConfig, str] = {}
+
+
+def check_environment(config: MesosConfig, job: LoadedJob, at: Locate, launching: bool) -> list[Diagnostic]:
+    """At ``plan``: whether the job can ever fit the cluster's agents (``survey.py``)."""
+    if launching:
+        return []
+    from tfdeclare.backends.mesos import survey
+
+    seen = survey.survey(config)
+    if seen.unasked is not None:
+        _unasked[config] = survey.unasked_warning(config, seen.unasked)
+        return []
+    return survey.plan_warnings(config, job, at, seen.agents)
+
+
+def plan_and_apply_warnings(config: MesosConfig, jobs: Sequence[LoadedJob], euid: int) -> list[str]:
+    """Said once by ``plan`` and ``apply`` about running ``jobs``: the task user, and (plan
+    only: apply never asks here) a master that could not be asked for its agents."""
+    if not jobs:
+        return []
+    unasked = _unasked.pop(config, None)
+    return [*user_warnings(config, euid), *([unasked] if unasked else [])]
+
+
 def build(state_dir: Path, config: MesosConfig) -> Backend:
     from tfdeclare.backends.mesos.backend import MesosBackend
 
@@ -144,5 +179,6 @@ PLUGIN = BackendPlugin(
     lambda config, job, at: check_job(config, job, at) + pull_policies(job, at),
     build,
     with_page_url,
-    warnings=lambda config, jobs: user_warnings(config, os.geteuid()) if jobs else [],
+    warnings=lambda config, jobs: plan_and_apply_warnings(config, jobs, os.geteuid()),
+    check_environment=check_environment,
 )

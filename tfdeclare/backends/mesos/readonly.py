@@ -1,0 +1,126 @@
+"""The master's operator API (``POST /api/v1``, JSON) as the scheduler client and ``plan`` call it.
+
+This module owns how the master's certificate is verified (``tls_verify``), how an operator
+answer is read (``operator_answer``, ``agents_of``), and one operator call made without a
+subscription (``ask``): ``plan`` asks the master for its agents (``GET_AGENTS``, served by the
+real master on ``/api/v1`` and, behind the ``mesos.master`` path prefix, on
+``/master/api/v1``) without registering a framework. The master is found as the scheduler
+client finds it: each master of a list in turn, the leader of a 307 redirect, or the leader
+ZooKeeper names (``leader.py``); with the same credentials (HTTP Basic, which masters with
+``--authenticate_http_readonly`` ask for here) and TLS settings; everything within one time
+bound, so an unreachable cluster costs ``plan`` a bounded wait, never a long one.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import time
+from typing import Any
+
+import httpx
+
+from tfdeclare.backends.mesos.auth import Credentials
+from tfdeclare.backends.mesos.errors import (
+    ConfigError,
+    MesosConnectionError,
+    ProtocolError,
+    TooManyRedirectsError,
+    error_for_status,
+)
+from tfdeclare.backends.mesos.leader import SCHEDULER_PATH, parse_master, resolve_location, zookeeper_leader
+
+JSON = dict[str, Any]
+
+
+def tls_verify(ca_file: str | None, insecure_skip_tls_verify: bool) -> ssl.SSLContext | bool:
+    """What httpx checks the master's certificate with: nothing (``tlsVerify: false``), the CA
+    bundle of ``caFile``, or httpx's own (True). Raises ``ConfigError`` for an unusable file."""
+    if insecure_skip_tls_verify:
+        return False
+    if not ca_file:
+        return True
+    try:
+        return ssl.create_default_context(cafile=ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"cannot load the CA file {ca_file!r}: {exc}") from None
+
+
+def operator_answer(resp: httpx.Response, call_type: str) -> JSON:
+    """The body of an operator call's answer; raises ``MesosError`` for any other status."""
+    if resp.status_code != 200:
+        raise error_for_status(resp.status_code, resp.text, call_type)
+    try:
+        body = resp.json()
+    except ValueError as exc:
+        raise ProtocolError(f"{call_type}: an answer that is not JSON ({exc})") from None
+    if not isinstance(body, dict):
+        raise ProtocolError(f"{call_type}: an answer that is not a JSON object")
+    return body
+
+
+def agents_of(body: JSON) -> list[JSON]:
+    """The agents of a ``GET_AGENTS`` answer, each with ``agent_info`` and ``total_resources``."""
+    try:
+        agents = body["get_agents"].get("agents", [])
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ProtocolError(f"GET_AGENTS: an answer that is not a list of agents ({exc})") from None
+    return [a for a in agents if isinstance(a, dict)]
+
+
+def operator_url(scheduler_endpoint: str) -> str:
+    """``.../api/v1/scheduler`` -> ``.../api/v1``."""
+    return scheduler_endpoint.removesuffix(SCHEDULER_PATH) + "/api/v1"
+
+
+def ask(
+    master: str,
+    call_type: str,
+    *,
+    timeout_s: float,
+    credentials: Credentials | None = None,
+    ca_file: str | None = None,
+    insecure_skip_tls_verify: bool = False,
+    max_redirects: int = 5,
+    zk_scheme: str = "http",
+) -> JSON:
+    """One operator call (``{"type": call_type}``) to the leading master of ``master`` (as
+    ``mesos.master`` names it), all of it within ``timeout_s`` seconds; its answer's body.
+    A master that does not answer, or is not the leader and names none (503), gives way to
+    the next of the list. Raises ``MesosError`` (``ConfigError`` for unusable settings)."""
+    deadline = time.monotonic() + timeout_s
+    spec = parse_master(master)
+    endpoints = list(spec.endpoints)
+    if spec.zookeeper is not None:
+        leader = zookeeper_leader(spec.zookeeper, zk_scheme, timeout_s)
+        if leader is None:
+            raise MesosConnectionError(f"ZooKeeper at {master} names no leading Mesos master")
+        endpoints = [leader]
+    verify = tls_verify(ca_file, insecure_skip_tls_verify)
+    auth = credentials.httpx_auth() if credentials is not None else None
+    content = json.dumps({"type": call_type}).encode()
+    headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    failures: list[str] = []
+    with httpx.Client(verify=verify, auth=auth, timeout=timeout_s) as client:
+        for endpoint in endpoints:
+            url = operator_url(endpoint)
+            for _ in range(max_redirects + 1):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    failures.append(f"no answer within {timeout_s:g} s")
+                    raise MesosConnectionError(f"{call_type}: {'; '.join(failures)}")
+                try:
+                    resp = client.post(url, content=content, headers=headers, timeout=left)
+                except httpx.HTTPError as exc:
+                    failures.append(f"{url}: {type(exc).__name__}: {exc}".rstrip(": "))
+                    break
+                if resp.status_code == 307:  # to the leader: ``//host:port`` and this path
+                    url = resolve_location(url, resp.headers.get("Location"))
+                    continue
+                if resp.status_code == 503:
+                    failures.append(f"{url}: 503 {resp.text.strip()}".rstrip())
+                    break
+                return operator_answer(resp, call_type)
+            else:
+                raise TooManyRedirectsError(307, "too many redirects", call_type)
+    raise MesosConnectionError(f"{call_type}: {'; '.join(failures)}")
