@@ -50,7 +50,8 @@ from tfdeclare.backends.mesos.sandbox import SandboxError, SandboxReader
 from tfdeclare.backends.mesos.scheduler import EventHandler, SchedulerEvents
 from tfdeclare.backends.mesos.state import (
     CLOSE_CALLS_WAIT_S,
-    CLOSE_UPDATES_WAIT_S,
+    CLOSE_UPDATES_IDLE_S,
+    CLOSE_UPDATES_MAX_S,
     FIRST_OBSERVE_WAIT_S,
     LAUNCH_DRAIN_S,
     Accept,
@@ -616,17 +617,23 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
     def _drain(self, future: Future[None]) -> None:
         """On the loop: resolve ``future`` once the queued ACCEPTs are answered (at most
         ``LAUNCH_DRAIN_S``), then the tasks they launched have sent their first update and
-        every update is acknowledged (at most ``CLOSE_UPDATES_WAIT_S`` more)."""
+        every update is acknowledged (while first updates keep coming: at most
+        ``CLOSE_UPDATES_IDLE_S`` after the last, ``CLOSE_UPDATES_MAX_S`` in all)."""
         launches_by = self.clock() + LAUNCH_DRAIN_S
-        updates_by: list[float] = []
+        progress: list[float] = []  # [when the update wait began, when a first update last came]
+        awaited = [len(self._awaiting_update)]
 
         def drained(now: float) -> bool:
             if (self._accepts or self._unsent or self._burst_out) and now < launches_by:
                 return False
-            if not updates_by:
-                updates_by.append(now + CLOSE_UPDATES_WAIT_S)
+            if not progress:
+                progress[:] = [now, now]
+            if len(self._awaiting_update) < awaited[0]:
+                progress[1] = now
+            awaited[0] = len(self._awaiting_update)
+            by = min(progress[0] + CLOSE_UPDATES_MAX_S, progress[1] + CLOSE_UPDATES_IDLE_S)
             pending = self._awaiting_update or self._acks_due or self._acks_out_n
-            if pending and self._connected and now < updates_by[0]:
+            if pending and self._connected and now < by:
                 return False
             if self._awaiting_update and self._connected:
                 log.info("closing before %d launched task(s) sent an update", len(self._awaiting_update))

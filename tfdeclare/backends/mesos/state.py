@@ -70,10 +70,12 @@ OUR_TASK_ID = re.compile(
 )
 FIRST_OBSERVE_WAIT_S = 2.0  # the first observe() after subscribing waits this long for answers
 LAUNCH_DRAIN_S = 30.0  # close() waits this long for queued ACCEPTs
-# close() waits this long for the first update of each task it launched and its ACKNOWLEDGE: an
-# agent sends a task's next update (TASK_RUNNING) only once the one before is acknowledged,
-# and retries an unacknowledged one after 10 s
-CLOSE_UPDATES_WAIT_S = 5.0
+# close() waits for the first update of each task it launched and its ACKNOWLEDGE (an agent
+# sends a task's next update, TASK_RUNNING, only once the one before is acknowledged, and
+# retries an unacknowledged one after 10 s): while such updates keep coming, at most
+# CLOSE_UPDATES_IDLE_S after the last one and CLOSE_UPDATES_MAX_S in all
+CLOSE_UPDATES_IDLE_S = 3.0
+CLOSE_UPDATES_MAX_S = 20.0
 CLOSE_CALLS_WAIT_S = 5.0  # close() waits this long for its DECLINE and SUPPRESS to be answered
 LAUNCH_BURST = 64  # ACCEPTs pipelined in one go at most
 MESSAGE_BATCH = 1024  # messages the loop handles before its after-batch work (fsync, acks, waiters)
