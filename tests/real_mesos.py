@@ -2,7 +2,8 @@
 
 What this module owns: starting one fresh cluster (the master and N agents of
 ``tools/realmesos``' ``realmesos-cluster``, one process) on a free port with its work folder
-under the test's tmp folder, waiting until every agent has registered, reading the master's
+under the test's tmp folder (and in it the cluster's own launcher folder, whose executor runs
+this interpreter), waiting until every agent has registered, reading the master's
 own view (``/master/state``, the operator API), and stopping it with everything it started.
 
 As root (``.ci/run``, CI) the cluster runs in PID and mount namespaces of its own
@@ -94,6 +95,9 @@ class RealMesos:
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
         self.log = workdir / "cluster.log"
+        # its own launcher folder: the executor runs this checkout's Python (the build is
+        # shared by every checkout on the machine)
+        self.launcher = workdir / "launcher"
         self.marker = str(workdir.resolve())  # in the environment of what it starts (not isolated)
 
     @property
@@ -109,7 +113,7 @@ class RealMesos:
                 "MESOS_NUM_SLAVES": str(self.agents),
                 "MESOS_RESOURCES": self.resources,
                 "MESOS_WORK_DIR": str(self.workdir / "mesos"),
-                "MESOS_LAUNCHER_DIR": str(self.build),
+                "MESOS_LAUNCHER_DIR": str(self.launcher),
                 "MESOS_REGISTRY": "in_memory",
                 "MESOS_ISOLATION": "posix/cpu,posix/mem",
                 "MESOS_LAUNCHER": "posix",
@@ -125,7 +129,10 @@ class RealMesos:
         return env
 
     def start(self, timeout: float = 60.0, port: int | None = None) -> RealMesos:
+        from tools.realmesos import build as builder
+
         (self.workdir / "mesos").mkdir(parents=True, exist_ok=True)
+        builder.launcher_dir(self.build, self.launcher)
         for _attempt in range(3):  # a free port may be taken before the cluster binds it
             self.port = port or free_port()
             program = [str(self.build / "realmesos-cluster")]

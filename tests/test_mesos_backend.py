@@ -453,3 +453,40 @@ def test_watchers_hear_about_updates(cluster: Cluster) -> None:
     task_id = start(cluster.harness, backend, "watched", 1, [PY, "-c", "pass"])[0].task_id
     wait_for(backend, lambda ts: ts[task_id].state.ended)
     assert len(calls) >= 3  # subscribed / offers, STARTING, RUNNING, FINISHED
+
+
+# ---- manners at close (issue 33) ---------------------------------------------------------------
+
+
+@pytest.mark.emulator(update_retry_interval=10.0)  # as a real agent: an unacknowledged update waits 10 s
+def test_close_acknowledges_the_first_update_of_every_task_just_launched(cluster: Cluster) -> None:
+    """close() right after a launch: the first update of every task just launched is
+    acknowledged before the stream closes, so the agents send TASK_RUNNING at once rather
+    than after their 10 s retry."""
+    backend = cluster.backend()
+    ids = [t.task_id for t in start(cluster.harness, backend, "closing", 3, SLEEP)]
+    backend.close()
+    acks = cluster.calls("ACKNOWLEDGE")
+    assert set(ids) <= {c["call"]["acknowledge"]["task_id"]["value"] for c in acks if c["status"] == 202}
+    eventually(lambda: all(cluster.emulator.tasks()[i]["state"] == "TASK_RUNNING" for i in ids), timeout=5.0)
+
+
+@pytest.mark.backend(offer_hold_s=30.0)  # offers are still held when close() comes
+def test_close_declines_the_offers_held_and_suppresses_on_the_open_stream(cluster: Cluster) -> None:
+    backend = cluster.backend()
+    start(cluster.harness, backend, "closing", 2, SLEEP)
+    eventually(lambda: backend._pool.offers)  # what the tasks left is offered and held
+    held = set(backend._pool.offers)
+
+    def interest() -> list[dict[str, Any]]:
+        return [c for c in cluster.emulator.calls() if c["type"] in ("REVIVE", "SUPPRESS")]
+
+    assert interest()[-1]["type"] == "REVIVE"  # the launch asked for offers; held ones are not declined
+    assert not {o for c in cluster.calls("DECLINE") for o in offer_ids_of(c)} & held
+    backend.close()
+    stream_id = cluster.emulator.stream_ids()[-1]
+    declined = {o for c in cluster.calls("DECLINE") if c["status"] == 202 for o in offer_ids_of(c)}
+    assert held <= declined
+    last = interest()[-1]
+    assert last["type"] == "SUPPRESS" and last["status"] == 202 and last["stream_id"] == stream_id
+    assert all(c["status"] == 202 for c in cluster.emulator.calls() if c["type"] not in (None, "SUBSCRIBE"))

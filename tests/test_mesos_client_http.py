@@ -826,6 +826,31 @@ def test_tls_is_verified_against_the_configured_ca_bundle(ca_chain: Path, make_c
         srv.close()
 
 
+def test_no_tls_set_up_for_an_http_master(
+    server: ScriptServer, make_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TLS only for https: an ``http://`` master never costs a CA bundle loaded (issue 33),
+    neither for the stream, the calls, nor the pipelined ACCEPTs and ACKNOWLEDGEs."""
+    loaded: list[str] = []
+    for name in ("load_verify_locations", "load_default_certs", "set_default_verify_paths"):
+        original = getattr(ssl.SSLContext, name)
+
+        def counting(
+            self: ssl.SSLContext, *args: Any, _name: str = name, _f: Any = original, **kw: Any
+        ) -> Any:
+            loaded.append(_name)
+            return _f(self, *args, **kw)
+
+        monkeypatch.setattr(ssl.SSLContext, name, counting)
+    client, _ = make_client(server.url)
+    assert client.wait_subscribed(5) == "fw-1"
+    client.revive()
+    assert client.acknowledge_many([("a", "t", new_uuid())]) == 1
+    assert client.launch_many([(["o1"], [], None)]) == [None]
+    assert loaded == [] and client._ssl_context is None
+    monkeypatch.undo()
+
+
 def test_errors_are_mesos_errors() -> None:
     for cls in (FrameworkRemovedError, ClientStoppedError, MesosConnectionError, NotSubscribedError):
         assert issubclass(cls, MesosError)

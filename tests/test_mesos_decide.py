@@ -197,6 +197,32 @@ def test_a_refused_revive_is_decided_again_on_the_next_tick() -> None:
     assert kinds(run.tick(1.2), Revive) == [Revive(ROLES)]
 
 
+def test_closing_declines_what_is_held_suppresses_and_revives_no_more() -> None:
+    run = Run(refuse_s=5.0)
+    run.subscribe()
+    run.tick(0.1)
+    ask(run, "a", 1.0)  # a REVIVE: not suppressed any more
+    run.pool.offers["o1"] = Held("o1", "a1", "*", 1.5, 30.0)  # held for a job
+    calls = run.event(msg.Closing(("o1",)), 2.0)
+    assert kinds(calls, Decline, Revive, Suppress) == [Decline(("o1",), 5.0), Suppress(ROLES)]
+    assert not run.policy.queue and run.policy.closing
+    del run.pool.offers["o1"]
+    run.pool.offers["o2"] = Held("o2", "a1", "*", 2.1, 30.0)  # came after: declined at once
+    assert kinds(run.tick(2.2), Decline, Revive, Suppress) == [Decline(("o2",), 5.0)]
+    assert not kinds(ask(run, "b", 2.3) + run.tick(60.0), Revive, Suppress)
+
+
+def test_closing_while_suppressed_or_disconnected_sends_nothing_more() -> None:
+    run = Run()
+    run.subscribe()
+    run.tick(0.1)  # suppressed
+    assert run.event(msg.Closing(()), 1.0) == []
+    gone = Run()
+    gone.subscribe()
+    gone.event(msg.Disconnected(), 0.5)
+    assert gone.event(msg.Closing(("o1",)), 1.0) == []
+
+
 def test_asking_for_gpu_offers_revives() -> None:
     run = Run()
     run.subscribe()

@@ -74,6 +74,12 @@ _LAUNCHED_REASONS = frozenset(
 # supervisor answers within a second), so that the status it leaves behind says what runs
 # rather than "starting"; a task slower to start (an image being fetched) is left starting.
 STARTING_GRACE_S = 10.0
+# While apply waits, a pass runs when the backend reports a change (``Backend.watch``), a job's
+# own timer is due (a backoff, a deadline) or, as a safety net for a change never reported,
+# every RESYNC_S; never on a short timer, since a pass looks at every task.
+RESYNC_S = 5.0
+PASS_GAP_S = 0.25  # changes reported within this long after a pass make one pass (0.5 s with --wait)
+BEAT_CHECK_S = 0.5  # how often a heartbeat is considered between passes (no pass for it)
 
 
 def _is_plan_file(paths: list[str]) -> bool:
@@ -151,17 +157,13 @@ def replan_saved(path: str, settings: Settings, store: StateStore) -> tuple[Plan
 
 
 class _Waker:
-    """Lets the backend's watcher cut a sleep between passes short."""
+    """Set by the backend's watcher (from its thread) when something changed."""
 
     def __init__(self) -> None:
         self.event = threading.Event()
 
     def __call__(self) -> None:
         self.event.set()
-
-    def sleep(self, seconds: float) -> None:
-        self.event.wait(seconds)
-        self.event.clear()
 
 
 def _progress_line(record: JobRecord, paint: Painter = plain) -> str:
@@ -251,7 +253,8 @@ def _run_passes(
     """Reconcile until the jobs in ``names`` are launched (or finished, with ``wait``).
     Returns the last records, whether it timed out, and the errors of the last pass (each
     error is printed once, when first seen). ``heartbeat``: with ``show``, a ``_Heartbeat``
-    of that period while nothing changes."""
+    of that period while nothing changes. Between passes it waits for a change the backend
+    reports (``RESYNC_S`` at most; see ``_next_pass_at``), never re-running a pass on a timer."""
     waker = _Waker()
     paint = terminal.painter(sys.stdout)
     beats = _Heartbeat(heartbeat, sys.stdout.isatty()) if heartbeat is not None and show else None
@@ -261,6 +264,7 @@ def _run_passes(
     told: set[str] = set()
     limit = timeout if timeout is not None else (None if wait else 60.0)
     while True:
+        waker.event.clear()  # a change reported from now on makes the next pass
         result = controller.reconcile()
         for error in result.errors:
             if error not in told:
@@ -295,10 +299,32 @@ def _run_passes(
             if beats is not None:
                 beats.clear()
             return records, True, result.errors
-        pause = 0.25 if not wait else 0.5
+        ended = time.monotonic()
+        timers = [ended + RESYNC_S]
         if result.wake_at is not None:
-            pause = min(pause, max(0.05, result.wake_at - time.time()))
-        waker.sleep(pause)
+            timers.append(ended + max(0.05, result.wake_at - time.time()))
+        if not wait and elapsed < STARTING_GRACE_S:  # what _finished accepts changes then
+            timers.append(started + STARTING_GRACE_S)
+        if limit is not None:
+            timers.append(started + limit)
+        gap = PASS_GAP_S * (2 if wait else 1)
+        while (now := time.monotonic()) < (
+            due := _next_pass_at(timers, ended + gap if waker.event.is_set() else None)
+        ):
+            pause = min(due - now, BEAT_CHECK_S) if beats is not None else due - now
+            if waker.event.is_set():  # a change came: its pass waits for the gap
+                time.sleep(pause)
+            else:
+                waker.event.wait(pause)
+            if beats is not None:
+                beats.beat(records, time.monotonic() - started)
+
+
+def _next_pass_at(timers: list[float], changed_at: float | None) -> float:
+    """When the next pass is due: the first of ``timers`` (the safety resync, a job's own
+    wake-up, the time limit...) or, once the backend reported a change, ``changed_at`` (the
+    last pass's end plus the gap between passes)."""
+    return min(timers) if changed_at is None else min(changed_at, *timers)
 
 
 def _finished(records: dict[str, JobRecord], wait: bool, *, patient: bool = False) -> bool:

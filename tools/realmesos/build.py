@@ -6,18 +6,21 @@ compiling, next to the libmesos it holds, the small programs of this folder:
 
 - ``realmesos-cluster`` (launcher.cpp): the master and N agents in one process;
 - ``mesos-containerizer`` (containerizer.cpp): the ``launch`` subcommand the agent runs;
-- ``mesos-executor``: the command executor (executor.py, standard library only, run by the Python
-  that last used the build: the cache is shared by every checkout on the machine, so a build
-  whose recorded interpreter is gone, a removed checkout's venv, gets its wrapper rewritten);
+- ``executor.py``: the command executor (standard library only). The build names no
+  interpreter: each cluster gets a launcher folder of its own (``launcher_dir``) whose
+  ``mesos-executor`` wrapper runs the Python of the checkout that started it, since the cache
+  is shared by every checkout on the machine;
 - ``libssl.so.1.0.0`` / ``libcrypto.so.1.0.0``: stubs with OpenSSL 1.0's symbol versions
   (libmesos links them; with SSL off nothing calls them), from openssl-symbols.txt;
 - ``libcurl.so.4``: libcurl's seven calls under their old version tag, forwarded to the
   system's libcurl (curl_forward.c);
 - ``libpystub.so``: the Python 2.7 symbols the bindings in the same object refer to.
 
-Everything goes into ``<cache>/realmesos/1.11.0`` (``TFDECLARE_TEST_CACHE`` or
-``~/.cache/tfdeclare-tests``, as the tests' other components), and is rebuilt when a source
-of this folder changes. Nothing it makes is committed. It needs a C++ compiler and, from
+Each build goes into ``<cache>/realmesos/1.11.0-builds/<digest>`` (``TFDECLARE_TEST_CACHE`` or
+``~/.cache/tfdeclare-tests``, as the tests' other components), ``<digest>`` that of the sources
+of this folder: a changed source builds a new folder, made aside and renamed into place whole,
+so a rebuild never replaces a file under a running cluster (older builds are left as they are;
+remove them by hand). Nothing it makes is committed. It needs a C++ compiler and, from
 Debian, libsvn1, libapr1, libsasl2-2, libcurl4 and zlib (``.ci/run`` installs them as root);
 it says which are missing.
 
@@ -31,11 +34,13 @@ import io
 import json
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -66,8 +71,13 @@ def cache_root() -> Path:
     return Path(os.environ.get("TFDECLARE_TEST_CACHE", Path.home() / ".cache" / "tfdeclare-tests"))
 
 
+def builds_root() -> Path:
+    return cache_root() / "realmesos" / f"{VERSION}-builds"
+
+
 def build_dir() -> Path:
-    return cache_root() / "realmesos" / VERSION
+    """Where the build of these sources lives (never changed once made)."""
+    return builds_root() / sources_digest()[:16]
 
 
 def sources_digest() -> str:
@@ -254,32 +264,23 @@ def compile_programs(folder: Path) -> None:
         run([cxx, "-std=c++17", "-O1", "-o", program, source, *link], folder)
 
 
-def executor_wrapper() -> str:
-    return f'#!/bin/sh\nexec "{sys.executable}" "$(dirname "$0")/executor.py" "$@"\n'
-
-
-def write_executor(folder: Path) -> None:
-    shutil.copy(HERE / "executor.py", folder / "executor.py")
-    write_wrapper(folder)
-
-
-def write_wrapper(folder: Path) -> None:
-    """The wrapper, replaced in one rename (agents of another test may be starting it)."""
+def launcher_dir(build: Path, folder: Path, python: str | None = None) -> Path:
+    """A cluster's own ``MESOS_LAUNCHER_DIR``, made in ``folder``: the build's
+    ``mesos-containerizer`` (a link: it finds libmesos beside its target) and a
+    ``mesos-executor`` wrapper that runs the build's executor.py with ``python`` (default:
+    this interpreter, the one of the checkout whose tests start the cluster)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    link = folder / "mesos-containerizer"
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(build / "mesos-containerizer")
+    program, executor = shlex.quote(python or sys.executable), shlex.quote(str(build / "executor.py"))
+    wrapper = f'#!/bin/sh\nexec {program} {executor} "$@"\n'
     scratch = folder / ".mesos-executor.tmp"
-    scratch.write_text(executor_wrapper())
+    scratch.write_text(wrapper)
     scratch.chmod(0o755)
     scratch.replace(folder / "mesos-executor")
-
-
-def interpreter_gone(folder: Path) -> bool:
-    """Whether the wrapper runs an interpreter that no longer exists (the build was made by a
-    checkout whose venv was removed since: its executors would all die at once)."""
-    try:
-        line = (folder / "mesos-executor").read_text().splitlines()[1]
-    except (OSError, IndexError):
-        return True
-    recorded = line.split('"')[1] if line.count('"') >= 2 else ""
-    return not os.access(recorded, os.X_OK)
+    return folder
 
 
 def check_runs(folder: Path) -> None:
@@ -291,32 +292,35 @@ def check_runs(folder: Path) -> None:
 
 
 def build(folder: Path | None = None) -> Path:
+    """The build of these sources in ``folder`` (default ``build_dir()``), made if missing.
+    A folder that holds another build is moved aside, never changed: a cluster may run it."""
     folder = folder or build_dir()
     if is_current(folder):
-        if interpreter_gone(folder):
-            write_wrapper(folder)
         return folder
     if platform.system() != "Linux" or platform.machine() != "x86_64":
         raise BuildError(f"the mesos.scheduler {VERSION} tarball is for Linux x86_64 only")
     missing = missing_libraries()
     if missing:
         raise BuildError(f"missing Debian packages: apt-get install {' '.join(missing)}")
-    folder.mkdir(parents=True, exist_ok=True)
-    tarball = fetch_tarball(folder.parent)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    downloads = cache_root() / "realmesos"
+    downloads.mkdir(parents=True, exist_ok=True)
+    tarball = fetch_tarball(downloads)
     with tempfile.TemporaryDirectory(dir=folder.parent, prefix=".build-") as scratch:
-        work = Path(scratch)
+        work = Path(scratch) / "build"
+        work.mkdir()
         extract_libmesos(tarball, work)
         compile_programs(work)
-        write_executor(work)
+        shutil.copy(HERE / "executor.py", work / "executor.py")
         check_runs(work)
         (work / "stamp").write_text(sources_digest() + "\n")
-        old = folder.with_name(folder.name + ".old")
-        shutil.rmtree(old, ignore_errors=True)
-        if folder.exists():
-            folder.rename(old)
-        work.rename(folder)
-        shutil.rmtree(old, ignore_errors=True)
-        work.mkdir()  # TemporaryDirectory removes what it made
+        if folder.exists() and not is_current(folder):  # another build (an explicit folder)
+            folder.rename(folder.with_name(f"{folder.name}.replaced-{os.getpid()}-{time.time_ns()}"))
+        try:
+            work.rename(folder)  # whole, in one step; never over an existing folder
+        except OSError:
+            if not is_current(folder):  # not a build made meanwhile by another checkout
+                raise
     return folder
 
 

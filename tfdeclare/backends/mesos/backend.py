@@ -48,7 +48,14 @@ from tfdeclare.backends.mesos.placement import AgentOffer, GangFit, never_fits
 from tfdeclare.backends.mesos.queueing import Waiting, head_of, place_in_line, shortfall
 from tfdeclare.backends.mesos.sandbox import SandboxError, SandboxReader
 from tfdeclare.backends.mesos.scheduler import EventHandler, SchedulerEvents
-from tfdeclare.backends.mesos.state import FIRST_OBSERVE_WAIT_S, LAUNCH_DRAIN_S, Accept
+from tfdeclare.backends.mesos.state import (
+    CLOSE_CALLS_WAIT_S,
+    CLOSE_UPDATES_IDLE_S,
+    CLOSE_UPDATES_MAX_S,
+    FIRST_OBSERVE_WAIT_S,
+    LAUNCH_DRAIN_S,
+    Accept,
+)
 from tfdeclare.backends.mesos.taskstate import is_terminal, observed_state
 from tfdeclare.backends.mesos.workers import BackgroundWork
 from tfdeclare.backends.secrets import SecretUnavailable, read_all
@@ -578,19 +585,16 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
     # ---- close ------------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Stop threads and connections. No TEARDOWN: the tasks keep running."""
+        """Stop threads and connections. No TEARDOWN: the tasks keep running. Before the
+        stream closes (each step bounded in time): the ACCEPTs already decided go out, the
+        first update of each task just launched is awaited and every update acknowledged (an
+        agent holds a task's next update back until the one before is acknowledged), and the
+        offers held are declined and offers suppressed."""
         if self._closed:
             return
         if self._loop_thread is not None:
-            deadline = self.clock() + LAUNCH_DRAIN_S  # ACCEPTs already decided go out first
-
-            def drained(future: Future[None], now: float) -> bool:
-                if (self._accepts or self._unsent or self._burst_out) and now < deadline:
-                    return False
-                future.set_result(None)
-                return True
-
-            self._request(lambda f: self._keep_trying(f, lambda now: drained(f, now)))
+            self._request(self._drain)
+            self._request(self._hand_back_offers)
             self._inbox.put(None)  # the loop stops after what is queued, then the senders
             for thread in self._threads:
                 thread.join(timeout=5)
@@ -604,6 +608,58 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
         self._journal.close()
         if self._sandbox is not None:
             self._sandbox.close()
+
+    def _drain(self, future: Future[None]) -> None:
+        """On the loop: resolve ``future`` once the queued ACCEPTs are answered (at most
+        ``LAUNCH_DRAIN_S``), then the tasks they launched have sent their first update and
+        every update is acknowledged (while first updates keep coming: at most
+        ``CLOSE_UPDATES_IDLE_S`` after the last, ``CLOSE_UPDATES_MAX_S`` in all)."""
+        launches_by = self.clock() + LAUNCH_DRAIN_S
+        progress: list[float] = []  # [when the update wait began, when a first update last came]
+        awaited = [len(self._awaiting_update)]
+
+        def drained(now: float) -> bool:
+            if (self._accepts or self._unsent or self._burst_out) and now < launches_by:
+                return False
+            if not progress:
+                progress[:] = [now, now]
+            if len(self._awaiting_update) < awaited[0]:
+                progress[1] = now
+            awaited[0] = len(self._awaiting_update)
+            by = min(progress[0] + CLOSE_UPDATES_MAX_S, progress[1] + CLOSE_UPDATES_IDLE_S)
+            pending = self._awaiting_update or self._acks_due or self._acks_out_n
+            if pending and self._connected and now < by:
+                return False
+            if self._awaiting_update and self._connected:
+                log.info("closing before %d launched task(s) sent an update", len(self._awaiting_update))
+            future.set_result(None)
+            return True
+
+        self._keep_trying(future, drained)
+
+    def _hand_back_offers(self, future: Future[None]) -> None:
+        """On the loop: DECLINE the offers held and SUPPRESS (``decide``: ``Closing``), then
+        resolve ``future`` once the calls thread is past them (at most ``CLOSE_CALLS_WAIT_S``)."""
+        if self._client is None or self._read_only or not self._connected:
+            future.set_result(None)
+            return
+        self._decide(msg.Closing(tuple(self._pool.offers)))
+        answered: list[bool] = []
+
+        def done(ok: bool) -> None:
+            answered.append(ok)
+            self._changed = True
+
+        self._send("close", lambda _client: None, on_done=done)
+        deadline = self.clock() + CLOSE_CALLS_WAIT_S
+
+        def sent(now: float) -> bool:
+            if answered or now >= deadline:
+                future.set_result(None)
+                return True
+            return False
+
+        self._keep_trying(future, sent)
 
     def teardown(self) -> None:
         """TEARDOWN: the master kills every task of the framework and forgets it. Only ever

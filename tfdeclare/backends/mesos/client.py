@@ -18,7 +18,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,6 +121,34 @@ def _dump(body: JSON) -> bytes:
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
+class _LazyTransport(httpx.BaseTransport):
+    """A transport made on its first request (the https one: no TLS set-up until needed)."""
+
+    def __init__(self, make: Callable[[], httpx.BaseTransport]) -> None:
+        self._make = make
+        self._inner: httpx.BaseTransport | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        with self._lock:
+            if self._closed:
+                raise httpx.ConnectError("the client was closed", request=request)
+            if self._inner is None:
+                try:
+                    self._inner = self._make()
+                except ConfigError as exc:  # an unreadable CA file, found at the first https use
+                    raise httpx.ConnectError(str(exc), request=request) from None
+            inner = self._inner
+        return inner.handle_request(request)
+
+    def close(self) -> None:
+        with self._lock:
+            inner, self._inner, self._closed = self._inner, None, True
+        if inner is not None:
+            inner.close()
+
+
 class SchedulerClient:
     """A Mesos v1 HTTP scheduler. ``start()``, then use the call methods; ``stop()`` at the end.
 
@@ -165,7 +193,8 @@ class SchedulerClient:
         self._threads: list[threading.Thread] = []
         self._calls: httpx.Client | None = None
         self._streams: httpx.Client | None = None
-        self._ssl_context: ssl.SSLContext | None = None  # for the pipelined connection (https)
+        self._ssl_context: ssl.SSLContext | None = None  # https only: made on first use
+        self._tls_lock = threading.Lock()
         self._pipeline: PipelinedConnection | None = None  # ACKNOWLEDGEs (under _ack_lock)
         self._launches: PipelinedConnection | None = None  # ACCEPTs (under _call_lock)
         self._detector: ZooKeeperDetector | None = None
@@ -215,27 +244,17 @@ class SchedulerClient:
         if self._started:
             raise RuntimeError("SchedulerClient.start() can only be called once")
         self._started = True
-        verify = tls_verify(self._config.ca_file, self._config.insecure_skip_tls_verify)
-        if verify is False:
-            log.warning("TLS certificate verification of the Mesos master is disabled")
-        if isinstance(verify, ssl.SSLContext):
-            self._ssl_context = verify
-        elif verify is False:
-            self._ssl_context = ssl.create_default_context()
-            self._ssl_context.check_hostname = False
-            self._ssl_context.verify_mode = ssl.CERT_NONE
-        else:
-            self._ssl_context = httpx.create_ssl_context()
+        if self._tls_expected():  # an https master: a bad CA file is an error now, not later
+            self._tls_context()
         auth = self._config.credentials.httpx_auth() if self._config.credentials else None
         connect = self._config.connect_timeout
-        self._calls = httpx.Client(
-            verify=verify,
-            auth=auth,
-            timeout=httpx.Timeout(self._config.call_timeout, connect=connect),
-            limits=httpx.Limits(max_connections=2, max_keepalive_connections=1),
+        self._calls = self._http_client(
+            httpx.Timeout(self._config.call_timeout, connect=connect),
+            httpx.Limits(max_connections=2, max_keepalive_connections=1),
+            auth,
         )
-        self._streams = httpx.Client(
-            verify=verify, auth=auth, timeout=httpx.Timeout(self._config.subscribe_timeout, connect=connect)
+        self._streams = self._http_client(
+            httpx.Timeout(self._config.subscribe_timeout, connect=connect), httpx.Limits(), auth
         )
         if self._zk is not None:
             self._detector = ZooKeeperDetector(
@@ -253,6 +272,48 @@ class SchedulerClient:
             thread = threading.Thread(target=target, name=name, daemon=True)
             self._threads.append(thread)
             thread.start()
+
+    def _tls_expected(self) -> bool:
+        """Whether a configured master (or the ZooKeeper scheme) says https."""
+        if self._zk is not None:
+            return self._config.zk_scheme == "https"
+        return any(e.startswith("https:") for e in self._candidates)
+
+    def _tls_context(self) -> ssl.SSLContext:
+        """The TLS context for https masters, built on first use (an ``http://`` master never
+        pays for loading a CA bundle). Raises ``ConfigError`` for an unreadable CA file."""
+        with self._tls_lock:
+            if self._ssl_context is not None:
+                return self._ssl_context
+            verify = tls_verify(self._config.ca_file, self._config.insecure_skip_tls_verify)
+            if isinstance(verify, ssl.SSLContext):
+                context = verify
+            elif verify is False:
+                log.warning("TLS certificate verification of the Mesos master is disabled")
+                context = ssl.create_default_context()
+                context.check_hostname = False
+                context.verify_mode = ssl.CERT_NONE
+            else:
+                context = httpx.create_ssl_context()
+            self._ssl_context = context
+            return context
+
+    def _http_client(
+        self, timeout: httpx.Timeout, limits: httpx.Limits, auth: httpx.Auth | None
+    ) -> httpx.Client:
+        """An httpx client whose https transport (and TLS context) is made on its first
+        https request. The plain transport's own context is never used: https goes to the
+        mounted one."""
+
+        def https() -> httpx.BaseTransport:
+            return httpx.HTTPTransport(verify=self._tls_context(), limits=limits)
+
+        return httpx.Client(
+            auth=auth,
+            timeout=timeout,
+            transport=httpx.HTTPTransport(verify=False, limits=limits),
+            mounts={"https://": _LazyTransport(https)},
+        )
 
     def stop(self, timeout: float = 5.0) -> None:
         """Close the stream and connections without tearing the framework down."""
@@ -394,7 +455,8 @@ class SchedulerClient:
         if current is not None:
             current.close()
         try:
-            return PipelinedConnection(endpoint, self._ssl_context, self._config.call_timeout)
+            context = self._tls_context() if endpoint.startswith("https:") else None
+            return PipelinedConnection(endpoint, context, self._config.call_timeout)
         except PipelineError as exc:
             raise MesosConnectionError(f"{what}: {exc}") from None
 

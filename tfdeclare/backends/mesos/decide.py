@@ -46,6 +46,7 @@ from tfdeclare.backends.mesos.config import MesosConfig
 from tfdeclare.backends.mesos.decide_messages import (
     AgentsAnswered,
     Call,
+    Closing,
     Decline,
     Disconnected,
     Event,
@@ -181,6 +182,7 @@ class Policy:
     unknown_killed: dict[str, float] = field(default_factory=dict)  # when a KILL went to an unknown task
     # fencing: lost tasks and since when
     lost: dict[str, float] = field(default_factory=dict)
+    closing: bool = False  # the backend closes: offers declined and suppressed, no REVIVE
 
 
 # ---- queries (read-only) -----------------------------------------------------------------------------
@@ -258,6 +260,8 @@ def on_event(policy: Policy, event: Event, now: float) -> list[Call]:
         case AgentsAnswered(ok=ok):
             policy.agents_in_flight = False
             policy.agents_failed = not ok
+        case Closing(offer_ids=offer_ids):
+            _closing(policy, offer_ids, calls)
         case _:
             assert_never(event)
     return calls
@@ -390,6 +394,22 @@ def _update(policy: Policy, event: Update, now: float, calls: list[Call]) -> Non
         calls.append(Kill(task_id, event.agent_id, event.kill_grace_s))
 
 
+def _closing(policy: Policy, offer_ids: tuple[str, ...], calls: list[Call]) -> None:
+    """Manners at close: the offers held go back to the master (DECLINE, with the usual
+    filter) and offers stop (SUPPRESS) while the stream is still open, so other frameworks
+    get them at once rather than when the master notices we left."""
+    policy.closing = True
+    policy.queue.clear()
+    policy.reservations.clear()
+    if not policy.connected:
+        return
+    if offer_ids:
+        calls.append(Decline(offer_ids, policy.settings.refuse_s))
+    if not (policy.suppressed and policy.interest_out is None):
+        policy.interest_out = Interest.SUPPRESS
+        calls.append(Suppress(policy.settings.roles))
+
+
 def _kill_retry_s(grace_s: float | None) -> float:
     """A KILL not confirmed is sent again after this long (past twice its grace period)."""
     return max(MIN_KILL_RETRY_S, 2 * (grace_s or 0.0))
@@ -446,7 +466,7 @@ def _offer_interest(
     if policy.interest_out is not None:
         policy.revive_now_asked = policy.revive_now_asked or revive_now
         return
-    if not policy.connected:
+    if not policy.connected or policy.closing:
         return
     waiting = bool(policy.queue) or bool(policy.reservations)
     since_revive = now - policy.last_revive_at
@@ -494,6 +514,8 @@ def _expired_offers(policy: Policy, now: float, pool: HeldOffers) -> list[str]:
     kept: set[str] = set()
     if first is not None and now - first[1].first_asked >= settings.fifo_backfill_s:
         kept = drain_set(first[1].request, pool.views(), pool.capacities(), settings.options)
+    if policy.closing:  # what came after the close's DECLINE goes back too
+        return list(pool.offers)
     expired = []
     for held in pool.offers.values():
         if held.hold_until > now or (held.agent_id, held.role) in reserved:

@@ -2,7 +2,7 @@
 
 This module owns what the loop tells the reducer (events: ``Subscribed``, ``Update``,
 ``Stop``, ``PlaceAsked``, ... and the answers to calls, ``InterestAnswered``,
-``AgentsAnswered``), what the reducer asks the loop to do (calls: ``Revive``, ``Suppress``,
+``AgentsAnswered``; ``Closing``), what the reducer asks the loop to do (calls: ``Revive``, ``Suppress``,
 ``Reconcile``, ``Kill``, ``Decline``, ``RefreshAgents``, ``PlacementExpired``,
 ``WakeWatchers``) and the read-only view of the offer pool a tick reads (``HeldOffers``).
 Frozen dataclasses, no behaviour: ``decide`` decides, ``state`` executes.
@@ -169,6 +169,14 @@ class AgentsAnswered:
     ok: bool
 
 
+@dataclass(frozen=True, slots=True)
+class Closing:
+    """The backend is closing: hand back the offers held (``offer_ids``) and stop offers,
+    before the stream closes; nothing is placed or revived any more."""
+
+    offer_ids: tuple[str, ...]
+
+
 Event = (
     Subscribed
     | Disconnected
@@ -187,6 +195,7 @@ Event = (
     | GpuOffersAsked
     | InterestAnswered
     | AgentsAnswered
+    | Closing
 )
 
 

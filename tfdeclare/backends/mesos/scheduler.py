@@ -249,6 +249,9 @@ class SchedulerEvents(BackendState):
         now = self.clock()
         task_id = status.task_id
         entry = self._tasks.get(task_id)
+        if task_id in self._awaiting_update:
+            self._awaiting_update.discard(task_id)
+            self._changed = True  # close() may be waiting for it
         if task_id in self._policy.reconcile_pending:
             self._changed = True  # the first observe() may be waiting for these answers
         reported = _reported(status.state)

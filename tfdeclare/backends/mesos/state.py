@@ -70,6 +70,13 @@ OUR_TASK_ID = re.compile(
 )
 FIRST_OBSERVE_WAIT_S = 2.0  # the first observe() after subscribing waits this long for answers
 LAUNCH_DRAIN_S = 30.0  # close() waits this long for queued ACCEPTs
+# close() waits for the first update of each task it launched and its ACKNOWLEDGE (an agent
+# sends a task's next update, TASK_RUNNING, only once the one before is acknowledged, and
+# retries an unacknowledged one after 10 s): while such updates keep coming, at most
+# CLOSE_UPDATES_IDLE_S after the last one and CLOSE_UPDATES_MAX_S in all
+CLOSE_UPDATES_IDLE_S = 3.0
+CLOSE_UPDATES_MAX_S = 20.0
+CLOSE_CALLS_WAIT_S = 5.0  # close() waits this long for its DECLINE and SUPPRESS to be answered
 LAUNCH_BURST = 64  # ACCEPTs pipelined in one go at most
 MESSAGE_BATCH = 1024  # messages the loop handles before its after-batch work (fsync, acks, waiters)
 
@@ -139,6 +146,9 @@ class BackendState(ABC):
         self._removed_ids: set[str] = set()
         # acknowledgements: journaled updates to acknowledge once the journal is synced
         self._acks_due: list[tuple[str, str, str]] = []
+        self._acks_out_n = 0  # batches with the acks thread, not yet sent
+        # tasks whose ACCEPT the master took in this run and of which no update came yet
+        self._awaiting_update: set[str] = set()
         # ACCEPTs: queued in order; one burst at a time is with the calls thread
         self._accepts: collections.deque[Accept] = collections.deque()
         self._burst_out = False
@@ -281,6 +291,7 @@ class BackendState(ABC):
                 log.error("cannot sync the task journal (%s); not acknowledging %d update(s)", err, len(acks))
             else:
                 if self._client is not None:
+                    self._acks_out_n += 1
                     self._acks_out.put((self._client, acks, handle))
                 elif handle is not None:
                     os.close(handle)
@@ -366,6 +377,7 @@ class BackendState(ABC):
         self._on_agent.setdefault(entry.agent_id, set()).add(entry.task_id)
 
     def _drop_task(self, task_id: str) -> None:
+        self._awaiting_update.discard(task_id)
         entry = self._tasks.pop(task_id, None)
         if entry is not None:
             self._on_agent.get(entry.agent_id, set()).discard(task_id)

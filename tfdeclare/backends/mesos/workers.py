@@ -59,7 +59,18 @@ class BackgroundWork(BackendState):
                     self._acks_out.put(None)  # the loop's last word: stop after this burst
                     break
                 batches.append(more)
-            self._acknowledge(batches)
+            try:
+                self._acknowledge(batches)
+            finally:
+                self._post_acks_sent(len(batches))
+
+    def _post_acks_sent(self, batches: int) -> None:
+        self._inbox.put(lambda: self._acks_sent(batches))
+
+    def _acks_sent(self, batches: int) -> None:
+        """On the loop: the acks thread is done with ``batches`` batches (close waits for it)."""
+        self._acks_out_n -= batches
+        self._changed = True
 
     @staticmethod
     def _acknowledge(batches: list[AckBatch]) -> None:
@@ -198,12 +209,13 @@ class BackgroundWork(BackendState):
             return
         if result is not None:
             self._forget_unlaunched(ids, f"the master refused its launch ({result})")
-            self._notify()
             return
         self._decide(msg.OffersUsed())
         for task_id in ids:  # informational: written with the task's next change
             if (entry := self._tasks.get(task_id)) is not None:
                 entry.accepted = True
+                if entry.state is None:  # close() waits for its first update to be acknowledged
+                    self._awaiting_update.add(task_id)
 
     def _forget_unlaunched(self, task_ids: list[str], why: str) -> None:
         """Tasks whose ACCEPT was not sent or was refused never existed: the controller sees
@@ -214,3 +226,4 @@ class BackgroundWork(BackendState):
         self._decide(msg.Forgotten(tuple(task_ids)))
         self._journal.delete(task_ids, sync=True)
         self._changed = True
+        self._notify()  # the controller launches those slots again
