@@ -224,13 +224,26 @@ def test_it_can_be_turned_off_in_the_config(project: Path) -> None:
 def test_logs_follow_a_task_across_its_restart_to_the_end(project: Path) -> None:
     twice = (
         '[python, -c, \'import os, sys, time; a = os.environ["TFDECLARE_ATTEMPT"]; '
-        'print("attempt", a, flush=True); a == "0" and time.sleep(3); sys.exit(1 if a == "0" else 0)\']'
-    )
+        'print("attempt", a, flush=True); '
+        '[time.sleep(0.1) for _ in iter(lambda: a != "0" or os.path.exists("out/go"), True)]; '
+        'sys.exit(1 if a == "0" else 0)\']'
+    )  # attempt 0 fails when the test says so (out/go), once logs --follow is on its way
     (project / "specs" / "job.yaml").write_text(
         ps_job("retried", twice) + "  restartPolicy: OnFailure\n  backoffLimit: 2\n"
     )
-    assert cli("apply", "specs", cwd=project, env=ON).returncode == 0  # attempt 0 runs 3 s
-    followed = cli("logs", "retried", "--follow", "--task", "chief-0", cwd=project, timeout=60)
+    assert cli("apply", "specs", cwd=project, env=ON).returncode == 0
+    following = subprocess.Popen(
+        [sys.executable, "-m", "tfdeclare", "logs", "retried", "--follow", "--task", "chief-0"],
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert following.stdout is not None
+    assert following.stdout.readline() == "attempt 0\n"  # it follows attempt 0 as it runs
+    (project / "specs" / "out" / "go").touch()
+    out, err = following.communicate(timeout=60)
+    followed = subprocess.CompletedProcess(following.args, following.returncode, "attempt 0\n" + out, err)
     assert followed.returncode == 0, followed.stderr
     assert followed.stdout.splitlines() == ["attempt 0", "attempt 1"]
     assert phase(project, "retried") == "Succeeded"

@@ -300,10 +300,16 @@ def test_not_leader_redirects_or_503(emulator: Emulator, subscribers: list[Subsc
 
 
 def test_master_recovery_answers_503() -> None:
-    with Emulator(**{**FAST, "registry_recovery_delay": 0.4}) as emu:
-        response = _post(emu.url, SUBSCRIBE)
-        assert response.status_code == 503 and response.text == "Master has not finished recovery"
-        emu.wait_for(lambda e: _post(e.url, {"type": "TEARDOWN"}).status_code == 400, timeout=3)
+    # Recovery lasts long enough for a loaded machine to ask within it; the SUBSCRIBE is read
+    # as a stream, so that one answered after recovery (a subscription) fails instead of hanging.
+    with Emulator(**{**FAST, "registry_recovery_delay": 3.0}) as emu:
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        with httpx.stream(
+            "POST", emu.url + "/api/v1/scheduler", json=SUBSCRIBE, headers=headers, timeout=5
+        ) as response:
+            assert response.status_code == 503
+            assert response.read() == b"Master has not finished recovery"
+        emu.wait_for(lambda e: _post(e.url, {"type": "TEARDOWN"}).status_code == 400, timeout=20)
 
 
 def test_version_and_state_endpoints(emulator: Emulator) -> None:
