@@ -274,21 +274,7 @@ def _run_passes(
                 stderr_line(f"tfdeclare: {error}")
         records = {n: r for n, r in controller.store.records().items() if n in names}
         elapsed = time.monotonic() - started
-        for name in sorted(names):
-            record = records.get(name)
-            line = _progress_line(record, paint) if record else f"{name:<24} deleted"
-            # Print when something a reader cares about changed (not a backoff countdown).
-            key = (
-                (record.phase, record.deleting, record.reason, record.restarts, record.tasks)
-                if record
-                else ()
-            )
-            if shown.get(name) != key:
-                shown[name] = key
-                if show:
-                    if beats is not None:
-                        beats.printed(elapsed)
-                    stdout_write(f"[{elapsed:6.1f}s] {line}\n")
+        _show_changes(records, names, shown, elapsed, paint if show else None, beats)
         if _finished(records, wait, patient=elapsed < STARTING_GRACE_S):
             if beats is not None:
                 beats.clear()
@@ -307,17 +293,52 @@ def _run_passes(
             timers.append(started + STARTING_GRACE_S)
         if limit is not None:
             timers.append(started + limit)
-        gap = PASS_GAP_S * (2 if wait else 1)
-        while (now := time.monotonic()) < (
-            due := _next_pass_at(timers, ended + gap if waker.event.is_set() else None)
-        ):
-            pause = min(due - now, BEAT_CHECK_S) if beats is not None else due - now
-            if waker.event.is_set():  # a change came: its pass waits for the gap
-                time.sleep(pause)
-            else:
-                waker.event.wait(pause)
+        _wait_for_next_pass(waker, timers, ended + PASS_GAP_S * (2 if wait else 1), records, started, beats)
+
+
+def _show_changes(
+    records: dict[str, JobRecord],
+    names: set[str],
+    shown: dict[str, tuple[object, ...]],
+    elapsed: float,
+    paint: Painter | None,
+    beats: _Heartbeat | None,
+) -> None:
+    """A progress line per job whose state a reader cares about changed since ``shown`` (not
+    a backoff countdown); printed only with ``paint`` (``show``), remembered either way."""
+    for name in sorted(names):
+        record = records.get(name)
+        key = (record.phase, record.deleting, record.reason, record.restarts, record.tasks) if record else ()
+        if shown.get(name) == key:
+            continue
+        shown[name] = key
+        if paint is not None:
+            line = _progress_line(record, paint) if record else f"{name:<24} deleted"
             if beats is not None:
-                beats.beat(records, time.monotonic() - started)
+                beats.printed(elapsed)
+            stdout_write(f"[{elapsed:6.1f}s] {line}\n")
+
+
+def _wait_for_next_pass(
+    waker: _Waker,
+    timers: list[float],
+    changed_due: float,
+    records: dict[str, JobRecord],
+    started: float,
+    beats: _Heartbeat | None,
+) -> None:
+    """Wait until the first of ``timers``, or ``changed_due`` once the backend reports a
+    change (``_next_pass_at``), beating the heartbeat meanwhile."""
+    while (now := time.monotonic()) < (
+        due := _next_pass_at(timers, changed_due if waker.event.is_set() else None)
+    ):
+        pause = min(due - now, BEAT_CHECK_S) if beats is not None else due - now
+        if waker.event.is_set():  # a change came: its pass waits for the gap
+            time.sleep(pause)
+        else:
+            waker.event.wait(pause)
+        if beats is not None:
+            beats.beat(records, time.monotonic() - started)
 
 
 def _next_pass_at(timers: list[float], changed_at: float | None) -> float:
