@@ -227,7 +227,7 @@ class Controller:
         # identity hashes its whole cluster, so a pass over a running 10,000-task job hashed
         # about 2 GB when every identity was worked out again).
         self._desired: dict[str, Mapping[TaskKey, TaskConfig]] = {}
-        self.apply_failures: dict[str, str] = {}  # of the last ``apply``: job -> "PATH (why)"
+        self._apply_failures: dict[str, str] = {}  # of the last ``apply``: job -> "PATH (why)"
         self._pass: _Pass | None = None  # during a pass
         self._later = _Later()  # what this pass writes at its end
 
@@ -241,6 +241,11 @@ class Controller:
         return self._others[name]
 
     # ---- what a caller reads (the daemon): the state, the backend's logs, the status files ----
+
+    @property
+    def apply_failures(self) -> Mapping[str, str]:
+        """The jobs the last ``apply`` could not write: job -> "PATH (why)"."""
+        return self._apply_failures
 
     @property
     def state_root(self) -> Path:
@@ -309,7 +314,7 @@ class Controller:
         "PATH (why)"); the other jobs are applied."""
         records = self.store.records()
         changes: list[str] = []
-        self.apply_failures = {}
+        self._apply_failures = {}
         to_save: list[JobRecord] = []
         said: dict[str, str] = {}  # job -> its change line, once its record is written
         for job in plan.jobs:
@@ -341,7 +346,7 @@ class Controller:
         # read-only state disk) keeps its old record, and the other jobs are applied
         failed = self.store.save_many(to_save)
         for name, err in sorted(failed.items()):
-            self.apply_failures[name] = failed_write(err)
+            self._apply_failures[name] = failed_write(err)
         changes.extend(line for name, line in said.items() if name not in failed)
         return changes
 
