@@ -21,7 +21,7 @@ from tfdeclare.core.plan.planner import Plan, PlanOptions, plan
 from tfdeclare.core.run.lifecycle import Backoff
 from tfdeclare.core.run.record import JobRecord
 from tfdeclare.core.run.tasks import ObservedTask, TaskKey
-from tfdeclare.daemon.service import Daemon, DaemonOptions, Source
+from tfdeclare.daemon.service import Daemon, DaemonOptions, Shown, Source
 from tfdeclare.shell.sources import SpecFiles
 from tfdeclare.shell.statuswriter import StatusWriter
 from tfdeclare.shell.store import StateStore
@@ -143,11 +143,34 @@ class World:
         return result
 
 
+class WatchedDaemon(Daemon):
+    """The real daemon; a test can wait for what a pass published (``Daemon.shown``), which
+    comes after the controller's part of that pass."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.published = threading.Condition()
+
+    def _pass(self, changes: frozenset[str] | None = None) -> tuple[float | None, bool]:
+        done = super()._pass(changes)
+        with self.published:
+            self.published.notify_all()
+        return done
+
+    def wait_shown(self, check: Callable[[Shown], bool], timeout: float = 10.0) -> Shown:
+        """The snapshot a pass published once ``check`` holds of it."""
+        with self.published:
+            assert self.published.wait_for(lambda: check(self.shown), timeout), self.shown
+        return self.shown
+
+
 @contextmanager
-def daemon_running(world: World, source: Source, options: DaemonOptions) -> Iterator[Daemon]:
+def daemon_running(world: World, source: Source, options: DaemonOptions) -> Iterator[WatchedDaemon]:
     """The real daemon loop over ``world``'s controller and files, in a thread; stopped (and
     its source closed) after."""
-    daemon = Daemon(source, world.controller, world.files, world.status_dir, options, clock=world.clock)
+    daemon = WatchedDaemon(
+        source, world.controller, world.files, world.status_dir, options, clock=world.clock
+    )
     thread = threading.Thread(target=daemon.run, name="daemon-under-test", daemon=True)
     thread.start()
     try:

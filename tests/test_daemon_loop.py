@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +30,12 @@ class RecordingDaemon(Daemon):
         self.finished = 0  # passes whose bookkeeping (health, metrics, events) is done
         self.finished_changed = threading.Condition()
 
-    def _pass(self) -> float | None:
-        wake_at = super()._pass()
+    def _pass(self, changes: frozenset[str] | None = None) -> tuple[float | None, bool]:
+        done = super()._pass(changes)
         with self.finished_changed:
             self.finished += 1
             self.finished_changed.notify_all()
-        return wake_at
+        return done
 
     def on_file_event(self, paths: list[str]) -> None:
         self.file_events.extend(paths)
@@ -182,7 +183,7 @@ def test_health_says_starting_until_the_first_pass_and_overdue_if_it_never_ends(
         world.clock.advance(2)  # past it: a first pass that never ends is a hang
         healthy, health = daemon.health()
         assert (healthy, health["status"], health["passOverdue"]) == (False, "degraded", True)
-        daemon.last_pass_at = world.clock()
+        daemon.shown = replace(daemon.shown, last_pass_at=world.clock())  # as a pass publishes it
         healthy, health = daemon.health()
         assert (healthy, health["status"], health["passOverdue"]) == (True, "ok", False)
     finally:

@@ -9,6 +9,7 @@ import re
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -59,9 +60,8 @@ def served(tmp_path: Path) -> Iterator[Served]:
 
 
 def test_the_page_escapes_what_jobs_and_events_bring(served: Served) -> None:
-    served.daemon.events = (
-        PhaseChange("a", Phase.FAILED, Phase.RUNNING, 1796280000.0, None, 1, "<script>alert(1)</script>"),
-    )
+    event = PhaseChange("a", Phase.FAILED, Phase.RUNNING, 1796280000.0, None, 1, "<script>alert(1)</script>")
+    served.daemon.shown = replace(served.daemon.shown, events=(event,))  # as a pass publishes it
     code, headers, body = served.get("/")
     text = body.decode()
     assert code == 200 and headers["Content-Type"] == "text/html; charset=utf-8"

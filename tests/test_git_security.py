@@ -251,14 +251,16 @@ def test_the_daemon_keeps_the_last_good_revision_and_every_status_says_why(tmp_p
         status = world.status("a") or {}
         assert status["lastAttemptedRevision"] == bad and status["revision"] == good
         assert {t.task_id for t in world.tasks("a").values()} == ids and not world.tasks("b")
-        (problem,) = daemon.problems  # a source problem too, until a good head comes (issue 31)
+        (problem,) = daemon.wait_shown(
+            lambda shown: bool(shown.problems)
+        ).problems  # a source problem too, until a good head comes (issue 31)
         assert (problem.path, problem.kind.value, problem.revision) == (repo.url, "unverified-commit", bad)
         assert "it is not signed" in problem.message
         fixed = repo.commit({"c.yaml": job_text("c")}, *ssh_signing(ada))
         daemon.request_sync()
         world.controller.wait_for_pass(world.controller.passes, lambda: world.record("a").not_synced is None)
         assert (world.status("a") or {})["revision"] == fixed and world.tasks("b")
-        assert daemon.problems == ()
+        daemon.wait_shown(lambda shown: shown.problems == ())
     # the history: the unsigned head refused once, saying why, between the two applied ones
     shown = [(e.revision.commit if e.revision else None, e.outcome.value) for e in daemon.history.recent]
     assert shown == [(fixed, "applied"), (bad, "refused"), (good, "applied")]

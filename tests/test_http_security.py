@@ -230,6 +230,8 @@ class CountingSource(FolderSource):
 
 
 def test_sync_requests_are_coalesced(tmp_path: Path) -> None:
+    """POST /sync over HTTP reaches the schedule: every request is accepted, they are
+    coalesced, and the last is honoured (the rule's timing: test_daemon_schedule.py)."""
     world = World(tmp_path)
     world.write("a", job_text("a"))
     source = CountingSource(world.specs, [tmp_path / "state", world.status_dir])
@@ -239,15 +241,12 @@ def test_sync_requests_are_coalesced(tmp_path: Path) -> None:
         server.start()
         try:
             world.controller.wait_for_pass(0)  # the first pass fetched once
-            first = time.monotonic()
             answers = [ask(server, "POST", "/sync") for _ in range(200)]
             last = time.monotonic()
             assert answers == [202] * 200
             # the last request is honoured: a fetch after it, once the minimum interval is over
             world.controller.wait_for_pass(0, lambda: source.synced_at[-1] > last)
-            fetches = len(source.synced_at)
-            # not 200: the first pass's fetch, at most one a minimum interval while the requests
-            # came (the first of them and then one per interval), and the one after the last
-            assert fetches <= 3 + (last - first) / options.min_sync_interval_s
+            # not one fetch each: they joined (how many, in virtual time: test_daemon_schedule)
+            assert len(source.synced_at) < 200
         finally:
             server.close()

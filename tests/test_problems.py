@@ -359,13 +359,13 @@ def test_the_loop_records_problems_and_retries_a_file_it_could_not_write(
     world.write("a", job_text("a", replicas="worker: {count: -1}"))
     daemon._sync()
     daemon._pass()
-    (problem,) = daemon.problems
+    (problem,) = daemon.shown.problems
     assert (problem.path, problem.kind, problem.jobs) == ("specs/a.yaml", ProblemKind.INVALID_SPEC, ("a",))
     assert "cannot write" in caplog.text and "problems.json" in caplog.text
     blocker.unlink()
     daemon._pass()  # nothing changed, but the file is written now
-    assert stored.load(blocker / "problems.json")[0] == daemon.problems
+    assert stored.load(blocker / "problems.json")[0] == daemon.shown.problems
     daemon.on_file_event([str(world.write("a", job_text("a")))])
     daemon._pass()
-    assert daemon.problems == () and stored.load(blocker / "problems.json")[0] == ()
+    assert daemon.shown.problems == () and stored.load(blocker / "problems.json")[0] == ()
     assert re.search(r'^tfdeclare_source_problems\{kind="invalid-spec"\} 0\.0$', daemon.metrics_text(), re.M)

@@ -276,7 +276,7 @@ def test_the_daemon_posts_the_phases_its_jobs_enter(tmp_path: Path, receiver: Re
         daemon.source.close()
     phases = [(body["previousPhase"], body["phase"]) for _, body in requests]
     assert phases == [(None, "Pending"), ("Pending", "Running"), ("Running", "Succeeded")]
-    assert [(e.previous, e.phase) for e in daemon.events] == [
+    assert [(e.previous, e.phase) for e in daemon.shown.events] == [
         (Phase.RUNNING, Phase.SUCCEEDED),
         (Phase.PENDING, Phase.RUNNING),
         (None, Phase.PENDING),

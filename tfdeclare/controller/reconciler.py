@@ -29,6 +29,7 @@ was preempted for.
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 import time
@@ -38,10 +39,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tfdeclare.backends.base import Backend, BackendError
+from tfdeclare.backends.base import Backend, BackendError, LogChunk
 from tfdeclare.controller.launchpaths import LaunchPaths, LaunchRefused
 from tfdeclare.controller.progresswatch import ProgressWatch
 from tfdeclare.core.enums import Phase, Reason, TaskState
+from tfdeclare.core.plan.observed import ObservedJob
 from tfdeclare.core.plan.planner import Action, Plan, PlanReason
 from tfdeclare.core.run import lifecycle, preemption, progress, status
 from tfdeclare.core.run.clusterspec import TaskConfig
@@ -226,7 +228,7 @@ class Controller:
         # identity hashes its whole cluster, so a pass over a running 10,000-task job hashed
         # about 2 GB when every identity was worked out again).
         self._desired: dict[str, Mapping[TaskKey, TaskConfig]] = {}
-        self.apply_failures: dict[str, str] = {}  # of the last ``apply``: job -> "PATH (why)"
+        self._apply_failures: dict[str, str] = {}  # of the last ``apply``: job -> "PATH (why)"
         self._pass: _Pass | None = None  # during a pass
         # Each job's progress files, read every few seconds while it runs (issue 34)
         self.progress = ProgressWatch(self.launch_paths.reserved, self.launch_paths.allowed_host_paths)
@@ -240,6 +242,62 @@ class Controller:
                 raise BackendError(f"its tasks run on backend {name}, which this controller cannot reach")
             self._others[name] = self._build_other(name)
         return self._others[name]
+
+    # ---- what a caller reads (the daemon): the state, the backend's logs, the status files ----
+
+    @property
+    def apply_failures(self) -> Mapping[str, str]:
+        """The jobs the last ``apply`` could not write: job -> "PATH (why)"."""
+        return self._apply_failures
+
+    @property
+    def state_root(self) -> Path:
+        """The state folder this controller keeps its records in."""
+        return self.store.root
+
+    @property
+    def backend_name(self) -> str:
+        """The name of the backend new jobs run on."""
+        return self.backend.name
+
+    def watch(self, notify: Callable[[], None]) -> None:
+        """Call ``notify`` (from any thread) whenever a pass may find something new."""
+        self.backend.watch(notify)
+
+    def records(self) -> dict[str, JobRecord]:
+        """Every readable job record, as saved."""
+        return self.store.records()
+
+    def observed(self) -> dict[str, ObservedJob]:
+        """Every applied job as the planner sees it."""
+        return self.store.observed()
+
+    def read_log(self, task_id: str, offset: int, limit: int) -> LogChunk:
+        """A task's output from ``offset`` (``Backend.read_log``)."""
+        return self.backend.read_log(task_id, offset, limit)
+
+    def status_files(self) -> list[dict[str, Any]]:
+        """Every readable status file's document, as it is on disk."""
+        documents = (self.statuses.read(name) for name in self.statuses.names())
+        return [d for d in documents if d is not None]
+
+    def status_documents(self, records: Mapping[str, JobRecord]) -> tuple[dict[str, Any], dict[str, str]]:
+        """Each job's status document and its JSON text (name -> each): what the last pass
+        wrote, the status file of a job whose record cannot be read (its last word: the pass
+        leaves it alone), and, for one of ``records`` whose status file could not be written,
+        the document as its record says."""
+        written = self.statuses.documents()
+        texts = self.statuses.json_documents()
+        for name in self.store.unreadable.keys() - written.keys():
+            document = self.statuses.read(name)
+            if document is not None:
+                written[name] = document
+                texts[name] = json.dumps(document)
+        now = self.clock()
+        for name in records.keys() - written.keys():
+            written[name] = status.status_document(records[name], now)
+            texts[name] = json.dumps(written[name])
+        return written, texts
 
     def close(self) -> None:
         """Let go of the backends this controller built itself (not the one it was given)."""
@@ -259,7 +317,7 @@ class Controller:
         "PATH (why)"); the other jobs are applied."""
         records = self.store.records()
         changes: list[str] = []
-        self.apply_failures = {}
+        self._apply_failures = {}
         to_save: list[JobRecord] = []
         said: dict[str, str] = {}  # job -> its change line, once its record is written
         for job in plan.jobs:
@@ -291,7 +349,7 @@ class Controller:
         # read-only state disk) keeps its old record, and the other jobs are applied
         failed = self.store.save_many(to_save)
         for name, err in sorted(failed.items()):
-            self.apply_failures[name] = failed_write(err)
+            self._apply_failures[name] = failed_write(err)
         changes.extend(line for name, line in said.items() if name not in failed)
         return changes
 

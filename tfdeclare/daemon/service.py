@@ -1,8 +1,10 @@
-"""``Daemon``: the level-triggered loop. Anything may ask for a pass (``request_pass``); the
-loop runs one pass at a time, at least every ``interval`` (resync; git fetch), sooner when a
-job wants a look (backoff expiry), after file events once they have been quiet for
-``debounce``. A pass that cannot read the source keeps the last applied state running and
-says so (log, /healthz, metrics); the newest revision always supersedes an older one.
+"""``Daemon``: the level-triggered loop. Anything may ask for a pass (``request_pass``,
+``request_sync``, ``on_file_event``): that only tells the schedule (``schedule.Schedule``, pure,
+which owns every timing rule: resync every ``interval``, sync requests coalesced, file events
+debounced, the wake-up a pass asks for). The loop waits on one condition until the schedule
+says a pass is due, then fetches when told, applies, reconciles and publishes. A pass that
+cannot read the source keeps the last applied state running and says so (log, /healthz,
+metrics); the newest revision always supersedes an older one.
 
 Files are seen while they are written, so the daemon plans with a settle time: a change that
 stops or restarts tasks is made once the files have said the same for ``settle`` seconds (the
@@ -13,16 +15,18 @@ Jobs the plan keeps as applied for a reason (an unreadable listing, a file witho
 the prune-everything guard) are logged as a warning whenever that set changes.
 
 After each pass the daemon records the standing *source problems* (``core.plan.problems``:
-each file that cannot be applied, a failed fetch, an unverified head) in ``problems``, which
+each file that cannot be applied, a failed fetch, an unverified head) in ``Shown.problems``, which
 the endpoints answer from (``/healthz``, ``/jobs``, ``/metrics``, the page); when they change it
 logs each that appeared or cleared, posts it to the webhooks and writes them to
 ``<state-dir>/problems.json`` for ``tfdeclare status`` (``shell.problems``).
 
-**What the endpoints show** comes from a ``View`` the loop publishes after each pass (the
-status documents it wrote and the records they came from), replaced whole, so an HTTP thread
-never reads a file or waits for a pass: a pass over 10,000 jobs or a 100,000-task job leaves
-``/``, ``/jobs`` and ``/healthz`` answering. Until the first pass has ended, the view is what
-the status files say (read once). ``/jobs`` lists at most ``JOBS_TASKS`` tasks over all jobs
+**What the endpoints show** comes from one frozen ``Shown`` the loop publishes once per pass
+(a reference swap): the ``View`` (the status documents it wrote and the records they came
+from), the recent events, the problems, the revision, the source error and what could not be
+written. An HTTP thread reads one pass's state whole and never reads a file or waits for a
+pass: a pass over 10,000 jobs or a 100,000-task job leaves ``/``, ``/jobs`` and ``/healthz``
+answering. Until the first pass has ended, the view is what the status files said when the
+daemon was made. ``/jobs`` lists at most ``JOBS_TASKS`` tasks over all jobs
 (each job's document as its status file has it until then; past it ``tasks`` is empty and
 ``tasksTruncated`` says so); ``job`` pages one job's tasks.
 """
@@ -36,7 +40,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
@@ -55,10 +59,11 @@ from tfdeclare.core.spec.keys import ORDER, TaskKey
 from tfdeclare.core.spec.model import fingerprint
 from tfdeclare.core.spec.names import is_job_name
 from tfdeclare.core.spec.policy import Quota
-from tfdeclare.daemon import page
+from tfdeclare.daemon import page, schedule
 from tfdeclare.daemon.history import History
 from tfdeclare.daemon.httpguard import INT64_MAX
 from tfdeclare.daemon.metrics import Metrics
+from tfdeclare.daemon.schedule import Schedule
 from tfdeclare.daemon.sources import GitSource, SourceError
 from tfdeclare.daemon.webhooks import Notifier, PhaseChange, ProblemChange
 from tfdeclare.files import failed_write
@@ -140,7 +145,34 @@ def _hiding(text: str | None, url: str | None, shown: str) -> str | None:
     return text.replace(url, shown) if text is not None and url else text
 
 
+@dataclass(frozen=True, slots=True)
+class Shown:
+    """What the endpoints answer from, as of the last pass: the loop publishes a new one once
+    per pass (one reference swap), so an HTTP thread reads one pass's state whole, never a
+    field the loop is writing. ``view`` is the status files' until the first pass has ended."""
+
+    view: View
+    started_at: float
+    problems: tuple[Problem, ...] = ()  # the standing source problems
+    events: tuple[PhaseChange, ...] = ()  # newest first, at most RECENT_EVENTS
+    revision: Revision | None = None
+    source_error: str | None = None
+    # What could not be written, shown in /healthz, /metrics and the page until it can be:
+    # job -> "PATH (why)" from the last pass, the folders that cannot take a write now
+    # ("state"/"status" -> why), and a pass that failed on a write outside any one job.
+    write_failures: Mapping[str, str] = field(default_factory=dict)
+    folder_problems: Mapping[str, str] = field(default_factory=dict)
+    pass_write_error: str | None = None
+    not_started: Mapping[str, str] = field(default_factory=dict)  # job -> why: under another state folder
+    last_pass_at: float | None = None
+
+
 class Daemon:
+    """The loop (``run``: wait for the schedule, fetch, apply, reconcile, publish) and the
+    endpoints' answers (from ``shown``). Three kinds of thread call it: the loop, the source's
+    and the backend's watches (``on_file_event``, ``request_pass``: they only tell the
+    schedule) and the HTTP workers (they only read ``shown``, and ask for a fetch)."""
+
     def __init__(
         self,
         source: Source,
@@ -150,6 +182,7 @@ class Daemon:
         options: DaemonOptions,
         *,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
         problems_path: Path | None = None,
     ) -> None:
         self.source = source
@@ -157,169 +190,152 @@ class Daemon:
         self.spec_files = spec_files
         self.status_dir = status_dir
         self.options = options
-        self.clock = clock
+        self.clock = clock  # the records' time (the controller's), the wake-ups passes ask for
+        self.monotonic = monotonic  # the schedule's
         self.metrics = Metrics()
         self.notifier = Notifier(options.webhooks, lambda result: self.metrics.count_webhook(result.value))
-        self.events: tuple[PhaseChange, ...] = ()  # newest first; replaced whole (HTTP threads read it)
-        self._view: View | None = None  # replaced whole after each pass (HTTP threads read it)
-        self._first_view_lock = threading.Lock()
+        self.history = History(controller.state_root)  # the revisions acted on (`tfdeclare history`)
+        # The timing (``schedule.Schedule``), told what happens under ``_wake``, which the loop
+        # waits on; ``_stopping`` is set under it too.
+        self._schedule = Schedule(options.interval_s, options.debounce_s, options.min_sync_interval_s)
+        self._wake = threading.Condition()
+        self._stopping = False
+        # The standing source problems are persisted in ``problems_path`` when given (the
+        # daemon's state folder); ``_problems_saved`` is False while that file cannot be written.
+        self.problems_path = problems_path
+        self._problems_saved = True
+        # What the loop remembers from pass to pass (only the loop reads or writes these).
         self._phases: dict[str, Phase] | None = None  # as last seen; None until the first pass
-        self._trigger = threading.Event()
-        self._sync_requested = threading.Event()
-        self._stopping = threading.Event()
-        self._last_event = 0.0
-        self._last_sync = float("-inf")  # monotonic time of the last fetch
-        self._changes: set[str] | None = None  # paths changed since the last pass; None: read all
-        self._changes_lock = threading.Lock()
-        self._diagnostics: tuple[Diagnostic, ...] = ()
+        self._diagnostics: tuple[Diagnostic, ...] = ()  # as last logged
         self._plans = PlanCache()
         self._sightings: Mapping[str, Sighting] = {}
         self._held: Mapping[str, tuple[Reason, str]] = {}  # jobs kept as applied, as last logged
-        self.revision: Revision | None = None
-        self.source_error: str | None = None
-        # What could not be written, shown in /healthz, /metrics and the page until it can be:
-        # job -> "PATH (why)" from the last pass, the folders that cannot take a write now
-        # ("state"/"status" -> why), and a pass that failed on a write outside any one job.
-        self.write_failures: Mapping[str, str] = {}
-        self.records: Mapping[str, JobRecord] = {}  # as of the last pass
-        self.not_started: Mapping[str, str] = {}  # job -> why: it runs under another state folder
-        self.folder_problems: Mapping[str, str] = {}
-        self.pass_write_error: str | None = None
-        self.last_pass_at: float | None = None
-        self.started_at = clock()
-        self.history = History(controller.store.root)  # the revisions acted on (`tfdeclare history`)
-        # The standing source problems, replaced whole after a pass (HTTP threads read them);
-        # persisted in ``problems_path`` when given (the daemon's state folder).
-        self.problems_path = problems_path
-        self.problems: tuple[Problem, ...] = self._load_problems()
-        self._plan: Plan | None = None  # this pass's, for the problems
-        self._problems_saved = True  # False while the file could not be written: retried
-        self.metrics.set_problems(counts(self.problems))
+        # What the endpoints answer from: ``shown``, published once per pass from ``_draft``,
+        # which the loop builds during the pass. Until the first pass, the status files' view.
+        first = View(tuple(controller.status_files()), {})
+        self.shown = Shown(first, clock(), self._load_problems())
+        self._draft = self.shown
+        self.metrics.set_problems(counts(self.shown.problems))
 
-    # ---- asking for passes ----------------------------------------------------------------
+    # ---- asking for passes (any thread) ---------------------------------------------------
+
+    def _tell(self, event: schedule.Event) -> bool:
+        with self._wake:
+            taken = self._schedule.on(event)
+            self._wake.notify_all()
+        return taken
 
     def request_pass(self) -> None:
-        self._trigger.set()
+        self._tell(schedule.PassRequest(self.monotonic()))
 
     def request_sync(self) -> bool:
         """Fetch the source and run a pass soon; False when this joins a request still pending.
         A request within ``min_sync_interval_s`` of the last fetch waits for it to pass."""
-        with self._changes_lock:
-            if self._sync_requested.is_set():
-                return False
-            self._sync_requested.set()
-        wait = self._last_sync + self.options.min_sync_interval_s - time.monotonic()
-        if wait <= 0:
-            self._trigger.set()
-        else:  # the loop may be asleep until the next resync: wake it when the fetch is due
-            timer = threading.Timer(wait, self._trigger.set)
-            timer.daemon = True
-            timer.start()
-        return True
+        return self._tell(schedule.SyncRequest(self.monotonic()))
 
     def on_file_event(self, paths: list[str]) -> None:
-        with self._changes_lock:
-            if self._changes is not None:  # None: the next pass reads everything anyway
-                self._changes.update(paths)
-        self._last_event = time.monotonic()
-        self._trigger.set()
+        self._tell(schedule.FileEvent(self.monotonic(), tuple(paths)))
 
     def stop(self) -> None:
-        self._stopping.set()
-        self._trigger.set()
+        with self._wake:
+            self._stopping = True
+            self._wake.notify_all()
 
     # ---- the loop -------------------------------------------------------------------------
 
     def run(self) -> None:
+        """Wait until a pass is due or asked for, fetch when the schedule says so, apply,
+        reconcile, publish; until ``stop``."""
         self.source.watch(self.on_file_event)
-        self.controller.backend.watch(self.request_pass)
-        next_sync = 0.0
-        while not self._stopping.is_set():
-            now = time.monotonic()
-            sync_due = self._last_sync + self.options.min_sync_interval_s
-            if (self._sync_requested.is_set() and now >= sync_due) or now >= next_sync:
-                self._sync_requested.clear()
-                self._last_sync = time.monotonic()
+        self.controller.watch(self.request_pass)
+        while (step := self._next_step()) is not None:
+            if step.sync:
                 self._sync()
-                next_sync = time.monotonic() + self.options.interval_s
-                with self._changes_lock:
-                    self._changes = None  # a resync reads every file, whatever events said
-            try:
-                wake_at = self._pass()
-                self.pass_write_error = None
-            except OSError as err:  # e.g. the state disk is full: nothing to report as a bug
-                self.pass_write_error = failed_write(err)
-                log.error("a pass could not finish: cannot write %s; retrying", self.pass_write_error)
-                self.metrics.pass_errors += 1
-                self._check_folders()
-                wake_at = self.clock() + min(self.options.interval_s, 5.0)
-            except Exception:  # a bug must not take the controller of every job down with it
-                log.exception("internal error in a reconcile pass (a bug; please report it); retrying")
-                self.metrics.pass_errors += 1
-                wake_at = self.clock() + min(self.options.interval_s, 5.0)
-            timeout = next_sync - time.monotonic()
-            if self._sync_requested.is_set():  # one that came too soon after the last fetch
-                timeout = min(timeout, self._last_sync + self.options.min_sync_interval_s - time.monotonic())
-            if wake_at is not None:
-                timeout = min(timeout, wake_at - self.clock())
-            self._trigger.wait(max(0.01, timeout))
-            self._trigger.clear()
-            self._debounce()
+            wake_at, applied = self._pass(step.changes)
+            now = self.monotonic()
+            wake = None if wake_at is None else now + (wake_at - self.clock())  # onto the schedule's clock
+            self._tell(schedule.PassDone(now, wake, applied))
         self.history.stop(self.clock())
         self.notifier.close()
 
-    def _debounce(self) -> None:
-        """After file events, wait until they have been quiet for ``debounce`` (at most 1 s)."""
-        started = time.monotonic()
-        while not self._stopping.is_set():
-            quiet = time.monotonic() - self._last_event
-            if quiet >= self.options.debounce_s or time.monotonic() - started > 1.0:
-                return
-            time.sleep(self.options.debounce_s - quiet)
+    def _next_step(self) -> schedule.Step | None:
+        """The next pass to run, once it is due (the one wait of the loop); None: stopping."""
+        with self._wake:
+            while not self._stopping:
+                step = self._schedule.next(self.monotonic())
+                if step.run:
+                    return step
+                self._wake.wait(max(0.0, step.wake_at - self.monotonic()))
+        return None
 
     def _sync(self) -> None:
+        """Fetch the source (``Source.sync``); an error leaves the last applied state running."""
+        was = self._draft
         try:
             revision = self.source.sync()
         except SourceError as err:
-            if self.source_error != str(err):
+            if was.source_error != str(err):
                 log.error("source unavailable, the last applied state keeps running: %s", err)
-            self.source_error = str(err)
+            self._draft = replace(was, source_error=str(err))
             self.metrics.source_errors += 1
             return
-        if self.source_error is not None:
+        if was.source_error is not None:
             log.info("source available again: %s", self.source.description)
-        self.source_error = None
-        if revision is not None and (self.revision is None or revision.commit != self.revision.commit):
+        if revision is not None and (was.revision is None or revision.commit != was.revision.commit):
             log.info("revision %s by %s: %s", revision.commit[:12], revision.author, revision.subject)
-        self.revision = revision
+        self._draft = replace(was, source_error=None, revision=revision)
 
-    def _pass(self) -> float | None:
-        started = time.monotonic()
+    def _pass(self, changes: frozenset[str] | None = None) -> tuple[float | None, bool]:
+        """One pass: apply what the files say (re-reading ``changes``; None: every file),
+        reconcile, then publish ``shown``. Returns when it wants another (on ``clock``; None:
+        at the resync) and whether it read ``changes``. A write error or a bug is logged and
+        retried soon: it must not take the controller of every job down with it."""
+        started = self.monotonic()
+        wake_at: float | None
+        applied = False
+        try:
+            wake_at, applied = self._reconcile(changes, started)
+            self._draft = replace(self._draft, pass_write_error=None)
+        except OSError as err:  # e.g. the state disk is full: nothing to report as a bug
+            self._draft = replace(self._draft, pass_write_error=failed_write(err))
+            log.error("a pass could not finish: cannot write %s; retrying", self._draft.pass_write_error)
+            self.metrics.pass_errors += 1
+            self._check_folders()
+            wake_at = self.clock() + min(self.options.interval_s, 5.0)
+        except Exception:
+            log.exception("internal error in a reconcile pass (a bug; please report it); retrying")
+            self.metrics.pass_errors += 1
+            wake_at = self.clock() + min(self.options.interval_s, 5.0)
+        self.shown = self._draft  # published: one reference swap
+        return wake_at, applied
+
+    def _reconcile(self, changes: frozenset[str] | None, started: float) -> tuple[float | None, bool]:
         if self._phases is None:  # what the records said before this daemon: no notice for those
             self._phases = {
-                n: Phase.DELETING if r.deleting else r.phase
-                for n, r in self.controller.store.records().items()
+                n: Phase.DELETING if r.deleting else r.phase for n, r in self.controller.records().items()
             }
-        self.controller.apply_failures = {}
-        self._plan = None
-        settles_at = self._apply_desired() if self.source_error is None else None
-        self._record_problems()
+        current = self._apply_desired(changes) if self._draft.source_error is None else None
+        apply_failures = dict(self.controller.apply_failures) if current is not None else {}
+        self._record_problems(current)
+        applied = current is not None
         try:
             result = self.controller.reconcile()  # it logs what it does
         except BackendError as err:  # the cluster is unreachable: try again next pass
             log.error("backend unavailable, the jobs keep running: %s", err)
             self._check_folders()
-            self.last_pass_at = self.clock()
-            self.metrics.observe_pass(time.monotonic() - started, self.last_pass_at, 0, 0, 1)
-            return None
+            self._draft = replace(self._draft, last_pass_at=self.clock())
+            self.metrics.observe_pass(self.monotonic() - started, self.clock(), 0, 0, 1)
+            return None, applied
         for error in result.errors:
             log.error("%s", error)
-        self.write_failures = {**self.controller.apply_failures, **result.write_failures}
+        self._draft = replace(self._draft, write_failures={**apply_failures, **result.write_failures})
         self._check_folders()
-        records = self.controller.store.records()
-        self.records = dict(records)  # replaced whole: the HTTP threads read it
+        records = self.controller.records()
         self._phase_changes(result.phases, records)
-        self._view = self._view_of(records)
+        documents, texts = self.controller.status_documents(records)
+        names = sorted(documents)
+        view = View(tuple(documents[n] for n in names), dict(records), tuple(texts[n] for n in names))
+        self._draft = replace(self._draft, view=view)
         tasks = Counter(t.state.value for r in records.values() for t in r.tasks)
         self.metrics.set_jobs(
             {n: p.value for n, p in result.phases.items()},
@@ -329,75 +345,75 @@ class Daemon:
             {n: r.suspensions for n, r in records.items()},
             {n: r.progress for n, r in records.items() if r.progress is not None},
         )
-        if self.source_error is None:
+        if self._draft.source_error is None:
             try:
-                self.source.write_status(self.status_dir, self.revision)
+                self.source.write_status(self.status_dir, self._draft.revision)
             except SourceError as err:
                 log.error("%s", err)
                 self.metrics.source_errors += 1
-        self.last_pass_at = self.clock()
+        self._draft = replace(self._draft, last_pass_at=self.clock())
         self.metrics.observe_pass(
-            time.monotonic() - started, self.last_pass_at, result.launched, result.stopped, len(result.errors)
+            self.monotonic() - started, self.clock(), result.launched, result.stopped, len(result.errors)
         )
-        wakes = [at for at in (result.wake_at, settles_at) if at is not None]
-        return min(wakes) if wakes else None
+        wakes = [at for at in (result.wake_at, current.wake_at if current else None) if at is not None]
+        return (min(wakes) if wakes else None), applied
 
     def _check_folders(self) -> None:
         """Whether the state and status folders can take a write now (``shell.writable``);
         a change is logged once, the state is shown in /healthz, /metrics and the page."""
-        folders = {"state": self.controller.store.root, "status": self.status_dir}
+        folders = {"state": self.controller.state_root, "status": self.status_dir}
         problems = {kind: why for kind, folder in folders.items() if (why := folder_problem(folder))}
+        was = self._draft.folder_problems
         for kind, why in sorted(problems.items()):
-            if self.folder_problems.get(kind) != why:
+            if was.get(kind) != why:
                 log.error("the %s folder cannot take a write: %s", kind, why)
-        for kind in sorted(self.folder_problems.keys() - problems.keys()):
+        for kind in sorted(was.keys() - problems.keys()):
             log.info("the %s folder can be written again", kind)
-        self.folder_problems = problems
+        self._draft = replace(self._draft, folder_problems=problems)
         self.metrics.set_storage(
             {kind: kind not in problems for kind in folders},
-            len(self.write_failures) + (self.pass_write_error is not None),
+            len(self._draft.write_failures) + (self._draft.pass_write_error is not None),
         )
 
-    def _apply_desired(self) -> float | None:
-        """Plan and apply what the files say; returns when the next pending change settles."""
-        with self._changes_lock:
-            changed, self._changes = self._changes, set()
-        desired = self.spec_files.load(changed)
+    def _apply_desired(self, changes: frozenset[str] | None) -> Plan:
+        """Plan and apply what the files say; returns the plan as made (its problems; its
+        ``wake_at``: when the next pending change settles)."""
+        desired = self.spec_files.load(changes)
         options = PlanOptions(
             prune=self.options.prune,
             allow_empty=self.options.allow_empty,
-            backend=self.controller.backend.name,
+            backend=self.controller.backend_name,
             settle_s=0.0 if getattr(self.source, "whole", False) else self.options.settle_s,
             quotas=self.options.quotas,
             scope=self.options.scope,
         )
         current = plan(
             desired,
-            self.controller.store.observed(),
+            self.controller.observed(),
             options,
             self._plans,
             now=self.clock(),
             sightings=self._sightings,
         )
         self._sightings = current.sightings
-        self._plan = current
         if current.diagnostics != self._diagnostics:  # the files' and the quotas'
             self._diagnostics = current.diagnostics
             for diagnostic in current.diagnostics:
                 log.warning("%s", diagnostic.format())
         self._log_held(current)
-        current = self._without_second_copies(current)
-        for line in self.controller.apply(current, self.revision, self.source.rejected):
+        revision = self._draft.revision
+        applying = self._without_second_copies(current)
+        for line in self.controller.apply(applying, revision, self.source.rejected):
             log.info("applied %s", line)
         for name, why in sorted(self.controller.apply_failures.items()):
             log.error("%s: not applied: cannot write %s; retrying next pass", name, why)
-        records = self.controller.store.records
-        self.history.after_pass(current, self.revision, self.source.rejected, records, self.clock())
-        revision = self.revision.commit if self.revision else None
-        self.metrics.attempted_revision = revision
+        records = self.controller.records
+        self.history.after_pass(applying, revision, self.source.rejected, records, self.clock())
+        commit = revision.commit if revision else None
+        self.metrics.attempted_revision = commit
         if not current.has_errors:
-            self.metrics.applied_revision = revision
-        return current.wake_at
+            self.metrics.applied_revision = commit
+        return current
 
     def _without_second_copies(self, current: Plan) -> Plan:
         """``current`` less the creates of jobs that exist under another state folder of this
@@ -408,7 +424,7 @@ class Daemon:
             for job in current.jobs
             if job.action is Action.CREATE and job.name in current.desired
         }
-        found, problems = statedirs.elsewhere(creates, self.controller.store.root)
+        found, problems = statedirs.elsewhere(creates, self.controller.state_root)
         for problem in problems:
             log.warning("cannot look for new jobs under other state folders: %s", problem)
         refused = {
@@ -417,10 +433,10 @@ class Daemon:
             for e in found
             if e.live
         }
-        if refused != self.not_started:
+        if refused != self._draft.not_started:
             for name, why in sorted(refused.items()):
                 log.error("%s: %s", name, why)
-        self.not_started = refused
+        self._draft = replace(self._draft, not_started=refused)
         if not refused:
             return current
         return replace(current, jobs=tuple(job for job in current.jobs if job.name not in refused))
@@ -437,10 +453,11 @@ class Daemon:
             log.warning("the problems of the last daemon are not used: %s", err)
             return ()
 
-    def _record_problems(self) -> None:
-        """The problems standing after this pass: shown, logged, posted and written when they
-        changed. The files' stand as last read while the source cannot be read."""
-        current = self._plan
+    def _record_problems(self, current: Plan | None) -> None:
+        """The problems standing after this pass (``current``: its plan; None: the source could
+        not be read, the files' stand as last read): shown, logged, posted and written when
+        they changed."""
+        was = self._draft
         source_path = getattr(self.source, "problem_path", self.source.description)
         url = self.source.settings.url if isinstance(self.source, GitSource) else None
         rejected = self.source.rejected
@@ -448,15 +465,15 @@ class Daemon:
         found = standing(
             current.diagnostics if current is not None else None,
             source=source_path,
-            source_error=_hiding(self.source_error, url, source_path),
+            source_error=_hiding(was.source_error, url, source_path),
             fetch=url is not None,
             rejected=(rejected[0], _hiding(rejected[1], url, source_path) or "") if rejected else None,
-            revision=self.revision.commit if self.revision else None,
+            revision=was.revision.commit if was.revision else None,
             now=now,
-            previous=self.problems,
+            previous=was.problems,
             held=held_back(current) if current is not None and current.has_errors else None,
         )
-        if found == self.problems and self._problems_saved:
+        if found == was.problems and self._problems_saved:
             return
         if self.problems_path is not None:  # first, so that status agrees once the endpoints do
             try:
@@ -466,8 +483,8 @@ class Daemon:
                 if self._problems_saved:
                     log.error("cannot write %s (%s); retrying after each pass", self.problems_path, err)
                 self._problems_saved = False
-        changed = changes(self.problems, found)
-        self.problems = found
+        changed = changes(was.problems, found)
+        self._draft = replace(was, problems=found)
         self.metrics.set_problems(counts(found))
         for problem in changed.appeared:
             jobs = f" (holds back {', '.join(problem.jobs)})" if problem.jobs else ""
@@ -481,6 +498,7 @@ class Daemon:
         """Each job that entered a phase since the last pass: a recent event and a notice."""
         seen = self._phases or {}
         now = self.clock()
+        events = self._draft.events
         for name, phase in sorted(phases.items()):
             if seen.get(name) is phase:
                 continue
@@ -494,8 +512,9 @@ class Daemon:
                 record.restarts if record else 0,
                 record.message if record else "",
             )
-            self.events = (change, *self.events)[:RECENT_EVENTS]
+            events = (change, *events)[:RECENT_EVENTS]
             self.notifier.notify(change)
+        self._draft = replace(self._draft, events=events)
         # a job a pass skipped (an error) keeps its phase; a job whose record is gone is forgotten
         self._phases = {**{n: p for n, p in seen.items() if n in records}, **phases}
 
@@ -512,101 +531,59 @@ class Daemon:
             level = logging.INFO if reason is Reason.NOT_SETTLED else logging.WARNING
             log.log(level, "kept as applied (%s): %s — %s", reason.value, ", ".join(names), held[names[0]][1])
 
-    # ---- what the HTTP endpoints show -----------------------------------------------------
+    # ---- what the HTTP endpoints show (from ``shown``, read once per answer) ---------------
 
     def health(self) -> tuple[bool, dict[str, Any]]:
         """Healthy once a pass has ended and passes keep coming on time with the source read.
         Until the first pass ends the status is ``starting`` (for as long as a pass may take:
         after that it is overdue, a hang)."""
+        return self._health(self.shown)
+
+    def _health(self, shown: Shown) -> tuple[bool, dict[str, Any]]:
         overdue = max(3 * self.options.interval_s, 60.0)
-        since = self.last_pass_at if self.last_pass_at is not None else self.started_at
+        since = shown.last_pass_at if shown.last_pass_at is not None else shown.started_at
         late = self.clock() - since > overdue
-        starting = self.last_pass_at is None and not late
-        cannot_write = self.write_problems()
+        starting = shown.last_pass_at is None and not late
+        cannot_write = write_problems(shown)
         healthy = (
             not late
             and not starting
-            and self.source_error is None
+            and shown.source_error is None
             and not cannot_write
-            and not self.not_started
+            and not shown.not_started
         )
         reasons = [
             *(["a pass is overdue (a hang?)"] if late else []),
-            *([f"the source cannot be read: {self.source_error}"] if self.source_error else []),
+            *([f"the source cannot be read: {shown.source_error}"] if shown.source_error else []),
             *cannot_write,
-            *(f"job {name}: {why}" for name, why in sorted(self.not_started.items())),
+            *(f"job {name}: {why}" for name, why in sorted(shown.not_started.items())),
         ]
         return healthy, {
             "status": "ok" if healthy else "starting" if starting else "degraded",
             "reasons": reasons,
             "source": self.source.description,
-            "sourceError": self.source_error,
+            "sourceError": shown.source_error,
             # the state or status folder that cannot take a write (read-only, full), and the
             # files the last pass could not write, by job: our own state is not kept, a real
             # readiness problem (503), though the jobs keep running
             "storage": {
-                "state": self.folder_problems.get("state"),
-                "status": self.folder_problems.get("status"),
+                "state": shown.folder_problems.get("state"),
+                "status": shown.folder_problems.get("status"),
             },
-            "writeFailures": dict(self.write_failures),
+            "writeFailures": dict(shown.write_failures),
             # jobs of the files not started: they exist under another state folder of this user
-            "notStarted": dict(self.not_started),
-            "revision": self.revision.commit if self.revision else None,
-            "lastPassAt": self.last_pass_at,
+            "notStarted": dict(shown.not_started),
+            "revision": shown.revision.commit if shown.revision else None,
+            "lastPassAt": shown.last_pass_at,
             "passOverdue": late,
             # What cannot be applied now (a user's file: readiness is not failed for it)
-            "problems": [p.to_json() for p in self.problems],
+            "problems": [p.to_json() for p in shown.problems],
             # git snapshots no job uses, kept for the files tasks wrote in them (`tfdeclare gc`)
             "keptSnapshots": {
                 commit: {"files": len(files), "examples": files[:5]}
                 for commit, files in self.source.kept.items()
             },
         }
-
-    def write_problems(self) -> list[str]:
-        """One line each for what tfdeclare cannot write now (folders, then jobs' files)."""
-        return [
-            *(
-                f"the {kind} folder cannot take a write: {why}"
-                for kind, why in sorted(self.folder_problems.items())
-            ),
-            *(f"job {job}: cannot write {why}" for job, why in sorted(self.write_failures.items())),
-            *(
-                [f"a pass could not finish: cannot write {self.pass_write_error}"]
-                if self.pass_write_error
-                else []
-            ),
-        ]
-
-    def _view_of(self, records: Mapping[str, JobRecord]) -> View:
-        """What this pass wrote, and the status files of jobs whose record cannot be read
-        (their last word, as before: the pass leaves them alone)."""
-        statuses = self.controller.statuses
-        written = statuses.documents()
-        texts = statuses.json_documents()
-        for name in self.controller.store.unreadable.keys() - written.keys():
-            document = statuses.read(name)
-            if document is not None:
-                written[name] = document
-                texts[name] = json.dumps(document)
-        now = self.clock()
-        for name in records.keys() - written.keys():  # its status file could not be written
-            written[name] = status.status_document(records[name], now)
-            texts[name] = json.dumps(written[name])
-        names = sorted(written)
-        return View(tuple(written[n] for n in names), dict(records), tuple(texts[n] for n in names))
-
-    def view(self) -> View:
-        """The last pass's view; before the first pass has ended, the status files' (read once)."""
-        view = self._view
-        if view is not None:
-            return view
-        with self._first_view_lock:
-            if self._view is None:
-                statuses = self.controller.statuses
-                documents = (statuses.read(name) for name in statuses.names())
-                self._view = View(tuple(d for d in documents if d is not None), {})
-            return self._view
 
     def jobs(self) -> list[dict[str, Any]]:
         """Every job's status document, at most ``JOBS_TASKS`` tasks over all of them, each
@@ -618,10 +595,11 @@ class Daemon:
         return "[" + ", ".join(self._jobs_texts()) + "]"
 
     def _jobs_texts(self) -> list[str]:
-        view = self.view()
+        shown = self.shown
+        view = shown.view
         texts = view.texts or tuple(json.dumps(d) for d in view.documents)
         held: dict[str, list[dict[str, Any]]] = {}
-        for problem in self.problems:
+        for problem in shown.problems:
             for name in problem.jobs:
                 held.setdefault(name, []).append(problem.to_json())
         budget = JOBS_TASKS
@@ -641,7 +619,7 @@ class Daemon:
     def job(self, name: str, offset: int = 0, limit: int | None = None) -> dict[str, Any] | None:
         """One job's status document with its tasks from ``offset``, at most ``limit`` (default
         ``status.TASKS_LISTED``); None when there is no such job."""
-        view = self.view()
+        view = self.shown.view
         limit = status.TASKS_LISTED if limit is None else limit
         document = view.document(name)
         if document is None:
@@ -661,26 +639,27 @@ class Daemon:
 
     def problem_list(self) -> list[dict[str, Any]]:
         """The standing source problems (``GET /jobs?problems=true``)."""
-        return [p.to_json() for p in self.problems]
+        return [p.to_json() for p in self.shown.problems]
 
     def metrics_text(self) -> str:
         return self.metrics.render()
 
     def page_html(self, refresh: int, jobs_offset: int = 0) -> str:
         """The page (``page.render``): the jobs from ``jobs_offset``, ``page.PAGE_JOBS`` of them."""
-        view = self.view()
-        shown = view.documents[jobs_offset : jobs_offset + page.PAGE_JOBS]
+        shown = self.shown
+        view = shown.view
+        listed = view.documents[jobs_offset : jobs_offset + page.PAGE_JOBS]
         specs = {
-            d["name"]: page.details(view.records[d["name"]].spec) for d in shown if d["name"] in view.records
+            d["name"]: page.details(view.records[d["name"]].spec) for d in listed if d["name"] in view.records
         }
         return page.render(
             view.documents,
-            self.events,
-            self.health()[1],
+            shown.events,
+            self._health(shown)[1],
             refresh,
             now=self.clock(),
             specs=specs,
-            tails=self._log_tails(shown),
+            tails=self._log_tails(listed),
             jobs_offset=jobs_offset,
             history=(self.history.recent, self.history.error),
         )
@@ -690,9 +669,9 @@ class Daemon:
         lasts: a slow backend (a Mesos agent far away) costs the page its tails, not its
         answer. A log that cannot be read has no tail."""
         tails: dict[str, page.LogTail] = {}
-        deadline = time.monotonic() + TAIL_BUDGET_S
+        deadline = self.monotonic() + TAIL_BUDGET_S
         for job in jobs:
-            if time.monotonic() > deadline:
+            if self.monotonic() > deadline:
                 break
             started = sorted(
                 (t for t in job.get("tasks") or [] if t.get("id")),
@@ -714,20 +693,19 @@ class Daemon:
     def _log_end(self, task_id: str) -> bytes:
         """The last ``page.TAIL_BYTES`` of a task's log (the backend names the size when asked
         for an offset past the end)."""
-        backend = self.controller.backend
         try:
-            return backend.read_log(task_id, INT64_MAX, 1).data  # past any real log
+            return self.controller.read_log(task_id, INT64_MAX, 1).data  # past any real log
         except LogOffsetError as err:
             size = err.size
         start = max(0, size - page.TAIL_BYTES)
-        return backend.read_log(task_id, start, size - start).data
+        return self.controller.read_log(task_id, start, size - start).data
 
     def task_log(self, name: str, task: str | None, offset: int) -> LogChunk:
         """A page of the output of ``task`` (``worker-0``, or the alias ``worker:0``; default:
         the job's first task that started) of job ``name``. Raises ``LookupError`` naming what
         is not there (a ``task`` that is no task name too: no such log), ``BackendError`` when
         the backend cannot read it."""
-        view = self.view()
+        view = self.shown.view
         document = view.document(name) if is_job_name(name) else None
         if document is None:
             raise LookupError(f"no job named {name!r}")
@@ -750,7 +728,23 @@ class Daemon:
             started = [t for t in started if (t["role"], t["index"]) == (key.role.value, key.index)]
         if not started:
             raise LookupError(f"job {name} has no task {task + ' ' if task else ''}that has started")
-        return self.controller.backend.read_log(started[0]["id"], offset, page.LOG_PAGE_BYTES)
+        return self.controller.read_log(started[0]["id"], offset, page.LOG_PAGE_BYTES)
+
+
+def write_problems(shown: Shown) -> list[str]:
+    """One line each for what tfdeclare cannot write now (folders, then jobs' files)."""
+    return [
+        *(
+            f"the {kind} folder cannot take a write: {why}"
+            for kind, why in sorted(shown.folder_problems.items())
+        ),
+        *(f"job {job}: cannot write {why}" for job, why in sorted(shown.write_failures.items())),
+        *(
+            [f"a pass could not finish: cannot write {shown.pass_write_error}"]
+            if shown.pass_write_error
+            else []
+        ),
+    ]
 
 
 def _with_tasks(document: Mapping[str, Any], tasks: list[dict[str, Any]], total: int) -> dict[str, Any]:

@@ -1,0 +1,48 @@
+"""What the controller lets a caller read (``Controller.records``, ``status_files``,
+``status_documents``, ``read_log``...): the daemon's only way in, over the real state and
+status folders and the in-memory fake backend."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.controller_world import World, job_text
+from tfdeclare.controller import Controller
+from tfdeclare.core.enums import Role
+from tfdeclare.shell.statuswriter import StatusWriter
+from tfdeclare.shell.store import StateStore
+
+
+def test_status_documents_of_a_new_controller_come_from_records_and_from_status_files(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    world.write("a", job_text("a"))
+    world.write("b", job_text("b"))
+    world.apply()
+    world.settle()
+    world.store.record_path("b").write_text("{not a record")  # b's record cannot be read now
+    # a controller that has written nothing yet (a daemon just started) over the same folders
+    fresh = Controller(StateStore(tmp_path / "state"), world.backend, StatusWriter(world.status_dir))
+    assert fresh.state_root == tmp_path / "state" and fresh.backend_name == world.backend.name
+    records = fresh.records()
+    assert set(records) == {"a"} and set(fresh.observed()) == {"a"}
+    on_disk = {d["name"]: d for d in fresh.status_files()}
+    assert set(on_disk) == {"a", "b"}
+    documents, texts = fresh.status_documents(records)
+    assert set(documents) == set(texts) == {"a", "b"}
+    assert documents["b"] == on_disk["b"], "a job whose record cannot be read: its status file's last word"
+    assert documents["a"]["specHash"] == records["a"].spec_hash, "a job's document as its record says"
+    assert documents["a"]["name"] == "a" and '"name": "a"' in texts["a"]
+
+
+def test_read_log_and_watch_reach_the_backend(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    world.write("a", job_text("a"))
+    world.apply()
+    world.settle()
+    woken: list[bool] = []
+    world.controller.watch(lambda: woken.append(True))
+    task = world.task("a", Role.WORKER, 0)
+    world.backend.finish(task.task_id, 0)
+    assert woken, "the backend's watch reached the caller"
+    chunk = world.controller.read_log(task.task_id, 0, 1024)
+    assert chunk == world.backend.read_log(task.task_id, 0, 1024)
