@@ -59,7 +59,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tfdeclare.backends.base import BackendError, LogChunk
@@ -69,9 +69,11 @@ from tfdeclare.backends.local.docker_driver import DEFAULT_PULL_TIMEOUT_S, Docke
 from tfdeclare.backends.local.docker_runtime import owner_of
 from tfdeclare.backends.local.drivers import Chore, Driver, Seen, TaskFolder, read_log_file
 from tfdeclare.backends.local.logtimes import read_times
+from tfdeclare.backends.local.prober import Prober
 from tfdeclare.backends.local.process_driver import ProcessDriver
 from tfdeclare.backends.local.record import LocalTask, TaskRuntime, read_task, write_task
 from tfdeclare.backends.secrets import SecretUnavailable, read_all
+from tfdeclare.core.enums import TaskState
 from tfdeclare.core.run.tasks import (
     GangRequest,
     ObservedTask,
@@ -276,6 +278,7 @@ class LocalBackend:
         self._watcher: threading.Thread | None = None
         self._notifiers: list[Callable[[], None]] = []
         self._closed = threading.Event()
+        self._prober = Prober(self._notify_all)  # health checks: started with the first one
         self._next_port = self.capacity.port_first
         self.runtime = runtime
         started: dict[str, float] = {}  # tasks this controller started: monotonic time
@@ -351,7 +354,30 @@ class LocalBackend:
         ``tend`` saw: one look per pass."""
         tended, self._tended = self._tended, None
         fresh = tended is not None and time.monotonic() - tended[0] < TENDED_FRESH_S
-        return [look.task for look in (tended[1] if tended is not None and fresh else self._look())]
+        looks = tended[1] if tended is not None and fresh else self._look()
+        return self._with_health(looks)
+
+    def _with_health(self, looks: Sequence[_Look]) -> list[ObservedTask]:
+        """The tasks, each running one with a health check handed to the prober, and those it
+        found unhealthy marked so (``ObservedTask.unhealthy``: the lifecycle restarts them)."""
+        now = time.time()
+        verdicts = self._prober.track(
+            (look.folder.task, look.task.started_at or now)
+            for look in looks
+            if look.task.state is TaskState.RUNNING and look.folder.task.health_check is not None
+        )
+        if not verdicts:
+            return [look.task for look in looks]
+        return [
+            replace(look.task, unhealthy=verdicts[look.task.task_id])
+            if look.task.task_id in verdicts
+            else look.task
+            for look in looks
+        ]
+
+    def _notify_all(self) -> None:
+        for each in list(self._notifiers):
+            each()
 
     def tend(self) -> None:
         """Do what the last look found to do, task by task (``Driver.tend``): start a launch a
@@ -618,6 +644,7 @@ class LocalBackend:
             runtime=driver.runtime,
             secrets=launch.secrets,
             container=prepared.container,
+            health_check=launch.health_check,
         )
         tmp_dir = self.tasks_dir / f".{launch.task_id}.tmp"
         shutil.rmtree(tmp_dir, ignore_errors=True)
@@ -750,6 +777,7 @@ class LocalBackend:
         for slot in list(self._held):
             self._drop_hold(slot)
         self._closed.set()
+        self._prober.close()
         if self._watcher is not None:
             self._watcher.join(timeout=1)
             self._watcher = None

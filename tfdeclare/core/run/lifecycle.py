@@ -100,6 +100,8 @@ def desired_configs(
 
 
 def _describe_end(task: ObservedTask) -> str:
+    if task.unhealthy:
+        return f"{task.key.name} was {task.unhealthy}"
     if task.state is TaskState.LOST:
         return f"{task.key.name} is lost" + (f" ({task.message})" if task.message else "")
     if task.state is TaskState.GONE:
@@ -119,6 +121,20 @@ def _is_failure(task: ObservedTask, spec: JobSpec) -> bool:
         terminal_roles = (Role.CHIEF,) if spec.has_chief else (Role.WORKER,)
         return task.key.role not in terminal_roles
     return False
+
+
+def _hung(task: ObservedTask) -> bool:
+    """Alive, found unhealthy by its health check, and not being stopped yet."""
+    return bool(task.unhealthy) and task.state is not TaskState.STOPPING
+
+
+def _still(record: JobRecord, otherwise: Reason) -> Reason:
+    """A restart for a hung task says so (reason Unhealthy) until its tasks launch again."""
+    return Reason.UNHEALTHY if record.reason is Reason.UNHEALTHY else otherwise
+
+
+def _restart_reason(failures: Sequence[ObservedTask], otherwise: Reason) -> Reason:
+    return Reason.UNHEALTHY if any(t.unhealthy for t in failures) else otherwise
 
 
 def _permanent(task: ObservedTask, policy: RestartPolicy) -> bool:
@@ -375,7 +391,8 @@ def _cluster_step(
 
     # A lost task may still run (a partitioned agent): the job is degraded and restarts, but
     # its replacement waits until the backend says it is gone (it stays "alive" until then).
-    lost = [t for t in current_alive if t.state is TaskState.LOST]
+    # So is an unhealthy one (``healthCheck``): it is stopped, and restarted as a failure.
+    lost = [t for t in current_alive if t.state is TaskState.LOST or _hung(t)]
     failures = sorted([*(t for t in current_ended if _is_failure(t, spec)), *lost], key=lambda t: t.key)
     if failures:
         return _on_failure(record, spec, failures, now, backoff, to_stop)
@@ -407,14 +424,14 @@ def _cluster_step(
     if stale:
         waiting = record.evolve(
             phase=_waiting_phase(record),
-            reason=Reason.WAITING_FOR_TASKS_TO_STOP,
+            reason=_still(record, Reason.WAITING_FOR_TASKS_TO_STOP),
             message=f"waiting for {len(stale)} task(s) to stop before starting {len(missing)}",
         )
         return Step(waiting, stop=stop_stale, events=tuple(events))
     if record.next_launch_at is not None and now < record.next_launch_at:
         waiting = record.evolve(
             phase=Phase.RESTARTING,
-            reason=Reason.BACKING_OFF,
+            reason=_still(record, Reason.BACKING_OFF),
             message=f"restart {record.restarts} of {spec.backoff_limit}: backing off "
             f"{record.next_launch_at - now:.1f} s",
         )
@@ -655,7 +672,7 @@ def _on_failure(
     delay = backoff.delay(restarts)
     restarted = record.evolve(
         phase=Phase.RESTARTING,
-        reason=Reason.RESTARTING,
+        reason=_restart_reason(failures, Reason.RESTARTING),
         message=f"{what}: restart {restarts} of {spec.backoff_limit} in {delay:g} s",
         restarts=restarts,
         attempt=record.attempt + 1,
@@ -717,8 +734,9 @@ def _restart_alone(
         f"({entry.count} of backoffLimit {spec.backoff_limit} for {first.key.name}; "
         f"{_why(spec, first.key.role)})"
     )
-    restarted = record.evolve(reason=Reason.TASK_RESTARTING, message=message, task_restarts=counts)
-    lost = tuple(t.task_id for t in failures if t.state is TaskState.LOST)
+    reason = _restart_reason(failures, Reason.TASK_RESTARTING)
+    restarted = record.evolve(reason=reason, message=message, task_restarts=counts)
+    lost = tuple(t.task_id for t in failures if t.state is TaskState.LOST or _hung(t))
     wake = min((counts[t.key.name].next_launch_at or now) for t in failures)
     events = tuple(
         f"{record.name}: {_describe_end(t)}; "
