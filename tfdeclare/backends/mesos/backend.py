@@ -49,7 +49,7 @@ from tfdeclare.backends.mesos.queueing import Waiting, head_of, place_in_line, s
 from tfdeclare.backends.mesos.sandbox import SandboxError, SandboxReader
 from tfdeclare.backends.mesos.scheduler import EventHandler, SchedulerEvents
 from tfdeclare.backends.mesos.state import FIRST_OBSERVE_WAIT_S, LAUNCH_DRAIN_S, Accept
-from tfdeclare.backends.mesos.taskstate import is_terminal, observed_state
+from tfdeclare.backends.mesos.taskstate import is_terminal, observed_state, unhealthy
 from tfdeclare.backends.mesos.workers import BackgroundWork
 from tfdeclare.backends.secrets import SecretUnavailable, read_all
 from tfdeclare.core.enums import Role, SecretSource
@@ -236,6 +236,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
             message=message,
             spec_hash=entry.spec_hash,
             extra=extra,
+            unhealthy=unhealthy(entry),
         )
 
     # ---- place / release -----------------------------------------------------------------------
