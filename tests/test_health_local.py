@@ -5,8 +5,11 @@ status says why (reason ``Unhealthy``)."""
 
 from __future__ import annotations
 
+import os
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +19,12 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, cli, kill_leftovers, worker_ports
+from tfdeclare.backends.local.prober import Prober
+from tfdeclare.backends.local.record import LocalTask
+from tfdeclare.core.enums import Role
+from tfdeclare.core.run.tasks import TaskKey
+from tfdeclare.core.spec.health import HealthCheck, HealthCheckKind
+from tfdeclare.core.spec.resources import Resources
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -130,3 +139,99 @@ def test_a_task_whose_log_stalls_is_restarted(project: Path) -> None:
     (entry,) = document["taskRestarts"]
     assert "its log not written for" in entry["message"], entry
     assert launches(project, "quiet") == 2
+
+
+# ---- the prober itself: real sockets and processes, a short period ----------------------------
+
+
+def local_task(tmp_path: Path, check: HealthCheck, port: int | None = None) -> LocalTask:
+    return LocalTask(
+        task_id="j.u.worker-0.1",
+        job="j",
+        key=TaskKey(Role.WORKER, 0),
+        attempt=0,
+        config_hash="c",
+        spec_hash="s",
+        argv=("train",),
+        env={"PATH": os.environ.get("PATH", ""), "MARK": "from-the-task"},
+        cwd=str(tmp_path),
+        work_dir=str(tmp_path),
+        source_dir=None,
+        resources=Resources(0.1, 64, 0),
+        host="127.0.0.1",
+        port=port,
+        gpu_devices=(),
+        grace_s=1.0,
+        log_path=tmp_path / "task.log",
+        created_at=time.time(),
+        health_check=check,
+    )
+
+
+def verdict_within(prober: Prober, task: LocalTask, timeout: float = 20.0) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = prober.track([(task, time.time() - 60)]).get(task.task_id)
+        if found is not None:
+            return found
+        time.sleep(0.05)
+    raise AssertionError("never unhealthy")
+
+
+FAST = {"period_s": 0.1, "timeout_s": 0.5, "failure_threshold": 2}
+
+
+def test_the_prober_finds_a_port_that_stops_answering_and_notifies(tmp_path: Path) -> None:
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    notified = threading.Event()
+    prober = Prober(notified.set)
+    task = local_task(tmp_path, HealthCheck(HealthCheckKind.TCP, **FAST), port)  # type: ignore[arg-type]
+    try:
+        assert prober.track([(task, time.time())]) == {}
+        time.sleep(1.0)  # ten probes or so, every one answered
+        assert prober.track([(task, time.time())]) == {} and not notified.is_set()
+        server.close()
+        why = verdict_within(prober, task)
+        assert why.startswith("unhealthy: its port accepts a connection failed 2 time(s) in a row")
+        assert f"127.0.0.1:{port}" in why
+        assert notified.wait(5), "a pass is asked for at once"
+        assert prober.track([]) == {}  # no longer running: forgotten
+    finally:
+        server.close()
+        prober.close()
+
+
+def test_the_prober_runs_a_command_in_the_tasks_folder_with_its_environment(tmp_path: Path) -> None:
+    script = (
+        "import os, sys; sys.exit(0 if os.environ['MARK'] == 'from-the-task' and os.path.exists('ok') else 4)"
+    )
+    check = HealthCheck(HealthCheckKind.EXEC, command=(sys.executable, "-c", script), **FAST)  # type: ignore[arg-type]
+    (tmp_path / "ok").write_text("")
+    prober = Prober(lambda: None)
+    task = local_task(tmp_path, check)
+    try:
+        prober.track([(task, time.time())])
+        time.sleep(1.0)
+        assert prober.track([(task, time.time())]) == {}
+        (tmp_path / "ok").unlink()
+        assert verdict_within(prober, task).endswith("last: exited 4")
+    finally:
+        prober.close()
+
+
+def test_a_command_that_runs_over_its_timeout_is_killed_and_fails(tmp_path: Path) -> None:
+    check = HealthCheck(
+        HealthCheckKind.EXEC, command=("sleep", "30"), period_s=0.1, timeout_s=0.3, failure_threshold=1
+    )
+    prober = Prober(lambda: None)
+    task = local_task(tmp_path, check)
+    try:
+        started = time.monotonic()
+        why = verdict_within(prober, task)
+        assert why.endswith("still running after 0.3 s (timeoutSeconds)"), why
+        assert time.monotonic() - started < 10
+    finally:
+        prober.close()
+    ours = subprocess.run(["pgrep", "-P", str(os.getpid()), "-x", "sleep"], capture_output=True, text=True)
+    assert ours.stdout.split() == [], "the check's process was killed"

@@ -11,7 +11,7 @@ that still has not answered counts as failed (``health.expire``). When a task tu
 the backend's watchers are notified, so a pass comes at once and stops and restarts it.
 
 A task in a container (the Docker runtime) gets its ``tcpSocket`` and ``progress`` checks;
-its ``exec`` check is not run (the task's message says so).
+its ``exec`` check is not run yet (it passes: a check that cannot run never stops a task).
 """
 
 from __future__ import annotations
