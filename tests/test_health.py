@@ -245,3 +245,55 @@ def test_a_stopping_unhealthy_task_is_not_a_second_failure() -> None:
     ]
     result = step(record, tasks, T0, BACKOFF)
     assert result.record.restarts == 0
+
+
+# ---- a Kubeflow TFJob's livenessProbe ------------------------------------------------------------
+
+KUBEFLOW = """\
+apiVersion: kubeflow.org/v1
+kind: TFJob
+metadata: {name: probed}
+spec:
+  tfReplicaSpecs:
+    Worker:
+      replicas: 2
+      template:
+        spec:
+          containers:
+            - name: tensorflow
+              image: tf:2.21
+              command: [python, train.py]
+              resources: {requests: {cpu: 1, memory: 1Gi}}
+              livenessProbe: PROBE
+"""
+
+
+@pytest.mark.parametrize(
+    ("probe", "check", "warned"),
+    [
+        (
+            "{tcpSocket: {port: 2222}, initialDelaySeconds: 60, periodSeconds: 20, successThreshold: 1}",
+            HealthCheck(HealthCheckKind.TCP, initial_delay_s=60, period_s=20),
+            False,
+        ),
+        ("{tcpSocket: {port: tfjob-port}}", HealthCheck(HealthCheckKind.TCP), False),
+        (
+            "{exec: {command: [cat, /tmp/ok]}, failureThreshold: 5, timeoutSeconds: 3}",
+            HealthCheck(HealthCheckKind.EXEC, command=("cat", "/tmp/ok"), failure_threshold=5, timeout_s=3),
+            False,
+        ),
+        ("{httpGet: {path: /healthz, port: 8080}}", None, True),
+        ("{tcpSocket: {port: 6006}}", None, True),
+    ],
+)
+def test_a_kubeflow_liveness_probe_becomes_the_roles_health_check(
+    probe: str, check: HealthCheck | None, warned: bool
+) -> None:
+    result = load_file("tf.yaml", KUBEFLOW.replace("PROBE", probe).encode())
+    assert not [d for d in result.diagnostics if d.is_error], result.diagnostics
+    (job,) = result.jobs
+    assert job.spec.health_check_for(Role.WORKER) == check
+    warnings = [d.format() for d in result.diagnostics if "livenessProbe" in d.format()]
+    assert bool(warnings) is warned, warnings
+    if warned:
+        assert warnings[0].startswith("tf.yaml:15:")
