@@ -5,17 +5,20 @@ the progress judgement, and the lifecycle's restart of an unhealthy task by its 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from tests.test_lifecycle import BACKOFF, PSS, T0, R, record_for, task
+from tfdeclare.backends.local.record import LocalTask, read_task, write_task
 from tfdeclare.core.enums import Phase, Reason, RestartPolicy, Role, TaskState
 from tfdeclare.core.plan.planner import Effect, classify
 from tfdeclare.core.run import health
 from tfdeclare.core.run.lifecycle import step
-from tfdeclare.core.run.tasks import ObservedTask
+from tfdeclare.core.run.tasks import ObservedTask, TaskKey
 from tfdeclare.core.spec.health import HealthCheck, HealthCheckKind
 from tfdeclare.core.spec.loader import load_file
+from tfdeclare.core.spec.resources import Resources
 
 MWMS = "{worker: {count: 2}}"
 
@@ -297,3 +300,31 @@ def test_a_kubeflow_liveness_probe_becomes_the_roles_health_check(
     assert bool(warnings) is warned, warnings
     if warned:
         assert warnings[0].startswith("tf.yaml:15:")
+
+
+def test_a_local_task_record_keeps_its_check_and_older_records_have_none(tmp_path: Path) -> None:
+    check = HealthCheck(HealthCheckKind.PROGRESS, path="ckpt", stalled_s=90, failure_threshold=1)
+    task = LocalTask(
+        task_id="j.u.worker-0.1",
+        job="j",
+        key=TaskKey(Role.WORKER, 0),
+        attempt=0,
+        config_hash="c",
+        spec_hash="s",
+        argv=("train",),
+        env={},
+        cwd=None,
+        work_dir=None,
+        source_dir=None,
+        resources=Resources(1, 64, 0),
+        host="127.0.0.1",
+        port=20000,
+        gpu_devices=(),
+        grace_s=10.0,
+        log_path=tmp_path / "log",
+        created_at=0.0,
+        health_check=check,
+    )
+    write_task(tmp_path, task)
+    assert read_task(tmp_path) == task
+    assert "healthCheck" not in replace(task, health_check=None).to_json()

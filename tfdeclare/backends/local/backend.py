@@ -360,12 +360,15 @@ class LocalBackend:
     def _with_health(self, looks: Sequence[_Look]) -> list[ObservedTask]:
         """The tasks, each running one with a health check handed to the prober, and those it
         found unhealthy marked so (``ObservedTask.unhealthy``: the lifecycle restarts them)."""
-        now = time.time()
-        verdicts = self._prober.track(
-            (look.folder.task, look.task.started_at or now)
+        checked = [
+            look
             for look in looks
-            if look.task.state is TaskState.RUNNING and look.folder.task.health_check is not None
-        )
+            if look.folder.task.health_check is not None and look.task.state is TaskState.RUNNING
+        ]
+        if not checked and not self._prober.tracking:
+            return [look.task for look in looks]  # no health checks: nothing more to do
+        now = time.time()
+        verdicts = self._prober.track((look.folder.task, look.task.started_at or now) for look in checked)
         if not verdicts:
             return [look.task for look in looks]
         return [

@@ -124,6 +124,11 @@ class Prober:
         self._thread: threading.Thread | None = None
         self._pool: ThreadPoolExecutor | None = None
 
+    @property
+    def tracking(self) -> bool:
+        """Some task is probed."""
+        return bool(self._probed)
+
     def track(self, running: Iterable[tuple[LocalTask, float]]) -> dict[str, str]:
         """Probe these tasks (each with when it started, unix seconds), and no others; the
         verdicts so far of the unhealthy ones (task id -> why)."""
