@@ -278,7 +278,6 @@ class LocalBackend:
         self._watcher: threading.Thread | None = None
         self._notifiers: list[Callable[[], None]] = []
         self._closed = threading.Event()
-        self._prober = Prober(self._notify_all)  # health checks: started with the first one
         self._next_port = self.capacity.port_first
         self.runtime = runtime
         started: dict[str, float] = {}  # tasks this controller started: monotonic time
@@ -288,6 +287,10 @@ class LocalBackend:
                 owner_of(self.root), started, self.root.parent, self.python, pull_timeout_s
             ),
         }
+        docker = self.drivers[TaskRuntime.DOCKER]
+        assert isinstance(docker, DockerDriver)
+        # health checks (``prober.py``): its threads start with the first task that has one
+        self._prober = Prober(self._notify_all, in_container=docker.health_exec)
 
     # ---- the task folders -----------------------------------------------------------------
 

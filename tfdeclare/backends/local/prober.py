@@ -10,8 +10,8 @@ killed with its group when it runs over), or a ``stat`` of the watched file (``p
 that still has not answered counts as failed (``health.expire``). When a task turns unhealthy
 the backend's watchers are notified, so a pass comes at once and stops and restarts it.
 
-A task in a container (the Docker runtime) gets its ``tcpSocket`` and ``progress`` checks;
-its ``exec`` check is not run yet (it passes: a check that cannot run never stops a task).
+A task in a container (the Docker runtime) runs its ``exec`` check in its container, through
+the engine (``in_container``: ``DockerDriver.health_exec``), as ``docker exec`` would.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,13 +96,23 @@ def _progress(task: LocalTask, check: HealthCheck, now: float) -> str | None:
     return health.progress_failure(modified, now, check.stalled_s, what)
 
 
-def probe(task: LocalTask, check: HealthCheck, clock: Callable[[], float] = time.time) -> str | None:
+InContainer = Callable[[LocalTask, Sequence[str], float], str | None]
+
+
+def probe(
+    task: LocalTask,
+    check: HealthCheck,
+    clock: Callable[[], float] = time.time,
+    in_container: InContainer | None = None,
+) -> str | None:
     """One probe of ``task``: None when it passes, else why not."""
     if check.kind is HealthCheckKind.TCP:
         return _tcp(task, check)
     if check.kind is HealthCheckKind.EXEC:
         if task.runtime is TaskRuntime.DOCKER:
-            return None  # not run for containers (module docstring)
+            if in_container is None:
+                return "no container engine to run it in"
+            return in_container(task, check.command, check.timeout_s)
         return _exec(task, check)
     return _progress(task, check, clock())
 
@@ -112,9 +122,14 @@ class Prober:
     unhealthy. ``notify`` is called (from the scheduler's thread) when one turns unhealthy."""
 
     def __init__(
-        self, notify: Callable[[], None], clock: Callable[[], float] = time.time, workers: int = PROBE_WORKERS
+        self,
+        notify: Callable[[], None],
+        clock: Callable[[], float] = time.time,
+        workers: int = PROBE_WORKERS,
+        in_container: InContainer | None = None,
     ) -> None:
         self._notify = notify
+        self._in_container = in_container
         self._clock = clock
         self._workers = workers
         self._lock = threading.Lock()
@@ -191,7 +206,9 @@ class Prober:
                     probed.future = None  # it counted as failed; its thread ends by its own timeout
             if health.due(probed.state, now) and self._pool is not None:
                 probed.state = health.started(probed.state, now)
-                probed.future = self._pool.submit(probe, probed.task, probed.check, self._clock)
+                probed.future = self._pool.submit(
+                    probe, probed.task, probed.check, self._clock, self._in_container
+                )
                 probed.future.add_done_callback(lambda _: self._wake.set())
             turned = turned or (probed.state.unhealthy and not was)
             wake = health.wake_at(probed.state, probed.check)
