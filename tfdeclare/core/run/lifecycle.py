@@ -28,6 +28,10 @@ except what it wrote into the record. The rules (contract §5):
   first asked for (a Mesos agent that does not offer its port), the whole job restarts
   instead (reason ``TaskRestartTimedOut``), where its tasks may move.
 - ``activeDeadlineSeconds`` past the first start fails the job.
+- A task its backend reports unhealthy (``healthCheck``, ``ObservedTask.unhealthy``: a hung
+  task) is a failure of its role like a lost one: it is stopped, and restarted by its restart
+  policy and scope, counted against ``backoffLimit``; the reason is ``Unhealthy`` until the
+  restart's tasks are launched.
 - Suspension (``spec.suspend: true``) and preemption (``suspend``, called by the controller
   for a job a higher-priority one needs the room of): every task is stopped with the job's
   grace period, the phase is Suspended (reason Suspended or Preempted), and nothing of it
