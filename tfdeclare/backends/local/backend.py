@@ -272,6 +272,7 @@ class LocalBackend:
         self._reservations: dict[str, _Reservation] = {}
         self._held: dict[tuple[str, str], _Hold] = {}  # (job, task name) -> its port, kept
         self._records: dict[str, LocalTask] = {}  # task.json never changes: read once
+        self._checked = False  # a record read so far has a health check (else none is probed)
         self._looks: dict[str, _Look] = {}  # task id -> the last look: reused while unchanged
         # A ``tend`` that had nothing to do: when, and what it saw (the pass's one look)
         self._tended: tuple[float, list[_Look]] | None = None
@@ -303,6 +304,7 @@ class LocalBackend:
             if task is None:
                 return None
             self._records[task_dir.name] = task
+            self._checked = self._checked or task.health_check is not None
         return TaskFolder(task_dir, task)
 
     def _driver(self, folder: TaskFolder) -> Driver:
@@ -363,15 +365,14 @@ class LocalBackend:
     def _with_health(self, looks: Sequence[_Look]) -> list[ObservedTask]:
         """The tasks, each running one with a health check handed to the prober, and those it
         found unhealthy marked so (``ObservedTask.unhealthy``: the lifecycle restarts them)."""
-        checked = [
-            look
+        if not self._checked:
+            return [look.task for look in looks]  # no task has a health check
+        now, running = time.time(), TaskState.RUNNING  # (an enum member looked up once)
+        verdicts = self._prober.track(
+            (look.folder.task, look.task.started_at or now)
             for look in looks
-            if look.folder.task.health_check is not None and look.task.state is TaskState.RUNNING
-        ]
-        if not checked and not self._prober.tracking:
-            return [look.task for look in looks]  # no health checks: nothing more to do
-        now = time.time()
-        verdicts = self._prober.track((look.folder.task, look.task.started_at or now) for look in checked)
+            if look.task.state is running and look.folder.task.health_check is not None
+        )
         if not verdicts:
             return [look.task for look in looks]
         return [
@@ -658,6 +659,7 @@ class LocalBackend:
         write_task(tmp_dir, task)
         tmp_dir.rename(task_dir)  # the task exists from here on, complete
         self._records[launch.task_id] = task
+        self._checked = self._checked or task.health_check is not None
         return TaskFolder(task_dir, task)
 
     def stop(self, task_ids: Sequence[str], grace_s: float) -> None:

@@ -136,13 +136,9 @@ class Prober:
         self._wake = threading.Event()
         self._closed = False
         self._probed: dict[str, _Probed] = {}
+        self._unhealthy: dict[str, str] = {}  # task id -> its verdict, once unhealthy
         self._thread: threading.Thread | None = None
         self._pool: ThreadPoolExecutor | None = None
-
-    @property
-    def tracking(self) -> bool:
-        """Some task is probed."""
-        return bool(self._probed)
 
     def track(self, running: Iterable[tuple[LocalTask, float]]) -> dict[str, str]:
         """Probe these tasks (each with when it started, unix seconds), and no others; the
@@ -160,11 +156,8 @@ class Prober:
                     added = True
                 keep[task.task_id] = probed
             self._probed = keep
-            verdicts = {
-                task_id: why
-                for task_id, probed in keep.items()
-                if (why := health.verdict(probed.state, probed.check)) is not None
-            }
+            self._unhealthy = {i: why for i, why in self._unhealthy.items() if i in keep}
+            verdicts = dict(self._unhealthy)
             start = added and self._thread is None and not self._closed
             if start:
                 self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="tfdeclare-probe")
@@ -192,7 +185,8 @@ class Prober:
         turned = False
         wakes = []
         for probed in self._probed.values():
-            was = probed.state.unhealthy
+            if probed.state.unhealthy:
+                continue  # judged for good
             if probed.future is not None and probed.future.done():
                 try:
                     failure = probed.future.result()
@@ -210,7 +204,9 @@ class Prober:
                     probe, probed.task, probed.check, self._clock, self._in_container
                 )
                 probed.future.add_done_callback(lambda _: self._wake.set())
-            turned = turned or (probed.state.unhealthy and not was)
+            if probed.state.unhealthy:
+                turned = True
+                self._unhealthy[probed.task.task_id] = health.verdict(probed.state, probed.check) or ""
             wake = health.wake_at(probed.state, probed.check)
             if wake is not None:
                 wakes.append(wake)
