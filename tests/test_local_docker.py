@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from tfdeclare.backends.local.docker_runtime import (
 from tfdeclare.backends.local.record import LocalTask, TaskRuntime
 from tfdeclare.core.enums import Role, TaskState
 from tfdeclare.core.run.tasks import GangRequest, Placement, SlotRequest, TaskKey
+from tfdeclare.core.spec.health import HealthCheck, HealthCheckKind
 from tfdeclare.core.spec.resources import Resources
 
 
@@ -548,3 +550,44 @@ def test_a_look_records_and_removes_nothing_an_upkeep_or_close_does(
     finally:
         harness.close()
         _remove_owned(docker_client, owner_of(tmp_path / "state" / "local"))
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_an_exec_health_check_runs_in_the_tasks_container(
+    tmp_path: Path, docker_client: Any, base_image: str
+) -> None:
+    """Issue 34: the command runs inside the container (its file system, its working folder)
+    through the engine; when it starts failing, the task is reported unhealthy."""
+    harness = _harness(tmp_path, base_image)
+    backend = harness.backend()
+    owner = owner_of(tmp_path / "state" / "local")
+    script = "import os, sys; sys.exit(0 if os.path.exists('alive') and os.path.exists('/etc/debian_version') else 5)"
+    check = HealthCheck(
+        HealthCheckKind.EXEC,
+        command=("python3", "-c", script),
+        period_s=0.2,
+        timeout_s=5,
+        failure_threshold=2,
+    )
+    try:
+        placement = place_soon(backend, gang("probed", 1))
+        (task,) = [replace(t, health_check=check) for t in launches(harness, placement, harness.sleeper)]
+        work = tmp_path / "state" / "local" / "work" / "probed" / "worker-0"
+        work.mkdir(parents=True)
+        (work / "alive").write_text("")
+        backend.launch(placement, [task])
+        wait_for(backend, lambda ts: task.task_id in ts and ts[task.task_id].state is TaskState.RUNNING, 60)
+        time.sleep(2.0)  # some ten checks, every one passed
+        assert wait_for(backend, lambda ts: True)[task.task_id].unhealthy == ""
+        (work / "alive").unlink()
+        found = wait_for(backend, lambda ts: bool(ts[task.task_id].unhealthy), 30)
+        assert found[task.task_id].unhealthy.endswith("last: exited 5"), found[task.task_id].unhealthy
+        backend.stop([task.task_id], 1.0)
+        wait_for(backend, lambda ts: ts[task.task_id].state.ended, 30)
+    finally:
+        for container in docker_client.containers.list(
+            ignore_removed=True, all=True, filters={"label": f"tfdeclare.owner={owner}"}
+        ):
+            container.remove(force=True)
+        harness.close()

@@ -30,6 +30,7 @@ import functools
 import logging
 import os
 import pwd
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -53,6 +54,8 @@ from .executor import (
     fetch_uris,
     labels_of,
 )
+from .health import REASON as HEALTH_REASON
+from .health import HealthChecker
 from .resources import Resources
 from .status import is_terminal, make_status, new_uuid, new_uuid_string
 from .validation import capabilities
@@ -121,6 +124,7 @@ class AgentTask:
     image_config: dict[str, Any] | None = None
     mounts: list[tuple[str, str, bool]] = field(default_factory=list)
     ip_address: str | None = None  # the container's own, once a runner reported one
+    health: HealthChecker | None = None  # the executor's health checks (health.py)
 
     @property
     def executor_id(self) -> str:
@@ -148,7 +152,11 @@ class _Events:
         self.agent._executor_update(self.task, "TASK_RUNNING", ip_address=ip_address)
 
     def exited(self, state: str, message: str, reason: str | None) -> None:
-        self.agent._executor_update(self.task, state, message=message, reason=reason)
+        checker = self.task.health
+        if checker is not None:
+            checker.stop()
+        healthy = False if checker is not None and checker.unhealthy else None
+        self.agent._executor_update(self.task, state, message=message, reason=reason, healthy=healthy)
 
 
 class Agent:
@@ -347,6 +355,38 @@ class Agent:
         task.runner = runner
         self._executor_update(task, "TASK_STARTING")
         runner.launch()
+        if "health_check" in task.info and isinstance(runner, ProcessRunner) and not runner.finished:
+            self._check_health(task, spec)
+
+    def _check_health(self, task: AgentTask, spec: LaunchSpec) -> None:
+        """The command executor's health checks (health.py): updates with ``healthy``, and a
+        kill after ``consecutive_failures``."""
+        loop = self.host.loop
+
+        def post(callback: Callable[[], None]) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: the emulator stopped
+                loop.call_soon_threadsafe(callback)
+
+        def update(healthy: bool) -> None:
+            if task.runner is not None and not task.runner.finished and not task.runner.killed:
+                self._executor_update(task, "TASK_RUNNING", reason=HEALTH_REASON, healthy=healthy)
+
+        def kill() -> None:
+            runner = task.runner
+            if runner is not None and not runner.finished and not runner.killed:
+                runner.kill(runner.grace_period(task.kill_policy))
+
+        task.health = HealthChecker(
+            task.info["health_check"],
+            clock=self.host.clock,
+            post=post,
+            env=spec.env,
+            sandbox=task.sandbox,
+            update=update,
+            kill=kill,
+            alive=lambda: task.runner is not None and not task.runner.finished,
+        )
+        task.health.start()
 
     def _container_runner(self, task: AgentTask, spec: LaunchSpec, events: _Events) -> Runner:
         host, cli, name = self.host, self.docker_cli, container_name(task.container_id)
@@ -500,6 +540,7 @@ class Agent:
         message: str | None = None,
         reason: str | None = None,
         ip_address: str | None = None,
+        healthy: bool | None = None,
     ) -> None:
         # Every update an executor sends for a task it was given carries the container's
         # status: Slave::statusUpdate asks the containerizer for it, and Slave::_statusUpdate
@@ -521,6 +562,7 @@ class Agent:
             executor_id=task.executor_id,
             uuid=new_uuid(),
             container_status=container_status,
+            healthy=healthy,
         )
         self._record(task, status)
 

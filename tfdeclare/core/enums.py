@@ -147,6 +147,8 @@ class Reason(StrEnum):
     WORKER0_SUCCEEDED = "FirstWorkerSucceeded"  # successPolicy Worker0
     FINAL_EVALUATION = "FinalEvaluation"  # training succeeded; the evaluator finishes (a grace)
     TASK_FAILED = "TaskFailed"
+    # a task failed its health check (``healthCheck``) and is restarted as a failure
+    UNHEALTHY = "Unhealthy"
     PERMANENT_EXIT_CODE = "PermanentExitCode"
     BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
     DEADLINE_EXCEEDED = "DeadlineExceeded"

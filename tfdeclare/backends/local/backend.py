@@ -59,7 +59,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tfdeclare.backends.base import BackendError, LogChunk
@@ -69,9 +69,11 @@ from tfdeclare.backends.local.docker_driver import DEFAULT_PULL_TIMEOUT_S, Docke
 from tfdeclare.backends.local.docker_runtime import owner_of
 from tfdeclare.backends.local.drivers import Chore, Driver, Seen, TaskFolder, read_log_file
 from tfdeclare.backends.local.logtimes import read_times
+from tfdeclare.backends.local.prober import Prober
 from tfdeclare.backends.local.process_driver import ProcessDriver
 from tfdeclare.backends.local.record import LocalTask, TaskRuntime, read_task, write_task
 from tfdeclare.backends.secrets import SecretUnavailable, read_all
+from tfdeclare.core.enums import TaskState
 from tfdeclare.core.run.tasks import (
     GangRequest,
     ObservedTask,
@@ -270,6 +272,7 @@ class LocalBackend:
         self._reservations: dict[str, _Reservation] = {}
         self._held: dict[tuple[str, str], _Hold] = {}  # (job, task name) -> its port, kept
         self._records: dict[str, LocalTask] = {}  # task.json never changes: read once
+        self._checked = False  # a record read so far has a health check (else none is probed)
         self._looks: dict[str, _Look] = {}  # task id -> the last look: reused while unchanged
         # A ``tend`` that had nothing to do: when, and what it saw (the pass's one look)
         self._tended: tuple[float, list[_Look]] | None = None
@@ -285,6 +288,10 @@ class LocalBackend:
                 owner_of(self.root), started, self.root.parent, self.python, pull_timeout_s
             ),
         }
+        docker = self.drivers[TaskRuntime.DOCKER]
+        assert isinstance(docker, DockerDriver)
+        # health checks (``prober.py``): its threads start with the first task that has one
+        self._prober = Prober(self._notify_all, in_container=docker.health_exec)
 
     # ---- the task folders -----------------------------------------------------------------
 
@@ -297,6 +304,7 @@ class LocalBackend:
             if task is None:
                 return None
             self._records[task_dir.name] = task
+            self._checked = self._checked or task.health_check is not None
         return TaskFolder(task_dir, task)
 
     def _driver(self, folder: TaskFolder) -> Driver:
@@ -351,7 +359,32 @@ class LocalBackend:
         ``tend`` saw: one look per pass."""
         tended, self._tended = self._tended, None
         fresh = tended is not None and time.monotonic() - tended[0] < TENDED_FRESH_S
-        return [look.task for look in (tended[1] if tended is not None and fresh else self._look())]
+        looks = tended[1] if tended is not None and fresh else self._look()
+        return self._with_health(looks)
+
+    def _with_health(self, looks: Sequence[_Look]) -> list[ObservedTask]:
+        """The tasks, each running one with a health check handed to the prober, and those it
+        found unhealthy marked so (``ObservedTask.unhealthy``: the lifecycle restarts them)."""
+        if not self._checked:
+            return [look.task for look in looks]  # no task has a health check
+        now, running = time.time(), TaskState.RUNNING  # (an enum member looked up once)
+        verdicts = self._prober.track(
+            (look.folder.task, look.task.started_at or now)
+            for look in looks
+            if look.task.state is running and look.folder.task.health_check is not None
+        )
+        if not verdicts:
+            return [look.task for look in looks]
+        return [
+            replace(look.task, unhealthy=verdicts[look.task.task_id])
+            if look.task.task_id in verdicts
+            else look.task
+            for look in looks
+        ]
+
+    def _notify_all(self) -> None:
+        for each in list(self._notifiers):
+            each()
 
     def tend(self) -> None:
         """Do what the last look found to do, task by task (``Driver.tend``): start a launch a
@@ -618,6 +651,7 @@ class LocalBackend:
             runtime=driver.runtime,
             secrets=launch.secrets,
             container=prepared.container,
+            health_check=launch.health_check,
         )
         tmp_dir = self.tasks_dir / f".{launch.task_id}.tmp"
         shutil.rmtree(tmp_dir, ignore_errors=True)
@@ -625,6 +659,7 @@ class LocalBackend:
         write_task(tmp_dir, task)
         tmp_dir.rename(task_dir)  # the task exists from here on, complete
         self._records[launch.task_id] = task
+        self._checked = self._checked or task.health_check is not None
         return TaskFolder(task_dir, task)
 
     def stop(self, task_ids: Sequence[str], grace_s: float) -> None:
@@ -755,6 +790,7 @@ class LocalBackend:
         for slot in list(self._held):
             self._drop_hold(slot)
         self._closed.set()
+        self._prober.close()
         if self._watcher is not None:
             self._watcher.join(timeout=1)
             self._watcher = None

@@ -51,7 +51,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -74,7 +74,7 @@ from tfdeclare.backends.local.drivers import (
 )
 from tfdeclare.backends.local.process_driver import alive, supervisor_holds
 from tfdeclare.backends.local.pull_log import PULL_LOG, LauncherInfo, PullView, pull_log_size
-from tfdeclare.backends.local.record import ContainerSpec, TaskRuntime
+from tfdeclare.backends.local.record import ContainerSpec, LocalTask, TaskRuntime
 from tfdeclare.core.enums import TaskState
 from tfdeclare.core.run.tasks import TaskLaunch
 from tfdeclare.files import write_atomic
@@ -170,6 +170,17 @@ class DockerDriver:
 
     def _name(self, task_id: str) -> str:
         return container_name(self.engine.owner, task_id)
+
+    def health_exec(self, task: LocalTask, argv: Sequence[str], timeout_s: float) -> str | None:
+        """A health check's command run in the task's container, in its working folder: None
+        when it exits 0, else why not (``prober.py``)."""
+        try:
+            code = self.engine.exec_check(self._name(task.task_id), argv, task.cwd, timeout_s)
+        except EngineError as err:
+            return f"cannot run it in the container: {err}"
+        if code is None:
+            return f"still running after {timeout_s:g} s (timeoutSeconds)"
+        return None if code == 0 else f"exited {code}"
 
     def prepare(self, launch: TaskLaunch, gpu_machine: bool) -> Preparation:
         """The image's PATH; the engine hands out the GPUs (the container numbers them from 0);

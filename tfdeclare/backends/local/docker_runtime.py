@@ -33,10 +33,12 @@ joins the pulls of one image by several launchers (one download of each layer).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import math
 import os
+import signal
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -405,6 +407,31 @@ class DockerRuntime:
 
         try:
             self.client.api.start(name)
+        except (docker.errors.DockerException, OSError) as err:
+            raise EngineError(_explain(err)) from err
+
+    def exec_check(self, name: str, argv: Sequence[str], workdir: str | None, timeout_s: float) -> int | None:
+        """Run ``argv`` in the running container ``name`` (a health check's ``exec``: the
+        container's environment, ``workdir``); its exit code, or None when it ran over
+        ``timeout_s`` (then its process is killed, where this user may). Raises ``EngineError``."""
+        import docker.errors
+
+        api = self.client.api
+        try:
+            made = api.exec_create(name, list(argv), workdir=workdir, stdout=False, stderr=False)
+            api.exec_start(made["Id"], detach=True)
+            deadline = time.monotonic() + timeout_s
+            while True:
+                info = api.exec_inspect(made["Id"])
+                if not info.get("Running") and isinstance(info.get("ExitCode"), int):
+                    return int(info["ExitCode"])
+                if time.monotonic() >= deadline:
+                    pid = info.get("Pid")
+                    if isinstance(pid, int) and pid > 0:
+                        with contextlib.suppress(OSError):
+                            os.kill(pid, signal.SIGKILL)
+                    return None
+                time.sleep(0.05)
         except (docker.errors.DockerException, OSError) as err:
             raise EngineError(_explain(err)) from err
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tfdeclare.core.enums import ImagePullPolicy, Role, VolumeMode
+from tfdeclare.core.spec.health import HealthCheck
 from tfdeclare.core.spec.keys import TaskKey, Volume
 from tfdeclare.core.spec.resources import Resources
 from tfdeclare.core.spec.secrets import SecretRef
@@ -82,6 +83,7 @@ class LocalTask:
     secrets: tuple[tuple[str, SecretRef], ...] = ()
     container: ContainerSpec | None = None  # with ``runtime`` docker
     version: int = RECORD_VERSION
+    health_check: HealthCheck | None = None  # its role's ``healthCheck``, probed by ``prober.py``
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -108,6 +110,8 @@ class LocalTask:
             "logPath": str(self.log_path),
             "createdAt": self.created_at,
         }
+        if self.health_check is not None:  # absent without one: earlier records read the same
+            data["healthCheck"] = self.health_check.to_json()
         if self.container is not None:
             data.update(
                 image=self.container.image,
@@ -167,6 +171,7 @@ class LocalTask:
             secrets=tuple((str(name), SecretRef.from_json(ref)) for name, ref in data.get("secrets", ())),
             container=container,
             version=version,
+            health_check=HealthCheck.from_json(data["healthCheck"]) if "healthCheck" in data else None,
         )
 
 

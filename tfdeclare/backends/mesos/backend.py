@@ -56,7 +56,7 @@ from tfdeclare.backends.mesos.state import (
     LAUNCH_DRAIN_S,
     Accept,
 )
-from tfdeclare.backends.mesos.taskstate import is_terminal, observed_state
+from tfdeclare.backends.mesos.taskstate import is_terminal, observed_state, unhealthy
 from tfdeclare.backends.mesos.workers import BackgroundWork
 from tfdeclare.backends.secrets import SecretUnavailable, read_all
 from tfdeclare.core.enums import Role, SecretSource
@@ -238,6 +238,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
             message=message,
             spec_hash=entry.spec_hash,
             extra=extra,
+            unhealthy=unhealthy(entry),
         )
 
     # ---- place / release -----------------------------------------------------------------------

@@ -76,6 +76,7 @@ class TaskEntry:
     lost_since: float | None = None  # when it became LOST / UNREACHABLE / UNKNOWN (fencing)
     updated_at: float | None = None
     forgotten: bool = False  # out of observe(); kept for its logs until the job is purged
+    healthy: bool | None = None  # the executor's health check's last word (None: no check or no result)
 
     def to_json(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in _ENTRY_FIELDS}  # flat: no deep copy

@@ -282,6 +282,7 @@ class SchedulerEvents(BackendState):
                 message=status.message,
                 timestamp=status.timestamp,
                 now=now,
+                healthy=status.healthy,
             )
             if changed:
                 self._journal.put([entry], sync=False)

@@ -5,7 +5,7 @@ the agent, resources (cpus, mem, gpus when > 0, the task's port as a single-port
 tagged with the offer's allocation role and cut from the offered resources with their
 reservations: ``take_resources``), the command without a shell, the environment,
 the container (the image through the Mesos containerizer, or the Docker containerizer with
-HOST networking), volumes, the kill policy and labels.
+HOST networking), volumes, the kill policy, the health check (``healthcheck.py``) and labels.
 
 The Mesos command executor execs ``value`` with ``arguments`` as the whole argv; the Docker
 containerizer appends ``value`` then ``arguments`` to ``docker run IMAGE`` (the image's
@@ -41,6 +41,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from tfdeclare.backends.mesos.healthcheck import health_check_json
 from tfdeclare.backends.secrets import agent_file_argv
 from tfdeclare.core.enums import ImagePullPolicy, VolumeMode
 from tfdeclare.core.run.tasks import TaskLaunch
@@ -201,6 +202,11 @@ def task_info(
         "kill_policy": {"grace_period": {"nanoseconds": round(launch.grace_period_s * 1e9)}},
         "labels": {"labels": [{"key": k, "value": v} for k, v in labels.items()]},
     }
+    if launch.health_check is not None:  # the executor runs it (healthcheck.py)
+        script = CD_SCRIPT if launch.image is None else MKDIR_CD_SCRIPT
+        info["health_check"] = health_check_json(
+            launch.health_check, launch.slot.port, launch.env, None if docker else directory, script
+        )
     volumes = [
         {
             "container_path": v.container_path,

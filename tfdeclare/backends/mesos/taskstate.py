@@ -15,6 +15,10 @@ This module owns two mappings:
   DROPPED / GONE / GONE_BY_OPERATOR -> gone; LOST / UNREACHABLE / UNKNOWN -> lost (may
   still run: no replacement starts; stopping if a kill was asked for) until ``fencing_s``
   has passed, then gone ("presumed gone").
+
+A task that fails its health check (``healthCheck``, run by the executor) gets ``healthy``
+updates on TASK_RUNNING (kept in the entry) and is killed by its executor: ``unhealthy``
+says so, and the lifecycle restarts it as a failure.
 """
 
 from __future__ import annotations
@@ -91,11 +95,19 @@ def apply_status(
     message: str | None,
     timestamp: float | None,
     now: float,
+    healthy: bool | None = None,
 ) -> bool:
-    """Fold one status update into ``entry``; True when the entry changed."""
+    """Fold one status update into ``entry``; True when the entry changed. ``healthy``: the
+    update's (a health check's result, on TASK_RUNNING and on the terminal update)."""
     current = entry.state
     if current in TERMINAL:
         return False  # final: a late duplicate or a reconciliation echo
+    if state == current == "TASK_RUNNING" and healthy is not None and healthy != entry.healthy:
+        entry.healthy = healthy  # REASON_TASK_HEALTH_CHECK_STATUS_UPDATED
+        entry.reason, entry.message, entry.updated_at = reason, message or entry.message, now
+        return True
+    if healthy is not None:
+        entry.healthy = healthy
     if current is not None and current not in LOST_LIKE and state not in TERMINAL and state not in LOST_LIKE:
         if _RANK.get(state, 0) < _RANK.get(current, 0):
             return False  # never backwards (a stale answer)
@@ -121,6 +133,22 @@ def apply_status(
     elif entry.forgotten and state not in LOST_LIKE:
         entry.forgotten = False  # it came back (a healed partition): show it again
     return True
+
+
+def unhealthy(entry: TaskEntry) -> str:
+    """Why the executor killed the task for its health check ("" when it did not): it ended,
+    not by our kill, with ``healthy: false`` (upstream's executor sets it on the terminal
+    update of a task it killed after ``consecutive_failures``)."""
+    if (
+        entry.healthy is not False
+        or entry.kill_requested
+        or entry.state not in ("TASK_KILLED", "TASK_FAILED")
+    ):
+        return ""
+    return (
+        "unhealthy: it failed its health check (healthCheck) failureThreshold times in a row; "
+        "the Mesos executor killed it"
+    )
 
 
 def observed_state(entry: TaskEntry, now: float, fencing_s: float) -> tuple[TaskState, int | None, str]:

@@ -367,6 +367,10 @@ def diff(
 def classify(path: tuple[str | int, ...]) -> Effect:
     if path[:2] == ("metadata", "labels") or path[:2] in _IN_PLACE_FIELDS or path in _IN_PLACE_FIELDS:
         return Effect.IN_PLACE
+    if path[:2] == ("spec", "healthCheck") or (
+        path[:2] == ("spec", "replicas") and path[3:4] == ("healthCheck",)
+    ):
+        return Effect.IN_PLACE  # a task keeps the check it was launched with until its next launch
     if len(path) == 4 and path[:2] == ("spec", "replicas") and path[3] in _IN_PLACE_ROLE_FIELDS:
         return Effect.IN_PLACE
     if len(path) == 3 and path[:2] == ("spec", "replicas"):

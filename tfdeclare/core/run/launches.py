@@ -103,6 +103,7 @@ def launches(
                 entrypoint=config.entrypoint,
                 keep_address=slot.key.role in _PINNABLE
                 and spec.restart_scope_for(slot.key.role)[0] is RestartScope.TASK,
+                health_check=spec.health_check_for(slot.key.role),
             )
         )
     return out

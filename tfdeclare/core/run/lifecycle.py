@@ -28,6 +28,10 @@ except what it wrote into the record. The rules (docs/reference.md#job-semantics
   first asked for (a Mesos agent that does not offer its port), the whole job restarts
   instead (reason ``TaskRestartTimedOut``), where its tasks may move.
 - ``activeDeadlineSeconds`` past the first start fails the job.
+- A task its backend reports unhealthy (``healthCheck``, ``ObservedTask.unhealthy``: a hung
+  task) is a failure of its role like a lost one: it is stopped, and restarted by its restart
+  policy and scope, counted against ``backoffLimit``; the reason is ``Unhealthy`` until the
+  restart's tasks are launched.
 - Suspension (``spec.suspend: true``) and preemption (``suspend``, called by the controller
   for a job a higher-priority one needs the room of): every task is stopped with the job's
   grace period, the phase is Suspended (reason Suspended or Preempted), and nothing of it
@@ -100,6 +104,8 @@ def desired_configs(
 
 
 def _describe_end(task: ObservedTask) -> str:
+    if task.unhealthy:
+        return f"{task.key.name} was {task.unhealthy}"
     if task.state is TaskState.LOST:
         return f"{task.key.name} is lost" + (f" ({task.message})" if task.message else "")
     if task.state is TaskState.GONE:
@@ -119,6 +125,20 @@ def _is_failure(task: ObservedTask, spec: JobSpec) -> bool:
         terminal_roles = (Role.CHIEF,) if spec.has_chief else (Role.WORKER,)
         return task.key.role not in terminal_roles
     return False
+
+
+def _hung(task: ObservedTask) -> bool:
+    """Alive, found unhealthy by its health check, and not being stopped yet."""
+    return bool(task.unhealthy) and task.state is not TaskState.STOPPING
+
+
+def _still(record: JobRecord, otherwise: Reason) -> Reason:
+    """A restart for a hung task says so (reason Unhealthy) until its tasks launch again."""
+    return Reason.UNHEALTHY if record.reason is Reason.UNHEALTHY else otherwise
+
+
+def _restart_reason(failures: Sequence[ObservedTask], otherwise: Reason) -> Reason:
+    return Reason.UNHEALTHY if any(t.unhealthy for t in failures) else otherwise
 
 
 def _permanent(task: ObservedTask, policy: RestartPolicy) -> bool:
@@ -472,9 +492,10 @@ def _a_task_failed(look: _Look) -> Step | None:
     """A current task failed (by its role's policy) or is lost: restart (the job or the task
     alone) or fail. A lost task may still run (a partitioned agent): the job is degraded and
     restarts, but its replacement waits until the backend says it is gone (it stays "alive"
-    until then)."""
+    until then). So is an unhealthy one (``healthCheck``): it is stopped, and restarted as a
+    failure."""
     spec = look.spec
-    lost = [t for t in look.current_alive if t.state is TaskState.LOST]
+    lost = [t for t in look.current_alive if t.state is TaskState.LOST or _hung(t)]
     ended = [t for t in look.current_ended if _is_failure(t, spec)]
     failures = sorted([*ended, *lost], key=lambda t: t.key)
     if not failures:
@@ -521,7 +542,7 @@ def _stale_stopping(look: _Look) -> Step | None:
         return None
     waiting = look.record.evolve(
         phase=_waiting_phase(look.record),
-        reason=Reason.WAITING_FOR_TASKS_TO_STOP,
+        reason=_still(look.record, Reason.WAITING_FOR_TASKS_TO_STOP),
         message=f"waiting for {len(look.stale)} task(s) to stop before starting {len(look.missing)}",
     )
     return Step(waiting, stop=look.stop_stale, events=look.events)
@@ -534,7 +555,7 @@ def _backing_off(look: _Look) -> Step | None:
         return None
     waiting = record.evolve(
         phase=Phase.RESTARTING,
-        reason=Reason.BACKING_OFF,
+        reason=_still(record, Reason.BACKING_OFF),
         message=f"restart {record.restarts} of {look.spec.backoff_limit}: backing off "
         f"{record.next_launch_at - now:.1f} s",
     )
@@ -790,7 +811,7 @@ def _on_failure(
     delay = backoff.delay(restarts)
     restarted = record.evolve(
         phase=Phase.RESTARTING,
-        reason=Reason.RESTARTING,
+        reason=_restart_reason(failures, Reason.RESTARTING),
         message=f"{what}: restart {restarts} of {spec.backoff_limit} in {delay:g} s",
         restarts=restarts,
         attempt=record.attempt + 1,
@@ -852,8 +873,9 @@ def _restart_alone(
         f"({entry.count} of backoffLimit {spec.backoff_limit} for {first.key.name}; "
         f"{_why(spec, first.key.role)})"
     )
-    restarted = record.evolve(reason=Reason.TASK_RESTARTING, message=message, task_restarts=counts)
-    lost = tuple(t.task_id for t in failures if t.state is TaskState.LOST)
+    reason = _restart_reason(failures, Reason.TASK_RESTARTING)
+    restarted = record.evolve(reason=reason, message=message, task_restarts=counts)
+    lost = tuple(t.task_id for t in failures if t.state is TaskState.LOST or _hung(t))
     wake = min((counts[t.key.name].next_launch_at or now) for t in failures)
     events = tuple(
         f"{record.name}: {_describe_end(t)}; "

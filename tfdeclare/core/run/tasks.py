@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from tfdeclare.core.enums import ImagePullPolicy, PlacementStrategy, TaskState
+from tfdeclare.core.spec.health import HealthCheck
 from tfdeclare.core.spec.keys import AttributeConstraint, TaskKey, Volume
 from tfdeclare.core.spec.resources import Resources
 from tfdeclare.core.spec.secrets import SecretRef
@@ -158,6 +159,9 @@ class TaskLaunch:
     # Its role restarts a failed task alone at the same address (``restartScope: Task``): a
     # backend keeps the address for the slot while the task is down, where it can.
     keep_address: bool = False
+    # Its role's ``healthCheck`` (not part of the config hash: a change applies from the next
+    # launch). The backend runs it (Mesos: its executor; local: its prober).
+    health_check: HealthCheck | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,3 +183,6 @@ class ObservedTask:
     message: str = ""
     spec_hash: str = ""
     extra: Mapping[str, str] = field(default_factory=dict)  # backend detail, e.g. agent id
+    # Not empty: the task failed its health check ``failureThreshold`` times in a row (why, in
+    # words, starting "unhealthy: "); the lifecycle stops and restarts it as a failure.
+    unhealthy: str = ""

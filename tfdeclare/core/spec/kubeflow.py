@@ -497,10 +497,51 @@ class _Translator:
             )
         if "ports" in container:  # none is carried over (the TF port is implied)
             self.out.dropped.append((*cat, "ports"))
+        if isinstance(container.get("livenessProbe"), Mapping):
+            self.liveness(out, container["livenessProbe"], (*cat, "livenessProbe"), native)
         known = ("name", "image", "command", "args", "workingDir", "env", "envFrom", "resources", "ports")
-        self.unknown(container, (*known, "imagePullPolicy", "volumeMounts"), cat, "container")
+        self.unknown(
+            container, (*known, "imagePullPolicy", "volumeMounts", "livenessProbe"), cat, "container"
+        )
         mounts = self.listed(container, "volumeMounts", cat)
         return [((*cat, "volumeMounts", i), m) for i, m in enumerate(mounts) if isinstance(m, Mapping)]
+
+    def liveness(self, out: dict[str, Any], probe: Mapping[str, Any], at: JsonPath, native: JsonPath) -> None:
+        """A ``livenessProbe`` -> the role's ``healthCheck``: ``exec`` as it is, ``tcpSocket``
+        of the TF port as ``tcpSocket: {}`` (the task's own port), the timing fields as they
+        are; an HTTP or gRPC probe, or a TCP probe of another port, is warned about."""
+        check: dict[str, Any] = {}
+        tcp, run = probe.get("tcpSocket"), probe.get("exec")
+        if isinstance(tcp, Mapping) and tcp.get("port") in (_TF_PORT, "tfjob-port"):
+            check["tcpSocket"] = {}
+        elif isinstance(run, Mapping) and "command" in run:
+            check["exec"] = {"command": run["command"]}
+        else:
+            kind = next((k for k in ("httpGet", "grpc", "tcpSocket") if k in probe), "probe")
+            self.warn(
+                at,
+                f"livenessProbe {kind} has no tfdeclare equivalent (healthCheck checks the TF port "
+                "with tcpSocket, a command with exec, or progress): no health check",
+            )
+            return
+        for key in ("initialDelaySeconds", "periodSeconds", "timeoutSeconds", "failureThreshold"):
+            if key in probe:
+                check[key] = probe[key]
+        self.unknown(
+            probe,
+            (
+                "tcpSocket",
+                "exec",
+                "initialDelaySeconds",
+                "periodSeconds",
+                "timeoutSeconds",
+                "failureThreshold",
+                "successThreshold",
+            ),
+            at,
+            "livenessProbe",
+        )
+        self.put(out, (*native, "healthCheck"), check, at)
 
     def pull_policy(
         self, out: dict[str, Any], container: Mapping[str, Any], cat: JsonPath, native: JsonPath

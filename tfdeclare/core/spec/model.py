@@ -34,6 +34,7 @@ from tfdeclare.core.enums import (
     SuccessPolicy,
     VolumeMode,
 )
+from tfdeclare.core.spec.health import HealthCheck, canonical_health_check
 from tfdeclare.core.spec.keys import AttributeConstraint, TaskKey, Volume
 from tfdeclare.core.spec.resources import QuantityError, Resources, parse_mem_mib
 from tfdeclare.core.spec.secrets import EnvValue, env_value
@@ -100,6 +101,8 @@ def canonicalize(filled: Mapping[str, Any]) -> dict[str, Any]:
         for key in ("args", "image", "imagePullPolicy", "workingDir", "restartPolicy", "restartScope"):
             if key in replica:
                 entry[key] = list(replica[key]) if key == "args" else replica[key]
+        if "healthCheck" in replica:  # issue 34: present only when set, so earlier specs hash the same
+            entry["healthCheck"] = canonical_health_check(replica["healthCheck"])
         replicas[role_name] = entry
     canonical_spec: dict[str, Any] = {
         "command": list(spec["command"]) if "command" in spec else None,
@@ -186,6 +189,8 @@ def _parity_fields(spec: Mapping[str, Any]) -> dict[str, Any]:
         out["priority"] = int(spec["priority"])
     if spec.get("suspend", False):
         out["suspend"] = True
+    if "healthCheck" in spec:
+        out["healthCheck"] = canonical_health_check(spec["healthCheck"])
     return out
 
 
@@ -289,6 +294,7 @@ class ReplicaSpec:
     restart_policy: RestartPolicy | None = None
     image_pull_policy: ImagePullPolicy | None = None
     restart_scope: RestartScope | None = None
+    health_check: HealthCheck | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,6 +325,7 @@ class JobSpec:
     priority: int = 0  # higher first: the queue's order, and whom it may preempt
     suspend: bool = False  # stopped the graceful way until it is false again
     checkpoint: CheckpointSpec | None = None  # where its progress is read (issue 34)
+    health_check: HealthCheck | None = None  # every cluster role's without one of its own
 
     @classmethod
     def from_canonical(cls, canonical: Mapping[str, Any], spec_hash: str | None = None) -> JobSpec:
@@ -343,6 +350,7 @@ class JobSpec:
                 if "imagePullPolicy" in entry
                 else None,
                 restart_scope=RestartScope(entry["restartScope"]) if "restartScope" in entry else None,
+                health_check=HealthCheck.from_json(entry["healthCheck"]) if "healthCheck" in entry else None,
             )
             for role, name in ROLE_NAMES
             if (entry := by_role.get(name)) is not None
@@ -383,7 +391,15 @@ class JobSpec:
             checkpoint=CheckpointSpec(spec["checkpoint"]["dir"], spec["checkpoint"].get("totalSteps"))
             if "checkpoint" in spec
             else None,
+            health_check=HealthCheck.from_json(spec["healthCheck"]) if "healthCheck" in spec else None,
         )
+
+    def health_check_for(self, role: Role) -> HealthCheck | None:
+        """The health check of ``role``'s tasks: its own, else the job's (none for TensorBoard)."""
+        replica = self.replica(role)
+        if replica is not None and replica.health_check is not None:
+            return replica.health_check
+        return self.health_check if role.in_cluster else None
 
     def replica(self, role: Role) -> ReplicaSpec | None:
         for replica in self.replicas:
