@@ -43,6 +43,7 @@ class Metrics:
         self.restarts: Mapping[str, int] = {}
         self.preemptions: Mapping[str, int] = {}  # per job, apart from restarts
         self.suspensions: Mapping[str, int] = {}
+        self.platform_restarts: Mapping[str, int] = {}  # per job, apart from restarts
         self.applied_revision: str | None = None
         self.attempted_revision: str | None = None
         self.storage_writable: Mapping[str, bool] = {}  # "state"/"status" -> can take a write
@@ -72,6 +73,7 @@ class Metrics:
         restarts: Mapping[str, int],
         preemptions: Mapping[str, int] | None = None,
         suspensions: Mapping[str, int] | None = None,
+        platform_restarts: Mapping[str, int] | None = None,
     ) -> None:
         with self._lock:
             self.jobs_by_phase = Counter(phases.values())
@@ -79,6 +81,7 @@ class Metrics:
             self.restarts = dict(restarts)
             self.preemptions = dict(preemptions or {})
             self.suspensions = dict(suspensions or {})
+            self.platform_restarts = dict(platform_restarts or {})
 
     def set_storage(self, writable: Mapping[str, bool], write_failures: int) -> None:
         with self._lock:
@@ -175,6 +178,14 @@ class Metrics:
             "Times spec.suspend stopped the job (not counted as restarts), per job.",
             "job",
             self.suspensions,
+        )
+        yield _labelled(
+            GaugeMetricFamily,
+            "tfdeclare_job_platform_restarts",
+            "Restarts of the job for the platform's own events (lost or drained agents, maintenance, "
+            "a controller restart): not counted against backoffLimit, per job.",
+            "job",
+            self.platform_restarts,
         )
         revisions = GaugeMetricFamily(
             "tfdeclare_revision_info",

@@ -327,6 +327,7 @@ class Daemon:
             {n: r.restarts for n, r in records.items()},
             {n: r.preemptions for n, r in records.items()},
             {n: r.suspensions for n, r in records.items()},
+            {n: r.platform_restarts for n, r in records.items()},
         )
         if self.source_error is None:
             try:

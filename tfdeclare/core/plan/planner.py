@@ -151,6 +151,7 @@ _IN_PLACE_FIELDS = frozenset(
         ("spec", "restartScope"),
         ("spec", "priority"),  # the queue's order and whom it may preempt: no running task changes
         ("spec", "suspend"),  # stops or starts the job's tasks, never changes what they run
+        ("spec", "platformRestartLimit"),  # a budget, like backoffLimit
     }
 )
 _IN_PLACE_ROLE_FIELDS = frozenset({"restartPolicy", "restartScope", "imagePullPolicy"})

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from tfdeclare.core.enums import ImagePullPolicy, PlacementStrategy, TaskState
+from tfdeclare.core.enums import EndCause, ImagePullPolicy, PlacementStrategy, TaskState
 from tfdeclare.core.spec.keys import AttributeConstraint, TaskKey, Volume
 from tfdeclare.core.spec.resources import Resources
 from tfdeclare.core.spec.secrets import SecretRef
@@ -179,3 +179,6 @@ class ObservedTask:
     message: str = ""
     spec_hash: str = ""
     extra: Mapping[str, str] = field(default_factory=dict)  # backend detail, e.g. agent id
+    # What the backend knows of why it ended or was lost (``causes.classify`` has the last
+    # word): JOB unless the backend saw one of the platform's own events.
+    cause: EndCause = EndCause.JOB

@@ -46,6 +46,9 @@ DEFAULT_EVALUATOR_GRACE_S = 60.0
 spec does not say (``evaluatorGraceSeconds``): long enough for one evaluation pass of a
 typical model over a validation set, short enough that a forgotten evaluator that waits for
 checkpoints forever does not hold a finished job open for long."""
+# Restarts for platform events (``EndCause``) a job may have before it fails: a rolling
+# upgrade drains every agent once, so well above ``backoffLimit``'s default of 3.
+DEFAULT_PLATFORM_RESTART_LIMIT = 10
 
 
 SCOPE_WHY: Mapping[ScopeReason, str] = {
@@ -180,6 +183,8 @@ def _parity_fields(spec: Mapping[str, Any]) -> dict[str, Any]:
         out["priority"] = int(spec["priority"])
     if spec.get("suspend", False):
         out["suspend"] = True
+    if spec.get("platformRestartLimit", DEFAULT_PLATFORM_RESTART_LIMIT) != DEFAULT_PLATFORM_RESTART_LIMIT:
+        out["platformRestartLimit"] = int(spec["platformRestartLimit"])
     return out
 
 
@@ -303,6 +308,8 @@ class JobSpec:
     restart_scope: RestartScope | None = None  # unset: by the roles (``restart_scope_for``)
     priority: int = 0  # higher first: the queue's order, and whom it may preempt
     suspend: bool = False  # stopped the graceful way until it is false again
+    # restarts for platform events (lost or drained agents, maintenance, ...): their own budget
+    platform_restart_limit: int = DEFAULT_PLATFORM_RESTART_LIMIT
 
     @classmethod
     def from_canonical(cls, canonical: Mapping[str, Any], spec_hash: str | None = None) -> JobSpec:
@@ -364,6 +371,7 @@ class JobSpec:
             restart_scope=RestartScope(spec["restartScope"]) if "restartScope" in spec else None,
             priority=int(spec.get("priority", 0)),
             suspend=bool(spec.get("suspend", False)),
+            platform_restart_limit=int(spec.get("platformRestartLimit", DEFAULT_PLATFORM_RESTART_LIMIT)),
         )
 
     def replica(self, role: Role) -> ReplicaSpec | None:
