@@ -76,6 +76,8 @@ class TaskEntry:
     lost_since: float | None = None  # when it became LOST / UNREACHABLE / UNKNOWN (fencing)
     updated_at: float | None = None
     forgotten: bool = False  # out of observe(); kept for its logs until the job is purged
+    # tfdeclare stopped it to move it off its agent (an ``EndCause`` value: Maintenance)
+    moved_for: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in _ENTRY_FIELDS}  # flat: no deep copy

@@ -67,6 +67,9 @@ class AgentOffer:
     attributes: Mapping[str, str] = field(default_factory=dict)
     role: str = "*"
     gpu_agent: bool = False  # the agent has GPUs, even if none are offered now
+    # A maintenance window scheduled for the agent (its offers' ``unavailability``): (start,
+    # end) in unix seconds, end None when open-ended; None: none scheduled.
+    window: tuple[float, float | None] | None = None
 
     @property
     def port_count(self) -> int:
@@ -663,6 +666,36 @@ def place_gang(
         v = chosen.view
         assignments.append(SlotAssignment(slot.key, v.agent_id, v.hostname, v.role, port, resources))
     return GangFit(tuple(sorted(assignments, key=lambda a: a.key)))
+
+
+def outside_windows(agents: AgentIndex, now: float) -> AgentIndex | None:
+    """The offered agents less those inside a maintenance window that has not ended (a gang
+    placed there would be cut off by it); None when no agent is inside one."""
+    inside: dict[AgentKey, AgentOffer | None] = {
+        (view.agent_id, view.role): None
+        for view in agents
+        if view.window is not None and (view.window[1] is None or view.window[1] > now)
+    }
+    return agents.amended(inside) if inside else None
+
+
+def place_avoiding_windows(
+    request: GangRequest, agents: AgentIndex, now: float, options: PlacementOptions = PlacementOptions()
+) -> tuple[GangFit | NoFit, bool]:
+    """``place_gang`` on the agents outside every maintenance window when the gang fits there,
+    else on all of them; and whether the answer uses an agent inside a window."""
+    outside = outside_windows(agents, now)
+    if outside is not None:
+        fit = place_gang(request, outside, options)
+        if isinstance(fit, GangFit):
+            return fit, False
+    fit = place_gang(request, agents, options)
+    inside = outside is not None and isinstance(fit, GangFit)
+    if inside:
+        assert isinstance(fit, GangFit)
+        windowed = {v.agent_id for v in agents if v.window is not None}
+        inside = any(a.agent_id in windowed for a in fit.assignments)
+    return fit, inside
 
 
 def _no_fit(
