@@ -111,9 +111,12 @@ def test_our_tasks_move_off_when_the_window_nears_and_the_offer_is_declined_mean
     ahead = answer(Window(NOW + 1000), tasks, NOW)
     assert not ahead.accept and ahead.move == ()
     assert ahead.refuse_s == pytest.approx(1000 - 120 - MARGIN_S)
-    # near (or begun): move them now, and decline until they are off (asked again soon)
+    # near (or begun): move them now, and hold the offer until they are off (then accepted)
     near = answer(Window(NOW + 100), tasks, NOW)
-    assert not near.accept and near.move == ("a", "b") and near.refuse_s == ASK_AGAIN_S
+    assert not near.accept and near.move == ("a", "b") and near.hold
+    assert not far.hold and not ahead.hold
+    # asked again a moment before it is time: never a filter shorter than the least
+    assert answer(Window(NOW + 120 + MARGIN_S + 1), tasks, NOW).refuse_s == ASK_AGAIN_S
     # a task already stopping is not asked again
     again = answer(Window(NOW + 100), [replace(tasks[0], moving=True), tasks[1]], NOW + 5)
     assert again.move == ("b",)

@@ -21,8 +21,9 @@ This module owns:
   grace period, so a job using ``PreemptionCheckpointHandler`` saves its step; the controller
   restarts it elsewhere as a platform event, not counted against ``backoffLimit``) once the
   window is near enough that they would end within their grace plus ``MARGIN_S`` of its
-  start, and decline meanwhile with a filter until then: the master asks again, and the
-  answer is an accept once nothing of ours runs there.
+  start, and decline meanwhile with a filter until then (the master asks again). Once they
+  are being moved, the inverse offer is held (the master sends no other for the agent while
+  one is outstanding) and accepted as soon as nothing of ours runs there.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 MARGIN_S = 60.0  # tasks on an agent going into maintenance end this long before the window
-ASK_AGAIN_S = 5.0  # while our tasks move off, the master asks again this soon (a filter)
+ASK_AGAIN_S = 5.0  # the shortest filter of a decline: the master asks again no sooner
 MAX_REFUSE_S = 3600.0  # a window far ahead: asked again at least hourly (it may move)
 
 
@@ -85,6 +86,7 @@ class Answer:
     move: tuple[str, ...] = ()  # task ids to stop now, cause Maintenance
     refuse_s: float = ASK_AGAIN_S  # a decline's filter: when the master asks again
     why: str = ""
+    hold: bool = False  # neither: answered (accepted) once the moved tasks have ended
 
 
 def answer(window: Window | None, tasks: Sequence[OurTask], now: float) -> Answer:
@@ -99,4 +101,4 @@ def answer(window: Window | None, tasks: Sequence[OurTask], now: float) -> Answe
             False, refuse_s=wait, why=f"{len(tasks)} task(s) move off {move_at - now:.0f} s from now"
         )
     moving = tuple(t.task_id for t in tasks if not t.moving)
-    return Answer(False, move=moving, why=f"moving {len(tasks)} task(s) off before the window")
+    return Answer(False, move=moving, why=f"moving {len(tasks)} task(s) off before the window", hold=True)

@@ -229,6 +229,7 @@ class SchedulerEvents(BackendState):
     def _on_disconnected(self) -> None:
         self._decide(msg.Disconnected())
         self._pool.clear()
+        self._inverse_held.clear()  # void with the subscription, as offers are
         self._changed = True
 
     def _on_offers(self, offers: Sequence[Offer]) -> None:
@@ -307,6 +308,8 @@ class SchedulerEvents(BackendState):
             )
         if status.uuid is not None and status.agent_id is not None:
             self._acks_due.append((status.agent_id, task_id, status.uuid))  # once the journal is synced
+        if changed and self._inverse_held and is_terminal(status.state):
+            self._settle_inverse()
         if changed:
             self._changed = True
             self._notify()
@@ -332,9 +335,20 @@ class SchedulerEvents(BackendState):
                 self._move_off(said.move, EndCause.MAINTENANCE)
             if said.accept:
                 self._answer_inverse("ACCEPT_INVERSE_OFFERS", calls.accept_inverse_offers([offer_id]))
+            elif said.hold:
+                self._inverse_held[offer_id] = agent_id
             else:
                 body = calls.decline_inverse_offers([offer_id], said.refuse_s)
                 self._answer_inverse("DECLINE_INVERSE_OFFERS", body)
+
+    def _settle_inverse(self) -> None:
+        """Accept each held inverse offer whose agent no task of ours runs on any more."""
+        busy = {e.agent_id for e in self._tasks.values() if not is_terminal(e.state)}
+        done = [offer_id for offer_id, agent_id in self._inverse_held.items() if agent_id not in busy]
+        for offer_id in done:
+            del self._inverse_held[offer_id]
+            log.info("our tasks are off the agent of inverse offer %s: accepting it", offer_id)
+            self._answer_inverse("ACCEPT_INVERSE_OFFERS", calls.accept_inverse_offers([offer_id]))
 
     def _answer_inverse(self, what: str, body: JSON) -> None:
         def send(client: SchedulerClient) -> None:

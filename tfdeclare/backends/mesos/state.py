@@ -113,6 +113,8 @@ class BackendState(ABC):
             raise BackendError(str(err)) from err
         self._options = PlacementOptions(cpu_tasks_on_gpu_agents=config.cpu_tasks_on_gpu_agents)
         self._pool = OfferPool()
+        # Inverse offers held until our tasks on their agent are gone, then accepted: id -> agent
+        self._inverse_held: dict[str, str] = {}
         self._on_agent: dict[str, set[str]] = {}  # agent id -> ids of our tasks there
         for entry in self._tasks.values():
             self._on_agent.setdefault(entry.agent_id, set()).add(entry.task_id)
