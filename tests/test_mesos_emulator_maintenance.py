@@ -85,7 +85,11 @@ def test_a_schedule_puts_unavailability_in_offers_and_sends_inverse_offers(
     _start(sub, offer, "t")
     start = int((time.time() + 3600) * 1e9)
     window = {"start": {"nanoseconds": start}, "duration": {"nanoseconds": 600 * 10**9}}
-    schedule = {"windows": [{"machine_ids": [{"hostname": offer["hostname"]}], "unavailability": window}]}
+    schedule = {
+        "windows": [
+            {"machine_ids": [{"hostname": offer["hostname"], "ip": "127.0.0.1"}], "unavailability": window}
+        ]
+    }
     response = _operator(
         emulator,
         {"type": "UPDATE_MAINTENANCE_SCHEDULE", "update_maintenance_schedule": {"schedule": schedule}},
@@ -126,3 +130,25 @@ def test_an_invalid_schedule_is_refused(emulator: Emulator) -> None:
     bad = {"windows": [{"machine_ids": [], "unavailability": {"start": {"nanoseconds": 0}}}]}
     call = {"type": "UPDATE_MAINTENANCE_SCHEDULE", "update_maintenance_schedule": {"schedule": bad}}
     assert _operator(emulator, call).status_code == 400
+
+
+def test_a_machine_id_matches_only_with_both_its_hostname_and_ip(
+    emulator: Emulator, subscribers: list[Subscriber]
+) -> None:
+    """Upstream compares machine ids whole: a hostname alone (its IP the empty string)
+    matches no agent that announces an IP, so its offers carry no window."""
+    sub = subscribe(emulator, subscribers, capabilities=AWARE)
+    offer = sub.offers()[0]
+    window = {"start": {"nanoseconds": int((time.time() + 60) * 1e9)}}
+
+    def windowed(event: dict[str, Any]) -> bool:
+        return any("unavailability" in o for o in event["offers"]["offers"])
+
+    emulator.schedule_maintenance(
+        [{"machine_ids": [{"hostname": offer["hostname"]}], "unavailability": window}]
+    )
+    sub.no_event("RESCIND", within=0.3)  # no machine of the schedule is this agent's
+    sub.no_event("OFFERS", within=0.1, predicate=windowed)
+    machine = {"hostname": offer["hostname"].upper(), "ip": "127.0.0.1"}  # hostnames: any case
+    emulator.schedule_maintenance([{"machine_ids": [machine], "unavailability": window}])
+    assert sub.next("OFFERS", windowed, timeout=3)["offers"]["offers"][0]["unavailability"] == window

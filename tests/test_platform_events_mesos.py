@@ -112,7 +112,7 @@ def test_a_lost_agent_moves_the_job_as_a_platform_event(project: tuple[Path, Emu
 def window(start_in_s: float, hostname: str) -> list[dict[str, Any]]:
     start = int((time.time() + start_in_s) * 1e9)
     unavailability = {"start": {"nanoseconds": start}, "duration": {"nanoseconds": 3600 * 10**9}}
-    return [{"machine_ids": [{"hostname": hostname}], "unavailability": unavailability}]
+    return [{"machine_ids": [{"hostname": hostname, "ip": "127.0.0.1"}], "unavailability": unavailability}]
 
 
 def test_a_gang_avoids_an_agent_inside_a_maintenance_window(project: tuple[Path, Emulator]) -> None:

@@ -7,8 +7,8 @@ Owns ``POST /api/v1/scheduler`` and the order in which the real master answers:
 ``Mesos-Stream-Id``) -> 200 stream for SUBSCRIBE; for other calls 400 (unknown
 framework) -> 400 (principal) -> 403 (not subscribed) -> 400 (stream id) -> 202/200/501.
 Also ``/version``, ``/health``, ``/redirect``, a debugging ``/state``, and of the operator
-API (``POST /api/v1``) the one call schedulers use to learn what the agents have:
-``GET_AGENTS`` (the others answer 501).
+API (``POST /api/v1``) the call schedulers use to learn what the agents have,
+``GET_AGENTS``, and the drain and maintenance calls (``maintenance.py``); the others answer 501.
 """
 
 from __future__ import annotations

@@ -123,15 +123,13 @@ class Maintenance:
         return None
 
     def window_of(self, record: AgentRecord) -> dict[str, Any] | None:
-        """The unavailability of the agent's machine in the schedule (both given fields of a
-        machine id must match what the agent announces: its hostname and IP)."""
-        hostname = record.hostname.lower()
-        ip = self.master.cluster.config.host_ip
+        """The unavailability of the agent's machine in the schedule. As upstream, a machine
+        id is compared whole with the agent's (its hostname, lower case, and its IP): an
+        omitted field is the empty string, which matches no agent that has one."""
+        mine = (record.hostname.lower(), self.master.cluster.config.host_ip)
         for window in self.master.registry.schedule:
             for machine in window.get("machine_ids") or []:
-                want_host = str(machine.get("hostname", "")).lower()
-                want_ip = str(machine.get("ip", ""))
-                if (not want_host or want_host == hostname) and (not want_ip or want_ip == ip):
+                if (str(machine.get("hostname", "")).lower(), str(machine.get("ip", ""))) == mine:
                     return dict(window["unavailability"])
         return None
 
