@@ -174,3 +174,16 @@ def test_an_absent_or_default_limit_keeps_the_spec_hash() -> None:
 
     assert load(b"") == load(b"platformRestartLimit: 10, ")
     assert load(b"") != load(b"platformRestartLimit: 2, ")
+
+
+def test_tfdeclare_status_shows_platform_restarts_apart() -> None:
+    from tfdeclare.cli.status_command import _status_detail
+
+    record = record_for(PSS, phase=Phase.RUNNING)
+    running = [task(record, n, R) for n in ("chief-0", "ps-0", "worker-1")]
+    after = step(record, [*running, taken(record, "worker-0", G, LOST_AGENT)], T0, BACKOFF).record
+    text = _status_detail(status.status_document(after, T0))
+    assert "restarts 0" in text
+    assert "platform restarts 1 of 10 (not counted against backoffLimit)" in text
+    assert f"AgentLost at {rfc3339(T0)}: worker-0" in text
+    assert "worker-0 restarted alone 0/3 (+1 for platform events)" in text

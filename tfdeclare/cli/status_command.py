@@ -134,8 +134,10 @@ def _status_detail(doc: dict[str, Any], paint: Painter = plain) -> str:
         waiting = f", relaunch pending (from {each['nextLaunchTime']})" if each.get("pending") else ""
         fell = each.get("jobRestartsForItsAddress") or 0
         back = f", {fell} whole-job restart(s) for want of its address" if fell else ""
+        taken = each.get("platformRestarts") or 0
+        platform = f" (+{taken} for platform events)" if taken else ""
         lines.append(
-            f"  {each['task']} restarted alone {each['restarts']}/{each['backoffLimit']}: "
+            f"  {each['task']} restarted alone {each['restarts']}/{each['backoffLimit']}{platform}: "
             f"{each['message']} ({each['lastRestartTime']}){waiting}{back}"
         )
     lines.append(f"  started {doc.get('startTime') or '-'}, completed {doc.get('completionTime') or '-'}")
