@@ -148,3 +148,15 @@ def test_a_gang_uses_a_window_agent_only_when_nothing_else_fits_and_says_so() ->
     # nothing fits anywhere: the ordinary answer
     nothing, inside = place_avoiding_windows(gang(9, ONE), AgentIndex(views), NOW)
     assert isinstance(nothing, NoFit) and not inside
+
+
+def test_the_index_keeps_its_windowed_agents_current() -> None:
+    index = AgentIndex([windowed("a1", NOW), agent("a2")])
+    assert [v.agent_id for v in index.windowed()] == ["a1"]
+    index.put(windowed("a2", NOW + 60))
+    index.put(agent("a1"))  # its window was cancelled
+    assert [v.agent_id for v in index.windowed()] == ["a2"]
+    amended = index.amended({("a2", "*"): None, ("a1", "*"): windowed("a1", NOW)})
+    assert [v.agent_id for v in amended.windowed()] == ["a1"]
+    index.drop("a2", "*")
+    assert index.windowed() == []
