@@ -12,6 +12,7 @@ import pytest
 from tests.test_placement import ONE, agent, agents_used, gang
 from tfdeclare.backends.mesos.maintenance import (
     ASK_AGAIN_S,
+    CANNOT_MOVE_REFUSE_S,
     MARGIN_S,
     MAX_REFUSE_S,
     OurTask,
@@ -122,6 +123,10 @@ def test_our_tasks_move_off_when_the_window_nears_and_the_offer_is_declined_mean
     assert again.move == ("b",)
     # no window given: at once
     assert answer(None, tasks, NOW).move == ("a", "b")
+    # near, but no agent outside a window is known: moving would only bring them back, so decline
+    stuck = answer(Window(NOW + 100), tasks, NOW, elsewhere=False)
+    assert not stuck.accept and stuck.move == () and not stuck.hold
+    assert stuck.refuse_s == CANNOT_MOVE_REFUSE_S
 
 
 def windowed(name: str, start: float, end: float | None = None) -> AgentOffer:

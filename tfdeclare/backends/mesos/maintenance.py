@@ -21,7 +21,12 @@ This module owns:
   grace period, so a job using ``PreemptionCheckpointHandler`` saves its step; the controller
   restarts it elsewhere as a platform event, not counted against ``backoffLimit``) once the
   window is near enough that they would end within their grace plus ``MARGIN_S`` of its
-  start, and decline meanwhile with a filter until then (the master asks again). Once they
+  start, and decline meanwhile with a filter until then (the master asks again). When no
+  agent outside every window is known (from the offers: every agent offered lately is in
+  one), moving is impossible (the job would come back to an agent going down, and again, its
+  platform budget spent for nothing): decline, asked again after ``CANNOT_MOVE_REFUSE_S``
+  (seen on a real master whose agents share one machine id, so one window covers them all).
+  Once they
   are being moved, the inverse offer is held (the master sends no other for the agent while
   one is outstanding) and accepted as soon as nothing of ours runs there.
 """
@@ -35,6 +40,7 @@ from typing import Any
 MARGIN_S = 60.0  # tasks on an agent going into maintenance end this long before the window
 ASK_AGAIN_S = 5.0  # the shortest filter of a decline: the master asks again no sooner
 MAX_REFUSE_S = 3600.0  # a window far ahead: asked again at least hourly (it may move)
+CANNOT_MOVE_REFUSE_S = 60.0  # no agent outside a window known: asked again after this
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +95,9 @@ class Answer:
     hold: bool = False  # neither: answered (accepted) once the moved tasks have ended
 
 
-def answer(window: Window | None, tasks: Sequence[OurTask], now: float) -> Answer:
-    """The answer to one inverse offer (see the module doc)."""
+def answer(window: Window | None, tasks: Sequence[OurTask], now: float, elsewhere: bool = True) -> Answer:
+    """The answer to one inverse offer (see the module doc); ``elsewhere``: an agent outside
+    every maintenance window is known."""
     if not tasks:
         return Answer(True, why="nothing of ours runs there")
     longest = max(t.grace_s for t in tasks)
@@ -100,5 +107,8 @@ def answer(window: Window | None, tasks: Sequence[OurTask], now: float) -> Answe
         return Answer(
             False, refuse_s=wait, why=f"{len(tasks)} task(s) move off {move_at - now:.0f} s from now"
         )
+    if not elsewhere:
+        why = "no agent outside a maintenance window is known: it cannot move"
+        return Answer(False, refuse_s=CANNOT_MOVE_REFUSE_S, why=why)
     moving = tuple(t.task_id for t in tasks if not t.moving)
     return Answer(False, move=moving, why=f"moving {len(tasks)} task(s) off before the window", hold=True)

@@ -33,7 +33,7 @@ from tfdeclare.backends.mesos.errors import (
 )
 from tfdeclare.backends.mesos.events import JSON, BaseHandler, Offer, TaskStatus, id_value
 from tfdeclare.backends.mesos.journal import FrameworkState
-from tfdeclare.backends.mesos.maintenance import OurTask, answer, window_of
+from tfdeclare.backends.mesos.maintenance import OurTask, Window, answer, cuts_in, window_of
 from tfdeclare.backends.mesos.offers import HeldOffer
 from tfdeclare.backends.mesos.state import OUR_TASK_ID, BackendState
 from tfdeclare.backends.mesos.taskinfo import LABEL_PREFIX
@@ -243,6 +243,7 @@ class SchedulerEvents(BackendState):
         for offer in offers:
             held = HeldOffer.parse(offer, now, hold)
             self._pool.add(held)
+            self._agent_windows[held.agent_id] = None if held.window is None else Window(*held.window)
             unlisted = unlisted or held.agent_id not in self._pool.capacity
         self._decide(msg.OffersReceived(unlisted), now)
         self._changed = self._tick_soon = True
@@ -327,9 +328,11 @@ class SchedulerEvents(BackendState):
             if offer_id is None or agent_id is None:
                 continue
             window = window_of(inverse.get("unavailability"))
+            self._agent_windows[agent_id] = window
             there = [e for e in self._tasks.values() if e.agent_id == agent_id and not is_terminal(e.state)]
             ours = [OurTask(e.task_id, e.kill_grace_s or 0.0, e.kill_requested) for e in there]
-            said = answer(window, ours, now)
+            outside = (a for a, w in self._agent_windows.items() if a != agent_id and not cuts_in(w, now))
+            said = answer(window, ours, now, elsewhere=any(True for _ in outside))
             log.info("inverse offer %s for agent %s (%s): %s", offer_id, agent_id, window, said.why)
             if said.move:
                 self._move_off(said.move, EndCause.MAINTENANCE)
