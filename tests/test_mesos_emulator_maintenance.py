@@ -114,10 +114,14 @@ def test_a_schedule_puts_unavailability_in_offers_and_sends_inverse_offers(
     sub.no_event("INVERSE_OFFERS", within=0.3)
     second = sub.next("INVERSE_OFFERS", timeout=3)["inverse_offers"]["inverse_offers"][0]
     assert second["id"] != inverse["id"]
-    # once our task is gone, no more are sent; an accept is recorded
+    # once our task is gone and we hold no offer of the agent, no more are sent; an accept is
+    # recorded (an offer held counts as resources there, as in upstream's allocator)
     sub.kill("t")
     sub.ack(sub.update("t", "TASK_KILLING"))
     sub.ack(sub.update("t", "TASK_KILLED", timeout=5))
+    assert sub.call("SUPPRESS", {}).status_code == 202  # no more offers: hold none of the agent
+    time.sleep(0.2)
+    sub.decline([o["id"] for o in emulator.offers(sub.framework_id)], refuse_seconds=60)
     assert sub.call("ACCEPT_INVERSE_OFFERS", {"inverse_offer_ids": [second["id"]]}).status_code == 202
     status = emulator.maintenance_status()["draining_machines"][0]["statuses"]
     assert status[0]["status"] == "ACCEPT"
@@ -152,3 +156,6 @@ def test_a_machine_id_matches_only_with_both_its_hostname_and_ip(
     machine = {"hostname": offer["hostname"].upper(), "ip": "127.0.0.1"}  # hostnames: any case
     emulator.schedule_maintenance([{"machine_ids": [machine], "unavailability": window}])
     assert sub.next("OFFERS", windowed, timeout=3)["offers"]["offers"][0]["unavailability"] == window
+    # no task of it runs there, but an offer it holds is allocated to it: it is asked too
+    inverse = sub.next("INVERSE_OFFERS", timeout=3)["inverse_offers"]["inverse_offers"][0]
+    assert inverse["agent_id"] == offer["agent_id"]

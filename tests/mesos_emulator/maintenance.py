@@ -14,8 +14,8 @@ maintenance half (``src/master/allocator/mesos/hierarchical.cpp``), and the docs
 * ``UPDATE_MAINTENANCE_SCHEDULE`` (``schedule.windows``: ``machine_ids`` of
   ``hostname``/``ip`` and an ``unavailability``): the machines are in Draining mode. Their
   outstanding offers are rescinded and re-sent, and every offer of them carries the
-  window's ``unavailability``; each framework with resources on them gets an
-  ``INVERSE_OFFERS`` event (one outstanding per framework and agent; the allocation cycle
+  window's ``unavailability``; each framework with resources on them (used, or held in an
+  offer: the allocator counts both as allocated) gets an ``INVERSE_OFFERS`` event (one outstanding per framework and agent; the allocation cycle
   sends another after an answer's filter, ``refuse_seconds`` default 5 s, has passed, while
   the framework still has resources there). ``ACCEPT_INVERSE_OFFERS`` and
   ``DECLINE_INVERSE_OFFERS`` record the answer (``GET_MAINTENANCE_STATUS``) and change
@@ -163,9 +163,14 @@ class Maintenance:
             window = self.window_of(record)
             if window is None:
                 continue
-            for framework_id, used in record.used.items():
+            # Offered resources are allocated to the framework in the allocator's books as much
+            # as used ones: a framework holding an offer of the agent is asked too (seen on
+            # the real master, which sends inverse offers for agents we only held offers of).
+            holders = {fid for fid, used in record.used.items() if used}
+            holders |= {master.offers[o].framework_id for o in record.offers if o in master.offers}
+            for framework_id in sorted(holders):
                 framework = master.frameworks.get(framework_id)
-                if framework is None or not framework.connected or not used:
+                if framework is None or not framework.connected:
                     continue
                 if any(
                     o.framework_id == framework_id and o.agent_id == record.id
