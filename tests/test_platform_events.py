@@ -187,3 +187,15 @@ def test_tfdeclare_status_shows_platform_restarts_apart() -> None:
     assert "platform restarts 1 of 10 (not counted against backoffLimit)" in text
     assert f"AgentLost at {rfc3339(T0)}: worker-0" in text
     assert "worker-0 restarted alone 0/3 (+1 for platform events)" in text
+
+
+def test_the_status_page_shows_platform_restarts_apart() -> None:
+    from tfdeclare.daemon.page import render
+
+    record = record_for(MWMS, phase=Phase.RUNNING, restarts=1)
+    after = step(record, [taken(record, "worker-0", ST, DRAINED)], T0, BACKOFF).record
+    html = render([status.status_document(after, T0)], (), {}, 0, now=T0)
+    assert "1 of 10 platform restart(s), not counted against backoffLimit" in html
+    assert f"last: AgentDrained at {rfc3339(T0)}" in html
+    quiet = render([status.status_document(record, T0)], (), {}, 0, now=T0)
+    assert "platform restart" not in quiet
