@@ -74,3 +74,17 @@ def test_preemptions_and_suspensions_are_counted_apart_from_restarts() -> None:
     assert got[("tfdeclare_job_suspensions", (("job", "paused"),))] == 1
     assert got[("tfdeclare_job_restarts", (("job", "low"),))] == 0
     assert got[("tfdeclare_job_restarts", (("job", "paused"),))] == 2
+
+
+def test_platform_restarts_are_counted_apart_from_restarts() -> None:
+    metrics = Metrics()
+    metrics.set_jobs(
+        {"moved": "Running", "steady": "Running"},
+        Counter(running=2),
+        {"moved": 1, "steady": 0},
+        platform_restarts={"moved": 3, "steady": 0},
+    )
+    got = samples(metrics.render())
+    assert got[("tfdeclare_job_platform_restarts", (("job", "moved"),))] == 3
+    assert got[("tfdeclare_job_platform_restarts", (("job", "steady"),))] == 0
+    assert got[("tfdeclare_job_restarts", (("job", "moved"),))] == 1

@@ -183,6 +183,8 @@ class Agent:
         self.ever_registered = False
         self.frameworks: dict[str, dict[str, Any]] = {}
         self.shutdown_frameworks: set[str] = set()
+        # DRAIN_AGENT (upstream ``Slave::drain``): the DrainConfig while draining, else None
+        self.drain_config: dict[str, Any] | None = None
         self.tasks: dict[tuple[str, str], AgentTask] = {}
         self.completed: collections.deque[AgentTask] = collections.deque(maxlen=200)
         self.streams: dict[tuple[str, str], UpdateStream] = {}
@@ -461,6 +463,36 @@ class Agent:
             self._executor_update(task, "TASK_KILLING")
         task.runner.kill(task.runner.grace_period(kill_policy))
 
+    def drain(self, config: dict[str, Any]) -> None:
+        """Upstream ``Slave::drain``/``_drain``: remember the drain, then KILL every task whose
+        latest state is neither terminal nor KILLING, with a grace of the smaller of its own
+        kill policy's and ``max_grace_period`` (a task without a kill policy: the cap, or the
+        executor's default)."""
+        self.drain_config = config
+        cap = config.get("max_grace_period")
+        for (fid, tid), task in list(self.tasks.items()):
+            if is_terminal(task.state) or task.state == "TASK_KILLING":
+                continue
+            policy = task.info.get("kill_policy")
+            if cap is not None:
+                own = (policy or {}).get("grace_period", {}).get("nanoseconds")
+                limit = int(cap.get("nanoseconds", 0))
+                nanos = limit if own is None else min(int(own), limit)
+                policy = {"grace_period": {"nanoseconds": nanos}}
+            self.kill_task(fid, tid, policy)
+
+    def _drained_status(self, status: dict[str, Any]) -> dict[str, Any]:
+        """Upstream ``Slave::statusUpdate`` while draining: KILLING, KILLED and GONE_BY_OPERATOR
+        updates carry ``REASON_AGENT_DRAINING``; with ``mark_gone`` a KILLED becomes
+        GONE_BY_OPERATOR."""
+        config = self.drain_config
+        if config is None or status["state"] not in ("TASK_KILLING", "TASK_KILLED", "TASK_GONE_BY_OPERATOR"):
+            return status
+        state = status["state"]
+        if state == "TASK_KILLED" and config.get("mark_gone"):
+            state = "TASK_GONE_BY_OPERATOR"
+        return {**status, "state": state, "reason": "REASON_AGENT_DRAINING"}
+
     def shutdown_framework(self, fid: str) -> None:
         self.shutdown_frameworks.add(fid)
         for key, task in list(self.tasks.items()):
@@ -582,6 +614,7 @@ class Agent:
     def _record(self, task: AgentTask, status: dict[str, Any]) -> None:
         if is_terminal(task.state):
             return
+        status = self._drained_status(status)
         task.state = status["state"]
         if task.framework_id in self.shutdown_frameworks:
             if is_terminal(task.state):

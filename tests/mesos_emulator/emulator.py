@@ -501,6 +501,34 @@ class Emulator:
     def mark_gone(self, agent_id: str) -> None:
         self._call(lambda c: self._master(c).mark_gone(agent_id))
 
+    def drain_agent(
+        self, agent_id: str, max_grace_period: float | None = None, mark_gone: bool = False
+    ) -> None:
+        """The operator's ``DRAIN_AGENT`` (``maintenance.py``)."""
+        config: dict[str, Any] = {"mark_gone": mark_gone}
+        if max_grace_period is not None:
+            config["max_grace_period"] = {"nanoseconds": round(max_grace_period * 1e9)}
+        error = self._call(lambda c: self._master(c).maintenance.drain_agent(agent_id, config))
+        if error is not None:
+            raise ValueError(error)
+
+    def reactivate_agent(self, agent_id: str) -> None:
+        error = self._call(lambda c: self._master(c).maintenance.reactivate_agent(agent_id))
+        if error is not None:
+            raise ValueError(error)
+
+    def schedule_maintenance(self, windows: list[dict[str, Any]]) -> None:
+        """The operator's ``UPDATE_MAINTENANCE_SCHEDULE`` (``[]`` cancels it)."""
+        error = self._call(lambda c: self._master(c).maintenance.update_schedule({"windows": windows}))
+        if error is not None:
+            raise ValueError(error)
+
+    def maintenance_status(self) -> dict[str, Any]:
+        return self._call(lambda c: self._master(c).maintenance.status())
+
+    def drain_info(self, agent_id: str) -> dict[str, Any] | None:
+        return self._call(lambda c: self._master(c).maintenance.drain_info(agent_id))
+
     def drop_stream(self, framework_id: str, notify_master: bool = True) -> None:
         """Close the framework's subscription socket abruptly (no final chunk).
 

@@ -7,8 +7,8 @@ Owns ``POST /api/v1/scheduler`` and the order in which the real master answers:
 ``Mesos-Stream-Id``) -> 200 stream for SUBSCRIBE; for other calls 400 (unknown
 framework) -> 400 (principal) -> 403 (not subscribed) -> 400 (stream id) -> 202/200/501.
 Also ``/version``, ``/health``, ``/redirect``, a debugging ``/state``, and of the operator
-API (``POST /api/v1``) the one call schedulers use to learn what the agents have:
-``GET_AGENTS`` (the others answer 501).
+API (``POST /api/v1``) the call schedulers use to learn what the agents have,
+``GET_AGENTS``, and the drain and maintenance calls (``maintenance.py``); the others answer 501.
 """
 
 from __future__ import annotations
@@ -131,10 +131,16 @@ class MasterEndpoints:
             call = json.loads(request.body)
         except (ValueError, UnicodeDecodeError) as exc:
             return Response.text(400, f"Failed to parse body into JSON: {exc}")
-        if not isinstance(call, dict) or call.get("type") != "GET_AGENTS":
-            return Response.text(501, "mesos-emulator answers only GET_AGENTS of the operator API")
-        body = {"type": "GET_AGENTS", "get_agents": {"agents": master.agents_listing()}}
-        return Response.json(200, json.dumps(body).encode())
+        kind = call.get("type") if isinstance(call, dict) else None
+        if kind == "GET_AGENTS":
+            body = {"type": "GET_AGENTS", "get_agents": {"agents": master.agents_listing()}}
+            return Response.json(200, json.dumps(body).encode())
+        if kind in MAINTENANCE_CALLS:
+            assert isinstance(call, dict)
+            return maintenance_call(master, call)
+        return Response.text(
+            501, "mesos-emulator answers only GET_AGENTS and the drain and maintenance calls"
+        )
 
     def scheduler(self, request: Request, start_stream: StreamStarter) -> Response | EventStream:
         response, call = self._pipeline(request, start_stream)
@@ -229,3 +235,44 @@ class MasterEndpoints:
             ), call
         status, body = master.handle_call(framework, call)
         return Response.text(status, body), call
+
+
+MAINTENANCE_CALLS = frozenset(
+    {
+        "DRAIN_AGENT",
+        "REACTIVATE_AGENT",
+        "UPDATE_MAINTENANCE_SCHEDULE",
+        "GET_MAINTENANCE_SCHEDULE",
+        "GET_MAINTENANCE_STATUS",
+    }
+)
+
+
+def maintenance_call(master: Any, call: dict[str, Any]) -> Response:
+    """The operator API's drain and maintenance calls (``maintenance.py``)."""
+    kind = call["type"]
+    maintenance = master.maintenance
+    if kind == "GET_MAINTENANCE_SCHEDULE":
+        body = {"type": kind, "get_maintenance_schedule": {"schedule": maintenance.schedule()}}
+        return Response.json(200, json.dumps(body).encode())
+    if kind == "GET_MAINTENANCE_STATUS":
+        body = {"type": kind, "get_maintenance_status": {"status": maintenance.status()}}
+        return Response.json(200, json.dumps(body).encode())
+    field = kind.lower()
+    inner = call.get(field)
+    if not isinstance(inner, dict):
+        return Response.text(400, f"Failed to validate master::Call: Expecting '{field}' to be present")
+    if kind == "UPDATE_MAINTENANCE_SCHEDULE":
+        error = maintenance.update_schedule(inner.get("schedule") or {})
+    else:
+        agent_id = (inner.get("agent_id") or {}).get("value")
+        if not isinstance(agent_id, str):
+            return Response.text(400, f"Failed to validate master::Call: Expecting '{field}.agent_id'")
+        if kind == "DRAIN_AGENT":
+            config = {k: inner[k] for k in ("max_grace_period", "mark_gone") if k in inner}
+            error = maintenance.drain_agent(agent_id, config)
+        else:
+            error = maintenance.reactivate_agent(agent_id)
+    if error is not None:
+        return Response.text(400, error)
+    return Response.text(200, "")

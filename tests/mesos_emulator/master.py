@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import jsonenc
 from .allocator import Allocator, min_allocatable_from_info
+from .maintenance import Maintenance
 from .master_agents import AgentLifecycle
 from .model import AgentRecord, Framework, Offer, Subscription, Task
 from .resources import Resources, coalesce, resource_key, to_fixed
@@ -60,6 +61,7 @@ class Master(AgentLifecycle):
         )
         self._framework_counter = 0
         self._offer_counter = 0
+        self.maintenance = Maintenance(self)
         self._allocation_timer: Handle | None = None
         self._allocation_requested = False
         self.recovered_registry = config.registry_recovery_delay <= 0
@@ -280,6 +282,7 @@ class Master(AgentLifecycle):
         if framework.active:
             self._deactivate(framework, rescind=True)
         framework.connected = False
+        self.maintenance.forget_framework(framework.id)
         sub, framework.subscription = framework.subscription, None
         if sub is not None:
             self._close_subscription(sub)
@@ -350,6 +353,12 @@ class Master(AgentLifecycle):
             "KILL": lambda: self._kill(framework, call["kill"]),
             "ACKNOWLEDGE": lambda: self._acknowledge(framework, call["acknowledge"]),
             "RECONCILE": lambda: self._reconcile(framework, call["reconcile"]),
+            "ACCEPT_INVERSE_OFFERS": lambda: self.maintenance.answer(
+                framework, call["accept_inverse_offers"], True
+            ),
+            "DECLINE_INVERSE_OFFERS": lambda: self.maintenance.answer(
+                framework, call["decline_inverse_offers"], False
+            ),
         }.get(kind)
         if kind == "UPDATE_FRAMEWORK":
             return self._update_framework_call(framework, call["update_framework"])
@@ -417,6 +426,7 @@ class Master(AgentLifecycle):
 
     def _allocation_tick(self) -> None:
         self._allocate()
+        self.maintenance.send_inverse_offers()
         self._timer(self.cluster.config.allocation_interval, self._allocation_tick)
 
     def _allocate(self) -> None:
@@ -475,6 +485,9 @@ class Master(AgentLifecycle):
             "attributes": agent.attributes,
             "allocation_info": {"role": offer.role},
         }
+        window = self.maintenance.window_of(self.agents[offer.agent_id])
+        if window is not None:  # a machine in Draining mode: its offers say when it goes
+            body["unavailability"] = window
         if not multi_role:
             del body["allocation_info"]
         return body
@@ -811,6 +824,7 @@ class Master(AgentLifecycle):
                 self.forward(framework, status)
         if task is not None:
             self.update_task(task, latest_state)
+            self.maintenance.progress(record)
 
     def _forward_late(self, framework_id: str, status: dict[str, Any]) -> None:
         framework = self.frameworks.get(framework_id)

@@ -132,15 +132,20 @@ class AgentLifecycle:
                         "attributes": agent.attributes,
                     },
                     "active": record.connected and record.active,
-                    "deactivated": not record.active,
+                    "deactivated": not record.active or record.deactivated,
                     "pid": f"{agent.pid_path}@{self.cluster.config.host_ip}:{self.cluster.agent_port}",
                     "version": self.cluster.config.version,
                     "total_resources": record.total.to_json(None, pre_refinement=False, endpoint=True),
                     "allocated_resources": used,
                     "offered_resources": record.offered.to_json(None, pre_refinement=False, endpoint=True),
+                    **self._drain_listing(record.id),
                 }
             )
         return out
+
+    def _drain_listing(self, agent_id: str) -> dict[str, Any]:
+        info = self.registry.draining.get(agent_id)
+        return {} if info is None else {"drain_info": {"state": info["state"], "config": info["config"]}}
 
     # -- registration -----------------------------------------------------------------
     def agent_registers(self, agent: Agent) -> None:

@@ -102,6 +102,8 @@ class AgentRecord:
     killed_tasks: set[tuple[str, str]] = field(default_factory=set)
     reregister_timer: Handle | None = None
     ping_misses: int = 0
+    # DRAIN_AGENT / DEACTIVATE_AGENT: no offers until REACTIVATE_AGENT (``maintenance.py``)
+    deactivated: bool = False
 
     def __post_init__(self) -> None:
         self.available = self.total.copy()
@@ -120,7 +122,7 @@ class AgentRecord:
 
     @property
     def schedulable(self) -> bool:
-        return self.connected and self.active
+        return self.connected and self.active and not self.deactivated
 
     # -- ledger -------------------------------------------------------------------------
     def offer(self, resources: Resources) -> None:
@@ -179,3 +181,7 @@ class Registry:
     admitted: dict[str, Agent] = field(default_factory=dict)
     unreachable: dict[str, float] = field(default_factory=dict)
     gone: dict[str, float] = field(default_factory=dict)
+    # Persisted as upstream persists them: each draining agent's DrainInfo, and the
+    # maintenance schedule (``maintenance.py``)
+    draining: dict[str, dict[str, Any]] = field(default_factory=dict)
+    schedule: list[dict[str, Any]] = field(default_factory=list)

@@ -129,6 +129,7 @@ def _status_detail(doc: dict[str, Any], paint: Painter = plain) -> str:
     lines.append(f"  spec hash: {doc['specHash'][:16]}   revision: {doc.get('revision') or '-'}")
     lines.append(f"  attempt {doc.get('attempt', 0)}, restarts {doc.get('restarts', 0)}")
     lines.extend(_interruptions(doc))
+    lines.extend(_platform_restarts(doc))
     for role, scope in (doc.get("restartScopes") or {}).items():
         what = "alone" if scope["scope"] == "Task" else "the whole job"
         lines.append(f"  a failed {role} restarts {what} (restartScope {scope['scope']}: {scope['message']})")
@@ -136,8 +137,10 @@ def _status_detail(doc: dict[str, Any], paint: Painter = plain) -> str:
         waiting = f", relaunch pending (from {each['nextLaunchTime']})" if each.get("pending") else ""
         fell = each.get("jobRestartsForItsAddress") or 0
         back = f", {fell} whole-job restart(s) for want of its address" if fell else ""
+        taken = each.get("platformRestarts") or 0
+        platform = f" (+{taken} for platform events)" if taken else ""
         lines.append(
-            f"  {each['task']} restarted alone {each['restarts']}/{each['backoffLimit']}: "
+            f"  {each['task']} restarted alone {each['restarts']}/{each['backoffLimit']}{platform}: "
             f"{each['message']} ({each['lastRestartTime']}){waiting}{back}"
         )
     lines.append(f"  started {doc.get('startTime') or '-'}, completed {doc.get('completionTime') or '-'}")
@@ -196,6 +199,20 @@ def _interruptions(doc: dict[str, Any]) -> list[str]:
         lines.append(
             f"  {entry['reason'].lower()}{by} at {entry['time']}{why}, {entry['tasks']} task(s); {until}"
         )
+    return lines
+
+
+def _platform_restarts(doc: dict[str, Any]) -> list[str]:
+    """Restarts for the platform's own events (lost or drained agents, maintenance, ...), apart
+    from ``restarts``: the counter against its limit and the last few events."""
+    used, events = doc.get("platformRestarts") or 0, doc.get("platformEvents") or []
+    if not (used or events):
+        return []
+    limit = doc.get("platformRestartLimit")
+    lines = [f"  platform restarts {used} of {limit} (not counted against backoffLimit)"]
+    for event in events[-5:]:
+        tasks = ", ".join(event.get("tasks") or [])
+        lines.append(f"  {event['cause']} at {event['time']}: {tasks}")
     return lines
 
 

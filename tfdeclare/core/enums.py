@@ -175,6 +175,11 @@ class Reason(StrEnum):
     PRUNE_REFUSED = "PruneRefused"  # the files define no job at all: pruning everything is refused
     NOT_IN_SOURCE = "NotInSource"  # gone from the files, and pruning is off (an orphan)
     UNVERIFIED_REVISION = "UnverifiedRevision"  # git head not signed by a trusted key: not applied
+    # A platform event (``EndCause``: an agent lost or drained, maintenance, an operator, the
+    # controller's own restart) ended tasks: a restart not counted against backoffLimit ...
+    PLATFORM_RESTART = "PlatformRestart"
+    # ... on its own budget (``platformRestartLimit``), which ran out
+    PLATFORM_RESTART_LIMIT_EXCEEDED = "PlatformRestartLimitExceeded"
 
     @property
     def stalled(self) -> bool:
@@ -190,8 +195,28 @@ _STALLED = frozenset(
         Reason.DEADLINE_EXCEEDED,
         Reason.PERMANENT_EXIT_CODE,
         Reason.TASK_FAILED,
+        Reason.PLATFORM_RESTART_LIMIT_EXCEEDED,
     }
 )
+
+
+class EndCause(StrEnum):
+    """Why a task ended (or was lost): the job's own doing, or one of the platform's events,
+    which restart the job without counting against ``backoffLimit`` (``platformRestartLimit``
+    bounds them). Backends say which platform event they saw (Mesos: the task state and
+    reason); anything they cannot tell apart is the job's own."""
+
+    JOB = "Job"  # it exited or failed by itself (an exit code, a signal, a limit it hit)
+    AGENT_LOST = "AgentLost"  # its machine (Mesos agent) became unreachable or was removed
+    AGENT_DRAINED = "AgentDrained"  # an operator drained its machine (Mesos DRAIN_AGENT)
+    MAINTENANCE = "Maintenance"  # moved off a machine scheduled for maintenance (inverse offer)
+    KILLED_BY_OPERATOR = "KilledByOperator"  # an operator marked its machine gone, or killed it
+    LAUNCH_DROPPED = "LaunchDropped"  # its launch never reached the machine (Mesos TASK_DROPPED)
+    CONTROLLER_RESTART = "ControllerRestart"  # found gone by a controller that restarted meanwhile
+
+    @property
+    def platform(self) -> bool:
+        return self is not EndCause.JOB
 
 
 class TaskState(StrEnum):

@@ -47,6 +47,7 @@ class Metrics:
         self.suspensions: Mapping[str, int] = {}
         self.progress: Mapping[str, Progress] = {}  # per job that has some (issue 34)
         self.clock: Callable[[], float] = time.time  # for ages at scrape time
+        self.platform_restarts: Mapping[str, int] = {}  # per job, apart from restarts
         self.applied_revision: str | None = None
         self.attempted_revision: str | None = None
         self.storage_writable: Mapping[str, bool] = {}  # "state"/"status" -> can take a write
@@ -77,6 +78,7 @@ class Metrics:
         preemptions: Mapping[str, int] | None = None,
         suspensions: Mapping[str, int] | None = None,
         progress: Mapping[str, Progress] | None = None,
+        platform_restarts: Mapping[str, int] | None = None,
     ) -> None:
         with self._lock:
             self.progress = dict(progress or {})
@@ -85,6 +87,7 @@ class Metrics:
             self.restarts = dict(restarts)
             self.preemptions = dict(preemptions or {})
             self.suspensions = dict(suspensions or {})
+            self.platform_restarts = dict(platform_restarts or {})
 
     def set_storage(self, writable: Mapping[str, bool], write_failures: int) -> None:
         with self._lock:
@@ -183,6 +186,14 @@ class Metrics:
             self.suspensions,
         )
         yield from self._progress_families()
+        yield _labelled(
+            GaugeMetricFamily,
+            "tfdeclare_job_platform_restarts",
+            "Restarts of the job for the platform's own events (lost or drained agents, maintenance, "
+            "a controller restart): not counted against backoffLimit, per job.",
+            "job",
+            self.platform_restarts,
+        )
         revisions = GaugeMetricFamily(
             "tfdeclare_revision_info",
             "The last applied and attempted source revisions.",

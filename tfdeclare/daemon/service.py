@@ -344,6 +344,7 @@ class Daemon:
             {n: r.preemptions for n, r in records.items()},
             {n: r.suspensions for n, r in records.items()},
             {n: r.progress for n, r in records.items() if r.progress is not None},
+            {n: r.platform_restarts for n, r in records.items()},
         )
         if self._draft.source_error is None:
             try:

@@ -236,6 +236,7 @@ def _observed(task: LocalTask, seen: Seen) -> ObservedTask:
         started_at=seen.started_at,
         finished_at=seen.finished_at,
         message=seen.message,
+        cause=seen.cause,
         extra={"gpus": ",".join(str(g) for g in task.gpu_devices), "source": task.source_dir or ""},
     )
 

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from tfdeclare.backends.base import LogChunk, LogOffsetError
 from tfdeclare.backends.local.record import ContainerSpec, LocalTask, TaskRuntime
-from tfdeclare.core.enums import TaskState
+from tfdeclare.core.enums import EndCause, TaskState
 from tfdeclare.core.run.tasks import TaskLaunch
 from tfdeclare.files import write_atomic
 
@@ -51,6 +51,7 @@ class Seen:
     finished_at: float | None = None
     message: str = ""
     chore: Chore | None = None
+    cause: EndCause = EndCause.JOB  # a platform event that ended it, where the driver saw one
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -117,7 +118,12 @@ def seen_from_end(end: dict[str, Any]) -> Seen:
         state = TaskState.STOPPED
     else:
         state = TaskState.FAILED
-    return Seen(state, exit_code, None, end.get("finishedAt"), end.get("message", ""))
+    cause = end.get("cause")
+    known = EndCause(cause) if cause in _CAUSES else EndCause.JOB  # records of earlier versions: none
+    return Seen(state, exit_code, None, end.get("finishedAt"), end.get("message", ""), cause=known)
+
+
+_CAUSES = frozenset(c.value for c in EndCause)
 
 
 def read_log_file(path: Path, offset: int, limit: int, ended: bool) -> LogChunk:

@@ -34,11 +34,14 @@ from tfdeclare.backends.local.drivers import (
 )
 from tfdeclare.backends.local.record import TASK_FILE, TaskRuntime
 from tfdeclare.backends.local.supervisor import kill_group, process_start_ticks
-from tfdeclare.core.enums import TaskState
+from tfdeclare.core.enums import EndCause, TaskState
 from tfdeclare.core.run.tasks import TaskLaunch
 
 START_TIMEOUT_S = 60.0  # a supervisor that has not started its task by then failed
 GONE_MESSAGE = "its supervisor process died; the task was killed"
+# Found so by a controller that never saw it alive (nor started it): it ended while no
+# controller watched, e.g. across a restart of the machine or of tfdeclare's controller.
+UNWATCHED_MESSAGE = "its supervisor process ended while no controller watched it; the task was killed"
 
 
 def alive(pid: object, ticks: object) -> bool:
@@ -67,6 +70,7 @@ class ProcessDriver:
 
     def __init__(self, python: str, started: dict[str, float]) -> None:
         self.python = python
+        self._seen_alive: set[str] = set()  # tasks this controller saw alive (their end is watched)
         self._started = started  # task id -> when this controller started its supervisor (monotonic)
         self._supervisors: dict[str, tuple[int, int]] = {}  # task id -> its live supervisor, last seen
         self._gone: dict[str, float] = {}  # task id -> when its supervisor was first seen gone
@@ -140,6 +144,7 @@ class ProcessDriver:
         if alive(pid, ticks):
             assert isinstance(pid, int) and isinstance(ticks, int)
             self._supervisors[task_id] = (pid, ticks)
+            self._seen_alive.add(task_id)
             if state_info is None:
                 return Seen(TaskState.STARTING)
             return Seen(TaskState.STOPPING if stopping else TaskState.RUNNING, started_at=started_at)
@@ -157,7 +162,12 @@ class ProcessDriver:
             return replace(seen_from_end(end), started_at=started_at)
         finished_at = self._gone.setdefault(task_id, time.time())
         state = TaskState.STOPPED if stopping else TaskState.FAILED
-        return Seen(state, None, started_at, finished_at, GONE_MESSAGE, chore=Chore.RECORD_END)
+        if task_id in self._seen_alive or task_id in self._started:
+            return Seen(state, None, started_at, finished_at, GONE_MESSAGE, chore=Chore.RECORD_END)
+        cause = EndCause.CONTROLLER_RESTART  # a platform event: not counted against backoffLimit
+        return Seen(
+            state, None, started_at, finished_at, UNWATCHED_MESSAGE, chore=Chore.RECORD_END, cause=cause
+        )
 
     # ---- tend -------------------------------------------------------------------------------
 
@@ -191,7 +201,11 @@ class ProcessDriver:
             return
         with contextlib.suppress(OSError):
             folder.record_end(
-                None, seen.finished_at or time.time(), GONE_MESSAGE, seen.state is TaskState.STOPPED
+                None,
+                seen.finished_at or time.time(),
+                seen.message or GONE_MESSAGE,
+                seen.state is TaskState.STOPPED,
+                cause=seen.cause.value,
             )
         self._gone.pop(folder.task_id, None)
 

@@ -56,7 +56,7 @@ from tfdeclare.backends.mesos.state import (
     LAUNCH_DRAIN_S,
     Accept,
 )
-from tfdeclare.backends.mesos.taskstate import is_terminal, observed_state, unhealthy
+from tfdeclare.backends.mesos.taskstate import cause_of, is_terminal, observed_state, unhealthy
 from tfdeclare.backends.mesos.workers import BackgroundWork
 from tfdeclare.backends.secrets import SecretUnavailable, read_all
 from tfdeclare.core.enums import Role, SecretSource
@@ -239,6 +239,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
             spec_hash=entry.spec_hash,
             extra=extra,
             unhealthy=unhealthy(entry),
+            cause=cause_of(entry.state, entry.reason, entry.moved_for),
         )
 
     # ---- place / release -----------------------------------------------------------------------
@@ -316,6 +317,11 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
         if not isinstance(fit, GangFit):
             message = f"{fit.message}; {note}" if note else fit.message
             return Unplaced(fit.reason, message, self._short(request, waiting, views)), False, None
+        if decision.inside_window:
+            log.warning(
+                "%s: placed on an agent scheduled for maintenance (nothing outside a window fits)",
+                request.job,
+            )
         slots = tuple(Slot(a.key, a.hostname, a.port, backend_ref=a.agent_id) for a in fit.assignments)
         wanted = {s.key: s.previous for s in request.slots if s.previous is not None}
         ideal = all(

@@ -104,3 +104,17 @@ def update_framework(info: FrameworkInfo, suppressed_roles: Sequence[str]) -> JS
     if suppressed_roles:
         body["suppressed_roles"] = list(suppressed_roles)
     return {"type": "UPDATE_FRAMEWORK", "update_framework": body}
+
+
+def accept_inverse_offers(inverse_offer_ids: Sequence[str], refuse_seconds: float | None = None) -> JSON:
+    body: JSON = {"inverse_offer_ids": _ids(inverse_offer_ids, "inverse_offer_ids")}
+    if (f := filters(refuse_seconds)) is not None:
+        body["filters"] = f
+    return {"type": "ACCEPT_INVERSE_OFFERS", "accept_inverse_offers": body}
+
+
+def decline_inverse_offers(inverse_offer_ids: Sequence[str], refuse_seconds: float | None) -> JSON:
+    body: JSON = {"inverse_offer_ids": _ids(inverse_offer_ids, "inverse_offer_ids")}
+    if (f := filters(refuse_seconds)) is not None:
+        body["filters"] = f
+    return {"type": "DECLINE_INVERSE_OFFERS", "decline_inverse_offers": body}

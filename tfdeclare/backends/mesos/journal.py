@@ -77,6 +77,8 @@ class TaskEntry:
     updated_at: float | None = None
     forgotten: bool = False  # out of observe(); kept for its logs until the job is purged
     healthy: bool | None = None  # the executor's health check's last word (None: no check or no result)
+    # tfdeclare stopped it to move it off its agent (an ``EndCause`` value: Maintenance)
+    moved_for: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in _ENTRY_FIELDS}  # flat: no deep copy

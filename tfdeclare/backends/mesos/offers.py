@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tfdeclare.backends.mesos.events import Offer
+from tfdeclare.backends.mesos.maintenance import window_of
 from tfdeclare.backends.mesos.placement import (
     AgentIndex,
     AgentOffer,
@@ -215,6 +216,7 @@ class HeldOffer:
     hold_until: float
     # the usable resources as offered (with their reservations), to launch from
     resources: tuple[dict[str, Any], ...] = ()
+    window: tuple[float, float | None] | None = None  # the offer's ``unavailability``
 
     @classmethod
     def parse(cls, offer: Offer, now: float, hold_s: float) -> HeldOffer:
@@ -234,7 +236,13 @@ class HeldOffer:
             received_at=now,
             hold_until=now + hold_s,
             resources=tuple(r for r in offer.resources if usable(r, (role,))),
+            window=_window(offer.raw.get("unavailability")),
         )
+
+
+def _window(raw: Any) -> tuple[float, float | None] | None:
+    window = window_of(raw)
+    return None if window is None else (window.start, window.end)
 
 
 @dataclass(slots=True)
@@ -309,6 +317,7 @@ class OfferPool:
                 first.attributes,
                 key[1],
                 gpu_agent=key[0] in self.gpu_agents,
+                window=next((h.window for h in held if h.window is not None), None),
             )
         )
 

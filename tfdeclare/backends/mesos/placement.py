@@ -67,6 +67,9 @@ class AgentOffer:
     attributes: Mapping[str, str] = field(default_factory=dict)
     role: str = "*"
     gpu_agent: bool = False  # the agent has GPUs, even if none are offered now
+    # A maintenance window scheduled for the agent (its offers' ``unavailability``): (start,
+    # end) in unix seconds, end None when open-ended; None: none scheduled.
+    window: tuple[float, float | None] | None = None
 
     @property
     def port_count(self) -> int:
@@ -156,7 +159,7 @@ def _entry(view: AgentOffer) -> _Entry:
 class _Tables:
     """What an ``AgentIndex`` and the indexes amended from it share."""
 
-    __slots__ = ("buckets", "by_host", "order", "version", "views")
+    __slots__ = ("buckets", "by_host", "order", "version", "views", "windowed")
 
     def __init__(self) -> None:
         self.views: dict[AgentKey, AgentOffer] = {}
@@ -164,6 +167,7 @@ class _Tables:
         self.order: list[AgentKey] | None = None  # the keys sorted (made when first needed)
         self.by_host: dict[str, list[AgentKey]] | None = None  # sorted keys per hostname (likewise)
         self.version = 0  # changes with every put and drop
+        self.windowed: set[AgentKey] = set()  # the keys whose view has a maintenance window
 
 
 class AgentIndex:
@@ -196,6 +200,8 @@ class AgentIndex:
             if key in views_by_key:
                 raise ValueError(f"two views of agent {view.agent_id} for role {view.role}")
             views_by_key[key] = view
+            if view.window is not None:
+                self._t.windowed.add(key)
             buckets.setdefault((_gpu_flag(view), view.gpus), []).append(_entry(view))
         for entries in buckets.values():
             entries.sort()
@@ -214,6 +220,10 @@ class AgentIndex:
         elif t.order is not None:
             bisect.insort(t.order, key)
         t.views[key] = view
+        if view.window is not None:
+            t.windowed.add(key)
+        else:
+            t.windowed.discard(key)
         bisect.insort(t.buckets.setdefault((_gpu_flag(view), view.gpus), []), _entry(view))
         if t.by_host is not None and (old is None or old.hostname != view.hostname):
             bisect.insort(t.by_host.setdefault(view.hostname, []), key)
@@ -227,6 +237,7 @@ class AgentIndex:
         if old is None:
             return
         self._unfile(old)
+        t.windowed.discard(key)
         if t.order is not None:
             del t.order[bisect.bisect_left(t.order, key)]
         if t.by_host is not None:
@@ -304,6 +315,14 @@ class AgentIndex:
             return map(views.__getitem__, self._order())
         current = (changes.get(key, views[key]) for key in self._order())
         return (view for view in current if view is not None)
+
+    def windowed(self) -> list[AgentOffer]:
+        """The views with a maintenance window, in (agent id, role) order: the cost of those
+        alone (a replacement keeps its agent, so amended views are looked up by key)."""
+        t = self._tables()
+        keys = t.windowed | {key for key, view in self._changes.items() if view is not None and view.window}
+        views = (self.get(*key) for key in sorted(keys))
+        return [view for view in views if view is not None and view.window is not None]
 
     def __len__(self) -> int:
         removed = sum(1 for view in self._changes.values() if view is None)
@@ -663,6 +682,36 @@ def place_gang(
         v = chosen.view
         assignments.append(SlotAssignment(slot.key, v.agent_id, v.hostname, v.role, port, resources))
     return GangFit(tuple(sorted(assignments, key=lambda a: a.key)))
+
+
+def outside_windows(agents: AgentIndex, now: float) -> AgentIndex | None:
+    """The offered agents less those inside a maintenance window that has not ended (a gang
+    placed there would be cut off by it); None when no agent is inside one."""
+    inside: dict[AgentKey, AgentOffer | None] = {
+        (view.agent_id, view.role): None
+        for view in agents.windowed()
+        if view.window is not None and (view.window[1] is None or view.window[1] > now)
+    }
+    return agents.amended(inside) if inside else None
+
+
+def place_avoiding_windows(
+    request: GangRequest, agents: AgentIndex, now: float, options: PlacementOptions = PlacementOptions()
+) -> tuple[GangFit | NoFit, bool]:
+    """``place_gang`` on the agents outside every maintenance window when the gang fits there,
+    else on all of them; and whether the answer uses an agent inside a window."""
+    outside = outside_windows(agents, now)
+    if outside is not None:
+        fit = place_gang(request, outside, options)
+        if isinstance(fit, GangFit):
+            return fit, False
+    fit = place_gang(request, agents, options)
+    inside = outside is not None and isinstance(fit, GangFit)
+    if inside:
+        assert isinstance(fit, GangFit)
+        windowed = {v.agent_id for v in agents.windowed()}
+        inside = any(a.agent_id in windowed for a in fit.assignments)
+    return fit, inside
 
 
 def _no_fit(

@@ -27,7 +27,7 @@ from tfdeclare.backends.mesos.placement import (
     PlacementOptions,
     as_index,
     backfill,
-    place_gang,
+    place_avoiding_windows,
 )
 from tfdeclare.core.run.tasks import GangRequest
 from tfdeclare.core.spec.resources import Resources
@@ -48,6 +48,8 @@ class InLine:
 
     fit: GangFit | NoFit
     note: str = ""
+    # placed on an agent inside a maintenance window (no agent outside one would do)
+    inside_window: bool = False
 
 
 def enqueue(queue: dict[str, Waiting], job: str, waiting: Waiting) -> None:
@@ -121,4 +123,5 @@ def place_in_line(
         agents, note = backfill(
             first.request, now - first.first_asked, agents, drain_after_s, options, capacities
         )
-    return InLine(place_gang(request, agents, options), note)
+    fit, inside = place_avoiding_windows(request, agents, now, options)
+    return InLine(fit, note, inside)

@@ -5,7 +5,9 @@ in order with everything else; the stream thread never waits for the backend. Th
 owns ``SchedulerEvents``: SUBSCRIBED (persist the framework id before anything
 acts on it, void held offers), OFFERS (into the pool, held for as long as ``decide.hold_for``
 says), RESCIND, UPDATE (folded into the journal, which is written before the update is
-acknowledged; a task never launched is forgotten), the end of a subscription, and a
+acknowledged; a task never launched is forgotten), INVERSE_OFFERS (answered as
+``maintenance.answer`` says: accepted once nothing of ours runs on the agent, our tasks there
+moved off the graceful way when its window nears), the end of a subscription, and a
 framework the master removed (policy ``onFrameworkRemoved``). What follows from each for the
 policies (ask for the agents, reconcile, re-send KILLs, kill an unknown task of ours, fence
 a lost one) is decided by ``decide`` from the event this module hands it.
@@ -18,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from tfdeclare.backends.base import BackendError
-from tfdeclare.backends.mesos import decide
+from tfdeclare.backends.mesos import calls, decide
 from tfdeclare.backends.mesos import decide_messages as msg
 from tfdeclare.backends.mesos.client import SchedulerClient
 from tfdeclare.backends.mesos.decide_messages import Reported
@@ -29,12 +31,14 @@ from tfdeclare.backends.mesos.errors import (
     SubscribeRefusedError,
     TerminalError,
 )
-from tfdeclare.backends.mesos.events import BaseHandler, Offer, TaskStatus
+from tfdeclare.backends.mesos.events import JSON, BaseHandler, Offer, TaskStatus, id_value
 from tfdeclare.backends.mesos.journal import FrameworkState
+from tfdeclare.backends.mesos.maintenance import OurTask, Window, answer, cuts_in, window_of
 from tfdeclare.backends.mesos.offers import HeldOffer
 from tfdeclare.backends.mesos.state import OUR_TASK_ID, BackendState
 from tfdeclare.backends.mesos.taskinfo import LABEL_PREFIX
 from tfdeclare.backends.mesos.taskstate import LOST_LIKE, NEVER_LAUNCHED, TERMINAL, apply_status, is_terminal
+from tfdeclare.core.enums import EndCause
 
 log = logging.getLogger("tfdeclare.mesos")
 
@@ -101,6 +105,12 @@ class EventHandler(BaseHandler):
 
     def terminated(self, error: TerminalError) -> None:
         self.backend._post(lambda: self.backend._on_terminated(error))
+
+    def other(self, event: JSON) -> None:
+        if event.get("type") == "INVERSE_OFFERS":
+            raw = (event.get("inverse_offers") or {}).get("inverse_offers") or []
+            inverse = [offer for offer in raw if isinstance(offer, dict)]
+            self.backend._post(lambda: self.backend._on_inverse_offers(inverse))
 
 
 class SchedulerEvents(BackendState):
@@ -219,6 +229,7 @@ class SchedulerEvents(BackendState):
     def _on_disconnected(self) -> None:
         self._decide(msg.Disconnected())
         self._pool.clear()
+        self._inverse_held.clear()  # void with the subscription, as offers are
         self._changed = True
 
     def _on_offers(self, offers: Sequence[Offer]) -> None:
@@ -232,6 +243,7 @@ class SchedulerEvents(BackendState):
         for offer in offers:
             held = HeldOffer.parse(offer, now, hold)
             self._pool.add(held)
+            self._agent_windows[held.agent_id] = None if held.window is None else Window(*held.window)
             unlisted = unlisted or held.agent_id not in self._pool.capacity
         self._decide(msg.OffersReceived(unlisted), now)
         self._changed = self._tick_soon = True
@@ -301,9 +313,73 @@ class SchedulerEvents(BackendState):
             )
         if status.uuid is not None and status.agent_id is not None:
             self._acks_due.append((status.agent_id, task_id, status.uuid))  # once the journal is synced
+        if changed and self._inverse_held and is_terminal(status.state):
+            self._settle_inverse()
         if changed:
             self._changed = True
             self._notify()
+
+    def _on_inverse_offers(self, inverse_offers: Sequence[JSON]) -> None:
+        """Maintenance asks an agent's resources back: accept when nothing of ours runs there;
+        else move our tasks off (stopped with their grace, cause Maintenance, so the
+        controller restarts them elsewhere without counting a failure) once the window nears,
+        and decline until then (the master asks again after the filter)."""
+        if self._read_only or not self._connected:
+            return
+        now = self.clock()
+        for inverse in inverse_offers:
+            offer_id, agent_id = id_value(inverse.get("id")), id_value(inverse.get("agent_id"))
+            if offer_id is None or agent_id is None:
+                continue
+            window = window_of(inverse.get("unavailability"))
+            self._agent_windows[agent_id] = window
+            there = [e for e in self._tasks.values() if e.agent_id == agent_id and not is_terminal(e.state)]
+            ours = [OurTask(e.task_id, e.kill_grace_s or 0.0, e.kill_requested) for e in there]
+            outside = (a for a, w in self._agent_windows.items() if a != agent_id and not cuts_in(w, now))
+            said = answer(window, ours, now, elsewhere=any(True for _ in outside))
+            log.info("inverse offer %s for agent %s (%s): %s", offer_id, agent_id, window, said.why)
+            if said.move:
+                self._move_off(said.move, EndCause.MAINTENANCE)
+            if said.accept:
+                self._answer_inverse("ACCEPT_INVERSE_OFFERS", calls.accept_inverse_offers([offer_id]))
+            elif said.hold:
+                self._inverse_held[offer_id] = agent_id
+            else:
+                body = calls.decline_inverse_offers([offer_id], said.refuse_s)
+                self._answer_inverse("DECLINE_INVERSE_OFFERS", body)
+
+    def _settle_inverse(self) -> None:
+        """Accept each held inverse offer whose agent no task of ours runs on any more."""
+        busy = {e.agent_id for e in self._tasks.values() if not is_terminal(e.state)}
+        done = [offer_id for offer_id, agent_id in self._inverse_held.items() if agent_id not in busy]
+        for offer_id in done:
+            del self._inverse_held[offer_id]
+            log.info("our tasks are off the agent of inverse offer %s: accepting it", offer_id)
+            self._answer_inverse("ACCEPT_INVERSE_OFFERS", calls.accept_inverse_offers([offer_id]))
+
+    def _answer_inverse(self, what: str, body: JSON) -> None:
+        def send(client: SchedulerClient) -> None:
+            client.call(body)
+
+        self._send(what, send)
+
+    def _move_off(self, task_ids: Sequence[str], cause: EndCause) -> None:
+        """Stop these tasks the graceful way, recording why (``TaskEntry.moved_for``)."""
+        changed, targets = [], []
+        for task_id in task_ids:
+            entry = self._tasks.get(task_id)
+            if entry is None or is_terminal(entry.state) or entry.kill_requested:
+                continue
+            entry.kill_requested = True
+            entry.moved_for = cause.value
+            changed.append(entry)
+            targets.append(msg.KillTarget(task_id, entry.agent_id, entry.kill_grace_s))
+        if not changed:
+            return
+        self._journal.put(changed, sync=True)
+        self._decide(msg.Stop(tuple(targets)))
+        self._changed = True
+        self._notify()
 
     def _is_ours(self, task_id: str, status: TaskStatus) -> bool:
         if not OUR_TASK_ID.match(task_id):

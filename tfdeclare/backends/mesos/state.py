@@ -52,6 +52,7 @@ from tfdeclare.backends.mesos.journal import (
     TaskEntry,
     TaskJournal,
 )
+from tfdeclare.backends.mesos.maintenance import Window
 from tfdeclare.backends.mesos.offers import OfferPool, agent_capacity
 from tfdeclare.backends.mesos.placement import AgentOffer, PlacementOptions
 from tfdeclare.backends.mesos.queueing import Waiting
@@ -120,6 +121,11 @@ class BackendState(ABC):
             raise BackendError(str(err)) from err
         self._options = PlacementOptions(cpu_tasks_on_gpu_agents=config.cpu_tasks_on_gpu_agents)
         self._pool = OfferPool()
+        # Inverse offers held until our tasks on their agent are gone, then accepted: id -> agent
+        self._inverse_held: dict[str, str] = {}
+        # Each agent's maintenance window as its latest offer or inverse offer said (None:
+        # none): whether a task moved off for maintenance has anywhere to go
+        self._agent_windows: dict[str, Window | None] = {}
         self._on_agent: dict[str, set[str]] = {}  # agent id -> ids of our tasks there
         for entry in self._tasks.values():
             self._on_agent.setdefault(entry.agent_id, set()).add(entry.task_id)

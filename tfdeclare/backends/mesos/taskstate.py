@@ -19,6 +19,14 @@ This module owns two mappings:
 A task that fails its health check (``healthCheck``, run by the executor) gets ``healthy``
 updates on TASK_RUNNING (kept in the entry) and is killed by its executor: ``unhealthy``
 says so, and the lifecycle restarts it as a failure.
+- ``cause_of``: which of the platform's own events (``EndCause``), if any, a state and reason
+  say ended the task, for the lifecycle's separate budget: the agent's drain
+  (``REASON_AGENT_DRAINING``, on TASK_KILLING/KILLED/GONE_BY_OPERATOR), an agent lost,
+  removed or restarted (LOST / UNREACHABLE / UNKNOWN / GONE, ``REASON_AGENT_REMOVED`` and its
+  v0 spelling ``REASON_SLAVE_REMOVED``), an agent an operator marked gone
+  (TASK_GONE_BY_OPERATOR), a launch the cluster dropped (TASK_DROPPED), and tfdeclare's own
+  move off an agent going into maintenance (``TaskEntry.moved_for``). Anything else, an exit
+  code, an OOM kill, a container that failed to launch, is the job's own.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ import re
 import signal
 
 from tfdeclare.backends.mesos.journal import TaskEntry
-from tfdeclare.core.enums import TaskState
+from tfdeclare.core.enums import EndCause, TaskState
 
 TERMINAL = frozenset(
     {
@@ -186,3 +194,34 @@ def observed_state(entry: TaskEntry, now: float, fencing_s: float) -> tuple[Task
         lost = TaskState.STOPPING if entry.kill_requested else TaskState.LOST
         return lost, None, message or state.removeprefix("TASK_").lower()
     return TaskState.GONE, None, message or state.removeprefix("TASK_").lower()
+
+
+_AGENT_LOST_REASONS = frozenset(
+    {
+        "REASON_AGENT_REMOVED",
+        "REASON_SLAVE_REMOVED",
+        "REASON_AGENT_DISCONNECTED",
+        "REASON_SLAVE_DISCONNECTED",
+        "REASON_AGENT_RESTARTED",
+        "REASON_SLAVE_RESTARTED",
+        "REASON_AGENT_UNKNOWN",
+        "REASON_SLAVE_UNKNOWN",
+    }
+)
+_OPERATOR_REASONS = frozenset({"REASON_AGENT_REMOVED_BY_OPERATOR", "REASON_SLAVE_REMOVED_BY_OPERATOR"})
+
+
+def cause_of(state: str | None, reason: str | None, moved_for: str | None = None) -> EndCause:
+    """The platform event (or ``EndCause.JOB``) a task's latest Mesos state and reason tell
+    of; ``moved_for``: tfdeclare itself moved it off its agent for that cause."""
+    if moved_for is not None:
+        return EndCause(moved_for)
+    if reason == "REASON_AGENT_DRAINING":
+        return EndCause.AGENT_DRAINED
+    if state == "TASK_GONE_BY_OPERATOR" or reason in _OPERATOR_REASONS:
+        return EndCause.KILLED_BY_OPERATOR
+    if state == "TASK_DROPPED":
+        return EndCause.LAUNCH_DROPPED
+    if state in LOST_LIKE or state == "TASK_GONE" or reason in _AGENT_LOST_REASONS:
+        return EndCause.AGENT_LOST
+    return EndCause.JOB

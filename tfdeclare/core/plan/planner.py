@@ -153,6 +153,7 @@ _IN_PLACE_FIELDS = frozenset(
         ("spec", "priority"),  # the queue's order and whom it may preempt: no running task changes
         ("spec", "suspend"),  # stops or starts the job's tasks, never changes what they run
         ("spec", "checkpoint"),  # only read by the controller (progress): no task changes
+        ("spec", "platformRestartLimit"),  # a budget, like backoffLimit
     }
 )
 _IN_PLACE_ROLE_FIELDS = frozenset({"restartPolicy", "restartScope", "imagePullPolicy"})

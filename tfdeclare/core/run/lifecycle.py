@@ -40,6 +40,13 @@ except what it wrote into the record. The rules (docs/reference.md#job-semantics
   gang on the same addresses where the backend can. ``suspend: false`` resumes a suspended
   job; a preempted one asks to be placed whenever nothing of it runs, and is resumed (by the
   controller, ``resumed``) once it is.
+- The platform's own events (``causes``: a task lost with its agent, an agent drained or going
+  into maintenance, an operator, tasks found gone by a restarted controller) are no failure of
+  the job: when every failed task of a pass was taken so, the job (or each task alone, by its
+  restart scope) restarts at once, without a backoff, counted in ``platform_restarts`` (and a
+  task's ``TaskRestarts.platform``), never in ``restarts`` nor against ``backoffLimit``; past
+  ``platformRestartLimit`` the job fails (reason PlatformRestartLimitExceeded). A pass with a
+  failure of the job's own among them takes the ordinary failure path.
 - The TensorBoard task (``spec.tensorboard``) is outside all of this: it starts with the
   job's tasks (or alone), is relaunched alone when it ends, is replaced only when its own
   config changes, and is stopped when the job ends or is deleted.
@@ -51,9 +58,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from tfdeclare.core.enums import Phase, Reason, RestartPolicy, RestartScope, Role, SuccessPolicy, TaskState
+from tfdeclare.core.run.causes import WORDS, cause_of, split
 from tfdeclare.core.run.clusterspec import TaskConfig, reuse, task_configs, with_restarts
 from tfdeclare.core.run.launches import pinned
-from tfdeclare.core.run.record import SUSPENSION_HISTORY, JobRecord, Suspension, TaskRestarts, rfc3339
+from tfdeclare.core.run.record import (
+    PLATFORM_HISTORY,
+    SUSPENSION_HISTORY,
+    JobRecord,
+    PlatformEvent,
+    Suspension,
+    TaskRestarts,
+    rfc3339,
+)
 from tfdeclare.core.run.tasks import ObservedTask, TaskKey
 from tfdeclare.core.spec.model import SCOPE_WHY, TENSORBOARD_KEY, JobSpec
 
@@ -106,6 +122,9 @@ def desired_configs(
 def _describe_end(task: ObservedTask) -> str:
     if task.unhealthy:
         return f"{task.key.name} was {task.unhealthy}"
+    cause = cause_of(task)
+    if cause.platform:
+        return f"{task.key.name} was taken: {WORDS[cause]}" + (f" ({task.message})" if task.message else "")
     if task.state is TaskState.LOST:
         return f"{task.key.name} is lost" + (f" ({task.message})" if task.message else "")
     if task.state is TaskState.GONE:
@@ -500,7 +519,10 @@ def _a_task_failed(look: _Look) -> Step | None:
     failures = sorted([*ended, *lost], key=lambda t: t.key)
     if not failures:
         return None
-    return _on_failure(look.record, spec, failures, look.now, look.backoff, look.to_stop)
+    own, taken = split(failures)
+    if own:
+        return _on_failure(look.record, spec, failures, look.now, look.backoff, look.to_stop)
+    return _on_platform_event(look.record, spec, taken, look.now, look.to_stop)
 
 
 def _address_not_back(look: _Look) -> Step | None:
@@ -883,3 +905,62 @@ def _restart_alone(
         for t in failures
     )
     return Step(restarted, stop=lost, events=events, wake_at=wake)
+
+
+# ---- the platform's own events ----------------------------------------------------------------
+
+
+def _on_platform_event(
+    record: JobRecord, spec: JobSpec, taken: Sequence[ObservedTask], now: float, to_stop: tuple[str, ...]
+) -> Step:
+    """Every failed task was taken by the platform: restart at once (the job, or each task
+    alone by its scope), on the job's platform budget, never against ``backoffLimit``."""
+    what = "; ".join(_describe_end(t) for t in taken)
+    cause = cause_of(taken[0])
+    limit = spec.platform_restart_limit
+    used = record.platform_restarts
+    event = PlatformEvent(cause, now, tuple(t.key.name for t in taken), what)
+    history = (*record.platform_events, event)[-PLATFORM_HISTORY:]
+    if used >= limit:
+        message = f"{what}; {used} platform restart(s) used of platformRestartLimit {limit}"
+        failed = record.evolve(platform_events=history)
+        return _finish(failed, Phase.FAILED, Reason.PLATFORM_RESTART_LIMIT_EXCEEDED, message, now, to_stop)
+    count = used + 1
+    budget = f"platform restart {count} of {limit}, not counted against backoffLimit"
+    whole = [t for t in taken if spec.restart_scope_for(t.key.role)[0] is RestartScope.JOB]
+    if whole:
+        restarted = record.evolve(
+            phase=Phase.RESTARTING,
+            reason=Reason.PLATFORM_RESTART,
+            message=f"{what}: restarting the whole job ({budget})",
+            attempt=record.attempt + 1,
+            next_launch_at=now,
+            platform_restarts=count,
+            platform_events=history,
+        )
+        said = f"{record.name}: {what}; restarting the whole job ({budget}; {_why(spec, whole[0].key.role)})"
+        return Step(restarted, stop=to_stop, events=(said,), wake_at=now)
+    counts = dict(record.task_restarts)
+    for task in taken:
+        entry = counts.get(task.key.name)
+        counts[task.key.name] = TaskRestarts(
+            count=entry.count if entry is not None else 0,
+            message=_describe_end(task),
+            at=now,
+            attempt=record.attempt,
+            exit_code=task.exit_code,
+            next_launch_at=now,
+            fallbacks=entry.fallbacks if entry is not None else 0,
+            platform=(entry.platform if entry is not None else 0) + 1,
+        )
+    names = ", ".join(t.key.name for t in taken)
+    restarted = record.evolve(
+        reason=Reason.PLATFORM_RESTART,
+        message=f"{what}: restarting {names} alone ({budget})",
+        task_restarts=counts,
+        platform_restarts=count,
+        platform_events=history,
+    )
+    lost = tuple(t.task_id for t in taken if t.state.alive and t.state is not TaskState.STOPPING)
+    said = f"{record.name}: {what}; restarting {names} alone ({budget})"
+    return Step(restarted, stop=lost, events=(said,), wake_at=now)

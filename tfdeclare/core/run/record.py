@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from tfdeclare.core.enums import Phase, Reason, Role, TaskState
+from tfdeclare.core.enums import EndCause, Phase, Reason, Role, TaskState
 from tfdeclare.core.run.progress import Progress
 from tfdeclare.core.spec.keys import TaskKey
 from tfdeclare.core.spec.loader import SourceRef
@@ -147,6 +147,13 @@ class TaskRestarts:
     next_launch_at: float | None = None  # None once a task of its new configuration is alive
     waiting_since: float | None = None
     fallbacks: int = 0  # whole-job restarts made because its address did not come back in time
+    # Restarts of it alone for a platform event (``EndCause``): never against backoffLimit
+    platform: int = 0
+
+    @property
+    def relaunches(self) -> int:
+        """Every restart of it alone, of both kinds: part of its configuration."""
+        return self.count + self.platform
 
     @property
     def pending(self) -> bool:
@@ -162,6 +169,7 @@ class TaskRestarts:
             "nextLaunchAt": self.next_launch_at,
             "waitingSince": self.waiting_since,
             "fallbacks": self.fallbacks,
+            "platform": self.platform,
         }
 
     @classmethod
@@ -175,6 +183,33 @@ class TaskRestarts:
             next_launch_at=data.get("nextLaunchAt"),
             waiting_since=data.get("waitingSince"),
             fallbacks=int(data.get("fallbacks", 0)),
+            platform=int(data.get("platform", 0)),
+        )
+
+
+PLATFORM_HISTORY = 20  # the platform events a record (and status) keeps, newest last
+
+
+@dataclass(frozen=True, slots=True)
+class PlatformEvent:
+    """One time a platform event (``cause``) ended tasks of the job and it was restarted
+    without counting against ``backoffLimit`` (or failed, its platform budget spent)."""
+
+    cause: EndCause
+    at: float
+    tasks: tuple[str, ...]  # the tasks it took ("worker-0")
+    message: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cause": self.cause.value, "at": self.at, "tasks": list(self.tasks), "message": self.message}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PlatformEvent:
+        return cls(
+            cause=EndCause(data["cause"]),
+            at=float(data["at"]),
+            tasks=tuple(str(t) for t in data.get("tasks", ())),
+            message=str(data.get("message", "")),
         )
 
 
@@ -261,13 +296,17 @@ class JobRecord:
     suspension_history: tuple[Suspension, ...] = ()
     # What its checkpoint folder and event files said when last read (``core/run/progress``)
     progress: Progress | None = None
+    # Restarts (of the job or of tasks alone) for platform events, never against backoffLimit:
+    # ``platformRestartLimit`` bounds them; the last ``PLATFORM_HISTORY`` of them, newest last
+    platform_restarts: int = 0
+    platform_events: tuple[PlatformEvent, ...] = ()
     # ``spec``, made once per canonical spec (a pass asked for it about ten times a job)
     _spec: JobSpec | None = field(default=None, init=False, compare=False, repr=False)
 
     @property
     def restarted_alone(self) -> dict[str, int]:
         """Task name -> how often it was restarted alone (part of its configuration)."""
-        return {name: entry.count for name, entry in self.task_restarts.items() if entry.count}
+        return {name: entry.relaunches for name, entry in self.task_restarts.items() if entry.relaunches}
 
     @property
     def spec(self) -> JobSpec:
@@ -324,6 +363,8 @@ class JobRecord:
             "preemptions": self.preemptions,
             "suspensionHistory": [entry.to_json() for entry in self.suspension_history],
             **({"progress": self.progress.to_json()} if self.progress is not None else {}),
+            "platformRestarts": self.platform_restarts,
+            "platformEvents": [event.to_json() for event in self.platform_events],
         }
 
     @classmethod
@@ -368,6 +409,8 @@ class JobRecord:
             preemptions=int(data.get("preemptions", 0)),
             suspension_history=tuple(Suspension.from_json(e) for e in data.get("suspensionHistory", ())),
             progress=Progress.from_json(data["progress"]) if data.get("progress") else None,
+            platform_restarts=int(data.get("platformRestarts", 0)),
+            platform_events=tuple(PlatformEvent.from_json(e) for e in data.get("platformEvents", ())),
         )
 
 

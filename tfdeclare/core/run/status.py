@@ -219,6 +219,12 @@ def status_document(record: JobRecord, now: float, *, tasks_listed: int | None =
         "suspensions": record.suspensions,
         "preemptions": record.preemptions,
         "suspensionHistory": [_suspension(entry) for entry in record.suspension_history],
+        "platformRestarts": record.platform_restarts,
+        "platformRestartLimit": spec.platform_restart_limit,
+        "platformEvents": [
+            {"cause": e.cause.value, "time": rfc3339(e.at), "tasks": list(e.tasks), "message": e.message}
+            for e in record.platform_events
+        ],
         "replicas": replicas,
         "tasks": listed,
         **truncated,
@@ -267,6 +273,7 @@ def _task_restarts(record: JobRecord) -> list[dict[str, Any]]:
                 "pending": pending,
                 "nextLaunchTime": rfc3339(entry.next_launch_at) if pending else None,
                 "jobRestartsForItsAddress": entry.fallbacks,
+                "platformRestarts": entry.platform,
             }
         )
     return out

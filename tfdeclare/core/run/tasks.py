@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from tfdeclare.core.enums import ImagePullPolicy, PlacementStrategy, TaskState
+from tfdeclare.core.enums import EndCause, ImagePullPolicy, PlacementStrategy, TaskState
 from tfdeclare.core.spec.health import HealthCheck
 from tfdeclare.core.spec.keys import AttributeConstraint, TaskKey, Volume
 from tfdeclare.core.spec.resources import Resources
@@ -186,3 +186,6 @@ class ObservedTask:
     # Not empty: the task failed its health check ``failureThreshold`` times in a row (why, in
     # words, starting "unhealthy: "); the lifecycle stops and restarts it as a failure.
     unhealthy: str = ""
+    # What the backend knows of why it ended or was lost (``causes.classify`` has the last
+    # word): JOB unless the backend saw one of the platform's own events.
+    cause: EndCause = EndCause.JOB

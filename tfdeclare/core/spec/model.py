@@ -47,6 +47,9 @@ DEFAULT_EVALUATOR_GRACE_S = 60.0
 spec does not say (``evaluatorGraceSeconds``): long enough for one evaluation pass of a
 typical model over a validation set, short enough that a forgotten evaluator that waits for
 checkpoints forever does not hold a finished job open for long."""
+# Restarts for platform events (``EndCause``) a job may have before it fails: a rolling
+# upgrade drains every agent once, so well above ``backoffLimit``'s default of 3.
+DEFAULT_PLATFORM_RESTART_LIMIT = 10
 
 
 SCOPE_WHY: Mapping[ScopeReason, str] = {
@@ -191,6 +194,8 @@ def _parity_fields(spec: Mapping[str, Any]) -> dict[str, Any]:
         out["suspend"] = True
     if "healthCheck" in spec:
         out["healthCheck"] = canonical_health_check(spec["healthCheck"])
+    if spec.get("platformRestartLimit", DEFAULT_PLATFORM_RESTART_LIMIT) != DEFAULT_PLATFORM_RESTART_LIMIT:
+        out["platformRestartLimit"] = int(spec["platformRestartLimit"])
     return out
 
 
@@ -326,6 +331,8 @@ class JobSpec:
     suspend: bool = False  # stopped the graceful way until it is false again
     checkpoint: CheckpointSpec | None = None  # where its progress is read (issue 34)
     health_check: HealthCheck | None = None  # every cluster role's without one of its own
+    # restarts for platform events (lost or drained agents, maintenance, ...): their own budget
+    platform_restart_limit: int = DEFAULT_PLATFORM_RESTART_LIMIT
 
     @classmethod
     def from_canonical(cls, canonical: Mapping[str, Any], spec_hash: str | None = None) -> JobSpec:
@@ -392,6 +399,7 @@ class JobSpec:
             if "checkpoint" in spec
             else None,
             health_check=HealthCheck.from_json(spec["healthCheck"]) if "healthCheck" in spec else None,
+            platform_restart_limit=int(spec.get("platformRestartLimit", DEFAULT_PLATFORM_RESTART_LIMIT)),
         )
 
     def health_check_for(self, role: Role) -> HealthCheck | None:
