@@ -445,8 +445,9 @@ class Controller:
         backend is then removed without its mark ever being written."""
         missing = []
         marked = []
+        known = self.records()  # read once (cached), not a file a job
         for name in names:
-            record = self._staged.get(name) or self.store.load(name)
+            record = known.get(name) or self.store.load(name)  # an unreadable one says why
             if record is None:
                 missing.append(name)
             elif not record.deleting:
