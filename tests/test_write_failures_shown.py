@@ -1,7 +1,7 @@
 """A full or read-only disk under the state or status folder is named where users look (issue
 29, findings 7 and 8): every error names the file and the job, never a bare errno; a job whose
-status file cannot be written or read stays in ``tfdeclare status`` (from its record); a status
-folder that cannot take a write makes the daemon's ``/healthz`` degraded (503) with the reason,
+status file cannot be written or read stays in ``tfdeclare status`` (from its record); a state or
+status folder that cannot take a write makes the daemon's ``/healthz`` degraded (503) with the reason,
 shows in ``/metrics`` and on its page. Real CLI and daemon processes on real tmpfs mounts."""
 
 from __future__ import annotations
@@ -176,3 +176,55 @@ def test_a_read_only_status_folder_makes_healthz_degraded_with_the_reason(tmp_pa
         daemon.stop()
         cli("delete", "--all", cwd=project)
         subprocess.run(["umount", "-l", str(status)], check=False)
+
+
+def test_an_unwritable_or_full_state_folder_makes_healthz_degraded_with_the_reason(tmp_path: Path) -> None:
+    project = tmp_path
+    (project / "tfdeclare.yaml").write_text(CONFIG)
+    (project / "specs").mkdir()
+    (project / "specs" / "a-out").mkdir()
+    (project / "specs" / "a.yaml").write_text(job("a"))
+    state = project / ".tfdeclare"
+    _mount_tmpfs(state, "1m")
+    daemon = Daemon(project, "--specs", "specs", "--interval", "1")
+    try:
+        wait_until(lambda: daemon.get("/healthz")[0] == 200 and (state / "jobs" / "a.json").exists())
+        # made unwritable, even for root (`chattr +i`): the daemon's lock file, open, stays
+        # writable, so the file system cannot be remounted read-only under it
+        marked = subprocess.run(["chattr", "+i", str(state)], check=False, capture_output=True)
+        if marked.returncode != 0:
+            missing(f"chattr +i does not work here: {marked.stderr.decode().strip()}")
+        try:
+            wait_until(lambda: daemon.get("/healthz")[0] == 503)
+            code, health = daemon.get("/healthz")
+            assert code == 503 and health["status"] == "degraded", health
+            assert health["storage"]["state"] == f"{state} is not writable (permission denied)", health
+            assert health["storage"]["status"] is None
+            assert (
+                f"the state folder cannot take a write: {state} is not writable (permission denied)"
+                in health["reasons"]
+            ), health
+            _, metrics = daemon.get("/metrics")
+            assert 'tfdeclare_storage_writable{folder="state"} 0.0' in metrics, metrics
+            assert 'tfdeclare_storage_writable{folder="status"} 1.0' in metrics
+        finally:
+            subprocess.run(["chattr", "-i", str(state)], check=True)
+        wait_until(lambda: daemon.get("/healthz")[0] == 200, timeout=30)
+        assert daemon.get("/healthz")[1]["storage"]["state"] is None
+
+        _fill(state)
+        try:
+            wait_until(lambda: daemon.get("/healthz")[0] == 503)
+            code, health = daemon.get("/healthz")
+            why = health["storage"]["state"]
+            assert code == 503 and why.startswith(f"{state}: no space left on its disk ("), health
+            assert f"the state folder cannot take a write: {why}" in health["reasons"], health
+            assert 'tfdeclare_storage_writable{folder="state"} 0.0' in daemon.get("/metrics")[1]
+        finally:
+            (state / "filler").unlink()
+        wait_until(lambda: daemon.get("/healthz")[0] == 200, timeout=30)
+        assert "Traceback" not in daemon.text()
+    finally:
+        daemon.stop()
+        cli("delete", "--all", cwd=project)
+        subprocess.run(["umount", "-l", str(state)], check=False)

@@ -10,8 +10,10 @@ so every layer above can say which file it could not write.
 ``write_atomic_many`` writes many independent files with the same guarantee for each and one
 sync of their data (Linux ``syncfs``) and of each folder, instead of two per file: a reconcile
 pass over 10,000 jobs spent most of its time in 40,000 ``fsync`` calls. Nothing orders the
-files of one batch among themselves; a caller that needs an order (a record before the task
-it names is launched) writes that one alone first.
+files of one batch among themselves (their creations, renames and removals run on a few
+threads: ``_each``); a caller that needs an order (a record before the task it names is
+launched) writes that one alone first. Every rename of a batch still follows the sync of its
+data, and a batch ends with its folders synced.
 """
 
 from __future__ import annotations
@@ -20,10 +22,16 @@ import contextlib
 import ctypes
 import ctypes.util
 import functools
+import itertools
 import os
 import tempfile
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 
 def _naming(err: OSError, path: Path) -> OSError:
@@ -129,47 +137,33 @@ def write_atomic_many(items: Sequence[tuple[Path, bytes, int]]) -> dict[Path, OS
     """``write_atomic(path, data, mode)`` for each item, with one sync of the data per file
     system and one per folder (module docstring). Returns the items that could not be written
     (path -> why); the others are."""
-    failed: dict[Path, OSError] = {}
+    failed = _make_folders(items)
+    to_write = [item for item in items if item[0] not in failed]
     written: list[tuple[Path, str]] = []
-    for path, data, mode in items:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        except OSError as err:
-            failed[path] = err
-            continue
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fchmod(handle.fileno(), mode)
-        except OSError as err:
-            failed[path] = err
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            continue
-        written.append((path, tmp))
+    for (path, _, _), outcome in zip(to_write, _each(_write_temp, to_write), strict=True):
+        if isinstance(outcome, OSError):
+            failed[path] = outcome
+        else:
+            written.append((path, outcome))
     folders = sorted({path.parent for path, _ in written})
-    synced: set[Path] = set()
-    for folder in folders:
-        try:
-            if _sync_filesystem(folder):
-                synced.add(folder)
-        except OSError as err:  # nothing of this folder's is known to be on disk: none is renamed
-            for path, _ in written:
-                if path.parent == folder:
-                    failed[path] = err
-    for path, tmp in written:
+    synced = _sync_filesystems(folders, written, failed)
+
+    def rename(item: tuple[Path, str]) -> None:
+        path, tmp = item
         try:
             if path in failed:
                 raise failed[path]
             if path.parent not in synced:
                 _fsync_file(tmp)
             os.replace(tmp, path)
-        except OSError as err:
-            failed[path] = err
+        except OSError:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+            raise
+
+    for (path, _), renamed in zip(written, _each(rename, written), strict=True):
+        if isinstance(renamed, OSError):
+            failed[path] = renamed
     for folder in folders:
         try:
             fsync_dir(folder)
@@ -178,6 +172,98 @@ def write_atomic_many(items: Sequence[tuple[Path, bytes, int]]) -> dict[Path, OS
                 if path.parent == folder:
                     failed.setdefault(path, err)
     return {path: _naming(err, path) for path, err in failed.items()}
+
+
+def _make_folders(items: Sequence[tuple[Path, bytes, int]]) -> dict[Path, OSError]:
+    """Each item's folder, made once (not once a file); the items whose folder cannot be."""
+    failed: dict[Path, OSError] = {}
+    made: set[Path] = set()
+    for path, _, _ in items:
+        if path.parent not in made:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                made.add(path.parent)
+            except OSError as err:
+                failed[path] = err
+    return failed
+
+
+def _sync_filesystems(
+    folders: Sequence[Path], written: Sequence[tuple[Path, str]], failed: dict[Path, OSError]
+) -> set[Path]:
+    """The folders whose file system is synced whole (their temp files need no sync of their
+    own). A folder whose sync fails has nothing known on disk: its files go into ``failed``,
+    so none is renamed."""
+    synced: set[Path] = set()
+    for folder in folders:
+        try:
+            if _sync_filesystem(folder):
+                synced.add(folder)
+        except OSError as err:
+            for path, _ in written:
+                if path.parent == folder:
+                    failed[path] = err
+    return synced
+
+
+def _write_temp(item: tuple[Path, bytes, int]) -> str:
+    """The item's data in a new temp file beside it, with its mode; the temp file's path."""
+    path, data, mode = item
+    fd, tmp = _temp_file(path)
+    try:
+        try:
+            os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+    except OSError:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return tmp
+
+
+# A batch's file operations run on this many threads: each creation, rename and removal waits
+# for the file system (a removal frees the file's blocks, a rename over a file frees the old
+# one's), and the waits overlap; the calls release the GIL. Removing 4,000 files took 1.4-8.6 s
+# one after the other and 0.3-0.5 s on 8 threads (2026-12-05, 2 shared cores, ext4 mounted
+# with discard, load average 10-12). Fewer files than _PARALLEL_FROM go one after the other.
+_THREADS = 8
+_PARALLEL_FROM = 64
+
+
+def _each(function: Callable[[_T], _R], items: Sequence[_T]) -> list[_R | OSError]:
+    """``function`` of each item, in order: its result, or the ``OSError`` it raised."""
+
+    def call(item: _T) -> _R | OSError:
+        try:
+            return function(item)
+        except OSError as err:
+            return err
+
+    if len(items) < _PARALLEL_FROM:
+        return [call(item) for item in items]
+    with ThreadPoolExecutor(_THREADS, thread_name_prefix="tfdeclare-files") as pool:
+        return list(pool.map(call, items, chunksize=32))
+
+
+_TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_temp_numbers = itertools.count()
+
+
+def _temp_file(path: Path) -> tuple[int, str]:
+    """A new ``.<name>.<pid>-<n>.tmp`` beside ``path``, open for writing (mode 0600 until
+    changed): ``tempfile.mkstemp``'s guarantee (made here, by us, never an existing file or
+    a link) without its random names, a third of a batch's time in Python."""
+    folder, name, pid = os.fspath(path.parent), path.name, os.getpid()
+    while True:
+        tmp = f"{folder}/.{name}.{pid}-{next(_temp_numbers)}.tmp"
+        try:
+            return os.open(tmp, _TEMP_FLAGS, 0o600), tmp
+        except FileExistsError:
+            continue  # left by a process of the same pid before: the next number
 
 
 def _fsync_file(path: str) -> None:
@@ -192,14 +278,11 @@ def remove_many(paths: Sequence[Path]) -> dict[Path, OSError]:
     """``remove`` for each path, with one sync per folder; the paths that could not go."""
     failed: dict[Path, OSError] = {}
     gone: list[Path] = []
-    for path in paths:
-        try:
-            path.unlink()
+    for path, outcome in zip(paths, _each(_unlink, paths), strict=True):
+        if outcome is True:
             gone.append(path)
-        except FileNotFoundError:
-            continue
-        except OSError as err:
-            failed[path] = _naming(err, path)
+        elif isinstance(outcome, OSError):
+            failed[path] = _naming(outcome, path)
     for folder in sorted({path.parent for path in gone}):
         try:
             fsync_dir(folder)
@@ -208,3 +291,12 @@ def remove_many(paths: Sequence[Path]) -> dict[Path, OSError]:
                 if path.parent == folder:
                     failed[path] = err
     return failed
+
+
+def _unlink(path: Path) -> bool:
+    """Whether ``path`` was removed now (False: it was not there)."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True

@@ -54,6 +54,7 @@ from tfdeclare.core.plan.problems import held_by, merged, standing
 from tfdeclare.core.plan.render import plan_json, render_text
 from tfdeclare.core.run.record import JobRecord
 from tfdeclare.core.tone import Painter, plain
+from tfdeclare.files import JobWriteError
 from tfdeclare.shell import problems as problems_file
 from tfdeclare.shell.sources import spec_sources
 from tfdeclare.shell.store import StateError, StateStore
@@ -249,12 +250,15 @@ def _run_passes(
     timeout: float | None,
     show: bool = True,
     heartbeat: float | None = None,
+    deleting: bool = False,
 ) -> tuple[dict[str, JobRecord], bool, list[str]]:
     """Reconcile until the jobs in ``names`` are launched (or finished, with ``wait``).
     Returns the last records, whether it timed out, and the errors of the last pass (each
     error is printed once, when first seen). ``heartbeat``: with ``show``, a ``_Heartbeat``
     of that period while nothing changes. Between passes it waits for a change the backend
-    reports (``RESYNC_S`` at most; see ``_next_pass_at``), never re-running a pass on a timer."""
+    reports (``RESYNC_S`` at most; see ``_next_pass_at``), never re-running a pass on a timer.
+    A job whose staged record could not be written is
+    left out: one never made, or (``deleting``) one never marked for deletion."""
     waker = _Waker()
     paint = terminal.painter(sys.stdout)
     beats = _Heartbeat(heartbeat, sys.stdout.isatty()) if heartbeat is not None and show else None
@@ -266,6 +270,9 @@ def _run_passes(
     while True:
         waker.event.clear()  # a change reported from now on makes the next pass
         result = controller.reconcile()
+        # a record the command staged that could not be written: that job was never changed
+        failed = controller.stage_failures.keys()
+        names -= failed if deleting else failed - controller.store.records().keys()
         for error in result.errors:
             if error not in told:
                 told.add(error)
@@ -418,16 +425,11 @@ def cmd_apply(args: argparse.Namespace) -> int:
             # where the specs were read from, recorded with each job (its workingDir's bound,
             # checked again at every launch)
             controller.sources = spec_sources(_read_from(args.paths))
-            controller.apply(result)
-            not_applied = [
-                f"job {name}: not applied: cannot write {why}; free the disk and apply again"
-                for name, why in sorted(controller.apply_failures.items())
-            ]
-            for line in not_applied:
-                stderr_line(f"tfdeclare: error: {line}")
-            _record(settings, result, args.paths, controller)
             names = set(desired.jobs) | {j.name for j in result.jobs if j.action is Action.DELETE}
-            names -= controller.apply_failures.keys() - controller.store.records().keys()  # never made
+            # with passes to follow, the records are written once, by the first of them
+            # (controller.reconciler's docstring): an apply of 10,000 jobs wrote each twice
+            controller.apply(result, stage=bool(names))
+            _record(settings, result, args.paths, controller)
             records: dict[str, JobRecord] = {}
             timed_out, errors = False, list[str]()
             if names:
@@ -447,6 +449,12 @@ def cmd_apply(args: argparse.Namespace) -> int:
                         "tfdeclare: interrupted; the jobs keep running (`tfdeclare status` adopts them)"
                     )
                     return EXIT_INTERRUPTED
+            not_applied = [
+                f"job {name}: not applied: cannot write {why}; free the disk and apply again"
+                for name, why in sorted(controller.apply_failures.items())
+            ]
+            for line in not_applied:
+                stderr_line(f"tfdeclare: error: {line}")
     if machine:
         outcome = {
             "plan": plan_json(result),
@@ -474,7 +482,7 @@ def _record(settings: Settings, result: Plan, paths: list[str], controller: Cont
     from tfdeclare.core.plan.history import applied
     from tfdeclare.shell.history import append_one
 
-    records = controller.store.records()
+    records = controller.records()  # those the apply staged included
     attempt = {name: record.attempt for name, record in records.items()}.get
     problem = append_one(settings.state_dir, applied(result, paths, attempt, time.time()))
     if problem is not None:
@@ -571,12 +579,21 @@ def cmd_delete(args: argparse.Namespace) -> int:
     with locked(settings, "delete", source=source), controller_for(settings) as controller:
         if selector:  # again under the lock: a job relabelled meanwhile is not deleted
             names = selected_names(controller.store, selector)
-        missing = controller.delete(names)
+        # the marks are written by the first pass (controller.reconciler's docstring): a job
+        # with nothing left on a backend goes without its mark ever being written
+        missing = controller.delete(names, stage=True)
         present = set(names) - set(missing)
         if present:
             _, timed_out, _ = _run_passes(
-                controller, present, wait=True, timeout=args.timeout, show=not is_document(args.output)
+                controller,
+                present,
+                wait=True,
+                timeout=args.timeout,
+                show=not is_document(args.output),
+                deleting=True,
             )
+        for name, err in sorted(controller.stage_failures.items()):
+            raise JobWriteError(name, err, "it was not marked for deletion")
     if is_document(args.output):
         document = {"deleted": sorted(present), "missing": sorted(missing), "timedOut": timed_out}
         stdout_write(document_text(document, args.output))

@@ -73,6 +73,14 @@ class _NotPlain(Exception):
 
 _TAGS = {str: _STR, int: _INT, bool: _BOOL, type(None): _NULL}
 
+# Every scalar's event, shared by the documents of this process: a status document's keys
+# and most of its values ("phase", "Pending", "Unschedulable") are those of every other, and
+# working out an event's implicit flags (the resolver, twice) was most of the time that
+# writing the status files of 10,000 new jobs took. An event depends on the scalar alone
+# (the dumper's resolvers are its class's); bounded, emptied when full.
+_SCALAR_EVENTS: dict[tuple[type, object], ScalarEvent] = {}
+_MAX_SCALAR_EVENTS = 50_000
+
 
 class _Events:
     """The serializer's events for one document of dicts, lists, strings, ints, bools and
@@ -81,7 +89,9 @@ class _Events:
     def __init__(self, dumper: Any) -> None:
         self.dumper = dumper
         # by (type, value): 1 and True are equal keys, but not the same scalar
-        self.scalars: dict[tuple[type, object], ScalarEvent] = {}
+        if len(_SCALAR_EVENTS) >= _MAX_SCALAR_EVENTS:
+            _SCALAR_EVENTS.clear()
+        self.scalars = _SCALAR_EVENTS
         self.containers: set[int] = set()
 
     def scalar(self, data: object) -> ScalarEvent:
