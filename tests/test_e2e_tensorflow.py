@@ -1,6 +1,6 @@
 """Real distributed TensorFlow through tfdeclare: the example jobs of specs/ run to Succeeded on
-the local backend, all three at once (as `make demo` runs them), and on the mesos backend
-against the master emulator; the two MWMS workers end with identical weights, the PSS chief
+the local backend, all four at once (as `make demo` runs them), and on the mesos backend
+against the master emulator; the workers of each MWMS job end with identical weights, the PSS chief
 finishes its steps, and the TF1 workers reach the last step."""
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def test_example_jobs_train_to_success_on_mesos(tmp_path: Path, monkeypatch: pyt
 
 
 def check_trained(tmp_path: Path) -> None:
-    for name in ("mnist-mwms", "pss", "legacy-flags"):
+    for name in ("mnist-mwms", "pss", "legacy-flags", "preemptible-mwms"):
         document = yaml.safe_load((tmp_path / "status" / f"{name}.yaml").read_text())
         assert document["phase"] == "Succeeded", (name, document["message"])
 
@@ -62,14 +62,15 @@ def check_trained(tmp_path: Path) -> None:
         assert shown.returncode == 0, shown.stderr
         return shown.stdout
 
-    hashes = [
-        re.findall(r"^FINAL_WEIGHTS_SHA256 ([0-9a-f]{64})$", log("mnist-mwms", f"worker:{i}"), re.M)
-        for i in (0, 1)
-    ]
-    assert hashes[0] and hashes[0] == hashes[1], "both MWMS workers end with identical weights"
+    for mwms in ("mnist-mwms", "preemptible-mwms"):
+        hashes = [
+            re.findall(r"^FINAL_WEIGHTS_SHA256 ([0-9a-f]{64})$", log(mwms, f"worker:{i}"), re.M)
+            for i in (0, 1)
+        ]
+        assert hashes[0] and hashes[0] == hashes[1], f"both {mwms} workers end with identical weights"
     assert re.search(r"^DONE steps=\d+", log("pss", "chief:0"), re.M)
     for index in (0, 1):
         steps = re.findall(r"^FINAL_GLOBAL_STEP (\d+)", log("legacy-flags", f"worker:{index}"), re.M)
         assert steps and int(steps[0]) >= 200
     status = cli("status", cwd=tmp_path)
-    assert status.stdout.count("Succeeded") == 3
+    assert status.stdout.count("Succeeded") == 4

@@ -112,7 +112,7 @@ def test_pip_install_gives_a_working_cli_without_tensorflow_within_budget(tmp_pa
         )
         assert done.returncode == 0, (args, done.stderr)
         shown[args[0]] = done.stdout
-    assert "Plan: 3 to create" in shown["plan"] and '"TFJobStatus"' in shown["schema"]
+    assert "Plan: 4 to create" in shown["plan"] and '"TFJobStatus"' in shown["schema"]
     no_tf = subprocess.run(
         [venv / "bin" / "python", "-c", "import tensorflow"], capture_output=True, check=False
     )

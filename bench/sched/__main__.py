@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 
 from bench.common import REPO, machine
-from bench.sched import decision, report
+from bench.sched import decision, priority, report
 from bench.sched.cluster import Cluster, make_cluster
 from bench.sched.policies import DEFAULT_POLICIES, POLICIES
 from bench.sched.sim import Outcome, simulate
@@ -47,6 +47,10 @@ SCENARIOS = (
     ),
 )
 SPAN_S = 86400.0
+# Issue 34: two priority classes (bench/sched/priority.py), a busy day on the same cluster.
+PRIORITIES = Scenario(
+    priority.TRACE, 0.9, 5, about=f"offered load 0.9, {priority.HIGH_SHARE:.0%} of the jobs of high priority"
+)
 
 
 def main() -> int:
@@ -76,6 +80,15 @@ def main() -> int:
                 f"{m['deadlocked']}, {len(trace.jobs)} jobs, {time.monotonic() - started:.1f} s",
                 flush=True,
             )
+    started = time.monotonic()
+    capacity = PRIORITIES.cluster(agents).capacity_gpus
+    trace = generate(PRIORITIES.name, PRIORITIES.seed, capacity, span, PRIORITIES.load)
+    ranked = priority.run_all(trace, lambda: PRIORITIES.cluster(agents), PRIORITIES.seed)
+    for name in ("greedy", "fifo"):  # every trace has the three policies (they ignore priorities)
+        if name in args.policies.split(","):
+            ranked[name] = dict(simulate(trace, PRIORITIES.cluster(agents), POLICIES[name]()).metrics)
+    print(f"{PRIORITIES.name}: {len(trace.jobs)} jobs, {time.monotonic() - started:.1f} s", flush=True)
+    ranked_verdicts = priority.targets(ranked)
     decisions = decision.measure()
     print(
         f"decision time at {decisions['agents']:.0f} agents, {decisions['waiting']:.0f} waiting jobs: "
@@ -89,19 +102,23 @@ def main() -> int:
         "agents": agents,
         "gpus_per_agent": 8,
         "window_s": span,
-        "scenarios": {s.name: s.about for s in SCENARIOS},
+        "scenarios": {s.name: s.about for s in (*SCENARIOS, PRIORITIES)},
     }
     for trace_results in results.values():  # the scale check, beside each run of our policy
         if "tfdeclare" in trace_results:
             trace_results["tfdeclare"]["decision_ms_p99_1000_agents_1000_waiting"] = decisions[
                 "draining_p99_ms"
             ]
-    (out / "sched.json").write_text(json.dumps(results, indent=2) + "\n")
+    (out / "sched.json").write_text(json.dumps({**results, PRIORITIES.name: ranked}, indent=2) + "\n")
     (out / "sched-meta.json").write_text(json.dumps({"decision": decisions, **meta}, indent=2) + "\n")
     verdicts = report.targets(results, decisions)
-    (out / "sched.md").write_text(report.table(results, meta, decisions, verdicts))
+    (out / "sched.md").write_text(
+        report.table(results, meta, decisions, verdicts)
+        + "\n"
+        + priority.table(ranked, PRIORITIES.about, ranked_verdicts)
+    )
     report.plots(outcomes, out)
-    for line in verdicts:
+    for line in verdicts + ranked_verdicts:
         print(line)
     return 0
 
