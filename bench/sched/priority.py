@@ -73,7 +73,7 @@ def with_priorities(trace: Trace, seed: int, share: float = HIGH_SHARE) -> dict[
     return {j.name: 1 if rng.random() < share else 0 for j in trace.jobs}
 
 
-def simulate(
+def simulate(  # noqa: C901 -- one discrete-event loop whose closures share its clock and queues; bench code, not the product
     trace: Trace, cluster: Cluster, priorities: dict[str, int], mode: str, checkpoint_s: float
 ) -> dict[str, float | int | None]:
     policy = Tfdeclare()
