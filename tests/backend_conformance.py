@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.fake_backend import IGNORES_SIGTERM, Clock
+from tests.waiting import wait_until
 from tfdeclare.backends.base import Backend, BackendError, LogOffsetError
 from tfdeclare.core.enums import Role, SecretSource, TaskState
 from tfdeclare.core.run.launches import gang_request, placed
@@ -98,13 +99,11 @@ class Harness:
 _HARNESS_OF: weakref.WeakKeyDictionary[Backend, Harness] = weakref.WeakKeyDictionary()
 
 
-def pause(backend: Backend, longest: float = 0.25) -> None:
-    """Until something may have changed for ``backend`` (see ``Harness.pause``)."""
+def pause(backend: Backend, longest: float = 0.25) -> Callable[[], None] | None:
+    """How to wait until something may have changed for ``backend`` (see ``Harness.pause``);
+    None for a backend made outside a harness (``wait_until`` then looks every 0.05 s)."""
     harness = _HARNESS_OF.get(backend)
-    if harness is None:  # a backend made outside a harness
-        time.sleep(0.05)
-    else:
-        harness.pause(longest)
+    return None if harness is None else lambda: harness.pause(longest)
 
 
 def gang(
@@ -160,39 +159,45 @@ def wait_for(
     predicate: Callable[[dict[str, ObservedTask]], bool],
     timeout: float = 20.0,
 ) -> dict[str, ObservedTask]:
-    deadline = time.monotonic() + timeout
-    while True:
-        tasks = {t.task_id: t for t in look(backend)}
-        if predicate(tasks):
-            return tasks
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out; tasks: {tasks}")
-        pause(backend)
+    """The tasks ``backend`` reports once ``predicate`` holds for them (asked after each pass)."""
+
+    last: dict[str, ObservedTask] = {}
+
+    def seen() -> dict[str, ObservedTask] | None:
+        last.clear()
+        last.update((t.task_id, t) for t in look(backend))
+        return dict(last) if predicate(last) else None
+
+    return wait_until(
+        seen,
+        timeout,
+        what=lambda: f"the backend's tasks to match; tasks: {last}",
+        pause=pause(backend),
+    )
 
 
 def place_soon(backend: Backend, request: GangRequest, timeout: float = 15.0) -> Placement:
     """Place a gang that fits, as the controller does: asking again on later passes while the
     backend waits for resources (Mesos: the next offer round after a launch)."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def placed() -> Placement | None:
         answer = backend.place(request)
-        if isinstance(answer, Placement):
-            return answer
-        assert answer.reason is not UnplacedReason.UNSCHEDULABLE, answer
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never placed: {answer}")
-        pause(backend)
+        assert isinstance(answer, Placement) or answer.reason is not UnplacedReason.UNSCHEDULABLE, answer
+        return answer if isinstance(answer, Placement) else None
+
+    return wait_until(placed, timeout, what=f"a placement for {request.job}", pause=pause(backend))
 
 
 def read_log_until(backend: Backend, task_id: str, wanted: bytes, timeout: float = 10.0) -> bytes:
-    deadline = time.monotonic() + timeout
-    while True:
-        data = backend.read_log(task_id, 0).data
-        if wanted in data:
-            return data
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{wanted!r} never in the log of {task_id}: {data!r}")
-        pause(backend, 0.05)
+    last = b""
+
+    def read() -> bytes | None:
+        nonlocal last
+        last = backend.read_log(task_id, 0).data
+        return last if wanted in last else None
+
+    what = lambda: f"{wanted!r} in the log of {task_id}: {last!r}"  # noqa: E731
+    return wait_until(read, timeout, what=what, pause=pause(backend, 0.05))
 
 
 def start(
@@ -441,11 +446,14 @@ def check_logs_and_forget(harness: Harness) -> None:
     partial = backend.read_log(task_id, 6)
     assert partial.data.startswith(b"from")
     # the whole log: on a real Mesos agent the executor's own lines (stderr) follow the task's
-    deadline = time.monotonic() + 30
-    while not (chunk := backend.read_log(task_id, len(data))).complete or chunk.data:
-        data += chunk.data
-        assert time.monotonic() < deadline, "the log did not end"
-        time.sleep(0 if chunk.data else 0.05)
+
+    def read_to_end() -> bool:
+        nonlocal data
+        while (chunk := backend.read_log(task_id, len(data))).data:
+            data += chunk.data
+        return chunk.complete
+
+    wait_until(read_to_end, 30, what="the log's end")
     end = backend.read_log(task_id, len(data))  # at the end: nothing more, not an error
     assert (end.data, end.next_offset) == (b"", len(data))
     for beyond in (len(data) + 1, 2**63 - 1):

@@ -31,6 +31,7 @@ prints the counts per fault kind and exits 1 when any invariant was broken. ``ma
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -49,6 +50,7 @@ import jsonschema
 import yaml
 
 from tests.conftest import REPO, kill_leftovers, processes_of, worker_ports
+from tests.waiting import wait_until
 from tfdeclare.core.spec.loader import load_file
 from tfdeclare.core.spec.schema import schema_text
 
@@ -262,7 +264,8 @@ class Chaos:
                 if during is not None:
                     during()
                 self.count_duplicates(tally, per_attempt=True)
-                time.sleep(0.05)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(0.05)  # the next sample, or the command's end
         finally:
             tally.interrupted += process.poll() is None
             process.kill()
@@ -340,17 +343,19 @@ class Chaos:
         for name in sorted(self.removed):
             self.cli("delete", name, "--timeout", "30")
         daemon = self.start(DAEMON)
-        deadline = time.monotonic() + CONVERGE_S
+        differs: object = None
+
+        def converged() -> bool:
+            nonlocal differs
+            differs = self.converged(self.check_status_files(Tally()))
+            return differs is None
+
         try:
-            while True:
-                differs = self.converged(self.check_status_files(Tally()))
-                if differs is None:
-                    break
-                if time.monotonic() > deadline:
-                    tally.problems["stuck"] += 1
-                    self.log(f"    stuck: {differs}")
-                    break
-                time.sleep(0.2)
+            try:
+                wait_until(converged, CONVERGE_S, interval=0.2)
+            except AssertionError:
+                tally.problems["stuck"] += 1
+                self.log(f"    stuck: {differs}")
         finally:
             daemon.terminate()
             try:

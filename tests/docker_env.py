@@ -43,9 +43,10 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
+
+from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("TFDECLARE_TEST_CACHE", Path.home() / ".cache" / "tfdeclare-tests"))
@@ -117,11 +118,9 @@ def _start_private_engine(wait_s: float = 60.0) -> tuple[str, bool]:
             ],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
         )  # fmt: skip
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            if _ping(host):
-                return host, True
-            time.sleep(0.2)
+        with contextlib.suppress(AssertionError):
+            wait_until(lambda: _ping(host), wait_s, interval=0.2)
+            return host, True
     raise RuntimeError(f"dockerd did not answer within {wait_s:.0f} s (see its log in {ENGINE_DIR})")
 
 
@@ -153,13 +152,12 @@ def stop_private_engine(wait_s: float = STOP_WAIT_S) -> None:
         return
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + wait_s
-    while _is_dockerd(pid):
-        if time.monotonic() >= deadline:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            deadline = time.monotonic() + 10.0
-        time.sleep(0.1)
+    try:
+        wait_until(lambda: not _is_dockerd(pid), wait_s, interval=0.1)
+    except AssertionError:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: not _is_dockerd(pid), 10.0, what=f"dockerd {pid} killed", interval=0.1)
 
 
 _users_lock: Any = None  # this process's shared lock on USERS_LOCK while it uses the private engine

@@ -48,10 +48,10 @@ def main() -> int:
 
         signal.signal(signal.SIGTERM, saved)
         while True:
-            time.sleep(1)
+            signal.pause()
     if mode == "serve":
         while True:
-            time.sleep(1)
+            signal.pause()
     if mode.startswith("exit="):
         return int(mode.split("=", 1)[1])
     if mode == "fail-once":

@@ -4,12 +4,11 @@ emulators with real or simulated executors, and readers of the emulator's ground
 from __future__ import annotations
 
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tests.mesos_emulator import Emulator
+from tests.waiting import wait_until
 from tfdeclare.backends.mesos.config import MesosConfig
 
 PY = sys.executable
@@ -64,16 +63,7 @@ def start_emulator(tmp_path: Path, **overrides: Any) -> Emulator:
     return Emulator(**options).start()
 
 
-def eventually(predicate: Callable[[], Any], timeout: float = 15.0, interval: float = 0.05) -> Any:
-    """Wait until ``predicate()`` is truthy; return its value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not reached in {timeout} s")
-        time.sleep(interval)
+eventually = wait_until  # its former name here (tests/waiting.py)
 
 
 def running_on_agents(emulator: Emulator) -> dict[str, str]:

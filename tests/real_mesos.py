@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.components import missing
+from tests.waiting import wait_until
 
 DEFAULT_RESOURCES = "cpus:4;mem:4096;disk:4096;ports:[31000-31999]"
 
@@ -156,8 +157,7 @@ class RealMesos:
         raise AssertionError(f"the real Mesos cluster never came up:\n{self.log_tail()}")
 
     def wait_until_up(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
+        def up() -> bool:
             assert self.process is not None
             if self.process.poll() is not None:
                 if "Address already in use" in self.log_tail():
@@ -166,15 +166,13 @@ class RealMesos:
                     f"the real Mesos cluster exited ({self.process.returncode}):\n{self.log_tail()}"
                 )
             try:
-                if len(self.state().get("slaves", [])) == self.agents:
-                    return
+                return len(self.state().get("slaves", [])) == self.agents
             except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError(
-                    f"{self.agents} agents not registered in {timeout} s:\n{self.log_tail()}"
-                )
-            time.sleep(0.1)
+                return False
+
+        wait_until(
+            up, timeout, what=lambda: f"{self.agents} agents registered:\n{self.log_tail()}", interval=0.1
+        )
 
     def down(self) -> None:
         """The cluster's process stops (SIGTERM, nothing else): executors and tasks run on.

@@ -14,7 +14,6 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
-import time
 import urllib.error
 import urllib.request
 import warnings
@@ -23,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tests.components import missing, stop_group
+from tests.waiting import wait_until
 
 
 def _free_port() -> int:
@@ -83,15 +83,16 @@ def registry_server(
         [binary, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
     )
     try:
-        deadline = time.monotonic() + timeout
-        while not _answers(address):  # it answers once it listens, or it has died
-            if process.poll() is not None:
-                raise AssertionError(
-                    f"docker-registry exited with {process.returncode}: see {folder / 'registry.log'}"
-                )
-            if time.monotonic() > deadline:
-                raise AssertionError(f"docker-registry did not answer within {timeout} s")
-            time.sleep(0.05)
+        wait_until(  # it answers once it listens, or it has died
+            lambda: _answers(address),
+            timeout,
+            what="docker-registry to answer",
+            stop=lambda: (
+                None
+                if process.poll() is None
+                else f"docker-registry exited with {process.returncode}: see {folder / 'registry.log'}"
+            ),
+        )
         yield address
     finally:
         stop_group(process)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -74,7 +73,7 @@ def test_applying_with_another_backend_moves_the_job_never_two_copies(
             local, remote = pids_alive(local_pids), slots_running(emulator, "mover")
             if local and remote:
                 both_alive.append((local, remote))
-            time.sleep(0.02)
+            done.wait(0.02)  # the next sample
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()

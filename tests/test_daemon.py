@@ -3,6 +3,7 @@ CLI as a process, real task processes, its HTTP endpoints."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -20,6 +21,7 @@ import pytest
 import yaml
 
 from tests.conftest import ORDINARY_USER, REPO, cli, kill_leftovers, worker_ports
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.e2e  # the daemon as a process, real jobs, git repositories
 
@@ -82,21 +84,14 @@ class Daemon:
             code = self.proc.wait(timeout=45)
         except subprocess.TimeoutExpired:  # say where it is stuck (the daemon dumps its stacks)
             self.proc.send_signal(signal.SIGUSR1)
-            time.sleep(1)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(1)  # the time to write its stacks
             self.proc.kill()
             self.proc.wait(timeout=10)
             self.handle.close()
             raise AssertionError(f"the daemon did not stop within 45 s:\n{self.text()[-6000:]}") from None
         self.handle.close()
         return code
-
-
-def wait_until(predicate: Any, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        time.sleep(0.05)
 
 
 def status(cwd: Path, name: str) -> dict[str, Any] | None:
@@ -222,7 +217,8 @@ def test_daemon_killed_then_restarted_adopts_without_duplicates(cwd: Path) -> No
     again = Daemon(cwd, "--specs", "specs")
     try:
         wait_until(lambda: (status(cwd, "keep") or {}).get("phase") == "Running")
-        time.sleep(1)
+        # a pass launches before it writes the status: a second launch would have its folder now
+        assert len(list((cwd / ".tfdeclare" / "local" / "tasks").iterdir())) == len(started)
         assert pids(outputs) == started, "adopted, nothing launched twice"
         _, jobs = again.get("/jobs")
         assert [j["name"] for j in jobs] == ["keep"]

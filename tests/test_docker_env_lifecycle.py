@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pytest
 
 from tests import docker_env
 from tests.conftest import REPO
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -135,10 +135,7 @@ def test_an_engine_the_run_did_not_start_is_left_running(env: dict[str, str]) ->
         assert _alive(pid), "a test run stopped an engine it did not start"
         env = {**env, "DOCKER_HOST": started.stdout.strip().removeprefix("DOCKER_HOST=")}
     subprocess.run([sys.executable, "-m", "tests.docker_env", "stop"], cwd=REPO, env=env, check=True)
-    deadline = time.monotonic() + 30
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _alive(pid)
+    wait_until(lambda: not _alive(pid), 30, what=f"the engine {pid} stopped")
 
 
 @pytest.mark.parametrize("first_to_end", ["starter", "other"])

@@ -10,7 +10,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, cli
+from tests.waiting import wait_until
 from tfdeclare.backends.local.docker_runtime import owner_of
 
 pytestmark = [pytest.mark.tf, pytest.mark.docker, pytest.mark.e2e]
@@ -50,17 +50,18 @@ def test_mwms_job_trains_in_containers_to_identical_weights(
 def _train(tmp_path: Path, docker_client: Any, tensorflow_image: str, ours: dict[str, Any]) -> None:
     applied = cli("apply", "specs", cwd=tmp_path)
     assert applied.returncode == 0, applied.stdout + applied.stderr
-    deadline = time.monotonic() + 120
     seen: set[str] = set()
-    while len(seen) < 2:  # both workers are containers of the image
+
+    def both() -> bool:  # both workers are containers of the image
         for container in docker_client.containers.list(ignore_removed=True, filters=ours):
             if (
                 container.image.tags == [tensorflow_image]
                 and container.attrs["HostConfig"]["NetworkMode"] == "host"
             ):
                 seen.add(container.labels["tfdeclare.role"] + container.labels["tfdeclare.index"])
-        assert time.monotonic() < deadline, f"containers never ran: {seen}"
-        time.sleep(0.2)
+        return len(seen) >= 2
+
+    wait_until(both, 120, what=lambda: f"both workers' containers; seen {seen}", interval=0.2)
     assert seen == {"worker0", "worker1"}
 
     follow = subprocess.run(

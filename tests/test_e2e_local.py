@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, cli, kill_leftovers, worker_ports
+from tests.waiting import wait_until
 from tfdeclare.core.spec.schema import schema_text
 
 pytestmark = pytest.mark.e2e  # real CLI processes running real jobs
@@ -91,14 +91,6 @@ def pids_alive(pids: list[int]) -> list[int]:
             if handle.read().split(b") ")[1][:1] != b"Z":
                 alive.append(pid)
     return alive
-
-
-def wait_until(predicate, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        time.sleep(0.1)
 
 
 def test_every_role_gets_its_cluster_and_completion_stops_the_rest(project: Path) -> None:
@@ -211,8 +203,8 @@ def test_cli_killed_during_apply_then_run_again_launches_no_duplicates(project: 
     again = cli("apply", "specs", cwd=project)
     assert again.returncode == 0, again.stderr
     assert "No changes" in again.stdout
-    time.sleep(1)
-    assert len(records(project)) == 3, "nothing was launched twice"
+    launched = list((project / ".tfdeclare" / "local" / "tasks").iterdir())  # one folder per launch
+    assert len(launched) == 3 and len(records(project)) == 3, "nothing was launched twice"
     assert pids_alive(pids) == pids, "the running tasks were adopted, not replaced"
     document = status_of(project, "survivor")
     assert document["phase"] == "Running"
@@ -408,14 +400,22 @@ def test_a_restart_driven_from_another_folder_keeps_the_spec_folder_as_source(pr
 def test_logs_follow_prints_until_the_task_ends(project: Path) -> None:
     (project / "specs" / "talk.yaml").write_text(
         "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: talk}\nspec:\n"
-        "  command: [sh, -c, 'echo one; sleep 1.5; echo two']\n"
+        f"  command: [sh, -c, 'echo one; while [ ! -e {project}/go ]; do sleep 0.1; done; echo two']\n"
         "  replicas: {worker: {count: 1, resources: {cpus: 0.1, mem: 64}}}\n"
-    )
+    )  # "two" only once the test says so (go): after logs --follow has printed "one"
     assert cli("apply", "specs", cwd=project).returncode == 0
-    started = time.monotonic()
-    followed = cli("logs", "talk", "--follow", cwd=project)
-    assert followed.returncode == 0 and followed.stdout == "worker-0 | one\nworker-0 | two\n"
-    assert time.monotonic() - started >= 1.0, "it waited for the task"
+    following = subprocess.Popen(
+        [sys.executable, "-m", "tfdeclare", "logs", "talk", "--follow"],
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert following.stdout is not None
+    assert following.stdout.readline() == "worker-0 | one\n"  # it follows the task as it runs
+    (project / "go").touch()
+    rest, err = following.communicate(timeout=60)
+    assert following.returncode == 0 and rest == "worker-0 | two\n", err  # and waited for its end
     assert cli("logs", "talk", "--task", "ps:0", cwd=project).returncode == 1
     assert cli("logs", "nope", cwd=project).returncode == 1
 

@@ -18,6 +18,7 @@ import pytest
 from tests.conftest import cli
 from tests.controller_world import World, daemon_running, job_text
 from tests.mesos_fixtures import eventually
+from tests.waiting import wait_until
 from tfdeclare.cli.common import UserError
 from tfdeclare.cli.daemon_command import access_policy
 from tfdeclare.core.config import DaemonConfig
@@ -162,9 +163,7 @@ def test_a_flood_of_idle_connections_is_bounded(open_server: tuple[DaemonServer,
     before = threading.active_count()
     idle = [socket.create_connection(server.address) for _ in range(MAX_CONNECTIONS + 44)]
     try:
-        deadline = time.monotonic() + 10
-        while server.evicted < 44 and time.monotonic() < deadline:
-            time.sleep(0.01)  # the loop works through the backlog
+        wait_until(lambda: server.evicted >= 44, 10, what="44 evictions", interval=0.01)  # the backlog
         # the oldest made room for the newest; a probe gets in past all of them
         assert server.evicted == 44 and server.turned_away == 0
         idle[0].settimeout(10)

@@ -19,6 +19,7 @@ import pytest
 from tests.backend_conformance import Harness, gang, launches, look, place_soon, wait_for
 from tests.conftest import worker_ports
 from tests.engine_proxy import EngineProxy
+from tests.waiting import wait_until
 from tfdeclare.backends.base import BackendError
 from tfdeclare.backends.local.backend import LocalBackend, LocalCapacity
 from tfdeclare.backends.local.config import LocalRuntime
@@ -301,31 +302,31 @@ def test_a_controller_killed_mid_launch_leaves_no_duplicate_and_the_next_adopts_
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 60
         # ignore_removed: a container being made can be listed a moment before it can be inspected
-        while len(docker_client.containers.list(all=True, filters=ours, ignore_removed=True)) < 3:
-            assert time.monotonic() < deadline, "no container was made"
-            time.sleep(0.01)
+        made = lambda: len(docker_client.containers.list(all=True, filters=ours, ignore_removed=True)) >= 3  # noqa: E731
+        wait_until(made, 60, what="3 containers made", interval=0.01)
         first.kill()
         first.wait()
         again = cli("apply", "specs", cwd=tmp_path)
         assert again.returncode == 0, again.stderr
-        deadline = time.monotonic() + 60
-        while True:  # each `status --refresh` is one more controller pass (as the daemon makes)
+
+        def all_running() -> str | None:  # each `status --refresh` is one more controller pass
             status = cli("status", "crash", "--refresh", "-o", "json", cwd=tmp_path).stdout
             running = docker_client.containers.list(filters=ours, ignore_removed=True)
-            if len(running) == 12 and status.count('"state": "running"') == 12:
-                break
-            assert time.monotonic() < deadline, (len(running), status[-2000:])
-            time.sleep(0.2)
+            return status if len(running) == 12 and status.count('"state": "running"') == 12 else None
+
+        wait_until(all_running, 60, what="12 containers running, as status says", interval=0.2)
         every = docker_client.containers.list(all=True, filters=ours, ignore_removed=True)
         slots = [(c.labels["tfdeclare.role"], c.labels["tfdeclare.index"]) for c in every]
         assert len(every) == 12 and len(set(slots)) == 12, f"a slot ran twice: {sorted(slots)}"
         assert cli("delete", "crash", cwd=tmp_path).returncode == 0
-        deadline = time.monotonic() + 60
-        while docker_client.containers.list(filters=ours, ignore_removed=True):
-            assert time.monotonic() < deadline, "delete left containers running"
-            time.sleep(0.2)
+        left = lambda: docker_client.containers.list(filters=ours, ignore_removed=True)  # noqa: E731
+        wait_until(
+            lambda: not left(),
+            60,
+            what=lambda: f"delete to stop every container; left {left()}",
+            interval=0.2,
+        )
     finally:
         for container in docker_client.containers.list(all=True, filters=ours, ignore_removed=True):
             container.remove(force=True)
@@ -417,15 +418,15 @@ def test_a_stop_the_engine_refuses_is_a_backend_error_and_the_task_is_killed(
         wait_for(backend, lambda ts: ts[task.task_id].state is TaskState.RUNNING, 60)
         proxy.refuse = lambda line: line.startswith(b"POST ") and b"/stop" in line
         backend.stop([task.task_id], 30.0)  # returns at once; the engine refuses on the thread
-        deadline = time.monotonic() + 10
-        while True:
+
+        def refusal() -> str | None:
             try:
                 backend.tend()
             except BackendError as err:
-                reported = str(err)
-                break
-            assert time.monotonic() < deadline, "the refused stop was never reported"
-            time.sleep(0.05)
+                return str(err)
+            return None
+
+        reported = wait_until(refusal, 10, what="the refused stop reported")
         assert task.task_id in reported and "did not stop its container" in reported
         assert "refused" in reported, reported
         ended = wait_for(backend, lambda ts: ts[task.task_id].state.ended, 30)
@@ -492,17 +493,17 @@ def test_following_a_containers_large_log_reads_only_what_is_new(
         followed = b""
         reads = 0
         read_from_engine: list[int] = []
-        deadline = time.monotonic() + 60
-        while True:
+
+        def follow() -> bool:
+            nonlocal followed, reads
             chunk = backend.read_log(task.task_id, len(followed))
             followed += chunk.data
             reads += 1
             if b"tick 20\n" in followed:  # caught up with the 2 MB, and past them by 0.4 s
                 read_from_engine.append(engine.log_bytes_read)
-            if chunk.complete:
-                break
-            assert time.monotonic() < deadline, "never complete"
-            time.sleep(0.02)
+            return chunk.complete
+
+        wait_until(follow, 60, what="the log complete", interval=0.02)
         look(backend)  # the end recorded, the output kept in the log file
         assert followed == backend.read_log(task.task_id, 0, 1 << 30).data, "every byte once, in order"
         assert followed.count(b"tick ") == 400 and followed.count(b"to stderr") == 40
@@ -533,10 +534,7 @@ def test_a_look_records_and_removes_nothing_an_upkeep_or_close_does(
         backend.launch(placement, [task])
         assert isinstance(backend, LocalBackend)
         name = container_name(owner_of(tmp_path / "state" / "local"), task.task_id)
-        deadline = time.monotonic() + 60
-        while not {t.task_id: t for t in backend.observe()}[task.task_id].state.ended:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_until(lambda: {t.task_id: t for t in backend.observe()}[task.task_id].state.ended, 60)
         for _ in range(3):
             (seen,) = backend.observe()
             assert seen.state is TaskState.SUCCEEDED and seen.exit_code == 0

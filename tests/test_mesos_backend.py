@@ -105,11 +105,12 @@ def test_restart_subscribes_with_the_saved_framework_id_and_kills_nothing(cluste
 
 def test_updates_while_away_are_seen_after_the_restart(cluster: Cluster) -> None:
     first = cluster.backend()
-    task_id = start(cluster.harness, first, "brief", 1, [PY, "-c", "import time; time.sleep(1); exit(4)"])[
-        0
-    ].task_id
+    go = cluster.tmp_path / "go"  # the task fails when the test says so: after the first backend left
+    brief = f"import os, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.05)\nexit(4)"
+    task_id = start(cluster.harness, first, "brief", 1, [PY, "-c", brief])[0].task_id
     wait_for(first, lambda ts: ts[task_id].state is TaskState.RUNNING)
     first.close()
+    go.touch()
     eventually(lambda: cluster.emulator.tasks().get(task_id, {}).get("agent_state") == "TASK_FAILED")
     second = cluster.backend()
     tasks = wait_for(second, lambda ts: ts[task_id].state.ended)
@@ -122,7 +123,9 @@ def test_unreachable_master_is_a_clear_error(tmp_path: Path) -> None:
     started = time.monotonic()
     with pytest.raises(BackendError, match=r"cannot reach the Mesos master at http://127.0.0.1:9"):
         backend.observe()
-    assert time.monotonic() - started < 5
+    # A bound that is the behaviour: it gives up after its 1 s subscribe timeout instead of the
+    # client's own call timeout (75 s); generous, so that a loaded machine cannot fail it.
+    assert time.monotonic() - started < 30
     backend.close()
     assert not (tmp_path / "state" / "mesos" / "framework.json").exists()
 

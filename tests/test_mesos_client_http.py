@@ -387,10 +387,9 @@ def test_a_refused_subscribe_stops_the_client_at_once(
     the subscribe timeout (issue 33: five retries, then a timeout)."""
     server.on_subscribe = lambda req: Reply(status, b"denied", {"WWW-Authenticate": 'Basic realm="x"'})
     client, _ = make_client(server.url)
-    started = time.monotonic()
-    with pytest.raises(SubscribeRefusedError) as info:
+    with pytest.raises(SubscribeRefusedError) as info:  # not SubscribeTimeoutError: not retried
         client.wait_subscribed(10)
-    assert time.monotonic() - started < 2, "not retried until the timeout"
+    assert len(server.subscribes()) == 1, "asked once"
     assert isinstance(info.value.cause, cls) and info.value.cause.status == status
     assert isinstance(client.last_error, cls)
     assert len([r for r in server.requests if r.type == "SUBSCRIBE"]) == 1, "asked once"
@@ -416,15 +415,17 @@ def test_heartbeat_watchdog_drops_a_silent_stream(server: ScriptServer, make_cli
 
 
 def test_heartbeats_keep_the_stream(server: ScriptServer, make_client: Any) -> None:
+    # Without heartbeats the stream would be dropped after 3 x 0.5 s; with one every 0.05 s a
+    # loaded machine cannot make a gap of 1.5 s (with an interval of 0.1 s it could).
     def sub(req: Request) -> Stream:
-        stream = Stream().subscribed("fw-1", interval=0.1).heartbeat()
+        stream = Stream().subscribed("fw-1", interval=0.5).heartbeat()
         stream.heartbeats(0.05)
         return stream
 
     server.on_subscribe = sub
     client, handler = make_client(server.url, heartbeat_miss_factor=3.0)
     client.wait_subscribed(5)
-    time.sleep(0.6)
+    time.sleep(2.0)  # longer than the 1.5 s without a byte after which it would drop the stream
     assert len(server.subscribes()) == 1 and not handler.named("disconnected")
 
 
@@ -449,12 +450,11 @@ def test_no_tight_loop_after_error_events(server: ScriptServer, make_client: Any
 
     server.on_subscribe = refuse
     client, handler = make_client(server.url)
-    time.sleep(1.0)
+    server.wait(lambda: len(server.subscribes()) >= 5, timeout=30)  # up to the cap of its backoff
     client.stop()
     subs = server.subscribes()
     gaps = _gaps(subs)
-    assert 3 <= len(subs) <= 8, len(subs)  # 0.05, 0.1, 0.2, 0.2, ... not hundreds
-    assert all(g >= 0.045 for g in gaps) and max(gaps) >= 0.19
+    assert all(g >= 0.045 for g in gaps) and max(gaps) >= 0.19  # 0.05, 0.1, 0.2, 0.2: no tight loop
     assert handler.named("error")[0] == ("Framework is not authorized to use role 'x'",)
     assert not handler.named("subscribed") and not handler.named("terminated")
 
@@ -628,8 +628,8 @@ def test_updates_without_uuid_are_never_acknowledged(server: ScriptServer, make_
     barrier = new_uuid()
     stream.update("t3", "TASK_RUNNING", barrier)
     handler.wait("update", 3)
-    server.wait(lambda: len(server.calls("ACKNOWLEDGE")) >= 1)
-    time.sleep(0.1)
+    # acknowledgements go out in order: one for t1 or t2 would have come before the barrier's
+    server.wait(lambda: any(a.json["acknowledge"]["uuid"] == barrier for a in server.calls("ACKNOWLEDGE")))
     assert [a.json["acknowledge"]["uuid"] for a in server.calls("ACKNOWLEDGE")] == [barrier]
 
 
@@ -649,9 +649,11 @@ def test_handler_exception_means_no_ack_and_no_teardown(server: ScriptServer, ma
     stream.update("t2", "TASK_RUNNING", None)  # barrier: the stream is still processed
     handler.wait("update")
     stream.update("t1", "TASK_FINISHED", uid)  # the master redelivers
-    server.wait(lambda: len(server.calls("ACKNOWLEDGE")) == 1)
-    time.sleep(0.1)
-    assert [r.type for r in server.calls()] == ["ACKNOWLEDGE"]
+    barrier = new_uuid()
+    stream.update("t3", "TASK_RUNNING", barrier)  # acknowledged after whatever came before it
+    server.wait(lambda: len(server.calls("ACKNOWLEDGE")) >= 2)
+    assert [r.type for r in server.calls()] == ["ACKNOWLEDGE"] * 2
+    assert [a.json["acknowledge"]["uuid"] for a in server.calls("ACKNOWLEDGE")] == [uid, barrier]
     assert client.connected and len(server.subscribes()) == 1
 
 
@@ -662,9 +664,8 @@ def test_stop_and_teardown(server: ScriptServer, make_client: Any) -> None:
     """[16] stop() sends nothing; TEARDOWN only through teardown()."""
     client, handler = make_client(server.url)
     client.wait_subscribed(5)
-    started = time.monotonic()
-    client.stop()
-    assert time.monotonic() - started < 1.0
+    client.stop()  # aborts the open stream: its threads end, none is left to its join timeout
+    assert [t.name for t in client._threads if t.is_alive()] == []
     assert not server.calls()
     assert handler.named("disconnected")
     with pytest.raises(ClientStoppedError):

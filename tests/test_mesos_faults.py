@@ -24,6 +24,7 @@ import yaml
 from tests.conftest import REPO, cli
 from tests.mesos_emulator import Emulator
 from tests.mesos_fixtures import PY, config_yaml, eventually, running_on_agents, slots_running, start_emulator
+from tests.waiting import wait_until
 from tfdeclare.backends.base import Backend
 from tfdeclare.cli.common import settings_from
 from tfdeclare.cli.validate_command import load_desired
@@ -97,17 +98,19 @@ class Project:
         each: Callable[[], None] | None = None,
     ) -> None:
         """Reconcile passes (as the daemon runs them) until ``until()``; ``each`` after every pass."""
-        deadline = time.monotonic() + timeout
-        while True:
-            result = controller.reconcile()
+        errors: list[object] = []
+
+        def one_pass() -> bool:
+            errors[:] = controller.reconcile().errors
             if each is not None:
                 each()
-            if until():
-                return
-            if time.monotonic() > deadline:
-                records = {n: (r.phase, r.reason, r.message) for n, r in controller.store.records().items()}
-                raise AssertionError(f"not reached in {timeout} s; errors {result.errors}; records {records}")
-            time.sleep(0.1)
+            return until()
+
+        def seen() -> str:
+            records = {n: (r.phase, r.reason, r.message) for n, r in controller.store.records().items()}
+            return f"the passes' goal; errors {errors}; records {records}"
+
+        wait_until(one_pass, timeout, what=seen, interval=0.1)
 
     def outputs(self) -> dict[str, dict[str, Any]]:
         return {p.stem: json.loads(p.read_text()) for p in (self.root / "specs" / "out").glob("*.json")}
@@ -260,12 +263,13 @@ def test_cli_killed_during_apply_then_run_again_adopts_the_tasks(
 def test_master_failover_keeps_the_job_and_reconciles(project: Project, emulator: Emulator) -> None:
     """[19] The client re-subscribes to the new master, reconciles (tasks on recovering agents
     get no answer until they re-register), and the job finishes as if nothing happened."""
-    project.write("steady", spec("steady", {"worker": (2, "sleep=5")}))
+    project.write("steady", spec("steady", {"worker": (2, "until=go")}))  # ends when told
     controller = project.controller()
     project.apply(controller)
     project.passes(controller, lambda: project.record(controller, "steady").phase is Phase.RUNNING)
     subscribes = len(emulator.calls("SUBSCRIBE"))
     emulator.restart_master(reregister_delay=2.0)
+    (project.root / "specs" / "out" / "go").touch()  # the job runs through the failover, then ends
     project.passes(
         controller,
         lambda: project.record(controller, "steady").phase is Phase.SUCCEEDED,

@@ -57,7 +57,10 @@ def test_a_high_priority_job_preempts_our_low_one_and_it_runs_again_after(
     try:
         (root / "specs" / "low.yaml").write_text(job("low", 3, "[sleep, '600']", 0))
         eventually(lambda: status(root, "low")["phase"] == "Running", timeout=30)
-        (root / "specs" / "high.yaml").write_text(job("high", 3, "[sleep, '4']", 10))
+        go = root / "go"  # high ends when the test says so: after it has seen low suspended
+        (root / "specs" / "high.yaml").write_text(
+            job("high", 3, f"[sh, -c, 'while [ ! -e {go} ]; do sleep 0.1; done']", 10)
+        )
 
         def preempted() -> dict[str, Any] | None:
             low = status(root, "low")
@@ -66,6 +69,7 @@ def test_a_high_priority_job_preempts_our_low_one_and_it_runs_again_after(
         low = eventually(preempted, timeout=30)
         assert low["suspension"]["reason"] == "Preempted" and low["suspension"]["preemptedBy"] == "high"
         eventually(lambda: emulator.calls("KILL"), timeout=10)  # the victim's task, through the master
+        go.touch()
         eventually(lambda: status(root, "high")["phase"] == "Succeeded", timeout=60)
 
         def resumed() -> dict[str, Any] | None:

@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from functools import partial
@@ -466,8 +465,7 @@ def test_plain_apply_leaves_the_tasks_running_and_delete_stops_them(
     applied = cli("apply", "job.yaml", cwd=root)
     assert applied.returncode == 0, applied.stderr
     eventually(lambda: len(_job_tasks(mesos, "plain")) == 2, timeout=60)
-    time.sleep(0)  # the CLI has exited: what runs now runs without it
-    assert len(_job_tasks(mesos, "plain")) == 2
+    assert len(_job_tasks(mesos, "plain")) == 2  # the CLI has exited: what runs now runs without it
     again = cli("apply", "job.yaml", cwd=root)
     assert again.returncode == 0, again.stderr
     assert "No changes" in again.stdout, again.stdout

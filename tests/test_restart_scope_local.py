@@ -9,13 +9,13 @@ import json
 import os
 import signal
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import worker_ports
+from tests.waiting import wait_until
 from tfdeclare.backends.local import ports
 from tfdeclare.backends.local.backend import HOST, LocalBackend, LocalCapacity
 from tfdeclare.core.enums import Role, TaskState
@@ -38,14 +38,6 @@ PORTS = worker_ports(20)
 CAPACITY = LocalCapacity(cpus=4, mem_mib=4096, gpus=0, port_first=PORTS[0], port_last=PORTS[1])
 KEY = TaskKey(Role.WORKER, 1)
 SMALL = Resources(0.1, 64, 0)
-
-
-def until(check: Callable[[], ObservedTask | None], timeout: float = 30.0) -> ObservedTask:
-    deadline = time.monotonic() + timeout
-    while (found := check()) is None:
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-    return found
 
 
 def launch(backend: LocalBackend, placement: Placement, task_id: str, *, keep: bool) -> None:
@@ -84,9 +76,9 @@ def test_a_task_that_restarts_alone_keeps_its_port_while_it_is_down(tmp_path: Pa
         assert isinstance(placed, Placement)
         port = placed.slots[0].port
         launch(ours, placed, "j.u.worker-1.1", keep=keep)
-        until(in_state(ours, "j.u.worker-1.1", TaskState.RUNNING))
+        wait_until(in_state(ours, "j.u.worker-1.1", TaskState.RUNNING))
         kill(ours, "j.u.worker-1.1")
-        ended = until(in_state(ours, "j.u.worker-1.1", TaskState.FAILED))
+        ended = wait_until(in_state(ours, "j.u.worker-1.1", TaskState.FAILED))
         assert ended.exit_code == 137
 
         fd = ports.reserve(port)
@@ -106,9 +98,9 @@ def test_a_task_that_restarts_alone_keeps_its_port_while_it_is_down(tmp_path: Pa
         again = ours.place(GangRequest("j", 0, (SlotRequest(KEY, SMALL, Address(HOST, port), pinned=True),)))
         assert isinstance(again, Placement) and again.slots[0].port == port
         launch(ours, again, "j.u.worker-1.2", keep=True)
-        until(in_state(ours, "j.u.worker-1.2", TaskState.RUNNING))
+        wait_until(in_state(ours, "j.u.worker-1.2", TaskState.RUNNING))
         ours.stop(["j.u.worker-1.2"], 1.0)  # stopped on purpose: the port need not stay ours
-        until(in_state(ours, "j.u.worker-1.2", TaskState.STOPPED))
+        wait_until(in_state(ours, "j.u.worker-1.2", TaskState.STOPPED))
         fd = ports.reserve(port)
         assert fd is not None, "released once stopped"
         os.close(fd)
@@ -128,9 +120,9 @@ def test_purging_the_job_gives_its_held_ports_back(tmp_path: Path) -> None:
         assert isinstance(placed, Placement)
         port = placed.slots[0].port
         launch(ours, placed, "j.u.worker-1.1", keep=True)
-        until(in_state(ours, "j.u.worker-1.1", TaskState.RUNNING))
+        wait_until(in_state(ours, "j.u.worker-1.1", TaskState.RUNNING))
         kill(ours, "j.u.worker-1.1")
-        until(in_state(ours, "j.u.worker-1.1", TaskState.FAILED))
+        wait_until(in_state(ours, "j.u.worker-1.1", TaskState.FAILED))
         assert ports.reserve(port) is None
         ours.purge("j")
         fd = ports.reserve(port)

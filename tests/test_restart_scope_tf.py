@@ -13,7 +13,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ import yaml
 
 from tests.conftest import REPO, cli, kill_leftovers, processes_of, worker_ports
 from tests.mesos_fixtures import config_yaml, start_emulator
+from tests.waiting import wait_until
 
 pytestmark = [
     pytest.mark.tf,
@@ -58,21 +58,16 @@ def job_spec(name: str, workdir: Path, *, gate: bool) -> str:
     )
 
 
-def wait_for(
-    what: str, check: Callable[[], Any], timeout: float, proc: subprocess.Popen[str] | None = None
-) -> Any:
-    """``check()``'s first truthy value, looked at every 0.3 s until ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if proc is not None and proc.poll() is not None:
-            out, err = proc.communicate()
-            raise AssertionError(f"apply ended (rc {proc.returncode}) before {what}:\n{out}\n{err}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.3)
+def ended(proc: subprocess.Popen[str]) -> Callable[[], str | None]:
+    """For ``wait_until(stop=...)``: why waiting on while ``proc`` (apply) has ended is pointless."""
+
+    def why() -> str | None:
+        if proc.poll() is None:
+            return None
+        out, err = proc.communicate()
+        return f"apply ended (rc {proc.returncode}):\n{out}\n{err}"
+
+    return why
 
 
 def task_pids(cwd: Path, job: str) -> dict[str, int]:
@@ -139,7 +134,13 @@ def run_pss_with_a_worker_killed(cwd: Path, extra: tuple[str, ...] = ()) -> None
         command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:
-        wait_for(f"step {KILL_AT}", lambda: f"STEP {KILL_AT} " in log(cwd, "hit", "chief-0"), 300, proc)
+        wait_until(
+            lambda: f"STEP {KILL_AT} " in log(cwd, "hit", "chief-0"),
+            300,
+            what=f"step {KILL_AT}",
+            interval=0.3,
+            stop=ended(proc),
+        )
         before = task_pids(cwd, "hit")
         assert set(before) == {"chief-0", "ps-0", "worker-0", "worker-1"}, before
         port = next(
@@ -158,7 +159,9 @@ def run_pss_with_a_worker_killed(cwd: Path, extra: tuple[str, ...] = ()) -> None
                 and "restarts=1" in log(cwd, "hit", "worker-1")
             )
 
-        wait_for("worker-1 restarted alone and serving", restarted, 180, proc)
+        wait_until(
+            restarted, 180, what="worker-1 restarted alone and serving", interval=0.3, stop=ended(proc)
+        )
         during = status(cwd, "hit")
         assert during["phase"] == "Running" and during["restarts"] == 0, during
         again = next(t for t in during["tasks"] if t["role"] == "worker" and t["index"] == 1)
@@ -166,11 +169,12 @@ def run_pss_with_a_worker_killed(cwd: Path, extra: tuple[str, ...] = ()) -> None
         middle = task_pids(cwd, "hit")
         for name in ("chief-0", "ps-0", "worker-0"):
             assert middle[name] == before[name], f"{name} kept running"
-        wait_for(
-            f"the chief at its gate (step {GATE_AT})",
+        wait_until(
             lambda: "PAUSED" in log(cwd, "hit", "chief-0"),
             300,
-            proc,
+            what=f"the chief at its gate (step {GATE_AT})",
+            interval=0.3,
+            stop=ended(proc),
         )
         (cwd / "go").touch()
         out, err = proc.communicate(timeout=400)

@@ -12,6 +12,7 @@ import pytest
 
 from tests.conftest import cli
 from tests.test_e2e_local import project
+from tests.waiting import wait_until
 from tfdeclare.core.spec.selector import Operator, Requirement, SelectorError, parse
 
 __all__ = ["project"]  # the fixture
@@ -175,7 +176,12 @@ def test_logs_tail_and_previous_after_a_restart(project: Path) -> None:
     assert none.returncode == 1 and "no earlier launch" in none.stderr
 
 
-SLOW_TALKER = "import time; print('early', flush=True); time.sleep(2.5); print('late')"
+# "late" only once the test has seen "early" in the logs (GO): each line its own sample
+SLOW_TALKER = (
+    "import os, time; print('early', flush=True)\n"
+    "while not os.path.exists(GO): time.sleep(0.05)\n"
+    "print('late')"
+)
 
 
 @pytest.mark.slow
@@ -184,10 +190,23 @@ def test_logs_timestamps_and_since_from_the_supervisors_samples(project: Path) -
     import datetime
     import time
 
+    go = project / "go"
     before = time.time()
     (project / "specs" / "slow.yaml").write_text(
-        _job("slow", {}, command=json.dumps(["python", "-c", SLOW_TALKER]))
+        _job("slow", {}, command=json.dumps(["python", "-c", SLOW_TALKER.replace("GO", repr(str(go)))]))
     )
+    assert cli("apply", "specs", cwd=project).returncode == 0
+
+    def sampled() -> bool:  # the supervisor has noted when "early" was written (once a second)
+        samples = [
+            line.split()
+            for p in (project / ".tfdeclare").rglob("*.log.times")
+            for line in p.read_text().splitlines()
+        ]
+        return any(int(size) > 0 for size, _ in samples)  # "<log size> <time>" lines
+
+    wait_until(sampled, 60, what="the first line's time sampled")
+    go.touch()
     applied = cli("apply", "specs", "--wait", "--timeout", "60", cwd=project)
     assert applied.returncode == 0, applied.stdout + applied.stderr
     after = time.time()
@@ -198,7 +217,7 @@ def test_logs_timestamps_and_since_from_the_supervisors_samples(project: Path) -
     assert [line.split(" ", 3)[::3] for line in lines] == [["worker-0", "early"], ["worker-0", "late"]], lines
     times = [datetime.datetime.fromisoformat(line.split(" ")[2]).timestamp() for line in lines]
     assert before - 1 <= times[0] < times[1] <= after + 1
-    assert times[1] - times[0] >= 1.5  # each line its own time, not the file's
+    # each line its own time, not the file's: "late" was written after "early" was sampled
 
     between = datetime.datetime.fromtimestamp((times[0] + times[1]) / 2, datetime.UTC).isoformat()
     since = cli("logs", "slow", "--task", "worker-0", "--since", between, cwd=project)

@@ -128,9 +128,8 @@ def test_a_slow_pull_holds_up_no_other_job_no_stop_and_is_adopted_by_the_next_da
         launcher = _launcher_pid(workdir)
 
         # SIGTERM: the daemon ends at once, the pull goes on.
-        asked = time.monotonic()
+        # (Daemon.stop fails after 45 s: the trickled pull would take 128 s)
         assert daemon.stop(signal.SIGTERM) == 0, daemon.text()
-        assert time.monotonic() - asked < 5, daemon.text()
         time.sleep(1)
         assert proxy.sending == 1, "the pull outlives the daemon"
 
@@ -195,7 +194,9 @@ def test_plain_apply_leaves_a_slow_pull_to_its_launcher_which_makes_the_containe
     assert applied.stderr.count(f"tfdeclare: pulling {slow} for job a") == 1, (
         "one pull for both tasks, shown once"
     )
-    assert time.monotonic() - asked < 20, "apply waits STARTING_GRACE_S for a starting task, no more"
+    # A bound that is the behaviour, generous for a loaded machine: apply waits STARTING_GRACE_S
+    # (10 s) for a starting task, not for the pull (LAYER_BYTES at 2 kB/s: 128 s)
+    assert time.monotonic() - asked < 60, "apply waits STARTING_GRACE_S for a starting task, no more"
     assert _task(workdir, "b")["state"] == "running"
     a = _task(workdir, "a")
     assert a["state"] == "starting" and a["message"].startswith(f"pulling {slow}: "), a
@@ -228,7 +229,7 @@ def test_deleting_a_job_mid_pull_gives_its_launch_up_and_the_engine_cancels_the_
     asked = time.monotonic()
     deleted = cli("delete", "a", cwd=workdir, timeout=60)
     assert deleted.returncode == 0, deleted.stdout + deleted.stderr
-    assert time.monotonic() - asked < 10, "no wait for the pull"
+    assert time.monotonic() - asked < 60, "no wait for the pull"  # which would take 128 s: a generous bound
     wait_until(lambda: proxy.sending == 0, timeout=10)  # the engine let go of the registry
     assert (
         not Path(f"/proc/{launcher}").exists()

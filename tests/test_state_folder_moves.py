@@ -10,7 +10,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -124,7 +123,11 @@ def test_a_daemon_under_another_state_folder_does_not_start_a_second_copy(projec
             f"not started: it exists under state folder {os.path.realpath(project / '.tfdeclare')}"
         )
         assert "state folder" in daemon.text() and "(from --config other/tfdeclare.yaml" in daemon.text()
-        time.sleep(2)  # passes go on: still one copy
+        for _ in range(2):  # passes go on (one a second): still one copy
+            last = daemon.get("/healthz")[1]["lastPassAt"]
+            wait_until(
+                lambda last=last: daemon.get("/healthz")[1]["lastPassAt"] != last, 30, what="another pass"
+            )
         assert len([t for t in local_tasks(project) if t[0] == "a"]) == 1
 
         assert cli("delete", "a", cwd=project).returncode == 0  # where it ran: now the daemon may

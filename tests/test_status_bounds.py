@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -288,9 +287,8 @@ def test_a_long_pass_keeps_the_endpoints_answering(tmp_path: Path) -> None:
     loop.start()
     try:
         assert inside.wait(10)
-        started = time.monotonic()
         assert [made.get(path)[0] for path in ("/", "/jobs", "/jobs/a", "/healthz")] == [200] * 4
-        assert time.monotonic() - started < 5
+        assert loop.is_alive(), "answered while the pass was still stuck in reconcile"
     finally:
         release.set()
         loop.join(30)

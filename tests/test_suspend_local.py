@@ -7,7 +7,6 @@ high one has finished. Neither counts as a restart."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -91,8 +90,11 @@ def test_suspend_from_the_file_stops_gracefully_and_resume_reuses_the_ports(proj
     assert shown["restarts"] == 0 and shown["suspensions"] == 1 and shown["preemptions"] == 0
     assert shown["suspension"]["reason"] == "Suspended"  # type: ignore[index]
     assert {c["type"]: c["reason"] for c in shown["conditions"]}["Suspended"] == "Suspended"  # type: ignore[union-attr,index]
-    time.sleep(1)
+    launches = sorted((project / ".tfdeclare" / "local" / "tasks").iterdir())  # a folder per launch
     assert refreshed(project, "bert")["phase"] == "Suspended", "nothing relaunches a suspended job"
+    assert sorted((project / ".tfdeclare" / "local" / "tasks").iterdir()) == launches, (
+        "no launch in that pass"
+    )
     assert len(outputs(project, "bert")) == 2
     text = cli("status", "bert", cwd=project).stdout
     assert "bert: Suspended" in text and "preemptions 0, suspensions 1 (not counted as restarts)" in text, (

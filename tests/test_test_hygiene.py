@@ -8,6 +8,10 @@ them on several, tests/conftest.py), each the class of a failure seen in CI.
   on every worker that writes the same numbers: a job that restarts on its ports, or a slot that
   gets its port back, loses them to another test's controller. Such a test takes its worker's
   own range (``worker_ports``).
+- A test waits for a condition (tests/waiting.py: ``wait_until``), never for a fixed time: on a
+  loaded machine a fixed time is too short (the task ended, the timer fired before the test
+  looked). Real ``time.sleep`` calls are counted against a ceiling, and no other module defines
+  its own polling loop under one of the helper names they had.
 """
 
 from __future__ import annotations
@@ -94,3 +98,38 @@ def test_the_group_marks_are_added_before_xdist_reads_them() -> None:
     from tests import conftest
 
     assert conftest.pytest_collection_modifyitems.pytest_impl["tryfirst"]  # type: ignore[attr-defined]
+
+
+# Real sleeps left in tests/ (an AST count: calls, not text in task scripts or comments): the
+# task script's own waits (e2e_task.py), waiting.py's poll, a registry's trickle rate, pauses
+# that are the behaviour under test (a user's pause while writing a file, a partition's
+# length), and a few checks that nothing happens within a while. Lower it when you remove one.
+SLEEP_CEILING = 24
+POLLING_NAMES = {"wait_until", "eventually", "until"}
+
+
+def _sleeps(path: Path) -> list[int]:
+    return [
+        node.lineno
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path)))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "sleep"
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "time"
+    ]
+
+
+def test_tests_wait_for_conditions_not_for_time() -> None:
+    tests = [p for p in SOURCES if _relative(p).startswith("tests/")]
+    found = {_relative(p): lines for p in tests if (lines := _sleeps(p))}
+    count = sum(len(lines) for lines in found.values())
+    assert count <= SLEEP_CEILING, f"{count} time.sleep calls in tests/ (ceiling {SLEEP_CEILING}): {found}"
+    helpers = {
+        _relative(p): node.name
+        for p in tests
+        if _relative(p) != "tests/waiting.py"
+        for node in ast.parse(p.read_text()).body
+        if isinstance(node, ast.FunctionDef) and node.name in POLLING_NAMES
+    }
+    assert not helpers, f"a polling helper of its own (use tests/waiting.py): {helpers}"

@@ -28,6 +28,7 @@ from tests.git_host_deliveries import (
     github_push,
     gitlab_push,
 )
+from tests.waiting import wait_until
 from tfdeclare.backends import registry
 from tfdeclare.cli.common import UserError
 from tfdeclare.cli.daemon_command import access_policy
@@ -357,7 +358,8 @@ def test_large_reads_at_once_are_bounded(served: tuple[DaemonServer, Endpoints])
     try:
         for connection in waiting:  # each holds a large read open, its body not sent yet
             connection.sendall(request + body[:100])
-        time.sleep(0.3)
+        # until the server reads them all (its own count: nothing outside tells a read open)
+        wait_until(lambda: server._large_reads == MAX_LARGE_READS, 10, what="the large reads open")
         with socket.create_connection(server.address, timeout=10) as extra:
             extra.sendall(request + body)
             assert extra.recv(100).startswith(b"HTTP/1.0 503")

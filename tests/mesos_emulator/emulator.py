@@ -24,6 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from tests.waiting import wait_until
+
 from .agent import Agent
 from .agent_http import AgentEndpoints
 from .clock import Clock, ManualClock, RealClock
@@ -744,11 +746,8 @@ class Emulator:
     def wait_for(
         self, predicate: Callable[[Emulator], bool], timeout: float = 5.0, interval: float = 0.01
     ) -> None:
-        deadline = time.monotonic() + timeout
-        while not predicate(self):
-            if time.monotonic() > deadline:
-                raise TimeoutError("condition not reached within timeout")
-            time.sleep(interval)
+        """Until ``predicate(emulator)`` holds (tests/waiting.py; AssertionError after ``timeout``)."""
+        wait_until(lambda: predicate(self), timeout, interval=interval)
 
 
 def _reconnect(agent: Agent) -> None:

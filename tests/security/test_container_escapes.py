@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import cli
+from tests.waiting import wait_until
 from tfdeclare.backends.local.docker_runtime import owner_of
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -93,9 +93,7 @@ def test_a_source_folder_that_holds_the_state_folder_is_mounted_without_it(
     applied = cli("apply", "probe.yaml", cwd=tmp_path)
     assert applied.returncode == 0, applied.stderr
     seen = state / "local" / "work" / "probe" / "worker-0" / "seen.txt"
-    deadline = time.monotonic() + 60
-    while not (seen.exists() and seen.read_text().endswith("done\n")) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_until(lambda: seen.exists() and seen.read_text().endswith("done\n"), 60, what=f"{seen} done")
     text = seen.read_text()
     listing = text.splitlines()
     assert listing[0] == "local", text  # only the way down to its own working folder

@@ -21,6 +21,7 @@ import pytest
 from tests.conftest import cli
 from tests.controller_world import World, job_text
 from tests.test_daemon import Daemon as CliDaemon
+from tests.waiting import wait_until
 from tfdeclare.core.enums import Role
 from tfdeclare.daemon.server import MAX_CONNECTIONS, DaemonServer, ListenError
 from tfdeclare.daemon.service import Daemon, DaemonOptions
@@ -344,9 +345,8 @@ def test_closing_with_connections_open_ends_them_and_every_thread_quietly(
     with caplog.at_level(logging.DEBUG, logger="tfdeclare"), caplog.at_level(logging.WARNING):
         assert request(server, "GET", "/healthz")[0] == 200  # a worker thread has started
         clients = [socket.create_connection(server.address, timeout=10) for _ in range(MAX_CONNECTIONS + 5)]
-        deadline = time.monotonic() + 10
-        while server.evicted < 5 and time.monotonic() < deadline:
-            time.sleep(0.01)  # until every one is accepted: 5 made room for the last 5
+        # until every one is accepted: 5 made room for the last 5
+        wait_until(lambda: server.evicted >= 5, 10, what="5 evictions", interval=0.01)
         assert server.evicted == 5
         for client in clients[-3:]:
             client.sendall(b"GET /jobs HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # half a request
@@ -377,12 +377,10 @@ def test_a_client_that_does_not_read_its_answer_is_dropped_after_the_response_de
         reader.sendall(b"GET /jobs/a/logs HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         assert reader.recv(16) == b"HTTP/1.0 200 OK\r"  # the answer has started
         assert request(server, "GET", "/healthz")[0] == 200  # meanwhile others are served
-        received, started = 16, time.monotonic()
+        received = 16
         reader.settimeout(10)
         # It reads nothing for a while (a client stuck): the server lets go of it...
-        while server.open_connections() and time.monotonic() < started + 10:
-            time.sleep(0.05)
-        assert server.open_connections() == 0
+        wait_until(lambda: server.open_connections() == 0, 10, what="the stuck reader let go")
         # ...and when it reads at last, the rest is not there.
         try:
             while chunk := reader.recv(1 << 20):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import pytest
 import yaml
 
 from tests.conftest import cli, worker_ports
+from tests.waiting import wait_until
 from tfdeclare.backends.base import BackendError
 from tfdeclare.backends.local.backend import LocalBackend, LocalCapacity, no_link_in
 from tfdeclare.controller.launchpaths import LaunchPaths, LaunchRefused
@@ -71,10 +71,7 @@ def swap_after_the_first_run(root: Path, image: str | None, runtime: str) -> Non
     applied = cli("apply", "specs", cwd=root, timeout=180)
     assert applied.returncode == 0, applied.stdout + applied.stderr
     work = root / ".tfdeclare" / "local" / "work" / "swapped" / "worker-0"
-    deadline = time.monotonic() + 120
-    while not (work / "ran-once").exists():
-        assert time.monotonic() < deadline, every_log(root)
-        time.sleep(0.1)
+    wait_until((work / "ran-once").exists, 120, what=lambda: f"the first run; logs: {every_log(root)}")
 
     # someone who can write the spec folder swaps the job's folder for a link out of it
     (specs / "sub").rename(specs / "sub.real")
@@ -83,16 +80,16 @@ def swap_after_the_first_run(root: Path, image: str | None, runtime: str) -> Non
 
     # ``apply`` would refuse the spec now (the policy resolves links too); what relaunches the
     # failed task is a pass over what was applied: the daemon's, or ``status --refresh``
-    deadline = time.monotonic() + 60
-    while True:
+
+    def refused() -> dict[str, Any] | None:
         again = cli("status", "--refresh", cwd=root, timeout=180)
         shown = again.stdout + again.stderr
         assert again.returncode == 0 and "Traceback" not in shown, shown
         status = status_of(root)
-        if any(c["reason"] == "LaunchRefused" for c in status["conditions"]):
-            break
-        assert time.monotonic() < deadline and status["phase"] != "Succeeded", (status, every_log(root))
-        time.sleep(0.3)
+        assert status["phase"] != "Succeeded", (status, every_log(root))
+        return status if any(c["reason"] == "LaunchRefused" for c in status["conditions"]) else None
+
+    status = wait_until(refused, 60, what=lambda: f"LaunchRefused; logs: {every_log(root)}", interval=0.3)
     message = status["message"]
     assert "worker-0: workingDir sub leads to" in message and str(outside.resolve()) in message, message
     assert "specs/job.yaml" in message and "not launched" in message, message
