@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, cli, kill_leftovers, worker_ports
+from tests.waiting import wait_until
 from tfdeclare.backends.local.prober import Prober
 from tfdeclare.backends.local.record import LocalTask
 from tfdeclare.core.enums import Role
@@ -103,16 +104,18 @@ def test_a_failing_check_command_restarts_the_job_with_reason_unhealthy(project:
         text=True,
     )
     try:
-        seen: dict[str, Any] = {}
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and apply.poll() is None:
+
+        def unhealthy() -> dict[str, Any] | None:
             document = status_of(project, "stuck")
             reasons = {c["type"]: c["reason"] for c in document.get("conditions") or []}
-            if reasons.get("Ready") == "Unhealthy":
-                seen = document
-                break
-            time.sleep(0.05)
-        assert seen, "never seen Unhealthy"
+            return document if reasons.get("Ready") == "Unhealthy" else None
+
+        seen = wait_until(
+            unhealthy,
+            60,
+            what="reason Unhealthy",
+            stop=lambda: None if apply.poll() is None else "apply ended",
+        )
         assert seen["phase"] == "Restarting" and seen["restarts"] == 1
         conditions = {c["type"]: c for c in seen["conditions"]}
         assert conditions["Reconciling"]["reason"] == "Unhealthy"
@@ -169,13 +172,9 @@ def local_task(tmp_path: Path, check: HealthCheck, port: int | None = None) -> L
 
 
 def verdict_within(prober: Prober, task: LocalTask, timeout: float = 20.0) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = prober.track([(task, time.time() - 60)]).get(task.task_id)
-        if found is not None:
-            return found
-        time.sleep(0.05)
-    raise AssertionError("never unhealthy")
+    return wait_until(
+        lambda: prober.track([(task, time.time() - 60)]).get(task.task_id), timeout, what="unhealthy"
+    )
 
 
 FAST = {"period_s": 0.1, "timeout_s": 0.5, "failure_threshold": 2}

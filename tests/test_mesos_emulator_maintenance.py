@@ -11,6 +11,7 @@ import httpx
 
 from tests.mesos_emulator import Emulator
 from tests.test_mesos_emulator_helpers import Subscriber, command_task, emulator, subscribe, subscribers
+from tests.waiting import wait_until
 
 __all__ = ["emulator", "subscribers"]
 
@@ -69,10 +70,9 @@ def test_a_drain_with_mark_gone_answers_gone_by_operator(
     gone = sub.update("t", "TASK_GONE_BY_OPERATOR", timeout=5)
     assert gone["reason"] == "REASON_AGENT_DRAINING" and "uuid" in gone
     sub.ack(gone)
-    deadline = time.monotonic() + 5
-    while emulator.agents()[0]["state"] != "gone" and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert emulator.agents()[0]["state"] == "gone"  # DRAINED, then marked gone: removed for good
+    wait_until(
+        lambda: emulator.agents()[0]["state"] == "gone", 20
+    )  # DRAINED, then marked gone: removed for good
 
 
 def test_a_schedule_puts_unavailability_in_offers_and_sends_inverse_offers(

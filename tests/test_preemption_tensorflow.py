@@ -14,7 +14,6 @@ whose chief saves on SIGTERM itself, TF's handler refusing clusters with a ps.
 from __future__ import annotations
 
 import shutil
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import yaml
 from tests.conftest import REPO, cli, kill_leftovers, worker_ports
 from tests.test_background_controller import keeper, phase
 from tests.test_e2e_local import status_of
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.tf, pytest.mark.e2e, pytest.mark.slow]
 
@@ -104,13 +104,12 @@ def steps(project: Path, name: str, index: int, role: str = "worker") -> list[tu
 def wait(project: Path, predicate: Callable[[], bool], what: str, timeout: float) -> None:
     """Poll without starting processes: the background controller keeps the jobs and their
     status files; TensorFlow gets the cores."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            log = project / ".tfdeclare" / "controller.log"
-            shown = cli("status", cwd=project).stdout
-            raise AssertionError(f"timed out waiting for {what}\n{shown}\n{log.read_text()[-4000:]}")
-        time.sleep(0.5)
+
+    def said() -> str:
+        log = project / ".tfdeclare" / "controller.log"
+        return f"{what}\n{cli('status', cwd=project).stdout}\n{log.read_text()[-4000:]}"
+
+    wait_until(predicate, timeout, what=said, interval=0.5)
 
 
 def test_a_preempted_mwms_job_resumes_from_its_checkpoint_and_ends_as_if_never_stopped(project: Path) -> None:
