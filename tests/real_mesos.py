@@ -19,6 +19,12 @@ Basic, ``--credentials``), its agents (CRAM-MD5; each agent has ``--credential``
 read-only and read-write HTTP endpoint (``--http_credentials``); the agents' own endpoints ask
 the same. The harness's own requests then send the credentials.
 
+``zookeeper="zk://host:port/path"``: the master contends for leadership there and the master
+and agents detect the leader there (``tools/realmesos/zookeeper.cpp``), so clusters started
+on one path elect one leading master, the agents of all of them register with it, and when
+its process stops another is elected (after ZooKeeper's session timeout, 10 s) and the
+agents re-register with it.
+
 Without the build (no compiler or libraries, not x86_64) a test skips with the reason, or
 fails under ``CI=true`` (``tests/components.py``).
 """
@@ -92,6 +98,7 @@ class RealMesos:
         build: Path | None = None,
         namespaces: bool = True,
         credentials: tuple[str, str] | None = None,
+        zookeeper: str | None = None,
     ) -> None:
         self.build = build or built()
         # False: executors and tasks outlive the cluster's process (``restart``), as on a real
@@ -102,6 +109,7 @@ class RealMesos:
         self.resources = resources
         self.flags = dict(flags or {})
         self.credentials = credentials
+        self.zookeeper = zookeeper
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
         self.log = workdir / "cluster.log"
@@ -115,7 +123,9 @@ class RealMesos:
         return f"http://127.0.0.1:{self.port}"
 
     def environment(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("MESOS_", "LIBPROCESS_"))}
+        env = {
+            k: v for k, v in os.environ.items() if not k.startswith(("MESOS_", "LIBPROCESS_", "REALMESOS_"))
+        }
         env.update(
             {
                 "LIBPROCESS_IP": "127.0.0.1",
@@ -135,6 +145,8 @@ class RealMesos:
                 "TFDECLARE_REALMESOS": self.marker,
             }
         )
+        if self.zookeeper is not None:
+            env["REALMESOS_ZK"] = self.zookeeper
         if self.credentials is not None:
             env.update({f"MESOS_{name.upper()}": value for name, value in self.authentication().items()})
         env.update({f"MESOS_{name.upper()}": value for name, value in self.flags.items()})
