@@ -13,12 +13,25 @@ Otherwise it runs in a session of its own and is stopped by SIGTERM, and every p
 it, below its ``mesos-containerizer`` processes (they keep its environment, marked) or working
 in its folder is SIGKILLed (a task that daemonizes out of that tree would escape).
 
+``credentials=(principal, secret)`` stages an authenticating cluster as upstream's
+docs/authentication.md describes it: the master authenticates frameworks (v1 HTTP ones with
+Basic, ``--credentials``), its agents (CRAM-MD5; each agent has ``--credential``) and every
+read-only and read-write HTTP endpoint (``--http_credentials``); the agents' own endpoints ask
+the same. The harness's own requests then send the credentials.
+
+``zookeeper="zk://host:port/path"``: the master contends for leadership there and the master
+and agents detect the leader there (``tools/realmesos/zookeeper.cpp``), so clusters started
+on one path elect one leading master, the agents of all of them register with it, and when
+its process stops another is elected (after ZooKeeper's session timeout, 10 s) and the
+agents re-register with it.
+
 Without the build (no compiler or libraries, not x86_64) a test skips with the reason, or
 fails under ``CI=true`` (``tests/components.py``).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -26,6 +39,7 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -84,6 +98,8 @@ class RealMesos:
         flags: dict[str, str] | None = None,
         build: Path | None = None,
         namespaces: bool = True,
+        credentials: tuple[str, str] | None = None,
+        zookeeper: str | None = None,
     ) -> None:
         self.build = build or built()
         # False: executors and tasks outlive the cluster's process (``restart``), as on a real
@@ -93,6 +109,8 @@ class RealMesos:
         self.agents = agents
         self.resources = resources
         self.flags = dict(flags or {})
+        self.credentials = credentials
+        self.zookeeper = zookeeper
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
         self.log = workdir / "cluster.log"
@@ -106,7 +124,9 @@ class RealMesos:
         return f"http://127.0.0.1:{self.port}"
 
     def environment(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("MESOS_", "LIBPROCESS_"))}
+        env = {
+            k: v for k, v in os.environ.items() if not k.startswith(("MESOS_", "LIBPROCESS_", "REALMESOS_"))
+        }
         env.update(
             {
                 "LIBPROCESS_IP": "127.0.0.1",
@@ -126,8 +146,44 @@ class RealMesos:
                 "TFDECLARE_REALMESOS": self.marker,
             }
         )
+        if self.zookeeper is not None:
+            env["REALMESOS_ZK"] = self.zookeeper
+        if self.credentials is not None:
+            env.update({f"MESOS_{name.upper()}": value for name, value in self.authentication().items()})
         env.update({f"MESOS_{name.upper()}": value for name, value in self.flags.items()})
         return env
+
+    def authentication(self) -> dict[str, str]:
+        """The flags (and their files, 0600 in the work folder) of an authenticating cluster."""
+        assert self.credentials is not None
+        principal, secret = self.credentials
+        every = self.workdir / "credentials.json"  # the master's: frameworks, agents, HTTP
+        one = self.workdir / "credential.json"  # each agent's own
+        for path, content in (
+            (every, {"credentials": [{"principal": principal, "secret": secret}]}),
+            (one, {"principal": principal, "secret": secret}),
+        ):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as out:
+                json.dump(content, out)
+        return {
+            "authenticate_frameworks": "true",
+            "authenticate_http_frameworks": "true",
+            "http_framework_authenticators": "basic",
+            "credentials": str(every),
+            "authenticate_agents": "true",
+            "credential": str(one),
+            "authenticate_http_readonly": "true",
+            "authenticate_http_readwrite": "true",
+            "http_credentials": str(every),
+        }
+
+    def headers(self) -> dict[str, str]:
+        """What the harness's own requests send: Basic credentials for an authenticating one."""
+        if self.credentials is None:
+            return {}
+        token = base64.b64encode(":".join(self.credentials).encode()).decode("ascii")
+        return {"Authorization": f"Basic {token}"}
 
     def start(self, timeout: float = 60.0, port: int | None = None) -> RealMesos:
         from tools.realmesos import build as builder
@@ -167,6 +223,10 @@ class RealMesos:
                 )
             try:
                 return len(self.state().get("slaves", [])) == self.agents
+            except urllib.error.HTTPError as error:
+                if error.code in (401, 403):  # a harness without the cluster's credentials
+                    raise AssertionError(f"/master/state: {error.code} {error.reason}") from None
+                return False
             except OSError:
                 return False
 
@@ -244,7 +304,8 @@ class RealMesos:
     # ---- the master's view -------------------------------------------------------------
 
     def get(self, path: str) -> Any:
-        with urllib.request.urlopen(self.url + path, timeout=30) as response:
+        request = urllib.request.Request(self.url + path, headers=self.headers())
+        with urllib.request.urlopen(request, timeout=30) as response:
             return json.loads(response.read())
 
     def state(self) -> dict[str, Any]:
@@ -255,7 +316,7 @@ class RealMesos:
         request = urllib.request.Request(
             self.url + "/api/v1",
             data=json.dumps(call).encode(),
-            headers={"Content-Type": "application/json", "Accept": "application/json"},
+            headers={"Content-Type": "application/json", "Accept": "application/json", **self.headers()},
             method="POST",
         )
         try:

@@ -42,6 +42,24 @@ struct LoadResult
     ~LoadResult() {}
 };
 
+// stout's Duration: nanoseconds.
+class Duration
+{
+    long long nanos;
+};
+
+// stout's Try<T*>: Option<T*>, then Option<Error> (a string); as LoadResult, returned through a
+// hidden pointer and never destroyed.
+struct TryPointer
+{
+    int data_state;
+    void* value;
+    int error_state;  // 0: an error, whose message follows
+    const std::string* message() const { return reinterpret_cast<const std::string*>(&error_message); }
+    alignas(std::string) unsigned char error_message[sizeof(std::string)];
+    ~TryPointer() {}
+};
+
 namespace flags {
 class FlagsBase
 {
@@ -76,6 +94,30 @@ class MesosSchedulerDriver
 public:
     MesosSchedulerDriver(Scheduler* scheduler, const FrameworkInfo& framework, const std::string& master);
 };
+
+namespace master {
+namespace contender {
+class MasterContender
+{
+public:
+    static TryPointer create(
+        const Option<std::string>& zk,
+        const Option<std::string>& masterContenderModule,
+        const Option<Duration>& zkSessionTimeout);
+};
+}  // namespace contender
+
+namespace detector {
+class MasterDetector
+{
+public:
+    static TryPointer create(
+        const Option<std::string>& zk,
+        const Option<std::string>& masterDetectorModule,
+        const Option<Duration>& zkSessionTimeout);
+};
+}  // namespace detector
+}  // namespace master
 
 namespace internal {
 namespace local {

@@ -51,8 +51,11 @@ FILENAME = f"mesos.scheduler-{VERSION}.linux-x86_64.tar.gz"
 SHA256 = "1d376f20bca6d05ee8b90c1c123a452b28753497ccc2f1c80ea3ac94c12e8f6e"
 MEMBER = "./usr/local/lib/python2.7/dist-packages/mesos/scheduler/_scheduler.so"
 HERE = Path(__file__).resolve().parent
-SOURCES = ("abi.hpp", "launcher.cpp", "containerizer.cpp", "pystub.c", "curl_forward.c", "curl.map",
-           "openssl-symbols.txt", "executor.py", "build.py")  # fmt: skip
+PROGRAM_SOURCES = (
+    *("abi.hpp", "launcher.cpp", "zookeeper.cpp", "containerizer.cpp"),
+    *("pystub.c", "curl_forward.c", "curl.map"),
+)
+SOURCES = (*PROGRAM_SOURCES, "openssl-symbols.txt", "executor.py", "build.py")
 DEBIAN = {  # library file -> Debian package
     "libsvn_delta-1.so.1": "libsvn1",
     "libsvn_subr-1.so.1": "libsvn1",
@@ -245,7 +248,7 @@ def compile_programs(folder: Path) -> None:
     for tool in (cc, cxx):
         if shutil.which(tool) is None:
             raise BuildError(f"no {tool} (Debian: apt-get install g++)")
-    for name in ("abi.hpp", "launcher.cpp", "containerizer.cpp", "pystub.c", "curl_forward.c", "curl.map"):
+    for name in PROGRAM_SOURCES:
         shutil.copy(HERE / name, folder / name)
     openssl_stubs(folder, cc)
     real_curl = system_libcurl()
@@ -257,11 +260,10 @@ def compile_programs(folder: Path) -> None:
     link = ["-L.", "-l:libmesos-1.11.0.so", "-l:libpystub.so", "-Wl,-rpath,$ORIGIN",
             "-Wl,--disable-new-dtags", "-Wl,--allow-shlib-undefined", "-Wl,--no-as-needed",
             "-lpthread"]  # fmt: skip
-    for program, source in (
-        ("realmesos-cluster", "launcher.cpp"),
-        ("mesos-containerizer", "containerizer.cpp"),
-    ):
-        run([cxx, "-std=c++17", "-O1", "-o", program, source, *link], folder)
+    # -rdynamic: zookeeper.cpp's vtables must be what libmesos binds to (see there)
+    run([cxx, "-std=c++17", "-O1", "-rdynamic", "-o", "realmesos-cluster", "launcher.cpp", "zookeeper.cpp",
+         *link, "-ldl"], folder)  # fmt: skip
+    run([cxx, "-std=c++17", "-O1", "-o", "mesos-containerizer", "containerizer.cpp", *link], folder)
 
 
 def launcher_dir(build: Path, folder: Path, python: str | None = None) -> Path:

@@ -10,6 +10,8 @@
 // cluster down and exits.
 //
 // Address: LIBPROCESS_IP and LIBPROCESS_PORT. Everything else: MESOS_* (see tools/realmesos).
+// REALMESOS_ZK=zk://host:port/path: the master contends and master and agents detect the
+// leader in ZooKeeper (zookeeper.cpp), so several clusters elect one leading master.
 
 #include <csignal>
 #include <cstdio>
@@ -54,6 +56,8 @@ alignas(64) unsigned char driverRoom[ROOM];
 
 }  // namespace
 
+void useZooKeeper();  // zookeeper.cpp
+
 int main()
 {
     // A handler, not a blocked mask: the agents' executors and tasks inherit the mask of the
@@ -69,6 +73,7 @@ int main()
         Option<std::string>("master"),
         Option<std::string>("mesos-master-readwrite"),
         Option<std::string>("mesos-master-readonly"));
+    useZooKeeper();  // ZooKeeper sessions need libprocess
 
     static NoScheduler scheduler;
     auto* framework = new (frameworkRoom) mesos::FrameworkInfo();

@@ -57,6 +57,7 @@ from tfdeclare.backends.mesos.state import (
     Accept,
 )
 from tfdeclare.backends.mesos.taskstate import cause_of, is_terminal, observed_state, unhealthy
+from tfdeclare.backends.mesos.tls import client_certificate_of, tls_verify
 from tfdeclare.backends.mesos.workers import BackgroundWork
 from tfdeclare.backends.secrets import SecretUnavailable, read_all
 from tfdeclare.core.enums import Role, SecretSource
@@ -109,6 +110,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
                     credentials=credentials,
                     ca_file=self.config.ca_file,
                     insecure_skip_tls_verify=not self.config.tls_verify,
+                    client_certificate=client_certificate_of(self.config),
                     auto_acknowledge=False,
                 ),
                 handler,
@@ -579,12 +581,14 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
         if entry is None:
             raise BackendError(f"no log for task {task_id}")
         if self._sandbox is None:
+            config = self.config
             try:
                 credentials = self._credentials_once()
+                verify = tls_verify(config.ca_file, not config.tls_verify, client_certificate_of(config))
             except ConfigError as err:
                 raise BackendError(f"the mesos settings are not usable: {err}") from None
             self._sandbox = SandboxReader(
-                verify=self.config.ca_file or self.config.tls_verify,
+                verify=verify,
                 auth=credentials.httpx_auth() if credentials else None,
             )
         return entry.agent_url, self._ended(entry, self.clock()), self._sandbox

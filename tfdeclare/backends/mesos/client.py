@@ -46,8 +46,9 @@ from tfdeclare.backends.mesos.events import Handler, Offer, TaskStatus, id_value
 from tfdeclare.backends.mesos.info import FrameworkInfo
 from tfdeclare.backends.mesos.leader import ZooKeeperDetector, parse_master, resolve_redirect
 from tfdeclare.backends.mesos.pipeline import PipelinedConnection, PipelineError
-from tfdeclare.backends.mesos.readonly import agents_of, operator_answer, operator_url, tls_verify
+from tfdeclare.backends.mesos.readonly import agents_of, operator_answer, operator_url
 from tfdeclare.backends.mesos.recordio import DEFAULT_MAX_RECORD_SIZE, RecordIODecoder, decode_event
+from tfdeclare.backends.mesos.tls import ClientCertificate, tls_verify
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,7 @@ class ClientConfig:
     credentials: Credentials | None = None
     ca_file: str | None = None  # CA bundle for https masters; default: httpx's (certifi)
     insecure_skip_tls_verify: bool = False
+    client_certificate: ClientCertificate | None = None  # presented to https masters that ask
     suppressed_roles: tuple[str, ...] = ()
     connect_timeout: float = 10.0
     call_timeout: float = 75.0
@@ -281,15 +283,18 @@ class SchedulerClient:
 
     def _tls_context(self) -> ssl.SSLContext:
         """The TLS context for https masters, built on first use (an ``http://`` master never
-        pays for loading a CA bundle). Raises ``ConfigError`` for an unreadable CA file."""
+        pays for loading a CA bundle). Raises ``ConfigError`` for an unreadable CA file or an
+        unusable client certificate."""
         with self._tls_lock:
             if self._ssl_context is not None:
                 return self._ssl_context
-            verify = tls_verify(self._config.ca_file, self._config.insecure_skip_tls_verify)
+            config = self._config
+            if config.insecure_skip_tls_verify:
+                log.warning("TLS certificate verification of the Mesos master is disabled")
+            verify = tls_verify(config.ca_file, config.insecure_skip_tls_verify, config.client_certificate)
             if isinstance(verify, ssl.SSLContext):
                 context = verify
             elif verify is False:
-                log.warning("TLS certificate verification of the Mesos master is disabled")
                 context = ssl.create_default_context()
                 context.check_hostname = False
                 context.verify_mode = ssl.CERT_NONE

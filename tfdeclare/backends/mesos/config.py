@@ -1,6 +1,6 @@
 """The Mesos backend's config: the ``mesos:`` section of the config file (its schema is
-``schemas/backends/mesos.schema.json``). Files it names (``secretFile``, ``caFile``) are taken
-from the config file's folder when relative."""
+``schemas/backends/mesos.schema.json``). Files it names (``secretFile``, ``caFile``,
+``clientCertFile``, ``clientKeyFile``) are taken from the config file's folder when relative."""
 
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ class MesosConfig:
     containerizer: str = "mesos"
     tls_verify: bool = True
     ca_file: str | None = None
+    client_cert_file: str | None = None
+    client_key_file: str | None = None
     offer_hold_s: float = 5.0
     refuse_s: float = 5.0
     fencing_timeout_s: float = 300.0
@@ -64,6 +66,8 @@ def parse_mesos_config(section: Mapping[str, Any], base_dir: str | None) -> Meso
         containerizer=section["containerizer"],
         tls_verify=section["tlsVerify"],
         ca_file=_file(section, "caFile", base_dir),
+        client_cert_file=_file(section, "clientCertFile", base_dir),
+        client_key_file=_file(section, "clientKeyFile", base_dir),
         offer_hold_s=float(section["offerHoldSeconds"]),
         refuse_s=float(section["refuseSeconds"]),
         fencing_timeout_s=float(section["fencingTimeoutSeconds"]),

@@ -1,20 +1,19 @@
 """The master's operator API (``POST /api/v1``, JSON) as the scheduler client and ``plan`` call it.
 
-This module owns how the master's certificate is verified (``tls_verify``), how an operator
-answer is read (``operator_answer``, ``agents_of``), and one operator call made without a
-subscription (``ask``): ``plan`` asks the master for its agents (``GET_AGENTS``, served by the
-real master on ``/api/v1`` and, behind the ``mesos.master`` path prefix, on
-``/master/api/v1``) without registering a framework. The master is found as the scheduler
-client finds it: each master of a list in turn, the leader of a 307 redirect, or the leader
-ZooKeeper names (``leader.py``); with the same credentials (HTTP Basic, which masters with
-``--authenticate_http_readonly`` ask for here) and TLS settings; everything within one time
-bound, so an unreachable cluster costs ``plan`` a bounded wait, never a long one.
+This module owns how an operator answer is read (``operator_answer``, ``agents_of``), and one
+operator call made without a subscription (``ask``): ``plan`` asks the master for its agents
+(``GET_AGENTS``, served by the real master on ``/api/v1`` and, behind the ``mesos.master`` path
+prefix, on ``/master/api/v1``) without registering a framework. The master is found as the
+scheduler client finds it: each master of a list in turn, the leader of a 307 redirect, or the
+leader ZooKeeper names (``leader.py``); with the same credentials (HTTP Basic, which masters
+with ``--authenticate_http_readonly`` ask for here) and TLS settings (``tls.py``: CA, client
+certificate); everything within one time bound, so an unreachable cluster costs ``plan`` a
+bounded wait, never a long one.
 """
 
 from __future__ import annotations
 
 import json
-import ssl
 import time
 from typing import Any
 
@@ -22,28 +21,17 @@ import httpx
 
 from tfdeclare.backends.mesos.auth import Credentials
 from tfdeclare.backends.mesos.errors import (
-    ConfigError,
     MesosConnectionError,
     ProtocolError,
     TooManyRedirectsError,
     error_for_status,
 )
 from tfdeclare.backends.mesos.leader import SCHEDULER_PATH, parse_master, resolve_location, zookeeper_leader
+from tfdeclare.backends.mesos.tls import ClientCertificate, tls_verify
+
+__all__ = ["agents_of", "ask", "operator_answer", "operator_url", "tls_verify"]
 
 JSON = dict[str, Any]
-
-
-def tls_verify(ca_file: str | None, insecure_skip_tls_verify: bool) -> ssl.SSLContext | bool:
-    """What httpx checks the master's certificate with: nothing (``tlsVerify: false``), the CA
-    bundle of ``caFile``, or httpx's own (True). Raises ``ConfigError`` for an unusable file."""
-    if insecure_skip_tls_verify:
-        return False
-    if not ca_file:
-        return True
-    try:
-        return ssl.create_default_context(cafile=ca_file)
-    except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(f"cannot load the CA file {ca_file!r}: {exc}") from None
 
 
 def operator_answer(resp: httpx.Response, call_type: str) -> JSON:
@@ -81,6 +69,7 @@ def ask(
     credentials: Credentials | None = None,
     ca_file: str | None = None,
     insecure_skip_tls_verify: bool = False,
+    client_certificate: ClientCertificate | None = None,
     max_redirects: int = 5,
     zk_scheme: str = "http",
 ) -> JSON:
@@ -96,7 +85,7 @@ def ask(
         if leader is None:
             raise MesosConnectionError(f"ZooKeeper at {master} names no leading Mesos master")
         endpoints = [leader]
-    verify = tls_verify(ca_file, insecure_skip_tls_verify)
+    verify = tls_verify(ca_file, insecure_skip_tls_verify, client_certificate)
     auth = credentials.httpx_auth() if credentials is not None else None
     content = json.dumps({"type": call_type}).encode()
     headers = {"Content-Type": "application/json", "Accept": "application/json"}

@@ -13,6 +13,7 @@ tracebacks are not lost and offsets stay stable.
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.parse
 from dataclasses import dataclass
 from typing import Any
@@ -53,7 +54,10 @@ class Piece:
 
 class SandboxReader:
     def __init__(
-        self, verify: bool | str = True, auth: httpx.Auth | None = None, timeout: float = 10.0
+        self,
+        verify: bool | str | ssl.SSLContext = True,
+        auth: httpx.Auth | None = None,
+        timeout: float = 10.0,
     ) -> None:
         self._client = httpx.Client(verify=verify, auth=auth, timeout=timeout)
         self._directories: dict[str, str] = {}

@@ -26,6 +26,7 @@ from tfdeclare.backends.mesos.fit import fit_findings
 from tfdeclare.backends.mesos.offers import agent_capacity
 from tfdeclare.backends.mesos.placement import AgentOffer, PlacementOptions
 from tfdeclare.backends.mesos.readonly import agents_of, ask
+from tfdeclare.backends.mesos.tls import client_certificate_of
 from tfdeclare.core.diagnostics import Severity
 
 if TYPE_CHECKING:
@@ -60,6 +61,7 @@ def agents_now(config: MesosConfig, timeout_s: float = ASK_TIMEOUT_S) -> tuple[A
         credentials=credentials_for(config),
         ca_file=config.ca_file,
         insecure_skip_tls_verify=not config.tls_verify,
+        client_certificate=client_certificate_of(config),
     )
     listed = (agent_capacity(raw, config.roles) for raw in agents_of(body))
     return tuple(agent for agent in listed if agent is not None)
