@@ -6,6 +6,7 @@ terminal ones failing their job at once, and the real CLI showing the code in
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import re
 import time
@@ -19,7 +20,8 @@ from tests.conftest import cli
 from tests.controller_world import World, daemon_running, job_text
 from tests.fake_backend import FakeBackend
 from tfdeclare.backends.base import BackendError
-from tfdeclare.core.enums import Phase, Reason
+from tfdeclare.backends.local.drivers import seen_from_end
+from tfdeclare.core.enums import Phase, Reason, Role, TaskState
 from tfdeclare.core.errors import _ABOUT, ErrorCode, RuntimeProblem
 from tfdeclare.core.run import status
 from tfdeclare.core.run.record import JobRecord
@@ -255,6 +257,76 @@ def test_a_write_failure_names_the_file_kind(tmp_path: Path) -> None:
     codes = {e.code for e in result.errors}
     assert codes == {ErrorCode.STATUS_WRITE_FAILED}, result.errors
     assert all(str(e).startswith("a: cannot write ") for e in result.errors)
+
+
+def _never_ran(world: World, task_id: str, code: ErrorCode, message: str) -> None:
+    """The fake task ends as the local backend's launcher ends one whose image it cannot have."""
+    cluster = world.backend.cluster
+    with cluster.lock:
+        task = cluster.tasks[task_id]
+        task.observed = dataclasses.replace(
+            task.observed, state=TaskState.FAILED, exit_code=None, message=message, error=code
+        )
+
+
+def test_a_task_whose_image_is_missing_under_never_fails_its_job_at_once(tmp_path: Path) -> None:
+    """Not restarted by its restart policy (OnFailure would restart it after a backoff): an
+    image missing under imagePullPolicy Never does not come back by trying again."""
+    world, _ = _world(tmp_path)
+    world.write("a", job_text("a", extra="restartPolicy: OnFailure\nbackoffLimit: 5"))
+    world.apply()
+    world.reconcile()
+    worker = world.task("a", Role.WORKER)
+    said = "the Docker engine has no image x:1, and imagePullPolicy is Never"
+    _never_ran(world, worker.task_id, ErrorCode.IMAGE_MISSING, said)
+    result = world.reconcile()
+    assert [(e.code, e.job) for e in result.errors] == [(ErrorCode.IMAGE_MISSING, "a")]
+    record = world.record("a")
+    assert (record.phase, record.reason, record.restarts) == (Phase.FAILED, Reason.TERMINAL_ERROR, 0)
+    shown = world.status("a")
+    assert (
+        shown is not None and shown["lastError"]["code"] == "ImageMissing" and shown["lastError"]["terminal"]
+    )
+    assert said in shown["lastError"]["detail"]
+    world.settle()
+    world.clock.advance(600)
+    world.settle()
+    assert world.tasks("a") == {} and world.record("a").phase is Phase.FAILED, "stopped, never relaunched"
+    assert world.status("a")["lastError"]["code"] == "ImageMissing"  # type: ignore[index]
+    assert len(world.backend.cluster.launched) == 2, "the two workers once: nothing launched again"
+
+
+def test_a_pull_that_failed_is_the_restart_policys_to_handle(tmp_path: Path) -> None:
+    world, _ = _world(tmp_path)
+    world.write("a", job_text("a", extra="restartPolicy: OnFailure\nbackoffLimit: 5"))
+    world.apply()
+    world.reconcile()
+    worker = world.task("a", Role.WORKER)
+    _never_ran(world, worker.task_id, ErrorCode.IMAGE_PULL_FAILED, "cannot pull image x:1: timeout")
+    result = world.reconcile()
+    assert result.errors == [] and world.record("a").phase is not Phase.FAILED
+
+
+@pytest.mark.parametrize(
+    ("error", "seen"),
+    [
+        ("ImageMissing", ErrorCode.IMAGE_MISSING),
+        ("ImagePullFailed", ErrorCode.IMAGE_PULL_FAILED),
+        (None, None),
+        ("Nonsense", None),
+    ],
+)
+def test_the_local_backend_reads_the_error_its_launcher_recorded(
+    error: str | None, seen: ErrorCode | None
+) -> None:
+    end = {
+        "exitCode": None,
+        "finishedAt": 1.0,
+        "stopped": False,
+        "message": "m",
+        **({"error": error} if error else {}),
+    }
+    assert seen_from_end(end).error is seen
 
 
 # ---- the real CLI and local backend ----------------------------------------------------------

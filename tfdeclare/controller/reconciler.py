@@ -180,8 +180,11 @@ _AFTER_TERMINAL = "fix it, then apply a changed spec, or delete the job and appl
 
 
 def _without_error(record: JobRecord) -> JobRecord:
-    """The record with no ``last_error`` (a pass got through its job)."""
-    return record if record.last_error is None else record.evolve(last_error=None, last_error_at=None)
+    """The record with no ``last_error`` (a pass got through its job), unless the error failed
+    it: then its status says why until it runs again."""
+    if record.last_error is None or record.reason is Reason.TERMINAL_ERROR:
+        return record
+    return record.evolve(last_error=None, last_error_at=None)
 
 
 def _provenance(
@@ -605,22 +608,49 @@ class Controller:
         at = first.last_error_at if first is not None and first.last_error == problem else now
         if record.last_error == problem and record.last_error_at == at:
             return
-        marked = record.evolve(last_error=problem, last_error_at=at)
-        if problem.code.fails_the_job and not record.phase.terminal:  # not retried: it fails now
-            marked = marked.evolve(
-                phase=Phase.FAILED,
-                reason=Reason.TERMINAL_ERROR,
-                message=f"{problem.detail} ({problem.code.value}: not retried; {_AFTER_TERMINAL})",
-                completion_time=now,
-                next_launch_at=None,
-            )
-            marked = marked.evolve(conditions=status.conditions(marked, now))
-            result.phases[record.name] = Phase.FAILED
-            result.events.append(f"{record.name}: failed: {marked.message}")
+        marked = self._failed(record.evolve(last_error=problem, last_error_at=at), problem, now, result)
         pass_.records[record.name] = marked
         self._seen.pop(record.name, None)
         self._later.records.append(marked)
         self._later.statuses.append(status.status_document(marked, now))
+
+    @staticmethod
+    def _failed(record: JobRecord, problem: RuntimeProblem, now: float, result: PassResult) -> JobRecord:
+        """The record, Failed at once when ``problem`` is a terminal error of the job's own
+        (``ErrorCode.fails_the_job``): never retried; else as it is."""
+        if not problem.code.fails_the_job or record.phase.terminal or record.deleting:
+            return record
+        failed = record.evolve(
+            phase=Phase.FAILED,
+            reason=Reason.TERMINAL_ERROR,
+            message=f"{problem.detail} ({problem.code.value}: not retried; {_AFTER_TERMINAL})",
+            completion_time=now,
+            next_launch_at=None,
+        )
+        result.phases[record.name] = Phase.FAILED
+        result.events.append(f"{record.name}: failed: {failed.message}")
+        log.warning("%s: failed: %s", record.name, failed.message)
+        return failed.evolve(conditions=status.conditions(failed, now))
+
+    def _task_error(
+        self, record: JobRecord, tasks: list[ObservedTask], now: float, result: PassResult
+    ) -> JobRecord:
+        """A task of this attempt that ended, never run, for a terminal error of the job's own
+        that its backend names (an image missing under imagePullPolicy Never): reported, kept as
+        the job's ``lastError``, and the job Failed at once (``_failed``). Another error a task
+        ended for (a pull that failed) is its message, and the restart policy's to handle."""
+        ended = [
+            t
+            for t in tasks
+            if t.error is not None and t.error.fails_the_job and t.state.ended and t.attempt == record.attempt
+        ]
+        if not ended or record.phase.terminal or record.deleting:
+            return record
+        task = ended[0]
+        assert task.error is not None
+        problem = RuntimeProblem(task.error, f"{task.task_id}: {task.message}", record.name)
+        result.errors.append(problem)
+        return self._failed(record.evolve(last_error=problem, last_error_at=now), problem, now, result)
 
     def _write_problem(self, job: str | None, err: OSError, code: ErrorCode | None = None) -> RuntimeProblem:
         """A file that could not be written, as a pass reports it: a status file's or (else)
@@ -706,8 +736,9 @@ class Controller:
     def _reconcile_job(
         self, record: JobRecord, backend: Backend, tasks: list[ObservedTask], now: float, result: PassResult
     ) -> None:
+        given = self._task_error(record, tasks, now, result)  # a task that could not run at all
         decided = lifecycle.step(
-            record, tasks, now, self.backoff, backend.address_wait_s, self._desired.get(record.name)
+            given, tasks, now, self.backoff, backend.address_wait_s, self._desired.get(record.name)
         )
         self._desired[record.name] = decided.desired
         if decided.stop or decided.forget or decided.purge or (decided.remove and (tasks or record.tasks)):

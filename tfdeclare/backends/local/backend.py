@@ -238,6 +238,7 @@ def _observed(task: LocalTask, seen: Seen) -> ObservedTask:
         finished_at=seen.finished_at,
         message=seen.message,
         cause=seen.cause,
+        error=seen.error,
         extra={"gpus": ",".join(str(g) for g in task.gpu_devices), "source": task.source_dir or ""},
     )
 
