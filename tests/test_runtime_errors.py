@@ -12,6 +12,7 @@ import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -19,6 +20,7 @@ import pytest
 from tests.conftest import cli
 from tests.controller_world import World, daemon_running, job_text
 from tests.fake_backend import FakeBackend
+from tests.test_problems import Endpoints, ask
 from tfdeclare.backends.base import BackendError
 from tfdeclare.backends.local.drivers import seen_from_end
 from tfdeclare.core.enums import Phase, Reason, Role, TaskState
@@ -26,6 +28,8 @@ from tfdeclare.core.errors import _ABOUT, ErrorCode, RuntimeProblem
 from tfdeclare.core.run import status
 from tfdeclare.core.run.record import JobRecord
 from tfdeclare.core.run.tasks import Placement, TaskLaunch
+from tfdeclare.daemon.httpguard import AccessPolicy
+from tfdeclare.daemon.server import DaemonServer
 from tfdeclare.daemon.service import DaemonOptions
 from tfdeclare.daemon.sources import FolderSource
 
@@ -344,11 +348,18 @@ def test_a_terminal_error_shows_with_its_code_in_status_json(tmp_path: Path) -> 
         "  replicas:\n    worker: {count: 1, resources: {cpus: 0.1, mem: 64}}\n"
     )
     started = time.monotonic()
-    applied = cli("apply", "specs", "--timeout", "120", cwd=tmp_path)
+    applied = cli("apply", "specs", "--timeout", "120", "-o", "json", cwd=tmp_path)
     took = time.monotonic() - started
-    out = applied.stdout + applied.stderr
-    assert applied.returncode != 0 and "N: cannot read the file" in out, out
-    assert "some terminal" in out and took < 60, (took, out)  # not retried until the timeout
+    assert applied.returncode != 0 and "N: cannot read the file" in applied.stderr, applied.stderr
+    assert "some terminal" in applied.stderr and took < 60, (
+        took,
+        applied.stderr,
+    )  # not retried until the timeout
+    outcome = json.loads(applied.stdout)
+    assert [(p["code"], p["terminal"], p["job"]) for p in outcome["problems"]] == [
+        ("SecretUnavailable", True, "s")
+    ]
+    assert outcome["errors"] == [f"s: {outcome['problems'][0]['detail']}"], "the messages as before"
     listed = cli("status", "-o", "json", cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
     [document] = json.loads(listed.stdout)
@@ -358,6 +369,8 @@ def test_a_terminal_error_shows_with_its_code_in_status_json(tmp_path: Path) -> 
     assert error["summary"] == ErrorCode.SECRET_UNAVAILABLE.summary and "N: cannot read" in error["detail"]
     assert error["time"] is not None
     jsonschema.validate(document, STATUS_SCHEMA)
+    detail = cli("status", "s", cwd=tmp_path)
+    assert "  last error: SecretUnavailable (terminal, not retried, since " in detail.stdout, detail.stdout
     cli("delete", "--all", cwd=tmp_path)
 
 
@@ -390,3 +403,30 @@ def test_the_daemon_shows_the_pass_errors_with_their_codes(tmp_path: Path) -> No
         daemon.wait_shown(lambda shown: not shown.pass_errors)
         assert daemon.health()[1]["passErrors"] == []
         assert daemon.jobs()[0]["lastError"] is None
+
+
+class _ErringEndpoints(Endpoints):
+    """The daemon's answers with one pass error standing."""
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        healthy, detail = super().health()
+        error = RuntimeProblem(ErrorCode.STATE_WRITE_FAILED, "cannot write /srv/state/jobs/a.json", "a")
+        return healthy, {**detail, "passErrors": [error.to_json()]}
+
+
+def test_healthz_gives_a_probe_without_the_token_the_codes_only() -> None:
+    token = "a-token-of-sixteen-or-more"
+    server = DaemonServer(
+        "127.0.0.1", 0, _ErringEndpoints(), AccessPolicy(frozenset(), token, token_for_reads=True)
+    )  # type: ignore[arg-type]
+    server.start()
+    try:
+        code, open_health = ask(server, "/healthz")
+        assert code == 200 and open_health["passErrors"] == [{"code": "StateWriteFailed", "terminal": False}]
+        assert "/srv/state" not in json.dumps(open_health)
+        full = ask(server, "/healthz", token)[1]["passErrors"]
+        assert [(e["code"], e["job"], e["detail"]) for e in full] == [
+            ("StateWriteFailed", "a", "cannot write /srv/state/jobs/a.json")
+        ]
+    finally:
+        server.close()
