@@ -256,10 +256,11 @@ def _run_passes(
 ) -> tuple[dict[str, JobRecord], bool, list[RuntimeProblem]]:
     """Reconcile until the jobs in ``names`` are launched (or finished, with ``wait``).
     Returns the last records, whether it timed out, and the errors of the last pass (each
-    error is printed once, when first seen; a terminal one ends the wait at once: passes would
-    meet it again). ``heartbeat``: with ``show``, a ``_Heartbeat``
-    of that period while nothing changes. Between passes it waits for a change the backend
-    reports (``RESYNC_S`` at most; see ``_next_pass_at``), never re-running a pass on a timer.
+    error is printed once, when first seen; a terminal one of these jobs, or of no job in
+    particular, ends the wait at once: passes would meet it again). ``heartbeat``: with
+    ``show``, a ``_Heartbeat`` of that period while nothing changes. Between passes it waits
+    for a change the backend reports (``RESYNC_S`` at most; see ``_next_pass_at``), never
+    re-running a pass on a timer.
     A job whose staged record could not be written is
     left out: one never made, or (``deleting``) one never marked for deletion."""
     waker = _Waker()
@@ -285,7 +286,7 @@ def _run_passes(
         records = {n: r for n, r in controller.store.records().items() if n in names}
         elapsed = time.monotonic() - started
         _show_changes(records, names, shown, elapsed, paint if show else None, beats)
-        if _finished(records, wait, patient=elapsed < STARTING_GRACE_S) or _terminal(result.errors):
+        if _finished(records, wait, patient=elapsed < STARTING_GRACE_S) or _terminal(result.errors, names):
             if beats is not None:
                 beats.clear()
             return records, False, result.errors
@@ -536,9 +537,10 @@ def _some(names: list[str]) -> str:
     return f"{', '.join(names[:NAMES_SHOWN])} and {len(names) - NAMES_SHOWN} more"
 
 
-def _terminal(errors: list[RuntimeProblem]) -> bool:
-    """Whether a pass met an error that passes cannot get past (``core.errors``)."""
-    return any(error.terminal for error in errors)
+def _terminal(errors: list[RuntimeProblem], names: set[str]) -> bool:
+    """Whether a pass met an error that passes cannot get past (``core.errors``), for one of
+    the jobs waited for or for no job in particular (a backend's)."""
+    return any(error.terminal and (error.job is None or error.job in names) for error in errors)
 
 
 def _apply_outcome(
