@@ -26,6 +26,12 @@ record against its own backend, and a job moving to another one first has its ta
 one stopped, so two copies never run. One job's failure to write its record or status is
 reported and retried; it never stops the other jobs.
 
+A pass's errors are ``RuntimeProblem``s with a code (``core.errors``; printed as the messages
+they were). A backend's error for one job is kept in its record (``last_error``, the status
+file's ``lastError``, with the time it was first met) until a pass gets through the job; a
+terminal error of the job's own (a secret that is not there, a task that never ran for an image
+missing under imagePullPolicy Never) fails the job at once (reason TerminalError), never retried.
+
 Jobs are looked at in priority order (``spec.priority``, higher first, then by name), so a
 higher-priority job is placed first. One that cannot be placed, where its backend says what it
 lacks (``Unplaced.short``), preempts running jobs of lower priority on that backend
