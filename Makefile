@@ -62,7 +62,7 @@ layers: $(STAMP)
 	$(VENV)/bin/lint-imports
 
 # Rewrites the generated parts of docs/reference.md (commands from the parser, fields from the
-# schemas); tests/test_reference.py fails while the page and the code disagree.
+# schemas, runtime error codes from tfdeclare/core/errors.py); tests/test_reference.py fails while the page and the code disagree.
 reference: $(STAMP)
 	$(PY) -m tfdeclare.cli.reference
 

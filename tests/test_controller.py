@@ -322,5 +322,7 @@ def test_a_pass_runs_the_backends_upkeep_before_it_looks_and_reports_what_failed
     monkeypatch.setattr(world.backend, "observe", looked)
     result = world.reconcile()
     assert order == ["tend", "observe"], "once per pass, upkeep first"
-    assert result.errors == ["local: a0: the Docker engine did not stop its container (refused)"]
+    assert [str(e) for e in result.errors] == [
+        "local: a0: the Docker engine did not stop its container (refused)"
+    ]
     assert result.phases == {"a": Phase.RUNNING}

@@ -144,7 +144,7 @@ def test_a_staged_record_that_cannot_be_written_leaves_the_job_as_it_was(
         "waits": f"{unwritable / 'waits.json'} (Operation not permitted)",
     }
     assert world.backend.cluster.launched == [], "no write-ahead record: no launch"
-    assert not any("retrying" in error for error in result.errors), result.errors
+    assert not any("retrying" in str(error) for error in result.errors), result.errors
     assert world.status("waits") is None, "no status file for a job never made"
     subprocess.run(["chattr", "-i", str(unwritable)], check=True)
     again = world.reconcile()

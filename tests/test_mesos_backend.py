@@ -22,6 +22,7 @@ from tfdeclare.backends.base import BackendError
 from tfdeclare.backends.mesos.backend import MesosBackend
 from tfdeclare.backends.mesos.config import MesosConfig
 from tfdeclare.core.enums import Role, TaskState
+from tfdeclare.core.errors import ErrorCode
 from tfdeclare.core.run.tasks import GangRequest, Placement, SlotRequest, TaskKey, Unplaced, UnplacedReason
 from tfdeclare.core.spec.resources import Resources
 
@@ -394,6 +395,7 @@ def test_principal_secret_and_roles(cluster: Cluster, monkeypatch: pytest.Monkey
         refused.observe()
     refused.close()
     assert "refused the framework" in str(info_.value) and "401" in str(info_.value)  # at once
+    assert info_.value.code is ErrorCode.CREDENTIALS_REFUSED and info_.value.terminal
     assert "wrong" not in str(info_.value) and "s3cret" not in str(info_.value)
 
 

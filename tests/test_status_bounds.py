@@ -354,7 +354,8 @@ def test_a_write_that_fails_in_a_batch_is_that_job_s_alone_and_retried(tmp_path:
     blocker = world.statuses.path("w1")
     blocker.mkdir(parents=True)  # w1's status file cannot be put in place
     result = world.reconcile()
-    assert [e.split(":")[0] for e in result.errors] == ["w1"] and "retrying next pass" in result.errors[0]
+    errors = [str(e) for e in result.errors]
+    assert [e.split(":")[0] for e in errors] == ["w1"] and "retrying next pass" in errors[0]
     assert world.status("w0") is not None and world.status("w2") is not None
     blocker.rmdir()
     assert world.reconcile().errors == [] and world.status("w1") is not None

@@ -1,8 +1,37 @@
 """``BackendError``, alone in a module so the CLI can catch it without importing a backend."""
 
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tfdeclare.core.errors import ErrorCode, RuntimeProblem
+
 
 class BackendError(Exception):
-    """The backend cannot do what was asked (unreachable cluster, refused launch, ...)."""
+    """The backend cannot do what was asked (unreachable cluster, refused launch, ...). Its
+    ``code`` says which kind of error it is and whether it is terminal (``core.errors``); every
+    raise in this package names one (a test checks), a backend plugin may leave it out. Its
+    ``str()`` is the message alone."""
+
+    def __init__(self, message: str, *, code: ErrorCode = ErrorCode.BACKEND_FAILED) -> None:
+        super().__init__(message)
+        self.code = code
+
+    @classmethod
+    def joined(cls, errors: Sequence[BackendError], fallback: ErrorCode) -> BackendError:
+        """Several errors as one (their messages joined by "; "): their code when they share
+        one, else ``fallback``."""
+        codes = {err.code for err in errors}
+        code = codes.pop() if len(codes) == 1 else fallback
+        return cls("; ".join(str(err) for err in errors), code=code)
+
+    @property
+    def terminal(self) -> bool:
+        return self.code.terminal
+
+    def problem(self, job: str | None = None, *, prefix: str = "") -> RuntimeProblem:
+        """This error as a pass reports it (for ``job``; ``prefix``: where, e.g. a backend)."""
+        return RuntimeProblem(self.code, f"{prefix}{self}", job)
 
 
 class LogOffsetError(ValueError):

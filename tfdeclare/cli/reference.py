@@ -1,10 +1,11 @@
 """The generated parts of ``docs/reference.md``: the commands and their options (from the
-argparse parser ``tfdeclare.cli.main.build_parser``) and the fields of the job spec, the status
+argparse parser ``tfdeclare.cli.main.build_parser``), the fields of the job spec, the status
 file and the config file (from the JSON Schemas of ``schemas/``, as ``tfdeclare schema``
-prints them). The prose around them is written by hand; the generated parts sit between
-``<!-- BEGIN GENERATED: NAME -->`` and ``<!-- END GENERATED: NAME -->`` lines, so the page
-cannot drift from the code: ``python -m tfdeclare.cli.reference`` rewrites them,
-``--check`` exits 1 when the page differs (a test does the same).
+prints them) and the runtime error codes (``tfdeclare.core.errors``). The prose around them is
+written by hand; the generated parts sit between ``<!-- BEGIN GENERATED: NAME -->`` and
+``<!-- END GENERATED: NAME -->`` lines, so the page cannot drift from the code:
+``python -m tfdeclare.cli.reference`` rewrites them, ``--check`` exits 1 when the page differs
+(a test does the same).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from tfdeclare.cli.explain_command import schema_document
 from tfdeclare.cli.main import build_parser
+from tfdeclare.core.errors import ErrorCode
 from tfdeclare.core.spec.explain import Field, children, facts, field_at, type_name
 
 PAGE = Path("docs/reference.md")
@@ -214,11 +216,22 @@ def _cell(text: str) -> str:
     return _text(text).replace("|", "\\|")
 
 
+def error_codes_section() -> str:
+    """The table of the runtime error codes (``core.errors``)."""
+    lines = ["| Code | Terminal | Fails the job | Meaning |", "|---|---|---|---|"]
+    for code in ErrorCode:
+        terminal = "yes" if code.terminal else ""
+        fails = "yes" if code.fails_the_job else ""
+        lines.append(f"| `{code.value}` | {terminal} | {fails} | {_cell(code.summary)} |")
+    return "\n".join([*lines, ""])
+
+
 SECTIONS: dict[str, Callable[[], str]] = {
     "commands": commands_section,
     "job-fields": lambda: fields_section("job"),
     "status-fields": lambda: fields_section("status"),
     "config-fields": lambda: fields_section("config"),
+    "error-codes": error_codes_section,
 }
 
 

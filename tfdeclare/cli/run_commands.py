@@ -17,6 +17,7 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from tfdeclare.cli import elsewhere, pulls, terminal
@@ -41,6 +42,7 @@ from tfdeclare.cli.wiring import controller_for, locked
 from tfdeclare.controller import Controller
 from tfdeclare.core.diagnostics import Code
 from tfdeclare.core.enums import Phase, Reason, TaskState
+from tfdeclare.core.errors import RuntimeProblem
 from tfdeclare.core.plan.claims import (
     STDIN_PATH,
     desired_mismatches,
@@ -251,12 +253,14 @@ def _run_passes(
     show: bool = True,
     heartbeat: float | None = None,
     deleting: bool = False,
-) -> tuple[dict[str, JobRecord], bool, list[str]]:
+) -> tuple[dict[str, JobRecord], bool, list[RuntimeProblem]]:
     """Reconcile until the jobs in ``names`` are launched (or finished, with ``wait``).
     Returns the last records, whether it timed out, and the errors of the last pass (each
-    error is printed once, when first seen). ``heartbeat``: with ``show``, a ``_Heartbeat``
-    of that period while nothing changes. Between passes it waits for a change the backend
-    reports (``RESYNC_S`` at most; see ``_next_pass_at``), never re-running a pass on a timer.
+    error is printed once, when first seen; a terminal one of these jobs, or of no job in
+    particular, ends the wait at once: passes would meet it again). ``heartbeat``: with
+    ``show``, a ``_Heartbeat`` of that period while nothing changes. Between passes it waits
+    for a change the backend reports (``RESYNC_S`` at most; see ``_next_pass_at``), never
+    re-running a pass on a timer.
     A job whose staged record could not be written is
     left out: one never made, or (``deleting``) one never marked for deletion."""
     waker = _Waker()
@@ -265,7 +269,7 @@ def _run_passes(
     controller.backend.watch(waker)
     started = time.monotonic()
     shown: dict[str, tuple[object, ...]] = {}
-    told: set[str] = set()
+    told: set[RuntimeProblem] = set()
     limit = timeout if timeout is not None else (None if wait else 60.0)
     while True:
         waker.event.clear()  # a change reported from now on makes the next pass
@@ -282,7 +286,7 @@ def _run_passes(
         records = {n: r for n, r in controller.store.records().items() if n in names}
         elapsed = time.monotonic() - started
         _show_changes(records, names, shown, elapsed, paint if show else None, beats)
-        if _finished(records, wait, patient=elapsed < STARTING_GRACE_S):
+        if _finished(records, wait, patient=elapsed < STARTING_GRACE_S) or _terminal(result.errors, names):
             if beats is not None:
                 beats.clear()
             return records, False, result.errors
@@ -431,7 +435,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
             controller.apply(result, stage=bool(names))
             _record(settings, result, args.paths, controller)
             records: dict[str, JobRecord] = {}
-            timed_out, errors = False, list[str]()
+            timed_out, errors = False, list[RuntimeProblem]()
             if names:
                 if not machine:
                     stdout_write("\n")
@@ -470,7 +474,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
             ],
             "deleted": sorted(names - set(records)) if names else [],
             "timedOut": timed_out,
-            "errors": [*not_applied, *errors],
+            "errors": [*not_applied, *map(str, errors)],
+            "problems": [problem.to_json() for problem in errors],
         }
         stdout_write(document_text(outcome, args.output, ensure_ascii=False))
     return _apply_outcome(records, timed_out, [*not_applied, *errors], wait=args.wait)
@@ -532,7 +537,15 @@ def _some(names: list[str]) -> str:
     return f"{', '.join(names[:NAMES_SHOWN])} and {len(names) - NAMES_SHOWN} more"
 
 
-def _apply_outcome(records: dict[str, JobRecord], timed_out: bool, errors: list[str], *, wait: bool) -> int:
+def _terminal(errors: list[RuntimeProblem], names: set[str]) -> bool:
+    """Whether a pass met an error that passes cannot get past (``core.errors``), for one of
+    the jobs waited for or for no job in particular (a backend's)."""
+    return any(error.terminal and (error.job is None or error.job in names) for error in errors)
+
+
+def _apply_outcome(
+    records: dict[str, JobRecord], timed_out: bool, errors: Sequence[object], *, wait: bool
+) -> int:
     failed = sorted(n for n, r in records.items() if r.phase is Phase.FAILED)
     stuck = sorted(n for n, r in records.items() if r.reason is Reason.UNSCHEDULABLE and not r.phase.terminal)
     if stuck:
@@ -546,6 +559,12 @@ def _apply_outcome(records: dict[str, JobRecord], timed_out: bool, errors: list[
         return EXIT_ERROR
     if timed_out:
         stderr_line("tfdeclare: timed out waiting; the jobs keep running (`tfdeclare status`)")
+        return EXIT_ERROR
+    if any(isinstance(error, RuntimeProblem) and error.terminal for error in errors):
+        stderr_line(
+            f"tfdeclare: {len(errors)} problem(s) remain (above), some terminal: passes do not get past "
+            "them until their cause is fixed"
+        )
         return EXIT_ERROR
     if errors:
         stderr_line(f"tfdeclare: {len(errors)} problem(s) remain (above); the next pass retries them")

@@ -122,12 +122,22 @@ def _status_table(summaries: list[dict[str, Any]], paint: Painter = plain) -> st
     return "".join(line.rstrip() + "\n" for line in lines)
 
 
+def _last_error(doc: dict[str, Any]) -> list[str]:
+    """The line of its ``lastError`` (its code, whether terminal, since when), if any."""
+    error = doc.get("lastError")
+    if not error:
+        return []
+    kind = "terminal, not retried" if error.get("terminal") else "retried each pass"
+    return [f"  last error: {error['code']} ({kind}, since {error.get('time') or '-'}): {error['detail']}"]
+
+
 def _status_detail(doc: dict[str, Any], paint: Painter = plain) -> str:
     lines = [f"{paint(doc['name'], Tone.STRONG)}: {_phase(doc['phase'], paint)} — {doc.get('message', '')}"]
     if doc.get("source"):
         lines.append(f"  source:    {doc['source']['file']}:{doc['source']['line']}")
     lines.append(f"  spec hash: {doc['specHash'][:16]}   revision: {doc.get('revision') or '-'}")
     lines.append(f"  attempt {doc.get('attempt', 0)}, restarts {doc.get('restarts', 0)}")
+    lines.extend(_last_error(doc))
     lines.extend(_interruptions(doc))
     lines.extend(_platform_restarts(doc))
     for role, scope in (doc.get("restartScopes") or {}).items():

@@ -26,6 +26,12 @@ record against its own backend, and a job moving to another one first has its ta
 one stopped, so two copies never run. One job's failure to write its record or status is
 reported and retried; it never stops the other jobs.
 
+A pass's errors are ``RuntimeProblem``s with a code (``core.errors``; printed as the messages
+they were). A backend's error for one job is kept in its record (``last_error``, the status
+file's ``lastError``, with the time it was first met) until a pass gets through the job; a
+terminal error of the job's own (a secret that is not there, a task that never ran for an image
+missing under imagePullPolicy Never) fails the job at once (reason TerminalError), never retried.
+
 Jobs are looked at in priority order (``spec.priority``, higher first, then by name), so a
 higher-priority job is placed first. One that cannot be placed, where its backend says what it
 lacks (``Unplaced.short``), preempts running jobs of lower priority on that backend
@@ -54,6 +60,7 @@ from tfdeclare.backends.base import Backend, BackendError, LogChunk
 from tfdeclare.controller.launchpaths import LaunchPaths, LaunchRefused
 from tfdeclare.controller.progresswatch import ProgressWatch
 from tfdeclare.core.enums import Phase, Reason, TaskState
+from tfdeclare.core.errors import ErrorCode, RuntimeProblem
 from tfdeclare.core.plan.observed import ObservedJob
 from tfdeclare.core.plan.planner import Action, Plan, PlanReason
 from tfdeclare.core.run import lifecycle, preemption, progress, status
@@ -78,7 +85,7 @@ class _SeenTasks:
     """The tasks of each backend a pass looks at, observed once per pass, by job; what no record
     takes is left over (tasks of no job there)."""
 
-    def __init__(self, backend: Callable[[str], Backend], errors: list[str]) -> None:
+    def __init__(self, backend: Callable[[str], Backend], errors: list[RuntimeProblem]) -> None:
         self._backend = backend
         self._by_backend: dict[str, dict[str, list[ObservedTask]]] = {}
         self._all: dict[str, dict[str, list[ObservedTask]]] = {}  # as observed, nothing taken
@@ -94,7 +101,7 @@ class _SeenTasks:
             try:  # its upkeep first (observe only reports); what fails there is reported
                 backend.tend()
             except BackendError as err:
-                self._errors.append(f"{backend_name}: {err}")
+                self._errors.append(err.problem(prefix=f"{backend_name}: "))
                 log.warning("%s: backend error: %s", backend_name, err)
             try:
                 for task in backend.observe():
@@ -139,6 +146,8 @@ class _Pass:
     seen: _SeenTasks
     records: dict[str, JobRecord]
     waiting: dict[str, int] = field(default_factory=dict)
+    # every record as the pass found it (what error each job had then: ``_met``)
+    before: Mapping[str, JobRecord] = field(default_factory=dict)
     # the staged jobs whose record is not written yet (module docstring)
     unsaved: set[str] = field(default_factory=set)
 
@@ -161,7 +170,8 @@ class PassResult:
     stopped: int = 0
     events: list[str] = field(default_factory=list)
     wake_at: float | None = None  # the earliest time a job wants another look
-    errors: list[str] = field(default_factory=list)
+    # what went wrong, each with its code (``core.errors``); str() is the message as printed
+    errors: list[RuntimeProblem] = field(default_factory=list)
     # job -> "PATH (why)": the record or status file this pass could not write (a full or
     # read-only disk); the daemon shows them in /healthz and /metrics until a pass writes them
     write_failures: dict[str, str] = field(default_factory=dict)
@@ -169,6 +179,18 @@ class PassResult:
     def wake(self, at: float | None) -> None:
         if at is not None and (self.wake_at is None or at < self.wake_at):
             self.wake_at = at
+
+
+# what a job failed by a terminal error of its own waits for
+_AFTER_TERMINAL = "fix it, then apply a changed spec, or delete the job and apply it again"
+
+
+def _without_error(record: JobRecord) -> JobRecord:
+    """The record with no ``last_error`` (a pass got through its job), unless the error failed
+    it: then its status says why until it runs again."""
+    if record.last_error is None or record.reason is Reason.TERMINAL_ERROR:
+        return record
+    return record.evolve(last_error=None, last_error_at=None)
 
 
 def _provenance(
@@ -256,7 +278,10 @@ class Controller:
             return self.backend
         if name not in self._others:
             if self._build_other is None:
-                raise BackendError(f"its tasks run on backend {name}, which this controller cannot reach")
+                raise BackendError(
+                    f"its tasks run on backend {name}, which this controller cannot reach",
+                    code=ErrorCode.BACKEND_UNKNOWN,
+                )
             self._others[name] = self._build_other(name)
         return self._others[name]
 
@@ -387,6 +412,7 @@ class Controller:
         self.store.save(record)
         if self._pass is not None:
             self._pass.unsaved.discard(record.name)
+            self._pass.records[record.name] = record  # the newest, should the job's step fail
 
     def _write_ahead(self, record: JobRecord) -> None:
         """Before anything is done to a backend for this job: its staged record, written."""
@@ -532,7 +558,7 @@ class Controller:
         staged, self._staged = self._staged, {}
         self.stage_failures = {}
         records = {**self.store.records(), **staged}
-        self._pass = pass_ = _Pass(seen, records, unsaved=set(staged))
+        self._pass = pass_ = _Pass(seen, records, before=dict(records), unsaved=set(staged))
         for name in sorted(records, key=lambda n: (-priority(records[n]), n)):
             try:
                 record = records[name]  # a job preempted earlier in this pass: its new record
@@ -545,7 +571,7 @@ class Controller:
                 tasks = seen.take(record.backend, name)
                 self._reconcile_job(record, self._backend(record.backend), tasks, now, result)
             except BackendError as err:
-                result.errors.append(f"{name}: {err}")
+                self._met(err.problem(name), now, result)
                 log.warning("%s: backend error: %s", name, err)
             except OSError as err:  # e.g. the state or status disk is full: the other jobs go on
                 self._seen.pop(name, None)  # look at it again next pass
@@ -553,12 +579,18 @@ class Controller:
                     self._not_staged(name, err)
                     continue
                 result.write_failures[name] = failed_write(err)
-                result.errors.append(f"{name}: cannot write {failed_write(err)}; retrying next pass")
+                result.errors.append(self._write_problem(name, err))
                 result.wake(now + 5.0)
         unsaved = pass_.unsaved
         self._pass = None
         for name, why in sorted(self.store.unreadable.items()):
-            result.errors.append(f"{name}: its record cannot be read, so it is left alone: {why}")
+            result.errors.append(
+                RuntimeProblem(
+                    ErrorCode.RECORD_UNREADABLE,
+                    f"its record cannot be read, so it is left alone: {why}",
+                    name,
+                )
+            )
         for backend_name, by_job in seen.left():
             for job, orphans in sorted(by_job.items()):
                 if job not in self.store.unreadable:
@@ -567,8 +599,73 @@ class Controller:
         try:
             self.statuses.flush()  # the summaries' index: a cache, retried next pass
         except OSError as err:
-            result.errors.append(f"cannot write {failed_write(err)}; retrying next pass")
+            result.errors.append(self._write_problem(None, err, ErrorCode.STATUS_WRITE_FAILED))
         return result
+
+    def _met(self, problem: RuntimeProblem, now: float, result: PassResult) -> None:
+        """A job's step failed with ``problem``: reported, and kept in its record (its status
+        file's ``lastError``, written at the pass's end) with the time it was first met."""
+        result.errors.append(problem)
+        pass_ = self._pass
+        record = pass_.records.get(problem.job) if pass_ is not None and problem.job else None
+        if pass_ is None or record is None:
+            return
+        first = pass_.before.get(record.name)
+        at = first.last_error_at if first is not None and first.last_error == problem else now
+        if record.last_error == problem and record.last_error_at == at:
+            return
+        marked = self._failed(record.evolve(last_error=problem, last_error_at=at), problem, now, result)
+        pass_.records[record.name] = marked
+        self._seen.pop(record.name, None)
+        self._later.records.append(marked)
+        self._later.statuses.append(status.status_document(marked, now))
+
+    @staticmethod
+    def _failed(record: JobRecord, problem: RuntimeProblem, now: float, result: PassResult) -> JobRecord:
+        """The record, Failed at once when ``problem`` is a terminal error of the job's own
+        (``ErrorCode.fails_the_job``): never retried; else as it is."""
+        if not problem.code.fails_the_job or record.phase.terminal or record.deleting:
+            return record
+        failed = record.evolve(
+            phase=Phase.FAILED,
+            reason=Reason.TERMINAL_ERROR,
+            message=f"{problem.detail} ({problem.code.value}: not retried; {_AFTER_TERMINAL})",
+            completion_time=now,
+            next_launch_at=None,
+        )
+        result.phases[record.name] = Phase.FAILED
+        result.events.append(f"{record.name}: failed: {failed.message}")
+        log.warning("%s: failed: %s", record.name, failed.message)
+        return failed.evolve(conditions=status.conditions(failed, now))
+
+    def _task_error(
+        self, record: JobRecord, tasks: list[ObservedTask], now: float, result: PassResult
+    ) -> JobRecord:
+        """A task of this attempt that ended, never run, for a terminal error of the job's own
+        that its backend names (an image missing under imagePullPolicy Never): reported, kept as
+        the job's ``lastError``, and the job Failed at once (``_failed``). Another error a task
+        ended for (a pull that failed) is its message, and the restart policy's to handle."""
+        ended = [
+            t
+            for t in tasks
+            if t.error is not None and t.error.fails_the_job and t.state.ended and t.attempt == record.attempt
+        ]
+        if not ended or record.phase.terminal or record.deleting:
+            return record
+        task = ended[0]
+        assert task.error is not None
+        problem = RuntimeProblem(task.error, f"{task.task_id}: {task.message}", record.name)
+        result.errors.append(problem)
+        return self._failed(record.evolve(last_error=problem, last_error_at=now), problem, now, result)
+
+    def _write_problem(self, job: str | None, err: OSError, code: ErrorCode | None = None) -> RuntimeProblem:
+        """A file that could not be written, as a pass reports it: a status file's or (else)
+        a record's, by its path when ``code`` does not say."""
+        if code is None:
+            path = str(getattr(err, "filename", "") or "")
+            inside = path.startswith(str(self.statuses.root) + os.sep)
+            code = ErrorCode.STATUS_WRITE_FAILED if inside else ErrorCode.STATE_WRITE_FAILED
+        return RuntimeProblem(code, f"cannot write {failed_write(err)}; retrying next pass", job)
 
     def _not_staged(self, name: str, err: OSError) -> None:
         """A staged record that could not be written: the job stays as it was."""
@@ -590,18 +687,23 @@ class Controller:
         # a staged job the pass left as it was (a backend error): its record as staged
         later.records.extend(records[n] for n in sorted(unsaved - listed) if n in records)
         failed = dict(self.store.save_many(later.records))
+        codes = dict.fromkeys(failed, ErrorCode.STATE_WRITE_FAILED)
         not_staged = {name: failed.pop(name) for name in sorted(unsaved & failed.keys())}
         for name, err in not_staged.items():
             self._not_staged(name, err)
         skip = failed.keys() | not_staged.keys()
-        failed.update(self.statuses.write_many([d for d in later.statuses if d["name"] not in skip]))
+        unwritten = self.statuses.write_many([d for d in later.statuses if d["name"] not in skip])
         kept = self.statuses.remove_many(later.removed)
+        codes.update(dict.fromkeys([*unwritten, *kept], ErrorCode.STATUS_WRITE_FAILED))
+        failed.update(unwritten)
         failed.update(kept)
         failed.update(self.store.delete_many([n for n in later.removed if n not in kept]))
         for name, err in sorted(failed.items()):
             self._seen.pop(name, None)
             result.write_failures[name] = failed_write(err)
-            result.errors.append(f"{name}: cannot write {failed_write(err)}; retrying next pass")
+            result.errors.append(
+                self._write_problem(name, err, codes.get(name, ErrorCode.STATE_WRITE_FAILED))
+            )
             result.wake(now + 5.0)
 
     def _move_out(
@@ -640,13 +742,14 @@ class Controller:
     def _reconcile_job(
         self, record: JobRecord, backend: Backend, tasks: list[ObservedTask], now: float, result: PassResult
     ) -> None:
+        given = self._task_error(record, tasks, now, result)  # a task that could not run at all
         decided = lifecycle.step(
-            record, tasks, now, self.backoff, backend.address_wait_s, self._desired.get(record.name)
+            given, tasks, now, self.backoff, backend.address_wait_s, self._desired.get(record.name)
         )
         self._desired[record.name] = decided.desired
         if decided.stop or decided.forget or decided.purge or (decided.remove and (tasks or record.tasks)):
             self._write_ahead(record)  # a staged record before its backend is touched
-        updated = decided.record
+        updated = _without_error(decided.record)  # this pass got through the job
         if not decided.remove:
             looked, again = self.progress.look(updated, backend, tasks, now)
             if looked is not updated.progress:

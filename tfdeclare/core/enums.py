@@ -180,6 +180,9 @@ class Reason(StrEnum):
     PLATFORM_RESTART = "PlatformRestart"
     # ... on its own budget (``platformRestartLimit``), which ran out
     PLATFORM_RESTART_LIMIT_EXCEEDED = "PlatformRestartLimitExceeded"
+    # A terminal runtime error of the job's own (``core.errors``: a missing image under
+    # imagePullPolicy Never, a secret that is not there): failed at once, never retried
+    TERMINAL_ERROR = "TerminalError"
 
     @property
     def stalled(self) -> bool:
@@ -196,6 +199,7 @@ _STALLED = frozenset(
         Reason.PERMANENT_EXIT_CODE,
         Reason.TASK_FAILED,
         Reason.PLATFORM_RESTART_LIMIT_EXCEEDED,
+        Reason.TERMINAL_ERROR,
     }
 )
 

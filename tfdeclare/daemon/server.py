@@ -498,13 +498,19 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _guarded_health(self, detail: dict[str, Any]) -> dict[str, Any]:
         """``/healthz`` stays open for probes with ``daemon.tokenForReads``: without the token
-        its problems say their kind only (their files and errors are for those who may read)."""
-        if not self.access.token_for_reads or not detail.get("problems"):
+        its problems say their kind only, the last pass's errors their code (their files, jobs
+        and errors are for those who may read)."""
+        if not self.access.token_for_reads or not (detail.get("problems") or detail.get("passErrors")):
             return detail
         headers = {k.lower(): v for k, v in self.headers.items()}
         if refusal("GET", "/jobs", headers, self.port, self.access) is None:
             return detail
-        return {**detail, "problems": [{"kind": p["kind"]} for p in detail["problems"]]}
+        shown = {**detail, "problems": [{"kind": p["kind"]} for p in detail.get("problems", ())]}
+        if "passErrors" in detail:
+            shown["passErrors"] = [
+                {"code": e["code"], "terminal": e["terminal"]} for e in detail["passErrors"]
+            ]
+        return shown
 
     def _jobs(self, query: dict[str, list[str]]) -> None:
         asked = query.get("problems")

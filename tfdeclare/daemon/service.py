@@ -50,6 +50,7 @@ from tfdeclare.controller import Controller
 from tfdeclare.core.config import WebhookConfig
 from tfdeclare.core.diagnostics import Diagnostic
 from tfdeclare.core.enums import Phase, Reason
+from tfdeclare.core.errors import RuntimeProblem
 from tfdeclare.core.plan.planner import Action, Plan, PlanCache, PlanOptions, Sighting, plan
 from tfdeclare.core.plan.problems import Problem, changes, counts, held_back, standing
 from tfdeclare.core.plan.scope import PruneScope
@@ -164,6 +165,8 @@ class Shown:
     folder_problems: Mapping[str, str] = field(default_factory=dict)
     pass_write_error: str | None = None
     not_started: Mapping[str, str] = field(default_factory=dict)  # job -> why: under another state folder
+    # What the last pass met, each with its code (``core.errors``); a job's is also its lastError
+    pass_errors: tuple[RuntimeProblem, ...] = ()
     last_pass_at: float | None = None
 
 
@@ -323,12 +326,16 @@ class Daemon:
         except BackendError as err:  # the cluster is unreachable: try again next pass
             log.error("backend unavailable, the jobs keep running: %s", err)
             self._check_folders()
-            self._draft = replace(self._draft, last_pass_at=self.clock())
+            self._draft = replace(self._draft, last_pass_at=self.clock(), pass_errors=(err.problem(),))
             self.metrics.observe_pass(self.monotonic() - started, self.clock(), 0, 0, 1)
             return None, applied
         for error in result.errors:
             log.error("%s", error)
-        self._draft = replace(self._draft, write_failures={**apply_failures, **result.write_failures})
+        self._draft = replace(
+            self._draft,
+            write_failures={**apply_failures, **result.write_failures},
+            pass_errors=tuple(result.errors),
+        )
         self._check_folders()
         records = self.controller.records()
         self._phase_changes(result.phases, records)
@@ -579,6 +586,8 @@ class Daemon:
             "passOverdue": late,
             # What cannot be applied now (a user's file: readiness is not failed for it)
             "problems": [p.to_json() for p in shown.problems],
+            # What the last pass met, with codes; a terminal one is not retried (docs/reference.md)
+            "passErrors": [p.to_json() for p in shown.pass_errors],
             # git snapshots no job uses, kept for the files tasks wrote in them (`tfdeclare gc`)
             "keptSnapshots": {
                 commit: {"files": len(files), "examples": files[:5]}

@@ -74,6 +74,7 @@ from tfdeclare.backends.local.process_driver import ProcessDriver
 from tfdeclare.backends.local.record import LocalTask, TaskRuntime, read_task, write_task
 from tfdeclare.backends.secrets import SecretUnavailable, read_all
 from tfdeclare.core.enums import TaskState
+from tfdeclare.core.errors import ErrorCode
 from tfdeclare.core.run.tasks import (
     GangRequest,
     ObservedTask,
@@ -237,6 +238,7 @@ def _observed(task: LocalTask, seen: Seen) -> ObservedTask:
         finished_at=seen.finished_at,
         message=seen.message,
         cause=seen.cause,
+        error=seen.error,
         extra={"gpus": ",".join(str(g) for g in task.gpu_devices), "source": task.source_dir or ""},
     )
 
@@ -393,7 +395,7 @@ class LocalBackend:
         a task past its grace period; and let go of ports held for slots long idle. A failure
         of one task's upkeep does not stop the others': they are reported together."""
         looks = self._look()
-        errors = []
+        errors: list[BackendError] = []
         nothing_to_do = all(look.seen.chore is None for look in looks)
         self._tended = (time.monotonic(), looks) if nothing_to_do else None
         for look in looks:
@@ -402,13 +404,13 @@ class LocalBackend:
             try:
                 self._driver(look.folder).tend(look.folder, look.seen)
             except BackendError as err:
-                errors.append(str(err))
+                errors.append(err)
             except OSError as err:
-                errors.append(f"{look.folder.task_id}: {err}")
+                errors.append(BackendError(f"{look.folder.task_id}: {err}", code=ErrorCode.TEND_FAILED))
         if self._held:
             self._expire_holds([look.task for look in looks])
         if errors:
-            raise BackendError("; ".join(errors))
+            raise BackendError.joined(errors, ErrorCode.TEND_FAILED)
 
     def _expire_holds(self, observed: Sequence[ObservedTask]) -> None:
         """A held port goes back ``HOLD_S`` after no task of its slot is alive (the job
@@ -489,7 +491,9 @@ class LocalBackend:
                     port = self._choose_port(previous, ports_used | reservation.ports.keys(), reservation)
             except OSError as err:
                 reservation.close()
-                raise BackendError(f"cannot reserve a port in {ports.ports_dir()}: {err}") from err
+                raise BackendError(
+                    f"cannot reserve a port in {ports.ports_dir()}: {err}", code=ErrorCode.PORTS_UNAVAILABLE
+                ) from err
             if port is None:
                 reservation.close()
                 return Unplaced(UnplacedReason.WAITING_FOR_RESOURCES, "no free port in the configured range")
@@ -562,7 +566,7 @@ class LocalBackend:
                 try:
                     read_all(task.secrets, os.environ)
                 except SecretUnavailable as err:
-                    raise BackendError(f"{task.task_id}: {err}") from None
+                    raise BackendError(f"{task.task_id}: {err}", code=ErrorCode.SECRET_UNAVAILABLE) from None
             by_runtime: dict[TaskRuntime, list[TaskLaunch]] = {}
             for task in tasks:
                 runtime = TaskRuntime.DOCKER if self.runtime.uses_docker(task.image) else TaskRuntime.PROCESS
@@ -617,7 +621,8 @@ class LocalBackend:
         if source is not None and launch.source_folder is not None and not no_link_in(source):
             raise BackendError(  # swapped since the controller resolved it a moment ago
                 f"{launch.task_id}: its source folder {source} changed as it was launched "
-                "(a part of it is a link now): not launched"
+                "(a part of it is a link now): not launched",
+                code=ErrorCode.LAUNCH_REFUSED,
             )
         try:
             work.mkdir(parents=True, exist_ok=True)
@@ -625,7 +630,8 @@ class LocalBackend:
                 _link_entries(work, source)
         except OSError as err:
             raise BackendError(
-                f"cannot prepare the working folder {work} of {launch.task_id}: {err}"
+                f"cannot prepare the working folder {work} of {launch.task_id}: {err}",
+                code=ErrorCode.LAUNCH_FAILED,
             ) from err
         env["TFDECLARE_WORK_DIR"] = str(work)
         if source is not None:
@@ -668,7 +674,7 @@ class LocalBackend:
         this controller dies now), then ask its driver to stop it. A driver that cannot is a
         ``BackendError`` once every task was asked."""
         self._tended = None  # what it does is not in that look
-        errors = []
+        errors: list[BackendError] = []
         for task_id in task_ids:
             task_dir = self.tasks_dir / task_id
             if not task_dir.is_dir() or (task_dir / "exit.json").exists():
@@ -683,15 +689,15 @@ class LocalBackend:
             try:
                 self._driver(folder).stop(folder, grace_s)
             except BackendError as err:
-                errors.append(str(err))
+                errors.append(err)
         if errors:
-            raise BackendError("; ".join(errors))
+            raise BackendError.joined(errors, ErrorCode.STOP_FAILED)
 
     def forget(self, task_ids: Sequence[str]) -> None:
         """Drop ended tasks: what their runtime keeps of them, then their folders (their logs
         stay). One whose runtime cannot let go is kept for the next pass, and reported."""
         self._tended = None  # what it does is not in that look
-        errors = []
+        errors: list[BackendError] = []
         for task_id in task_ids:
             task_dir = self.tasks_dir / task_id
             if not (task_dir / "exit.json").exists():
@@ -701,12 +707,12 @@ class LocalBackend:
                 try:
                     self._driver(folder).destroy(folder)
                 except BackendError as err:
-                    errors.append(str(err))
+                    errors.append(err)
                     continue
             shutil.rmtree(task_dir, ignore_errors=True)
             self._records.pop(task_id, None)
         if errors:
-            raise BackendError("; ".join(errors))
+            raise BackendError.joined(errors, ErrorCode.FORGET_FAILED)
 
     def purge(self, job: str) -> None:
         """Forget every ended task of ``job`` and delete its logs (the job is deleted)."""
@@ -724,7 +730,7 @@ class LocalBackend:
             return self._driver(folder).read_log(folder, offset, limit)
         path = self.logs_dir / task_id.split(".", 1)[0] / f"{task_id}.log"
         if not path.exists():  # a forgotten task's log stays until its job is deleted
-            raise BackendError(f"no log for task {task_id}")
+            raise BackendError(f"no log for task {task_id}", code=ErrorCode.LOG_UNAVAILABLE)
         return read_log_file(path, offset, limit, ended=True)
 
     def task_folder(self, job: str, key: TaskKey) -> str | None:

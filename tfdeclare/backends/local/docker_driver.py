@@ -76,6 +76,7 @@ from tfdeclare.backends.local.process_driver import alive, supervisor_holds
 from tfdeclare.backends.local.pull_log import PULL_LOG, LauncherInfo, PullView, pull_log_size
 from tfdeclare.backends.local.record import ContainerSpec, LocalTask, TaskRuntime
 from tfdeclare.core.enums import TaskState
+from tfdeclare.core.errors import ErrorCode
 from tfdeclare.core.run.tasks import TaskLaunch
 from tfdeclare.files import write_atomic
 
@@ -186,7 +187,9 @@ class DockerDriver:
         """The image's PATH; the engine hands out the GPUs (the container numbers them from 0);
         the controller's user; the state folder hidden when a source folder holds it."""
         if launch.image is None:
-            raise BackendError(f"{launch.task_id}: a container task needs an image")
+            raise BackendError(
+                f"{launch.task_id}: a container task needs an image", code=ErrorCode.IMAGE_REQUIRED
+            )
         container = ContainerSpec(
             image=launch.image,
             image_pull_policy=launch.image_pull_policy,
@@ -242,7 +245,9 @@ class DockerDriver:
             )
         except OSError as err:
             names = ", ".join(folder.task_id for folder in batch)
-            raise BackendError(f"cannot start the launcher of {names}: {err}") from err
+            raise BackendError(
+                f"cannot start the launcher of {names}: {err}", code=ErrorCode.LAUNCH_FAILED
+            ) from err
         now = time.monotonic()
         with self._lock:
             for folder in batch:
@@ -264,7 +269,7 @@ class DockerDriver:
             try:
                 self._listing = self.engine.listing()
             except EngineError as err:
-                raise BackendError(str(err)) from err
+                raise BackendError(str(err), code=ErrorCode.ENGINE_UNREACHABLE) from err
         return self._listing.get(self._name(task_id))
 
     def inspect(self, folder: TaskFolder) -> Seen:
@@ -384,7 +389,7 @@ class DockerDriver:
             try:
                 end = self._ends[task_id] = self.engine.end(self._name(task_id))
             except EngineError as err:
-                raise BackendError(str(err)) from err
+                raise BackendError(str(err), code=ErrorCode.ENGINE_UNREACHABLE) from err
         return end
 
     # ---- tend -------------------------------------------------------------------------------
@@ -398,7 +403,7 @@ class DockerDriver:
             elif seen.chore is Chore.KILL:
                 self._kill(folder)
         except EngineError as err:
-            raise BackendError(f"{folder.task_id}: {err}") from err
+            raise BackendError(f"{folder.task_id}: {err}", code=ErrorCode.TEND_FAILED) from err
 
     def _start_again(self, folder: TaskFolder) -> None:
         name = self._name(folder.task_id)
@@ -453,7 +458,8 @@ class DockerDriver:
         self.engine.kill(self._name(folder.task_id))
         if failure is not None:
             raise BackendError(
-                f"{folder.task_id}: the Docker engine did not stop its container ({failure}); killed it"
+                f"{folder.task_id}: the Docker engine did not stop its container ({failure}); killed it",
+                code=ErrorCode.STOP_FAILED,
             )
 
     def _kill_launcher(self, folder: TaskFolder, launcher: LauncherInfo) -> None:
@@ -483,7 +489,7 @@ class DockerDriver:
         try:
             state = self.engine.status(name)
         except EngineError as err:
-            raise BackendError(f"cannot stop {folder.task_id}: {err}") from err
+            raise BackendError(f"cannot stop {folder.task_id}: {err}", code=ErrorCode.STOP_FAILED) from err
         if state is None or state in ENDED or state == "created":
             return  # nothing runs: the next look records how it ended
 
@@ -503,7 +509,9 @@ class DockerDriver:
         try:
             self.engine.remove(self._name(folder.task_id))  # recorded, but not yet removed
         except EngineError as err:
-            raise BackendError(f"cannot remove the container of {folder.task_id}: {err}") from err
+            raise BackendError(
+                f"cannot remove the container of {folder.task_id}: {err}", code=ErrorCode.FORGET_FAILED
+            ) from err
         self._forget(folder.task_id)
 
     def _forget(self, task_id: str) -> None:
@@ -528,7 +536,7 @@ class DockerDriver:
                 with self._lock:
                     live = self._read_live(folder.task_id, offset - before, limit)
             except EngineError as err:
-                raise BackendError(str(err)) from err
+                raise BackendError(str(err), code=ErrorCode.LOG_UNAVAILABLE) from err
             if live is not None:
                 data, ended, size = live
                 if data is None:

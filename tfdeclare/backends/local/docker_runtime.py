@@ -52,6 +52,7 @@ from tfdeclare.backends.local.record import LocalTask
 from tfdeclare.backends.progress import PullEvent, PullStep, report
 from tfdeclare.backends.secrets import SecretUnavailable, agent_file_argv, read_all
 from tfdeclare.core.enums import ImagePullPolicy
+from tfdeclare.core.errors import ErrorCode
 
 ENGINE_TIMEOUT_S = 60.0
 PROBE_TIMEOUT_S = 3.0
@@ -64,7 +65,12 @@ class EngineError(Exception):
 
 
 class ImageUnavailable(EngineError):
-    """The task's image is not on the engine and could not (or may not) be pulled."""
+    """The task's image is not on the engine and could not (or may not) be pulled: ``code``
+    says which (``ImageMissing`` under imagePullPolicy Never, terminal; else ``ImagePullFailed``)."""
+
+    def __init__(self, message: str, code: ErrorCode = ErrorCode.IMAGE_PULL_FAILED) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def _causes(err: BaseException) -> list[BaseException]:
@@ -321,7 +327,8 @@ class DockerRuntime:
             if policy is ImagePullPolicy.NEVER:
                 raise ImageUnavailable(
                     f"the Docker engine has no image {image}, and imagePullPolicy is Never: build or "
-                    "pull it first, or set imagePullPolicy to IfNotPresent"
+                    "pull it first, or set imagePullPolicy to IfNotPresent",
+                    ErrorCode.IMAGE_MISSING,
                 )
         self._pull(image, job)
 

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 from tfdeclare.backends.base import LogChunk, LogOffsetError
 from tfdeclare.backends.local.record import ContainerSpec, LocalTask, TaskRuntime
 from tfdeclare.core.enums import EndCause, TaskState
+from tfdeclare.core.errors import ErrorCode
 from tfdeclare.core.run.tasks import TaskLaunch
 from tfdeclare.files import write_atomic
 
@@ -52,6 +53,7 @@ class Seen:
     message: str = ""
     chore: Chore | None = None
     cause: EndCause = EndCause.JOB  # a platform event that ended it, where the driver saw one
+    error: ErrorCode | None = None  # it never ran for this runtime error (an image missing)
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -120,7 +122,13 @@ def seen_from_end(end: dict[str, Any]) -> Seen:
         state = TaskState.FAILED
     cause = end.get("cause")
     known = EndCause(cause) if cause in _CAUSES else EndCause.JOB  # records of earlier versions: none
-    return Seen(state, exit_code, None, end.get("finishedAt"), end.get("message", ""), cause=known)
+    error = end.get("error")
+    code = ErrorCode(error) if error in _CODES else None
+    message = end.get("message", "")
+    return Seen(state, exit_code, None, end.get("finishedAt"), message, cause=known, error=code)
+
+
+_CODES = frozenset(code.value for code in ErrorCode)
 
 
 _CAUSES = frozenset(c.value for c in EndCause)

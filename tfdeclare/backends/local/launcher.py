@@ -193,7 +193,7 @@ class Launcher:
                 if launch.given_up:
                     return  # its end is recorded (timed out), or left to the controller (stopped)
             folder.note(str(err))
-            folder.record_end(None, time.time(), str(err), False, containerRemoved=True)
+            folder.record_end(None, time.time(), str(err), False, containerRemoved=True, error=err.code.value)
             return
         except EngineError as err:
             with self._lock:

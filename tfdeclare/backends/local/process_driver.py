@@ -35,6 +35,7 @@ from tfdeclare.backends.local.drivers import (
 from tfdeclare.backends.local.record import TASK_FILE, TaskRuntime
 from tfdeclare.backends.local.supervisor import kill_group, process_start_ticks
 from tfdeclare.core.enums import EndCause, TaskState
+from tfdeclare.core.errors import ErrorCode
 from tfdeclare.core.run.tasks import TaskLaunch
 
 START_TIMEOUT_S = 60.0  # a supervisor that has not started its task by then failed
@@ -105,7 +106,9 @@ class ProcessDriver:
                 pass_fds=(port_fd,) if port_fd is not None else (),
             )
         except OSError as err:
-            raise BackendError(f"cannot start the supervisor of {folder.task_id}: {err}") from err
+            raise BackendError(
+                f"cannot start the supervisor of {folder.task_id}: {err}", code=ErrorCode.LAUNCH_FAILED
+            ) from err
         self._started[folder.task_id] = time.monotonic()
         return starter
 

@@ -61,6 +61,7 @@ from tfdeclare.backends.mesos.tls import client_certificate_of, tls_verify
 from tfdeclare.backends.mesos.workers import BackgroundWork
 from tfdeclare.backends.secrets import SecretUnavailable, read_all
 from tfdeclare.core.enums import Role, SecretSource
+from tfdeclare.core.errors import ErrorCode
 from tfdeclare.core.run.tasks import (
     GangRequest,
     ObservedTask,
@@ -116,7 +117,9 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
                 handler,
             )
         except (ConfigError, ValueError) as err:
-            raise BackendError(f"the mesos settings are not usable: {err}") from None
+            raise BackendError(
+                f"the mesos settings are not usable: {err}", code=ErrorCode.SETTINGS_UNUSABLE
+            ) from None
         handler.client = client
         return client
 
@@ -148,20 +151,25 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
                     self._forget_client(client)
                     raise BackendError(
                         f"the Mesos master at {self.config.master} refused the framework: {err} "
-                        "(check mesos.principal and its secret, and the master's ACLs)"
+                        "(check mesos.principal and its secret, and the master's ACLs)",
+                        code=ErrorCode.CREDENTIALS_REFUSED,
                     ) from None
                 except TerminalError as err:
                     client.stop()
                     self._usable()
-                    raise BackendError(f"the Mesos client stopped: {err}") from None
+                    raise BackendError(
+                        f"the Mesos client stopped: {err}", code=ErrorCode.CLIENT_STOPPED
+                    ) from None
                 except SubscribeTimeoutError as err:
                     client.stop()
                     self._forget_client(client)
                     detail = f": {err.last_error}" if err.last_error else " (no answer)"
-                    raise BackendError(f"{unreachable}{detail}") from None
+                    raise BackendError(f"{unreachable}{detail}", code=ErrorCode.MASTER_UNREACHABLE) from None
                 self._adopt(client, unreachable)
                 return client
-            raise BackendError(f"cannot subscribe a new framework at {self.config.master}")
+            raise BackendError(
+                f"cannot subscribe a new framework at {self.config.master}", code=ErrorCode.FRAMEWORK_REFUSED
+            )
 
     def _adopt(self, client: SchedulerClient, unreachable: str) -> None:
         """Wait until the loop has handled this client's SUBSCRIBED (framework id saved, the
@@ -174,7 +182,11 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
             elif self._fatal is not None:
                 future.set_exception(self._fatal)
             elif now >= deadline:
-                future.set_exception(BackendError(f"{unreachable} (SUBSCRIBED was not handled)"))
+                future.set_exception(
+                    BackendError(
+                        f"{unreachable} (SUBSCRIBED was not handled)", code=ErrorCode.MASTER_UNREACHABLE
+                    )
+                )
             else:
                 return False
             return True
@@ -383,7 +395,8 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
             self._connect().update_framework(info)
         except MesosError as err:
             raise BackendError(
-                f"cannot ask the Mesos master for GPU offers (UPDATE_FRAMEWORK): {err}"
+                f"cannot ask the Mesos master for GPU offers (UPDATE_FRAMEWORK): {err}",
+                code=ErrorCode.MASTER_CALL_FAILED,
             ) from err
         self._ask(self._gpu_offers_asked)
         log.info("asked the master for offers from GPU agents (GPU_RESOURCES)")
@@ -404,7 +417,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
             try:
                 validate_id(task.task_id, "task id")
             except ConfigError as err:
-                raise BackendError(str(err)) from None
+                raise BackendError(str(err), code=ErrorCode.LAUNCH_REFUSED) from None
         try:  # the controller's secrets go into the TaskInfo; agentFile ones are read on the agent
             ready = [
                 replace(
@@ -415,7 +428,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
                 for task in tasks
             ]
         except SecretUnavailable as err:
-            raise BackendError(f"{placement.job}: {err}") from None
+            raise BackendError(f"{placement.job}: {err}", code=ErrorCode.SECRET_UNAVAILABLE) from None
         self._request(lambda f: self._launch(f, placement, ready))
 
     def _launch(self, future: Future[None], placement: Placement, tasks: list[TaskLaunch]) -> None:
@@ -428,14 +441,17 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
         if reservation is None:
             raise BackendError(
                 f"{placement.job}: its placement was released before the launch (offers are held "
-                f"{self.config.offer_hold_s:g} s); it is placed again"
+                f"{self.config.offer_hold_s:g} s); it is placed again",
+                code=ErrorCode.PLACEMENT_LOST,
             )
         assignment_of = {a.key: a for a in reservation.fit.assignments}
         groups: dict[tuple[str, str], list[TaskLaunch]] = {}
         for task in todo:
             assignment = assignment_of.get(task.key)
             if assignment is None or assignment.port != task.slot.port:
-                raise BackendError(f"{task.task_id}: not part of placement {placement.token}")
+                raise BackendError(
+                    f"{task.task_id}: not part of placement {placement.token}", code=ErrorCode.TASK_UNKNOWN
+                )
             groups.setdefault((assignment.agent_id, assignment.role), []).append(task)
         deadline = self.clock() + self.config.place_wait_s
 
@@ -455,7 +471,8 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
                     return False
                 raise BackendError(
                     f"{placement.job}: the offers of agent(s) {', '.join(sorted(missing))} were used or "
-                    "rescinded before the launch; it is placed again"
+                    "rescinded before the launch; it is placed again",
+                    code=ErrorCode.PLACEMENT_LOST,
                 )
             self._queue_accepts(placement, groups, backing, now)
             future.set_result(None)
@@ -568,25 +585,31 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
     def read_log(self, task_id: str, offset: int = 0, limit: int = 1 << 20) -> LogChunk:
         agent_url, ended, reader = self._ask(lambda: self._log_source(task_id))
         if not agent_url:
-            raise BackendError(f"no log for task {task_id}: the offer named no agent address")
+            raise BackendError(
+                f"no log for task {task_id}: the offer named no agent address", code=ErrorCode.LOG_UNAVAILABLE
+            )
         try:
             piece = reader.read(agent_url, task_id, offset, limit, ended)
         except SandboxError as err:
-            raise BackendError(f"cannot read the log of {task_id}: {err}") from None
+            raise BackendError(
+                f"cannot read the log of {task_id}: {err}", code=ErrorCode.LOG_UNAVAILABLE
+            ) from None
         return LogChunk(piece.data, piece.next_offset, piece.complete)
 
     def _log_source(self, task_id: str) -> tuple[str, bool, SandboxReader]:
         """Where a task's log is, whether it is complete, and the reader (thread-safe) to use."""
         entry = self._tasks.get(task_id)
         if entry is None:
-            raise BackendError(f"no log for task {task_id}")
+            raise BackendError(f"no log for task {task_id}", code=ErrorCode.LOG_UNAVAILABLE)
         if self._sandbox is None:
             config = self.config
             try:
                 credentials = self._credentials_once()
                 verify = tls_verify(config.ca_file, not config.tls_verify, client_certificate_of(config))
             except ConfigError as err:
-                raise BackendError(f"the mesos settings are not usable: {err}") from None
+                raise BackendError(
+                    f"the mesos settings are not usable: {err}", code=ErrorCode.SETTINGS_UNUSABLE
+                ) from None
             self._sandbox = SandboxReader(
                 verify=verify,
                 auth=credentials.httpx_auth() if credentials else None,

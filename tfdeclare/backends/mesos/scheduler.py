@@ -39,6 +39,7 @@ from tfdeclare.backends.mesos.state import OUR_TASK_ID, BackendState
 from tfdeclare.backends.mesos.taskinfo import LABEL_PREFIX
 from tfdeclare.backends.mesos.taskstate import LOST_LIKE, NEVER_LAUNCHED, TERMINAL, apply_status, is_terminal
 from tfdeclare.core.enums import EndCause
+from tfdeclare.core.errors import ErrorCode
 
 log = logging.getLogger("tfdeclare.mesos")
 
@@ -128,7 +129,8 @@ class SchedulerEvents(BackendState):
                 f"the Mesos master removed framework {framework_id} (its failover timeout ran out, or it "
                 "was torn down), so its tasks were killed. To start a new framework, move "
                 f"{path} away (or set mesos.onFrameworkRemoved: newFramework); the old tasks are then "
-                "reported gone and their jobs restart per their restart policy."
+                "reported gone and their jobs restart per their restart policy.",
+                code=ErrorCode.FRAMEWORK_REFUSED,
             )
             log.error("%s", self._fatal)
             return
@@ -168,7 +170,8 @@ class SchedulerEvents(BackendState):
             self._decide(msg.Disconnected())
             self._fatal = BackendError(
                 f"another scheduler subscribed as framework {self._framework.framework_id} and took "
-                "over; this controller stops acting (is the same state folder used elsewhere?)"
+                "over; this controller stops acting (is the same state folder used elsewhere?)",
+                code=ErrorCode.FRAMEWORK_REFUSED,
             )
             log.error("%s", self._fatal)
         elif isinstance(error, FrameworkRemovedError):
@@ -186,7 +189,7 @@ class SchedulerEvents(BackendState):
             self._old_clients.append(self._client)
             self._client = None
         else:
-            self._fatal = BackendError(f"the Mesos client stopped: {error}")
+            self._fatal = BackendError(f"the Mesos client stopped: {error}", code=ErrorCode.CLIENT_STOPPED)
         self._changed = True
         self._notify()
 

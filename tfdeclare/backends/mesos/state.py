@@ -59,6 +59,7 @@ from tfdeclare.backends.mesos.queueing import Waiting
 from tfdeclare.backends.mesos.sandbox import SandboxReader
 from tfdeclare.backends.mesos.taskinfo import LABEL_PREFIX
 from tfdeclare.backends.mesos.taskstate import LOST_LIKE, is_terminal, observed_state
+from tfdeclare.core.errors import ErrorCode
 from tfdeclare.core.run.tasks import TaskLaunch
 
 log = logging.getLogger("tfdeclare.mesos")
@@ -107,7 +108,8 @@ class BackendState(ABC):
     ) -> None:
         if config.on_framework_removed not in ("fail", "newFramework"):
             raise BackendError(
-                f"mesos.onFrameworkRemoved must be fail or newFramework, not {config.on_framework_removed!r}"
+                f"mesos.onFrameworkRemoved must be fail or newFramework, not {config.on_framework_removed!r}",
+                code=ErrorCode.SETTINGS_UNUSABLE,
             )
         self.config = config
         self.clock = clock
@@ -118,7 +120,7 @@ class BackendState(ABC):
             self._tasks: dict[str, TaskEntry] = self._journal.load()
             self._framework: FrameworkState = self._framework_store.load()
         except JournalError as err:
-            raise BackendError(str(err)) from err
+            raise BackendError(str(err), code=ErrorCode.BACKEND_STATE_UNREADABLE) from err
         self._options = PlacementOptions(cpu_tasks_on_gpu_agents=config.cpu_tasks_on_gpu_agents)
         self._pool = OfferPool()
         # Inverse offers held until our tasks on their agent are gone, then accepted: id -> agent
@@ -207,7 +209,7 @@ class BackendState(ABC):
         """Run ``start(future)`` on the loop and wait for the future: ``start`` resolves it at
         once or leaves a waiter that resolves it later. Exceptions reach the caller."""
         if self._closed:
-            raise BackendError("the Mesos backend is closed")
+            raise BackendError("the Mesos backend is closed", code=ErrorCode.BACKEND_CLOSED)
         if threading.current_thread() is self._loop_thread:
             raise RuntimeError("the loop cannot wait for itself")  # e.g. a watcher calling back
         future: Future[T] = Future()
@@ -281,7 +283,7 @@ class BackendState(ABC):
                     log.exception("Mesos backend upkeep: unexpected error (continuing)")
             self._after_batch(ticked)
         for future, _ in self._waiters:
-            future.set_exception(BackendError("the Mesos backend was closed"))
+            future.set_exception(BackendError("the Mesos backend was closed", code=ErrorCode.BACKEND_CLOSED))
         self._calls_out.put(None)
         self._acks_out.put(None)
 

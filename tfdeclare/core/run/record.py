@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import Any
 
 from tfdeclare.core.enums import EndCause, Phase, Reason, Role, TaskState
+from tfdeclare.core.errors import RuntimeProblem
 from tfdeclare.core.run.progress import Progress
 from tfdeclare.core.spec.keys import TaskKey
 from tfdeclare.core.spec.loader import SourceRef
@@ -300,6 +301,10 @@ class JobRecord:
     # ``platformRestartLimit`` bounds them; the last ``PLATFORM_HISTORY`` of them, newest last
     platform_restarts: int = 0
     platform_events: tuple[PlatformEvent, ...] = ()
+    # The last runtime error a pass met for this job (``core.errors``) and when it was first
+    # met; cleared by the next pass that gets through the job without one
+    last_error: RuntimeProblem | None = None
+    last_error_at: float | None = None
     # ``spec``, made once per canonical spec (a pass asked for it about ten times a job)
     _spec: JobSpec | None = field(default=None, init=False, compare=False, repr=False)
 
@@ -365,6 +370,11 @@ class JobRecord:
             **({"progress": self.progress.to_json()} if self.progress is not None else {}),
             "platformRestarts": self.platform_restarts,
             "platformEvents": [event.to_json() for event in self.platform_events],
+            **(
+                {"lastError": {**self.last_error.to_json(), "at": self.last_error_at}}
+                if self.last_error is not None
+                else {}
+            ),
         }
 
     @classmethod
@@ -411,6 +421,8 @@ class JobRecord:
             progress=Progress.from_json(data["progress"]) if data.get("progress") else None,
             platform_restarts=int(data.get("platformRestarts", 0)),
             platform_events=tuple(PlatformEvent.from_json(e) for e in data.get("platformEvents", ())),
+            last_error=RuntimeProblem.from_json(data["lastError"]) if data.get("lastError") else None,
+            last_error_at=(data.get("lastError") or {}).get("at"),
         )
 
 

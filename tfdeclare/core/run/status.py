@@ -237,8 +237,19 @@ def status_document(record: JobRecord, now: float, *, tasks_listed: int | None =
         "completionTime": rfc3339(record.completion_time),
         "cleanupTime": rfc3339(record.cleaned_at),
         "message": record.message,
+        "lastError": last_error(record),
         "updatedAt": rfc3339(now),
     }
+
+
+def last_error(record: JobRecord) -> dict[str, Any] | None:
+    """The status file's ``lastError``: the last runtime error a pass met for the job, with its
+    code (``core.errors``), or None."""
+    if record.last_error is None:
+        return None
+    entry = record.last_error.to_json()
+    entry.pop("job", None)
+    return {**entry, "time": rfc3339(record.last_error_at)}
 
 
 def restart_scopes(spec: JobSpec) -> dict[str, dict[str, str]]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from tfdeclare.core.enums import EndCause, ImagePullPolicy, PlacementStrategy, TaskState
+from tfdeclare.core.errors import ErrorCode
 from tfdeclare.core.spec.health import HealthCheck
 from tfdeclare.core.spec.keys import AttributeConstraint, TaskKey, Volume
 from tfdeclare.core.spec.resources import Resources
@@ -189,3 +190,6 @@ class ObservedTask:
     # What the backend knows of why it ended or was lost (``causes.classify`` has the last
     # word): JOB unless the backend saw one of the platform's own events.
     cause: EndCause = EndCause.JOB
+    # It ended without running for a runtime error the backend names (``core.errors``: an
+    # image missing under imagePullPolicy Never); one that fails the job fails it at once
+    error: ErrorCode | None = None
