@@ -9,14 +9,16 @@ SIGTERM, the workers agree on a step, save and exit. The low job resumes once th
 ended, from that checkpoint (``$CHECKPOINT_DIR``, a folder the agent shares with this machine),
 and ends with the same final weights as the high job, which ran the same training undisturbed;
 each step is done exactly once. Each task runs in its own Mesos sandbox (``sharedFilesystem:
-false``), where the script writes the steps it completed and its final weights.
+false``), where the script writes the steps it completed and its final weights. The same runs
+against a real Mesos 1.11 master and agent (marker ``real_mesos``, ``make real-mesos``), where
+the agent's command executor sends the SIGTERM and keeps the kill policy's grace.
 """
 
 from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ import yaml
 from tests.conftest import REPO, cli, kill_leftovers, worker_ports
 from tests.mesos_emulator import Emulator
 from tests.mesos_fixtures import config_yaml, eventually, start_emulator
+from tests.real_mesos import RealMesos
 from tests.test_daemon import Daemon
 
 pytestmark = [pytest.mark.tf, pytest.mark.e2e, pytest.mark.slow]
@@ -87,9 +90,11 @@ def status(root: Path, name: str) -> dict[str, Any]:
 
 def sandboxes(root: Path, name: str, index: int) -> list[Path]:
     """The Mesos sandboxes of the job's worker ``index``, one per task launched, oldest first
-    (the task id's last part is the launch number)."""
-    pattern = f"slaves/*/frameworks/*/executors/{name}.*.worker-{index}.*/runs/*"
-    found = [p for p in (root / "sandboxes").glob(pattern) if not p.is_symlink()]
+    (the task id's last part is the launch number): the emulator's under ``sandboxes``, a real
+    agent's under its work folder, both laid out as Mesos does."""
+    pattern = f"**/slaves/*/frameworks/*/executors/{name}.*.worker-{index}.*/runs/*"
+    # a real agent keeps its own records of each run under meta/: not a sandbox
+    found = [p for p in root.glob(pattern) if not p.is_symlink() and "meta" not in p.parts]
     return sorted(found, key=lambda p: int(p.parent.parent.name.rsplit(".", 1)[1]))
 
 
@@ -111,6 +116,28 @@ def test_a_preempted_mwms_job_on_mesos_resumes_from_its_checkpoint_and_ends_as_i
     project: tuple[Path, Emulator],
 ) -> None:
     root, emulator = project
+    preempt_and_resume(root)
+    assert emulator.calls("KILL"), "the victim's tasks were killed through the master"
+
+
+@pytest.mark.real_mesos
+def test_the_same_on_a_real_master(tmp_path: Path, real_mesos: Callable[..., RealMesos]) -> None:
+    """The same against a real Mesos 1.11 master and agent (tests/real_mesos.py): the agent's
+    command executor turns the KILL into SIGTERM, the kill policy's grace, then SIGKILL."""
+    mesos = real_mesos(agents=1, resources=f"cpus:1.5;mem:4096;ports:[{PORTS[0]}-{PORTS[1]}]")
+    (tmp_path / "tfdeclare.yaml").write_text(
+        config_yaml(mesos.url, reviveIntervalSeconds=1, sharedFilesystem=False)
+    )
+    (tmp_path / "specs").mkdir()
+    try:
+        preempt_and_resume(tmp_path)
+    finally:
+        cli("delete", "--all", cwd=tmp_path)
+        kill_leftovers(tmp_path)
+
+
+def preempt_and_resume(root: Path) -> None:
+    """Run the low job, preempt it with the high one, and check what both did."""
     throttle = root / "throttle"  # keeps the low job's steps slow until it has been preempted
     throttle.touch()
     daemon = Daemon(root, "--specs", "specs", "--interval", "1")
@@ -122,7 +149,6 @@ def test_a_preempted_mwms_job_on_mesos_resumes_from_its_checkpoint_and_ends_as_i
         low = eventually(lambda: (s := status(root, "low"))["phase"] == "Suspended" and s, timeout=60)
         assert low["suspension"]["reason"] == "Preempted" and low["suspension"]["preemptedBy"] == "high", low
         throttle.unlink()
-        assert emulator.calls("KILL"), "the victim's tasks were killed through the master"
 
         eventually(lambda: status(root, "high")["phase"] == "Succeeded", timeout=240, interval=0.5)
         eventually(lambda: status(root, "low")["phase"] == "Succeeded", timeout=240, interval=0.5)
