@@ -1,24 +1,28 @@
 """Named priority classes (``policy.priorityClasses``, ``spec.priorityClassName``): the
 class's value becomes the job's ``spec.priority`` when its spec is read (a table over the
 loader with the config's checks), an unknown class or a class beside ``spec.priority`` is
-refused at its line by validate, plan and apply (the real CLI), a change of a class's value is
+refused at its line by validate, plan and apply (the real CLI) and the daemon (which keeps the
+running version), a change of a class's value is
 planned as an in-place update, and a class marked ``preemptible: false`` is never preempted
 while a job of the same value in a preemptible class is (the real controller, fake backend)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import cli
-from tests.controller_world import World, job_text
+from tests.controller_world import World, daemon_running, job_text
 from tests.fake_backend import FakeCluster
 from tfdeclare.backends import registry
 from tfdeclare.core.enums import Phase, Reason
 from tfdeclare.core.spec.loader import load_file
 from tfdeclare.core.spec.policy import PolicyConfig, PriorityClass, policy_checks
 from tfdeclare.core.spec.resources import Resources
+from tfdeclare.daemon.service import DaemonOptions
+from tfdeclare.daemon.sources import FolderSource
 from tfdeclare.shell.sources import SpecFiles
 
 CLASSES = (PriorityClass("production", 100, preemptible=False), PriorityClass("research", 0))
@@ -218,3 +222,26 @@ def test_the_cli_refuses_an_unknown_class_and_plans_a_new_value_in_place(tmp_pat
     assert result.returncode == 0, result.stderr
     assert "~ ok will be updated in place" in result.stdout
     assert "spec.priority: 100 → 200" in result.stdout, result.stdout
+
+
+def test_the_daemon_keeps_the_running_version_when_the_class_is_unknown(tmp_path: Path) -> None:
+    w = world(tmp_path, CLASSES)
+    w.write("a", job("a", 1, "priorityClassName: production"))
+    source = FolderSource(w.specs, [tmp_path / "state", w.status_dir])
+    options = DaemonOptions(interval_s=3600, debounce_s=0.0, settle_s=0.0)
+    with daemon_running(w, source, options):
+        w.controller.wait_for_pass(0, lambda: len(w.tasks("a")) == 1)
+        ids = {t.task_id for t in w.tasks("a").values()}
+        assert w.record("a").canonical["spec"]["priority"] == 100
+        w.write("a", job("a", 1, "priorityClassName: nightly"))
+        passes = w.controller.passes
+        w.controller.wait_for_pass(
+            passes,
+            lambda: (
+                w.record("a").not_synced is not None
+                and "priority class 'nightly' is not defined" in json.dumps(w.status("a"))
+            ),
+        )
+        assert w.record("a").not_synced[0] is Reason.INVALID_SPEC  # type: ignore[index]
+        assert "a.yaml:7:22" in json.dumps(w.status("a")), w.status("a")
+        assert {t.task_id for t in w.tasks("a").values()} == ids, "kept running as applied"
