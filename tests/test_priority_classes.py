@@ -23,6 +23,7 @@ from tfdeclare.core.spec.policy import PolicyConfig, PriorityClass, policy_check
 from tfdeclare.core.spec.resources import Resources
 from tfdeclare.daemon.service import DaemonOptions
 from tfdeclare.daemon.sources import FolderSource
+from tfdeclare.shell.convert import convert_text
 from tfdeclare.shell.sources import SpecFiles
 
 CLASSES = (PriorityClass("production", 100, preemptible=False), PriorityClass("research", 0))
@@ -245,3 +246,33 @@ def test_the_daemon_keeps_the_running_version_when_the_class_is_unknown(tmp_path
         assert w.record("a").not_synced[0] is Reason.INVALID_SPEC  # type: ignore[index]
         assert "a.yaml:7:22" in json.dumps(w.status("a")), w.status("a")
         assert {t.task_id for t in w.tasks("a").values()} == ids, "kept running as applied"
+
+
+KUBEFLOW = """\
+apiVersion: kubeflow.org/v1
+kind: TFJob
+metadata: {name: kf}
+spec:
+  runPolicy:
+    schedulingPolicy: {priorityClass: CLASS}
+  tfReplicaSpecs:
+    Worker:
+      replicas: 1
+      template:
+        spec:
+          containers:
+            - {name: tensorflow, image: tf:2, command: [python, train.py]}
+"""
+
+
+def test_a_kubeflow_tfjobs_priority_class_is_the_class_name() -> None:
+    result = load_file("kf.yaml", KUBEFLOW.replace("CLASS", "production").encode(), policy_checks(POLICY, ()))
+    assert not any(d.is_error for d in result.diagnostics), [d.format() for d in result.diagnostics]
+    assert not any("schedulingPolicy" in d.message for d in result.diagnostics), "nothing to warn of"
+    spec = result.jobs[0].canonical["spec"]
+    assert (spec["priorityClassName"], spec["priority"]) == ("production", 100)
+    result = load_file("kf.yaml", KUBEFLOW.replace("CLASS", "nightly").encode(), policy_checks(POLICY, ()))
+    shown = [d.format() for d in result.diagnostics if d.is_error]
+    assert len(shown) == 1 and shown[0].startswith("kf.yaml:6:39: error: priority class 'nightly'"), shown
+    converted = convert_text(KUBEFLOW.replace("CLASS", "production")).text
+    assert "priorityClassName: production" in converted, converted
