@@ -36,7 +36,7 @@ def test_validate_json_output(workdir: Path) -> None:
         "severity": "error",
         "code": "schema",
         "message": "unknown field 'extra'; allowed: activeDeadlineSeconds, args, backoffLimit, checkpoint, clusterSpec, "
-        "command, env, evaluatorGraceSeconds, healthCheck, image, imagePullPolicy, placement, platformRestartLimit, priority, replicas, restartPolicy, "
+        "command, env, evaluatorGraceSeconds, healthCheck, image, imagePullPolicy, placement, platformRestartLimit, priority, priorityClassName, replicas, restartPolicy, "
         "restartScope, successPolicy, suspend, tensorboard, terminationGracePeriodSeconds, ttlSecondsAfterFinished, "
         "volumes, workingDir",
         "jsonPath": "$.spec.extra",

@@ -656,7 +656,7 @@ FINDINGS: dict[str, Any] = {
         == [
             "f.yaml:8:3: error: unknown field 'worker' (a field of spec.replicas: is it indented right?); "
             "allowed: activeDeadlineSeconds, args, backoffLimit, checkpoint, clusterSpec, command, env, "
-            "evaluatorGraceSeconds, healthCheck, image, imagePullPolicy, placement, platformRestartLimit, priority, replicas, restartPolicy, restartScope, "
+            "evaluatorGraceSeconds, healthCheck, image, imagePullPolicy, placement, platformRestartLimit, priority, priorityClassName, replicas, restartPolicy, restartScope, "
             "successPolicy, suspend, tensorboard, terminationGracePeriodSeconds, ttlSecondsAfterFinished, volumes, workingDir (at "
             "$.spec.worker)"
         ]

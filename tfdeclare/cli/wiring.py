@@ -37,6 +37,7 @@ def make_controller(settings: Settings, backend: Backend) -> Controller:
         secrets_dir=settings.config.secrets.dir,
         launch_paths=launch_paths(settings),
         non_preemptible=settings.config.policy.non_preemptible_priority,
+        protected_classes=settings.config.policy.protected_classes,
     )
 
 

@@ -234,6 +234,7 @@ class Controller:
         secrets_dir: str | None = None,
         launch_paths: LaunchPaths | None = None,
         non_preemptible: int | None = None,
+        protected_classes: frozenset[str] = frozenset(),
     ) -> None:
         self.store = store
         # What every launch's folders are checked against again, links resolved then
@@ -246,6 +247,8 @@ class Controller:
         self.sources: SpecSources | None = None
         # policy.nonPreemptiblePriority: jobs of this priority or higher are never preempted
         self.non_preemptible = non_preemptible
+        # policy.priorityClasses marked preemptible: false: their jobs are never preempted
+        self.protected_classes = protected_classes
         self.secrets_dir = secrets_dir  # the config's secrets.dir: {name, key} references
         self.backend = backend
         # Builds another backend by name, for the jobs that run there (every record is
@@ -924,8 +927,8 @@ class Controller:
                 coming, stopping = coming + held, stopping + len(alive)  # on its way back
                 continue
             rank = priority(other)
-            if self.non_preemptible is not None and rank >= self.non_preemptible:
-                continue  # protected by the policy
+            if self._protected(other, rank):
+                continue
             started = min((t.started_at for t in alive if t.started_at is not None), default=now)
             # work at risk: since its last checkpoint that these tasks made (else since they started)
             since = progress.since_checkpoint(other.progress, started)[1]
@@ -955,6 +958,13 @@ class Controller:
             log.info("%s", event)
         names = ", ".join(v.job for v in choice.victims)
         return f"preempting {names} (lower priority): waiting for their tasks to stop"
+
+    def _protected(self, record: JobRecord, rank: int) -> bool:
+        """Whether the policy keeps ``record`` (of priority ``rank``) from being preempted:
+        ``policy.nonPreemptiblePriority``, or a priority class marked ``preemptible: false``."""
+        if self.non_preemptible is not None and rank >= self.non_preemptible:
+            return True
+        return record.canonical["spec"].get("priorityClassName") in self.protected_classes
 
     def _stop_orphans(
         self, backend: Backend, job: str, tasks: list[ObservedTask], result: PassResult

@@ -17,7 +17,7 @@ from typing import Any
 from tfdeclare.core.diagnostics import Diagnostic, JsonPath
 from tfdeclare.core.enums import Phase, SecretSource
 from tfdeclare.core.spec.documents import parse_documents
-from tfdeclare.core.spec.policy import PolicyConfig, Quota
+from tfdeclare.core.spec.policy import PolicyConfig, PriorityClass, Quota
 from tfdeclare.core.spec.resources import QuantityError, parse_mem_mib
 from tfdeclare.core.spec.schema import Schema
 from tfdeclare.core.spec.secrets import SecretRef, SecretsConfig
@@ -211,4 +211,8 @@ def _policy(raw: Mapping[str, Any]) -> PolicyConfig:
         quotas=tuple(quotas),
         max_priority=raw.get("maxPriority"),
         non_preemptible_priority=raw.get("nonPreemptiblePriority"),
+        priority_classes=tuple(
+            PriorityClass(name, entry["value"], entry.get("preemptible", True))
+            for name, entry in sorted(raw["priorityClasses"].items())
+        ),
     )

@@ -7,7 +7,8 @@ Per job exactly one action, each with the reasons that make it:
   activeDeadlineSeconds, restartPolicy and restartScope (also a role's),
   terminationGracePeriodSeconds, successPolicy, ttlSecondsAfterFinished, evaluatorGraceSeconds,
   imagePullPolicy (also a role's): it says how the next launch gets the image, and a running
-  task keeps the one it has, so it is not part of a task's config hash either; priority;
+  task keeps the one it has, so it is not part of a task's config hash either; priority and
+  priorityClassName;
   suspend: a job suspended or resumed is an update too (reason ``Suspends`` / ``Resumes``,
   saying what stops), whatever else changed with it, since its tasks stop or start anyway and
   the next launch runs the new spec);
@@ -151,6 +152,7 @@ _IN_PLACE_FIELDS = frozenset(
         ("spec", "imagePullPolicy"),
         ("spec", "restartScope"),
         ("spec", "priority"),  # the queue's order and whom it may preempt: no running task changes
+        ("spec", "priorityClassName"),  # the same, through the config's class
         ("spec", "suspend"),  # stops or starts the job's tasks, never changes what they run
         ("spec", "checkpoint"),  # only read by the controller (progress): no task changes
         ("spec", "platformRestartLimit"),  # a budget, like backoffLimit

@@ -340,13 +340,24 @@ class _Translator:
         if "suspend" in policy:  # training-operator 1.7: stops the job's pods, false resumes it
             self.put(out, ("spec", "suspend"), policy["suspend"], (*at, "suspend"))
         if "schedulingPolicy" in policy:
-            self.warn(
-                (*at, "schedulingPolicy"),
-                "schedulingPolicy: tfdeclare always places a job's tasks as one gang (all or none); "
-                "its priority is spec.priority (an integer, higher first), not a priority class",
-            )
+            self.scheduling_policy(out, policy["schedulingPolicy"], (*at, "schedulingPolicy"))
         known = (*_RUN_POLICY, "cleanPodPolicy", "schedulingPolicy", "suspend")
         self.unknown(policy, known, at, "runPolicy")
+
+    def scheduling_policy(self, out: dict[str, Any], scheduling: Any, at: JsonPath) -> None:
+        """``priorityClass`` is read as ``spec.priorityClassName`` (a class of the config's
+        ``policy.priorityClasses``); the rest (minAvailable, queue, ...) is gang scheduling,
+        which tfdeclare always does."""
+        if isinstance(scheduling, dict) and "priorityClass" in scheduling:
+            self.put(out, ("spec", "priorityClassName"), scheduling["priorityClass"], (*at, "priorityClass"))
+        if isinstance(scheduling, dict) and set(scheduling) <= {"priorityClass"}:
+            return
+        self.warn(
+            at,
+            "schedulingPolicy: tfdeclare always places a job's tasks as one gang (all or none); "
+            "its priorityClass is read as spec.priorityClassName (a class of the config's "
+            "policy.priorityClasses)",
+        )
 
     def shared_volumes(self, out: dict[str, Any], volumes: dict[str, list[dict[str, Any]]]) -> None:
         lists = [v for v in volumes.values() if v]

@@ -1,5 +1,5 @@
-"""One file's bytes -> its jobs and diagnostics (parse, schema, semantic rules, the configured
-backend's checks, model).
+"""One file's bytes -> its jobs and diagnostics (parse, schema, semantic rules, the config's and
+the configured backend's checks, the config's admission, model).
 
 Pure: the caller reads the bytes. ``FileResult`` is cacheable by content hash (the shell
 caches it so a warm re-plan only re-parses files that changed). Rules that need every file —
@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from tfdeclare.core.diagnostics import Code, Diagnostic, JsonPath, Severity
 from tfdeclare.core.enums import ClusterSpecStyle, Role
@@ -63,6 +63,18 @@ Locate = Callable[[JsonPath, str], Diagnostic]
 SpecCheck = Callable[[LoadedJob, Locate], Sequence[Diagnostic]]
 """What validity depends on besides the file: a pure check of a job that passed every general
 rule, answering what the configured backend cannot honour (the backends bring them)."""
+
+
+@runtime_checkable
+class Admission(Protocol):
+    """A ``SpecCheck`` that also completes a job from the config, as Kubernetes' admission
+    does: the config's priority classes (``policy.PriorityClasses``) write a class's value
+    into ``spec.priority``. Asked only of a job that names a class and passed every check; the
+    admitted form is what is hashed, planned and applied."""
+
+    def __call__(self, job: LoadedJob, at: Locate) -> Sequence[Diagnostic]: ...
+
+    def admit(self, canonical: Mapping[str, Any]) -> Mapping[str, Any]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,12 +238,13 @@ def _load_native(
     errors = load_schema("job").validate(value)
     if errors or view.document.refused:
         return None, [view.diagnostic(e.path, e.message, key=e.at_key) for e in errors]
+    both = _priority_twice(view, value)  # before the defaults fill in spec.priority
     filled = load_schema("job").fill_defaults(value)
     try:
         canonical = canonicalize(filled)
     except QuantityError as err:
         return None, [view.diagnostic(err.path, str(err), Code.QUANTITY)]
-    problems = _semantic_problems(view, canonical)
+    problems = both + _semantic_problems(view, canonical)
     if problems:
         return None, problems
     name = canonical["metadata"]["name"]
@@ -244,8 +257,33 @@ def _load_native(
         problems = [problem for check in checks for problem in check(job, locate)]
         if any(problem.is_error for problem in problems):
             return None, problems
+        if "priorityClassName" in canonical["spec"]:
+            job = _admitted(job, checks)
         return job, problems  # warnings: the job is valid
     return job, []
+
+
+def _priority_twice(view: _View, value: Mapping[str, Any]) -> list[Diagnostic]:
+    """``spec.priority`` and ``spec.priorityClassName`` both written: refused, at the class."""
+    spec = value["spec"]
+    if "priority" not in spec or "priorityClassName" not in spec:
+        return []
+    message = (
+        "spec.priorityClassName and spec.priority are both set: the class gives the priority, "
+        "so set one of them"
+    )
+    return [view.diagnostic(("spec", "priorityClassName"), message)]
+
+
+def _admitted(job: LoadedJob, checks: Sequence[SpecCheck]) -> LoadedJob:
+    """``job`` as the ``Admission`` checks complete it (hashed anew when one changed it)."""
+    canonical = job.canonical
+    for check in checks:
+        if isinstance(check, Admission):
+            canonical = check.admit(canonical)
+    if canonical is job.canonical:
+        return job
+    return LoadedJob(job.name, canonical, fingerprint(canonical), job.source)
 
 
 def _semantic_problems(view: _View, canonical: Mapping[str, Any]) -> list[Diagnostic]:

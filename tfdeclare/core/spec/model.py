@@ -192,6 +192,8 @@ def _parity_fields(spec: Mapping[str, Any]) -> dict[str, Any]:
         out["priority"] = int(spec["priority"])
     if spec.get("suspend", False):
         out["suspend"] = True
+    if "priorityClassName" in spec:  # its value is written into priority when the spec is read
+        out["priorityClassName"] = spec["priorityClassName"]
     if "healthCheck" in spec:
         out["healthCheck"] = canonical_health_check(spec["healthCheck"])
     if spec.get("platformRestartLimit", DEFAULT_PLATFORM_RESTART_LIMIT) != DEFAULT_PLATFORM_RESTART_LIMIT:

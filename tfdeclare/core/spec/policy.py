@@ -41,6 +41,16 @@ class Quota:
 
 
 @dataclass(frozen=True, slots=True)
+class PriorityClass:
+    """One of ``policy.priorityClasses``: a named priority a spec picks with
+    ``spec.priorityClassName``; a class not ``preemptible`` is never preempted."""
+
+    name: str
+    value: int
+    preemptible: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class PolicyConfig:
     max_tasks_per_job: int = 1000
     allowed_images: tuple[str, ...] | None = None  # None: any image
@@ -51,6 +61,12 @@ class PolicyConfig:
     max_priority: int | None = None  # the highest spec.priority a job may have (None: any)
     # Jobs of this priority or higher are never preempted (None: any job of a lower priority may be)
     non_preemptible_priority: int | None = None
+    priority_classes: tuple[PriorityClass, ...] = ()
+
+    @property
+    def protected_classes(self) -> frozenset[str]:
+        """The priority classes whose jobs are never preempted (``preemptible: false``)."""
+        return frozenset(c.name for c in self.priority_classes if not c.preemptible)
 
 
 def policy_checks(
@@ -77,6 +93,7 @@ def policy_checks(
         partial(check_source_folders, sources or SpecSources((), "/"), named),
         check_log_dir,
         partial(check_checkpoint_dir, policy.allowed_host_paths, named),
+        PriorityClasses({c.name: c for c in policy.priority_classes}),
     ]
     if policy.max_gpus_per_job is not None:
         checks.append(partial(check_gpus, policy.max_gpus_per_job))
@@ -157,6 +174,37 @@ def check_priority(max_priority: int, job: LoadedJob, at: Locate) -> Sequence[Di
         f"priority {priority} is above {max_priority}, the highest allowed (policy.maxPriority in the config)"
     )
     return (at(("spec", "priority"), message),)
+
+
+@dataclass(frozen=True)
+class PriorityClasses:
+    """``policy.priorityClasses`` as a spec rule and an admission (``loader.Admission``): a
+    spec's ``spec.priorityClassName`` must name one of them, and its value is written into the
+    job's ``spec.priority`` (left out when 0, as a written 0 is), so that the queue, the
+    preemption and the plan read one priority. ``policy.maxPriority`` bounds only a priority
+    written in a spec, not a class's value: the config sets both."""
+
+    classes: Mapping[str, PriorityClass]
+
+    def __call__(self, job: LoadedJob, at: Locate) -> Sequence[Diagnostic]:
+        name = job.canonical["spec"].get("priorityClassName")
+        if name is None or name in self.classes:
+            return ()
+        known = ", ".join(sorted(self.classes)) or "none"
+        message = (
+            f"priority class {name!r} is not defined; defined: {known} (policy.priorityClasses in the config)"
+        )
+        return (at(("spec", "priorityClassName"), message),)
+
+    def admit(self, canonical: Mapping[str, Any]) -> Mapping[str, Any]:
+        spec = canonical["spec"]
+        chosen = self.classes.get(spec.get("priorityClassName", ""))
+        if chosen is None:
+            return canonical
+        admitted = {k: v for k, v in spec.items() if k != "priority"}
+        if chosen.value:
+            admitted["priority"] = chosen.value
+        return {**canonical, "spec": admitted}
 
 
 def check_images(policy: PolicyConfig, job: LoadedJob, at: Locate) -> Sequence[Diagnostic]:
