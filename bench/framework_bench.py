@@ -14,12 +14,17 @@ per run, from starting the framework's process:
 - at 1,000 tasks, where real executors would not fit on this machine's cores (see
   ``bench/realmesos_bench.py``), the agents fork a stand-in for ``mesos-containerizer`` that
   only sleeps: the seconds until the agents have started every task's process, and the CPU of
-  the framework's process at that moment (it is then stopped: no task ever reports running).
+  the framework's process until it exits or, at the latest, until then (it is then stopped: no
+  task ever reports running).
 
 The ratios (tfdeclare over minimal) are taken per alternation, each pair measured back to back
 under the same machine load; the load average is in the notes.
 
-    python -m bench.framework_bench [--runs 2] [--tasks 200,1000]
+    python -m bench.framework_bench [--runs 2] [--tasks 200,1000] [--also-env-bytes N]
+
+``--also-env-bytes N`` adds a third framework to the alternation, the minimal one with N bytes
+of environment in every task (``minimal+N``; JSON lines only): what a TaskInfo the size of
+tfdeclare's costs the agents.
 
 Needs ``make real-mesos``; prints one JSON line per run.
 """
@@ -29,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -48,7 +54,6 @@ from bench.realmesos_bench import stand_in_launcher_dir
 FRAMEWORKS = ("tfdeclare", "minimal")
 REAL_UP_TO = 200  # above this many tasks the agents fork stand-ins
 TIMEOUT_S = 240.0
-TICK = os.sysconf("SC_CLK_TCK")
 
 
 def running_count(url: str) -> int:
@@ -88,18 +93,16 @@ def task_processes(root: int) -> int:
     return sum(1 for pid in sleeping if below(pid))
 
 
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
-
-
 def command(framework: str, folder: Path, url: str, tasks: int) -> list[str]:
+    """``tfdeclare``, ``minimal``, or ``minimal+N`` (the minimal framework with N bytes of
+    environment in every task)."""
     if framework == "tfdeclare":
         project(folder, url, tasks)
         return [sys.executable, "-m", "tfdeclare", "apply", "specs"]
     folder.mkdir(parents=True)
-    return [sys.executable, "-m", "bench.minimal_framework", "--tasks", str(tasks), url, "sleep", "600"]
+    padding = framework.partition("+")[2] or "0"
+    argv = ["--tasks", str(tasks), "--env-bytes", padding, url, "sleep", "600"]
+    return [sys.executable, "-m", "bench.minimal_framework", *argv]
 
 
 @dataclass
@@ -108,7 +111,6 @@ class Watch:
 
     all_running: float | None = None
     all_processes: float | None = None
-    cpu_at_all_processes: float | None = None
     errors: list[str] = field(default_factory=list)
 
 
@@ -127,11 +129,7 @@ def watch(
         now = time.perf_counter() - started
         if seen.all_processes is None and task_processes(root) >= tasks:
             seen.all_processes = now
-            if not real:  # the stand-ins never report running: stop the framework here
-                try:
-                    seen.cpu_at_all_processes = cpu_seconds(process.pid)
-                except OSError as error:
-                    seen.errors.append(str(error))
+            if not real:  # the stand-ins never report running: stop the framework (if still there)
                 process.send_signal(signal.SIGKILL)
                 return seen
         if real and seen.all_running is None:
@@ -171,12 +169,12 @@ def one_run(framework: str, workdir: Path, tasks: int) -> dict[str, Any]:
         watcher.start()
         _, status, usage = os.wait4(process.pid, 0)
         exited = time.perf_counter() - started
+        process.returncode = os.waitstatus_to_exitcode(status)  # reaped: the watcher signals it no more
         if real and os.waitstatus_to_exitcode(status) != 0:
             failed.set()
         watcher.join()
         seen = result[0]
         stderr = process.stderr.read().decode(errors="replace") if process.stderr else ""
-        cpu = usage.ru_utime + usage.ru_stime if real else seen.cpu_at_all_processes
         return {
             "framework": framework,
             "tasks": tasks,
@@ -186,19 +184,21 @@ def one_run(framework: str, workdir: Path, tasks: int) -> dict[str, Any]:
             "all_running_s": None if seen.all_running is None else round(seen.all_running, 2),
             "all_processes_s": None if seen.all_processes is None else round(seen.all_processes, 2),
             "exited_s": round(exited, 2),
-            "cpu_s": None if cpu is None else round(cpu, 3),
+            "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
             "errors": seen.errors[-3:],
             "stderr_tail": stderr[-300:] if real else "",
         }
 
 
-def measure(runs: int, sizes: list[int]) -> list[dict[str, Any]]:
+def measure(runs: int, sizes: list[int], frameworks: tuple[str, ...] = FRAMEWORKS) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for tasks in sizes:
             for run in range(runs):
-                for framework in FRAMEWORKS if run % 2 == 0 else reversed(FRAMEWORKS):
-                    row = one_run(framework, Path(tmp) / f"{tasks}-{run}-{framework}", tasks)
+                for framework in frameworks if run % 2 == 0 else reversed(frameworks):
+                    workdir = Path(tmp) / f"{tasks}-{run}-{framework}"
+                    row = one_run(framework, workdir, tasks)
+                    shutil.rmtree(workdir, ignore_errors=True)  # now, not under the next run
                     row["run"] = run
                     print(json.dumps(row), flush=True)
                     rows.append(row)
@@ -259,8 +259,15 @@ def cli() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.framework_bench")
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--tasks", default="200,1000", help="comma-separated sizes")
+    parser.add_argument(
+        "--also-env-bytes",
+        type=int,
+        default=0,
+        help="also run the minimal framework with this many bytes of environment per task (minimal+N)",
+    )
     args = parser.parse_args()
-    for result in results(measure(args.runs, [int(n) for n in args.tasks.split(",")])):
+    frameworks = FRAMEWORKS + ((f"minimal+{args.also_env_bytes}",) if args.also_env_bytes else ())
+    for result in results(measure(args.runs, [int(n) for n in args.tasks.split(",")], frameworks)):
         print(result.row(), flush=True)
     return 0
 

@@ -9,9 +9,10 @@ packs the tasks into the offers (each task ``cpus``, ``mem`` and one port of the
 command without a shell), declines what it does not need, acknowledges every update that
 carries a uuid and exits once it has seen every task TASK_RUNNING and acknowledged it (after
 suppressing offers). No TF_CONFIG, no state, no retries: a failed task or a closed stream ends
-it with exit status 1.
+it with exit status 1. ``--env-bytes N`` gives every task an environment variable of N bytes
+(to see what a bigger TaskInfo costs the agents).
 
-    python -m bench.minimal_framework [--tasks 200] [--cpus 0.01] [--mem 16] MASTER_URL [sleep 600]
+    python -m bench.minimal_framework [--tasks 200] [--cpus 0.01] [--mem 16] [--env-bytes 0] MASTER_URL [sleep 600]
 """
 
 from __future__ import annotations
@@ -55,10 +56,15 @@ def records(stream: http.client.HTTPResponse) -> Any:
 
 
 class Minimal:
-    def __init__(self, master: str, tasks: int, cpus: float, mem: float, argv: list[str]) -> None:
+    def __init__(
+        self, master: str, tasks: int, cpus: float, mem: float, argv: list[str], env_bytes: int = 0
+    ) -> None:
         url = urllib.parse.urlsplit(master)
         self.host, self.port = url.hostname or "127.0.0.1", url.port or 5050
         self.tasks, self.cpus, self.mem, self.argv = tasks, cpus, mem, argv
+        self.environment = (
+            {"variables": [{"name": "PADDING", "value": "x" * env_bytes}]} if env_bytes else None
+        )
         self.events: queue.Queue[JSON | None] = queue.Queue()
         self.calls: queue.Queue[JSON | None] = queue.Queue()
         self.framework_id = ""
@@ -139,13 +145,16 @@ class Minimal:
             {"name": "mem", "type": "SCALAR", "scalar": {"value": self.mem}},
             {"name": "ports", "type": "RANGES", "ranges": {"range": [{"begin": port, "end": port}]}},
         ]
-        return {
+        info: JSON = {
             "name": f"minimal-{number}",
             "task_id": {"value": f"minimal.{number}"},
             "agent_id": agent_id,
             "resources": resources,
             "command": {"shell": False, "value": self.argv[0], "arguments": self.argv},
         }
+        if self.environment:
+            info["command"]["environment"] = self.environment
+        return info
 
     def update(self, status: JSON) -> str:
         if "uuid" in status:
@@ -188,9 +197,12 @@ def main() -> int:
     parser.add_argument("--tasks", type=int, default=200)
     parser.add_argument("--cpus", type=float, default=0.01)
     parser.add_argument("--mem", type=float, default=16)
+    parser.add_argument(
+        "--env-bytes", type=int, default=0, help="an environment variable this long in every task"
+    )
     parser.add_argument("argv", nargs="*", default=["sleep", "600"])
     args = parser.parse_args()
-    return Minimal(args.master, args.tasks, args.cpus, args.mem, args.argv).run()
+    return Minimal(args.master, args.tasks, args.cpus, args.mem, args.argv, args.env_bytes).run()
 
 
 if __name__ == "__main__":
