@@ -1,7 +1,7 @@
 """``make bench``: run the benchmarks and write bench/out/results.md (a table for
 docs/benchmarks.md, with the machine and date) and bench/out/results.json.
 
-    python -m bench [--quick] [--only core,local,daemon,mesos,realmesos,scope,history,limits,progress] [--out NAME]
+    python -m bench [--quick] [--only core,local,daemon,mesos,realmesos,framework,scope,history,limits,progress] [--out NAME]
 
 ``make bench-docker`` runs the ``docker`` suite alone (it needs a Docker engine) into
 bench/out/docker.md and docker.json; ``make bench-pulls`` the ``pulls`` suite (issue 29) into
@@ -23,6 +23,7 @@ SUITES = (
     "daemon",
     "mesos",
     "realmesos",
+    "framework",
     "scope",
     "history",
     "limits",
