@@ -105,7 +105,8 @@ bench-git-sync: $(STAMP)
 
 # Scheduling quality (issue 14): a seeded discrete-event simulation of the Mesos backend's own
 # queue and placement against a TFMesos-style greedy baseline and plain FIFO, on synthetic
-# GPU-cluster traces. Writes bench/out/sched.json, sched.md and sched-*.png (about 5 minutes; the trace with two priority classes compares preemption modes).
+# GPU-cluster traces, and preemption modes on a trace with two priority classes. Writes
+# bench/out/sched.json, sched.md and sched-*.png (about 5 minutes).
 bench-sched: $(STAMP)
 	$(PY) -m bench.sched
 
