@@ -249,7 +249,7 @@ def _each(function: Callable[[_T], _R], items: Sequence[_T]) -> list[_R | OSErro
     if len(items) < _PARALLEL_FROM:
         return call_each(items)
     # a few slices a thread, not a future an item (``ThreadPoolExecutor.map`` ignores its
-    # chunksize: 40,000 futures were a tenth of an apply of 10,000 jobs)
+    # chunksize): the Python time of a batch of 20,000 files went from 0.8-1.0 s to 0.3 s
     size = -(-len(items) // (_THREADS * 4))
     chunks = [items[start : start + size] for start in range(0, len(items), size)]
     with ThreadPoolExecutor(_THREADS, thread_name_prefix="tfdeclare-files") as pool:
