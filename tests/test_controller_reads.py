@@ -46,3 +46,30 @@ def test_read_log_and_watch_reach_the_backend(tmp_path: Path) -> None:
     assert woken, "the backend's watch reached the caller"
     chunk = world.controller.read_log(task.task_id, 0, 1024)
     assert chunk == world.backend.read_log(task.task_id, 0, 1024)
+
+
+def test_the_lock_holders_store_hands_over_what_it_holds_without_reading_and_only_then(
+    tmp_path: Path,
+) -> None:
+    """``StateStore.held``: what ``locked`` hands to the background controller's check after a
+    command. The lock holder's store that has read or saved every record says what is on disk;
+    one that has not, or is not the only writer, says nothing (the check then reads the files)."""
+    world = World(tmp_path)
+    world.write("a", job_text("a"))
+    world.write("b", job_text("b"))
+    world.apply()
+    world.settle()
+    on_disk = StateStore(tmp_path / "state").records()
+    holder = StateStore(tmp_path / "state", exclusive=True)
+    assert holder.held() is None, "nothing read yet: it cannot say"
+    holder.records()
+    assert {r.name: r for r in holder.held() or []} == on_disk
+    assert StateStore(tmp_path / "state").held() is None, "not the only writer: never trusted"
+    broken = StateStore(tmp_path / "state", exclusive=True)
+    broken.record_path("b").write_text("{not a record")
+    broken.records()
+    assert broken.held() is None, "a record it cannot read: the files say more than it holds"
+    empty = StateStore(tmp_path / "empty", exclusive=True)
+    assert empty.records() == {} and empty.held() == []
+    empty.save_many([on_disk["a"]])
+    assert [r.name for r in empty.held() or []] == ["a"], "what it saved into a new folder"

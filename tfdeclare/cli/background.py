@@ -20,11 +20,13 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from tfdeclare.cli.common import Settings, stderr_line
 from tfdeclare.core.run.keeping import any_needs_controller
+from tfdeclare.core.run.record import JobRecord
 from tfdeclare.shell.lock import ControllerLock, LockHeld
 from tfdeclare.shell.store import StateError, StateStore
 
@@ -105,13 +107,16 @@ def acquire_yielded(lock: ControllerLock, purpose: str, **details: Any) -> None:
                 ask_to_yield(asked)
 
 
-def start_if_needed(settings: Settings) -> int | None:
+def start_if_needed(settings: Settings, records: Iterable[JobRecord] | None = None) -> int | None:
     """Start a background controller for ``settings``' state folder when a job needs one and no
-    controller holds the lock; the pid it started, or None."""
+    controller holds the lock; the pid it started, or None. ``records``: every record as the
+    command that held the lock left them (its store was the only writer), else they are read."""
     if not enabled(settings) or not StateStore(settings.state_dir).jobs_dir.is_dir():
         return None
     try:
-        needed = any_needs_controller(StateStore(settings.state_dir).records().values())
+        needed = any_needs_controller(
+            records if records is not None else StateStore(settings.state_dir).records().values()
+        )
     except StateError:
         needed = True  # it says, in its log and the status files, what cannot be read
     lock = ControllerLock(settings.state_dir)

@@ -13,8 +13,9 @@ from tfdeclare.shell import statedirs
 
 
 def _creates(result: Plan) -> dict[str, str]:
+    """The jobs the plan creates, with their spec hashes (the planner's, when it has one)."""
     return {
-        job.name: fingerprint(result.desired[job.name])
+        job.name: job.spec_hash or fingerprint(result.desired[job.name])
         for job in result.jobs
         if job.action is Action.CREATE and job.name in result.desired
     }

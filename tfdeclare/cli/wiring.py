@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from tfdeclare.backends import registry
@@ -14,6 +15,7 @@ from tfdeclare.cli.common import Settings, UserError, engine_sockets, stderr_lin
 from tfdeclare.controller import Controller
 from tfdeclare.controller.launchpaths import LaunchPaths
 from tfdeclare.core.run.lifecycle import Backoff
+from tfdeclare.core.run.record import JobRecord
 from tfdeclare.shell import statedirs
 from tfdeclare.shell.lock import ControllerLock, LockHeld
 from tfdeclare.shell.statuswriter import STATUS_INDEX, StatusWriter
@@ -50,6 +52,13 @@ def launch_paths(settings: Settings) -> LaunchPaths:
     return LaunchPaths(reserved, settings.config.policy.allowed_host_paths)
 
 
+# The records a command's controller left, by state folder, for ``locked`` to hand to
+# ``background.start_if_needed`` as it lets go: that controller's store holds the lock and is
+# the only writer, so reading all the files again (10,000 after an apply of 10,000 jobs: 5 % of
+# its time) would tell nothing new. Emptied when a lock is taken.
+_left: dict[Path, list[JobRecord]] = {}
+
+
 @contextmanager
 def controller_for(settings: Settings) -> Iterator[Controller]:
     """A controller on the chosen backend; its backends are closed (tasks keep running)."""
@@ -59,6 +68,9 @@ def controller_for(settings: Settings) -> Iterator[Controller]:
         try:
             yield controller
         finally:
+            left = controller.store.held()
+            if left is not None:
+                _left[settings.state_dir] = left
             controller.close()
     finally:
         backend.close()
@@ -89,6 +101,7 @@ def locked(settings: Settings, purpose: str, **details: Any) -> Iterator[Control
         background.acquire_yielded(lock, purpose, **details)
     except LockHeld as err:
         raise lock_error(err) from None
+    _left.pop(settings.state_dir, None)
     try:  # so that a command under another state folder finds this one's jobs
         statedirs.remember(settings.state_dir, settings.backend, time.time())
     except statedirs.RegistryError as err:
@@ -97,5 +110,6 @@ def locked(settings: Settings, purpose: str, **details: Any) -> Iterator[Control
         yield lock
     finally:
         lock.release()
+        left = _left.pop(settings.state_dir, None)
         if purpose not in background.NOT_AFTER:
-            background.start_if_needed(settings)
+            background.start_if_needed(settings, left)

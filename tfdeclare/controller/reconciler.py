@@ -374,7 +374,9 @@ class Controller:
             record = records.get(job.name)
             canonical = plan.desired.get(job.name)
             source = plan.sources.get(job.name)
-            updated = self._applied(job.action, record, job.name, canonical, source, revision, folders)
+            updated = self._applied(
+                job.action, record, job.name, canonical, source, revision, folders, job.spec_hash
+            )
             if job.not_synced is not None and record is not None:
                 updated = record.evolve(
                     not_synced=job.not_synced,
@@ -452,7 +454,10 @@ class Controller:
         source: SourceRef | None,
         revision: Revision | None,
         folders: Callable[[SourceRef | None], tuple[str | None, str | None]] | None = None,
+        spec_hash: str | None = None,
     ) -> JobRecord | None:
+        """The record ``action`` makes of ``record``; ``spec_hash``: the planner's of
+        ``canonical`` (worked out here when not given)."""
         source_dir, source_root = (folders or self._source_dirs)(source)
         provenance: dict[str, Any] = {
             "source": source,
@@ -473,7 +478,7 @@ class Controller:
             Action.MOVE,
         ):
             return None
-        spec_hash = fingerprint(canonical)
+        spec_hash = spec_hash or fingerprint(canonical)
         if record is None:
             return JobRecord(
                 name=name,

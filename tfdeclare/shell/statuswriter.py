@@ -202,29 +202,29 @@ class StatusWriter:
         """Write unless only ``updatedAt`` would change, also from what the file holds (the
         first write of a job in a process: a command run again over 10,000 unchanged jobs
         writes none of their files); says whether it wrote."""
-        text = self._to_write(document)
+        path = self.path(document["name"])
+        text = self._to_write(document, path)
         if text is None:
             return False
         try:
-            write_atomic(self.path(document["name"]), text.encode("utf-8"))
+            write_atomic(path, text.encode("utf-8"))
         except OSError:
             self._failed(document["name"])
             raise
-        self._wrote(document)
+        self._wrote(document, path)
         return True
 
     def write_many(self, documents: Sequence[dict[str, Any]]) -> dict[str, OSError]:
         """``write`` of each, with one sync for all (``files.write_atomic_many``); the names
         of those that could not be written, with why."""
-        chosen = [(d, text) for d in documents if (text := self._to_write(d)) is not None]
-        failed = write_atomic_many(
-            [(self.path(d["name"]), text.encode("utf-8"), 0o644) for d, text in chosen]
-        )
+        paths = [(d, self.path(d["name"])) for d in documents]  # each made once
+        chosen = [(d, path, text) for d, path in paths if (text := self._to_write(d, path)) is not None]
+        failed = write_atomic_many([(path, text.encode("utf-8"), 0o644) for _, path, text in chosen])
         out = {}
-        for document, _ in chosen:
-            error = failed.get(self.path(document["name"]))
+        for document, path, _ in chosen:
+            error = failed.get(path)
             if error is None:
-                self._wrote(document)
+                self._wrote(document, path)
             else:
                 self._failed(document["name"])
                 out[document["name"]] = error
@@ -237,28 +237,29 @@ class StatusWriter:
         self._updated.pop(name, None)
         self._json.pop(name, None)
 
-    def _to_write(self, document: dict[str, Any]) -> str | None:
-        """The text to write, or None when the file says it already (then it counts as written)."""
+    def _to_write(self, document: dict[str, Any], path: Path) -> str | None:
+        """The text to write to ``path``, or None when the file says it already (then it
+        counts as written)."""
         name = document["name"]
-        comparable = {k: v for k, v in document.items() if k != "updatedAt"}
-        path = self.path(name)
-        if self._last.get(name) == comparable and path.exists():
+        last = self._last.get(name)  # a new job's: none, and nothing to compare
+        unchanged = last is not None and last == {k: v for k, v in document.items() if k != "updatedAt"}
+        if unchanged and path.exists():
             return None
         text = dump(document)
         held = self._held(path) if name not in self._last else None
         if held is None or held[0] != _less_updated_at(text):
             return text
-        self._wrote(document, updated=held[1])  # the file was written then
+        self._wrote(document, path, updated=held[1])  # the file was written then
         return None
 
-    def _wrote(self, document: dict[str, Any], *, updated: Any = ...) -> None:
+    def _wrote(self, document: dict[str, Any], path: Path, *, updated: Any = ...) -> None:
         name = document["name"]
         self._last[name] = {k: v for k, v in document.items() if k != "updatedAt"}
         self._updated[name] = document.get("updatedAt") if updated is ... else updated
         self._json.pop(name, None)
         if self.index is not None:
             shown = {**document, "updatedAt": self._updated[name]}
-            entry = {"file": _identity(self.path(name).stat()), "summary": summary(shown)}
+            entry = {"file": _identity(path.stat()), "summary": summary(shown)}
             if self._indexed().get(name) != entry:
                 self._indexed()[name] = entry
                 self._dirty = True

@@ -80,6 +80,8 @@ class StateStore:
         try:
             entries = sorted(os.scandir(self.jobs_dir), key=lambda e: e.name)
         except FileNotFoundError:
+            self._cache.clear()
+            self._all_read = True  # none yet: what this store saves next is all there is
             return out
         for entry in entries:
             name = entry.name.removesuffix(".json")
@@ -107,6 +109,13 @@ class StateStore:
         self._all_read = not self.unreadable
         return out
 
+    def held(self) -> list[JobRecord] | None:
+        """Every record as this store last read or saved it, reading nothing: for the lock
+        holder (``exclusive``, the only writer) once it has read them all; None otherwise."""
+        if self.exclusive and self._all_read:
+            return [entry[1] for entry in self._cache.values()]
+        return None
+
     def observed(self) -> dict[str, ObservedJob]:
         """Per job what the planner compares against; the same object while its record is
         unchanged, so that ``PlanCache`` reuses the plans of unchanged jobs (which a warm
@@ -129,8 +138,8 @@ class StateStore:
         # `python -m json.tool`.
         return json.dumps(record.to_json(), sort_keys=True, separators=(",", ":")).encode()
 
-    def _saved(self, record: JobRecord) -> None:
-        stat = self.record_path(record.name).stat()
+    def _saved(self, record: JobRecord, path: Path | None = None) -> None:
+        stat = (path or self.record_path(record.name)).stat()
         self._cache[record.name] = ((stat.st_ino, stat.st_mtime_ns, stat.st_size), record)
 
     def save(self, record: JobRecord) -> None:
@@ -141,17 +150,18 @@ class StateStore:
     def save_many(self, records: Sequence[JobRecord]) -> dict[str, OSError]:
         """``save`` of each, with one sync for all (``files.write_atomic_many``: no order among
         them); the names of those that could not be saved, with why."""
-        items = [(self.record_path(r.name), self._data(r), 0o600) for r in records]
+        paths = [self.record_path(r.name) for r in records]  # each made once
+        items = [(path, self._data(r), 0o600) for path, r in zip(paths, records, strict=True)]
         failed = write_atomic_many(items)
         out = {}
-        for record in records:
-            error = failed.get(self.record_path(record.name))
+        for path, record in zip(paths, records, strict=True):
+            error = failed.get(path)
             if error is not None:
                 out[record.name] = error
                 self._cache.pop(record.name, None)  # read again: it may be the old one or the new
                 self._all_read = False
             else:
-                self._saved(record)
+                self._saved(record, path)
         return out
 
     def delete(self, name: str) -> None:

@@ -315,9 +315,10 @@ class JobRecord:
 
     @property
     def spec(self) -> JobSpec:
-        """The typed spec (made from ``canonical`` once)."""
+        """The typed spec (made from ``canonical`` once; its hash is the record's, not
+        worked out again)."""
         if self._spec is None:
-            object.__setattr__(self, "_spec", JobSpec.from_canonical(self.canonical))
+            object.__setattr__(self, "_spec", JobSpec.from_canonical(self.canonical, self.spec_hash))
         assert self._spec is not None
         return self._spec
 
