@@ -3,10 +3,13 @@ emulators with real or simulated executors, and readers of the emulator's ground
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tests.conftest import cli, kill_leftovers
 from tests.mesos_emulator import Emulator
 from tests.waiting import wait_until
 from tfdeclare.backends.mesos.config import MesosConfig
@@ -61,6 +64,23 @@ def start_emulator(tmp_path: Path, **overrides: Any) -> Emulator:
         **overrides,
     }
     return Emulator(**options).start()
+
+
+@contextlib.contextmanager
+def emulated_project(tmp_path: Path, emulator: Emulator, **mesos: object) -> Iterator[tuple[Path, Emulator]]:
+    """A project folder for the CLI and the daemon on ``emulator`` (``config_yaml`` with
+    ``mesos``'s settings, an empty ``specs/``). On the way out the emulator's invariants hold
+    (when the test passed), every job is deleted, what is left of its tasks is killed and the
+    emulator is stopped."""
+    (tmp_path / "tfdeclare.yaml").write_text(config_yaml(emulator.url, **mesos))
+    (tmp_path / "specs").mkdir()
+    try:
+        yield tmp_path, emulator
+        assert emulator.check_invariants() == []
+    finally:
+        cli("delete", "--all", cwd=tmp_path)
+        kill_leftovers(tmp_path)
+        emulator.stop()
 
 
 eventually = wait_until  # its former name here (tests/waiting.py)

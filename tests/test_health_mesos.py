@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import REPO, cli, kill_leftovers
+from tests.conftest import REPO, cli
 from tests.mesos_emulator import Emulator
-from tests.mesos_fixtures import PY, config_yaml, start_emulator
+from tests.mesos_fixtures import PY, emulated_project, start_emulator
 from tfdeclare.backends.mesos.healthcheck import health_check_json
 from tfdeclare.backends.mesos.journal import TaskEntry
 from tfdeclare.backends.mesos.taskinfo import CD_SCRIPT
@@ -134,16 +134,9 @@ def test_healthy_updates_are_kept_and_a_kill_by_the_executor_is_unhealthy() -> N
 @pytest.fixture
 def project(tmp_path: Path) -> Iterator[tuple[Path, Emulator]]:
     emulator = start_emulator(tmp_path)
-    (tmp_path / "tfdeclare.yaml").write_text(config_yaml(emulator.url))
-    (tmp_path / "specs").mkdir()
     (tmp_path / "markers").mkdir()
-    try:
-        yield tmp_path, emulator
-        assert emulator.check_invariants() == []
-    finally:
-        cli("delete", "--all", cwd=tmp_path)
-        kill_leftovers(tmp_path)
-        emulator.stop()
+    with emulated_project(tmp_path, emulator) as project:
+        yield project
 
 
 @pytest.mark.slow

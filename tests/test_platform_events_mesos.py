@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import cli, job_yaml, kill_leftovers
+from tests.conftest import cli, job_yaml
 from tests.mesos_emulator import Emulator
-from tests.mesos_fixtures import config_yaml, eventually, running_on_agents, start_emulator
+from tests.mesos_fixtures import emulated_project, eventually, running_on_agents, start_emulator
 from tests.test_daemon import Daemon
 
 pytestmark = pytest.mark.slow  # real task processes behind the emulator, offer timers
@@ -33,16 +33,8 @@ def project(tmp_path: Path) -> Iterator[tuple[Path, Emulator]]:
     )
     emulator.add_agent(hostname="localhost")
     emulator.add_agent(hostname="127.0.0.1")
-    config = config_yaml(emulator.url, reviveIntervalSeconds=1, fencingTimeoutSeconds=1)
-    (tmp_path / "tfdeclare.yaml").write_text(config)
-    (tmp_path / "specs").mkdir()
-    try:
-        yield tmp_path, emulator
-        assert emulator.check_invariants() == []
-    finally:
-        cli("delete", "--all", cwd=tmp_path)
-        kill_leftovers(tmp_path)
-        emulator.stop()
+    with emulated_project(tmp_path, emulator, reviveIntervalSeconds=1, fencingTimeoutSeconds=1) as project:
+        yield project
 
 
 def write_job(root: Path, name: str = "train") -> None:

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import cli, job_yaml, kill_leftovers
+from tests.conftest import job_yaml
 from tests.mesos_emulator import Emulator
-from tests.mesos_fixtures import config_yaml, eventually, running_on_agents, start_emulator
+from tests.mesos_fixtures import emulated_project, eventually, running_on_agents, start_emulator
 from tests.mesos_other_framework import OtherFramework
 from tests.test_daemon import Daemon
 
@@ -26,15 +26,8 @@ pytestmark = pytest.mark.slow  # real task processes behind the emulator, offer 
 @pytest.fixture
 def project(tmp_path: Path) -> Iterator[tuple[Path, Emulator]]:
     emulator = start_emulator(tmp_path)  # one agent: cpus 4, mem 4096
-    (tmp_path / "tfdeclare.yaml").write_text(config_yaml(emulator.url, reviveIntervalSeconds=1))
-    (tmp_path / "specs").mkdir()
-    try:
-        yield tmp_path, emulator
-        assert emulator.check_invariants() == []
-    finally:
-        cli("delete", "--all", cwd=tmp_path)
-        kill_leftovers(tmp_path)
-        emulator.stop()
+    with emulated_project(tmp_path, emulator, reviveIntervalSeconds=1) as project:
+        yield project
 
 
 def job(name: str, cpus: float, command: str, priority: int) -> str:

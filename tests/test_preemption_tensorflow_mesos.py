@@ -27,7 +27,7 @@ import yaml
 
 from tests.conftest import REPO, cli, kill_leftovers, worker_ports
 from tests.mesos_emulator import Emulator
-from tests.mesos_fixtures import config_yaml, eventually, start_emulator
+from tests.mesos_fixtures import config_yaml, emulated_project, eventually, start_emulator
 from tests.real_mesos import RealMesos
 from tests.test_daemon import Daemon
 
@@ -44,17 +44,8 @@ def project(tmp_path: Path) -> Iterator[tuple[Path, Emulator]]:
     emulator = start_emulator(
         tmp_path, agent_resources=f"cpus:1.5;mem:4096;ports:[{PORTS[0]}-{PORTS[1]}]", kill_grace_period=3.0
     )
-    (tmp_path / "tfdeclare.yaml").write_text(
-        config_yaml(emulator.url, reviveIntervalSeconds=1, sharedFilesystem=False)
-    )
-    (tmp_path / "specs").mkdir()
-    try:
-        yield tmp_path, emulator
-        assert emulator.check_invariants() == []
-    finally:
-        cli("delete", "--all", cwd=tmp_path)
-        kill_leftovers(tmp_path)
-        emulator.stop()
+    with emulated_project(tmp_path, emulator, reviveIntervalSeconds=1, sharedFilesystem=False) as project:
+        yield project
 
 
 def job(root: Path, name: str, priority: int, throttle: Path | None = None) -> str:
