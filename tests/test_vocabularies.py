@@ -51,6 +51,7 @@ def test_only_reasons_that_need_a_change_stall_a_job() -> None:
         Reason.PERMANENT_EXIT_CODE,
         Reason.TASK_FAILED,
         Reason.PLATFORM_RESTART_LIMIT_EXCEEDED,
+        Reason.TERMINAL_ERROR,
     }
 
 
