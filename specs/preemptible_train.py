@@ -70,7 +70,7 @@ def weights_sha256(variables: list[tf.Variable]) -> str:
 
 def write_whole(path: str, text: str) -> None:
     """Write ``path`` by a rename: a reader never sees it half-written."""
-    tmp = f"{path}.tmp"
+    tmp = f"{path}.{os.getpid()}.tmp"  # workers sharing a folder (Mesos) each write their own
     with open(tmp, "w") as handle:
         handle.write(text)
     os.replace(tmp, path)

@@ -480,13 +480,17 @@ def test_close_acknowledges_the_first_update_of_every_task_just_launched(cluster
 def test_close_declines_the_offers_held_and_suppresses_on_the_open_stream(cluster: Cluster) -> None:
     backend = cluster.backend()
     start(cluster.harness, backend, "closing", 2, SLEEP)
-    eventually(lambda: backend._pool.offers)  # what the tasks left is offered and held
-    held = set(backend._pool.offers)
 
     def interest() -> list[dict[str, Any]]:
         return [c for c in cluster.emulator.calls() if c["type"] in ("REVIVE", "SUPPRESS")]
 
-    assert interest()[-1]["type"] == "REVIVE"  # the launch asked for offers; held ones are not declined
+    # What the tasks left is offered and held, unless the backend, with nothing waiting and no
+    # offer held at that moment, suppressed first (a loaded machine can order it so): then
+    # close() has no offer to decline, and must still end suppressed on the open stream.
+    eventually(lambda: backend._pool.offers or [c["type"] for c in interest()][-1:] == ["SUPPRESS"])
+    held = set(backend._pool.offers)
+    if held:
+        assert interest()[-1]["type"] == "REVIVE"  # the launch asked for offers; held ones are not declined
     assert not {o for c in cluster.calls("DECLINE") for o in offer_ids_of(c)} & held
     backend.close()
     stream_id = cluster.emulator.stream_ids()[-1]
