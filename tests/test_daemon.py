@@ -72,6 +72,12 @@ class Daemon:
         except urllib.error.HTTPError as err:
             return err.code, json.loads(err.read())
 
+    def passes(self) -> int:
+        """Reconcile passes run so far (its /metrics): a test waits for passes, not for time."""
+        match = re.search(r"^tfdeclare_reconcile_passes_total (\S+)$", self.get("/metrics")[1], re.M)
+        assert match, "no pass counter in /metrics"
+        return int(float(match.group(1)))
+
     def post(self, path: str) -> int:
         request = urllib.request.Request(self.url + path, method="POST")
         with urllib.request.urlopen(request, timeout=5) as response:

@@ -182,14 +182,30 @@ FAST = {"period_s": 0.1, "timeout_s": 0.5, "failure_threshold": 2}
 
 def test_the_prober_finds_a_port_that_stops_answering_and_notifies(tmp_path: Path) -> None:
     server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.1)
     port = server.getsockname()[1]
+    answered: list[None] = []
+    closing = threading.Event()
+
+    def answer() -> None:  # each probe's connection, accepted and counted
+        while not closing.is_set():
+            try:
+                server.accept()[0].close()
+                answered.append(None)
+            except TimeoutError:
+                pass
+
+    answering = threading.Thread(target=answer, daemon=True)
+    answering.start()
     notified = threading.Event()
     prober = Prober(notified.set)
     task = local_task(tmp_path, HealthCheck(HealthCheckKind.TCP, **FAST), port)  # type: ignore[arg-type]
     try:
         assert prober.track([(task, time.time())]) == {}
-        time.sleep(1.0)  # ten probes or so, every one answered
+        wait_until(lambda: len(answered) >= 10, what="ten probes, every one answered")
         assert prober.track([(task, time.time())]) == {} and not notified.is_set()
+        closing.set()
+        answering.join()
         server.close()
         why = verdict_within(prober, task)
         assert why.startswith("unhealthy: its port accepts a connection failed 2 time(s) in a row")
@@ -203,15 +219,19 @@ def test_the_prober_finds_a_port_that_stops_answering_and_notifies(tmp_path: Pat
 
 def test_the_prober_runs_a_command_in_the_tasks_folder_with_its_environment(tmp_path: Path) -> None:
     script = (
-        "import os, sys; sys.exit(0 if os.environ['MARK'] == 'from-the-task' and os.path.exists('ok') else 4)"
+        "import os, sys; open('probes', 'a').write('.'); "
+        "sys.exit(0 if os.environ['MARK'] == 'from-the-task' and os.path.exists('ok') else 4)"
     )
     check = HealthCheck(HealthCheckKind.EXEC, command=(sys.executable, "-c", script), **FAST)  # type: ignore[arg-type]
     (tmp_path / "ok").write_text("")
+    probes = tmp_path / "probes"
     prober = Prober(lambda: None)
     task = local_task(tmp_path, check)
     try:
         prober.track([(task, time.time())])
-        time.sleep(1.0)
+        wait_until(
+            lambda: probes.exists() and len(probes.read_text()) >= 10, what="ten probes, every one passed"
+        )
         assert prober.track([(task, time.time())]) == {}
         (tmp_path / "ok").unlink()
         assert verdict_within(prober, task).endswith("last: exited 4")

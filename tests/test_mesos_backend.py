@@ -7,6 +7,7 @@ Numbers in brackets refer to the invariants of the Mesos reference, section 6.3.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -139,12 +140,16 @@ def test_a_removed_framework_is_reported_once_not_retried(cluster: Cluster) -> N
     old_id = cluster.framework_id()
     first.close()
     eventually(lambda: cluster.emulator.expire_failover(old_id))
+    earlier = set(threading.enumerate())
     second = cluster.backend()
     with pytest.raises(BackendError, match="removed framework"):
         second.observe()
     with pytest.raises(BackendError, match="removed framework"):
         second.place(gang("other", 1))
-    time.sleep(0.5)
+    streams = [t for t in threading.enumerate() if t not in earlier and t.name == "mesos-scheduler-stream"]
+    for stream in streams:  # a client's stream ends on a terminal error: nothing subscribes again
+        stream.join(10)
+    assert not any(t.is_alive() for t in streams), "the client gave up at once"
     assert len(cluster.calls("SUBSCRIBE")) == 2, "no re-subscribe loop"
     third = cluster.backend(on_framework_removed="newFramework")
     tasks = {t.task_id: t for t in third.observe()}

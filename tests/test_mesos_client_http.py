@@ -22,6 +22,7 @@ import pytest
 
 from tests.components import missing
 from tests.mesos_script_server import Reply, Request, ScriptServer, Stream, new_uuid
+from tests.waiting import wait_until
 from tfdeclare.backends.mesos import (
     AuthenticationError,
     BadRequestError,
@@ -425,7 +426,9 @@ def test_heartbeats_keep_the_stream(server: ScriptServer, make_client: Any) -> N
     server.on_subscribe = sub
     client, handler = make_client(server.url, heartbeat_miss_factor=3.0)
     client.wait_subscribed(5)
-    time.sleep(2.0)  # longer than the 1.5 s without a byte after which it would drop the stream
+    stream = server.wait_stream(1)
+    # heartbeats sent for longer than the 1.5 s without a byte after which it would drop the stream
+    wait_until(lambda: stream.last_write - stream.request.at >= 2.0)  # type: ignore[union-attr]
     assert len(server.subscribes()) == 1 and not handler.named("disconnected")
 
 
@@ -433,9 +436,14 @@ def test_slow_handler_does_not_trip_the_watchdog(server: ScriptServer, make_clie
     server.on_subscribe = lambda req: Stream().subscribed("fw-1", interval=0.05)
     client, handler = make_client(server.url, heartbeat_miss_factor=2.0)
     client.wait_subscribed(5)
-    handler.on_update = lambda status: time.sleep(0.4)  # 4x the watchdog timeout
+    released = threading.Event()
+    handler.on_update = lambda status: released.wait(30)
     stream = server.streams[0]
+    before = stream.last_write
     stream.update("t1", "TASK_RUNNING", None).heartbeat()
+    # the handler returns once the stream has been silent for 4x the watchdog timeout (0.1 s)
+    wait_until(lambda: stream.last_write > before and time.monotonic() - stream.last_write >= 0.4)
+    released.set()
     handler.wait("update")
     assert len(server.subscribes()) == 1
 
@@ -477,7 +485,9 @@ def test_framework_removed_is_terminal(server: ScriptServer, make_client: Any) -
     assert isinstance(client.terminal_error, FrameworkRemovedError)
     with pytest.raises(FrameworkRemovedError):
         client.revive()
-    time.sleep(0.4)  # several backoff periods
+    (streaming,) = [t for t in client._threads if t.name == "mesos-scheduler-stream"]
+    streaming.join(10)
+    assert not streaming.is_alive(), "the stream's thread ended: it never subscribes again"
     assert len(server.subscribes()) == 1
     assert not server.calls()
 
@@ -516,7 +526,7 @@ def test_explicit_acknowledgement_leaves_acks_to_the_owner(server: ScriptServer,
     stream.update("t1", "TASK_RUNNING", uid)
     stream.update("t2", "TASK_RUNNING", None)  # barrier
     handler.wait("update", 2)
-    time.sleep(0.1)
+    # an automatic ACKNOWLEDGE of t1 is answered before the next update is handled
     assert server.calls("ACKNOWLEDGE") == []
     client.acknowledge("agent-1", "t1", uid)
     [ack] = server.calls("ACKNOWLEDGE")

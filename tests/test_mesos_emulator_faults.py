@@ -86,7 +86,11 @@ def test_short_partition_is_invisible(subscribers: list[Subscriber]) -> None:
         sub.accept([offer["id"]["value"]], [command_task("t", offer, "exit 0")])
         agent_id = offer["agent_id"]["value"]
         emulator.partition_agent(agent_id)
-        time.sleep(1.2)  # the partition itself: longer than a ping, shorter than 3
+
+        def missed() -> bool:
+            return any(a["id"] == agent_id and a["ping_misses"] >= 1 for a in emulator.agents())
+
+        emulator.wait_for(lambda e: missed(), timeout=10)  # the partition: a ping missed, not 3
         emulator.heal_agent(agent_id)
         for state in ("TASK_STARTING", "TASK_RUNNING", "TASK_FINISHED"):
             sub.ack(sub.update("t", state, timeout=10))

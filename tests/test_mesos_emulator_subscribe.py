@@ -214,15 +214,17 @@ def test_half_open_stream_and_stalled_stream(emulator: Emulator, subscribers: li
     sub = subscribe(emulator, subscribers, failover_timeout=60.0)
     emulator.stall_stream(sub.framework_id or "")
     before = len(sub.all("HEARTBEAT"))
-    time.sleep(0.5)
+    sent = emulator.framework(sub.framework_id or "")["heartbeats_sent"]  # type: ignore[index]
+    # several heartbeats the master meant to send, and the stalled stream swallowed
+    emulator.wait_for(lambda e: e.framework(sub.framework_id or "")["heartbeats_sent"] >= sent + 3)  # type: ignore[index]
     assert len(sub.all("HEARTBEAT")) == before and not sub.closed
     assert emulator.framework(sub.framework_id or "")["connected"] is True  # type: ignore[index]
     emulator.stall_stream(sub.framework_id or "", stalled=False)
     sub.next("HEARTBEAT", timeout=1)
     emulator.drop_stream(sub.framework_id or "", notify_master=False)
     sub.wait_closed()
-    time.sleep(0.1)
-    # The master did not notice: it still believes the framework is connected.
+    # The master did not notice (the emulator's loop ran the close's callbacks before this
+    # look): it still believes the framework is connected.
     assert emulator.framework(sub.framework_id or "")["connected"] is True  # type: ignore[index]
     back = Subscriber(
         emulator.url, framework_info(id={"value": sub.framework_id}, failover_timeout=60.0)

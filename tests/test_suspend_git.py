@@ -7,7 +7,6 @@ again, on the same ports. The status records each commit applied."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -65,7 +64,9 @@ def test_a_commit_suspends_a_job_and_another_resumes_it(cwd: Path, repo: tuple[P
         assert document["suspension"]["reason"] == "Suspended"
         assert {c["type"]: c["reason"] for c in document["conditions"]}["Suspended"] == "Suspended"
         assert (document["restarts"], document["suspensions"], document["preemptions"]) == (0, 1, 0)
-        time.sleep(2)  # several fetches later: nothing launches a suspended job
+        done = daemon.passes()
+        # several passes later: nothing launches a suspended job
+        wait_until(lambda: daemon.passes() >= done + 4)
         assert status(cwd, "bert")["phase"] == "Suspended" and len(records(outputs)) == 2  # type: ignore[index]
 
         resumed = commit(work, "resume bert", {"bert.yaml": spec(outputs, suspend=False)})

@@ -300,6 +300,7 @@ def agent_view(master: Master, agent: Agent) -> dict[str, Any]:
         "state": state,
         "alive": agent.alive,
         "link_up": agent.link_up,
+        "ping_misses": record.ping_misses if record else 0,
         "total": str(agent.resources),
         "available": str(record.available) if record else None,
         "offered": str(record.offered) if record else None,
@@ -707,6 +708,10 @@ class Emulator:
 
     def processes(self) -> set[int]:
         return self._call(lambda c: set(c.processes))
+
+    def allocation_cycles(self) -> int:
+        """How many periodic allocation cycles the master has run."""
+        return self._call(lambda c: self._master(c).allocation_cycles)
 
     def dropped_updates(self) -> list[dict[str, Any]]:
         return self._call(lambda c: list(c.faults.dropped))

@@ -64,6 +64,7 @@ class Master(AgentLifecycle):
         self.maintenance = Maintenance(self)
         self._allocation_timer: Handle | None = None
         self._allocation_requested = False
+        self.allocation_cycles = 0  # periodic cycles run (tests wait for some instead of a time)
         self.recovered_registry = config.registry_recovery_delay <= 0
         if not self.recovered_registry:
             self._timer(config.registry_recovery_delay, self._registry_recovered)
@@ -426,6 +427,7 @@ class Master(AgentLifecycle):
 
     def _allocation_tick(self) -> None:
         self._allocate()
+        self.allocation_cycles += 1
         self.maintenance.send_inverse_offers()
         self._timer(self.cluster.config.allocation_interval, self._allocation_tick)
 
