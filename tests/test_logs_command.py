@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from tests.conftest import cli
+from tests.test_daemon import Daemon, cwd
 from tests.test_daemon_page import Served, served
 from tests.test_e2e_local import project, wait_until
 from tfdeclare.backends import registry
@@ -23,7 +24,7 @@ from tfdeclare.core.enums import Role
 from tfdeclare.core.run.launches import launch_env
 from tfdeclare.core.run.tasks import TaskKey
 
-__all__ = ["project", "served"]  # the fixtures
+__all__ = ["cwd", "project", "served"]  # the fixtures
 
 TALKER = """\
 import os, pathlib, time
@@ -95,6 +96,66 @@ def test_logs_of_every_task_prefixed_and_followed_while_python_tasks_run(project
     assert absent.returncode == 1 and "job talk has no task worker-2 that has started" in absent.stderr
     shown = yaml.safe_load((project / "status" / "talk.yaml").read_text())
     assert [t["log"] for t in shown["tasks"]] == [f"tfdeclare logs talk --task worker-{i}" for i in (0, 1)]
+
+
+# worker-1 fails once, when the test says so, then runs again (alone: restartScope Task)
+RESTARTS_ALONE = """\
+import os, pathlib, sys, time
+out = pathlib.Path(os.environ["OUT"])
+index = os.environ["TFDECLARE_INDEX"]
+ran = out / f"ran-{index}"
+run = 2 if ran.exists() else 1
+ran.touch()
+print("run", run, flush=True)
+fails = index == "1" and run == 1
+while not (out / ("fail" if fails else "end")).exists():
+    time.sleep(0.05)
+sys.exit(4 if fails else 0)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_following_one_task_goes_on_while_it_restarts_alone(cwd: Path) -> None:
+    """A task that restarts alone is down for its backoff while the job runs on: the follow of
+    that task waits for its next launch (and ends with the job), not at the first end."""
+    config = cwd / "tfdeclare.yaml"
+    config.write_text(config.read_text().replace("initialSeconds: 0.2, maxSeconds: 1", "initialSeconds: 3"))
+    out = cwd / "out"
+    out.mkdir()
+    (cwd / "specs" / "alone.yaml").write_text(
+        "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: alone}\nspec:\n"
+        f"  command: [python, -c, {json.dumps(RESTARTS_ALONE)}]\n"
+        f"  env: {{OUT: {json.dumps(str(out))}}}\n"
+        "  restartScope: Task\n  backoffLimit: 3\n"
+        "  replicas: {worker: {count: 2, resources: {cpus: 0.1, mem: 64}}}\n"
+    )
+    daemon = Daemon(cwd, "--specs", "specs")
+    try:
+        wait_until(lambda: "run 1" in cli("logs", "alone", "--task", "worker-1", cwd=cwd).stdout, timeout=60)
+        follow = subprocess.Popen(
+            [sys.executable, "-m", "tfdeclare", "logs", "alone", "--follow", "--task", "worker-1"],
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert follow.stdout is not None
+        assert follow.stdout.readline() == "run 1\n"  # what is there already: it follows now
+        (out / "fail").touch()
+
+        def restarted_alone() -> bool:
+            shown = yaml.safe_load((cwd / "status" / "alone.yaml").read_text())
+            return shown["restarts"] == 0 and [t["task"] for t in shown["taskRestarts"]] == ["worker-1"]
+
+        wait_until(restarted_alone, timeout=60)  # down for its backoff (3 s), the job running
+        wait_until(lambda: "run 2" in cli("logs", "alone", "--task", "worker-1", cwd=cwd).stdout, timeout=60)
+        (out / "end").touch()
+        rest, errors = follow.communicate(timeout=60)  # it ends by itself with the job
+        assert follow.returncode == 0, errors
+        assert rest == "run 2\n", "the follow saw the task's next launch"
+    finally:
+        daemon.stop()
 
 
 def test_a_log_that_cannot_be_read_stops_only_when_it_was_the_one_asked_for(

@@ -198,8 +198,9 @@ def _followed_to_the_end(
     record: JobRecord, only: TaskKey | None, tails: dict[str, _Tail], controller_running: bool
 ) -> bool:
     """Nothing more will come: every followed log is complete, and no controller is running
-    that could start another task, or the record shows no followed task alive or new and no
-    restart coming (the job has finished; for one ``--task``, it is not restarting)."""
+    that could start another task, or the record shows no followed task alive or new and none
+    coming back (the job has finished; for one ``--task``, neither the job nor that task alone
+    restarts)."""
     if tails and not controller_running and all(tail.complete for tail in tails.values()):
         return True  # the records are not kept current: the backend's word is the last
     followed = [t for t in record.tasks if only in (None, t.key)]
@@ -209,7 +210,16 @@ def _followed_to_the_end(
         return False
     if only is None:
         return record.phase.terminal
-    return bool(tails) and record.phase not in (Phase.RESTARTING, Phase.PENDING)
+    return bool(tails) and not _comes_back(record, only)
+
+
+def _comes_back(record: JobRecord, key: TaskKey) -> bool:
+    """Whether the task ``key`` will run again: the whole job restarts or waits to launch, or
+    the task restarts alone (``restartScope: Task``) in this attempt and is not back yet."""
+    if record.phase in (Phase.RESTARTING, Phase.PENDING):
+        return True
+    alone = record.task_restarts.get(key.name)
+    return alone is not None and alone.pending and alone.attempt == record.attempt
 
 
 PREVIOUS_LOOKED_BACK = 1000  # launches `--previous` looks back through for a task's last log
