@@ -365,6 +365,29 @@ def test_an_offer_held_past_its_expiry_is_declined_with_the_refuse_filter() -> N
     assert kinds(run.tick(9.0), PlacementExpired, Decline) == [PlacementExpired("b"), Decline(("o2",), 7.0)]
 
 
+def test_a_placement_does_not_lapse_while_another_place_waits_for_offers() -> None:
+    """The controller is blocked in the second ``place`` (a real master may send no offer for
+    what is all held already): the first placement keeps what it took through that wait and
+    its whole hold after it, so the waiting gang is not placed on it."""
+    run = Run(offer_hold_s=1.0)
+    run.subscribe(0.0)
+    run.tick(0.0)
+    run.pool.offers["o1"] = Held("o1", "a1", "*", 0.5, 1.5)
+    run.event(msg.Placed("t1", "whole", fit_on("a1"), 2.0), 1.0)  # held for 1 s
+    run.event(msg.PlaceAsked(gang("other")), 1.1)
+    run.event(msg.NotPlacedYet("other", True, True, waits_until=3.1), 1.1)  # waits up to 2 s
+    assert [t for t in (2.0, 2.5, 3.1, 4.0) if kinds(run.tick(t), PlacementExpired, Decline)] == []
+    assert kinds(run.tick(4.1), PlacementExpired, Decline) == [
+        PlacementExpired("whole"),
+        Decline(("o1",), 5.0),
+    ]
+    # a place that does not wait holds nothing back
+    run.pool.offers["o2"] = Held("o2", "a1", "*", 5.0, 6.0)
+    run.event(msg.Placed("t2", "whole", fit_on("a1"), 7.0), 6.0)
+    run.event(msg.NotPlacedYet("other", False, True), 6.5)
+    assert kinds(run.tick(7.0), PlacementExpired) == [PlacementExpired("whole")]
+
+
 def test_the_head_of_a_long_queue_keeps_the_offers_of_the_agents_it_drains() -> None:
     run = Run(fifo_backfill_s=10.0, head_of_line_hold_s=30.0)
     run.subscribe(0.0)

@@ -276,8 +276,8 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
             return
         # Not placed from the offers held: make sure offers come (REVIVE clears our filters and
         # un-suppresses), then wait a little for an offer round that is on its way.
-        self._decide(msg.NotPlacedYet(request.job, new, bool(self._pool.offers)), now)
         deadline = now + self.config.place_wait_s
+        self._decide(msg.NotPlacedYet(request.job, new, bool(self._pool.offers), deadline), now)
 
         def attempt(now: float) -> bool:
             answer, ideal, fit = self._try_place(request, waiting)
@@ -297,7 +297,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
         """Reserve what a placement took, or leave the queue for good."""
         now = self.clock()
         if isinstance(answer, Placement) and fit is not None:
-            expires_at = now + max(self.config.offer_hold_s, 1.0)
+            expires_at = now + decide.reservation_hold_s(self.config.offer_hold_s)
             self._decide(msg.Placed(answer.token, request.job, fit, expires_at), now)
         elif isinstance(answer, Unplaced) and answer.reason is UnplacedReason.UNSCHEDULABLE:
             self._decide(msg.Unschedulable(request.job), now)

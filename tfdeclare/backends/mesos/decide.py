@@ -243,9 +243,8 @@ def on_event(policy: Policy, event: Event, now: float) -> list[Call]:
             policy.expect_offers_since = max(policy.expect_offers_since, now)
         case PlaceAsked():
             _place_asked(policy, event, now)
-        case NotPlacedYet(first=first, offers_held=held):
-            # Make sure offers come (REVIVE clears our filters and un-suppresses).
-            _offer_interest(policy, now, held, calls, revive_now=first)
+        case NotPlacedYet():
+            _not_placed_yet(policy, event, now, calls)
         case Placed(token=token, job=job, fit=fit, expires_at=expires_at):
             policy.reservations[token] = Reservation(job, fit, expires_at)
             policy.queue.pop(job, None)
@@ -502,6 +501,29 @@ def _interest_answered(policy: Policy, ok: bool, offers_held: bool, now: float, 
     again, policy.revive_now_asked = policy.revive_now_asked, False
     if again:
         _offer_interest(policy, now, offers_held, calls, revive_now=True)
+
+
+def reservation_hold_s(offer_hold_s: float) -> float:
+    """How long a placement keeps what it took for its launch: ``offerHoldSeconds``, at least 1 s."""
+    return max(offer_hold_s, 1.0)
+
+
+def _not_placed_yet(policy: Policy, event: NotPlacedYet, now: float, calls: list[Call]) -> None:
+    """Keep the placements held through the wait, and make sure offers come (REVIVE clears
+    our filters and un-suppresses)."""
+    if event.waits_until is not None:
+        _keep_reservations(policy, event.waits_until)
+    _offer_interest(policy, now, event.offers_held, calls, revive_now=event.first)
+
+
+def _keep_reservations(policy: Policy, until: float) -> None:
+    """A ``place`` that waits for offers until ``until`` blocks the controller, which cannot
+    launch (or release) the placements it already holds meanwhile: none of them lapses during
+    that wait (else the waiting gang would be placed on what one of them holds), and each keeps
+    its whole hold after it."""
+    keep = until + reservation_hold_s(policy.settings.offer_hold_s)
+    for reservation in policy.reservations.values():
+        reservation.expires_at = max(reservation.expires_at, keep)
 
 
 def _expired_offers(policy: Policy, now: float, pool: HeldOffers) -> list[str]:

@@ -118,11 +118,13 @@ class PlaceAsked:
 
 @dataclass(frozen=True, slots=True)
 class NotPlacedYet:
-    """A job could not be placed from the offers held; ``first``: it just joined the queue."""
+    """A job could not be placed from the offers held; ``first``: it just joined the queue;
+    ``waits_until``: the ``place`` call may wait for offers until then (None: it does not)."""
 
     job: str
     first: bool
     offers_held: bool
+    waits_until: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
