@@ -35,11 +35,11 @@ def check(kind: HealthCheckKind, **fields: Any) -> HealthCheck:
 
 
 def test_a_tcp_check_is_a_mesos_tcp_check_of_the_tasks_port() -> None:
-    out = health_check_json(check(HealthCheckKind.TCP), 31005, [("A", "1")], "/work", CD_SCRIPT)
+    out = health_check_json(check(HealthCheckKind.TCP), 31005, [("A", "1")], "/workspace", CD_SCRIPT)
     assert out == {**TIMING, "grace_period_seconds": 0.0, "type": "TCP", "tcp": {"port": 31005}}
 
 
-@pytest.mark.parametrize("directory", [None, "/work/dir"])
+@pytest.mark.parametrize("directory", [None, "/workspace/dir"])
 def test_an_exec_check_is_a_command_without_a_shell_in_the_tasks_folder(directory: str | None) -> None:
     out = health_check_json(
         check(HealthCheckKind.EXEC, command=("probe", "--x")), 1, [("A", "1")], directory, CD_SCRIPT

@@ -329,7 +329,7 @@ def test_no_gpus_resource_without_gpus() -> None:
 
 def test_image_volumes_and_working_dir_with_the_mesos_containerizer() -> None:
     volume = Volume("/mnt/data", "/data", VolumeMode.RO)
-    info = task_info(launch(image="tf:2", volumes=(volume,), working_dir="/work"), "A", "*", {})
+    info = task_info(launch(image="tf:2", volumes=(volume,), working_dir="/workspace"), "A", "*", {})
     assert info["container"] == {
         "type": "MESOS",
         "mesos": {"image": {"type": "DOCKER", "docker": {"name": "tf:2"}}},
@@ -342,7 +342,7 @@ def test_image_volumes_and_working_dir_with_the_mesos_containerizer() -> None:
         "-c",
         MKDIR_CD_SCRIPT,
         "tfdeclare-workdir",
-        "/work",
+        "/workspace",
         "python",
         "train.py",
         "--lr",

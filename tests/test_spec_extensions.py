@@ -53,7 +53,7 @@ def test_per_role_image_working_dir_and_the_images_entrypoint() -> None:
     job = only_job(
         """\
         image: tf:cpu
-        workingDir: /work
+        workingDir: /workspace
         replicas:
           ps: {count: 1}
           worker: {count: 1, image: tf:gpu, workingDir: /gpu, args: [--gpus, "1"]}
@@ -61,7 +61,7 @@ def test_per_role_image_working_dir_and_the_images_entrypoint() -> None:
     )
     configs = task_configs(job.spec, symbolic_addresses(job.spec), 0)
     ps, worker = configs[TaskKey(Role.PS, 0)], configs[TaskKey(Role.WORKER, 0)]
-    assert (ps.image, ps.working_dir, ps.argv, ps.entrypoint) == ("tf:cpu", "/work", (), True)
+    assert (ps.image, ps.working_dir, ps.argv, ps.entrypoint) == ("tf:cpu", "/workspace", (), True)
     assert (worker.image, worker.working_dir, worker.argv) == ("tf:gpu", "/gpu", ("--gpus", "1"))
     assert job.spec.images == ("tf:cpu", "tf:gpu")
 
