@@ -14,7 +14,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -29,6 +29,7 @@ from tests.mesos_fixtures import config_yaml, mesos_test_config
 from tests.mesos_fixtures import eventually as _eventually
 from tests.mesos_other_framework import OtherFramework
 from tests.real_mesos import RealMesos
+from tests.real_mesos_backend import backends
 from tfdeclare.backends.mesos.backend import MesosBackend
 from tfdeclare.core.enums import TaskState
 from tfdeclare.core.run.tasks import Placement, Unplaced, UnplacedReason
@@ -36,20 +37,13 @@ from tfdeclare.core.spec.resources import Resources
 
 eventually = partial(_eventually, timeout=30.0)  # a real cluster on a loaded machine: generous deadlines
 
+__all__ = ["backends"]  # the fixture
+
 pytestmark = [pytest.mark.real_mesos, pytest.mark.slow]
 
 PY = sys.executable
 SLEEP = [PY, "-c", "import time; time.sleep(120)"]
 Start = Callable[..., RealMesos]
-
-
-@pytest.fixture
-def backends(tmp_path: Path) -> Iterator[list[Harness]]:
-    """Harnesses made by a test; closed (and their backends with them) when it ends."""
-    made: list[Harness] = []
-    yield made
-    for harness in made:
-        harness.close()
 
 
 def harness_on(

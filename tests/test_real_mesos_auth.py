@@ -10,35 +10,29 @@ backend believes it did.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
 import pytest
 
-from tests.backend_conformance import Harness, gang, launches, place_soon, wait_for
+from tests.backend_conformance import Harness
 from tests.conftest import cli, job_yaml
 from tests.mesos_fixtures import eventually as _eventually
 from tests.mesos_fixtures import mesos_test_config
 from tests.real_mesos import RealMesos
+from tests.real_mesos_backend import backends, run_one, stop_one
 from tfdeclare.backends.errors import BackendError
 from tfdeclare.backends.mesos.backend import MesosBackend
-from tfdeclare.core.enums import TaskState
 from tfdeclare.core.spec.resources import Resources
+
+__all__ = ["backends"]  # the fixture
 
 pytestmark = [pytest.mark.real_mesos, pytest.mark.slow]
 
 eventually = partial(_eventually, timeout=30.0)
 Start = Callable[..., RealMesos]
 PRINCIPAL, SECRET = "tfd", "s3cret-Val"
-
-
-@pytest.fixture
-def backends() -> Iterator[list[Harness]]:
-    made: list[Harness] = []
-    yield made
-    for harness in made:
-        harness.close()
 
 
 def test_the_harness_itself_is_refused_without_the_credentials(real_mesos: Start) -> None:
@@ -61,19 +55,14 @@ def test_an_authenticated_framework_runs_a_task_and_reads_its_log(
     harness = Harness(lambda: MesosBackend(tmp_path / "state", settings), tmp_path)
     backends.append(harness)
     backend = harness.backend()
-    resources = Resources(1, 128)
-    placement = place_soon(backend, gang("authed", 1, resources), timeout=30)
     argv = [sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(120)"]
-    [task] = launches(harness, placement, argv, resources=resources)
-    backend.launch(placement, [task])
-    wait_for(backend, lambda ts: ts[task.task_id].state is TaskState.RUNNING, timeout=60)
+    task = run_one(harness, backend, "authed", argv, Resources(1, 128))
     [framework] = mesos.frameworks()
     assert framework["principal"] == PRINCIPAL  # the master authenticated it as tfd
     assert eventually(lambda: mesos.running().get(task.task_id))
     # the agent's sandbox (/files, read-only HTTP authentication on the agent too)
     eventually(lambda: b"ready" in backend.read_log(task.task_id, 0).data)
-    backend.stop([task.task_id], 1.0)
-    wait_for(backend, lambda ts: ts[task.task_id].state.ended, timeout=60)
+    stop_one(backend, task)
 
 
 def test_wrong_credentials_are_refused_at_once_not_retried_until_a_timeout(

@@ -19,14 +19,17 @@ from typing import Any
 
 import pytest
 
-from tests.backend_conformance import Harness, gang, launches, place_soon, wait_for
+from tests.backend_conformance import Harness, wait_for
 from tests.mesos_fixtures import eventually as _eventually
 from tests.mesos_fixtures import mesos_test_config
 from tests.real_mesos import RealMesos
+from tests.real_mesos_backend import backends, run_one, stop_one
 from tests.zookeeper_server import zookeeper_server
 from tfdeclare.backends.mesos.backend import MesosBackend
 from tfdeclare.core.enums import TaskState
 from tfdeclare.core.spec.resources import Resources
+
+__all__ = ["backends"]  # the fixture
 
 pytestmark = [pytest.mark.real_mesos, pytest.mark.slow]
 
@@ -39,14 +42,6 @@ def zookeeper(tmp_path: Path) -> Iterator[str]:
     """A ZooKeeper server of this test (stopped after the clusters: asked for first)."""
     with zookeeper_server(tmp_path / "zookeeper") as hosts:
         yield hosts
-
-
-@pytest.fixture
-def backends() -> Iterator[list[Harness]]:
-    made: list[Harness] = []
-    yield made
-    for harness in made:
-        harness.close()
 
 
 def state(mesos: RealMesos) -> dict[str, Any]:
@@ -79,12 +74,9 @@ def test_a_leader_change_is_followed_by_the_agents_and_the_framework(
     harness = Harness(lambda: MesosBackend(tmp_path / "state", settings), tmp_path)
     backends.append(harness)
     backend = harness.backend()
-    resources = Resources(1, 128)
-    placement = place_soon(backend, gang("zk", 1, resources), timeout=30)
-    argv = [sys.executable, "-c", "import time; time.sleep(300)"]
-    [task] = launches(harness, placement, argv, resources=resources)
-    backend.launch(placement, [task])
-    wait_for(backend, lambda ts: ts[task.task_id].state is TaskState.RUNNING, timeout=60)
+    task = run_one(
+        harness, backend, "zk", [sys.executable, "-c", "import time; time.sleep(300)"], Resources(1, 128)
+    )
     assert eventually(lambda: task.task_id in first.running())
     [ours] = first.frameworks()
 
@@ -96,6 +88,5 @@ def test_a_leader_change_is_followed_by_the_agents_and_the_framework(
     assert eventually(lambda: (f := framework(second, ours["id"])) is not None and f["active"])
     assert eventually(lambda: task.task_id in second.running())
     wait_for(backend, lambda ts: ts[task.task_id].state is TaskState.RUNNING, timeout=60)
-    backend.stop([task.task_id], 1.0)
-    wait_for(backend, lambda ts: ts[task.task_id].state.ended, timeout=60)
+    stop_one(backend, task)
     assert eventually(lambda: task.task_id not in second.running())
