@@ -65,9 +65,8 @@ def job_yaml(
     )
 
 
-def kill_leftovers(folder: Path) -> list[int]:
-    """SIGKILL every process whose command line mentions ``folder`` (and its group): a failed
-    test must not leave task processes behind. Returns the pids it found."""
+def processes_mentioning(folder: Path) -> list[int]:
+    """The pids of the processes (this one aside) whose command line mentions ``folder``."""
     found = []
     marker = str(folder).encode()
     for entry in os.listdir("/proc"):
@@ -80,11 +79,19 @@ def kill_leftovers(folder: Path) -> list[int]:
             continue
         if marker in cmdline:
             found.append(int(entry))
-            for kill in (lambda p: os.killpg(p, signal.SIGKILL), lambda p: os.kill(p, signal.SIGKILL)):
-                try:
-                    kill(int(entry))
-                except (ProcessLookupError, PermissionError):
-                    pass
+    return found
+
+
+def kill_leftovers(folder: Path) -> list[int]:
+    """SIGKILL every process whose command line mentions ``folder`` (and its group): a failed
+    test must not leave task processes behind. Returns the pids it found."""
+    found = processes_mentioning(folder)
+    for pid in found:
+        for kill in (lambda p: os.killpg(p, signal.SIGKILL), lambda p: os.kill(p, signal.SIGKILL)):
+            try:
+                kill(pid)
+            except (ProcessLookupError, PermissionError):
+                pass
     return found
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from tests.backend_conformance import gang, look, wait_for
+from tests.conftest import processes_mentioning
 from tfdeclare.backends.local.backend import LocalBackend, LocalCapacity
 from tfdeclare.backends.local.config import LocalRuntime
 from tfdeclare.backends.local.docker_runtime import DockerRuntime, container_name, owner_of
@@ -168,11 +169,13 @@ def test_a_launch_left_unstarted_starts_at_the_next_upkeep_and_never_by_a_look(
             placement = backend.place(gang("other", 1))  # place looks too
             assert isinstance(placement, Placement)
             backend.release(placement)
-        time.sleep(0.3)  # a supervisor started by a look would have written its files by now
-        assert not (task_dir / "launch.json").exists(), "a look started nothing"
+        # a supervisor is started before the call that starts it returns, and runs on
+        assert processes_mentioning(task_dir) == [], "a look started nothing"
+        assert not (task_dir / "launch.json").exists()
         look(backend)
         tasks = wait_for(backend, lambda ts: ts[task_id].state is TaskState.RUNNING, timeout=10)
         assert tasks[task_id].exit_code is None
+        assert processes_mentioning(task_dir), "as the upkeep's supervisor shows"
         assert b"never started" in backend.read_log(task_id).data
     finally:
         backend.stop([t.task_id for t in backend.observe() if t.state.alive], 0.1)

@@ -107,7 +107,7 @@ def test_the_group_marks_are_added_before_xdist_reads_them() -> None:
 # (a suspended job is not relaunched, a passing health check stays passing, a drained agent is
 # offered to no one): those need virtual time in the daemon's and the backends' own loops.
 # Lower it when you remove one.
-SLEEP_CEILING = 19
+SLEEP_CEILING = 18
 POLLING_NAMES = {"wait_until", "eventually", "until", "wait_for"}
 
 
