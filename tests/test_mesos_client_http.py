@@ -428,7 +428,10 @@ def test_heartbeats_keep_the_stream(server: ScriptServer, make_client: Any) -> N
     client.wait_subscribed(5)
     stream = server.wait_stream(1)
     # heartbeats sent for longer than the 1.5 s without a byte after which it would drop the stream
-    wait_until(lambda: stream.last_write - stream.request.at >= 2.0)  # type: ignore[union-attr]
+    wait_until(
+        lambda: stream.last_write - stream.request.at >= 2.0,  # type: ignore[union-attr]
+        stop=lambda: "the client dropped the stream" if stream.closed.is_set() else None,
+    )
     assert len(server.subscribes()) == 1 and not handler.named("disconnected")
 
 
