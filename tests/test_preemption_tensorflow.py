@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, cli, kill_leftovers, worker_ports
+from tests.preemption_steps import parse_steps, stopped_once_mid_run
 from tests.test_background_controller import keeper, phase
 from tests.test_e2e_local import status_of
 from tests.waiting import wait_until
@@ -98,7 +99,7 @@ def steps(project: Path, name: str, index: int, role: str = "worker") -> list[tu
     path = work(project, name, index, role) / "steps.log"
     if not path.exists():
         return []
-    return [(int(a), int(b)) for a, b in (line.split() for line in path.read_text().splitlines() if line)]
+    return parse_steps(path.read_text())
 
 
 def wait(project: Path, predicate: Callable[[], bool], what: str, timeout: float) -> None:
@@ -135,14 +136,7 @@ def test_a_preempted_mwms_job_resumes_from_its_checkpoint_and_ends_as_if_never_s
     assert [(h["reason"], h["preemptedBy"]) for h in low["suspensionHistory"]] == [("Preempted", "high")]  # type: ignore[union-attr,index]
     reference = (work(project, "high", 0) / "final_weights.sha256").read_text()
     for index in (0, 1):
-        done = steps(project, "low", index)
-        assert [s for s, _ in done] == list(range(1, STEPS + 1)), (
-            f"worker {index}: a step done twice or skipped"
-        )
-        attempts = sorted({a for _, a in done})
-        assert len(attempts) == 2, f"worker {index} was not stopped mid-run: attempts {attempts}"
-        stopped_at = max(s for s, a in done if a == attempts[0])
-        assert 5 <= stopped_at < STEPS
+        stopped_at = stopped_once_mid_run(steps(project, "low", index), STEPS, 5, f"worker {index}")
         assert [s for s, _ in steps(project, "high", index)] == list(range(1, STEPS + 1))
         assert (work(project, "low", index) / "final_weights.sha256").read_text() == reference
         assert (work(project, "high", index) / "final_weights.sha256").read_text() == reference
@@ -172,12 +166,7 @@ def test_a_preempted_pss_job_resumes_from_the_checkpoint_its_chief_saved_on_sigt
     wait(project, lambda: phase(project, "low") == "Succeeded", "the low job to resume and finish", 240)
     low = status_of(project, "low")
     assert low["restarts"] == 0 and low["preemptions"] == 1, low
-    done = steps(project, "low", 0, "chief")
-    assert [s for s, _ in done] == list(range(1, STEPS + 1)), "a step done twice or skipped"
-    attempts = sorted({a for _, a in done})
-    assert len(attempts) == 2, f"not stopped mid-run: attempts {attempts}"
-    stopped_at = max(s for s, a in done if a == attempts[0])
-    assert 5 <= stopped_at < STEPS
+    stopped_at = stopped_once_mid_run(steps(project, "low", 0, "chief"), STEPS, 5, "the chief")
     reference = (work(project, "high", 0, "chief") / "final_weights.sha256").read_text()
     assert (work(project, "low", 0, "chief") / "final_weights.sha256").read_text() == reference
     chief = cli("logs", "low", "--task", "chief-0", "--previous", cwd=project).stdout

@@ -28,6 +28,7 @@ import yaml
 from tests.conftest import REPO, cli, kill_leftovers, worker_ports
 from tests.mesos_emulator import Emulator
 from tests.mesos_fixtures import config_yaml, emulated_project, eventually, start_emulator
+from tests.preemption_steps import parse_steps, stopped_once_mid_run
 from tests.real_mesos import RealMesos
 from tests.test_daemon import Daemon
 
@@ -95,7 +96,7 @@ def steps(root: Path, name: str, index: int) -> list[tuple[int, int]]:
     for sandbox in sandboxes(root, name, index):
         log = sandbox / "steps.log"
         if log.exists():
-            out += [(int(a), int(b)) for a, b in (x.split() for x in log.read_text().splitlines() if x)]
+            out += parse_steps(log.read_text())
     return out
 
 
@@ -151,14 +152,7 @@ def preempt_and_resume(root: Path) -> None:
     assert [(h["reason"], h["preemptedBy"]) for h in low["suspensionHistory"]] == [("Preempted", "high")]
     reference = final_hash(root, "high", 0)
     for index in (0, 1):
-        done = steps(root, "low", index)
-        assert [s for s, _ in done] == list(range(1, STEPS + 1)), (
-            f"worker {index}: a step done twice or skipped"
-        )
-        attempts = sorted({a for _, a in done})
-        assert len(attempts) == 2, f"worker {index} was not stopped mid-run: attempts {attempts}"
-        stopped_at = max(s for s, a in done if a == attempts[0])
-        assert 3 <= stopped_at < STEPS
+        stopped_at = stopped_once_mid_run(steps(root, "low", index), STEPS, 3, f"worker {index}")
         assert len(sandboxes(root, "low", index)) == 2, "one task launched before the preemption, one after"
         assert [s for s, _ in steps(root, "high", index)] == list(range(1, STEPS + 1))
         assert final_hash(root, "low", index) == reference == final_hash(root, "high", index)
