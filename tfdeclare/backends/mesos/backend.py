@@ -19,6 +19,7 @@ and reconciliation policies.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import secrets
@@ -32,6 +33,7 @@ from tfdeclare.backends.mesos import decide
 from tfdeclare.backends.mesos import decide_messages as msg
 from tfdeclare.backends.mesos.auth import Credentials, credentials_for
 from tfdeclare.backends.mesos.client import ClientConfig, SchedulerClient
+from tfdeclare.backends.mesos.clusterwire import ClusterWire
 from tfdeclare.backends.mesos.config import MesosConfig
 from tfdeclare.backends.mesos.errors import (
     ConfigError,
@@ -429,7 +431,17 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
             ]
         except SecretUnavailable as err:
             raise BackendError(f"{placement.job}: {err}", code=ErrorCode.SECRET_UNAVAILABLE) from None
+        try:  # each task's cluster in its TaskInfo or fetched at its start (clusterwire)
+            ready = self._cluster_wire.prepare(ready)
+        except OSError as err:
+            raise BackendError(
+                f"mesos.clusterServer cannot listen: {err}", code=ErrorCode.SETTINGS_UNUSABLE
+            ) from None
         self._request(lambda f: self._launch(f, placement, ready))
+
+    @functools.cached_property
+    def _cluster_wire(self) -> ClusterWire:
+        return ClusterWire(self.config.cluster_server)
 
     def _launch(self, future: Future[None], placement: Placement, tasks: list[TaskLaunch]) -> None:
         todo = [t for t in tasks if t.task_id not in self._tasks]
@@ -628,6 +640,12 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
             return
         if self._loop_thread is not None:
             self._request(self._drain)
+            if "_cluster_wire" in self.__dict__:  # its tasks fetch their cluster before it closes
+                self._cluster_wire.close(
+                    lambda ids: self._ask(
+                        lambda: {i for i in ids if (e := self._tasks.get(i)) is None or is_terminal(e.state)}
+                    )
+                )
             self._request(self._hand_back_offers)
             self._inbox.put(None)  # the loop stops after what is queued, then the senders
             for thread in self._threads:
