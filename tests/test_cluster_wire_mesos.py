@@ -1,0 +1,135 @@
+"""Out-of-band cluster delivery (``mesos.clusterServer``) end to end: the real CLI and Mesos
+backend against the master emulator, whose agents run the tasks as real processes. Every task
+of a job gets, through the bootstrap, the TF_CONFIG and legacy flags it gets in band, no
+TaskInfo carries an address of the job, and ``apply`` without ``--wait`` returns only once
+its tasks have fetched their cluster (the server is gone afterwards). With real TensorFlow:
+the example MultiWorkerMirroredStrategy and legacy-flags jobs train to Succeeded."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO, cli
+from tests.mesos_emulator import Emulator
+from tests.mesos_fixtures import PY, emulated_project, start_emulator
+from tfdeclare.backends.mesos.bootstrap import BOOTSTRAP, URL_ENV
+
+# Each task writes what it sees (TF_CONFIG, argv) to OUT/<role>-<index>.json, then idles.
+TASK = (
+    "import json,os,sys,time;p=os.path.join(os.environ['OUT'],os.environ['TFDECLARE_ROLE']+'-'"
+    "+os.environ['TFDECLARE_INDEX']+'.json');open(p+'.tmp','w').write(json.dumps("
+    "[os.environ.get('TF_CONFIG'),sys.argv[1:],'" + URL_ENV + "' in os.environ]));os.rename(p+'.tmp',p);"
+    "time.sleep(float(sys.argv[-1]))"
+)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Iterator[tuple[Path, Emulator]]:
+    emulator = start_emulator(tmp_path, agents=2, agent_resources="cpus:4;mem:4096;ports:[31000-31099]")
+    with emulated_project(tmp_path, emulator, clusterServer="{minBytes: 0, fetchWaitSeconds: 60}") as project:
+        yield project
+
+
+def accepted_task_infos(emulator: Emulator) -> list[dict[str, object]]:
+    return [
+        info
+        for call in emulator.calls("ACCEPT")
+        for operation in call["call"]["accept"]["operations"]
+        for info in operation.get("launch", {}).get("task_infos", [])
+    ]
+
+
+@pytest.mark.slow
+def test_every_task_fetches_what_it_gets_in_band(project: tuple[Path, Emulator]) -> None:
+    root, emulator = project
+    out = root / "out"
+    out.mkdir()
+    command = [PY, "-c", TASK, "--ps={ps_hosts}", "--workers={worker_hosts}", "{job_name}:{task_index}", "2"]
+    (root / "specs" / "job.yaml").write_text(
+        "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: wired}\nspec:\n"
+        f"  command: {json.dumps(command)}\n  env: {{OUT: {out}}}\n  clusterSpec: both\n"
+        "  replicas:\n"
+        "    chief: {count: 1, resources: {cpus: 0.1, mem: 32}}\n"
+        "    ps: {count: 1, resources: {cpus: 0.1, mem: 32}}\n"
+        "    worker: {count: 2, resources: {cpus: 0.1, mem: 32}}\n"
+        "    evaluator: {count: 1, resources: {cpus: 0.1, mem: 32}}\n"
+    )
+    applied = cli("apply", "specs", "--backend", "mesos", cwd=root, timeout=120)  # no --wait
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    names = ["chief-0", "ps-0", "worker-0", "worker-1", "evaluator-0"]
+    # apply returned once every task had fetched: each wrote what it saw before apply's end
+    seen = {name: json.loads((out / f"{name}.json").read_text()) for name in names}
+    status = yaml.safe_load((root / "status" / "wired.yaml").read_text())
+    address = {f"{t['role']}-{t['index']}": f"{t['host']}:{t['port']}" for t in status["tasks"]}
+    training = {"chief": [address["chief-0"]], "ps": [address["ps-0"]]}
+    training["worker"] = [address["worker-0"], address["worker-1"]]
+    for name, (tf_config, argv, url_seen) in seen.items():
+        role, index = name.split("-")
+        cluster = {**training, "evaluator": [address["evaluator-0"]]} if role == "evaluator" else training
+        expected = json.dumps(
+            {"cluster": cluster, "task": {"type": role, "index": int(index)}}, separators=(",", ":")
+        )
+        assert tf_config == expected, name
+        workers = ",".join(training["worker"])
+        assert argv == [f"--ps={address['ps-0']}", f"--workers={workers}", f"{role}:{index}", "2"]
+        assert not url_seen
+    infos = accepted_task_infos(emulator)
+    assert len(infos) == 5
+    for info in infos:
+        variables = info["command"]["environment"]["variables"]  # type: ignore[index]
+        assert "TF_CONFIG" not in {v["name"] for v in variables}
+        assert address["worker-1"] not in json.dumps(info)
+        arguments = info["command"]["arguments"]  # type: ignore[index]
+        at = arguments.index(BOOTSTRAP)  # after the working directory's `sh -c 'cd ...'`
+        assert arguments[at - 2 : at + 2] == ["python3", "-c", BOOTSTRAP, PY]
+    waited = cli("apply", "specs", "--backend", "mesos", "--wait", "--timeout", "60", cwd=root, timeout=90)
+    assert waited.returncode == 0, waited.stdout + waited.stderr
+    assert yaml.safe_load((root / "status" / "wired.yaml").read_text())["phase"] == "Succeeded"
+
+
+@pytest.mark.tf
+@pytest.mark.e2e
+def test_tensorflow_jobs_train_with_their_cluster_fetched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """specs/mnist-mwms.yaml (TF_CONFIG, MultiWorkerMirroredStrategy) and legacy-flags.yaml
+    (TF1 flags) as Mesos tasks whose cluster every task fetches."""
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    emulator = start_emulator(
+        tmp_path, agents=2, agent_resources="cpus:4;mem:16384;ports:[31000-31099]", kill_grace_period=3.0
+    )
+    with emulated_project(tmp_path, emulator, clusterServer="{minBytes: 0}") as (root, _):
+        for name in ("mnist-mwms.yaml", "mwms_train.py", "legacy-flags.yaml", "legacy_train.py"):
+            shutil.copy(REPO / "specs" / name, root / "specs" / name)
+        result = cli(
+            "apply", "specs", "--wait", "--backend", "mesos", "--timeout", "400", cwd=root, timeout=450
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        for name in ("mnist-mwms", "legacy-flags"):
+            document = yaml.safe_load((root / "status" / f"{name}.yaml").read_text())
+            assert document["phase"] == "Succeeded", (name, document["message"])
+
+        def log(job: str, task: str) -> str:
+            shown = cli("logs", job, "--task", task, cwd=root)
+            assert shown.returncode == 0, shown.stderr
+            return shown.stdout
+
+        hashes = [
+            re.findall(r"^FINAL_WEIGHTS_SHA256 ([0-9a-f]{64})$", log("mnist-mwms", f"worker:{i}"), re.M)
+            for i in (0, 1)
+        ]
+        assert hashes[0] and hashes[0] == hashes[1], "both workers end with identical weights"
+        for index in (0, 1):
+            steps = re.findall(r"^FINAL_GLOBAL_STEP (\d+)", log("legacy-flags", f"worker:{index}"), re.M)
+            assert steps and int(steps[0]) >= 200
+        infos = accepted_task_infos(emulator)
+        assert infos and all('"TF_CONFIG"' not in json.dumps(info) for info in infos)
