@@ -24,7 +24,7 @@ under the same machine load; the load average is in the notes.
 
 ``--also-env-bytes N`` adds a third framework to the alternation, the minimal one with N bytes
 of environment in every task (``minimal+N``; JSON lines only): what a TaskInfo the size of
-tfdeclare's costs the agents. ``--also-fetch`` adds ``tfdeclare+fetch``: tfdeclare with
+tfdeclare's costs the agents. ``--also-fetch`` adds ``tfdeclare-fetch``: tfdeclare with
 ``mesos.clusterServer`` set (defaults), so a job above 2 KB of cluster per task fetches it at
 start instead of carrying it in every TaskInfo (issue 33, item 2; JSON lines only).
 
@@ -98,9 +98,9 @@ def task_processes(root: int) -> int:
 def command(framework: str, folder: Path, url: str, tasks: int) -> list[str]:
     """``tfdeclare``, ``minimal``, or ``minimal+N`` (the minimal framework with N bytes of
     environment in every task)."""
-    if framework in ("tfdeclare", "tfdeclare+fetch"):
+    if framework in ("tfdeclare", "tfdeclare-fetch"):
         project(folder, url, tasks)
-        if framework == "tfdeclare+fetch":
+        if framework == "tfdeclare-fetch":
             config = folder / "tfdeclare.yaml"
             config.write_text(config.read_text().replace("}\n", ", clusterServer: {}}\n", 1))
         return [sys.executable, "-m", "tfdeclare", "apply", "specs"]
@@ -273,11 +273,11 @@ def cli() -> int:
     parser.add_argument(
         "--also-fetch",
         action="store_true",
-        help="also run tfdeclare with mesos.clusterServer (tfdeclare+fetch)",
+        help="also run tfdeclare with mesos.clusterServer (tfdeclare-fetch)",
     )
     args = parser.parse_args()
     frameworks = FRAMEWORKS + ((f"minimal+{args.also_env_bytes}",) if args.also_env_bytes else ())
-    frameworks += ("tfdeclare+fetch",) if args.also_fetch else ()
+    frameworks += ("tfdeclare-fetch",) if args.also_fetch else ()
     for result in results(measure(args.runs, [int(n) for n in args.tasks.split(",")], frameworks)):
         print(result.row(), flush=True)
     return 0

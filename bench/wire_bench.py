@@ -3,7 +3,8 @@ the cluster in band (``TF_CONFIG`` in every task's environment) and fetched out 
 (``mesos.clusterServer``: a fixed bootstrap, the URL and token). Measured on the TaskInfos the
 backend really builds (``launches`` then ``taskinfo.task_info``, encoded as the scheduler
 client encodes calls), for one job of n workers with the labels, resources and ids of a real
-launch; the figure is the largest TaskInfo of the job and the total per job.
+launch (agents at IPv4 addresses, one task per agent); the figures are the largest TaskInfo
+of the job and the total per job.
 
     python -m bench.wire_bench [--sizes 10,100,1000]
 """
@@ -42,7 +43,7 @@ def job(workers: int) -> list[TaskLaunch]:
         name="resnet50", uid="9f3c2a1b", canonical=loaded.canonical, spec_hash=loaded.spec_hash
     )
     slots = tuple(
-        Slot(key, f"agent-{n % 1000:04d}.cluster.example.com", 31000 + n // 1000)
+        Slot(key, f"10.0.{n % 1000 // 250}.{n % 250 + 1}", 31000 + n // 1000)  # 1,000 agents
         for n, key in enumerate(record.spec.task_keys())
     )
     placement = Placement("resnet50", 0, slots, "t")

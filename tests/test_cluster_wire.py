@@ -20,10 +20,13 @@ import pytest
 
 from tfdeclare.backends.mesos.bootstrap import BOOTSTRAP, FETCH_FAILED_EXIT, URL_ENV
 from tfdeclare.backends.mesos.clusterserver import ROUTE, ClusterServer
-from tfdeclare.backends.mesos.clusterwire import ClusterWire, Delivery, delivery
+from tfdeclare.backends.mesos.clusterwire import ClusterWire, Delivery, delivery, fetches
 from tfdeclare.backends.mesos.config import ClusterServerConfig
+from tfdeclare.backends.mesos.journal import TaskEntry
 from tfdeclare.backends.mesos.taskinfo import task_info, task_labels
-from tfdeclare.core.enums import Role
+from tfdeclare.backends.mesos.taskstate import cause_of
+from tfdeclare.core.enums import EndCause, Role, TaskState
+from tfdeclare.core.run.causes import classify
 from tfdeclare.core.run.clusterdoc import document, generation, payload_bytes
 from tfdeclare.core.run.clusterspec import substitute
 from tfdeclare.core.run.launches import launches, placed
@@ -341,3 +344,33 @@ def test_the_wait_ends_when_every_task_fetched_or_ended_or_at_its_bound() -> Non
     assert server.pending() == {"t1"}  # t2 is awaited no more
     assert server.answer(f"{ROUTE}?task=worker-1&token={token}")[0] == 200
     assert server.wait_fetched(300, lambda ids: set()) == set()
+
+
+# ---- a failed fetch is a platform event ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("state", "unfetched", "cause"),
+    [
+        ("TASK_FAILED", True, EndCause.CLUSTER_UNDELIVERED),
+        ("TASK_FAILED", False, EndCause.JOB),  # exit 86 of a task that carries its cluster in band
+        ("TASK_FINISHED", True, EndCause.JOB),
+        ("TASK_KILLED", True, EndCause.JOB),
+    ],
+)
+def test_a_failed_fetch_is_a_platform_event(state: str, unfetched: bool, cause: EndCause) -> None:
+    assert cause_of(state, None, None, unfetched) is cause
+    assert classify(TaskState.FAILED, EndCause.CLUSTER_UNDELIVERED).platform
+
+
+def test_the_journal_says_which_tasks_fetch_their_cluster(wire: ClusterWire) -> None:
+    in_band = job_launches("{worker: {count: 1}}")[0]
+    fetching = wire.prepare([in_band])[0]
+    assert fetches(fetching) and not fetches(in_band)
+    entry = TaskEntry(
+        fetching.task_id, "j", "worker", 0, 0, "c", "s", 1, 1, 0, "a", "h", 1, "", 0.0, fetches_cluster=True
+    )
+    assert TaskEntry.from_json(entry.to_json()).fetches_cluster
+    assert not TaskEntry.from_json(
+        {k: v for k, v in entry.to_json().items() if k != "fetches_cluster"}
+    ).fetches_cluster

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +21,9 @@ import yaml
 
 from tests.conftest import REPO, cli
 from tests.mesos_emulator import Emulator
-from tests.mesos_fixtures import PY, emulated_project, start_emulator
+from tests.mesos_fixtures import PY, config_yaml, emulated_project, start_emulator
+from tests.test_daemon import Daemon
+from tests.waiting import wait_until
 from tfdeclare.backends.mesos.bootstrap import BOOTSTRAP, URL_ENV
 
 # Each task writes what it sees (TF_CONFIG, argv) to OUT/<role>-<index>.json, then idles.
@@ -133,3 +136,102 @@ def test_tensorflow_jobs_train_with_their_cluster_fetched(
             assert steps and int(steps[0]) >= 200
         infos = accepted_task_infos(emulator)
         assert infos and all('"TF_CONFIG"' not in json.dumps(info) for info in infos)
+
+
+@pytest.mark.slow
+def test_a_task_whose_token_went_stale_is_a_platform_event_and_the_job_restarts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon serves the clusters; it restarts (same listen address, a new token) while
+    the first launch's tasks have not fetched theirs yet (``python3`` on the agents' PATH is
+    a wrapper that waits 4 s in attempt 0): they get 403, exit 86, and the new daemon counts
+    that as the platform event ``ClusterUndelivered`` (not against ``backoffLimit: 0``) and
+    restarts the job, whose tasks then fetch their cluster from it."""
+    wrappers = tmp_path / "bin"
+    wrappers.mkdir()
+    python3 = wrappers / "python3"
+    python3.write_text(f'#!/bin/sh\n[ "$TFDECLARE_ATTEMPT" = 0 ] && sleep 4\nexec {PY} "$@"\n')
+    python3.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{wrappers}{os.pathsep}{os.environ['PATH']}")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    emulator = start_emulator(tmp_path, agents=1)
+    settings = f"{{listen: '127.0.0.1:{port}', minBytes: 0, fetchWaitSeconds: 1}}"
+    with emulated_project(tmp_path, emulator, clusterServer=settings) as (root, _):
+        out = root / "out"
+        out.mkdir()
+        command = [PY, "-c", TASK, "600"]
+        (root / "specs" / "job.yaml").write_text(
+            "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: wired}\nspec:\n"
+            f"  command: {json.dumps(command)}\n  env: {{OUT: {out}}}\n  backoffLimit: 0\n"
+            "  replicas: {worker: {count: 2, resources: {cpus: 0.1, mem: 32}}}\n"
+        )
+        first = Daemon(root, "--specs", "specs", "--interval", "1")
+        try:
+            wait_until(lambda: len(accepted_task_infos(emulator)) == 2, timeout=60)
+        finally:
+            first.stop()  # its server closes after fetchWaitSeconds: the tasks have not fetched
+        second = Daemon(root, "--specs", "specs", "--interval", "1")
+        try:
+
+            def restarted() -> dict[str, object] | None:
+                path = root / "status" / "wired.yaml"
+                doc = yaml.safe_load(path.read_text()) if path.exists() else None
+                ok = doc and doc["phase"] == "Running" and doc.get("platformRestarts") == 1
+                return (
+                    doc
+                    if ok and (out / "worker-1.json").exists() and (out / "worker-0.json").exists()
+                    else None
+                )
+
+            doc = wait_until(restarted, timeout=90)
+            assert doc["restarts"] == 0  # type: ignore[index]
+            assert [e["cause"] for e in doc["platformEvents"]] == ["ClusterUndelivered"]  # type: ignore[index]
+            for index in (0, 1):
+                tf_config = json.loads((out / f"worker-{index}.json").read_text())[0]
+                assert json.loads(tf_config)["task"] == {"type": "worker", "index": index}
+            said = [f.read_text() for f in (tmp_path / "sandboxes").rglob("stderr")]
+            failed = [text for text in said if "tfdeclare: cannot fetch the cluster: HTTP Error 403" in text]
+            assert failed, said  # the first to fail restarts the job: the other may be stopped first
+        finally:
+            second.stop()
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+@pytest.mark.e2e
+@pytest.mark.parametrize("containerizer", ["docker", "mesos"])
+def test_tasks_in_containers_fetch_their_cluster(
+    docker_client: object, base_image: str, tmp_path: Path, containerizer: str
+) -> None:
+    """The image's ``python3`` runs the bootstrap (host networking: the framework's loopback
+    server is reachable), under the Docker containerizer and the Mesos one."""
+    from tests.test_mesos_containers_job import allowed_host_paths, job
+
+    emulator = start_emulator(tmp_path, agents=2, containerizers=("docker", "mesos"))
+    try:
+        root = tmp_path / "project"
+        out = tmp_path / "out"
+        (root / "specs").mkdir(parents=True)
+        out.mkdir()
+        config = config_yaml(emulator.url, containerizer=containerizer, clusterServer="{minBytes: 0}")
+        (root / "tfdeclare.yaml").write_text(config + allowed_host_paths(REPO, tmp_path))
+        (root / "specs" / "boxed.yaml").write_text(job(base_image, out))
+        result = cli("apply", "specs", "--wait", "--backend", "mesos", "--timeout", "90", cwd=root)
+        assert result.returncode == 0, result.stdout + result.stderr
+        document = yaml.safe_load((root / "status" / "boxed.yaml").read_text())
+        assert document["phase"] == "Succeeded"
+        address = {f"{t['role']}-{t['index']}": f"{t['host']}:{t['port']}" for t in document["tasks"]}
+        cluster = {"ps": [address["ps-0"]], "worker": [address["worker-0"], address["worker-1"]]}
+        records = {path.stem: json.loads(path.read_text()) for path in out.glob("*.json")}
+        assert sorted(records) == ["ps-0.0", "worker-0.0", "worker-1.0"]
+        for name, record in records.items():
+            role, index = name.split(".")[0].split("-")
+            assert record["tfConfig"] == {"cluster": cluster, "task": {"type": role, "index": int(index)}}
+            assert URL_ENV not in record["env"]
+        infos = accepted_task_infos(emulator)
+        assert len(infos) == 3 and all(address["worker-1"] not in json.dumps(info) for info in infos)
+        assert cli("delete", "boxed", cwd=root).returncode == 0
+    finally:
+        emulator.stop()

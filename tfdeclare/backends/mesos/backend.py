@@ -32,8 +32,9 @@ from tfdeclare.backends.base import BackendError, LogChunk
 from tfdeclare.backends.mesos import decide
 from tfdeclare.backends.mesos import decide_messages as msg
 from tfdeclare.backends.mesos.auth import Credentials, credentials_for
+from tfdeclare.backends.mesos.bootstrap import FETCH_FAILED_EXIT
 from tfdeclare.backends.mesos.client import ClientConfig, SchedulerClient
-from tfdeclare.backends.mesos.clusterwire import ClusterWire
+from tfdeclare.backends.mesos.clusterwire import ClusterWire, fetches
 from tfdeclare.backends.mesos.config import MesosConfig
 from tfdeclare.backends.mesos.errors import (
     ConfigError,
@@ -168,6 +169,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
                     detail = f": {err.last_error}" if err.last_error else " (no answer)"
                     raise BackendError(f"{unreachable}{detail}", code=ErrorCode.MASTER_UNREACHABLE) from None
                 self._adopt(client, unreachable)
+                self._serve_clusters()
                 return client
             raise BackendError(
                 f"cannot subscribe a new framework at {self.config.master}", code=ErrorCode.FRAMEWORK_REFUSED
@@ -233,6 +235,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
 
     def _observed(self, entry: TaskEntry, now: float) -> ObservedTask:
         state, exit_code, message = observed_state(entry, now, self.config.fencing_timeout_s)
+        unfetched = entry.fetches_cluster and exit_code == FETCH_FAILED_EXIT  # the bootstrap's exit
         extra = {"agentId": entry.agent_id}
         if entry.state is not None:
             extra["mesosState"] = entry.state
@@ -255,7 +258,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
             spec_hash=entry.spec_hash,
             extra=extra,
             unhealthy=unhealthy(entry),
-            cause=cause_of(entry.state, entry.reason, entry.moved_for),
+            cause=cause_of(entry.state, entry.reason, entry.moved_for, unfetched),
         )
 
     # ---- place / release -----------------------------------------------------------------------
@@ -431,17 +434,23 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
             ]
         except SecretUnavailable as err:
             raise BackendError(f"{placement.job}: {err}", code=ErrorCode.SECRET_UNAVAILABLE) from None
-        try:  # each task's cluster in its TaskInfo or fetched at its start (clusterwire)
-            ready = self._cluster_wire.prepare(ready)
-        except OSError as err:
-            raise BackendError(
-                f"mesos.clusterServer cannot listen: {err}", code=ErrorCode.SETTINGS_UNUSABLE
-            ) from None
+        ready = self._cluster_wire.prepare(ready)  # each task's cluster in band or fetched (clusterwire)
         self._request(lambda f: self._launch(f, placement, ready))
 
     @functools.cached_property
     def _cluster_wire(self) -> ClusterWire:
         return ClusterWire(self.config.cluster_server)
+
+    def _serve_clusters(self) -> None:
+        """With ``mesos.clusterServer``, serve from the subscription on (the process acts as
+        the framework): a task an earlier process launched that has yet to fetch its cluster
+        gets 403 (a stale token) at once, rather than no answer until its tries end."""
+        try:
+            self._cluster_wire.start()
+        except OSError as err:
+            raise BackendError(
+                f"mesos.clusterServer cannot listen: {err}", code=ErrorCode.SETTINGS_UNUSABLE
+            ) from None
 
     def _launch(self, future: Future[None], placement: Placement, tasks: list[TaskLaunch]) -> None:
         todo = [t for t in tasks if t.task_id not in self._tasks]
@@ -539,6 +548,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
             agent_url=self._pool.agent_urls.get(agent_id, ""),
             created_at=now,
             kill_grace_s=task.grace_period_s,
+            fetches_cluster=fetches(task),
         )
 
     # ---- stop / forget / purge ----------------------------------------------------------------

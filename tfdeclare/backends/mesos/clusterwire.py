@@ -11,8 +11,10 @@ each task fetches its description as it starts.
 
 This module owns the choice (``delivery``: pure, per launch) and the rewriting of a launch
 for fetching (``fetched``: pure), and ``ClusterWire``, which the backend asks to prepare each
-batch of launches (registering fetched jobs' generations with its server, started on first
-need) and to wait, at close, for the tasks still to fetch theirs. What stays in band: tasks
+batch of launches (registering fetched jobs' generations with its server, which it starts
+when the backend subscribes: from then on the process acts as the framework, and a task an
+earlier process launched gets 403 for its stale token at once) and to wait, at close, for
+the tasks still to fetch theirs. What stays in band: tasks
 outside the TF cluster (TensorBoard) and roles that run their image's entrypoint (a bootstrap
 cannot wrap an entrypoint it does not know). A task's identity (``configHash``) never depends
 on the delivery: changing ``mesos.clusterServer`` restarts no task.
@@ -69,6 +71,11 @@ def fetched(launch: TaskLaunch, base: str, token: str) -> TaskLaunch:
     return replace(launch, argv=bootstrap_argv(source.argv[launch.key.role]), env=tuple(sorted(env)))
 
 
+def fetches(launch: TaskLaunch) -> bool:
+    """Does ``launch`` (as prepared) fetch its cluster at its start?"""
+    return any(name == URL_ENV for name, _ in launch.env)
+
+
 class ClusterWire:
     """Prepares launches for their delivery; owns the cluster server once one is needed."""
 
@@ -77,10 +84,16 @@ class ClusterWire:
         self.server: ClusterServer | None = None
         self._warned: set[str] = set()
 
+    def start(self) -> None:
+        """Start the server when configured (the backend subscribed). Raises ``OSError``
+        when it cannot listen."""
+        if self.settings is not None:
+            self._server()
+
     def prepare(self, tasks: Sequence[TaskLaunch]) -> list[TaskLaunch]:
         """``tasks`` as they are launched: each fetched job's registered with the server (a
-        new generation, and token, when its addresses or attempt changed). Raises ``OSError``
-        when the server cannot listen."""
+        new generation, and token, when its addresses or attempt changed). The server was
+        started when the backend subscribed (``start``)."""
         payloads: dict[int, int] = {}  # id(source) -> its payload: one source per launch batch
         out: list[TaskLaunch] = []
         groups: dict[int, tuple[ClusterSource, list[TaskLaunch]]] = {}
