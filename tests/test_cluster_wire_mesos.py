@@ -235,3 +235,41 @@ def test_tasks_in_containers_fetch_their_cluster(
         assert cli("delete", "boxed", cwd=root).returncode == 0
     finally:
         emulator.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("wrapper", "waits_out"),
+    [
+        ("exit 3", False),  # the tasks end before they fetch: apply does not wait for them
+        ("sleep 30", True),  # they neither fetch nor end: apply waits fetchWaitSeconds, then says so
+    ],
+)
+def test_apply_waits_for_the_fetches_of_live_tasks_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wrapper: str, waits_out: bool
+) -> None:
+    wrappers = tmp_path / "bin"
+    wrappers.mkdir()
+    (wrappers / "python3").write_text(f"#!/bin/sh\n{wrapper}\n")
+    (wrappers / "python3").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{wrappers}{os.pathsep}{os.environ['PATH']}")
+    emulator = start_emulator(tmp_path, agents=1)
+    with emulated_project(tmp_path, emulator, clusterServer="{minBytes: 0, fetchWaitSeconds: 2}") as (
+        root,
+        _,
+    ):
+        (root / "specs" / "job.yaml").write_text(
+            "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: wired}\nspec:\n"
+            f"  command: [{PY}, -c, pass]\n  backoffLimit: 0\n"
+            "  replicas: {worker: {count: 2, resources: {cpus: 0.1, mem: 32}}}\n"
+        )
+        if not waits_out:  # the first pass after their end sees them failed: wait for that here
+            applied = cli(
+                "apply", "specs", "--backend", "mesos", "--wait", "--timeout", "60", cwd=root, timeout=90
+            )
+            assert applied.returncode != 0 and "wired" in applied.stdout + applied.stderr
+        else:
+            applied = cli("apply", "specs", "--backend", "mesos", cwd=root, timeout=90)
+            assert applied.returncode == 0, applied.stdout + applied.stderr
+        said = "closing the cluster server before 2 task(s) fetched their cluster"
+        assert (said in applied.stderr) is waits_out, applied.stderr

@@ -441,6 +441,17 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
     def _cluster_wire(self) -> ClusterWire:
         return ClusterWire(self.config.cluster_server)
 
+    def _ended_of(self, task_ids: set[str]) -> set[str]:
+        """Which of ``task_ids`` have ended or are forgotten (asked of the loop)."""
+
+        def ended() -> set[str]:
+            return {i for i in task_ids if (e := self._tasks.get(i)) is None or is_terminal(e.state)}
+
+        try:
+            return self._ask(ended)
+        except BackendError:  # closed meanwhile: nothing more is known
+            return set()
+
     def _serve_clusters(self) -> None:
         """With ``mesos.clusterServer``, serve from the subscription on (the process acts as
         the framework): a task an earlier process launched that has yet to fetch its cluster
@@ -651,11 +662,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
         if self._loop_thread is not None:
             self._request(self._drain)
             if "_cluster_wire" in self.__dict__:  # its tasks fetch their cluster before it closes
-                self._cluster_wire.close(
-                    lambda ids: self._ask(
-                        lambda: {i for i in ids if (e := self._tasks.get(i)) is None or is_terminal(e.state)}
-                    )
-                )
+                self._cluster_wire.close(self._ended_of)
             self._request(self._hand_back_offers)
             self._inbox.put(None)  # the loop stops after what is queued, then the senders
             for thread in self._threads:
