@@ -612,6 +612,8 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
             self._journal.delete(gone, sync=False)
 
         self._ask(purge)
+        if "_cluster_wire" in self.__dict__:
+            self._cluster_wire.forget(job)  # its token is refused from now on
 
     # ---- logs ---------------------------------------------------------------------------------
 

@@ -38,7 +38,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from tfdeclare.backends.mesos.config import ClusterServerConfig
-from tfdeclare.core.run.clusterdoc import document
+from tfdeclare.core.run.clusterdoc import Documents
 from tfdeclare.core.run.tasks import ClusterSource, TaskKey
 
 log = logging.getLogger("tfdeclare.mesos")
@@ -72,7 +72,7 @@ class Generation:
     # The launched tasks by name (worker-3): the id of the latest launch and the task's key
     tasks: dict[str, tuple[str, TaskKey]] = field(default_factory=dict)
     pending: set[str] = field(default_factory=set)
-    answers: dict[TaskKey, bytes] = field(default_factory=dict)  # built once per task
+    documents: Documents | None = None  # made on the first fetch
 
 
 def _key(token: str) -> str:
@@ -151,10 +151,11 @@ class ClusterServer:
         if launched is None:
             return 404, _error("no such task in this cluster")
         task_id, key = launched
-        body = generation.answers.get(key)
-        if body is None:
-            body = json.dumps(document(generation.source, key), separators=(",", ":")).encode()
-            generation.answers[key] = body
+        with self._changed:
+            if generation.documents is None:
+                generation.documents = Documents(generation.source)
+            documents = generation.documents
+        body = json.dumps(documents.of(key), separators=(",", ":")).encode()
         with self._changed:
             if task_id in generation.pending:
                 generation.pending.discard(task_id)

@@ -125,6 +125,11 @@ class ClusterWire:
                 out.append(fetched(task, self.server.base_url, token_of))
         return out
 
+    def forget(self, job: str) -> None:
+        """``job`` is gone: stop serving it."""
+        if self.server is not None:
+            self.server.forget(job)
+
     def _server(self) -> ClusterServer:
         if self.server is None:
             assert self.settings is not None

@@ -7,9 +7,10 @@ the task starts (``tfdeclare.backends.mesos.clusterserver``). This module owns:
 
 - ``payload_bytes``: how many bytes of a task's launch its cluster description takes in band
   (what the choice between the two deliveries weighs);
-- ``document``: what a task of ``key`` is served, with exactly the values it gets in band
-  (``clusterspec``'s rules: the evaluator is left out of the others' cluster; legacy flags
-  know only ``ps`` and ``worker``): ``{"env": {"TF_CONFIG": ...}}`` for ``tf_config``,
+- ``document`` (``Documents`` for the tasks of one generation): what a task of ``key`` is
+  served, with exactly the values it gets in band (``clusterspec``'s rules: the evaluator is
+  left out of the others' cluster; legacy flags know only ``ps`` and ``worker``):
+  ``{"env": {"TF_CONFIG": ...}}`` for ``tf_config``,
   ``{"flags": {"ps_hosts": ..., "worker_hosts": ..., "job_name": ..., "task_index": ...}}``
   for ``legacy_flags``, both for ``both``;
 - ``generation``: a digest naming the cluster a launch's tasks see (a new one when any
@@ -54,13 +55,30 @@ def payload_bytes(source: ClusterSource) -> int:
 
 def document(source: ClusterSource, key: TaskKey) -> dict[str, Any]:
     """What task ``key`` (a task of the cluster) is served."""
-    out: dict[str, Any] = {}
-    if with_tf_config(source.style):
-        out["env"] = {"TF_CONFIG": tf_config(cluster_json(source.addresses, key.role), key)}
-    if with_flags(source.style):
-        own = {"job_name": key.role.value, "task_index": str(key.index)}
-        out["flags"] = {**legacy_hosts(source.addresses), **own}
-    return out
+    return Documents(source).of(key)
+
+
+class Documents:
+    """The documents of one generation's tasks: each role's cluster and the legacy host lists
+    made once, so serving each task its document costs O(job) time and no memory per task."""
+
+    def __init__(self, source: ClusterSource) -> None:
+        self.source = source
+        self._clusters: dict[Role, str] = {}
+        self._hosts: dict[str, str] | None = None
+
+    def of(self, key: TaskKey) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if with_tf_config(self.source.style):
+            cluster = self._clusters.get(key.role)
+            if cluster is None:
+                cluster = self._clusters[key.role] = cluster_json(self.source.addresses, key.role)
+            out["env"] = {"TF_CONFIG": tf_config(cluster, key)}
+        if with_flags(self.source.style):
+            if self._hosts is None:
+                self._hosts = legacy_hosts(self.source.addresses)
+            out["flags"] = {**self._hosts, "job_name": key.role.value, "task_index": str(key.index)}
+        return out
 
 
 def generation(job: str, attempt: int, source: ClusterSource) -> str:
