@@ -374,3 +374,26 @@ def test_the_journal_says_which_tasks_fetch_their_cluster(wire: ClusterWire) -> 
     assert not TaskEntry.from_json(
         {k: v for k, v in entry.to_json().items() if k != "fetches_cluster"}
     ).fetches_cluster
+
+
+def test_a_server_hands_its_generations_to_the_next_one() -> None:
+    source = job_launches("{ps: {count: 1}, worker: {count: 2}}", "both")[0].cluster
+    assert source is not None
+    first = ClusterServer(ClusterServerConfig())
+    token = first.register("j", "g1", source, [("t0", TaskKey(Role.WORKER, 0))])
+    saved = json.loads(json.dumps(first.saved()))  # as written to and read from the file
+    second = ClusterServer(ClusterServerConfig())
+    second.restore(saved["generations"])
+    for key in source.addresses:  # any task of the generation: the first's or the second's
+        served = json.dumps(document(source, key), separators=(",", ":")).encode()
+        assert second.answer(f"{ROUTE}?task={key.name}&token={token}") == (200, served)
+    assert second.pending() == set()  # nothing to wait for: the tasks were the first's
+    assert second.register("j", "g1", source, [("t1", TaskKey(Role.WORKER, 1))]) == token  # same generation
+    assert second.register("j", "g2", source, []) != token
+    assert second.answer(f"{ROUTE}?task=worker-0&token={token}")[0] == 403
+    with pytest.raises((ValueError, KeyError, TypeError)):
+        ClusterServer(ClusterServerConfig()).restore([{**saved["generations"][0], "style": "nonsense"}])
+    short = {**saved["generations"][0], "token": "short"}
+    third = ClusterServer(ClusterServerConfig())
+    third.restore([short])  # a token too short to be ours is not served
+    assert third.answer(f"{ROUTE}?task=worker-0&token=short")[0] == 403

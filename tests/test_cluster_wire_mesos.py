@@ -139,25 +139,31 @@ def test_tensorflow_jobs_train_with_their_cluster_fetched(
 
 
 @pytest.mark.slow
-def test_a_task_whose_token_went_stale_is_a_platform_event_and_the_job_restarts(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("kept", [True, False])
+def test_the_next_daemon_serves_the_clusters_its_predecessor_handed_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kept: bool
 ) -> None:
-    """The daemon serves the clusters; it restarts (same listen address, a new token) while
-    the first launch's tasks have not fetched theirs yet (``python3`` on the agents' PATH is
-    a wrapper that waits 4 s in attempt 0): they get 403, exit 86, and the new daemon counts
-    that as the platform event ``ClusterUndelivered`` (not against ``backoffLimit: 0``) and
-    restarts the job, whose tasks then fetch their cluster from it."""
+    """The daemon stops (after ``fetchWaitSeconds``: 1) before the tasks it launched fetch
+    their cluster (``python3`` on the agents' PATH is a wrapper that waits 4 s in attempt 0).
+    The next daemon serves the same generations, tokens and port (``clusters.json`` in the
+    state folder; ``listen`` left at port 0): the tasks fetch their cluster from it and the
+    job runs on, never restarted. With that file lost (``kept`` False; a fixed port), their
+    tokens are stale: 403, exit 86, and the next daemon counts that as the platform event
+    ``ClusterUndelivered`` (not against ``backoffLimit: 0``) and restarts the job, whose tasks
+    then fetch their cluster from it."""
     wrappers = tmp_path / "bin"
     wrappers.mkdir()
     python3 = wrappers / "python3"
     python3.write_text(f'#!/bin/sh\n[ "$TFDECLARE_ATTEMPT" = 0 ] && sleep 4\nexec {PY} "$@"\n')
     python3.chmod(0o755)
     monkeypatch.setenv("PATH", f"{wrappers}{os.pathsep}{os.environ['PATH']}")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    listen = ""
+    if not kept:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            listen = f"listen: '127.0.0.1:{probe.getsockname()[1]}', "
     emulator = start_emulator(tmp_path, agents=1)
-    settings = f"{{listen: '127.0.0.1:{port}', minBytes: 0, fetchWaitSeconds: 1}}"
+    settings = f"{{{listen}minBytes: 0, fetchWaitSeconds: 1}}"
     with emulated_project(tmp_path, emulator, clusterServer=settings) as (root, _):
         out = root / "out"
         out.mkdir()
@@ -172,28 +178,37 @@ def test_a_task_whose_token_went_stale_is_a_platform_event_and_the_job_restarts(
             wait_until(lambda: len(accepted_task_infos(emulator)) == 2, timeout=60)
         finally:
             first.stop()  # its server closes after fetchWaitSeconds: the tasks have not fetched
+        handed = root / ".tfdeclare" / "mesos" / "clusters.json"
+        assert handed.stat().st_mode & 0o777 == 0o600
+        assert len(json.loads(handed.read_text())["generations"]) == 1
+        if not kept:
+            handed.unlink()
         second = Daemon(root, "--specs", "specs", "--interval", "1")
         try:
 
-            def restarted() -> dict[str, object] | None:
+            def fetched() -> dict[str, object] | None:
                 path = root / "status" / "wired.yaml"
                 doc = yaml.safe_load(path.read_text()) if path.exists() else None
-                ok = doc and doc["phase"] == "Running" and doc.get("platformRestarts") == 1
+                ok = doc and doc["phase"] == "Running" and doc.get("platformRestarts") == (0 if kept else 1)
                 return (
                     doc
                     if ok and (out / "worker-1.json").exists() and (out / "worker-0.json").exists()
                     else None
                 )
 
-            doc = wait_until(restarted, timeout=90)
+            doc = wait_until(fetched, timeout=90)
             assert doc["restarts"] == 0  # type: ignore[index]
-            assert [e["cause"] for e in doc["platformEvents"]] == ["ClusterUndelivered"]  # type: ignore[index]
             for index in (0, 1):
                 tf_config = json.loads((out / f"worker-{index}.json").read_text())[0]
                 assert json.loads(tf_config)["task"] == {"type": "worker", "index": index}
             said = [f.read_text() for f in (tmp_path / "sandboxes").rglob("stderr")]
             failed = [text for text in said if "tfdeclare: cannot fetch the cluster: HTTP Error 403" in text]
-            assert failed, said  # the first to fail restarts the job: the other may be stopped first
+            if kept:
+                assert not failed and doc.get("platformEvents") in (None, [])  # type: ignore[union-attr]
+                assert len(accepted_task_infos(emulator)) == 2  # the first launch runs on
+            else:
+                assert [e["cause"] for e in doc["platformEvents"]] == ["ClusterUndelivered"]  # type: ignore[index]
+                assert failed, said  # the first to fail restarts the job: the other may be stopped first
         finally:
             second.stop()
 

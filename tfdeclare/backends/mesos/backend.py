@@ -439,7 +439,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
 
     @functools.cached_property
     def _cluster_wire(self) -> ClusterWire:
-        return ClusterWire(self.config.cluster_server)
+        return ClusterWire(self.config.cluster_server, self.root)
 
     def _ended_of(self, task_ids: set[str]) -> set[str]:
         """Which of ``task_ids`` have ended or are forgotten (asked of the loop)."""

@@ -19,11 +19,13 @@ query (not a header) to keep the bootstrap short; the server logs no request tar
 bootstrap bypasses proxies.
 
 The server also counts which launched tasks have fetched their document, so that ``apply``
-can wait for them before it returns (``wait_fetched``).
+can wait for them before it returns (``wait_fetched``), and hands its generations over to the
+next framework process (``saved``/``restore``: ``clusterwire`` keeps them in the state folder).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -31,13 +33,14 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from tfdeclare.backends.mesos.config import ClusterServerConfig
+from tfdeclare.core.enums import ClusterSpecStyle, Role
 from tfdeclare.core.run.clusterdoc import Documents
 from tfdeclare.core.run.tasks import ClusterSource, TaskKey
 
@@ -96,6 +99,7 @@ class ClusterServer:
         self._http: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.base_url = ""
+        self.port = 0
 
     # ---- the registry -------------------------------------------------------------------------
 
@@ -181,16 +185,54 @@ class ClusterServer:
             with self._changed:
                 self._changed.wait(min(WAIT_STEP_S, remaining))
 
+    def saved(self) -> dict[str, Any]:
+        """The generations served and the port bound, for the next framework process."""
+        with self._changed:
+            generations = [
+                {
+                    "job": g.job,
+                    "name": g.name,
+                    "token": g.token,
+                    "style": g.source.style.value,
+                    "addresses": sorted([k.role.value, k.index, a] for k, a in g.source.addresses.items()),
+                }
+                for g in self._jobs.values()
+            ]
+        return {"port": self.port, "generations": generations}
+
+    def restore(self, generations: Iterable[Mapping[str, Any]]) -> None:
+        """Serve the generations an earlier framework process served, with their tokens: its
+        tasks that have yet to fetch their cluster get it from this one (none is awaited).
+        Raises ``ValueError`` (or ``KeyError``, ``TypeError``) on a malformed entry."""
+        for entry in generations:
+            addresses = {TaskKey(Role(r), int(i)): str(a) for r, i, a in entry["addresses"]}
+            source = ClusterSource(ClusterSpecStyle(entry["style"]), addresses, {})
+            token = str(entry["token"])
+            generation = Generation(str(entry["job"]), str(entry["name"]), token, source)
+            generation.tasks = {key.name: ("", key) for key in addresses}
+            with self._changed:
+                if generation.job not in self._jobs and len(token) >= 32:
+                    self._jobs[generation.job] = generation
+                    self._by_key[_key(token)] = generation
+
     # ---- the HTTP server ------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Listen (raises ``OSError``) and answer on a thread of its own."""
+    def start(self, port_before: int | None = None) -> None:
+        """Listen (raises ``OSError``) and answer on a thread of its own. With ``listen``'s
+        port 0, the port an earlier process bound (``port_before``) when it is free, so the
+        URLs of its tasks still lead here."""
         host, port = split_host_port(self.settings.listen)
         server_class = _V6Server if ":" in host else _Server
-        http = server_class((host, port), _Handler)
+        http: _Server | None = None
+        if port == 0 and port_before:
+            with contextlib.suppress(OSError):
+                http = server_class((host, port_before), _Handler)
+        if http is None:
+            http = server_class((host, port), _Handler)
         http.owner = self
         self._http = http
         bound_host, bound_port = http.server_address[:2]
+        self.port = int(bound_port)
         advertise = self.settings.advertise
         if advertise is None:
             shown = str(bound_host) if bound_host not in _WILDCARDS else socket.getfqdn()

@@ -12,9 +12,12 @@ each task fetches its description as it starts.
 This module owns the choice (``delivery``: pure, per launch) and the rewriting of a launch
 for fetching (``fetched``: pure), and ``ClusterWire``, which the backend asks to prepare each
 batch of launches (registering fetched jobs' generations with its server, which it starts
-when the backend subscribes: from then on the process acts as the framework, and a task an
-earlier process launched gets 403 for its stale token at once) and to wait, at close, for
-the tasks still to fetch theirs. What stays in band: tasks
+when the backend subscribes: from then on the process acts as the framework) and to wait, at
+close, for the tasks still to fetch theirs. The generations served (tokens included) and the
+port bound are kept in ``<state-dir>/mesos/clusters.json`` (mode 0600, written atomically at
+each change): the next framework process (the background controller after ``apply``, a
+restarted daemon) serves them on the same port when it is free, so a task launched by one
+process fetches its cluster from the next; a job purged is served no more. What stays in band: tasks
 outside the TF cluster (TensorBoard) and roles that run their image's entrypoint (a bootstrap
 cannot wrap an entrypoint it does not know). A task's identity (``configHash``) never depends
 on the delivery: changing ``mesos.clusterServer`` restarts no task.
@@ -22,10 +25,13 @@ on the delivery: changing ``mesos.clusterServer`` restarts no task.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from enum import StrEnum
+from pathlib import Path
+from typing import Any
 from urllib.parse import urlencode
 
 from tfdeclare.backends.mesos.bootstrap import URL_ENV, bootstrap_argv
@@ -33,6 +39,7 @@ from tfdeclare.backends.mesos.clusterserver import ROUTE, ClusterServer
 from tfdeclare.backends.mesos.config import ClusterServerConfig
 from tfdeclare.core.run.clusterdoc import generation, payload_bytes, with_tf_config
 from tfdeclare.core.run.tasks import ClusterSource, TaskLaunch
+from tfdeclare.files import write_atomic
 
 log = logging.getLogger("tfdeclare.mesos")
 
@@ -79,9 +86,10 @@ def fetches(launch: TaskLaunch) -> bool:
 class ClusterWire:
     """Prepares launches for their delivery; owns the cluster server once one is needed."""
 
-    def __init__(self, settings: ClusterServerConfig | None) -> None:
+    def __init__(self, settings: ClusterServerConfig | None, folder: Path | None = None) -> None:
         self.settings = settings
         self.server: ClusterServer | None = None
+        self.saved_at = folder / "clusters.json" if folder is not None else None
         self._warned: set[str] = set()
 
     def start(self) -> None:
@@ -117,6 +125,8 @@ class ClusterWire:
             )
             for task in group:
                 tokens[task.task_id] = token
+        if groups:
+            self._save()
         for task in tasks:
             token_of = tokens.get(task.task_id)
             if token_of is None or self.server is None:
@@ -129,14 +139,44 @@ class ClusterWire:
         """``job`` is gone: stop serving it."""
         if self.server is not None:
             self.server.forget(job)
+            self._save()
 
     def _server(self) -> ClusterServer:
         if self.server is None:
             assert self.settings is not None
-            self.server = ClusterServer(self.settings)
-            self.server.start()
-            log.info("serving job clusters at %s (mesos.clusterServer)", self.server.base_url)
+            before = self._load()
+            server = ClusterServer(self.settings)
+            port = before.get("port")
+            server.start(port if isinstance(port, int) else None)
+            self.server = server
+            try:
+                server.restore(before.get("generations") or [])
+            except (ValueError, KeyError, TypeError) as err:
+                log.warning("ignoring %s (%s): tasks yet to fetch from it cannot", self.saved_at, err)
+            log.info("serving job clusters at %s (mesos.clusterServer)", server.base_url)
         return self.server
+
+    def _load(self) -> dict[str, Any]:
+        if self.saved_at is None:
+            return {}
+        try:
+            loaded = json.loads(self.saved_at.read_bytes())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as err:
+            log.warning("cannot read %s (%s): tasks yet to fetch from it cannot", self.saved_at, err)
+            return {}
+        return loaded if isinstance(loaded, dict) else {}
+
+    def _save(self) -> None:
+        if self.saved_at is None or self.server is None:
+            return
+        try:
+            write_atomic(self.saved_at, json.dumps(self.server.saved()).encode(), mode=0o600)
+        except OSError as err:
+            log.warning(
+                "cannot write %s (%s): a restarted framework process cannot serve them", self.saved_at, err
+            )
 
     def _warn_large(self, task: TaskLaunch, payload: int) -> None:
         if self.settings is None and payload > LARGE_IN_BAND_BYTES and task.job not in self._warned:

@@ -18,7 +18,7 @@ class ClusterServerConfig:
     listen: str = "127.0.0.1:0"  # HOST:PORT the framework's cluster server binds (0: any port)
     advertise: str | None = None  # HOST:PORT tasks reach it at (None: the bound address)
     min_bytes: int = 2048  # a job whose per-task cluster description is larger is fetched
-    fetch_wait_s: float = 300.0  # how long `apply` waits at close for its tasks to fetch
+    fetch_wait_s: float = 20.0  # how long a framework process waits at close for its tasks to fetch
 
 
 @dataclass(frozen=True, slots=True)
