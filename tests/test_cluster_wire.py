@@ -18,8 +18,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from tests.waiting import wait_until
 from tfdeclare.backends.mesos.bootstrap import BOOTSTRAP, FETCH_FAILED_EXIT, URL_ENV
-from tfdeclare.backends.mesos.clusterserver import ROUTE, ClusterServer
+from tfdeclare.backends.mesos.clusterserver import MAX_ANSWERING, ROUTE, ClusterServer
 from tfdeclare.backends.mesos.clusterwire import ClusterWire, Delivery, delivery, fetches
 from tfdeclare.backends.mesos.config import ClusterServerConfig
 from tfdeclare.backends.mesos.journal import TaskEntry
@@ -397,3 +398,32 @@ def test_a_server_hands_its_generations_to_the_next_one() -> None:
     third = ClusterServer(ClusterServerConfig())
     third.restore([short])  # a token too short to be ours is not served
     assert third.answer(f"{ROUTE}?task=worker-0&token=short")[0] == 403
+
+
+def test_a_busy_server_answers_503_and_the_bootstrap_tries_again(wire: ClusterWire) -> None:
+    launch = wire.prepare(job_launches("{worker: {count: 2}}"))[0]
+    server = wire.server
+    assert server is not None
+    held = [server._answering.acquire(blocking=False) for _ in range(MAX_ANSWERING)]
+    assert all(held)
+    try:
+        assert ask(server, "GET", GOOD.replace("TOKEN", token_of(launch)))[0] == 503
+        task = subprocess.Popen(
+            list(launch.argv),
+            env={**dict(launch.env), "PATH": os.environ["PATH"]},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        wait_until(lambda: server.busy >= 2 or task.poll() is not None)  # the bootstrap's first try
+    finally:
+        for _ in held:
+            server._answering.release()
+    try:
+        out, err = task.communicate(timeout=30)  # its next try (2 s later) is answered
+    finally:
+        if task.poll() is None:
+            task.kill()
+            task.wait()
+    assert task.returncode == 0, err
+    assert json.loads(out)[0] == dict(job_launches("{worker: {count: 2}}")[0].env)["TF_CONFIG"]

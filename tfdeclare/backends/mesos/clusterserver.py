@@ -100,6 +100,7 @@ class ClusterServer:
         self._thread: threading.Thread | None = None
         self.base_url = ""
         self.port = 0
+        self.busy = 0  # requests answered 503 (too many at once): a figure for logs and tests
 
     # ---- the registry -------------------------------------------------------------------------
 
@@ -269,6 +270,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         if not self.server.owner._answering.acquire(blocking=False):
+            self.server.owner.busy += 1
             self._reply(503, _error("busy, retry"))
             return
         try:
