@@ -454,8 +454,8 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
 
     def _serve_clusters(self) -> None:
         """With ``mesos.clusterServer``, serve from the subscription on (the process acts as
-        the framework): a task an earlier process launched that has yet to fetch its cluster
-        gets 403 (a stale token) at once, rather than no answer until its tries end."""
+        the framework): the tasks an earlier process launched fetch their cluster from this
+        one (``clusterwire``: the generations are kept in the state folder)."""
         try:
             self._cluster_wire.start()
         except OSError as err:
