@@ -1,14 +1,15 @@
 """The framework's cluster server: each fetched job generation's cluster, over HTTP.
 
-Started by ``clusterwire`` in the process that runs the Mesos backend (``apply``, or the
-daemon, which serves for as long as it runs), on ``mesos.clusterServer.listen`` (the loopback
-address unless configured). One read-only route, ``GET /v1/cluster?task=NAME&token=TOKEN``,
-answers the document of the job's task ``NAME`` (``worker-3``:
-``tfdeclare.core.run.clusterdoc.document``) as JSON. Each job generation (a job's
-attempt and the addresses of its tasks: ``clusterdoc.generation``) has a random token of its
-own (``secrets.token_urlsafe``, 192 bits), kept only in this process's memory; registering a new
-generation of a job forgets the old one's, so a stale token, like a wrong one, gets 403. A task
-the generation did not launch gets 404, as does every other path; a malformed query 400; any
+Started by ``clusterwire`` in the process that runs the Mesos backend (``apply``, the
+background controller after it, or the daemon, which serves for as long as it runs), on
+``mesos.clusterServer.listen`` (the loopback address unless configured). One read-only
+route, ``GET /v1/cluster?task=NAME&token=TOKEN``, answers the document of the job's task
+``NAME`` (``worker-3``: ``tfdeclare.core.run.clusterdoc.document``) as JSON. Each job
+generation (a job's attempt and the addresses of its tasks: ``clusterdoc.generation``) has a
+random token of its own (``secrets.token_urlsafe``, 192 bits), kept in this process's memory
+and handed to the next one through a file of mode 0600 (below); registering a new generation
+of a job forgets the old one's, so a stale token, like a wrong one, gets 403. A task the
+generation did not launch gets 404, as does every other path; a malformed query 400; any
 method but GET 501.
 
 Bounded: at most ``MAX_ANSWERING`` requests are answered at once (the others get 503 and
