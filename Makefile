@@ -8,7 +8,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-mesos test lint typecheck layers reference unit chaos fuzz bench bench-git-sync bench-sched bench-progress bench-docker bench-pulls bench-bigjob bench-placement bench-alongside bench-mesos-alongside bench-limits images clean venv real-mesos real-mesos-tests
+.PHONY: demo demo-mesos test lint typecheck layers reference unit chaos fuzz bench bench-git-sync bench-sched bench-progress bench-docker bench-pulls bench-bigjob bench-placement bench-alongside bench-mesos-alongside bench-limits bench-wire images clean venv real-mesos real-mesos-tests
 
 venv: $(STAMP)
 
@@ -137,6 +137,12 @@ bench-limits: $(STAMP)
 # round by round (issue 23: its policies as a pure reducer must not cost the loop more).
 bench-mesos-alongside: $(STAMP)
 	$(PY) -m bench.mesos_alongside --against $(AGAINST)
+
+# Issue 33, item 2: the bytes of one task's TaskInfo by its job's size, the cluster in band and
+# fetched (mesos.clusterServer); no cluster needed. The agents' fork rate on the real tier:
+# python -m bench.framework_bench --tasks 1000 --also-fetch (needs make real-mesos).
+bench-wire: $(STAMP)
+	$(PY) -m bench.wire_bench
 
 # Issue 13's targets for the local backend's Docker runtime (needs an engine; tests/docker_env.py
 # finds or starts one): bench/out/docker.md and docker.json.

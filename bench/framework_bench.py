@@ -20,11 +20,13 @@ per run, from starting the framework's process:
 The ratios (tfdeclare over minimal) are taken per alternation, each pair measured back to back
 under the same machine load; the load average is in the notes.
 
-    python -m bench.framework_bench [--runs 2] [--tasks 200,1000] [--also-env-bytes N]
+    python -m bench.framework_bench [--runs 2] [--tasks 200,1000] [--also-env-bytes N] [--also-fetch]
 
 ``--also-env-bytes N`` adds a third framework to the alternation, the minimal one with N bytes
 of environment in every task (``minimal+N``; JSON lines only): what a TaskInfo the size of
-tfdeclare's costs the agents.
+tfdeclare's costs the agents. ``--also-fetch`` adds ``tfdeclare-fetch``: tfdeclare with
+``mesos.clusterServer`` set (defaults), so a job above 2 KB of cluster per task fetches it at
+start instead of carrying it in every TaskInfo (issue 33, item 2; JSON lines only).
 
 Needs ``make real-mesos``; prints one JSON line per run.
 """
@@ -96,8 +98,11 @@ def task_processes(root: int) -> int:
 def command(framework: str, folder: Path, url: str, tasks: int) -> list[str]:
     """``tfdeclare``, ``minimal``, or ``minimal+N`` (the minimal framework with N bytes of
     environment in every task)."""
-    if framework == "tfdeclare":
+    if framework in ("tfdeclare", "tfdeclare-fetch"):
         project(folder, url, tasks)
+        if framework == "tfdeclare-fetch":
+            config = folder / "tfdeclare.yaml"
+            config.write_text(config.read_text().replace("}\n", ", clusterServer: {}}\n", 1))
         return [sys.executable, "-m", "tfdeclare", "apply", "specs"]
     folder.mkdir(parents=True)
     padding = framework.partition("+")[2] or "0"
@@ -265,8 +270,14 @@ def cli() -> int:
         default=0,
         help="also run the minimal framework with this many bytes of environment per task (minimal+N)",
     )
+    parser.add_argument(
+        "--also-fetch",
+        action="store_true",
+        help="also run tfdeclare with mesos.clusterServer (tfdeclare-fetch)",
+    )
     args = parser.parse_args()
     frameworks = FRAMEWORKS + ((f"minimal+{args.also_env_bytes}",) if args.also_env_bytes else ())
+    frameworks += ("tfdeclare-fetch",) if args.also_fetch else ()
     for result in results(measure(args.runs, [int(n) for n in args.tasks.split(",")], frameworks)):
         print(result.row(), flush=True)
     return 0

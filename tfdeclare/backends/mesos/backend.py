@@ -19,6 +19,7 @@ and reconciliation policies.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import secrets
@@ -31,7 +32,9 @@ from tfdeclare.backends.base import BackendError, LogChunk
 from tfdeclare.backends.mesos import decide
 from tfdeclare.backends.mesos import decide_messages as msg
 from tfdeclare.backends.mesos.auth import Credentials, credentials_for
+from tfdeclare.backends.mesos.bootstrap import FETCH_FAILED_EXIT
 from tfdeclare.backends.mesos.client import ClientConfig, SchedulerClient
+from tfdeclare.backends.mesos.clusterwire import ClusterWire, fetches
 from tfdeclare.backends.mesos.config import MesosConfig
 from tfdeclare.backends.mesos.errors import (
     ConfigError,
@@ -166,6 +169,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
                     detail = f": {err.last_error}" if err.last_error else " (no answer)"
                     raise BackendError(f"{unreachable}{detail}", code=ErrorCode.MASTER_UNREACHABLE) from None
                 self._adopt(client, unreachable)
+                self._serve_clusters()
                 return client
             raise BackendError(
                 f"cannot subscribe a new framework at {self.config.master}", code=ErrorCode.FRAMEWORK_REFUSED
@@ -231,6 +235,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
 
     def _observed(self, entry: TaskEntry, now: float) -> ObservedTask:
         state, exit_code, message = observed_state(entry, now, self.config.fencing_timeout_s)
+        unfetched = entry.fetches_cluster and exit_code == FETCH_FAILED_EXIT  # the bootstrap's exit
         extra = {"agentId": entry.agent_id}
         if entry.state is not None:
             extra["mesosState"] = entry.state
@@ -253,7 +258,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
             spec_hash=entry.spec_hash,
             extra=extra,
             unhealthy=unhealthy(entry),
-            cause=cause_of(entry.state, entry.reason, entry.moved_for),
+            cause=cause_of(entry.state, entry.reason, entry.moved_for, unfetched),
         )
 
     # ---- place / release -----------------------------------------------------------------------
@@ -429,7 +434,34 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
             ]
         except SecretUnavailable as err:
             raise BackendError(f"{placement.job}: {err}", code=ErrorCode.SECRET_UNAVAILABLE) from None
+        ready = self._cluster_wire.prepare(ready)  # each task's cluster in band or fetched (clusterwire)
         self._request(lambda f: self._launch(f, placement, ready))
+
+    @functools.cached_property
+    def _cluster_wire(self) -> ClusterWire:
+        return ClusterWire(self.config.cluster_server, self.root)
+
+    def _ended_of(self, task_ids: set[str]) -> set[str]:
+        """Which of ``task_ids`` have ended or are forgotten (asked of the loop)."""
+
+        def ended() -> set[str]:
+            return {i for i in task_ids if (e := self._tasks.get(i)) is None or is_terminal(e.state)}
+
+        try:
+            return self._ask(ended)
+        except BackendError:  # closed meanwhile: nothing more is known
+            return set()
+
+    def _serve_clusters(self) -> None:
+        """With ``mesos.clusterServer``, serve from the subscription on (the process acts as
+        the framework): the tasks an earlier process launched fetch their cluster from this
+        one (``clusterwire``: the generations are kept in the state folder)."""
+        try:
+            self._cluster_wire.start()
+        except OSError as err:
+            raise BackendError(
+                f"mesos.clusterServer cannot listen: {err}", code=ErrorCode.SETTINGS_UNUSABLE
+            ) from None
 
     def _launch(self, future: Future[None], placement: Placement, tasks: list[TaskLaunch]) -> None:
         todo = [t for t in tasks if t.task_id not in self._tasks]
@@ -527,6 +559,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
             agent_url=self._pool.agent_urls.get(agent_id, ""),
             created_at=now,
             kill_grace_s=task.grace_period_s,
+            fetches_cluster=fetches(task),
         )
 
     # ---- stop / forget / purge ----------------------------------------------------------------
@@ -579,6 +612,8 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
             self._journal.delete(gone, sync=False)
 
         self._ask(purge)
+        if "_cluster_wire" in self.__dict__:
+            self._cluster_wire.forget(job)  # its token is refused from now on
 
     # ---- logs ---------------------------------------------------------------------------------
 
@@ -628,6 +663,8 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
             return
         if self._loop_thread is not None:
             self._request(self._drain)
+            if "_cluster_wire" in self.__dict__:  # its tasks fetch their cluster before it closes
+                self._cluster_wire.close(self._ended_of)
             self._request(self._hand_back_offers)
             self._inbox.put(None)  # the loop stops after what is queued, then the senders
             for thread in self._threads:

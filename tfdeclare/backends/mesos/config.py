@@ -11,6 +11,17 @@ from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
+class ClusterServerConfig:
+    """``mesos.clusterServer``: deliver large jobs' cluster descriptions out of band
+    (``clusterwire``, ``clusterserver``)."""
+
+    listen: str = "127.0.0.1:0"  # HOST:PORT the framework's cluster server binds (0: any port)
+    advertise: str | None = None  # HOST:PORT tasks reach it at (None: the bound address)
+    min_bytes: int = 2048  # a job whose per-task cluster description is larger is fetched
+    fetch_wait_s: float = 20.0  # how long a framework process waits at close for its tasks to fetch
+
+
+@dataclass(frozen=True, slots=True)
 class MesosConfig:
     master: str = "http://127.0.0.1:5050"
     framework_name: str = "tfdeclare"
@@ -43,6 +54,7 @@ class MesosConfig:
     on_framework_removed: str = "fail"  # fail | newFramework
     gpu_resources: bool = False
     shared_filesystem: bool = False
+    cluster_server: ClusterServerConfig | None = None  # None: every cluster in band (env, argv)
 
 
 def _file(section: Mapping[str, Any], key: str, base_dir: str | None) -> str | None:
@@ -85,4 +97,16 @@ def parse_mesos_config(section: Mapping[str, Any], base_dir: str | None) -> Meso
         on_framework_removed=section["onFrameworkRemoved"],
         gpu_resources=section["gpuResources"],
         shared_filesystem=section["sharedFilesystem"],
+        cluster_server=_cluster_server(section.get("clusterServer")),
+    )
+
+
+def _cluster_server(section: Mapping[str, Any] | None) -> ClusterServerConfig | None:
+    if section is None:
+        return None
+    return ClusterServerConfig(
+        listen=section["listen"],
+        advertise=section.get("advertise"),
+        min_bytes=int(section["minBytes"]),
+        fetch_wait_s=float(section["fetchWaitSeconds"]),
     )

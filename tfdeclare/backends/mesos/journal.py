@@ -79,6 +79,7 @@ class TaskEntry:
     healthy: bool | None = None  # the executor's health check's last word (None: no check or no result)
     # tfdeclare stopped it to move it off its agent (an ``EndCause`` value: Maintenance)
     moved_for: str | None = None
+    fetches_cluster: bool = False  # its TF cluster is fetched at its start (clusterwire)
 
     def to_json(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in _ENTRY_FIELDS}  # flat: no deep copy

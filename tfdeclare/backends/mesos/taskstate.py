@@ -211,11 +211,17 @@ _AGENT_LOST_REASONS = frozenset(
 _OPERATOR_REASONS = frozenset({"REASON_AGENT_REMOVED_BY_OPERATOR", "REASON_SLAVE_REMOVED_BY_OPERATOR"})
 
 
-def cause_of(state: str | None, reason: str | None, moved_for: str | None = None) -> EndCause:
+def cause_of(
+    state: str | None, reason: str | None, moved_for: str | None = None, cluster_unfetched: bool = False
+) -> EndCause:
     """The platform event (or ``EndCause.JOB``) a task's latest Mesos state and reason tell
-    of; ``moved_for``: tfdeclare itself moved it off its agent for that cause."""
+    of; ``moved_for``: tfdeclare itself moved it off its agent for that cause;
+    ``cluster_unfetched``: a task whose cluster is fetched at its start exited with the
+    bootstrap's code for a failed fetch (``bootstrap.FETCH_FAILED_EXIT``)."""
     if moved_for is not None:
         return EndCause(moved_for)
+    if cluster_unfetched and state == "TASK_FAILED":
+        return EndCause.CLUSTER_UNDELIVERED
     if reason == "REASON_AGENT_DRAINING":
         return EndCause.AGENT_DRAINED
     if state == "TASK_GONE_BY_OPERATOR" or reason in _OPERATOR_REASONS:

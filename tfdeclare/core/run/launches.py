@@ -11,7 +11,15 @@ from collections.abc import Mapping
 from tfdeclare.core.enums import RestartScope, Role
 from tfdeclare.core.run.clusterspec import task_configs, with_restarts
 from tfdeclare.core.run.record import JobRecord
-from tfdeclare.core.run.tasks import Address, GangRequest, Placement, SlotRequest, TaskKey, TaskLaunch
+from tfdeclare.core.run.tasks import (
+    Address,
+    ClusterSource,
+    GangRequest,
+    Placement,
+    SlotRequest,
+    TaskKey,
+    TaskLaunch,
+)
 
 
 def task_id(record: JobRecord, key: TaskKey, launch: int) -> str:
@@ -78,6 +86,12 @@ def launches(
     spec = record.spec
     addresses: Mapping[TaskKey, str] = {key: record.addresses[key.name] for key in spec.task_keys()}
     configs = with_restarts(task_configs(spec, addresses, record.attempt), record.restarted_alone)
+    in_cluster = {key: address for key, address in addresses.items() if key.role.in_cluster}
+    source = ClusterSource(
+        spec.cluster_spec,
+        in_cluster,
+        {role: spec.command_for(role) for role in {key.role for key in in_cluster}},
+    )
     out = []
     for slot in placement.slots:
         config = configs[slot.key]
@@ -104,6 +118,7 @@ def launches(
                 keep_address=slot.key.role in _PINNABLE
                 and spec.restart_scope_for(slot.key.role)[0] is RestartScope.TASK,
                 health_check=spec.health_check_for(slot.key.role),
+                cluster=source if slot.key.role.in_cluster else None,
             )
         )
     return out

@@ -12,7 +12,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from tfdeclare.core.enums import EndCause, ImagePullPolicy, PlacementStrategy, TaskState
+from tfdeclare.core.enums import (
+    ClusterSpecStyle,
+    EndCause,
+    ImagePullPolicy,
+    PlacementStrategy,
+    Role,
+    TaskState,
+)
 from tfdeclare.core.errors import ErrorCode
 from tfdeclare.core.spec.health import HealthCheck
 from tfdeclare.core.spec.keys import AttributeConstraint, TaskKey, Volume
@@ -22,6 +29,7 @@ from tfdeclare.core.spec.secrets import SecretRef
 __all__ = [
     "Address",
     "AttributeConstraint",
+    "ClusterSource",
     "GangRequest",
     "ObservedTask",
     "Placement",
@@ -127,6 +135,18 @@ class Unplaced:
     short: Resources | None = None
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class ClusterSource:
+    """What the cluster description of a launch's tasks (``TF_CONFIG``, legacy flags) is made
+    of, for a backend that delivers it out of band (``tfdeclare.core.run.clusterdoc``): one
+    object shared by every task of a launch, so it costs nothing per task. Compared by
+    identity (it is never part of a task's identity: ``config_hash`` is)."""
+
+    style: ClusterSpecStyle
+    addresses: Mapping[TaskKey, str]  # every task of the job in the TF cluster
+    argv: Mapping[Role, tuple[str, ...]]  # each role's argv before the legacy placeholders
+
+
 @dataclass(frozen=True, slots=True)
 class TaskLaunch:
     """Everything a backend needs to start one task; built by the controller."""
@@ -163,6 +183,9 @@ class TaskLaunch:
     # Its role's ``healthCheck`` (not part of the config hash: a change applies from the next
     # launch). The backend runs it (Mesos: its executor; local: its prober).
     health_check: HealthCheck | None = None
+    # The task is in the job's TF cluster: what its cluster description is made of, for a
+    # backend that may deliver it out of band (``argv``/``env`` already hold it in band).
+    cluster: ClusterSource | None = None
 
 
 @dataclass(frozen=True, slots=True)

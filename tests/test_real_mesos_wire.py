@@ -1,0 +1,70 @@
+"""Out-of-band cluster delivery (``mesos.clusterServer``) on a real Apache Mesos 1.11.0 master
+and agent: the MultiWorkerMirroredStrategy example of specs/ through ``tfdeclare apply --wait``,
+each worker started by the real agent (``mesos-containerizer launch``, the command executor)
+as ``python3 -c <bootstrap> python mwms_train.py``; the bootstrap fetches the worker's
+TF_CONFIG from ``apply``'s cluster server, and both workers end with identical weights.
+What the agent checkpoints of each task holds no address of the job."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO, cli
+from tests.mesos_fixtures import config_yaml
+from tests.real_mesos import RealMesos
+from tfdeclare.backends.mesos.bootstrap import URL_ENV
+
+pytestmark = [pytest.mark.real_mesos, pytest.mark.tf, pytest.mark.e2e, pytest.mark.slow]
+
+
+def test_a_mwms_job_fetches_its_cluster_and_trains_on_the_real_master(
+    tmp_path: Path, real_mesos: Callable[..., RealMesos]
+) -> None:
+    # Executors get PATH only from --executor_environment_variables (see test_real_mesos_tensorflow)
+    path = f"{Path(sys.executable).parent}{os.pathsep}/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    mesos = real_mesos(
+        agents=1,
+        resources="cpus:4;mem:16384;ports:[31000-31099]",
+        flags={"EXECUTOR_ENVIRONMENT_VARIABLES": json.dumps({"PATH": path})},
+    )
+    (tmp_path / "specs").mkdir()
+    for name in ("mnist-mwms.yaml", "mwms_train.py"):
+        shutil.copy(REPO / "specs" / name, tmp_path / "specs" / name)
+    (tmp_path / "tfdeclare.yaml").write_text(config_yaml(mesos.url, clusterServer="{minBytes: 0}"))
+    result = cli(
+        "apply", "specs", "--wait", "--backend", "mesos", "--timeout", "400", cwd=tmp_path, timeout=450
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    document = yaml.safe_load((tmp_path / "status" / "mnist-mwms.yaml").read_text())
+    assert document["phase"] == "Succeeded", document["message"]
+
+    def log(task: str) -> str:
+        shown = cli("logs", "mnist-mwms", "--task", task, cwd=tmp_path)
+        assert shown.returncode == 0, shown.stderr
+        return shown.stdout
+
+    hashes = [re.findall(r"^FINAL_WEIGHTS_SHA256 ([0-9a-f]{64})$", log(f"worker:{i}"), re.M) for i in (0, 1)]
+    assert hashes[0] and hashes[0] == hashes[1], "both workers end with identical weights"
+    # What the agent checkpointed of each task (executor.info, task.info, task.updates): the
+    # URL with its token, no TF_CONFIG and no address of the job
+    ports = [str(t["port"]) for t in document["tasks"]]
+    checkpoints = [
+        f
+        for folder in (tmp_path / "cluster0").rglob("executors/mnist-mwms.*")
+        for f in folder.rglob("*")
+        if f.is_file() and "/meta/" in str(f)
+    ]
+    assert len([f for f in checkpoints if f.name == "executor.info"]) == 2
+    for checkpoint in checkpoints:
+        data = checkpoint.read_bytes()
+        assert b"TF_CONFIG" not in data and not any(f"127.0.0.1:{port}".encode() in data for port in ports)
+    assert any(URL_ENV.encode() in f.read_bytes() for f in checkpoints)

@@ -1,0 +1,209 @@
+"""How each task's cluster description reaches it: in its TaskInfo, or fetched at its start.
+
+In band (the default, and every job while ``mesos.clusterServer`` is unset), a task's
+``TF_CONFIG`` and legacy flags travel in its TaskInfo (environment, argv): with every address
+of its job in each task, a job of n tasks costs the master, and every agent's checkpoint and
+containerizer launch, bytes in n² (18.9 KB per task at 1,000 tasks). With
+``mesos.clusterServer`` set, a job whose per-task description exceeds ``minBytes`` is delivered
+out of band, as TFMesos did: its TaskInfos carry a fixed bootstrap (``bootstrap``) and the
+URL and token of the framework's cluster server (``clusterserver``), O(1) bytes per task, and
+each task fetches its description as it starts.
+
+This module owns the choice (``delivery``: pure, per launch) and the rewriting of a launch
+for fetching (``fetched``: pure), and ``ClusterWire``, which the backend asks to prepare each
+batch of launches (registering fetched jobs' generations with its server, which it starts
+when the backend subscribes: from then on the process acts as the framework) and to wait, at
+close, for the tasks still to fetch theirs. The generations served (tokens included) and the
+port bound are kept in ``<state-dir>/mesos/clusters.json`` (mode 0600, written atomically at
+each change): the next framework process (the background controller after ``apply``, a
+restarted daemon) serves them on the same port when it is free, so a task launched by one
+process fetches its cluster from the next; a job purged is served no more. What stays in band: tasks
+outside the TF cluster (TensorBoard) and roles that run their image's entrypoint (a bootstrap
+cannot wrap an entrypoint it does not know). A task's identity (``configHash``) never depends
+on the delivery: changing ``mesos.clusterServer`` restarts no task.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from tfdeclare.backends.mesos.bootstrap import URL_ENV, bootstrap_argv
+from tfdeclare.backends.mesos.clusterserver import ROUTE, ClusterServer
+from tfdeclare.backends.mesos.config import ClusterServerConfig
+from tfdeclare.core.run.clusterdoc import generation, payload_bytes, with_tf_config
+from tfdeclare.core.run.tasks import ClusterSource, TaskLaunch
+from tfdeclare.files import write_atomic
+
+log = logging.getLogger("tfdeclare.mesos")
+
+# Unset clusterServer: a job whose tasks each carry more than this is named in a warning.
+LARGE_IN_BAND_BYTES = 16 * 1024
+
+
+class Delivery(StrEnum):
+    """How a task gets its cluster description."""
+
+    ENV = "env"  # in its TaskInfo: TF_CONFIG in the environment, legacy flags in argv
+    FETCH = "fetch"  # the bootstrap fetches it from the framework's cluster server
+
+
+def delivery(launch: TaskLaunch, settings: ClusterServerConfig | None, payload: int) -> Delivery:
+    """``payload``: ``payload_bytes`` of the launch's cluster source."""
+    if settings is None or launch.cluster is None or launch.entrypoint:
+        return Delivery.ENV
+    return Delivery.FETCH if payload > settings.min_bytes else Delivery.ENV
+
+
+def task_url(base: str, launch: TaskLaunch, token: str) -> str:
+    """The URL one task fetches: ``base`` (``http://HOST:PORT``), the route, the task's name
+    (``worker-3``) and its generation's token."""
+    return f"{base}{ROUTE}?{urlencode({'task': launch.key.name, 'token': token})}"
+
+
+def fetched(launch: TaskLaunch, base: str, token: str) -> TaskLaunch:
+    """``launch`` rewritten to fetch its cluster: the bootstrap before the role's argv as
+    written (placeholders not yet replaced), no TF_CONFIG, the URL (with the token) instead."""
+    source = launch.cluster
+    assert source is not None
+    drop = {URL_ENV, *(("TF_CONFIG",) if with_tf_config(source.style) else ())}
+    env = [(k, v) for k, v in launch.env if k not in drop]
+    env.append((URL_ENV, task_url(base, launch, token)))
+    return replace(launch, argv=bootstrap_argv(source.argv[launch.key.role]), env=tuple(sorted(env)))
+
+
+def fetches(launch: TaskLaunch) -> bool:
+    """Does ``launch`` (as prepared) fetch its cluster at its start?"""
+    return any(name == URL_ENV for name, _ in launch.env)
+
+
+class ClusterWire:
+    """Prepares launches for their delivery; owns the cluster server once one is needed."""
+
+    def __init__(self, settings: ClusterServerConfig | None, folder: Path | None = None) -> None:
+        self.settings = settings
+        self.server: ClusterServer | None = None
+        self.saved_at = folder / "clusters.json" if folder is not None else None
+        self._warned: set[str] = set()
+
+    def start(self) -> None:
+        """Start the server when configured (the backend subscribed). Raises ``OSError``
+        when it cannot listen."""
+        if self.settings is not None:
+            self._server()
+
+    def prepare(self, tasks: Sequence[TaskLaunch]) -> list[TaskLaunch]:
+        """``tasks`` as they are launched: each fetched job's registered with the server (a
+        new generation, and token, when its addresses or attempt changed). The server was
+        started when the backend subscribed (``start``)."""
+        payloads: dict[int, int] = {}  # id(source) -> its payload: one source per launch batch
+        out: list[TaskLaunch] = []
+        groups: dict[int, tuple[ClusterSource, list[TaskLaunch]]] = {}
+        for task in tasks:
+            source = task.cluster
+            if source is not None and id(source) not in payloads:
+                payloads[id(source)] = payload_bytes(source)
+                self._warn_large(task, payloads[id(source)])
+            how = delivery(task, self.settings, payloads.get(id(source), 0))
+            if how is Delivery.FETCH and source is not None:
+                groups.setdefault(id(source), (source, []))[1].append(task)
+        tokens: dict[str, str] = {}
+        for source, group in groups.values():
+            first = group[0]
+            server = self._server()
+            token = server.register(
+                first.job,
+                generation(first.job, first.attempt, source),
+                source,
+                [(t.task_id, t.key) for t in group],
+            )
+            for task in group:
+                tokens[task.task_id] = token
+        if groups:
+            self._save()
+        for task in tasks:
+            token_of = tokens.get(task.task_id)
+            if token_of is None or self.server is None:
+                out.append(task)
+            else:
+                out.append(fetched(task, self.server.base_url, token_of))
+        return out
+
+    def forget(self, job: str) -> None:
+        """``job`` is gone: stop serving it."""
+        if self.server is not None:
+            self.server.forget(job)
+            self._save()
+
+    def _server(self) -> ClusterServer:
+        if self.server is None:
+            assert self.settings is not None
+            before = self._load()
+            server = ClusterServer(self.settings)
+            port = before.get("port")
+            server.start(port if isinstance(port, int) else None)
+            self.server = server
+            try:
+                server.restore(before.get("generations") or [])
+            except (ValueError, KeyError, TypeError) as err:
+                log.warning("ignoring %s (%s): tasks yet to fetch from it cannot", self.saved_at, err)
+            log.info("serving job clusters at %s (mesos.clusterServer)", server.base_url)
+        return self.server
+
+    def _load(self) -> dict[str, Any]:
+        if self.saved_at is None:
+            return {}
+        try:
+            loaded = json.loads(self.saved_at.read_bytes())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as err:
+            log.warning("cannot read %s (%s): tasks yet to fetch from it cannot", self.saved_at, err)
+            return {}
+        return loaded if isinstance(loaded, dict) else {}
+
+    def _save(self) -> None:
+        if self.saved_at is None or self.server is None:
+            return
+        try:
+            write_atomic(self.saved_at, json.dumps(self.server.saved()).encode(), mode=0o600)
+        except OSError as err:
+            log.warning(
+                "cannot write %s (%s): a restarted framework process cannot serve them", self.saved_at, err
+            )
+
+    def _warn_large(self, task: TaskLaunch, payload: int) -> None:
+        if self.settings is None and payload > LARGE_IN_BAND_BYTES and task.job not in self._warned:
+            self._warned.add(task.job)
+            log.warning(
+                "%s: each task's TaskInfo carries %d bytes of its job's addresses (TF_CONFIG, legacy "
+                "flags), squared over the job through the master and every agent's checkpoint; set "
+                "mesos.clusterServer to deliver them out of band",
+                task.job,
+                payload,
+            )
+
+    def close(self, ended: Callable[[set[str]], set[str]]) -> set[str]:
+        """Wait (at most ``fetchWaitSeconds``) for every launched task to fetch its cluster or
+        end (``ended``: which of some task ids have), then stop the server. The task ids that
+        never fetched theirs (each exits with the bootstrap's failure once its tries end)."""
+        if self.server is None:
+            return set()
+        assert self.settings is not None
+        try:
+            left = self.server.wait_fetched(self.settings.fetch_wait_s, ended)
+        finally:
+            self.server.close()
+        if left:
+            log.warning(
+                "closing the cluster server before %d task(s) fetched their cluster: %s",
+                len(left),
+                ", ".join(sorted(left)[:5]) + (" ..." if len(left) > 5 else ""),
+            )
+        return left
