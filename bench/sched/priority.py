@@ -131,7 +131,7 @@ def simulate(  # noqa: C901 -- one discrete-event loop whose closures share its 
         if head is None or head.priority == 0 or head.sim.placed or head.gpus <= cluster.free_gpus():
             return  # (GPUs are what is scarce here: cpus and mem come with them)
         short = shortfall(head.sim.request, [a.view() for a in cluster.agents if a.gpus > 0])
-        if short is None:
+        if short == Resources(0.0, 0, 0):
             return  # only how the free GPUs are spread keeps it out: no one to preempt by totals
         aware = mode == "tfdeclare"
         candidates = [

@@ -11,6 +11,16 @@ what they were promised). Resources already on their way back (tasks of suspende
 preempted jobs that are still stopping) count first, so a job never preempts twice for the
 same room.
 
+Where each task must fit on one place (a Mesos agent: ``Gang``), covering the shortfall in
+total is not enough: a victim set is chosen only if, with what it frees where its tasks run
+(and what is free there now, and what is on its way back), every task of the waiting gang fits
+on some place (``packs``: each slot on one place, all at once). So the chosen victims free room
+where the gang can be placed, still losing the least work; a set that frees enough in total
+but scattered over places the gang cannot use is never chosen, and when the room is there in
+total but spread badly (nothing is short in total) victims are still chosen where they make
+one place hold what the gang needs. Ports, attributes and the like are the backend's to judge:
+it names only the places the gang may use.
+
 The search is exact up to ``EXACT_UP_TO`` useful candidates (a depth-first search with
 bounds) and greedy beyond (cheapest first, then the needless ones dropped again), so a pass
 over a large state folder stays linear in practice.
@@ -18,12 +28,16 @@ over a large state folder stays linear in practice.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from tfdeclare.core.spec.resources import ZERO, Resources
 
 EXACT_UP_TO = 12  # at worst ~12 ms a choice (2 shared cores); 16 candidates took up to 80 ms
+PACK_BUDGET = 2000  # placements one ``packs`` tries beyond best fit decreasing
+BACKTRACK_UP_TO = 32  # slots: a larger gang is packed by best fit decreasing alone
+
+Places = tuple[tuple[str, Resources], ...]  # (place, resources) pairs; a place may repeat
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +50,8 @@ class Candidate:
     tasks: int  # how many tasks it would lose
     started_at: float  # when its current tasks started (the newest job has the largest)
     checkpoint_at: float | None = None  # its last checkpoint, when known
+    # Where its alive tasks hold ``resources`` (place, resources), for a ``Gang``; () unknown
+    held_on: Places = ()
 
     def work_at_risk(self, now: float) -> float:
         """Task-seconds lost if it is stopped now."""
@@ -58,6 +74,79 @@ class Choice:
         return self.covered or bool(self.victims)
 
 
+@dataclass(frozen=True, slots=True)
+class Gang:
+    """The waiting job's tasks where each must fit on one place (a Mesos agent): what each
+    slot needs, what each place it may use has free now (``rooms``: only those places count)
+    and what is on its way back there (``coming``: tasks of suspended jobs still stopping)."""
+
+    slots: tuple[Resources, ...]
+    rooms: Places
+    coming: Places = ()
+
+
+def _by_place(
+    *groups: Iterable[tuple[str, Resources]], only: Mapping[str, Resources]
+) -> dict[str, Resources]:
+    """Resources summed per place, for the places of ``only`` (the gang's rooms)."""
+    out = dict(only)
+    for group in groups:
+        for place, held in group:
+            if place in out:
+                out[place] = out[place] + held
+    return out
+
+
+def _size(resources: Resources) -> tuple[int, float, int]:
+    return resources.gpus, resources.cpus, resources.mem_mib
+
+
+def packs(slots: Sequence[Resources], places: Mapping[str, Resources]) -> bool:
+    """Whether every slot fits on one of ``places`` at once (a slot on one place, several on
+    one where they fit together): best fit decreasing (the largest slot first, onto the place
+    it leaves least room on), then, for a gang of up to ``BACKTRACK_UP_TO`` slots where that
+    fails, a search of the other ways, at most ``PACK_BUDGET`` placements (beyond it: no)."""
+    order = sorted(slots, key=_size, reverse=True)
+    free = [r for _, r in sorted(places.items())]
+    if _best_fit(order, list(free)):
+        return True
+    return len(order) <= BACKTRACK_UP_TO and _search(order, free)
+
+
+def _best_fit(order: Sequence[Resources], free: list[Resources]) -> bool:
+    for slot in order:
+        fitting = [j for j in range(len(free)) if slot.fits_in(free[j])]
+        if not fitting:
+            return False
+        j = min(fitting, key=lambda k: _size(free[k]))
+        free[j] = free[j] - slot
+    return True
+
+
+def _search(order: Sequence[Resources], free: list[Resources]) -> bool:
+    budget = [PACK_BUDGET]
+
+    def place(i: int) -> bool:
+        if i == len(order):
+            return True
+        slot, tried = order[i], set()
+        for j in sorted((k for k in range(len(free)) if slot.fits_in(free[k])), key=lambda k: _size(free[k])):
+            if free[j] in tried:  # the same room left as one tried: the same outcome
+                continue
+            tried.add(free[j])
+            budget[0] -= 1
+            if budget[0] < 0:
+                return False
+            before = free[j]
+            free[j] = before - slot
+            if place(i + 1):
+                return True
+            free[j] = before
+        return False
+
+    return place(0)
+
+
 def remaining(short: Resources, coming: Resources) -> Resources:
     """What is still missing once ``coming`` is back (never below zero)."""
     return Resources(
@@ -67,12 +156,46 @@ def remaining(short: Resources, coming: Resources) -> Resources:
     )
 
 
-def _useful(candidate: Candidate, need: Resources) -> bool:
+def _useful(candidate: Candidate, need: Resources, gang: Gang | None) -> bool:
+    held = candidate.resources
+    if gang is not None:  # what it holds where the gang may go, of what the gang's tasks need
+        rooms = {place for place, _ in gang.rooms}
+        wanted = ZERO
+        for slot in gang.slots:
+            wanted = wanted + slot
+        if not any(place in rooms for place, _ in candidate.held_on):
+            return False
+        need = Resources(
+            max(need.cpus, wanted.cpus), max(need.mem_mib, wanted.mem_mib), max(need.gpus, wanted.gpus)
+        )
     return (
-        (need.cpus > 0 and candidate.resources.cpus > 0)
-        or (need.mem_mib > 0 and candidate.resources.mem_mib > 0)
-        or (need.gpus > 0 and candidate.resources.gpus > 0)
+        (need.cpus > 0 and held.cpus > 0)
+        or (need.mem_mib > 0 and held.mem_mib > 0)
+        or (need.gpus > 0 and held.gpus > 0)
     )
+
+
+class _Fits:
+    """Whether a set of victims frees enough: in total, and (for a gang) where its tasks fit."""
+
+    def __init__(self, need: Resources, gang: Gang | None) -> None:
+        self.need, self.gang = need, gang
+        self.base = {} if gang is None else _by_place(gang.coming, only=dict(_summed(gang.rooms)))
+
+    def __call__(self, held: Resources, victims: Sequence[Candidate]) -> bool:
+        if not self.need.fits_in(held):
+            return False
+        if self.gang is None:
+            return True
+        places = _by_place(*(v.held_on for v in victims), only=self.base)
+        return packs(self.gang.slots, places)
+
+
+def _summed(pairs: Iterable[tuple[str, Resources]]) -> dict[str, Resources]:
+    out: dict[str, Resources] = {}
+    for place, held in pairs:
+        out[place] = out.get(place, ZERO) + held
+    return out
 
 
 def choose(
@@ -81,21 +204,24 @@ def choose(
     candidates: Sequence[Candidate],
     now: float,
     coming: Resources = ZERO,
+    gang: Gang | None = None,
 ) -> Choice:
-    """The victims that free ``short`` (beyond ``coming``) for a job of ``priority``."""
+    """The victims that free ``short`` (beyond ``coming``) for a job of ``priority`` and, with
+    a ``gang``, make room where its tasks fit (module doc)."""
     need = remaining(short, coming)
-    if need.fits_in(ZERO):
+    fits = _Fits(need, gang)
+    if fits(ZERO, ()):
         return Choice(covered=True)
     pool = sorted(
-        (c for c in candidates if c.priority < priority and _useful(c, need)),
+        (c for c in candidates if c.priority < priority and _useful(c, need, gang)),
         key=lambda c: (c.work_at_risk(now), -c.started_at, c.job),
     )
     total = ZERO
     for candidate in pool:
         total = total + candidate.resources
-    if not need.fits_in(total):
+    if not fits(total, pool):
         return Choice()
-    victims = _exact(need, pool, now) if len(pool) <= EXACT_UP_TO else _greedy(need, pool, now)
+    victims = _exact(fits, pool, now) if len(pool) <= EXACT_UP_TO else _greedy(fits, pool, now)
     return Choice(victims=victims, work_at_risk=sum(v.work_at_risk(now) for v in victims))
 
 
@@ -105,7 +231,8 @@ def _key(victims: Sequence[Candidate], now: float) -> tuple[float, int, tuple[fl
     return work, len(victims), tuple(sorted(-v.started_at for v in victims))
 
 
-def _exact(need: Resources, pool: Sequence[Candidate], now: float) -> tuple[Candidate, ...]:
+def _exact(fits: _Fits, pool: Sequence[Candidate], now: float) -> tuple[Candidate, ...]:
+    need = fits.need
     suffix = [ZERO] * (len(pool) + 1)
     for i in range(len(pool) - 1, -1, -1):
         suffix[i] = suffix[i + 1] + pool[i].resources
@@ -115,14 +242,14 @@ def _exact(need: Resources, pool: Sequence[Candidate], now: float) -> tuple[Cand
 
     def search(i: int, held: Resources, work: float) -> None:
         nonlocal best, best_key
-        if need.fits_in(held):
+        if best_key is not None and round(work, 6) > best_key[0]:
+            return
+        if need.fits_in(held) and fits(held, chosen):
             key = _key(chosen, now)
             if best_key is None or key < best_key:
                 best, best_key = list(chosen), key
-            return
+            return  # one more victim only loses more
         if i == len(pool) or not need.fits_in(held + suffix[i]):
-            return
-        if best_key is not None and round(work, 6) > best_key[0]:
             return
         candidate = pool[i]
         chosen.append(candidate)
@@ -131,20 +258,21 @@ def _exact(need: Resources, pool: Sequence[Candidate], now: float) -> tuple[Cand
         search(i + 1, held, work)
 
     search(0, ZERO, 0.0)
-    assert best is not None  # the whole pool covers the need
+    assert best is not None  # the whole pool fits
     return tuple(sorted(best, key=lambda c: c.job))
 
 
-def _greedy(need: Resources, pool: Sequence[Candidate], now: float) -> tuple[Candidate, ...]:
+def _greedy(fits: _Fits, pool: Sequence[Candidate], now: float) -> tuple[Candidate, ...]:
     chosen: list[Candidate] = []
     held = ZERO
     for candidate in pool:  # cheapest first
-        if need.fits_in(held):
+        if fits(held, chosen):
             break
         chosen.append(candidate)
         held = held + candidate.resources
     for candidate in sorted(chosen, key=lambda c: -c.work_at_risk(now)):  # drop what is not needed
-        if need.fits_in(held - candidate.resources):
-            chosen.remove(candidate)
+        rest = [c for c in chosen if c is not candidate]
+        if fits(held - candidate.resources, rest):
+            chosen = rest
             held = held - candidate.resources
     return tuple(sorted(chosen, key=lambda c: c.job))
