@@ -7,6 +7,7 @@ shortfall is not ours to free)."""
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -174,3 +175,39 @@ def test_room_enough_in_all_but_spread_over_agents_is_made_on_one(tmp_path: Path
             ]
         finally:
             daemon.stop()
+
+
+def test_a_preempted_pss_job_stops_its_chief_first_through_the_master(
+    project: tuple[Path, Emulator],
+) -> None:
+    """The same as tests/test_suspend_local.py's PSS case through the master emulator (real
+    task processes, tests/pss_stand_in.py): the chief is KILLed first, its ps only once it has
+    exited, so its save still finds the ps serving."""
+    root, _ = project
+    out = root / "out"
+    out.mkdir()
+    command = f"[{sys.executable}, {Path(__file__).parent / 'pss_stand_in.py'}, {out}]"
+    roles = "".join(
+        f"{role}: {{count: 1, resources: {{cpus: 1, mem: 256}}}}, " for role in ("chief", "ps", "worker")
+    )
+    daemon = Daemon(root, "--specs", "specs", "--interval", "1")
+    try:
+        (root / "specs" / "pss.yaml").write_text(
+            job_yaml(
+                "pss",
+                command=command,
+                roles="{" + roles.rstrip(", ") + "}",
+                extra="  terminationGracePeriodSeconds: 10\n",
+            )
+        )
+        eventually(lambda: len(list(out.glob("*.up"))) == 3, timeout=30)
+        (root / "specs" / "high.yaml").write_text(job("high", 3, "[sleep, '600']", 10))
+        eventually(lambda: status(root, "high")["phase"] == "Running", timeout=60)
+        eventually(lambda: (out / "chief-0.0.saved").exists(), timeout=15, what="the chief's save")
+        said, saved_at = (out / "chief-0.0.saved").read_text().split("\n")
+        assert said == "ok", said
+        assert float((out / "ps-0.0.term").read_text()) >= float(saved_at)
+        low = status(root, "pss")
+        assert low["phase"] == "Suspended" and low["restarts"] == 0 and low["preemptions"] == 1
+    finally:
+        daemon.stop()
