@@ -300,3 +300,26 @@ def test_with_a_gang_the_search_still_loses_the_least_work(seed: int) -> None:
         assert not choice.helps
     else:
         assert choice.work_at_risk == pytest.approx(best)
+
+
+def test_with_many_candidates_the_greedy_choice_frees_room_where_the_gang_fits() -> None:
+    # 30 one-cpu jobs over 10 agents of 3 cpus (all full); a gang of two 3-cpu tasks: two
+    # whole agents must be freed. The youngest jobs go first, then what is not needed is dropped.
+    candidates = [on(f"j{i:02}", (f"a{i % 10}", 1), age=float(100 + i)) for i in range(30)]
+    assert len(candidates) > EXACT_UP_TO
+    g = gang(3, 3, rooms={f"a{i}": 0 for i in range(10)})
+    choice = choose(short_of(g), 5, candidates, NOW, gang=g)
+    freed: dict[str, Resources] = dict(g.rooms)
+    for victim in choice.victims:
+        for place, held in victim.held_on:
+            freed[place] = freed[place] + held
+    assert packs(g.slots, freed)
+    assert len(choice.victims) == 6, victims(choice)  # two agents' three jobs each, no more
+    assert len({place for v in choice.victims for place, _ in v.held_on}) == 2
+
+
+def test_packs_many_slots_of_one_size_onto_many_places() -> None:
+    places = {f"a{i:04}": Resources(8, 65536, 8) for i in range(1000)}
+    slots = [Resources(4, 16384, 1)] * 2000  # two per place (cpus bind)
+    assert packs(slots, places)
+    assert not packs([*slots, Resources(4, 16384, 1)], places)
