@@ -15,9 +15,11 @@ time is taken from the moment it is applied to the last of its tasks writing tha
   keeping the jobs after it (as a user runs it with no daemon);
 - ``local-daemon``: ``tfdeclare daemon`` watching the folder, the file written at time 0;
 - ``mesos-daemon``: the daemon on the Mesos backend against the master emulator
-  (tests/mesos_emulator; one agent, real task processes).
+  (tests/mesos_emulator; one agent, real task processes);
+- ``realmesos-daemon``: the same against a real Apache Mesos 1.11 master and agent
+  (tests/real_mesos.py; needs ``make real-mesos``, left out when it is not built).
 
-    python -m bench.preempt_bench [--runs 5] [--only local-apply,local-daemon,mesos-daemon]
+    python -m bench.preempt_bench [--runs 5] [--only local-apply,local-daemon,mesos-daemon,realmesos-daemon]
 
 ``make bench-preempt``; writes bench/out/preempt.md and preempt.json.
 """
@@ -36,6 +38,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from bench.common import REPO, Result, machine
 
@@ -46,7 +49,7 @@ SAVE_S = 1.0
 GRACE_S = 10  # a victim that saves
 IGNORE_GRACE_S = 5  # a victim that never saves: killed at the end of its grace
 SLACK_S = 5.0
-WAYS = ("local-apply", "local-daemon", "mesos-daemon")
+WAYS = ("local-apply", "local-daemon", "mesos-daemon", "realmesos-daemon")
 TIMEOUT_S = 60.0
 
 
@@ -149,13 +152,23 @@ class _Daemon:
 def _project(way: str) -> Iterator[Path]:
     root = Path(tempfile.mkdtemp(prefix=f"tfdeclare-preempt-{way}-"))
     (root / "specs").mkdir()
-    emulator = None
+    emulator: Any = None
     try:
         if way.startswith("mesos"):
             from tests.mesos_fixtures import config_yaml, start_emulator
 
             emulator = start_emulator(root, agent_resources=f"cpus:1;mem:4096;ports:{AGENT_PORTS}")
             (root / "tfdeclare.yaml").write_text(config_yaml(emulator.url, reviveIntervalSeconds=1))
+        elif way.startswith("realmesos"):
+            from tests.mesos_fixtures import config_yaml
+            from tests.real_mesos import RealMesos
+
+            emulator = RealMesos(root / "cluster", agents=1, resources=f"cpus:1;mem:4096;ports:{AGENT_PORTS}")
+            (root / "cluster").mkdir()
+            emulator.start()
+            (root / "tfdeclare.yaml").write_text(
+                config_yaml(emulator.url, reviveIntervalSeconds=1, sharedFilesystem=False)
+            )
         else:
             (root / "tfdeclare.yaml").write_text(
                 f"local: {{cpus: 1, mem: 8Gi, gpus: 0, portRange: {{first: {PORTS[0]}, last: {PORTS[1]}}}}}\n"
@@ -211,6 +224,16 @@ def one_run(way: str, victim: str) -> dict[str, float]:
     }
 
 
+def _real_mesos_built() -> bool:
+    from tests.real_mesos import built
+
+    try:
+        built()
+    except BaseException:  # a missing build is a test skip (not an Exception): left out
+        return False
+    return True
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.preempt_bench")
     parser.add_argument("--runs", type=int, default=5)
@@ -219,6 +242,9 @@ def main() -> int:
     results: list[Result] = []
     raw: dict[str, list[dict[str, float]]] = {}
     for way in args.only.split(","):
+        if way.startswith("realmesos") and not _real_mesos_built():
+            print(f"{way}: left out (no real Mesos build: make real-mesos)", flush=True)
+            continue
         for victim in ("save", "ignore"):
             key = f"{way}/{victim}"
             raw[key] = []
