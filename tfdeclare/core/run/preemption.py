@@ -24,9 +24,9 @@ it names only the places the gang may use.
 The search is exact up to ``EXACT_UP_TO`` useful candidates (a depth-first search with
 bounds) and greedy beyond (cheapest first, then the needless ones dropped again), so a pass
 over a large state folder stays linear in practice. With a gang each set tried is a packing
-(``packs``: slots of one size placed together, linear in the places); at 1,000 agents, a
-100-task gang and 200 candidates a choice took about 50 ms here, at 10,000 agents, 1,000 tasks
-and 1,000 candidates about 1.6 s (2 shared cores).
+(``assign``: slots of one size placed together, linear in the places); a choice took a median
+of 80 ms at 1,000 agents, a 100-task gang and 200 candidates, 0.4 s at 10,000 agents, 1,000
+tasks and 1,000 candidates (``bench/preemption_choice.py``, docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -39,7 +39,10 @@ from tfdeclare.core.spec.resources import ZERO, Resources
 EXACT_UP_TO = 12  # at worst ~12 ms a choice (2 shared cores); 16 candidates took up to 80 ms
 PACK_BUDGET = 2000  # placements one ``packs`` tries beyond best fit decreasing
 BACKTRACK_UP_TO = 32  # slots: a larger gang is packed by best fit decreasing alone
-DROP_TRIES = 32  # victims of a greedy choice tried for dropping again, the most expensive first
+# Victims of a greedy choice for a gang tried for dropping by packing again (the most expensive
+# first): as many as make this many places looked at in all, at least DROP_TRIES
+DROP_PLACES = 200_000
+DROP_TRIES = 8
 
 Places = tuple[tuple[str, Resources], ...]  # (place, resources) pairs; a place may repeat
 
@@ -107,18 +110,28 @@ def _size(resources: Resources) -> tuple[int, float, int]:
 
 def packs(slots: Sequence[Resources], places: Mapping[str, Resources]) -> bool:
     """Whether every slot fits on one of ``places`` at once (a slot on one place, several on
-    one where they fit together): best fit decreasing (the largest slots first, each onto the
-    place it leaves least room on: slots of one size fill the tightest place that holds them
-    first, as many as fit), then, for a gang of up to ``BACKTRACK_UP_TO`` slots where that
-    fails, a search of the other ways, at most ``PACK_BUDGET`` placements (beyond it: no)."""
+    one where they fit together): ``assign``."""
+    return assign(slots, places) is not None
+
+
+def assign(slots: Sequence[Resources], places: Mapping[str, Resources]) -> dict[str, Resources] | None:
+    """What the slots take of each place they are put on, or None when they do not all fit:
+    best fit decreasing (the largest slots first, each onto the place it leaves least room on:
+    slots of one size fill the tightest place that holds them first, as many as fit), then, for
+    a gang of up to ``BACKTRACK_UP_TO`` slots where that fails, a search of the other ways, at
+    most ``PACK_BUDGET`` placements (beyond it: None)."""
     if not slots:
-        return True
+        return {}
     order = sorted(slots, key=_size, reverse=True)
     least = Resources(min(s.cpus for s in slots), min(s.mem_mib for s in slots), min(s.gpus for s in slots))
-    free = [r for _, r in sorted(places.items()) if least.fits_in(r)]  # the others hold none of it
-    if _best_fit(order, list(free)):
-        return True
-    return len(order) <= BACKTRACK_UP_TO and _search(order, free)
+    names = [name for name, room in sorted(places.items()) if least.fits_in(room)]  # others hold none
+    free = [places[name] for name in names]
+    taken = _best_fit(order, list(free))
+    if taken is None and len(order) <= BACKTRACK_UP_TO:
+        taken = _search(order, list(free))
+    if taken is None:
+        return None
+    return {names[j]: used for j, used in taken.items()}
 
 
 def _copies(slot: Resources, room: Resources) -> int:
@@ -133,7 +146,8 @@ def _copies(slot: Resources, room: Resources) -> int:
     return max(0, min(counts)) if counts else 1 << 30
 
 
-def _best_fit(order: Sequence[Resources], free: list[Resources]) -> bool:
+def _best_fit(order: Sequence[Resources], free: list[Resources]) -> dict[int, Resources] | None:
+    taken: dict[int, Resources] = {}
     i = 0
     while i < len(order):
         slot, left = order[i], 1
@@ -144,16 +158,18 @@ def _best_fit(order: Sequence[Resources], free: list[Resources]) -> bool:
             n = min(left, _copies(slot, free[j]))
             if n:
                 free[j] = free[j] - slot.scaled(n)
+                taken[j] = taken.get(j, ZERO) + slot.scaled(n)
                 left -= n
                 if not left:
                     break
         if left:
-            return False
-    return True
+            return None
+    return taken
 
 
-def _search(order: Sequence[Resources], free: list[Resources]) -> bool:
+def _search(order: Sequence[Resources], free: list[Resources]) -> dict[int, Resources] | None:
     budget = [PACK_BUDGET]
+    taken: dict[int, Resources] = {}
 
     def place(i: int) -> bool:
         if i == len(order):
@@ -168,12 +184,14 @@ def _search(order: Sequence[Resources], free: list[Resources]) -> bool:
                 return False
             before = free[j]
             free[j] = before - slot
+            taken[j] = taken.get(j, ZERO) + slot
             if place(i + 1):
                 return True
             free[j] = before
+            taken[j] = taken[j] - slot
         return False
 
-    return place(0)
+    return {j: used for j, used in taken.items() if used != ZERO} if place(0) else None
 
 
 def remaining(short: Resources, coming: Resources) -> Resources:
@@ -185,18 +203,12 @@ def remaining(short: Resources, coming: Resources) -> Resources:
     )
 
 
-def _useful(candidate: Candidate, need: Resources, gang: Gang | None) -> bool:
+def _useful(candidate: Candidate, need: Resources, rooms: frozenset[str] | None) -> bool:
+    """Whether it holds any of what is needed (with a gang: of what its tasks need, on a place
+    it may use; ``need`` is then what the whole gang needs, where nothing is short in total)."""
     held = candidate.resources
-    if gang is not None:  # what it holds where the gang may go, of what the gang's tasks need
-        rooms = {place for place, _ in gang.rooms}
-        wanted = ZERO
-        for slot in gang.slots:
-            wanted = wanted + slot
-        if not any(place in rooms for place, _ in candidate.held_on):
-            return False
-        need = Resources(
-            max(need.cpus, wanted.cpus), max(need.mem_mib, wanted.mem_mib), max(need.gpus, wanted.gpus)
-        )
+    if rooms is not None and not any(place in rooms for place, _ in candidate.held_on):
+        return False
     return (
         (need.cpus > 0 and held.cpus > 0)
         or (need.mem_mib > 0 and held.mem_mib > 0)
@@ -216,8 +228,12 @@ class _Fits:
             return False
         if self.gang is None:
             return True
-        places = _by_place(*(v.held_on for v in victims), only=self.base)
-        return packs(self.gang.slots, places)
+        return packs(self.gang.slots, self.places(victims))
+
+    def places(self, victims: Sequence[Candidate]) -> dict[str, Resources]:
+        """What each place of the gang has once ``victims`` are gone (what is free there now,
+        what is on its way back, what they hold there)."""
+        return _by_place(*(v.held_on for v in victims), only=self.base)
 
 
 def _summed(pairs: Iterable[tuple[str, Resources]]) -> dict[str, Resources]:
@@ -241,8 +257,15 @@ def choose(
     fits = _Fits(need, gang)
     if fits(ZERO, ()):
         return Choice(covered=True)
+    rooms, wanted = None, need
+    if gang is not None:  # what it holds where the gang may go, of what the gang's tasks need
+        rooms = frozenset(place for place, _ in gang.rooms)
+        for slot in gang.slots:
+            wanted = Resources(
+                max(wanted.cpus, slot.cpus), max(wanted.mem_mib, slot.mem_mib), max(wanted.gpus, slot.gpus)
+            )
     pool = sorted(
-        (c for c in candidates if c.priority < priority and _useful(c, need, gang)),
+        (c for c in candidates if c.priority < priority and _useful(c, wanted, rooms)),
         key=lambda c: (c.work_at_risk(now), -c.started_at, c.job),
     )
     total = ZERO
@@ -293,8 +316,11 @@ def _exact(fits: _Fits, pool: Sequence[Candidate], now: float) -> tuple[Candidat
 
 def _greedy(fits: _Fits, pool: Sequence[Candidate], now: float) -> tuple[Candidate, ...]:
     """The shortest prefix of the pool (cheapest first) that fits (a bisection: a longer prefix
-    frees more), then the most expensive of it dropped again while it still fits (for a gang
-    at most ``DROP_TRIES`` tried: each try is a packing)."""
+    frees more), then the most expensive of it dropped again while it still fits: for a gang,
+    first every victim the packing found does not need (what it frees where the gang's tasks
+    go is not used, or more than they take is left without it: no packing again), then the
+    rest, each tried by a packing, as many as ``DROP_PLACES`` places allow (``DROP_TRIES`` at
+    least: all of them on a cluster of up to a few thousand agents)."""
     held = [ZERO]
     for candidate in pool:
         held.append(held[-1] + candidate.resources)
@@ -309,10 +335,37 @@ def _greedy(fits: _Fits, pool: Sequence[Candidate], now: float) -> tuple[Candida
     total = held[high]
     ranked = sorted(chosen, key=lambda c: -c.work_at_risk(now))
     if fits.gang is not None:
-        ranked = ranked[:DROP_TRIES]
+        chosen, total = _drop_unused(fits, chosen, total, ranked)
+        left = set(map(id, chosen))
+        tries = max(DROP_TRIES, DROP_PLACES // max(1, len(fits.base)))
+        ranked = [c for c in ranked if id(c) in left][:tries]
     for candidate in ranked:  # drop what is not needed
         rest = [c for c in chosen if c is not candidate]
         if fits(total - candidate.resources, rest):
             chosen = rest
             total = total - candidate.resources
     return tuple(sorted(chosen, key=lambda c: c.job))
+
+
+def _drop_unused(
+    fits: _Fits, chosen: list[Candidate], total: Resources, ranked: Sequence[Candidate]
+) -> tuple[list[Candidate], Resources]:
+    """``chosen`` less the victims one packing of the gang leaves room enough without (the
+    most expensive first): that packing still holds, so the rest still fits."""
+    assert fits.gang is not None
+    places = fits.places(chosen)
+    used = assign(fits.gang.slots, places)
+    if used is None:  # (the prefix fitted: not reached)
+        return chosen, total
+    kept = set(map(id, chosen))
+    for candidate in ranked:
+        after: dict[str, Resources] = {}  # its places without it
+        for place, held in candidate.held_on:
+            if place in places:
+                after[place] = after.get(place, places[place]) - held
+        left_enough = all(used.get(place, ZERO).fits_in(room) for place, room in after.items())
+        if left_enough and fits.need.fits_in(total - candidate.resources):
+            places.update(after)
+            total = total - candidate.resources
+            kept.discard(id(candidate))
+    return [c for c in chosen if id(c) in kept], total
