@@ -8,7 +8,6 @@ shortfall is not ours to free)."""
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -110,12 +109,12 @@ def on_rack(name: str, cpus: float, rack: str) -> str:
 
 
 def test_the_victims_free_a_whole_agent_where_the_gang_fits(tmp_path: Path) -> None:
-    """Two agents of 4 cpus: rack b runs a 3-cpu job (started first), rack a a 2-cpu and then a
-    1-cpu one; each agent has 1 cpu free. A job of one 4-cpu task lacks 2 cpus in all: by totals
-    the 2-cpu job on rack a loses least and frees enough, but leaves that agent at 3 cpus, where
-    the task does not fit. Chosen by agent: the 3-cpu job on rack b (less work than both jobs of
-    rack a together, since it is only seconds older), and the task runs there; rack a's jobs are
-    never stopped."""
+    """Two agents of 4 cpus: rack a runs a 1-cpu job, then rack b a 3-cpu one, then rack a a
+    2-cpu one; each agent has 1 cpu free. A job of one 4-cpu task lacks 2 cpus in all: by totals
+    the 2-cpu job (started last: the least work) frees enough, but leaves rack a's agent at 3
+    cpus, where the task does not fit. Chosen by agent: the 3-cpu job on rack b (less work than
+    both jobs of rack a together: the 1-cpu one is older than it), and the task runs there; rack
+    a's jobs are never stopped."""
     emulator = start_emulator(
         tmp_path, agent_resources="cpus:4;mem:4096;ports:[31000-31999]", agent_attributes="rack:a"
     )
@@ -123,10 +122,9 @@ def test_the_victims_free_a_whole_agent_where_the_gang_fits(tmp_path: Path) -> N
     with emulated_project(tmp_path, emulator, reviveIntervalSeconds=1) as (root, _):
         daemon = Daemon(root, "--specs", "specs", "--interval", "1")
         try:
-            for name, cpus, rack in (("b-three", 3, "b"), ("a-two", 2, "a"), ("a-one", 1, "a")):
+            for name, cpus, rack in (("a-one", 1, "a"), ("b-three", 3, "b"), ("a-two", 2, "a")):
                 (root / "specs" / f"{name}.yaml").write_text(on_rack(name, cpus, rack))
                 eventually(lambda n=name: status(root, n)["phase"] == "Running", timeout=30)
-            time.sleep(8)  # all of them old enough that starting seconds apart matters less than tasks
             (root / "specs" / "high.yaml").write_text(job("high", 4, "[sleep, '600']", 10))
             eventually(lambda: status(root, "high")["phase"] == "Running", timeout=60)
             assert {n: status(root, n)["preemptions"] for n in ("b-three", "a-two", "a-one")} == {
