@@ -8,7 +8,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-mesos test lint typecheck layers reference unit chaos fuzz bench bench-git-sync bench-sched bench-progress bench-docker bench-pulls bench-bigjob bench-placement bench-alongside bench-mesos-alongside bench-limits bench-wire images clean venv real-mesos real-mesos-tests
+.PHONY: demo demo-mesos test lint typecheck layers reference unit chaos fuzz bench bench-git-sync bench-sched bench-preempt bench-progress bench-docker bench-pulls bench-bigjob bench-placement bench-alongside bench-mesos-alongside bench-limits bench-wire images clean venv real-mesos real-mesos-tests
 
 venv: $(STAMP)
 
@@ -109,6 +109,13 @@ bench-git-sync: $(STAMP)
 # bench/out/sched.json, sched.md and sched-*.png (about 5 minutes).
 bench-sched: $(STAMP)
 	$(PY) -m bench.sched
+
+# Issue 34's real run: apply of a high-priority job where low-priority jobs fill the capacity
+# -> every task of it running (goal: the victims' grace + 5 s), on the local backend (apply
+# with the background controller, and the daemon) and on the master emulator: real processes,
+# no TensorFlow (bench/preempt_bench.py; bench/out/preempt.md and preempt.json; about 4 minutes).
+bench-preempt: $(STAMP)
+	$(PY) -m bench.preempt_bench $(if $(RUNS),--runs $(RUNS))
 
 # Issue 34: what one look at a job's progress files costs (shell/progressfiles.py).
 bench-progress: $(STAMP)

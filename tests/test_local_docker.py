@@ -32,7 +32,7 @@ from tfdeclare.backends.local.docker_runtime import (
     owner_of,
 )
 from tfdeclare.backends.local.record import LocalTask, TaskRuntime
-from tfdeclare.core.enums import Role, TaskState
+from tfdeclare.core.enums import EndCause, Role, TaskState
 from tfdeclare.core.run.tasks import GangRequest, Placement, SlotRequest, TaskKey
 from tfdeclare.core.spec.health import HealthCheck, HealthCheckKind
 from tfdeclare.core.spec.resources import Resources
@@ -589,3 +589,54 @@ def test_an_exec_health_check_runs_in_the_tasks_container(
         ):
             container.remove(force=True)
         harness.close()
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_a_container_that_ends_while_the_engine_is_away_is_a_platform_event(
+    tmp_path: Path, docker_client: Any, base_image: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the backend sees of an engine restart: the engine stops answering, its containers
+    are stopped (SIGTERM, then SIGKILL, as dockerd does on its way down), and it answers
+    again with them exited 137. The task is FAILED with cause EngineRestart (kept in its
+    exit.json for the next controller), not the job's own failure; a container that exits
+    non-zero by itself with the engine there stays the job's."""
+    proxy = _behind_a_proxy(tmp_path, monkeypatch)
+    harness = _harness(tmp_path, base_image)
+    backend = harness.backend()
+    owner = owner_of(tmp_path / "state" / "local")
+    try:
+        placement = place_soon(backend, gang("engine", 2))
+        tasks = launches(harness, placement, harness.sleeper)
+        backend.launch(placement, tasks)
+        wait_for(backend, lambda ts: all(ts[t.task_id].state is TaskState.RUNNING for t in tasks), 60)
+        proxy.close()  # the engine goes away ...
+        with pytest.raises(BackendError):
+            look(backend)
+        for task in tasks:  # ... stopping its containers as it goes
+            docker_client.containers.get(container_name(owner, task.task_id)).stop(timeout=0)
+        proxy = EngineProxy(proxy.engine_socket, proxy.path)  # and answers again
+        seen = wait_for(backend, lambda ts: all(ts[t.task_id].state.ended for t in tasks), 30)
+        for task in tasks:
+            assert seen[task.task_id].state is TaskState.FAILED
+            assert seen[task.task_id].cause is EndCause.ENGINE_RESTART, seen[task.task_id]
+            assert "Docker engine" in seen[task.task_id].message
+        look(backend)  # recorded and removed
+        assert isinstance(backend, LocalBackend)
+        for task in tasks:
+            end = json.loads((backend.tasks_dir / task.task_id / "exit.json").read_text())
+            assert end["cause"] == "EngineRestart" and end["containerRemoved"]
+        harness.close()
+        backend = harness.backend()  # a controller started afterwards reads it back
+        after = {t.task_id: t for t in look(backend)}
+        assert all(after[t.task_id].cause is EndCause.ENGINE_RESTART for t in tasks)
+
+        own = place_soon(backend, gang("own", 1))  # the engine there all along: the job's own
+        (failing,) = launches(harness, own, ["python3", "-c", "raise SystemExit(3)"])
+        backend.launch(own, [failing])
+        ended = wait_for(backend, lambda ts: failing.task_id in ts and ts[failing.task_id].state.ended, 60)
+        assert ended[failing.task_id].exit_code == 3 and ended[failing.task_id].cause is EndCause.JOB
+    finally:
+        harness.close()
+        _remove_owned(docker_client, owner)
+        proxy.close()

@@ -11,9 +11,9 @@ from tfdeclare.backends.mesos import decide
 from tfdeclare.backends.mesos import decide_messages as msg
 from tfdeclare.backends.mesos.placement import AgentOffer, GangFit, PlacementOptions
 from tfdeclare.backends.mesos.queueing import Waiting, enqueue, head_of, place_in_line
-from tfdeclare.core.enums import Role
+from tfdeclare.core.enums import ConstraintOperator, Role
 from tfdeclare.core.run.tasks import GangRequest, SlotRequest
-from tfdeclare.core.spec.keys import TaskKey
+from tfdeclare.core.spec.keys import AttributeConstraint, TaskKey
 from tfdeclare.core.spec.resources import Resources
 
 
@@ -75,6 +75,41 @@ def test_the_shortfall_is_what_the_held_offers_lack_in_total() -> None:
     one = AgentOffer("a1", "a1.example", 1.0, 1024, 0, ((31000, 31010),))
     two = AgentOffer("a2", "a2.example", 1.5, 512, 1, ((31000, 31010),))
     assert shortfall(gang("g", cpus=4), [one, two]) == Resources(1.5, 0, 0)
-    assert shortfall(gang("g", cpus=2), [one, two]) is None  # enough in all: only the spread keeps it out
+    # enough in all: only the spread keeps it out (``rooms`` says where room is wanted)
+    assert shortfall(gang("g", cpus=2), [one, two]) == Resources(0.0, 0, 0)
     gpus = GangRequest("g", 0, (SlotRequest(TaskKey(Role.WORKER, 0), Resources(1, 2048, 2)),))
     assert shortfall(gpus, [one, two]) == Resources(0.0, 512, 1)
+
+
+def test_the_rooms_are_the_agents_the_gang_may_use_with_what_they_hold_free() -> None:
+    from tfdeclare.backends.mesos.queueing import rooms
+
+    ports = ((31000, 31010),)
+    capacities = [
+        AgentOffer("a1", "h", 4.0, 4096, 0, ports, {"zone": "a"}),
+        AgentOffer("a2", "h", 4.0, 4096, 0, ports, {"zone": "b"}),  # same host name, own agent
+        AgentOffer("a3", "h3", 4.0, 4096, 0, ports, {"zone": "a"}),  # nothing offered now
+        AgentOffer("g1", "g", 8.0, 8192, 2, ports, {"zone": "a"}, gpu_agent=True),  # CPU tasks stay off
+    ]
+    held = [
+        AgentOffer("a1", "h", 1.0, 1024, 0, ports),
+        AgentOffer("a1", "h", 0.5, 512, 0, ports, role="team"),  # two roles of one agent add up
+        AgentOffer("a2", "h", 2.0, 2048, 0, ports),
+    ]
+    assert rooms(gang("g"), held, capacities, PlacementOptions()) == (
+        ("a1", Resources(1.5, 1536)),
+        ("a2", Resources(2.0, 2048)),
+        ("a3", Resources(0.0, 0)),
+    )
+    zoned = GangRequest(
+        "g",
+        0,
+        gang("g").slots,
+        constraints=(AttributeConstraint("zone", ConstraintOperator.IN, ("a",)),),
+    )
+    assert [a for a, _ in rooms(zoned, held, capacities, PlacementOptions())] == ["a1", "a3"]
+    assert [a for a, _ in rooms(zoned, held, capacities, PlacementOptions(cpu_tasks_on_gpu_agents=True))] == [
+        "a1",
+        "a3",
+        "g1",
+    ]

@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from tfdeclare.core.run.preemption import EXACT_UP_TO, Candidate, Choice, choose
+from tfdeclare.core.run.preemption import EXACT_UP_TO, Candidate, Choice, Gang, choose, packs
 from tfdeclare.core.spec.resources import Resources
 
 NOW = 10_000.0
@@ -140,3 +140,186 @@ def test_many_candidates_are_chosen_greedily_and_still_cover_the_need() -> None:
     assert len(candidates) > EXACT_UP_TO
     choice = choose(Resources(3, 0), 5, candidates, NOW)
     assert victims(choice) == ["j000", "j001", "j002"]  # the three youngest
+
+
+# ---- a gang whose tasks must each fit on one place (Mesos agents) -----------------------------
+
+
+def on(name: str, *held: tuple[str, float], age: float = 100.0, tasks: int | None = None) -> Candidate:
+    """A job holding cpus on places: ``on("a", ("agent1", 2))``."""
+    total = Resources(0, 0)
+    for _, cpus in held:
+        total = total + Resources(cpus, 0)
+    places = tuple((place, Resources(cpus, 0)) for place, cpus in held)
+    return Candidate(name, 0, total, tasks or len(held), NOW - age, None, places)
+
+
+def gang(*cpus: float, rooms: dict[str, float], coming: dict[str, float] | None = None) -> Gang:
+    return Gang(
+        tuple(Resources(c, 0) for c in cpus),
+        tuple((p, Resources(c, 0)) for p, c in rooms.items()),
+        tuple((p, Resources(c, 0)) for p, c in (coming or {}).items()),
+    )
+
+
+def short_of(g: Gang) -> Resources:
+    need, free = Resources(0, 0), Resources(0, 0)
+    for slot in g.slots:
+        need = need + slot
+    for _, room in g.rooms:
+        free = free + room
+    return Resources(max(0.0, round(need.cpus - free.cpus, 3)), 0)
+
+
+@pytest.mark.parametrize(
+    ("slots", "rooms", "candidates", "expected"),
+    [
+        # By totals the cheapest job ("cheap", 2 cpus on B) covers the 2 missing cpus, but B then
+        # has 3 free and the task needs 4 on one agent: the victim must be on one agent, whole.
+        (
+            (4,),
+            {"A": 1, "B": 1},
+            [on("cheap", ("B", 2), age=10), on("b-rest", ("B", 1), age=50), on("a-all", ("A", 3), age=100)],
+            ["b-rest", "cheap"],
+        ),
+        # ...and when those two together lose more than the one job on A, the one on A goes
+        (
+            (4,),
+            {"A": 1, "B": 1},
+            [on("cheap", ("B", 2), age=10), on("b-rest", ("B", 1), age=500), on("a-all", ("A", 3), age=100)],
+            ["a-all"],
+        ),
+        # enough free in all (2 + 2) but spread: a 3-cpu task needs one agent freed further
+        ((3,), {"A": 2, "B": 2}, [on("x", ("A", 2), age=300), on("y", ("B", 2), age=30)], ["y"]),
+        # a job holding on an agent the gang may not use (not among its rooms) frees nothing
+        ((3,), {"A": 2}, [on("elsewhere", ("C", 4), age=1), on("here", ("A", 1), age=900)], ["here"]),
+        # a gang of two tasks of 2: one per agent, each agent freed just enough
+        (
+            (2, 2),
+            {"A": 1, "B": 1},
+            [on("a", ("A", 1), age=5), on("b", ("B", 1), age=5), on("big", ("A", 3), age=50)],
+            ["a", "b"],
+        ),
+        # one job spread over both agents frees room on each
+        (
+            (2, 2),
+            {"A": 1, "B": 1},
+            [on("wide", ("A", 1), ("B", 1), age=5), on("a", ("A", 2), age=4)],
+            ["wide"],
+        ),
+        # nothing frees a whole agent of 8: no victim at all (by totals 4 + 4 would do)
+        ((8,), {"A": 0, "B": 0}, [on("a", ("A", 4)), on("b", ("B", 4))], []),
+    ],
+)
+def test_victims_free_room_on_an_agent_the_gang_fits(
+    slots: tuple[float, ...], rooms: dict[str, float], candidates: list[Candidate], expected: list[str]
+) -> None:
+    g = gang(*slots, rooms=rooms)
+    choice = choose(short_of(g), 5, candidates, NOW, gang=g)
+    assert victims(choice) == expected
+    if expected:  # the gang really fits with what they free
+        freed = dict(g.rooms)
+        for victim in choice.victims:
+            for place, held in victim.held_on:
+                if place in freed:
+                    freed[place] = freed[place] + held
+        assert packs(g.slots, freed)
+
+
+def test_a_gang_that_fits_what_is_on_its_way_back_waits_for_it() -> None:
+    back = Resources(2, 0)
+    g = gang(4, rooms={"A": 2, "B": 1}, coming={"A": 2})
+    assert choose(short_of(g), 5, [on("b", ("B", 3), age=1)], NOW, back, g).covered
+    # on its way back, but to the wrong agent: someone is preempted still
+    g = gang(4, rooms={"A": 2, "B": 1}, coming={"B": 2})
+    assert victims(choose(short_of(g), 5, [on("a", ("A", 2), age=1)], NOW, back, g)) == ["a"]
+
+
+def test_a_gang_that_fits_the_room_there_is_preempts_no_one() -> None:
+    # what keeps it out is something else (ports, a window): not ours to free by preempting
+    g = gang(2, rooms={"A": 2})
+    choice = choose(Resources(0, 0), 5, [on("a", ("A", 1), age=1)], NOW, gang=g)
+    assert choice.covered and choice.victims == ()
+
+
+@pytest.mark.parametrize(
+    ("slots", "places", "fits"),
+    [
+        ((4,), {"A": 3, "B": 3}, False),
+        ((3, 3), {"A": 3, "B": 3}, True),
+        ((2, 2, 2), {"A": 4, "B": 2}, True),
+        ((3, 2, 2, 1), {"A": 4, "B": 4}, True),  # best fit decreasing: 3+1 and 2+2
+        (
+            (3, 3, 2, 2, 2),
+            {"A": 6, "B": 6},
+            True,
+        ),  # best fit decreasing fails (3+3, 2+2, 2): the search finds 3+3 / 2+2+2
+        ((2.5, 2.5, 2.5), {"A": 5, "B": 2}, False),
+        ((), {}, True),
+    ],
+)
+def test_packs(slots: tuple[float, ...], places: dict[str, float], fits: bool) -> None:
+    assert packs([Resources(c, 0) for c in slots], {p: Resources(c, 0) for p, c in places.items()}) is fits
+
+
+def _brute_gang(g: Gang, candidates: list[Candidate]) -> float:
+    best = float("inf")
+    for n in range(len(candidates) + 1):
+        for subset in itertools.combinations(candidates, n):
+            freed = dict(g.rooms)
+            for c in subset:
+                for place, held in c.held_on:
+                    if place in freed:
+                        freed[place] = freed[place] + held
+            if packs(g.slots, freed):
+                best = min(best, sum(c.work_at_risk(NOW) for c in subset))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_with_a_gang_the_search_still_loses_the_least_work(seed: int) -> None:
+    rng = random.Random(seed)
+    agents = [f"a{i}" for i in range(rng.randint(1, 4))]
+    candidates = [
+        on(
+            f"j{i}",
+            *((rng.choice(agents), rng.choice([0.5, 1, 2])) for _ in range(rng.randint(1, 3))),
+            age=rng.uniform(1, 5000),
+        )
+        for i in range(rng.randint(1, 8))
+    ]
+    g = gang(
+        *(rng.choice([1, 2, 3]) for _ in range(rng.randint(1, 3))),
+        rooms={a: rng.choice([0, 0.5, 1]) for a in agents},
+    )
+    choice = choose(short_of(g), 5, candidates, NOW, gang=g)
+    best = _brute_gang(g, candidates)
+    if best == 0.0:
+        assert choice.covered
+    elif best == float("inf"):
+        assert not choice.helps
+    else:
+        assert choice.work_at_risk == pytest.approx(best)
+
+
+def test_with_many_candidates_the_greedy_choice_frees_room_where_the_gang_fits() -> None:
+    # 30 one-cpu jobs over 10 agents of 3 cpus (all full); a gang of two 3-cpu tasks: two
+    # whole agents must be freed. The youngest jobs go first, then what is not needed is dropped.
+    candidates = [on(f"j{i:02}", (f"a{i % 10}", 1), age=float(100 + i)) for i in range(30)]
+    assert len(candidates) > EXACT_UP_TO
+    g = gang(3, 3, rooms={f"a{i}": 0 for i in range(10)})
+    choice = choose(short_of(g), 5, candidates, NOW, gang=g)
+    freed: dict[str, Resources] = dict(g.rooms)
+    for victim in choice.victims:
+        for place, held in victim.held_on:
+            freed[place] = freed[place] + held
+    assert packs(g.slots, freed)
+    assert len(choice.victims) == 6, victims(choice)  # two agents' three jobs each, no more
+    assert len({place for v in choice.victims for place, _ in v.held_on}) == 2
+
+
+def test_packs_many_slots_of_one_size_onto_many_places() -> None:
+    places = {f"a{i:04}": Resources(8, 65536, 8) for i in range(1000)}
+    slots = [Resources(4, 16384, 1)] * 2000  # two per place (cpus bind)
+    assert packs(slots, places)
+    assert not packs([*slots, Resources(4, 16384, 1)], places)

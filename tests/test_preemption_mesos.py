@@ -7,6 +7,7 @@ shortfall is not ours to free)."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -98,3 +99,113 @@ def test_what_another_framework_holds_is_never_a_reason_to_preempt(project: tupl
         if daemon is not None:
             daemon.stop()
         other.close()
+
+
+def on_rack(name: str, cpus: float, rack: str) -> str:
+    placement = f"  placement: {{constraints: [{{attribute: rack, operator: In, values: [{rack}]}}]}}\n"
+    roles = f"worker: {{count: 1, resources: {{cpus: {cpus}, mem: 256}}}}"
+    extra = f"  priority: 0\n  terminationGracePeriodSeconds: 2\n{placement}"
+    return job_yaml(name, command="[sleep, '600']", roles=roles, extra=extra)
+
+
+def test_the_victims_free_a_whole_agent_where_the_gang_fits(tmp_path: Path) -> None:
+    """Two agents of 4 cpus: rack a runs a 1-cpu job, then rack b a 3-cpu one, then rack a a
+    2-cpu one; each agent has 1 cpu free. A job of one 4-cpu task lacks 2 cpus in all: by totals
+    the 2-cpu job (started last: the least work) frees enough, but leaves rack a's agent at 3
+    cpus, where the task does not fit. Chosen by agent: the 3-cpu job on rack b (less work than
+    both jobs of rack a together: the 1-cpu one is older than it), and the task runs there; rack
+    a's jobs are never stopped."""
+    emulator = start_emulator(
+        tmp_path, agent_resources="cpus:4;mem:4096;ports:[31000-31999]", agent_attributes="rack:a"
+    )
+    emulator.add_agent(attributes="rack:b")
+    with emulated_project(tmp_path, emulator, reviveIntervalSeconds=1) as (root, _):
+        daemon = Daemon(root, "--specs", "specs", "--interval", "1")
+        try:
+            for name, cpus, rack in (("a-one", 1, "a"), ("b-three", 3, "b"), ("a-two", 2, "a")):
+                (root / "specs" / f"{name}.yaml").write_text(on_rack(name, cpus, rack))
+                eventually(lambda n=name: status(root, n)["phase"] == "Running", timeout=30)
+            (root / "specs" / "high.yaml").write_text(job("high", 4, "[sleep, '600']", 10))
+            eventually(lambda: status(root, "high")["phase"] == "Running", timeout=60)
+            assert {n: status(root, n)["preemptions"] for n in ("b-three", "a-two", "a-one")} == {
+                "b-three": 1,
+                "a-two": 0,
+                "a-one": 0,
+            }
+            assert status(root, "a-two")["phase"] == "Running" and status(root, "a-one")["phase"] == "Running"
+            agents = running_on_agents(emulator)
+            (high,) = [agent for task, agent in agents.items() if task.startswith("high.")]
+            assert [t for t, agent in agents.items() if agent == high and not t.startswith("high.")] == []
+        finally:
+            daemon.stop()
+
+
+def test_room_enough_in_all_but_spread_over_agents_is_made_on_one(tmp_path: Path) -> None:
+    """Two agents of 4 cpus: rack a runs a 2-cpu job, rack b a 1-cpu job and, started last (the
+    least work), another 1-cpu one. A job of one 3-cpu task has 4 cpus free in all but no agent
+    with 3: by totals nothing is short and no one would be preempted (it would wait for jobs
+    that never end); placed by agent, the newest job on rack b is preempted and the task runs
+    there, the others untouched."""
+    emulator = start_emulator(
+        tmp_path, agent_resources="cpus:4;mem:4096;ports:[31000-31999]", agent_attributes="rack:a"
+    )
+    emulator.add_agent(attributes="rack:b")
+    with emulated_project(tmp_path, emulator, reviveIntervalSeconds=1) as (root, _):
+        daemon = Daemon(root, "--specs", "specs", "--interval", "1")
+        try:
+            for name, cpus, rack in (("a-two", 2, "a"), ("b-old", 1, "b"), ("b-new", 1, "b")):
+                (root / "specs" / f"{name}.yaml").write_text(on_rack(name, cpus, rack))
+                eventually(lambda n=name: status(root, n)["phase"] == "Running", timeout=30)
+            (root / "specs" / "high.yaml").write_text(job("high", 3, "[sleep, '600']", 10))
+            eventually(lambda: status(root, "high")["phase"] == "Running", timeout=60)
+            assert {n: status(root, n)["preemptions"] for n in ("a-two", "b-old", "b-new")} == {
+                "a-two": 0,
+                "b-old": 0,
+                "b-new": 1,
+            }
+            assert status(root, "b-new")["suspension"]["preemptedBy"] == "high"
+            assert status(root, "a-two")["phase"] == "Running" and status(root, "b-old")["phase"] == "Running"
+            agents = running_on_agents(emulator)
+            (high,) = [agent for task, agent in agents.items() if task.startswith("high.")]
+            assert sorted(t.split(".")[0] for t, agent in agents.items() if agent == high) == [
+                "b-old",
+                "high",
+            ]
+        finally:
+            daemon.stop()
+
+
+def test_a_preempted_pss_job_stops_its_chief_first_through_the_master(
+    project: tuple[Path, Emulator],
+) -> None:
+    """The same as tests/test_suspend_local.py's PSS case through the master emulator (real
+    task processes, tests/pss_stand_in.py): the chief is KILLed first, its ps only once it has
+    exited, so its save still finds the ps serving."""
+    root, _ = project
+    out = root / "out"
+    out.mkdir()
+    command = f"[{sys.executable}, {Path(__file__).parent / 'pss_stand_in.py'}, {out}]"
+    roles = "".join(
+        f"{role}: {{count: 1, resources: {{cpus: 1, mem: 256}}}}, " for role in ("chief", "ps", "worker")
+    )
+    daemon = Daemon(root, "--specs", "specs", "--interval", "1")
+    try:
+        (root / "specs" / "pss.yaml").write_text(
+            job_yaml(
+                "pss",
+                command=command,
+                roles="{" + roles.rstrip(", ") + "}",
+                extra="  terminationGracePeriodSeconds: 10\n",
+            )
+        )
+        eventually(lambda: len(list(out.glob("*.up"))) == 3, timeout=30)
+        (root / "specs" / "high.yaml").write_text(job("high", 3, "[sleep, '600']", 10))
+        eventually(lambda: status(root, "high")["phase"] == "Running", timeout=60)
+        eventually(lambda: (out / "chief-0.0.saved").exists(), timeout=15, what="the chief's save")
+        said, saved_at = (out / "chief-0.0.saved").read_text().split("\n")
+        assert said == "ok", said
+        assert float((out / "ps-0.0.term").read_text()) >= float(saved_at)
+        low = status(root, "pss")
+        assert low["phase"] == "Suspended" and low["restarts"] == 0 and low["preemptions"] == 1
+    finally:
+        daemon.stop()

@@ -45,7 +45,8 @@ PSS_SCRIPT = str(REPO / "tests" / "tf_pss_preemptible.py")
 
 def job(name: str, *, priority: int, throttle: Path | None = None, pss: bool = False) -> str:
     """MWMS: the example script, 2 workers. PSS: tests/tf_pss_preemptible.py, chief, ps and
-    one worker, whose ps and worker outlive a SIGTERM until the grace is over."""
+    one worker: plain TensorFlow servers, which die at once on SIGTERM, stopped after the chief
+    has saved and exited."""
     slow = [str(throttle)] if throttle is not None else []
     if pss:
         command = ["python", PSS_SCRIPT, str(STEPS), *slow]
@@ -66,8 +67,8 @@ def job(name: str, *, priority: int, throttle: Path | None = None, pss: bool = F
                 "command": command,
                 "env": {"TF_ENABLE_ONEDNN_OPTS": "0", "PYTHONUNBUFFERED": "1"},
                 "priority": priority,
-                # MWMS: never a kill, the checkpoint is saved. PSS: the ps and the worker wait
-                # for the kill at its end; the chief saves within a second or so.
+                # MWMS: never a kill, the checkpoint is saved. PSS: the chief saves within a
+                # second or so, then its ps and worker are stopped.
                 "terminationGracePeriodSeconds": 10 if pss else 60,
                 "restartPolicy": "ExitCode",
                 "replicas": replicas,

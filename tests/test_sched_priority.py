@@ -71,3 +71,20 @@ def test_on_a_generated_trace_every_mode_ends_every_job_and_the_targets_are_judg
     results["fifo"] = {"gpu_allocation": 0.5}  # a policy of sched.json that knows no priorities
     shown = priority.table(results, "p", verdicts)
     assert "| tfdeclare |" in shown and "| fifo | - |" in shown
+
+
+def test_ours_frees_one_agent_when_enough_is_free_in_all_but_spread() -> None:
+    """Two agents of 8 GPUs, each running a low job of 5 (3 free on each, 6 in all); a high job
+    of one 6-GPU task. By totals nothing is short and no one is preempted: it waits for a low
+    job to end. By agent, the newer low job is preempted and the task runs on its agent after
+    the grace."""
+    spread = Trace(
+        "spread",
+        (Job("old", 0.0, 5, 5, 7200.0), Job("new", 10.0, 5, 5, 7200.0), Job("high", 1000.0, 6, 6, 600.0)),
+        10_000.0,
+    )
+    priorities = {"old": 0, "new": 0, "high": 1}
+    totals = priority.simulate(spread, make_cluster(2), priorities, "tfdeclare-by-totals", K)
+    assert totals["preemptions"] == 0 and totals["high_mean_wait_s"] == 7200.0 - 1000.0
+    ours = priority.simulate(spread, make_cluster(2), priorities, "tfdeclare", K)
+    assert ours["preemptions"] == 1 and ours["high_mean_wait_s"] == G

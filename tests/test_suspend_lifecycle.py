@@ -51,18 +51,48 @@ def test_unset_or_false_suspend_and_zero_priority_keep_the_spec_hash() -> None:
 
 
 def test_suspend_stops_every_task_and_counts_no_restart() -> None:
-    record = with_suspend(record_for(PSS, phase=Phase.RUNNING, restarts=1), True)
-    running = [task(record, n, R) for n in NAMES]
+    record = with_suspend(record_for(MWMS, phase=Phase.RUNNING, restarts=1), True)
+    running = [task(record, n, R) for n in ("worker-0", "worker-1")]
     result = step(record, running, T0 + 50, BACKOFF)
     after = result.record
-    assert sorted(result.stop) == sorted(t.task_id for t in running)
+    assert sorted(result.stop) == sorted(t.task_id for t in running)  # all at once
     assert result.launch == ()
     assert after.phase is Phase.SUSPENDED and after.reason is Reason.SUSPENDED
     assert after.restarts == 1 and after.suspensions == 1 and after.preemptions == 0
     assert after.attempt == record.attempt + 1  # its next run is a fresh gang
-    assert after.suspension is not None and after.suspension.tasks == 4
-    assert "stopping 4 task(s)" in after.message
+    assert after.suspension is not None and after.suspension.tasks == 2
+    assert "stopping 2 task(s)" in after.message
     assert any("suspended (spec.suspend)" in e for e in result.events)
+
+
+def test_a_pss_job_stops_its_chief_first_and_the_rest_once_it_has_exited() -> None:
+    """The coordinator's save on SIGTERM reads the variables the ps hold: they get their
+    SIGTERM only once it has exited (saved, or killed at the end of its grace)."""
+    for held in (
+        with_suspend(record_for(PSS, phase=Phase.RUNNING), True),
+        suspend(record_for(PSS, phase=Phase.RUNNING), Reason.PREEMPTED, T0, by="urgent", tasks=4),
+    ):
+        running = {n: task(held, n, R) for n in NAMES}
+        first = step(held, list(running.values()), T0 + 50, BACKOFF)
+        assert first.stop == (running["chief-0"].task_id,)
+        assert first.record.suspension is not None and first.record.suspension.tasks == 4
+        assert (
+            "stopping the chief first (it saves while the ps serve), then 3 task(s)" in first.record.message
+        )
+        # the chief is stopping (its grace running): the ps and workers still serve, nothing more stops
+        chief_stopping = {**running, "chief-0": task(held, "chief-0", TaskState.STOPPING)}
+        waiting = step(first.record, list(chief_stopping.values()), T0 + 52, BACKOFF)
+        assert waiting.stop == () and waiting.launch == ()
+        # the chief has exited (42: saved): now the rest, all at once
+        saved = {**running, "chief-0": task(held, "chief-0", ST, 42)}
+        rest = step(waiting.record, list(saved.values()), T0 + 53, BACKOFF)
+        assert sorted(rest.stop) == sorted(running[n].task_id for n in NAMES[1:])
+        assert "stopping 3 task(s)" in rest.record.message
+        assert rest.record.phase is Phase.SUSPENDED and rest.record.restarts == 0
+    # a chief already gone (it crashed, say): nothing to wait for
+    record = with_suspend(record_for(PSS, phase=Phase.RUNNING), True)
+    no_chief = [task(record, n, R) for n in NAMES[1:]]
+    assert sorted(step(record, no_chief, T0, BACKOFF).stop) == sorted(t.task_id for t in no_chief)
 
 
 def test_stopped_tasks_of_a_suspended_job_are_not_failures() -> None:

@@ -187,3 +187,54 @@ def test_never_preempts_a_job_of_the_same_priority(project: Path) -> None:
     assert {c["type"]: c["reason"] for c in second["conditions"]}["Ready"] == "WaitingForResources"  # type: ignore[union-attr,index]
     assert "preempting" not in str(second["message"])
     assert terms(project, "first") == set()
+
+
+PSS_TASK = str(Path(__file__).parent / "pss_stand_in.py")
+
+
+def pss_job(name: str) -> str:
+    command = f"command: [python, {PSS_TASK}, out/{name}]"
+    roles = "".join(
+        f"    {role}: {{count: 1, resources: {{cpus: 0.3, mem: 64}}, {command}}}\n"
+        for role in ("chief", "ps", "worker")
+    )
+    return (
+        "apiVersion: tfdeclare/v1\nkind: TFJob\n"
+        f"metadata: {{name: {name}}}\n"
+        "spec:\n"
+        "  workingDir: .\n"
+        "  terminationGracePeriodSeconds: 10\n"
+        f"  replicas:\n{roles}"
+    )
+
+
+def stamps(project: Path, name: str, suffix: str) -> dict[str, str]:
+    folder = project / "specs" / "out" / name
+    return {p.name.removesuffix(suffix): p.read_text() for p in folder.glob(f"*{suffix}")}
+
+
+def test_a_preempted_pss_job_stops_its_chief_first_so_that_it_saves_while_the_ps_serve(project: Path) -> None:
+    """Real processes (tests/pss_stand_in.py): the chief, SIGTERMed, needs its ps for 0.5 s
+    more to save; the ps dies at once on SIGTERM as TensorFlow's servers do. The chief is
+    stopped first and the ps only after it has exited: the save finds the ps serving."""
+    (project / "tfdeclare.yaml").write_text(config(1))
+    for name in ("pss", "high"):
+        (project / "specs" / "out" / name).mkdir()
+    (project / "specs" / "pss.yaml").write_text(pss_job("pss"))
+    assert cli("apply", "specs", cwd=project).returncode == 0
+    wait_until(lambda: len(stamps(project, "pss", ".up")) == 3)
+    (project / "specs" / "high.yaml").write_text(
+        job("high", 1, "until=go", cpus=0.5, extra="  priority: 10\n")
+    )
+    applied = cli("apply", "specs", cwd=project)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    wait_until(lambda: refreshed(project, "high")["phase"] == "Running", timeout=40)
+    saved = stamps(project, "pss", ".saved")
+    assert list(saved) == ["chief-0.0"], saved
+    said, saved_at = saved["chief-0.0"].split("\n")
+    assert said == "ok", said
+    (term,) = stamps(project, "pss", ".term").values()
+    assert float(term) >= float(saved_at), "the ps got its SIGTERM after the chief had saved"
+    low = status_of(project, "pss")
+    assert low["phase"] == "Suspended" and low["restarts"] == 0 and low["preemptions"] == 1
+    (project / "specs" / "out" / "high" / "go").touch()

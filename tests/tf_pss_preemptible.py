@@ -8,8 +8,9 @@ TF 2.21's ``PreemptionCheckpointHandler`` refuses a cluster with ``ps`` tasks, s
 chief saves a ``tf.train.CheckpointManager`` checkpoint (the step counter in it) into
 ``checkpoints/`` of its working folder (an absolute path: the ps writes the variables it holds,
 so on several machines this must be a shared folder) and exits 42. The variables live on the ps, so the ps
-(and the worker) must outlive the SIGTERM: they ignore it and serve until the job runner kills
-them after the job's grace period. One worker and a ``join()`` after every step keep the steps
+must outlive the chief's SIGTERM: tfdeclare stops a job with ps roles chief first and its ps
+and workers once the chief has exited; they are plain TensorFlow servers here, which die at
+once on SIGTERM (they install no handler). One worker and a ``join()`` after every step keep the steps
 in order, so the final weights do not depend on timing; the batch of step n depends on n alone.
 
 The chief writes ``steps.log`` (``STEP ATTEMPT`` per step done) and ``final_weights.sha256``
@@ -33,8 +34,6 @@ BATCH = 32
 
 
 def serve(resolver: tf.distribute.cluster_resolver.TFConfigClusterResolver) -> None:
-    # Ignored: the chief still reads the variables here to save them after its own SIGTERM.
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     server = tf.distribute.Server(
         resolver.cluster_spec(), job_name=resolver.task_type, task_index=resolver.task_id, protocol="grpc"
     )

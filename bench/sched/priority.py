@@ -12,12 +12,16 @@ high-priority job that does not fit may do:
   start again from scratch; chosen by ``core.run.preemption.choose`` with no checkpoint known
   (the least work since their start, then the newest).
 - ``tfdeclare``: ours. The victims are chosen by the same function, knowing each job's last
-  checkpoint (the least work since it), get SIGTERM and ``GRACE_S`` before the kill (their
+  checkpoint (the least work since it) and, as the controller does on Mesos, where each task
+  runs (``preemption.Gang``: a victim set counts only if the gang's tasks then fit on the
+  agents freed, also when enough GPUs are free in all but spread), get SIGTERM and ``GRACE_S`` before the kill (their
   resources come back only then; what is on its way back counts first, so the same room is
   never preempted twice), wait in line again, and resume from their last checkpoint. Jobs
   checkpoint every ``k`` minutes from each (re)start; a victim is counted as losing everything
   since its last periodic checkpoint, plus its GPUs over the grace, as if it saved nothing on
   SIGTERM (with ``PreemptionCheckpointHandler`` it saves then, and loses about a step).
+- ``tfdeclare-by-totals``: ours as it chose before, by totals only: a set that frees enough
+  GPUs in all, wherever they are; nobody when enough is free in all.
 
 Only the job first in line may preempt, and only jobs of lower priority (as the backend). Work
 lost is GPU-seconds of training done again (and, for ours, the grace), over the GPU-seconds the
@@ -41,10 +45,10 @@ from bench.sched.policies import SimJob, Tfdeclare, gang_request
 from bench.sched.sim import fluid_bound
 from bench.sched.trace import Trace
 from tfdeclare.backends.mesos.queueing import Waiting, shortfall
-from tfdeclare.core.run.preemption import Candidate, choose
+from tfdeclare.core.run.preemption import Candidate, Gang, choose
 from tfdeclare.core.spec.resources import ZERO, Resources
 
-MODES = ("no-preemption", "kill-restart", "tfdeclare")
+MODES = ("no-preemption", "kill-restart", "tfdeclare", "tfdeclare-by-totals")
 HIGH_SHARE = 0.2  # of the jobs
 GRACE_S = 120.0  # terminationGracePeriodSeconds of every job
 ARRIVE, FREE, END, WAKE = 0, 1, 2, 3
@@ -128,12 +132,15 @@ def simulate(  # noqa: C901 -- one discrete-event loop whose closures share its 
     def preempt(now: float) -> None:
         nonlocal coming, seq, lost
         head = next(iter(sorted(pending.values(), key=order)), None)
-        if head is None or head.priority == 0 or head.sim.placed or head.gpus <= cluster.free_gpus():
+        by_agent = mode == "tfdeclare"
+        if head is None or head.priority == 0 or head.sim.placed:
+            return
+        if not by_agent and head.gpus <= cluster.free_gpus():
             return  # (GPUs are what is scarce here: cpus and mem come with them)
         short = shortfall(head.sim.request, [a.view() for a in cluster.agents if a.gpus > 0])
-        if short is None:
+        if not by_agent and short == Resources(0.0, 0, 0):
             return  # only how the free GPUs are spread keeps it out: no one to preempt by totals
-        aware = mode == "tfdeclare"
+        aware = mode.startswith("tfdeclare")
         candidates = [
             Candidate(
                 name,
@@ -142,11 +149,17 @@ def simulate(  # noqa: C901 -- one discrete-event loop whose closures share its 
                 run.sim.job.tasks,
                 run.run_start or 0.0,
                 last_checkpoint(run, now) if aware else None,
+                tuple((agent_id, resources) for agent_id, resources, _ in run.held),
             )
             for name, run in running.items()
             if not run.stopping
         ]
-        choice = choose(short, head.priority, candidates, now, coming)
+        gang = None
+        if by_agent:  # every agent of ours with what it has free; what is on its way back, where
+            rooms = tuple((a.agent_id, Resources(a.cpus, int(a.mem), a.gpus)) for a in cluster.agents)
+            back = tuple((a, r) for run in runs.values() if run.stopping for a, r, _ in run.held)
+            gang = Gang(tuple(slot.resources for slot in head.sim.request.slots), rooms, back)
+        choice = choose(short, head.priority, candidates, now, coming, gang)
         for victim in choice.victims:
             run = runs[victim.job]
             assert run.run_start is not None
@@ -284,7 +297,7 @@ def run_all(
     results: dict[str, dict[str, float | int | None]] = {}
     for mode in MODES:
         results[mode] = simulate(trace, cluster_of(), priorities, mode, HEADLINE_K_MIN * 60)
-        results[mode]["checkpoint_every_s"] = HEADLINE_K_MIN * 60 if mode == "tfdeclare" else None
+        results[mode]["checkpoint_every_s"] = HEADLINE_K_MIN * 60 if mode.startswith("tfdeclare") else None
     for k in OTHER_K_MIN:
         results[f"tfdeclare-ckpt-{k}m"] = simulate(trace, cluster_of(), priorities, "tfdeclare", k * 60)
         results[f"tfdeclare-ckpt-{k}m"]["checkpoint_every_s"] = k * 60

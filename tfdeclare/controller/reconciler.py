@@ -34,8 +34,10 @@ missing under imagePullPolicy Never) fails the job at once (reason TerminalError
 
 Jobs are looked at in priority order (``spec.priority``, higher first, then by name), so a
 higher-priority job is placed first. One that cannot be placed, where its backend says what it
-lacks (``Unplaced.short``), preempts running jobs of lower priority on that backend
-(``core.run.preemption`` chooses them; ``lifecycle.suspend`` marks them Suspended/Preempted and
+lacks (``Unplaced.short``; and, where each task must fit on one agent, the room on each agent
+it may use, ``Unplaced.rooms``), preempts running jobs of lower priority on that backend
+(``core.run.preemption`` chooses them, by where their tasks run when there are rooms;
+``lifecycle.suspend`` marks them Suspended/Preempted and
 their own step, later in the same pass, stops their tasks with their grace period). A
 preempted job asks to be placed again whenever nothing of it runs, but not while a job of
 higher priority on its backend waits for room in that pass, so it never takes back what it
@@ -856,7 +858,11 @@ class Controller:
                 pass_.waiting[backend.name] = max(mine, pass_.waiting.get(backend.name, mine))
             said = ""
             if answer.short is not None and not all(slot.pinned for slot in request.slots):
-                said = self._preempt(record, backend, answer.short, now, result)
+                gang = None
+                if answer.rooms is not None:  # each task on one place: room where it fits
+                    sizes = tuple(slot.resources for slot in request.slots)
+                    gang = preemption.Gang(sizes, answer.rooms)
+                said = self._preempt(record, backend, answer.short, now, result, gang)
             if record.suspension is not None:  # preempted: it waits as it is, for room
                 return record, []
             phase = Phase.RESTARTING if record.phase is Phase.RESTARTING else Phase.PENDING
@@ -907,11 +913,18 @@ class Controller:
         return ready, started
 
     def _preempt(
-        self, record: JobRecord, backend: Backend, short: Resources, now: float, result: PassResult
+        self,
+        record: JobRecord,
+        backend: Backend,
+        short: Resources,
+        now: float,
+        result: PassResult,
+        gang: preemption.Gang | None = None,
     ) -> str:
         """Preempt the lower-priority jobs on ``backend`` that free ``short`` for ``record``
-        losing the least work (``preemption.choose``); what it did, in words for the
-        waiting job's message ("" when nothing of lower priority would help)."""
+        (and, with a ``gang``, room where its tasks fit) losing the least work
+        (``preemption.choose``); what it did, in words for the waiting job's message ("" when
+        nothing of lower priority would help)."""
         pass_ = self._pass
         if pass_ is None:
             return ""
@@ -919,6 +932,7 @@ class Controller:
         tasks = pass_.seen.all_of(backend.name)
         candidates: list[preemption.Candidate] = []
         coming, stopping = ZERO, 0
+        coming_on: list[tuple[str, Resources]] = []
         for name, other in pass_.records.items():
             if name == record.name or other.backend != backend.name or other.moving_from is not None:
                 continue
@@ -928,8 +942,10 @@ class Controller:
             held = ZERO
             for task in alive:
                 held = held + task.resources
+            held_on = tuple((t.where, t.resources) for t in alive if t.where is not None)
             if other.suspension is not None or other.deleting or other.phase.terminal:
                 coming, stopping = coming + held, stopping + len(alive)  # on its way back
+                coming_on.extend(held_on)
                 continue
             rank = priority(other)
             if self._protected(other, rank):
@@ -937,9 +953,13 @@ class Controller:
             started = min((t.started_at for t in alive if t.started_at is not None), default=now)
             # work at risk: since its last checkpoint that these tasks made (else since they started)
             since = progress.since_checkpoint(other.progress, started)[1]
-            candidates.append(preemption.Candidate(name, rank, held, len(alive), started, since))
-        choice = preemption.choose(short, mine, candidates, now, coming)
+            candidates.append(preemption.Candidate(name, rank, held, len(alive), started, since, held_on))
+        if gang is not None:
+            gang = preemption.Gang(gang.slots, gang.rooms, tuple(coming_on))
+        choice = preemption.choose(short, mine, candidates, now, coming, gang)
         if choice.covered:
+            if not stopping:  # it fits the room there is: what keeps it out is not ours to free
+                return ""
             return f"waiting for {stopping} task(s) of suspended or preempted jobs to stop"
         if not choice.victims:
             return ""

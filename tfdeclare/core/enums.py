@@ -217,6 +217,7 @@ class EndCause(StrEnum):
     KILLED_BY_OPERATOR = "KilledByOperator"  # an operator marked its machine gone, or killed it
     LAUNCH_DROPPED = "LaunchDropped"  # its launch never reached the machine (Mesos TASK_DROPPED)
     CONTROLLER_RESTART = "ControllerRestart"  # found gone by a controller that restarted meanwhile
+    ENGINE_RESTART = "EngineRestart"  # its container ended with the Docker engine (stopped, restarted)
     # its cluster description, delivered out of band, could not be fetched (Mesos clusterServer)
     CLUSTER_UNDELIVERED = "ClusterUndelivered"
 

@@ -29,6 +29,10 @@ kept, and the next look at the task asks ``tend`` to kill it and report the fail
 ``BackendError`` (never dropped on the thread). A container still up past grace + 5 s is
 killed by ``tend`` too.
 
+A container that ended (or is found removed) while the engine did not answer its listing
+ended with the engine (a stop, a restart, a crash: it stops its containers, its API already
+closed): ``EngineRestart``, a platform event (``engine_outages.py``), kept in ``exit.json``.
+
 Logs: a live container's output is read from the engine by time (``since``, to the
 nanosecond), never whole each time: a cursor per task keeps how many bytes were read and the
 times of the messages read in the last 0.1 s; the next read asks from 0.1 s before the
@@ -72,10 +76,11 @@ from tfdeclare.backends.local.drivers import (
     read_log_file,
     seen_from_end,
 )
+from tfdeclare.backends.local.engine_outages import EngineOutages
 from tfdeclare.backends.local.process_driver import alive, supervisor_holds
 from tfdeclare.backends.local.pull_log import PULL_LOG, LauncherInfo, PullView, pull_log_size
 from tfdeclare.backends.local.record import ContainerSpec, LocalTask, TaskRuntime
-from tfdeclare.core.enums import TaskState
+from tfdeclare.core.enums import EndCause, TaskState
 from tfdeclare.core.errors import ErrorCode
 from tfdeclare.core.run.tasks import TaskLaunch
 from tfdeclare.files import write_atomic
@@ -84,6 +89,7 @@ LAUNCHER_START_S = 30.0  # a launcher started less long ago that holds no lock y
 LAUNCHER_SLACK_S = 30.0  # a launcher still there this long past its pull timeout is killed
 DEFAULT_PULL_TIMEOUT_S = 1800.0  # local.pullTimeoutSeconds
 LAUNCHER_GONE = "its launcher exited before its container was made"
+ENGINE_STOPPED = "it ended while the Docker engine was stopped or restarting"
 TAIL_FIRST = 256  # a follow read asks the engine for at least this many of its last messages
 SINCE_MARGIN_NS = 100_000_000  # a log read asks from this long before the newest message read
 ENDED = ("exited", "dead")
@@ -167,6 +173,7 @@ class DockerDriver:
         self._cursors: dict[str, _LogCursor] = {}
         self._pulls: dict[str, PullView] = {}  # task id -> its launcher's pull, as read so far
         self._launching: dict[str, Path] = {}  # task id -> its folder, while a launcher is at work
+        self._outages = EngineOutages()  # when the engine did not answer (its listing), under _lock
         self._lock = threading.Lock()  # the failures, cursors and launching, from other threads
 
     def _name(self, task_id: str) -> str:
@@ -205,9 +212,22 @@ class DockerDriver:
             launching = sorted(self._launching.items())
         pulls = tuple((task_id, pull_log_size(path)) for task_id, path in launching)
         try:
-            return self.engine.listing(), pulls
+            return self._list(), pulls
         except EngineError:
             return None, pulls
+
+    def _list(self) -> dict[str, str]:
+        """The engine's listing of the owner's containers; whether it answered is noted
+        (``engine_outages``: a container that ended while it did not ended with it)."""
+        try:
+            listing = self.engine.listing()
+        except EngineError:
+            with self._lock:
+                self._outages.saw(False, self._clock())
+            raise
+        with self._lock:
+            self._outages.saw(True, self._clock())
+        return listing
 
     # ---- start ------------------------------------------------------------------------------
 
@@ -267,7 +287,7 @@ class DockerDriver:
         if self._listing is None:
             self._listed_at = time.monotonic()
             try:
-                self._listing = self.engine.listing()
+                self._listing = self._list()
             except EngineError as err:
                 raise BackendError(str(err), code=ErrorCode.ENGINE_UNREACHABLE) from err
         return self._listing.get(self._name(task_id))
@@ -294,10 +314,17 @@ class DockerDriver:
             self._done_launching(task_id)
         if state is None and made:
             at = self._gone.setdefault(task_id, time.time())
-            message = "its container was removed outside tfdeclare"
-            return Seen(
-                TaskState.STOPPED if stopping else TaskState.FAILED, None, None, at, message, Chore.RECORD_END
-            )
+            with self._lock:
+                with_engine = self._outages.away_since(folder.launch().get("startedAt"))
+            if with_engine:
+                message, cause = (
+                    "its container was gone after the Docker engine restarted",
+                    EndCause.ENGINE_RESTART,
+                )
+            else:
+                message, cause = "its container was removed outside tfdeclare", EndCause.JOB
+            state_now = TaskState.STOPPED if stopping else TaskState.FAILED
+            return Seen(state_now, None, None, at, message, Chore.RECORD_END, cause=cause)
         if state in (None, "created") and launcher is not None:
             return self._launching_seen(folder, launcher, stop_request)
         if state in (None, "created") and stopping:
@@ -316,12 +343,15 @@ class DockerDriver:
             return Seen(TaskState.FAILED, None, None, at, LAUNCHER_GONE, Chore.RECORD_END)
         if state in ENDED:
             end = self._end(task_id)
+            with self._lock:
+                with_engine = end.exit_code != 0 and self._outages.ended_with_engine(end.finished_at)
             seen = seen_from_end(
                 {
                     "exitCode": end.exit_code,
                     "finishedAt": end.finished_at,
                     "stopped": stopping,
-                    "message": end.message,
+                    "message": ENGINE_STOPPED if with_engine and not end.message else end.message,
+                    "cause": EndCause.ENGINE_RESTART.value if with_engine else EndCause.JOB.value,
                 }
             )
             return replace(seen, chore=Chore.RECORD_END)
@@ -429,10 +459,11 @@ class DockerDriver:
             seen.message,
             folder.stop_request() is not None,
         )
-        folder.record_end(*end)
+        cause = seen.cause.value  # a platform event's, kept: the next controller reads it back
+        folder.record_end(*end, cause=cause)
         if state is not None:
             self.engine.remove(name)
-        folder.record_end(*end, containerRemoved=True)  # ``destroy`` then needs no engine
+        folder.record_end(*end, containerRemoved=True, cause=cause)  # ``destroy`` then needs no engine
         self._forget(folder.task_id)
 
     @staticmethod

@@ -48,7 +48,7 @@ from tfdeclare.backends.mesos.info import validate_id
 from tfdeclare.backends.mesos.journal import TaskEntry
 from tfdeclare.backends.mesos.offers import HeldOffer, quota_verdict
 from tfdeclare.backends.mesos.placement import AgentOffer, GangFit, never_fits
-from tfdeclare.backends.mesos.queueing import Waiting, head_of, place_in_line, shortfall
+from tfdeclare.backends.mesos.queueing import Waiting, head_of, place_in_line, rooms, shortfall
 from tfdeclare.backends.mesos.sandbox import SandboxError, SandboxReader
 from tfdeclare.backends.mesos.scheduler import EventHandler, SchedulerEvents
 from tfdeclare.backends.mesos.state import (
@@ -259,6 +259,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
             extra=extra,
             unhealthy=unhealthy(entry),
             cause=cause_of(entry.state, entry.reason, entry.moved_for, unfetched),
+            where=entry.agent_id,
         )
 
     # ---- place / release -----------------------------------------------------------------------
@@ -335,7 +336,8 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
         fit, note = decision.fit, decision.note
         if not isinstance(fit, GangFit):
             message = f"{fit.message}; {note}" if note else fit.message
-            return Unplaced(fit.reason, message, self._short(request, waiting, views)), False, None
+            short, room = self._short(request, waiting, views)
+            return Unplaced(fit.reason, message, short, room), False, None
         if decision.inside_window:
             log.warning(
                 "%s: placed on an agent scheduled for maintenance (nothing outside a window fits)",
@@ -350,18 +352,22 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
         )
         return Placement(request.job, request.attempt, slots, secrets.token_hex(8)), ideal, fit
 
-    def _short(self, request: GangRequest, waiting: Waiting, views: Iterable[AgentOffer]) -> Resources | None:
-        """What the gang lacks beyond the offers held (``Unplaced.short``: the controller may
-        preempt lower-priority jobs of ours for it), said only when the held offers are what
-        there is: the gang is first in line, the master's agents are known and no offers are on
-        their way (an offer round came since we last asked). A task restarting alone (pinned)
-        never preempts."""
+    def _short(
+        self, request: GangRequest, waiting: Waiting, views: Iterable[AgentOffer]
+    ) -> tuple[Resources | None, tuple[tuple[str, Resources], ...] | None]:
+        """What the gang lacks beyond the offers held in all and the room on each agent it may
+        use (``Unplaced.short`` and ``rooms``: the controller may preempt lower-priority jobs
+        of ours so that it fits), said only when the held offers are what there is: the gang is
+        first in line, the master's agents are known and no offers are on their way (an offer
+        round came since we last asked). A task restarting alone (pinned) never preempts."""
         if any(slot.pinned for slot in request.slots) or not self._pool.agents_known:
-            return None
+            return None, None
         if decide.offers_coming(self._policy, self._pool.agents_known):
-            return None
-        ahead = head_of(self._queue.items(), waiting.first_asked, request.job, request.priority)
-        return shortfall(request, views) if ahead is None else None
+            return None, None
+        if head_of(self._queue.items(), waiting.first_asked, request.job, request.priority) is not None:
+            return None, None
+        held = list(views)
+        return shortfall(request, held), rooms(request, held, self._pool.capacities(), self._options)
 
     def _never_fits(self, request: GangRequest) -> str | None:
         """``never_fits`` against the capacities seen, cached until they change."""

@@ -27,6 +27,7 @@ from tfdeclare.backends.mesos.placement import (
     PlacementOptions,
     as_index,
     backfill,
+    eligible_for,
     place_avoiding_windows,
 )
 from tfdeclare.core.run.tasks import GangRequest
@@ -89,10 +90,10 @@ def head_of(
     return None
 
 
-def shortfall(request: GangRequest, offers: Iterable[AgentOffer]) -> Resources | None:
+def shortfall(request: GangRequest, offers: Iterable[AgentOffer]) -> Resources:
     """What the gang lacks beyond everything the held ``offers`` hold together (what the
-    controller may preempt lower-priority jobs of ours for); None when they hold enough in all
-    and only how it is spread keeps the gang out (preempting by totals would not tell whom)."""
+    controller may preempt lower-priority jobs of ours for); zero when they hold enough in all
+    and only how it is spread keeps the gang out (``rooms`` then tells where room is needed)."""
     cpus, mem, gpus = 0.0, 0.0, 0
     for offer in offers:
         cpus, mem, gpus = cpus + offer.cpus, mem + offer.mem_mib, gpus + offer.gpus
@@ -102,7 +103,31 @@ def shortfall(request: GangRequest, offers: Iterable[AgentOffer]) -> Resources |
         max(0, int(need.mem_mib - mem + 0.999)),
         max(0, need.gpus - gpus),
     )
-    return None if short == Resources(0.0, 0, 0) else short
+    return short
+
+
+def rooms(
+    request: GangRequest,
+    offers: Iterable[AgentOffer],
+    capacities: Iterable[AgentOffer],
+    options: PlacementOptions,
+) -> tuple[tuple[str, Resources], ...]:
+    """Every agent the gang may use (its constraints and GPU rules, judged on what the agent
+    has in all: ``capacities``) with what its held ``offers`` hold free now, zero where none is
+    held (its resources all taken: by our own tasks, perhaps), by agent id. The controller
+    chooses victims so that the gang's tasks fit on these (``Unplaced.rooms``)."""
+    free: dict[str, Resources] = {}
+    for offer in offers:
+        held = Resources(round(offer.cpus, 3), int(offer.mem_mib), offer.gpus)
+        free[offer.agent_id] = free.get(offer.agent_id, Resources(0.0, 0, 0)) + held
+    seen: set[str] = set()
+    out = []
+    for agent in sorted(capacities, key=lambda a: a.agent_id):
+        if agent.agent_id in seen or not eligible_for(request, agent, options):
+            continue
+        seen.add(agent.agent_id)
+        out.append((agent.agent_id, free.get(agent.agent_id, Resources(0.0, 0, 0))))
+    return tuple(out)
 
 
 def place_in_line(

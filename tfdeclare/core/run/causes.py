@@ -32,6 +32,7 @@ WORDS: dict[EndCause, str] = {
     EndCause.KILLED_BY_OPERATOR: "an operator took it",
     EndCause.LAUNCH_DROPPED: "the cluster dropped its launch",
     EndCause.CONTROLLER_RESTART: "it ended while the controller was away",
+    EndCause.ENGINE_RESTART: "its container ended with the Docker engine",
     EndCause.CLUSTER_UNDELIVERED: "it could not fetch its cluster from the framework",
 }
 

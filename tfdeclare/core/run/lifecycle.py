@@ -34,12 +34,13 @@ except what it wrote into the record. The rules (docs/reference.md#job-semantics
   restart's tasks are launched.
 - Suspension (``spec.suspend: true``) and preemption (``suspend``, called by the controller
   for a job a higher-priority one needs the room of): every task is stopped with the job's
-  grace period, the phase is Suspended (reason Suspended or Preempted), and nothing of it
-  counts as a failure, a restart or against ``backoffLimit`` (``suspensions`` and
-  ``preemptions`` count them). The attempt moves on at once, so its next launch is a fresh
-  gang on the same addresses where the backend can. ``suspend: false`` resumes a suspended
-  job; a preempted one asks to be placed whenever nothing of it runs, and is resumed (by the
-  controller, ``resumed``) once it is.
+  grace period (a job with ps roles: its chief first, the rest once it has exited, so that
+  the coordinator saves while the ps still serve), the phase is Suspended (reason Suspended
+  or Preempted), and nothing of it counts as a failure, a restart or against
+  ``backoffLimit`` (``suspensions`` and ``preemptions`` count them). The attempt moves on
+  at once, so its next launch is a fresh gang on the same addresses where the backend can.
+  ``suspend: false`` resumes a suspended job; a preempted one asks to be placed whenever
+  nothing of it runs, and is resumed (by the controller, ``resumed``) once it is.
 - The platform's own events (``causes``: a task lost with its agent, an agent drained or going
   into maintenance, an operator, tasks found gone by a restarted controller) are no failure of
   the job: when every failed task of a pass was taken so, the job (or each task alone, by its
@@ -329,9 +330,15 @@ def _suspended(record: JobRecord, tasks: Sequence[ObservedTask]) -> Step:
     hold = record.suspension
     assert hold is not None
     alive = [t for t in tasks if t.state.alive]
-    to_stop = tuple(t.task_id for t in alive if t.state is not TaskState.STOPPING)
     ended = tuple(t.task_id for t in tasks if t.state.ended)
     what = _held_words(hold)
+    first = _coordinator_first(record, alive)
+    if first:  # the rest wait: the chief's save on SIGTERM reads the variables the ps hold
+        to_stop = tuple(t.task_id for t in first if t.state is not TaskState.STOPPING)
+        rest = len(alive) - len(first)
+        message = f"{what}: stopping the chief first (it saves while the ps serve), then {rest} task(s)"
+        return Step(_update(record, Phase.SUSPENDED, hold.reason, message), stop=to_stop, forget=ended)
+    to_stop = tuple(t.task_id for t in alive if t.state is not TaskState.STOPPING)
     if alive:
         stopping = _update(record, Phase.SUSPENDED, hold.reason, f"{what}: stopping {len(alive)} task(s)")
         return Step(stopping, stop=to_stop, forget=ended)
@@ -340,6 +347,18 @@ def _suspended(record: JobRecord, tasks: Sequence[ObservedTask]) -> Step:
         return Step(waiting, launch=record.spec.task_keys(), forget=ended)
     waiting = _update(record, Phase.SUSPENDED, hold.reason, f"{what}; suspend: false runs it again")
     return Step(waiting, forget=ended)
+
+
+def _coordinator_first(record: JobRecord, alive: Sequence[ObservedTask]) -> list[ObservedTask]:
+    """The alive chief of a job with ps roles (ParameterServerStrategy's coordinator), while
+    other tasks of the job are alive beside it: stopped before them. Its save on SIGTERM
+    reads the variables the ps hold (each ps writes its own), and a ps dies at once on SIGTERM
+    (TensorFlow's servers install no handler), so the ps and the workers get their SIGTERM
+    once the chief has exited, or been killed at the end of its grace. Empty: stop them all."""
+    if record.spec.count(Role.PS) == 0:
+        return []
+    chiefs = [t for t in alive if t.key.role is Role.CHIEF]
+    return chiefs if chiefs and len(chiefs) < len(alive) else []
 
 
 def _ending(record: JobRecord, tasks: Sequence[ObservedTask], now: float) -> Step:

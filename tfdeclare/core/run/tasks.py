@@ -133,6 +133,11 @@ class Unplaced:
     # What the gang lacks beyond what is free now, where the backend can say (the local
     # machine): the controller may preempt lower-priority jobs for it. None: not known.
     short: Resources | None = None
+    # Where each task must fit on one place (Mesos agents): every place the gang may use, by
+    # the backend's name for it (``ObservedTask.where``), with what it has free now; the
+    # controller then chooses victims that free room there (``preemption.Gang``). None: one
+    # place (the local machine), or not known.
+    rooms: tuple[tuple[str, Resources], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -216,3 +221,6 @@ class ObservedTask:
     # It ended without running for a runtime error the backend names (``core.errors``: an
     # image missing under imagePullPolicy Never); one that fails the job fails it at once
     error: ErrorCode | None = None
+    # The backend's name for the place it runs (a Mesos agent id), as ``Unplaced.rooms`` names
+    # places; None where there is one place
+    where: str | None = None
