@@ -56,7 +56,7 @@ from tfdeclare.backends.mesos.state import (
     LAUNCH_DRAIN_S,
     Accept,
 )
-from tfdeclare.backends.mesos.taskstate import cause_of, is_terminal, observed_state, unhealthy
+from tfdeclare.backends.mesos.taskstate import cause_of, observed_state, unhealthy
 from tfdeclare.backends.mesos.tls import client_certificate_of, tls_verify
 from tfdeclare.backends.mesos.workers import BackgroundWork
 from tfdeclare.backends.secrets import SecretUnavailable, read_all
@@ -224,7 +224,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
             policy = self._policy
             if policy.reconcile_pending and now - policy.subscribed_at < FIRST_OBSERVE_WAIT_S:
                 return False
-            future.set_result([self._observed(e, now) for e in self._tasks.values() if not e.forgotten])
+            future.set_result([self._observed(e, now) for e in self._table if not e.forgotten])
             return True
 
         return self._request(lambda f: self._keep_trying(f, lambda now: answer(f, now)))
@@ -432,7 +432,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
         self._request(lambda f: self._launch(f, placement, ready))
 
     def _launch(self, future: Future[None], placement: Placement, tasks: list[TaskLaunch]) -> None:
-        todo = [t for t in tasks if t.task_id not in self._tasks]
+        todo = [t for t in tasks if t.task_id not in self._table]
         if not todo:
             self._decide(msg.Released(placement.token))
             future.set_result(None)
@@ -490,9 +490,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
         entries = [
             self._entry(task, agent_id, now) for (agent_id, _), group in groups.items() for task in group
         ]
-        for entry in entries:
-            self._add_task(entry)
-        self._journal.put(entries, sync=True)  # write-ahead: before any ACCEPT
+        self._table.record_launch(entries)  # write-ahead: before any ACCEPT
         for held in backing.values():
             for offer in held:
                 self._pool.remove(offer.offer_id)
@@ -503,7 +501,6 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
             self._accepts.append(
                 Accept(placement.job, agent_id, role, [o.offer_id for o in held], group, offered)
             )
-            self._unsent.update(t.task_id for t in group)
         # What the tasks leave of those offers comes back once the ACCEPT is done.
         self._decide(msg.OffersUsed(), now)
         self._changed = True
@@ -537,19 +534,8 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
         self._ask(lambda: self._stop(task_ids, grace_s))
 
     def _stop(self, task_ids: Sequence[str], grace_s: float) -> None:
-        changed = []
-        targets = []
-        for task_id in task_ids:
-            entry = self._tasks.get(task_id)
-            if entry is None or is_terminal(entry.state):
-                continue
-            if not entry.kill_requested or entry.kill_grace_s != grace_s:
-                entry.kill_requested = True
-                entry.kill_grace_s = grace_s
-                changed.append(entry)
-            targets.append(msg.KillTarget(task_id, entry.agent_id, grace_s))
+        targets, changed = self._table.request_stop(task_ids, grace_s)
         self._decide(msg.Stop(tuple(targets)))  # a KILL now, unless one went out recently
-        self._journal.put(changed, sync=True)
         if changed:
             self._changed = True
             self._notify()
@@ -557,26 +543,19 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
     def forget(self, task_ids: Sequence[str]) -> None:
         def forget() -> None:
             now = self.clock()
-            forgotten = []
-            for task_id in task_ids:
-                entry = self._tasks.get(task_id)
-                if entry is not None and not entry.forgotten and self._ended(entry, now):
-                    entry.forgotten = True
-                    forgotten.append(entry)
-            self._journal.put(forgotten, sync=False)
+            self._table.forget(task_ids, lambda entry: self._ended(entry, now))
 
         self._ask(forget)
 
     def purge(self, job: str) -> None:
         def purge() -> None:
             now = self.clock()
-            gone = [t.task_id for t in self._tasks.values() if t.job == job and self._ended(t, now)]
+            gone = [t.task_id for t in self._table if t.job == job and self._ended(t, now)]
+            self._table.remove(gone, sync=False)
             for task_id in gone:
-                self._drop_task(task_id)
                 if self._sandbox is not None:
                     self._sandbox.forget(task_id)
             self._decide(msg.Forgotten(tuple(gone)), now)
-            self._journal.delete(gone, sync=False)
 
         self._ask(purge)
 
@@ -598,7 +577,7 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
 
     def _log_source(self, task_id: str) -> tuple[str, bool, SandboxReader]:
         """Where a task's log is, whether it is complete, and the reader (thread-safe) to use."""
-        entry = self._tasks.get(task_id)
+        entry = self._table.get(task_id)
         if entry is None:
             raise BackendError(f"no log for task {task_id}", code=ErrorCode.LOG_UNAVAILABLE)
         if self._sandbox is None:
@@ -637,9 +616,9 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
         client, self._client = self._client, None
         for old in [*self._old_clients, *([client] if client is not None else [])]:
             old.stop()
-        if self._journal.wrote and not self._read_only:
-            self._compact()
-        self._journal.close()
+        if self._table.journal.wrote and not self._read_only:
+            self._table.compact()
+        self._table.journal.close()
         if self._sandbox is not None:
             self._sandbox.close()
 
@@ -650,22 +629,24 @@ class MesosBackend(SchedulerEvents, BackgroundWork):
         ``CLOSE_UPDATES_IDLE_S`` after the last, ``CLOSE_UPDATES_MAX_S`` in all)."""
         launches_by = self.clock() + LAUNCH_DRAIN_S
         progress: list[float] = []  # [when the update wait began, when a first update last came]
-        awaited = [len(self._awaiting_update)]
+        awaited = [len(self._table.awaiting_update)]
 
         def drained(now: float) -> bool:
-            if (self._accepts or self._unsent or self._burst_out) and now < launches_by:
+            if (self._accepts or self._table.unsent or self._burst_out) and now < launches_by:
                 return False
             if not progress:
                 progress[:] = [now, now]
-            if len(self._awaiting_update) < awaited[0]:
+            if len(self._table.awaiting_update) < awaited[0]:
                 progress[1] = now
-            awaited[0] = len(self._awaiting_update)
+            awaited[0] = len(self._table.awaiting_update)
             by = min(progress[0] + CLOSE_UPDATES_MAX_S, progress[1] + CLOSE_UPDATES_IDLE_S)
-            pending = self._awaiting_update or self._acks_due or self._acks_out_n
+            pending = self._table.awaiting_update or self._table.acks_due or self._acks_out_n
             if pending and self._connected and now < by:
                 return False
-            if self._awaiting_update and self._connected:
-                log.info("closing before %d launched task(s) sent an update", len(self._awaiting_update))
+            if self._table.awaiting_update and self._connected:
+                log.info(
+                    "closing before %d launched task(s) sent an update", len(self._table.awaiting_update)
+                )
             future.set_result(None)
             return True
 

@@ -35,9 +35,17 @@ from tfdeclare.backends.mesos.events import JSON, BaseHandler, Offer, TaskStatus
 from tfdeclare.backends.mesos.journal import FrameworkState
 from tfdeclare.backends.mesos.maintenance import OurTask, Window, answer, cuts_in, window_of
 from tfdeclare.backends.mesos.offers import HeldOffer
-from tfdeclare.backends.mesos.state import OUR_TASK_ID, BackendState
+from tfdeclare.backends.mesos.state import BackendState
 from tfdeclare.backends.mesos.taskinfo import LABEL_PREFIX
-from tfdeclare.backends.mesos.taskstate import LOST_LIKE, NEVER_LAUNCHED, TERMINAL, apply_status, is_terminal
+from tfdeclare.backends.mesos.taskstate import LOST_LIKE, is_terminal
+from tfdeclare.backends.mesos.tasktable import (
+    OUR_TASK_ID,
+    StatusRule,
+    reported,
+    status_rule,
+    stopping,
+    to_reconcile,
+)
 from tfdeclare.core.enums import EndCause
 from tfdeclare.core.errors import ErrorCode
 
@@ -52,26 +60,6 @@ def _older_than(version: str, than: tuple[int, int]) -> bool:
     except (IndexError, ValueError):
         return False
     return (major, minor) < than
-
-
-def _reported(state: str) -> Reported:
-    """What an update's state says of a task, in the reducer's terms."""
-    if state in TERMINAL:
-        return Reported.ENDED
-    if state in LOST_LIKE:
-        return Reported.LOST
-    if state == "TASK_KILLING":
-        return Reported.KILLING
-    if state in ("TASK_RUNNING", "TASK_STARTING"):
-        return Reported.RUNNING
-    return Reported.ACTIVE
-
-
-def _agent_refused(status: TaskStatus) -> bool:
-    """An agent dropped the task because it could not set it up (e.g. its user does not exist
-    there: "Failed to chown directory to 'u': No such user 'u'"). Launching it again would
-    fail the same way, so it counts as a failure of the task, with the agent's message."""
-    return status.source in ("SOURCE_AGENT", "SOURCE_SLAVE") and status.reason == "REASON_EXECUTOR_TERMINATED"
 
 
 class EventHandler(BaseHandler):
@@ -140,21 +128,7 @@ class SchedulerEvents(BackendState):
             framework_id,
             archived,
         )
-        now = self.clock()
-        gone = []
-        for entry in self._tasks.values():
-            if not is_terminal(entry.state):
-                apply_status(
-                    entry,
-                    "TASK_GONE",
-                    reason="REASON_FRAMEWORK_REMOVED",
-                    source="SOURCE_MASTER",
-                    message=f"framework {framework_id} was removed by the master",
-                    timestamp=None,
-                    now=now,
-                )
-                gone.append(entry)
-        self._journal.put(gone, sync=True)
+        self._table.framework_removed(framework_id, self.clock())
         self._framework = FrameworkState(None, self._framework.instance_id, self._framework.gpu_resources)
         self._framework_store.save(self._framework)
         self._decide(msg.FrameworkRemoved())
@@ -205,17 +179,8 @@ class SchedulerEvents(BackendState):
             self._client = client
         self._pool.clear()  # offers of an earlier subscription are void
         self._pool.forget_agents()
-        live = tuple(
-            (t.task_id, t.agent_id)
-            for t in self._tasks.values()
-            if not is_terminal(t.state) and t.task_id not in self._unsent
-        )
-        stopping = tuple(
-            msg.KillTarget(t.task_id, t.agent_id, t.kill_grace_s)
-            for t in self._tasks.values()
-            if t.kill_requested and not is_terminal(t.state)
-        )
-        self._decide(msg.Subscribed(live, stopping))
+        live = to_reconcile(self._table, self._table.unsent)
+        self._decide(msg.Subscribed(live, stopping(self._table)))
         self._changed = self._tick_soon = True
         log.info("subscribed as framework %s; reconciling %d task(s)", framework_id, len(live))
         if not self._gpu_enabled and _older_than(version, (1, 9)):
@@ -263,17 +228,18 @@ class SchedulerEvents(BackendState):
         changed = False
         now = self.clock()
         task_id = status.task_id
-        entry = self._tasks.get(task_id)
-        if task_id in self._awaiting_update:
-            self._awaiting_update.discard(task_id)
+        entry = self._table.get(task_id)
+        if task_id in self._table.awaiting_update:
+            self._table.awaiting_update.discard(task_id)
             self._changed = True  # close() may be waiting for it
         if task_id in self._policy.reconcile_pending:
             self._changed = True  # the first observe() may be waiting for these answers
-        reported = _reported(status.state)
-        if entry is None:
-            ours = reported is not Reported.ENDED and self._is_ours(task_id, status)
-            self._decide(msg.Update(task_id, status.agent_id, reported, known=False, ours=ours), now)
-        elif entry.state is None and status.state in NEVER_LAUNCHED and not _agent_refused(status):
+        said = reported(status.state)
+        rule = status_rule(entry, status.state, status.source, status.reason)
+        if entry is None or rule is StatusRule.UNKNOWN:
+            ours = said is not Reported.ENDED and self._is_ours(task_id, status)
+            self._decide(msg.Update(task_id, status.agent_id, said, known=False, ours=ours), now)
+        elif rule is StatusRule.NEVER_LAUNCHED:
             # The task never reached an agent: its launch did not happen. Forget it, so the
             # controller launches the slot again (this is not a failure of the task).
             log.warning(
@@ -283,29 +249,17 @@ class SchedulerEvents(BackendState):
                 status.reason,
                 status.message,
             )
-            self._drop_task(task_id)
+            self._table.remove([task_id], sync=False)
             self._decide(msg.Forgotten((task_id,)), now)
-            self._journal.delete([task_id], sync=False)
             changed = True
         else:
             was_lost = entry.state in LOST_LIKE
-            changed = apply_status(
-                entry,
-                status.state,
-                reason=status.reason,
-                source=status.source,
-                message=status.message,
-                timestamp=status.timestamp,
-                now=now,
-                healthy=status.healthy,
-            )
-            if changed:
-                self._journal.put([entry], sync=False)
+            changed = self._table.apply(entry, status, now)
             self._decide(
                 msg.Update(
                     task_id,
                     entry.agent_id,
-                    reported,
+                    said,
                     changed=changed,
                     kill_requested=entry.kill_requested,
                     kill_grace_s=entry.kill_grace_s,
@@ -315,7 +269,7 @@ class SchedulerEvents(BackendState):
                 now,
             )
         if status.uuid is not None and status.agent_id is not None:
-            self._acks_due.append((status.agent_id, task_id, status.uuid))  # once the journal is synced
+            self._table.acks_due.append((status.agent_id, task_id, status.uuid))  # once the journal is synced
         if changed and self._inverse_held and is_terminal(status.state):
             self._settle_inverse()
         if changed:
@@ -336,7 +290,7 @@ class SchedulerEvents(BackendState):
                 continue
             window = window_of(inverse.get("unavailability"))
             self._agent_windows[agent_id] = window
-            there = [e for e in self._tasks.values() if e.agent_id == agent_id and not is_terminal(e.state)]
+            there = self._table.live_on(agent_id)
             ours = [OurTask(e.task_id, e.kill_grace_s or 0.0, e.kill_requested) for e in there]
             outside = (a for a, w in self._agent_windows.items() if a != agent_id and not cuts_in(w, now))
             said = answer(window, ours, now, elsewhere=any(True for _ in outside))
@@ -353,7 +307,7 @@ class SchedulerEvents(BackendState):
 
     def _settle_inverse(self) -> None:
         """Accept each held inverse offer whose agent no task of ours runs on any more."""
-        busy = {e.agent_id for e in self._tasks.values() if not is_terminal(e.state)}
+        busy = self._table.busy_agents()
         done = [offer_id for offer_id, agent_id in self._inverse_held.items() if agent_id not in busy]
         for offer_id in done:
             del self._inverse_held[offer_id]
@@ -368,18 +322,9 @@ class SchedulerEvents(BackendState):
 
     def _move_off(self, task_ids: Sequence[str], cause: EndCause) -> None:
         """Stop these tasks the graceful way, recording why (``TaskEntry.moved_for``)."""
-        changed, targets = [], []
-        for task_id in task_ids:
-            entry = self._tasks.get(task_id)
-            if entry is None or is_terminal(entry.state) or entry.kill_requested:
-                continue
-            entry.kill_requested = True
-            entry.moved_for = cause.value
-            changed.append(entry)
-            targets.append(msg.KillTarget(task_id, entry.agent_id, entry.kill_grace_s))
-        if not changed:
+        targets = self._table.move_off(task_ids, cause.value)
+        if not targets:
             return
-        self._journal.put(changed, sync=True)
         self._decide(msg.Stop(tuple(targets)))
         self._changed = True
         self._notify()

@@ -25,7 +25,6 @@ import getpass
 import logging
 import os
 import queue
-import re
 import socket
 import threading
 import time
@@ -50,7 +49,6 @@ from tfdeclare.backends.mesos.journal import (
     FrameworkStore,
     JournalError,
     TaskEntry,
-    TaskJournal,
 )
 from tfdeclare.backends.mesos.maintenance import Window
 from tfdeclare.backends.mesos.offers import OfferPool, agent_capacity
@@ -59,6 +57,7 @@ from tfdeclare.backends.mesos.queueing import Waiting
 from tfdeclare.backends.mesos.sandbox import SandboxReader
 from tfdeclare.backends.mesos.taskinfo import LABEL_PREFIX
 from tfdeclare.backends.mesos.taskstate import LOST_LIKE, is_terminal, observed_state
+from tfdeclare.backends.mesos.tasktable import TaskTable
 from tfdeclare.core.errors import ErrorCode
 from tfdeclare.core.run.tasks import TaskLaunch
 
@@ -66,10 +65,6 @@ log = logging.getLogger("tfdeclare.mesos")
 
 T = TypeVar("T")
 
-# Task ids the controller makes: <job>.<uid>.<role>-<index>.<launch>
-OUR_TASK_ID = re.compile(
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\.[^./\\]+\.(chief|ps|worker|evaluator|tensorboard)-\d+\.[^./\\]+$"
-)
 FIRST_OBSERVE_WAIT_S = 2.0  # the first observe() after subscribing waits this long for answers
 LAUNCH_DRAIN_S = 30.0  # close() waits this long for queued ACCEPTs
 # close() waits for the first update of each task it launched and its ACKNOWLEDGE (an agent
@@ -114,10 +109,9 @@ class BackendState(ABC):
         self.config = config
         self.clock = clock
         self.root = state_dir / "mesos"
-        self._journal = TaskJournal(self.root)
         self._framework_store = FrameworkStore(self.root)
         try:
-            self._tasks: dict[str, TaskEntry] = self._journal.load()
+            self._table = TaskTable(self.root)
             self._framework: FrameworkState = self._framework_store.load()
         except JournalError as err:
             raise BackendError(str(err), code=ErrorCode.BACKEND_STATE_UNREADABLE) from err
@@ -128,9 +122,6 @@ class BackendState(ABC):
         # Each agent's maintenance window as its latest offer or inverse offer said (None:
         # none): whether a task moved off for maintenance has anywhere to go
         self._agent_windows: dict[str, Window | None] = {}
-        self._on_agent: dict[str, set[str]] = {}  # agent id -> ids of our tasks there
-        for entry in self._tasks.values():
-            self._on_agent.setdefault(entry.agent_id, set()).add(entry.task_id)
         self._never_fits_cache: dict[object, str | None] = {}
         self._never_fits_version = -1
         # the policies (offer interest, reconciliation, kills, offers to decline, the queue and
@@ -139,7 +130,7 @@ class BackendState(ABC):
             Settings.from_config(config, self._options),
             lost={
                 t.task_id: t.lost_since
-                for t in self._tasks.values()
+                for t in self._table
                 if t.state in LOST_LIKE and t.lost_since is not None
             },
         )
@@ -148,19 +139,14 @@ class BackendState(ABC):
         self._gpu_enabled = (
             config.gpu_resources
             or self._framework.gpu_resources
-            or any(t.gpus > 0 and not is_terminal(t.state) for t in self._tasks.values())
+            or any(t.gpus > 0 and not is_terminal(t.state) for t in self._table)
         )
         self._old_clients: list[SchedulerClient] = []
         self._removed_ids: set[str] = set()
-        # acknowledgements: journaled updates to acknowledge once the journal is synced
-        self._acks_due: list[tuple[str, str, str]] = []
         self._acks_out_n = 0  # batches with the acks thread, not yet sent
-        # tasks whose ACCEPT the master took in this run and of which no update came yet
-        self._awaiting_update: set[str] = set()
         # ACCEPTs: queued in order; one burst at a time is with the calls thread
         self._accepts: collections.deque[Accept] = collections.deque()
         self._burst_out = False
-        self._unsent: set[str] = set()  # journaled tasks whose ACCEPT has not been answered
         self._sandbox: SandboxReader | None = None
         # the loop
         self._watchers: list[Callable[[], None]] = []
@@ -291,10 +277,10 @@ class BackendState(ABC):
         """Acknowledge what the batch journaled (the acks thread makes it durable first), send
         ACCEPTs, re-check the
         waiters if something they wait for changed (or their deadlines on a tick)."""
-        if self._acks_due:
-            acks, self._acks_due = self._acks_due, []
+        if self._table.acks_due:
+            acks = self._table.take_acks()
             try:
-                handle = self._journal.durable_handle()  # fsynced by the acks thread, then acked
+                handle = self._table.journal.durable_handle()  # fsynced by the acks thread, then acked
             except OSError as err:
                 log.error("cannot sync the task journal (%s); not acknowledging %d update(s)", err, len(acks))
             else:
@@ -379,16 +365,6 @@ class BackendState(ABC):
     def _usable(self) -> None:
         if self._fatal is not None:
             raise self._fatal
-
-    def _add_task(self, entry: TaskEntry) -> None:
-        self._tasks[entry.task_id] = entry
-        self._on_agent.setdefault(entry.agent_id, set()).add(entry.task_id)
-
-    def _drop_task(self, task_id: str) -> None:
-        self._awaiting_update.discard(task_id)
-        entry = self._tasks.pop(task_id, None)
-        if entry is not None:
-            self._on_agent.get(entry.agent_id, set()).discard(task_id)
 
     # ---- the policies: decided by ``decide``, executed here (on the loop) ----------------------
 
@@ -485,9 +461,3 @@ class BackendState(ABC):
     def _ended(self, entry: TaskEntry, now: float) -> bool:
         state, _, _ = observed_state(entry, now, self.config.fencing_timeout_s)
         return state.ended
-
-    def _compact(self) -> None:
-        try:
-            self._journal.compact(self._tasks.values())
-        except OSError as err:
-            log.error("cannot compact the task journal: %s", err)

@@ -28,9 +28,10 @@ import queue
 from tfdeclare.backends.mesos import decide
 from tfdeclare.backends.mesos import decide_messages as msg
 from tfdeclare.backends.mesos.client import SchedulerClient
-from tfdeclare.backends.mesos.errors import MesosConnectionError, MesosError, NotSubscribedError
+from tfdeclare.backends.mesos.errors import MesosError, NotSubscribedError
 from tfdeclare.backends.mesos.state import LAUNCH_BURST, Accept, AckBatch, BackendState
 from tfdeclare.backends.mesos.taskinfo import take_resources, task_info, task_labels
+from tfdeclare.backends.mesos.tasktable import AcceptOutcome, accept_outcome, launchable
 from tfdeclare.core.run.tasks import TaskLaunch
 
 log = logging.getLogger("tfdeclare.mesos")
@@ -103,8 +104,8 @@ class BackgroundWork(BackendState):
             return
         calls = decide.on_tick(self._policy, self.clock(), self._pool)
         self._execute(calls)
-        if self._journal.needs_compaction(len(self._tasks)):
-            self._compact()
+        if self._table.journal.needs_compaction(len(self._table)):
+            self._table.compact()
 
     # ---- ACCEPTs (bursts built on the loop, sent by the calls thread) --------------------------
 
@@ -116,11 +117,7 @@ class BackgroundWork(BackendState):
         while self._accepts and len(burst) < LAUNCH_BURST:
             accept = self._accepts.popleft()
             # Tasks asked to stop before their ACCEPT are not launched at all.
-            keep = [
-                t
-                for t in accept.tasks
-                if (e := self._tasks.get(t.task_id)) is not None and not e.kill_requested
-            ]
+            keep = [t for t in accept.tasks if launchable(self._table.get(t.task_id))]
             dropped = [t.task_id for t in accept.tasks if t not in keep]
             if dropped:
                 self._forget_unlaunched(dropped, "it was stopped before its launch")
@@ -191,39 +188,33 @@ class BackgroundWork(BackendState):
                 self._forget_unlaunched(ids, "its launch failed")
             elif tasks:
                 self._launched(accept, ids, result)
-            self._unsent.difference_update(t.task_id for t in accept.tasks)
+            self._table.answered(t.task_id for t in accept.tasks)
         self._changed = True
 
     def _launched(self, accept: Accept, ids: list[str], result: MesosError | None) -> None:
         """Book the answer to one ACCEPT."""
-        if isinstance(result, MesosConnectionError):
+        outcome = accept_outcome(result)
+        if outcome is AcceptOutcome.UNANSWERED:
             log.warning(
                 "launching %s on agent %s: %s; reconciliation will tell", accept.job, accept.agent_id, result
             )
             self._decide(  # did the master get it? Reconciliation will say.
                 msg.LaunchUnanswered(
-                    tuple((t, e.agent_id) for t in ids if (e := self._tasks.get(t)) is not None)
+                    tuple((t, e.agent_id) for t in ids if (e := self._table.get(t)) is not None)
                 )
             )
             self._tick_soon = True
             return
-        if result is not None:
+        if outcome is AcceptOutcome.REFUSED:
             self._forget_unlaunched(ids, f"the master refused its launch ({result})")
             return
         self._decide(msg.OffersUsed())
-        for task_id in ids:  # informational: written with the task's next change
-            if (entry := self._tasks.get(task_id)) is not None:
-                entry.accepted = True
-                if entry.state is None:  # close() waits for its first update to be acknowledged
-                    self._awaiting_update.add(task_id)
+        self._table.launched(ids)
 
     def _forget_unlaunched(self, task_ids: list[str], why: str) -> None:
         """Tasks whose ACCEPT was not sent or was refused never existed: the controller sees
         the slot empty and launches it again."""
-        for task_id in task_ids:
-            log.warning("task %s was not launched: %s", task_id, why)
-            self._drop_task(task_id)
+        self._table.forget_unlaunched(task_ids, why)
         self._decide(msg.Forgotten(tuple(task_ids)))
-        self._journal.delete(task_ids, sync=True)
         self._changed = True
         self._notify()  # the controller launches those slots again
