@@ -29,9 +29,9 @@ from tfdeclare.backends.mesos.errors import (
     TerminalError,
 )
 from tfdeclare.backends.mesos.framework import FrameworkRecord
-from tfdeclare.backends.mesos.inbox import ClientDropped, Inbound
+from tfdeclare.backends.mesos.inbox import ClientDropped, EventHandler, Inbound
 from tfdeclare.backends.mesos.loop import Effect, Loop
-from tfdeclare.backends.mesos.scheduler import EventHandler, Scheduler
+from tfdeclare.backends.mesos.scheduler import Scheduler
 from tfdeclare.backends.mesos.sender import Sender
 from tfdeclare.backends.mesos.tls import client_certificate_of
 from tfdeclare.core.errors import ErrorCode

@@ -1,7 +1,8 @@
 """What the Mesos backend's loop is told: one typed inbox, no callbacks.
 
 This module owns the messages that reach the loop from other threads: the master's events as
-the client's stream thread hands them over (``Subscribed``, ``Offers``, ``Rescinded``,
+the client's stream thread hands them over (``EventHandler``: the client's callbacks, each
+posted as a message) (``Subscribed``, ``Offers``, ``Rescinded``,
 ``StatusUpdate``, ``InverseOffers``, ``StreamEnded``, ``ClientTerminated``) and the answers of
 the sender's threads (``sender.Answered``, ``sender.BurstAnswered``, ``sender.AcksSent``).
 ``Inbound`` is their union; ``scheduler.Scheduler.handle`` matches on it (closed: a new
@@ -10,13 +11,16 @@ message that is not handled fails the type check). Frozen values, no behaviour.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tfdeclare.backends.mesos.client import SchedulerClient
 from tfdeclare.backends.mesos.errors import TerminalError
-from tfdeclare.backends.mesos.events import JSON, Offer, TaskStatus
+from tfdeclare.backends.mesos.events import JSON, BaseHandler, Offer, TaskStatus
 from tfdeclare.backends.mesos.sender import AcksSent, Answered, BurstAnswered
+
+log = logging.getLogger("tfdeclare.mesos")
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,3 +85,40 @@ Inbound = (
     | BurstAnswered
     | AcksSent
 )
+
+
+class EventHandler(BaseHandler):
+    """Client callbacks (the stream thread), posted to the backend's loop in order."""
+
+    def __init__(self, post: Callable[[Inbound], None]) -> None:
+        self.post = post
+        self.client: SchedulerClient | None = None  # the client these events come from
+
+    def subscribed(
+        self, framework_id: str, heartbeat_interval: float, master_info: dict[str, object]
+    ) -> None:
+        self.post(Subscribed(framework_id, self.client, str(master_info.get("version") or "")))
+
+    def offers(self, offers: Sequence[Offer]) -> None:
+        self.post(Offers(offers))
+
+    def rescind(self, offer_id: str) -> None:
+        self.post(Rescinded(offer_id))
+
+    def update(self, status: TaskStatus) -> None:
+        self.post(StatusUpdate(status))
+
+    def failure(self, agent_id: str | None, executor_id: str | None, status: int | None) -> None:
+        if agent_id is not None and executor_id is None:
+            log.warning("the master removed agent %s; its tasks are reported separately", agent_id)
+
+    def disconnected(self, reason: str) -> None:
+        self.post(StreamEnded())
+
+    def terminated(self, error: TerminalError) -> None:
+        self.post(ClientTerminated(error))
+
+    def other(self, event: JSON) -> None:
+        if event.get("type") == "INVERSE_OFFERS":
+            raw = (event.get("inverse_offers") or {}).get("inverse_offers") or []
+            self.post(InverseOffers([offer for offer in raw if isinstance(offer, dict)]))

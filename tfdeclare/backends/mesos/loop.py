@@ -204,12 +204,8 @@ class Loop(Generic[M]):
                     stopping = True
                     continue
                 try:
-                    # a caller's request may have changed anything: the waiters look again
-                    effect = (
-                        max(effect, Effect.CHANGED, message.start())
-                        if isinstance(message, _Run)
-                        else (max(effect, self._handle(message)))
-                    )
+                    handled = message.start() if isinstance(message, _Run) else self._handle(message)
+                    effect = max(effect, handled)
                 except Exception:
                     log.exception("%s: a message failed (continuing)", self._name)
             ticked = effect is Effect.TICK or time.monotonic() >= next_tick

@@ -1,19 +1,19 @@
 """What the Mesos backend does with what reaches its loop: the master's events and answers.
 
-The client's stream thread only posts each event (``EventHandler``: a typed ``inbox``
-message, never a callback) to the loop, which handles it in order with everything else; the
-stream thread never waits for the backend. This module owns ``Scheduler.handle``:
-SUBSCRIBED (persist the framework id before anything acts on it, void held offers),
-OFFERS (into the pool, held for as long as ``decide.hold_for`` says), RESCIND, UPDATE (folded
-into the task table, journaled before the update is acknowledged; a task never launched is
-forgotten), INVERSE_OFFERS (answered as ``maintenance.answer`` says: accepted once nothing of
-ours runs on the agent, our tasks there moved off the graceful way when its window nears), the
-end of a subscription, a client that stopped, a framework the master removed (policy
-``onFrameworkRemoved``), and the sender's answers. What follows from each for the policies
-(ask for the agents, reconcile, re-send KILLs, kill an unknown task of ours, fence a lost
-one) is decided by ``decide`` from the event handed to it. Each handler returns what it
-changed (``loop.Effect``). It also owns the loop's periodic work (``upkeep``) and what runs
-after each batch (``after_batch``: acknowledgements, the next ACCEPT burst).
+The client's stream thread only posts each event (``inbox.EventHandler``: a typed message,
+never a callback) to the loop, which handles it in order with everything else; the stream
+thread never waits for the backend. This module owns ``Scheduler.handle``: SUBSCRIBED
+(persist the framework id before anything acts on it, void held offers), OFFERS (into the
+pool, held for as long as ``decide.hold_for`` says), RESCIND, UPDATE (folded into the task
+table, journaled before the update is acknowledged; a task never launched is forgotten),
+INVERSE_OFFERS (``inverse.Maintenance``), the end of a subscription, a client that stopped,
+a framework the master removed (policy ``onFrameworkRemoved``), and the sender's answers.
+What follows from each for the policies (ask for the agents, reconcile, re-send KILLs, kill
+an unknown task of ours, fence a lost one) is decided by ``decide`` from the event handed to
+it. Each handler returns what it changed (``loop.Effect``). It also owns the loop's periodic
+work (``upkeep``) and what runs after each batch (``after_batch``: acknowledgements, the next
+ACCEPT burst), and the collaborators that act on the loop for the protocol (``placing``,
+``launching``).
 """
 
 from __future__ import annotations
@@ -22,9 +22,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import assert_never
 
-from tfdeclare.backends.mesos import calls, decide
+from tfdeclare.backends.mesos import decide
 from tfdeclare.backends.mesos import decide_messages as msg
-from tfdeclare.backends.mesos.client import SchedulerClient
 from tfdeclare.backends.mesos.config import MesosConfig
 from tfdeclare.backends.mesos.decide_messages import Reported
 from tfdeclare.backends.mesos.errors import (
@@ -33,7 +32,7 @@ from tfdeclare.backends.mesos.errors import (
     SubscribeRefusedError,
     TerminalError,
 )
-from tfdeclare.backends.mesos.events import JSON, BaseHandler, Offer, TaskStatus, id_value
+from tfdeclare.backends.mesos.events import Offer, TaskStatus
 from tfdeclare.backends.mesos.framework import FrameworkRecord, older_than
 from tfdeclare.backends.mesos.inbox import (
     ClientDropped,
@@ -46,9 +45,10 @@ from tfdeclare.backends.mesos.inbox import (
     StreamEnded,
     Subscribed,
 )
+from tfdeclare.backends.mesos.inverse import Maintenance
 from tfdeclare.backends.mesos.launching import Launches
 from tfdeclare.backends.mesos.loop import Effect
-from tfdeclare.backends.mesos.maintenance import OurTask, Window, answer, cuts_in, window_of
+from tfdeclare.backends.mesos.maintenance import Window
 from tfdeclare.backends.mesos.offers import HeldOffer
 from tfdeclare.backends.mesos.placing import Placer
 from tfdeclare.backends.mesos.policies import Policies
@@ -64,46 +64,8 @@ from tfdeclare.backends.mesos.tasktable import (
     stopping,
     to_reconcile,
 )
-from tfdeclare.core.enums import EndCause
 
 log = logging.getLogger("tfdeclare.mesos")
-
-
-class EventHandler(BaseHandler):
-    """Client callbacks (the stream thread), posted to the backend's loop in order."""
-
-    def __init__(self, post: Callable[[Inbound], None]) -> None:
-        self.post = post
-        self.client: SchedulerClient | None = None  # the client these events come from
-
-    def subscribed(
-        self, framework_id: str, heartbeat_interval: float, master_info: dict[str, object]
-    ) -> None:
-        self.post(Subscribed(framework_id, self.client, str(master_info.get("version") or "")))
-
-    def offers(self, offers: Sequence[Offer]) -> None:
-        self.post(Offers(offers))
-
-    def rescind(self, offer_id: str) -> None:
-        self.post(Rescinded(offer_id))
-
-    def update(self, status: TaskStatus) -> None:
-        self.post(StatusUpdate(status))
-
-    def failure(self, agent_id: str | None, executor_id: str | None, status: int | None) -> None:
-        if agent_id is not None and executor_id is None:
-            log.warning("the master removed agent %s; its tasks are reported separately", agent_id)
-
-    def disconnected(self, reason: str) -> None:
-        self.post(StreamEnded())
-
-    def terminated(self, error: TerminalError) -> None:
-        self.post(ClientTerminated(error))
-
-    def other(self, event: JSON) -> None:
-        if event.get("type") == "INVERSE_OFFERS":
-            raw = (event.get("inverse_offers") or {}).get("inverse_offers") or []
-            self.post(InverseOffers([offer for offer in raw if isinstance(offer, dict)]))
 
 
 class Scheduler:
@@ -123,11 +85,7 @@ class Scheduler:
         self.policies = policies
         self.launches = Launches(config, clock, table, sender, policies)
         self.placer = Placer(config, clock, policies)
-        # Inverse offers held until our tasks on their agent are gone, then accepted: id -> agent
-        self._inverse_held: dict[str, str] = {}
-        # Each agent's maintenance window as its latest offer or inverse offer said (None:
-        # none): whether a task moved off for maintenance has anywhere to go
-        self._agent_windows: dict[str, Window | None] = {}
+        self.maintenance = Maintenance(clock, table, framework, sender, policies)
         self.close_answered = False  # the calls thread is past what close() decided
 
     def handle(self, message: Inbound) -> Effect:
@@ -142,11 +100,11 @@ class Scheduler:
             case StatusUpdate(status=status):
                 return self._update(status)
             case InverseOffers(inverse_offers=inverse):
-                return self._inverse_offers(inverse)
+                return self.maintenance.inverse_offers(inverse)
             case StreamEnded():
                 self.policies.decide(msg.Disconnected())
                 self.policies.pool.clear()
-                self._inverse_held.clear()  # void with the subscription, as offers are
+                self.maintenance.held.clear()  # void with the subscription, as offers are
                 return Effect.CHANGED
             case ClientTerminated(error=error):
                 return self._terminated(error)
@@ -259,7 +217,7 @@ class Scheduler:
         for offer in offers:
             held = HeldOffer.parse(offer, now, hold)
             policies.pool.add(held)
-            self._agent_windows[held.agent_id] = None if held.window is None else Window(*held.window)
+            self.maintenance.windows[held.agent_id] = None if held.window is None else Window(*held.window)
             unlisted = unlisted or held.agent_id not in policies.pool.capacity
         policies.decide(msg.OffersReceived(unlisted), now)
         if decide.demand(policies.policy, now):
@@ -313,62 +271,8 @@ class Scheduler:
             self._table.acks_due.append((status.agent_id, task_id, status.uuid))  # once the journal is synced
         if not changed:
             return effect
-        if self._inverse_held and is_terminal(status.state):
-            self._settle_inverse()
-        self.policies.notify()
-        return Effect.CHANGED
-
-    def _inverse_offers(self, inverse_offers: Sequence[JSON]) -> Effect:
-        """Maintenance asks an agent's resources back: accept when nothing of ours runs there;
-        else move our tasks off (stopped with their grace, cause Maintenance, so the
-        controller restarts them elsewhere without counting a failure) once the window nears,
-        and decline until then (the master asks again after the filter)."""
-        if self._framework.read_only or not self.policies.connected:
-            return Effect.NONE
-        now = self._clock()
-        effect = Effect.NONE
-        for inverse in inverse_offers:
-            offer_id, agent_id = id_value(inverse.get("id")), id_value(inverse.get("agent_id"))
-            if offer_id is None or agent_id is None:
-                continue
-            window = window_of(inverse.get("unavailability"))
-            self._agent_windows[agent_id] = window
-            ours = [
-                OurTask(e.task_id, e.kill_grace_s or 0.0, e.kill_requested)
-                for e in self._table.live_on(agent_id)
-            ]
-            outside = (a for a, w in self._agent_windows.items() if a != agent_id and not cuts_in(w, now))
-            said = answer(window, ours, now, elsewhere=any(True for _ in outside))
-            log.info("inverse offer %s for agent %s (%s): %s", offer_id, agent_id, window, said.why)
-            if said.move:
-                effect = max(effect, self.move_off(said.move, EndCause.MAINTENANCE))
-            if said.accept:
-                self._answer_inverse("ACCEPT_INVERSE_OFFERS", calls.accept_inverse_offers([offer_id]))
-            elif said.hold:
-                self._inverse_held[offer_id] = agent_id
-            else:
-                body = calls.decline_inverse_offers([offer_id], said.refuse_s)
-                self._answer_inverse("DECLINE_INVERSE_OFFERS", body)
-        return effect
-
-    def _settle_inverse(self) -> None:
-        """Accept each held inverse offer whose agent no task of ours runs on any more."""
-        busy = self._table.busy_agents()
-        done = [offer_id for offer_id, agent_id in self._inverse_held.items() if agent_id not in busy]
-        for offer_id in done:
-            del self._inverse_held[offer_id]
-            log.info("our tasks are off the agent of inverse offer %s: accepting it", offer_id)
-            self._answer_inverse("ACCEPT_INVERSE_OFFERS", calls.accept_inverse_offers([offer_id]))
-
-    def _answer_inverse(self, what: str, body: JSON) -> None:
-        self._sender.call(what, lambda client: client.call(body))
-
-    def move_off(self, task_ids: Sequence[str], cause: EndCause) -> Effect:
-        """Stop these tasks the graceful way, recording why (``TaskEntry.moved_for``)."""
-        targets = self._table.move_off(task_ids, cause.value)
-        if not targets:
-            return Effect.NONE
-        self.policies.decide(msg.Stop(tuple(targets)))
+        if is_terminal(status.state):
+            self.maintenance.settle()
         self.policies.notify()
         return Effect.CHANGED
 
