@@ -22,7 +22,7 @@ from tfdeclare.backends.mesos.info import Capability
 
 
 def record(root: Path, gpu_wanted: bool = False, **config: object) -> FrameworkRecord:
-    return FrameworkRecord(root, MesosConfig(**config), lambda: None, lambda: gpu_wanted)  # type: ignore[arg-type]
+    return FrameworkRecord(root, MesosConfig(**config), lambda: None, gpu_wanted)  # type: ignore[arg-type]
 
 
 def test_the_id_is_saved_before_it_is_acted_on(tmp_path: Path) -> None:

@@ -76,7 +76,7 @@ class MesosBackend:
         try:
             table = TaskTable(root)
             gpu_wanted = any(t.gpus > 0 and not is_terminal(t.state) for t in table)
-            self._framework = FrameworkRecord(root, config, self._load_credentials, lambda: gpu_wanted)
+            self._framework = FrameworkRecord(root, config, self._load_credentials, gpu_wanted)
         except JournalError as err:
             raise BackendError(str(err), code=ErrorCode.BACKEND_STATE_UNREADABLE) from err
         self._table = table

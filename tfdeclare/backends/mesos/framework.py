@@ -54,14 +54,14 @@ class FrameworkRecord:
         root: Path,
         config: MesosConfig,
         load_credentials: Callable[[], Credentials | None],
-        gpu_wanted: Callable[[], bool],
+        gpu_wanted: bool,
     ) -> None:
         self.config = config
         self.store = FrameworkStore(root)
         self.state: FrameworkState = self.store.load()  # raises JournalError
         self._load_credentials = load_credentials
         self._credentials: Credentials | None = None
-        self.gpu_enabled = config.gpu_resources or self.state.gpu_resources or gpu_wanted()
+        self.gpu_enabled = config.gpu_resources or self.state.gpu_resources or gpu_wanted
         self._removed_ids: set[str] = set()
         self.fatal: BackendError | None = None  # written by the loop, read by callers
         self.read_only = False
