@@ -24,7 +24,7 @@ from pathlib import Path
 from bench.common import REPO, machine
 
 # The loop's own work, without the emulator: 10,000 journaled tasks, their STARTING then
-# RUNNING updates folded in as the loop does (_on_update: journal, policies, no HTTP: not
+# RUNNING updates folded in as the loop does (the update handler: journal, policies, no HTTP: not
 # connected, so no call leaves), then ticks with half of them asked to stop (KILL retries).
 _LOOP = """
 import json, tempfile, time
@@ -36,27 +36,44 @@ from tfdeclare.backends.mesos.journal import TaskEntry
 N = 10_000
 with tempfile.TemporaryDirectory() as tmp:
     backend = MesosBackend(Path(tmp), MesosConfig(master="http://127.0.0.1:9"))
+    composed = hasattr(backend, "_scheduler")  # the backend by composition (issue 30), or mixins
+    if composed:
+        from tfdeclare.backends.mesos.decide_messages import Stop
+        from tfdeclare.backends.mesos.inbox import StatusUpdate
+        add, journal = backend._table.add, backend._table.journal
+        def on_update(status):
+            backend._scheduler.handle(StatusUpdate(status))
+        def stop(ids, grace):
+            targets, _ = backend._table.request_stop(ids, grace)
+            backend._policies.decide(Stop(tuple(targets)))
+        upkeep = backend._scheduler.upkeep
+    else:
+        add, journal, on_update, stop, upkeep = (
+            backend._add_task, backend._journal, backend._on_update, backend._stop, backend._upkeep
+        )
     now = time.time()
     for n in range(N):
-        backend._add_task(TaskEntry(f"j.u.worker-{n}.1", "j", "worker", n, 0, "c", "s", 0.1, 64, 0,
-                                    f"S{n % 1000}", "h", 31000, "", now))
+        add(TaskEntry(f"j.u.worker-{n}.1", "j", "worker", n, 0, "c", "s", 0.1, 64, 0,
+                      f"S{n % 1000}", "h", 31000, "", now))
     statuses = [TaskStatus(f"j.u.worker-{n}.1", state, f"S{n % 1000}", f"u{n}{state}", "SOURCE_EXECUTOR",
                            None, None, None, now, {}) for state in ("TASK_STARTING", "TASK_RUNNING")
                 for n in range(N)]
     before = time.perf_counter()
     for status in statuses:
-        backend._on_update(status)
+        on_update(status)
     updates = time.perf_counter() - before
-    backend._stop([f"j.u.worker-{n}.1" for n in range(0, N, 2)], 5.0)
-    if hasattr(backend, "_policy"):
+    stop([f"j.u.worker-{n}.1" for n in range(0, N, 2)], 5.0)
+    if composed:
+        backend._policies.policy.connected = True
+    elif hasattr(backend, "_policy"):
         backend._policy.connected = True
     else:
         backend._connected = True
     before = time.perf_counter()
     for _ in range(50):
-        backend._upkeep()
+        upkeep()
     ticks = time.perf_counter() - before
-    backend._journal.close()
+    journal.close()
 print(json.dumps({"update (us)": updates / len(statuses) * 1e6, "tick, 5,000 KILLs pending (ms)": ticks / 50 * 1000}))
 """
 

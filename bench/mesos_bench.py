@@ -25,7 +25,7 @@ from tfdeclare.backends.mesos.config import MesosConfig
 from tfdeclare.backends.mesos.events import Offer
 from tfdeclare.backends.mesos.offers import HeldOffer
 from tfdeclare.backends.mesos.placement import PlacementOptions, never_fits, place_gang
-from tfdeclare.backends.mesos.state import Waiting
+from tfdeclare.backends.mesos.queueing import Waiting
 from tfdeclare.core.enums import PlacementStrategy, Role, TaskState
 from tfdeclare.core.run.tasks import GangRequest, Placement, SlotRequest, TaskKey, TaskLaunch
 from tfdeclare.core.spec.resources import Resources
@@ -146,7 +146,7 @@ def end_to_end(workdir: Path, agents: int, tasks: int) -> tuple[dict[str, float]
             def count(*states: str) -> int:
                 # The journal's latest Mesos state per task, read cheaply on the backend's loop
                 # (a full observe() of 10,000 tasks in a tight loop would steal the interpreter).
-                return backend._ask(lambda: sum(1 for e in backend._tasks.values() if e.state in states))
+                return backend._loop.ask(lambda: sum(1 for e in backend._table if e.state in states))
 
             while count("TASK_STARTING", "TASK_RUNNING") < tasks:  # launched by the master
                 time.sleep(0.1)
@@ -201,16 +201,17 @@ def decision_backend(workdir: Path, agents: int, waiting: int) -> MesosBackend:
     """A backend (never connected) holding one offer round of ``agents`` agents, with
     ``waiting`` jobs queued ahead that cannot be placed now."""
     backend = MesosBackend(workdir / f"state-{agents}-{waiting}", MesosConfig(master="http://127.0.0.1:9"))
-    backend._policy.connected = True  # as if subscribed
+    backend._policies.policy.connected = True  # as if subscribed
     now = time.time()
+    pool = backend._policies.pool
     for agent in range(agents):
-        backend._pool.add(HeldOffer.parse(_offer(agent), now, 3600))
-    backend._pool.set_agents(backend._pool.views())  # what each agent has: here, all of it is free
+        pool.add(HeldOffer.parse(_offer(agent), now, 3600))
+    pool.set_agents(pool.views())  # what each agent has: here, all of it is free
     big = GangRequest(
         "big", 0, tuple(SlotRequest(TaskKey(Role.WORKER, i), Resources(32, 1024)) for i in range(4))
     )
     for n in range(waiting):  # needs 32-cpu agents: fits nothing held now
-        backend._queue[f"wait{n:04d}"] = Waiting(big, now - 10 + n * 1e-6, now)
+        backend._policies.queue[f"wait{n:04d}"] = Waiting(big, now - 10 + n * 1e-6, now)
     return backend
 
 
@@ -220,7 +221,7 @@ def decision_time(backend: MesosBackend, size: int, strategy: PlacementStrategy,
     samples = []
     for _ in range(runs):
         before = time.perf_counter()
-        answer, _, _ = backend._try_place(gang, entry)  # never connected: no loop runs
+        answer, _, _ = backend._scheduler.placer.try_place(gang, entry)  # never connected: no loop runs
         samples.append(time.perf_counter() - before)
         assert isinstance(answer, Placement), answer
     return samples
@@ -228,8 +229,8 @@ def decision_time(backend: MesosBackend, size: int, strategy: PlacementStrategy,
 
 def core_decision(agents: int, size: int, strategy: PlacementStrategy, runs: int) -> list[float]:
     backend = decision_backend(Path(tempfile.mkdtemp()), agents, 0)
-    views = backend._pool.views()
-    capacities = backend._pool.capacities()
+    views = backend._policies.pool.views()
+    capacities = backend._policies.pool.capacities()
     gang = request("g", size, strategy)
     samples = []
     for _ in range(runs):

@@ -205,10 +205,10 @@ def test_offers_from_before_a_resubscribe_are_never_used(cluster: Cluster) -> No
     """[7] After the stream drops and comes back, only new offers are accepted."""
     backend = cluster.backend()
     placement = place_soon(backend, gang("late", 1))  # the first offer round may be slow under load
-    before = set(backend._pool.offers)  # white box: the offers held now
+    before = set(backend._policies.pool.offers)  # white box: the offers held now
     assert before
     cluster.emulator.drop_stream(cluster.framework_id())
-    eventually(lambda: len(cluster.calls("SUBSCRIBE")) == 2 and backend._connected)
+    eventually(lambda: len(cluster.calls("SUBSCRIBE")) == 2 and backend._policies.connected)
     tasks = launches(cluster.harness, placement, SLEEP)
     backend.launch(placement, tasks)
     wait_for(backend, lambda ts: ts[tasks[0].task_id].state is TaskState.RUNNING)
@@ -329,7 +329,7 @@ def test_kill_is_sent_again_after_a_resubscribe(cluster: Cluster) -> None:
     # No leader: the stream drops and every re-subscription is refused until one is elected
     # again (a dropped stream alone is re-subscribed within 0.5 s, racing the KILL below).
     cluster.emulator.set_leader(False)
-    eventually(lambda: not backend._connected)
+    eventually(lambda: not backend._policies.connected)
     backend.stop([task_id], 0.5)  # the KILL fails: not subscribed
     assert cluster.emulator.tasks()[task_id]["agent_state"] == "TASK_RUNNING"
     cluster.emulator.set_leader(True)
@@ -359,7 +359,7 @@ def test_launch_is_written_ahead(cluster: Cluster) -> None:
     assert isinstance(placement, Placement)
     tasks = launches(cluster.harness, placement, SLEEP)
     seen: list[set[str]] = []
-    client = backend._client
+    client = backend._sender.client
     assert client is not None
     real_launch = client.launch_many
 
@@ -410,10 +410,10 @@ def test_rescinded_offers_are_never_used(cluster: Cluster) -> None:
     backend = cluster.backend()
     placement = backend.place(gang("rescinded", 1))
     assert isinstance(placement, Placement)
-    held = set(backend._pool.offers)
+    held = set(backend._policies.pool.offers)
     agent = cluster.emulator.agent_ids()[0]
     cluster.emulator.disconnect_agent(agent)
-    eventually(lambda: not set(backend._pool.offers) & held)  # RESCIND seen
+    eventually(lambda: not set(backend._policies.pool.offers) & held)  # RESCIND seen
     with pytest.raises(BackendError, match="used or rescinded"):
         backend.launch(placement, launches(cluster.harness, placement, SLEEP))
     assert cluster.calls("ACCEPT") == []
@@ -492,8 +492,8 @@ def test_close_declines_the_offers_held_and_suppresses_on_the_open_stream(cluste
     # What the tasks left is offered and held, unless the backend, with nothing waiting and no
     # offer held at that moment, suppressed first (a loaded machine can order it so): then
     # close() has no offer to decline, and must still end suppressed on the open stream.
-    eventually(lambda: backend._pool.offers or [c["type"] for c in interest()][-1:] == ["SUPPRESS"])
-    held = set(backend._pool.offers)
+    eventually(lambda: backend._policies.pool.offers or [c["type"] for c in interest()][-1:] == ["SUPPRESS"])
+    held = set(backend._policies.pool.offers)
     if held:
         assert interest()[-1]["type"] == "REVIVE"  # the launch asked for offers; held ones are not declined
     assert not {o for c in cluster.calls("DECLINE") for o in offer_ids_of(c)} & held

@@ -1,4 +1,4 @@
-"""The Mesos backend knows its own tasks by their ids (``state.OUR_TASK_ID``): every task id the
+"""The Mesos backend knows its own tasks by their ids (``tasktable.OUR_TASK_ID``): every task id the
 controller makes, the TensorBoard task's included, must match, or a task the journal lost is
 never killed (issue 23)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tfdeclare.backends.mesos.state import OUR_TASK_ID
+from tfdeclare.backends.mesos.tasktable import OUR_TASK_ID
 from tfdeclare.core.enums import Role
 from tfdeclare.core.run.launches import task_id
 from tfdeclare.core.run.record import JobRecord

@@ -14,14 +14,14 @@ no thread and reads no clock:
 - ``on_tick(policy, now, pool) -> calls`` for timers, given a read-only view of the offers
   held (``HeldOffers``: ``offers.OfferPool`` satisfies it);
 - ``calls`` are plain values (``Revive``, ``Suppress``, ``Reconcile``, ``Kill``, ``Decline``,
-  ``RefreshAgents``, ``PlacementExpired``, ``WakeWatchers``) that the loop (``state``)
+  ``RefreshAgents``, ``PlacementExpired``, ``WakeWatchers``) that the loop (``policies``)
   only executes, in order; what came of a call it executes comes back as an event
   (``InterestAnswered``, ``AgentsAnswered``, ``LaunchUnanswered``). Events and calls are
   defined in ``decide_messages``.
 
 The state, ``Policy``, is a small mutable record that only this module writes: ``on_event``
 and ``on_tick`` change it in place (they return only the calls, so no caller mistakes it for
-a new value). Its one owner is the loop (``state``), which reads it (the queue and the
+a new value). Its one owner is the loop (``policies``), which reads it (the queue and the
 reservations for ``queueing.place_in_line``, ``offers_coming`` for a placement that waits)
 but never writes it. It is not a frozen value because the queue, the reservations and the
 kill and reconciliation tables are maps of up to one entry per task or job (thousands), and

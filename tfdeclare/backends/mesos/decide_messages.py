@@ -5,7 +5,7 @@ This module owns what the loop tells the reducer (events: ``Subscribed``, ``Upda
 ``AgentsAnswered``; ``Closing``), what the reducer asks the loop to do (calls: ``Revive``, ``Suppress``,
 ``Reconcile``, ``Kill``, ``Decline``, ``RefreshAgents``, ``PlacementExpired``,
 ``WakeWatchers``) and the read-only view of the offer pool a tick reads (``HeldOffers``).
-Frozen dataclasses, no behaviour: ``decide`` decides, ``state`` executes.
+Frozen dataclasses, no behaviour: ``decide`` decides, ``policies`` executes.
 """
 
 from __future__ import annotations

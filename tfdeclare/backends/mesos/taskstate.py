@@ -19,6 +19,7 @@ This module owns two mappings:
 A task that fails its health check (``healthCheck``, run by the executor) gets ``healthy``
 updates on TASK_RUNNING (kept in the entry) and is killed by its executor: ``unhealthy``
 says so, and the lifecycle restarts it as a failure.
+- ``observed_task``: an entry as ``observe`` reports it.
 - ``cause_of``: which of the platform's own events (``EndCause``), if any, a state and reason
   say ended the task, for the lifecycle's separate budget: the agent's drain
   (``REASON_AGENT_DRAINING``, on TASK_KILLING/KILLED/GONE_BY_OPERATOR), an agent lost,
@@ -34,8 +35,11 @@ from __future__ import annotations
 import re
 import signal
 
+from tfdeclare.backends.mesos.bootstrap import FETCH_FAILED_EXIT
 from tfdeclare.backends.mesos.journal import TaskEntry
-from tfdeclare.core.enums import EndCause, TaskState
+from tfdeclare.core.enums import EndCause, Role, TaskState
+from tfdeclare.core.run.tasks import ObservedTask, TaskKey
+from tfdeclare.core.spec.resources import Resources
 
 TERMINAL = frozenset(
     {
@@ -231,3 +235,35 @@ def cause_of(
     if state in LOST_LIKE or state == "TASK_GONE" or reason in _AGENT_LOST_REASONS:
         return EndCause.AGENT_LOST
     return EndCause.JOB
+
+
+def observed_task(entry: TaskEntry, now: float, fencing_s: float) -> ObservedTask:
+    """``entry`` as the controller observes it (``observed_state``, with what the journal
+    knows: where it runs, its resources, and its Mesos state and reason as extras)."""
+    state, exit_code, message = observed_state(entry, now, fencing_s)
+    unfetched = entry.fetches_cluster and exit_code == FETCH_FAILED_EXIT  # the bootstrap's exit
+    extra = {"agentId": entry.agent_id}
+    if entry.state is not None:
+        extra["mesosState"] = entry.state
+    if entry.reason:
+        extra["mesosReason"] = entry.reason
+    return ObservedTask(
+        task_id=entry.task_id,
+        job=entry.job,
+        key=TaskKey(Role(entry.role), entry.index),
+        attempt=entry.attempt,
+        config_hash=entry.config_hash,
+        state=state,
+        resources=Resources(entry.cpus, entry.mem_mib, entry.gpus),
+        host=entry.host,
+        port=entry.port,
+        exit_code=exit_code,
+        started_at=entry.started_at,
+        finished_at=entry.finished_at if state.ended else None,
+        message=message,
+        spec_hash=entry.spec_hash,
+        extra=extra,
+        unhealthy=unhealthy(entry),
+        cause=cause_of(entry.state, entry.reason, entry.moved_for, unfetched),
+        where=entry.agent_id,
+    )
