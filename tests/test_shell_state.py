@@ -4,6 +4,7 @@ one-controller lock (``shell/lock.py``, with real processes holding it)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -21,7 +22,6 @@ from tests.conftest import REPO
 from tests.controller_world import World, job_text
 from tfdeclare.core.enums import Phase, Role
 from tfdeclare.core.run import status
-from tfdeclare.shell import statedirs
 from tfdeclare.shell.lock import ControllerLock, LockHeld
 from tfdeclare.shell.statuswriter import StatusWriter
 from tfdeclare.shell.store import StateError, StateStore
@@ -95,28 +95,17 @@ def test_delete_and_names_that_could_leave_the_folder(tmp_path: Path) -> None:
             world.store.record_path(name)
 
 
-@pytest.mark.parametrize("looking_for", [1, 200], ids=["a-few-names-opened", "many-names-one-listing"])
-def test_jobs_under_other_state_folders_are_found_by_name_whether_opened_or_listed(
-    tmp_path: Path, looking_for: int
-) -> None:
-    """``statedirs.elsewhere`` opens each record it looks for, or (over ``_LISTED_FROM`` jobs)
-    lists each other folder once: either way the same jobs are found, and nothing else."""
-    world = running_world(tmp_path / "other")  # job "a" runs under another state folder
-    registry = {"TFDECLARE_REGISTRY_DIR": str(tmp_path / "registry")}
-    here = tmp_path / "here" / "state"
-    statedirs.remember(tmp_path / "other" / "state", "fake", 1.0, registry)
-    statedirs.remember(here, "fake", 2.0, registry)
-    creates = {"a": "some-other-hash", **{f"new-{i}": "x" for i in range(looking_for - 1)}}
-    assert (looking_for > statedirs._LISTED_FROM) is (looking_for == 200)
-    found, problems = statedirs.elsewhere(creates, here, registry)
-    assert problems == []
-    assert [(e.name, e.state_dir, e.live) for e in found] == [
-        ("a", os.path.realpath(tmp_path / "other" / "state"), True)
-    ]
-    assert found[0].record == world.record("a")
-    (tmp_path / "other" / "state" / "jobs" / "a.json").write_text("{not json")
-    found, problems = statedirs.elsewhere(creates, here, registry)
-    assert found == [] and len(problems) == 1 and "a.json: cannot read job record" in problems[0]
+def test_evolve_is_replace_keeping_the_typed_spec_until_the_spec_changes(tmp_path: Path) -> None:
+    record = running_world(tmp_path).record("a")
+    spec = record.spec
+    moved = record.evolve(message="moved", phase=Phase.PENDING)
+    assert moved == dataclasses.replace(record, message="moved", phase=Phase.PENDING)
+    assert moved.spec is spec and record.message != "moved", "the typed spec kept, the old record as it was"
+    changed = dict(record.canonical, metadata={"name": "a", "labels": {"x": "y"}})
+    assert moved.evolve(canonical=changed).spec is not spec
+    for wrong in ("nope", "_spec"):  # only the fields __init__ takes
+        with pytest.raises(TypeError, match=wrong):
+            record.evolve(**{wrong: 1})
 
 
 # ---- the status writer --------------------------------------------------------------------

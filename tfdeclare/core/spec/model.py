@@ -201,8 +201,12 @@ def _parity_fields(spec: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+# json.dumps with options makes an encoder a call; the same settings, made once
+_FINGERPRINT_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+
+
 def fingerprint(canonical: Mapping[str, Any]) -> str:
-    encoded = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    encoded = _FINGERPRINT_JSON(canonical)
     return hashlib.sha256(encoded.encode("utf-8")).hexdigest()
 
 
