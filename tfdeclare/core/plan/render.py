@@ -8,7 +8,7 @@ Environment values whose names or values look like secrets are never shown (``(s
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from tfdeclare.core.plan.planner import (
@@ -217,6 +217,14 @@ def no_plan_line(errors: int) -> str:
 
 
 def render_text(plan: Plan, *, show_unchanged: bool = False, paint: Painter = plain) -> str:
+    return "".join(render_text_parts(plan, show_unchanged=show_unchanged, paint=paint))
+
+
+_JOBS_A_PART = 500  # the text plan of 10,000 new jobs is 16 MB: written in parts, never whole
+
+
+def render_text_parts(plan: Plan, *, show_unchanged: bool = False, paint: Painter = plain) -> Iterator[str]:
+    """``render_text`` in parts (their concatenation is that text), to write as they come."""
     lines: list[str] = []
     scope = plan.options.scope
     if plan.options.prune and scope is not None:
@@ -235,10 +243,13 @@ def render_text(plan: Plan, *, show_unchanged: bool = False, paint: Painter = pl
     elif listed:
         lines.append("tfdeclare will perform these actions:")
         lines.append("")
-        for job in listed:
+        for number, job in enumerate(listed, 1):
             created = plan.desired.get(job.name) if job.action is Action.CREATE else None
             lines.extend(_job_text(job, paint, created, plan.now))
             lines.append("")
+            if number % _JOBS_A_PART == 0:  # (the summary line comes last: no part ends the text)
+                yield "\n".join(lines) + "\n"
+                lines = []
     else:
         lines.append(paint("No changes: the running jobs match the files.", Tone.GOOD))
         lines.append("")
@@ -266,7 +277,7 @@ def render_text(plan: Plan, *, show_unchanged: bool = False, paint: Painter = pl
         lines.append("")
     if not errors:
         lines.append(paint(summary_line(plan), Tone.STRONG))
-    return "\n".join(lines).rstrip("\n") + "\n"
+    yield "\n".join(lines).rstrip("\n") + "\n"
 
 
 def _change_json(change: FieldChange) -> dict[str, Any]:
