@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 
 from tests.conftest import cli, job_yaml
+from tfdeclare.core.plan import render
+from tfdeclare.core.plan.render import spec_lines
 
 GPU_JOB = job_yaml("big", workers=2, roles="worker: {count: 2, resources: {cpus: 0.1, mem: 64, gpus: 4}}")
 
@@ -88,3 +90,38 @@ def test_saved_plan_ends_with_the_command_that_applies_it(workdir: Path) -> None
     applied = cli("apply", "plan.json", cwd=workdir)
     assert applied.returncode == 0, applied.stderr + applied.stdout
     assert [job["name"] for job in json.loads(cli("status", "-o", "json", cwd=workdir).stdout)] == ["a"]
+
+
+def test_a_created_jobs_long_values_are_shown_from_their_start_and_replica_env_hidden() -> None:
+    """``spec_lines`` shows each value whole up to its limit (a value is not a change: no
+    "…" cut to where two values differ), and hides secret-looking env values at any depth."""
+    image = "registry.example.com/team/tensorflow:2.21.0-gpu"
+    canonical = {
+        "metadata": {"name": "a", "labels": {}},
+        "spec": {
+            "image": image,
+            "command": None,
+            "replicas": {"worker": {"count": 1, "env": {"DB_PASSWORD": "hunter2", "MODE": "fast"}}},
+        },
+    }
+    assert spec_lines(canonical, "+") == [
+        f'+ spec.image: "{image}"',
+        '+ spec.replicas.worker: {"count": 1, "env": {"DB_PASSWORD": "(sensitive)", "MODE": "fast"}}',
+    ]
+    assert canonical["spec"]["replicas"]["worker"]["env"]["DB_PASSWORD"] == "hunter2", "not changed in place"
+
+
+def test_a_long_text_plan_is_written_in_parts_that_join_as_one(workdir: Path) -> None:
+    """Over ``_JOBS_A_PART`` jobs the text plan is written in parts (never held whole): the
+    output is the text ``render_text`` makes, with no blank line lost or doubled between them."""
+    count = 2 * render._JOBS_A_PART + 1
+    for i in range(count):
+        (workdir / "specs" / f"j{i:04d}.yaml").write_text(job_yaml(f"j{i:04d}"))
+    result = cli("plan", "specs", cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    blocks = result.stdout.split("\n\n")
+    assert blocks[0] == "tfdeclare will perform these actions:"
+    assert [b.splitlines()[0] for b in blocks[1:-1]] == [
+        f"  + j{i:04d} will be created  (specs/j{i:04d}.yaml:1)" for i in range(count)
+    ]
+    assert blocks[-1] == f"Plan: {count} to create, 0 to resize, 0 to restart, 0 to delete.\n"

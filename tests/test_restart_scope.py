@@ -14,7 +14,7 @@ import pytest
 from tests.controller_world import World, job_text
 from tests.test_lifecycle import BACKOFF, T0, job_document, record_for, task
 from tfdeclare.core.enums import Phase, Reason, RestartScope, Role, ScopeReason, TaskState
-from tfdeclare.core.plan.planner import Action
+from tfdeclare.core.plan.planner import Action, created_scopes, scopes_shown
 from tfdeclare.core.plan.render import render_json, render_text
 from tfdeclare.core.run.clusterspec import TASK_RESTARTS_ENV
 from tfdeclare.core.run.launches import gang_request
@@ -23,6 +23,7 @@ from tfdeclare.core.run.record import JobRecord
 from tfdeclare.core.run.status import status_document
 from tfdeclare.core.run.tasks import TaskKey
 from tfdeclare.core.spec.loader import load_file
+from tfdeclare.core.spec.model import restart_scopes_of
 from tfdeclare.core.spec.schema import schema_text
 
 R, F, S = TaskState.RUNNING, TaskState.FAILED, TaskState.SUCCEEDED
@@ -69,7 +70,13 @@ SMALL_PSS = f"chief: {{count: 1, {SMALL}}}, ps: {{count: 1, {SMALL}}}, worker: {
 def test_each_role_gets_its_scope_and_why(
     replicas: str, extra: str, role: Role, scope: RestartScope, why: ScopeReason
 ) -> None:
-    assert record_for(replicas, extra).spec.restart_scope_for(role) == (scope, why)
+    record = record_for(replicas, extra)
+    assert record.spec.restart_scope_for(role) == (scope, why)
+    # a plan of a new job reads the same off the canonical form (no JobSpec), role by role
+    assert restart_scopes_of(record.canonical) == tuple(
+        (r.role, *record.spec.restart_scope_for(r.role)) for r in record.spec.replicas
+    )
+    assert created_scopes(record.canonical) == scopes_shown(None, record.spec)
 
 
 def test_tensorboard_always_restarts_alone() -> None:

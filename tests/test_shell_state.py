@@ -4,6 +4,7 @@ one-controller lock (``shell/lock.py``, with real processes holding it)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -92,6 +93,19 @@ def test_delete_and_names_that_could_leave_the_folder(tmp_path: Path) -> None:
     for name in ("../a", "a/b", "", "A"):
         with pytest.raises(StateError):
             world.store.record_path(name)
+
+
+def test_evolve_is_replace_keeping_the_typed_spec_until_the_spec_changes(tmp_path: Path) -> None:
+    record = running_world(tmp_path).record("a")
+    spec = record.spec
+    moved = record.evolve(message="moved", phase=Phase.PENDING)
+    assert moved == dataclasses.replace(record, message="moved", phase=Phase.PENDING)
+    assert moved.spec is spec and record.message != "moved", "the typed spec kept, the old record as it was"
+    changed = dict(record.canonical, metadata={"name": "a", "labels": {"x": "y"}})
+    assert moved.evolve(canonical=changed).spec is not spec
+    for wrong in ("nope", "_spec"):  # only the fields __init__ takes
+        with pytest.raises(TypeError, match=wrong):
+            record.evolve(**{wrong: 1})
 
 
 # ---- the status writer --------------------------------------------------------------------

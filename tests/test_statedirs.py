@@ -84,7 +84,10 @@ def _record(name: str, **changes: object) -> JobRecord:
     return record.evolve(**changes)
 
 
-def test_elsewhere_reads_other_folders_records_without_their_lock(tmp_path: Path) -> None:
+@pytest.mark.parametrize("others", [0, 100], ids=["each-record-opened", "each-folder-listed-once"])
+def test_elsewhere_reads_other_folders_records_without_their_lock(tmp_path: Path, others: int) -> None:
+    """(With more jobs to look for than ``_LISTED_FROM``, each other folder is listed once
+    instead of a record opened a job: the same ones are found.)"""
     registry, here, other = tmp_path / "registry", tmp_path / "here", tmp_path / "other"
     store = StateStore(other)
     running, deleting = _record("run", phase=Phase.RUNNING), _record("gone", deleting=True)
@@ -102,7 +105,9 @@ def test_elsewhere_reads_other_folders_records_without_their_lock(tmp_path: Path
             "done": done.spec_hash,
             "changed": "another spec",
             "new": "x",
+            **{f"new-{i}": "x" for i in range(others)},
         }
+        assert (len(creates) > statedirs._LISTED_FROM) is (others > 0)
         found, problems = statedirs.elsewhere(creates, here, _env(registry))
     assert problems == []
     assert {(e.name, e.live) for e in found} == {("run", True), ("done", False), ("changed", True)}
@@ -110,3 +115,7 @@ def test_elsewhere_reads_other_folders_records_without_their_lock(tmp_path: Path
         next(e for e in found if e.name == "run").describe()
         == f"state folder {other} (backend local, Running)"
     )
+    (other / "jobs" / "run.json").write_text("{not json")
+    found, problems = statedirs.elsewhere(creates, here, _env(registry))
+    assert len(problems) == 1 and "run.json: cannot read job record" in problems[0], problems
+    assert {e.name for e in found} == {"done", "changed"}

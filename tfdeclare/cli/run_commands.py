@@ -53,7 +53,7 @@ from tfdeclare.core.plan.claims import (
 from tfdeclare.core.plan.desired import DesiredState
 from tfdeclare.core.plan.planner import Action, Plan, plan
 from tfdeclare.core.plan.problems import held_by, merged, standing
-from tfdeclare.core.plan.render import plan_json, render_text
+from tfdeclare.core.plan.render import plan_json, render_text_parts
 from tfdeclare.core.run.record import JobRecord
 from tfdeclare.core.tone import Painter, plain
 from tfdeclare.files import JobWriteError
@@ -423,7 +423,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
         elsewhere.check(settings, result, applying=True)  # never a second copy of a job
         machine = is_document(args.output)
         if not machine:
-            stdout_write(render_text(result, paint=terminal.painter(sys.stdout)))
+            for part in render_text_parts(result, paint=terminal.painter(sys.stdout)):
+                stdout_write(part)
         print_backend_warnings(settings, list(desired.jobs.values()))
         with controller_for(settings) as controller, pulls.shown_on(sys.stderr):
             # where the specs were read from, recorded with each job (its workingDir's bound,

@@ -33,7 +33,7 @@ from tfdeclare.core.plan.claims import FORMAT_VERSION, PLAN_KIND, STDIN_PATH
 from tfdeclare.core.plan.desired import DesiredState
 from tfdeclare.core.plan.markdown import render_markdown
 from tfdeclare.core.plan.planner import Plan, PlanOptions, plan
-from tfdeclare.core.plan.render import plan_json, render_json, render_text
+from tfdeclare.core.plan.render import plan_json, render_json, render_text_parts
 from tfdeclare.core.spec.schema import SCHEMA_NAMES, schema_text
 from tfdeclare.files import write_atomic
 from tfdeclare.shell.sources import prune_scope
@@ -116,7 +116,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         stdout_write(render_markdown(result, link_base=args.link_base))
     else:
         paint = terminal.painter(sys.stdout)
-        stdout_write(render_text(result, show_unchanged=args.show_unchanged, paint=paint))
+        for part in render_text_parts(result, show_unchanged=args.show_unchanged, paint=paint):
+            stdout_write(part)
     if args.out:
         if result.has_errors:
             raise UserError(f"not saving {args.out}: the specs have errors")

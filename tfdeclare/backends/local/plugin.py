@@ -202,8 +202,12 @@ def check_environment(config: LocalConfig, job: LoadedJob, at: Locate, launching
     does not answer, or a missing image under ``imagePullPolicy: Never``, is an error there.
     """
     problems = [] if launching else capacity_warnings(config, job, at)
+    if config.runtime is LocalRuntime.PROCESS:
+        return problems
+    if not job.screen.images and not config.runtime.uses_docker(None):
+        return problems  # no task runs an image (the screen names every one): no typed spec made
     named = _images(job)
-    if config.runtime is LocalRuntime.PROCESS or (not named and not config.runtime.uses_docker(None)):
+    if not named and not config.runtime.uses_docker(None):
         return problems
     images = _engine_images()
     if isinstance(images, str):

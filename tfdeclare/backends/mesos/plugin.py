@@ -85,6 +85,8 @@ def _checks(config: MesosConfig, job: LoadedJob, at: Locate) -> list[Diagnostic]
 def _entrypoint_working_dir(job: LoadedJob, at: Locate) -> list[Diagnostic]:
     """The Mesos containerizer cannot set a working directory for an image's entrypoint (the
     ``cd`` wrapper needs the command); say what works instead."""
+    if job.canonical["spec"]["command"] is not None:
+        return []  # no role runs an entrypoint (read off the canonical form: no typed spec made)
     spec = job.spec
     for replica in spec.replicas:
         role = replica.role
@@ -157,6 +159,12 @@ def with_page_url(config: MesosConfig, url: str) -> MesosConfig:
 def pull_policies(job: LoadedJob, at: Locate) -> list[Diagnostic]:
     """The agents pull an image they lack (``IfNotPresent``) or, with ``Always``, every launch
     (``taskinfo.py``); nothing tells them never to pull: ``Never`` is refused at its field."""
+    canonical = job.canonical["spec"]
+    never = ImagePullPolicy.NEVER.value
+    if canonical.get("imagePullPolicy") != never and all(
+        entry.get("imagePullPolicy") != never for entry in canonical["replicas"].values()
+    ):
+        return []  # no policy says Never (read off the canonical form: no typed spec made)
     spec = job.spec
     for replica in spec.replicas:
         if spec.image_for(replica.role) and spec.image_pull_policy_for(replica.role) is ImagePullPolicy.NEVER:

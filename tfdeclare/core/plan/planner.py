@@ -55,7 +55,7 @@ from tfdeclare.core.run.progress import restart_cost, since_checkpoint
 from tfdeclare.core.run.tasks import TaskKey
 from tfdeclare.core.spec.keys import ORDER
 from tfdeclare.core.spec.loader import LoadedJob, SourceRef
-from tfdeclare.core.spec.model import SCOPE_WHY, TENSORBOARD_KEY, JobSpec, task_keys_of
+from tfdeclare.core.spec.model import SCOPE_WHY, TENSORBOARD_KEY, JobSpec, restart_scopes_of, task_keys_of
 from tfdeclare.core.spec.policy import Quota
 
 
@@ -224,10 +224,8 @@ def scopes_shown(old: JobSpec | None, new: JobSpec) -> tuple[RoleScope, ...]:
     it keeps gets another scope, and only where it says something: a role restarts alone or
     the spec sets ``restartScope`` (a job whose every failure restarts it whole, as every job's
     did before ``restartScope``, shows nothing new)."""
-    scopes = role_scopes(new)
-    if not any(s.scope is RestartScope.TASK or s.reason in _SET for s in scopes):
-        return ()
-    if old is not None:
+    scopes = _said(role_scopes(new))
+    if scopes and old is not None:
         before = {s.role: s.scope for s in role_scopes(old)}
         if all(before.get(s.role, s.scope) is s.scope for s in scopes) and not _set_changed(old, new):
             return ()
@@ -235,6 +233,16 @@ def scopes_shown(old: JobSpec | None, new: JobSpec) -> tuple[RoleScope, ...]:
 
 
 _SET = (ScopeReason.SET_FOR_ROLE, ScopeReason.SET_FOR_JOB)
+
+
+def _said(scopes: tuple[RoleScope, ...]) -> tuple[RoleScope, ...]:
+    """``scopes`` when they say something (a role restarts alone, or the spec sets a scope)."""
+    return scopes if any(s.scope is RestartScope.TASK or s.reason in _SET for s in scopes) else ()
+
+
+def created_scopes(canonical: Mapping[str, Any]) -> tuple[RoleScope, ...]:
+    """``scopes_shown(None, spec)`` of a job created from ``canonical``, without its ``JobSpec``."""
+    return _said(tuple(RoleScope(*each) for each in restart_scopes_of(canonical)))
 
 
 def _set_changed(old: JobSpec, new: JobSpec) -> bool:
@@ -430,8 +438,10 @@ def _plan_present(loaded: LoadedJob, observed: ObservedJob | None) -> JobPlan:
     if planned.action not in _SCOPED:
         return planned
     fresh = planned.action is Action.CREATE or observed is None or observed.phase.terminal
-    old = None if fresh or observed is None else JobSpec.from_canonical(observed.canonical)
-    scopes = scopes_shown(old, loaded.spec)
+    if fresh or observed is None:
+        scopes = created_scopes(loaded.canonical)
+    else:
+        scopes = scopes_shown(JobSpec.from_canonical(observed.canonical), loaded.spec)
     return replace(planned, scopes=scopes) if scopes else planned
 
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
+from operator import attrgetter
 from typing import Any
 
 from tfdeclare.core.enums import EndCause, Phase, Reason, Role, TaskState
@@ -323,9 +324,19 @@ class JobRecord:
         return self._spec
 
     def evolve(self, **changes: Any) -> JobRecord:
-        evolved = replace(self, **changes)
-        if "canonical" not in changes and self._spec is not None:  # the same spec
-            object.__setattr__(evolved, "_spec", self._spec)
+        """``dataclasses.replace``, without its call of ``__init__`` (a pass evolves each
+        record several times: 50,000 calls in `apply` of 10,000 jobs, half the time each).
+        The typed spec is kept unless ``canonical`` changes."""
+        if not changes.keys() <= _RECORD_FIELDS:
+            raise TypeError(f"JobRecord has no field {sorted(changes.keys() - _RECORD_FIELDS)[0]!r}")
+        evolved = object.__new__(JobRecord)
+        assign = object.__setattr__
+        for name, value in zip(_RECORD_SLOTS, _record_values(self), strict=True):
+            assign(evolved, name, value)
+        for name, value in changes.items():
+            assign(evolved, name, value)
+        if "canonical" in changes:
+            assign(evolved, "_spec", None)
         return evolved
 
     def to_json(self) -> dict[str, Any]:
@@ -425,6 +436,11 @@ class JobRecord:
             last_error=RuntimeProblem.from_json(data["lastError"]) if data.get("lastError") else None,
             last_error_at=(data.get("lastError") or {}).get("at"),
         )
+
+
+_RECORD_SLOTS: tuple[str, ...] = tuple(f.name for f in fields(JobRecord))
+_RECORD_FIELDS = frozenset(f.name for f in fields(JobRecord) if f.init)
+_record_values = attrgetter(*_RECORD_SLOTS)
 
 
 def _not_synced(data: Mapping[str, Any]) -> tuple[Reason, str] | None:

@@ -201,9 +201,55 @@ def _parity_fields(spec: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+# json.dumps with options makes an encoder a call; the same settings, made once
+_FINGERPRINT_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+
+
 def fingerprint(canonical: Mapping[str, Any]) -> str:
-    encoded = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    encoded = _FINGERPRINT_JSON(canonical)
     return hashlib.sha256(encoded.encode("utf-8")).hexdigest()
+
+
+def restart_scope_of(
+    role: Role, own: RestartScope | None, job: RestartScope | None, *, has_ps: bool
+) -> tuple[RestartScope, ScopeReason]:
+    """``JobSpec.restart_scope_for``, from the role's own ``restartScope``, the job's, and
+    whether the job has ps tasks."""
+    if role is Role.TENSORBOARD:
+        return RestartScope.TASK, ScopeReason.TENSORBOARD
+    if role is Role.EVALUATOR:
+        return RestartScope.TASK, ScopeReason.EVALUATOR
+    if own is not None:
+        return own, ScopeReason.SET_FOR_ROLE
+    if job is not None:
+        return job, ScopeReason.SET_FOR_JOB
+    if role is Role.WORKER and has_ps:
+        return RestartScope.TASK, ScopeReason.WORKER_WITH_PS
+    if role in (Role.PS, Role.CHIEF) and has_ps:
+        return RestartScope.JOB, ScopeReason.PS_OR_CHIEF
+    return RestartScope.JOB, ScopeReason.WORKERS_ONLY
+
+
+def restart_scopes_of(canonical: Mapping[str, Any]) -> tuple[tuple[Role, RestartScope, ScopeReason], ...]:
+    """Each role's ``restart_scope_for`` (in the order of ``JobSpec.replicas``), read off the
+    canonical form without building the ``JobSpec`` (a plan of 10,000 new jobs)."""
+    spec = canonical["spec"]
+    by_role = spec["replicas"]
+    job = RestartScope(spec["restartScope"]) if "restartScope" in spec else None
+    has_ps = by_role.get(Role.PS.value, {}).get("count", 0) > 0
+    return tuple(
+        (
+            role,
+            *restart_scope_of(
+                role,
+                RestartScope(entry["restartScope"]) if "restartScope" in entry else None,
+                job,
+                has_ps=has_ps,
+            ),
+        )
+        for role, name in ROLE_NAMES
+        if (entry := by_role.get(name)) is not None
+    )
 
 
 def task_keys_of(canonical: Mapping[str, Any]) -> tuple[TaskKey, ...]:
@@ -518,20 +564,9 @@ class JobSpec:
         re-dispatches its closures and a worker restarted at its address rejoins, while a ps
         or the chief takes the whole job (restored from its checkpoint); without, every role
         takes the whole job (MultiWorkerMirroredStrategy's collectives need every worker)."""
-        if role is Role.TENSORBOARD:
-            return RestartScope.TASK, ScopeReason.TENSORBOARD
-        if role is Role.EVALUATOR:
-            return RestartScope.TASK, ScopeReason.EVALUATOR
         replica = self.replica(role)
-        if replica is not None and replica.restart_scope is not None:
-            return replica.restart_scope, ScopeReason.SET_FOR_ROLE
-        if self.restart_scope is not None:
-            return self.restart_scope, ScopeReason.SET_FOR_JOB
-        if role is Role.WORKER and self.count(Role.PS) > 0:
-            return RestartScope.TASK, ScopeReason.WORKER_WITH_PS
-        if role in (Role.PS, Role.CHIEF) and self.count(Role.PS) > 0:
-            return RestartScope.JOB, ScopeReason.PS_OR_CHIEF
-        return RestartScope.JOB, ScopeReason.WORKERS_ONLY
+        own = replica.restart_scope if replica is not None else None
+        return restart_scope_of(role, own, self.restart_scope, has_ps=self.count(Role.PS) > 0)
 
     @property
     def images(self) -> tuple[str, ...]:
