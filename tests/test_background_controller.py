@@ -227,6 +227,7 @@ def test_logs_follow_a_task_across_its_restart_to_the_end(project: Path) -> None
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, **ON},  # the settings the job was applied with
     )
     assert following.stdout is not None
     assert following.stdout.readline() == "attempt 0\n"  # it follows attempt 0 as it runs

@@ -20,7 +20,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +105,27 @@ def acquire_yielded(lock: ControllerLock, purpose: str, **details: Any) -> None:
             if err.holder.get("pid") != asked.get("pid"):  # another one started meanwhile
                 asked = err.holder
                 ask_to_yield(asked)
+
+
+# A look at who holds the lock (``ControllerLock.holder``: ``status``, ``logs --follow``, the
+# command waiting for the controller it started) takes it for an instant: a background
+# controller starting then tries again this many times, this far apart, before it gives way.
+PROBE_TRIES = 5
+PROBE_PAUSE_S = 0.05
+
+
+def acquire_past_probes(
+    lock: ControllerLock, purpose: str, sleep: Callable[[float], None] = time.sleep, **details: Any
+) -> None:
+    """Take ``lock`` for ``purpose``, not giving way to a look at it (``PROBE_TRIES``): a
+    controller holds it through every try, a look for an instant. Raises ``LockHeld``."""
+    for _ in range(PROBE_TRIES - 1):
+        try:
+            lock.acquire(purpose, **details)
+            return
+        except LockHeld:
+            sleep(PROBE_PAUSE_S)
+    lock.acquire(purpose, **details)
 
 
 def start_if_needed(settings: Settings, records: Iterable[JobRecord] | None = None) -> int | None:

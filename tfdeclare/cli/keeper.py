@@ -1,10 +1,12 @@
 """The background controller's process (``python -m tfdeclare.cli.keeper --state-dir DIR ...``).
 
 Started detached by ``cli.background`` after a command; it takes the state folder's lock (or
-exits at once when any controller holds it), then runs reconcile passes, woken by the backend's
-watch as the daemon's loop is, until no job needs a controller (``core.run.keeping``) or it is
-asked to yield (SIGTERM: the pass under way finishes, the lock is let go). What it does goes
-to ``controller.log`` in the state folder, moved aside when it passes ``LOG_LIMIT_BYTES``.
+exits when a controller holds it: a look at the lock, which holds it for an instant, does not
+make it give way, ``background.acquire_past_probes``), then runs reconcile passes, woken by
+the backend's watch as the daemon's loop is, until no job needs a controller
+(``core.run.keeping``) or it is asked to yield (SIGTERM: the pass under way finishes, the
+lock is let go). What it does goes to ``controller.log`` in the state folder, moved aside
+when it passes ``LOG_LIMIT_BYTES``.
 A SIGKILL leaves nothing to clean: the kernel drops the lock and the next command adopts the
 tasks, as after any controller's crash.
 """
@@ -76,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = settings_from(args)
     lock = ControllerLock(settings.state_dir)
     try:
-        lock.acquire(background.PURPOSE, log=str(out.path))
+        background.acquire_past_probes(lock, background.PURPOSE, log=str(out.path))
     except LockHeld as err:
         log.info("not started: %s", err)
         return 0

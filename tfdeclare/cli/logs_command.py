@@ -9,6 +9,10 @@ however long the log). ``--previous``: each task's launch before its current one
 launch count lower, the backend asked in turn). ``-l``: each matching job's logs, lines
 prefixed ``JOB/TASK``.
 
+``--follow`` ends by the job's record (``_followed_to_the_end``): a task that ended but that no
+controller has judged yet (the record still shows it alive) may run again, so while a
+controller is running or on its way (``_kept``) the follow waits for its word.
+
 Without ``--follow`` the tasks' logs come one after the other (no backend records when a line
 was written, so there is no order across tasks to restore).
 """
@@ -24,11 +28,13 @@ from dataclasses import dataclass, field
 
 from tfdeclare.backends.base import Backend, BackendError, LogOffsetError, LogTimes
 from tfdeclare.cli import terminal
+from tfdeclare.cli.background import enabled as background_enabled
 from tfdeclare.cli.common import EXIT_OK, Settings, UserError, settings_from, stderr_line
 from tfdeclare.cli.output import is_document, yaml_text
 from tfdeclare.cli.selection import selected_names, selector_of
 from tfdeclare.cli.wiring import make_backend
 from tfdeclare.core.enums import Phase
+from tfdeclare.core.run.keeping import needs_controller
 from tfdeclare.core.run.record import JobRecord
 from tfdeclare.core.run.tasks import TaskKey
 from tfdeclare.core.spec.selector import Selector
@@ -195,13 +201,14 @@ class _Printer:
 
 
 def _followed_to_the_end(
-    record: JobRecord, only: TaskKey | None, tails: dict[str, _Tail], controller_running: bool
+    record: JobRecord, only: TaskKey | None, tails: dict[str, _Tail], kept: bool
 ) -> bool:
-    """Nothing more will come: every followed log is complete, and no controller is running
-    that could start another task, or the record shows no followed task alive or new and none
-    coming back (the job has finished; for one ``--task``, neither the job nor that task alone
-    restarts)."""
-    if tails and not controller_running and all(tail.complete for tail in tails.values()):
+    """Nothing more will come: every followed log is complete, and no controller keeps the
+    record current (``kept``, ``_kept``), or the record shows no followed task alive or new
+    and none coming back (the job has finished; for one ``--task``, neither the job nor that
+    task alone restarts). A followed task the record still shows alive has not been judged
+    yet: whether it runs again is not decided, however complete its log."""
+    if tails and not kept and all(tail.complete for tail in tails.values()):
         return True  # the records are not kept current: the backend's word is the last
     followed = [t for t in record.tasks if only in (None, t.key)]
     if any(t.state.alive or (t.task_id and t.task_id not in tails) for t in followed):
@@ -211,6 +218,15 @@ def _followed_to_the_end(
     if only is None:
         return record.phase.terminal
     return bool(tails) and not _comes_back(record, only)
+
+
+def _kept(record: JobRecord, running: bool, background: bool) -> bool:
+    """Whether a controller keeps ``record`` current: one holds the lock now, or the background
+    controller is on and the record needs one (``core.run.keeping``), so one is on its way: the
+    command that left the job hands over to it after letting go of the lock, and its start
+    may take seconds on a loaded machine, while the task it is to judge may already have
+    ended. Without either, no controller looks at the job before the next command."""
+    return running or (background and needs_controller(record))
 
 
 def _comes_back(record: JobRecord, key: TaskKey) -> bool:
@@ -332,6 +348,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     width = max((len(k.name) for k in record.spec.task_keys()), default=0)
     printer = _Printer(args.output, prefixed=only is None, width=width, timestamps=args.timestamps)
     backend = make_backend(settings)
+    background = background_enabled(settings)  # whether a controller follows each command
     tails: dict[str, _Tail] = {}
     skipped: set[str] = set()
     try:
@@ -350,7 +367,9 @@ def cmd_logs(args: argparse.Namespace) -> int:
                 return EXIT_OK
             latest = store.load(args.name)
             running = ControllerLock(settings.state_dir).holder() is not None
-            if latest is None or _followed_to_the_end(latest, only, tails, running):
+            if latest is None or _followed_to_the_end(
+                latest, only, tails, _kept(latest, running, background)
+            ):
                 return EXIT_OK  # deleted, or nothing more will come
             record = latest
             if not came:
