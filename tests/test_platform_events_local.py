@@ -47,12 +47,15 @@ def status(project: Path) -> dict[str, object]:
 
 
 def kill_everything_of_the_task(project: Path) -> None:
-    """What a machine restart does: the supervisor and the task's process group are gone."""
+    """What a machine restart does: the supervisor and the task's process group are gone, and
+    nothing recorded how the task ended. The supervisor goes first: killed second, it could
+    see its task end and record the SIGKILL (a failure of the job's own) in between, as it did
+    once on a loaded machine."""
     [folder] = (project / ".tfdeclare" / "local" / "tasks").iterdir()
     launch = json.loads((folder / "launch.json").read_text())
     state = json.loads((folder / "state.json").read_text())
-    os.killpg(int(state["pid"]), signal.SIGKILL)
     os.kill(int(launch["supervisorPid"]), signal.SIGKILL)
+    os.killpg(int(state["pid"]), signal.SIGKILL)
 
 
 def test_tasks_found_gone_by_a_restarted_controller_are_not_the_jobs_failure(project: Path) -> None:
