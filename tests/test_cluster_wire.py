@@ -350,6 +350,16 @@ def test_even_a_signed_answer_sets_tf_config_and_the_four_placeholders_only(
     assert not {"LD_PRELOAD", "PYTHONPATH", "x", "env", "flags", FETCH_ENV} & set(names)
 
 
+def test_a_health_check_gets_neither_the_key_nor_the_token(wire: ClusterWire) -> None:
+    extra = "  healthCheck: {exec: {command: [check]}}\n"
+    launch = wire.prepare(job_launches("{worker: {count: 1}}", extra=extra))[0]
+    info = task_info(launch, "agent-1", "*", task_labels(launch, "me"))
+    assert FETCH_ENV in json.dumps(info["command"]) and "health_check" in info
+    assert FETCH_ENV not in json.dumps(info["health_check"]) and key_of(launch) not in json.dumps(
+        info["health_check"]
+    )
+
+
 # ---- hostile requests ----------------------------------------------------------------------------
 
 
