@@ -1,8 +1,10 @@
 """Out-of-band delivery of a job's cluster (``mesos.clusterServer``): the documents served
 reproduce the in-band TF_CONFIG and legacy flags byte for byte (tables over the roles and
 styles), the delivery choice, the real bootstrap run as a process against the real cluster
-server (TF_CONFIG and argv as in band, exit 86 on a stale token), the server under hostile
-requests, and the wait for fetches at close in virtual time."""
+server (TF_CONFIG and argv as in band, exit 86 on a stale token), the bootstrap against a
+hostile server of the test's own (an answer without the task's MAC is refused: exit 86, nothing
+applied, the program never run), the server under hostile requests, and the wait for fetches
+at close in virtual time."""
 
 from __future__ import annotations
 
@@ -12,15 +14,19 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
 from tests.waiting import wait_until
-from tfdeclare.backends.mesos.bootstrap import BOOTSTRAP, FETCH_FAILED_EXIT, URL_ENV
-from tfdeclare.backends.mesos.clusterserver import MAX_ANSWERING, ROUTE, ClusterServer
+from tfdeclare.backends.mesos.bootstrap import BOOTSTRAP, FETCH_ENV, FETCH_FAILED_EXIT, MAC_BYTES
+from tfdeclare.backends.mesos.bootstrap import FLAGS as PLACEHOLDERS
+from tfdeclare.backends.mesos.clusterserver import MAX_ANSWERING, ROUTE, ClusterServer, credentials, signed
 from tfdeclare.backends.mesos.clusterwire import ClusterWire, Delivery, delivery, fetches
 from tfdeclare.backends.mesos.config import ClusterServerConfig
 from tfdeclare.backends.mesos.journal import TaskEntry
@@ -92,11 +98,11 @@ def test_the_document_is_what_the_task_gets_in_band(replicas: str, style: str) -
     for launch in job_launches(replicas, style):
         assert launch.cluster is not None
         served = document(launch.cluster, launch.key)
-        assert served.get("env", {}).get("TF_CONFIG") == dict(launch.env).get("TF_CONFIG")
+        assert served.get("TF_CONFIG") == dict(launch.env).get("TF_CONFIG")
         template = launch.cluster.argv[launch.key.role]
-        flags = served.get("flags")
+        flags = {k: v for k, v in served.items() if k in PLACEHOLDERS}
         assert (substitute(template, flags) if flags else template) == launch.argv
-        assert ("flags" in served) == (style != "tf_config")
+        assert set(served) - {"TF_CONFIG"} == (set(PLACEHOLDERS) if style != "tf_config" else set())
 
 
 def test_tensorboard_is_in_no_cluster() -> None:
@@ -189,7 +195,7 @@ def test_every_task_sees_what_it_sees_in_band(wire: ClusterWire, replicas: str, 
         tf_config, argv, names = json.loads(done.stdout)
         assert tf_config == dict(in_band.env).get("TF_CONFIG")
         assert argv == list(in_band.argv[3:])  # after sys.executable -c PRINTER
-        assert URL_ENV not in names  # the token is not handed on
+        assert FETCH_ENV not in names  # neither the key nor the token is handed on
     assert wire.server.pending() == set()
     assert wire.close(lambda ids: set()) == set()
 
@@ -202,15 +208,22 @@ def test_a_small_job_keeps_its_cluster_in_band() -> None:
 
 
 def token_of(launch: TaskLaunch) -> str:
-    return parse_qs(urlsplit(dict(launch.env)[URL_ENV]).query)["token"][0]
+    url = dict(launch.env)[FETCH_ENV].split()[1]
+    return parse_qs(urlsplit(url).query)["token"][0]
+
+
+def key_of(launch: TaskLaunch) -> str:
+    return dict(launch.env)[FETCH_ENV].split()[0]
 
 
 def test_a_stale_token_fails_the_task_at_once_with_its_exit_code(wire: ClusterWire) -> None:
     old = wire.prepare(job_launches("{worker: {count: 2}}"))
     again = wire.prepare(job_launches("{worker: {count: 2}}"))  # the same generation: same token
-    assert token_of(again[0]) == token_of(old[0]) and len(token_of(old[0])) == 32
+    assert token_of(again[0]) == token_of(old[0]) and len(token_of(old[0])) == 22
+    assert key_of(again[0]) == key_of(old[0]) and len(key_of(old[0])) == 22
+    assert token_of(old[0]) != token_of(old[1]) and key_of(old[0]) != key_of(old[1])  # per task
     new = wire.prepare(job_launches("{worker: {count: 2}}", host="k"))  # restarted elsewhere
-    assert token_of(new[0]) != token_of(old[0])
+    assert token_of(new[0]) != token_of(old[0]) and key_of(new[0]) != key_of(old[0])
     done = run_task(old[0])
     assert done.returncode == FETCH_FAILED_EXIT
     assert done.stderr == "tfdeclare: cannot fetch the cluster: HTTP Error 403: Forbidden\n"
@@ -232,20 +245,129 @@ def test_the_task_info_is_small_and_carries_no_address() -> None:
                 len(json.dumps(task_info(t, "agent-1", "*", task_labels(t, "me")), separators=(",", ":")))
                 for t in (in_band, fetching)
             ]
-            assert sizes[0] > 10_000 and sizes[1] < 2_048, sizes
+            assert sizes[0] > 10_000 and sizes[1] < 2_150, sizes  # docs/benchmarks.md: bytes per task
     finally:
         assert wire.server is not None
         wire.server.close()
+
+
+# ---- a hostile server where the task fetches ------------------------------------------------------
+
+
+class Impostor:
+    """A real HTTP server of the test's own, bound where the task's URL leads once the
+    framework's server is gone (a local user who took the port), answering ``body`` to any GET
+    and keeping the request targets it saw."""
+
+    def __init__(self, port: int, body: bytes) -> None:
+        seen: list[str] = []
+        self.seen = seen
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                seen.append(self.path)
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.thread = threading.Thread(target=self.http.serve_forever, kwargs={"poll_interval": 0.1})
+        self.thread.start()
+
+    def close(self) -> None:
+        self.http.shutdown()
+        self.http.server_close()
+        self.thread.join(timeout=5)
+
+
+def impostor_run(
+    wire: ClusterWire, body: Callable[[TaskLaunch, TaskLaunch], bytes], out: Path
+) -> tuple[subprocess.CompletedProcess[str], list[str], TaskLaunch]:
+    """Worker 0 of a job launched by ``wire``, run as a real process after the framework's
+    server closed and an impostor bound its port, answering ``body(worker 0, worker 1)``. Its
+    program writes ``out`` if it ever runs."""
+    command = [sys.executable, "-c", PRINTER + f";open({str(out)!r},'w').close()", *FLAGS]
+    tasks = wire.prepare(job_launches("{worker: {count: 2}}", "both", command=command))
+    assert wire.server is not None
+    port = wire.server.port
+    wire.server.close()
+    impostor = Impostor(port, body(tasks[0], tasks[1]))
+    try:
+        return run_task(tasks[0]), impostor.seen, tasks[0]
+    finally:
+        impostor.close()
+
+
+def forged(launch: TaskLaunch) -> bytes:
+    """A document as a hostile server would have the task apply: another TF_CONFIG, a library
+    to preload, a module path, a placeholder of its own."""
+    tf_config = json.dumps(
+        {"cluster": {"worker": ["evil:1", "evil:2"]}, "task": {"type": "worker", "index": 0}}
+    )
+    doc = {"TF_CONFIG": tf_config, "LD_PRELOAD": "/tmp/evil.so", "PYTHONPATH": "/tmp/evil", "x": "X"}
+    doc.update(env={"LD_PRELOAD": "/tmp/evil.so"}, flags={"x": "X"}, ps_hosts="evil:1")
+    return json.dumps(doc).encode()
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param(lambda mine, other: forged(mine), id="no MAC"),
+        pytest.param(lambda mine, other: bytes(MAC_BYTES) + forged(mine), id="zero MAC"),
+        pytest.param(lambda mine, other: signed("a-key-of-its-own", forged(mine)), id="its own key"),
+        pytest.param(lambda mine, other: signed(key_of(other), forged(mine)), id="another task's key"),
+        pytest.param(lambda mine, other: signed(key_of(mine), forged(mine))[:-1] + b" ", id="changed body"),
+        pytest.param(lambda mine, other: b"", id="empty"),
+    ],
+)
+def test_an_answer_not_signed_with_the_task_s_key_is_refused(
+    wire: ClusterWire, tmp_path: Path, answer: Callable[[TaskLaunch, TaskLaunch], bytes]
+) -> None:
+    ran = tmp_path / "ran"
+    done, seen, launch = impostor_run(wire, answer, ran)
+    assert done.returncode == FETCH_FAILED_EXIT, done
+    assert done.stderr == "tfdeclare: cannot fetch the cluster: not signed by the framework\n"
+    assert done.stdout == "" and not ran.exists()  # the program never ran
+    assert len(seen) == 1 and token_of(launch) in seen[0]  # the impostor got the token...
+    assert key_of(launch) not in seen[0]  # ...never the key
+
+
+def test_even_a_signed_answer_sets_tf_config_and_the_four_placeholders_only(
+    wire: ClusterWire, tmp_path: Path
+) -> None:
+    """Were the key to leak, what its holder could make a task do: no other variable
+    (LD_PRELOAD, PYTHONPATH), no other placeholder than the four."""
+    ran = tmp_path / "ran"
+    done, _, _ = impostor_run(wire, lambda mine, other: signed(key_of(mine), forged(mine)), ran)
+    assert done.returncode == 0 and ran.exists(), done.stderr
+    tf_config, argv, names = json.loads(done.stdout)
+    assert json.loads(tf_config)["cluster"] == {"worker": ["evil:1", "evil:2"]}
+    assert argv == ["--ps=evil:1", "--w={worker_hosts}", "--job={job_name}", "--i={task_index}", "{x}"]
+    assert not {"LD_PRELOAD", "PYTHONPATH", "x", "env", "flags", FETCH_ENV} & set(names)
+
+
+def test_a_health_check_gets_neither_the_key_nor_the_token(wire: ClusterWire) -> None:
+    extra = "  healthCheck: {exec: {command: [check]}}\n"
+    launch = wire.prepare(job_launches("{worker: {count: 1}}", extra=extra))[0]
+    info = task_info(launch, "agent-1", "*", task_labels(launch, "me"))
+    assert FETCH_ENV in json.dumps(info["command"]) and "health_check" in info
+    assert FETCH_ENV not in json.dumps(info["health_check"]) and key_of(launch) not in json.dumps(
+        info["health_check"]
+    )
 
 
 # ---- hostile requests ----------------------------------------------------------------------------
 
 
 @pytest.fixture
-def served(wire: ClusterWire) -> tuple[ClusterServer, str]:
+def served(wire: ClusterWire) -> tuple[ClusterServer, TaskLaunch]:
     launch = wire.prepare(job_launches("{worker: {count: 2}}"))[0]
     assert wire.server is not None
-    return wire.server, token_of(launch)
+    return wire.server, launch
 
 
 def ask(
@@ -261,25 +383,22 @@ def ask(
         connection.close()
 
 
-GOOD = f"{ROUTE}?task=worker-0&token=TOKEN"
+GOOD = f"{ROUTE}?token=TOKEN"
 
 
 @pytest.mark.parametrize(
     ("method", "target", "status"),
     [
         ("GET", GOOD, 200),
-        ("GET", f"{ROUTE}?token=TOKEN&task=worker-1", 200),
         ("GET", f"{ROUTE}?task=worker-0", 400),  # no token
-        ("GET", f"{ROUTE}?task=worker-0&token=wrong", 403),
-        ("GET", f"{ROUTE}?task=worker-0&token=", 400),
-        ("GET", f"{ROUTE}?task=worker-0&token=TOKENx", 403),
-        ("GET", "/?task=worker-0&token=TOKEN", 404),
-        ("GET", f"{ROUTE}/../../etc/passwd?task=worker-0&token=TOKEN", 404),
-        ("GET", "/v1/../v1/cluster?task=worker-0&token=TOKEN", 404),
-        ("GET", f"{ROUTE}%2f..%2fx?task=worker-0&token=TOKEN", 404),
-        ("GET", f"{ROUTE}?task=worker-7&token=TOKEN", 404),  # no such task
-        ("GET", f"{ROUTE}?task=../../etc/passwd&token=TOKEN", 404),
-        ("GET", f"{ROUTE}?task=j.u1.worker-0.2&token=TOKEN", 404),  # a launch it did not make
+        ("GET", f"{ROUTE}?token=wrong", 403),
+        ("GET", f"{ROUTE}?token=", 400),
+        ("GET", f"{ROUTE}?token=TOKENx", 403),
+        ("GET", f"{ROUTE}?token=KEY", 403),  # the key is no token
+        ("GET", "/?token=TOKEN", 404),
+        ("GET", f"{ROUTE}/../../etc/passwd?token=TOKEN", 404),
+        ("GET", "/v1/../v1/cluster?token=TOKEN", 404),
+        ("GET", f"{ROUTE}%2f..%2fx?token=TOKEN", 404),
         ("GET", ROUTE, 400),
         ("GET", f"{GOOD}&task=worker-1", 400),
         ("GET", f"{GOOD}&more=1", 400),
@@ -290,28 +409,31 @@ GOOD = f"{ROUTE}?task=worker-0&token=TOKEN"
         ("DELETE", GOOD, 501),
     ],
 )
-def test_hostile_requests(served: tuple[ClusterServer, str], method: str, target: str, status: int) -> None:
-    server, token = served
-    got, body = ask(server, method, target.replace("TOKEN", token))
+def test_hostile_requests(
+    served: tuple[ClusterServer, TaskLaunch], method: str, target: str, status: int
+) -> None:
+    server, launch = served
+    got, body = ask(server, method, target.replace("TOKEN", token_of(launch)).replace("KEY", key_of(launch)))
     assert got == status, body
     if status == 200:
-        assert set(json.loads(body)) == {"env"}
+        assert body == signed(key_of(launch), body[MAC_BYTES:])
+        assert set(json.loads(body[MAC_BYTES:])) == {"TF_CONFIG"}
     else:
         assert b"h0:" not in body and b"h1:" not in body  # nothing of the cluster leaks
 
 
-def test_a_huge_request_is_refused(served: tuple[ClusterServer, str]) -> None:
-    server, token = served
-    good = GOOD.replace("TOKEN", token)
+def test_a_huge_request_is_refused(served: tuple[ClusterServer, TaskLaunch]) -> None:
+    server, launch = served
+    good = GOOD.replace("TOKEN", token_of(launch))
     assert ask(server, "GET", good, {"X-Big": "x" * 70_000})[0] == 431
     assert ask(server, "GET", good, {f"X-{n}": "1" for n in range(150)})[0] == 431
     assert ask(server, "GET", good)[0] == 200  # still serving
 
 
-def test_a_forgotten_job_s_token_is_refused(served: tuple[ClusterServer, str]) -> None:
-    server, token = served
+def test_a_forgotten_job_s_token_is_refused(served: tuple[ClusterServer, TaskLaunch]) -> None:
+    server, launch = served
     server.forget("j")
-    assert ask(server, "GET", GOOD.replace("TOKEN", token))[0] == 403
+    assert ask(server, "GET", GOOD.replace("TOKEN", token_of(launch)))[0] == 403
 
 
 # ---- waiting for the fetches (virtual time) ------------------------------------------------------
@@ -330,8 +452,8 @@ def test_the_wait_ends_when_every_task_fetched_or_ended_or_at_its_bound() -> Non
     server = ClusterServer(ClusterServerConfig(), clock=clock)
     source = job_launches("{worker: {count: 3}}")[0].cluster
     assert source is not None
-    token = server.register("j", "g1", source, [(f"t{i}", TaskKey(Role.WORKER, i)) for i in range(3)])
-    assert server.answer(f"{ROUTE}?task=worker-0&token={token}")[0] == 200
+    given = server.register("j", "g1", source, [(f"t{i}", TaskKey(Role.WORKER, i)) for i in range(3)])
+    assert server.answer(f"{ROUTE}?token={given['worker-0'][0]}")[0] == 200
     assert server.pending() == {"t1", "t2"}
 
     def t2_ended(ids: set[str]) -> set[str]:
@@ -343,7 +465,7 @@ def test_the_wait_ends_when_every_task_fetched_or_ended_or_at_its_bound() -> Non
 
     assert server.wait_fetched(300, lambda ids: t2_ended(ids) | advance(ids)) == {"t1"}
     assert server.pending() == {"t1"}  # t2 is awaited no more
-    assert server.answer(f"{ROUTE}?task=worker-1&token={token}")[0] == 200
+    assert server.answer(f"{ROUTE}?token={given['worker-1'][0]}")[0] == 200
     assert server.wait_fetched(300, lambda ids: set()) == set()
 
 
@@ -381,23 +503,28 @@ def test_a_server_hands_its_generations_to_the_next_one() -> None:
     source = job_launches("{ps: {count: 1}, worker: {count: 2}}", "both")[0].cluster
     assert source is not None
     first = ClusterServer(ClusterServerConfig())
-    token = first.register("j", "g1", source, [("t0", TaskKey(Role.WORKER, 0))])
+    given = first.register("j", "g1", source, [("t0", TaskKey(Role.WORKER, 0))])
     saved = json.loads(json.dumps(first.saved()))  # as written to and read from the file
+    (secret,) = [g["secret"] for g in saved["generations"]]
     second = ClusterServer(ClusterServerConfig())
     second.restore(saved["generations"])
     for key in source.addresses:  # any task of the generation: the first's or the second's
-        served = json.dumps(document(source, key), separators=(",", ":")).encode()
-        assert second.answer(f"{ROUTE}?task={key.name}&token={token}") == (200, served)
+        token, mac_key = credentials(secret, key.name)
+        served = signed(mac_key, json.dumps(document(source, key), separators=(",", ":")).encode())
+        assert second.answer(f"{ROUTE}?token={token}") == (200, served)
     assert second.pending() == set()  # nothing to wait for: the tasks were the first's
-    assert second.register("j", "g1", source, [("t1", TaskKey(Role.WORKER, 1))]) == token  # same generation
-    assert second.register("j", "g2", source, []) != token
-    assert second.answer(f"{ROUTE}?task=worker-0&token={token}")[0] == 403
+    again = second.register("j", "g1", source, [("t1", TaskKey(Role.WORKER, 1))])  # same generation
+    assert again["worker-1"] == credentials(secret, "worker-1")
+    assert second.register("j", "g2", source, [("t1", TaskKey(Role.WORKER, 1))]) != again
+    assert second.answer(f"{ROUTE}?token={given['worker-0'][0]}")[0] == 403
     with pytest.raises((ValueError, KeyError, TypeError)):
         ClusterServer(ClusterServerConfig()).restore([{**saved["generations"][0], "style": "nonsense"}])
-    short = {**saved["generations"][0], "token": "short"}
+    short = {**saved["generations"][0], "secret": "short"}
     third = ClusterServer(ClusterServerConfig())
-    third.restore([short])  # a token too short to be ours is not served
-    assert third.answer(f"{ROUTE}?task=worker-0&token=short")[0] == 403
+    third.restore([short])  # a secret too short to be ours is not served
+    assert third.answer(f"{ROUTE}?token={credentials('short', 'worker-0')[0]}")[0] == 403
+    text = repr(second._jobs) + repr(second)  # a generation's repr holds no secret, key nor token
+    assert secret not in text and mac_key not in text and token not in text
 
 
 def test_a_busy_server_answers_503_and_the_bootstrap_tries_again(wire: ClusterWire) -> None:

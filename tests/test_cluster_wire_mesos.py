@@ -24,13 +24,13 @@ from tests.mesos_emulator import Emulator
 from tests.mesos_fixtures import PY, config_yaml, emulated_project, start_emulator
 from tests.test_daemon import Daemon
 from tests.waiting import wait_until
-from tfdeclare.backends.mesos.bootstrap import BOOTSTRAP, URL_ENV
+from tfdeclare.backends.mesos.bootstrap import BOOTSTRAP, FETCH_ENV
 
 # Each task writes what it sees (TF_CONFIG, argv) to OUT/<role>-<index>.json, then idles.
 TASK = (
     "import json,os,sys,time;p=os.path.join(os.environ['OUT'],os.environ['TFDECLARE_ROLE']+'-'"
     "+os.environ['TFDECLARE_INDEX']+'.json');open(p+'.tmp','w').write(json.dumps("
-    "[os.environ.get('TF_CONFIG'),sys.argv[1:],'" + URL_ENV + "' in os.environ]));os.rename(p+'.tmp',p);"
+    "[os.environ.get('TF_CONFIG'),sys.argv[1:],'" + FETCH_ENV + "' in os.environ]));os.rename(p+'.tmp',p);"
     "time.sleep(float(sys.argv[-1]))"
 )
 
@@ -145,7 +145,7 @@ def test_the_next_daemon_serves_the_clusters_its_predecessor_handed_out(
 ) -> None:
     """The daemon stops (after ``fetchWaitSeconds``: 1) before the tasks it launched fetch
     their cluster (``python3`` on the agents' PATH is a wrapper that waits 4 s in attempt 0).
-    The next daemon serves the same generations, tokens and port (``clusters.json`` in the
+    The next daemon serves the same generations, secrets and port (``clusters.json`` in the
     state folder; ``listen`` left at port 0): the tasks fetch their cluster from it and the
     job runs on, never restarted. With that file lost (``kept`` False; a fixed port), their
     tokens are stale: 403, exit 86, and the next daemon counts that as the platform event
@@ -180,7 +180,7 @@ def test_the_next_daemon_serves_the_clusters_its_predecessor_handed_out(
             first.stop()  # its server closes after fetchWaitSeconds: the tasks have not fetched
         handed = root / ".tfdeclare" / "mesos" / "clusters.json"
         assert handed.stat().st_mode & 0o777 == 0o600
-        assert len(json.loads(handed.read_text())["generations"]) == 1
+        (secret,) = [g["secret"] for g in json.loads(handed.read_text())["generations"]]
         if not kept:
             handed.unlink()
         second = Daemon(root, "--specs", "specs", "--interval", "1")
@@ -211,6 +211,8 @@ def test_the_next_daemon_serves_the_clusters_its_predecessor_handed_out(
                 assert failed, said  # the first to fail restarts the job: the other may be stopped first
         finally:
             second.stop()
+        shown = first.text() + second.text() + "".join(p.read_text() for p in (root / "status").iterdir())
+        assert secret not in shown  # the generation's secret is in no log and no status
 
 
 @pytest.mark.docker
@@ -244,7 +246,7 @@ def test_tasks_in_containers_fetch_their_cluster(
         for name, record in records.items():
             role, index = name.split(".")[0].split("-")
             assert record["tfConfig"] == {"cluster": cluster, "task": {"type": role, "index": int(index)}}
-            assert URL_ENV not in record["env"]
+            assert FETCH_ENV not in record["env"]
         infos = accepted_task_infos(emulator)
         assert len(infos) == 3 and all(address["worker-1"] not in json.dumps(info) for info in infos)
         assert cli("delete", "boxed", cwd=root).returncode == 0

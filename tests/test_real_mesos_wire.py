@@ -21,7 +21,7 @@ import yaml
 from tests.conftest import REPO, cli
 from tests.mesos_fixtures import config_yaml
 from tests.real_mesos import RealMesos
-from tfdeclare.backends.mesos.bootstrap import URL_ENV
+from tfdeclare.backends.mesos.bootstrap import FETCH_ENV
 
 pytestmark = [pytest.mark.real_mesos, pytest.mark.tf, pytest.mark.e2e, pytest.mark.slow]
 
@@ -55,7 +55,7 @@ def test_a_mwms_job_fetches_its_cluster_and_trains_on_the_real_master(
     hashes = [re.findall(r"^FINAL_WEIGHTS_SHA256 ([0-9a-f]{64})$", log(f"worker:{i}"), re.M) for i in (0, 1)]
     assert hashes[0] and hashes[0] == hashes[1], "both workers end with identical weights"
     # What the agent checkpointed of each task (executor.info, task.info, task.updates): the
-    # URL with its token, no TF_CONFIG and no address of the job
+    # key, URL with its token, no TF_CONFIG and no address of the job
     ports = [str(t["port"]) for t in document["tasks"]]
     checkpoints = [
         f
@@ -66,5 +66,5 @@ def test_a_mwms_job_fetches_its_cluster_and_trains_on_the_real_master(
     assert len([f for f in checkpoints if f.name == "executor.info"]) == 2
     for checkpoint in checkpoints:
         data = checkpoint.read_bytes()
-        assert b"TF_CONFIG" not in data and not any(f"127.0.0.1:{port}".encode() in data for port in ports)
-    assert any(URL_ENV.encode() in f.read_bytes() for f in checkpoints)
+        assert b'{"cluster"' not in data and not any(f"127.0.0.1:{port}".encode() in data for port in ports)
+    assert any(FETCH_ENV.encode() in f.read_bytes() for f in checkpoints)

@@ -3,13 +3,20 @@
 Started by ``clusterwire`` in the process that runs the Mesos backend (``apply``, the
 background controller after it, or the daemon, which serves for as long as it runs), on
 ``mesos.clusterServer.listen`` (the loopback address unless configured). One read-only
-route, ``GET /v1/cluster?task=NAME&token=TOKEN``, answers the document of the job's task
-``NAME`` (``worker-3``: ``tfdeclare.core.run.clusterdoc.document``) as JSON. Each job
-generation (a job's attempt and the addresses of its tasks: ``clusterdoc.generation``) has a
-random token of its own (``secrets.token_urlsafe``, 192 bits), kept in this process's memory
-and handed to the next one through a file of mode 0600 (below); registering a new generation
-of a job forgets the old one's, so a stale token, like a wrong one, gets 403. A task the
-generation did not launch gets 404, as does every other path; a malformed query 400; any
+route, ``GET /v1/cluster?token=TOKEN``, answers the document of the task the token names
+(``tfdeclare.core.run.clusterdoc.document``, as JSON) after its MAC. Each job generation (a
+job's attempt and the addresses of its tasks: ``clusterdoc.generation``) has a random secret
+of its own (``secrets.token_urlsafe``, 256 bits), kept in this process's memory and handed to
+the next one through a file of mode 0600 (below), never logged nor shown in any status. Each
+task of the generation has a token and a key derived from it (``credentials``: HMAC-SHA256 of
+the secret over the task's name, 128 bits each); its TaskInfo carries both (``bootstrap``):
+the token travels in the request and names the task, the key never leaves the TaskInfo and
+this process. The answer is the HMAC-SHA256 under the task's key of the document's exact
+bytes, then those bytes: the bootstrap uses the document only once it has checked the MAC,
+so an answer from anyone else (a local user who bound the port while no framework process
+held it, anyone on the network path: the answer is plain HTTP) is refused, and one task's
+answer is no other task's. Registering a new generation of a job forgets the old one's, so a
+stale token, like a wrong one, gets 403; every other path 404; a malformed query 400; any
 method but GET 501.
 
 Bounded: at most ``MAX_ANSWERING`` requests are answered at once (the others get 503 and
@@ -17,7 +24,8 @@ retry), each connection is dropped after ``REQUEST_TIMEOUT_S`` of silence, reque
 longer than ``MAX_TARGET`` get 414, and the server reads no request body. Tokens are looked up
 by their SHA-256, never compared byte by byte with the request's. The token travels in the
 query (not a header) to keep the bootstrap short; the server logs no request target, and the
-bootstrap bypasses proxies.
+bootstrap bypasses proxies. What an observer of the network learns is a job's addresses
+(which the Mesos master shows anyway) and a token it can replay for the same answer.
 
 The server also counts which launched tasks have fetched their document, so that ``apply``
 can wait for them before it returns (``wait_fetched``), and hands its generations over to the
@@ -26,8 +34,10 @@ next framework process (``saved``/``restore``: ``clusterwire`` keeps them in the
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
+import hmac
 import json
 import logging
 import secrets
@@ -40,6 +50,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from tfdeclare.backends.mesos.bootstrap import MAC_BYTES
 from tfdeclare.backends.mesos.config import ClusterServerConfig
 from tfdeclare.core.enums import ClusterSpecStyle, Role
 from tfdeclare.core.run.clusterdoc import Documents
@@ -53,6 +64,8 @@ MAX_ANSWERING = 32
 REQUEST_TIMEOUT_S = 10.0
 WAIT_STEP_S = 0.5
 _WILDCARDS = ("0.0.0.0", "::")  # noqa: S104 (recognised, not bound)
+CREDENTIAL_CHARS = 22  # a token's and a key's length (base64url: 131 bits)
+SECRET_MIN_CHARS = 43  # a generation's secret (token_urlsafe(32): 256 bits)
 
 
 def split_host_port(text: str) -> tuple[str, int]:
@@ -65,18 +78,42 @@ def join_host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+def credentials(secret: str, task: str) -> tuple[str, str]:
+    """The token and the key of task ``task`` (``worker-3``) of the generation of ``secret``."""
+
+    def derived(purpose: str) -> str:
+        mac = hmac.new(secret.encode(), f"{purpose}\0{task}".encode(), hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(mac).decode()[:CREDENTIAL_CHARS]
+
+    return derived("token"), derived("key")
+
+
+def signed(key: str, document: bytes) -> bytes:
+    """An answer: the HMAC-SHA256 of ``document`` under ``key``, then ``document``."""
+    mac = hmac.new(key.encode(), document, hashlib.sha256).digest()
+    assert len(mac) == MAC_BYTES
+    return mac + document
+
+
 @dataclass
 class Generation:
-    """One job generation's cluster, its token and the launched tasks yet to fetch it."""
+    """One job generation's cluster, its secret and the launched tasks yet to fetch it."""
 
     job: str
     name: str  # clusterdoc.generation
-    token: str
+    secret: str = field(repr=False)
     source: ClusterSource
     # The launched tasks by name (worker-3): the id of the latest launch and the task's key
     tasks: dict[str, tuple[str, TaskKey]] = field(default_factory=dict)
     pending: set[str] = field(default_factory=set)
     documents: Documents | None = None  # made on the first fetch
+    # Each task of the cluster by name: its token's digest (_key) and its key
+    credentials: dict[str, tuple[str, str]] = field(default_factory=dict, repr=False)
+
+    def derive(self) -> None:
+        for key in self.source.addresses:
+            token, mac_key = credentials(self.secret, key.name)
+            self.credentials[key.name] = (_key(token), mac_key)
 
 
 def _key(token: str) -> str:
@@ -94,7 +131,7 @@ class ClusterServer:
         self.settings = settings
         self.clock = clock
         self._changed = threading.Condition()
-        self._by_key: dict[str, Generation] = {}  # sha256(token) -> generation
+        self._by_key: dict[str, tuple[Generation, TaskKey]] = {}  # sha256(token) -> generation, task
         self._jobs: dict[str, Generation] = {}  # job -> its current generation
         self._answering = threading.BoundedSemaphore(MAX_ANSWERING)
         self._http: ThreadingHTTPServer | None = None
@@ -107,29 +144,40 @@ class ClusterServer:
 
     def register(
         self, job: str, name: str, source: ClusterSource, tasks: Iterable[tuple[str, TaskKey]]
-    ) -> str:
-        """Serve ``source`` to ``job``'s tasks ``tasks`` (id, key; added to those awaited); the
-        generation's token (the same while the generation is the same, else a new one, the
-        old one forgotten)."""
+    ) -> dict[str, tuple[str, str]]:
+        """Serve ``source`` to ``job``'s tasks ``tasks`` (id, key; added to those awaited); each
+        task's token and key by the task's name (the same while the generation is the same,
+        else new ones, the old generation's forgotten)."""
         with self._changed:
             current = self._jobs.get(job)
             if current is None or current.name != name:
                 if current is not None:
-                    del self._by_key[_key(current.token)]
-                current = Generation(job, name, secrets.token_urlsafe(24), source)
-                self._jobs[job] = current
-                self._by_key[_key(current.token)] = current
+                    self._drop(current)
+                current = Generation(job, name, secrets.token_urlsafe(32), source)
+                self._add(current)
+            out: dict[str, tuple[str, str]] = {}
             for task_id, key in tasks:
                 current.tasks[key.name] = (task_id, key)
                 current.pending.add(task_id)
-            return current.token
+                out[key.name] = credentials(current.secret, key.name)
+            return out
+
+    def _add(self, generation: Generation) -> None:
+        generation.derive()
+        self._jobs[generation.job] = generation
+        for key in generation.source.addresses:
+            self._by_key[generation.credentials[key.name][0]] = (generation, key)
+
+    def _drop(self, generation: Generation) -> None:
+        for digest, _ in generation.credentials.values():
+            self._by_key.pop(digest, None)
 
     def forget(self, job: str) -> None:
         """Stop serving ``job`` (its token gets 403 from now on)."""
         with self._changed:
             current = self._jobs.pop(job, None)
             if current is not None:
-                del self._by_key[_key(current.token)]
+                self._drop(current)
                 self._changed.notify_all()
 
     def pending(self) -> set[str]:
@@ -144,24 +192,22 @@ class ClusterServer:
         if parts.path != ROUTE:
             return 404, _error("not found")
         try:
-            query = parse_qs(parts.query, strict_parsing=True, max_num_fields=2)
-            (name,), (token,) = query["task"], query["token"]
+            query = parse_qs(parts.query, strict_parsing=True, max_num_fields=1)
+            (token,) = query["token"]  # and no other field (max_num_fields)
         except (ValueError, KeyError):
-            return 400, _error("expected the query task=NAME&token=TOKEN")
+            return 400, _error("expected the query token=TOKEN")
         with self._changed:
-            generation = self._by_key.get(_key(token))
-        if generation is None:
+            found = self._by_key.get(_key(token))
+        if found is None:
             return 403, _error("unknown or stale token")
+        generation, key = found
         with self._changed:
-            launched = generation.tasks.get(name)
-        if launched is None:
-            return 404, _error("no such task in this cluster")
-        task_id, key = launched
-        with self._changed:
+            task_id = generation.tasks.get(key.name, ("", key))[0]  # "": a task launched before
+            mac_key = generation.credentials[key.name][1]
             if generation.documents is None:
                 generation.documents = Documents(generation.source)
             documents = generation.documents
-        body = json.dumps(documents.of(key), separators=(",", ":")).encode()
+        body = signed(mac_key, json.dumps(documents.of(key), separators=(",", ":")).encode())
         with self._changed:
             if task_id in generation.pending:
                 generation.pending.discard(task_id)
@@ -194,7 +240,7 @@ class ClusterServer:
                 {
                     "job": g.job,
                     "name": g.name,
-                    "token": g.token,
+                    "secret": g.secret,
                     "style": g.source.style.value,
                     "addresses": sorted([k.role.value, k.index, a] for k, a in g.source.addresses.items()),
                 }
@@ -203,19 +249,18 @@ class ClusterServer:
         return {"port": self.port, "generations": generations}
 
     def restore(self, generations: Iterable[Mapping[str, Any]]) -> None:
-        """Serve the generations an earlier framework process served, with their tokens: its
+        """Serve the generations an earlier framework process served, with their secrets: its
         tasks that have yet to fetch their cluster get it from this one (none is awaited).
         Raises ``ValueError`` (or ``KeyError``, ``TypeError``) on a malformed entry."""
         for entry in generations:
             addresses = {TaskKey(Role(r), int(i)): str(a) for r, i, a in entry["addresses"]}
             source = ClusterSource(ClusterSpecStyle(entry["style"]), addresses, {})
-            token = str(entry["token"])
-            generation = Generation(str(entry["job"]), str(entry["name"]), token, source)
+            secret = str(entry["secret"])
+            generation = Generation(str(entry["job"]), str(entry["name"]), secret, source)
             generation.tasks = {key.name: ("", key) for key in addresses}
             with self._changed:
-                if generation.job not in self._jobs and len(token) >= 32:
-                    self._jobs[generation.job] = generation
-                    self._by_key[_key(token)] = generation
+                if generation.job not in self._jobs and len(secret) >= SECRET_MIN_CHARS:
+                    self._add(generation)
 
     # ---- the HTTP server ------------------------------------------------------------------------
 
@@ -282,7 +327,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _reply(self, status: int, body: bytes) -> None:
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", "application/octet-stream" if status == 200 else "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
         self.end_headers()

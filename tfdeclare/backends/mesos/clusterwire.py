@@ -5,21 +5,23 @@ In band (the default, and every job while ``mesos.clusterServer`` is unset), a t
 of its job in each task, a job of n tasks costs the master, and every agent's checkpoint and
 containerizer launch, bytes in n² (18.9 KB per task at 1,000 tasks). With
 ``mesos.clusterServer`` set, a job whose per-task description exceeds ``minBytes`` is delivered
-out of band, as TFMesos did: its TaskInfos carry a fixed bootstrap (``bootstrap``) and the
-URL and token of the framework's cluster server (``clusterserver``), O(1) bytes per task, and
-each task fetches its description as it starts.
+out of band, as TFMesos did: its TaskInfos carry a fixed bootstrap (``bootstrap``), the URL
+of the framework's cluster server (``clusterserver``) with the task's token, and the task's key
+(never sent: the bootstrap checks with it that the answer is the framework's), O(1) bytes per
+task, and each task fetches its description as it starts.
 
 This module owns the choice (``delivery``: pure, per launch) and the rewriting of a launch
 for fetching (``fetched``: pure), and ``ClusterWire``, which the backend asks to prepare each
 batch of launches (registering fetched jobs' generations with its server, which it starts
 when the backend subscribes: from then on the process acts as the framework) and to wait, at
-close, for the tasks still to fetch theirs. The generations served (tokens included) and the
-port bound are kept in ``<state-dir>/mesos/clusters.json`` (mode 0600, written atomically at
-each change): the next framework process (the background controller after ``apply``, a
-restarted daemon) serves them on the same port when it is free, so a task launched by one
-process fetches its cluster from the next; a job purged is served no more. What stays in band: tasks
-outside the TF cluster (TensorBoard) and roles that run their image's entrypoint (a bootstrap
-cannot wrap an entrypoint it does not know). A task's identity (``configHash``) never depends
+close, for the tasks still to fetch theirs. The generations served (their secrets included:
+never logged nor shown in a status) and the port bound are kept in
+``<state-dir>/mesos/clusters.json`` (mode 0600, written atomically at each change): the next
+framework process (the background controller after ``apply``, a restarted daemon) serves them
+on the same port when it is free, so a task launched by one process fetches its cluster from
+the next; a job purged is served no more. What stays in band: tasks outside the TF cluster
+(TensorBoard) and roles that run their image's entrypoint (a bootstrap cannot wrap an
+entrypoint it does not know). A task's identity (``configHash``) never depends
 on the delivery: changing ``mesos.clusterServer`` restarts no task.
 """
 
@@ -34,7 +36,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-from tfdeclare.backends.mesos.bootstrap import URL_ENV, bootstrap_argv
+from tfdeclare.backends.mesos.bootstrap import FETCH_ENV, bootstrap_argv, fetch_value
 from tfdeclare.backends.mesos.clusterserver import ROUTE, ClusterServer
 from tfdeclare.backends.mesos.config import ClusterServerConfig
 from tfdeclare.core.run.clusterdoc import generation, payload_bytes, with_tf_config
@@ -61,26 +63,26 @@ def delivery(launch: TaskLaunch, settings: ClusterServerConfig | None, payload: 
     return Delivery.FETCH if payload > settings.min_bytes else Delivery.ENV
 
 
-def task_url(base: str, launch: TaskLaunch, token: str) -> str:
-    """The URL one task fetches: ``base`` (``http://HOST:PORT``), the route, the task's name
-    (``worker-3``) and its generation's token."""
-    return f"{base}{ROUTE}?{urlencode({'task': launch.key.name, 'token': token})}"
+def task_url(base: str, token: str) -> str:
+    """The URL one task fetches: ``base`` (``http://HOST:PORT``), the route and the task's token."""
+    return f"{base}{ROUTE}?{urlencode({'token': token})}"
 
 
-def fetched(launch: TaskLaunch, base: str, token: str) -> TaskLaunch:
+def fetched(launch: TaskLaunch, base: str, token: str, key: str) -> TaskLaunch:
     """``launch`` rewritten to fetch its cluster: the bootstrap before the role's argv as
-    written (placeholders not yet replaced), no TF_CONFIG, the URL (with the token) instead."""
+    written (placeholders not yet replaced), no TF_CONFIG, its key and URL (with its token)
+    instead."""
     source = launch.cluster
     assert source is not None
-    drop = {URL_ENV, *(("TF_CONFIG",) if with_tf_config(source.style) else ())}
+    drop = {FETCH_ENV, *(("TF_CONFIG",) if with_tf_config(source.style) else ())}
     env = [(k, v) for k, v in launch.env if k not in drop]
-    env.append((URL_ENV, task_url(base, launch, token)))
+    env.append((FETCH_ENV, fetch_value(key, task_url(base, token))))
     return replace(launch, argv=bootstrap_argv(source.argv[launch.key.role]), env=tuple(sorted(env)))
 
 
 def fetches(launch: TaskLaunch) -> bool:
     """Does ``launch`` (as prepared) fetch its cluster at its start?"""
-    return any(name == URL_ENV for name, _ in launch.env)
+    return any(name == FETCH_ENV for name, _ in launch.env)
 
 
 class ClusterWire:
@@ -100,7 +102,7 @@ class ClusterWire:
 
     def prepare(self, tasks: Sequence[TaskLaunch]) -> list[TaskLaunch]:
         """``tasks`` as they are launched: each fetched job's registered with the server (a
-        new generation, and token, when its addresses or attempt changed). The server was
+        new generation, and secret, when its addresses or attempt changed). The server was
         started when the backend subscribed (``start``)."""
         payloads: dict[int, int] = {}  # id(source) -> its payload: one source per launch batch
         out: list[TaskLaunch] = []
@@ -113,26 +115,26 @@ class ClusterWire:
             how = delivery(task, self.settings, payloads.get(id(source), 0))
             if how is Delivery.FETCH and source is not None:
                 groups.setdefault(id(source), (source, []))[1].append(task)
-        tokens: dict[str, str] = {}
+        given: dict[str, tuple[str, str]] = {}  # task id -> its token and key
         for source, group in groups.values():
             first = group[0]
             server = self._server()
-            token = server.register(
+            credentials = server.register(
                 first.job,
                 generation(first.job, first.attempt, source),
                 source,
                 [(t.task_id, t.key) for t in group],
             )
             for task in group:
-                tokens[task.task_id] = token
+                given[task.task_id] = credentials[task.key.name]
         if groups:
             self._save()
         for task in tasks:
-            token_of = tokens.get(task.task_id)
-            if token_of is None or self.server is None:
+            credential = given.get(task.task_id)
+            if credential is None or self.server is None:
                 out.append(task)
             else:
-                out.append(fetched(task, self.server.base_url, token_of))
+                out.append(fetched(task, self.server.base_url, *credential))
         return out
 
     def forget(self, job: str) -> None:

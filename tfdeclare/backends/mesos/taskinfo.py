@@ -41,6 +41,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from tfdeclare.backends.mesos.bootstrap import FETCH_ENV
 from tfdeclare.backends.mesos.healthcheck import health_check_json
 from tfdeclare.backends.secrets import agent_file_argv
 from tfdeclare.core.enums import ImagePullPolicy, VolumeMode
@@ -204,8 +205,9 @@ def task_info(
     }
     if launch.health_check is not None:  # the executor runs it (healthcheck.py)
         script = CD_SCRIPT if launch.image is None else MKDIR_CD_SCRIPT
+        env = tuple((k, v) for k, v in launch.env if k != FETCH_ENV)  # a task's key: its bootstrap's only
         info["health_check"] = health_check_json(
-            launch.health_check, launch.slot.port, launch.env, None if docker else directory, script
+            launch.health_check, launch.slot.port, env, None if docker else directory, script
         )
     volumes = [
         {

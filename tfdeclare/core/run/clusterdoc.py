@@ -10,9 +10,10 @@ the task starts (``tfdeclare.backends.mesos.clusterserver``). This module owns:
 - ``document`` (``Documents`` for the tasks of one generation): what a task of ``key`` is
   served, with exactly the values it gets in band (``clusterspec``'s rules: the evaluator is
   left out of the others' cluster; legacy flags know only ``ps`` and ``worker``):
-  ``{"env": {"TF_CONFIG": ...}}`` for ``tf_config``,
-  ``{"flags": {"ps_hosts": ..., "worker_hosts": ..., "job_name": ..., "task_index": ...}}``
-  for ``legacy_flags``, both for ``both``;
+  ``{"TF_CONFIG": ...}`` for ``tf_config``,
+  ``{"ps_hosts": ..., "worker_hosts": ..., "job_name": ..., "task_index": ...}`` (the values
+  of the argv's placeholders) for ``legacy_flags``, both for ``both``: only these names, the
+  only ones the bootstrap applies;
 - ``generation``: a digest naming the cluster a launch's tasks see (a new one when any
   address changes).
 """
@@ -73,11 +74,11 @@ class Documents:
             cluster = self._clusters.get(key.role)
             if cluster is None:
                 cluster = self._clusters[key.role] = cluster_json(self.source.addresses, key.role)
-            out["env"] = {"TF_CONFIG": tf_config(cluster, key)}
+            out["TF_CONFIG"] = tf_config(cluster, key)
         if with_flags(self.source.style):
             if self._hosts is None:
                 self._hosts = legacy_hosts(self.source.addresses)
-            out["flags"] = {**self._hosts, "job_name": key.role.value, "task_index": str(key.index)}
+            out.update(self._hosts, job_name=key.role.value, task_index=str(key.index))
         return out
 
 
