@@ -25,6 +25,11 @@ on one path elect one leading master, the agents of all of them register with it
 its process stops another is elected (after ZooKeeper's session timeout, 10 s) and the
 agents re-register with it.
 
+``docker_socket="/path/docker.sock"``: the agents also have the Docker containerizer
+(``--containerizers=docker,mesos``) on that engine, whose tasks run through the build's
+``mesos-docker-executor`` (``tools/realmesos/docker_executor.py``); the containers it starts
+carry their sandbox as a label, and ``stop`` removes those under the cluster's folder.
+
 Without the build (no compiler or libraries, not x86_64) a test skips with the reason, or
 fails under ``CI=true`` (``tests/components.py``).
 """
@@ -100,6 +105,7 @@ class RealMesos:
         namespaces: bool = True,
         credentials: tuple[str, str] | None = None,
         zookeeper: str | None = None,
+        docker_socket: str | None = None,
     ) -> None:
         self.build = build or built()
         # False: executors and tasks outlive the cluster's process (``restart``), as on a real
@@ -111,6 +117,7 @@ class RealMesos:
         self.flags = dict(flags or {})
         self.credentials = credentials
         self.zookeeper = zookeeper
+        self.docker_socket = docker_socket
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
         self.log = workdir / "cluster.log"
@@ -150,6 +157,8 @@ class RealMesos:
             env["REALMESOS_ZK"] = self.zookeeper
         if self.credentials is not None:
             env.update({f"MESOS_{name.upper()}": value for name, value in self.authentication().items()})
+        if self.docker_socket is not None:
+            env.update({"MESOS_CONTAINERIZERS": "docker,mesos", "MESOS_DOCKER_SOCKET": self.docker_socket})
         env.update({f"MESOS_{name.upper()}": value for name, value in self.flags.items()})
         return env
 
@@ -294,6 +303,40 @@ class RealMesos:
                     os.kill(pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
+        self.remove_containers()
+
+    def containers(self, *, running: bool = False) -> list[str]:
+        """The ids of the Docker containers this cluster's executors started (their sandbox
+        label is under its folder); only the running ones with ``running``."""
+        if self.docker_socket is None:
+            return []
+        label = "tfdeclare.realmesos.sandbox"
+        listed = subprocess.run(
+            ["docker", "-H", f"unix://{self.docker_socket}", "ps", "--no-trunc", "--filter", f"label={label}"]
+            + ([] if running else ["-a"])
+            + ["--format", f'{{{{.ID}}}} {{{{.Label "{label}"}}}}'],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        )
+        ours = (str(self.workdir) + os.sep, self.marker + os.sep)
+        return [
+            line.split(" ", 1)[0]
+            for line in listed.stdout.splitlines()
+            if line.partition(" ")[2].startswith(ours)
+        ]
+
+    def remove_containers(self) -> None:
+        """Remove the Docker containers this cluster's executors started."""
+        found = self.containers()
+        if found:
+            subprocess.run(
+                ["docker", "-H", f"unix://{self.docker_socket}", "rm", "-f", *found],
+                capture_output=True,
+                check=False,
+                timeout=120,
+            )
 
     def __enter__(self) -> RealMesos:
         return self.start()

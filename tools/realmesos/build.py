@@ -10,6 +10,8 @@ compiling, next to the libmesos it holds, the small programs of this folder:
   interpreter: each cluster gets a launcher folder of its own (``launcher_dir``) whose
   ``mesos-executor`` wrapper runs the Python of the checkout that started it, since the cache
   is shared by every checkout on the machine;
+- ``docker_executor.py``: the Docker containerizer's executor (``mesos-docker-executor``, the
+  same way), over the command executor's connection handling;
 - ``libssl.so.1.0.0`` / ``libcrypto.so.1.0.0``: stubs with OpenSSL 1.0's symbol versions
   (libmesos links them; with SSL off nothing calls them), from openssl-symbols.txt;
 - ``libcurl.so.4``: libcurl's seven calls under their old version tag, forwarded to the
@@ -55,7 +57,8 @@ PROGRAM_SOURCES = (
     *("abi.hpp", "launcher.cpp", "zookeeper.cpp", "containerizer.cpp"),
     *("pystub.c", "curl_forward.c", "curl.map"),
 )
-SOURCES = (*PROGRAM_SOURCES, "openssl-symbols.txt", "executor.py", "build.py")
+EXECUTORS = {"mesos-executor": "executor.py", "mesos-docker-executor": "docker_executor.py"}
+SOURCES = (*PROGRAM_SOURCES, "openssl-symbols.txt", *EXECUTORS.values(), "build.py")
 DEBIAN = {  # library file -> Debian package
     "libsvn_delta-1.so.1": "libsvn1",
     "libsvn_subr-1.so.1": "libsvn1",
@@ -268,20 +271,22 @@ def compile_programs(folder: Path) -> None:
 
 def launcher_dir(build: Path, folder: Path, python: str | None = None) -> Path:
     """A cluster's own ``MESOS_LAUNCHER_DIR``, made in ``folder``: the build's
-    ``mesos-containerizer`` (a link: it finds libmesos beside its target) and a
-    ``mesos-executor`` wrapper that runs the build's executor.py with ``python`` (default:
-    this interpreter, the one of the checkout whose tests start the cluster)."""
+    ``mesos-containerizer`` (a link: it finds libmesos beside its target) and the
+    ``mesos-executor`` and ``mesos-docker-executor`` wrappers that run the build's executors
+    with ``python`` (default: this interpreter, the one of the checkout whose tests start the
+    cluster)."""
     folder.mkdir(parents=True, exist_ok=True)
     link = folder / "mesos-containerizer"
     if link.is_symlink() or link.exists():
         link.unlink()
     link.symlink_to(build / "mesos-containerizer")
-    program, executor = shlex.quote(python or sys.executable), shlex.quote(str(build / "executor.py"))
-    wrapper = f'#!/bin/sh\nexec {program} {executor} "$@"\n'
-    scratch = folder / ".mesos-executor.tmp"
-    scratch.write_text(wrapper)
-    scratch.chmod(0o755)
-    scratch.replace(folder / "mesos-executor")
+    program = shlex.quote(python or sys.executable)
+    for name, source in EXECUTORS.items():
+        wrapper = f'#!/bin/sh\nexec {program} {shlex.quote(str(build / source))} "$@"\n'
+        scratch = folder / f".{name}.tmp"
+        scratch.write_text(wrapper)
+        scratch.chmod(0o755)
+        scratch.replace(folder / name)
     return folder
 
 
@@ -313,7 +318,8 @@ def build(folder: Path | None = None) -> Path:
         work.mkdir()
         extract_libmesos(tarball, work)
         compile_programs(work)
-        shutil.copy(HERE / "executor.py", work / "executor.py")
+        for source in EXECUTORS.values():
+            shutil.copy(HERE / source, work / source)
         check_runs(work)
         (work / "stamp").write_text(sources_digest() + "\n")
         if folder.exists() and not is_current(folder):  # another build (an explicit folder)

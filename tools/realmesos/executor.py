@@ -374,6 +374,9 @@ class Executor:
 
     # ---- the loop ------------------------------------------------------------------------
 
+    def other(self, kind: str, value: Any) -> None:
+        """An event of a subclass's own (``docker_executor.py``); none here."""
+
     def handle(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
         if kind == "SUBSCRIBED":
@@ -445,6 +448,8 @@ class Executor:
                     return 1
                 time.sleep(1.0)
                 self.subscribe()
+            else:
+                self.other(kind, value)
             if self.kill_deadline is not None and not self.terminated and now >= self.kill_deadline:
                 log(f"Process {self.process.pid if self.process else '?'} did not terminate: sending SIGKILL")
                 self.signal_tree(signal.SIGKILL)

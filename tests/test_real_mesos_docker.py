@@ -1,0 +1,176 @@
+"""Jobs with an image under the Docker containerizer of a real Mesos 1.11.0 agent (issue 33):
+the agent runs ``mesos-docker-executor`` (ours, ``tools/realmesos/docker_executor.py``, over
+the v1 executor API), which runs each task with ``docker run`` on the tests' private engine.
+
+What is checked is what the task saw (its records), what the real master says and what the
+engine holds, never what the backend believes it did.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import REPO, cli
+from tests.mesos_fixtures import config_yaml, eventually
+from tests.real_mesos import RealMesos
+
+pytestmark = [pytest.mark.real_mesos, pytest.mark.docker, pytest.mark.slow]
+
+Start = Callable[..., RealMesos]
+RESOURCES = "cpus:4;mem:4096;ports:[31000-31099]"
+
+
+def engine_socket(docker_client: Any) -> str:
+    host = os.environ.get("DOCKER_HOST", "")
+    if not host.startswith("unix://"):
+        pytest.skip(f"the agent's Docker containerizer needs a unix socket, not {host!r}")
+    return host.removeprefix("unix://")
+
+
+def project(root: Path, mesos: RealMesos, *folders: Path) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    policy = f"policy: {{allowedHostPaths: [{', '.join(str(f) for f in folders)}]}}\n"
+    (root / "tfdeclare.yaml").write_text(config_yaml(mesos.url, containerizer="docker") + policy)
+    return root
+
+
+def job(name: str, image: str, out: Path, replicas: list[str], extra: str = "") -> str:
+    return "\n".join(
+        [
+            "apiVersion: tfdeclare/v1",
+            "kind: TFJob",
+            f"metadata: {{name: {name}}}",
+            "spec:",
+            f"  image: {image}",
+            "  env: {OUT: /out}",
+            "  workingDir: scratch",
+            "  volumes:",
+            f"    - {{hostPath: {REPO / 'tests'}, containerPath: /task, mode: ro}}",
+            f"    - {{hostPath: {out}, containerPath: /out, mode: rw}}",
+            "  replicas:",
+            *(f"    {line}" for line in replicas),
+            extra,
+        ]
+    )
+
+
+def master_tasks(mesos: RealMesos, job_name: str) -> dict[str, dict[str, Any]]:
+    return {i: t for i, t in mesos.tasks().items() if i.startswith(f"{job_name}.")}
+
+
+def test_a_job_with_an_image_runs_in_docker_containers_with_tf_config_and_its_ps_is_killed(
+    real_mesos: Start, docker_client: Any, base_image: str, tmp_path: Path
+) -> None:
+    """A ps and two workers as ``docker run`` containers on the real agent: every task sees the
+    same TF_CONFIG, the relative workingDir under the sandbox's mount point and the volumes;
+    the workers finish (TASK_FINISHED), the ps is then killed through ``docker stop`` (TASK_KILLED
+    on the master, 143 in the status: SIGTERM reached it through --init)."""
+    mesos = real_mesos(agents=1, resources=RESOURCES, docker_socket=engine_socket(docker_client))
+    out = tmp_path / "out"
+    out.mkdir()
+    root = project(tmp_path / "project", mesos, REPO, tmp_path)
+    task = "/task/e2e_task.py"
+    (root / "boxed.yaml").write_text(
+        job(
+            "boxed",
+            base_image,
+            out,
+            [
+                f"ps: {{count: 1, resources: {{cpus: 0.5, mem: 64}}, command: [python3, {task}, serve]}}",
+                f"worker: {{count: 2, resources: {{cpus: 0.5, mem: 64}}, command: [python3, {task}, wait=3]}}",
+            ],
+        )
+    )
+    result = cli("apply", "boxed.yaml", "--wait", "--timeout", "120", cwd=root, timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr + mesos.log_tail()
+    document = yaml.safe_load((root / "status" / "boxed.yaml").read_text())
+    assert document["phase"] == "Succeeded"
+    records = {path.stem: json.loads(path.read_text()) for path in out.glob("*.json")}
+    assert sorted(records) == ["ps-0.0", "worker-0.0", "worker-1.0"]
+    clusters = [record["tfConfig"]["cluster"] for record in records.values()]
+    assert clusters[0] == clusters[1] == clusters[2]
+    assert sorted(clusters[0]) == ["ps", "worker"] and len(clusters[0]["worker"]) == 2
+    assert {(r["tfConfig"]["task"]["type"], r["tfConfig"]["task"]["index"]) for r in records.values()} == {
+        ("ps", 0),
+        ("worker", 0),
+        ("worker", 1),
+    }
+    for record in records.values():
+        assert record["cwd"] == "/mnt/mesos/sandbox/scratch", record
+    (ps,) = [t for t in document["tasks"] if t["role"] == "ps"]
+    assert (ps["state"], ps["exitCode"]) == ("stopped", 143), ps
+    states = eventually(
+        lambda: (
+            (s := {i: t["state"] for i, t in master_tasks(mesos, "boxed").items()})
+            and "TASK_RUNNING" not in s.values()
+            and s
+        ),
+        timeout=60,
+    )
+    assert sorted(states.values()) == ["TASK_FINISHED", "TASK_FINISHED", "TASK_KILLED"], states
+    assert len(mesos.containers()) == 3  # each task was a container of the engine
+    assert mesos.containers(running=True) == []
+
+
+def test_an_exit_code_and_a_delete_reach_the_status_through_the_docker_executor(
+    real_mesos: Start, docker_client: Any, base_image: str, tmp_path: Path
+) -> None:
+    """A task exiting 3 is TASK_FAILED "Container exited with status 3" and exit code 3 in the
+    status; a serving task stopped by ``delete`` is TASK_KILLED and its container is gone from
+    the running ones."""
+    mesos = real_mesos(agents=1, resources=RESOURCES, docker_socket=engine_socket(docker_client))
+    out = tmp_path / "out"
+    out.mkdir()
+    root = project(tmp_path / "project", mesos, REPO, tmp_path)
+    task = "/task/e2e_task.py"
+    (root / "exits.yaml").write_text(
+        job(
+            "exits",
+            base_image,
+            out,
+            [f"worker: {{count: 1, resources: {{cpus: 0.5, mem: 64}}, command: [python3, {task}, exit=3]}}"],
+            "  backoffLimit: 0\n",
+        )
+    )
+    failed = cli("apply", "exits.yaml", "--wait", "--timeout", "120", cwd=root, timeout=180)
+    assert failed.returncode != 0, failed.stdout + failed.stderr
+    document = yaml.safe_load((root / "status" / "exits.yaml").read_text())
+    assert document["phase"] == "Failed", document
+    (worker,) = document["tasks"]
+    assert worker["exitCode"] == 3, worker
+    assert [t["state"] for t in master_tasks(mesos, "exits").values()] == ["TASK_FAILED"]
+    answer = mesos.operator({"type": "GET_TASKS"})["get_tasks"]
+    (failed_task,) = [
+        t for t in answer.get("completed_tasks", []) if t["task_id"]["value"].startswith("exits.")
+    ]
+    messages = [s.get("message") for s in failed_task["statuses"]]
+    assert messages[-1] == "Container exited with status 3", failed_task["statuses"]
+
+    served = tmp_path / "served"
+    served.mkdir()
+    (root / "serves.yaml").write_text(
+        job(
+            "serves",
+            base_image,
+            served,
+            [f"worker: {{count: 1, resources: {{cpus: 0.5, mem: 64}}, command: [python3, {task}, serve]}}"],
+        )
+    )
+    assert cli("apply", "serves.yaml", cwd=root).returncode == 0
+    eventually(
+        lambda: (served / "worker-0.0.json").exists() and len(mesos.containers(running=True)) == 1,
+        timeout=90,
+    )
+    deleted = cli("delete", "serves", cwd=root)
+    assert deleted.returncode == 0, deleted.stderr
+    eventually(
+        lambda: [t["state"] for t in master_tasks(mesos, "serves").values()] == ["TASK_KILLED"], timeout=60
+    )
+    assert mesos.containers(running=True) == []
