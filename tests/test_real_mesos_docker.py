@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -174,3 +175,83 @@ def test_an_exit_code_and_a_delete_reach_the_status_through_the_docker_executor(
         lambda: [t["state"] for t in master_tasks(mesos, "serves").values()] == ["TASK_KILLED"], timeout=60
     )
     assert mesos.containers(running=True) == []
+
+
+def test_a_task_that_ignores_sigterm_is_killed_after_its_grace_period(
+    real_mesos: Start, docker_client: Any, base_image: str, tmp_path: Path
+) -> None:
+    """KILL with the task's kill policy: TASK_KILLING, ``docker stop`` sends SIGTERM, which the
+    task ignores, and SIGKILL once ``terminationGracePeriodSeconds`` (2 s) has passed: the
+    master has TASK_KILLED no earlier, and the status says 137."""
+    mesos = real_mesos(agents=1, resources=RESOURCES, docker_socket=engine_socket(docker_client))
+    out = tmp_path / "out"
+    out.mkdir()
+    root = project(tmp_path / "project", mesos, REPO, tmp_path)
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); open('/out/up', 'w'); time.sleep(600)"
+    (root / "stubborn.yaml").write_text(
+        job(
+            "stubborn",
+            base_image,
+            out,
+            [
+                f'worker: {{count: 1, resources: {{cpus: 0.5, mem: 64}}, command: [python3, -c, "{stubborn}"]}}'
+            ],
+            "  terminationGracePeriodSeconds: 2\n",
+        )
+    )
+    assert cli("apply", "stubborn.yaml", cwd=root).returncode == 0
+    eventually(lambda: (out / "up").exists(), timeout=90)
+    deleted = cli("delete", "stubborn", cwd=root, timeout=120)
+    assert deleted.returncode == 0, deleted.stdout + deleted.stderr
+    ended = eventually(
+        lambda: (
+            (t := list(master_tasks(mesos, "stubborn").values())) and t[0]["state"] == "TASK_KILLED" and t[0]
+        ),
+        timeout=60,
+    )
+    when = {s["state"]: s["timestamp"] for s in ended["statuses"]}
+    assert "TASK_KILLING" in when, ended["statuses"]
+    assert when["TASK_KILLED"] - when["TASK_KILLING"] >= 1.9, when  # not before the grace period
+    answer = mesos.operator({"type": "GET_TASKS"})["get_tasks"]
+    (task,) = [t for t in answer.get("completed_tasks", []) if t["task_id"]["value"].startswith("stubborn.")]
+    assert task["statuses"][-1].get("message") == "Container exited with status 137", task["statuses"]
+    assert mesos.containers(running=True) == []
+
+
+@pytest.mark.tf
+def test_the_mwms_example_in_the_tensorflow_image_ends_with_identical_weights(
+    real_mesos: Start, docker_client: Any, tensorflow_image: str, tmp_path: Path
+) -> None:
+    """specs/mnist-mwms.yaml's training (MultiWorkerMirroredStrategy), two workers as Docker
+    containers of the real agent, TF_CONFIG from tfdeclare: both end with the same weights."""
+    mesos = real_mesos(
+        agents=1, resources="cpus:4;mem:16384;ports:[31000-31099]", docker_socket=engine_socket(docker_client)
+    )
+    root = project(tmp_path / "project", mesos, REPO)
+    (root / "mwms.yaml").write_text(
+        "\n".join(
+            [
+                "apiVersion: tfdeclare/v1",
+                "kind: TFJob",
+                "metadata: {name: mwms}",
+                "spec:",
+                f"  image: {tensorflow_image}",
+                "  command: [python, /job/mwms_train.py]",
+                "  env: {TF_ENABLE_ONEDNN_OPTS: '0'}",
+                f"  volumes: [{{hostPath: {REPO / 'specs'}, containerPath: /job, mode: ro}}]",
+                "  replicas:",
+                "    worker: {count: 2, resources: {cpus: 1, mem: 2Gi}}",
+                "  backoffLimit: 0",
+                "",
+            ]
+        )
+    )
+    result = cli("apply", "mwms.yaml", "--wait", "--timeout", "300", cwd=root, timeout=360)
+    assert result.returncode == 0, result.stdout + result.stderr
+    hashes = []
+    for index in (0, 1):
+        shown = cli("logs", "mwms", "--task", f"worker:{index}", cwd=root)
+        assert shown.returncode == 0, shown.stderr
+        hashes.append(re.findall(r"^FINAL_WEIGHTS_SHA256 ([0-9a-f]{64})$", shown.stdout, re.M))
+    assert hashes[0] and hashes[0] == hashes[1], hashes
+    assert sorted(t["state"] for t in master_tasks(mesos, "mwms").values()) == ["TASK_FINISHED"] * 2
