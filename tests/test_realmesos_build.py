@@ -46,9 +46,16 @@ def test_each_cluster_runs_the_executor_with_its_own_python(light: Path) -> None
     assert ran.stdout.split() == [sys.executable, "--x"]
     ran = subprocess.run([theirs / "mesos-executor"], capture_output=True, text=True, check=True)
     assert ran.stdout.split() == [str(other)]
+    # the Docker containerizer's executor the same way (docker_executor.py of the build)
+    assert not (build / "mesos-docker-executor").exists()
+    (build / "docker_executor.py").write_text("import sys; print('docker', sys.executable, *sys.argv[1:])\n")
+    ran = subprocess.run(
+        [theirs / "mesos-docker-executor", "--y"], capture_output=True, text=True, check=True
+    )
+    assert ran.stdout.split() == ["docker", str(other), "--y"]
     assert (mine / "mesos-containerizer").resolve() == (build / "mesos-containerizer").resolve()
     builder.launcher_dir(build, mine)  # made again (a cluster restarted): no error, same result
-    assert not list(mine.glob(".mesos-executor.tmp"))
+    assert not list(mine.glob(".mesos-*executor.tmp"))
 
 
 def test_a_rebuild_goes_beside_the_build_a_cluster_runs(light: Path, monkeypatch: pytest.MonkeyPatch) -> None:
