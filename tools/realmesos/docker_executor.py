@@ -15,7 +15,8 @@ timeout):
   USER as upstream: ``bridge`` / the named network), the DockerInfo ``parameters`` as
   ``--key=value``, ``--cpu-shares`` and ``--memory`` from the task's resources, the
   environment (``--task_environment``, then the command's; ``MESOS_SANDBOX`` and
-  ``MESOS_CONTAINER_NAME``), then the image and the command: ``shell`` runs ``/bin/sh -c
+  ``MESOS_CONTAINER_NAME``; on ``docker run``'s command line, as upstream, though not in
+  the executor's log), then the image and the command: ``shell`` runs ``/bin/sh -c
   value`` as the entrypoint, otherwise ``value`` and ``arguments`` follow the image (its
   entrypoint stays); ``force_pull_image`` adds ``--pull=always``;
 - TASK_RUNNING once ``docker inspect`` shows the container started;
@@ -129,7 +130,8 @@ class DockerExecutor(Executor):
         self.task = task
         self.forward("TASK_STARTING")
         argv = self.run_argv(task)
-        log(f"Starting task {task['task_id']['value']}: {' '.join(argv)}")
+        shown = ["--env=" + a.split("=")[1] + "=..." if a.startswith("--env=") else a for a in argv]
+        log(f"Starting task {task['task_id']['value']}: {' '.join(shown)}")
         self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True)
         threading.Thread(target=self.reap, args=(self.process,), daemon=True).start()
         threading.Thread(target=self.watch_start, daemon=True).start()
