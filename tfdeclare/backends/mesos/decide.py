@@ -166,9 +166,10 @@ class Policy:
     last_offers_at: float = 0.0
     expect_offers_since: float = 0.0  # resources come back after this (subscribed, an ACCEPT, a task ended)
     revived_since: float = float("-inf")  # a REVIVE went out: offers of agents not all held may come
-    # agents whose resources we handed back (declined, rescinded) -> when they may be offered
-    # again (the refuse filter's end; a REVIVE clears it), until an offer of theirs comes then
-    returned: dict[str, float] = field(default_factory=dict)
+    # agents whose resources we handed back (declined, rescinded), until an offer of theirs
+    # comes: the master offers all an agent has free for us at once, what we declined with it
+    # (a filter only holds back an offer that would be all refused resources)
+    returned: set[str] = field(default_factory=set)
     last_demand_at: float = float("-inf")  # when a job last asked to be placed
     # demand: the FIFO queue (in the order jobs first asked) and the placements not launched yet
     queue: dict[str, Waiting] = field(default_factory=dict)
@@ -323,9 +324,7 @@ def on_tick(policy: Policy, now: float, pool: HeldOffers) -> list[Call]:
         if expired:
             declined = len(expired)
             calls.append(Decline(tuple(expired), settings.refuse_s))
-            again = now + max(settings.refuse_s, 0.0)  # offered again once the filter ends
-            for offer_id in expired:
-                policy.returned[pool.offers[offer_id].agent_id] = again
+            policy.returned.update(pool.offers[offer_id].agent_id for offer_id in expired)
             # Those agents are hidden from us for refuse_s (if the DECLINE goes through):
             # a job that does not fit what is held REVIVEs to see them.
             policy.filtered = policy.filtered or settings.refuse_s > 0
@@ -380,16 +379,14 @@ def _offers_received(
     if unlisted:  # an agent joined: what it has may make a waiting job schedulable
         _ask_agents(policy, now, calls, retry=True)
     policy.last_offers_at = now
-    for agent_id in agents:  # what we handed back of it is offered again by now
-        if policy.returned.get(agent_id, now) <= now:
-            policy.returned.pop(agent_id, None)
+    policy.returned.difference_update(agents)  # what we handed back of them is offered again
 
 
 def _offers_back(policy: Policy, event: OffersUsed | Rescinded, now: float) -> None:
     """What an ACCEPT left comes back as offers; a rescinded offer's agent may be offered
     again on a next round (unless it left)."""
     if isinstance(event, Rescinded):
-        policy.returned[event.agent_id] = now
+        policy.returned.add(event.agent_id)
     else:
         policy.expect_offers_since = max(policy.expect_offers_since, now)
 
@@ -548,10 +545,8 @@ def _interest_answered(policy: Policy, ok: bool, offers_held: bool, now: float, 
     out, policy.interest_out = policy.interest_out, None
     if ok:
         policy.suppressed = out is Interest.SUPPRESS
-        if out is Interest.REVIVE:  # our filters are gone: what we declined is offered again
+        if out is Interest.REVIVE:
             policy.filtered = False
-            for agent_id, again in policy.returned.items():
-                policy.returned[agent_id] = min(again, now)
     else:
         policy.revive_wanted = True
     again, policy.revive_now_asked = policy.revive_now_asked, False
