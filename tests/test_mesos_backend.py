@@ -289,6 +289,37 @@ def _placed(backend: MesosBackend, request: GangRequest) -> Placement | None:
     return answer if isinstance(answer, Placement) else None
 
 
+@pytest.mark.emulator(agents=2)
+@pytest.mark.backend(place_wait_s=120.0, revive_interval_s=5.0)
+def test_a_gang_that_does_not_fit_is_not_kept_waiting_when_every_agents_offer_is_held(
+    cluster: Cluster,
+) -> None:
+    """Both agents' offers are held (a placement of all of them). A gang that does not fit
+    them REVIVEs, but the master sends no new offer for resources offered to us already:
+    ``place`` answers Unplaced at once, not after ``placeWaitSeconds`` (120 s here), and
+    says what the gang lacks (only said when the held offers are all there is)."""
+    backend = cluster.backend()
+    whole = place_soon(backend, gang("whole", 2, Resources(4, 1024)))  # all of both agents
+    assert len({s.backend_ref for s in whole.slots}) == 2
+    policies = backend._policies  # the list of agents is in (it came while "whole" waited)
+    eventually(lambda: policies.pool.agents_known and not policies.policy.agents_in_flight)
+    revives = len(cluster.calls("REVIVE"))
+    cluster.skew += 5.1  # past reviveIntervalSeconds (the backend's time, not a sleep): it REVIVEs
+    answers: list[Placement | Unplaced] = []
+    asking = threading.Thread(
+        target=lambda: answers.append(backend.place(gang("other", 1, Resources(1, 128))))
+    )
+    asking.start()
+    asking.join(timeout=30.0)  # a guard against the old 120 s wait, not a timing
+    assert answers, "place() waited for offers that cannot come"
+    other = answers[0]
+    assert isinstance(other, Unplaced) and other.reason is UnplacedReason.WAITING_FOR_OFFERS, other
+    assert other.short == Resources(1, 0) and other.rooms is not None, "the held offers are all there is"
+    eventually(lambda: len(cluster.calls("REVIVE")) > revives)  # it did ask for offers
+    backend.release(whole)
+    backend.release(place_soon(backend, gang("other", 1, Resources(1, 128))))
+
+
 def test_unschedulable_is_not_a_wait(cluster: Cluster) -> None:
     backend = cluster.backend()
     huge = backend.place(gang("huge", 1, Resources(64, 128)))

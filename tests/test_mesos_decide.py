@@ -61,20 +61,21 @@ class Pool:
     """The read-only view of the offer pool the reducer gets on a tick."""
 
     offers: dict[str, Held] = field(default_factory=dict)
+    agents: list[AgentOffer] = field(default_factory=list)  # the master's list of agents
 
     def views(self) -> list[AgentOffer]:
         return []
 
     def capacities(self) -> list[AgentOffer]:
-        return []
+        return self.agents
 
 
 class Run:
     """A policy driven in virtual time; ``calls`` collects what it decided since last read."""
 
-    def __init__(self, **settings: float) -> None:
+    def __init__(self, roles: tuple[str, ...] = ROLES, **settings: float) -> None:
         values = {"offer_hold_s": 1.0, **settings}  # the rest as MesosConfig's defaults
-        config = MesosConfig(roles=ROLES, **values)  # type: ignore[arg-type]
+        config = MesosConfig(roles=roles, **values)  # type: ignore[arg-type]
         self.policy = Policy(Settings.from_config(config))
         self.pool = Pool()
         self.decided: list[Call] = []
@@ -181,8 +182,9 @@ def test_one_interest_call_at_a_time_and_a_new_job_is_decided_after_the_answer()
     assert (run.policy.filtered, run.policy.suppressed) == (False, False)
 
 
-def offers_coming(policy: Policy) -> bool:
-    return decide.offers_coming(policy, agents_known=True)
+def offers_coming(policy: Policy, pool: Pool | None = None) -> bool:
+    """(The master lists one agent, a1, and none of its offers is held unless ``pool`` says.)"""
+    return decide.offers_coming(policy, True, pool or Pool(agents=[agent("a1")]))
 
 
 def test_a_refused_revive_is_decided_again_on_the_next_tick() -> None:
@@ -239,7 +241,7 @@ def test_nothing_is_asked_of_the_master_while_disconnected() -> None:
     run.event(msg.Disconnected(), 1.0)
     assert ask(run, "a", 2.0) == []
     assert run.tick(100.0) == []
-    assert not decide.offers_coming(run.policy, agents_known=False)
+    assert not decide.offers_coming(run.policy, False, run.pool)
 
 
 # ---- reconciliation ---------------------------------------------------------------------------
@@ -497,3 +499,123 @@ def test_the_settings_are_the_configs_with_no_defaults_of_their_own() -> None:
             assert getattr(settings, field_.name) == getattr(config, field_.name), field_.name
     assert settings.options.cpu_tasks_on_gpu_agents is True
     assert Settings.from_config(MesosConfig()).options.cpu_tasks_on_gpu_agents is False
+
+
+# ---- offers coming: a REVIVE brings nothing when every agent's offers are held -------------------
+
+
+def agent(agent_id: str, cpus: float = 4.0, mem: float = 4096.0) -> AgentOffer:
+    return AgentOffer(agent_id, f"{agent_id}.example", cpus, mem, 0, ((31000, 31099),))
+
+
+def revived_holding_every_agent(roles: tuple[str, ...] = ROLES) -> Run:
+    """Agents a1 and a2 listed, an offer of each held since 0.5 (for a job that waits), and a
+    REVIVE decided at 6.0 (the gang still waits after ``reviveIntervalSeconds``): the master
+    offers nothing more, all it has for us is held."""
+    run = Run(roles, revive_interval_s=5.0, refuse_s=5.0, offer_hold_s=100.0)
+    run.subscribe(0.0)
+    run.tick(0.1)
+    ask(run, "big", 0.2)
+    run.pool.agents = [agent("a1"), agent("a2")]
+    for role in roles:
+        run.pool.offers[f"o1{role}"] = Held(f"o1{role}", "a1", role, 0.5, 100.0)
+        run.pool.offers[f"o2{role}"] = Held(f"o2{role}", "a2", role, 0.5, 100.0)
+    run.event(msg.OffersReceived(agents=("a1", "a2")), 0.5)
+    assert kinds(ask(run, "big", 6.0), Revive) == [Revive(roles)]
+    return run
+
+
+def _held_offer_of_an_unlisted_agent(run: Run) -> None:
+    run.pool.offers["o9"] = Held("o9", "a9", "*", 6.1, 100.0)
+
+
+def _a_task_of_ours_ended(run: Run) -> None:
+    run.event(msg.Update("t1", "a1", Reported.ENDED), 6.1)
+
+
+def _the_agents_list_is_asked_again(run: Run) -> None:
+    run.policy.agents_in_flight = True
+
+
+def _an_offer_of_a2_was_rescinded(run: Run) -> None:
+    run.pool.offers["o2b"] = Held("o2b", "a2", "*", 0.5, 100.0)  # a second offer of a2
+    run.event(msg.Rescinded("a2"), 6.1)  # the other one: offered again on a next round
+
+
+def _a_revive_is_asked_after_the_one_out(run: Run) -> None:
+    run.pool.agents.append(agent("a3"))
+    run.policy.revive_now_asked = True
+
+
+@pytest.mark.parametrize(
+    ("case", "change", "coming"),
+    [
+        ("every agent's offers held", lambda run: None, False),
+        (
+            "a third agent not offered to us (busy, or offered elsewhere)",
+            lambda run: run.pool.agents.append(agent("a3")),
+            True,
+        ),
+        (
+            "a third agent with nothing for us (reserved to other roles)",
+            lambda run: run.pool.agents.append(agent("a3", 0.0, 0.0)),
+            False,
+        ),
+        ("a held offer of an agent the list lacks (one joined)", _held_offer_of_an_unlisted_agent, True),
+        ("the agents' list asked again", _the_agents_list_is_asked_again, True),
+        ("a task of ours ended since the last offers", _a_task_of_ours_ended, True),
+        ("an offer of a2 rescinded while another is held", _an_offer_of_a2_was_rescinded, True),
+        ("a REVIVE to come while an agent is not held", _a_revive_is_asked_after_the_one_out, True),
+        (
+            "a REVIVE to come while every agent is held",
+            lambda run: setattr(run.policy, "revive_now_asked", True),
+            False,
+        ),
+        ("disconnected", lambda run: run.event(msg.Disconnected(), 6.1), False),
+    ],
+)
+def test_offers_coming_after_a_revive_unless_every_agent_is_held(
+    case: str, change: object, coming: bool
+) -> None:
+    run = revived_holding_every_agent()
+    change(run)  # type: ignore[operator]
+    assert decide.offers_coming(run.policy, True, run.pool) is coming, case
+
+
+def test_offers_coming_until_the_agents_are_known() -> None:
+    run = revived_holding_every_agent()
+    assert decide.offers_coming(run.policy, False, run.pool), "no list yet: nothing to tell held from all"
+    run.policy.agents_in_flight = True
+    assert decide.offers_coming(run.policy, False, run.pool)
+
+
+def test_with_several_roles_every_role_of_every_agent_must_be_held() -> None:
+    run = revived_holding_every_agent(("ml", "ml/team"))
+    assert not decide.offers_coming(run.policy, True, run.pool)
+    del run.pool.offers["o2ml/team"]  # a2's resources reserved to ml/team may still come
+    assert decide.offers_coming(run.policy, True, run.pool)
+
+
+def test_what_we_declined_counts_as_not_held_until_it_is_offered_again() -> None:
+    """a2 has two offers; one is declined (with a filter). Until an offer of a2 comes again
+    (the master offers all a2 has free for us at once, what we declined with it, once the
+    filter ends or a REVIVE clears it), a2 may still bring an offer."""
+    run = revived_holding_every_agent()
+    run.pool.offers["o2old"] = Held("o2old", "a2", "*", 0.4, 6.5)
+    assert kinds(run.tick(6.5), Decline) == [Decline(("o2old",), 5.0)]
+    assert offers_coming(run.policy, run.pool)
+    run.event(msg.OffersReceived(agents=("a1",)), 7.0)  # an offer of another agent: still coming
+    assert kinds(ask(run, "big", 12.0), Revive) == [Revive(ROLES)], "clears the filter"
+    assert offers_coming(run.policy, run.pool)
+    run.pool.offers["o2new"] = Held("o2new", "a2", "*", 12.5, 100.0)
+    run.event(msg.OffersReceived(agents=("a2",)), 12.5)  # what we declined came back
+    assert not offers_coming(run.policy, run.pool)
+
+
+def test_a_placement_that_cannot_be_helped_by_offers_is_not_kept_waiting_for_them() -> None:
+    """Once every agent's offers are held, offers coming is false right after the REVIVE and
+    stays false, pass after pass, though no offer round ever comes again."""
+    run = revived_holding_every_agent()
+    assert [t for t in (6.0, 8.0, 11.0, 11.5) if offers_coming(run.policy, run.pool)] == []
+    assert kinds(ask(run, "big", 11.9), Revive) == [Revive(ROLES)]
+    assert not offers_coming(run.policy, run.pool)

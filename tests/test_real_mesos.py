@@ -14,6 +14,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
@@ -107,6 +109,51 @@ def test_a_gang_is_placed_across_agents_and_runs_on_both(
     assert isinstance(too_big, Unplaced) and too_big.reason is not UnplacedReason.UNSCHEDULABLE
     backend.stop(ids, 1.0)
     wait_for(backend, lambda ts: all(ts[i].state.ended for i in ids), timeout=60)
+
+
+def test_a_revive_brings_no_offer_for_what_is_held_and_place_does_not_wait_for_one(
+    real_mesos: Start, tmp_path: Path, backends: list[Harness]
+) -> None:
+    """Upstream: the master never offers again what is offered to us (an offer is ours until
+    accepted, declined or rescinded), REVIVE or not. So with both agents' offers held (a
+    placement of all of them), a gang that does not fit REVIVEs and ``place`` answers at once
+    (``placeWaitSeconds`` is 120 s here), saying what the gang lacks; and no offer comes after
+    that REVIVE through several of the master's allocation runs."""
+    mesos = real_mesos(agents=2, resources="cpus:2;mem:2048;ports:[31000-31099]")
+    settings = mesos_test_config(mesos.url, shared_filesystem=True, place_wait_s=120.0, revive_interval_s=5.0)
+    skew = [0.0]  # the backend's clock runs this far ahead of the wall clock
+    harness = Harness(
+        lambda: MesosBackend(tmp_path / "state", settings, clock=lambda: time.time() + skew[0]), tmp_path
+    )
+    backends.append(harness)
+    backend = harness.backend()
+    assert isinstance(backend, MesosBackend)
+    whole = place_soon(backend, gang("whole", 2, Resources(2, 512)), timeout=30)
+    policies = backend._policies
+    eventually(lambda: policies.pool.agents_known and not policies.policy.agents_in_flight)
+    skew[0] += 5.1  # past reviveIntervalSeconds (the backend's time, not a sleep): it REVIVEs
+    answers: list[Placement | Unplaced] = []
+    asking = threading.Thread(
+        target=lambda: answers.append(backend.place(gang("other", 1, Resources(1, 128))))
+    )
+    asking.start()
+    asking.join(timeout=60.0)  # a guard against a 120 s wait, not a timing
+    assert answers, "place() waited for offers that cannot come"
+    other = answers[0]
+    assert isinstance(other, Unplaced) and other.reason is UnplacedReason.WAITING_FOR_OFFERS, other
+    assert other.short is not None and other.short.cpus == 1, other
+    revived_at = policies.policy.revived_since
+    assert revived_at > policies.policy.last_offers_at, "the REVIVE went out after the last offers"
+    eventually(lambda: policies.policy.interest_out is None)  # the master took the REVIVE
+
+    def allocation_runs() -> float:
+        return float(mesos.get("/metrics/snapshot")["allocator/mesos/allocation_runs"])
+
+    runs = allocation_runs()
+    eventually(lambda: allocation_runs() >= runs + 3)
+    assert policies.policy.last_offers_at < revived_at, "the master offered again what we hold"
+    backend.release(whole)
+    backend.release(place_soon(backend, gang("other", 1, Resources(1, 128)), timeout=30))
 
 
 def unschedulable(backend: Any, request: Any) -> Any:

@@ -68,6 +68,7 @@ from tfdeclare.backends.mesos.decide_messages import (
     RefreshAgents,
     Released,
     Reported,
+    Rescinded,
     Revive,
     Stop,
     Subscribed,
@@ -163,7 +164,12 @@ class Policy:
     filtered: bool = False  # we declined with a refuse filter since the last REVIVE
     last_revive_at: float = float("-inf")
     last_offers_at: float = 0.0
-    expect_offers_since: float = 0.0  # offers are due after this (a REVIVE, an ACCEPT, a task ended)
+    expect_offers_since: float = 0.0  # resources come back after this (subscribed, an ACCEPT, a task ended)
+    revived_since: float = float("-inf")  # a REVIVE went out: offers of agents not all held may come
+    # agents whose resources we handed back (declined, rescinded), until an offer of theirs
+    # comes: the master offers all an agent has free for us at once, what we declined with it
+    # (a filter only holds back an offer that would be all refused resources)
+    returned: set[str] = field(default_factory=set)
     last_demand_at: float = float("-inf")  # when a job last asked to be placed
     # demand: the FIFO queue (in the order jobs first asked) and the placements not launched yet
     queue: dict[str, Waiting] = field(default_factory=dict)
@@ -200,12 +206,44 @@ def demand(policy: Policy, now: float) -> bool:
     return bool(policy.queue) or bool(policy.reservations) or recent
 
 
-def offers_coming(policy: Policy, agents_known: bool) -> bool:
-    """Offers are on their way (asked for, or a REVIVE may be decided once the one out is
-    answered), or the master's list of agents (to judge "can never fit") is."""
-    coming = policy.last_offers_at < policy.expect_offers_since or policy.revive_now_asked
-    listing = not agents_known and policy.agents_in_flight
-    return policy.connected and (coming or listing)
+def offers_coming(policy: Policy, agents_known: bool, pool: HeldOffers) -> bool:
+    """Offers are on their way, or the master's list of agents (to judge "can never fit") is.
+
+    Resources that come back (a task ended, what an ACCEPT left, a new subscription) are
+    offered again whatever we hold. A REVIVE (out, or to be decided once the one out is
+    answered) brings offers only of agents whose free resources we do not hold already: the
+    master never offers again what is offered to us (an offer is ours until accepted, declined
+    or rescinded), so once ``all_offered`` nothing more can come of it."""
+    if not policy.connected:
+        return False
+    if not agents_known and policy.agents_in_flight:
+        return True
+    if policy.last_offers_at < policy.expect_offers_since:
+        return True
+    revived = policy.last_offers_at < policy.revived_since or policy.revive_now_asked
+    return revived and not all_offered(policy, agents_known, pool)
+
+
+def all_offered(policy: Policy, agents_known: bool, pool: HeldOffers) -> bool:
+    """Every agent the master listed that has anything for us (unreserved, or reserved to our
+    roles) has an offer held in each of our roles, none of it handed back since (declined or
+    rescinded, and not offered again), and every held offer is of a listed agent (none that
+    joined since the list, no list out now). Conservative where we cannot know: an agent not
+    offered to us (busy with tasks, ours or other frameworks', or offered to another
+    framework now) counts as one that may still offer."""
+    if not agents_known or policy.agents_in_flight:
+        return False
+    held = {(offer.agent_id, offer.role) for offer in pool.offers.values()}
+    listed = set()
+    for agent in pool.capacities():
+        listed.add(agent.agent_id)
+        if agent.cpus <= 0 and agent.mem_mib <= 0 and agent.gpus <= 0:
+            continue  # nothing on it is ours to be offered
+        if agent.agent_id in policy.returned:
+            return False
+        if any((agent.agent_id, role) not in held for role in policy.settings.roles):
+            return False
+    return all(agent_id in listed for agent_id, _ in held)
 
 
 def head(policy: Policy) -> tuple[str, Waiting] | None:
@@ -228,8 +266,8 @@ def on_event(policy: Policy, event: Event, now: float) -> list[Call]:
             policy.connected = False
             policy.kills.clear()
             policy.lost.clear()
-        case OffersReceived(unlisted=unlisted):
-            _offers_received(policy, unlisted, now, calls)
+        case OffersReceived(unlisted=unlisted, agents=agents):
+            _offers_received(policy, unlisted, agents, now, calls)
         case Update():
             _update(policy, event, now, calls)
         case Stop(targets=targets):
@@ -239,8 +277,8 @@ def on_event(policy: Policy, event: Event, now: float) -> list[Call]:
         case LaunchUnanswered(tasks=tasks):
             policy.reconcile_pending.update(tasks)
             policy.reconcile_next_at = now
-        case OffersUsed():
-            policy.expect_offers_since = max(policy.expect_offers_since, now)
+        case OffersUsed() | Rescinded():
+            _offers_back(policy, event, now)
         case PlaceAsked():
             _place_asked(policy, event, now)
         case NotPlacedYet():
@@ -286,6 +324,7 @@ def on_tick(policy: Policy, now: float, pool: HeldOffers) -> list[Call]:
         if expired:
             declined = len(expired)
             calls.append(Decline(tuple(expired), settings.refuse_s))
+            policy.returned.update(pool.offers[offer_id].agent_id for offer_id in expired)
             # Those agents are hidden from us for refuse_s (if the DECLINE goes through):
             # a job that does not fit what is held REVIVEs to see them.
             policy.filtered = policy.filtered or settings.refuse_s > 0
@@ -334,10 +373,22 @@ def _subscribed(policy: Policy, event: Subscribed, now: float, calls: list[Call]
     policy.implicit_next_at = now + policy.settings.reconcile_interval_s
 
 
-def _offers_received(policy: Policy, unlisted: bool, now: float, calls: list[Call]) -> None:
+def _offers_received(
+    policy: Policy, unlisted: bool, agents: Iterable[str], now: float, calls: list[Call]
+) -> None:
     if unlisted:  # an agent joined: what it has may make a waiting job schedulable
         _ask_agents(policy, now, calls, retry=True)
     policy.last_offers_at = now
+    policy.returned.difference_update(agents)  # what we handed back of them is offered again
+
+
+def _offers_back(policy: Policy, event: OffersUsed | Rescinded, now: float) -> None:
+    """What an ACCEPT left comes back as offers; a rescinded offer's agent may be offered
+    again on a next round (unless it left)."""
+    if isinstance(event, Rescinded):
+        policy.returned.add(event.agent_id)
+    else:
+        policy.expect_offers_since = max(policy.expect_offers_since, now)
 
 
 def _place_asked(policy: Policy, event: PlaceAsked, now: float) -> None:
@@ -478,7 +529,7 @@ def _offer_interest(
     ):
         call = Interest.REVIVE
         policy.last_revive_at = now
-        policy.expect_offers_since = now
+        policy.revived_since = now
     elif not waiting and not offers_held and (policy.revive_wanted or not policy.suppressed):
         call = Interest.SUPPRESS
     policy.revive_wanted = False

@@ -59,9 +59,18 @@ class FrameworkRemoved:
 
 @dataclass(frozen=True, slots=True)
 class OffersReceived:
-    """Offers went into the pool; ``unlisted``: one of an agent the master's list lacks."""
+    """Offers went into the pool; ``unlisted``: one of an agent the master's list lacks;
+    ``agents``: the agents they are of."""
 
     unlisted: bool = False
+    agents: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Rescinded:
+    """The master took back a held offer of ``agent_id`` (its resources may be offered again)."""
+
+    agent_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +198,7 @@ Event = (
     | Forgotten
     | LaunchUnanswered
     | OffersUsed
+    | Rescinded
     | PlaceAsked
     | NotPlacedYet
     | Placed

@@ -4,10 +4,11 @@ This module owns ``Placer``: ``start`` (on the loop, for ``MesosBackend.place``)
 job in the queue (``decide``: ``PlaceAsked``) and places it by priority then FIFO with
 backfill (``queueing.place_in_line``) over the held offers not reserved by another placement;
 not placed, it makes sure offers come (REVIVE) and waits a little (``placeWaitSeconds``) for an
-offer round on its way. A placement reserves what it took until its launch (``Placed``). "Can
-never fit" is judged against what the agents have (the master's list of them, and the roles'
-quota; cached until those change), never against what is free now; what a gang lacks in total
-(``Unplaced.short``, for preemption) is said only when the held offers are all there is.
+offer round on its way (none when the offers held are of every agent: ``decide.offers_coming``).
+A placement reserves what it took until its launch (``Placed``). "Can never fit" is judged
+against what the agents have (the master's list of them, and the roles' quota; cached until
+those change), never against what is free now; what a gang lacks in total (``Unplaced.short``,
+for preemption) is said only when the held offers are all there is.
 """
 
 from __future__ import annotations
@@ -59,9 +60,9 @@ class Placer:
 
         def attempt(now: float) -> bool:
             answer, ideal, fit = self.try_place(request, waiting)
-            # Offers are on their way, or a REVIVE may be decided once the call out is answered,
-            # or the master's list of agents (to judge "can never fit") is.
-            coming = decide.offers_coming(policies.policy, policies.pool.agents_known)
+            # Offers are on their way (not when every agent's are held already: a REVIVE brings
+            # nothing then), or the master's list of agents (to judge "can never fit") is.
+            coming = decide.offers_coming(policies.policy, policies.pool.agents_known, policies.pool)
             if not ideal and now < deadline and coming:
                 return False
             future.set_result(self._settle(request, answer, fit))
@@ -132,7 +133,7 @@ class Placer:
         policies = self._policies
         if any(slot.pinned for slot in request.slots) or not policies.pool.agents_known:
             return None, None
-        if decide.offers_coming(policies.policy, policies.pool.agents_known):
+        if decide.offers_coming(policies.policy, policies.pool.agents_known, policies.pool):
             return None, None
         if head_of(policies.queue.items(), waiting.first_asked, request.job, request.priority) is not None:
             return None, None

@@ -95,7 +95,9 @@ class Scheduler:
             case Offers(offers=offers):
                 return self._offers(offers)
             case Rescinded(offer_id=offer_id):
-                self.policies.pool.remove(offer_id)
+                gone = self.policies.pool.remove(offer_id)
+                if gone is not None:
+                    self.policies.decide(msg.Rescinded(gone.agent_id))
                 return Effect.CHANGED
             case StatusUpdate(status=status):
                 return self._update(status)
@@ -219,7 +221,7 @@ class Scheduler:
             policies.pool.add(held)
             self.maintenance.windows[held.agent_id] = None if held.window is None else Window(*held.window)
             unlisted = unlisted or held.agent_id not in policies.pool.capacity
-        policies.decide(msg.OffersReceived(unlisted), now)
+        policies.decide(msg.OffersReceived(unlisted, tuple({o.agent_id for o in offers})), now)
         if decide.demand(policies.policy, now):
             policies.notify()
         return Effect.TICK
