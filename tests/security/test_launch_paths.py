@@ -240,3 +240,27 @@ def test_in_git_mode_the_snapshot_in_the_state_folder_is_the_root_and_nothing_ab
 def test_a_missing_source_folder_is_no_link() -> None:
     assert no_link_in(Path("/nonexistent-folder/sub"))
     assert no_link_in(Path("/"))
+
+
+def test_a_batch_is_checked_as_each_launch_is_with_every_distinct_path_resolved_once(tree: Path) -> None:
+    specs = tree / "specs"
+    (specs / "link").symlink_to(specs / "sub")
+    volume = Volume(str(tree / "data" / "in"), "/in")
+    one = launch_of(specs, "link", volumes=(volume,))
+    batch = [replace(one, key=TaskKey(Role.WORKER, i), task_id=f"j.u.worker-{i}.1") for i in range(50)]
+    calls: list[str] = []
+
+    def counting(path: str) -> str:
+        calls.append(path)
+        return os.path.realpath(path)
+
+    counted = replace(paths(tree, (str(tree / "data"),)), resolve=counting)
+    together = counted.checked_all(batch, str(specs), host_paths_here=True)
+    alone = [paths(tree, (str(tree / "data"),)).checked(t, str(specs), host_paths_here=True) for t in batch]
+    assert together == alone
+    assert all(t.source_folder == str(specs / "sub") for t in together)
+    assert sorted(calls) == sorted(set(calls)), "each distinct path resolved once for the batch"
+    (specs / "link").unlink()
+    (specs / "link").symlink_to(tree / "state")  # swapped before the next batch: refused
+    with pytest.raises(LaunchRefused, match="worker-0: workingDir link leads to"):
+        counted.checked_all(batch, str(specs), host_paths_here=False)

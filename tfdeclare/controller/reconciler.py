@@ -884,9 +884,7 @@ class Controller:
         to_launch = launches(ready, placement, record.source_dir, self.secrets_dir)
         here = bool(getattr(backend, "host_paths_here", False))
         try:  # its folders as they are now, links resolved: what the backend then uses
-            to_launch = [
-                self.launch_paths.checked(t, record.source_root, host_paths_here=here) for t in to_launch
-            ]
+            to_launch = self.launch_paths.checked_all(to_launch, record.source_root, host_paths_here=here)
         except LaunchRefused as err:
             backend.release(placement)
             phase = Phase.RESTARTING if record.phase is Phase.RESTARTING else Phase.PENDING
