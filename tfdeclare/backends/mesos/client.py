@@ -22,6 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
+
 from tfdeclare.backends.mesos import calls
 from tfdeclare.backends.mesos.auth import Credentials
 from tfdeclare.backends.mesos.errors import (
@@ -41,7 +43,6 @@ from tfdeclare.backends.mesos.errors import (
     error_for_status,
 )
 from tfdeclare.backends.mesos.events import Handler, Offer, TaskStatus, id_value
-from tfdeclare.backends.mesos.httpximport import httpx
 from tfdeclare.backends.mesos.info import FrameworkInfo
 from tfdeclare.backends.mesos.leader import ZooKeeperDetector, parse_master, resolve_redirect
 from tfdeclare.backends.mesos.pipeline import PipelinedConnection, PipelineError

@@ -17,6 +17,8 @@ import json
 import time
 from typing import Any
 
+import httpx
+
 from tfdeclare.backends.mesos.auth import Credentials
 from tfdeclare.backends.mesos.errors import (
     MesosConnectionError,
@@ -24,7 +26,6 @@ from tfdeclare.backends.mesos.errors import (
     TooManyRedirectsError,
     error_for_status,
 )
-from tfdeclare.backends.mesos.httpximport import httpx
 from tfdeclare.backends.mesos.leader import SCHEDULER_PATH, parse_master, resolve_location, zookeeper_leader
 from tfdeclare.backends.mesos.tls import ClientCertificate, tls_verify
 

@@ -18,8 +18,9 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
+
 from tfdeclare.backends.errors import LogOffsetError
-from tfdeclare.backends.mesos.httpximport import httpx
 
 STDERR_HEADER = b"\n--- stderr ---\n"
 

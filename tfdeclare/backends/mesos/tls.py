@@ -16,8 +16,9 @@ import stat
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import httpx
+
 from tfdeclare.backends.mesos.errors import ConfigError
-from tfdeclare.backends.mesos.httpximport import httpx
 
 if TYPE_CHECKING:
     from tfdeclare.backends.mesos.config import MesosConfig
