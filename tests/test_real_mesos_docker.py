@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.components import missing
 from tests.conftest import REPO, cli
 from tests.mesos_fixtures import config_yaml, eventually
 from tests.real_mesos import RealMesos
@@ -31,7 +32,7 @@ RESOURCES = "cpus:4;mem:4096;ports:[31000-31099]"
 def engine_socket(docker_client: Any) -> str:
     host = os.environ.get("DOCKER_HOST", "")
     if not host.startswith("unix://"):
-        pytest.skip(f"the agent's Docker containerizer needs a unix socket, not {host!r}")
+        missing(f"the agent's Docker containerizer needs a unix socket, not {host!r}")
     return host.removeprefix("unix://")
 
 
