@@ -4,6 +4,7 @@ rule that a test served by the Mesos master emulator or the scripted HTTP server
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import signal
@@ -147,15 +148,29 @@ SERVERS = {"emulator", "server"}  # fixtures: tests/test_mesos_emulator_helpers.
 # worker runs them one after another (make test: --dist loadgroup). The local backend's ports
 # are reserved machine-wide (backends/local/ports.py), and a test that depends on getting a
 # port back gives it its worker's own range (worker_ports above).
+# The task scripts of tests/ that listen on the port of their TF_CONFIG (TensorFlow's own
+# servers are found by the ``tf`` mark): a Mesos test whose module runs one of them shares the
+# group (tests/test_test_hygiene.py finds every listening task script and checks it is named).
 SHARED_PORTS = "agent-ports-31000"
+LISTENING_TASKS = ("hung_task.py", "pss_stand_in.py")
 _CONFORMANCE = ("tests/test_backend_conformance.py::", "tests/test_real_mesos_conformance.py::")
+
+
+@functools.cache
+def _runs_listening_task(module: Path) -> bool:
+    text = module.read_text()
+    return any(script in text for script in LISTENING_TASKS)
 
 
 def _uses_shared_ports(item: pytest.Item) -> bool:
     test_id = item.nodeid.lower()
     if test_id.startswith(_CONFORMANCE):
         return True
-    listens = item.get_closest_marker("tf") is not None or "tensorboard" in test_id
+    listens = (
+        item.get_closest_marker("tf") is not None
+        or "tensorboard" in test_id
+        or _runs_listening_task(Path(str(item.path)))
+    )
     return listens and (item.get_closest_marker("real_mesos") is not None or "mesos" in test_id)
 
 

@@ -158,7 +158,18 @@ class RealMesos:
         if self.credentials is not None:
             env.update({f"MESOS_{name.upper()}": value for name, value in self.authentication().items()})
         if self.docker_socket is not None:
-            env.update({"MESOS_CONTAINERIZERS": "docker,mesos", "MESOS_DOCKER_SOCKET": self.docker_socket})
+            # docker_kill_orphans: an agent's Docker containerizer, when it starts, stops and
+            # removes every "mesos-" container of the engine it did not start itself, and
+            # every cluster of the tests shares one engine: a test starting its agents took the
+            # containers of another test's agents (gone from `docker ps -a`, a task killed
+            # under its executor). Upstream's advice for agents sharing an OS.
+            env.update(
+                {
+                    "MESOS_CONTAINERIZERS": "docker,mesos",
+                    "MESOS_DOCKER_SOCKET": self.docker_socket,
+                    "MESOS_DOCKER_KILL_ORPHANS": "false",
+                }
+            )
         env.update({f"MESOS_{name.upper()}": value for name, value in self.flags.items()})
         return env
 

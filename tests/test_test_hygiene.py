@@ -146,3 +146,21 @@ def test_tests_wait_for_conditions_not_for_time() -> None:
         if isinstance(node, ast.FunctionDef) and node.name in POLLING_NAMES and _polls_itself(node)
     }
     assert not helpers, f"a polling helper of its own (use tests/waiting.py): {helpers}"
+
+
+def test_every_task_script_that_listens_is_named_for_the_shared_ports_group() -> None:
+    """A task script that binds the port of its TF_CONFIG takes one of the Mesos agents' ports
+    (31000 and up, lowest first) on this machine; two such tests on two workers took the same
+    port (a health-check test's task exited 1 on EADDRINUSE, four launches in a row). Every such
+    script is in tests/conftest.py's LISTENING_TASKS, so the tests that run it share a worker."""
+    from tests.conftest import LISTENING_TASKS
+
+    listening = sorted(
+        path.name
+        for path in (Path(__file__).parent).glob("*.py")
+        if "TF_CONFIG" in (text := path.read_text())
+        and 'if __name__ == "__main__"' in text
+        and re.search(r"create_server\(|\.bind\(", text)
+    )
+    assert listening, "no task script found: the search is wrong"
+    assert sorted(set(listening) - set(LISTENING_TASKS)) == []
