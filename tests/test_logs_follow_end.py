@@ -148,3 +148,37 @@ def test_a_task_that_ended_unjudged_is_not_decided_while_a_controller_is_to_come
     for running, background in ((True, True), (False, True), (True, False)):
         kept = _kept(judged, running, background)
         assert not _followed_to_the_end(judged, CHIEF, tails, kept), (running, background)
+
+
+def test_a_follow_that_waits_for_a_controller_none_runs_says_so_once(tmp_path: Path) -> None:
+    """A follow that expects the background controller and sees none hold the lock says so once
+    after ``UNKEPT_NOTICE_S`` (its start failed, it was killed), naming the job and the
+    controller's log; a controller holding the lock, or a record that needs none, resets it."""
+    from tfdeclare.cli.logs_command import UNKEPT_NOTICE_S, unkept_notice
+
+    world = World(tmp_path)
+    world.write("retried", PS_JOB)
+    world.apply()
+    record = world.record("retried")
+    assert not record.phase.terminal
+    log = tmp_path / "state" / "controller.log"
+    said = []
+    since: float | None = None
+    for now, running, background in [
+        (0.0, False, True),
+        (UNKEPT_NOTICE_S - 1, False, True),
+        (UNKEPT_NOTICE_S, False, True),  # said here
+        (UNKEPT_NOTICE_S + 5, False, True),
+        (UNKEPT_NOTICE_S * 3, False, True),  # not again
+    ]:
+        since, notice = unkept_notice(record, running, background, since, now, log)
+        said.append((now, notice))
+    notices = [(now, n) for now, n in said if n is not None]
+    assert [now for now, _ in notices] == [UNKEPT_NOTICE_S]
+    assert "job retried" in notices[0][1] and str(log) in notices[0][1]
+    # a controller holds the lock: the wait starts again, and would be said again
+    since, notice = unkept_notice(record, True, True, since, 100.0, log)
+    assert (since, notice) == (None, None)
+    assert unkept_notice(record, False, True, None, 100.0, log) == (100.0, None)
+    # no background controller: none is expected, nothing to say
+    assert unkept_notice(record, False, False, 0.0, 1000.0, log) == (None, None)

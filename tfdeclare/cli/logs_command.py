@@ -25,10 +25,12 @@ import json
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from tfdeclare.backends.base import Backend, BackendError, LogOffsetError, LogTimes
 from tfdeclare.cli import terminal
 from tfdeclare.cli.background import enabled as background_enabled
+from tfdeclare.cli.background import log_path
 from tfdeclare.cli.common import EXIT_OK, Settings, UserError, settings_from, stderr_line
 from tfdeclare.cli.output import is_document, yaml_text
 from tfdeclare.cli.selection import selected_names, selector_of
@@ -229,6 +231,32 @@ def _kept(record: JobRecord, running: bool, background: bool) -> bool:
     return running or (background and needs_controller(record))
 
 
+# A follow that expects the background controller (``_kept``) and sees none hold the lock for
+# this long says so once: the job will not move until one runs (its start failed, it was
+# killed), and a silent wait would look like a job that prints nothing.
+UNKEPT_NOTICE_S = 20.0
+
+
+def unkept_notice(
+    record: JobRecord, running: bool, background: bool, waiting_since: float | None, now: float, log: Path
+) -> tuple[float | None, str | None]:
+    """Since when the follow has waited for a controller that none runs (None: one runs, or
+    none is expected), and the notice to print now (once, when that wait reaches
+    ``UNKEPT_NOTICE_S``; None otherwise)."""
+    if running or not (background and needs_controller(record)):
+        return None, None
+    if waiting_since is None:
+        return now, None
+    if now - waiting_since < UNKEPT_NOTICE_S:
+        return waiting_since, None
+    notice = (
+        f"tfdeclare: no controller has looked after job {record.name} for {UNKEPT_NOTICE_S:g} s: the "
+        f"background controller is not running (see {log}); the job moves on at the next "
+        "`tfdeclare apply` or `status --refresh`, or under `tfdeclare daemon`; still following"
+    )
+    return float("inf"), notice  # said once for this wait: no time is that far past it
+
+
 def _comes_back(record: JobRecord, key: TaskKey) -> bool:
     """Whether the task ``key`` will run again: the whole job restarts or waits to launch, or
     the task restarts alone (``restartScope: Task``) in this attempt and is not back yet."""
@@ -351,6 +379,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     background = background_enabled(settings)  # whether a controller follows each command
     tails: dict[str, _Tail] = {}
     skipped: set[str] = set()
+    unkept_since: float | None = None
     try:
         while True:
             for task in sorted(record.tasks, key=lambda t: t.key):
@@ -372,6 +401,11 @@ def cmd_logs(args: argparse.Namespace) -> int:
             ):
                 return EXIT_OK  # deleted, or nothing more will come
             record = latest
+            unkept_since, notice = unkept_notice(
+                latest, running, background, unkept_since, time.monotonic(), log_path(settings.state_dir)
+            )
+            if notice is not None:
+                stderr_line(notice)
             if not came:
                 time.sleep(_POLL_S)
     finally:
