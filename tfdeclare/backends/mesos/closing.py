@@ -14,6 +14,7 @@ the tasks just launched fetch their cluster before its server closes: ``clusterw
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 
@@ -78,14 +79,14 @@ def hand_back(keep_trying: KeepTrying, future: Future[None], scheduler: Schedule
         future.set_result(None)
         return Effect.NONE
     policies.decide(msg.Closing(tuple(policies.pool.offers)))
-    scheduler.close_answered = False
-    sender.call("close", lambda _client: None, Answer.CLOSE)
+    past = threading.Event()  # set by the calls thread once past the calls above
+    sender.call("close", lambda _client: past.set(), Answer.CLOSE)  # its answer wakes the waiter
     deadline: list[float] = []
 
     def sent(now: float) -> bool:
         if not deadline:
             deadline.append(now + CLOSE_CALLS_WAIT_S)
-        if scheduler.close_answered or now >= deadline[0]:
+        if past.is_set() or now >= deadline[0]:
             future.set_result(None)
             return True
         return False
