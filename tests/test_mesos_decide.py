@@ -332,6 +332,22 @@ def test_an_unknown_task_of_ours_is_killed_at_most_every_10_s() -> None:
     assert run.event(not_ours, 20.0) == [] and run.event(ended, 20.0) == []
 
 
+def test_the_kill_of_an_unknown_task_is_sent_again_only_when_the_master_reports_it_again() -> None:
+    """Not on a timer, nor on subscribing again (a known task's KILL is): the master's
+    repeated update is what says it still runs. Once it ended, its record goes."""
+    run = Run()
+    run.subscribe(0.0)
+    unknown = msg.Update("x.1.worker-0.a", "a7", Reported.RUNNING, known=False, ours=True)
+    assert kinds(run.event(unknown, 1.0), Kill)
+    assert not kinds(run.tick(30.0), Kill), "no retry on a timer"
+    run.event(msg.Disconnected(), 31.0)
+    run.subscribe(32.0)
+    assert not kinds(run.tick(32.0), Kill), "nor on subscribing again"
+    run.event(msg.Update("x.1.worker-0.a", "a7", Reported.ENDED, known=False, ours=True), 33.0)
+    assert "x.1.worker-0.a" not in run.policy.kills
+    assert kinds(run.event(unknown, 34.0), Kill), "reported alive again: killed at once"
+
+
 def test_a_task_back_from_a_partition_that_was_asked_to_stop_is_killed_at_once() -> None:
     run = Run()
     run.subscribe(0.0)
