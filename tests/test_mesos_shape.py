@@ -26,7 +26,7 @@ is counted (by AST over ``tfdeclare/backends/mesos/*.py``, no import):
   frozen dataclass, an enum member, a number, a string, a tuple, a callable, the config), or
   to plumbing between threads (``queue.SimpleQueue``, a lock, a thread object): these hold no
   state of the backend's own. A field holding a frozen value that is replaced as a whole (a
-  small state machine with its own transitions, e.g. ``decide.Offers``) counts once, as any
+  small state machine with its own transitions, e.g. ``decide.OfferState``) counts once, as any
   field does. The entries of a map (a task's ``TaskEntry``, a KILL's ``KillRecord``, a gang's
   ``Waiting``) are not counted apart: the map counts once.
 

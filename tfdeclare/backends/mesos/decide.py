@@ -25,7 +25,7 @@ but never writes it. It is not a frozen value because the queue, the reservation
 kill and reconciliation tables are maps of up to one entry per task or job (thousands), and
 the loop feeds an event per status update: copying them per event would make each update
 cost O(tasks). Besides its settings it holds ten fields: when we subscribed (None: not connected); the offers'
-state machine (``Offers``, a frozen value replaced whole: suppressed or not, the REVIVE or
+state machine (``OfferState``, a frozen value replaced whole: suppressed or not, the REVIVE or
 SUPPRESS out and what follows its answer, our refuse filters, when we last revived, were
 offered, expect resources back and were asked for a placement, and the close); the agents
 whose resources we handed back; the queue and the reservations; the ask for the master's
@@ -139,7 +139,7 @@ class Interest(Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class Offers:
+class OfferState:
     """Our interest in offers and what we know of their coming: one small state machine,
     replaced whole (``dataclasses.replace``) by the reducer's offer functions.
 
@@ -216,7 +216,7 @@ class Policy:
 
     settings: Settings
     subscribed_at: float | None = None  # None: not subscribed (or the subscription ended)
-    offers: Offers = Offers()  # offer interest, and when offers came and are expected
+    offers: OfferState = OfferState()  # offer interest, and when offers came and are expected
     # agents whose resources we handed back (declined, rescinded), until an offer of theirs
     # comes: the master offers all an agent has free for us at once, what we declined with it
     # (a filter only holds back an offer that would be all refused resources)
