@@ -57,6 +57,7 @@ from tfdeclare.backends.mesos.taskinfo import LABEL_PREFIX
 from tfdeclare.backends.mesos.taskstate import LOST_LIKE, is_terminal
 from tfdeclare.backends.mesos.tasktable import (
     OUR_TASK_ID,
+    Launch,
     StatusRule,
     TaskTable,
     reported,
@@ -190,7 +191,7 @@ class Scheduler:
             self._sender.client = event.client
         self.policies.pool.clear()  # offers of an earlier subscription are void
         self.policies.pool.forget_agents()
-        live = to_reconcile(self._table, self._table.unsent)
+        live = to_reconcile(self._table, self._table.at(Launch.UNSENT))
         self.policies.decide(msg.Subscribed(live, stopping(self._table)))
         log.info("subscribed as framework %s; reconciling %d task(s)", event.framework_id, len(live))
         if not self._framework.gpu_enabled and older_than(event.version, (1, 9)):

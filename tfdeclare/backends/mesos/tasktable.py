@@ -140,8 +140,8 @@ class Launch(Enum):
 
 
 class TaskTable:
-    """The tasks, their index per agent, the launches and acknowledgements in flight, and the
-    journal; see the module docstring."""
+    """The tasks, the launches and acknowledgements in flight, and the journal; see the
+    module docstring."""
 
     def __init__(self, root: Path) -> None:
         self.journal = TaskJournal(root)
@@ -149,15 +149,9 @@ class TaskTable:
         self.launching: dict[str, Launch] = {}  # the launches of this run, until a first update
         self.acks_due: list[Ack] = []  # journaled updates to acknowledge once synced
 
-    @property
-    def unsent(self) -> set[str]:
-        """Journaled tasks whose ACCEPT has not been answered."""
-        return {t for t, stage in self.launching.items() if stage is Launch.UNSENT}
-
-    @property
-    def awaiting_update(self) -> set[str]:
-        """Tasks the master took in this run, of which no update came yet."""
-        return {t for t, stage in self.launching.items() if stage is Launch.AWAITING_UPDATE}
+    def at(self, stage: Launch) -> set[str]:
+        """The launches of this run at ``stage``."""
+        return {t for t, at in self.launching.items() if at is stage}
 
     def get(self, task_id: str) -> TaskEntry | None:
         return self.tasks.get(task_id)
@@ -171,15 +165,11 @@ class TaskTable:
     def __iter__(self) -> Iterator[TaskEntry]:
         return iter(self.tasks.values())
 
-    def add(self, entry: TaskEntry) -> None:
-        self.tasks[entry.task_id] = entry
-
     def drop(self, task_id: str) -> None:
         self.launching.pop(task_id, None)
         self.tasks.pop(task_id, None)
 
     def live_on(self, agent_id: str) -> list[TaskEntry]:
-        """Our live tasks on ``agent_id`` (asked on an inverse offer: rare, so no index)."""
         return [e for e in self.tasks.values() if e.agent_id == agent_id and not is_terminal(e.state)]
 
     def busy_agents(self) -> set[str]:
@@ -190,7 +180,7 @@ class TaskTable:
     def record_launch(self, entries: Sequence[TaskEntry]) -> None:
         """Write-ahead: the tasks are journaled (synced) before any ACCEPT carries them."""
         for entry in entries:
-            self.add(entry)
+            self.tasks[entry.task_id] = entry
         self.journal.put(entries, sync=True)
         self.launching.update((e.task_id, Launch.UNSENT) for e in entries)
 
@@ -217,10 +207,10 @@ class TaskTable:
 
     def first_update(self, task_id: str) -> bool:
         """An update came: whether it is the first of a task launched in this run."""
-        if self.launching.get(task_id) is not Launch.AWAITING_UPDATE:
-            return False
-        del self.launching[task_id]
-        return True
+        first = self.launching.get(task_id) is Launch.AWAITING_UPDATE
+        if first:
+            del self.launching[task_id]
+        return first
 
     def apply(self, entry: TaskEntry, status: TaskStatus, now: float) -> bool:
         """Fold ``status`` into ``entry`` and journal it; whether it changed."""
