@@ -22,6 +22,7 @@ from tests.mesos_fixtures import PY, eventually, mesos_test_config, offer_ids_of
 from tfdeclare.backends.base import BackendError
 from tfdeclare.backends.mesos.backend import MesosBackend
 from tfdeclare.backends.mesos.config import MesosConfig
+from tfdeclare.backends.mesos.decide import AgentsAsk
 from tfdeclare.core.enums import Role, TaskState
 from tfdeclare.core.errors import ErrorCode
 from tfdeclare.core.run.tasks import GangRequest, Placement, SlotRequest, TaskKey, Unplaced, UnplacedReason
@@ -302,7 +303,7 @@ def test_a_gang_that_does_not_fit_is_not_kept_waiting_when_every_agents_offer_is
     whole = place_soon(backend, gang("whole", 2, Resources(4, 1024)))  # all of both agents
     assert len({s.backend_ref for s in whole.slots}) == 2
     policies = backend._policies  # the list of agents is in (it came while "whole" waited)
-    eventually(lambda: policies.pool.agents_known and not policies.policy.agents_in_flight)
+    eventually(lambda: policies.pool.agents_known and policies.policy.agents.ask is not AgentsAsk.OUT)
     revives = len(cluster.calls("REVIVE"))
     cluster.skew += 5.1  # past reviveIntervalSeconds (the backend's time, not a sleep): it REVIVEs
     answers: list[Placement | Unplaced] = []

@@ -9,7 +9,7 @@ the wiring against the emulator.
 from __future__ import annotations
 
 import itertools
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, replace
 
 import pytest
 
@@ -136,7 +136,7 @@ def test_subscribing_with_nothing_to_do_suppresses_once() -> None:
     run.subscribe()
     assert kinds(run.tick(0.1), Revive, Suppress) == [Suppress(ROLES)]
     assert all(not kinds(run.tick(t), Revive, Suppress) for t in (0.3, 5.0, 60.0)), "SUPPRESS is sent once"
-    assert run.policy.suppressed
+    assert run.policy.offers.suppressed
 
 
 def test_a_queued_gang_revives_once_then_every_interval_and_suppresses_after_the_queue_empties() -> None:
@@ -168,18 +168,18 @@ def test_one_interest_call_at_a_time_and_a_new_job_is_decided_after_the_answer()
     run.tick(0.1)
     run.pool.offers["o1"] = Held("o1", "a1", "*", 0.0, 0.5)
     run.tick(1.0)  # declined with a filter: our filter may hide agents from us
-    assert run.policy.filtered
+    assert run.policy.offers.filtered
     decide.on_event(run.policy, msg.PlaceAsked(gang("a")), 2.0)
     calls = decide.on_event(run.policy, msg.NotPlacedYet("a", True, False), 2.0)
-    assert calls == [Revive(ROLES)] and run.policy.interest_out is Interest.REVIVE
+    assert calls == [Revive(ROLES)] and run.policy.offers.out is Interest.REVIVE
     # Another new job while that REVIVE is out: nothing is sent now, it is decided after.
     decide.on_event(run.policy, msg.PlaceAsked(gang("b")), 2.1)
     calls = decide.on_event(run.policy, msg.NotPlacedYet("b", True, False), 2.1)
-    assert calls == [] and run.policy.revive_now_asked
+    assert calls == [] and run.policy.offers.again
     assert offers_coming(run.policy)
     calls = decide.on_event(run.policy, msg.InterestAnswered(True, False), 2.2)
     assert calls == [], "the REVIVE that was out cleared the filters: no second one within 1 s"
-    assert (run.policy.filtered, run.policy.suppressed) == (False, False)
+    assert (run.policy.offers.filtered, run.policy.offers.suppressed) == (False, False)
 
 
 def offers_coming(policy: Policy, pool: Pool | None = None) -> bool:
@@ -195,7 +195,7 @@ def test_a_refused_revive_is_decided_again_on_the_next_tick() -> None:
     calls = decide.on_event(run.policy, msg.NotPlacedYet("a", True, False), 1.0)
     assert calls == [Revive(ROLES)]
     calls = decide.on_event(run.policy, msg.InterestAnswered(False, False), 1.1)
-    assert calls == [] and run.policy.suppressed, "the master did not take it: still suppressed"
+    assert calls == [] and run.policy.offers.suppressed, "the master did not take it: still suppressed"
     assert kinds(run.tick(1.2), Revive) == [Revive(ROLES)]
 
 
@@ -207,7 +207,7 @@ def test_closing_declines_what_is_held_suppresses_and_revives_no_more() -> None:
     run.pool.offers["o1"] = Held("o1", "a1", "*", 1.5, 30.0)  # held for a job
     calls = run.event(msg.Closing(("o1",)), 2.0)
     assert kinds(calls, Decline, Revive, Suppress) == [Decline(("o1",), 5.0), Suppress(ROLES)]
-    assert not run.policy.queue and run.policy.closing
+    assert not run.policy.queue and run.policy.offers.closing
     del run.pool.offers["o1"]
     run.pool.offers["o2"] = Held("o2", "a1", "*", 2.1, 30.0)  # came after: declined at once
     assert kinds(run.tick(2.2), Decline, Revive, Suppress) == [Decline(("o2",), 5.0)]
@@ -330,6 +330,22 @@ def test_an_unknown_task_of_ours_is_killed_at_most_every_10_s() -> None:
     not_ours = msg.Update("someone-else", "a7", Reported.RUNNING, known=False, ours=False)
     ended = msg.Update("y.1.worker-0.a", "a7", Reported.ENDED, known=False, ours=True)
     assert run.event(not_ours, 20.0) == [] and run.event(ended, 20.0) == []
+
+
+def test_the_kill_of_an_unknown_task_is_sent_again_only_when_the_master_reports_it_again() -> None:
+    """Not on a timer, nor on subscribing again (a known task's KILL is): the master's
+    repeated update is what says it still runs. Once it ended, its record goes."""
+    run = Run()
+    run.subscribe(0.0)
+    unknown = msg.Update("x.1.worker-0.a", "a7", Reported.RUNNING, known=False, ours=True)
+    assert kinds(run.event(unknown, 1.0), Kill)
+    assert not kinds(run.tick(30.0), Kill), "no retry on a timer"
+    run.event(msg.Disconnected(), 31.0)
+    run.subscribe(32.0)
+    assert not kinds(run.tick(32.0), Kill), "nor on subscribing again"
+    run.event(msg.Update("x.1.worker-0.a", "a7", Reported.ENDED, known=False, ours=True), 33.0)
+    assert "x.1.worker-0.a" not in run.policy.kills
+    assert kinds(run.event(unknown, 34.0), Kill), "reported alive again: killed at once"
 
 
 def test_a_task_back_from_a_partition_that_was_asked_to_stop_is_killed_at_once() -> None:
@@ -534,7 +550,7 @@ def _a_task_of_ours_ended(run: Run) -> None:
 
 
 def _the_agents_list_is_asked_again(run: Run) -> None:
-    run.policy.agents_in_flight = True
+    run.policy.agents = decide.Agents(decide.AgentsAsk.OUT, run.policy.agents.asked_at)
 
 
 def _an_offer_of_a2_was_rescinded(run: Run) -> None:
@@ -544,7 +560,7 @@ def _an_offer_of_a2_was_rescinded(run: Run) -> None:
 
 def _a_revive_is_asked_after_the_one_out(run: Run) -> None:
     run.pool.agents.append(agent("a3"))
-    run.policy.revive_now_asked = True
+    run.policy.offers = replace(run.policy.offers, again=True)
 
 
 @pytest.mark.parametrize(
@@ -568,7 +584,7 @@ def _a_revive_is_asked_after_the_one_out(run: Run) -> None:
         ("a REVIVE to come while an agent is not held", _a_revive_is_asked_after_the_one_out, True),
         (
             "a REVIVE to come while every agent is held",
-            lambda run: setattr(run.policy, "revive_now_asked", True),
+            lambda run: setattr(run.policy, "offers", replace(run.policy.offers, again=True)),
             False,
         ),
         ("disconnected", lambda run: run.event(msg.Disconnected(), 6.1), False),
@@ -585,7 +601,7 @@ def test_offers_coming_after_a_revive_unless_every_agent_is_held(
 def test_offers_coming_until_the_agents_are_known() -> None:
     run = revived_holding_every_agent()
     assert decide.offers_coming(run.policy, False, run.pool), "no list yet: nothing to tell held from all"
-    run.policy.agents_in_flight = True
+    run.policy.agents = decide.Agents(decide.AgentsAsk.OUT, run.policy.agents.asked_at)
     assert decide.offers_coming(run.policy, False, run.pool)
 
 

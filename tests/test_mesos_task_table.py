@@ -15,6 +15,7 @@ from tfdeclare.backends.mesos.events import TaskStatus
 from tfdeclare.backends.mesos.journal import TaskEntry
 from tfdeclare.backends.mesos.tasktable import (
     AcceptOutcome,
+    Launch,
     StatusRule,
     TaskTable,
     accept_outcome,
@@ -154,12 +155,12 @@ def reloaded(root: Path) -> TaskTable:
 def test_launch_is_journaled_before_its_accept_and_answered_later(tmp_path: Path) -> None:
     table = TaskTable(tmp_path)
     table.record_launch([entry("a", "a1"), entry("b", "a2")])
-    assert table.unsent == {"a", "b"}
+    assert table.at(Launch.UNSENT) == {"a", "b"}
     assert set(reloaded(tmp_path).tasks) == {"a", "b"}  # write-ahead: durable already
     table.answered(["a", "b"])
     table.launched(["a"])
-    assert not table.unsent
-    assert table.awaiting_update == {"a"}
+    assert not table.at(Launch.UNSENT)
+    assert table.at(Launch.AWAITING_UPDATE) == {"a"}
     assert table.tasks["a"].accepted
     table.journal.close()
 

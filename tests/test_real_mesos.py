@@ -33,6 +33,7 @@ from tests.mesos_other_framework import OtherFramework
 from tests.real_mesos import RealMesos
 from tests.real_mesos_backend import backends
 from tfdeclare.backends.mesos.backend import MesosBackend
+from tfdeclare.backends.mesos.decide import AgentsAsk
 from tfdeclare.core.enums import TaskState
 from tfdeclare.core.run.tasks import Placement, Unplaced, UnplacedReason
 from tfdeclare.core.spec.resources import Resources
@@ -130,7 +131,7 @@ def test_a_revive_brings_no_offer_for_what_is_held_and_place_does_not_wait_for_o
     assert isinstance(backend, MesosBackend)
     whole = place_soon(backend, gang("whole", 2, Resources(2, 512)), timeout=30)
     policies = backend._policies
-    eventually(lambda: policies.pool.agents_known and not policies.policy.agents_in_flight)
+    eventually(lambda: policies.pool.agents_known and policies.policy.agents.ask is not AgentsAsk.OUT)
     skew[0] += 5.1  # past reviveIntervalSeconds (the backend's time, not a sleep): it REVIVEs
     answers: list[Placement | Unplaced] = []
     asking = threading.Thread(
@@ -142,16 +143,16 @@ def test_a_revive_brings_no_offer_for_what_is_held_and_place_does_not_wait_for_o
     other = answers[0]
     assert isinstance(other, Unplaced) and other.reason is UnplacedReason.WAITING_FOR_OFFERS, other
     assert other.short is not None and other.short.cpus == 1, other
-    revived_at = policies.policy.revived_since
-    assert revived_at > policies.policy.last_offers_at, "the REVIVE went out after the last offers"
-    eventually(lambda: policies.policy.interest_out is None)  # the master took the REVIVE
+    revived_at = policies.policy.offers.revived_at
+    assert revived_at > policies.policy.offers.received_at, "the REVIVE went out after the last offers"
+    eventually(lambda: policies.policy.offers.out is None)  # the master took the REVIVE
 
     def allocation_runs() -> float:
         return float(mesos.get("/metrics/snapshot")["allocator/mesos/allocation_runs"])
 
     runs = allocation_runs()
     eventually(lambda: allocation_runs() >= runs + 3)
-    assert policies.policy.last_offers_at < revived_at, "the master offered again what we hold"
+    assert policies.policy.offers.received_at < revived_at, "the master offered again what we hold"
     backend.release(whole)
     backend.release(place_soon(backend, gang("other", 1, Resources(1, 128)), timeout=30))
 

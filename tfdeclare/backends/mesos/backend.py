@@ -152,7 +152,8 @@ class MesosBackend:
                 # Right after subscribing, give explicit reconciliation a moment to answer, so the
                 # first pass of a restarted controller sees what happened while it was away.
                 policy = self._policies.policy
-                if policy.reconcile_pending and now - policy.subscribed_at < FIRST_OBSERVE_WAIT_S:
+                since = policy.subscribed_at
+                if policy.reconcile_pending and since is not None and now - since < FIRST_OBSERVE_WAIT_S:
                     return False
                 future.set_result([observed_task(e, now, fencing_s) for e in self._table if not e.forgotten])
                 return True

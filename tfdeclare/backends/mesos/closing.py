@@ -14,6 +14,7 @@ the tasks just launched fetch their cluster before its server closes: ``clusterw
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 
@@ -26,7 +27,7 @@ from tfdeclare.backends.mesos.policies import Policies
 from tfdeclare.backends.mesos.scheduler import Scheduler
 from tfdeclare.backends.mesos.sender import Answer, Sender
 from tfdeclare.backends.mesos.taskstate import is_terminal
-from tfdeclare.backends.mesos.tasktable import TaskTable
+from tfdeclare.backends.mesos.tasktable import Launch, TaskTable
 
 log = logging.getLogger("tfdeclare.mesos")
 
@@ -44,24 +45,24 @@ def drain(
     """Resolve ``future`` once the queued ACCEPTs are answered, then the tasks they launched
     have sent their first update and every update is acknowledged (see the module docstring)."""
     progress: list[float] = []  # [when the update wait began, when a first update last came]
-    awaited = [len(table.awaiting_update)]
+    awaited = [len(table.at(Launch.AWAITING_UPDATE))]
     launches_by: list[float] = []
 
     def drained(now: float) -> bool:
         if not launches_by:
             launches_by.append(now + LAUNCH_DRAIN_S)
-        if (sender.accepts or table.unsent or sender.burst_out) and now < launches_by[0]:
+        if (sender.accepts or table.at(Launch.UNSENT) or sender.burst_out) and now < launches_by[0]:
             return False
         if not progress:
             progress[:] = [now, now]
-        if len(table.awaiting_update) < awaited[0]:
+        if len(table.at(Launch.AWAITING_UPDATE)) < awaited[0]:
             progress[1] = now
-        awaited[0] = len(table.awaiting_update)
+        awaited[0] = len(table.at(Launch.AWAITING_UPDATE))
         by = min(progress[0] + CLOSE_UPDATES_MAX_S, progress[1] + CLOSE_UPDATES_IDLE_S)
-        pending = table.awaiting_update or table.acks_due or sender.acks_out
+        pending = table.at(Launch.AWAITING_UPDATE) or table.acks_due or sender.acks_out
         if pending and policies.connected and now < by:
             return False
-        if (awaiting := len(table.awaiting_update)) and policies.connected:
+        if (awaiting := len(table.at(Launch.AWAITING_UPDATE))) and policies.connected:
             log.info("closing before %d launched task(s) sent an update", awaiting)
         future.set_result(None)
         return True
@@ -78,14 +79,14 @@ def hand_back(keep_trying: KeepTrying, future: Future[None], scheduler: Schedule
         future.set_result(None)
         return Effect.NONE
     policies.decide(msg.Closing(tuple(policies.pool.offers)))
-    scheduler.close_answered = False
-    sender.call("close", lambda _client: None, Answer.CLOSE)
+    past = threading.Event()  # set by the calls thread once past the calls above
+    sender.call("close", lambda _client: past.set(), Answer.CLOSE)  # its answer wakes the waiter
     deadline: list[float] = []
 
     def sent(now: float) -> bool:
         if not deadline:
             deadline.append(now + CLOSE_CALLS_WAIT_S)
-        if scheduler.close_answered or now >= deadline[0]:
+        if past.is_set() or now >= deadline[0]:
             future.set_result(None)
             return True
         return False

@@ -1,13 +1,11 @@
 """The Mesos backend's policies as a pure reducer: what to ask of the master, and when.
 
-This module owns the decisions that used to be spread over about fifteen flags of the
-backend's loop: offer interest (REVIVE / SUPPRESS), explicit and implicit reconciliation with
-backoff, KILLs and their retries (and the KILL of a task of ours the journal does not know),
-which held offers to DECLINE and when, the queue of waiting gangs (by priority, then first
-come) and its TTL, the reservations of placed gangs and their expiry, when to ask the master
-for its agents again,
-and fencing deadlines of lost tasks. Like the core's ``lifecycle.step`` it does no I/O, starts
-no thread and reads no clock:
+This module owns the backend's decisions: offer interest (REVIVE / SUPPRESS), explicit and
+implicit reconciliation with backoff, KILLs and their retries (and the KILL of a task of ours
+the journal does not know), which held offers to DECLINE and when, the queue of waiting gangs
+(by priority, then first come) and its TTL, the reservations of placed gangs and their expiry,
+when to ask the master for its agents again, and fencing deadlines of lost tasks. Like the
+core's ``lifecycle.step`` it does no I/O, starts no thread and reads no clock:
 
 - ``on_event(policy, event, now) -> calls`` for what happened (the master's events as the
   loop booked them, and the protocol's requests where they change a policy);
@@ -26,8 +24,17 @@ reservations for ``queueing.place_in_line``, ``offers_coming`` for a placement t
 but never writes it. It is not a frozen value because the queue, the reservations and the
 kill and reconciliation tables are maps of up to one entry per task or job (thousands), and
 the loop feeds an event per status update: copying them per event would make each update
-cost O(tasks). Tests drive it as a value all the same: a fresh ``Policy``, events and ticks
-with explicit times, and the calls that come out (``tests/test_mesos_decide.py``).
+cost O(tasks). Besides its settings it holds ten fields: when we subscribed (None: not connected); the offers'
+state machine (``OfferState``, a frozen value replaced whole: suppressed or not, the REVIVE or
+SUPPRESS out and what follows its answer, our refuse filters, when we last revived, were
+offered, expect resources back and were asked for a placement, and the close); the agents
+whose resources we handed back; the queue and the reservations; the ask for the master's
+agents (``Agents``: out, refused or idle, and when); the reconciliation ids not answered and
+the timers (``ReconcileTimers``); the KILLs we sent (``KillRecord``, also those of tasks the
+journal does not know); and the lost tasks. ``tests/test_mesos_shape.py`` counts them with
+the backend's other mutable state. Tests drive it as a value all the same: a fresh
+``Policy``, events and ticks with explicit times, and the calls that come out
+(``tests/test_mesos_decide.py``).
 
 What stays with the loop, because it is bookkeeping of I/O rather than a policy: the task
 table and its journal (the reducer is told what an update did to a task: ``Update``), the
@@ -38,7 +45,7 @@ loop removes them), the ACCEPT bursts and the acknowledgements.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import assert_never
 
@@ -131,6 +138,57 @@ class Interest(Enum):
     SUPPRESS = "SUPPRESS"
 
 
+@dataclass(frozen=True, slots=True)
+class OfferState:
+    """Our interest in offers and what we know of their coming: one small state machine,
+    replaced whole (``dataclasses.replace``) by the reducer's offer functions.
+
+    The master's side as it last took it (``suppressed``), the REVIVE or SUPPRESS out (one
+    decision at a time, so the master always ends up told the latest), and what to do once it
+    is answered; our refuse filters; when we last revived, were offered, and expect resources
+    back; when a job last asked for a placement (offers are held while work waits or waited a
+    moment ago); and the close, after which every offer goes back and no REVIVE or SUPPRESS
+    goes out. The queue and the reservations, the rest of what decides it, are maps of their
+    own in ``Policy``."""
+
+    suppressed: bool = False  # as the master took the last REVIVE/SUPPRESS (a subscription: not)
+    recheck: bool = False  # decide REVIVE/SUPPRESS on the next chance, whatever ``suppressed`` says
+    out: Interest | None = None  # the REVIVE or SUPPRESS out
+    again: bool = False  # a REVIVE was asked for while one was out: decide again once answered
+    filtered: bool = False  # we declined with a refuse filter since the last REVIVE
+    revived_at: float = float("-inf")  # a REVIVE went out: offers of agents not all held may come
+    received_at: float = 0.0  # the last offers came
+    expected_since: float = 0.0  # resources come back after this (subscribed, an ACCEPT, a task ended)
+    asked_at: float = float("-inf")  # a job last asked to be placed: offers are held a while after
+    closing: bool = False  # the backend closes: offers declined and suppressed, no REVIVE
+
+
+class AgentsAsk(Enum):
+    """Where the ask for the master's list of agents (GET_AGENTS) stands."""
+
+    IDLE = "idle"  # none out, the last one answered (or none yet)
+    OUT = "out"  # one out: at most one at a time
+    REFUSED = "refused"  # the last one was refused (no operator API, or no permission)
+
+
+@dataclass(frozen=True, slots=True)
+class Agents:
+    """The ask for the master's agents and when it last went out, replaced whole."""
+
+    ask: AgentsAsk = AgentsAsk.IDLE
+    asked_at: float = -AGENTS_REFRESH_S
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileTimers:
+    """Reconciliation's timers, replaced whole: the next explicit round (while task ids wait
+    for an answer) and its doubling delay, and the next implicit round."""
+
+    next_at: float = 0.0
+    delay: float = RECONCILE_FIRST_RETRY_S
+    implicit_at: float = 0.0
+
+
 @dataclass(slots=True)
 class Reservation:
     """What a placement took of the held offers, until its launch or ``expires_at``."""
@@ -142,11 +200,14 @@ class Reservation:
 
 @dataclass(slots=True)
 class KillRecord:
-    """A KILL the controller asked for, re-sent until the task ends."""
+    """A KILL we sent: one the controller asked for, re-sent until the task ends; or one of a
+    task of ours the journal does not know (``unknown``), sent again only when the master
+    reports it alive again, at most every ``MIN_KILL_RETRY_S``."""
 
     agent_id: str | None
     grace_s: float | None
     sent_at: float  # -inf: due now
+    unknown: bool = False
 
 
 @dataclass(slots=True)
@@ -154,41 +215,27 @@ class Policy:
     """The reducer's state: written only by ``on_event``/``on_tick``; see the module docstring."""
 
     settings: Settings
-    connected: bool = False
-    subscribed_at: float = 0.0
-    # offer interest
-    suppressed: bool = False
-    revive_wanted: bool = False  # decide REVIVE/SUPPRESS on the next chance, whatever the flags say
-    interest_out: Interest | None = None  # the REVIVE or SUPPRESS out: one decision at a time
-    revive_now_asked: bool = False  # asked for while one was out: decide again after it
-    filtered: bool = False  # we declined with a refuse filter since the last REVIVE
-    last_revive_at: float = float("-inf")
-    last_offers_at: float = 0.0
-    expect_offers_since: float = 0.0  # resources come back after this (subscribed, an ACCEPT, a task ended)
-    revived_since: float = float("-inf")  # a REVIVE went out: offers of agents not all held may come
+    subscribed_at: float | None = None  # None: not subscribed (or the subscription ended)
+    offers: OfferState = OfferState()  # offer interest, and when offers came and are expected
     # agents whose resources we handed back (declined, rescinded), until an offer of theirs
     # comes: the master offers all an agent has free for us at once, what we declined with it
     # (a filter only holds back an offer that would be all refused resources)
     returned: set[str] = field(default_factory=set)
-    last_demand_at: float = float("-inf")  # when a job last asked to be placed
     # demand: the FIFO queue (in the order jobs first asked) and the placements not launched yet
     queue: dict[str, Waiting] = field(default_factory=dict)
     reservations: dict[str, Reservation] = field(default_factory=dict)
-    # the master's list of agents
-    agents_in_flight: bool = False
-    agents_asked_at: float = -AGENTS_REFRESH_S
-    agents_failed: bool = False
-    # reconciliation: task id -> agent id, until the master answers
+    agents: Agents = Agents()  # the ask for the master's list of agents
+    # reconciliation: task id -> agent id, until the master answers; and the timers
     reconcile_pending: dict[str, str | None] = field(default_factory=dict)
-    reconcile_next_at: float = 0.0
-    reconcile_delay: float = RECONCILE_FIRST_RETRY_S
-    implicit_next_at: float = 0.0
-    # kills
-    kills: dict[str, KillRecord] = field(default_factory=dict)
-    unknown_killed: dict[str, float] = field(default_factory=dict)  # when a KILL went to an unknown task
+    reconcile: ReconcileTimers = ReconcileTimers()
+    kills: dict[str, KillRecord] = field(default_factory=dict)  # the KILLs we sent, by task id
     # fencing: lost tasks and since when
     lost: dict[str, float] = field(default_factory=dict)
-    closing: bool = False  # the backend closes: offers declined and suppressed, no REVIVE
+
+    @property
+    def connected(self) -> bool:
+        """Subscribed, and the subscription has not ended."""
+        return self.subscribed_at is not None
 
 
 # ---- queries (read-only) -----------------------------------------------------------------------------
@@ -202,7 +249,7 @@ def hold_for(policy: Policy, now: float) -> float:
 
 def demand(policy: Policy, now: float) -> bool:
     """Work waits for offers, or a job asked within ``offer_hold_s``."""
-    recent = now - policy.last_demand_at < policy.settings.offer_hold_s
+    recent = now - policy.offers.asked_at < policy.settings.offer_hold_s
     return bool(policy.queue) or bool(policy.reservations) or recent
 
 
@@ -216,11 +263,12 @@ def offers_coming(policy: Policy, agents_known: bool, pool: HeldOffers) -> bool:
     or rescinded), so once ``all_offered`` nothing more can come of it."""
     if not policy.connected:
         return False
-    if not agents_known and policy.agents_in_flight:
+    if not agents_known and policy.agents.ask is AgentsAsk.OUT:
         return True
-    if policy.last_offers_at < policy.expect_offers_since:
+    offers = policy.offers
+    if offers.received_at < offers.expected_since:
         return True
-    revived = policy.last_offers_at < policy.revived_since or policy.revive_now_asked
+    revived = offers.received_at < offers.revived_at or offers.again
     return revived and not all_offered(policy, agents_known, pool)
 
 
@@ -231,7 +279,7 @@ def all_offered(policy: Policy, agents_known: bool, pool: HeldOffers) -> bool:
     joined since the list, no list out now). Conservative where we cannot know: an agent not
     offered to us (busy with tasks, ours or other frameworks', or offered to another
     framework now) counts as one that may still offer."""
-    if not agents_known or policy.agents_in_flight:
+    if not agents_known or policy.agents.ask is AgentsAsk.OUT:
         return False
     held = {(offer.agent_id, offer.role) for offer in pool.offers.values()}
     listed = set()
@@ -261,9 +309,9 @@ def on_event(policy: Policy, event: Event, now: float) -> list[Call]:
         case Subscribed():
             _subscribed(policy, event, now, calls)
         case Disconnected():
-            policy.connected = False
+            policy.subscribed_at = None
         case FrameworkRemoved():  # its tasks are all gone: nothing to kill or fence
-            policy.connected = False
+            policy.subscribed_at = None
             policy.kills.clear()
             policy.lost.clear()
         case OffersReceived(unlisted=unlisted, agents=agents):
@@ -276,7 +324,7 @@ def on_event(policy: Policy, event: Event, now: float) -> list[Call]:
             _forgotten(policy, task_ids)
         case LaunchUnanswered(tasks=tasks):
             policy.reconcile_pending.update(tasks)
-            policy.reconcile_next_at = now
+            policy.reconcile = replace(policy.reconcile, next_at=now)
         case OffersUsed() | Rescinded():
             _offers_back(policy, event, now)
         case PlaceAsked():
@@ -291,12 +339,11 @@ def on_event(policy: Policy, event: Event, now: float) -> list[Call]:
         case Released(token=token):
             policy.reservations.pop(token, None)
         case GpuOffersAsked():
-            policy.revive_wanted = True
+            policy.offers = replace(policy.offers, recheck=True)
         case InterestAnswered(ok=ok, offers_held=held):
             _interest_answered(policy, ok, held, now, calls)
         case AgentsAnswered(ok=ok):
-            policy.agents_in_flight = False
-            policy.agents_failed = not ok
+            policy.agents = replace(policy.agents, ask=AgentsAsk.IDLE if ok else AgentsAsk.REFUSED)
         case Closing(offer_ids=offer_ids):
             _closing(policy, offer_ids, calls)
         case _:
@@ -327,18 +374,13 @@ def on_tick(policy: Policy, now: float, pool: HeldOffers) -> list[Call]:
             policy.returned.update(pool.offers[offer_id].agent_id for offer_id in expired)
             # Those agents are hidden from us for refuse_s (if the DECLINE goes through):
             # a job that does not fit what is held REVIVEs to see them.
-            policy.filtered = policy.filtered or settings.refuse_s > 0
-        if policy.reconcile_pending and now >= policy.reconcile_next_at:
-            policy.reconcile_next_at = now + policy.reconcile_delay
-            policy.reconcile_delay = min(RECONCILE_MAX_RETRY_S, policy.reconcile_delay * 2)
-            calls.append(Reconcile(tuple(sorted(policy.reconcile_pending.items(), key=lambda kv: kv[0]))))
-        if now >= policy.implicit_next_at:
-            policy.implicit_next_at = now + settings.reconcile_interval_s
-            calls.append(Reconcile(()))
-        if policy.queue and now - policy.agents_asked_at >= AGENTS_REFRESH_S:
+            if settings.refuse_s > 0 and not policy.offers.filtered:
+                policy.offers = replace(policy.offers, filtered=True)
+        _reconcile(policy, now, calls)
+        if policy.queue and now - policy.agents.asked_at >= AGENTS_REFRESH_S:
             _ask_agents(policy, now, calls)  # agents may have left or been resized
         for task_id, kill in policy.kills.items():
-            if now - kill.sent_at >= _kill_retry_s(kill.grace_s):
+            if not kill.unknown and now - kill.sent_at >= _kill_retry_s(kill.grace_s):
                 kill.sent_at = now
                 calls.append(Kill(task_id, kill.agent_id, kill.grace_s))
     fenced = [task_id for task_id, since in policy.lost.items() if now - since >= settings.fencing_timeout_s]
@@ -357,20 +399,33 @@ def _subscribed(policy: Policy, event: Subscribed, now: float, calls: list[Call]
     """Void what an earlier subscription knew: ask for the agents, reconcile every live task
     explicitly (from the next tick), re-send every unconfirmed KILL, decide offer interest
     afresh (the master forgot our suppression)."""
-    policy.connected = True
     policy.subscribed_at = now
-    policy.expect_offers_since = now
+    policy.offers = replace(policy.offers, expected_since=now, suppressed=False, recheck=True)
     _ask_agents(policy, now, calls)
-    policy.suppressed = False
-    policy.revive_wanted = True
     policy.reconcile_pending = dict(event.live)
-    policy.reconcile_next_at = now
-    policy.reconcile_delay = RECONCILE_FIRST_RETRY_S
+    policy.reconcile = ReconcileTimers(
+        now, RECONCILE_FIRST_RETRY_S, now + policy.settings.reconcile_interval_s
+    )
     for kill in policy.kills.values():
-        kill.sent_at = float("-inf")
+        if not kill.unknown:
+            kill.sent_at = float("-inf")
     for target in event.kill_requested:
         policy.kills[target.task_id] = KillRecord(target.agent_id, target.grace_s, float("-inf"))
-    policy.implicit_next_at = now + policy.settings.reconcile_interval_s
+
+
+def _reconcile(policy: Policy, now: float, calls: list[Call]) -> None:
+    """Explicit reconciliation of the ids not answered yet, retried after 1, 2, 4, ... 60 s;
+    implicit reconciliation every ``reconcile_interval_s``."""
+    timers = policy.reconcile
+    if policy.reconcile_pending and now >= timers.next_at:
+        timers = replace(
+            timers, next_at=now + timers.delay, delay=min(RECONCILE_MAX_RETRY_S, timers.delay * 2)
+        )
+        calls.append(Reconcile(tuple(sorted(policy.reconcile_pending.items(), key=lambda kv: kv[0]))))
+    if now >= timers.implicit_at:
+        timers = replace(timers, implicit_at=now + policy.settings.reconcile_interval_s)
+        calls.append(Reconcile(()))
+    policy.reconcile = timers
 
 
 def _offers_received(
@@ -378,7 +433,7 @@ def _offers_received(
 ) -> None:
     if unlisted:  # an agent joined: what it has may make a waiting job schedulable
         _ask_agents(policy, now, calls, retry=True)
-    policy.last_offers_at = now
+    policy.offers = replace(policy.offers, received_at=now)
     policy.returned.difference_update(agents)  # what we handed back of them is offered again
 
 
@@ -388,14 +443,20 @@ def _offers_back(policy: Policy, event: OffersUsed | Rescinded, now: float) -> N
     if isinstance(event, Rescinded):
         policy.returned.add(event.agent_id)
     else:
-        policy.expect_offers_since = max(policy.expect_offers_since, now)
+        _expect_offers(policy, now)
+
+
+def _expect_offers(policy: Policy, now: float) -> None:
+    """Resources come back from now on (an ACCEPT's rest, a task that ended)."""
+    if now > policy.offers.expected_since:
+        policy.offers = replace(policy.offers, expected_since=now)
 
 
 def _place_asked(policy: Policy, event: PlaceAsked, now: float) -> None:
     """A job asks (again) to be placed: it joins the queue, or keeps its place there (a new
     place when its ``spec.priority`` changed)."""
     request = event.request
-    policy.last_demand_at = now
+    policy.offers = replace(policy.offers, asked_at=now)
     waiting = policy.queue.get(request.job)
     if waiting is None:
         enqueue(policy.queue, request.job, Waiting(request, now, now))
@@ -410,7 +471,7 @@ def _unschedulable(policy: Policy, job: str, now: float, calls: list[Call]) -> N
     placed once one could hold it) from the master's list, asked again as the controller
     asks again (at most every ``UNSCHEDULABLE_RECHECK_S``)."""
     policy.queue.pop(job, None)
-    if now - policy.agents_asked_at >= UNSCHEDULABLE_RECHECK_S:
+    if now - policy.agents.asked_at >= UNSCHEDULABLE_RECHECK_S:
         _ask_agents(policy, now, calls)
 
 
@@ -422,17 +483,20 @@ def _update(policy: Policy, event: Update, now: float, calls: list[Call]) -> Non
         # A live task the journal does not know: ours (by its id and labels) is killed, at
         # most once every MIN_KILL_RETRY_S (the master repeats its updates).
         alive = reported not in (Reported.ENDED, Reported.KILLING)
-        recently = now - policy.unknown_killed.get(task_id, -MIN_KILL_RETRY_S) < MIN_KILL_RETRY_S
+        sent = policy.kills.get(task_id)
+        recently = sent is not None and now - sent.sent_at < MIN_KILL_RETRY_S
         if alive and not recently and event.ours:
-            policy.unknown_killed[task_id] = now
+            policy.kills[task_id] = KillRecord(event.agent_id, None, now, unknown=True)
             calls.append(Kill(task_id, event.agent_id, None, unknown=True))
+        elif reported is Reported.ENDED and sent is not None and sent.unknown:
+            del policy.kills[task_id]  # it ended: nothing more to kill
         return
     if not event.changed:
         return
     if reported is Reported.ENDED:
         policy.kills.pop(task_id, None)
         policy.lost.pop(task_id, None)
-        policy.expect_offers_since = max(policy.expect_offers_since, now)  # its resources come back
+        _expect_offers(policy, now)  # its resources come back
         return
     if reported is Reported.LOST:
         policy.lost[task_id] = event.lost_since if event.lost_since is not None else now
@@ -448,15 +512,15 @@ def _closing(policy: Policy, offer_ids: tuple[str, ...], calls: list[Call]) -> N
     """Manners at close: the offers held go back to the master (DECLINE, with the usual
     filter) and offers stop (SUPPRESS) while the stream is still open, so other frameworks
     get them at once rather than when the master notices we left."""
-    policy.closing = True
+    policy.offers = replace(policy.offers, closing=True)
     policy.queue.clear()
     policy.reservations.clear()
     if not policy.connected:
         return
     if offer_ids:
         calls.append(Decline(offer_ids, policy.settings.refuse_s))
-    if not (policy.suppressed and policy.interest_out is None):
-        policy.interest_out = Interest.SUPPRESS
+    if not (policy.offers.suppressed and policy.offers.out is None):
+        policy.offers = replace(policy.offers, out=Interest.SUPPRESS)
         calls.append(Suppress(policy.settings.roles))
 
 
@@ -469,7 +533,7 @@ def _stop(policy: Policy, targets: Iterable[KillTarget], now: float, calls: list
     """KILL each target, unless a KILL of it went out less than its retry time ago."""
     for target in targets:
         kill = policy.kills.get(target.task_id)
-        if kill is None:
+        if kill is None or kill.unknown:
             kill = policy.kills[target.task_id] = KillRecord(target.agent_id, target.grace_s, float("-inf"))
         kill.grace_s = target.grace_s
         if now - kill.sent_at >= _kill_retry_s(target.grace_s):
@@ -489,13 +553,12 @@ def _ask_agents(policy: Policy, now: float, calls: list[Call], retry: bool = Fal
     list offered) waits ``AGENTS_RETRY_S`` after the last ask, or ``AGENTS_REFRESH_S`` while
     the master refuses the list (no operator API, or no permission: jobs then wait and are
     never judged unschedulable)."""
-    if policy.agents_in_flight or not policy.connected:
+    if policy.agents.ask is AgentsAsk.OUT or not policy.connected:
         return
-    pause = AGENTS_REFRESH_S if policy.agents_failed else AGENTS_RETRY_S
-    if retry and now - policy.agents_asked_at < pause:
+    pause = AGENTS_REFRESH_S if policy.agents.ask is AgentsAsk.REFUSED else AGENTS_RETRY_S
+    if retry and now - policy.agents.asked_at < pause:
         return
-    policy.agents_in_flight = True
-    policy.agents_asked_at = now
+    policy.agents = Agents(AgentsAsk.OUT, now)
     calls.append(RefreshAgents())
 
 
@@ -513,28 +576,29 @@ def _offer_interest(
     ``refuseSeconds``) and any suppression, so the freed resources reach us within about
     one interval, without flooding a large master with REVIVEs. A new job that does not
     fit what is held revives at once only when our own filters may hide agents from us."""
-    if policy.interest_out is not None:
-        policy.revive_now_asked = policy.revive_now_asked or revive_now
+    offers = policy.offers
+    if offers.out is not None:
+        if revive_now and not offers.again:
+            policy.offers = replace(offers, again=True)
         return
-    if not policy.connected or policy.closing:
+    if not policy.connected or offers.closing:
         return
     waiting = bool(policy.queue) or bool(policy.reservations)
-    since_revive = now - policy.last_revive_at
+    since_revive = now - offers.revived_at
     call: Interest | None = None
     if waiting and (
-        policy.suppressed
-        or policy.revive_wanted
-        or (revive_now and policy.filtered and since_revive >= FILTERED_REVIVE_S)
+        offers.suppressed
+        or offers.recheck
+        or (revive_now and offers.filtered and since_revive >= FILTERED_REVIVE_S)
         or (bool(policy.queue) and since_revive >= policy.settings.revive_interval_s)
     ):
         call = Interest.REVIVE
-        policy.last_revive_at = now
-        policy.revived_since = now
-    elif not waiting and not offers_held and (policy.revive_wanted or not policy.suppressed):
+    elif not waiting and not offers_held and (offers.recheck or not offers.suppressed):
         call = Interest.SUPPRESS
-    policy.revive_wanted = False
+    if call is not None or offers.recheck:
+        revived_at = now if call is Interest.REVIVE else offers.revived_at
+        policy.offers = replace(offers, recheck=False, out=call, revived_at=revived_at)
     if call is not None:
-        policy.interest_out = call
         roles = policy.settings.roles
         calls.append(Revive(roles) if call is Interest.REVIVE else Suppress(roles))
 
@@ -542,15 +606,14 @@ def _offer_interest(
 def _interest_answered(policy: Policy, ok: bool, offers_held: bool, now: float, calls: list[Call]) -> None:
     """Book the answer to the REVIVE/SUPPRESS that was out (a refused one is decided again on
     the next tick); decide again at once if a new job asked meanwhile."""
-    out, policy.interest_out = policy.interest_out, None
+    offers = policy.offers
     if ok:
-        policy.suppressed = out is Interest.SUPPRESS
-        if out is Interest.REVIVE:
-            policy.filtered = False
+        filtered = offers.filtered and offers.out is not Interest.REVIVE
+        answered = replace(offers, suppressed=offers.out is Interest.SUPPRESS, filtered=filtered)
     else:
-        policy.revive_wanted = True
-    again, policy.revive_now_asked = policy.revive_now_asked, False
-    if again:
+        answered = replace(offers, recheck=True)
+    policy.offers = replace(answered, out=None, again=False)
+    if offers.again:
         _offer_interest(policy, now, offers_held, calls, revive_now=True)
 
 
@@ -587,7 +650,7 @@ def _expired_offers(policy: Policy, now: float, pool: HeldOffers) -> list[str]:
     kept: set[str] = set()
     if first is not None and now - first[1].first_asked >= settings.fifo_backfill_s:
         kept = drain_set(first[1].request, pool.views(), pool.capacities(), settings.options)
-    if policy.closing:  # what came after the close's DECLINE goes back too
+    if policy.offers.closing:  # what came after the close's DECLINE goes back too
         return list(pool.offers)
     expired = []
     for held in pool.offers.values():

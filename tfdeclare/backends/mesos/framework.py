@@ -6,7 +6,9 @@ GPU offers were asked for), the capabilities it subscribes with (``info``), the 
 (loaded on first use), and its two end states: *fatal* (the master removed the framework and
 policy ``onFrameworkRemoved`` is ``fail``, or the client stopped for good: every call raises
 the error) and *read-only* (another scheduler took the framework over: nothing is recorded,
-acknowledged or sent any more). The loop thread writes it; callers read ``fatal`` only.
+acknowledged or sent any more), both one field, ``fatal``: the error every call raises, its
+type saying which (``FrameworkGone``, ``TakenOver``). The loop thread writes it; callers read
+``fatal`` only.
 """
 
 from __future__ import annotations
@@ -36,6 +38,14 @@ from tfdeclare.core.errors import ErrorCode
 log = logging.getLogger("tfdeclare.mesos")
 
 
+class FrameworkGone(BackendError):
+    """Fatal: the master removed our framework and policy ``onFrameworkRemoved`` is ``fail``."""
+
+
+class TakenOver(BackendError):
+    """Fatal and read-only: another scheduler subscribed as our framework."""
+
+
 def older_than(version: str, than: tuple[int, int]) -> bool:
     """``version`` ("1.8.0", "1.8.1-rc2") is below ``than``; False when it cannot be read."""
     parts = version.split(".")
@@ -61,10 +71,20 @@ class FrameworkRecord:
         self.state: FrameworkState = self.store.load()  # raises JournalError
         self._load_credentials = load_credentials
         self._credentials: Credentials | None = None
-        self.gpu_enabled = config.gpu_resources or self.state.gpu_resources or gpu_wanted
-        self._removed_ids: set[str] = set()
+        self._gpu_wanted = gpu_wanted
         self.fatal: BackendError | None = None  # written by the loop, read by callers
-        self.read_only = False
+
+    @property
+    def gpu_enabled(self) -> bool:
+        """Subscribe with GPU_RESOURCES: configured, asked for once (framework.json), or a
+        live GPU task in the journal."""
+        return self.config.gpu_resources or self.state.gpu_resources or self._gpu_wanted
+
+    @property
+    def read_only(self) -> bool:
+        """Another scheduler took the framework over: nothing is recorded, acknowledged or
+        sent any more."""
+        return isinstance(self.fatal, TakenOver)
 
     @property
     def owner(self) -> str:
@@ -109,7 +129,6 @@ class FrameworkRecord:
 
     def enable_gpu(self) -> None:
         """GPU_RESOURCES from now on (remembered in framework.json)."""
-        self.gpu_enabled = True
         self.state = replace(self.state, gpu_resources=True)
         self.store.save(self.state)
 
@@ -119,13 +138,12 @@ class FrameworkRecord:
         removed when the tasks are to be taken as gone now, else None (handled already, or
         fatal)."""
         framework_id = self.state.framework_id
-        if framework_id is None or framework_id in self._removed_ids:
-            return (
-                None  # handled already (the client's terminal event and the connecting caller both report it)
-            )
-        self._removed_ids.add(framework_id)
+        if framework_id is None or isinstance(self.fatal, FrameworkGone):
+            # handled already (the client's terminal event and the connecting caller both
+            # report it): archived (no id now), or fatal
+            return None
         if self.config.on_framework_removed != "newFramework":
-            self.fatal = BackendError(
+            self.fatal = FrameworkGone(
                 f"the Mesos master removed framework {framework_id} (its failover timeout ran out, or it "
                 "was torn down), so its tasks were killed. To start a new framework, move "
                 f"{self.store.path} away (or set mesos.onFrameworkRemoved: newFramework); the old tasks are "
@@ -150,8 +168,7 @@ class FrameworkRecord:
         if isinstance(error, ClientStoppedError | FrameworkRemovedError | SubscribeRefusedError):
             return
         if isinstance(error, FrameworkFailedOverError):
-            self.read_only = True
-            self.fatal = BackendError(
+            self.fatal = TakenOver(
                 f"another scheduler subscribed as framework {self.state.framework_id} and took "
                 "over; this controller stops acting (is the same state folder used elsewhere?)",
                 code=ErrorCode.FRAMEWORK_REFUSED,

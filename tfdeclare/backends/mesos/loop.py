@@ -85,7 +85,7 @@ class Loop(Generic[M]):
         self.clock = clock
         self._inbox: queue.SimpleQueue[M | _Run | _Stop] = queue.SimpleQueue()
         self._waiters: list[tuple[Future[Any], Waiter]] = []
-        self._thread: threading.Thread | None = None
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)  # started on first use
         self._start_lock = threading.Lock()
         self.closed = False  # no request is taken any more (set by ``stop``)
 
@@ -93,13 +93,12 @@ class Loop(Generic[M]):
 
     @property
     def started(self) -> bool:
-        return self._thread is not None
+        return self._thread.ident is not None
 
     def start(self) -> None:
         with self._start_lock:
-            if self._thread is None:
+            if not self.started:
                 self._before_start()
-                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
 
     def post(self, message: M) -> None:
@@ -160,10 +159,9 @@ class Loop(Generic[M]):
 
     def stop(self, timeout_s: float) -> None:
         """Stop after what is queued (waiters still open fail), and wait for the thread."""
-        thread = self._thread
-        if thread is not None:
+        if self.started:
             self._inbox.put(_Stop())
-            thread.join(timeout=timeout_s)
+            self._thread.join(timeout=timeout_s)
         self.closed = True
 
     # ---- on the loop ---------------------------------------------------------------------------

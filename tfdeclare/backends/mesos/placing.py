@@ -40,8 +40,8 @@ class Placer:
 
     def __init__(self, config: MesosConfig, clock: Callable[[], float], policies: Policies) -> None:
         self._config, self._clock, self._policies = config, clock, policies
-        self._never_fits: dict[object, str | None] = {}  # cached until the capacities change
-        self._never_fits_version = -1
+        # cached until the capacities change: (capacity version, gang's slots, constraints) -> why
+        self._never_fits: dict[tuple[int, object, object], str | None] = {}
 
     def start(self, keep_trying: KeepTrying, future: Future[Answer], request: GangRequest) -> Effect:
         policies = self._policies
@@ -143,11 +143,10 @@ class Placer:
     def _never_fits_why(self, request: GangRequest) -> str | None:
         """``never_fits`` against the capacities seen, cached until they change."""
         pool = self._policies.pool
-        if pool.capacity_version != self._never_fits_version:
-            self._never_fits.clear()
-            self._never_fits_version = pool.capacity_version
-        key = (tuple((s.key, s.resources) for s in request.slots), request.constraints)
+        key = (pool.capacity_version, tuple((s.key, s.resources) for s in request.slots), request.constraints)
         if key not in self._never_fits:
+            if next(iter(self._never_fits), key)[0] != key[0]:  # the capacities changed since
+                self._never_fits.clear()
             why = never_fits(request, pool.capacities(), self._policies.options)
             if why is None and pool.quota:
                 needs = {

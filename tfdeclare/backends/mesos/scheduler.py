@@ -52,11 +52,12 @@ from tfdeclare.backends.mesos.maintenance import Window
 from tfdeclare.backends.mesos.offers import HeldOffer
 from tfdeclare.backends.mesos.placing import Placer
 from tfdeclare.backends.mesos.policies import Policies
-from tfdeclare.backends.mesos.sender import AcksSent, Answer, Answered, BurstAnswered, Sender
+from tfdeclare.backends.mesos.sender import AcksSent, Answered, BurstAnswered, Sender
 from tfdeclare.backends.mesos.taskinfo import LABEL_PREFIX
 from tfdeclare.backends.mesos.taskstate import LOST_LIKE, is_terminal
 from tfdeclare.backends.mesos.tasktable import (
     OUR_TASK_ID,
+    Launch,
     StatusRule,
     TaskTable,
     reported,
@@ -86,7 +87,6 @@ class Scheduler:
         self.launches = Launches(config, clock, table, sender, policies)
         self.placer = Placer(config, clock, policies)
         self.maintenance = Maintenance(clock, table, framework, sender, policies)
-        self.close_answered = False  # the calls thread is past what close() decided
 
     def handle(self, message: Inbound) -> Effect:
         match message:
@@ -116,7 +116,6 @@ class Scheduler:
                     self.policies.decide(msg.Disconnected())
                 return Effect.NONE
             case Answered():
-                self.close_answered = self.close_answered or message.what is Answer.CLOSE
                 return self.policies.answered(message)
             case BurstAnswered(burst=burst, results=results):
                 return self.launches.answered(burst, results)
@@ -192,7 +191,7 @@ class Scheduler:
             self._sender.client = event.client
         self.policies.pool.clear()  # offers of an earlier subscription are void
         self.policies.pool.forget_agents()
-        live = to_reconcile(self._table, self._table.unsent)
+        live = to_reconcile(self._table, self._table.at(Launch.UNSENT))
         self.policies.decide(msg.Subscribed(live, stopping(self._table)))
         log.info("subscribed as framework %s; reconciling %d task(s)", event.framework_id, len(live))
         if not self._framework.gpu_enabled and older_than(event.version, (1, 9)):
@@ -233,8 +232,8 @@ class Scheduler:
         now = self._clock()
         task_id = status.task_id
         entry = self._table.get(task_id)
-        if task_id in self._table.awaiting_update or task_id in self.policies.policy.reconcile_pending:
-            self._table.awaiting_update.discard(task_id)
+        first = self._table.first_update(task_id)
+        if first or task_id in self.policies.policy.reconcile_pending:
             effect = Effect.CHANGED  # close() or the first observe() may be waiting for it
         said = reported(status.state)
         rule = status_rule(entry, status.state, status.source, status.reason)

@@ -99,18 +99,20 @@ class Sender:
         self.old_clients: list[SchedulerClient] = []
         self._calls: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._acks: queue.SimpleQueue[AckBatch | None] = queue.SimpleQueue()
-        self._threads: list[threading.Thread] = []
+        self._threads = tuple(
+            threading.Thread(target=target, name=name, daemon=True)
+            for name, target in (
+                ("mesos-backend-calls", self._calls_loop),
+                ("mesos-backend-acks", self._acks_loop),
+            )
+        )
         self.accepts: collections.deque[Accept] = collections.deque()
         self.burst_out = False
         self.acks_out = 0  # batches with the acks thread, not sent yet
 
     def start(self) -> None:
-        for name, target in (
-            ("mesos-backend-calls", self._calls_loop),
-            ("mesos-backend-acks", self._acks_loop),
-        ):
-            thread = threading.Thread(target=target, name=name, daemon=True)
-            self._threads.append(thread)
+        """Start the two threads (once: the loop calls it before its own thread starts)."""
+        for thread in self._threads:
             thread.start()
 
     def stop(self) -> None:
@@ -120,7 +122,8 @@ class Sender:
 
     def join(self, *, timeout_s: float) -> None:
         for thread in self._threads:
-            thread.join(timeout=timeout_s)
+            if thread.ident is not None:  # started
+                thread.join(timeout=timeout_s)
 
     def drop_client(self) -> None:
         """The client stopped (or was replaced): calls no longer go through it."""

@@ -1,11 +1,11 @@
 """The Mesos backend's task table: every task it launched, and the rules for changing it.
 
 This module owns ``TaskTable``: the tasks (``journal.TaskEntry`` by task id, loaded from the
-journal and written to it before anything acts on a change), the index of tasks per agent,
-the tasks journaled but whose ACCEPT is not answered yet (``unsent``), the tasks the master
-took of which no update came yet (``awaiting_update``: ``close`` waits for them) and the
-updates journaled but not acknowledged yet (``acks_due``). One thread owns it (the backend's
-loop).
+journal and written to it before anything acts on a change), where each launch of this run
+stands (``launching``: journaled but its ACCEPT not answered yet, ``Launch.UNSENT``; taken by
+the master but no update came yet, ``Launch.AWAITING_UPDATE``, which ``close`` waits for) and
+the updates journaled but not acknowledged yet (``acks_due``). One thread owns it (the
+backend's loop).
 
 The rules are pure functions of a task's record, tested as tables
 (``tests/test_mesos_task_table.py``): which updates fold into a record and which mean the task
@@ -129,22 +129,29 @@ def stop_changes(entry: TaskEntry, grace_s: float) -> bool:
     return not entry.kill_requested or entry.kill_grace_s != grace_s
 
 
+class Launch(Enum):
+    """Where a launch of this run stands, until its task's first update."""
+
+    UNSENT = "unsent"  # journaled, its ACCEPT not answered yet
+    AWAITING_UPDATE = "awaiting update"  # the master took it, no update came yet
+
+
 # ---- the table -------------------------------------------------------------------------------------
 
 
 class TaskTable:
-    """The tasks, their index per agent, the launches and acknowledgements in flight, and the
-    journal; see the module docstring."""
+    """The tasks, the launches and acknowledgements in flight, and the journal; see the
+    module docstring."""
 
     def __init__(self, root: Path) -> None:
         self.journal = TaskJournal(root)
         self.tasks: dict[str, TaskEntry] = self.journal.load()  # raises JournalError
-        self._on_agent: dict[str, set[str]] = {}  # agent id -> ids of our tasks there
-        for entry in self.tasks.values():
-            self._on_agent.setdefault(entry.agent_id, set()).add(entry.task_id)
-        self.unsent: set[str] = set()  # journaled tasks whose ACCEPT has not been answered
-        self.awaiting_update: set[str] = set()  # ACCEPT taken in this run, no update yet
+        self.launching: dict[str, Launch] = {}  # the launches of this run, until a first update
         self.acks_due: list[Ack] = []  # journaled updates to acknowledge once synced
+
+    def at(self, stage: Launch) -> set[str]:
+        """The launches of this run at ``stage``."""
+        return {t for t, at in self.launching.items() if at is stage}
 
     def get(self, task_id: str) -> TaskEntry | None:
         return self.tasks.get(task_id)
@@ -158,18 +165,12 @@ class TaskTable:
     def __iter__(self) -> Iterator[TaskEntry]:
         return iter(self.tasks.values())
 
-    def add(self, entry: TaskEntry) -> None:
-        self.tasks[entry.task_id] = entry
-        self._on_agent.setdefault(entry.agent_id, set()).add(entry.task_id)
-
     def drop(self, task_id: str) -> None:
-        self.awaiting_update.discard(task_id)
-        entry = self.tasks.pop(task_id, None)
-        if entry is not None:
-            self._on_agent.get(entry.agent_id, set()).discard(task_id)
+        self.launching.pop(task_id, None)
+        self.tasks.pop(task_id, None)
 
     def live_on(self, agent_id: str) -> list[TaskEntry]:
-        return [e for t in self._on_agent.get(agent_id, ()) if not is_terminal((e := self.tasks[t]).state)]
+        return [e for e in self.tasks.values() if e.agent_id == agent_id and not is_terminal(e.state)]
 
     def busy_agents(self) -> set[str]:
         return {e.agent_id for e in self.tasks.values() if not is_terminal(e.state)}
@@ -179,9 +180,9 @@ class TaskTable:
     def record_launch(self, entries: Sequence[TaskEntry]) -> None:
         """Write-ahead: the tasks are journaled (synced) before any ACCEPT carries them."""
         for entry in entries:
-            self.add(entry)
+            self.tasks[entry.task_id] = entry
         self.journal.put(entries, sync=True)
-        self.unsent.update(e.task_id for e in entries)
+        self.launching.update((e.task_id, Launch.UNSENT) for e in entries)
 
     def forget_unlaunched(self, task_ids: Sequence[str], why: str) -> None:
         """Tasks whose ACCEPT was not sent or was refused never existed."""
@@ -192,7 +193,9 @@ class TaskTable:
 
     def answered(self, task_ids: Iterable[str]) -> None:
         """The ACCEPT carrying these tasks was answered (or never sent)."""
-        self.unsent.difference_update(task_ids)
+        for task_id in task_ids:
+            if self.launching.get(task_id) is Launch.UNSENT:
+                self.launching.pop(task_id)
 
     def launched(self, task_ids: Iterable[str]) -> None:
         """The master took these tasks (informational: written with the task's next change)."""
@@ -200,7 +203,14 @@ class TaskTable:
             if (entry := self.tasks.get(task_id)) is not None:
                 entry.accepted = True
                 if entry.state is None:  # close() waits for its first update to be acknowledged
-                    self.awaiting_update.add(task_id)
+                    self.launching[task_id] = Launch.AWAITING_UPDATE
+
+    def first_update(self, task_id: str) -> bool:
+        """An update came: whether it is the first of a task launched in this run."""
+        first = self.launching.get(task_id) is Launch.AWAITING_UPDATE
+        if first:
+            del self.launching[task_id]
+        return first
 
     def apply(self, entry: TaskEntry, status: TaskStatus, now: float) -> bool:
         """Fold ``status`` into ``entry`` and journal it; whether it changed."""
