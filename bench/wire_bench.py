@@ -51,7 +51,7 @@ def job(workers: int) -> list[TaskLaunch]:
 
 
 def encoded(task: TaskLaunch, n: int) -> int:
-    info = task_info(task, f"{AGENT}{n % 1000}", "*", task_labels(task, "tfdeclare@controller.example.com"))
+    info = task_info(task, f"{AGENT}{n % 1000}", task_labels(task, "tfdeclare@controller.example.com"))
     return len(json.dumps(info, ensure_ascii=False, separators=(",", ":")).encode())
 
 

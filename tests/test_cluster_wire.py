@@ -242,7 +242,7 @@ def test_the_task_info_is_small_and_carries_no_address() -> None:
     try:
         for in_band, fetching in zip(tasks, wire.prepare(tasks), strict=True):
             sizes = [
-                len(json.dumps(task_info(t, "agent-1", "*", task_labels(t, "me")), separators=(",", ":")))
+                len(json.dumps(task_info(t, "agent-1", task_labels(t, "me")), separators=(",", ":")))
                 for t in (in_band, fetching)
             ]
             assert sizes[0] > 10_000 and sizes[1] < 2_150, sizes  # docs/benchmarks.md: bytes per task
@@ -353,7 +353,7 @@ def test_even_a_signed_answer_sets_tf_config_and_the_four_placeholders_only(
 def test_a_health_check_gets_neither_the_key_nor_the_token(wire: ClusterWire) -> None:
     extra = "  healthCheck: {exec: {command: [check]}}\n"
     launch = wire.prepare(job_launches("{worker: {count: 1}}", extra=extra))[0]
-    info = task_info(launch, "agent-1", "*", task_labels(launch, "me"))
+    info = task_info(launch, "agent-1", task_labels(launch, "me"))
     assert FETCH_ENV in json.dumps(info["command"]) and "health_check" in info
     assert FETCH_ENV not in json.dumps(info["health_check"]) and key_of(launch) not in json.dumps(
         info["health_check"]
