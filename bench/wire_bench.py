@@ -1,12 +1,14 @@
 """Issue 33, item 2: the bytes of one task's TaskInfo as a function of its job's size, with
 the cluster in band (``TF_CONFIG`` in every task's environment) and fetched out of band
-(``mesos.clusterServer``: a fixed bootstrap, the URL and token). Measured on the TaskInfos the
-backend really builds (``launches`` then ``taskinfo.task_info``, encoded as the scheduler
-client encodes calls), for one job of n workers with the labels, resources and ids of a real
-launch (agents at IPv4 addresses, one task per agent); the figures are the largest TaskInfo
-of the job and the total per job.
+(``mesos.clusterServer``: a fixed bootstrap, the key, the URL and token). Measured on the
+TaskInfos the backend really builds (``launches`` then ``taskinfo.task_info``, encoded as the
+scheduler client encodes calls), for one job of n tasks with the labels, resources and ids of
+a real launch (agents at IPv4 addresses, one task per agent; the owner label as a framework's
+``frameworkName/instanceId``); the figures are the largest TaskInfo of the job and the total
+per job. ``--fields N`` prints where the bytes of the largest fetched TaskInfo of a job of N
+tasks go, field by field.
 
-    python -m bench.wire_bench [--sizes 10,100,1000]
+    python -m bench.wire_bench [--sizes 10,100,1000] [--fields 1000]
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import textwrap
+from typing import Any
 
 from bench.common import machine
 from tfdeclare.backends.mesos.clusterwire import ClusterWire
@@ -25,6 +28,8 @@ from tfdeclare.core.run.tasks import Placement, Slot, TaskLaunch
 from tfdeclare.core.spec.loader import load_file
 
 AGENT = "5f8e4c3a-9d2b-4e1f-8a7c-6b5d4e3f2a1b-S"  # the shape of a Mesos agent id
+OWNER = "tfdeclare/3c9a5e71"  # the shape of a framework's owner (frameworkName/instanceId)
+ADVERTISE = "controller.example.com:7077"  # mesos.clusterServer.advertise
 
 
 def job(workers: int) -> list[TaskLaunch]:
@@ -50,21 +55,33 @@ def job(workers: int) -> list[TaskLaunch]:
     return launches(placed(record, placement), placement, None)
 
 
+def fetching(tasks: list[TaskLaunch]) -> list[TaskLaunch]:
+    """``tasks`` as launched with ``mesos.clusterServer`` set (every job fetched)."""
+    wire = ClusterWire(ClusterServerConfig(min_bytes=0, advertise=ADVERTISE))
+    try:
+        return wire.prepare(tasks)
+    finally:
+        assert wire.server is not None
+        wire.server.close()
+
+
+def info(task: TaskLaunch, n: int) -> dict[str, Any]:
+    return task_info(task, f"{AGENT}{n % 1000}", task_labels(task, OWNER))
+
+
+def size(value: object) -> int:
+    """Bytes of ``value`` as the scheduler client encodes it."""
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+
+
 def encoded(task: TaskLaunch, n: int) -> int:
-    info = task_info(task, f"{AGENT}{n % 1000}", "*", task_labels(task, "tfdeclare@controller.example.com"))
-    return len(json.dumps(info, ensure_ascii=False, separators=(",", ":")).encode())
+    return size(info(task, n))
 
 
 def measure(workers: int) -> dict[str, int]:
     tasks = job(workers)
-    wire = ClusterWire(ClusterServerConfig(min_bytes=0, advertise="controller.example.com:7077"))
-    try:
-        fetching = wire.prepare(tasks)
-    finally:
-        assert wire.server is not None
-        wire.server.close()
     env = [encoded(t, n) for n, t in enumerate(tasks)]
-    fetch = [encoded(t, n) for n, t in enumerate(fetching)]
+    fetch = [encoded(t, n) for n, t in enumerate(fetching(tasks))]
     return {
         "tasks": workers,
         "env_max": max(env),
@@ -74,17 +91,45 @@ def measure(workers: int) -> dict[str, int]:
     }
 
 
+def fields(workers: int) -> list[tuple[str, int]]:
+    """The largest fetched TaskInfo of a job of ``workers`` tasks, by field (``"key":value,``
+    bytes; ``command`` also by its parts)."""
+    infos = [info(t, n) for n, t in enumerate(fetching(job(workers)))]
+    largest = max(infos, key=size)
+    out = [("total", size(largest))]
+    for key, value in largest.items():
+        out.append((key, size({key: value}) - 1))  # "key":value, (the braces less, a comma more)
+        if key == "command":
+            for part, inner in value.items():
+                out.append((f"  {part}", size({part: inner}) - 1))
+            arguments = value["arguments"]
+            out.append(("    the bootstrap (in arguments)", size(arguments[2]) + 1))
+            for variable in value["environment"]["variables"]:
+                out.append((f"    env {variable['name']}", size(variable) + 1))
+        if key == "labels":
+            for label in value["labels"]:
+                out.append((f"    label {label['key']}", size(label) + 1))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10,100,1000,4000")
+    parser.add_argument("--fields", type=int, default=0, help="a job size: where its TaskInfo's bytes go")
     args = parser.parse_args()
     print(f"machine: {machine()}")
+    if args.fields:
+        print(f"| field of the largest fetched TaskInfo ({args.fields:,} tasks) | bytes |")
+        print("|---|---|")
+        for name, count in fields(args.fields):
+            print(f"| {name} | {count:,} |")
+        return
     print("| tasks | in band: bytes per task | per job | fetched: bytes per task | per job |")
     print("|---|---|---|---|---|")
-    for size in (int(s) for s in args.sizes.split(",")):
-        row = measure(size)
+    for workers in (int(s) for s in args.sizes.split(",")):
+        row = measure(workers)
         print(
-            f"| {size:,} | {row['env_max']:,} | {row['env_job']:,} | {row['fetch_max']:,} | {row['fetch_job']:,} |"
+            f"| {workers:,} | {row['env_max']:,} | {row['env_job']:,} | {row['fetch_max']:,} | {row['fetch_job']:,} |"
         )
 
 

@@ -24,7 +24,8 @@ from tests.mesos_emulator import Emulator
 from tests.mesos_fixtures import PY, config_yaml, emulated_project, start_emulator
 from tests.test_daemon import Daemon
 from tests.waiting import wait_until
-from tfdeclare.backends.mesos.bootstrap import BOOTSTRAP, FETCH_ENV
+from tfdeclare.backends.mesos.bootstrap import BOOTSTRAPS, FETCH_ENV
+from tfdeclare.core.enums import ClusterSpecStyle
 
 # Each task writes what it sees (TF_CONFIG, argv) to OUT/<role>-<index>.json, then idles.
 TASK = (
@@ -92,8 +93,9 @@ def test_every_task_fetches_what_it_gets_in_band(project: tuple[Path, Emulator])
         assert "TF_CONFIG" not in {v["name"] for v in variables}
         assert address["worker-1"] not in json.dumps(info)
         arguments = info["command"]["arguments"]  # type: ignore[index]
-        at = arguments.index(BOOTSTRAP)  # after the working directory's `sh -c 'cd ...'`
-        assert arguments[at - 2 : at + 2] == ["python3", "-c", BOOTSTRAP, PY]
+        bootstrap = BOOTSTRAPS[ClusterSpecStyle.BOTH]
+        at = arguments.index(bootstrap)  # after the working directory's `sh -c 'cd ...'`
+        assert arguments[at - 2 : at + 2] == ["python3", "-c", bootstrap, PY]
     waited = cli("apply", "specs", "--backend", "mesos", "--wait", "--timeout", "60", cwd=root, timeout=90)
     assert waited.returncode == 0, waited.stdout + waited.stderr
     assert yaml.safe_load((root / "status" / "wired.yaml").read_text())["phase"] == "Succeeded"

@@ -146,7 +146,7 @@ def test_on_mesos_always_makes_the_agent_pull_and_the_default_leaves_it_to_its_c
     containerizer: str,
 ) -> None:
     def pulls(policy: ImagePullPolicy) -> dict[str, Any]:
-        container = task_info(_launch(policy), "A-S0", "*", {}, containerizer=containerizer)["container"]
+        container = task_info(_launch(policy), "A-S0", {}, containerizer=containerizer)["container"]
         return dict(container["docker"]) if containerizer == "docker" else dict(container["mesos"]["image"])
 
     default = pulls(ImagePullPolicy.IF_NOT_PRESENT)

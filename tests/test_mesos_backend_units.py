@@ -302,7 +302,7 @@ def launch(**changes: object) -> TaskLaunch:
 
 
 def test_task_info_shape() -> None:
-    info = task_info(launch(), "A-S0", "ml", {"tfdeclare.job": "job"})
+    info = task_info(launch(), "A-S0", {"tfdeclare.job": "job"})
     assert info["name"] == "/job:worker/task:1"
     assert info["task_id"] == {"value": "job.ab12.worker-1.3"}
     assert info["agent_id"] == {"value": "A-S0"}
@@ -317,19 +317,19 @@ def test_task_info_shape() -> None:
     assert by_name["mem"]["scalar"] == {"value": 4096.0}
     assert by_name["gpus"]["scalar"] == {"value": 1.0}
     assert by_name["ports"]["ranges"] == {"range": [{"begin": 31005, "end": 31005}]}
-    assert all(r["allocation_info"] == {"role": "ml"} for r in info["resources"])
+    assert not any("allocation_info" in r for r in info["resources"])  # the master adds the offers' role
     assert info["kill_policy"] == {"grace_period": {"nanoseconds": 7_500_000_000}}
     assert "container" not in info
 
 
 def test_no_gpus_resource_without_gpus() -> None:
-    info = task_info(launch(resources=Resources(1, 512, 0)), "A", "*", {})
+    info = task_info(launch(resources=Resources(1, 512, 0)), "A", {})
     assert [r["name"] for r in info["resources"]] == ["cpus", "mem", "ports"]
 
 
 def test_image_volumes_and_working_dir_with_the_mesos_containerizer() -> None:
     volume = Volume("/mnt/data", "/data", VolumeMode.RO)
-    info = task_info(launch(image="tf:2", volumes=(volume,), working_dir="/workspace"), "A", "*", {})
+    info = task_info(launch(image="tf:2", volumes=(volume,), working_dir="/workspace"), "A", {})
     assert info["container"] == {
         "type": "MESOS",
         "mesos": {"image": {"type": "DOCKER", "docker": {"name": "tf:2"}}},
@@ -351,7 +351,7 @@ def test_image_volumes_and_working_dir_with_the_mesos_containerizer() -> None:
 
 
 def test_docker_containerizer_uses_host_networking_and_keeps_the_entrypoint() -> None:
-    info = task_info(launch(image="tf:2", working_dir="/w"), "A", "*", {}, containerizer="docker")
+    info = task_info(launch(image="tf:2", working_dir="/w"), "A", {}, containerizer="docker")
     assert info["container"]["type"] == "DOCKER"
     assert info["container"]["docker"] == {
         "image": "tf:2",
@@ -373,7 +373,6 @@ def test_a_gpu_entrypoint_task_with_a_working_dir_under_the_docker_containerizer
     info = task_info(
         launch(image="tf-gpu:1", working_dir="/opt/b", argv=argv, entrypoint=True),
         "A",
-        "*",
         {},
         containerizer="docker",
     )
@@ -393,7 +392,7 @@ def test_a_container_never_starts_in_a_host_folder(containerizer: str) -> None:
 
     def directory(**changes: Any) -> str | None:
         info = task_info(
-            launch(image="tf:2", **changes), "A", "*", {}, containerizer=containerizer, shared_filesystem=True
+            launch(image="tf:2", **changes), "A", {}, containerizer=containerizer, shared_filesystem=True
         )
         if containerizer == "docker":
             found = [p["value"] for p in info["container"]["docker"]["parameters"] if p["key"] == "workdir"]
@@ -411,7 +410,6 @@ def test_an_images_entrypoint_gets_the_args_and_no_value() -> None:
         info = task_info(
             launch(image="tf:2", argv=("--epochs", "3"), entrypoint=True),
             "A",
-            "*",
             {},
             containerizer=containerizer,
         )
@@ -420,11 +418,11 @@ def test_an_images_entrypoint_gets_the_args_and_no_value() -> None:
 
 
 def test_shared_filesystem_starts_tasks_in_the_spec_folder() -> None:
-    info = task_info(launch(source_dir="/specs"), "A", "*", {}, shared_filesystem=True)
+    info = task_info(launch(source_dir="/specs"), "A", {}, shared_filesystem=True)
     assert info["command"]["arguments"][4] == "/specs"
-    relative = task_info(launch(source_dir="/specs", working_dir="sub"), "A", "*", {}, shared_filesystem=True)
+    relative = task_info(launch(source_dir="/specs", working_dir="sub"), "A", {}, shared_filesystem=True)
     assert relative["command"]["arguments"][4] == "/specs/sub"
-    sandbox = task_info(launch(source_dir="/specs"), "A", "*", {})
+    sandbox = task_info(launch(source_dir="/specs"), "A", {})
     assert sandbox["command"]["value"] == "python"
 
 
@@ -551,7 +549,7 @@ def test_task_resources_are_cut_from_the_offer_with_their_reservations() -> None
         _scalar_json("gpus", 1.0, **ml),
         {"name": "ports", "type": "RANGES", "ranges": {"range": [{"begin": 31000, "end": 31009}]}, **ml},
     ]
-    pieces = take_resources(offered, launch(), "ml", reserved_first=True)  # cpus 2, mem 4096, gpus 1
+    pieces = take_resources(offered, launch(), reserved_first=True)  # cpus 2, mem 4096, gpus 1
     by_name = [(p["name"], p.get("reservations"), p.get("scalar", p.get("ranges"))) for p in pieces]
     assert by_name == [
         ("cpus", ml["reservations"], {"value": 1.5}),
@@ -560,11 +558,11 @@ def test_task_resources_are_cut_from_the_offer_with_their_reservations() -> None
         ("gpus", ml["reservations"], {"value": 1.0}),
         ("ports", ml["reservations"], {"range": [{"begin": 31005, "end": 31005}]}),
     ]
-    assert all(p["allocation_info"] == {"role": "ml"} for p in pieces)
+    assert not any("allocation_info" in p for p in pieces)  # the master adds the offers' role
     assert [e["scalar"]["value"] for e in offered[:4]] == [0.0, 3.5, 4096.0, 0.0]  # type: ignore[index]
     # Unreserved first, when so configured; and what the offers lack is asked for plainly.
     offered = [_scalar_json("cpus", 1.0, role="ml"), _scalar_json("cpus", 0.5, role="*")]
-    pieces = take_resources(offered, launch(), "ml", reserved_first=False)
+    pieces = take_resources(offered, launch(), reserved_first=False)
     cpus = [(p["role"], p["scalar"]["value"]) for p in pieces if p["name"] == "cpus"]  # type: ignore[index]
     assert cpus == [("*", 0.5), ("ml", 1.0), ("*", 0.5)]
 

@@ -69,15 +69,16 @@ def task_url(base: str, token: str) -> str:
 
 
 def fetched(launch: TaskLaunch, base: str, token: str, key: str) -> TaskLaunch:
-    """``launch`` rewritten to fetch its cluster: the bootstrap before the role's argv as
-    written (placeholders not yet replaced), no TF_CONFIG, its key and URL (with its token)
-    instead."""
+    """``launch`` rewritten to fetch its cluster: the bootstrap of its job's style before the
+    role's argv as written (placeholders not yet replaced), no TF_CONFIG, its key and URL (with
+    its token) instead."""
     source = launch.cluster
     assert source is not None
     drop = {FETCH_ENV, *(("TF_CONFIG",) if with_tf_config(source.style) else ())}
     env = [(k, v) for k, v in launch.env if k not in drop]
     env.append((FETCH_ENV, fetch_value(key, task_url(base, token))))
-    return replace(launch, argv=bootstrap_argv(source.argv[launch.key.role]), env=tuple(sorted(env)))
+    argv = bootstrap_argv(source.style, source.argv[launch.key.role])
+    return replace(launch, argv=argv, env=tuple(sorted(env)))
 
 
 def fetches(launch: TaskLaunch) -> bool:

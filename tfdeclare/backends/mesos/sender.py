@@ -223,11 +223,10 @@ class Sender:
                 task_info(
                     task,
                     accept.agent_id,
-                    accept.role,
                     task_labels(task, owner),
                     containerizer=config.containerizer,
                     shared_filesystem=config.shared_filesystem,
-                    resources=take_resources(offered, task, accept.role, config.reserved_first),
+                    resources=take_resources(offered, task, config.reserved_first),
                 )
                 for task in tasks
             ]

@@ -1,11 +1,17 @@
 """TaskInfo JSON for one ``TaskLaunch`` (reference §1.9): a pure builder.
 
 This module owns the wire shape of what tfdeclare launches: the TF-style ``name``, the id,
-the agent, resources (cpus, mem, gpus when > 0, the task's port as a single-port range, each
-tagged with the offer's allocation role and cut from the offered resources with their
-reservations: ``take_resources``), the command without a shell, the environment,
+the agent, resources (cpus, mem, gpus when > 0, the task's port as a single-port range, cut
+from the offered resources with their reservations: ``take_resources``), the command without a
+shell, the environment,
 the container (the image through the Mesos containerizer, or the Docker containerizer with
 HOST networking), volumes, the kill policy, the health check (``healthcheck.py``) and labels.
+
+A task's resources carry no ``allocation_info``: all the offers of one ACCEPT share one
+allocation role, and the master gives each resource of its operations that role (upstream
+``protobuf::injectAllocationInfo`` in ``Master::accept``, for every framework, MULTI_ROLE or
+not; the real tier's role tests check it), so sending it (31 bytes a resource, the same in
+every task) only made every TaskInfo longer (``bench/wire_bench.py``).
 
 The Mesos command executor execs ``value`` with ``arguments`` as the whole argv; the Docker
 containerizer appends ``value`` then ``arguments`` to ``docker run IMAGE`` (the image's
@@ -56,30 +62,20 @@ SANDBOX_IN_CONTAINER = "/mnt/mesos/sandbox"
 LABEL_PREFIX = "tfdeclare."
 
 
-def _scalar(name: str, value: float, role: str) -> JSON:
-    return {
-        "name": name,
-        "type": "SCALAR",
-        "scalar": {"value": value},
-        "role": "*",
-        "allocation_info": {"role": role},
-    }
+def _scalar(name: str, value: float) -> JSON:
+    return {"name": name, "type": "SCALAR", "scalar": {"value": value}, "role": "*"}
 
 
-def resources_json(launch: TaskLaunch, role: str) -> list[JSON]:
+def resources_json(launch: TaskLaunch) -> list[JSON]:
+    """The task's resources, unreserved (what ``take_resources`` asks for when the offers do not
+    hold them)."""
     r = launch.resources
-    out = [_scalar("cpus", float(r.cpus), role), _scalar("mem", float(r.mem_mib), role)]
+    out = [_scalar("cpus", float(r.cpus)), _scalar("mem", float(r.mem_mib))]
     if r.gpus > 0:
-        out.append(_scalar("gpus", float(r.gpus), role))
+        out.append(_scalar("gpus", float(r.gpus)))
     port = launch.slot.port
     out.append(
-        {
-            "name": "ports",
-            "type": "RANGES",
-            "ranges": {"range": [{"begin": port, "end": port}]},
-            "role": "*",
-            "allocation_info": {"role": role},
-        }
+        {"name": "ports", "type": "RANGES", "ranges": {"range": [{"begin": port, "end": port}]}, "role": "*"}
     )
     return out
 
@@ -92,17 +88,16 @@ def _reserved(resource: JSON) -> bool:
     return bool(stack) or resource.get("role", "*") != "*"
 
 
-def _piece(offered: JSON, value: JSON, role: str) -> JSON:
+def _piece(offered: JSON, value: JSON) -> JSON:
     """A task resource cut from ``offered``: its name and reservation as offered."""
     piece: JSON = {"name": offered["name"], **value}
     for key in _RESERVATION_FIELDS:
         if key in offered:
             piece[key] = offered[key]
-    piece["allocation_info"] = {"role": role}
     return piece
 
 
-def take_resources(offered: list[JSON], launch: TaskLaunch, role: str, reserved_first: bool) -> list[JSON]:
+def take_resources(offered: list[JSON], launch: TaskLaunch, reserved_first: bool) -> list[JSON]:
     """The task's resources cut from what its offers hold (``offered``, used up in place), each
     piece with the reservation of the offered resource it comes from, so the master finds
     exactly what it offered (a task may take part reserved, part unreserved). With
@@ -120,12 +115,12 @@ def take_resources(offered: list[JSON], launch: TaskLaunch, role: str, reserved_
             if take <= 0:
                 continue
             entry["scalar"]["value"] = round(have - take, 3)
-            out.append(_piece(entry, {"type": "SCALAR", "scalar": {"value": take}}, role))
+            out.append(_piece(entry, {"type": "SCALAR", "scalar": {"value": take}}))
             left = round(left - take, 3)
             if left <= 0:
                 break
         if left > 0:
-            out.append(_scalar(name, left, role))
+            out.append(_scalar(name, left))
     port = launch.slot.port
     single = {"type": "RANGES", "ranges": {"range": [{"begin": port, "end": port}]}}
     holder = next(
@@ -137,11 +132,7 @@ def take_resources(offered: list[JSON], launch: TaskLaunch, role: str, reserved_
         ),
         None,
     )
-    out.append(
-        _piece(holder, single, role)
-        if holder
-        else {"name": "ports", **single, "role": "*", "allocation_info": {"role": role}}
-    )
+    out.append(_piece(holder, single) if holder else {"name": "ports", **single, "role": "*"})
     return out
 
 
@@ -169,7 +160,6 @@ def working_dir(launch: TaskLaunch, shared_filesystem: bool) -> str | None:
 def task_info(
     launch: TaskLaunch,
     agent_id: str,
-    role: str,
     labels: Mapping[str, str],
     *,
     containerizer: str = "mesos",
@@ -198,7 +188,7 @@ def task_info(
         "name": f"/job:{launch.key.role.value}/task:{launch.key.index}",
         "task_id": {"value": launch.task_id},
         "agent_id": {"value": agent_id},
-        "resources": resources if resources is not None else resources_json(launch, role),
+        "resources": resources if resources is not None else resources_json(launch),
         "command": command,
         "kill_policy": {"grace_period": {"nanoseconds": round(launch.grace_period_s * 1e9)}},
         "labels": {"labels": [{"key": k, "value": v} for k, v in labels.items()]},
