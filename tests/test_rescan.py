@@ -12,15 +12,18 @@ import os
 import shutil
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import job_yaml
 from tfdeclare.core.enums import Phase
+from tfdeclare.core.plan import planner
 from tfdeclare.core.plan.desired import DesiredState
 from tfdeclare.core.plan.observed import ObservedJob
-from tfdeclare.core.plan.planner import PlanCache, plan
+from tfdeclare.core.plan.planner import JobPlan, PlanCache, plan
+from tfdeclare.core.spec.loader import LoadedJob
 from tfdeclare.shell import sources
 from tfdeclare.shell.sources import SpecFiles
 
@@ -32,7 +35,7 @@ class Watched:
     def __init__(self, specs: Path, monkeypatch: pytest.MonkeyPatch, offset: float = 10.0) -> None:
         self.specs, self.offset = specs, offset
         self.files = SpecFiles([specs], exclude=[specs / "state"], clock=self.clock)
-        self.full_loads, self.reads = 0, []
+        self.full_loads, self.reads = 0, list[str]()
         discover = self.files._discover
 
         def counted(*args: object) -> object:
@@ -41,7 +44,12 @@ class Watched:
 
         monkeypatch.setattr(self.files, "_discover", counted)
         read = sources._read
-        monkeypatch.setattr(sources, "_read", lambda path, size: self.reads.append(path) or read(path, size))
+
+        def counted_read(path: str, size: int) -> bytes:
+            self.reads.append(path)
+            return read(path, size)
+
+        monkeypatch.setattr(sources, "_read", counted_read)
 
     def clock(self) -> float:
         return time.time() + self.offset
@@ -88,7 +96,7 @@ def gone_folder(specs: Path) -> None:
 
 
 # (what changes, the change, whether the rescan takes the full load)
-CASES: list[tuple[str, Callable[[Path], None], bool]] = [
+CASES: list[tuple[str, Callable[[Path], object], bool]] = [
     ("content edit keeping the size", lambda d: in_place(d / "a.yaml", "count: 1", "count: 3"), False),
     ("content edit changing the size", lambda d: in_place(d / "a.yaml", "count: 1", "count: 12"), False),
     ("touch of the mtime only", touch, False),
@@ -148,7 +156,7 @@ def specs(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize(("change", "full"), [(c[1], c[2]) for c in CASES], ids=[c[0] for c in CASES])
 def test_a_rescan_sees_each_change_as_a_full_load_does(
-    specs: Path, change: Callable[[Path], None], full: bool, monkeypatch: pytest.MonkeyPatch
+    specs: Path, change: Callable[[Path], object], full: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     warm = Watched(specs, monkeypatch)
     first = warm.load()
@@ -194,27 +202,32 @@ def test_a_clock_that_went_back_takes_the_full_load(specs: Path, monkeypatch: py
 
 
 def test_a_rescan_that_finds_nothing_re_plans_nothing(specs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The planner reuses its last plan for the same desired state and the same observed
-    state; another observed state (the backend's next answer) is planned again."""
+    """The planner reuses its last plan for the same desired state and the same (or an equal)
+    observed state; another observed state (the backend's next answer) is planned again."""
     warm = Watched(specs, monkeypatch)
     desired = warm.load()
     observed = {n: ObservedJob(n, j.canonical, j.spec_hash, Phase.RUNNING) for n, j in desired.jobs.items()}
     cache = PlanCache()
     first = plan(desired, observed, None, cache, now=1.0)
     planned: list[str] = []
-    real = cache.present
+    real = planner._plan_present
 
-    def present(loaded: object, current: object) -> object:
-        planned.append(loaded.name)  # type: ignore[attr-defined]
-        return real(loaded, current)  # type: ignore[arg-type]
+    def present(loaded: LoadedJob, current: ObservedJob | None) -> JobPlan:
+        planned.append(loaded.name)
+        return real(loaded, current)
 
-    monkeypatch.setattr(cache, "present", present)
+    monkeypatch.setattr(planner, "_plan_present", present)
     again = plan(warm.load(), observed, None, cache, now=2.0)
     assert again.jobs == first.jobs and again.now == 2.0 and planned == []
     in_place(specs / "b.yaml", "count: 1", "count: 2")
     changed = plan(warm.load(), observed, None, cache, now=3.0)
     assert planned == ["b"] and changed.jobs == plan(reference(specs), observed, None, now=3.0).jobs
-    running = {n: ObservedJob(n, j.canonical, j.spec_hash, Phase.RUNNING) for n, j in desired.jobs.items()}
+    equal = {n: ObservedJob(n, j.canonical, j.spec_hash, Phase.RUNNING) for n, j in desired.jobs.items()}
+    equal["b"] = observed["b"]
     planned.clear()
-    plan(warm.load(), running, None, cache, now=4.0)
-    assert sorted(planned) == ["a", "b", "c", "d"], "another observed state: every job planned again"
+    plan(warm.load(), equal, None, cache, now=4.0)
+    assert planned == [], "an equal observed state (the daemon's, made each pass): nothing planned"
+    other = {**equal, "c": replace(equal["c"], phase=Phase.FAILED)}
+    made = plan(warm.load(), other, None, cache, now=5.0)
+    assert sorted(planned) == ["a", "c", "d"], "another observed state: a full plan (b's inputs are the same)"
+    assert made.jobs == plan(reference(specs), other, None, now=5.0).jobs

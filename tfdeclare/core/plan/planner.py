@@ -726,8 +726,10 @@ class PlanCache:
     that one (``DesiredState.patch``, the daemon's file events) against the same observed state
     and options is planned by re-planning only the names the patch changed (``_replan``), so
     the cost does not grow with the number of jobs (issue 23: ≤ 5 ms at 10,000 jobs); that
-    state itself again (a rescan that found nothing changed) re-plans no job. Only the
-    identical observed state counts: it is what the backend said, and may differ each pass."""
+    state itself again (a rescan that found nothing changed) re-plans no job. The observed
+    state must be the same, or equal job by job (the daemon's store gives the same
+    ``ObservedJob`` objects while a record is unchanged, so comparing is one C-speed dict
+    comparison): it is what the backend said, and may differ from one pass to the next."""
 
     def __init__(self) -> None:
         self._plans: dict[str, tuple[LoadedJob, ObservedJob | None, JobPlan]] = {}
@@ -933,7 +935,9 @@ def _replan_patch(
     unchanged = desired is last.desired
     if (
         (not unchanged and (desired.patch is None or desired.patch[0] is not last.desired.token))
-        or observed is not last.observed
+        or (
+            observed is not last.observed and observed != last.observed
+        )  # the daemon's: equal jobs, same objects
         or options != last.options
         or options.quotas  # they count every job
         or last.plan.sightings  # something waits to settle: the time may change its plan
