@@ -95,6 +95,22 @@ def gone_folder(specs: Path) -> None:
     shutil.rmtree(specs / "deep")
 
 
+def _other_links(specs: Path) -> None:
+    os.symlink(specs / "deep", specs / "shortcut")  # a folder's link: never followed
+    os.symlink(specs / "notes.txt", specs / "readme")
+
+
+def _replace(path: Path, text: str) -> None:
+    temp = path.with_name(".tmp-save")
+    temp.write_text(text)
+    os.replace(temp, path)
+
+
+def _new_folder(folder: Path, name: str) -> None:
+    folder.mkdir()
+    (folder / f"{name}.yaml").write_text(job_yaml(name))
+
+
 # (what changes, the change, whether the rescan takes the full load)
 CASES: list[tuple[str, Callable[[Path], object], bool]] = [
     ("content edit keeping the size", lambda d: in_place(d / "a.yaml", "count: 1", "count: 3"), False),
@@ -117,6 +133,7 @@ CASES: list[tuple[str, Callable[[Path], object], bool]] = [
     ("new file in a sub-folder", lambda d: (d / "deep" / "er" / "n.yaml").write_text(job_yaml("n")), False),
     ("new sub-folder with a file", lambda d: _new_folder(d / "new", "n"), False),
     ("sub-folder removed", gone_folder, False),
+    ("new links that are no spec files", _other_links, False),
     ("folder named like a spec file", lambda d: (d / "f.yaml").mkdir(), False),
     ("file replaced by a link inside", link_a_to_b, True),
     ("new link to a file outside", lambda d: os.symlink(d.parent / "outside.yaml", d / "o.yaml"), True),
@@ -126,17 +143,6 @@ CASES: list[tuple[str, Callable[[Path], object], bool]] = [
     ("a file emptied", lambda d: (d / "a.yaml").write_text(""), True),
     ("nothing", lambda d: None, False),
 ]
-
-
-def _replace(path: Path, text: str) -> None:
-    temp = path.with_name(".tmp-save")
-    temp.write_text(text)
-    os.replace(temp, path)
-
-
-def _new_folder(folder: Path, name: str) -> None:
-    folder.mkdir()
-    (folder / f"{name}.yaml").write_text(job_yaml(name))
 
 
 @pytest.fixture

@@ -97,10 +97,11 @@ class Stamps:
             return None
         for gone in self.folders.keys() - seen.keys():
             changed.update(self.folders[gone].files)
-        if links & changed:
+        specs = {p for p in changed if p in self.given or spec_name(os.path.basename(p))}
+        if links & specs:
             return None  # a spec file is a link now: the full load checks where it leads
         self.folders, self.looked_at = seen, now
-        return {p for p in changed if p in self.given or spec_name(os.path.basename(p))}
+        return specs
 
     def _look(
         self, folder: str, walked: Callable[[str, str], bool], changed: set[str], links: set[str]
