@@ -47,6 +47,7 @@ def _value(rng: random.Random, depth: int = 0) -> Any:
 )
 def test_the_text_is_json_encoders_byte_for_byte(options: dict[str, Any]) -> None:
     encode = jsontext.encoder(**options)
+    assert not hasattr(encode, "__self__"), "CPython: the encoder made once, not JSONEncoder.encode"
     reference = json.JSONEncoder(ensure_ascii=False, **options).encode
     rng = random.Random(33)
     for _ in range(3000):
