@@ -8,6 +8,14 @@ one ``FileResult`` per file keyed by its stat (size, mtime, inode); a file modif
 last two seconds is re-read regardless (mtime granularity), and results are reused by content
 hash, so a warm re-plan reads only what changed.
 
+A full rescan (no file events: ``load()`` told nothing) first compares every file's stamp
+with the last load's (``shell.stamps``: one ``lstat`` a file, at C speed); the spec files whose
+stamp differs, and those that were within the two seconds at the last load, are then patched
+in as if told (``_patch``), so a rescan that finds one file changed costs the walk and that
+file, not a Python test a file. What a patch cannot take (a link among the spec files, the
+same file twice, a folder that could not be listed, a change a patch refuses) takes the full
+load, with its diagnostics.
+
 A spec read from standard input (the command line's ``-``) is passed in as bytes and shown as
 ``<stdin>``.
 
@@ -25,7 +33,7 @@ import gc
 import os
 import stat as stat_module
 import time
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -34,9 +42,15 @@ from tfdeclare.core.plan.desired import DesiredState, assemble, holds_no_job
 from tfdeclare.core.plan.scope import PruneScope
 from tfdeclare.core.spec.loader import STDIN_NAME, FileResult, SpecCheck, content_hash, load_file
 from tfdeclare.core.spec.policy import SpecSources
+from tfdeclare.shell.stamps import RACY_SECONDS, Folder, Stamps, stamp, walked_folder
 
 _SUFFIXES = (".yaml", ".yml")
-_RACY_SECONDS = 2.0
+_RACY_SECONDS = RACY_SECONDS
+
+
+def _spec_name(name: str) -> bool:
+    """Whether discovery takes a file of this name in a folder."""
+    return not name.startswith(".") and name.endswith(_SUFFIXES)
 
 
 def spec_sources(paths: Sequence[str | Path], base: str | Path | None = None) -> SpecSources:
@@ -80,9 +94,11 @@ class SpecFiles:
         exclude: Iterable[Path] = (),
         base: Path | None = None,
         stdin: bytes | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.paths = [str(p) for p in paths]
         self.stdin = stdin  # a spec read from standard input, loaded as <stdin>
+        self.clock = clock  # the wall clock the racy window is measured on (files' mtimes)
         self.checks = tuple(checks)
         self.exclude = {os.path.realpath(p) for p in exclude}
         self.base = str(base) if base is not None else None
@@ -92,11 +108,25 @@ class SpecFiles:
         # The last state and the per-file results it was assembled from (None after a patch).
         self._last: tuple[list[FileResult] | None, DesiredState] | None = None
         self._files: dict[str, os.stat_result] = {}  # spec files found by the last scan
+        # For a rescan (``shell.stamps``): the stamps of the last look (None: the next load
+        # is a full one), and the spec files within the racy window then (looked at again).
+        self._stamps: Stamps | None = None
+        self._racy: set[str] = set()
+        self._walked = walked_folder(self.exclude, _SUFFIXES)
 
     def discover(self) -> tuple[list[tuple[str, os.stat_result]], list[Diagnostic]]:
         """Every spec file with its stat, once each (links to the same file count once)."""
+        files, problems, _ = self._discover(Stamps(self.clock()))
+        return files, problems
+
+    def _discover(
+        self, stamps: Stamps
+    ) -> tuple[list[tuple[str, os.stat_result]], list[Diagnostic], Stamps | None]:
+        """``discover``, and ``stamps`` filled for the next rescan (None when that must load
+        everything: a link among the spec files, the same file twice, or a problem)."""
         files: dict[tuple[int, int], tuple[str, os.stat_result]] = {}
         problems: list[Diagnostic] = []
+        plain = True  # no link among the spec files, no file twice
         for path in self.paths:
             try:
                 stat = os.stat(path)
@@ -105,34 +135,49 @@ class SpecFiles:
                 continue
             if os.path.isdir(path):
                 if os.path.realpath(path) not in self.exclude:
-                    self._walk(path, files, problems)
+                    plain &= self._walk(path, files, problems, stamps)
             else:
+                plain &= (stat.st_dev, stat.st_ino) not in files
                 files.setdefault((stat.st_dev, stat.st_ino), (path, stat))
-        return sorted(files.values()), problems  # by path: no two are the same, no stat compared
+                stamps.given[path] = stamp(stat)
+        found = sorted(files.values())  # by path: no two are the same, no stat compared
+        return found, problems, stamps if plain and not problems else None
 
     def _walk(
-        self, root: str, files: dict[tuple[int, int], tuple[str, os.stat_result]], problems: list[Diagnostic]
-    ) -> None:
+        self,
+        root: str,
+        files: dict[tuple[int, int], tuple[str, os.stat_result]],
+        problems: list[Diagnostic],
+        stamps: Stamps,
+    ) -> bool:
         """Spec files below ``root`` into ``files`` (by device and inode: the last path of a
-        file seen twice is kept); what cannot be read is added to ``problems``."""
+        file seen twice is kept), each folder's and spec file's stamp into ``stamps``; what
+        cannot be read is added to ``problems``. False when a spec file is a link or a file
+        was seen twice (a rescan then loads everything)."""
+        plain = True
         stack = [root]
         while stack:
             folder = stack.pop()
             try:
+                folder_stamp = stamp(os.stat(folder))  # before the listing: a later change shows
                 entries = list(os.scandir(folder))
             except OSError as err:
                 shown = display_path(folder, self.base)
                 problems.append(_read_error(shown, None, "cannot list this folder", err))
                 continue
+            stamped: dict[str, int] = {}
+            below: list[str] = []
             for entry in entries:
                 name = entry.name
                 if name.startswith("."):
                     continue
                 if name.endswith(_SUFFIXES):
-                    refused = self._outside(entry.path) if entry.is_symlink() else None
-                    if refused is not None:
-                        problems.append(refused)
-                        continue
+                    if entry.is_symlink():
+                        plain = False
+                        refused = self._outside(entry.path)
+                        if refused is not None:
+                            problems.append(refused)
+                            continue
                     try:
                         stat = entry.stat()  # the one system call per file of a warm load
                     except OSError as err:
@@ -141,9 +186,38 @@ class SpecFiles:
                         )
                         continue
                     if stat_module.S_ISREG(stat.st_mode):
-                        files[stat.st_dev, stat.st_ino] = (entry.path, stat)
+                        key = (stat.st_dev, stat.st_ino)
+                        plain = plain and key not in files
+                        files[key] = (entry.path, stat)
+                    if not stat_module.S_ISDIR(stat.st_mode):
+                        stamped[entry.path] = stat.st_ctime_ns
                 elif entry.is_dir(follow_symlinks=False) and os.path.realpath(entry.path) not in self.exclude:
-                    stack.append(entry.path)
+                    below.append(entry.path)
+            stack.extend(below)
+            stamps.folders[folder] = Folder(folder_stamp, stamped, below)
+        return plain
+
+    def _rescan(self, started: float) -> DesiredState | None:
+        """What a full load would give, from the spec files whose stamp changed since the
+        last load and those then within the racy window, patched in (``shell.stamps``); None
+        when the full load must look (see there, and ``_patch``)."""
+        last, stamps = self._last, self._stamps
+        if last is None or stamps is None or self.stdin is not None:
+            return None
+        changed = stamps.changes(self.paths, self._walked, _spec_name, started)
+        if changed is None:
+            return None
+        changed |= self._racy
+        if not changed:
+            return last[1]  # nothing changed: the same desired state, object and all
+        if not self._incremental(changed):
+            return None
+        now = self.clock()
+        state = self._patch(changed, now)
+        if state is not None:
+            files = self._files
+            self._racy = {p for p in changed if p in files and _racy(files[p], now)}
+        return state
 
     def load(self, changed: Collection[str] | None = None) -> DesiredState:
         """The desired state. ``changed``, when the caller knows it (the daemon's file
@@ -152,12 +226,17 @@ class SpecFiles:
         looked at (a full scan stats them all)."""
         if changed is not None and not changed and self._last is not None:
             return self._last[1]  # nothing changed since the last load
+        now = self.clock()
         if changed is not None and self._incremental(changed):
-            patched = self._patch(changed)
+            patched = self._patch(changed, now)
             if patched is not None:
+                self._racy.update(changed)  # looked at again by the next rescan
                 return patched
-        files, problems = self.discover()
-        now = time.time()
+        rescanned = self._rescan(now)
+        if rescanned is not None:
+            return rescanned
+        files, problems, stamps = self._discover(Stamps(self.clock()))
+        now = self.clock()
         # Loading makes many short-lived, acyclic objects: the cyclic collector would only
         # spend time here (about a fifth of a cold 10,000-file load; docs/benchmarks.md).
         # What the load keeps then goes to the oldest generation at once (freeze, unfreeze:
@@ -179,6 +258,8 @@ class SpecFiles:
             for gone in [p for p in self._cache if p not in seen]:
                 del self._cache[gone]
         self._files = dict(files)
+        self._stamps = stamps if self.stdin is None else None
+        self._racy = {path for path, stat in files if _racy(stat, now)}
         last = self._last
         if (
             last is not None
@@ -200,7 +281,7 @@ class SpecFiles:
         of a folder, ... needs a scan)."""
         return all(path.endswith(_SUFFIXES) and not os.path.isdir(path) for path in changed)
 
-    def _patch(self, changed: Collection[str]) -> DesiredState | None:
+    def _patch(self, changed: Collection[str], now: float) -> DesiredState | None:
         """The previous state with the changed files' jobs replaced, when that cannot affect
         anything else: the state was clean, stays clean (every changed file still holds a
         job), and no name moves between files. Otherwise None, and the caller loads everything."""
@@ -211,18 +292,11 @@ class SpecFiles:
         # lost a key inserts every key again (about 45 ns a job): the told re-plan's one copy
         jobs = previous.jobs.copy() if isinstance(previous.jobs, dict) else dict(previous.jobs)
         files = self._files
-        now = time.time()
         added_or_removed = False
         names: set[str] = set()  # whose job was added, replaced or removed
-        for path in changed:
-            if os.path.basename(path).startswith("."):
-                continue
+        for path, stat in sorted(_stats(changed), key=_gone_first):
             shown = display_path(path, self.base)
             old = self._cache.get(shown)
-            try:
-                stat: os.stat_result | None = os.stat(path)
-            except OSError:
-                stat = None
             new: FileResult | None = None
             if stat is None or not stat_module.S_ISREG(stat.st_mode):
                 self._cache.pop(shown, None)
@@ -249,6 +323,8 @@ class SpecFiles:
             tuple(sorted(display_path(p, self.base) for p in files)) if added_or_removed else previous.files
         )
         names = {n for n in names if jobs.get(n) is not previous.jobs.get(n)}  # touched, not changed: out
+        if not names and shown_files is previous.files:
+            return previous  # only touched: the same state, object and all
         state = DesiredState(jobs, (), {}, frozenset(), shown_files, patch=(previous.token, frozenset(names)))
         self._last = (None, state)  # no per-file list: the next full load compares nothing
         return state
@@ -296,6 +372,31 @@ class SpecFiles:
             result = load_file(shown, data, self.checks)
         self._cache[shown] = (key, result)
         return result
+
+
+def _stats(paths: Iterable[str]) -> list[tuple[str, os.stat_result | None]]:
+    """Each path but a hidden one with its stat (None: it is gone)."""
+    found: list[tuple[str, os.stat_result | None]] = []
+    for path in paths:
+        if not os.path.basename(path).startswith("."):
+            try:
+                found.append((path, os.stat(path)))
+            except OSError:
+                found.append((path, None))
+    return found
+
+
+def _gone_first(looked: tuple[str, os.stat_result | None]) -> tuple[bool, str]:
+    """Files gone (or no longer regular) first, so that a job moved from one file to another
+    (a rename) is removed before it is added again."""
+    stat = looked[1]
+    return (stat is not None and stat_module.S_ISREG(stat.st_mode), looked[0])
+
+
+def _racy(stat: os.stat_result, now: float) -> bool:
+    """Whether a rescan looks at this file again whatever its stamp (``shell.stamps``): it
+    was modified or changed within the racy window."""
+    return now - stat.st_mtime < _RACY_SECONDS or now - stat.st_ctime < _RACY_SECONDS
 
 
 def _read(path: str, size: int) -> bytes:

@@ -725,7 +725,11 @@ class PlanCache:
     It also remembers the last plan and what it was made from: a desired state patched from
     that one (``DesiredState.patch``, the daemon's file events) against the same observed state
     and options is planned by re-planning only the names the patch changed (``_replan``), so
-    the cost does not grow with the number of jobs (issue 23: ≤ 5 ms at 10,000 jobs)."""
+    the cost does not grow with the number of jobs (issue 23: ≤ 5 ms at 10,000 jobs); that
+    state itself again (a rescan that found nothing changed) re-plans no job. The observed
+    state must be the same, or equal job by job (the daemon's store gives the same
+    ``ObservedJob`` objects while a record is unchanged, so comparing is one C-speed dict
+    comparison): it is what the backend said, and may differ from one pass to the next."""
 
     def __init__(self) -> None:
         self._plans: dict[str, tuple[LoadedJob, ObservedJob | None, JobPlan]] = {}
@@ -926,11 +930,14 @@ def _replan_patch(
     now: float = 0.0,
 ) -> Plan | None:
     """The plan of ``desired`` made from ``last`` when ``desired`` is a patch of the state
-    ``last`` was made from and nothing spans jobs; None when a full plan is needed."""
+    ``last`` was made from, or that state itself (a rescan that found nothing changed), and
+    nothing spans jobs; None when a full plan is needed."""
+    unchanged = desired is last.desired
     if (
-        desired.patch is None
-        or desired.patch[0] is not last.desired.token
-        or observed is not last.observed
+        (not unchanged and (desired.patch is None or desired.patch[0] is not last.desired.token))
+        or (
+            observed is not last.observed and observed != last.observed
+        )  # the daemon's: equal jobs, same objects
         or options != last.options
         or options.quotas  # they count every job
         or last.plan.sightings  # something waits to settle: the time may change its plan
@@ -941,7 +948,7 @@ def _replan_patch(
     prune_all = not desired.jobs and not desired.protected and not desired.invalid_files
     if prune_all != last.prune_all:
         return None
-    changed = desired.patch[1]
+    changed = frozenset() if unchanged or desired.patch is None else desired.patch[1]
     now_last = _replan(last, desired, changed, cache, prune_all, now)
     made = now_last.plan
     jobs = (now_last.get(n) for n in changed)

@@ -11,6 +11,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from tfdeclare.core import jsontext
 from tfdeclare.core.plan.planner import (
     ABSENT,
     Action,
@@ -77,8 +78,7 @@ def shown_value(change: FieldChange, value: Any) -> Any:
     return _redacted(value, path[-1] == "env")
 
 
-# json.dumps with options builds an encoder a call; a plan of 10,000 new jobs shows 120,000 values
-_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(", ", ": ")).encode
+_ENCODE = jsontext.encoder()  # a plan of 10,000 new jobs shows 120,000 values
 
 
 def _value_text(value: Any, limit: int = 80) -> str:

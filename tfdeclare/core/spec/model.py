@@ -15,11 +15,11 @@ this form must be unset when the user did not set it, and ``from_canonical`` mus
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tfdeclare.core import jsontext
 from tfdeclare.core.diagnostics import JsonPath
 from tfdeclare.core.enums import (
     ROLE_NAMES,
@@ -201,8 +201,7 @@ def _parity_fields(spec: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-# json.dumps with options makes an encoder a call; the same settings, made once
-_FINGERPRINT_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+_FINGERPRINT_JSON = jsontext.encoder(sort_keys=True, separators=(",", ":"))
 
 
 def fingerprint(canonical: Mapping[str, Any]) -> str:
