@@ -131,7 +131,15 @@ def test_a_revive_brings_no_offer_for_what_is_held_and_place_does_not_wait_for_o
     assert isinstance(backend, MesosBackend)
     whole = place_soon(backend, gang("whole", 2, Resources(2, 512)), timeout=30)
     policies = backend._policies
-    eventually(lambda: policies.pool.agents_known and policies.policy.agents.ask is not AgentsAsk.OUT)
+    # the first placement's REVIVE answered too (on a loaded machine the calls thread may not
+    # have sent it yet): else the next REVIVE waits for it, and "it went out" is not what we see
+    eventually(
+        lambda: (
+            policies.pool.agents_known
+            and policies.policy.agents.ask is not AgentsAsk.OUT
+            and policies.policy.offers.out is None
+        )
+    )
     skew[0] += 5.1  # past reviveIntervalSeconds (the backend's time, not a sleep): it REVIVEs
     answers: list[Placement | Unplaced] = []
     asking = threading.Thread(
