@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
+from tfdeclare.backends.mesos.amounts import agent_capacity, merge_ranges
 from tfdeclare.backends.mesos.events import Offer
 from tfdeclare.backends.mesos.journal import FrameworkStore, TaskEntry, TaskJournal
-from tfdeclare.backends.mesos.offers import HeldOffer, OfferPool, agent_capacity, merge_ranges
+from tfdeclare.backends.mesos.offers import HeldOffer, OfferPool
 from tfdeclare.backends.mesos.placement import GangFit, PlacementOptions, SlotAssignment, place_gang
 from tfdeclare.backends.mesos.taskinfo import (
     MKDIR_CD_SCRIPT,
@@ -581,7 +582,7 @@ def test_offers_count_resources_reserved_to_the_offers_role() -> None:
 
 
 def test_quota_verdict_compares_a_gangs_total_with_its_roles_limits() -> None:
-    from tfdeclare.backends.mesos.offers import quota_verdict
+    from tfdeclare.backends.mesos.amounts import quota_verdict
 
     quota = {"ml": {"cpus": 4.0}, "ml/team": {"cpus": 6.0, "mem": 1024.0}, "other": {"cpus": 1.0}}
     assert quota_verdict({"cpus": 4.0}, ("ml",), quota) is None

@@ -1,7 +1,7 @@
 """``plan``'s verdict on whether a job can ever fit the Mesos cluster's agents (issue 32): pure.
 
 Apply judges a gang against what each agent *has* in all (the operator API's ``GET_AGENTS``,
-``offers.agent_capacity``) with ``placement.never_fits``, and leaves a job that can never be
+``amounts.agent_capacity``) with ``placement.never_fits``, and leaves a job that can never be
 placed Pending as ``Unschedulable``. ``plan`` asks the master for the same list
 (``survey.py``) and says the same thing beforehand, through this function, so plan warns
 exactly when apply would refuse: the verdict is ``never_fits`` itself. Only *where* it is

@@ -20,9 +20,9 @@ from concurrent.futures import Future
 
 from tfdeclare.backends.mesos import decide
 from tfdeclare.backends.mesos import decide_messages as msg
+from tfdeclare.backends.mesos.amounts import quota_verdict
 from tfdeclare.backends.mesos.config import MesosConfig
 from tfdeclare.backends.mesos.loop import Effect, Waiter
-from tfdeclare.backends.mesos.offers import quota_verdict
 from tfdeclare.backends.mesos.placement import AgentOffer, GangFit, never_fits
 from tfdeclare.backends.mesos.policies import Policies
 from tfdeclare.backends.mesos.queueing import Waiting, head_of, place_in_line, rooms, shortfall

@@ -19,12 +19,13 @@ from typing import assert_never
 
 from tfdeclare.backends.mesos import decide
 from tfdeclare.backends.mesos import decide_messages as msg
+from tfdeclare.backends.mesos.amounts import agent_capacity
 from tfdeclare.backends.mesos.client import SchedulerClient
 from tfdeclare.backends.mesos.config import MesosConfig
 from tfdeclare.backends.mesos.decide import Policy, Reservation, Settings
 from tfdeclare.backends.mesos.errors import MesosError
 from tfdeclare.backends.mesos.loop import Effect
-from tfdeclare.backends.mesos.offers import OfferPool, agent_capacity
+from tfdeclare.backends.mesos.offers import OfferPool
 from tfdeclare.backends.mesos.placement import AgentOffer, PlacementOptions
 from tfdeclare.backends.mesos.queueing import Waiting
 from tfdeclare.backends.mesos.sender import Answer, Answered, Sender

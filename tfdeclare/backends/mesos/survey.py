@@ -20,10 +20,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from tfdeclare.backends.mesos.amounts import agent_capacity
 from tfdeclare.backends.mesos.auth import credentials_for
 from tfdeclare.backends.mesos.errors import MesosError
 from tfdeclare.backends.mesos.fit import fit_findings
-from tfdeclare.backends.mesos.offers import agent_capacity
 from tfdeclare.backends.mesos.placement import AgentOffer, PlacementOptions
 from tfdeclare.backends.mesos.readonly import agents_of, ask
 from tfdeclare.backends.mesos.tls import client_certificate_of
