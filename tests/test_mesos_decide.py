@@ -13,18 +13,9 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 
 import pytest
 
-from tfdeclare.backends.mesos import decide
+from tfdeclare.backends.mesos import decide, decide_offers, decide_state
 from tfdeclare.backends.mesos import decide_messages as msg
 from tfdeclare.backends.mesos.config import MesosConfig
-from tfdeclare.backends.mesos.decide import (
-    AGENTS_REFRESH_S,
-    MIN_KILL_RETRY_S,
-    QUEUE_TTL_S,
-    RECONCILE_MAX_RETRY_S,
-    Interest,
-    Policy,
-    Settings,
-)
 from tfdeclare.backends.mesos.decide_messages import (
     Call,
     Decline,
@@ -37,6 +28,15 @@ from tfdeclare.backends.mesos.decide_messages import (
     Revive,
     Suppress,
     WakeWatchers,
+)
+from tfdeclare.backends.mesos.decide_state import (
+    AGENTS_REFRESH_S,
+    MIN_KILL_RETRY_S,
+    QUEUE_TTL_S,
+    RECONCILE_MAX_RETRY_S,
+    Interest,
+    Policy,
+    Settings,
 )
 from tfdeclare.backends.mesos.placement import AgentOffer, GangFit, SlotAssignment
 from tfdeclare.core.enums import Role
@@ -184,7 +184,7 @@ def test_one_interest_call_at_a_time_and_a_new_job_is_decided_after_the_answer()
 
 def offers_coming(policy: Policy, pool: Pool | None = None) -> bool:
     """(The master lists one agent, a1, and none of its offers is held unless ``pool`` says.)"""
-    return decide.offers_coming(policy, True, pool or Pool(agents=[agent("a1")]))
+    return decide_offers.offers_coming(policy, True, pool or Pool(agents=[agent("a1")]))
 
 
 def test_a_refused_revive_is_decided_again_on_the_next_tick() -> None:
@@ -241,7 +241,7 @@ def test_nothing_is_asked_of_the_master_while_disconnected() -> None:
     run.event(msg.Disconnected(), 1.0)
     assert ask(run, "a", 2.0) == []
     assert run.tick(100.0) == []
-    assert not decide.offers_coming(run.policy, False, run.pool)
+    assert not decide_offers.offers_coming(run.policy, False, run.pool)
 
 
 # ---- reconciliation ---------------------------------------------------------------------------
@@ -372,9 +372,9 @@ def test_an_offer_held_past_its_expiry_is_declined_with_the_refuse_filter() -> N
     run = Run(refuse_s=7.0)
     run.subscribe(0.0)
     run.tick(0.0)
-    assert decide.hold_for(run.policy, 0.5) == 0.0, "nothing to do: declined at once"
+    assert decide_offers.hold_for(run.policy, 0.5) == 0.0, "nothing to do: declined at once"
     ask(run, "a", 1.0)
-    assert decide.hold_for(run.policy, 1.0) == 1.0
+    assert decide_offers.hold_for(run.policy, 1.0) == 1.0
     run.pool.offers["o1"] = Held("o1", "a1", "*", 1.0, 2.0)
     run.pool.offers["o2"] = Held("o2", "a2", "*", 1.0, 2.0)
     run.event(msg.Placed("t1", "b", fit_on("a2"), 9.0), 1.5)
@@ -550,7 +550,7 @@ def _a_task_of_ours_ended(run: Run) -> None:
 
 
 def _the_agents_list_is_asked_again(run: Run) -> None:
-    run.policy.agents = decide.Agents(decide.AgentsAsk.OUT, run.policy.agents.asked_at)
+    run.policy.agents = decide_state.Agents(decide_state.AgentsAsk.OUT, run.policy.agents.asked_at)
 
 
 def _an_offer_of_a2_was_rescinded(run: Run) -> None:
@@ -595,21 +595,23 @@ def test_offers_coming_after_a_revive_unless_every_agent_is_held(
 ) -> None:
     run = revived_holding_every_agent()
     change(run)  # type: ignore[operator]
-    assert decide.offers_coming(run.policy, True, run.pool) is coming, case
+    assert decide_offers.offers_coming(run.policy, True, run.pool) is coming, case
 
 
 def test_offers_coming_until_the_agents_are_known() -> None:
     run = revived_holding_every_agent()
-    assert decide.offers_coming(run.policy, False, run.pool), "no list yet: nothing to tell held from all"
-    run.policy.agents = decide.Agents(decide.AgentsAsk.OUT, run.policy.agents.asked_at)
-    assert decide.offers_coming(run.policy, False, run.pool)
+    assert decide_offers.offers_coming(run.policy, False, run.pool), (
+        "no list yet: nothing to tell held from all"
+    )
+    run.policy.agents = decide_state.Agents(decide_state.AgentsAsk.OUT, run.policy.agents.asked_at)
+    assert decide_offers.offers_coming(run.policy, False, run.pool)
 
 
 def test_with_several_roles_every_role_of_every_agent_must_be_held() -> None:
     run = revived_holding_every_agent(("ml", "ml/team"))
-    assert not decide.offers_coming(run.policy, True, run.pool)
+    assert not decide_offers.offers_coming(run.policy, True, run.pool)
     del run.pool.offers["o2ml/team"]  # a2's resources reserved to ml/team may still come
-    assert decide.offers_coming(run.policy, True, run.pool)
+    assert decide_offers.offers_coming(run.policy, True, run.pool)
 
 
 def test_what_we_declined_counts_as_not_held_until_it_is_offered_again() -> None:

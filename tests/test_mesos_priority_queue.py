@@ -7,7 +7,7 @@ first-come order exactly."""
 from __future__ import annotations
 
 from tests.test_mesos_decide import Run
-from tfdeclare.backends.mesos import decide
+from tfdeclare.backends.mesos import decide, decide_offers
 from tfdeclare.backends.mesos import decide_messages as msg
 from tfdeclare.backends.mesos.placement import AgentOffer, GangFit, PlacementOptions
 from tfdeclare.backends.mesos.queueing import Waiting, enqueue, head_of, place_in_line
@@ -49,7 +49,7 @@ def test_the_reducer_puts_a_later_high_priority_job_first() -> None:
     decide.on_event(run.policy, msg.PlaceAsked(gang("low")), 1.0)
     decide.on_event(run.policy, msg.PlaceAsked(gang("high", priority=9)), 2.0)
     assert list(run.policy.queue) == ["high", "low"]
-    assert decide.head(run.policy) is not None and decide.head(run.policy)[0] == "high"  # type: ignore[index]
+    assert decide_offers.head(run.policy) is not None and decide_offers.head(run.policy)[0] == "high"  # type: ignore[index]
     # asking again keeps its place; a changed priority moves it
     decide.on_event(run.policy, msg.PlaceAsked(gang("low")), 3.0)
     assert list(run.policy.queue) == ["high", "low"]

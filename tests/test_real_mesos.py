@@ -33,7 +33,7 @@ from tests.mesos_other_framework import OtherFramework
 from tests.real_mesos import RealMesos
 from tests.real_mesos_backend import backends
 from tfdeclare.backends.mesos.backend import MesosBackend
-from tfdeclare.backends.mesos.decide import AgentsAsk
+from tfdeclare.backends.mesos.decide_state import AgentsAsk
 from tfdeclare.core.enums import TaskState
 from tfdeclare.core.run.tasks import Placement, Unplaced, UnplacedReason
 from tfdeclare.core.spec.resources import Resources

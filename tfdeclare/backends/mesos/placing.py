@@ -18,8 +18,8 @@ import secrets
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 
-from tfdeclare.backends.mesos import decide
 from tfdeclare.backends.mesos import decide_messages as msg
+from tfdeclare.backends.mesos import decide_offers
 from tfdeclare.backends.mesos.amounts import quota_verdict
 from tfdeclare.backends.mesos.config import MesosConfig
 from tfdeclare.backends.mesos.loop import Effect, Waiter
@@ -62,7 +62,7 @@ class Placer:
             answer, ideal, fit = self.try_place(request, waiting)
             # Offers are on their way (not when every agent's are held already: a REVIVE brings
             # nothing then), or the master's list of agents (to judge "can never fit") is.
-            coming = decide.offers_coming(policies.policy, policies.pool.agents_known, policies.pool)
+            coming = decide_offers.offers_coming(policies.policy, policies.pool.agents_known, policies.pool)
             if not ideal and now < deadline and coming:
                 return False
             future.set_result(self._settle(request, answer, fit))
@@ -75,7 +75,7 @@ class Placer:
         """Reserve what a placement took, or leave the queue for good."""
         now = self._clock()
         if isinstance(answer, Placement) and fit is not None:
-            expires_at = now + decide.reservation_hold_s(self._config.offer_hold_s)
+            expires_at = now + decide_offers.reservation_hold_s(self._config.offer_hold_s)
             self._policies.decide(msg.Placed(answer.token, request.job, fit, expires_at), now)
         elif isinstance(answer, Unplaced) and answer.reason is UnplacedReason.UNSCHEDULABLE:
             self._policies.decide(msg.Unschedulable(request.job), now)
@@ -133,7 +133,7 @@ class Placer:
         policies = self._policies
         if any(slot.pinned for slot in request.slots) or not policies.pool.agents_known:
             return None, None
-        if decide.offers_coming(policies.policy, policies.pool.agents_known, policies.pool):
+        if decide_offers.offers_coming(policies.policy, policies.pool.agents_known, policies.pool):
             return None, None
         if head_of(policies.queue.items(), waiting.first_asked, request.job, request.priority) is not None:
             return None, None

@@ -22,7 +22,7 @@ from tfdeclare.backends.mesos import decide_messages as msg
 from tfdeclare.backends.mesos.amounts import agent_capacity
 from tfdeclare.backends.mesos.client import SchedulerClient
 from tfdeclare.backends.mesos.config import MesosConfig
-from tfdeclare.backends.mesos.decide import Policy, Reservation, Settings
+from tfdeclare.backends.mesos.decide_state import Policy, Reservation, Settings
 from tfdeclare.backends.mesos.errors import MesosError
 from tfdeclare.backends.mesos.loop import Effect
 from tfdeclare.backends.mesos.offers import OfferPool

@@ -22,8 +22,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import assert_never
 
-from tfdeclare.backends.mesos import decide
 from tfdeclare.backends.mesos import decide_messages as msg
+from tfdeclare.backends.mesos import decide_offers
 from tfdeclare.backends.mesos.config import MesosConfig
 from tfdeclare.backends.mesos.decide_messages import Reported
 from tfdeclare.backends.mesos.errors import (
@@ -213,7 +213,7 @@ class Scheduler:
         now = self._clock()
         # Hold offers while work waits, or waited a moment ago (the controller places one
         # job after the other); with nothing to do, decline at once (with a filter).
-        hold = decide.hold_for(policies.policy, now)
+        hold = decide_offers.hold_for(policies.policy, now)
         unlisted = False
         for offer in offers:
             held = HeldOffer.parse(offer, now, hold)
@@ -221,7 +221,7 @@ class Scheduler:
             self.maintenance.windows[held.agent_id] = None if held.window is None else Window(*held.window)
             unlisted = unlisted or held.agent_id not in policies.pool.capacity
         policies.decide(msg.OffersReceived(unlisted, tuple({o.agent_id for o in offers})), now)
-        if decide.demand(policies.policy, now):
+        if decide_offers.demand(policies.policy, now):
             policies.notify()
         return Effect.TICK
 
