@@ -40,6 +40,7 @@ import hashlib
 import hmac
 import json
 import logging
+import re
 import secrets
 import socket
 import threading
@@ -58,7 +59,8 @@ from tfdeclare.core.run.tasks import ClusterSource, TaskKey
 
 log = logging.getLogger("tfdeclare.mesos")
 
-ROUTE = "/v1/cluster"
+ROUTE = "/v1/cluster"  # the first form, GET /v1/cluster?token=TOKEN: tasks launched before still use it
+_TOKEN_PATH = re.compile(r"/[A-Za-z0-9_-]{1,64}")  # the form tasks are given: GET /TOKEN
 MAX_TARGET = 2048
 MAX_ANSWERING = 32
 REQUEST_TIMEOUT_S = 10.0
@@ -188,14 +190,16 @@ class ClusterServer:
         """The status and body answering ``GET target`` (thread-safe; no I/O)."""
         if len(target) > MAX_TARGET:
             return 414, _error("request target too long")
-        parts = urlsplit(target)
-        if parts.path != ROUTE:
+        if _TOKEN_PATH.fullmatch(target):
+            token = target[1:]
+        elif urlsplit(target).path == ROUTE:
+            try:
+                query = parse_qs(urlsplit(target).query, strict_parsing=True, max_num_fields=1)
+                (token,) = query["token"]  # and no other field (max_num_fields)
+            except (ValueError, KeyError):
+                return 400, _error("expected the query token=TOKEN")
+        else:
             return 404, _error("not found")
-        try:
-            query = parse_qs(parts.query, strict_parsing=True, max_num_fields=1)
-            (token,) = query["token"]  # and no other field (max_num_fields)
-        except (ValueError, KeyError):
-            return 400, _error("expected the query token=TOKEN")
         with self._changed:
             found = self._by_key.get(_key(token))
         if found is None:
