@@ -400,10 +400,16 @@ def test_a_health_check_gets_neither_the_key_nor_the_token(wire: ClusterWire) ->
     extra = "  healthCheck: {exec: {command: [check]}}\n"
     launch = wire.prepare(job_launches("{worker: {count: 1}}", extra=extra))[0]
     info = task_info(launch, "agent-1", task_labels(launch, "me"))
-    assert FETCH_ENV in json.dumps(info["command"]) and "health_check" in info
-    assert FETCH_ENV not in json.dumps(info["health_check"]) and key_of(launch) not in json.dumps(
-        info["health_check"]
-    )
+    command, check = json.dumps(info["command"]), json.dumps(info["health_check"])
+    assert f'"{FETCH_ENV}"' in command and '"TFDECLARE_JOB"' not in command
+    assert f'"{FETCH_ENV}"' not in check and key_of(launch) not in check and token_of(launch) not in check
+    for name, value in launch.env:  # the task's variables, as its program has them
+        assert name == FETCH_ENV or json.dumps({"name": name, "value": value}) in check
+    for name in IDENTITY_ENV:
+        assert (
+            json.dumps({"name": name, "value": dict(job_launches("{worker: {count: 1}}")[0].env)[name]})
+            in check
+        )
 
 
 # ---- hostile requests ----------------------------------------------------------------------------

@@ -122,6 +122,17 @@ def bootstrap_argv(style: ClusterSpecStyle, argv: tuple[str, ...]) -> tuple[str,
     return (INTERPRETER, "-c", BOOTSTRAPS[style], *argv)
 
 
+def program_env(env: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """A launch's environment (``env``, sorted) as its program gets it from the bootstrap, less
+    the fetched ``TF_CONFIG``: no ``FETCH_ENV``, the variables it carries set back. What a
+    fetching task's health check runs with."""
+    packed = dict(env).get(FETCH_ENV)
+    if packed is None:
+        return env
+    kept = [(k, v) for k, v in env if k != FETCH_ENV]
+    return tuple(sorted([*kept, *zip(IDENTITY_ENV, packed.split()[2:], strict=False)]))
+
+
 def fetch_value(key: str, url: str, identity: tuple[str, ...] = ()) -> str:
     """``$TFDECLARE_CLUSTER`` of a task: its key, the URL it fetches, then the values of the
     variables ``IDENTITY_ENV`` (all four or none; none of these has a space)."""
