@@ -149,7 +149,7 @@ bench-mesos-alongside: $(STAMP)
 # fetched (mesos.clusterServer); no cluster needed. The agents' fork rate on the real tier:
 # python -m bench.framework_bench --tasks 1000 --also-fetch (needs make real-mesos).
 bench-wire: $(STAMP)
-	$(PY) -m bench.wire_bench
+	$(PY) -m bench.wire_bench --style all
 
 # Issue 13's targets for the local backend's Docker runtime (needs an engine; tests/docker_env.py
 # finds or starts one): bench/out/docker.md and docker.json.

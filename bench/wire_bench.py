@@ -6,9 +6,12 @@ scheduler client encodes calls), for one job of n tasks with the labels, resourc
 a real launch (agents at IPv4 addresses, one task per agent; the owner label as a framework's
 ``frameworkName/instanceId``); the figures are the largest TaskInfo of the job and the total
 per job. ``--fields N`` prints where the bytes of the largest fetched TaskInfo of a job of N
-tasks go, field by field.
+tasks go, field by field. ``--style`` picks the job's ``clusterSpec`` (``all``: each in turn):
+``tf_config`` a chief and n-1 workers; ``legacy_flags`` a ps and n-1 workers, ``both`` a chief,
+a ps and n-2 workers, each with the four legacy placeholder flags instead of ``--epochs 90``
+in its command (``python3 train.py --ps_hosts={ps_hosts} ... --task_index={task_index}``).
 
-    python -m bench.wire_bench [--sizes 10,100,1000] [--fields 1000]
+    python -m bench.wire_bench [--sizes 10,100,1000] [--fields 1000] [--style all]
 """
 
 from __future__ import annotations
@@ -32,15 +35,28 @@ OWNER = "tfdeclare/3c9a5e71"  # the shape of a framework's owner (frameworkName/
 ADVERTISE = "controller.example.com:7077"  # mesos.clusterServer.advertise
 
 
-def job(workers: int) -> list[TaskLaunch]:
+STYLES = ("tf_config", "legacy_flags", "both")
+FLAGS = '"--ps_hosts={ps_hosts}", "--worker_hosts={worker_hosts}", "--job_name={job_name}", "--task_index={task_index}"'
+REPLICAS = {
+    "tf_config": "chief: {{count: 1}}, worker: {{count: {}}}",
+    "legacy_flags": "ps: {{count: 1}}, worker: {{count: {}}}",
+    "both": "chief: {{count: 1}}, ps: {{count: 1}}, worker: {{count: {}}}",
+}
+
+
+def job(workers: int, style: str = "tf_config") -> list[TaskLaunch]:
+    """The launches of one job of ``workers`` tasks in all, of ``clusterSpec`` ``style``."""
+    flags = '--epochs, "90"' if style == "tf_config" else FLAGS
+    replicas = REPLICAS[style].format(workers - (2 if style == "both" else 1))
     text = textwrap.dedent(
         f"""\
         apiVersion: tfdeclare/v1
         kind: TFJob
         metadata: {{name: resnet50}}
         spec:
-          command: [python3, train.py, --epochs, "90"]
-          replicas: {{chief: {{count: 1}}, worker: {{count: {workers - 1}}}}}
+          command: [python3, train.py, {flags}]
+          clusterSpec: {style}
+          replicas: {{{replicas}}}
         """
     )
     loaded = load_file("resnet50.yaml", text.encode()).jobs[0]
@@ -78,8 +94,8 @@ def encoded(task: TaskLaunch, n: int) -> int:
     return size(info(task, n))
 
 
-def measure(workers: int) -> dict[str, int]:
-    tasks = job(workers)
+def measure(workers: int, style: str = "tf_config") -> dict[str, int]:
+    tasks = job(workers, style)
     env = [encoded(t, n) for n, t in enumerate(tasks)]
     fetch = [encoded(t, n) for n, t in enumerate(fetching(tasks))]
     return {
@@ -91,10 +107,10 @@ def measure(workers: int) -> dict[str, int]:
     }
 
 
-def fields(workers: int) -> list[tuple[str, int]]:
-    """The largest fetched TaskInfo of a job of ``workers`` tasks, by field (``"key":value,``
-    bytes; ``command`` also by its parts)."""
-    infos = [info(t, n) for n, t in enumerate(fetching(job(workers)))]
+def fields(workers: int, style: str = "tf_config") -> list[tuple[str, int]]:
+    """The largest fetched TaskInfo of a job of ``workers`` tasks of ``style``, by field
+    (``"key":value,`` bytes; ``command`` also by its parts)."""
+    infos = [info(t, n) for n, t in enumerate(fetching(job(workers, style)))]
     largest = max(infos, key=size)
     out = [("total", size(largest))]
     for key, value in largest.items():
@@ -116,21 +132,28 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10,100,1000,4000")
     parser.add_argument("--fields", type=int, default=0, help="a job size: where its TaskInfo's bytes go")
+    parser.add_argument(
+        "--style", choices=(*STYLES, "all"), default="tf_config", help="the job's clusterSpec"
+    )
     args = parser.parse_args()
+    styles = STYLES if args.style == "all" else (args.style,)
     print(f"machine: {machine()}")
     if args.fields:
-        print(f"| field of the largest fetched TaskInfo ({args.fields:,} tasks) | bytes |")
-        print("|---|---|")
-        for name, count in fields(args.fields):
-            print(f"| {name} | {count:,} |")
+        print(f"| field of the largest fetched TaskInfo ({args.fields:,} tasks) | {' | '.join(styles)} |")
+        print("|---" * (len(styles) + 1) + "|")
+        columns = [fields(args.fields, style) for style in styles]
+        for row in zip(*columns, strict=True):
+            print(f"| {row[0][0]} | " + " | ".join(f"{count:,}" for _, count in row) + " |")
         return
-    print("| tasks | in band: bytes per task | per job | fetched: bytes per task | per job |")
-    print("|---|---|---|---|---|")
-    for workers in (int(s) for s in args.sizes.split(",")):
-        row = measure(workers)
-        print(
-            f"| {workers:,} | {row['env_max']:,} | {row['env_job']:,} | {row['fetch_max']:,} | {row['fetch_job']:,} |"
-        )
+    print("| style | tasks | in band: bytes per task | per job | fetched: bytes per task | per job |")
+    print("|---|---|---|---|---|---|")
+    for style in styles:
+        for workers in (int(s) for s in args.sizes.split(",")):
+            row = measure(workers, style)
+            print(
+                f"| {style} | {workers:,} | {row['env_max']:,} | {row['env_job']:,} | {row['fetch_max']:,} "
+                f"| {row['fetch_job']:,} |"
+            )
 
 
 if __name__ == "__main__":

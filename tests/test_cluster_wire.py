@@ -20,13 +20,19 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
 import pytest
 
 from bench import wire_bench
 from tests.waiting import wait_until
-from tfdeclare.backends.mesos.bootstrap import BOOTSTRAPS, FETCH_ENV, FETCH_FAILED_EXIT, MAC_BYTES
+from tfdeclare.backends.mesos.bootstrap import (
+    BOOTSTRAPS,
+    FETCH_ENV,
+    FETCH_FAILED_EXIT,
+    IDENTITY_ENV,
+    MAC_BYTES,
+)
 from tfdeclare.backends.mesos.bootstrap import FLAGS as PLACEHOLDERS
 from tfdeclare.backends.mesos.clusterserver import MAX_ANSWERING, ROUTE, ClusterServer, credentials, signed
 from tfdeclare.backends.mesos.clusterwire import ClusterWire, Delivery, delivery, fetches
@@ -43,9 +49,7 @@ from tfdeclare.core.run.record import JobRecord
 from tfdeclare.core.run.tasks import Placement, Slot, TaskKey, TaskLaunch
 from tfdeclare.core.spec.loader import load_file
 
-PRINTER = (
-    "import json,os,sys;print(json.dumps([os.environ.get('TF_CONFIG'),sys.argv[1:],sorted(os.environ)]))"
-)
+PRINTER = "import json,os,sys;print(json.dumps([os.environ.get('TF_CONFIG'),sys.argv[1:],dict(os.environ)]))"
 FLAGS = ["--ps={ps_hosts}", "--w={worker_hosts}", "--job={job_name}", "--i={task_index}", "{x}"]
 
 
@@ -198,6 +202,10 @@ def test_every_task_sees_what_it_sees_in_band(wire: ClusterWire, replicas: str, 
         assert tf_config == dict(in_band.env).get("TF_CONFIG")
         assert argv == list(in_band.argv[3:])  # after sys.executable -c PRINTER
         assert FETCH_ENV not in names  # neither the key nor the token is handed on
+        assert "TFDECLARE_JOB" not in dict(launch.env)  # carried in FETCH_ENV, set back:
+        assert {n: names.get(n) for n in (*IDENTITY_ENV, "PYTHONUNBUFFERED")} == {
+            n: dict(in_band.env)[n] for n in (*IDENTITY_ENV, "PYTHONUNBUFFERED")
+        }
     assert wire.server.pending() == set()
     assert wire.close(lambda ids: set()) == set()
 
@@ -211,7 +219,8 @@ def test_a_small_job_keeps_its_cluster_in_band() -> None:
 
 def token_of(launch: TaskLaunch) -> str:
     url = dict(launch.env)[FETCH_ENV].split()[1]
-    return parse_qs(urlsplit(url).query)["token"][0]
+    assert not urlsplit(url).query
+    return urlsplit(url).path.removeprefix("/")
 
 
 def key_of(launch: TaskLaunch) -> str:
@@ -239,11 +248,13 @@ def test_an_unrunnable_program_ends_the_task_with_a_message(wire: ClusterWire) -
 
 
 @pytest.mark.parametrize("size", [1000, 4000])
-def test_the_task_info_is_at_most_2_kb_and_carries_no_address(size: int) -> None:
+@pytest.mark.parametrize("style", wire_bench.STYLES)
+def test_the_task_info_is_at_most_2_kb_and_carries_no_address(size: int, style: str) -> None:
     """Issue 33's goal, on the TaskInfos ``make bench-wire`` measures (docs/benchmarks.md): a
     fetched task's TaskInfo, encoded as the scheduler client sends it, is at most 2,048 bytes
-    in a job of 1,000 or 4,000 tasks, and holds no address of its job."""
-    in_band = wire_bench.job(size)
+    in a job of 1,000 or 4,000 tasks of each ``clusterSpec`` style (the legacy ones with the
+    four placeholder flags in their command), and holds no address of its job."""
+    in_band = wire_bench.job(size, style)
     for n, (mine, fetched) in enumerate(zip(in_band, wire_bench.fetching(in_band), strict=True)):
         sent = wire_bench.info(fetched, n)
         assert wire_bench.size(sent) <= 2048, (n, wire_bench.size(sent))
@@ -332,7 +343,7 @@ def test_an_answer_not_signed_with_the_task_s_key_is_refused(
     ran = tmp_path / "ran"
     done, seen, launch = impostor_run(wire, answer, ran)
     assert done.returncode == FETCH_FAILED_EXIT, done
-    assert done.stderr == "tfdeclare: cannot fetch the cluster: not signed by the framework\n"
+    assert done.stderr == "tfdeclare: cannot fetch the cluster: bad signature\n"
     assert done.stdout == "" and not ran.exists()  # the program never ran
     assert len(seen) == 1 and token_of(launch) in seen[0]  # the impostor got the token...
     assert key_of(launch) not in seen[0]  # ...never the key
@@ -389,10 +400,16 @@ def test_a_health_check_gets_neither_the_key_nor_the_token(wire: ClusterWire) ->
     extra = "  healthCheck: {exec: {command: [check]}}\n"
     launch = wire.prepare(job_launches("{worker: {count: 1}}", extra=extra))[0]
     info = task_info(launch, "agent-1", task_labels(launch, "me"))
-    assert FETCH_ENV in json.dumps(info["command"]) and "health_check" in info
-    assert FETCH_ENV not in json.dumps(info["health_check"]) and key_of(launch) not in json.dumps(
-        info["health_check"]
-    )
+    command, check = json.dumps(info["command"]), json.dumps(info["health_check"])
+    assert f'"{FETCH_ENV}"' in command and '"TFDECLARE_JOB"' not in command
+    assert f'"{FETCH_ENV}"' not in check and key_of(launch) not in check and token_of(launch) not in check
+    for name, value in launch.env:  # the task's variables, as its program has them
+        assert name == FETCH_ENV or json.dumps({"name": name, "value": value}) in check
+    for name in IDENTITY_ENV:
+        assert (
+            json.dumps({"name": name, "value": dict(job_launches("{worker: {count: 1}}")[0].env)[name]})
+            in check
+        )
 
 
 # ---- hostile requests ----------------------------------------------------------------------------
@@ -425,6 +442,16 @@ GOOD = f"{ROUTE}?token=TOKEN"
     ("method", "target", "status"),
     [
         ("GET", GOOD, 200),
+        ("GET", "/TOKEN", 200),  # the form tasks are given
+        ("GET", "/TOKENx", 403),
+        ("GET", "/KEY", 403),
+        ("GET", "/TOKEN?x=1", 404),
+        ("GET", "/TOKEN/", 404),
+        ("GET", "/./TOKEN", 404),
+        ("GET", "/TOKEN%00", 404),
+        ("GET", "/TOKEN" + "x" * 100, 404),
+        ("GET", "/", 404),
+        ("POST", "/TOKEN", 501),
         ("GET", f"{ROUTE}?task=worker-0", 400),  # no token
         ("GET", f"{ROUTE}?token=wrong", 403),
         ("GET", f"{ROUTE}?token=", 400),
@@ -560,6 +587,72 @@ def test_a_server_hands_its_generations_to_the_next_one() -> None:
     assert third.answer(f"{ROUTE}?token={credentials('short', 'worker-0')[0]}")[0] == 403
     text = repr(second._jobs) + repr(second)  # a generation's repr holds no secret, key nor token
     assert secret not in text and mac_key not in text and token not in text
+
+
+# The bootstrap of a ``both`` job as the version before this one wrote it (its other styles' differ
+# only in what they apply): its variable TFDECLARE_CLUSTER held ``KEY URL``, the URL of the
+# route ``/v1/cluster?token=TOKEN``; the task's TFDECLARE_* variables were in its TaskInfo.
+PREVIOUS_BOOTSTRAP = (
+    "import hmac,json,os,re,sys,time,urllib.request as u\ne=os.environ;k,q=e.pop('TFDECLARE_CLUSTER')"
+    ".split();o=u.build_opener(u.ProxyHandler({}));c='tfdeclare: cannot '\nfor n in range(60):\n try:"
+    "b=o.open(q,timeout=10).read(1<<24);w=hmac.compare_digest(b[:32],hmac.new(k.encode(),b[32:],'sha256')"
+    ".digest())or'not signed by the framework';break\n except Exception as x:\n  w=x\n  if getattr(x,'code"
+    "',0)in(403,404):break\n  time.sleep(2)\nif w!=1:print(c+'fetch the cluster:',w,file=sys.stderr);sys"
+    ".exit(86)\nd=json.loads(b[32:])\ne['TF_CONFIG']=d['TF_CONFIG']\na=[re.sub('{(ps_hosts|worker_hosts|"
+    "job_name|task_index)}',lambda m:d.get(m[1],m[0]),s)for s in sys.argv[1:]]\ntry:os.execvp(a[0],a)\ne"
+    "xcept OSError as x:sys.exit(c+'run %s: %s'%(a[0],x))\n"
+)
+
+
+def test_tasks_launched_before_an_upgrade_fetch_from_the_upgraded_process(tmp_path: Path) -> None:
+    """A framework process of this version, started on ``<state-dir>/mesos/clusters.json`` as
+    the version before wrote it, serves the tasks that version launched: real processes
+    running its bootstrap with its variable (the old route, query and token), each getting its
+    TF_CONFIG and argv as in band; the old form of a wrong token is refused as before."""
+    tasks = job_launches("{chief: {count: 1}, ps: {count: 1}, worker: {count: 2}}", "both")
+    source = tasks[0].cluster
+    assert source is not None
+    secret = "s" * 43
+    listed = sorted([k.role.value, k.index, a] for k, a in source.addresses.items())
+    saved = {
+        "job": "j",
+        "name": generation("j", 0, source),
+        "secret": secret,
+        "style": "both",
+        "addresses": listed,
+    }
+    (tmp_path / "clusters.json").write_text(json.dumps({"port": 0, "generations": [saved]}))
+    wire = ClusterWire(ClusterServerConfig(min_bytes=0), tmp_path)
+    wire.start()
+    assert wire.server is not None
+    try:
+        for in_band in tasks:
+            token, key = credentials(secret, in_band.key.name)
+            env = {
+                **dict(in_band.env),
+                "TFDECLARE_CLUSTER": f"{key} {wire.server.base_url}{ROUTE}?token={token}",
+            }
+            del env["TF_CONFIG"]
+            before = replace(
+                in_band,
+                argv=("python3", "-c", PREVIOUS_BOOTSTRAP, *source.argv[in_band.key.role]),
+                env=tuple(sorted(env.items())),
+            )
+            done = run_task(before)
+            assert done.returncode == 0, done.stderr
+            tf_config, argv, names = json.loads(done.stdout)
+            assert tf_config == dict(in_band.env)["TF_CONFIG"] and argv == list(in_band.argv[3:])
+            assert "TFDECLARE_CLUSTER" not in names
+        wrong = replace(before, env=tuple((n, v.replace(token, "x" * 22)) for n, v in before.env))
+        assert run_task(wrong).stderr == "tfdeclare: cannot fetch the cluster: HTTP Error 403: Forbidden\n"
+        # and the job's next launch (the same generation) is given the new form, by the same secret
+        again = wire.prepare(tasks)[0]
+        assert dict(again.env)[FETCH_ENV].split()[:2] == [
+            credentials(secret, "chief-0")[1],
+            f"{wire.server.base_url}/{credentials(secret, 'chief-0')[0]}",
+        ]
+    finally:
+        wire.server.close()
 
 
 def test_a_busy_server_answers_503_and_the_bootstrap_tries_again(wire: ClusterWire) -> None:

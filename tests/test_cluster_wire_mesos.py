@@ -156,7 +156,8 @@ def test_the_next_daemon_serves_the_clusters_its_predecessor_handed_out(
     wrappers = tmp_path / "bin"
     wrappers.mkdir()
     python3 = wrappers / "python3"
-    python3.write_text(f'#!/bin/sh\n[ "$TFDECLARE_ATTEMPT" = 0 ] && sleep 4\nexec {PY} "$@"\n')
+    # before the bootstrap: the attempt is the last word of its variable (bootstrap.fetch_value)
+    python3.write_text(f'#!/bin/sh\n[ "${{{FETCH_ENV}##* }}" = 0 ] && sleep 4\nexec {PY} "$@"\n')
     python3.chmod(0o755)
     monkeypatch.setenv("PATH", f"{wrappers}{os.pathsep}{os.environ['PATH']}")
     listen = ""

@@ -67,4 +67,8 @@ def test_a_mwms_job_fetches_its_cluster_and_trains_on_the_real_master(
     for checkpoint in checkpoints:
         data = checkpoint.read_bytes()
         assert b'{"cluster"' not in data and not any(f"127.0.0.1:{port}".encode() in data for port in ports)
-    assert any(FETCH_ENV.encode() in f.read_bytes() for f in checkpoints)
+    # the bootstrap's variable: key, URL with token, the task's four TFDECLARE_* values
+    fetch = re.compile(
+        rb"%s\x12.[\w-]{22} http://\S+/[\w-]{22} mnist-mwms worker \d \d" % FETCH_ENV.encode(), re.S
+    )
+    assert any(fetch.search(f.read_bytes()) for f in checkpoints)

@@ -3,7 +3,8 @@
 Started by ``clusterwire`` in the process that runs the Mesos backend (``apply``, the
 background controller after it, or the daemon, which serves for as long as it runs), on
 ``mesos.clusterServer.listen`` (the loopback address unless configured). One read-only
-route, ``GET /v1/cluster?token=TOKEN``, answers the document of the task the token names
+route, ``GET /TOKEN`` (and ``GET /v1/cluster?token=TOKEN``, the form tasks launched by
+earlier versions carry, with the same tokens), answers the document of the task the token names
 (``tfdeclare.core.run.clusterdoc.document``, as JSON) after its MAC. Each job generation (a
 job's attempt and the addresses of its tasks: ``clusterdoc.generation``) has a random secret
 of its own (``secrets.token_urlsafe``, 256 bits), kept in this process's memory and handed to
@@ -16,14 +17,14 @@ bytes, then those bytes: the bootstrap uses the document only once it has checke
 so an answer from anyone else (a local user who bound the port while no framework process
 held it, anyone on the network path: the answer is plain HTTP) is refused, and one task's
 answer is no other task's. Registering a new generation of a job forgets the old one's, so a
-stale token, like a wrong one, gets 403; every other path 404; a malformed query 400; any
-method but GET 501.
+stale token, like a wrong one, gets 403; every other path 404; a malformed query of the
+earlier form 400; any method but GET 501.
 
 Bounded: at most ``MAX_ANSWERING`` requests are answered at once (the others get 503 and
 retry), each connection is dropped after ``REQUEST_TIMEOUT_S`` of silence, request targets
 longer than ``MAX_TARGET`` get 414, and the server reads no request body. Tokens are looked up
 by their SHA-256, never compared byte by byte with the request's. The token travels in the
-query (not a header) to keep the bootstrap short; the server logs no request target, and the
+path (not a header) to keep the bootstrap and its URL short; the server logs no request target, and the
 bootstrap bypasses proxies. What an observer of the network learns is a job's addresses
 (which the Mesos master shows anyway) and a token it can replay for the same answer.
 
@@ -40,6 +41,7 @@ import hashlib
 import hmac
 import json
 import logging
+import re
 import secrets
 import socket
 import threading
@@ -58,7 +60,8 @@ from tfdeclare.core.run.tasks import ClusterSource, TaskKey
 
 log = logging.getLogger("tfdeclare.mesos")
 
-ROUTE = "/v1/cluster"
+ROUTE = "/v1/cluster"  # the first form, GET /v1/cluster?token=TOKEN: tasks launched before still use it
+_TOKEN_PATH = re.compile(r"/[A-Za-z0-9_-]{1,64}")  # the form tasks are given: GET /TOKEN
 MAX_TARGET = 2048
 MAX_ANSWERING = 32
 REQUEST_TIMEOUT_S = 10.0
@@ -188,14 +191,16 @@ class ClusterServer:
         """The status and body answering ``GET target`` (thread-safe; no I/O)."""
         if len(target) > MAX_TARGET:
             return 414, _error("request target too long")
-        parts = urlsplit(target)
-        if parts.path != ROUTE:
+        if _TOKEN_PATH.fullmatch(target):
+            token = target[1:]
+        elif urlsplit(target).path == ROUTE:
+            try:
+                query = parse_qs(urlsplit(target).query, strict_parsing=True, max_num_fields=1)
+                (token,) = query["token"]  # and no other field (max_num_fields)
+            except (ValueError, KeyError):
+                return 400, _error("expected the query token=TOKEN")
+        else:
             return 404, _error("not found")
-        try:
-            query = parse_qs(parts.query, strict_parsing=True, max_num_fields=1)
-            (token,) = query["token"]  # and no other field (max_num_fields)
-        except (ValueError, KeyError):
-            return 400, _error("expected the query token=TOKEN")
         with self._changed:
             found = self._by_key.get(_key(token))
         if found is None:

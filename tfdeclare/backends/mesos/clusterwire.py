@@ -34,10 +34,9 @@ from dataclasses import replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
 
-from tfdeclare.backends.mesos.bootstrap import FETCH_ENV, bootstrap_argv, fetch_value
-from tfdeclare.backends.mesos.clusterserver import ROUTE, ClusterServer
+from tfdeclare.backends.mesos.bootstrap import FETCH_ENV, IDENTITY_ENV, bootstrap_argv, fetch_value
+from tfdeclare.backends.mesos.clusterserver import ClusterServer
 from tfdeclare.backends.mesos.config import ClusterServerConfig
 from tfdeclare.core.run.clusterdoc import generation, payload_bytes, with_tf_config
 from tfdeclare.core.run.tasks import ClusterSource, TaskLaunch
@@ -64,19 +63,26 @@ def delivery(launch: TaskLaunch, settings: ClusterServerConfig | None, payload: 
 
 
 def task_url(base: str, token: str) -> str:
-    """The URL one task fetches: ``base`` (``http://HOST:PORT``), the route and the task's token."""
-    return f"{base}{ROUTE}?{urlencode({'token': token})}"
+    """The URL one task fetches: ``base`` (``http://HOST:PORT``) and the task's token as the
+    path (``clusterserver``: the token is base64url, nothing to quote)."""
+    return f"{base}/{token}"
 
 
 def fetched(launch: TaskLaunch, base: str, token: str, key: str) -> TaskLaunch:
     """``launch`` rewritten to fetch its cluster: the bootstrap of its job's style before the
     role's argv as written (placeholders not yet replaced), no TF_CONFIG, its key and URL (with
-    its token) instead."""
+    its token) instead, followed by the values of ``TFDECLARE_JOB``, ``_ROLE``, ``_INDEX`` and
+    ``_ATTEMPT`` (which the bootstrap sets back before anything else) instead of those four."""
     source = launch.cluster
     assert source is not None
+    given = dict(launch.env)
+    identity = tuple(given.get(name, "") for name in IDENTITY_ENV)
+    if not all(value and value.split() == [value] for value in identity):
+        identity = ()  # never so for a task in the cluster: each is set, without a space
     drop = {FETCH_ENV, *(("TF_CONFIG",) if with_tf_config(source.style) else ())}
+    drop.update(IDENTITY_ENV if identity else ())
     env = [(k, v) for k, v in launch.env if k not in drop]
-    env.append((FETCH_ENV, fetch_value(key, task_url(base, token))))
+    env.append((FETCH_ENV, fetch_value(key, task_url(base, token), identity)))
     argv = bootstrap_argv(source.style, source.argv[launch.key.role])
     return replace(launch, argv=argv, env=tuple(sorted(env)))
 

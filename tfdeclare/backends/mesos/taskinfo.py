@@ -47,7 +47,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from tfdeclare.backends.mesos.bootstrap import FETCH_ENV
+from tfdeclare.backends.mesos.bootstrap import program_env
 from tfdeclare.backends.mesos.healthcheck import health_check_json
 from tfdeclare.backends.secrets import agent_file_argv
 from tfdeclare.core.enums import ImagePullPolicy, VolumeMode
@@ -195,7 +195,7 @@ def task_info(
     }
     if launch.health_check is not None:  # the executor runs it (healthcheck.py)
         script = CD_SCRIPT if launch.image is None else MKDIR_CD_SCRIPT
-        env = tuple((k, v) for k, v in launch.env if k != FETCH_ENV)  # a task's key: its bootstrap's only
+        env = program_env(launch.env)  # a task's key and token: its bootstrap's only
         info["health_check"] = health_check_json(
             launch.health_check, launch.slot.port, env, None if docker else directory, script
         )
