@@ -34,7 +34,8 @@ from tfdeclare.backends.mesos.bootstrap import (
     MAC_BYTES,
 )
 from tfdeclare.backends.mesos.bootstrap import FLAGS as PLACEHOLDERS
-from tfdeclare.backends.mesos.clusterserver import MAX_ANSWERING, ROUTE, ClusterServer, credentials, signed
+from tfdeclare.backends.mesos.clustergen import credentials, signed
+from tfdeclare.backends.mesos.clusterserver import MAX_ANSWERING, ROUTE, ClusterServer
 from tfdeclare.backends.mesos.clusterwire import ClusterWire, Delivery, delivery, fetches
 from tfdeclare.backends.mesos.config import ClusterServerConfig
 from tfdeclare.backends.mesos.journal import TaskEntry

@@ -2,23 +2,16 @@
 
 Started by ``clusterwire`` in the process that runs the Mesos backend (``apply``, the
 background controller after it, or the daemon, which serves for as long as it runs), on
-``mesos.clusterServer.listen`` (the loopback address unless configured). One read-only
-route, ``GET /TOKEN`` (and ``GET /v1/cluster?token=TOKEN``, the form tasks launched by
-earlier versions carry, with the same tokens), answers the document of the task the token names
-(``tfdeclare.core.run.clusterdoc.document``, as JSON) after its MAC. Each job generation (a
-job's attempt and the addresses of its tasks: ``clusterdoc.generation``) has a random secret
-of its own (``secrets.token_urlsafe``, 256 bits), kept in this process's memory and handed to
-the next one through a file of mode 0600 (below), never logged nor shown in any status. Each
-task of the generation has a token and a key derived from it (``credentials``: HMAC-SHA256 of
-the secret over the task's name, 128 bits each); its TaskInfo carries both (``bootstrap``):
-the token travels in the request and names the task, the key never leaves the TaskInfo and
-this process. The answer is the HMAC-SHA256 under the task's key of the document's exact
-bytes, then those bytes: the bootstrap uses the document only once it has checked the MAC,
-so an answer from anyone else (a local user who bound the port while no framework process
-held it, anyone on the network path: the answer is plain HTTP) is refused, and one task's
-answer is no other task's. Registering a new generation of a job forgets the old one's, so a
-stale token, like a wrong one, gets 403; every other path 404; a malformed query of the
-earlier form 400; any method but GET 501.
+``mesos.clusterServer.listen`` (the loopback address unless configured). One read-only route,
+``GET /TOKEN`` (and ``GET /v1/cluster?token=TOKEN``, the form tasks launched by earlier
+versions carry, with the same tokens), answers the document of the task the token names
+(``tfdeclare.core.run.clusterdoc.document``, as JSON) after its MAC. Each job generation has a
+random secret, its tasks tokens and keys derived from it, and every answer is signed with the
+task's key (``clustergen``), so an answer from anyone else is refused by the bootstrap. The
+secrets are kept in this process's memory and handed to the next one through a file of mode
+0600 (below), never logged nor shown in any status. Registering a new generation of a job
+forgets the old one's, so a stale token, like a wrong one, gets 403; every other path 404; a
+malformed query of the earlier form 400; any method but GET 501.
 
 Bounded: at most ``MAX_ANSWERING`` requests are answered at once (the others get 503 and
 retry), each connection is dropped after ``REQUEST_TIMEOUT_S`` of silence, request targets
@@ -35,10 +28,7 @@ next framework process (``saved``/``restore``: ``clusterwire`` keeps them in the
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import hashlib
-import hmac
 import json
 import logging
 import re
@@ -47,12 +37,17 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tfdeclare.backends.mesos.bootstrap import MAC_BYTES
+from tfdeclare.backends.mesos.clustergen import (
+    SECRET_MIN_CHARS,
+    Generation,
+    credentials,
+    signed,
+    token_digest,
+)
 from tfdeclare.backends.mesos.config import ClusterServerConfig
 from tfdeclare.core.enums import ClusterSpecStyle, Role
 from tfdeclare.core.run.clusterdoc import Documents
@@ -67,8 +62,6 @@ MAX_ANSWERING = 32
 REQUEST_TIMEOUT_S = 10.0
 WAIT_STEP_S = 0.5
 _WILDCARDS = ("0.0.0.0", "::")  # noqa: S104 (recognised, not bound)
-CREDENTIAL_CHARS = 22  # a token's and a key's length (base64url: 131 bits)
-SECRET_MIN_CHARS = 43  # a generation's secret (token_urlsafe(32): 256 bits)
 
 
 def split_host_port(text: str) -> tuple[str, int]:
@@ -79,48 +72,6 @@ def split_host_port(text: str) -> tuple[str, int]:
 
 def join_host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def credentials(secret: str, task: str) -> tuple[str, str]:
-    """The token and the key of task ``task`` (``worker-3``) of the generation of ``secret``."""
-
-    def derived(purpose: str) -> str:
-        mac = hmac.new(secret.encode(), f"{purpose}\0{task}".encode(), hashlib.sha256).digest()
-        return base64.urlsafe_b64encode(mac).decode()[:CREDENTIAL_CHARS]
-
-    return derived("token"), derived("key")
-
-
-def signed(key: str, document: bytes) -> bytes:
-    """An answer: the HMAC-SHA256 of ``document`` under ``key``, then ``document``."""
-    mac = hmac.new(key.encode(), document, hashlib.sha256).digest()
-    assert len(mac) == MAC_BYTES
-    return mac + document
-
-
-@dataclass
-class Generation:
-    """One job generation's cluster, its secret and the launched tasks yet to fetch it."""
-
-    job: str
-    name: str  # clusterdoc.generation
-    secret: str = field(repr=False)
-    source: ClusterSource
-    # The launched tasks by name (worker-3): the id of the latest launch and the task's key
-    tasks: dict[str, tuple[str, TaskKey]] = field(default_factory=dict)
-    pending: set[str] = field(default_factory=set)
-    documents: Documents | None = None  # made on the first fetch
-    # Each task of the cluster by name: its token's digest (_key) and its key
-    credentials: dict[str, tuple[str, str]] = field(default_factory=dict, repr=False)
-
-    def derive(self) -> None:
-        for key in self.source.addresses:
-            token, mac_key = credentials(self.secret, key.name)
-            self.credentials[key.name] = (_key(token), mac_key)
-
-
-def _key(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
 
 
 def _error(message: str) -> bytes:
@@ -202,7 +153,7 @@ class ClusterServer:
         else:
             return 404, _error("not found")
         with self._changed:
-            found = self._by_key.get(_key(token))
+            found = self._by_key.get(token_digest(token))
         if found is None:
             return 403, _error("unknown or stale token")
         generation, key = found
