@@ -22,6 +22,7 @@ import yaml
 
 from tests.components import missing
 from tests.conftest import REPO, cli
+from tests.container_jobs import PS_AND_TWO_WORKERS, TASK, allowed_host_paths, boxed_job, mwms_job
 from tests.mesos_fixtures import config_yaml, eventually
 from tests.real_mesos import RealMesos
 
@@ -81,29 +82,9 @@ def docker_cluster(
     out.mkdir()
     root = tmp_path / "project"
     root.mkdir()
-    policy = f"policy: {{allowedHostPaths: [{', '.join(str(f) for f in folders or (REPO, tmp_path))}]}}\n"
+    policy = allowed_host_paths(*(folders or (REPO, tmp_path)))
     (root / "tfdeclare.yaml").write_text(config_yaml(mesos.url, containerizer="docker") + policy)
     return DockerCluster(mesos, root, out)
-
-
-def job(name: str, image: str, out: Path, replicas: list[str], extra: str = "") -> str:
-    return "\n".join(
-        [
-            "apiVersion: tfdeclare/v1",
-            "kind: TFJob",
-            f"metadata: {{name: {name}}}",
-            "spec:",
-            f"  image: {image}",
-            "  env: {OUT: /out}",
-            "  workingDir: scratch",
-            "  volumes:",
-            f"    - {{hostPath: {REPO / 'tests'}, containerPath: /task, mode: ro}}",
-            f"    - {{hostPath: {out}, containerPath: /out, mode: rw}}",
-            "  replicas:",
-            *(f"    {line}" for line in replicas),
-            extra,
-        ]
-    )
 
 
 def test_a_job_with_an_image_runs_in_docker_containers_with_tf_config_and_its_ps_is_killed(
@@ -114,16 +95,7 @@ def test_a_job_with_an_image_runs_in_docker_containers_with_tf_config_and_its_ps
     the workers finish (TASK_FINISHED), the ps is then killed through ``docker stop`` (TASK_KILLED
     on the master, 143 in the status: SIGTERM reached it through --init)."""
     cluster = docker_cluster(real_mesos, docker_client, tmp_path)
-    task = "/task/e2e_task.py"
-    spec = job(
-        "boxed",
-        base_image,
-        cluster.out,
-        [
-            f"ps: {{count: 1, resources: {{cpus: 0.5, mem: 64}}, command: [python3, {task}, serve]}}",
-            f"worker: {{count: 2, resources: {{cpus: 0.5, mem: 64}}, command: [python3, {task}, wait=3]}}",
-        ],
-    )
+    spec = boxed_job("boxed", base_image, cluster.out, PS_AND_TWO_WORKERS)
     result = cluster.apply("boxed", spec, "--wait", "--timeout", "120", timeout=180)
     assert result.returncode == 0, result.stdout + result.stderr + cluster.mesos.log_tail()
     document = cluster.status("boxed")
@@ -162,12 +134,12 @@ def test_an_exit_code_and_a_delete_reach_the_status_through_the_docker_executor(
     status; a serving task stopped by ``delete`` is TASK_KILLED and its container is gone from
     the running ones."""
     cluster = docker_cluster(real_mesos, docker_client, tmp_path)
-    task = "/task/e2e_task.py"
-    spec = job(
+
+    spec = boxed_job(
         "exits",
         base_image,
         cluster.out,
-        [f"worker: {{count: 1, resources: {{cpus: 0.5, mem: 64}}, command: [python3, {task}, exit=3]}}"],
+        [f"worker: {{count: 1, resources: {{cpus: 0.5, mem: 64}}, command: [python3, {TASK}, exit=3]}}"],
         "  backoffLimit: 0\n",
     )
     failed = cluster.apply("exits", spec, "--wait", "--timeout", "120", timeout=180)
@@ -183,11 +155,11 @@ def test_an_exit_code_and_a_delete_reach_the_status_through_the_docker_executor(
 
     served = tmp_path / "served"
     served.mkdir()
-    spec = job(
+    spec = boxed_job(
         "serves",
         base_image,
         served,
-        [f"worker: {{count: 1, resources: {{cpus: 0.5, mem: 64}}, command: [python3, {task}, serve]}}"],
+        [f"worker: {{count: 1, resources: {{cpus: 0.5, mem: 64}}, command: [python3, {TASK}, serve]}}"],
     )
     assert cluster.apply("serves", spec).returncode == 0
     eventually(
@@ -208,7 +180,7 @@ def test_a_task_that_ignores_sigterm_is_killed_after_its_grace_period(
     master has TASK_KILLED no earlier, and the status says 137."""
     cluster = docker_cluster(real_mesos, docker_client, tmp_path)
     stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); open('/out/up', 'w'); time.sleep(600)"
-    spec = job(
+    spec = boxed_job(
         "stubborn",
         base_image,
         cluster.out,
@@ -240,22 +212,7 @@ def test_the_mwms_example_in_the_tensorflow_image_ends_with_identical_weights(
     cluster = docker_cluster(
         real_mesos, docker_client, tmp_path, "cpus:4;mem:16384;ports:[31000-31099]", REPO
     )
-    spec = "\n".join(
-        [
-            "apiVersion: tfdeclare/v1",
-            "kind: TFJob",
-            "metadata: {name: mwms}",
-            "spec:",
-            f"  image: {tensorflow_image}",
-            "  command: [python, /job/mwms_train.py]",
-            "  env: {TF_ENABLE_ONEDNN_OPTS: '0'}",
-            f"  volumes: [{{hostPath: {REPO / 'specs'}, containerPath: /job, mode: ro}}]",
-            "  replicas:",
-            "    worker: {count: 2, resources: {cpus: 1, mem: 2Gi}}",
-            "  backoffLimit: 0",
-            "",
-        ]
-    )
+    spec = mwms_job(tensorflow_image, "TF_ENABLE_ONEDNN_OPTS: '0'")
     result = cluster.apply("mwms", spec, "--wait", "--timeout", "300", timeout=360)
     assert result.returncode == 0, result.stdout + result.stderr
     hashes = []
