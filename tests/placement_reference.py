@@ -328,47 +328,22 @@ def reference_drain_set(
     capacities: Sequence[AgentOffer],
     options: PlacementOptions,
 ) -> set[str]:
-    """The agents kept for a head of line that waited too long: of the agents offering now
-    that it can use, the freest first (GPUs, cpus, mem, then id), the fewest whose whole
-    capacities (``capacities``: the largest seen per agent) would hold it. Nothing is placed
-    on them, so they only get freer: they stay the freest and the head is not starved. When
-    the capacities are unknown or cannot hold it, every agent it can use."""
+    """The agents kept for a head of line that waited too long, by brute force (written apart
+    from ``placement.drain_set``, which it checks): rank each agent the head can use by its
+    freest view now (most GPUs, then cpus, mem, then id), keep those whose whole capacity is
+    known, and try every count from one up: the first ranked prefix whose capacities hold the
+    head is the answer. None holds it (or no capacity is known): every agent it can use."""
     usable = [v for v in offers if eligible_for(head, v, options)]
-    everything = {v.agent_id for v in usable}
-    size = {c.agent_id: c for c in capacities}
-    order: list[AgentOffer] = []  # the capacities of the usable agents, the freest now first
-    seen: set[str] = set()
-    for view in sorted(usable, key=lambda v: (-v.gpus, -v.cpus, -v.mem_mib, v.agent_id, v.role)):
-        whole = size.get(view.agent_id)
-        if whole is not None and view.agent_id not in seen:
-            seen.add(view.agent_id)
-            order.append(whole)
-
-    def holds(count: int) -> bool:
-        return isinstance(reference_place_gang(head, order[:count], options), GangFit)
-
-    need = head.total
-    low, gpus, cpus = len(order), 0, 0.0
-    for count, whole in enumerate(order):  # fewer agents than the sums need cannot hold it
-        gpus, cpus = gpus + whole.gpus, cpus + whole.cpus
-        if gpus >= need.gpus and cpus + _EPS >= need.cpus:
-            low = count
-            break
-    # The fewest that hold it: a galloping search up from ``low`` (the answer is usually near),
-    # then a binary search (a longer prefix holds what a shorter one does). ``low`` never holds.
-    step, high = 1, low + 1
-    while not (high <= len(order) and holds(high)):
-        if high >= len(order):
-            return everything
-        low, step = high, step * 2
-        high = min(len(order), low + step)
-    while high - low > 1:
-        middle = (low + high) // 2
-        if holds(middle):
-            high = middle
-        else:
-            low = middle
-    return {whole.agent_id for whole in order[:high]}
+    rank: dict[str, tuple[float, float, float, str, str]] = {}
+    for view in usable:
+        key = (-view.gpus, -view.cpus, -view.mem_mib, view.agent_id, view.role)
+        rank[view.agent_id] = min(key, rank.get(view.agent_id, key))
+    whole = {c.agent_id: c for c in capacities}
+    ranked = [whole[agent] for agent in sorted(rank, key=rank.__getitem__) if agent in whole]
+    for count in range(1, len(ranked) + 1):
+        if isinstance(reference_place_gang(head, ranked[:count], options), GangFit):
+            return {c.agent_id for c in ranked[:count]}
+    return set(rank)
 
 
 def _subtract(offers: Sequence[AgentOffer], fit: GangFit) -> list[AgentOffer]:
