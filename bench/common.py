@@ -137,6 +137,17 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 60.0, poll: float =
     return time.perf_counter() - started
 
 
+def stop_process(process: subprocess.Popen[Any], timeout: float) -> None:
+    """Asks ``process`` to stop (SIGTERM) and kills it when it has not within ``timeout`` s."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 KEEPER_MODULE = "tfdeclare.cli.keeper"  # the background controller's process
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -19,7 +18,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.common import CLI_SCRIPT, Result, cleaned_up, run, wait_for
+from bench.common import CLI_SCRIPT, Result, cleaned_up, run, stop_process, wait_for
 
 CONFIG = "local: {cpus: 64, mem: 64Gi, gpus: 0, portRange: {first: 36000, last: 39999}}\n"
 
@@ -54,12 +53,8 @@ class _Daemon:
         raise RuntimeError("no VmRSS")
 
     def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
         try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+            stop_process(self.proc, timeout=60)
         finally:
             self.handle.close()
 

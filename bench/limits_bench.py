@@ -23,7 +23,6 @@ import json
 import os
 import re
 import resource
-import signal
 import statistics
 import subprocess
 import sys
@@ -32,7 +31,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from bench.common import CLI_SCRIPT, REPO, Result, cleaned_up, machine, wait_for
+from bench.common import CLI_SCRIPT, REPO, Result, cleaned_up, machine, stop_process, wait_for
 
 UNPLACEABLE = "{cpus: 1000}"  # more than any machine here offers: Pending, Unschedulable
 
@@ -102,12 +101,8 @@ class _Daemon:
         raise RuntimeError("no VmHWM")
 
     def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
         try:
-            self.proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+            stop_process(self.proc, timeout=120)
         finally:
             self.handle.close()
 

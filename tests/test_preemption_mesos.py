@@ -109,6 +109,11 @@ def on_rack(name: str, cpus: float, rack: str) -> str:
     return job_yaml(name, command="[sleep, '600']", roles=roles, extra=extra)
 
 
+def preemptions(root: Path, jobs: tuple[tuple[str, float, str], ...]) -> dict[str, int]:
+    """How many times each of these jobs (name first) was preempted, from its status."""
+    return {name: status(root, name)["preemptions"] for name, *_ in jobs}
+
+
 @contextmanager
 def high_over_two_racks(
     tmp_path: Path, low: tuple[tuple[str, float, str], ...], high_cpus: float
@@ -142,11 +147,7 @@ def test_the_victims_free_a_whole_agent_where_the_gang_fits(tmp_path: Path) -> N
     a's jobs are never stopped."""
     low = (("a-one", 1, "a"), ("b-three", 3, "b"), ("a-two", 2, "a"))
     with high_over_two_racks(tmp_path, low, high_cpus=4) as (root, emulator):
-        assert {n: status(root, n)["preemptions"] for n in ("b-three", "a-two", "a-one")} == {
-            "b-three": 1,
-            "a-two": 0,
-            "a-one": 0,
-        }
+        assert preemptions(root, low) == {"a-one": 0, "b-three": 1, "a-two": 0}
         assert status(root, "a-two")["phase"] == "Running" and status(root, "a-one")["phase"] == "Running"
         agents = running_on_agents(emulator)
         (high,) = [agent for task, agent in agents.items() if task.startswith("high.")]
@@ -161,11 +162,7 @@ def test_room_enough_in_all_but_spread_over_agents_is_made_on_one(tmp_path: Path
     there, the others untouched."""
     low = (("a-two", 2, "a"), ("b-old", 1, "b"), ("b-new", 1, "b"))
     with high_over_two_racks(tmp_path, low, high_cpus=3) as (root, emulator):
-        assert {n: status(root, n)["preemptions"] for n in ("a-two", "b-old", "b-new")} == {
-            "a-two": 0,
-            "b-old": 0,
-            "b-new": 1,
-        }
+        assert preemptions(root, low) == {"a-two": 0, "b-old": 0, "b-new": 1}
         assert status(root, "b-new")["suspension"]["preemptedBy"] == "high"
         assert status(root, "a-two")["phase"] == "Running" and status(root, "b-old")["phase"] == "Running"
         agents = running_on_agents(emulator)
