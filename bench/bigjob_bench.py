@@ -20,7 +20,7 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.common import REPO, machine
+from bench.common import REPO, TFDECLARE, cleaned_up, machine
 
 _MEASURE_CHILD = """
 import resource, subprocess, sys, time
@@ -72,11 +72,13 @@ def measure(code: Path, workers: int) -> dict[str, float]:
     """Apply a job of ``workers`` workers from scratch, then resize it by one."""
     with tempfile.TemporaryDirectory(prefix="tfdeclare-bigjob-") as tmp:
         workdir = Path(tmp)
-        (workdir / "tfdeclare.yaml").write_text(_CONFIG)
-        (workdir / "job.yaml").write_text(_job(workers))
-        apply_s, apply_mb = _apply(code, workdir)
-        (workdir / "job.yaml").write_text(_job(workers + 1))
-        resize_s, resize_mb = _apply(code, workdir)
+        env = {**os.environ, "PYTHONPATH": str(code)}
+        with cleaned_up(workdir, TFDECLARE, "--state-dir", "s", "--status-dir", "st", env=env):
+            (workdir / "tfdeclare.yaml").write_text(_CONFIG)
+            (workdir / "job.yaml").write_text(_job(workers))
+            apply_s, apply_mb = _apply(code, workdir)
+            (workdir / "job.yaml").write_text(_job(workers + 1))
+            resize_s, resize_mb = _apply(code, workdir)
     return {"apply_s": apply_s, "apply_mb": apply_mb, "resize_s": resize_s, "resize_mb": resize_mb}
 
 

@@ -1,15 +1,18 @@
-"""Shared benchmark helpers: timing, medians, generated job files, the CLI, the machine."""
+"""Shared benchmark helpers: timing, medians, generated job files, the CLI, the machine, and
+the clean-up that leaves no job and no background controller of a bench's folder behind."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import random
+import signal
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -132,3 +135,79 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 60.0, poll: float =
             raise TimeoutError("benchmark condition never held")
         time.sleep(poll)
     return time.perf_counter() - started
+
+
+def stop_process(process: subprocess.Popen[Any], timeout: float) -> None:
+    """Asks ``process`` to stop (SIGTERM) and kills it when it has not within ``timeout`` s."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+KEEPER_MODULE = "tfdeclare.cli.keeper"  # the background controller's process
+
+
+def keepers_of(folder: Path) -> list[int]:
+    """The pids of the background controllers (``tfdeclare.cli.keeper``) running for a state
+    folder in ``folder``: named on their command line, or relative to their working folder."""
+    root = folder.resolve()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            if KEEPER_MODULE not in argv or "--state-dir" not in argv:
+                continue
+            state = Path(argv[argv.index("--state-dir") + 1])
+            where = (entry / "cwd").resolve() / state
+        except (OSError, IndexError):
+            continue  # gone meanwhile, or not ours to read
+        if where == root or root in where.parents:
+            found.append(int(entry.name))
+    return found
+
+
+def stop_keepers(folder: Path, grace_s: float = 60.0) -> None:
+    """Waits until no background controller of ``folder`` runs (one finishing a deletion exits
+    when it is done), for ``grace_s`` at most; then asks those left to stop (SIGTERM), and kills
+    the ones still there 10 s later."""
+    deadline = time.monotonic() + grace_s
+    while keepers_of(folder) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 0.0)):
+        for pid in keepers_of(folder):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + wait_s
+        while keepers_of(folder) and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def cleaned_up(
+    workdir: Path,
+    cli: Sequence[str] = (CLI_SCRIPT,),
+    *options: str,
+    env: Mapping[str, str] | None = None,
+) -> Iterator[Path]:
+    """``workdir``, a project a bench runs ``tfdeclare`` in. On the way out, failed or not:
+    ``cli delete --all OPTIONS`` there (its jobs' tasks stopped), then ``stop_keepers``: no
+    background controller of it is left running once the bench has gone on."""
+    try:
+        yield workdir
+    finally:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run(
+                [*cli, "delete", "--all", *options],
+                cwd=workdir,
+                env=dict(env) if env is not None else None,
+                capture_output=True,
+                timeout=300,
+                check=False,
+            )
+        stop_keepers(workdir)

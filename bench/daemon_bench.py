@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -19,7 +18,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.common import CLI_SCRIPT, Result, run, wait_for
+from bench.common import CLI_SCRIPT, Result, cleaned_up, run, stop_process, wait_for
 
 CONFIG = "local: {cpus: 64, mem: 64Gi, gpus: 0, portRange: {first: 36000, last: 39999}}\n"
 
@@ -41,7 +40,11 @@ class _Daemon:
             stdout=self.handle,
             stderr=subprocess.STDOUT,
         )
-        wait_for(lambda: "listening on" in self.log.read_text(), timeout=30, poll=0.05)
+        try:
+            wait_for(lambda: "listening on" in self.log.read_text(), timeout=30, poll=0.05)
+        except BaseException:
+            self.stop()
+            raise
 
     def rss_mib(self) -> float:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
@@ -50,9 +53,10 @@ class _Daemon:
         raise RuntimeError("no VmRSS")
 
     def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(timeout=60)
-        self.handle.close()
+        try:
+            stop_process(self.proc, timeout=60)
+        finally:
+            self.handle.close()
 
 
 def folder_latency(workdir: Path, runs: int) -> Result:
@@ -75,8 +79,7 @@ def folder_latency(workdir: Path, runs: int) -> Result:
             samples.append((time.perf_counter() - started) * 1000)
             (specs / f"saved-{i}.yaml").unlink()
     finally:
-        daemon.stop()
-        run([CLI_SCRIPT, "delete", "--all"], workdir)
+        daemon.stop()  # the jobs are deleted by the caller's cleaned_up
     return Result("folder mode: file saved → its first task started", "≤ 300 ms", samples, "ms", limit=300)
 
 
@@ -124,8 +127,7 @@ def git_latency(workdir: Path, runs: int, interval: float) -> Result:
             wait_for(mark.exists, timeout=interval + 30, poll=0.01)
             samples.append(time.perf_counter() - started)
     finally:
-        daemon.stop()
-        run([CLI_SCRIPT, "delete", "--all"], workdir)
+        daemon.stop()  # the jobs are deleted by the caller's cleaned_up
     return Result(
         f"git mode (--interval {interval:g}): commit pushed → its first task started",
         f"≤ interval + 1 s = {interval + 1:g} s",
@@ -165,8 +167,7 @@ def git_sync_latency(workdir: Path, runs: int) -> Result:
             wait_for((marks / str(i)).exists, timeout=30, poll=0.01)
             samples.append(time.perf_counter() - started)
     finally:
-        daemon.stop()
-        run([CLI_SCRIPT, "delete", "--all"], workdir)
+        daemon.stop()  # the jobs are deleted by the caller's cleaned_up
     return Result(
         "git mode: commit restarting a job, POST /sync → its first new task started",
         "≤ 1 s",
@@ -231,14 +232,14 @@ def thousand_jobs(workdir: Path, passes: int) -> tuple[Result, Result]:
 
 
 def main(results: list[Result], quick: bool) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        results.append(folder_latency(Path(tmp), 5 if quick else 15))
-    with tempfile.TemporaryDirectory() as tmp:
-        results.append(git_latency(Path(tmp), 3 if quick else 8, interval=2.0))
-    with tempfile.TemporaryDirectory() as tmp:
-        results.append(git_sync_latency(Path(tmp), 3 if quick else 8))
-    with tempfile.TemporaryDirectory() as tmp:
-        results.extend(thousand_jobs(Path(tmp), 10 if quick else 30))
+    with tempfile.TemporaryDirectory() as tmp, cleaned_up(Path(tmp)) as workdir:
+        results.append(folder_latency(workdir, 5 if quick else 15))
+    with tempfile.TemporaryDirectory() as tmp, cleaned_up(Path(tmp)) as workdir:
+        results.append(git_latency(workdir, 3 if quick else 8, interval=2.0))
+    with tempfile.TemporaryDirectory() as tmp, cleaned_up(Path(tmp)) as workdir:
+        results.append(git_sync_latency(workdir, 3 if quick else 8))
+    with tempfile.TemporaryDirectory() as tmp, cleaned_up(Path(tmp)) as workdir:
+        results.extend(thousand_jobs(workdir, 10 if quick else 30))
 
 
 if __name__ == "__main__":
@@ -246,7 +247,7 @@ if __name__ == "__main__":
     parser.add_argument("--only", choices=["git-sync"], required=True)
     parser.add_argument("--runs", type=int, default=8)
     options = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        result = git_sync_latency(Path(tmp), options.runs)
+    with tempfile.TemporaryDirectory() as tmp, cleaned_up(Path(tmp)) as workdir:
+        result = git_sync_latency(workdir, options.runs)
     print(result.row())
     print("samples:", ", ".join(f"{s:.3f}" for s in result.samples))

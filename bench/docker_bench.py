@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import CLI_SCRIPT, REPO, Result, run, wait_for
+from bench.common import CLI_SCRIPT, REPO, Result, cleaned_up, run, wait_for
 from bench.local_bench import add_pair, overhead_results
 
 THROUGHPUT = REPO / "bench" / "tf_throughput.py"
@@ -314,12 +314,12 @@ def _measure(results: list[Result], quick: bool, host: str) -> None:
     os.environ["DOCKER_HOST"] = host
     client = docker.DockerClient(base_url=host, timeout=600)
     base, tensorflow = docker_env.base_image(client), docker_env.tensorflow_image(client)
-    with tempfile.TemporaryDirectory() as tmp:
-        results.append(apply_ten(client, base, Path(tmp), 3 if quick else 7))
-    with tempfile.TemporaryDirectory() as tmp:
-        results.append(adopt_hundred(client, base, Path(tmp)))
-    with tempfile.TemporaryDirectory() as tmp:
-        results.extend(follow_cost(base, Path(tmp), 10 if quick else 40))
-    with tempfile.TemporaryDirectory() as tmp:
-        results.extend(tf_overhead(client, tensorflow, Path(tmp), 30 if quick else 240))
+    with tempfile.TemporaryDirectory() as tmp, cleaned_up(Path(tmp)) as workdir:
+        results.append(apply_ten(client, base, workdir, 3 if quick else 7))
+    with tempfile.TemporaryDirectory() as tmp, cleaned_up(Path(tmp)) as workdir:
+        results.append(adopt_hundred(client, base, workdir))
+    with tempfile.TemporaryDirectory() as tmp, cleaned_up(Path(tmp)) as workdir:
+        results.extend(follow_cost(base, workdir, 10 if quick else 40))
+    with tempfile.TemporaryDirectory() as tmp, cleaned_up(Path(tmp)) as workdir:
+        results.extend(tf_overhead(client, tensorflow, workdir, 30 if quick else 240))
     client.close()

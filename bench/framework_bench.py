@@ -34,6 +34,7 @@ Needs ``make real-mesos``; prints one JSON line per run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -49,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, Result
+from bench.common import REPO, TFDECLARE, Result, cleaned_up
 from bench.realmesos_apply_bench import AGENT, AGENTS, project
 from bench.realmesos_bench import stand_in_launcher_dir
 
@@ -161,24 +162,28 @@ def one_run(framework: str, workdir: Path, tasks: int) -> dict[str, Any]:
         folder = workdir / "framework"
         argv = command(framework, folder, cluster.url, tasks)
         env = {**os.environ, "PYTHONPATH": str(REPO), "TFDECLARE_BACKGROUND_CONTROLLER": ""}
-        load = os.getloadavg()[0]
-        started = time.perf_counter()
-        process = subprocess.Popen(
-            argv, cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-        )
-        result: list[Watch] = []
-        failed = threading.Event()
-        watcher = threading.Thread(
-            target=lambda: result.append(watch(cluster, process, tasks, real, started, failed))
-        )
-        watcher.start()
-        _, status, usage = os.wait4(process.pid, 0)
-        exited = time.perf_counter() - started
-        process.returncode = os.waitstatus_to_exitcode(status)  # reaped: the watcher signals it no more
-        if real and os.waitstatus_to_exitcode(status) != 0:
-            failed.set()
-        watcher.join()
-        seen = result[0]
+        # tfdeclare's job deleted and its background controller gone while the cluster is up,
+        # failed or not (an apply the watcher kills, with stand-ins, leaves no controller)
+        ours = framework.startswith("tfdeclare") and real
+        with cleaned_up(folder, TFDECLARE, env=env) if ours else contextlib.nullcontext(folder):
+            load = os.getloadavg()[0]
+            started = time.perf_counter()
+            process = subprocess.Popen(
+                argv, cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            )
+            result: list[Watch] = []
+            failed = threading.Event()
+            watcher = threading.Thread(
+                target=lambda: result.append(watch(cluster, process, tasks, real, started, failed))
+            )
+            watcher.start()
+            _, status, usage = os.wait4(process.pid, 0)
+            exited = time.perf_counter() - started
+            process.returncode = os.waitstatus_to_exitcode(status)  # reaped: the watcher signals it no more
+            if real and os.waitstatus_to_exitcode(status) != 0:
+                failed.set()
+            watcher.join()
+            seen = result[0]
         stderr = process.stderr.read().decode(errors="replace") if process.stderr else ""
         return {
             "framework": framework,

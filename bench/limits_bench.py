@@ -23,7 +23,6 @@ import json
 import os
 import re
 import resource
-import signal
 import statistics
 import subprocess
 import sys
@@ -32,7 +31,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from bench.common import CLI_SCRIPT, REPO, Result, machine, wait_for
+from bench.common import CLI_SCRIPT, REPO, Result, cleaned_up, machine, stop_process, wait_for
 
 UNPLACEABLE = "{cpus: 1000}"  # more than any machine here offers: Pending, Unschedulable
 
@@ -69,7 +68,11 @@ class _Daemon:
             stdout=self.handle,
             stderr=subprocess.STDOUT,
         )
-        wait_for(lambda: "listening on" in self.log.read_text(), timeout=120, poll=0.05)
+        try:
+            wait_for(lambda: "listening on" in self.log.read_text(), timeout=120, poll=0.05)
+        except BaseException:
+            self.stop()
+            raise
         found = re.search(r"listening on (http://\S+)", self.log.read_text())
         assert found is not None
         self.url = found.group(1)
@@ -98,9 +101,10 @@ class _Daemon:
         raise RuntimeError("no VmHWM")
 
     def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(timeout=120)
-        self.handle.close()
+        try:
+            stop_process(self.proc, timeout=120)
+        finally:
+            self.handle.close()
 
 
 def _requests(daemon: _Daemon, paths: dict[str, str], runs: int) -> dict[str, list[float]]:
@@ -134,35 +138,38 @@ def scenario(workdir: Path, name: str, jobs: dict[str, int], runs: int) -> dict[
         work = workdir / f"run-{len(samples.get('apply', []))}"
         (work / "specs").mkdir(parents=True)
         (work / "tfdeclare.yaml").write_text(f"policy:\n  maxTasksPerJob: {max(1000, biggest)}\n")
-        for job, workers in jobs.items():
-            (work / "specs" / f"{job}.yaml").write_text(_job(job, workers))
-        add("apply", _timed([*cli, "apply", "specs", "-o", "json"], work))
-        add("status", _timed([*cli, "status"], work, ok=(0,)))
-        add("status NAME", _timed([*cli, "status", first], work, ok=(0,)))
-        offset = max(0, jobs[first] - 10)
-        add(
-            "status NAME --tasks-offset",
-            _timed([*cli, "status", first, "--tasks-offset", str(offset)], work, (0,)),
-        )
-        daemon = _Daemon(work)
-        try:
-            wait_for(lambda: daemon.passes() >= 1, timeout=1800, poll=0.2)  # noqa: B023
-            paths = {
-                "GET /": "/",
-                "GET /jobs": "/jobs",
-                "GET /jobs/NAME": f"/jobs/{first}",
-                "GET /jobs/NAME?tasksOffset=": f"/jobs/{first}?tasksOffset={offset}&tasksLimit=10",
-            }
-            for label, seconds in _requests(daemon, paths, 3).items():
-                samples.setdefault(label, []).extend(seconds)
-            # while a pass runs: ask for one and answer at once
-            urllib.request.urlopen(urllib.request.Request(daemon.url + "/sync", method="POST"), timeout=60)
-            for label, seconds in _requests(daemon, {"GET / during a pass": "/"}, 1).items():
-                samples.setdefault(label, []).extend(seconds)
-            add("daemon_peak_mib", daemon.peak_rss_mib())
-        finally:
-            daemon.stop()
-        add("delete", _timed([*cli, "delete", "--all", "-o", "json"], work, ok=(0,)))
+        with cleaned_up(work):  # its jobs deleted and no controller left, failed or not
+            for job, workers in jobs.items():
+                (work / "specs" / f"{job}.yaml").write_text(_job(job, workers))
+            add("apply", _timed([*cli, "apply", "specs", "-o", "json"], work))
+            add("status", _timed([*cli, "status"], work, ok=(0,)))
+            add("status NAME", _timed([*cli, "status", first], work, ok=(0,)))
+            offset = max(0, jobs[first] - 10)
+            add(
+                "status NAME --tasks-offset",
+                _timed([*cli, "status", first, "--tasks-offset", str(offset)], work, (0,)),
+            )
+            daemon = _Daemon(work)
+            try:
+                wait_for(lambda: daemon.passes() >= 1, timeout=1800, poll=0.2)  # noqa: B023
+                paths = {
+                    "GET /": "/",
+                    "GET /jobs": "/jobs",
+                    "GET /jobs/NAME": f"/jobs/{first}",
+                    "GET /jobs/NAME?tasksOffset=": f"/jobs/{first}?tasksOffset={offset}&tasksLimit=10",
+                }
+                for label, seconds in _requests(daemon, paths, 3).items():
+                    samples.setdefault(label, []).extend(seconds)
+                # while a pass runs: ask for one and answer at once
+                urllib.request.urlopen(
+                    urllib.request.Request(daemon.url + "/sync", method="POST"), timeout=60
+                )
+                for label, seconds in _requests(daemon, {"GET / during a pass": "/"}, 1).items():
+                    samples.setdefault(label, []).extend(seconds)
+                add("daemon_peak_mib", daemon.peak_rss_mib())
+            finally:
+                daemon.stop()
+            add("delete", _timed([*cli, "delete", "--all", "-o", "json"], work, ok=(0,)))
         print(f"{name}: " + ", ".join(f"{k} {v[-1]:.3g}" for k, v in samples.items()), flush=True)
     return samples
 

@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import CLI_SCRIPT, REPO, Result, machine, run, timed, wait_for
+from bench.common import CLI_SCRIPT, REPO, Result, cleaned_up, machine, run, timed, wait_for
 
 CONFIG = "local: {cpus: 64, mem: 64Gi, gpus: 0, portRange: {first: 34000, last: 35999}}\n"
 THROUGHPUT = REPO / "bench" / "tf_throughput.py"
@@ -201,17 +201,17 @@ def overhead_results(
 
 
 def main(results: list[Result], quick: bool) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        results.append(apply_ten(Path(tmp), 3 if quick else 7))
-    with tempfile.TemporaryDirectory() as tmp:
-        results.append(hundred_jobs(Path(tmp)))
-    with tempfile.TemporaryDirectory() as tmp:
-        results.extend(tf_overhead(Path(tmp), 30 if quick else 270))
+    with tempfile.TemporaryDirectory() as tmp, cleaned_up(Path(tmp)) as workdir:
+        results.append(apply_ten(workdir, 3 if quick else 7))
+    with tempfile.TemporaryDirectory() as tmp, cleaned_up(Path(tmp)) as workdir:
+        results.append(hundred_jobs(workdir))
+    with tempfile.TemporaryDirectory() as tmp, cleaned_up(Path(tmp)) as workdir:
+        results.extend(tf_overhead(workdir, 30 if quick else 270))
 
 
 if __name__ == "__main__":
-    with tempfile.TemporaryDirectory() as tmp:
-        measured = tf_overhead(Path(tmp), float(sys.argv[2]) if len(sys.argv) > 2 else 270)
+    with tempfile.TemporaryDirectory() as tmp, cleaned_up(Path(tmp)) as workdir:
+        measured = tf_overhead(workdir, float(sys.argv[2]) if len(sys.argv) > 2 else 270)
     print(f"Machine: {machine()}. Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.")
     for result in measured:
         print(result.row())

@@ -112,35 +112,48 @@ def task_launches(placement: Placement, uid: str) -> list[TaskLaunch]:
     ]
 
 
+def bench_backend(workdir: Path, url: str, subscribe_timeout_s: float) -> MesosBackend:
+    """The Mesos backend as the benches run it on ``url``'s master (framework ``bench``)."""
+    config = MesosConfig(
+        master=url,
+        offer_hold_s=30,
+        refuse_s=5,
+        place_wait_s=5,
+        subscribe_timeout_s=subscribe_timeout_s,
+        framework_name="bench",
+    )
+    return MesosBackend(workdir / "state", config)
+
+
+def place_and_launch_gangs(backend: MesosBackend, tasks: int) -> list[float]:
+    """Places and launches ``tasks`` tasks in gangs of 1-64 like the controller does (place,
+    then launch, one gang after the other; a place that finds no room is asked again 50 ms
+    later, as on the next pass). Returns every place() decision's time."""
+    decisions: list[float] = []
+    for number, size in enumerate(gangs(tasks)):
+        job = f"job{number:04d}"
+        while True:
+            before = time.perf_counter()
+            placement = backend.place(request(job, size))
+            decisions.append(time.perf_counter() - before)
+            if isinstance(placement, Placement):
+                break
+            time.sleep(0.05)  # the controller would come back on the next pass
+        backend.launch(placement, task_launches(placement, "bench"))
+    return decisions
+
+
 def end_to_end(workdir: Path, agents: int, tasks: int) -> tuple[dict[str, float], list[float]]:
     """Place and launch ``tasks`` tasks in gangs of 1-64 like the controller does (place, then
     launch, one gang after the other); return phase times and every place() decision time."""
     with emulator(agents) as (url, pid):
-        config = MesosConfig(
-            master=url,
-            offer_hold_s=30,
-            refuse_s=5,
-            place_wait_s=5,
-            subscribe_timeout_s=30,
-            framework_name="bench",
-        )
-        backend = MesosBackend(workdir / "state", config)
+        backend = bench_backend(workdir, url, subscribe_timeout_s=30)
         try:
             started = time.perf_counter()
             backend.observe()  # subscribe
             subscribed = time.perf_counter()
             cpu_before = time.process_time(), cpu_seconds(pid)
-            decisions: list[float] = []
-            for number, size in enumerate(gangs(tasks)):
-                job = f"job{number:04d}"
-                while True:
-                    before = time.perf_counter()
-                    placement = backend.place(request(job, size))
-                    decisions.append(time.perf_counter() - before)
-                    if isinstance(placement, Placement):
-                        break
-                    time.sleep(0.05)  # the controller would come back on the next pass
-                backend.launch(placement, task_launches(placement, "bench"))
+            decisions = place_and_launch_gangs(backend, tasks)
             decided = time.perf_counter()
 
             def count(*states: str) -> int:

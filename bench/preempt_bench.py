@@ -40,7 +40,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, Result, machine
+from bench.common import REPO, Result, machine, stop_process
 
 TASK = REPO / "bench" / "preempt_task.py"
 PORTS = (36000, 36199)  # local backend; the emulator's agent has its own below
@@ -138,13 +138,7 @@ class _Daemon:
         )
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=45)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_process(self.proc, timeout=45)
         self.log.close()
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from bench.common import REPO, Result, wait_for
+from bench.common import REPO, Result, cleaned_up, wait_for
 from bench.docker_bench import apply_ten
 
 LAYER_BYTES = 262_144
@@ -80,8 +80,7 @@ def _once(checkout: Path, client: Any, slow: str, base: str, proxy: Any) -> floa
     with contextlib.suppress(docker.errors.ImageNotFound):
         client.images.remove(slow, force=True)
     cli, env = _cli(checkout)
-    with tempfile.TemporaryDirectory() as tmp:
-        workdir = Path(tmp)
+    with tempfile.TemporaryDirectory() as tmp, cleaned_up(Path(tmp), cli, env=env) as workdir:
         (workdir / "specs").mkdir()
         (workdir / "specs" / "a.yaml").write_text(_job("a-slow", slow, ["sleep", "60"]))
         (workdir / "specs" / "b.yaml").write_text(_job("b-ready", base, ["sleep", "60"]))
@@ -105,7 +104,6 @@ def _once(checkout: Path, client: Any, slow: str, base: str, proxy: Any) -> floa
         finally:
             apply.send_signal(signal.SIGINT)
             apply.wait(60)
-        subprocess.run([*cli, "delete", "--all"], cwd=workdir, env=env, capture_output=True, timeout=120)
     with contextlib.suppress(docker.errors.ImageNotFound):
         client.images.remove(slow, force=True)
     return seconds
@@ -116,8 +114,8 @@ def _ten(checkout: Path, client: Any, base: str) -> float:
     before = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = str(checkout)
     try:
-        with tempfile.TemporaryDirectory() as tmp:
-            return apply_ten(client, base, Path(tmp), 1).samples[0]
+        with tempfile.TemporaryDirectory() as tmp, cleaned_up(Path(tmp)) as workdir:
+            return apply_ten(client, base, workdir, 1).samples[0]
     finally:
         if before is None:
             del os.environ["PYTHONPATH"]

@@ -29,7 +29,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO
+from bench.common import REPO, TFDECLARE, cleaned_up
 
 AGENTS = 4
 AGENT = "cpus:8;mem:16384;disk:4096;ports:[31000-31999]"
@@ -64,31 +64,33 @@ def one_run(checkout: Path, workdir: Path, tasks: int) -> dict[str, Any]:
     with RealMesos(workdir / "cluster", agents=AGENTS, resources=AGENT) as cluster:
         folder = project(workdir / "project", cluster.url, tasks)
         env = {**os.environ, "PYTHONPATH": str(checkout), "TFDECLARE_BACKGROUND_CONTROLLER": ""}
-        all_running: list[float] = []
-        done = threading.Event()
+        # the job deleted and its background controller gone while the cluster is up, failed or not
+        with cleaned_up(folder, TFDECLARE, env=env):
+            all_running: list[float] = []
+            done = threading.Event()
 
-        def watch(started: float) -> None:
-            while not done.is_set():
-                if running_count(cluster.url) >= tasks:
-                    all_running.append(time.perf_counter() - started)
-                    return
-                time.sleep(0.1)
+            def watch(started: float) -> None:
+                while not done.is_set():
+                    if running_count(cluster.url) >= tasks:
+                        all_running.append(time.perf_counter() - started)
+                        return
+                    time.sleep(0.1)
 
-        started = time.perf_counter()
-        process = subprocess.Popen(
-            [sys.executable, "-m", "tfdeclare", "apply", "specs"],
-            cwd=folder,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        watcher = threading.Thread(target=watch, args=(started,), daemon=True)
-        watcher.start()
-        _, status, usage = os.wait4(process.pid, 0)
-        process.returncode = os.waitstatus_to_exitcode(status)
-        exited = time.perf_counter() - started
-        watcher.join(120)
-        done.set()
+            started = time.perf_counter()
+            process = subprocess.Popen(
+                [sys.executable, "-m", "tfdeclare", "apply", "specs"],
+                cwd=folder,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+            watcher = threading.Thread(target=watch, args=(started,), daemon=True)
+            watcher.start()
+            _, status, usage = os.wait4(process.pid, 0)
+            process.returncode = os.waitstatus_to_exitcode(status)
+            exited = time.perf_counter() - started
+            watcher.join(120)
+            done.set()
         stderr = process.stderr.read().decode() if process.stderr else ""
         return {
             "checkout": str(checkout),

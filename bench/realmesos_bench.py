@@ -27,10 +27,7 @@ import urllib.request
 from pathlib import Path
 
 from bench.common import Result
-from bench.mesos_bench import AGENT, emulator, gangs, request, task_launches
-from tfdeclare.backends.mesos.backend import MesosBackend
-from tfdeclare.backends.mesos.config import MesosConfig
-from tfdeclare.core.run.tasks import Placement
+from bench.mesos_bench import AGENT, bench_backend, emulator, place_and_launch_gangs
 
 AGENTS = 10
 TASKS = 1000
@@ -45,27 +42,12 @@ def master_task_count(url: str) -> int:
 
 
 def place_and_launch(workdir: Path, url: str) -> dict[str, float]:
-    config = MesosConfig(
-        master=url,
-        offer_hold_s=30,
-        refuse_s=5,
-        place_wait_s=5,
-        subscribe_timeout_s=60,
-        framework_name="bench",
-    )
-    backend = MesosBackend(workdir / "state", config)
+    backend = bench_backend(workdir, url, subscribe_timeout_s=60)
     try:
         started = time.perf_counter()
         backend.observe()  # subscribe
         subscribed = time.perf_counter()
-        for number, size in enumerate(gangs(TASKS)):
-            job = f"job{number:04d}"
-            while True:
-                placement = backend.place(request(job, size))
-                if isinstance(placement, Placement):
-                    break
-                time.sleep(0.05)  # the controller would come back on the next pass
-            backend.launch(placement, task_launches(placement, "bench"))
+        place_and_launch_gangs(backend, TASKS)
         decided = time.perf_counter()
         while master_task_count(url) < TASKS:
             time.sleep(0.1)

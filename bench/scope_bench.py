@@ -30,7 +30,7 @@ from pathlib import Path
 
 import yaml
 
-from bench.common import CLI_SCRIPT, REPO, Result, machine
+from bench.common import CLI_SCRIPT, REPO, Result, cleaned_up, machine
 
 STEPS = 1500
 KILL_EVERY_S = 12.0
@@ -105,32 +105,32 @@ def run_once(root: Path, name: str, scope: str | None, faults: bool) -> tuple[fl
                 except ProcessLookupError:
                     pass
 
-    started = time.perf_counter()
-    apply = subprocess.Popen(
-        [CLI_SCRIPT, "apply", "specs", "--wait", "--timeout", "1200"],
-        cwd=workdir,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    thread = threading.Thread(target=killer, daemon=True)
-    if faults:
-        thread.start()
-    try:
-        out, _ = apply.communicate(timeout=1300)
-    finally:
-        done.set()
-        if apply.poll() is None:
-            apply.kill()
-    elapsed = time.perf_counter() - started
-    if faults:
-        thread.join()
-    if apply.returncode != 0:
-        raise RuntimeError(f"{name} failed:\n{out}")
-    logs = workdir / ".tfdeclare" / "local" / "logs"
-    chief = "".join(p.read_text(errors="replace") for p in logs.rglob("*chief-0*"))
-    subprocess.run([CLI_SCRIPT, "delete", name], cwd=workdir, capture_output=True, check=False, timeout=120)
+    with cleaned_up(workdir):  # the job deleted, its background controller gone, failed or not
+        started = time.perf_counter()
+        apply = subprocess.Popen(
+            [CLI_SCRIPT, "apply", "specs", "--wait", "--timeout", "1200"],
+            cwd=workdir,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        thread = threading.Thread(target=killer, daemon=True)
+        if faults:
+            thread.start()
+        try:
+            out, _ = apply.communicate(timeout=1300)
+        finally:
+            done.set()
+            if apply.poll() is None:
+                apply.kill()
+        elapsed = time.perf_counter() - started
+        if faults:
+            thread.join()
+        if apply.returncode != 0:
+            raise RuntimeError(f"{name} failed:\n{out}")
+        logs = workdir / ".tfdeclare" / "local" / "logs"
+        chief = "".join(p.read_text(errors="replace") for p in logs.rglob("*chief-0*"))
     return elapsed, kills, chief.count("has been recovered")
 
 

@@ -1,6 +1,9 @@
 """The straightforward gang placement, as ``placement.place_gang`` was before it used an index
-(issue 23), and the FIFO-with-backfill views made with it: every decision sorts the offers by agent id and makes a bin per agent. Kept here,
-frozen, as the oracle the indexed placement is compared with (tests/test_placement_index.py).
+(issue 23), and the FIFO-with-backfill views made with it: every decision sorts the offers by
+agent id and makes a bin per agent. Kept here, frozen, as the oracle the indexed placement is
+compared with (tests/test_placement_index.py). What it would otherwise share with the code it
+checks is written apart, more simply: a bin's free ports are kept one by one (not as ranges),
+and the agents drained for a head of line are found by brute force.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ from tfdeclare.backends.mesos.placement import (
     SlotAssignment,
     eligible_for,
     matches,
-    remove_ports,
 )
 from tfdeclare.core.enums import PlacementStrategy
 from tfdeclare.core.run.tasks import GangRequest, SlotRequest, UnplacedReason
@@ -37,7 +39,7 @@ class _Bin:
     cpus: float
     mem: float
     gpus: int
-    free_ports: list[tuple[int, int]]
+    free_ports: list[int]  # every free port, one by one, in the order the ranges give them
     used: int = 0  # slots of this gang placed here
 
     def fits(self, resources: Resources) -> bool:
@@ -45,7 +47,7 @@ class _Bin:
             resources.cpus <= self.cpus + _EPS
             and resources.mem_mib <= self.mem + _EPS
             and resources.gpus <= self.gpus
-            and bool(self.free_ports)
+            and len(self.free_ports) > 0
         )
 
     def allows(self, resources: Resources, options: PlacementOptions) -> bool:
@@ -54,33 +56,20 @@ class _Bin:
         return options.cpu_tasks_on_gpu_agents or not self.gpu_agent
 
     def has_port(self, port: int) -> bool:
-        return any(begin <= port <= end for begin, end in self.free_ports)
+        return port in self.free_ports
 
     def lowest_port(self, avoid: set[int]) -> int | None:
-        for begin, end in self.free_ports:
-            for port in range(begin, end + 1):
-                if port not in avoid:
-                    return port
-        return None
+        return next((port for port in self.free_ports if port not in avoid), None)
 
     def take(self, resources: Resources, port: int) -> None:
         self.cpus -= resources.cpus
         self.mem -= resources.mem_mib
         self.gpus -= resources.gpus
         self.used += 1
-        remaining: list[tuple[int, int]] = []
-        for begin, end in self.free_ports:
-            if begin <= port <= end:
-                if begin < port:
-                    remaining.append((begin, port - 1))
-                if port < end:
-                    remaining.append((port + 1, end))
-            else:
-                remaining.append((begin, end))
-        self.free_ports = remaining
+        self.free_ports.remove(port)
 
     def port_count(self) -> int:
-        return sum(end - begin + 1 for begin, end in self.free_ports)
+        return len(self.free_ports)
 
     def spread_key(self) -> tuple[int, float, float, int]:
         return (self.used, -self.cpus, -self.mem, self.index)
@@ -201,7 +190,15 @@ def reference_place_gang(
     views = [v for v in offers if matches(v.attributes, constraints)] if constraints else list(offers)
     views.sort(key=lambda v: (v.agent_id, v.role))
     bins = [
-        _Bin(v, i, v.gpu_agent or v.gpus > 0, v.cpus, v.mem_mib, v.gpus, list(v.ports))
+        _Bin(
+            v,
+            i,
+            v.gpu_agent or v.gpus > 0,
+            v.cpus,
+            v.mem_mib,
+            v.gpus,
+            [p for b, e in v.ports for p in range(b, e + 1)],
+        )
         for i, v in enumerate(views)
     ]
     by_host: dict[str, list[_Bin]] = {}
@@ -328,47 +325,37 @@ def reference_drain_set(
     capacities: Sequence[AgentOffer],
     options: PlacementOptions,
 ) -> set[str]:
-    """The agents kept for a head of line that waited too long: of the agents offering now
-    that it can use, the freest first (GPUs, cpus, mem, then id), the fewest whose whole
-    capacities (``capacities``: the largest seen per agent) would hold it. Nothing is placed
-    on them, so they only get freer: they stay the freest and the head is not starved. When
-    the capacities are unknown or cannot hold it, every agent it can use."""
+    """The agents kept for a head of line that waited too long, by brute force (written apart
+    from ``placement.drain_set``, which it checks): rank each agent the head can use by its
+    freest view now (most GPUs, then cpus, mem, then id), keep those whose whole capacity is
+    known, and try every count from one up: the first ranked prefix whose capacities hold the
+    head is the answer. None holds it (or no capacity is known): every agent it can use."""
     usable = [v for v in offers if eligible_for(head, v, options)]
-    everything = {v.agent_id for v in usable}
-    size = {c.agent_id: c for c in capacities}
-    order: list[AgentOffer] = []  # the capacities of the usable agents, the freest now first
-    seen: set[str] = set()
-    for view in sorted(usable, key=lambda v: (-v.gpus, -v.cpus, -v.mem_mib, v.agent_id, v.role)):
-        whole = size.get(view.agent_id)
-        if whole is not None and view.agent_id not in seen:
-            seen.add(view.agent_id)
-            order.append(whole)
+    rank: dict[str, tuple[float, float, float, str, str]] = {}
+    for view in usable:
+        key = (-view.gpus, -view.cpus, -view.mem_mib, view.agent_id, view.role)
+        rank[view.agent_id] = min(key, rank.get(view.agent_id, key))
+    whole = {c.agent_id: c for c in capacities}
+    ranked = [whole[agent] for agent in sorted(rank, key=rank.__getitem__) if agent in whole]
+    for count in range(1, len(ranked) + 1):
+        if isinstance(reference_place_gang(head, ranked[:count], options), GangFit):
+            return {c.agent_id for c in ranked[:count]}
+    return set(rank)
 
-    def holds(count: int) -> bool:
-        return isinstance(reference_place_gang(head, order[:count], options), GangFit)
 
-    need = head.total
-    low, gpus, cpus = len(order), 0, 0.0
-    for count, whole in enumerate(order):  # fewer agents than the sums need cannot hold it
-        gpus, cpus = gpus + whole.gpus, cpus + whole.cpus
-        if gpus >= need.gpus and cpus + _EPS >= need.cpus:
-            low = count
-            break
-    # The fewest that hold it: a galloping search up from ``low`` (the answer is usually near),
-    # then a binary search (a longer prefix holds what a shorter one does). ``low`` never holds.
-    step, high = 1, low + 1
-    while not (high <= len(order) and holds(high)):
-        if high >= len(order):
-            return everything
-        low, step = high, step * 2
-        high = min(len(order), low + step)
-    while high - low > 1:
-        middle = (low + high) // 2
-        if holds(middle):
-            high = middle
-        else:
-            low = middle
-    return {whole.agent_id for whole in order[:high]}
+def _without(ranges: Sequence[tuple[int, int]], taken: set[int]) -> tuple[tuple[int, int], ...]:
+    """``ranges`` less the ``taken`` ports: each range's ports listed one by one, and every run
+    of consecutive ones left made a range again (in the order given)."""
+    runs: list[tuple[int, int]] = []
+    for begin, end in ranges:
+        run: list[int] = []
+        for port in [*range(begin, end + 1), None]:  # None: the range's end closes the last run
+            if port is not None and port not in taken:
+                run.append(port)
+            elif run:
+                runs.append((run[0], run[-1]))
+                run = []
+    return tuple(runs)
 
 
 def _subtract(offers: Sequence[AgentOffer], fit: GangFit) -> list[AgentOffer]:
@@ -384,6 +371,6 @@ def _subtract(offers: Sequence[AgentOffer], fit: GangFit) -> list[AgentOffer]:
         cpus = view.cpus - sum(a.resources.cpus for a in taken)
         mem = view.mem_mib - sum(a.resources.mem_mib for a in taken)
         gpus = view.gpus - sum(a.resources.gpus for a in taken)
-        ports = remove_ports(view.ports, {a.port for a in taken})
+        ports = _without(view.ports, {a.port for a in taken})
         out.append(replace(view, cpus=max(0.0, cpus), mem_mib=max(0.0, mem), gpus=max(0, gpus), ports=ports))
     return out

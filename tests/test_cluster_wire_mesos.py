@@ -227,7 +227,7 @@ def test_tasks_in_containers_fetch_their_cluster(
 ) -> None:
     """The image's ``python3`` runs the bootstrap (host networking: the framework's loopback
     server is reachable), under the Docker containerizer and the Mesos one."""
-    from tests.test_mesos_containers_job import allowed_host_paths, job
+    from tests.container_jobs import PS_AND_TWO_WORKERS, allowed_host_paths, boxed_job
 
     emulator = start_emulator(tmp_path, agents=2, containerizers=("docker", "mesos"))
     try:
@@ -237,7 +237,7 @@ def test_tasks_in_containers_fetch_their_cluster(
         out.mkdir()
         config = config_yaml(emulator.url, containerizer=containerizer, clusterServer="{minBytes: 0}")
         (root / "tfdeclare.yaml").write_text(config + allowed_host_paths(REPO, tmp_path))
-        (root / "specs" / "boxed.yaml").write_text(job(base_image, out))
+        (root / "specs" / "boxed.yaml").write_text(boxed_job("boxed", base_image, out, PS_AND_TWO_WORKERS))
         result = cli("apply", "specs", "--wait", "--backend", "mesos", "--timeout", "90", cwd=root)
         assert result.returncode == 0, result.stdout + result.stderr
         document = yaml.safe_load((root / "status" / "boxed.yaml").read_text())

@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -196,6 +198,33 @@ def _harness(tmp_path: Path, base_image: str) -> Harness:
     )
 
 
+def _owned(docker_client: Any, owner: str, *, running: bool = False) -> list[Any]:
+    """The engine's containers of this owner (the running ones, or all)."""
+    return list(
+        docker_client.containers.list(
+            ignore_removed=True, all=not running, filters={"label": f"tfdeclare.owner={owner}"}
+        )
+    )
+
+
+def _remove_owned(docker_client: Any, owner: str) -> None:
+    for container in _owned(docker_client, owner):
+        container.remove(force=True)
+
+
+@contextmanager
+def _owned_harness(tmp_path: Path, base_image: str, docker_client: Any) -> Iterator[tuple[Harness, str]]:
+    """``_harness`` and the owner its containers are labelled with; on the way out every
+    container of that owner is removed and the harness closed."""
+    harness = _harness(tmp_path, base_image)
+    owner = owner_of(tmp_path / "state" / "local")
+    try:
+        yield harness, owner
+    finally:
+        _remove_owned(docker_client, owner)
+        harness.close()
+
+
 CGROUP = (
     "import json, os\n"
     "def read(*names):\n"
@@ -241,10 +270,8 @@ def test_limits_are_enforced_by_the_engine_and_the_container_goes_once_recorded(
 def test_a_restarted_controller_adopts_running_containers_without_duplicates(
     tmp_path: Path, docker_client: Any, base_image: str
 ) -> None:
-    harness = _harness(tmp_path, base_image)
-    first = harness.backend()
-    owner = owner_of(tmp_path / "state" / "local")
-    try:
+    with _owned_harness(tmp_path, base_image, docker_client) as (harness, owner):
+        first = harness.backend()
         placement = place_soon(first, gang("adopt", 3))
         tasks = launches(harness, placement, harness.sleeper)
         first.launch(placement, tasks)
@@ -257,26 +284,13 @@ def test_a_restarted_controller_adopts_running_containers_without_duplicates(
             second, lambda ts: all(ts.get(i) and ts[i].state is TaskState.RUNNING for i in ids)
         )
         assert {adopted[i].key.index for i in ids} == {0, 1, 2}
-        running = docker_client.containers.list(
-            ignore_removed=True, filters={"label": f"tfdeclare.owner={owner}"}
-        )
+        running = _owned(docker_client, owner, running=True)
         assert sorted(c.labels["tfdeclare.task-id"] for c in running) == sorted(ids)
         second.stop(ids, 1.0)
         ended = wait_for(second, lambda ts: all(ts[i].state.ended for i in ids), 30)
         assert {ended[i].state for i in ids} == {TaskState.STOPPED}
         look(second)  # the next pass records their ends and removes the containers
-        assert (
-            docker_client.containers.list(
-                ignore_removed=True, all=True, filters={"label": f"tfdeclare.owner={owner}"}
-            )
-            == []
-        )
-    finally:
-        for container in docker_client.containers.list(
-            ignore_removed=True, all=True, filters={"label": f"tfdeclare.owner={owner}"}
-        ):
-            container.remove(force=True)
-        harness.close()
+        assert _owned(docker_client, owner) == []
 
 
 @pytest.mark.slow
@@ -340,10 +354,8 @@ def test_a_task_folder_whose_container_was_never_made_is_made_by_the_next_contro
     """The crash point between writing a task's folder and making its container: what a
     controller killed there leaves is the folder alone (``_write_folder`` writes exactly that).
     The next controller makes the container, once, without counting a failure."""
-    harness = _harness(tmp_path, base_image)
-    crashed = harness.backend()
-    owner = owner_of(tmp_path / "state" / "local")
-    try:
+    with _owned_harness(tmp_path, base_image, docker_client) as (harness, owner):
+        crashed = harness.backend()
         placement = place_soon(crashed, gang("late", 1))
         (task,) = launches(harness, placement, harness.sleeper)
         assert isinstance(crashed, LocalBackend)
@@ -351,46 +363,19 @@ def test_a_task_folder_whose_container_was_never_made_is_made_by_the_next_contro
         assert made is not None  # the folder, and no container
         crashed.release(placement)
         crashed.close()
-        assert (
-            docker_client.containers.list(
-                ignore_removed=True, all=True, filters={"label": f"tfdeclare.owner={owner}"}
-            )
-            == []
-        )
+        assert _owned(docker_client, owner) == []
         after = harness.backend()
         tasks = wait_for(after, lambda ts: ts[task.task_id].state is TaskState.RUNNING, 60)
         assert tasks[task.task_id].exit_code is None
-        made = docker_client.containers.list(
-            ignore_removed=True, all=True, filters={"label": f"tfdeclare.owner={owner}"}
-        )
+        made = _owned(docker_client, owner)
         assert [c.labels["tfdeclare.task-id"] for c in made] == [task.task_id]
         assert b"container was never made" in after.read_log(task.task_id).data
         for _ in range(3):  # more passes make nothing more
             look(after)
-        assert (
-            len(
-                docker_client.containers.list(
-                    ignore_removed=True, all=True, filters={"label": f"tfdeclare.owner={owner}"}
-                )
-            )
-            == 1
-        )
-    finally:
-        for container in docker_client.containers.list(
-            ignore_removed=True, all=True, filters={"label": f"tfdeclare.owner={owner}"}
-        ):
-            container.remove(force=True)
-        harness.close()
+        assert len(_owned(docker_client, owner)) == 1
 
 
 # ---- stop errors surface; follow reads only what is new ---------------------------------------
-
-
-def _remove_owned(docker_client: Any, owner: str) -> None:
-    for container in docker_client.containers.list(
-        ignore_removed=True, all=True, filters={"label": f"tfdeclare.owner={owner}"}
-    ):
-        container.remove(force=True)
 
 
 def _behind_a_proxy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> EngineProxy:
@@ -557,9 +542,6 @@ def test_an_exec_health_check_runs_in_the_tasks_container(
 ) -> None:
     """Issue 34: the command runs inside the container (its file system, its working folder)
     through the engine; when it starts failing, the task is reported unhealthy."""
-    harness = _harness(tmp_path, base_image)
-    backend = harness.backend()
-    owner = owner_of(tmp_path / "state" / "local")
     script = "import os, sys; sys.exit(0 if os.path.exists('alive') and os.path.exists('/etc/debian_version') else 5)"
     check = HealthCheck(
         HealthCheckKind.EXEC,
@@ -568,7 +550,8 @@ def test_an_exec_health_check_runs_in_the_tasks_container(
         timeout_s=5,
         failure_threshold=2,
     )
-    try:
+    with _owned_harness(tmp_path, base_image, docker_client) as (harness, _):
+        backend = harness.backend()
         placement = place_soon(backend, gang("probed", 1))
         (task,) = [replace(t, health_check=check) for t in launches(harness, placement, harness.sleeper)]
         work = tmp_path / "state" / "local" / "work" / "probed" / "worker-0"
@@ -583,12 +566,6 @@ def test_an_exec_health_check_runs_in_the_tasks_container(
         assert found[task.task_id].unhealthy.endswith("last: exited 5"), found[task.task_id].unhealthy
         backend.stop([task.task_id], 1.0)
         wait_for(backend, lambda ts: ts[task.task_id].state.ended, 30)
-    finally:
-        for container in docker_client.containers.list(
-            ignore_removed=True, all=True, filters={"label": f"tfdeclare.owner={owner}"}
-        ):
-            container.remove(force=True)
-        harness.close()
 
 
 @pytest.mark.slow

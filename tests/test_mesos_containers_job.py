@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, cli
+from tests.container_jobs import PS_AND_TWO_WORKERS, allowed_host_paths, boxed_job, mwms_job
 from tests.mesos_emulator import Emulator
 from tests.mesos_fixtures import config_yaml, eventually, start_emulator
 
@@ -29,33 +30,6 @@ def emulator(docker_client: Any, tmp_path: Path) -> Iterator[Emulator]:
         emu.stop()
 
 
-def allowed_host_paths(*folders: Path) -> str:
-    """The config's policy line letting volumes mount these folders (none by default)."""
-    return f"policy: {{allowedHostPaths: [{', '.join(str(f) for f in folders)}]}}\n"
-
-
-def job(image: str, out: Path) -> str:
-    task = "/task/e2e_task.py"
-    return "\n".join(
-        [
-            "apiVersion: tfdeclare/v1",
-            "kind: TFJob",
-            "metadata: {name: boxed}",
-            "spec:",
-            f"  image: {image}",
-            "  env: {OUT: /out}",
-            "  workingDir: scratch",
-            "  volumes:",
-            f"    - {{hostPath: {REPO / 'tests'}, containerPath: /task, mode: ro}}",
-            f"    - {{hostPath: {out}, containerPath: /out, mode: rw}}",
-            "  replicas:",
-            f"    ps: {{count: 1, resources: {{cpus: 0.5, mem: 64}}, command: [python3, {task}, serve]}}",
-            f"    worker: {{count: 2, resources: {{cpus: 0.5, mem: 64}}, command: [python3, {task}, wait=3]}}",
-            "",
-        ]
-    )
-
-
 @pytest.mark.parametrize("containerizer", ["docker", "mesos"])
 def test_a_job_with_an_image_runs_in_containers_on_the_agents(
     emulator: Emulator, base_image: str, tmp_path: Path, containerizer: str
@@ -67,7 +41,7 @@ def test_a_job_with_an_image_runs_in_containers_on_the_agents(
     (root / "tfdeclare.yaml").write_text(
         config_yaml(emulator.url, containerizer=containerizer) + allowed_host_paths(REPO, tmp_path)
     )
-    (root / "specs" / "boxed.yaml").write_text(job(base_image, out))
+    (root / "specs" / "boxed.yaml").write_text(boxed_job("boxed", base_image, out, PS_AND_TWO_WORKERS))
     result = cli("apply", "specs", "--wait", "--backend", "mesos", "--timeout", "90", cwd=root)
     assert result.returncode == 0, result.stdout + result.stderr
     document = yaml.safe_load((root / "status" / "boxed.yaml").read_text())
@@ -106,23 +80,7 @@ def test_a_two_worker_tensorflow_job_in_docker_containers_ends_with_identical_we
         (root / "tfdeclare.yaml").write_text(
             config_yaml(emulator.url, containerizer="docker") + allowed_host_paths(REPO, tmp_path)
         )
-        (root / "specs" / "mwms.yaml").write_text(
-            "\n".join(
-                [
-                    "apiVersion: tfdeclare/v1",
-                    "kind: TFJob",
-                    "metadata: {name: mwms}",
-                    "spec:",
-                    f"  image: {tensorflow_image}",
-                    "  command: [python, /job/mwms_train.py]",
-                    f"  volumes: [{{hostPath: {REPO / 'specs'}, containerPath: /job, mode: ro}}]",
-                    "  replicas:",
-                    "    worker: {count: 2, resources: {cpus: 1, mem: 2Gi}}",
-                    "  backoffLimit: 0",
-                    "",
-                ]
-            )
-        )
+        (root / "specs" / "mwms.yaml").write_text(mwms_job(tensorflow_image))
         result = cli(
             "apply", "specs", "--wait", "--backend", "mesos", "--timeout", "300", cwd=root, timeout=360
         )

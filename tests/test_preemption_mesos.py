@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -108,13 +109,18 @@ def on_rack(name: str, cpus: float, rack: str) -> str:
     return job_yaml(name, command="[sleep, '600']", roles=roles, extra=extra)
 
 
-def test_the_victims_free_a_whole_agent_where_the_gang_fits(tmp_path: Path) -> None:
-    """Two agents of 4 cpus: rack a runs a 1-cpu job, then rack b a 3-cpu one, then rack a a
-    2-cpu one; each agent has 1 cpu free. A job of one 4-cpu task lacks 2 cpus in all: by totals
-    the 2-cpu job (started last: the least work) frees enough, but leaves rack a's agent at 3
-    cpus, where the task does not fit. Chosen by agent: the 3-cpu job on rack b (less work than
-    both jobs of rack a together: the 1-cpu one is older than it), and the task runs there; rack
-    a's jobs are never stopped."""
+def preemptions(root: Path, jobs: tuple[tuple[str, float, str], ...]) -> dict[str, int]:
+    """How many times each of these jobs (name first) was preempted, from its status."""
+    return {name: status(root, name)["preemptions"] for name, *_ in jobs}
+
+
+@contextmanager
+def high_over_two_racks(
+    tmp_path: Path, low: tuple[tuple[str, float, str], ...], high_cpus: float
+) -> Iterator[tuple[Path, Emulator]]:
+    """Two agents of 4 cpus (rack a, rack b) under the daemon: the ``low`` jobs (name, cpus,
+    rack) at priority 0, each started once the one before runs, then ``high``, one task of
+    ``high_cpus`` at priority 10, awaited Running. Yields the project and the emulator."""
     emulator = start_emulator(
         tmp_path, agent_resources="cpus:4;mem:4096;ports:[31000-31999]", agent_attributes="rack:a"
     )
@@ -122,22 +128,30 @@ def test_the_victims_free_a_whole_agent_where_the_gang_fits(tmp_path: Path) -> N
     with emulated_project(tmp_path, emulator, reviveIntervalSeconds=1) as (root, _):
         daemon = Daemon(root, "--specs", "specs", "--interval", "1")
         try:
-            for name, cpus, rack in (("a-one", 1, "a"), ("b-three", 3, "b"), ("a-two", 2, "a")):
+            for name, cpus, rack in low:
                 (root / "specs" / f"{name}.yaml").write_text(on_rack(name, cpus, rack))
                 eventually(lambda n=name: status(root, n)["phase"] == "Running", timeout=30)
-            (root / "specs" / "high.yaml").write_text(job("high", 4, "[sleep, '600']", 10))
+            (root / "specs" / "high.yaml").write_text(job("high", high_cpus, "[sleep, '600']", 10))
             eventually(lambda: status(root, "high")["phase"] == "Running", timeout=60)
-            assert {n: status(root, n)["preemptions"] for n in ("b-three", "a-two", "a-one")} == {
-                "b-three": 1,
-                "a-two": 0,
-                "a-one": 0,
-            }
-            assert status(root, "a-two")["phase"] == "Running" and status(root, "a-one")["phase"] == "Running"
-            agents = running_on_agents(emulator)
-            (high,) = [agent for task, agent in agents.items() if task.startswith("high.")]
-            assert [t for t, agent in agents.items() if agent == high and not t.startswith("high.")] == []
+            yield root, emulator
         finally:
             daemon.stop()
+
+
+def test_the_victims_free_a_whole_agent_where_the_gang_fits(tmp_path: Path) -> None:
+    """Two agents of 4 cpus: rack a runs a 1-cpu job, then rack b a 3-cpu one, then rack a a
+    2-cpu one; each agent has 1 cpu free. A job of one 4-cpu task lacks 2 cpus in all: by totals
+    the 2-cpu job (started last: the least work) frees enough, but leaves rack a's agent at 3
+    cpus, where the task does not fit. Chosen by agent: the 3-cpu job on rack b (less work than
+    both jobs of rack a together: the 1-cpu one is older than it), and the task runs there; rack
+    a's jobs are never stopped."""
+    low = (("a-one", 1, "a"), ("b-three", 3, "b"), ("a-two", 2, "a"))
+    with high_over_two_racks(tmp_path, low, high_cpus=4) as (root, emulator):
+        assert preemptions(root, low) == {"a-one": 0, "b-three": 1, "a-two": 0}
+        assert status(root, "a-two")["phase"] == "Running" and status(root, "a-one")["phase"] == "Running"
+        agents = running_on_agents(emulator)
+        (high,) = [agent for task, agent in agents.items() if task.startswith("high.")]
+        assert [t for t, agent in agents.items() if agent == high and not t.startswith("high.")] == []
 
 
 def test_room_enough_in_all_but_spread_over_agents_is_made_on_one(tmp_path: Path) -> None:
@@ -146,33 +160,17 @@ def test_room_enough_in_all_but_spread_over_agents_is_made_on_one(tmp_path: Path
     with 3: by totals nothing is short and no one would be preempted (it would wait for jobs
     that never end); placed by agent, the newest job on rack b is preempted and the task runs
     there, the others untouched."""
-    emulator = start_emulator(
-        tmp_path, agent_resources="cpus:4;mem:4096;ports:[31000-31999]", agent_attributes="rack:a"
-    )
-    emulator.add_agent(attributes="rack:b")
-    with emulated_project(tmp_path, emulator, reviveIntervalSeconds=1) as (root, _):
-        daemon = Daemon(root, "--specs", "specs", "--interval", "1")
-        try:
-            for name, cpus, rack in (("a-two", 2, "a"), ("b-old", 1, "b"), ("b-new", 1, "b")):
-                (root / "specs" / f"{name}.yaml").write_text(on_rack(name, cpus, rack))
-                eventually(lambda n=name: status(root, n)["phase"] == "Running", timeout=30)
-            (root / "specs" / "high.yaml").write_text(job("high", 3, "[sleep, '600']", 10))
-            eventually(lambda: status(root, "high")["phase"] == "Running", timeout=60)
-            assert {n: status(root, n)["preemptions"] for n in ("a-two", "b-old", "b-new")} == {
-                "a-two": 0,
-                "b-old": 0,
-                "b-new": 1,
-            }
-            assert status(root, "b-new")["suspension"]["preemptedBy"] == "high"
-            assert status(root, "a-two")["phase"] == "Running" and status(root, "b-old")["phase"] == "Running"
-            agents = running_on_agents(emulator)
-            (high,) = [agent for task, agent in agents.items() if task.startswith("high.")]
-            assert sorted(t.split(".")[0] for t, agent in agents.items() if agent == high) == [
-                "b-old",
-                "high",
-            ]
-        finally:
-            daemon.stop()
+    low = (("a-two", 2, "a"), ("b-old", 1, "b"), ("b-new", 1, "b"))
+    with high_over_two_racks(tmp_path, low, high_cpus=3) as (root, emulator):
+        assert preemptions(root, low) == {"a-two": 0, "b-old": 0, "b-new": 1}
+        assert status(root, "b-new")["suspension"]["preemptedBy"] == "high"
+        assert status(root, "a-two")["phase"] == "Running" and status(root, "b-old")["phase"] == "Running"
+        agents = running_on_agents(emulator)
+        (high,) = [agent for task, agent in agents.items() if task.startswith("high.")]
+        assert sorted(t.split(".")[0] for t, agent in agents.items() if agent == high) == [
+            "b-old",
+            "high",
+        ]
 
 
 def test_a_preempted_pss_job_stops_its_chief_first_through_the_master(

@@ -65,6 +65,15 @@ def start_gang(harness: Harness, backend: MesosBackend, job: str, n: int, resour
     return [t.task_id for t in tasks]
 
 
+def start_running(
+    harness: Harness, backend: MesosBackend, job: str, n: int, resources: Resources
+) -> list[str]:
+    """``start_gang``'s task ids once the backend sees all of them running."""
+    ids = start_gang(harness, backend, job, n, resources)
+    wait_for(backend, running(ids), timeout=60)
+    return ids
+
+
 def placed(backend: MesosBackend, request: Any) -> Placement | None:
     answer = backend.place(request)
     return answer if isinstance(answer, Placement) else None
@@ -102,8 +111,7 @@ def test_a_gang_is_placed_across_agents_and_runs_on_both(
     mesos = real_mesos(agents=2, resources="cpus:2;mem:2048;ports:[31000-31099]")
     harness = harness_on(mesos, tmp_path, backends)
     backend = harness.backend()
-    ids = start_gang(harness, backend, "wide", 3, Resources(1, 256))
-    wait_for(backend, running(ids), timeout=60)
+    ids = start_running(harness, backend, "wide", 3, Resources(1, 256))
     on = eventually(lambda: (r := mesos.running()) and set(ids) <= set(r) and r)
     assert len({on[i] for i in ids}) == 2, on
     too_big = backend.place(gang("more", 2, Resources(1, 256)))  # only 1 cpu is left in all
@@ -173,13 +181,24 @@ def unschedulable(backend: Any, request: Any) -> Any:
     )
 
 
+def unschedulable_on(
+    real_mesos: Start, tmp_path: Path, backends: list[Harness], *, agents: int, resources: str, cpus: float
+) -> str:
+    """The message of the UNSCHEDULABLE answer a framework in role * gets for one task of
+    ``cpus`` cpus on a fresh cluster of ``agents`` agents of ``resources`` each."""
+    mesos = real_mesos(agents=agents, resources=resources)
+    backend = harness_on(mesos, tmp_path, backends).backend()
+    answer = unschedulable(backend, gang("huge", 1, Resources(cpus, 256)))
+    return str(answer.message)
+
+
 def test_a_gang_larger_than_any_agent_is_unschedulable_from_the_masters_agent_list(
     real_mesos: Start, tmp_path: Path, backends: list[Harness]
 ) -> None:
-    mesos = real_mesos(agents=2, resources="cpus:2;mem:2048;ports:[31000-31099]")
-    backend = harness_on(mesos, tmp_path, backends).backend()
-    answer = unschedulable(backend, gang("huge", 1, Resources(3, 256)))
-    assert "the largest agent has cpus 2" in answer.message, answer.message
+    message = unschedulable_on(
+        real_mesos, tmp_path, backends, agents=2, resources="cpus:2;mem:2048;ports:[31000-31099]", cpus=3
+    )
+    assert "the largest agent has cpus 2" in message, message
 
 
 def test_static_reservations_are_taken_first_by_a_framework_in_their_role(
@@ -190,8 +209,7 @@ def test_static_reservations_are_taken_first_by_a_framework_in_their_role(
     mesos = real_mesos(agents=1, resources="cpus(ml):2;cpus:2;mem(ml):1024;mem:3072;ports:[31000-31099]")
     harness = harness_on(mesos, tmp_path, backends, roles=("ml",))
     backend = harness.backend()
-    [task_id] = start_gang(harness, backend, "mixed", 1, Resources(3, 2048))
-    wait_for(backend, running([task_id]), timeout=60)
+    [task_id] = start_running(harness, backend, "mixed", 1, Resources(3, 2048))
     cpus = sorted(
         (reservation_of(r), r["scalar"]["value"])
         for r in task_resources(mesos, task_id)
@@ -204,10 +222,15 @@ def test_static_reservations_are_taken_first_by_a_framework_in_their_role(
 def test_a_framework_outside_the_role_never_gets_its_reservations(
     real_mesos: Start, tmp_path: Path, backends: list[Harness]
 ) -> None:
-    mesos = real_mesos(agents=1, resources="cpus(ml):3;cpus:1;mem:4096;ports:[31000-31099]")
-    backend = harness_on(mesos, tmp_path, backends).backend()
-    answer = unschedulable(backend, gang("two", 1, Resources(2, 256)))
-    assert "the largest agent has cpus 1" in answer.message, answer.message
+    message = unschedulable_on(
+        real_mesos,
+        tmp_path,
+        backends,
+        agents=1,
+        resources="cpus(ml):3;cpus:1;mem:4096;ports:[31000-31099]",
+        cpus=2,
+    )
+    assert "the largest agent has cpus 1" in message, message
 
 
 def test_multi_role_puts_each_job_where_its_resources_are(
@@ -237,8 +260,7 @@ def test_hierarchical_roles_a_child_role_is_offered_its_parents_reservations(
     mesos = real_mesos(agents=1, resources="cpus(ml):3;cpus:1;mem(ml):2048;mem:2048;ports:[31000-31099]")
     harness = harness_on(mesos, tmp_path, backends, roles=("ml/team",))
     backend = harness.backend()
-    [task_id] = start_gang(harness, backend, "team", 1, Resources(3, 1024))
-    wait_for(backend, running([task_id]), timeout=60)
+    [task_id] = start_running(harness, backend, "team", 1, Resources(3, 1024))
     resources = task_resources(mesos, task_id)
     assert {r["allocation_info"]["role"] for r in resources} == {"ml/team"}
     assert ("ml", 3.0) in [
@@ -276,21 +298,14 @@ def test_dynamic_reservations_through_the_operator_api(
     )
     ml = harness_on(mesos, tmp_path, backends, roles=("ml",))
     ml_backend = ml.backend()
-    [task_id] = start_gang(ml, ml_backend, "dyn", 1, Resources(3, 512))
-    wait_for(ml_backend, running([task_id]), timeout=60)
+    [task_id] = start_running(ml, ml_backend, "dyn", 1, Resources(3, 512))
     dynamic = [r for r in task_resources(mesos, task_id) if r["name"] == "cpus"]
     assert [(r["reservations"][-1]["type"], r["reservations"][-1]["role"]) for r in dynamic] == [
         ("DYNAMIC", "ml")
     ]
     star = harness_on(mesos, tmp_path, backends, state="state-star", framework_name="tfdeclare-star")
     star_backend = star.backend()
-    answer = eventually(
-        lambda: (
-            (a := star_backend.place(gang("star", 1, Resources(3, 256))))
-            and a.reason is UnplacedReason.UNSCHEDULABLE
-            and a
-        )
-    )
+    answer = unschedulable(star_backend, gang("star", 1, Resources(3, 256)))
     assert "the largest agent has cpus 1" in answer.message
     ml_backend.stop([task_id], 1.0)
     wait_for(ml_backend, lambda ts: ts[task_id].state.ended, timeout=60)
@@ -377,8 +392,7 @@ def test_a_gang_over_its_roles_quota_limit_is_reported_not_left_waiting(
         timeout=30,
     )
     assert "quota" in answer.message and "ml" in answer.message, answer.message
-    ids = start_gang(harness, backend, "within", 2, Resources(1, 128))
-    wait_for(backend, running(ids), timeout=60)
+    start_running(harness, backend, "within", 2, Resources(1, 128))
 
 
 # ---- the framework's life: failover, adoption, reconciliation, UPDATE_FRAMEWORK -----------------
@@ -393,8 +407,7 @@ def test_a_new_backend_adopts_the_running_tasks_under_the_same_framework(
     mesos = real_mesos(agents=2, resources="cpus:2;mem:2048;ports:[31000-31099]")
     harness = harness_on(mesos, tmp_path, backends)
     first = harness.backend()
-    ids = start_gang(harness, first, "kept", 2, Resources(1, 256))
-    wait_for(first, running(ids), timeout=60)
+    ids = start_running(harness, first, "kept", 2, Resources(1, 256))
     framework_id = framework_named(mesos, "tfdeclare-test")["id"]
     first.close()
     eventually(lambda: not framework_named(mesos, "tfdeclare-test")["active"])
@@ -449,8 +462,7 @@ def test_update_framework_changes_the_roles_of_the_subscribed_framework(
     mesos = real_mesos(agents=1, resources="cpus(ml):3;cpus:1;mem:4096;ports:[31000-31099]")
     plain = harness_on(mesos, tmp_path, backends)
     first = plain.backend()
-    [task_id] = start_gang(plain, first, "before", 1, Resources(1, 256))
-    wait_for(first, running([task_id]), timeout=60)
+    [task_id] = start_running(plain, first, "before", 1, Resources(1, 256))
     framework_id = framework_named(mesos, "tfdeclare-test")["id"]
     first.close()
     wider = harness_on(mesos, tmp_path, backends, roles=("*", "ml"))

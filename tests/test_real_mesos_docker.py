@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ import yaml
 
 from tests.components import missing
 from tests.conftest import REPO, cli
+from tests.container_jobs import PS_AND_TWO_WORKERS, TASK, allowed_host_paths, boxed_job, mwms_job
 from tests.mesos_fixtures import config_yaml, eventually
 from tests.real_mesos import RealMesos
 
@@ -36,35 +39,52 @@ def engine_socket(docker_client: Any) -> str:
     return host.removeprefix("unix://")
 
 
-def project(root: Path, mesos: RealMesos, *folders: Path) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    policy = f"policy: {{allowedHostPaths: [{', '.join(str(f) for f in folders)}]}}\n"
-    (root / "tfdeclare.yaml").write_text(config_yaml(mesos.url, containerizer="docker") + policy)
-    return root
+@dataclass(frozen=True)
+class DockerCluster:
+    """A real cluster whose agent runs tasks through the tests' engine, a project folder
+    configured for it, and the folder the tasks write their records to (``/out`` in them)."""
 
+    mesos: RealMesos
+    root: Path
+    out: Path
 
-def job(name: str, image: str, out: Path, replicas: list[str], extra: str = "") -> str:
-    return "\n".join(
-        [
-            "apiVersion: tfdeclare/v1",
-            "kind: TFJob",
-            f"metadata: {{name: {name}}}",
-            "spec:",
-            f"  image: {image}",
-            "  env: {OUT: /out}",
-            "  workingDir: scratch",
-            "  volumes:",
-            f"    - {{hostPath: {REPO / 'tests'}, containerPath: /task, mode: ro}}",
-            f"    - {{hostPath: {out}, containerPath: /out, mode: rw}}",
-            "  replicas:",
-            *(f"    {line}" for line in replicas),
-            extra,
+    def apply(
+        self, name: str, spec: str, *options: str, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        """Writes ``spec`` as ``NAME.yaml`` in the project and applies it with ``options``."""
+        (self.root / f"{name}.yaml").write_text(spec)
+        return cli("apply", f"{name}.yaml", *options, cwd=self.root, timeout=timeout)
+
+    def status(self, name: str) -> dict[str, Any]:
+        document: dict[str, Any] = yaml.safe_load((self.root / "status" / f"{name}.yaml").read_text())
+        return document
+
+    def tasks(self, job_name: str) -> dict[str, dict[str, Any]]:
+        """The master's tasks of this job, by task id."""
+        return {i: t for i, t in self.mesos.tasks().items() if i.startswith(f"{job_name}.")}
+
+    def completed_task(self, job_name: str) -> dict[str, Any]:
+        """The master's one completed task of this job (with all its statuses)."""
+        answer = self.mesos.operator({"type": "GET_TASKS"})["get_tasks"]
+        (task,) = [
+            t for t in answer.get("completed_tasks", []) if t["task_id"]["value"].startswith(f"{job_name}.")
         ]
-    )
+        return dict(task)
 
 
-def master_tasks(mesos: RealMesos, job_name: str) -> dict[str, dict[str, Any]]:
-    return {i: t for i, t in mesos.tasks().items() if i.startswith(f"{job_name}.")}
+def docker_cluster(
+    real_mesos: Start, docker_client: Any, tmp_path: Path, resources: str = RESOURCES, *folders: Path
+) -> DockerCluster:
+    """Starts a real cluster of one agent with the Docker containerizer on the engine's socket,
+    and a project whose volumes may mount ``folders`` (the repository and ``tmp_path`` by default)."""
+    mesos = real_mesos(agents=1, resources=resources, docker_socket=engine_socket(docker_client))
+    out = tmp_path / "out"
+    out.mkdir()
+    root = tmp_path / "project"
+    root.mkdir()
+    policy = allowed_host_paths(*(folders or (REPO, tmp_path)))
+    (root / "tfdeclare.yaml").write_text(config_yaml(mesos.url, containerizer="docker") + policy)
+    return DockerCluster(mesos, root, out)
 
 
 def test_a_job_with_an_image_runs_in_docker_containers_with_tf_config_and_its_ps_is_killed(
@@ -74,27 +94,13 @@ def test_a_job_with_an_image_runs_in_docker_containers_with_tf_config_and_its_ps
     same TF_CONFIG, the relative workingDir under the sandbox's mount point and the volumes;
     the workers finish (TASK_FINISHED), the ps is then killed through ``docker stop`` (TASK_KILLED
     on the master, 143 in the status: SIGTERM reached it through --init)."""
-    mesos = real_mesos(agents=1, resources=RESOURCES, docker_socket=engine_socket(docker_client))
-    out = tmp_path / "out"
-    out.mkdir()
-    root = project(tmp_path / "project", mesos, REPO, tmp_path)
-    task = "/task/e2e_task.py"
-    (root / "boxed.yaml").write_text(
-        job(
-            "boxed",
-            base_image,
-            out,
-            [
-                f"ps: {{count: 1, resources: {{cpus: 0.5, mem: 64}}, command: [python3, {task}, serve]}}",
-                f"worker: {{count: 2, resources: {{cpus: 0.5, mem: 64}}, command: [python3, {task}, wait=3]}}",
-            ],
-        )
-    )
-    result = cli("apply", "boxed.yaml", "--wait", "--timeout", "120", cwd=root, timeout=180)
-    assert result.returncode == 0, result.stdout + result.stderr + mesos.log_tail()
-    document = yaml.safe_load((root / "status" / "boxed.yaml").read_text())
+    cluster = docker_cluster(real_mesos, docker_client, tmp_path)
+    spec = boxed_job("boxed", base_image, cluster.out, PS_AND_TWO_WORKERS)
+    result = cluster.apply("boxed", spec, "--wait", "--timeout", "120", timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr + cluster.mesos.log_tail()
+    document = cluster.status("boxed")
     assert document["phase"] == "Succeeded"
-    records = {path.stem: json.loads(path.read_text()) for path in out.glob("*.json")}
+    records = {path.stem: json.loads(path.read_text()) for path in cluster.out.glob("*.json")}
     assert sorted(records) == ["ps-0.0", "worker-0.0", "worker-1.0"]
     clusters = [record["tfConfig"]["cluster"] for record in records.values()]
     assert clusters[0] == clusters[1] == clusters[2]
@@ -110,15 +116,15 @@ def test_a_job_with_an_image_runs_in_docker_containers_with_tf_config_and_its_ps
     assert (ps["state"], ps["exitCode"]) == ("stopped", 143), ps
     states = eventually(
         lambda: (
-            (s := {i: t["state"] for i, t in master_tasks(mesos, "boxed").items()})
+            (s := {i: t["state"] for i, t in cluster.tasks("boxed").items()})
             and "TASK_RUNNING" not in s.values()
             and s
         ),
         timeout=60,
     )
     assert sorted(states.values()) == ["TASK_FINISHED", "TASK_FINISHED", "TASK_KILLED"], states
-    assert len(mesos.containers()) == 3  # each task was a container of the engine
-    assert mesos.containers(running=True) == []
+    assert len(cluster.mesos.containers()) == 3  # each task was a container of the engine
+    assert cluster.mesos.containers(running=True) == []
 
 
 def test_an_exit_code_and_a_delete_reach_the_status_through_the_docker_executor(
@@ -127,55 +133,43 @@ def test_an_exit_code_and_a_delete_reach_the_status_through_the_docker_executor(
     """A task exiting 3 is TASK_FAILED "Container exited with status 3" and exit code 3 in the
     status; a serving task stopped by ``delete`` is TASK_KILLED and its container is gone from
     the running ones."""
-    mesos = real_mesos(agents=1, resources=RESOURCES, docker_socket=engine_socket(docker_client))
-    out = tmp_path / "out"
-    out.mkdir()
-    root = project(tmp_path / "project", mesos, REPO, tmp_path)
-    task = "/task/e2e_task.py"
-    (root / "exits.yaml").write_text(
-        job(
-            "exits",
-            base_image,
-            out,
-            [f"worker: {{count: 1, resources: {{cpus: 0.5, mem: 64}}, command: [python3, {task}, exit=3]}}"],
-            "  backoffLimit: 0\n",
-        )
+    cluster = docker_cluster(real_mesos, docker_client, tmp_path)
+
+    spec = boxed_job(
+        "exits",
+        base_image,
+        cluster.out,
+        [f"worker: {{count: 1, resources: {{cpus: 0.5, mem: 64}}, command: [python3, {TASK}, exit=3]}}"],
+        "  backoffLimit: 0\n",
     )
-    failed = cli("apply", "exits.yaml", "--wait", "--timeout", "120", cwd=root, timeout=180)
+    failed = cluster.apply("exits", spec, "--wait", "--timeout", "120", timeout=180)
     assert failed.returncode != 0, failed.stdout + failed.stderr
-    document = yaml.safe_load((root / "status" / "exits.yaml").read_text())
+    document = cluster.status("exits")
     assert document["phase"] == "Failed", document
     (worker,) = document["tasks"]
     assert worker["exitCode"] == 3, worker
-    assert [t["state"] for t in master_tasks(mesos, "exits").values()] == ["TASK_FAILED"]
-    answer = mesos.operator({"type": "GET_TASKS"})["get_tasks"]
-    (failed_task,) = [
-        t for t in answer.get("completed_tasks", []) if t["task_id"]["value"].startswith("exits.")
-    ]
+    assert [t["state"] for t in cluster.tasks("exits").values()] == ["TASK_FAILED"]
+    failed_task = cluster.completed_task("exits")
     messages = [s.get("message") for s in failed_task["statuses"]]
     assert messages[-1] == "Container exited with status 3", failed_task["statuses"]
 
     served = tmp_path / "served"
     served.mkdir()
-    (root / "serves.yaml").write_text(
-        job(
-            "serves",
-            base_image,
-            served,
-            [f"worker: {{count: 1, resources: {{cpus: 0.5, mem: 64}}, command: [python3, {task}, serve]}}"],
-        )
+    spec = boxed_job(
+        "serves",
+        base_image,
+        served,
+        [f"worker: {{count: 1, resources: {{cpus: 0.5, mem: 64}}, command: [python3, {TASK}, serve]}}"],
     )
-    assert cli("apply", "serves.yaml", cwd=root).returncode == 0
+    assert cluster.apply("serves", spec).returncode == 0
     eventually(
-        lambda: (served / "worker-0.0.json").exists() and len(mesos.containers(running=True)) == 1,
+        lambda: (served / "worker-0.0.json").exists() and len(cluster.mesos.containers(running=True)) == 1,
         timeout=90,
     )
-    deleted = cli("delete", "serves", cwd=root)
+    deleted = cli("delete", "serves", cwd=cluster.root)
     assert deleted.returncode == 0, deleted.stderr
-    eventually(
-        lambda: [t["state"] for t in master_tasks(mesos, "serves").values()] == ["TASK_KILLED"], timeout=60
-    )
-    assert mesos.containers(running=True) == []
+    eventually(lambda: [t["state"] for t in cluster.tasks("serves").values()] == ["TASK_KILLED"], timeout=60)
+    assert cluster.mesos.containers(running=True) == []
 
 
 def test_a_task_that_ignores_sigterm_is_killed_after_its_grace_period(
@@ -184,39 +178,29 @@ def test_a_task_that_ignores_sigterm_is_killed_after_its_grace_period(
     """KILL with the task's kill policy: TASK_KILLING, ``docker stop`` sends SIGTERM, which the
     task ignores, and SIGKILL once ``terminationGracePeriodSeconds`` (2 s) has passed: the
     master has TASK_KILLED no earlier, and the status says 137."""
-    mesos = real_mesos(agents=1, resources=RESOURCES, docker_socket=engine_socket(docker_client))
-    out = tmp_path / "out"
-    out.mkdir()
-    root = project(tmp_path / "project", mesos, REPO, tmp_path)
+    cluster = docker_cluster(real_mesos, docker_client, tmp_path)
     stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); open('/out/up', 'w'); time.sleep(600)"
-    (root / "stubborn.yaml").write_text(
-        job(
-            "stubborn",
-            base_image,
-            out,
-            [
-                f'worker: {{count: 1, resources: {{cpus: 0.5, mem: 64}}, command: [python3, -c, "{stubborn}"]}}'
-            ],
-            "  terminationGracePeriodSeconds: 2\n",
-        )
+    spec = boxed_job(
+        "stubborn",
+        base_image,
+        cluster.out,
+        [f'worker: {{count: 1, resources: {{cpus: 0.5, mem: 64}}, command: [python3, -c, "{stubborn}"]}}'],
+        "  terminationGracePeriodSeconds: 2\n",
     )
-    assert cli("apply", "stubborn.yaml", cwd=root).returncode == 0
-    eventually(lambda: (out / "up").exists(), timeout=90)
-    deleted = cli("delete", "stubborn", cwd=root, timeout=120)
+    assert cluster.apply("stubborn", spec).returncode == 0
+    eventually(lambda: (cluster.out / "up").exists(), timeout=90)
+    deleted = cli("delete", "stubborn", cwd=cluster.root, timeout=120)
     assert deleted.returncode == 0, deleted.stdout + deleted.stderr
     ended = eventually(
-        lambda: (
-            (t := list(master_tasks(mesos, "stubborn").values())) and t[0]["state"] == "TASK_KILLED" and t[0]
-        ),
+        lambda: (t := list(cluster.tasks("stubborn").values())) and t[0]["state"] == "TASK_KILLED" and t[0],
         timeout=60,
     )
     when = {s["state"]: s["timestamp"] for s in ended["statuses"]}
     assert {"TASK_STARTING", "TASK_RUNNING", "TASK_KILLING"} <= set(when), ended["statuses"]
     assert when["TASK_KILLED"] - when["TASK_KILLING"] >= 1.9, when  # not before the grace period
-    answer = mesos.operator({"type": "GET_TASKS"})["get_tasks"]
-    (task,) = [t for t in answer.get("completed_tasks", []) if t["task_id"]["value"].startswith("stubborn.")]
+    task = cluster.completed_task("stubborn")
     assert task["statuses"][-1].get("message") == "Container exited with status 137", task["statuses"]
-    assert mesos.containers(running=True) == []
+    assert cluster.mesos.containers(running=True) == []
 
 
 @pytest.mark.tf
@@ -225,34 +209,16 @@ def test_the_mwms_example_in_the_tensorflow_image_ends_with_identical_weights(
 ) -> None:
     """specs/mnist-mwms.yaml's training (MultiWorkerMirroredStrategy), two workers as Docker
     containers of the real agent, TF_CONFIG from tfdeclare: both end with the same weights."""
-    mesos = real_mesos(
-        agents=1, resources="cpus:4;mem:16384;ports:[31000-31099]", docker_socket=engine_socket(docker_client)
+    cluster = docker_cluster(
+        real_mesos, docker_client, tmp_path, "cpus:4;mem:16384;ports:[31000-31099]", REPO
     )
-    root = project(tmp_path / "project", mesos, REPO)
-    (root / "mwms.yaml").write_text(
-        "\n".join(
-            [
-                "apiVersion: tfdeclare/v1",
-                "kind: TFJob",
-                "metadata: {name: mwms}",
-                "spec:",
-                f"  image: {tensorflow_image}",
-                "  command: [python, /job/mwms_train.py]",
-                "  env: {TF_ENABLE_ONEDNN_OPTS: '0'}",
-                f"  volumes: [{{hostPath: {REPO / 'specs'}, containerPath: /job, mode: ro}}]",
-                "  replicas:",
-                "    worker: {count: 2, resources: {cpus: 1, mem: 2Gi}}",
-                "  backoffLimit: 0",
-                "",
-            ]
-        )
-    )
-    result = cli("apply", "mwms.yaml", "--wait", "--timeout", "300", cwd=root, timeout=360)
+    spec = mwms_job(tensorflow_image, "TF_ENABLE_ONEDNN_OPTS: '0'")
+    result = cluster.apply("mwms", spec, "--wait", "--timeout", "300", timeout=360)
     assert result.returncode == 0, result.stdout + result.stderr
     hashes = []
     for index in (0, 1):
-        shown = cli("logs", "mwms", "--task", f"worker:{index}", cwd=root)
+        shown = cli("logs", "mwms", "--task", f"worker:{index}", cwd=cluster.root)
         assert shown.returncode == 0, shown.stderr
         hashes.append(re.findall(r"^FINAL_WEIGHTS_SHA256 ([0-9a-f]{64})$", shown.stdout, re.M))
     assert hashes[0] and hashes[0] == hashes[1], hashes
-    assert sorted(t["state"] for t in master_tasks(mesos, "mwms").values()) == ["TASK_FINISHED"] * 2
+    assert sorted(t["state"] for t in cluster.tasks("mwms").values()) == ["TASK_FINISHED"] * 2

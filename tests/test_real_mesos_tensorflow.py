@@ -32,9 +32,10 @@ pytestmark = [
 ]
 
 
-def test_a_mwms_job_trains_to_identical_weights_on_the_real_master(
-    tmp_path: Path, real_mesos: Callable[..., RealMesos]
-) -> None:
+def train_mwms(tmp_path: Path, real_mesos: Callable[..., RealMesos], **mesos_config: object) -> RealMesos:
+    """specs/ MultiWorkerMirroredStrategy example applied with ``--wait`` on a fresh real cluster
+    of one agent (the project's ``mesos`` settings with ``mesos_config``): it succeeds, and both
+    workers' logs end with the same weights. Returns the cluster."""
     # An agent's executors (and so their tasks) do not inherit its environment: PATH is the
     # host's default unless --executor_environment_variables sets it (upstream
     # executorEnvironment, slave.cpp). ``python`` must be this one, with TensorFlow.
@@ -47,7 +48,7 @@ def test_a_mwms_job_trains_to_identical_weights_on_the_real_master(
     (tmp_path / "specs").mkdir()
     for name in ("mnist-mwms.yaml", "mwms_train.py"):
         shutil.copy(REPO / "specs" / name, tmp_path / "specs" / name)
-    (tmp_path / "tfdeclare.yaml").write_text(config_yaml(mesos.url))
+    (tmp_path / "tfdeclare.yaml").write_text(config_yaml(mesos.url, **mesos_config))
     result = cli(
         "apply", "specs", "--wait", "--backend", "mesos", "--timeout", "400", cwd=tmp_path, timeout=450
     )
@@ -62,5 +63,12 @@ def test_a_mwms_job_trains_to_identical_weights_on_the_real_master(
 
     hashes = [re.findall(r"^FINAL_WEIGHTS_SHA256 ([0-9a-f]{64})$", log(f"worker:{i}"), re.M) for i in (0, 1)]
     assert hashes[0] and hashes[0] == hashes[1], "both workers end with identical weights"
+    return mesos
+
+
+def test_a_mwms_job_trains_to_identical_weights_on_the_real_master(
+    tmp_path: Path, real_mesos: Callable[..., RealMesos]
+) -> None:
+    mesos = train_mwms(tmp_path, real_mesos)
     finished = {i: t["state"] for i, t in mesos.tasks().items() if i.startswith("mnist-mwms.")}
     assert sorted(finished.values()) == ["TASK_FINISHED", "TASK_FINISHED"], finished

@@ -7,20 +7,14 @@ What the agent checkpoints of each task holds no address of the job."""
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import shutil
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.conftest import REPO, cli
-from tests.mesos_fixtures import config_yaml
 from tests.real_mesos import RealMesos
+from tests.test_real_mesos_tensorflow import train_mwms
 from tfdeclare.backends.mesos.bootstrap import FETCH_ENV
 
 pytestmark = [pytest.mark.real_mesos, pytest.mark.tf, pytest.mark.e2e, pytest.mark.slow]
@@ -29,31 +23,8 @@ pytestmark = [pytest.mark.real_mesos, pytest.mark.tf, pytest.mark.e2e, pytest.ma
 def test_a_mwms_job_fetches_its_cluster_and_trains_on_the_real_master(
     tmp_path: Path, real_mesos: Callable[..., RealMesos]
 ) -> None:
-    # Executors get PATH only from --executor_environment_variables (see test_real_mesos_tensorflow)
-    path = f"{Path(sys.executable).parent}{os.pathsep}/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-    mesos = real_mesos(
-        agents=1,
-        resources="cpus:4;mem:16384;ports:[31000-31099]",
-        flags={"EXECUTOR_ENVIRONMENT_VARIABLES": json.dumps({"PATH": path})},
-    )
-    (tmp_path / "specs").mkdir()
-    for name in ("mnist-mwms.yaml", "mwms_train.py"):
-        shutil.copy(REPO / "specs" / name, tmp_path / "specs" / name)
-    (tmp_path / "tfdeclare.yaml").write_text(config_yaml(mesos.url, clusterServer="{minBytes: 0}"))
-    result = cli(
-        "apply", "specs", "--wait", "--backend", "mesos", "--timeout", "400", cwd=tmp_path, timeout=450
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    train_mwms(tmp_path, real_mesos, clusterServer="{minBytes: 0}")
     document = yaml.safe_load((tmp_path / "status" / "mnist-mwms.yaml").read_text())
-    assert document["phase"] == "Succeeded", document["message"]
-
-    def log(task: str) -> str:
-        shown = cli("logs", "mnist-mwms", "--task", task, cwd=tmp_path)
-        assert shown.returncode == 0, shown.stderr
-        return shown.stdout
-
-    hashes = [re.findall(r"^FINAL_WEIGHTS_SHA256 ([0-9a-f]{64})$", log(f"worker:{i}"), re.M) for i in (0, 1)]
-    assert hashes[0] and hashes[0] == hashes[1], "both workers end with identical weights"
     # What the agent checkpointed of each task (executor.info, task.info, task.updates): the
     # key, URL with its token, no TF_CONFIG and no address of the job
     ports = [str(t["port"]) for t in document["tasks"]]
