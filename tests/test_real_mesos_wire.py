@@ -7,6 +7,7 @@ What the agent checkpoints of each task holds no address of the job."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
