@@ -24,7 +24,9 @@ from tfdeclare.backends.mesos.backend import MesosBackend
 from tfdeclare.backends.mesos.config import MesosConfig
 from tfdeclare.backends.mesos.events import Offer
 from tfdeclare.backends.mesos.offers import HeldOffer
-from tfdeclare.backends.mesos.placement import PlacementOptions, never_fits, place_gang
+from tfdeclare.backends.mesos.placement import place_gang
+from tfdeclare.backends.mesos.placement_capacity import never_fits
+from tfdeclare.backends.mesos.placement_values import PlacementOptions
 from tfdeclare.backends.mesos.queueing import Waiting
 from tfdeclare.core.enums import PlacementStrategy, Role, TaskState
 from tfdeclare.core.run.tasks import GangRequest, Placement, SlotRequest, TaskKey, TaskLaunch

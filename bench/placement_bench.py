@@ -38,7 +38,14 @@ def _child(agents: int, decisions: int, seed: int) -> dict[str, Any]:
     from dataclasses import replace
 
     from tfdeclare.backends.mesos import placement
-    from tfdeclare.backends.mesos.placement import AgentOffer, GangFit, PlacementOptions, place_gang
+    from tfdeclare.backends.mesos.placement import place_gang
+
+    try:  # issue 30 split placement.py into modules; a tree from before has these names there
+        from tfdeclare.backends.mesos import placement_index as index_home
+        from tfdeclare.backends.mesos import placement_values as values
+    except ImportError:
+        index_home = values = placement
+    AgentOffer, GangFit, PlacementOptions = values.AgentOffer, values.GangFit, values.PlacementOptions
     from tfdeclare.core.enums import PlacementStrategy, Role
     from tfdeclare.core.run.tasks import GangRequest, SlotRequest
     from tfdeclare.core.spec.keys import TaskKey
@@ -62,11 +69,11 @@ def _child(agents: int, decisions: int, seed: int) -> dict[str, Any]:
         )
     # What the backend's offer pool hands placement: since issue 23 an index it keeps current
     # (``put`` as an agent's offers change), before that a list of its views.
-    index_type = getattr(placement, "AgentIndex", None)
+    index_type = getattr(index_home, "AgentIndex", None)
     index = index_type(views) if index_type is not None else None
     position = {v.agent_id: i for i, v in enumerate(views)}
 
-    def offer(view: AgentOffer) -> None:  # an agent's offers changed
+    def offer(view: Any) -> None:  # an agent's offers changed
         views[position[view.agent_id]] = view
         if index is not None:
             index.put(view)

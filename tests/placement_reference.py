@@ -13,15 +13,14 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from tfdeclare.backends.mesos.placement import (
+from tfdeclare.backends.mesos.placement_backfill import Backfill
+from tfdeclare.backends.mesos.placement_rules import eligible_for, matches
+from tfdeclare.backends.mesos.placement_values import (
     AgentOffer,
-    Backfill,
     GangFit,
     NoFit,
     PlacementOptions,
     SlotAssignment,
-    eligible_for,
-    matches,
 )
 from tfdeclare.core.enums import PlacementStrategy
 from tfdeclare.core.run.tasks import GangRequest, SlotRequest, UnplacedReason
@@ -326,7 +325,7 @@ def reference_drain_set(
     options: PlacementOptions,
 ) -> set[str]:
     """The agents kept for a head of line that waited too long, by brute force (written apart
-    from ``placement.drain_set``, which it checks): rank each agent the head can use by its
+    from ``placement_backfill.drain_set``, which it checks): rank each agent the head can use by its
     freest view now (most GPUs, then cpus, mem, then id), keep those whose whole capacity is
     known, and try every count from one up: the first ranked prefix whose capacities hold the
     head is the answer. None holds it (or no capacity is known): every agent it can use."""

@@ -15,7 +15,8 @@ from tfdeclare.backends.mesos.amounts import agent_capacity, merge_ranges
 from tfdeclare.backends.mesos.events import Offer
 from tfdeclare.backends.mesos.journal import FrameworkStore, TaskEntry, TaskJournal
 from tfdeclare.backends.mesos.offers import HeldOffer, OfferPool
-from tfdeclare.backends.mesos.placement import GangFit, PlacementOptions, SlotAssignment, place_gang
+from tfdeclare.backends.mesos.placement import place_gang
+from tfdeclare.backends.mesos.placement_values import GangFit, PlacementOptions, SlotAssignment
 from tfdeclare.backends.mesos.taskinfo import (
     MKDIR_CD_SCRIPT,
     take_resources,

@@ -38,7 +38,7 @@ from tfdeclare.backends.mesos.decide_state import (
     Policy,
     Settings,
 )
-from tfdeclare.backends.mesos.placement import AgentOffer, GangFit, SlotAssignment
+from tfdeclare.backends.mesos.placement_values import AgentOffer, GangFit, SlotAssignment
 from tfdeclare.core.enums import Role
 from tfdeclare.core.run.tasks import GangRequest, SlotRequest
 from tfdeclare.core.spec.keys import TaskKey

@@ -21,7 +21,9 @@ from tfdeclare.backends.mesos.maintenance import (
     cuts_in,
     window_of,
 )
-from tfdeclare.backends.mesos.placement import AgentIndex, AgentOffer, GangFit, NoFit, place_avoiding_windows
+from tfdeclare.backends.mesos.placement import place_avoiding_windows
+from tfdeclare.backends.mesos.placement_index import AgentIndex
+from tfdeclare.backends.mesos.placement_values import AgentOffer, GangFit, NoFit
 from tfdeclare.backends.mesos.taskstate import cause_of
 from tfdeclare.core.enums import EndCause
 

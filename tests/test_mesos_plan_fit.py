@@ -28,7 +28,8 @@ from tfdeclare.backends.mesos.auth import Credentials, Secret
 from tfdeclare.backends.mesos.config import MesosConfig
 from tfdeclare.backends.mesos.errors import AuthenticationError, MesosError
 from tfdeclare.backends.mesos.fit import fit_findings, gang_of
-from tfdeclare.backends.mesos.placement import AgentOffer, PlacementOptions, PortRanges, never_fits
+from tfdeclare.backends.mesos.placement_capacity import never_fits
+from tfdeclare.backends.mesos.placement_values import AgentOffer, PlacementOptions, PortRanges
 from tfdeclare.backends.mesos.plugin import PLUGIN
 from tfdeclare.backends.mesos.readonly import agents_of, ask
 from tfdeclare.core.diagnostics import Code, Diagnostic, JsonPath, Severity

@@ -9,7 +9,7 @@ from __future__ import annotations
 from tests.test_mesos_decide import Run
 from tfdeclare.backends.mesos import decide, decide_offers
 from tfdeclare.backends.mesos import decide_messages as msg
-from tfdeclare.backends.mesos.placement import AgentOffer, GangFit, PlacementOptions
+from tfdeclare.backends.mesos.placement_values import AgentOffer, GangFit, PlacementOptions
 from tfdeclare.backends.mesos.queueing import Waiting, enqueue, head_of, place_in_line
 from tfdeclare.core.enums import ConstraintOperator, Role
 from tfdeclare.core.run.tasks import GangRequest, SlotRequest

@@ -7,16 +7,15 @@ from dataclasses import replace
 
 import pytest
 
-from tfdeclare.backends.mesos.placement import (
+from tfdeclare.backends.mesos.placement import place_gang
+from tfdeclare.backends.mesos.placement_backfill import backfill_views, drain_set
+from tfdeclare.backends.mesos.placement_capacity import never_fits
+from tfdeclare.backends.mesos.placement_rules import matches
+from tfdeclare.backends.mesos.placement_values import (
     AgentOffer,
     GangFit,
     NoFit,
     PlacementOptions,
-    backfill_views,
-    drain_set,
-    matches,
-    never_fits,
-    place_gang,
     remove_ports,
 )
 from tfdeclare.core.enums import ConstraintOperator, PlacementStrategy, Role

@@ -19,14 +19,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.placement_reference import reference_backfill_views, reference_place_gang
-from tfdeclare.backends.mesos.placement import (
-    AgentIndex,
-    AgentKey,
-    AgentOffer,
-    PlacementOptions,
-    backfill_views,
-    place_gang,
-)
+from tfdeclare.backends.mesos.placement import place_gang
+from tfdeclare.backends.mesos.placement_backfill import backfill_views
+from tfdeclare.backends.mesos.placement_index import AgentIndex, AgentKey
+from tfdeclare.backends.mesos.placement_values import AgentOffer, PlacementOptions
 from tfdeclare.backends.mesos.queueing import Waiting, head_of, place_in_line
 from tfdeclare.core.enums import ConstraintOperator, PlacementStrategy, Role
 from tfdeclare.core.run.tasks import Address, GangRequest, SlotRequest

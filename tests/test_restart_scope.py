@@ -398,7 +398,8 @@ def test_a_pinned_slot_that_cannot_be_placed_keeps_the_job_running_then_falls_ba
 
 def test_mesos_placement_gives_a_pinned_slot_its_agent_and_port_or_waits() -> None:
     from tests.test_placement import ONE, agent
-    from tfdeclare.backends.mesos.placement import GangFit, NoFit, place_gang
+    from tfdeclare.backends.mesos.placement import place_gang
+    from tfdeclare.backends.mesos.placement_values import GangFit, NoFit
     from tfdeclare.core.run.tasks import Address, GangRequest, SlotRequest, UnplacedReason
 
     def request(pinned: bool) -> GangRequest:

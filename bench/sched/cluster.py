@@ -11,7 +11,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from tfdeclare.backends.mesos.placement import AgentIndex, AgentOffer, remove_ports
+from tfdeclare.backends.mesos.placement_index import AgentIndex
+from tfdeclare.backends.mesos.placement_values import AgentOffer, remove_ports
 from tfdeclare.core.spec.resources import Resources
 
 GPUS_PER_AGENT = 8

@@ -19,7 +19,7 @@ import numpy as np
 from bench.sched.cluster import make_cluster, task_resources
 from bench.sched.policies import gang_request
 from bench.sched.trace import Job, Trace, generate
-from tfdeclare.backends.mesos.placement import PlacementOptions
+from tfdeclare.backends.mesos.placement_values import PlacementOptions
 from tfdeclare.backends.mesos.queueing import Waiting, place_in_line
 
 

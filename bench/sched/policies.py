@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from bench.sched.cluster import Cluster, task_resources
 from bench.sched.trace import Job
 from tfdeclare.backends.mesos.config import MesosConfig
-from tfdeclare.backends.mesos.placement import GangFit, PlacementOptions, place_gang
+from tfdeclare.backends.mesos.placement import place_gang
+from tfdeclare.backends.mesos.placement_values import GangFit, PlacementOptions
 from tfdeclare.backends.mesos.queueing import Waiting, place_in_line
 from tfdeclare.core.enums import Role
 from tfdeclare.core.run.tasks import GangRequest, SlotRequest

@@ -12,7 +12,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from tfdeclare.backends.mesos.placement import AgentOffer, PortRanges
+from tfdeclare.backends.mesos.placement_values import AgentOffer, PortRanges
 
 
 def reservation_role(resource: dict[str, Any]) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
-from tfdeclare.backends.mesos.placement import AgentOffer, GangFit
+from tfdeclare.backends.mesos.placement_values import AgentOffer, GangFit
 from tfdeclare.core.run.tasks import GangRequest
 
 # ---- what the loop tells the reducer -------------------------------------------------------------

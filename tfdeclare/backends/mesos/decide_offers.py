@@ -31,7 +31,7 @@ from tfdeclare.backends.mesos.decide_state import (
     Interest,
     Policy,
 )
-from tfdeclare.backends.mesos.placement import drain_set
+from tfdeclare.backends.mesos.placement_backfill import drain_set
 from tfdeclare.backends.mesos.queueing import Waiting, enqueue, head_of
 
 

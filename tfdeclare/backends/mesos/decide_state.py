@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from tfdeclare.backends.mesos.config import MesosConfig
-from tfdeclare.backends.mesos.placement import GangFit, PlacementOptions
+from tfdeclare.backends.mesos.placement_values import GangFit, PlacementOptions
 from tfdeclare.backends.mesos.queueing import Waiting
 
 RECONCILE_FIRST_RETRY_S = 1.0

@@ -1,7 +1,7 @@
 """``plan``'s verdict on whether a job can ever fit the Mesos cluster's agents (issue 32): pure.
 
 Apply judges a gang against what each agent *has* in all (the operator API's ``GET_AGENTS``,
-``amounts.agent_capacity``) with ``placement.never_fits``, and leaves a job that can never be
+``amounts.agent_capacity``) with ``placement_capacity.never_fits``, and leaves a job that can never be
 placed Pending as ``Unschedulable``. ``plan`` asks the master for the same list
 (``survey.py``) and says the same thing beforehand, through this function, so plan warns
 exactly when apply would refuse: the verdict is ``never_fits`` itself. Only *where* it is
@@ -17,16 +17,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tfdeclare.backends.mesos.placement import (
-    AgentOffer,
-    PlacementOptions,
-    agent_holds,
-    allowed,
-    describe_agent,
-    largest_agent,
-    matches,
-    never_fits,
-)
+from tfdeclare.backends.mesos.placement_capacity import agent_holds, largest_agent, never_fits
+from tfdeclare.backends.mesos.placement_rules import allowed, matches
+from tfdeclare.backends.mesos.placement_values import AgentOffer, PlacementOptions, describe_agent
 from tfdeclare.core.diagnostics import JsonPath
 from tfdeclare.core.run.tasks import GangRequest, SlotRequest
 from tfdeclare.core.spec.model import JobSpec, TaskRun

@@ -27,13 +27,8 @@ from typing import Any
 from tfdeclare.backends.mesos.amounts import Amounts, agent_url, attributes_of, merge_ranges, usable
 from tfdeclare.backends.mesos.events import Offer
 from tfdeclare.backends.mesos.maintenance import window_of
-from tfdeclare.backends.mesos.placement import (
-    AgentIndex,
-    AgentOffer,
-    PortRanges,
-    SlotAssignment,
-    remove_ports,
-)
+from tfdeclare.backends.mesos.placement_index import AgentIndex
+from tfdeclare.backends.mesos.placement_values import AgentOffer, PortRanges, SlotAssignment, remove_ports
 
 AgentRole = tuple[str, str]
 

@@ -23,7 +23,8 @@ from tfdeclare.backends.mesos import decide_offers
 from tfdeclare.backends.mesos.amounts import quota_verdict
 from tfdeclare.backends.mesos.config import MesosConfig
 from tfdeclare.backends.mesos.loop import Effect, Waiter
-from tfdeclare.backends.mesos.placement import AgentOffer, GangFit, never_fits
+from tfdeclare.backends.mesos.placement_capacity import never_fits
+from tfdeclare.backends.mesos.placement_values import AgentOffer, GangFit
 from tfdeclare.backends.mesos.policies import Policies
 from tfdeclare.backends.mesos.queueing import Waiting, head_of, place_in_line, rooms, shortfall
 from tfdeclare.core.run.tasks import GangRequest, Placement, Slot, Unplaced, UnplacedReason

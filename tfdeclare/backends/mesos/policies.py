@@ -26,7 +26,7 @@ from tfdeclare.backends.mesos.decide_state import Policy, Reservation, Settings
 from tfdeclare.backends.mesos.errors import MesosError
 from tfdeclare.backends.mesos.loop import Effect
 from tfdeclare.backends.mesos.offers import OfferPool
-from tfdeclare.backends.mesos.placement import AgentOffer, PlacementOptions
+from tfdeclare.backends.mesos.placement_values import AgentOffer, PlacementOptions
 from tfdeclare.backends.mesos.queueing import Waiting
 from tfdeclare.backends.mesos.sender import Answer, Answered, Sender
 

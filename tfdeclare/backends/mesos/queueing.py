@@ -19,17 +19,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from tfdeclare.backends.mesos.placement import (
-    AgentIndex,
-    AgentOffer,
-    GangFit,
-    NoFit,
-    PlacementOptions,
-    as_index,
-    backfill,
-    eligible_for,
-    place_avoiding_windows,
-)
+from tfdeclare.backends.mesos.placement import place_avoiding_windows
+from tfdeclare.backends.mesos.placement_backfill import backfill
+from tfdeclare.backends.mesos.placement_index import AgentIndex, as_index
+from tfdeclare.backends.mesos.placement_rules import eligible_for
+from tfdeclare.backends.mesos.placement_values import AgentOffer, GangFit, NoFit, PlacementOptions
 from tfdeclare.core.run.tasks import GangRequest
 from tfdeclare.core.spec.resources import Resources
 

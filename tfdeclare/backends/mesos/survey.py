@@ -24,7 +24,7 @@ from tfdeclare.backends.mesos.amounts import agent_capacity
 from tfdeclare.backends.mesos.auth import credentials_for
 from tfdeclare.backends.mesos.errors import MesosError
 from tfdeclare.backends.mesos.fit import fit_findings
-from tfdeclare.backends.mesos.placement import AgentOffer, PlacementOptions
+from tfdeclare.backends.mesos.placement_values import AgentOffer, PlacementOptions
 from tfdeclare.backends.mesos.readonly import agents_of, ask
 from tfdeclare.backends.mesos.tls import client_certificate_of
 from tfdeclare.core.diagnostics import Severity
