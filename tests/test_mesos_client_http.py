@@ -861,7 +861,7 @@ def test_no_tls_set_up_for_an_http_master(
     client.revive()
     assert client.acknowledge_many([("a", "t", new_uuid())]) == 1
     assert client.launch_many([(["o1"], [], None)]) == [None]
-    assert loaded == [] and client._ssl_context is None
+    assert loaded == [] and client._transport.ssl_context is None
     monkeypatch.undo()
 
 

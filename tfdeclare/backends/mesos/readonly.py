@@ -1,14 +1,14 @@
 """The master's operator API (``POST /api/v1``, JSON) as the scheduler client and ``plan`` call it.
 
-This module owns how an operator answer is read (``operator_answer``, ``agents_of``), and one
-operator call made without a subscription (``ask``): ``plan`` asks the master for its agents
-(``GET_AGENTS``, served by the real master on ``/api/v1`` and, behind the ``mesos.master`` path
-prefix, on ``/master/api/v1``) without registering a framework. The master is found as the
-scheduler client finds it: each master of a list in turn, the leader of a 307 redirect, or the
-leader ZooKeeper names (``leader.py``); with the same credentials (HTTP Basic, which masters
-with ``--authenticate_http_readonly`` ask for here) and TLS settings (``tls.py``: CA, client
-certificate); everything within one time bound, so an unreachable cluster costs ``plan`` a
-bounded wait, never a long one.
+This module owns how an operator answer is read (``operator_answer``, ``agents_of``,
+``quota_of``), and one operator call made without a subscription (``ask``): ``plan`` asks the
+master for its agents (``GET_AGENTS``, served by the real master on ``/api/v1`` and, behind the
+``mesos.master`` path prefix, on ``/master/api/v1``) without registering a framework. The master
+is found as the scheduler client finds it: each master of a list in turn, the leader of a 307
+redirect, or the leader ZooKeeper names (``leader.py``); with the same credentials (HTTP Basic,
+which masters with ``--authenticate_http_readonly`` ask for here) and TLS settings (``tls.py``:
+CA, client certificate); everything within one time bound, so an unreachable cluster costs
+``plan`` a bounded wait, never a long one.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from tfdeclare.backends.mesos.errors import (
 from tfdeclare.backends.mesos.leader import SCHEDULER_PATH, parse_master, resolve_location, zookeeper_leader
 from tfdeclare.backends.mesos.tls import ClientCertificate, tls_verify
 
-__all__ = ["agents_of", "ask", "operator_answer", "operator_url", "tls_verify"]
+__all__ = ["agents_of", "ask", "operator_answer", "operator_url", "quota_of", "tls_verify"]
 
 JSON = dict[str, Any]
 
@@ -54,6 +54,26 @@ def agents_of(body: JSON) -> list[JSON]:
     except (KeyError, TypeError, AttributeError) as exc:
         raise ProtocolError(f"GET_AGENTS: an answer that is not a list of agents ({exc})") from None
     return [a for a in agents if isinstance(a, dict)]
+
+
+def quota_of(body: JSON) -> dict[str, dict[str, float]]:
+    """Each role's quota limits in a ``GET_QUOTA`` answer: role -> {resource: limit}. Masters
+    of 1.9 and later list ``configs`` with ``limits`` (``UPDATE_QUOTA``); before, a quota was a
+    guarantee that was also its role's limit (``infos``' ``guarantee``)."""
+    try:
+        status = body["get_quota"].get("status") or {}
+        out: dict[str, dict[str, float]] = {}
+        for config in status.get("configs") or []:
+            limits = config.get("limits") or {}
+            out[str(config["role"])] = {str(k): float(v["value"]) for k, v in limits.items()}
+        for info in status.get("infos") or []:
+            if str(info["role"]) in out or not info.get("guarantee"):
+                continue
+            scalars = [r for r in info["guarantee"] if r.get("type") == "SCALAR"]
+            out[str(info["role"])] = {str(r["name"]): float(r["scalar"]["value"]) for r in scalars}
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise ProtocolError(f"GET_QUOTA: an answer that is not a quota status ({exc})") from None
+    return out
 
 
 def operator_url(scheduler_endpoint: str) -> str:
