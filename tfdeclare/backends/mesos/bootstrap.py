@@ -134,6 +134,6 @@ def program_env(env: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]
 
 
 def fetch_value(key: str, url: str, identity: tuple[str, ...] = ()) -> str:
-    """``$TFDECLARE_CLUSTER`` of a task: its key, the URL it fetches, then the values of the
+    """``$TFDECLARE`` of a task: its key, the URL it fetches, then the values of the
     variables ``IDENTITY_ENV`` (all four or none; none of these has a space)."""
     return " ".join((key, url, *identity))
