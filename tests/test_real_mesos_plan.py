@@ -4,6 +4,7 @@ the agents' static reservations counted only for the roles tfdeclare has."""
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,8 +12,22 @@ import pytest
 
 from tests.conftest import cli, job_yaml
 from tests.real_mesos import RealMesos
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.real_mesos, pytest.mark.slow]
+
+
+def plan_answered(folder: Path) -> subprocess.CompletedProcess[str]:
+    """``plan`` once the master answered it within the plan's own bound (2 s for all of
+    ``GET_AGENTS``): on a loaded machine a real master can be slower, and plan then says it
+    could not ask, which is that bound at work, not what these cases check."""
+    return wait_until(
+        lambda: (
+            (result := cli("plan", "specs", cwd=folder)) and "could not ask" not in result.stderr and result
+        ),
+        timeout=90,
+        what="a plan the master answered within its bound",
+    )
 
 
 def test_plan_warns_of_a_task_no_real_agent_could_hold(
@@ -25,7 +40,7 @@ def test_plan_warns_of_a_task_no_real_agent_could_hold(
     config = tmp_path / "tfdeclare.yaml"
     # roles ["*"]: each agent's 3 cpus reserved to ml are not ours; 1 cpu is
     config.write_text(f"backend: mesos\nmesos: {{master: '{mesos.url}'}}\n")
-    result = cli("plan", "specs", cwd=tmp_path)
+    result = plan_answered(tmp_path)
     assert result.returncode == 0, result.stderr
     assert (
         "specs/two.yaml:8:24: warning: a worker task needs cpus 2, mem 256 MiB, and a task runs on one "
@@ -34,8 +49,8 @@ def test_plan_warns_of_a_task_no_real_agent_could_hold(
     ) in result.stderr
     # in role ml as well, each agent has 4 cpus for us: it fits, nothing is said
     config.write_text(f"backend: mesos\nmesos: {{master: '{mesos.url}', roles: ['*', ml]}}\n")
-    fits = cli("plan", "specs", cwd=tmp_path)
+    fits = plan_answered(tmp_path)
     assert fits.returncode == 0, fits.stderr
-    assert "specs/two.yaml" not in fits.stderr and "could not ask" not in fits.stderr, fits.stderr
+    assert "specs/two.yaml" not in fits.stderr, fits.stderr
     # plan registered no framework: it only asked
     assert mesos.state()["frameworks"] == []
