@@ -45,7 +45,6 @@ from tfdeclare.core.spec.policy import SpecSources
 from tfdeclare.shell.stamps import RACY_SECONDS, Folder, Stamps, stamp, walked_folder
 
 _SUFFIXES = (".yaml", ".yml")
-_RACY_SECONDS = RACY_SECONDS
 
 
 def _spec_name(name: str) -> bool:
@@ -349,7 +348,7 @@ class SpecFiles:
             if (
                 cached is not None
                 and cached[0] == (stat.st_size, stat.st_mtime_ns, stat.st_ino)
-                and now - stat.st_mtime >= _RACY_SECONDS
+                and now - stat.st_mtime >= RACY_SECONDS
             ):
                 add(cached[1])
             else:
@@ -360,7 +359,7 @@ class SpecFiles:
         shown = display_path(path, self.base)
         key = (stat.st_size, stat.st_mtime_ns, stat.st_ino)
         cached = self._cache.get(shown)
-        if cached is not None and cached[0] == key and now - stat.st_mtime >= _RACY_SECONDS:
+        if cached is not None and cached[0] == key and now - stat.st_mtime >= RACY_SECONDS:
             return cached[1]
         try:
             data = _read(path, stat.st_size)
@@ -396,7 +395,7 @@ def _gone_first(looked: tuple[str, os.stat_result | None]) -> tuple[bool, str]:
 def _racy(stat: os.stat_result, now: float) -> bool:
     """Whether a rescan looks at this file again whatever its stamp (``shell.stamps``): it
     was modified or changed within the racy window."""
-    return now - stat.st_mtime < _RACY_SECONDS or now - stat.st_ctime < _RACY_SECONDS
+    return now - stat.st_mtime < RACY_SECONDS or now - stat.st_ctime < RACY_SECONDS
 
 
 def _read(path: str, size: int) -> bytes:
