@@ -211,3 +211,15 @@ def cleaned_up(
                 check=False,
             )
         stop_keepers(workdir)
+
+
+def results_header() -> list[str]:
+    """The lines above a results table of ``Result.row()`` lines: machine, date, load, and the
+    table's head."""
+    return [
+        f"Machine: {machine()}. Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. "
+        f"Load average at the end: {os.getloadavg()[0]:.1f}.",
+        "",
+        "| benchmark | target | median | range | runs | verdict | notes |",
+        "|---|---|---|---|---|---|---|",
+    ]

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import compileall
 import json
-import os
 import re
 import resource
 import statistics
@@ -31,7 +30,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from bench.common import CLI_SCRIPT, REPO, Result, cleaned_up, machine, stop_process, wait_for
+from bench.common import CLI_SCRIPT, REPO, Result, cleaned_up, results_header, stop_process, wait_for
 
 UNPLACEABLE = "{cpus: 1000}"  # more than any machine here offers: Pending, Unschedulable
 
@@ -215,13 +214,7 @@ def main(
 
 
 def _write(results: list[Result], out: Path) -> str:
-    header = [
-        f"Machine: {machine()}. Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. "
-        f"Load average at the end: {os.getloadavg()[0]:.1f}.",
-        "",
-        "| benchmark | target | median | range | runs | verdict | notes |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    header = results_header()
     table = "\n".join(header + [r.row() for r in results]) + "\n"
     out.mkdir(exist_ok=True)
     (out / "limits.md").write_text(table)

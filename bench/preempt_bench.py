@@ -40,7 +40,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, Result, machine, stop_process
+from bench.common import REPO, Result, results_header, stop_process
 
 TASK = REPO / "bench" / "preempt_task.py"
 PORTS = (36000, 36199)  # local backend; the emulator's agent has its own below
@@ -264,13 +264,7 @@ def main() -> int:
                     else "",
                 )
             )
-    header = [
-        f"Machine: {machine()}. Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. "
-        f"Load average at the end: {os.getloadavg()[0]:.1f}.",
-        "",
-        "| benchmark | target | median | range | runs | verdict | notes |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    header = results_header()
     out = REPO / "bench" / "out"
     out.mkdir(exist_ok=True)
     table = "\n".join(header + [r.row() for r in results]) + "\n"
