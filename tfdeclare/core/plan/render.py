@@ -154,17 +154,29 @@ def spec_lines(canonical: Mapping[str, Any], sign: str, indent: str = "") -> lis
     lines = []
     labels = canonical["metadata"].get("labels")
     if labels not in _UNSET:
-        lines.append(f"{indent}{sign} metadata.labels: {_value_text(_redacted(labels, False), 100)}")
+        lines.append(f"{indent}{sign} metadata.labels: {_spec_value_text(labels, False)}")
     for key, value in canonical["spec"].items():
         if key == "replicas":
             for role, replica in value.items():
                 if replica not in _UNSET:
-                    shown = _value_text(_redacted(replica, False), 100)
-                    lines.append(f"{indent}{sign} spec.replicas.{role}: {shown}")
+                    lines.append(f"{indent}{sign} spec.replicas.{role}: {_spec_value_text(replica, False)}")
         elif value not in _UNSET:
-            shown = _value_text(_redacted(value, key == "env"), 100)
-            lines.append(f"{indent}{sign} spec.{key}: {shown}")
+            lines.append(f"{indent}{sign} spec.{key}: {_spec_value_text(value, key == 'env')}")
     return lines
+
+
+def _spec_value_text(value: Any, in_env: bool) -> str:
+    """``_value_text(_redacted(value, in_env), 100)``, without walking a mapping that holds no
+    ``env``: its JSON text says so (a key ``env`` is written ``"env": ``, which a string's
+    own quotes, escaped, can never spell)."""
+    if not isinstance(value, dict):
+        return _value_text(value, 100)
+    if in_env:
+        return _value_text(_redacted(value, True), 100)
+    text = _ENCODE(value)
+    if '"env": ' in text:
+        return _value_text(_redacted(value, False), 100)
+    return text if len(text) <= 100 else text[:97] + "..."
 
 
 def _change_line(change: FieldChange, paint: Painter) -> str:
