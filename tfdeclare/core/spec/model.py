@@ -334,12 +334,18 @@ class FieldScreen:
     @classmethod
     def of(cls, canonical: Mapping[str, Any]) -> FieldScreen:
         spec = canonical["spec"]
-        entries = list(spec["replicas"].values())
         board = spec.get("tensorboard")
-        images = {e["image"] for e in entries if e.get("image")}
-        dirs = {e["workingDir"] for e in entries if e.get("workingDir")}
-        tasks = sum(int(e["count"]) for e in entries)
-        gpus = sum(int(e["count"]) * int(e["resources"]["gpus"]) for e in entries)
+        images: set[str] = set()
+        dirs: set[str] = set()
+        tasks = gpus = 0
+        for e in spec["replicas"].values():  # one pass (every job is screened)
+            if e.get("image"):
+                images.add(e["image"])
+            if e.get("workingDir"):
+                dirs.add(e["workingDir"])
+            count = int(e["count"])
+            tasks += count
+            gpus += count * int(e["resources"]["gpus"])
         if board:
             images.update([board["image"]] if board.get("image") else [])
             tasks, gpus = tasks + 1, gpus + int(board["resources"]["gpus"])
