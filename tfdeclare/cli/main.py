@@ -13,7 +13,7 @@ import traceback
 
 from tfdeclare import __version__
 from tfdeclare.backends.errors import BackendError
-from tfdeclare.cli import completion, examples, parsers
+from tfdeclare.cli import completion, examples, parsers, parting
 from tfdeclare.cli.common import (
     EXIT_ERROR,
     EXIT_INTERNAL,
@@ -76,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
         stderr_line("tfdeclare: internal error (this is a bug; please report it with the trace below)")
         traceback.print_exc(file=sys.stderr)
         return EXIT_INTERNAL
+    finally:
+        if argv is None:  # the program itself, which ends now (not a caller in this process)
+            parting.exiting()
 
 
 if __name__ == "__main__":  # pragma: no cover

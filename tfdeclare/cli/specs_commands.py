@@ -13,7 +13,7 @@ from typing import Any
 
 from tfdeclare import __version__
 from tfdeclare.backends import registry
-from tfdeclare.cli import elsewhere, terminal
+from tfdeclare.cli import elsewhere, parting, terminal
 from tfdeclare.cli.common import (
     EXIT_CHANGES,
     EXIT_ERROR,
@@ -55,7 +55,8 @@ def plan_options(settings: Settings, paths: Sequence[str], *, prune: bool, allow
 
 
 def compute_plan(paths: list[str], settings: Settings, options: PlanOptions) -> tuple[Plan, DesiredState]:
-    desired, _ = load_desired(paths, settings, purpose="plan")
+    desired, files = load_desired(paths, settings, purpose="plan")
+    parting.outlive(files)  # its cache of every file read (``cli.parting``)
     try:
         observed = StateStore(settings.state_dir).observed()
     except StateError as err:
@@ -130,6 +131,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             stdout_write(f"\n{hint}\n")
         else:  # on stderr: a document on stdout stays parseable
             stderr_line(hint)
+    parting.outlive(result, desired)  # every job, planned: freed with the process (``cli.parting``)
     if result.has_errors:
         return EXIT_ERROR
     if args.detailed_exitcode and result.has_changes:

@@ -399,12 +399,17 @@ def _racy(stat: os.stat_result, now: float) -> bool:
 
 
 def _read(path: str, size: int) -> bytes:
-    """The file's bytes (``os.read``: a buffered file object costs more than the read)."""
+    """The file's bytes (``os.read``: a buffered file object costs more than the read). A
+    read of a regular file that gives less than asked has reached its end: most spec files
+    take one read, not a second that finds nothing."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
+        asked = max(size + 1, 1 << 16)
         parts = []
-        while chunk := os.read(fd, max(size + 1, 1 << 16)):
+        while chunk := os.read(fd, asked):
             parts.append(chunk)
+            if len(chunk) < asked:
+                break
         return b"".join(parts)
     finally:
         os.close(fd)

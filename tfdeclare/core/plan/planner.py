@@ -241,8 +241,26 @@ def _said(scopes: tuple[RoleScope, ...]) -> tuple[RoleScope, ...]:
 
 
 def created_scopes(canonical: Mapping[str, Any]) -> tuple[RoleScope, ...]:
-    """``scopes_shown(None, spec)`` of a job created from ``canonical``, without its ``JobSpec``."""
-    return _said(tuple(RoleScope(*each) for each in restart_scopes_of(canonical)))
+    """``scopes_shown(None, spec)`` of a job created from ``canonical``, without its ``JobSpec``.
+    Jobs whose scopes are read off the same fields share one tuple (the text plan words each
+    such tuple once)."""
+    spec = canonical["spec"]
+    replicas = spec["replicas"]
+    fields = (
+        spec.get("restartScope"),
+        replicas.get("ps", {}).get("count", 0) > 0,
+        *((name, entry.get("restartScope")) for name, entry in replicas.items()),
+    )
+    scopes = _CREATED_SCOPES.get(fields)
+    if scopes is None:
+        scopes = _said(tuple(RoleScope(*each) for each in restart_scopes_of(canonical)))
+        if len(_CREATED_SCOPES) >= 1024:  # a bound: the fields take few values
+            _CREATED_SCOPES.clear()
+        _CREATED_SCOPES[fields] = scopes
+    return scopes
+
+
+_CREATED_SCOPES: dict[tuple[Any, ...], tuple[RoleScope, ...]] = {}
 
 
 def _set_changed(old: JobSpec, new: JobSpec) -> bool:
@@ -434,6 +452,17 @@ def _unchanged(loaded: LoadedJob, observed: ObservedJob) -> JobPlan:
 
 def _plan_present(loaded: LoadedJob, observed: ObservedJob | None) -> JobPlan:
     """The job's action, with its restart scopes where the plan should say them."""
+    if observed is None and not loaded.canonical["spec"].get("suspend"):
+        return JobPlan(  # a new job (the common case of a big first plan), made in one go
+            loaded.name,
+            Action.CREATE,
+            _NEW_JOB,
+            "new job",
+            start=task_keys_of(loaded.canonical),
+            source=loaded.source,
+            spec_hash=loaded.spec_hash,
+            scopes=created_scopes(loaded.canonical),
+        )
     planned = _action_of_present(loaded, observed)
     if planned.action not in _SCOPED:
         return planned
@@ -446,6 +475,7 @@ def _plan_present(loaded: LoadedJob, observed: ObservedJob | None) -> JobPlan:
 
 
 _SCOPED = (Action.CREATE, Action.UPDATE, Action.RESIZE, Action.RESTART)
+_NEW_JOB = (PlanReason.NEW_JOB,)
 
 
 def _action_of_present(loaded: LoadedJob, observed: ObservedJob | None) -> JobPlan:

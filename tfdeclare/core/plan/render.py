@@ -143,24 +143,40 @@ def value_pair(old: Any, new: Any, limit: int = 80) -> tuple[str, str]:
     return _value_text(old, limit), _value_text(new, limit)
 
 
-def spec_lines(canonical: Mapping[str, Any], sign: str) -> list[str]:
+_UNSET: tuple[object, ...] = (None, {}, [])  # values a spec's line is not shown for
+
+
+def spec_lines(canonical: Mapping[str, Any], sign: str, indent: str = "") -> list[str]:
     """A whole spec, defaults filled in (what will run), as ``sign path: value`` lines: one per
-    field that is set (one per role for ``replicas``), secret-looking values hidden. The text
-    plan shows a created job's this way, the Markdown plan a created or deleted job's."""
+    field that is set (one per role for ``replicas``), secret-looking values hidden, each after
+    ``indent``. The text plan shows a created job's this way, the Markdown plan a created or
+    deleted job's."""
+    lines = []
     labels = canonical["metadata"].get("labels")
-    fields: list[tuple[tuple[str, ...], Any]] = [(("metadata", "labels"), labels)]
+    if labels not in _UNSET:
+        lines.append(f"{indent}{sign} metadata.labels: {_spec_value_text(labels, False)}")
     for key, value in canonical["spec"].items():
         if key == "replicas":
-            fields.extend((("spec", key, role), replica) for role, replica in value.items())
-        else:
-            fields.append((("spec", key), value))
-    lines = []
-    for path, value in fields:
-        if value in (None, {}, []):
-            continue
-        shown = _redacted(value, path[-1] == "env")
-        lines.append(f"{sign} {'.'.join(path)}: {_value_text(shown, limit=100)}")
+            for role, replica in value.items():
+                if replica not in _UNSET:
+                    lines.append(f"{indent}{sign} spec.replicas.{role}: {_spec_value_text(replica, False)}")
+        elif value not in _UNSET:
+            lines.append(f"{indent}{sign} spec.{key}: {_spec_value_text(value, key == 'env')}")
     return lines
+
+
+def _spec_value_text(value: Any, in_env: bool) -> str:
+    """``_value_text(_redacted(value, in_env), 100)``, without walking a mapping that holds no
+    ``env``: its JSON text says so (a key ``env`` is written ``"env": ``, which a string's
+    own quotes, escaped, can never spell)."""
+    if not isinstance(value, dict):
+        return _value_text(value, 100)
+    if in_env:
+        return _value_text(_redacted(value, True), 100)
+    text = _ENCODE(value)
+    if '"env": ' in text:
+        return _value_text(_redacted(value, False), 100)
+    return text if len(text) <= 100 else text[:97] + "..."
 
 
 def _change_line(change: FieldChange, paint: Painter) -> str:
@@ -176,15 +192,45 @@ def _change_line(change: FieldChange, paint: Painter) -> str:
     return body + paint(f"   # {note}", Tone.MUTED)
 
 
+_Worded = dict[int, tuple[object, Any]]
+"""Jobs of one shape share their task keys and restart scopes (``task_keys_of``,
+``created_scopes``): a text plan words each such tuple once, looked up by identity (the
+entry keeps the tuple, so its id stays its own)."""
+
+
+def _shared_task_list(keys: tuple[TaskKey, ...], worded: _Worded) -> str:
+    found = worded.get(id(keys))
+    if found is None or found[0] is not keys:
+        found = worded[id(keys)] = (keys, task_list(keys))
+    return str(found[1])
+
+
+def _shared_scope_lines(job: JobPlan, worded: _Worded) -> list[str]:
+    scopes = job.scopes
+    found = worded.get(id(scopes))
+    if found is None or found[0] is not scopes:
+        found = worded[id(scopes)] = (scopes, [f"      on failure: {line}" for line in scope_lines(job)])
+    lines: list[str] = found[1]
+    return lines
+
+
 def _job_text(
-    job: JobPlan, paint: Painter, created: Mapping[str, Any] | None = None, now: float = 0.0
+    job: JobPlan,
+    paint: Painter,
+    created: Mapping[str, Any] | None = None,
+    now: float = 0.0,
+    worded: _Worded | None = None,
 ) -> list[str]:
     """A job's block; ``created``: a created job's canonical spec, shown whole (what apply
-    will run, defaults filled in), as Terraform shows a ``+ resource``."""
+    will run, defaults filled in), as Terraform shows a ``+ resource``; ``worded``: what a
+    plan's earlier blocks worded (``_Worded``)."""
+    worded = {} if worded is None else worded
     where = f"  ({job.source})" if job.source else ""
     headline = paint(f"{job.action.symbol} {job.name} {_VERB[job.action]}", _ACTION_TONES[job.action])
     lines = [f"  {headline}{where}", f"      why: {job.message}"]
-    if created is not None:
+    if created is not None and paint is plain:
+        lines.extend(spec_lines(created, "+", "      "))
+    elif created is not None:
         lines.extend(f"      {paint(line, Tone.ADDED)}" for line in spec_lines(created, "+"))
     lines.extend(f"      {_change_line(c, paint)}" for c in job.changes)
     if job.restart:
@@ -192,10 +238,11 @@ def _job_text(
     if job.cost is not None:
         lines.append(f"      costs: {job.cost.words(now)}")
     if job.start:
-        lines.append(f"      starts: {task_list(job.start)}")
+        lines.append(f"      starts: {_shared_task_list(job.start, worded)}")
     if job.stop:
         lines.append(f"      stops: {task_list(job.stop)}")
-    lines.extend(f"      on failure: {line}" for line in scope_lines(job))
+    if job.scopes:
+        lines.extend(_shared_scope_lines(job, worded))
     return lines
 
 
@@ -243,9 +290,10 @@ def render_text_parts(plan: Plan, *, show_unchanged: bool = False, paint: Painte
     elif listed:
         lines.append("tfdeclare will perform these actions:")
         lines.append("")
+        worded: _Worded = {}
         for number, job in enumerate(listed, 1):
             created = plan.desired.get(job.name) if job.action is Action.CREATE else None
-            lines.extend(_job_text(job, paint, created, plan.now))
+            lines.extend(_job_text(job, paint, created, plan.now, worded))
             lines.append("")
             if number % _JOBS_A_PART == 0:  # (the summary line comes last: no part ends the text)
                 yield "\n".join(lines) + "\n"

@@ -60,7 +60,8 @@ DEFAULT_MEM = "2Gi"
 
 
 def is_kubeflow(value: Any) -> bool:
-    api = value.get("apiVersion") if isinstance(value, Mapping) else None
+    # ``type(...) is dict`` first: what YAML gives, and cheaper than asking the Mapping ABC
+    api = value.get("apiVersion") if type(value) is dict or isinstance(value, Mapping) else None
     return isinstance(api, str) and api.startswith(API_GROUP)
 
 

@@ -140,6 +140,8 @@ def _other_document(path: str, document: Document) -> Diagnostic | None:
     if not isinstance(value, dict):
         return None
     api, kind = value.get("apiVersion"), value.get("kind")
+    if type(api) is str and api.startswith("tfdeclare/"):  # ours: the common case, first
+        return None
     if not isinstance(api, str) or not isinstance(kind, str) or not _KUBERNETES_API.fullmatch(api):
         return None
     if api.startswith("tfdeclare/") or is_kubeflow(value) or kind.lower() == "tfjob":
@@ -255,6 +257,7 @@ def _load_native(
             return view.diagnostic(path, message, Code.BACKEND)
 
         problems = [problem for check in checks for problem in check(job, locate)]
+        job.__dict__.pop("screen", None)  # the checks' (made again if asked): not kept a job
         if any(problem.is_error for problem in problems):
             return None, problems
         if "priorityClassName" in canonical["spec"]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from tfdeclare.core.diagnostics import JsonPath
 
@@ -37,6 +38,7 @@ class QuantityError(ValueError):
         self.path = path
 
 
+@lru_cache(maxsize=1024, typed=True)  # a few spellings recur in every file (typed: True is not 1)
 def parse_mem_mib(value: int | float | str) -> int:
     """``8192`` -> 8192, ``"16Gi"`` -> 16384, ``"512Ki"`` -> 1 (rounded up to whole MiB)."""
     if isinstance(value, bool):

@@ -20,6 +20,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from tfdeclare.core.enums import SecretSource
@@ -89,6 +90,7 @@ def env_value(value: str | Mapping[str, Any]) -> EnvValue:
     return value if isinstance(value, str) else SecretRef.from_json(value)
 
 
+@lru_cache(maxsize=1024)  # the same few names in every job of a plan
 def is_sensitive_name(name: str) -> bool:
     return bool(_SENSITIVE_NAME.search(name))
 
