@@ -18,7 +18,11 @@ per run, from starting the framework's process:
   task ever reports running).
 
 The ratios (tfdeclare over minimal) are taken per alternation, each pair measured back to back
-under the same machine load; the load average is in the notes.
+under the same machine load; the load average is in the notes. Both frameworks' modules are
+compiled to bytecode before the first run (``compiled``), as an installed package has them: an
+environment with ``PYTHONDONTWRITEBYTECODE`` set otherwise made every tfdeclare run compile its
+~180 modules afresh (about 0.2 s of CPU on the machine of docs/benchmarks.md), which is not
+the framework's cost.
 
     python -m bench.framework_bench [--runs 2] [--tasks 200,1000] [--also-env-bytes N] [--also-fetch]
 
@@ -200,8 +204,18 @@ def one_run(framework: str, workdir: Path, tasks: int) -> dict[str, Any]:
         }
 
 
+def compiled() -> None:
+    """Both frameworks' modules compiled to bytecode (``__pycache__``, ignored by git) before
+    the runs, as pip compiles an installed package; the interpreter's own and the installed
+    packages' modules have theirs already."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    sources = [str(REPO / "tfdeclare"), str(REPO / "bench" / "minimal_framework.py")]
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *sources], env=env, check=True)
+
+
 def measure(runs: int, sizes: list[int], frameworks: tuple[str, ...] = FRAMEWORKS) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
+    compiled()
     with tempfile.TemporaryDirectory() as tmp:
         for tasks in sizes:
             for run in range(runs):
