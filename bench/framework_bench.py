@@ -50,11 +50,12 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, TFDECLARE, Result, cleaned_up
+from bench.common import REPO, TFDECLARE, Result, cleaned_up, stop_keepers
 from bench.realmesos_apply_bench import AGENT, AGENTS, project
 from bench.realmesos_bench import stand_in_launcher_dir
 
@@ -156,6 +157,16 @@ def watch(
     return seen
 
 
+@contextlib.contextmanager
+def keepers_stopped(folder: Path) -> Iterator[Path]:
+    """``folder``; on the way out, its background controllers stopped without waiting for them
+    to finish (their job of stand-ins never does)."""
+    try:
+        yield folder
+    finally:
+        stop_keepers(folder, grace_s=0.0)
+
+
 def one_run(framework: str, workdir: Path, tasks: int) -> dict[str, Any]:
     from tests.real_mesos import RealMesos
 
@@ -167,9 +178,13 @@ def one_run(framework: str, workdir: Path, tasks: int) -> dict[str, Any]:
         argv = command(framework, folder, cluster.url, tasks)
         env = {**os.environ, "PYTHONPATH": str(REPO), "TFDECLARE_BACKGROUND_CONTROLLER": ""}
         # tfdeclare's job deleted and its background controller gone while the cluster is up,
-        # failed or not (an apply the watcher kills, with stand-ins, leaves no controller)
-        ours = framework.startswith("tfdeclare") and real
-        with cleaned_up(folder, TFDECLARE, env=env) if ours else contextlib.nullcontext(folder):
+        # failed or not; with stand-ins, an apply that returned before the watcher stopped it
+        # left a background controller: stopped at once (it kept reconnecting to the cluster
+        # gone, beside the runs that followed)
+        guard: contextlib.AbstractContextManager[Any] = contextlib.nullcontext(folder)
+        if framework.startswith("tfdeclare"):
+            guard = cleaned_up(folder, TFDECLARE, env=env) if real else keepers_stopped(folder)
+        with guard:
             load = os.getloadavg()[0]
             started = time.perf_counter()
             process = subprocess.Popen(
