@@ -18,7 +18,11 @@ per run, from starting the framework's process:
   task ever reports running).
 
 The ratios (tfdeclare over minimal) are taken per alternation, each pair measured back to back
-under the same machine load; the load average is in the notes.
+under the same machine load; the load average is in the notes. Both frameworks' modules are
+compiled to bytecode before the first run (``compiled``), as an installed package has them: an
+environment with ``PYTHONDONTWRITEBYTECODE`` set otherwise made every tfdeclare run compile its
+~180 modules afresh (about 0.2 s of CPU on the machine of docs/benchmarks.md), which is not
+the framework's cost.
 
     python -m bench.framework_bench [--runs 2] [--tasks 200,1000] [--also-env-bytes N] [--also-fetch]
 
@@ -46,11 +50,12 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, TFDECLARE, Result, cleaned_up
+from bench.common import REPO, TFDECLARE, Result, cleaned_up, stop_keepers
 from bench.realmesos_apply_bench import AGENT, AGENTS, project
 from bench.realmesos_bench import stand_in_launcher_dir
 
@@ -152,6 +157,16 @@ def watch(
     return seen
 
 
+@contextlib.contextmanager
+def keepers_stopped(folder: Path) -> Iterator[Path]:
+    """``folder``; on the way out, its background controllers stopped without waiting for them
+    to finish (their job of stand-ins never does)."""
+    try:
+        yield folder
+    finally:
+        stop_keepers(folder, grace_s=0.0)
+
+
 def one_run(framework: str, workdir: Path, tasks: int) -> dict[str, Any]:
     from tests.real_mesos import RealMesos
 
@@ -163,9 +178,13 @@ def one_run(framework: str, workdir: Path, tasks: int) -> dict[str, Any]:
         argv = command(framework, folder, cluster.url, tasks)
         env = {**os.environ, "PYTHONPATH": str(REPO), "TFDECLARE_BACKGROUND_CONTROLLER": ""}
         # tfdeclare's job deleted and its background controller gone while the cluster is up,
-        # failed or not (an apply the watcher kills, with stand-ins, leaves no controller)
-        ours = framework.startswith("tfdeclare") and real
-        with cleaned_up(folder, TFDECLARE, env=env) if ours else contextlib.nullcontext(folder):
+        # failed or not; with stand-ins, an apply that returned before the watcher stopped it
+        # left a background controller: stopped at once (it kept reconnecting to the cluster
+        # gone, beside the runs that followed)
+        guard: contextlib.AbstractContextManager[Any] = contextlib.nullcontext(folder)
+        if framework.startswith("tfdeclare"):
+            guard = cleaned_up(folder, TFDECLARE, env=env) if real else keepers_stopped(folder)
+        with guard:
             load = os.getloadavg()[0]
             started = time.perf_counter()
             process = subprocess.Popen(
@@ -200,8 +219,18 @@ def one_run(framework: str, workdir: Path, tasks: int) -> dict[str, Any]:
         }
 
 
+def compiled() -> None:
+    """Both frameworks' modules compiled to bytecode (``__pycache__``, ignored by git) before
+    the runs, as pip compiles an installed package; the interpreter's own and the installed
+    packages' modules have theirs already."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    sources = [str(REPO / "tfdeclare"), str(REPO / "bench" / "minimal_framework.py")]
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *sources], env=env, check=True)
+
+
 def measure(runs: int, sizes: list[int], frameworks: tuple[str, ...] = FRAMEWORKS) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
+    compiled()
     with tempfile.TemporaryDirectory() as tmp:
         for tasks in sizes:
             for run in range(runs):

@@ -58,19 +58,32 @@ class LaunchPaths:
             return found
 
         once = replace(self, resolve=resolve)
-        return [once.checked(t, root, host_paths_here=host_paths_here) for t in launches]
+        sources: dict[tuple[str, str | None], str] = {}  # the batch's source folders found allowed
+        return [once.checked(t, root, host_paths_here=host_paths_here, sources=sources) for t in launches]
 
-    def checked(self, launch: TaskLaunch, root: str | None, *, host_paths_here: bool) -> TaskLaunch:
+    def checked(
+        self,
+        launch: TaskLaunch,
+        root: str | None,
+        *,
+        host_paths_here: bool,
+        sources: dict[tuple[str, str | None], str] | None = None,
+    ) -> TaskLaunch:
         """``launch`` with its source folder resolved and checked (and, when ``host_paths_here``,
-        its volumes resolved); ``root`` is the folder its spec was read from when applied."""
+        its volumes resolved); ``root`` is the folder its spec was read from when applied.
+        ``sources``: (spec folder, workingDir) -> the folder already checked for this batch."""
         wd = launch.working_dir
         if launch.source_dir is not None and (wd is None or not posixpath.isabs(wd)):
-            what = f"workingDir {wd}" if wd is not None else f"its spec's folder {launch.source_dir}"
-            target = self.resolve(posixpath.normpath(posixpath.join(launch.source_dir, wd or ".")))
-            bound = posixpath.normpath(root or launch.source_dir)
-            problem = source_folder_problem(what, target, bound, self._reserved)
-            if problem is not None:
-                raise LaunchRefused(f"{launch.key.name}: {problem}")
+            target = None if sources is None else sources.get((launch.source_dir, wd))
+            if target is None:
+                what = f"workingDir {wd}" if wd is not None else f"its spec's folder {launch.source_dir}"
+                target = self.resolve(posixpath.normpath(posixpath.join(launch.source_dir, wd or ".")))
+                bound = posixpath.normpath(root or launch.source_dir)
+                problem = source_folder_problem(what, target, bound, self._reserved)
+                if problem is not None:
+                    raise LaunchRefused(f"{launch.key.name}: {problem}")
+                if sources is not None:
+                    sources[(launch.source_dir, wd)] = target
             launch = replace(launch, source_folder=target)
         if not host_paths_here:
             return launch

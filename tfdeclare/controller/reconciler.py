@@ -881,7 +881,11 @@ class Controller:
             message=f"starting {len(placement.slots)} task(s)",
         )
         self._save(ready)  # write-ahead: addresses and launch number before any task exists
-        to_launch = launches(ready, placement, record.source_dir, self.secrets_dir)
+        # the configs the tasks launch with, kept as this job's desired ones: the next pass
+        # reuses them, so it does not work out every new task's identity a second time
+        configs = lifecycle.desired_configs(ready.spec, ready, self._desired.get(record.name))
+        self._desired[record.name] = configs
+        to_launch = launches(ready, placement, record.source_dir, self.secrets_dir, configs)
         here = bool(getattr(backend, "host_paths_here", False))
         try:  # its folders as they are now, links resolved: what the backend then uses
             to_launch = self.launch_paths.checked_all(to_launch, record.source_root, host_paths_here=here)

@@ -174,8 +174,12 @@ class Sender:
         dropped: list[str] = []
         while self.accepts and len(burst) < LAUNCH_BURST:
             accept = self.accepts.popleft()
-            keep = [t for t in accept.tasks if launchable(table.get(t.task_id))]
-            dropped.extend(t.task_id for t in accept.tasks if t not in keep)
+            keep: list[TaskLaunch] = []
+            for task in accept.tasks:  # one pass (a test of each task against keep was quadratic)
+                if launchable(table.get(task.task_id)):
+                    keep.append(task)
+                else:
+                    dropped.append(task.task_id)
             burst.append((accept, keep))
         self.burst_out = True
         client = self.client

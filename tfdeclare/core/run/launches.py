@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from tfdeclare.core.enums import RestartScope, Role
-from tfdeclare.core.run.clusterspec import task_configs, with_restarts
+from tfdeclare.core.run.clusterspec import TaskConfig, task_configs, with_restarts
 from tfdeclare.core.run.record import JobRecord
 from tfdeclare.core.run.tasks import (
     Address,
@@ -79,13 +79,21 @@ def launch_env(env: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
 
 
 def launches(
-    record: JobRecord, placement: Placement, source_dir: str | None, secrets_dir: str | None = None
+    record: JobRecord,
+    placement: Placement,
+    source_dir: str | None,
+    secrets_dir: str | None = None,
+    configs: Mapping[TaskKey, TaskConfig] | None = None,
 ) -> list[TaskLaunch]:
     """The launches of every placed slot; ``record`` is the one returned by ``placed``.
-    ``secrets_dir`` is the config's ``secrets.dir``, where ``{name, key}`` references lie."""
+    ``secrets_dir`` is the config's ``secrets.dir``, where ``{name, key}`` references lie.
+    ``configs``: what each slot of ``record`` runs, when the caller has worked it out already
+    (``lifecycle.desired_configs`` of ``record``: the same configs, their identities kept for
+    the next pass); else made here."""
     spec = record.spec
     addresses: Mapping[TaskKey, str] = {key: record.addresses[key.name] for key in spec.task_keys()}
-    configs = with_restarts(task_configs(spec, addresses, record.attempt), record.restarted_alone)
+    if configs is None:
+        configs = with_restarts(task_configs(spec, addresses, record.attempt), record.restarted_alone)
     in_cluster = {key: address for key, address in addresses.items() if key.role.in_cluster}
     source = ClusterSource(
         spec.cluster_spec,
