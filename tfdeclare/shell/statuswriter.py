@@ -93,12 +93,13 @@ class StatusWriter:
         of those that could not be written, with why."""
         paths = [(d, self.path(d["name"])) for d in documents]  # each made once
         chosen = [(d, path, text) for d, path in paths if (text := self._to_write(d, path)) is not None]
-        failed = write_atomic_many([(path, text.encode("utf-8"), 0o644) for _, path, text in chosen])
+        stats: dict[Path, os.stat_result] = {}
+        failed = write_atomic_many([(path, text.encode("utf-8"), 0o644) for _, path, text in chosen], stats)
         out = {}
         for document, path, _ in chosen:
             error = failed.get(path)
             if error is None:
-                self._wrote(document, path)
+                self._wrote(document, path, stat=stats.get(path))
             else:
                 self._failed(document["name"])
                 out[document["name"]] = error
@@ -126,14 +127,17 @@ class StatusWriter:
         self._wrote(document, path, updated=held[1])  # the file was written then
         return None
 
-    def _wrote(self, document: dict[str, Any], path: Path, *, updated: Any = ...) -> None:
+    def _wrote(
+        self, document: dict[str, Any], path: Path, *, updated: Any = ..., stat: os.stat_result | None = None
+    ) -> None:
+        """``stat``: the file's as written (else it is asked for)."""
         name = document["name"]
         self._last[name] = {k: v for k, v in document.items() if k != "updatedAt"}
         self._updated[name] = document.get("updatedAt") if updated is ... else updated
         self._json.pop(name, None)
         if self.index is not None:
             shown = {**document, "updatedAt": self._updated[name]}
-            entry = {"file": _identity(path.stat()), "summary": summary(shown)}
+            entry = {"file": _identity(stat or path.stat()), "summary": summary(shown)}
             if self._indexed().get(name) != entry:
                 self._indexed()[name] = entry
                 self._dirty = True
