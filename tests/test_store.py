@@ -232,6 +232,9 @@ def test_the_database_is_private_whatever_the_umask_and_never_made_through_a_lin
     assert made and all(p.stat().st_mode & 0o777 == 0o600 for p in made), [
         oct(p.stat().st_mode) for p in made
     ]
+    (state / DATABASE).chmod(0o644)  # by hand, or an older copy
+    StateStore(state, exclusive=True).save(_record("b"))
+    assert (state / DATABASE).stat().st_mode & 0o777 == 0o600, "made private again by the next writer"
     other = tmp_path / "other"
     other.mkdir()
     target = tmp_path / "elsewhere.db"

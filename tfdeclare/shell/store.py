@@ -47,6 +47,7 @@ import errno
 import json
 import os
 import sqlite3
+import stat
 import threading
 import urllib.parse
 from collections.abc import Iterable, Sequence
@@ -179,14 +180,7 @@ class StateStore:
             self._connection.close()
             self._connection = None
         self.root.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(self.database, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        except OSError as err:
-            raise OSError(err.errno, err.strerror, str(self.database)) from err
-        try:
-            os.fchmod(fd, 0o600)
-        finally:
-            os.close(fd)
+        self._private_file()
         connection = sqlite3.connect(self.database, isolation_level=None, check_same_thread=False)
         try:
             connection.execute("PRAGMA busy_timeout = 10000")
@@ -199,6 +193,31 @@ class StateStore:
             raise
         self._connection, self._writable = connection, True
         return connection
+
+    def _private_file(self) -> None:
+        """The database file made 0600 (a new one by us, never through a link), or an existing
+        one checked to be a plain file and made 0600. An existing one is never opened and
+        closed here: closing any descriptor of a file drops every POSIX lock this process holds
+        on it, SQLite's included."""
+        path = self.database
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except FileExistsError:
+            try:
+                found = os.lstat(path)
+                if stat.S_ISREG(found.st_mode) and stat.S_IMODE(found.st_mode) != 0o600:
+                    os.chmod(path, 0o600)
+            except OSError as err:
+                raise OSError(err.errno, err.strerror, str(path)) from err
+            if not stat.S_ISREG(found.st_mode):
+                raise OSError(errno.ELOOP, "not a plain file (a link?)", str(path)) from None
+            return
+        except OSError as err:
+            raise OSError(err.errno, err.strerror, str(path)) from err
+        try:
+            os.fchmod(fd, 0o600)  # whatever the umask
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
         with self._guard:
@@ -326,10 +345,10 @@ class StateStore:
             if not entry.name.endswith(".json") or not is_job_name(name) or name in out or name in unreadable:
                 continue
             try:
-                stat = entry.stat()
+                info = entry.stat()
             except FileNotFoundError:
                 continue
-            key = ("file", stat.st_ino, stat.st_mtime_ns, stat.st_size)  # atomic writes: a new inode
+            key = ("file", info.st_ino, info.st_mtime_ns, info.st_size)  # atomic writes: a new inode
             cached = self._cache.get(name)
             if cached is not None and cached[0] == key:
                 out[name] = cached[1]
