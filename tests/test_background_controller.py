@@ -19,6 +19,7 @@ import yaml
 from tests.conftest import REPO, cli, kill_leftovers, worker_ports
 from tests.waiting import wait_until
 from tfdeclare.shell.lock import ControllerLock
+from tfdeclare.shell.store import StateStore
 
 pytestmark = pytest.mark.e2e
 
@@ -157,7 +158,7 @@ def test_pruning_a_job_finishes_its_stops_in_the_background(project: Path) -> No
     pruned = cli("apply", "specs", "--prune", "--allow-empty", cwd=project, env=ON)
     assert pruned.returncode == 0, pruned.stderr
     wait_until(lambda: not any(alive(p) for p in serving), 20)
-    wait_until(lambda: not (project / ".tfdeclare" / "jobs" / "pruned.json").exists(), 20)
+    wait_until(lambda: "pruned" not in StateStore(project / ".tfdeclare").names(), 20)
     wait_until(lambda: keeper(project) is None, 10)
 
 

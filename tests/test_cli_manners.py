@@ -23,6 +23,7 @@ from tfdeclare.cli.status_command import _age
 from tfdeclare.core.enums import Phase, Reason, Role
 from tfdeclare.core.run.record import JobRecord, rfc3339
 from tfdeclare.core.spec.keys import TaskKey
+from tfdeclare.shell.store import StateStore
 
 __all__ = ["project"]  # the fixture
 
@@ -148,7 +149,7 @@ def test_a_job_bigger_than_the_policy_allows_is_refused_with_its_line(tmp_path: 
             "specs/big.yaml:8:21: error: the job has 100002 tasks; at most 1000 per job "
             "(policy.maxTasksPerJob in the config) (at $.spec.replicas.worker.count)"
         ) in result.stderr
-    assert not (tmp_path / ".tfdeclare" / "jobs").exists()
+    assert not StateStore(tmp_path / ".tfdeclare").exists(), "no record kept"
     (tmp_path / "tfdeclare.yaml").write_text("policy: {maxTasksPerJob: 100000}\n")
     assert "at most 100000 per job" in cli("validate", "specs", cwd=tmp_path).stderr
     (tmp_path / "tfdeclare.yaml").write_text("policy: {maxTasksPerJob: 2000}\n")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.controller_world import World, job_text
+from tests.records_db import put_row
 from tfdeclare.controller import Controller
 from tfdeclare.core.enums import Role
 from tfdeclare.shell.statuswriter import StatusWriter
@@ -19,7 +20,7 @@ def test_status_documents_of_a_new_controller_come_from_records_and_from_status_
     world.write("b", job_text("b"))
     world.apply()
     world.settle()
-    world.store.record_path("b").write_text("{not a record")  # b's record cannot be read now
+    put_row(tmp_path / "state", "b", "{not a record")  # b's record cannot be read now
     # a controller that has written nothing yet (a daemon just started) over the same folders
     fresh = Controller(StateStore(tmp_path / "state"), world.backend, StatusWriter(world.status_dir))
     assert fresh.state_root == tmp_path / "state" and fresh.backend_name == world.backend.name
@@ -66,7 +67,7 @@ def test_the_lock_holders_store_hands_over_what_it_holds_without_reading_and_onl
     assert {r.name: r for r in holder.held() or []} == on_disk
     assert StateStore(tmp_path / "state").held() is None, "not the only writer: never trusted"
     broken = StateStore(tmp_path / "state", exclusive=True)
-    broken.record_path("b").write_text("{not a record")
+    put_row(tmp_path / "state", "b", "{not a record")
     broken.records()
     assert broken.held() is None, "a record it cannot read: the files say more than it holds"
     empty = StateStore(tmp_path / "empty", exclusive=True)

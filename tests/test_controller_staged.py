@@ -119,8 +119,9 @@ def test_a_staged_delete_of_a_job_with_nothing_anywhere_never_writes_its_mark(
 
 @pytest.fixture
 def unwritable(world: World) -> Iterator[Path]:
-    """The state folder's jobs folder, made unwritable even for root (``chattr +i``)."""
-    jobs = world.store.jobs_dir
+    """The state folder, made unwritable even for root (``chattr +i``): no record database
+    can be made in it."""
+    jobs = world.store.root
     jobs.mkdir(parents=True, exist_ok=True)
     marked = subprocess.run(["chattr", "+i", str(jobs)], check=False, capture_output=True)
     if marked.returncode != 0:
@@ -140,8 +141,8 @@ def test_a_staged_record_that_cannot_be_written_leaves_the_job_as_it_was(
     result = world.reconcile()
     assert sorted(world.controller.stage_failures) == ["runs", "waits"]
     assert world.controller.apply_failures == {
-        "runs": f"{unwritable / 'runs.json'} (Operation not permitted)",
-        "waits": f"{unwritable / 'waits.json'} (Operation not permitted)",
+        "runs": f"{world.store.database} (Operation not permitted)",
+        "waits": f"{world.store.database} (Operation not permitted)",
     }
     assert world.backend.cluster.launched == [], "no write-ahead record: no launch"
     assert not any("retrying" in str(error) for error in result.errors), result.errors

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, cli, kill_leftovers, worker_ports
+from tests.records_db import delete_row, put_row
 from tests.waiting import wait_until
 from tfdeclare.core.spec.schema import schema_text
 
@@ -306,7 +307,7 @@ def test_a_damaged_record_leaves_its_job_alone_and_the_others_managed(project: P
     (project / "specs" / "b.yaml").write_text(spec("fine", {"worker": (1, "sleep=1")}, out="fine-out"))
     assert cli("apply", "specs", cwd=project).returncode == 0
     wait_until(lambda: len(records(project)) == 1)
-    (project / ".tfdeclare" / "jobs" / "hurt.json").write_text("{not json")
+    put_row(project / ".tfdeclare", "hurt", "{not json")
     shown = cli("status", "--refresh", cwd=project)
     assert shown.returncode == 0
     assert "hurt: its record cannot be read, so it is left alone" in shown.stderr
@@ -316,7 +317,7 @@ def test_a_damaged_record_leaves_its_job_alone_and_the_others_managed(project: P
         ]
     )
     assert pids_alive([int(records(project)["worker-0.0"]["pid"])]), "the damaged job's task was not stopped"
-    (project / ".tfdeclare" / "jobs" / "hurt.json").unlink()
+    delete_row(project / ".tfdeclare", "hurt")
     cli("status", "--refresh", cwd=project)  # now its task belongs to no job and is stopped
     wait_until(lambda: pids_alive([int(records(project)["worker-0.0"]["pid"])]) == [])
 

@@ -25,6 +25,7 @@ from tfdeclare.daemon.service import DaemonOptions
 from tfdeclare.daemon.sources import FolderSource
 from tfdeclare.shell.convert import convert_text
 from tfdeclare.shell.sources import SpecFiles
+from tfdeclare.shell.store import StateStore
 
 CLASSES = (PriorityClass("production", 100, preemptible=False), PriorityClass("research", 0))
 POLICY = PolicyConfig(priority_classes=CLASSES, max_priority=10)
@@ -210,7 +211,7 @@ def test_the_cli_refuses_an_unknown_class_and_plans_a_new_value_in_place(tmp_pat
         line = next(x for x in result.stderr.splitlines() if x.startswith("specs/bad.yaml"))
         assert line.startswith("specs/bad.yaml:5:22: error: priority class 'nightly' is not defined"), line
         assert line.endswith("(at $.spec.priorityClassName)"), line
-    assert not (tmp_path / ".tfdeclare" / "jobs").exists()
+    assert not StateStore(tmp_path / ".tfdeclare").exists(), "no record kept"
 
     (tmp_path / "specs" / "bad.yaml").unlink()
     (tmp_path / "specs" / "ok.yaml").write_text(QUICK.replace("NAME", "ok").replace("CLASS", "production"))

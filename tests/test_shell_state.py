@@ -20,6 +20,7 @@ import yaml
 
 from tests.conftest import REPO
 from tests.controller_world import World, job_text
+from tests.records_db import put_row
 from tfdeclare.core.enums import Phase, Role
 from tfdeclare.core.run import status
 from tfdeclare.shell.lock import ControllerLock, LockHeld
@@ -49,26 +50,33 @@ def test_a_saved_record_reads_back_equal_private_and_without_temp_files(tmp_path
     record = world.record("a")
     fresh = StateStore(tmp_path / "state").load("a")
     assert fresh == record and fresh is not record
-    path = world.store.record_path("a")
-    assert path.stat().st_mode & 0o777 == 0o600, "records may hold the spec's secrets"
-    assert leftovers(path.parent) == []
+    made = sorted(world.store.root.glob("records.sqlite*"))
+    assert world.store.database in made
+    for path in made:  # the database and its journal
+        assert path.stat().st_mode & 0o777 == 0o600, f"{path.name}: records may hold the spec's secrets"
+    assert leftovers(world.store.root) == []
 
 
 def test_records_lists_readable_ones_and_names_the_unreadable(tmp_path: Path) -> None:
     world = running_world(tmp_path)
-    jobs = tmp_path / "state" / "jobs"
+    put_row(tmp_path / "state", "torn", b"{not json")  # a row of the database
+    jobs = tmp_path / "state" / "jobs"  # an older release's record files
+    jobs.mkdir()
     (jobs / "broken.json").write_text("{not json")
     (jobs / "half.json").write_text(json.dumps({"name": "half"}))
     (jobs / "notes.txt").write_text("ignored")
     (jobs / "Not_A_Name.json").write_text("{}")
     store = StateStore(tmp_path / "state")
     assert sorted(store.records()) == ["a"]
-    assert sorted(store.unreadable) == ["broken", "half"]
+    assert sorted(store.unreadable) == ["broken", "half", "torn"]
     assert "broken.json" in store.unreadable["broken"] and "cannot read" in store.unreadable["broken"]
+    assert f"{store.database}: job torn: cannot read job record" in store.unreadable["torn"]
     assert "invalid job record" in store.unreadable["half"]
     assert world.record("a").phase is Phase.RUNNING
     with pytest.raises(StateError, match=r"broken\.json"):
         store.load("broken")
+    with pytest.raises(StateError, match=r"records\.sqlite: job torn"):
+        store.load("torn")
 
 
 def test_unchanged_records_are_the_same_objects_and_a_change_by_another_writer_is_seen(

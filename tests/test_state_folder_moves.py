@@ -18,6 +18,7 @@ from tests.chaos import local_tasks
 from tests.conftest import cli
 from tests.test_daemon import Daemon, wait_until
 from tests.test_e2e_local import CONFIG, project, spec
+from tfdeclare.shell.store import StateStore
 
 __all__ = ["project"]  # the fixture
 
@@ -62,7 +63,7 @@ def test_a_config_elsewhere_moves_the_state_folder_visibly_and_never_starts_a_se
     assert "error: nothing applied: a already exist under another state folder" in applied.stderr
     assert f"`tfdeclare delete a --state-dir {os.path.realpath(default)}` first" in applied.stderr
     assert "Traceback" not in applied.stderr and "holds the state folder lock" not in applied.stderr
-    assert not (moved / "jobs" / "a.json").exists(), "nothing applied under the other folder"
+    assert "a" not in StateStore(moved).names(), "nothing applied under the other folder"
     assert len([t for t in local_tasks(project) if t[0] == "a"]) == 1, "one copy runs"
 
     # the environment moves it too, and says so
@@ -76,7 +77,7 @@ def test_a_config_elsewhere_moves_the_state_folder_visibly_and_never_starts_a_se
     again = cli("apply", "specs", "--config", local, cwd=project)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "exists under" not in again.stderr
-    assert (moved / "jobs" / "a.json").exists()
+    assert "a" in StateStore(moved).names()
     assert cli("delete", "--all", "--config", local, cwd=project).returncode == 0
 
 
@@ -133,7 +134,7 @@ def test_a_daemon_under_another_state_folder_does_not_start_a_second_copy(projec
         assert cli("delete", "a", cwd=project).returncode == 0  # where it ran: now the daemon may
         wait_until(lambda: daemon.get("/healthz")[0] == 200, timeout=30)
         wait_until(lambda: len([t for t in local_tasks(project) if t[0] == "a"]) == 1)
-        assert (project / "other" / ".tfdeclare" / "jobs" / "a.json").exists()
+        assert "a" in StateStore(project / "other" / ".tfdeclare").names()
     finally:
         daemon.stop()
     assert cli("delete", "--all", "--config", other, cwd=project).returncode == 0

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.records_db import put_row
 from tfdeclare.core.enums import Phase
 from tfdeclare.core.run.record import JobRecord
 from tfdeclare.core.spec.model import fingerprint
@@ -115,7 +116,13 @@ def test_elsewhere_reads_other_folders_records_without_their_lock(tmp_path: Path
         next(e for e in found if e.name == "run").describe()
         == f"state folder {other} (backend local, Running)"
     )
-    (other / "jobs" / "run.json").write_text("{not json")
+    put_row(other, "run", "{not json")
     found, problems = statedirs.elsewhere(creates, here, _env(registry))
-    assert len(problems) == 1 and "run.json: cannot read job record" in problems[0], problems
+    assert len(problems) == 1 and "records.sqlite: job run: cannot read job record" in problems[0], problems
     assert {e.name for e in found} == {"done", "changed"}
+    store.close()
+    for leftover in other.glob("records.sqlite*"):
+        leftover.unlink()
+    (other / "records.sqlite").write_bytes(b"not a database at all")
+    found, problems = statedirs.elsewhere(creates, here, _env(registry))
+    assert found == [] and len(problems) == 1 and str(other / "records.sqlite") in problems[0], problems

@@ -18,6 +18,7 @@ import pytest
 
 from tests.conftest import REPO
 from tests.controller_world import World, job_text
+from tests.records_db import delete_row, put_row
 from tests.test_daemon_page import Served
 from tfdeclare.cli.main import main
 from tfdeclare.core.run import status
@@ -372,7 +373,7 @@ def test_a_line_of_job_names_is_bounded() -> None:
 def test_a_job_whose_record_cannot_be_read_still_shows_its_last_status(served_four: Served) -> None:
     root = served_four.world.root
     (root / "specs" / "b.yaml").unlink()  # else the daemon applies it anew
-    (root / "state" / "jobs" / "b.json").write_text("{not json")
+    put_row(root / "state", "b", "{not json")
     fresh = Served(World(root))  # a daemon started since: its writer never wrote b's status
     try:
         fresh.daemon._pass()
@@ -388,7 +389,7 @@ def test_tasks_past_the_status_file_without_a_record_are_said_to_be_missing(
 ) -> None:
     monkeypatch.setattr(status, "TASKS_LISTED", 3)
     seven_workers(tmp_path)
-    (tmp_path / "state" / "jobs" / "a.json").unlink()  # only the status files, e.g. a copy
+    delete_row(tmp_path / "state", "a")  # only the status files, e.g. a copy
     code, out, err = run_status(tmp_path, capsys, "a", "--tasks-offset", "2", "-o", "json")
     paged = json.loads(out)
     assert code == 0 and len(paged["tasks"]) == 1 and paged["taskCount"] == 8

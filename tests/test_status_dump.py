@@ -194,3 +194,39 @@ def test_a_big_job_status_is_written_as_yaml_dump_writes_it() -> None:
     ]
     document = {"name": "big", "status": status.__name__, "tasks": tasks}
     assert dump(document) == reference(document)
+
+
+# words, and what only looks like one: written directly by ``dump`` when the resolver agrees
+_WORDISH = st.one_of(
+    st.text(alphabet="az09._/-", min_size=1, max_size=20),
+    st.sampled_from(
+        ["1", "0x1f", "1.5", "1_000", "2026-12-06", "true", "Off", "null", "a" * 130, "-x", ".x"]
+    ),
+)
+_WORD_TREE = st.recursive(
+    st.one_of(_WORDISH, st.integers(), st.booleans(), st.none()),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(_WORDISH, inner, max_size=3)),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.dictionaries(_WORDISH, _WORD_TREE, min_size=1, max_size=6), min_size=1, max_size=4))
+def test_entries_written_directly_or_kept_are_what_yaml_dump_writes(documents: list[dict[str, Any]]) -> None:
+    """Each document twice and mixed with the others: the entries kept from one are the
+    other's too when equal, never when only alike (``1`` and ``True``, ``"1"`` and ``1``)."""
+    mixed = {k: v for document in documents for k, v in document.items()}
+    for document in [*documents, mixed, *documents]:
+        assert dump(document) == reference(document)
+    alike = {"a": 1, "b": [1], "c": {"x": 1}}
+    for value in (True, "1", 1.0, [True], {"x": "1"}):
+        assert dump(alike) == reference(alike)
+        other = dict.fromkeys(alike, value)
+        assert dump(other) == reference(other)
+
+
+def test_a_container_shared_by_two_entries_is_written_as_a_whole() -> None:
+    shared = ["a", "b"]
+    document = {"one": {"list": shared}, "two": shared}
+    assert "&id001" in dump(document) and dump(document) == reference(document)
+    assert dump({"one": {"list": shared}}) == reference({"one": {"list": shared}}), "kept apart"

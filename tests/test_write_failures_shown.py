@@ -18,6 +18,7 @@ from tests.components import missing
 from tests.conftest import cli
 from tests.test_daemon import Daemon, job, wait_until
 from tests.test_e2e_local import CONFIG, spec
+from tfdeclare.shell.store import StateStore
 
 pytestmark = pytest.mark.e2e
 
@@ -71,7 +72,7 @@ def test_a_full_state_disk_names_the_job_and_the_file_and_applies_the_rest_later
     told = applied.stderr
     assert applied.returncode == 1, applied.stdout + told
     assert "Traceback" not in told and "[Errno" not in told and "internal error" not in told, told
-    record = project / ".tfdeclare" / "jobs" / "b.json"
+    record = project / ".tfdeclare" / "records.sqlite"
     assert f"job b: not applied: cannot write {record} (No space left on device)" in told, told
     assert "b                        deleted" not in applied.stdout, "a job never made is not 'deleted'"
     listed = cli("status", cwd=project)
@@ -79,7 +80,7 @@ def test_a_full_state_disk_names_the_job_and_the_file_and_applies_the_rest_later
     deleted = cli("delete", "a", cwd=project)
     assert deleted.returncode == 1 and "Traceback" not in deleted.stderr, deleted.stderr
     assert (
-        f"error: job a: cannot write {project / '.tfdeclare' / 'jobs' / 'a.json'} (No space left on device); "
+        f"error: job a: cannot write {project / '.tfdeclare' / 'records.sqlite'} (No space left on device); "
         "it was not marked for deletion; free the disk and run the command again"
     ) in deleted.stderr, deleted.stderr
 
@@ -188,7 +189,7 @@ def test_an_unwritable_or_full_state_folder_makes_healthz_degraded_with_the_reas
     _mount_tmpfs(state, "1m")
     daemon = Daemon(project, "--specs", "specs", "--interval", "1")
     try:
-        wait_until(lambda: daemon.get("/healthz")[0] == 200 and (state / "jobs" / "a.json").exists())
+        wait_until(lambda: daemon.get("/healthz")[0] == 200 and "a" in StateStore(state).names())
         # made unwritable, even for root (`chattr +i`): the daemon's lock file, open, stays
         # writable, so the file system cannot be remounted read-only under it
         marked = subprocess.run(["chattr", "+i", str(state)], check=False, capture_output=True)

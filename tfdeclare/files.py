@@ -133,18 +133,23 @@ def _sync_filesystem(folder: Path) -> bool:
     return True
 
 
-def write_atomic_many(items: Sequence[tuple[Path, bytes, int]]) -> dict[Path, OSError]:
+def write_atomic_many(
+    items: Sequence[tuple[Path, bytes, int]], stats: dict[Path, os.stat_result] | None = None
+) -> dict[Path, OSError]:
     """``write_atomic(path, data, mode)`` for each item, with one sync of the data per file
     system and one per folder (module docstring). Returns the items that could not be written
-    (path -> why); the others are."""
+    (path -> why); the others are. ``stats``: filled with each written file's ``fstat`` as
+    written (its inode, mtime and size are the renamed file's: no ``stat`` a file after)."""
     failed = _make_folders(items)
     to_write = [item for item in items if item[0] not in failed]
     written: list[tuple[Path, str]] = []
+    made: dict[Path, os.stat_result] = {}
     for (path, _, _), outcome in zip(to_write, _each(_write_temp, to_write), strict=True):
         if isinstance(outcome, OSError):
             failed[path] = outcome
         else:
-            written.append((path, outcome))
+            written.append((path, outcome[0]))
+            made[path] = outcome[1]
     folders = sorted({path.parent for path, _ in written})
     synced = _sync_filesystems(folders, written, failed)
 
@@ -171,6 +176,8 @@ def write_atomic_many(items: Sequence[tuple[Path, bytes, int]]) -> dict[Path, OS
             for path, _ in written:
                 if path.parent == folder:
                     failed.setdefault(path, err)
+    if stats is not None:
+        stats.update((path, stat) for path, stat in made.items() if path not in failed)
     return {path: _naming(err, path) for path, err in failed.items()}
 
 
@@ -206,8 +213,9 @@ def _sync_filesystems(
     return synced
 
 
-def _write_temp(item: tuple[Path, bytes, int]) -> str:
-    """The item's data in a new temp file beside it, with its mode; the temp file's path."""
+def _write_temp(item: tuple[Path, bytes, int]) -> tuple[str, os.stat_result]:
+    """The item's data in a new temp file beside it, with its mode; the temp file's path and
+    its ``fstat`` once written."""
     path, data, mode = item
     fd, tmp = _temp_file(path)
     try:
@@ -216,13 +224,14 @@ def _write_temp(item: tuple[Path, bytes, int]) -> str:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
+            stat = os.fstat(fd)
         finally:
             os.close(fd)
     except OSError:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    return tmp
+    return tmp, stat
 
 
 # A batch's file operations run on this many threads: each creation, rename and removal waits

@@ -80,12 +80,12 @@ def test_a_source_folder_that_holds_the_state_folder_is_mounted_without_it(
     state = tmp_path / ".tfdeclare"
     (tmp_path / "other.yaml").write_text(job("other", base_image))
     assert cli("apply", "other.yaml", cwd=tmp_path).returncode == 0
-    records = list((state / "jobs").glob("*"))
-    assert records and SECRET in "".join(p.read_text() for p in records)  # what a task must not read
+    records = state / "records.sqlite"  # the job records (shell/store.py)
+    assert SECRET in records.read_bytes().decode(errors="replace")  # what a task must not read
     # It stays up until deleted: an ended container is removed by the next observe (the end of
     # apply may be one, on a loaded machine), and its mounts are looked at below.
     probe = (
-        '[sh, -c, "ls -A $0 > seen.txt; cat $0/jobs/* >> seen.txt 2>&1; '
+        '[sh, -c, "ls -A $0 > seen.txt; cat $0/records.sqlite >> seen.txt 2>&1; '
         "ls $1 >> seen.txt; echo done >> seen.txt; trap 'exit 0' TERM; sleep 600 & wait\", "
         f"{state}, {tmp_path}]"
     )

@@ -30,6 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tfdeclare.cli.main import main
+from tfdeclare.shell.store import StateStore
 
 CONFIG = """\
 backend: mesos  # accepts images and volumes; nothing here reaches a master
@@ -317,9 +318,7 @@ def test_a_hand_edited_saved_plan_is_refused_for_each_field(tmp_path: Path, name
     with inside(project) as err:
         code = main(["apply", "p.json"])
     assert_refused(code, err.getvalue(), "specs/bad.yaml", form.at, name, column=False)
-    assert not (project / ".tfdeclare" / "jobs").exists() or not list(
-        (project / ".tfdeclare" / "jobs").iterdir()
-    )
+    assert not StateStore(project / ".tfdeclare").names()
 
 
 WORDS = {  # what each kind's refusal says (the daemon's log has other lines at the same places)
@@ -391,7 +390,7 @@ def test_the_daemon_refuses_every_hostile_form_and_runs_none(tmp_path: Path) -> 
         daemon.wait(timeout=60)
     for file, form in expected.items():
         assert any(refused(x, file, form) for x in seen), (file, form.at, seen)
-    assert not list((project / ".tfdeclare" / "jobs").glob("*"))
+    assert not StateStore(project / ".tfdeclare").names()
 
 
 def test_the_field_screen_covers_what_every_known_spec_runs() -> None:

@@ -132,7 +132,7 @@ def start_if_needed(settings: Settings, records: Iterable[JobRecord] | None = No
     """Start a background controller for ``settings``' state folder when a job needs one and no
     controller holds the lock; the pid it started, or None. ``records``: every record as the
     command that held the lock left them (its store was the only writer), else they are read."""
-    if not enabled(settings) or not StateStore(settings.state_dir).jobs_dir.is_dir():
+    if not enabled(settings) or not StateStore(settings.state_dir).exists():
         return None
     try:
         needed = any_needs_controller(

@@ -72,13 +72,23 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:  # the environment (a full or read-only disk), not a bug: no traceback
         stderr_line(f"tfdeclare: error: {failed_write(err)}")
         return EXIT_ERROR
-    except Exception:
+    except Exception as err:
+        if _is_state_error(err):  # a state folder that cannot be read: named, never a trace
+            stderr_line(f"tfdeclare: error: {err}")
+            return EXIT_ERROR
         stderr_line("tfdeclare: internal error (this is a bug; please report it with the trace below)")
         traceback.print_exc(file=sys.stderr)
         return EXIT_INTERNAL
     finally:
         if argv is None:  # the program itself, which ends now (not a caller in this process)
             parting.exiting()
+
+
+def _is_state_error(err: Exception) -> bool:
+    """Whether ``err`` is the store's ``StateError`` (looked up, not imported: a command that
+    reads no state folder does not load the store)."""
+    store = sys.modules.get("tfdeclare.shell.store")
+    return store is not None and isinstance(err, store.StateError)
 
 
 if __name__ == "__main__":  # pragma: no cover

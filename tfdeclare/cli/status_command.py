@@ -49,7 +49,7 @@ def _refresh(settings: Settings) -> None:
     from tfdeclare.cli import pulls
     from tfdeclare.cli.wiring import controller_for, locked
 
-    if not StateStore(settings.state_dir).jobs_dir.is_dir():
+    if not StateStore(settings.state_dir).exists():
         return
     with (
         locked(settings, "status --refresh"),

@@ -8,8 +8,10 @@ atomically and only when they change.
 
 What a pass writes for a job whose step did nothing to a backend (no launch, stop, forget
 or purge: a job waiting for resources, an unchanged one after a restart of the controller) is
-written at the end of the pass, all in one batch with one sync (``write_atomic_many``): a crash
-before it leaves the old record, and the next pass decides the same again. A job's removal
+written at the end of the pass, all in one batch: the records in one transaction of the
+store's database (``shell/store.py``), then the status files with one sync
+(``write_atomic_many``): a crash before it leaves the old record, and the next pass decides
+the same again. A job's removal
 (its status file, then its record) goes in the same way, after its tasks are purged.
 
 ``apply`` and ``delete`` from the command line stage the records they change (``stage=True``)

@@ -30,7 +30,7 @@ from typing import Any
 
 from tfdeclare.core.run.record import JobRecord
 from tfdeclare.files import failed_write, write_atomic
-from tfdeclare.shell.store import StateError, StateStore
+from tfdeclare.shell.store import StateError, StateStore, StoreUnreadable
 
 ENV = "TFDECLARE_REGISTRY_DIR"
 FILE = "state-dirs.json"
@@ -182,10 +182,16 @@ def elsewhere(
             except OSError as err:
                 problems.append(f"{store.jobs_dir}: cannot list the job records: {err.strerror or err}")
                 continue
+            except StateError as err:
+                problems.append(str(err))
+                continue
         for name in names:
             spec_hash = creates[name]
             try:
                 record = store.load(name)
+            except StoreUnreadable as err:  # none of this folder's records: said once
+                problems.append(str(err))
+                break
             except StateError as err:
                 problems.append(str(err))
                 continue

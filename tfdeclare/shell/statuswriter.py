@@ -2,17 +2,8 @@
 
 Job names are DNS labels (checked again here), so a file name can never leave the folder.
 
-``dump`` writes a status document through libyaml's emitter (PyYAML's ``CSafeDumper``) fed
-with YAML events made straight from the document, skipping PyYAML's representer, which is
-Python: it built a node per value (250,000 for a 10,000-task job) and had the resolver run
-twice per scalar. The bytes are those of ``yaml.dump(document, Dumper=CSafeDumper, ...)``:
-the events are the ones its serializer makes (the same tags, implicit flags from the same
-resolver, block style), and a document it would write otherwise (a container seen twice,
-which it writes as an anchor and alias; a value of another type) goes to ``yaml.dump`` itself.
-``tests/test_status_dump.py`` checks that over generated status documents. Measured on the
-status of a 10,000-task job (1.7 MB): ``yaml.dump`` 0.91-1.04 s, the events 0.16-0.19 s
-(2026-12-04, 2 shared cores), so a one-task resize of such a job no longer spends most of
-its time writing the status file.
+``dump`` (``shell/statusdump.py``) writes a status document as ``yaml.dump`` with libyaml's
+emitter would, byte for byte, at a fraction of its cost.
 
 Read through libyaml too (``CSafeLoader``). ``tfdeclare status`` of many jobs reads no status
 file it need not: the writer keeps an index of one summary a job (``core.run.status.summary``)
@@ -24,7 +15,6 @@ otherwise. So a stale, missing or foreign index costs time, never a wrong line.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
@@ -33,134 +23,18 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from yaml.events import (
-    DocumentEndEvent,
-    DocumentStartEvent,
-    MappingEndEvent,
-    MappingStartEvent,
-    ScalarEvent,
-    SequenceEndEvent,
-    SequenceStartEvent,
-    StreamEndEvent,
-    StreamStartEvent,
-)
-from yaml.nodes import ScalarNode
 
 from tfdeclare.core.run.record import JobRecord
 from tfdeclare.core.run.status import status_document, summary
 from tfdeclare.core.spec.names import is_job_name
 from tfdeclare.files import remove, remove_many, write_atomic, write_atomic_many
+from tfdeclare.shell.statusdump import dump
 
-_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+__all__ = ["STATUS_INDEX", "StatusUnreadable", "StatusWriter", "dump"]
+
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 INDEX_VERSION = 1
 STATUS_INDEX = "status-summaries.json"  # the index's name in the state folder
-_OPTIONS: dict[str, Any] = {"allow_unicode": True, "default_flow_style": False, "sort_keys": False}
-
-_STR = "tag:yaml.org,2002:str"
-_INT = "tag:yaml.org,2002:int"
-_BOOL = "tag:yaml.org,2002:bool"
-_NULL = "tag:yaml.org,2002:null"
-_MAPPING_START = MappingStartEvent(None, "tag:yaml.org,2002:map", True, flow_style=False)
-_SEQUENCE_START = SequenceStartEvent(None, "tag:yaml.org,2002:seq", True, flow_style=False)
-_MAPPING_END = MappingEndEvent()
-_SEQUENCE_END = SequenceEndEvent()
-
-
-class _NotPlain(Exception):
-    """The document holds what only PyYAML's representer writes as it does."""
-
-
-_TAGS = {str: _STR, int: _INT, bool: _BOOL, type(None): _NULL}
-
-# Every scalar's event, shared by the documents of this process: a status document's keys
-# and most of its values ("phase", "Pending", "Unschedulable") are those of every other, and
-# working out an event's implicit flags (the resolver, twice) was most of the time that
-# writing the status files of 10,000 new jobs took. An event depends on the scalar alone
-# (the dumper's resolvers are its class's); bounded, emptied when full.
-_SCALAR_EVENTS: dict[tuple[type, object], ScalarEvent] = {}
-_MAX_SCALAR_EVENTS = 50_000
-
-
-class _Events:
-    """The serializer's events for one document of dicts, lists, strings, ints, bools and
-    nulls; each distinct scalar's event made once (its implicit flags need the resolver)."""
-
-    def __init__(self, dumper: Any) -> None:
-        self.dumper = dumper
-        # by (type, value): 1 and True are equal keys, but not the same scalar
-        if len(_SCALAR_EVENTS) >= _MAX_SCALAR_EVENTS:
-            _SCALAR_EVENTS.clear()
-        self.scalars = _SCALAR_EVENTS
-        self.containers: set[int] = set()
-
-    def scalar(self, data: object) -> ScalarEvent:
-        """The event of a scalar seen for the first time (``emit`` looks up the others)."""
-        kind = type(data)
-        tag = _TAGS.get(kind)
-        if tag is None:
-            raise _NotPlain
-        if data is None:
-            text = "null"
-        elif kind is bool:
-            text = "true" if data else "false"
-        else:
-            text = str(data)  # a str is itself; an int its digits
-        # what yaml.serializer.Serializer.serialize_node works out for a scalar node
-        implicit = (
-            self.dumper.resolve(ScalarNode, text, (True, False)) == tag,
-            self.dumper.resolve(ScalarNode, text, (False, True)) == tag,
-        )
-        event = self.scalars[(kind, data)] = ScalarEvent(None, tag, implicit, text)
-        return event
-
-    def emit(self, data: object) -> None:
-        """The events of a mapping or list, its scalars looked up inline (one call a container,
-        not one a value: a 10,000-task status has 240,000 scalars)."""
-        emit, scalars, scalar = self.dumper.emit, self.scalars, self.scalar
-        kind = type(data)
-        if id(data) in self.containers:  # the representer would make an anchor and alias
-            raise _NotPlain
-        self.containers.add(id(data))
-        if kind is dict:
-            emit(_MAPPING_START)
-            for key, value in data.items():  # type: ignore[attr-defined]
-                for item in (key, value):
-                    item_kind = type(item)
-                    if item_kind is dict or item_kind is list:
-                        self.emit(item)
-                    else:
-                        emit(scalars.get((item_kind, item)) or scalar(item))
-            emit(_MAPPING_END)
-        elif kind is list:
-            emit(_SEQUENCE_START)
-            for item in data:  # type: ignore[attr-defined]
-                item_kind = type(item)
-                if item_kind is dict or item_kind is list:
-                    self.emit(item)
-                else:
-                    emit(scalars.get((item_kind, item)) or scalar(item))
-            emit(_SEQUENCE_END)
-        else:
-            raise _NotPlain
-
-
-def dump(document: dict[str, Any]) -> str:
-    """``yaml.dump(document, Dumper=CSafeDumper, sort_keys=False, allow_unicode=True,
-    default_flow_style=False)``, byte for byte, without PyYAML's representer."""
-    stream = io.StringIO()
-    dumper = _DUMPER(stream, **_OPTIONS)
-    try:
-        dumper.emit(StreamStartEvent())
-        dumper.emit(DocumentStartEvent(explicit=False))
-        _Events(dumper).emit(document)
-        dumper.emit(DocumentEndEvent(explicit=False))
-        dumper.emit(StreamEndEvent())
-    except (_NotPlain, TypeError):  # TypeError: a value that cannot be a key of the memo
-        return yaml.dump(document, Dumper=_DUMPER, **_OPTIONS)  # type: ignore[no-any-return]
-    finally:
-        dumper.dispose()
-    return stream.getvalue()
 
 
 class StatusUnreadable(Exception):
@@ -219,12 +93,13 @@ class StatusWriter:
         of those that could not be written, with why."""
         paths = [(d, self.path(d["name"])) for d in documents]  # each made once
         chosen = [(d, path, text) for d, path in paths if (text := self._to_write(d, path)) is not None]
-        failed = write_atomic_many([(path, text.encode("utf-8"), 0o644) for _, path, text in chosen])
+        stats: dict[Path, os.stat_result] = {}
+        failed = write_atomic_many([(path, text.encode("utf-8"), 0o644) for _, path, text in chosen], stats)
         out = {}
         for document, path, _ in chosen:
             error = failed.get(path)
             if error is None:
-                self._wrote(document, path)
+                self._wrote(document, path, stat=stats.get(path))
             else:
                 self._failed(document["name"])
                 out[document["name"]] = error
@@ -252,14 +127,17 @@ class StatusWriter:
         self._wrote(document, path, updated=held[1])  # the file was written then
         return None
 
-    def _wrote(self, document: dict[str, Any], path: Path, *, updated: Any = ...) -> None:
+    def _wrote(
+        self, document: dict[str, Any], path: Path, *, updated: Any = ..., stat: os.stat_result | None = None
+    ) -> None:
+        """``stat``: the file's as written (else it is asked for)."""
         name = document["name"]
         self._last[name] = {k: v for k, v in document.items() if k != "updatedAt"}
         self._updated[name] = document.get("updatedAt") if updated is ... else updated
         self._json.pop(name, None)
         if self.index is not None:
             shown = {**document, "updatedAt": self._updated[name]}
-            entry = {"file": _identity(path.stat()), "summary": summary(shown)}
+            entry = {"file": _identity(stat or path.stat()), "summary": summary(shown)}
             if self._indexed().get(name) != entry:
                 self._indexed()[name] = entry
                 self._dirty = True
