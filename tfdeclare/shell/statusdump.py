@@ -23,8 +23,8 @@ Two layers:
   with a letter or digit, that the resolver reads back as a string, is written as it is by
   libyaml too (nothing to quote, no space to fold at). The whole document goes to the events
   when a container is seen twice or a value is of another type. Measured on the status
-  documents of 10,000 new jobs: 88-98 microseconds a document by the events alone, XX by
-  entries (2026-12-06, 2 shared cores).
+  documents of 10,000 new jobs: 88-98 microseconds a document by the events alone, 29-38 by
+  entries (2026-12-06, 2 shared cores, best of 3 over 2,000 documents: docs/benchmarks.md).
 """
 
 from __future__ import annotations
