@@ -24,6 +24,7 @@ from tfdeclare.core.spec.resources import Resources
 from tfdeclare.daemon.service import DaemonOptions
 from tfdeclare.daemon.sources import FolderSource
 from tfdeclare.shell.sources import SpecFiles
+from tfdeclare.shell.store import StateStore
 
 POLICY = """\
 backend: mesos  # accepts images and volumes; nothing here reaches a master
@@ -106,7 +107,7 @@ def test_each_rule_is_refused_by_validate_plan_and_apply_at_its_line(project: Pa
         line = next(x for x in result.stderr.splitlines() if x.startswith("specs/bad.yaml"))
         assert line.startswith(f"specs/bad.yaml:{where}: error: "), (command, line)
         assert words in line and line.endswith(f"(at {json_path})"), (command, line)
-    assert not (project / ".tfdeclare" / "jobs").exists()  # apply applied nothing, not even ok
+    assert StateStore(project / ".tfdeclare").names() == []  # apply applied nothing, not even ok
 
 
 def test_a_quota_refuses_what_would_take_the_team_over_it_in_every_command(project: Path) -> None:

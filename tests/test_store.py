@@ -19,6 +19,7 @@ import pytest
 
 from tests.conftest import REPO, cli
 from tests.records_db import put_row
+from tests.waiting import wait_until
 from tfdeclare.core.enums import Phase
 from tfdeclare.core.run.record import JobRecord
 from tfdeclare.core.spec.model import fingerprint
@@ -103,7 +104,23 @@ def test_a_row_wins_over_a_file_left_by_an_adoption_cut_short(tmp_path: Path) ->
 
 def test_an_adoption_killed_at_any_moment_loses_no_job_and_runs_none_twice(tmp_path: Path) -> None:
     names = [f"job-{i:04d}" for i in range(1500)]
-    for attempt, delay in enumerate((0.05, 0.15, 0.3, 0.6)):
+
+    def files_left(state: Path) -> int:
+        try:
+            return len(os.listdir(state / "jobs"))
+        except FileNotFoundError:
+            return 0
+
+    # killed at four moments of the adoption, each seen from outside: the database made (its
+    # rows not yet committed, or being), the old files' removal started, half of them gone,
+    # all of them gone
+    moments = (
+        lambda state: (state / DATABASE).exists(),
+        lambda state: files_left(state) < len(names),
+        lambda state: files_left(state) < len(names) // 2,
+        lambda state: files_left(state) == 0,
+    )
+    for attempt, moment in enumerate(moments):
         state = tmp_path / f"state-{attempt}"
         _old_folder(state, names)
         child = _python(
@@ -117,11 +134,11 @@ def test_an_adoption_killed_at_any_moment_loses_no_job_and_runs_none_twice(tmp_p
             """
         )
         assert child.stdout is not None and child.stdout.readline() == "ready\n"
-        time.sleep(delay)
+        wait_until(lambda: moment(state), 60, what=f"moment {attempt} of the adoption", interval=0.001)  # noqa: B023
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=60)
         seen = StateStore(state).records()
-        assert sorted(seen) == names, f"killed after {delay} s: every job, once"
+        assert sorted(seen) == names, f"killed at moment {attempt}: every job, once"
         assert {r.message for r in seen.values()} == {"old"}
         writer = StateStore(state, exclusive=True)
         writer.save(_record("after"))
@@ -142,6 +159,7 @@ _BATCHES = """
     for batch in range(1, 100000):
         failed = store.save_many([_record(name, "batch {}".format(batch)) for name in names])
         assert not failed, failed
+        print("committed", batch, flush=True)
 """
 
 
@@ -160,14 +178,16 @@ def _writer(state: Path, jobs: int) -> subprocess.Popen[str]:
 
 def test_a_writer_killed_mid_batch_leaves_one_whole_batch_that_the_next_opener_takes(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    for delay in (0.2, 0.5, 0.9, 1.4):
+    for commits in (0, 1, 2, 4):  # killed in the batch after this many commits
         child = _writer(state, 800)
-        time.sleep(delay)
+        assert child.stdout is not None
+        for batch in range(1, commits + 1):
+            assert child.stdout.readline() == f"committed {batch}\n"
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=60)
         seen = StateStore(state).records()  # a reader first: it takes what the last commit left
         batches = {r.message for r in seen.values()}
-        assert len(batches) <= 1, f"killed after {delay} s: a mix of batches {sorted(batches)[:3]}"
+        assert len(batches) <= 1, f"killed after {commits} commits: a mix of batches {sorted(batches)[:3]}"
         assert not seen or len(seen) == 800
         writer = StateStore(state, exclusive=True)
         assert writer.save_many([_record("job-0000", "after")]) == {}, "writable again at once"

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import cli
+from tfdeclare.shell.store import StateStore
 
 pytestmark = pytest.mark.e2e
 
@@ -43,8 +44,7 @@ def planned(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
 
 
 def nothing_applied(project: Path) -> None:
-    jobs = project / ".tfdeclare" / "jobs"
-    assert not jobs.exists() or not list(jobs.iterdir())
+    assert StateStore(project / ".tfdeclare").names() == []
     status = project / "status"
     assert not status.exists() or not list(status.iterdir())
 
@@ -141,7 +141,9 @@ def test_an_honest_plan_still_applies(planned: tuple[Path, dict[str, Any]]) -> N
         assert "warning: --prune is ignored: a saved plan applies with the options it was made with" in (
             applied.stderr
         )
-        record = json.loads((project / ".tfdeclare" / "jobs" / "reader.json").read_text())
+        loaded = StateStore(project / ".tfdeclare").load("reader")
+        assert loaded is not None
+        record = loaded.to_json()
         assert record["source"] == {"file": "specs/reader.yaml", "line": 1}
         assert record["sourceDir"] == str((project / "specs").resolve())
     finally:
