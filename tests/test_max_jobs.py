@@ -11,7 +11,10 @@ from tests.controller_world import World, job_text
 from tfdeclare.backends import registry
 from tfdeclare.core.diagnostics import Code
 from tfdeclare.core.plan.planner import Action, PlanOptions, plan
+from tfdeclare.core.plan.problems import ProblemKind
 from tfdeclare.core.plan.quotas import enforce_max_jobs
+from tfdeclare.daemon.service import Daemon, DaemonOptions
+from tfdeclare.daemon.sources import FolderSource
 
 SMALL = "worker: {count: 1, resources: {cpus: 0.1, mem: 32}}"
 
@@ -99,3 +102,23 @@ def test_a_plan_under_the_limit_is_not_touched(tmp_path: Path) -> None:
     assert enforce_max_jobs(desired, {}, None, prune=False) is desired
     refused = enforce_max_jobs(desired, world.store.observed(), 0, prune=False)
     assert not refused.jobs and "a" in refused.protected
+
+
+def test_the_daemon_creates_up_to_the_limit_and_shows_the_rest_as_policy_problems(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    source = FolderSource(world.specs, [])
+    daemon = Daemon(
+        source, world.controller, world.files, world.status_dir, DaemonOptions(max_jobs=2), clock=world.clock
+    )
+    for name in ("c", "a", "b"):
+        world.write(name, job_text(name))
+    daemon._sync()
+    daemon._pass()
+    assert sorted(world.store.records()) == ["a", "b"]
+    (problem,) = daemon.shown.problems
+    assert (problem.path, problem.kind, problem.jobs) == ("specs/c.yaml", ProblemKind.POLICY, ("c",))
+    assert "policy.maxJobs" in problem.message
+    (world.specs / "a.yaml").unlink()  # without a prune, a is kept: c still waits
+    daemon.on_file_event([str(world.specs / "a.yaml")])
+    daemon._pass()
+    assert sorted(world.store.records()) == ["a", "b"] and len(daemon.shown.problems) == 1
