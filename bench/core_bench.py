@@ -234,7 +234,11 @@ def main(results: list[Result], quick: bool) -> None:
 
 
 if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m bench.core_bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer runs of each")
     collected: list[Result] = []
-    main(collected, quick="--quick" in sys.argv)
+    main(collected, quick=parser.parse_args().quick)
     for result in collected:
         print(result.row())
