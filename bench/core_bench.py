@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import CLI_SCRIPT, Result, generate, job_text, run, timed
+from bench.common import CLI_SCRIPT, Result, generate, job_text, quick_run, run, timed
 
 _MEASURE_CHILD = """
 import resource, subprocess, sys, time
@@ -234,11 +234,7 @@ def main(results: list[Result], quick: bool) -> None:
 
 
 if __name__ == "__main__":
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m bench.core_bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="fewer runs of each")
     collected: list[Result] = []
-    main(collected, quick=parser.parse_args().quick)
+    main(collected, quick=quick_run("python -m bench.core_bench", __doc__))
     for result in collected:
         print(result.row())
