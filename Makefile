@@ -134,7 +134,7 @@ bench-placement: $(STAMP)
 bench-alongside: $(STAMP)
 	$(PY) -m bench.alongside --against $(AGAINST)
 
-# Issue 29: at the policy's own limits. One job of 100,000 workers and 10,000 jobs in one
+# Issue 29: at the policy's own limits. One job of 100,000 workers and 3,000 jobs in one
 # folder (local backend, unschedulable): apply, status, delete, the daemon's page and /jobs
 # (bench/limits_bench.py; bench/out/limits.md and limits.json; about 10 minutes, RUNS=1 fewer).
 bench-limits: $(STAMP)

@@ -223,3 +223,14 @@ def results_header() -> list[str]:
         "| benchmark | target | median | range | runs | verdict | notes |",
         "|---|---|---|---|---|---|---|",
     ]
+
+
+def quick_run(prog: str, doc: str | None) -> bool:
+    """The options of a bench run as a program whose only one is ``--quick`` (fewer runs of
+    each): ``--help`` prints ``doc`` and exits, an unknown option is refused, rather than
+    either starting the bench."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog=prog, description=doc)
+    parser.add_argument("--quick", action="store_true", help="fewer runs of each")
+    return bool(parser.parse_args().quick)

@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import CLI_SCRIPT, Result, generate, job_text, run, timed
+from bench.common import CLI_SCRIPT, Result, generate, job_text, quick_run, run, timed
 
 _MEASURE_CHILD = """
 import resource, subprocess, sys, time
@@ -235,6 +235,6 @@ def main(results: list[Result], quick: bool) -> None:
 
 if __name__ == "__main__":
     collected: list[Result] = []
-    main(collected, quick="--quick" in sys.argv)
+    main(collected, quick=quick_run("python -m bench.core_bench", __doc__))
     for result in collected:
         print(result.row())

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from bench.common import REPO, Result
+from bench.common import REPO, Result, quick_run
 from tfdeclare.backends.mesos.backend import MesosBackend
 from tfdeclare.backends.mesos.config import MesosConfig
 from tfdeclare.backends.mesos.events import Offer
@@ -356,6 +356,6 @@ def main(results: list[Result], quick: bool) -> None:
 
 if __name__ == "__main__":
     collected: list[Result] = []
-    main(collected, quick="--quick" in sys.argv)
+    main(collected, quick=quick_run("python -m bench.mesos_bench", __doc__))
     for result in collected:
         print(result.row())

@@ -195,6 +195,7 @@ def _serve(args: argparse.Namespace, settings: Settings, server: DaemonServer) -
         settings.config.webhooks,
         settings.config.policy.quotas,
         scope=scope,
+        max_jobs=settings.config.policy.max_jobs,
     )
     host, port = server.address
     if args.port != 0 and (args.port is not None or daemon_config.port):  # not "any free port" (tests)

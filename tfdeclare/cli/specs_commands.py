@@ -50,6 +50,7 @@ def plan_options(settings: Settings, paths: Sequence[str], *, prune: bool, allow
         allow_empty=allow_empty,
         backend=settings.backend,
         quotas=settings.config.policy.quotas,
+        max_jobs=settings.config.policy.max_jobs,
         scope=prune_scope(paths),
     )
 

@@ -11,7 +11,7 @@ from tfdeclare.cli import terminal
 from tfdeclare.cli.common import EXIT_ERROR, EXIT_OK, Settings, print_diagnostics, settings_from, stdout_write
 from tfdeclare.cli.output import document_text, is_document
 from tfdeclare.core.plan.desired import DesiredState
-from tfdeclare.core.plan.quotas import enforce_quotas
+from tfdeclare.core.plan.quotas import enforce_max_jobs, enforce_quotas
 from tfdeclare.core.spec.documents import MAX_FILE_BYTES
 from tfdeclare.core.tone import Tone
 from tfdeclare.shell.sources import SpecFiles, no_files_warning, spec_sources
@@ -47,6 +47,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     desired, _ = load_desired(args.paths, settings, purpose="validate")
     # the quotas as if the files were all that ran (validate never reads the state)
     desired = enforce_quotas(desired, {}, settings.config.policy.quotas, prune=False)
+    desired = enforce_max_jobs(desired, {}, settings.config.policy.max_jobs, prune=False)
     diagnostics = list(desired.diagnostics)
     if not desired.files and not diagnostics:
         diagnostics.append(no_files_warning([Path(p) for p in args.paths if p != "-"]))

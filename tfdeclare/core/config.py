@@ -204,6 +204,7 @@ def _policy(raw: Mapping[str, Any]) -> PolicyConfig:
         )
     return PolicyConfig(
         max_tasks_per_job=raw["maxTasksPerJob"],
+        max_jobs=raw["maxJobs"],
         allowed_images=tuple(raw["allowedImages"]) if "allowedImages" in raw else None,
         require_image=raw["requireImage"],
         allowed_host_paths=tuple(raw["allowedHostPaths"]),

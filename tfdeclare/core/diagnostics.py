@@ -34,7 +34,7 @@ class Code(StrEnum):
     MISSING_COMMAND = "missing-command"
     DUPLICATE_NAME = "duplicate-name"
     BACKEND = "backend"  # valid in general, not on the configured backend (or the config's policy)
-    QUOTA = "quota"  # the config's policy.quotas: jobs with one label value together
+    QUOTA = "quota"  # the config's policy.quotas (jobs with one label value together) and maxJobs
     NO_FILES = "no-files"
     NO_JOB_DOCUMENT = "no-job-document"  # a file without a job: it protects the jobs it held
     KUBEFLOW = "kubeflow"  # a Kubeflow TFJob: read as such (note), or not one we can read (error)

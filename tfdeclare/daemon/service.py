@@ -113,6 +113,7 @@ class DaemonOptions:
     settle_s: float = 3.0
     webhooks: tuple[WebhookConfig, ...] = ()
     quotas: tuple[Quota, ...] = ()  # the config's policy.quotas
+    max_jobs: int | None = None  # the config's policy.maxJobs (None: not bounded)
     scope: PruneScope | None = None  # the jobs it may prune: those applied from its own source
     min_sync_interval_s: float = 1.0  # POST /sync fetches at most this often (the rest coalesce)
 
@@ -393,6 +394,7 @@ class Daemon:
             backend=self.controller.backend_name,
             settle_s=0.0 if getattr(self.source, "whole", False) else self.options.settle_s,
             quotas=self.options.quotas,
+            max_jobs=self.options.max_jobs,
             scope=self.options.scope,
         )
         current = plan(

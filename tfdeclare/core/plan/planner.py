@@ -48,7 +48,7 @@ from tfdeclare.core.diagnostics import Code, Diagnostic, format_json_path
 from tfdeclare.core.enums import Phase, RestartScope, Role, ScopeReason
 from tfdeclare.core.plan.desired import DesiredState
 from tfdeclare.core.plan.observed import ObservedJob, ObservedState, observed_fingerprint
-from tfdeclare.core.plan.quotas import enforce_quotas
+from tfdeclare.core.plan.quotas import enforce_max_jobs, enforce_quotas, within_max_jobs
 from tfdeclare.core.plan.scope import PruneScope
 from tfdeclare.core.run.clusterspec import symbolic_addresses, task_configs
 from tfdeclare.core.run.progress import restart_cost, since_checkpoint
@@ -183,6 +183,7 @@ class PlanOptions:
     backend: str | None = None
     settle_s: float = 0.0  # a change is made once the files have said so this long (0: at once)
     quotas: tuple[Quota, ...] = ()  # the config's policy.quotas, counted over what the plan runs
+    max_jobs: int | None = None  # the config's policy.maxJobs (None: not bounded, as in golden cases)
     # The jobs the plan may act on when their files are gone: those last applied from the
     # paths given (``scope``). None: every job of the state folder (plans of golden cases).
     scope: PruneScope | None = None
@@ -912,6 +913,7 @@ def plan(
         if replanned is not None:
             return replanned
     desired = enforce_quotas(desired, observed, options.quotas, options.prune, options.scope)
+    desired = enforce_max_jobs(desired, observed, options.max_jobs, options.prune, options.scope)
     settling = _Settling(options.settle_s, now, sightings or {})
     jobs: list[JobPlan] = []
     acted: dict[str, Mapping[str, Any]] = {}
@@ -970,6 +972,7 @@ def _replan_patch(
         )  # the daemon's: equal jobs, same objects
         or options != last.options
         or options.quotas  # they count every job
+        or not within_max_jobs(desired, observed, options.max_jobs)  # creates may be refused
         or last.plan.sightings  # something waits to settle: the time may change its plan
         or desired.diagnostics
         or last.desired.diagnostics

@@ -1,5 +1,5 @@
 """``policy.quotas``: what all the jobs with one label value may use together, counted over
-what a plan would run.
+what a plan would run; and ``policy.maxJobs``: how many jobs one state folder holds.
 
 Counted: every valid job in the files (with its new spec) unless it finished and is unchanged
 (it is not run again); every active job the files do not give a new spec for (an invalid
@@ -95,6 +95,56 @@ def enforce_quotas(
             totals = after
         else:
             refused[loaded.name] = problem
+    return _refusing(desired, refused)
+
+
+def within_max_jobs(desired: DesiredState, observed: ObservedState, max_jobs: int | None) -> bool:
+    """Whether ``policy.maxJobs`` can refuse nothing here: there are not even that many jobs
+    in the files and the state folder together (the cheap test of every plan)."""
+    return max_jobs is None or len(desired.jobs) + len(observed) <= max_jobs
+
+
+def enforce_max_jobs(
+    desired: DesiredState,
+    observed: ObservedState,
+    max_jobs: int | None,
+    prune: bool,
+    scope: PruneScope | None = None,
+) -> DesiredState:
+    """``desired`` less the creates that would take the state folder over ``max_jobs`` jobs
+    (``policy.maxJobs``), admitted in name order after every job already there: a job the
+    state folder holds is never refused (a lowered limit keeps them all), and one the plan
+    prunes (``prune``, in ``scope``) makes room."""
+    if within_max_jobs(desired, observed, max_jobs):
+        return desired
+    assert max_jobs is not None
+    kept = sum(
+        1
+        for name, job in observed.items()
+        if name in desired.jobs
+        or name in desired.protected
+        or not (prune and (scope is None or scope.holds(job)))
+    )
+    refused: dict[str, Diagnostic] = {}
+    for name in sorted(desired.jobs.keys() - observed.keys()):
+        if kept < max_jobs:
+            kept += 1
+            continue
+        loaded = desired.jobs[name]
+        refused[name] = Diagnostic(
+            loaded.source.file,
+            loaded.source.line,
+            None,
+            f"the state folder would hold more than {max_jobs} jobs with this one "
+            "(policy.maxJobs in the config): delete jobs, or give these to another state folder",
+            format_json_path(("metadata", "name")),
+            Code.QUOTA,
+        )
+    return _refusing(desired, refused)
+
+
+def _refusing(desired: DesiredState, refused: Mapping[str, Diagnostic]) -> DesiredState:
+    """``desired`` less the jobs ``refused`` (they become protected, with their diagnostic)."""
     if not refused:
         return desired
     protected = dict(desired.protected)

@@ -53,6 +53,7 @@ class PriorityClass:
 @dataclass(frozen=True, slots=True)
 class PolicyConfig:
     max_tasks_per_job: int = 1000
+    max_jobs: int = 3000  # jobs one state folder holds (``tfdeclare.core.plan.quotas``)
     allowed_images: tuple[str, ...] | None = None  # None: any image
     require_image: bool = False
     allowed_host_paths: tuple[str, ...] = ()  # none by default: no hostPath volume
