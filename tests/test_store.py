@@ -47,10 +47,15 @@ def _old_folder(state: Path, names: list[str], message: str = "old") -> None:
         (jobs / f"{name}.json").write_text(json.dumps(_record(name, message).to_json(), indent=2))
 
 
-def _python(code: str) -> subprocess.Popen[str]:
+def _python(code: str, *args: str) -> subprocess.Popen[str]:
+    """``code`` run by a Python process of its own with ``args``, from the repository."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(code)], env=env, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
     )
 
 
@@ -164,14 +169,7 @@ _BATCHES = """
 
 
 def _writer(state: Path, jobs: int) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    child = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(_BATCHES), str(state), str(jobs)],
-        env=env,
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-    )
+    child = _python(_BATCHES, str(state), str(jobs))
     assert child.stdout is not None and child.stdout.readline() == "ready\n"
     return child
 
