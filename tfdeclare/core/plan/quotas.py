@@ -73,8 +73,7 @@ def enforce_quotas(
     counted: dict[str, Mapping[str, Any] | None] = {}  # what runs if nothing is refused
     candidates: list[LoadedJob] = []  # jobs that would change what runs
     for name, job in observed.items():
-        pruned = prune and (scope is None or scope.holds(job))
-        if name not in desired.jobs and (name in desired.protected or not pruned):
+        if name not in desired.jobs and _stays(name, job, desired, prune, scope):
             counted[name] = _running(job)
     for name, loaded in desired.jobs.items():
         current = observed.get(name)
@@ -96,6 +95,12 @@ def enforce_quotas(
         else:
             refused[loaded.name] = problem
     return _refusing(desired, refused)
+
+
+def _stays(name: str, job: ObservedJob, desired: DesiredState, prune: bool, scope: PruneScope | None) -> bool:
+    """Whether a job the files do not give a spec for is still there after the plan: kept for
+    an invalid file (``protected``), or not pruned (``prune``, and it is in ``scope``)."""
+    return name in desired.protected or not (prune and (scope is None or scope.holds(job)))
 
 
 def within_max_jobs(desired: DesiredState, observed: ObservedState, max_jobs: int | None) -> bool:
@@ -121,9 +126,7 @@ def enforce_max_jobs(
     kept = sum(
         1
         for name, job in observed.items()
-        if name in desired.jobs
-        or name in desired.protected
-        or not (prune and (scope is None or scope.holds(job)))
+        if name in desired.jobs or _stays(name, job, desired, prune, scope)
     )
     refused: dict[str, Diagnostic] = {}
     for name in sorted(desired.jobs.keys() - observed.keys()):
