@@ -25,6 +25,7 @@ from tests.waiting import wait_until
 from tfdeclare.backends.base import BackendError
 from tfdeclare.backends.local.backend import LocalBackend, LocalCapacity
 from tfdeclare.backends.local.config import LocalRuntime
+from tfdeclare.backends.local.docker_driver import DockerDriver
 from tfdeclare.backends.local.docker_runtime import (
     BindMount,
     _unix_time,
@@ -373,6 +374,29 @@ def test_a_task_folder_whose_container_was_never_made_is_made_by_the_next_contro
         for _ in range(3):  # more passes make nothing more
             look(after)
         assert len(_owned(docker_client, owner)) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_a_container_running_before_its_launch_is_recorded_reads_tfdeclares_own_lines(
+    tmp_path: Path, docker_client: Any, base_image: str
+) -> None:
+    """The engine runs a container a moment before its launcher records ``launch.json`` (where
+    tfdeclare's own lines end): a read in between gives those lines, not the container's
+    output from offset 0 (what a test once saw as an empty log after the task ran)."""
+    with _owned_harness(tmp_path, base_image, docker_client) as (harness, _owner):
+        backend = harness.backend()
+        assert isinstance(backend, LocalBackend)
+        placement = place_soon(backend, gang("early", 1))
+        (task,) = launches(harness, placement, harness.sleeper)
+        driver = backend.drivers[TaskRuntime.DOCKER]
+        assert isinstance(driver, DockerDriver)
+        folder = backend._write_folder(task, driver)
+        assert folder is not None
+        folder.note("made, its launch not yet recorded")
+        driver.engine.make(folder.task)  # what its launcher does just before it records the launch
+        assert folder.launch() == {}
+        assert b"made, its launch not yet recorded" in backend.read_log(task.task_id).data
 
 
 # ---- stop errors surface; follow reads only what is new ---------------------------------------

@@ -22,7 +22,7 @@ import yaml
 
 from tests.conftest import REPO, cli, kill_leftovers, processes_of, worker_ports
 from tests.mesos_fixtures import config_yaml, start_emulator
-from tests.waiting import wait_until
+from tests.waiting import live_files, wait_until
 
 pytestmark = [
     pytest.mark.tf,
@@ -90,12 +90,8 @@ def log(cwd: Path, job: str, task: str) -> str:
     """Everything the task's launches printed, oldest first: the local backend's log files
     (``<state>/local/logs/JOB/TASK-ID.log``) or the emulator's sandboxes (``.../TASK-ID/.../stdout``);
     read from the files, so that waiting for a line costs no process."""
-    found: list[Path] = []
-    for path in cwd.rglob(f"{job}.*.{task}.*"):
-        if path.is_file() and path.suffix == ".log":
-            found.append(path)
-        elif path.is_dir():
-            found.extend(p for p in path.rglob("stdout") if p.is_file())
+    name = f"{job}.*.{task}.*"
+    found = [*live_files(cwd, f"{name}.log"), *live_files(cwd, "stdout", under=name)]
     found.sort(key=lambda p: p.stat().st_mtime)
     return "".join(p.read_text(errors="replace") for p in found)
 

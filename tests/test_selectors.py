@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import cli
 from tests.test_e2e_local import project
-from tests.waiting import wait_until
+from tests.waiting import live_files, wait_until
 from tfdeclare.core.spec.selector import Operator, Requirement, SelectorError, parse
 
 __all__ = ["project"]  # the fixture
@@ -200,7 +200,7 @@ def test_logs_timestamps_and_since_from_the_supervisors_samples(project: Path) -
     def sampled() -> bool:  # the supervisor has noted when "early" was written (once a second)
         samples = [
             line.split()
-            for p in (project / ".tfdeclare").rglob("*.log.times")
+            for p in live_files(project / ".tfdeclare", "*.log.times")
             for line in p.read_text().splitlines()
         ]
         return any(int(size) > 0 for size, _ in samples)  # "<log size> <time>" lines

@@ -8,8 +8,11 @@ bound a test that would otherwise hang); speed is measured in bench/, not here.
 
 from __future__ import annotations
 
+import fnmatch
+import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -58,3 +61,16 @@ def _name(predicate: Callable[[], object], what: str | Callable[[], str] | None)
     return (
         f"{name} ({code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno})" if code is not None else name
     )
+
+
+def live_files(root: Path, pattern: str, *, under: str | None = None) -> list[Path]:
+    """The files named ``pattern`` (a glob) below ``root`` (only inside a folder named
+    ``under``, when given), in a tree a running process is changing: a folder removed or
+    renamed while it is walked (a temporary one) is skipped, where ``Path.rglob`` raises."""
+    found: list[Path] = []
+    for folder, _dirs, names in os.walk(root):  # errors (a folder gone) are ignored by default
+        parts = Path(folder).relative_to(root).parts
+        if under is not None and not any(fnmatch.fnmatchcase(part, under) for part in parts):
+            continue
+        found.extend(Path(folder, name) for name in names if fnmatch.fnmatchcase(name, pattern))
+    return found

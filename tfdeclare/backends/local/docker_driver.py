@@ -556,10 +556,13 @@ class DockerDriver:
     def read_log(self, folder: TaskFolder, offset: int, limit: int) -> LogChunk:
         """While the container is there, what tfdeclare wrote before it started, then its
         output from the engine; else the log file (all of it once its end is recorded; what
-        tfdeclare wrote so far while its container is being made)."""
+        tfdeclare wrote so far while its container is being made, and until its launch is
+        recorded: the engine may run it a moment before ``launch.json`` says where tfdeclare's
+        own lines end)."""
         path = folder.task.log_path
-        if not folder.ended_on_record():
-            before = int(folder.launch().get("logOffset", 0))
+        launched = folder.launch()
+        if not folder.ended_on_record() and "logOffset" in launched:
+            before = int(launched["logOffset"])
             if offset < before:  # tfdeclare's own lines before the container's output
                 chunk = read_log_file(path, offset, min(limit, before - offset), ended=False)
                 return LogChunk(chunk.data, chunk.next_offset, False)
