@@ -334,6 +334,27 @@ def test_plan_warns_at_the_line_of_a_task_no_agent_could_hold(tmp_path: Path, ma
     assert validated.returncode == 0 and "agent" not in validated.stderr, validated.stderr
 
 
+def test_plan_asks_an_http_master_without_importing_httpx(tmp_path: Path, master: str) -> None:
+    """``plan``'s one question goes through ``http.client``: importing httpx and httpcore was
+    a tenth of a second of every plan's start (issue 33, item 3); the answer is the same."""
+    _write_specs(tmp_path, master)
+    probe = (
+        "import sys\n"
+        "from tfdeclare.cli.main import main\n"
+        "try:\n"
+        "    code = main(['plan', 'specs'])\n"
+        "finally:\n"
+        "    print('HTTPX', sorted(m for m in sys.modules if m.split('.')[0] in ('httpx', 'httpcore')))\n"
+        "sys.exit(code)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert "specs/big.yaml:8:24: warning: a worker task needs cpus 8" in result.stderr, result.stderr
+    assert "HTTPX []" in result.stdout, result.stdout
+
+
 def test_plan_with_a_master_that_never_answers_warns_once_and_goes_on(tmp_path: Path) -> None:
     with socket.socket() as silent:  # connections are taken (the backlog) and never answered
         silent.bind(("127.0.0.1", 0))

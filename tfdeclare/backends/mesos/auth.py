@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import httpx
-
 from tfdeclare.backends.mesos.errors import ConfigError
 
 if TYPE_CHECKING:
+    import httpx
+
     from tfdeclare.backends.mesos.config import MesosConfig
 
 
@@ -55,6 +55,8 @@ class Credentials:
     secret: Secret
 
     def httpx_auth(self) -> httpx.Auth:
+        import httpx  # here: ``plan``'s call sends ``basic_header`` and imports no httpx
+
         return httpx.BasicAuth(self.principal, self.secret.reveal())
 
     def basic_header(self) -> str:

@@ -1,11 +1,12 @@
 """The TLS settings of the Mesos backend's connections (masters and agents over ``https://``).
 
-This module owns what httpx checks a master's certificate with (``tls_verify``: nothing, the
-``caFile`` bundle or httpx's own) and the client certificate presented to masters that ask
-for one (``mesos.clientCertFile`` / ``clientKeyFile``): the private key's file is refused
-while others than its owner may read or write it (as ssh refuses such a key), an encrypted
-key is refused rather than prompting, and neither its content nor the library's view of it
-ever reaches an error or a log, only the file's name.
+This module owns what a master's certificate is checked with (``tls_verify``: nothing, the
+``caFile`` bundle or httpx's own, which ``ssl_context`` makes for ``http.client`` too) and
+the client certificate presented to masters that ask for one (``mesos.clientCertFile`` /
+``clientKeyFile``): the private key's file is refused while others than its owner may read or
+write it (as ssh refuses such a key), an encrypted key is refused rather than prompting, and
+neither its content nor the library's view of it ever reaches an error or a log, only the
+file's name.
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ import ssl
 import stat
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-
-import httpx
 
 from tfdeclare.backends.mesos.errors import ConfigError
 
@@ -103,7 +102,19 @@ def tls_verify(
         except (OSError, ssl.SSLError) as exc:
             raise ConfigError(f"cannot load the CA file {ca_file!r}: {exc}") from None
     else:
-        context = httpx.create_ssl_context()
+        context = ssl_context(True)
     if client is not None:
         load_client_certificate(context, client)
     return context
+
+
+def ssl_context(verify: ssl.SSLContext | bool) -> ssl.SSLContext:
+    """``tls_verify``'s answer as a context: True is httpx's default trust (``SSL_CERT_FILE``,
+    ``SSL_CERT_DIR``, else certifi's bundle), so a plain ``http.client`` call trusts what the
+    backend's client trusts. httpx is imported here only: ``plan``'s one call to an
+    ``http://`` master imports none of it."""
+    if isinstance(verify, ssl.SSLContext):
+        return verify
+    import httpx
+
+    return httpx.create_ssl_context(verify=verify)
