@@ -214,6 +214,30 @@ def test_a_reader_without_the_lock_sees_whole_batches_while_another_process_writ
         child.wait(timeout=60)
 
 
+def test_deleted_jobs_leave_no_bytes_behind_and_their_space_is_given_back(tmp_path: Path) -> None:
+    """A deleted job's record (its spec's environment may hold a secret) is not left in the
+    file's free pages, and deleting most jobs shrinks the file (it stayed at its largest)."""
+    state = tmp_path / "state"
+    store = StateStore(state)
+    padding = "p" * 3000  # a record of a few KiB, as a job with a real spec's is
+
+    names = [f"job-{n:04d}" for n in range(1500)]
+    assert store.save_many([_record(name, f"{padding} marker-{name}-end") for name in names]) == {}
+    full = (state / DATABASE).stat().st_size
+    assert store.delete_many(names[:1490]) == {}
+    store.delete(names[1490])
+    data = (state / DATABASE).read_bytes()
+    assert (state / DATABASE).stat().st_size < full / 10, (full, len(data))
+    assert b"marker-job-0000-end" not in data and b"marker-job-1490-end" not in data
+    assert b"marker-job-1499-end" in data  # what is kept is kept
+    journal = state / f"{DATABASE}-journal"
+    assert not journal.exists() or b"marker-job-0000-end" not in journal.read_bytes()
+    again = StateStore(state)  # another process's view: the jobs kept, none of the deleted
+    assert sorted(again.records()) == names[1491:]
+    store.close()
+    again.close()
+
+
 def test_a_damaged_database_is_named_and_a_damaged_row_is_its_jobs_alone(tmp_path: Path) -> None:
     project = tmp_path
     state = project / ".tfdeclare"

@@ -25,7 +25,11 @@ the last commit (SQLite's own recovery). Not the write-ahead log: its readers mu
 written since it last read them.
 
 The file is made 0600 before SQLite opens it (its journal takes that mode): a spec's
-environment may hold secrets. A reader takes no lock of ours (``tfdeclare status``); SQLite's
+environment may hold secrets. For the same reason a deleted or replaced row's bytes are
+overwritten with zeros (``secure_delete``), and the file gives its space back once deleted
+jobs' pages are most of it (``VACUUM`` after a deletion, within one transaction, its copy in
+memory, never in a temporary file: ``_shrink``); on a full disk it stays as large, nothing
+lost. A reader takes no lock of ours (``tfdeclare status``); SQLite's
 own file locks make each read one committed state (a reader waits out a commit, a commit
 waits for the reads under way: each a few milliseconds). A file that is not such a database,
 or cannot be opened, is a ``StateError`` naming it (``StoreUnreadable``); a row whose JSON is
@@ -59,6 +63,7 @@ from tfdeclare.core.spec.names import is_job_name
 from tfdeclare.files import fsync_dir
 
 DATABASE = "records.sqlite"
+SHRINK_MIN_PAGES = 256  # 1 MiB of 4 KiB pages: smaller files are not worth rewriting
 LEGACY_DIR = "jobs"
 _SCHEMA = (
     "BEGIN IMMEDIATE;"
@@ -186,6 +191,8 @@ class StateStore:
             connection.execute("PRAGMA busy_timeout = 10000")
             connection.execute("PRAGMA journal_mode = TRUNCATE")
             connection.execute("PRAGMA synchronous = FULL")
+            connection.execute("PRAGMA secure_delete = ON")  # a deleted job's bytes do not linger
+            connection.execute("PRAGMA temp_store = MEMORY")  # VACUUM's copy: never in /tmp
             connection.executescript(_SCHEMA)  # one transaction: all of it or none
             self._check_format(connection)
         except BaseException:
@@ -475,6 +482,20 @@ class StateStore:
             self._cache[record.name] = (seq, record)
         return {}
 
+    def _shrink(self) -> None:
+        """The file rewritten without its free pages once they are half of it or more (and
+        at least ``SHRINK_MIN_PAGES``): deleting 10,000 jobs would otherwise leave the file
+        its largest size for good. One transaction: a crash or a full disk leaves it as it was."""
+        with self._guard:
+            try:
+                connection = self._writer()
+                free = connection.execute("PRAGMA freelist_count").fetchone()[0]
+                pages = connection.execute("PRAGMA page_count").fetchone()[0]
+                if free >= SHRINK_MIN_PAGES and 2 * free >= pages:
+                    connection.execute("VACUUM")
+            except sqlite3.Error:
+                pass  # the space stays taken until a later deletion tries again; nothing is lost
+
     def delete(self, name: str) -> None:
         failed = self.delete_many([name])
         if failed:
@@ -491,6 +512,7 @@ class StateStore:
             self._write((), names)
         except OSError as err:
             return dict.fromkeys(names, err)
+        self._shrink()
         for name in names:
             self._cache.pop(name, None)
             # an older release's file left for it (one that could not be read, so not adopted)
