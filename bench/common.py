@@ -4,6 +4,7 @@ the clean-up that leaves no job and no background controller of a bench's folder
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import platform
 import random
@@ -114,6 +115,15 @@ def job_text(name: str, rng: random.Random, command: str = "[python, train.py, -
         f"    worker: {{count: {workers}, resources: {{cpus: 4, mem: 8Gi, gpus: 1}}}}\n"
         f"  restartPolicy: OnFailure\n  backoffLimit: 3\n"
     )
+
+
+def _max_jobs() -> int:
+    """``policy.maxJobs`` at its schema's maximum: the most jobs a state folder may hold."""
+    schema = json.loads((REPO / "schemas" / "config.schema.json").read_text())
+    return int(schema["properties"]["policy"]["properties"]["maxJobs"]["maximum"])
+
+
+MAX_JOBS = _max_jobs()
 
 
 def generate(folder: Path, count: int, seed: int = 1) -> list[Path]:

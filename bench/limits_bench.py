@@ -34,7 +34,16 @@ import time
 import urllib.request
 from pathlib import Path
 
-from bench.common import CLI_SCRIPT, REPO, Result, cleaned_up, results_header, stop_process, wait_for
+from bench.common import (
+    CLI_SCRIPT,
+    MAX_JOBS,
+    REPO,
+    Result,
+    cleaned_up,
+    results_header,
+    stop_process,
+    wait_for,
+)
 
 UNPLACEABLE = "{cpus: 1000}"  # more than any machine here offers: Pending, Unschedulable
 
@@ -202,15 +211,6 @@ def results_of(name: str, samples: dict[str, list[float]], *, apply_target: bool
         label = "daemon peak RSS" if key == "daemon_peak_mib" else key
         out.append(Result(f"{name}: {label}", target, values, unit=unit, limit=limit))
     return out
-
-
-def _max_jobs() -> int:
-    """``policy.maxJobs`` at its schema's maximum: the most jobs a state folder may hold."""
-    schema = json.loads((REPO / "schemas" / "config.schema.json").read_text())
-    return int(schema["properties"]["policy"]["properties"]["maxJobs"]["maximum"])
-
-
-MAX_JOBS = _max_jobs()
 
 
 def main(
