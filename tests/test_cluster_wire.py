@@ -35,12 +35,13 @@ from tfdeclare.backends.mesos.bootstrap import (
 )
 from tfdeclare.backends.mesos.bootstrap import FLAGS as PLACEHOLDERS
 from tfdeclare.backends.mesos.clustergen import credentials, signed
-from tfdeclare.backends.mesos.clusterserver import MAX_ANSWERING, ROUTE, ClusterServer
+from tfdeclare.backends.mesos.clusterserver import MAX_ANSWERING, ROUTE, ClusterServer, Fetched
 from tfdeclare.backends.mesos.clusterwire import ClusterWire, Delivery, delivery, fetches
 from tfdeclare.backends.mesos.config import ClusterServerConfig
 from tfdeclare.backends.mesos.journal import TaskEntry
 from tfdeclare.backends.mesos.taskinfo import task_info, task_labels
-from tfdeclare.backends.mesos.taskstate import cause_of
+from tfdeclare.backends.mesos.taskstate import cause_of, observed_task
+from tfdeclare.backends.mesos.tasktable import TaskTable
 from tfdeclare.core.enums import ClusterSpecStyle, EndCause, Role, TaskState
 from tfdeclare.core.run.causes import classify
 from tfdeclare.core.run.clusterdoc import document, generation, payload_bytes
@@ -560,6 +561,55 @@ def test_the_journal_says_which_tasks_fetch_their_cluster(wire: ClusterWire) -> 
     assert not TaskEntry.from_json(
         {k: v for k, v in entry.to_json().items() if k != "fetches_cluster"}
     ).fetches_cluster
+
+
+def _fetching_entry(task_id: str, attempt: int = 0, **changes: object) -> TaskEntry:
+    entry = TaskEntry(task_id, "j", "worker", 0, attempt, "c", "s", 1, 1, 0, "a", "h", 1, "", 0.0)
+    entry.fetches_cluster = True
+    for name, value in changes.items():
+        setattr(entry, name, value)
+    return entry
+
+
+@pytest.mark.parametrize(("answered", "cause"), [(False, EndCause.CLUSTER_UNDELIVERED), (True, EndCause.JOB)])
+def test_exit_86_is_the_program_s_once_the_server_answered_the_task(answered: bool, cause: EndCause) -> None:
+    """The bootstrap exits 86 only before it runs the program; after the server answered, an
+    exit 86 is the program's own and counts against its job (not a platform event, which
+    would retry a program that always exits 86 up to ``platformRestartLimit``)."""
+    failed = _fetching_entry(
+        "t1", state="TASK_FAILED", message="Command exited with status 86", cluster_fetched=answered
+    )
+    seen = observed_task(failed, 0.0, 60.0)
+    assert (seen.exit_code, seen.cause) == (86, cause)
+    assert TaskEntry.from_json(failed.to_json()).cluster_fetched is answered  # journaled
+
+
+def test_each_answer_is_told_with_its_task(tmp_path: Path) -> None:
+    source = job_launches("{worker: {count: 2}}", "both")[0].cluster
+    assert source is not None
+    told: list[Fetched] = []
+    server = ClusterServer(ClusterServerConfig(), told=told.append)
+    given = server.register("j", "g1", source, [("t0", TaskKey(Role.WORKER, 0))])
+    assert server.answer("/" + "x" * 40)[0] == 403 and told == []  # no answer, nothing told
+    assert server.answer(f"/{given['worker-0'][0]}")[0] == 200
+    assert told == [Fetched("j", TaskKey(Role.WORKER, 0), "t0")]
+    later = ClusterServer(ClusterServerConfig(), told=told.append)  # the next process: no task ids
+    later.restore(server.saved()["generations"])
+    assert later.answer(f"/{given['worker-0'][0]}")[0] == 200
+    assert told[-1] == Fetched("j", TaskKey(Role.WORKER, 0), None)
+    # the loop marks the task registered for it; for an earlier process's, the oldest live
+    # task of the slot that fetches and has not
+    table = TaskTable(tmp_path)
+    ended = _fetching_entry("j.w0.0", 0, state="TASK_FAILED")
+    older = _fetching_entry("j.w0.1", 1, state="TASK_RUNNING")
+    newer = _fetching_entry("j.w0.2", 2)
+    table.record_launch([ended, older, newer])
+    table.cluster_fetched(Fetched("j", TaskKey(Role.WORKER, 0), None))
+    assert [e.cluster_fetched for e in (ended, older, newer)] == [False, True, False]
+    table.cluster_fetched(Fetched("j", TaskKey(Role.WORKER, 0), "j.w0.2"))
+    assert newer.cluster_fetched
+    table.journal.sync()
+    assert all(e.cluster_fetched for e in TaskTable(tmp_path).tasks.values() if e.attempt)  # journaled
 
 
 def test_a_server_hands_its_generations_to_the_next_one() -> None:

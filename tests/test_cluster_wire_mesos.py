@@ -101,6 +101,27 @@ def test_every_task_fetches_what_it_gets_in_band(project: tuple[Path, Emulator])
     assert yaml.safe_load((root / "status" / "wired.yaml").read_text())["phase"] == "Succeeded"
 
 
+@pytest.mark.slow
+def test_a_program_that_exits_86_after_its_fetch_fails_its_job(project: tuple[Path, Emulator]) -> None:
+    """86 is also the bootstrap's code for a failed fetch. A task the server answered runs its
+    program, whose exit 86 is its own: the job fails by ``backoffLimit: 0`` (it was taken
+    for the platform event ``ClusterUndelivered`` and the job restarted, up to
+    ``platformRestartLimit``)."""
+    root, _ = project
+    command = [PY, "-c", "import sys; sys.exit(86)"]
+    (root / "specs" / "job.yaml").write_text(
+        "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: exits}\nspec:\n"
+        f"  command: {json.dumps(command)}\n  backoffLimit: 0\n"
+        "  replicas: {worker: {count: 2, resources: {cpus: 0.1, mem: 32}}}\n"
+    )
+    waited = cli("apply", "specs", "--backend", "mesos", "--wait", "--timeout", "60", cwd=root, timeout=90)
+    assert waited.returncode == 1, waited.stdout + waited.stderr  # a job Failed under --wait
+    status = yaml.safe_load((root / "status" / "exits.yaml").read_text())
+    assert status["phase"] == "Failed", status
+    assert status.get("platformRestarts", 0) == 0 and not status.get("platformEvents"), status
+    assert {t["exitCode"] for t in status["tasks"] if t.get("exitCode") is not None} == {86}, status
+
+
 @pytest.mark.tf
 @pytest.mark.e2e
 def test_tensorflow_jobs_train_with_their_cluster_fetched(

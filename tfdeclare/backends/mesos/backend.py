@@ -98,9 +98,8 @@ class MesosBackend:
         )
         self._connection = Connection(config, self._loop, self._framework, self._sender, self._scheduler)
         self._sandbox: SandboxReader | None = None
-        self._cluster_wire = ClusterWire(
-            config.cluster_server, root
-        )  # each task's cluster, in band or fetched
+        # each task's cluster, in band or fetched; the server's answers told to the loop
+        self._cluster_wire = ClusterWire(config.cluster_server, root, self._loop.post)
 
     @classmethod
     def from_config(cls, state_dir: Path, config: MesosConfig) -> MesosBackend:

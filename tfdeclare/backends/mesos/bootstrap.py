@@ -55,7 +55,7 @@ from tfdeclare.core.run.clusterdoc import with_flags, with_tf_config
 FETCH_TRIES = 60
 FETCH_PAUSE_S = 2
 TRY_TIMEOUT_S = 10
-FETCH_FAILED_EXIT = 86  # the bootstrap could not fetch the task's cluster (never the program's)
+FETCH_FAILED_EXIT = 86  # the bootstrap could not fetch the task's cluster (before the server answered it)
 FETCH_ENV = "TFDECLARE"  # TFDECLARE_CLUSTER before: tasks launched before carry their own bootstrap
 INTERPRETER = "python3"
 MAC_BYTES = 32  # an answer is the HMAC-SHA256 of the document, then the document

@@ -22,7 +22,9 @@ bootstrap bypasses proxies. What an observer of the network learns is a job's ad
 (which the Mesos master shows anyway) and a token it can replay for the same answer.
 
 The server also counts which launched tasks have fetched their document, so that ``apply``
-can wait for them before it returns (``wait_fetched``), and hands its generations over to the
+can wait for them before it returns (``wait_fetched``), tells the backend's loop of each
+answer (``Fetched``: a task that has its cluster runs its own program, whose exit 86 is then
+its own, not the bootstrap's failed fetch), and hands its generations over to the
 next framework process (``saved``/``restore``: ``clusterwire`` keeps them in the state folder).
 """
 
@@ -37,6 +39,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -78,12 +81,28 @@ def _error(message: str) -> bytes:
     return json.dumps({"error": message}).encode()
 
 
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    """The server answered the token of ``job``'s task in slot ``key`` (``task_id``: the task
+    registered for it by this process; None for a generation an earlier process served)."""
+
+    job: str
+    key: TaskKey
+    task_id: str | None
+
+
 class ClusterServer:
     """The registry of generations (thread-safe) and the HTTP server answering from it."""
 
-    def __init__(self, settings: ClusterServerConfig, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        settings: ClusterServerConfig,
+        clock: Callable[[], float] = time.monotonic,
+        told: Callable[[Fetched], None] | None = None,
+    ) -> None:
         self.settings = settings
         self.clock = clock
+        self.told = told  # the backend loop's inbox: each answer, as it is given
         self._changed = threading.Condition()
         self._by_key: dict[str, tuple[Generation, TaskKey]] = {}  # sha256(token) -> generation, task
         self._jobs: dict[str, Generation] = {}  # job -> its current generation
@@ -168,6 +187,8 @@ class ClusterServer:
             if task_id in generation.pending:
                 generation.pending.discard(task_id)
                 self._changed.notify_all()
+        if self.told is not None:  # before the answer leaves: its exit comes after this message
+            self.told(Fetched(generation.job, key, task_id or None))
         return 200, body
 
     def wait_fetched(self, timeout_s: float, ended: Callable[[set[str]], set[str]]) -> set[str]:

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from tfdeclare.backends.mesos.bootstrap import FETCH_ENV, IDENTITY_ENV, bootstrap_argv, fetch_value
-from tfdeclare.backends.mesos.clusterserver import ClusterServer
+from tfdeclare.backends.mesos.clusterserver import ClusterServer, Fetched
 from tfdeclare.backends.mesos.config import ClusterServerConfig
 from tfdeclare.core.run.clusterdoc import generation, payload_bytes, with_tf_config
 from tfdeclare.core.run.tasks import ClusterSource, TaskLaunch
@@ -95,8 +95,14 @@ def fetches(launch: TaskLaunch) -> bool:
 class ClusterWire:
     """Prepares launches for their delivery; owns the cluster server once one is needed."""
 
-    def __init__(self, settings: ClusterServerConfig | None, folder: Path | None = None) -> None:
+    def __init__(
+        self,
+        settings: ClusterServerConfig | None,
+        folder: Path | None = None,
+        told: Callable[[Fetched], None] | None = None,
+    ) -> None:
         self.settings = settings
+        self.told = told  # the backend loop's inbox (``ClusterServer.told``)
         self.server: ClusterServer | None = None
         self.saved_at = folder / "clusters.json" if folder is not None else None
         self._warned: set[str] = set()
@@ -154,7 +160,7 @@ class ClusterWire:
         if self.server is None:
             assert self.settings is not None
             before = self._load()
-            server = ClusterServer(self.settings)
+            server = ClusterServer(self.settings, told=self.told)
             port = before.get("port")
             server.start(port if isinstance(port, int) else None)
             self.server = server

@@ -4,7 +4,8 @@ This module owns the messages that reach the loop from other threads: the master
 the client's stream thread hands them over (``EventHandler``: the client's callbacks, each
 posted as a message) (``Subscribed``, ``Offers``, ``Rescinded``,
 ``StatusUpdate``, ``InverseOffers``, ``StreamEnded``, ``ClientTerminated``) and the answers of
-the sender's threads (``sender.Answered``, ``sender.BurstAnswered``, ``sender.AcksSent``).
+the sender's threads (``sender.Answered``, ``sender.BurstAnswered``, ``sender.AcksSent``)
+and the cluster server's (``clusterserver.Fetched``).
 ``Inbound`` is their union; ``scheduler.Scheduler.handle`` matches on it (closed: a new
 message that is not handled fails the type check). Frozen values, no behaviour.
 """
@@ -16,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tfdeclare.backends.mesos.client import SchedulerClient
+from tfdeclare.backends.mesos.clusterserver import Fetched
 from tfdeclare.backends.mesos.errors import TerminalError
 from tfdeclare.backends.mesos.events import JSON, BaseHandler, Offer, TaskStatus
 from tfdeclare.backends.mesos.sender import AcksSent, Answered, BurstAnswered
@@ -84,6 +86,7 @@ Inbound = (
     | Answered
     | BurstAnswered
     | AcksSent
+    | Fetched
 )
 
 

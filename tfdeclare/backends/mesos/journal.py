@@ -80,6 +80,7 @@ class TaskEntry:
     # tfdeclare stopped it to move it off its agent (an ``EndCause`` value: Maintenance)
     moved_for: str | None = None
     fetches_cluster: bool = False  # its TF cluster is fetched at its start (clusterwire)
+    cluster_fetched: bool = False  # and the cluster server answered it: an exit 86 is its program's
 
     def to_json(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in _ENTRY_FIELDS}  # flat: no deep copy

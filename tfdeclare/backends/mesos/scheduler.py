@@ -24,6 +24,7 @@ from typing import assert_never
 
 from tfdeclare.backends.mesos import decide_messages as msg
 from tfdeclare.backends.mesos import decide_offers
+from tfdeclare.backends.mesos.clusterserver import Fetched
 from tfdeclare.backends.mesos.config import MesosConfig
 from tfdeclare.backends.mesos.decide_messages import Reported
 from tfdeclare.backends.mesos.errors import (
@@ -122,6 +123,9 @@ class Scheduler:
             case AcksSent(batches=batches):
                 self._sender.acks_out -= batches
                 return Effect.CHANGED
+            case Fetched():
+                self._table.cluster_fetched(message)
+                return Effect.NONE
             case _:
                 assert_never(message)
 

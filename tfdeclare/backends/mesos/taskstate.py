@@ -241,7 +241,10 @@ def observed_task(entry: TaskEntry, now: float, fencing_s: float) -> ObservedTas
     """``entry`` as the controller observes it (``observed_state``, with what the journal
     knows: where it runs, its resources, and its Mesos state and reason as extras)."""
     state, exit_code, message = observed_state(entry, now, fencing_s)
-    unfetched = entry.fetches_cluster and exit_code == FETCH_FAILED_EXIT  # the bootstrap's exit
+    # the bootstrap's exit: 86 of a task the server answered is its program's (never retried
+    # as a platform event); one answered by an earlier process that did not journal it is
+    # taken as the bootstrap's
+    unfetched = entry.fetches_cluster and not entry.cluster_fetched and exit_code == FETCH_FAILED_EXIT
     extra = {"agentId": entry.agent_id}
     if entry.state is not None:
         extra["mesosState"] = entry.state

@@ -25,6 +25,7 @@ from enum import Enum
 from pathlib import Path
 
 from tfdeclare.backends.mesos import decide_messages as msg
+from tfdeclare.backends.mesos.clusterserver import Fetched
 from tfdeclare.backends.mesos.decide_messages import Reported
 from tfdeclare.backends.mesos.errors import MesosConnectionError, MesosError
 from tfdeclare.backends.mesos.events import TaskStatus
@@ -204,6 +205,27 @@ class TaskTable:
                 entry.accepted = True
                 if entry.state is None:  # close() waits for its first update to be acknowledged
                     self.launching[task_id] = Launch.AWAITING_UPDATE
+
+    def cluster_fetched(self, fetched: Fetched) -> None:
+        """The cluster server answered a task of ``fetched.job`` in slot ``fetched.key``:
+        the task this process registered for it, else (a generation an earlier process
+        served) the oldest live task of that slot that fetches and has not (a task fetches
+        once, as it starts). Journaled with the task's next write."""
+        entry = self.tasks.get(fetched.task_id) if fetched.task_id is not None else None
+        if entry is None:
+            slot = (fetched.job, fetched.key.role.value, fetched.key.index)
+            waiting = [
+                e
+                for e in self.tasks.values()
+                if (e.job, e.role, e.index) == slot
+                and e.fetches_cluster
+                and not e.cluster_fetched
+                and not is_terminal(e.state)
+            ]
+            entry = min(waiting, key=lambda e: e.attempt, default=None)
+        if entry is not None and not entry.cluster_fetched:
+            entry.cluster_fetched = True
+            self.journal.put([entry], sync=False)
 
     def first_update(self, task_id: str) -> bool:
         """An update came: whether it is the first of a task launched in this run."""
