@@ -19,14 +19,10 @@ data, and a batch ends with its folders synced.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import functools
 import itertools
 import os
-import tempfile
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
@@ -40,6 +36,8 @@ def _naming(err: OSError, path: Path) -> OSError:
 
 
 def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
+    import tempfile  # here: ``validate`` and ``plan`` write nothing (tempfile brings shutil, random)
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -104,7 +102,11 @@ class JobWriteError(Exception):
 
 @functools.cache
 def _syncfs() -> Callable[[int], int] | None:
-    """libc's ``syncfs`` (Linux), or None where there is none."""
+    """libc's ``syncfs`` (Linux), or None where there is none. ``ctypes`` is imported here,
+    as ``ThreadPoolExecutor`` below: every command imports this module, few write a batch."""
+    import ctypes
+    import ctypes.util
+
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
     except OSError:
@@ -126,6 +128,8 @@ def _sync_filesystem(folder: Path) -> bool:
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
         if syncfs(fd) != 0:
+            import ctypes
+
             error = ctypes.get_errno()
             raise OSError(error, os.strerror(error), str(folder))
     finally:
@@ -261,6 +265,8 @@ def _each(function: Callable[[_T], _R], items: Sequence[_T]) -> list[_R | OSErro
     # chunksize): the Python time of a batch of 20,000 files went from 0.8-1.0 s to 0.3 s
     size = -(-len(items) // (_THREADS * 4))
     chunks = [items[start : start + size] for start in range(0, len(items), size)]
+    from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(_THREADS, thread_name_prefix="tfdeclare-files") as pool:
         return [outcome for done in pool.map(call_each, chunks) for outcome in done]
 
