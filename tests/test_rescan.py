@@ -100,6 +100,13 @@ def _other_links(specs: Path) -> None:
     os.symlink(specs / "notes.txt", specs / "readme")
 
 
+def _link_instead(path: Path, target: Path) -> None:
+    """``path`` becomes a link to ``target`` (one a deploy tool swaps in before its target
+    exists, or a loop): not a removal of its jobs."""
+    path.unlink()
+    os.symlink(target, path)
+
+
 def _replace(path: Path, text: str) -> None:
     temp = path.with_name(".tmp-save")
     temp.write_text(text)
@@ -141,6 +148,8 @@ CASES: list[tuple[str, Callable[[Path], object], bool]] = [
     ("a job defined twice", lambda d: (d / "n.yaml").write_text(job_yaml("a")), True),
     ("a file with an error", lambda d: in_place(d / "a.yaml", "count: 1", "count: x"), True),
     ("a file emptied", lambda d: (d / "a.yaml").write_text(""), True),
+    ("file replaced by a dangling link", lambda d: _link_instead(d / "a.yaml", d / "missing.yaml"), True),
+    ("file replaced by a link to itself", lambda d: _link_instead(d / "a.yaml", d / "a.yaml"), True),
     ("nothing", lambda d: None, False),
 ]
 
@@ -181,6 +190,37 @@ def test_a_rescan_sees_each_change_as_a_full_load_does(
     assert again == rescanned and warm.reads == []
     if not full:
         assert again is rescanned and warm.full_loads == 0, "nothing changed since: the same state"
+
+
+def _entries(specs: Path) -> dict[str, tuple[int, int, int, int]]:
+    """Every path below ``specs`` (links not followed) with what a change of it changes."""
+    found = {}
+    for folder, dirs, names in os.walk(specs):
+        for name in [*dirs, *names]:
+            path = os.path.join(folder, name)
+            info = os.lstat(path)
+            found[path] = (info.st_ino, info.st_mode, info.st_size, info.st_mtime_ns)
+    return found
+
+
+@pytest.mark.parametrize("change", [c[1] for c in CASES], ids=[c[0] for c in CASES])
+def test_a_load_told_which_paths_changed_sees_each_change_as_a_full_load_does(
+    specs: Path, change: Callable[[Path], object]
+) -> None:
+    """The daemon's file events name the paths that changed (a file, a link, a folder): the
+    load told them patches the last state or reads everything, and either way gives what a
+    full load gives (a dangling link was taken for a removed file, and its jobs for deleted)."""
+    files = SpecFiles([specs], exclude=[specs / "state"], clock=lambda: time.time() + 10)
+    first = files.load()
+    assert sorted(first.jobs) == ["a", "b", "c", "d"] and not first.diagnostics
+    before = _entries(specs)
+    change(specs)
+    after = _entries(specs)
+    changed = {path for path in before.keys() | after.keys() if before.get(path) != after.get(path)}
+    told = files.load(changed)
+    expected = reference(specs)
+    assert told == expected
+    assert told.diagnostics == expected.diagnostics
 
 
 def test_a_file_within_the_racy_window_is_read_again_though_its_stamp_says_nothing(

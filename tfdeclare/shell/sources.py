@@ -297,6 +297,8 @@ class SpecFiles:
             shown = display_path(path, self.base)
             old = self._cache.get(shown)
             new: FileResult | None = None
+            if stat is None and os.path.lexists(path):
+                return None  # there, but unreadable (a dangling link, a loop): a full load says why
             if stat is None or not stat_module.S_ISREG(stat.st_mode):
                 self._cache.pop(shown, None)
                 added_or_removed |= files.pop(path, None) is not None
