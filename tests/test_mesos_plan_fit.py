@@ -9,12 +9,14 @@ against a master that never answers (plan goes on, with one warning, in bounded 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -332,6 +334,35 @@ def test_plan_warns_at_the_line_of_a_task_no_agent_could_hold(tmp_path: Path, ma
     # validate judges files only: it never asks the cluster
     validated = cli("validate", "specs", cwd=tmp_path)
     assert validated.returncode == 0 and "agent" not in validated.stderr, validated.stderr
+
+
+def test_a_master_that_answers_a_byte_at_a_time_costs_plan_its_bound(tmp_path: Path) -> None:
+    """Each read within the bound is not enough: a master that sends its answer slowly, a
+    byte every half second, is cut off when the call's time is up."""
+    stop = threading.Event()
+
+    def trickle(server: socket.socket) -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(65536)
+            for byte in b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Slow: " + b"x" * 200:
+                if stop.wait(0.5):
+                    return
+                with contextlib.suppress(OSError):
+                    conn.sendall(bytes([byte]))
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        thread = threading.Thread(target=trickle, args=(server,), daemon=True)
+        thread.start()
+        started = time.monotonic()
+        with pytest.raises(MesosError, match="GET_AGENTS"):
+            ask(f"http://127.0.0.1:{server.getsockname()[1]}", "GET_AGENTS", timeout_s=2)
+        took = time.monotonic() - started
+        stop.set()
+        thread.join(5)
+    assert took < 30, took  # the bound is 2 s; the answer as sent takes 100 s
 
 
 def test_plan_asks_an_http_master_without_importing_httpx(tmp_path: Path, master: str) -> None:

@@ -20,9 +20,12 @@ httpcore is 0.10 to 0.12 s of ``plan``'s start, about 4 % of ``plan`` of 10,000 
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
+import socket
 import ssl
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -41,6 +44,7 @@ from tfdeclare.backends.mesos.tls import ClientCertificate, ssl_context, tls_ver
 __all__ = ["agents_of", "ask", "operator_answer", "operator_url", "quota_of", "tls_verify"]
 
 JSON = dict[str, Any]
+MAX_ANSWER_BYTES = 256 * 2**20  # GET_AGENTS of 10,000 agents is tens of MB
 
 
 class _Answer(Protocol):
@@ -175,8 +179,11 @@ def ask(
 def post(
     url: str, content: bytes, headers: dict[str, str], timeout_s: float, verify: ssl.SSLContext | bool
 ) -> PlainAnswer:
-    """One POST and its whole answer, each socket operation within ``timeout_s`` (connect,
-    send, every read: as httpx bounds them); ``verify`` as ``tls.tls_verify`` gives it."""
+    """One POST and its whole answer within ``timeout_s`` in all: each socket operation is
+    bounded by it (connect, send, every read), and the socket is shut at that moment whatever
+    is under way, so a master that answers a byte at a time cannot hold ``plan``; answers over
+    ``MAX_ANSWER_BYTES`` are refused. ``verify`` as ``tls.tls_verify`` gives it."""
+    deadline = time.monotonic() + timeout_s
     parts = urlsplit(url)
     target = parts.path + (f"?{parts.query}" if parts.query else "")
     connection: http.client.HTTPConnection
@@ -186,9 +193,26 @@ def post(
         )
     else:
         connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout_s)
+    cutoff: threading.Timer | None = None
     try:
+        connection.connect()
+        cutoff = threading.Timer(max(0.0, deadline - time.monotonic()), _shut, (connection.sock,))
+        cutoff.daemon = True
+        cutoff.start()
         connection.request("POST", target or "/", body=content, headers=headers)
         answer = connection.getresponse()
-        return PlainAnswer(answer.status, answer.getheader("Location"), answer.read())
+        body = answer.read(MAX_ANSWER_BYTES + 1)
+        if len(body) > MAX_ANSWER_BYTES:
+            raise http.client.HTTPException(f"an answer over {MAX_ANSWER_BYTES} bytes")
+        return PlainAnswer(answer.status, answer.getheader("Location"), body)
     finally:
+        if cutoff is not None:
+            cutoff.cancel()
         connection.close()
+
+
+def _shut(sock: socket.socket | None) -> None:
+    """Make every blocked read or write of ``sock`` return (the time of the call is up)."""
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
