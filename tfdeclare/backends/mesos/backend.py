@@ -258,9 +258,7 @@ class MesosBackend:
                 raise BackendError(
                     f"the mesos settings are not usable: {err}", code=ErrorCode.SETTINGS_UNUSABLE
                 ) from None
-            self._sandbox = SandboxReader(
-                verify=verify, auth=credentials.httpx_auth() if credentials else None
-            )
+            self._sandbox = SandboxReader(verify=verify, credentials=credentials)
         return entry.agent_url, self._ended(entry), self._sandbox
 
     def close(self) -> None:

@@ -10,27 +10,20 @@ which masters with ``--authenticate_http_readonly`` ask for here) and TLS settin
 CA, client certificate); everything within one time bound, so an unreachable cluster costs
 ``plan`` a bounded wait, never a long one.
 
-``ask`` speaks HTTP through the standard library's ``http.client``, not httpx (which the
-subscribed client uses): it is one request and its answer, and ``plan`` imports nothing of
-httpx for it. Measured in the development environment, where httpx and httpcore also import
-trio, click, rich and pygments: ``plan`` of 3,000 files took 0.94 s of CPU with httpx and
-0.78 s without (docs/benchmarks.md, issue 33 item 3); in a plain install httpx with httpcore
-costs about 0.05 s. The same trust store is used for ``https://`` (``tls.ssl_context``). The
-call is bounded in all (``post``), not only each read.
+``ask`` speaks HTTP through the standard library's ``http.client`` (``plainhttp``: bounded in
+all, not only each read), not httpx (which the subscribed client uses): it is one request and
+its answer, and ``plan`` imports nothing of httpx for it. Measured in the development
+environment, where httpx and httpcore also import trio, click, rich and pygments: ``plan`` of
+3,000 files took 0.94 s of CPU with httpx and 0.78 s without (docs/benchmarks.md, issue 33
+item 3); in a plain install httpx with httpcore costs about 0.05 s. The same trust store is
+used for ``https://`` (``tls.ssl_context``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import http.client
 import json
-import socket
-import ssl
-import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
 from tfdeclare.backends.mesos.auth import Credentials
 from tfdeclare.backends.mesos.errors import (
@@ -40,12 +33,12 @@ from tfdeclare.backends.mesos.errors import (
     error_for_status,
 )
 from tfdeclare.backends.mesos.leader import SCHEDULER_PATH, parse_master, resolve_location, zookeeper_leader
-from tfdeclare.backends.mesos.tls import ClientCertificate, ssl_context, tls_verify
+from tfdeclare.backends.mesos.plainhttp import Failure, request
+from tfdeclare.backends.mesos.tls import ClientCertificate, tls_verify
 
 __all__ = ["agents_of", "ask", "operator_answer", "operator_url", "quota_of", "tls_verify"]
 
 JSON = dict[str, Any]
-MAX_ANSWER_BYTES = 256 * 2**20  # GET_AGENTS of 10,000 agents is tens of MB
 
 
 class _Answer(Protocol):
@@ -58,22 +51,6 @@ class _Answer(Protocol):
     def text(self) -> str: ...
 
     def json(self) -> Any: ...
-
-
-@dataclass(frozen=True, slots=True)
-class PlainAnswer:
-    """An answer read whole through ``http.client``."""
-
-    status_code: int
-    location: str | None
-    content: bytes
-
-    @property
-    def text(self) -> str:
-        return self.content.decode("utf-8", errors="replace")
-
-    def json(self) -> Any:
-        return json.loads(self.content)
 
 
 def operator_answer(resp: _Answer, call_type: str) -> JSON:
@@ -161,8 +138,8 @@ def ask(
                 failures.append(f"no answer within {timeout_s:g} s")
                 raise MesosConnectionError(f"{call_type}: {'; '.join(failures)}")
             try:
-                resp = post(url, content, headers, left, verify)
-            except (OSError, http.client.HTTPException) as exc:
+                resp = request("POST", url, timeout_s=left, verify=verify, headers=headers, body=content)
+            except Failure as exc:
                 failures.append(f"{url}: {type(exc).__name__}: {exc}".rstrip(": "))
                 break
             if resp.status_code == 307:  # to the leader: ``//host:port`` and this path
@@ -175,45 +152,3 @@ def ask(
         else:
             raise TooManyRedirectsError(307, "too many redirects", call_type)
     raise MesosConnectionError(f"{call_type}: {'; '.join(failures)}")
-
-
-def post(
-    url: str, content: bytes, headers: dict[str, str], timeout_s: float, verify: ssl.SSLContext | bool
-) -> PlainAnswer:
-    """One POST and its whole answer within ``timeout_s`` in all: each socket operation is
-    bounded by it (connect, send, every read), and the socket is shut at that moment whatever
-    is under way, so a master that answers a byte at a time cannot hold ``plan``; answers over
-    ``MAX_ANSWER_BYTES`` are refused. ``verify`` as ``tls.tls_verify`` gives it."""
-    deadline = time.monotonic() + timeout_s
-    parts = urlsplit(url)
-    target = parts.path + (f"?{parts.query}" if parts.query else "")
-    connection: http.client.HTTPConnection
-    if parts.scheme == "https":
-        connection = http.client.HTTPSConnection(
-            parts.hostname or "", parts.port, timeout=timeout_s, context=ssl_context(verify)
-        )
-    else:
-        connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout_s)
-    cutoff: threading.Timer | None = None
-    try:
-        connection.connect()
-        cutoff = threading.Timer(max(0.0, deadline - time.monotonic()), _shut, (connection.sock,))
-        cutoff.daemon = True
-        cutoff.start()
-        connection.request("POST", target or "/", body=content, headers=headers)
-        answer = connection.getresponse()
-        body = answer.read(MAX_ANSWER_BYTES + 1)
-        if len(body) > MAX_ANSWER_BYTES:
-            raise http.client.HTTPException(f"an answer over {MAX_ANSWER_BYTES} bytes")
-        return PlainAnswer(answer.status, answer.getheader("Location"), body)
-    finally:
-        if cutoff is not None:
-            cutoff.cancel()
-        connection.close()
-
-
-def _shut(sock: socket.socket | None) -> None:
-    """Make every blocked read or write of ``sock`` return (the time of the call is up)."""
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)

@@ -8,6 +8,10 @@ This module owns reading a task's log: the agent's ``/state`` (at the offer's ``
 A task's log, as ``read_log`` offers it, is its ``stdout``; once the task has ended (both
 files final) it continues with a ``--- stderr ---`` line and the ``stderr`` file, so
 tracebacks are not lost and offsets stay stable.
+
+Each call to an agent is one ``plainhttp.request``, bounded in all (``timeout_s``): an agent
+that answers slowly costs ``tfdeclare logs`` and the daemon's page that long at most, never
+longer (with httpx each read was bounded, and an agent sending a byte at a time held them).
 """
 
 from __future__ import annotations
@@ -18,9 +22,9 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
 from tfdeclare.backends.errors import LogOffsetError
+from tfdeclare.backends.mesos.auth import Credentials
+from tfdeclare.backends.mesos.plainhttp import Failure, PlainAnswer, request
 
 STDERR_HEADER = b"\n--- stderr ---\n"
 
@@ -55,23 +59,28 @@ class Piece:
 class SandboxReader:
     def __init__(
         self,
-        verify: bool | str | ssl.SSLContext = True,
-        auth: httpx.Auth | None = None,
+        verify: bool | ssl.SSLContext = True,
+        credentials: Credentials | None = None,
         timeout: float = 10.0,
     ) -> None:
-        self._client = httpx.Client(verify=verify, auth=auth, timeout=timeout)
+        self._verify, self._timeout = verify, timeout
+        self._headers = {"Authorization": credentials.basic_header()} if credentials is not None else {}
         self._directories: dict[str, str] = {}
 
     def close(self) -> None:
-        self._client.close()
+        """Nothing is held between calls (one connection a call)."""
 
     def forget(self, task_id: str) -> None:
         self._directories.pop(task_id, None)
 
-    def _get(self, url: str, params: dict[str, str] | None = None) -> httpx.Response:
+    def _get(self, url: str, params: dict[str, str] | None = None) -> PlainAnswer:
+        if params:
+            url = f"{url}?{urllib.parse.urlencode(params)}"
         try:
-            response = self._client.get(url, params=params)
-        except httpx.HTTPError as err:
+            response = request(
+                "GET", url, timeout_s=self._timeout, verify=self._verify, headers=self._headers
+            )
+        except Failure as err:
             raise SandboxError(f"cannot reach the agent at {_base(url)}: {type(err).__name__}") from err
         if response.status_code == 404:
             raise SandboxError("the agent has no such sandbox file (the sandbox may have been removed)")
