@@ -9,14 +9,12 @@ against a master that never answers (plan goes on, with one warning, in bounded 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +23,7 @@ import pytest
 
 from tests.conftest import cli, job_yaml
 from tests.mesos_fixtures import start_emulator
+from tests.test_plainhttp import SLOW, peer
 from tfdeclare.backends.mesos import survey
 from tfdeclare.backends.mesos.auth import Credentials, Secret
 from tfdeclare.backends.mesos.config import MesosConfig
@@ -336,32 +335,14 @@ def test_plan_warns_at_the_line_of_a_task_no_agent_could_hold(tmp_path: Path, ma
     assert validated.returncode == 0 and "agent" not in validated.stderr, validated.stderr
 
 
-def test_a_master_that_answers_a_byte_at_a_time_costs_plan_its_bound(tmp_path: Path) -> None:
+def test_a_master_that_answers_a_byte_at_a_time_costs_plan_its_bound() -> None:
     """Each read within the bound is not enough: a master that sends its answer slowly, a
     byte every half second, is cut off when the call's time is up."""
-    stop = threading.Event()
-
-    def trickle(server: socket.socket) -> None:
-        conn, _ = server.accept()
-        with conn:
-            conn.recv(65536)
-            for byte in b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Slow: " + b"x" * 200:
-                if stop.wait(0.5):
-                    return
-                with contextlib.suppress(OSError):
-                    conn.sendall(bytes([byte]))
-
-    with socket.socket() as server:
-        server.bind(("127.0.0.1", 0))
-        server.listen(1)
-        thread = threading.Thread(target=trickle, args=(server,), daemon=True)
-        thread.start()
+    with peer(SLOW, 0.5) as url:
         started = time.monotonic()
         with pytest.raises(MesosError, match="GET_AGENTS"):
-            ask(f"http://127.0.0.1:{server.getsockname()[1]}", "GET_AGENTS", timeout_s=2)
+            ask(url, "GET_AGENTS", timeout_s=2)
         took = time.monotonic() - started
-        stop.set()
-        thread.join(5)
     assert took < 30, took  # the bound is 2 s; the answer as sent takes 100 s
 
 

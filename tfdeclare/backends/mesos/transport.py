@@ -20,7 +20,7 @@ import httpx
 from tfdeclare.backends.mesos.clientconfig import ClientConfig
 from tfdeclare.backends.mesos.errors import ConfigError, MesosConnectionError
 from tfdeclare.backends.mesos.pipeline import PipelinedConnection, PipelineError
-from tfdeclare.backends.mesos.tls import tls_verify
+from tfdeclare.backends.mesos.tls import ssl_context, tls_verify
 
 log = logging.getLogger("tfdeclare.backends.mesos.client")  # the client's parts log as the client
 
@@ -124,16 +124,8 @@ class Transport:
             if config.insecure_skip_tls_verify:
                 log.warning("TLS certificate verification of the Mesos master is disabled")
             verify = tls_verify(config.ca_file, config.insecure_skip_tls_verify, config.client_certificate)
-            if isinstance(verify, ssl.SSLContext):
-                context = verify
-            elif verify is False:
-                context = ssl.create_default_context()
-                context.check_hostname = False
-                context.verify_mode = ssl.CERT_NONE
-            else:
-                context = httpx.create_ssl_context()
-            self._ssl_context = context
-            return context
+            self._ssl_context = ssl_context(verify)
+            return self._ssl_context
 
     def _http_client(
         self, timeout: httpx.Timeout, limits: httpx.Limits, auth: httpx.Auth | None
