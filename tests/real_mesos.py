@@ -39,6 +39,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -210,7 +211,8 @@ class RealMesos:
 
         (self.workdir / "mesos").mkdir(parents=True, exist_ok=True)
         builder.launcher_dir(self.build, self.launcher)
-        for _attempt in range(3):  # a free port may be taken before the cluster binds it
+        # A start may fail for a cause outside the cluster (``StartRace``): tried again.
+        for _attempt in range(3):
             self.port = port or free_port()
             program = [str(self.build / "realmesos-cluster")]
             if self.namespaces:
@@ -228,7 +230,7 @@ class RealMesos:
             try:
                 self.wait_until_up(timeout)
                 return self
-            except PortTaken:
+            except StartRace:
                 self.stop()
         raise AssertionError(f"the real Mesos cluster never came up:\n{self.log_tail()}")
 
@@ -236,8 +238,9 @@ class RealMesos:
         def up() -> bool:
             assert self.process is not None
             if self.process.poll() is not None:
-                if "Address already in use" in self.log_tail():
-                    raise PortTaken
+                tail = self.log_tail()
+                if "Address already in use" in tail or SIBLING_CONTAINER_GONE.search(tail):
+                    raise StartRace
                 raise AssertionError(
                     f"the real Mesos cluster exited ({self.process.returncode}):\n{self.log_tail()}"
                 )
@@ -420,8 +423,19 @@ class RealMesos:
         raise ProcessLookupError(pid)
 
 
-class PortTaken(Exception):
-    pass
+class StartRace(Exception):
+    """The cluster exited while starting for a cause outside it, gone when tried again: its free
+    port was taken before it bound it, or (``SIBLING_CONTAINER_GONE``) another cluster's Docker
+    container went away while this one's agent recovered."""
+
+
+# An agent with the Docker containerizer, when it starts, lists every "mesos-" container of the
+# engine (`docker ps -a`) and then inspects each; one that is removed in between fails the
+# agent's recovery and the agent exits ("Docker ps batch failed ... No such container"). Every
+# cluster of the tests shares one engine, so a test starting its agent while another test's
+# containers go (its executor or its teardown removing them) lost its cluster; a production
+# agent has its engine to itself.
+SIBLING_CONTAINER_GONE = re.compile(r"Docker ps batch failed.*No such container")
 
 
 def _processes() -> dict[int, int]:

@@ -222,3 +222,31 @@ def test_the_mwms_example_in_the_tensorflow_image_ends_with_identical_weights(
         hashes.append(re.findall(r"^FINAL_WEIGHTS_SHA256 ([0-9a-f]{64})$", shown.stdout, re.M))
     assert hashes[0] and hashes[0] == hashes[1], hashes
     assert sorted(t["state"] for t in cluster.tasks("mwms").values()) == ["TASK_FINISHED"] * 2
+
+
+def test_a_cluster_starts_again_when_another_clusters_container_goes_while_its_agent_recovers(
+    real_mesos: Start, docker_client: Any, tmp_path: Path
+) -> None:
+    """The tests' clusters share one engine: a "mesos-" container removed between the starting
+    agent's ``docker ps -a`` and its ``docker inspect`` of it fails the agent's recovery and the
+    cluster exits (tests/real_mesos.py, ``SIBLING_CONTAINER_GONE``). The harness starts it again.
+    Staged with a ``docker`` that lists such a container once."""
+    real = subprocess.run(["sh", "-c", "command -v docker"], capture_output=True, text=True, check=True)
+    listed_once = tmp_path / "listed-once"
+    wrapper = tmp_path / "docker"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$3" = ps ] && [ ! -e {listed_once} ]; then\n'
+        f"  : > {listed_once}\n"
+        f'  {real.stdout.strip()} "$@" || exit\n'
+        '  echo "0123456789ab   img   \\"true\\"   1 second ago   Exited (0) 1 second ago   '
+        'mesos-00000000-0000-0000-0000-000000000000"\n'
+        "  exit 0\n"
+        "fi\n"
+        f'exec {real.stdout.strip()} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    mesos = real_mesos(agents=1, docker_socket=engine_socket(docker_client), flags={"DOCKER": str(wrapper)})
+    assert listed_once.exists()
+    assert re.search(r"Docker ps batch failed.*No such container", mesos.log.read_text()), mesos.log_tail()
+    assert len(mesos.state()["slaves"]) == 1
