@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from tests.components import missing
 from tests.conftest import REPO, cli
 from tests.container_jobs import PS_AND_TWO_WORKERS, TASK, allowed_host_paths, boxed_job, mwms_job
 from tests.mesos_fixtures import config_yaml, eventually
-from tests.real_mesos import RealMesos
+from tests.real_mesos import SIBLING_CONTAINER_GONE, RealMesos
 
 pytestmark = [pytest.mark.real_mesos, pytest.mark.docker, pytest.mark.slow]
 
@@ -231,22 +232,23 @@ def test_a_cluster_starts_again_when_another_clusters_container_goes_while_its_a
     agent's ``docker ps -a`` and its ``docker inspect`` of it fails the agent's recovery and the
     cluster exits (tests/real_mesos.py, ``SIBLING_CONTAINER_GONE``). The harness starts it again.
     Staged with a ``docker`` that lists such a container once."""
-    real = subprocess.run(["sh", "-c", "command -v docker"], capture_output=True, text=True, check=True)
+    real = shutil.which("docker")
+    assert real is not None
     listed_once = tmp_path / "listed-once"
     wrapper = tmp_path / "docker"
     wrapper.write_text(
         "#!/bin/sh\n"
         f'if [ "$3" = ps ] && [ ! -e {listed_once} ]; then\n'
         f"  : > {listed_once}\n"
-        f'  {real.stdout.strip()} "$@" || exit\n'
+        f'  {real} "$@" || exit\n'
         '  echo "0123456789ab   img   \\"true\\"   1 second ago   Exited (0) 1 second ago   '
         'mesos-00000000-0000-0000-0000-000000000000"\n'
         "  exit 0\n"
         "fi\n"
-        f'exec {real.stdout.strip()} "$@"\n'
+        f'exec {real} "$@"\n'
     )
     wrapper.chmod(0o755)
     mesos = real_mesos(agents=1, docker_socket=engine_socket(docker_client), flags={"DOCKER": str(wrapper)})
     assert listed_once.exists()
-    assert re.search(r"Docker ps batch failed.*No such container", mesos.log.read_text()), mesos.log_tail()
+    assert SIBLING_CONTAINER_GONE.search(mesos.log.read_text()), mesos.log_tail()
     assert len(mesos.state()["slaves"]) == 1
