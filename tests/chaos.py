@@ -301,6 +301,10 @@ class Chaos:
             try:
                 document = yaml.safe_load(path.read_text())
                 jsonschema.validate(document, STATUS_SCHEMA)
+            except FileNotFoundError:
+                # deleted since it was listed (an unlink is whole): a background controller,
+                # started by a command as it let go, finished a deletion meanwhile
+                continue
             except (OSError, yaml.YAMLError, jsonschema.ValidationError) as error:
                 tally.problems["corrupt_status"] += 1
                 self.log(f"    corrupt status file {path.name}: {str(error)[:200]}")

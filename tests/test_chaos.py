@@ -67,3 +67,18 @@ def test_the_checks_catch_a_duplicate_a_lost_file_and_a_corrupt_status_file(tmp_
         assert sum(tally.problems[p] for p in PROBLEMS) == 3
     finally:
         chaos.close()
+
+
+def test_a_status_file_deleted_while_the_check_reads_the_folder_is_not_corrupt(tmp_path: Path) -> None:
+    """A background controller that a command started as it let go may finish a deletion
+    while the check walks the status folder: a file listed and then gone was deleted whole
+    (the long run of 2026-12-06 counted one such file as corrupt). Staged with a name that
+    lists but cannot be read (a link to nothing)."""
+    chaos = Chaos(tmp_path / "project", "local", seed=1, log=lambda _: None)
+    try:
+        (chaos.root / "status" / "gone.yaml").symlink_to(tmp_path / "nothing")
+        tally = Tally()
+        assert chaos.check_status_files(tally) == {}
+        assert tally.problems["corrupt_status"] == 0
+    finally:
+        chaos.close()
