@@ -185,6 +185,47 @@ def test_no_parser_takes_a_prefix_of_an_option() -> None:
     assert [prog for prog, parser in found.items() if parser.allow_abbrev] == []
 
 
+def test_no_option_takes_a_bare_number() -> None:
+    """``float``/``int`` take ``-5``, ``nan`` and ``inf``: a negative timeout, a daemon resyncing
+    without pause. Every number option has a type saying what it takes."""
+    bare = [
+        f"{prog} {action.option_strings[0]}"
+        for prog, parser in _every_parser(build_parser())
+        for action in parser._actions
+        if action.type in (float, int)
+    ]
+    assert bare == []
+
+
+@pytest.mark.parametrize(
+    ("args", "told"),
+    [
+        (
+            ("apply", "specs", "--timeout", "-5"),
+            "--timeout: expected a number of seconds, 0 or more, got '-5'",
+        ),
+        (
+            ("apply", "specs", "--timeout", "nan"),
+            "--timeout: expected a number of seconds, 0 or more, got 'nan'",
+        ),
+        (
+            ("delete", "a", "--timeout", "inf"),
+            "--timeout: expected a number of seconds, 0 or more, got 'inf'",
+        ),
+        (
+            ("daemon", "--specs", ".", "--interval", "0"),
+            "--interval: expected a number of seconds, more than 0",
+        ),
+        (("daemon", "--specs", ".", "--port", "70000"), "--port: expected a port number from 0 to 65535"),
+        (("daemon", "--specs", ".", "--port", "-1"), "--port: expected a port number from 0 to 65535"),
+    ],
+)
+def test_a_number_out_of_range_is_a_usage_error(tmp_path: Path, args: tuple[str, ...], told: str) -> None:
+    result = cli(*args, cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert told in result.stderr and "Traceback" not in result.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "told"),
     [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from tests.conftest import cli, job_yaml
@@ -50,7 +51,15 @@ def test_validate_missing_path_and_hidden_files(workdir: Path) -> None:
     assert cli("validate", "specs", cwd=workdir).returncode == 0
     missing = cli("validate", "nope", cwd=workdir)
     assert missing.returncode == 1
-    assert "nope: error: no such file or folder" in missing.stderr
+    assert "nope:1: error: no such file or folder" in missing.stderr
+    # a dangling link reads the same whether named or found in its folder (a whole-file problem)
+    (workdir / "gone").mkdir()
+    os.symlink("nowhere", workdir / "gone" / "dangling.yaml")
+    named = cli("validate", "gone/dangling.yaml", cwd=workdir)
+    walked = cli("validate", "gone", cwd=workdir)
+    assert named.returncode == walked.returncode == 1
+    expected = "gone/dangling.yaml:1: error: cannot read: No such file or directory"
+    assert expected in named.stderr and expected in walked.stderr, (named.stderr, walked.stderr)
 
 
 def test_status_and_state_dirs_are_not_read_as_specs(workdir: Path) -> None:
@@ -59,6 +68,32 @@ def test_status_and_state_dirs_are_not_read_as_specs(workdir: Path) -> None:
     (workdir / "a.yaml").write_text(job_yaml("a"))
     result = cli("validate", ".", cwd=workdir)
     assert result.returncode == 0, result.stderr
+
+
+def test_the_config_file_beside_the_specs_is_not_read_as_one(workdir: Path) -> None:
+    """``plan .`` from a project's root, where ``tfdeclare.yaml`` lies beside the specs: the
+    config in effect is passed over by the walk (also when named by --config or the
+    environment), and read as a spec only when named as one."""
+    (workdir / "tfdeclare.yaml").write_text("statusDir: status\n")
+    (workdir / "a.yaml").write_text(job_yaml("a"))
+    (workdir / "team").mkdir()
+    (workdir / "team" / "settings.yaml").write_text("policy: {maxTasksPerJob: 10}\n")
+    for how in ([], ["--config", "team/settings.yaml"]):
+        config = workdir / ("team/settings.yaml" if how else "tfdeclare.yaml")
+        other = workdir / ("tfdeclare.yaml" if how else "team/settings.yaml")
+        result = cli("validate", ".", *how, cwd=workdir)
+        assert result.returncode == 1, result.stderr  # only the other one is read as a spec
+        assert str(other.relative_to(workdir)) in result.stderr
+        assert str(config.relative_to(workdir)) not in result.stderr, result.stderr
+    (workdir / "team" / "settings.yaml").unlink()
+    clean = cli("plan", ".", cwd=workdir)
+    assert clean.returncode == 0, clean.stderr
+    assert "+ a will be created" in clean.stdout
+    named = cli("validate", "tfdeclare.yaml", cwd=workdir)
+    assert (
+        named.returncode == 1
+        and "tfdeclare.yaml:1:1: error: missing required field 'apiVersion'" in named.stderr
+    )
 
 
 def test_plan_text_detailed_exitcode_and_saved_plan(workdir: Path) -> None:

@@ -97,6 +97,22 @@ def test_comments_follow_their_fields_and_key_order_is_kept() -> None:
     }
 
 
+def test_comments_between_roles_and_after_the_last_field_are_kept() -> None:
+    """A comment line with no field after it in its mapping (the end of a role, of ``spec``, of
+    the file) lies in ruamel's end slot, not beside an entry: it is kept too, the last ones at
+    the end of the converted document in their order."""
+    source = textwrap.dedent(MANIFEST).replace("    PS:\n", "    # between the roles\n    PS:\n")
+    source += "      # the end of the PS role\n  # the end of spec\n# the end of the file\n"
+    out = convert_text(source).text
+    for comment in (line.strip() for line in source.splitlines() if line.strip().startswith("#")):
+        assert comment in out, comment
+    assert out.index("# between the roles") < out.index("  ps:")
+    assert out.endswith("# the end of the PS role\n# the end of spec\n# the end of the file\n")
+    (direct,) = load_file("a.yaml", source.encode()).jobs
+    (native,) = load_file("converted.yaml", out.encode()).jobs
+    assert native.spec_hash == direct.spec_hash
+
+
 def test_cli_prints_by_default_writes_in_place_with_write_and_refuses_errors(tmp_path: Path) -> None:
     manifest = tmp_path / "tfjob.yaml"
     manifest.write_text(textwrap.dedent(MANIFEST))

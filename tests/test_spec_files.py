@@ -123,3 +123,22 @@ def test_a_file_without_a_job_is_never_patched_in(tmp_path: Path) -> None:
     emptied = files.load({str(tmp_path / "a.yaml")})
     assert sorted(emptied.jobs) == ["b"] and emptied.empty_files == {str(tmp_path / "a.yaml")}
     assert [d.code.value for d in emptied.diagnostics] == ["no-job-document"]
+
+
+def test_the_config_file_is_passed_over_by_full_loads_rescans_and_told_changes(tmp_path: Path) -> None:
+    """The daemon's folder (``--specs .``) holding the config in effect: neither a full load,
+    a rescan after the config was edited, nor a file event naming it reads it as a spec."""
+    config = tmp_path / "tfdeclare.yaml"
+    config.write_text("statusDir: status\n")
+    (tmp_path / "a.yaml").write_text(job_yaml("a"))
+    for path in (config, tmp_path / "a.yaml"):
+        _age(path)
+    files = SpecFiles([tmp_path], skip_files=[Path(os.path.relpath(config))], clock=lambda: time.time() + 10)
+    first = files.load()
+    assert sorted(first.jobs) == ["a"] and not first.diagnostics
+    config.write_text("statusDir: elsewhere\nbackend: local\n")
+    _age(config)
+    assert files.load() is first, "a rescan: the config's edit is no change of the specs"
+    assert files.load(changed=[str(config)]) is first, "told: the same"
+    assert SpecFiles([tmp_path]).load().diagnostics, "without skip_files it is read, and fails"
+    assert SpecFiles([config], skip_files=[config]).load().diagnostics, "named as a spec: read"

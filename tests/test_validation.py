@@ -348,8 +348,8 @@ def test_duplicate_names_across_files_name_both_places() -> None:
     assert state.jobs == {}
     messages = sorted(d.format() for d in state.diagnostics)
     assert messages == [
-        "a.yaml:4: error: job name 'good' is also defined at b.yaml:5 (at $.metadata.name)",
-        "b.yaml:5: error: job name 'good' is also defined at a.yaml:4 (at $.metadata.name)",
+        "a.yaml:4:9: error: job name 'good' is also defined at b.yaml:5 (at $.metadata.name)",
+        "b.yaml:5:9: error: job name 'good' is also defined at a.yaml:4 (at $.metadata.name)",
     ]
     assert set(state.protected) == {"good"}
 

@@ -69,6 +69,12 @@ class Settings:
         return replace(self, sources=sources)
 
     @property
+    def config_files(self) -> tuple[Path, ...]:
+        """The config file in effect, which a walk of the spec folders passes over (it is
+        no job; ``shell.sources``)."""
+        return (self.config_path,) if self.config_path is not None else ()
+
+    @property
     def backend(self) -> str:
         return self.config.backend
 

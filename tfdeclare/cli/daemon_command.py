@@ -213,6 +213,7 @@ def _serve(args: argparse.Namespace, settings: Settings, server: DaemonServer) -
             [source.specs_path],
             checks=settings.reading(sources).launch_checks,
             exclude=(settings.state_dir, settings.status_dir),
+            skip_files=settings.config_files,
             base=base_dir if args.git else None,
         )
         problems = problems_path_in(settings.state_dir)  # for `tfdeclare status`

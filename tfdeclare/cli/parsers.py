@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import math
 import re
 import sys
 import time
@@ -145,6 +146,33 @@ def task_name(text: str) -> TaskKey:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
+def seconds(text: str) -> float:
+    """A time option such as ``apply --timeout``: a finite number of seconds, 0 or more."""
+    return _seconds(text, 0.0, "0 or more")
+
+
+def positive_seconds(text: str) -> float:
+    """A period such as ``daemon --interval``: a finite number of seconds, more than 0."""
+    return _seconds(text, math.ulp(0.0), "more than 0")
+
+
+def _seconds(text: str, least: float, words: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= least):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, {words}, got {text!r}")
+    return value
+
+
+def port_number(text: str) -> int:
+    """``daemon --port``: 0 (any free port) to 65535."""
+    if not (text.isascii() and text.isdigit()) or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number from 0 to 65535, got {text!r}")
+    return int(text)
+
+
 def at_least_one(text: str) -> int:
     """A count such as ``--limit``: a whole number, 1 or more."""
     try:
@@ -272,10 +300,10 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     apply.add_argument("--wait", action="store_true", help="wait until every job has Succeeded or Failed")
     apply.add_argument(
-        "--timeout", type=float, metavar="SECONDS", help="give up waiting after this long (exit 1)"
+        "--timeout", type=seconds, metavar="SECONDS", help="give up waiting after this long (exit 1)"
     )
     apply.add_argument(  # how long --wait stays silent before "Still running…" (tests shorten it)
-        "--heartbeat-interval", type=float, default=30.0, help=argparse.SUPPRESS
+        "--heartbeat-interval", type=positive_seconds, default=30.0, help=argparse.SUPPRESS
     )
     apply.add_argument("--prune", action="store_true", help="delete jobs that are gone from the files")
     apply.add_argument("--allow-empty", action="store_true", help="with --prune, allow deleting every job")
@@ -333,7 +361,7 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         "NAME until it has Succeeded (exit 0) or Failed (exit 1); -o json: a document a line per change",
     )
     status_parser.add_argument(  # how often --watch looks (tests shorten it)
-        "--watch-interval", type=float, default=1.0, help=argparse.SUPPRESS
+        "--watch-interval", type=positive_seconds, default=1.0, help=argparse.SUPPRESS
     )
     status_parser.set_defaults(handler="tfdeclare.cli.status_command:cmd_status")
 
@@ -370,7 +398,7 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         "--task",
         metavar="ROLE-INDEX",
         type=task_name,
-        help="only this task, its output as written: worker-0 (worker:0 also works)",
+        help="only this task, its output as written: worker-0 (or worker:0; a bare role is its task 0)",
     )
     logs.add_argument(
         "-f", "--follow", action="store_true", help="keep printing until the job (or the task) has ended"
@@ -390,7 +418,7 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     logs.add_argument(
         "--timestamps",
         action="store_true",
-        help="prefix each line with when it was written, RFC 3339 in UTC, to the second (local backend)",
+        help="prefix each line with when it was written, RFC 3339 in UTC, to the millisecond (local backend)",
     )
     logs.add_argument(
         "-p",
@@ -416,7 +444,7 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         action="store_true",
         help="a NAME with no job is no error (scripts that clean up what may not be there)",
     )
-    delete.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS")
+    delete.add_argument("--timeout", type=seconds, default=120.0, metavar="SECONDS")
     delete.add_argument(
         "-o",
         "--output",
@@ -469,7 +497,7 @@ def _daemon_command(sub: Any, common: argparse.ArgumentParser) -> None:
         "--path", default=".", metavar="SUBDIR", help="folder of the job files in the repository"
     )
     daemon.add_argument(
-        "--interval", type=float, metavar="SECONDS", help="resync (and fetch) period (default 30)"
+        "--interval", type=positive_seconds, metavar="SECONDS", help="resync (and fetch) period (default 30)"
     )
     daemon.add_argument("--prune", action="store_true", help="delete jobs that are gone from the source")
     daemon.add_argument("--allow-empty", action="store_true", help="with --prune, allow deleting every job")
@@ -481,7 +509,7 @@ def _daemon_command(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     daemon.add_argument("--host", help="address of the HTTP endpoints (default 127.0.0.1)")
     daemon.add_argument(
-        "--port", type=int, help="port of the HTTP endpoints (default 8470; 0: any free port)"
+        "--port", type=port_number, help="port of the HTTP endpoints (default 8470; 0: any free port)"
     )
     daemon.add_argument("--log-format", choices=("text", "json"), help="log lines as text (default) or JSON")
     daemon.set_defaults(handler="tfdeclare.cli.daemon_command:cmd_daemon")

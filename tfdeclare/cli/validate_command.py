@@ -37,6 +37,7 @@ def load_desired(
         [Path(p) for p in paths if p != "-"],
         checks=checks,
         exclude=(settings.state_dir, settings.status_dir),
+        skip_files=settings.config_files,
         stdin=stdin,
     )
     return files.load(), files

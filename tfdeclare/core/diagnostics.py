@@ -46,7 +46,7 @@ class Code(StrEnum):
 @dataclass(frozen=True, slots=True)
 class Diagnostic:
     path: str
-    line: int | None
+    line: int | None  # None: not a place in a file (a folder, a repository); a file as a whole is line 1
     column: int | None
     message: str
     json_path: str | None = None

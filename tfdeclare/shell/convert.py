@@ -4,7 +4,8 @@ manifest's comments and key order kept.
 ruamel.yaml's round-trip mode reads the manifest (its comments and each key's line); the
 pure translation (``core/spec/kubeflow``) says what every native field came from, and each
 comment follows the part of the manifest it stood beside: an end-of-line comment stays on its
-line's field, a comment line goes before the field that followed it — or, when that field
+line's field, a comment line goes before the field that followed it (after the last field: at
+the end of the document) — or, when that field
 has no native counterpart (a container's ``name``), before the nearest one that does (never
 before a field written out for a Kubeflow default, such as a replica's restartPolicy). The
 comments of a part that is not carried over (an annotation, a sidecar, ``onExit``) are left
@@ -48,6 +49,7 @@ class _Comments:
 
     before: dict[JsonPath, list[tuple[int, str]]] = field(default_factory=dict)
     end_of_line: dict[JsonPath, list[tuple[int, str]]] = field(default_factory=dict)
+    after: list[tuple[int, str]] = field(default_factory=list)  # below the last field: kept last
 
 
 def convert_text(text: str) -> Converted:
@@ -62,7 +64,8 @@ def convert_text(text: str) -> Converted:
     for index, (doc, found) in enumerate(zip(documents, comments, strict=True)):
         if is_kubeflow(doc):
             native, before = _native(translate(doc), found)
-            out.append(_with_comments_before(_dump(yaml, native), before))
+            last = "".join(f"# {text}".rstrip() + "\n" for _, text in found.after)
+            out.append(_with_comments_before(_dump(yaml, native), before) + last)
             converted += 1
         else:  # as it was written
             out.append(texts[index] if texts else _dump(yaml, doc))
@@ -133,6 +136,7 @@ def _tokens(node: Any, path: JsonPath = ()) -> list[tuple[JsonPath, str, bool]]:
     out: list[tuple[JsonPath, str, bool]] = []
     if isinstance(node, CommentedMap | CommentedSeq):
         out.extend((path, text, False) for text in _flatten(getattr(node.ca, "comment", None)))
+        out.extend((path, text, False) for text in _flatten(getattr(node.ca, "end", None)))
         same_line = 2 if isinstance(node, CommentedMap) else 0  # ruamel's slot for it
         for key, entry in node.ca.items.items():
             for slot, part in enumerate(entry):
@@ -171,8 +175,10 @@ def _gather(text: str, documents: list[Any], positions: list[list[tuple[int, Jso
         if not stripped.startswith("#") or stripped not in comment_lines:
             continue
         following = next(((i, p) for n, i, p in starts if n > number), None)
-        index, anchor = following if following else (len(documents) - 1, ())
-        found[index].before.setdefault(anchor, []).append((number, _strip(stripped)))
+        if following is None:  # after the last field: at the end
+            found[-1].after.append((number, _strip(stripped)))
+        else:
+            found[following[0]].before.setdefault(following[1], []).append((number, _strip(stripped)))
     return found
 
 

@@ -1,7 +1,9 @@
 """Spec files from folders and files: discovery, reading, and a cache of parse results.
 
 Discovery takes every ``*.yaml``/``*.yml`` under the given paths, skipping hidden files and
-folders and the state and status folders, not following links to folders. A folder or file
+folders, the state and status folders and the config file in effect (``tfdeclare.yaml`` beside
+the specs is not a job; a file named on the command line is read whatever it is), not
+following links to folders. A folder or file
 that cannot be listed or looked at is a read error (``Code.READ_ERROR``), never skipped
 silently: the listing is then incomplete, and the planner prunes nothing. The cache keeps
 one ``FileResult`` per file keyed by its stat (size, mtime, inode); a file modified within the
@@ -91,6 +93,7 @@ class SpecFiles:
         *,
         checks: Sequence[SpecCheck] = (),
         exclude: Iterable[Path] = (),
+        skip_files: Iterable[Path] = (),
         base: Path | None = None,
         stdin: bytes | None = None,
         clock: Callable[[], float] = time.time,
@@ -100,6 +103,18 @@ class SpecFiles:
         self.clock = clock  # the wall clock the racy window is measured on (files' mtimes)
         self.checks = tuple(checks)
         self.exclude = {os.path.realpath(p) for p in exclude}
+        # Files a folder's walk passes over, by their real folder: names there (the path as
+        # given, and with its links resolved: a config named through a link is passed over
+        # where the link lies and where it leads).
+        self._skipped: dict[str, set[str]] = {}
+        for skipped in skip_files:
+            for form in (
+                os.path.join(
+                    os.path.realpath(os.path.dirname(os.path.abspath(skipped))), os.path.basename(skipped)
+                ),
+                os.path.realpath(skipped),
+            ):
+                self._skipped.setdefault(os.path.dirname(form), set()).add(os.path.basename(form))
         self.base = str(base) if base is not None else None
         # Where spec files may really lie (their links resolved): the folders given, the base.
         self.roots = [os.path.realpath(p) for p in [*self.paths, *([self.base] if self.base else [])]]
@@ -129,8 +144,13 @@ class SpecFiles:
         for path in self.paths:
             try:
                 stat = os.stat(path)
-            except OSError:
-                problems.append(Diagnostic(path, None, None, "no such file or folder", None, Code.READ_ERROR))
+            except OSError as err:  # a whole-file problem (line 1)
+                if os.path.lexists(path):  # a dangling link or a loop: as a walk reports it
+                    problems.append(_read_error(path, 1, "cannot read", err))
+                else:
+                    problems.append(
+                        Diagnostic(path, 1, None, "no such file or folder", None, Code.READ_ERROR)
+                    )
                 continue
             if os.path.isdir(path):
                 if os.path.realpath(path) not in self.exclude:
@@ -166,9 +186,10 @@ class SpecFiles:
                 continue
             stamped: dict[str, int] = {}
             below: list[str] = []
+            skipped = self._skipped.get(os.path.realpath(folder), ()) if self._skipped else ()
             for entry in entries:
                 name = entry.name
-                if name.startswith("."):
+                if name.startswith(".") or name in skipped:
                     continue
                 if name.endswith(_SUFFIXES):
                     if entry.is_symlink():
@@ -286,6 +307,7 @@ class SpecFiles:
         job), and no name moves between files. Otherwise None, and the caller loads everything."""
         if self._last is None or self._last[1].diagnostics:
             return None
+        changed = [p for p in changed if p in self.paths or not self._passed_over(p)]
         previous = self._last[1]
         # dict.copy clones the table (about 4 ns a job at 10,000); dict() of a dict that ever
         # lost a key inserts every key again (about 45 ns a job): the told re-plan's one copy
@@ -329,6 +351,11 @@ class SpecFiles:
         state = DesiredState(jobs, (), {}, frozenset(), shown_files, patch=(previous.token, frozenset(names)))
         self._last = (None, state)  # no per-file list: the next full load compares nothing
         return state
+
+    def _passed_over(self, path: str) -> bool:
+        """Whether a folder's walk passes over the file ``path`` (``skip_files``)."""
+        names = self._skipped.get(os.path.realpath(os.path.dirname(path))) if self._skipped else None
+        return names is not None and os.path.basename(path) in names
 
     def _outside(self, path: str) -> Diagnostic | None:
         """The refusal of the link ``path`` when it leads outside every root, else None."""

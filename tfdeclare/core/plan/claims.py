@@ -168,7 +168,7 @@ def desired_mismatches(saved: SavedPlan, desired: DesiredState, plan_file: str) 
     shown: an environment value may be a secret), or at the plan file."""
 
     def at_plan(message: str) -> Diagnostic:
-        return Diagnostic(plan_file, None, None, f"{message}: {_AGAIN}", None, Code.PLAN_MISMATCH)
+        return Diagnostic(plan_file, 1, None, f"{message}: {_AGAIN}", None, Code.PLAN_MISMATCH)
 
     problems: list[Diagnostic] = []
     for name in sorted(saved.jobs.keys() - desired.jobs.keys()):

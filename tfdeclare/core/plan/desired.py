@@ -104,7 +104,7 @@ def _duplicate(job: LoadedJob, results: list[FileResult]) -> Diagnostic:
     return Diagnostic(
         here.file,
         here.line,
-        None,
+        here.column,
         f"job name {job.name!r} is also defined at {others}",
         "$.metadata.name",
         Code.DUPLICATE_NAME,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Protocol, runtime_checkable
 
@@ -29,6 +29,7 @@ class SourceRef:
     file: str
     line: int
     document: int = 0
+    column: int | None = field(default=None, compare=False)  # where a name was found, for diagnostics
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}"
@@ -117,8 +118,8 @@ def load_file(path: str, data: bytes, checks: Sequence[SpecCheck] = ()) -> FileR
         name = _name_of(view.value)
         source = SourceRef(path, document.line, document.index)
         if name is not None:
-            name_line, _ = view.locate(("metadata", "name"))
-            named.append((name, SourceRef(path, name_line, document.index)))
+            name_line, name_column = view.locate(("metadata", "name"))
+            named.append((name, SourceRef(path, name_line, document.index, name_column)))
         job, problems = _load_document(view, source, checks)
         diagnostics.extend(problems)
         if job is not None:
