@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import cli, job_yaml
 
@@ -94,6 +98,34 @@ def test_the_config_file_beside_the_specs_is_not_read_as_one(workdir: Path) -> N
         named.returncode == 1
         and "tfdeclare.yaml:1:1: error: missing required field 'apiVersion'" in named.stderr
     )
+
+
+_PEAK_OF_CHILD = """
+import resource, subprocess, sys
+done = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, done.returncode)
+print(done.stderr)
+"""
+
+
+@pytest.mark.parametrize("command", ["validate", "convert"])
+def test_a_file_over_the_limit_is_refused_unread(workdir: Path, command: str) -> None:
+    """A spec author pushes a 1 GiB file (sparse here): it is refused at its size, not read
+    into memory first (which took a gigabyte and seconds, in the daemon too)."""
+    (workdir / "specs" / "big.yaml").write_bytes(b"")
+    os.truncate(workdir / "specs" / "big.yaml", 1 << 30)
+    target = "specs" if command == "validate" else "specs/big.yaml"
+    out = subprocess.run(
+        [sys.executable, "-c", _PEAK_OF_CHILD, sys.executable, "-m", "tfdeclare", command, target],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    peak_kib, code = map(int, out.split("\n", 1)[0].split())
+    assert code == 1
+    assert "specs/big.yaml:1: error: file is 1073741824 bytes, more than the limit of 1048576" in out
+    assert peak_kib < 200 * 1024, f"{peak_kib} KiB: the file was read"
 
 
 def test_plan_text_detailed_exitcode_and_saved_plan(workdir: Path) -> None:

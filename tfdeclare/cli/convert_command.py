@@ -20,9 +20,8 @@ from tfdeclare.cli.common import (
     settings_from,
     stdout_write,
 )
-from tfdeclare.core.spec.loader import load_file
 from tfdeclare.files import write_atomic
-from tfdeclare.shell.sources import spec_sources
+from tfdeclare.shell.sources import load_spec_file, spec_sources
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
@@ -34,10 +33,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
     for name in args.files:
         path = Path(name)
         try:
-            data = path.read_bytes()
+            data, result = load_spec_file(name, settings.reading(spec_sources([name])).spec_checks)
         except OSError as err:
             raise UserError(f"{name}: cannot read: {err.strerror or err}") from err
-        result = load_file(name, data, settings.reading(spec_sources([name])).spec_checks)
         print_diagnostics(result.diagnostics)
         if result.has_errors:
             failed = True

@@ -42,6 +42,7 @@ from pathlib import Path
 from tfdeclare.core.diagnostics import Code, Diagnostic, Severity
 from tfdeclare.core.plan.desired import DesiredState, assemble, holds_no_job
 from tfdeclare.core.plan.scope import PruneScope
+from tfdeclare.core.spec.documents import MAX_FILE_BYTES, too_large
 from tfdeclare.core.spec.loader import STDIN_NAME, FileResult, SpecCheck, content_hash, load_file
 from tfdeclare.core.spec.policy import SpecSources
 from tfdeclare.shell.stamps import RACY_SECONDS, Folder, Stamps, stamp, walked_folder
@@ -390,6 +391,10 @@ class SpecFiles:
         cached = self._cache.get(shown)
         if cached is not None and cached[0] == key and now - stat.st_mtime >= RACY_SECONDS:
             return cached[1]
+        if stat.st_size > MAX_FILE_BYTES:  # refused unread (a 1 GB file pushed is not read)
+            result = _too_large(shown, stat.st_size)
+            self._cache[shown] = (key, result)
+            return result
         try:
             data = _read(path, stat.st_size)
         except OSError as err:
@@ -427,16 +432,33 @@ def _racy(stat: os.stat_result, now: float) -> bool:
     return now - stat.st_mtime < RACY_SECONDS or now - stat.st_ctime < RACY_SECONDS
 
 
+def load_spec_file(path: str, checks: Sequence[SpecCheck]) -> tuple[bytes, FileResult]:
+    """A spec file named by the user (``convert``), its bytes and what loading them gives,
+    as discovery reads one: a file over the loader's limit is refused unread. Raises
+    ``OSError`` when it cannot be read."""
+    size = os.stat(path).st_size
+    if size > MAX_FILE_BYTES:
+        return b"", _too_large(path, size)
+    data = _read(path, size)
+    return data, load_file(path, data, checks)
+
+
+def _too_large(shown: str, size: int) -> FileResult:
+    return FileResult(shown, "", (), (too_large(shown, size),), ())
+
+
 def _read(path: str, size: int) -> bytes:
-    """The file's bytes (``os.read``: a buffered file object costs more than the read). A
-    read of a regular file that gives less than asked has reached its end: most spec files
-    take one read, not a second that finds nothing."""
+    """The file's bytes, at most one more than ``MAX_FILE_BYTES`` (a file that grew since its
+    ``stat`` is refused by the loader, not read whole), by ``os.read``: a buffered file object
+    costs more than the read. A read of a regular file that gives less than asked has reached
+    its end: most spec files take one read, not a second that finds nothing."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         asked = max(size + 1, 1 << 16)
-        parts = []
-        while chunk := os.read(fd, asked):
+        parts, left = [], MAX_FILE_BYTES + 1
+        while left > 0 and (chunk := os.read(fd, min(asked, left))):
             parts.append(chunk)
+            left -= len(chunk)
             if len(chunk) < asked:
                 break
         return b"".join(parts)

@@ -290,16 +290,16 @@ class _TooComplex(Exception):
         self.node = node
 
 
+def too_large(source: str, size: int) -> Diagnostic:
+    """The refusal of a file over ``MAX_FILE_BYTES`` (a reader that knows the size from a
+    ``stat`` gives it without reading the file)."""
+    message = f"file is {size} bytes, more than the limit of {MAX_FILE_BYTES}"
+    return Diagnostic(source, 1, None, message, None, Code.FILE_TOO_LARGE)
+
+
 def _decode(source: str, data: bytes) -> tuple[str | None, Diagnostic | None]:
     if len(data) > MAX_FILE_BYTES:
-        return None, Diagnostic(
-            source,
-            1,
-            None,
-            f"file is {len(data)} bytes, more than the limit of {MAX_FILE_BYTES}",
-            None,
-            Code.FILE_TOO_LARGE,
-        )
+        return None, too_large(source, len(data))
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
