@@ -100,6 +100,38 @@ def test_the_config_file_beside_the_specs_is_not_read_as_one(workdir: Path) -> N
     )
 
 
+@pytest.mark.parametrize(
+    ("args", "folder"),
+    [
+        (("validate", "specs", "--status-dir", "specs"), "status folder"),
+        (("plan", "specs", "--status-dir", "specs/"), "status folder"),
+        (("apply", "specs/s.yaml", "--status-dir", "specs"), "status folder"),
+        (("apply", "specs", "--state-dir", "specs"), "state folder"),
+        (("daemon", "--specs", "specs", "--status-dir", "./specs", "--port", "0"), "status folder"),
+        (
+            ("daemon", "--specs", "specs", "--prune", "--allow-empty", "--state-dir", "specs", "--port", "0"),
+            "state folder",
+        ),
+    ],
+)
+def test_a_status_or_state_folder_that_is_the_specs_folder_is_refused(
+    workdir: Path, args: tuple[str, ...], folder: str
+) -> None:
+    """Status and state folders are passed over by the walk, and a job's status file is
+    ``<name>.yaml``: the specs folder as either read no spec (the daemon with --prune then
+    deleted every job and its file) and had ``s.yaml`` overwritten with the status of job
+    ``s``. Refused before anything is read, written or started."""
+    spec = workdir / "specs" / "s.yaml"
+    spec.write_text(job_yaml("s"))
+    before = sorted(p.name for p in (workdir / "specs").iterdir())
+    result = cli(*args, cwd=workdir, timeout=60)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"the {folder} is where the specs are" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert spec.read_text() == job_yaml("s")
+    assert sorted(p.name for p in (workdir / "specs").iterdir()) == before
+
+
 _PEAK_OF_CHILD = """
 import resource, subprocess, sys
 done = subprocess.run(sys.argv[1:], capture_output=True, text=True)

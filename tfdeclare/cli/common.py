@@ -68,6 +68,28 @@ class Settings:
         """These settings for specs read from ``sources``."""
         return replace(self, sources=sources)
 
+    def refuse_overlap(self, paths: Sequence[str | Path]) -> None:
+        """A ``UserError`` when the state or status folder is a folder the specs are read from
+        (one given, or a given file's own): a walk passes over those folders, so the specs
+        there would go unread, and a job's status file (``<name>.yaml``) would be written over
+        the spec file of that name (or the daemon, reading none, would prune every job)."""
+        own = {
+            os.path.realpath(self.status_dir): ("status folder", "--status-dir", "./status"),
+            os.path.realpath(self.state_dir): ("state folder", "--state-dir", "./.tfdeclare"),
+        }
+        for path in paths:
+            if str(path) == "-":
+                continue
+            folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+            found = own.get(os.path.realpath(folder))
+            if found is not None:
+                what, option, default = found
+                raise UserError(
+                    f"the {what} is where the specs are ({path}): status and state files are "
+                    f"not specs, and would be written beside them; give the {what} a folder of "
+                    f"its own ({option}, default {default})"
+                )
+
     @property
     def config_files(self) -> tuple[Path, ...]:
         """The config file in effect, which a walk of the spec folders passes over (it is

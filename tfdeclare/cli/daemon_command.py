@@ -180,6 +180,7 @@ def _serve(args: argparse.Namespace, settings: Settings, server: DaemonServer) -
             folder = Path(args.specs)
             if not folder.is_dir():
                 raise UserError(f"--specs {folder}: no such folder")
+            settings.refuse_overlap([folder])
             source = FolderSource(folder, [settings.state_dir, settings.status_dir])
             base_dir = Path.cwd()
             scope = prune_scope([folder])

@@ -388,6 +388,8 @@ def _finished(records: dict[str, JobRecord], wait: bool, *, patient: bool = Fals
 
 def cmd_apply(args: argparse.Namespace) -> int:
     settings = settings_from(args)
+    if not _is_plan_file(args.paths):
+        settings.refuse_overlap(args.paths)  # before the lock makes the state folder
     store = StateStore(settings.state_dir)
     with locked(settings, "apply", source=" ".join(args.paths)):
         if _is_plan_file(args.paths):

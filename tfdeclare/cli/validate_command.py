@@ -24,6 +24,7 @@ def load_desired(
     (``Settings.launch_checks``), ``plan``'s (``plan_checks``: this machine's findings as
     warnings) or ``validate``'s (``spec_checks``: files only); ``-`` reads one file from
     standard input (shown as <stdin>)."""
+    settings.refuse_overlap(paths)
     stdin = sys.stdin.buffer.read(MAX_FILE_BYTES + 1) if "-" in paths else None  # the loader bounds it
     settings = settings.reading(spec_sources(paths))
     checks = (
