@@ -394,3 +394,32 @@ def test_lines_are_counted_as_editors_count_them(odd_break: str) -> None:
     found = diagnostics(text)
     count = [d for d in found if d[2] == "$.spec.replicas.worker.count"]
     assert count and count[0][0] == 8, found
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (  # a bad name no longer hides the spec's own rules
+            "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: Bad}\nspec:\n  replicas: {ps: {count: 1}}\n",
+            [Code.SCHEMA, Code.NO_CHIEF_OR_WORKER, Code.MISSING_COMMAND],
+        ),
+        (  # nor does bad metadata, or an unknown top-level field
+            "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: ok, labels: 5}\nx: 1\n"
+            "spec:\n  replicas: {ps: {count: 1}}\n",
+            [Code.SCHEMA, Code.SCHEMA, Code.NO_CHIEF_OR_WORKER, Code.MISSING_COMMAND],
+        ),
+        (  # an error inside spec: its rules wait (they read a spec the schema refused)
+            "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: Bad}\n"
+            "spec:\n  replicas: {ps: {count: x}}\n",
+            [Code.SCHEMA, Code.SCHEMA],
+        ),
+        ("apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: Bad}\n", [Code.SCHEMA, Code.SCHEMA]),
+    ],
+)
+def test_the_specs_rules_are_reported_beside_errors_outside_it(text: str, expected: list[Code]) -> None:
+    result = load_file("a.yaml", text.encode())
+    assert result.jobs == ()
+    assert sorted(d.code for d in result.diagnostics) == sorted(expected), [
+        d.format() for d in result.diagnostics
+    ]
+    assert all(d.line >= 1 for d in result.diagnostics if d.line is not None)

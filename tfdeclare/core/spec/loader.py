@@ -240,7 +240,10 @@ def _load_native(
 ) -> tuple[LoadedJob | None, list[Diagnostic]]:
     errors = load_schema("job").validate(value)
     if errors or view.document.refused:
-        return None, [view.diagnostic(e.path, e.message, key=e.at_key) for e in errors]
+        found = [view.diagnostic(e.path, e.message, key=e.at_key) for e in errors]
+        if not view.document.refused and all(e.path[:1] != ("spec",) for e in errors):
+            found += _semantic_problems_of_a_valid_spec(view, value)
+        return None, found
     both = _priority_twice(view, value)  # before the defaults fill in spec.priority
     filled = load_schema("job").fill_defaults(value)
     try:
@@ -288,6 +291,19 @@ def _admitted(job: LoadedJob, checks: Sequence[SpecCheck]) -> LoadedJob:
     if canonical is job.canonical:
         return job
     return LoadedJob(job.name, canonical, fingerprint(canonical), job.source)
+
+
+def _semantic_problems_of_a_valid_spec(view: _View, value: dict[str, Any]) -> list[Diagnostic]:
+    """``_semantic_problems`` of a document whose schema errors all lie outside ``spec`` (a bad
+    name, an unknown top-level field): its spec is whole, so its rules are reported with them
+    rather than after they are fixed (the rules read ``spec`` alone: the metadata is stood in
+    for). Nothing when the canonical form cannot be made even so."""
+    whole = {**value, "metadata": {"name": "job"}}
+    try:
+        canonical = canonicalize(load_schema("job").fill_defaults(whole))
+    except (QuantityError, KeyError, TypeError, ValueError, AttributeError):
+        return []
+    return _semantic_problems(view, canonical)
 
 
 def _semantic_problems(view: _View, canonical: Mapping[str, Any]) -> list[Diagnostic]:
