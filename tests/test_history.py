@@ -210,11 +210,11 @@ def test_an_entry_is_bounded() -> None:
     assert HistoryEntry.from_json(json.loads(entry.line())) == entry
 
 
-def test_texts_from_a_commit_lose_their_control_characters_and_length() -> None:
+def test_texts_from_a_commit_show_their_control_characters_escaped_and_lose_length() -> None:
     hostile = Revision("d" * 40, "Eve <eve@example.com>\x1b[2J", 1.0e9, "\x1b]0;owned\x07" + "x" * 1000)
     _, (made,) = run([(1.0, hostile, plan(CREATE_G))])
     assert made.revision is not None and "\x1b" not in made.revision.subject + made.revision.author
-    assert made.revision.subject.startswith("\ufffd]0;owned\ufffd") and len(made.revision.subject) == 300
+    assert made.revision.subject.startswith("\\x1b]0;owned\\x07") and len(made.revision.subject) == 300
     assert "\x1b" not in made.line().decode() and "\\u001b" not in made.line().decode()
 
 

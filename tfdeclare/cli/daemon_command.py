@@ -21,6 +21,7 @@ from pathlib import Path
 
 from tfdeclare.backends import progress
 from tfdeclare.cli.common import EXIT_OK, Settings, UserError, settings_from, state_dir_note
+from tfdeclare.cli.logformat import LineFormatter
 from tfdeclare.cli.pulls import PlainPulls
 from tfdeclare.cli.wiring import controller_for, locked
 from tfdeclare.controller import Controller
@@ -53,7 +54,7 @@ def _setup_logging(fmt: str) -> None:
     if fmt == "json":
         handler.setFormatter(_JsonFormatter())
     else:
-        formatter = logging.Formatter("%(asctime)s %(levelname)-7s %(message)s", "%Y-%m-%dT%H:%M:%SZ")
+        formatter = LineFormatter("%(asctime)s %(levelname)-7s %(message)s", "%Y-%m-%dT%H:%M:%SZ")
         formatter.converter = time.gmtime
         handler.setFormatter(formatter)
     root = logging.getLogger("tfdeclare")

@@ -26,6 +26,7 @@ from types import FrameType
 from tfdeclare.backends.base import BackendError
 from tfdeclare.cli import background
 from tfdeclare.cli.common import settings_from
+from tfdeclare.cli.logformat import LineFormatter
 from tfdeclare.cli.wiring import controller_for
 from tfdeclare.core.enums import Phase
 from tfdeclare.core.run.keeping import any_needs_controller
@@ -62,9 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", required=True)
     parser.add_argument("--config")
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(LineFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
     out = _Log(args.state_dir)
     stop = threading.Event()
     wake = threading.Event()

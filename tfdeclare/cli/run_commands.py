@@ -56,6 +56,7 @@ from tfdeclare.core.plan.problems import held_by, merged, standing
 from tfdeclare.core.plan.render import plan_json, render_text_parts
 from tfdeclare.core.run.record import JobRecord
 from tfdeclare.core.tone import Painter, plain
+from tfdeclare.core.visible import visible
 from tfdeclare.files import JobWriteError
 from tfdeclare.shell import problems as problems_file
 from tfdeclare.shell.sources import spec_sources
@@ -180,7 +181,7 @@ def _progress_line(record: JobRecord, paint: Painter = plain) -> str:
         parts.append(f"{done} succeeded")
     if record.restarts:
         parts.append(f"restarts {record.restarts}/{spec.backoff_limit}")
-    return ", ".join(parts) + (f" — {record.message}" if record.message else "")
+    return ", ".join(parts) + (f" — {visible(record.message)}" if record.message else "")
 
 
 _CLEAR = "\r\x1b[K"
@@ -555,7 +556,7 @@ def _apply_outcome(
         stderr_line(f"tfdeclare: cannot be scheduled: {_some(stuck)} (see `tfdeclare status NAME`)")
     refused = sorted(n for n, r in records.items() if r.reason is Reason.LAUNCH_REFUSED)
     for name in refused:
-        stderr_line(f"tfdeclare: {name}: {records[name].message}")
+        stderr_line(f"tfdeclare: {name}: {visible(records[name].message)}")
     stuck += refused
     if wait and failed:
         stderr_line(f"tfdeclare: failed: {_some(failed)}")

@@ -38,6 +38,7 @@ from tfdeclare.core.run.record import JobRecord
 from tfdeclare.core.run.status import progress_lines
 from tfdeclare.core.spec.selector import Selector
 from tfdeclare.core.tone import PHASE_TONES, Painter, Tone, plain
+from tfdeclare.core.visible import visible, visible_data
 from tfdeclare.shell import problems as problems_file
 from tfdeclare.shell.lock import ControllerLock
 from tfdeclare.shell.statuswriter import STATUS_INDEX, StatusWriter
@@ -97,7 +98,9 @@ def _phase(phase: str, paint: Painter, width: int = 0) -> str:
 
 
 def _status_table(summaries: list[dict[str, Any]], paint: Painter = plain) -> str:
-    """One line a job, from its summary (``core.run.status.summary``)."""
+    """One line a job, from its summary (``core.run.status.summary``); what it quotes (a
+    message, a file name) written ``visible``."""
+    summaries = visible_data(summaries)
     rows = [("NAME", "PHASE", "TASKS", "RESTARTS", "AGE", "MESSAGE")]
     for job in summaries:
         done = job.get("succeeded", 0)
@@ -132,6 +135,9 @@ def _last_error(doc: dict[str, Any]) -> list[str]:
 
 
 def _status_detail(doc: dict[str, Any], paint: Painter = plain) -> str:
+    """A job's status as text; what it quotes (messages, file names, a spec's values) written
+    ``visible``: the document as data (``-o json``) keeps them exact."""
+    doc = visible_data(doc)
     lines = [f"{paint(doc['name'], Tone.STRONG)}: {_phase(doc['phase'], paint)} — {doc.get('message', '')}"]
     if doc.get("source"):
         lines.append(f"  source:    {doc['source']['file']}:{doc['source']['line']}")
@@ -247,8 +253,8 @@ def _problems_footer(problems: tuple[Problem, ...], as_of: str | None, paint: Pa
     ]
     for problem in problems:
         held = f" (holds back {', '.join(problem.jobs)})" if problem.jobs else ""
-        lines.append(f"  {problem.path}: {problem.kind.value}{held}, since {problem.since_text}")
-        lines.append(f"    {problem.message}")
+        lines.append(f"  {visible(problem.path)}: {problem.kind.value}{held}, since {problem.since_text}")
+        lines.append(f"    {visible(problem.message)}")
         more = problem.diagnostic_count - 1
         if more > 0:
             lines.append(f"    ... and {more} more error{'s' if more > 1 else ''}")
@@ -415,7 +421,7 @@ def _print_documents(
     stdout_write(document_text(listed, args.output))
     if not args.problems:  # the list (or document) scripts read, as before: the problems go to stderr
         for problem in problems:
-            stderr_line(f"tfdeclare: problem ({problem.kind.value}): {problem.message}")
+            stderr_line(f"tfdeclare: problem ({problem.kind.value}): {visible(problem.message)}")
     if not documents:  # the list stays a list (scripts count it); where it looked, aside
         stderr_line(f"tfdeclare: no {_none_found(selector)} in {_folders_read(args, reading.settings)}")
 

@@ -3,6 +3,10 @@
 ``PATH:LINE:COL: error: MESSAGE (at $.json.path)`` — editors jump to it. Every user error in
 tfdeclare is a ``Diagnostic``; the CLI prints them, ``-o json`` gives them as data, and status
 conditions quote them. The ``code`` is a closed vocabulary so tools can match on it.
+
+``format`` is one line, whatever the spec held: its path, message and JSON path are written
+``visible`` (a key, a value or a file name with a newline or a terminal escape cannot forge
+another diagnostic line or colour the terminal); ``to_json`` keeps them exact.
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
+
+from tfdeclare.core.visible import visible
 
 
 class Severity(StrEnum):
@@ -54,14 +60,14 @@ class Diagnostic:
     severity: Severity = Severity.ERROR
 
     def format(self) -> str:
-        place = self.path
+        place = visible(self.path)
         if self.line is not None:
             place += f":{self.line}"
             if self.column is not None:
                 place += f":{self.column}"
-        text = f"{place}: {self.severity.value}: {self.message}"
+        text = f"{place}: {self.severity.value}: {visible(self.message)}"
         if self.json_path:
-            text += f" (at {self.json_path})"
+            text += f" (at {visible(self.json_path)})"
         return text
 
     def to_json(self) -> dict[str, Any]:

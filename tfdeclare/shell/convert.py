@@ -15,6 +15,11 @@ Documents that are not Kubeflow TFJobs (a PersistentVolumeClaim beside the TFJob
 back as their text was. What could not be carried over is listed in a comment at the top of
 the converted document (and printed as warnings).
 
+Every comment line written (the header's warnings, which quote the manifest's values; the
+comments carried over; end-of-line comments) is one line: its text is written ``visible``, so
+that neither ``\n`` nor a break only YAML reads as one (``\r``, U+0085, U+2028, U+2029) ends
+the comment and makes the rest of a value a document of the converted file.
+
 Input is first checked by our own safe loader (``load_file``): a file with errors is not
 converted, so ruamel never sees input our loader would refuse.
 """
@@ -32,6 +37,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from tfdeclare.core.diagnostics import JsonPath
 from tfdeclare.core.spec.kubeflow import Translation, is_kubeflow, translate
+from tfdeclare.core.visible import visible
 
 HEADER = "Converted from a Kubeflow {version} TFJob by `tfdeclare convert`."
 
@@ -64,7 +70,7 @@ def convert_text(text: str) -> Converted:
     for index, (doc, found) in enumerate(zip(documents, comments, strict=True)):
         if is_kubeflow(doc):
             native, before = _native(translate(doc), found)
-            last = "".join(f"# {text}".rstrip() + "\n" for _, text in found.after)
+            last = "".join(_comment_line(text) + "\n" for _, text in found.after)
             out.append(_with_comments_before(_dump(yaml, native), before) + last)
             converted += 1
         else:  # as it was written
@@ -216,7 +222,7 @@ def _native(translation: Translation, comments: _Comments) -> tuple[CommentedMap
         start.extend(f"- {message}" for message in dict.fromkeys(m for _, m in translation.warnings))
     start.extend(ordered.pop((), []))
     start.extend(ordered.pop(("apiVersion",), []))
-    root.yaml_set_start_comment("\n".join(start))
+    root.yaml_set_start_comment("\n".join(visible(line) for line in start))  # ruamel: a "# " a line
     return root, ordered
 
 
@@ -246,7 +252,12 @@ def _parent(root: CommentedMap, target: JsonPath) -> Any:
 
 def _eol(root: CommentedMap, target: JsonPath, text: str) -> None:
     parent = _parent(root, target)
-    parent.yaml_add_eol_comment(f"# {text}", target[-1])
+    parent.yaml_add_eol_comment(_comment_line(text), target[-1])
+
+
+def _comment_line(text: str) -> str:
+    """``# text``, one line whatever ``text`` holds (``visible``)."""
+    return f"# {visible(text)}".rstrip()
 
 
 def _with_comments_before(text: str, before: dict[JsonPath, list[str]]) -> str:
@@ -265,7 +276,7 @@ def _with_comments_before(text: str, before: dict[JsonPath, list[str]]) -> str:
         if not key:
             continue
         line, column = _parent(tree, key).lc.key(key[-1])
-        inserts.setdefault(line, []).extend(" " * column + f"# {t}".rstrip() for t in texts)
+        inserts.setdefault(line, []).extend(" " * column + _comment_line(t) for t in texts)
     out: list[str] = []
     for number, line in enumerate(text.splitlines(keepends=True)):
         out.extend(f"{comment}\n" for comment in inserts.get(number, ()))

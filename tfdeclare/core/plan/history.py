@@ -35,6 +35,7 @@ from typing import Any
 from tfdeclare.core.enums import Reason
 from tfdeclare.core.plan.planner import Action, Plan
 from tfdeclare.core.run.record import Revision
+from tfdeclare.core.visible import visible
 
 ENTRY_VERSION = 1
 MAX_JOBS = 100  # jobs named per entry (the rest counted in ``jobs_omitted``)
@@ -63,13 +64,11 @@ class SourceKind(StrEnum):
     APPLY = "apply"  # `tfdeclare apply PATH...`
 
 
-_CONTROL = dict.fromkeys([*range(0x20), *range(0x7F, 0xA0)], "\ufffd")
-
-
 def _clip(text: str) -> str:
-    """A text as an entry keeps it: control characters (a commit subject is anyone's to write:
-    no terminal escape reaches ``tfdeclare history``) as U+FFFD, at most ``MAX_TEXT`` long."""
-    text = text.translate(_CONTROL)
+    """A text as an entry keeps it: control characters written out (``visible``: a commit
+    subject is anyone's to write, no terminal escape reaches ``tfdeclare history``), at most
+    ``MAX_TEXT`` long."""
+    text = visible(text)
     return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 3] + "..."
 
 

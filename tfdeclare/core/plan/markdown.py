@@ -11,10 +11,18 @@ with ``link_base`` (``https://github.com/OWNER/REPO/blob/COMMIT``: the files as 
 commit). A path that cannot be linked (absolute, above the folder, ``<stdin>``) is shown as
 code. The resource totals count every job's tasks, running or finished (what the specs ask
 for, as a reviewer compares files), and never a job the plan keeps from acting on.
+
+Text from the specs (messages quoting values, file names, label keys) is never Markdown or
+HTML here: in a table cell or a link's text its characters that Markdown reads (backslash,
+backtick, brackets, angle brackets, ``|``) are backslash-escaped; in a code span or a fenced
+block it is shown as written, the span's or fence's backticks outnumbering any run in it; and
+everywhere its control characters are written out (``visible``), so no value starts a line.
 """
 
 from __future__ import annotations
 
+import html
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -33,13 +41,40 @@ from tfdeclare.core.plan.render import (
 from tfdeclare.core.spec.loader import SourceRef
 from tfdeclare.core.spec.model import JobSpec
 from tfdeclare.core.spec.resources import Resources
+from tfdeclare.core.visible import visible
 
 _GONE = (Action.DELETE, Action.ORPHAN)  # their files no longer define them: no link
 _NOTE = {"restart": "forces restart", "resize": "resizes", "in-place": "in place"}
 
 
+_MARKDOWN = re.compile(r"[\\`\[\]<>|]")  # what starts code, a link, an image, HTML; a cell's end
+_BACKTICKS = re.compile("`+")
+
+
 def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """``text`` as Markdown shows it literally: in a table cell, a link's text, a summary."""
+    return _MARKDOWN.sub(r"\\\g<0>", visible(text))
+
+
+def _longest_backticks(lines: Iterable[str]) -> int:
+    return max((len(run) for line in lines for run in _BACKTICKS.findall(line)), default=0)
+
+
+def _code(text: str) -> str:
+    """``text`` as a code span in a table cell: delimited by more backticks than any run in it
+    (padded where it starts or ends with one), ``|`` escaped as a table's cell needs."""
+    text = visible(text).replace("|", "\\|")
+    ticks = "`" * (_longest_backticks([text]) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"
+
+
+def fenced(lines: list[str], info: str = "") -> list[str]:
+    """``lines`` as a fenced code block whose fence no line can close: each line ``visible``
+    (one line stays one), the fence one backtick longer than any run of them in the lines."""
+    shown = [visible(line) for line in lines]
+    fence = "`" * max(3, _longest_backticks(shown) + 1)
+    return [fence + info, *shown, fence]
 
 
 def _linkable(path: str) -> bool:
@@ -50,7 +85,7 @@ def file_link(source: SourceRef, link_base: str | None = None, *, link: bool = T
     """``[specs/a.yaml:3](specs/a.yaml#L3)``, absolute under ``link_base`` when given."""
     text = f"{source.file}:{source.line}"
     if not link or not _linkable(source.file):
-        return f"`{_md(text)}`"
+        return _code(text)
     target = quote(source.file.removeprefix("./")) + f"#L{source.line}"
     if link_base:
         target = link_base.rstrip("/") + "/" + target
@@ -126,7 +161,7 @@ def _job_row(job: JobPlan, link_base: str | None, now: float = 0.0) -> str:
     )
     cells = [
         f"`{job.action.symbol}`",
-        f"`{job.name}`",
+        _code(job.name),
         job.action.value,
         _md(
             job.message
@@ -148,9 +183,7 @@ def render_markdown(plan: Plan, *, link_base: str | None = None) -> str:
         counted = ", ".join(f"{kinds[k]} {k}(s)" for k in ("error", "warning", "note") if kinds[k])
         out.append(f"<details open><summary>{counted} in the specs</summary>")
         out.append("")
-        out.append("```")
-        out.extend(d.format() for d in plan.diagnostics)
-        out.append("```")
+        out.extend(fenced([d.format() for d in plan.diagnostics]))
         out.append("</details>")
         out.append("")
     rows = [j for j in plan.jobs if j.action is not Action.NOOP]
@@ -172,13 +205,11 @@ def render_markdown(plan: Plan, *, link_base: str | None = None) -> str:
             continue
         opened = " open" if job.changes else ""  # a whole spec is there on request
         out.append(
-            f"<details{opened}><summary><code>{job.name}</code> {job.action.symbol} {job.action.value}: "
-            f"{what}</summary>"
+            f"<details{opened}><summary><code>{html.escape(job.name)}</code> "
+            f"{job.action.symbol} {job.action.value}: {what}</summary>"
         )
         out.append("")
-        out.append("```diff")
-        out.extend(lines)
-        out.append("```")
+        out.extend(fenced(lines, "diff"))
         out.append("</details>")
         out.append("")
     return "\n".join(out)

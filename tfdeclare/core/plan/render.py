@@ -3,6 +3,10 @@
 
 Environment values whose names or values look like secrets are never shown (``(sensitive)``,
 ``tfdeclare.core.spec.secrets``); references to secrets are shown as they are (they hold none).
+
+The text and Markdown plans quote the specs (values, keys, file names, messages): what they
+quote is written ``visible`` (no control character, line break or bidirectional override from a
+spec reaches the terminal or the comment); the JSON plan keeps every value exact.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from tfdeclare.core.run.record import rfc3339
 from tfdeclare.core.run.tasks import TaskKey
 from tfdeclare.core.spec.secrets import shown_env_value
 from tfdeclare.core.tone import Painter, Tone, plain
+from tfdeclare.core.visible import visible
 
 _VERB = {
     Action.CREATE: "will be created",
@@ -84,7 +89,7 @@ _ENCODE = jsontext.encoder()  # a plan of 10,000 new jobs shows 120,000 values
 def _value_text(value: Any, limit: int = 80) -> str:
     if value is ABSENT:
         return "(absent)"
-    text = _ENCODE(value)
+    text = visible(_ENCODE(value))  # JSON escapes C0 controls, not DEL, C1 or U+2028
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -173,7 +178,7 @@ def _spec_value_text(value: Any, in_env: bool) -> str:
         return _value_text(value, 100)
     if in_env:
         return _value_text(_redacted(value, True), 100)
-    text = _ENCODE(value)
+    text = visible(_ENCODE(value))
     if '"env": ' in text:
         return _value_text(_redacted(value, False), 100)
     return text if len(text) <= 100 else text[:97] + "..."
@@ -181,13 +186,14 @@ def _spec_value_text(value: Any, in_env: bool) -> str:
 
 def _change_line(change: FieldChange, paint: Painter) -> str:
     old, new = shown_value(change, change.old), shown_value(change, change.new)
+    dotted = visible(change.dotted)  # a label's or an env variable's key is anyone's to write
     if old is ABSENT:
-        body = paint(f"+ {change.dotted} = {_value_text(new)}", Tone.ADDED)
+        body = paint(f"+ {dotted} = {_value_text(new)}", Tone.ADDED)
     elif new is ABSENT:
-        body = paint(f"- {change.dotted} (was {_value_text(old)})", Tone.REMOVED)
+        body = paint(f"- {dotted} (was {_value_text(old)})", Tone.REMOVED)
     else:
         before, after = value_pair(old, new)
-        body = paint(f"~ {change.dotted}: {before} → {after}", Tone.CHANGED)
+        body = paint(f"~ {dotted}: {before} → {after}", Tone.CHANGED)
     note = {"restart": "forces restart", "resize": "resizes", "in-place": "in place"}[change.effect.value]
     return body + paint(f"   # {note}", Tone.MUTED)
 
@@ -225,9 +231,9 @@ def _job_text(
     will run, defaults filled in), as Terraform shows a ``+ resource``; ``worded``: what a
     plan's earlier blocks worded (``_Worded``)."""
     worded = {} if worded is None else worded
-    where = f"  ({job.source})" if job.source else ""
+    where = f"  ({visible(str(job.source))})" if job.source else ""
     headline = paint(f"{job.action.symbol} {job.name} {_VERB[job.action]}", _ACTION_TONES[job.action])
-    lines = [f"  {headline}{where}", f"      why: {job.message}"]
+    lines = [f"  {headline}{where}", f"      why: {visible(job.message)}"]
     if created is not None and paint is plain:
         lines.extend(spec_lines(created, "+", "      "))
     elif created is not None:
@@ -255,7 +261,7 @@ def scope_lines(job: JobPlan) -> list[str]:
     for (scope, why), roles in groups.items():
         what = "alone" if scope == "Task" else "the whole job"
         verb = "restarts" if len(roles) == 1 else "restart"
-        lines.append(f"{', '.join(roles)} {verb} {what} (restartScope {scope}: {why})")
+        lines.append(f"{', '.join(roles)} {verb} {what} (restartScope {scope}: {visible(why)})")
     return lines
 
 
@@ -275,7 +281,7 @@ def render_text_parts(plan: Plan, *, show_unchanged: bool = False, paint: Painte
     lines: list[str] = []
     scope = plan.options.scope
     if plan.options.prune and scope is not None:
-        lines.append(f"Prune scope: only jobs last applied from {scope.describe()} may be deleted.")
+        lines.append(f"Prune scope: only jobs last applied from {visible(scope.describe())} may be deleted.")
         lines.append("")
     outside = _outside(plan)
     listed = [
@@ -304,20 +310,19 @@ def render_text_parts(plan: Plan, *, show_unchanged: bool = False, paint: Painte
     kept = [j for j in plan.jobs if j.action is Action.KEEP]
     if kept:
         lines.append("Kept as applied, not acted on now:")
-        lines.extend(f"  {paint('! ' + j.name, Tone.WARN)}: {j.message}" for j in kept)
+        lines.extend(f"  {paint('! ' + j.name, Tone.WARN)}: {visible(j.message)}" for j in kept)
         lines.append("")
     orphans = [j for j in plan.jobs if j.action is Action.ORPHAN]
     if orphans:
         lines.append("Not in the files (orphaned; nothing is done to them):")
         lines.extend(
-            f"  {paint('? ' + j.name, Tone.WARN)} ({j.phase.value if j.phase else 'unknown'}): {j.message}"
-            for j in orphans
+            f"  {paint('? ' + j.name, Tone.WARN)} ({_phase_word(j)}): {visible(j.message)}" for j in orphans
         )
         lines.append("")
     if outside and (plan.options.prune or show_unchanged):
         lines.append("Outside the paths given (not pruned; nothing is done to them):")
         lines.extend(
-            f"  {paint('= ' + j.name, Tone.MUTED)} ({j.phase.value if j.phase else 'unknown'}): {j.message}"
+            f"  {paint('= ' + j.name, Tone.MUTED)} ({_phase_word(j)}): {visible(j.message)}"
             for j in outside[:OUTSIDE_SHOWN]
         )
         if len(outside) > OUTSIDE_SHOWN:
@@ -326,6 +331,10 @@ def render_text_parts(plan: Plan, *, show_unchanged: bool = False, paint: Painte
     if not errors:
         lines.append(paint(summary_line(plan), Tone.STRONG))
     yield "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _phase_word(job: JobPlan) -> str:
+    return job.phase.value if job.phase else "unknown"
 
 
 def _change_json(change: FieldChange) -> dict[str, Any]:
