@@ -232,6 +232,22 @@ def test_daemon_killed_then_restarted_adopts_without_duplicates(cwd: Path) -> No
         again.stop()
 
 
+def test_daemon_interrupted_exits_130_and_sigterm_0_the_jobs_keep_running(cwd: Path) -> None:
+    outputs = out_dir(cwd, "stay")
+    (cwd / "specs" / "stay.yaml").write_text(job("stay"))
+    for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 0)):
+        daemon = Daemon(cwd, "--specs", "specs", "--interval", "0.5")
+        try:
+            # its handlers are set once a pass has run
+            wait_until(lambda d=daemon: len(pids(outputs)) == 1 and d.passes() >= 1)  # type: ignore[misc]
+            started = pids(outputs)
+        finally:
+            assert daemon.stop(sig) == code, daemon.text()[-2000:]
+        assert f"stopping (signal {int(sig)}); the jobs keep running" in daemon.text()
+        assert "Traceback" not in daemon.text()
+        assert all(alive(p) for p in started) and pids(outputs) == started, "the job keeps running"
+
+
 def git(cwd: Path, *args: str) -> str:
     return subprocess.run(
         ["git", *args],

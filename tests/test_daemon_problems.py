@@ -294,3 +294,45 @@ def test_apply_records_the_problems_of_the_files_it_read_and_clears_them_once_fi
     assert "specs/a.yaml" not in shown.split("Problems")[-1], "fixed: gone"
     assert "other/b.yaml: invalid-spec" in shown, "a file apply did not read stands"
     assert cli("plan", "other", cwd=cwd).returncode == 1
+
+
+def test_git_mode_a_removed_path_folder_is_named_as_the_repository_has_it(
+    cwd: Path, receiver: Receiver, tmp_path: Path
+) -> None:
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "--bare", "--initial-branch=main", str(remote))
+    work = tmp_path / "work"
+    git(tmp_path, "clone", str(remote), str(work))
+    (work / "jobs").mkdir()
+    (work / "README").write_text("the repository stays when its jobs folder goes\n")
+    outputs = cwd / "g-out"
+    outputs.mkdir()
+    commit(work, "add g", {"g.yaml": job("g").replace("env: {OUT: g-out}", f"env: {{OUT: {outputs}}}")})
+    args = ("--git", f"file://{remote}", "--path", "jobs", "--prune", "--allow-empty", "--interval", "3600")
+    daemon = Daemon(cwd, *args)
+    try:
+        wait_until(lambda: len(pids(outputs)) == 1)
+        git(work, "rm", "-r", "-q", "jobs")
+        git(work, "commit", "-q", "-m", "remove the jobs folder")
+        git(work, "push", "-q", "origin", "HEAD:main")
+        assert daemon.post("/sync") == 202
+        wait_until(lambda: paths(daemon) == ["jobs"], timeout=15)
+        (problem,) = problems(daemon)
+        assert problem["message"] == "jobs:1: error: no such file or folder" and problem["jobs"] == ["g"]
+        health = json.dumps(daemon.get("/healthz")[1])
+        jobs = json.dumps(daemon.get("/jobs")[1])
+        shown = cli("status", cwd=cwd).stdout
+        wait_until(lambda: len(cli_history(cwd)) == 2)
+        history = cli("history", cwd=cwd).stdout
+        assert all(alive(p) for p in pids(outputs)), "nothing pruned"
+    finally:
+        daemon.stop()
+    state = str(cwd / ".tfdeclare")
+    for where, text in (("/healthz", health), ("/jobs", jobs), ("status", shown), ("history", history)):
+        assert state not in text, f"{where} names a path inside the state folder:\n{text}"
+    assert "jobs: " in shown and "refused: 1 problem" in history
+    assert "jobs:1: error: no such file or folder" in history
+
+
+def cli_history(cwd: Path) -> list[dict[str, Any]]:
+    return json.loads(cli("history", "-o", "json", cwd=cwd).stdout)  # type: ignore[no-any-return]

@@ -162,3 +162,64 @@ def test_apply_from_the_command_line_is_recorded_with_its_paths(cwd: Path) -> No
     )
     assert (again["outcome"], again["jobs"]) == ("nothing-to-do", [])
     assert "apply: specs" in cli("history", "p", cwd=cwd).stdout
+
+
+STUBBORN = (  # a task that ignores SIGTERM: its job's deletion takes the grace period, many passes
+    "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {{name: {name}}}\nspec:\n"
+    "  command: [python, -c, 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "time.sleep(600)']\n"
+    "  terminationGracePeriodSeconds: 4\n"
+    "  replicas: {{worker: {{count: 1, resources: {{cpus: 0.1, mem: 64}}}}}}\n"
+)
+
+
+def _deleted_over_passes(cwd: Path, daemon: Daemon, name: str, remove: Any) -> None:
+    """Remove ``name``'s file (``remove``) and wait until the job is gone, over many passes."""
+    wait_until(lambda: (status(cwd, name) or {}).get("phase") == "Running")
+    wait_until(lambda: len(history(cwd)) == 1)
+    remove()
+    wait_until(lambda: (status(cwd, name) or {}).get("phase") == "Deleting")
+    deleting = daemon.passes()
+    wait_until(lambda: status(cwd, name) is None, timeout=30)
+    assert daemon.passes() >= deleting + 3, "the deletion took several passes"
+    done = daemon.passes()
+    wait_until(lambda: daemon.passes() >= done + 2)  # and the passes after it
+
+
+def test_a_prune_is_recorded_once_though_its_tasks_take_many_passes_to_stop(cwd: Path) -> None:
+    _replace(cwd / "specs" / "u.yaml", job("u"))
+    _replace(cwd / "specs" / "v.yaml", STUBBORN.format(name="v"))
+    (cwd / "specs" / "u-out").mkdir()
+    daemon = Daemon(cwd, "--specs", "specs", "--prune", "--interval", "0.5")
+    try:
+        _deleted_over_passes(cwd, daemon, "v", (cwd / "specs" / "v.yaml").unlink)
+        plan = cli("plan", "specs", "--prune", cwd=cwd)
+    finally:
+        assert daemon.stop() == 0
+    deleted, created = history(cwd)
+    assert (deleted["outcome"], deleted["changes"], deleted["files"]) == ("applied", 1, ["specs/v.yaml"])
+    assert [(j["name"], j["action"]) for j in deleted["jobs"]] == [("v", "delete")]
+    assert created["changes"] == 2
+    assert "No changes" in plan.stdout
+
+
+def test_git_mode_a_prune_is_recorded_once_though_its_tasks_take_many_passes_to_stop(
+    cwd: Path, repo: tuple[Path, Path]
+) -> None:
+    remote, work = repo
+    (cwd / "m-out").mkdir()
+    m = job("m").replace("env: {OUT: m-out}", f"env: {{OUT: {cwd / 'm-out'}}}")
+    first = commit(work, "add m and n", {"m.yaml": m, "n.yaml": STUBBORN.format(name="n")})
+    daemon = Daemon(cwd, "--git", f"file://{remote}", "--path", "jobs", "--prune", "--interval", "0.5")
+    try:
+        _deleted_over_passes(cwd, daemon, "n", lambda: commit(work, "drop n", {"n.yaml": None}))
+    finally:
+        assert daemon.stop() == 0
+    dropped, added = history(cwd)
+    assert added["revision"]["commit"] == first
+    assert (dropped["revision"]["subject"], dropped["outcome"], dropped["changes"]) == (
+        "drop n",
+        "applied",
+        1,
+    )
+    assert [(j["name"], j["action"]) for j in dropped["jobs"]] == [("n", "delete")]

@@ -216,6 +216,14 @@ def test_the_daemon_refuses_to_listen_beyond_loopback_without_a_token(
     )
     assert policy.token == TOKEN and "tfd.example" in policy.names and TOKEN not in repr(policy)
     assert access_policy(DaemonConfig(), "127.0.0.1").token is None
+    # the rule the config schema's daemon.host states: loopback, or a token, or a webhook secret
+    for loopback in ("localhost", "127.3.2.1", "::1", "[::1]"):
+        assert access_policy(DaemonConfig(), loopback).token is None
+    monkeypatch.setenv("TFD_HOOK", TOKEN)
+    hooked = access_policy(DaemonConfig(webhook_secret_env="TFD_HOOK"), "0.0.0.0")
+    assert hooked.token is None and hooked.webhook is not None
+    with pytest.raises(UserError, match="without a token"):
+        access_policy(DaemonConfig(), "tfd.example")
 
 
 class CountingSource(FolderSource):

@@ -142,3 +142,23 @@ def test_the_config_file_is_passed_over_by_full_loads_rescans_and_told_changes(t
     assert files.load(changed=[str(config)]) is first, "told: the same"
     assert SpecFiles([tmp_path]).load().diagnostics, "without skip_files it is read, and fails"
     assert SpecFiles([config], skip_files=[config]).load().diagnostics, "named as a spec: read"
+
+
+def test_with_a_base_every_problem_path_is_relative_to_it(tmp_path: Path) -> None:
+    """Git mode reads a snapshot inside the state folder (``base``): a path given that is gone,
+    a dangling link, a folder that cannot be listed are named as the repository has them."""
+    snapshot = tmp_path / "state" / "git" / "current"
+    (snapshot / "locked").mkdir(parents=True)
+    (snapshot / "dangling").symlink_to(snapshot / "nowhere")
+    given = [snapshot / "jobs", snapshot / "dangling", snapshot / "locked"]
+    os.chmod(snapshot / "locked", 0)
+    try:
+        listed = os.access(snapshot / "locked", os.R_OK)  # as root, a folder can always be listed
+        diagnostics = SpecFiles(given, base=snapshot).load().diagnostics
+    finally:
+        os.chmod(snapshot / "locked", 0o755)
+    paths = sorted(d.path for d in diagnostics if d.is_error)
+    assert paths == ["dangling", "jobs"] + ([] if listed else ["locked"])
+    assert all(str(tmp_path) not in d.format() for d in diagnostics)
+    whole = SpecFiles([snapshot / "jobs"], base=snapshot / "jobs").load().diagnostics
+    assert [d.path for d in whole] == ["."], "the base itself"

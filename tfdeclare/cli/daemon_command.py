@@ -2,7 +2,8 @@
 
 It holds the state folder's lock for as long as it runs (``apply`` then points here), logs
 as text or JSON lines, and stops on SIGTERM or Ctrl-C after the pass in flight, leaving every
-task running for the next controller to adopt.
+task running for the next controller to adopt: exit 0 after SIGTERM (asked to stop), 130
+after SIGINT (interrupted, as every command).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import time
 from pathlib import Path
 
 from tfdeclare.backends import progress
-from tfdeclare.cli.common import EXIT_OK, Settings, UserError, settings_from, state_dir_note
+from tfdeclare.cli.common import EXIT_INTERRUPTED, EXIT_OK, Settings, UserError, settings_from, state_dir_note
 from tfdeclare.cli.logformat import LineFormatter
 from tfdeclare.cli.pulls import PlainPulls
 from tfdeclare.cli.wiring import controller_for, locked
@@ -233,7 +234,11 @@ def _serve(args: argparse.Namespace, settings: Settings, server: DaemonServer) -
             interval,
         )
 
+        interrupted = False
+
         def stop(signum: int, frame: object) -> None:
+            nonlocal interrupted
+            interrupted = interrupted or signum == signal.SIGINT
             log.info("stopping (signal %d); the jobs keep running", signum)
             daemon.stop()
 
@@ -244,4 +249,4 @@ def _serve(args: argparse.Namespace, settings: Settings, server: DaemonServer) -
         faulthandler.register(signal.SIGUSR1, all_threads=True)
         daemon.run()
     log.info("stopped")
-    return EXIT_OK
+    return EXIT_INTERRUPTED if interrupted else EXIT_OK

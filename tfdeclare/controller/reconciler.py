@@ -375,6 +375,8 @@ class Controller:
         for job in plan.jobs:
             if PlanReason.OUTSIDE_SCOPE in job.reasons:
                 continue  # another source's job: this plan read none of its files, so it says nothing of it
+            if PlanReason.BEING_DELETED in job.reasons:
+                continue  # its deletion, applied once, goes on in the passes: nothing to write
             record = records.get(job.name)
             canonical = plan.desired.get(job.name)
             source = plan.sources.get(job.name)

@@ -8,8 +8,8 @@
 - **Token**: with ``daemon.tokenFile``/``tokenEnv`` set, ``POST /sync`` needs
   ``Authorization: Bearer <token>`` (and so does every read — the page, ``/jobs``, logs,
   ``/metrics`` — with ``daemon.tokenForReads``; ``/healthz`` and ``/livez`` stay open for
-  probes). Else 401. The daemon refuses to listen on anything but loopback without a token
-  (``check_listen``).
+  probes). Else 401. The daemon refuses to listen on anything but loopback with neither a
+  token nor a webhook secret set (``check_listen``).
 - **Webhooks**: with ``daemon.webhookSecretFile``/``webhookSecretEnv`` set, a ``POST /sync``
   that carries a git host's event or signature header (``webhook_auth.is_delivery``) needs no
   bearer token: the endpoint checks its signature (``webhook_auth.judge``). Any other
@@ -107,7 +107,8 @@ def check_listen(host: str, policy: AccessPolicy) -> str | None:
             f"refusing to serve the HTTP endpoints on {host} without a token: anyone who can reach it "
             "could trigger syncs and read every job's status. Set daemon.tokenFile or daemon.tokenEnv "
             "in the config (and daemon.tokenForReads to guard the page, /jobs, logs and /metrics "
-            "too), or daemon.webhookSecretFile for git-host webhooks, or listen on 127.0.0.1"
+            "too), or daemon.webhookSecretFile or webhookSecretEnv for git-host webhooks, "
+            "or listen on 127.0.0.1"
         )
     return None
 

@@ -78,9 +78,13 @@ def prune_scope(paths: Sequence[str | Path], shown: Sequence[str] | None = None)
 
 
 def display_path(path: str, base: str | None) -> str:
-    """``path`` relative to ``base`` when it lies below it, else as given."""
+    """``path`` relative to ``base`` when it lies below it (``.`` for ``base`` itself), else as
+    given. In git mode ``base`` is the snapshot applied, so every path a problem names is
+    the repository's (``jobs/g.yaml``), never one inside the state folder."""
     if base and path.startswith(base + os.sep):
         return path[len(base) + 1 :]
+    if base and path in (base, base + os.sep):
+        return "."
     return path
 
 
@@ -146,11 +150,12 @@ class SpecFiles:
             try:
                 stat = os.stat(path)
             except OSError as err:  # a whole-file problem (line 1)
+                shown = display_path(path, self.base)  # (git mode: the --path, as the repository has it)
                 if os.path.lexists(path):  # a dangling link or a loop: as a walk reports it
-                    problems.append(_read_error(path, 1, "cannot read", err))
+                    problems.append(_read_error(shown, 1, "cannot read", err))
                 else:
                     problems.append(
-                        Diagnostic(path, 1, None, "no such file or folder", None, Code.READ_ERROR)
+                        Diagnostic(shown, 1, None, "no such file or folder", None, Code.READ_ERROR)
                     )
                 continue
             if os.path.isdir(path):

@@ -21,7 +21,9 @@ Per job exactly one action, each with the reasons that make it:
 - ``-/+ move`` — a running job planned for another backend than the one that runs it (a job
   belongs to its backend): its tasks there stop before it starts on the new one;
 - ``- delete``  — gone from the files, only with ``prune`` (never everything at once unless
-  ``allow_empty``); without prune it is listed as an *orphan*;
+  ``allow_empty``); without prune it is listed as an *orphan*. Planned once: a job gone from
+  the files that is already being deleted (its tasks still stopping) is a no-op
+  (``BeingDeleted``), so each pass until it is gone plans no change again;
 - no-op; and ``keep`` — the job stays as applied: its file is now invalid, unreadable or
   holds no job document, the listing is incomplete (nothing is pruned on a partial view), or
   what the files say has not settled yet.
@@ -119,6 +121,7 @@ class PlanReason(StrEnum):
     NOT_SETTLED = "NotSettled"
     TENSORBOARD_CHANGED = "TensorBoardChanged"
     OUTSIDE_SCOPE = "OutsideScope"  # last applied from a file outside the paths given (``scope``)
+    BEING_DELETED = "BeingDeleted"  # gone from the files and already being deleted: nothing new to do
     SUSPENDS = "Suspends"  # spec.suspend became true: its tasks stop the graceful way
     RESUMES = "Resumes"  # spec.suspend became false: its tasks start again
     CREATED_SUSPENDED = "CreatedSuspended"  # a new job with spec.suspend true: it starts nothing
@@ -650,6 +653,14 @@ def _plan_absent(
         assert options.scope is not None
         why = options.scope.outside_message(observed)
         return JobPlan(observed.name, Action.NOOP, (PlanReason.OUTSIDE_SCOPE,), why, **common)
+    if observed.phase is Phase.DELETING:  # the delete was planned and applied once: no change now
+        return JobPlan(
+            observed.name,
+            Action.NOOP,
+            (PlanReason.BEING_DELETED,),
+            "being deleted: its tasks are stopping",
+            **common,
+        )
     file = observed.source.file if observed.source is not None else None
     protected = desired.protected.get(observed.name)
     if protected is None and file in desired.invalid_files:

@@ -104,8 +104,11 @@ def summary_line(plan: Plan) -> str:
     if plan.count(Action.UPDATE):
         extra.append(f"{plan.count(Action.UPDATE)} to update in place")
     outside = len(_outside(plan))
-    if plan.count(Action.NOOP) - outside:
-        extra.append(f"{plan.count(Action.NOOP) - outside} unchanged")
+    deleting = sum(1 for j in plan.jobs if PlanReason.BEING_DELETED in j.reasons)
+    if plan.count(Action.NOOP) - outside - deleting:
+        extra.append(f"{plan.count(Action.NOOP) - outside - deleting} unchanged")
+    if deleting:
+        extra.append(f"{deleting} being deleted")
     if outside:
         extra.append(f"{outside} outside the paths given")
     if plan.count(Action.ORPHAN):
