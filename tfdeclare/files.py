@@ -28,8 +28,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import grp
 import itertools
 import os
+import pwd
 import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -128,9 +130,22 @@ def not_own_folder(folder: Path) -> str | None:
         return "is not a folder"
     if info.st_uid != os.geteuid():
         return f"belongs to another user (uid {info.st_uid})"
-    if info.st_mode & 0o022:
+    if info.st_mode & 0o002 or (info.st_mode & 0o020 and not _own_group(info.st_gid)):
         return f"can be written by others (mode {stat.S_IMODE(info.st_mode):04o})"
     return None
+
+
+def _own_group(gid: int) -> bool:
+    """Whether group ``gid`` is this user's own: a user-private group (the user's primary
+    group, named as the user, no other member), which the umask 002 of many distributions
+    makes every new folder writable by. Any other group may hold other users."""
+    if gid != os.getegid():
+        return False
+    try:
+        group, user = grp.getgrgid(gid), pwd.getpwuid(os.geteuid())
+    except KeyError:
+        return False
+    return group.gr_name == user.pw_name and set(group.gr_mem) <= {user.pw_name}
 
 
 def fsync_dir(folder: Path) -> None:

@@ -19,7 +19,9 @@ where the old code read ``/dev/zero``, an address-space limit (it fails, not the
 
 from __future__ import annotations
 
+import grp
 import os
+import pwd
 import resource
 import subprocess
 import sys
@@ -101,11 +103,20 @@ def test_a_link_planted_for_a_sub_folder_is_refused_and_nothing_is_made_where_it
     assert not (state / "lock").exists() and not (state / "records.sqlite").exists()
 
 
-@pytest.mark.parametrize("mode", [0o777, 0o1777, 0o775, 0o757])
-def test_a_state_folder_others_can_write_is_refused_saying_how_to_fix_it(project: Path, mode: int) -> None:
+OTHER_GROUP = 4242  # a group id no user here has as a private group
+
+
+@pytest.mark.parametrize(
+    ("mode", "group"), [(0o777, None), (0o1777, None), (0o757, None), (0o775, OTHER_GROUP)]
+)
+def test_a_state_folder_others_can_write_is_refused_saying_how_to_fix_it(
+    project: Path, mode: int, group: int | None
+) -> None:
     state = project / "st"
     state.mkdir()
     state.chmod(mode)
+    if group is not None:
+        os.chown(state, -1, group)
     result = run("--state-dir", "st", "apply", "j.yaml", cwd=project)
     assert_refused(result, f"{state} can be written by others (mode {mode:04o})", f"chmod go-w {state}")
     assert list(state.iterdir()) == [], "not even the lock is made"
@@ -113,6 +124,47 @@ def test_a_state_folder_others_can_write_is_refused_saying_how_to_fix_it(project
     result = run("--state-dir", "st", "apply", "j.yaml", cwd=project)
     assert result.returncode == 0, result.stderr
     assert (state / "records.sqlite").is_file()
+
+
+def umask_002(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``run`` with the umask of distributions that give each user a private group."""
+    env = {k: v for k, v in os.environ.items() if k not in SETTINGS_ENV}
+    return subprocess.run(
+        [sys.executable, "-m", "tfdeclare", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+        preexec_fn=lambda: os.umask(0o002),
+    )
+
+
+def test_folders_made_under_a_umask_of_002_are_the_users_own_and_used(project: Path) -> None:
+    """Under umask 002 every folder tfdeclare makes is group-writable, by the user's private
+    group (here: root's): used, run after run. A group of other users is not."""
+    if grp.getgrgid(os.getegid()).gr_name != pwd.getpwuid(os.geteuid()).pw_name:
+        pytest.skip("this user has no private group")
+    first = umask_002("--state-dir", "st", "apply", "j.yaml", cwd=project)
+    assert first.returncode == 0, first.stderr
+    assert (project / "st" / "local").stat().st_mode & 0o020, "group-writable, as the umask made it"
+    again = umask_002("--state-dir", "st", "apply", "j.yaml", cwd=project)
+    assert again.returncode == 0, again.stderr
+    os.chown(project / "st" / "local", -1, OTHER_GROUP)
+    result = run("--state-dir", "st", "delete", "jc", cwd=project)
+    assert_refused(result, f"{project / 'st' / 'local'} can be written by others")
+
+
+def test_a_state_folder_given_as_a_link_the_user_made_is_checked_where_it_leads(project: Path) -> None:
+    real = project / "data" / "state"
+    real.mkdir(parents=True, mode=0o700)
+    (project / "st").symlink_to(real)
+    result = run("--state-dir", "st", "apply", "j.yaml", cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert (real / "records.sqlite").is_file()
+    real.chmod(0o777)
+    assert_refused(run("--state-dir", "st", "delete", "jc", cwd=project), "can be written by others")
 
 
 def test_a_sub_folder_others_can_write_is_refused(project: Path) -> None:

@@ -57,7 +57,7 @@ class StateFolderRefused(Exception):
 
 def _refused(state_dir: Path, path: Path, why: str) -> StateFolderRefused:
     if why.startswith("can be written"):
-        fix = f"run `chmod go-w {path}` (tfdeclare makes its folders 0700), or choose another --state-dir"
+        fix = f"run `chmod go-w {path}`, or choose another --state-dir"
     elif why.startswith("belongs to"):
         fix = "choose another --state-dir (one of your own), or have its owner give it to you"
     else:
@@ -71,7 +71,9 @@ def _refused(state_dir: Path, path: Path, why: str) -> StateFolderRefused:
 def check_state_folder(state_dir: Path) -> None:
     """``StateFolderRefused`` unless ``state_dir`` and its own sub-folders are real folders of
     this user alone, with no link directly in them (module docstring). A folder that cannot
-    be listed is left to what reads it (which says so)."""
+    be listed is left to what reads it (which says so). A state folder given as a link (one
+    the user made: ``.tfdeclare -> /data/x``) is checked where it leads."""
+    state_dir = Path(os.path.realpath(state_dir))
     for sub in ("", *SUBFOLDERS):
         folder = state_dir / sub if sub else state_dir
         try:
