@@ -14,14 +14,25 @@ files of one batch among themselves (their creations, renames and removals run o
 threads: ``_each``); a caller that needs an order (a record before the task it names is
 launched) writes that one alone first. Every rename of a batch still follows the sync of its
 data, and a batch ends with its folders synced.
+
+Reading and trusting (docs/security.md): ``read_regular`` reads a file as evidence, never
+following a link nor blocking on a FIFO, a regular file only and at most a given number of
+bytes (problems, status files, the summaries' index); ``open_append`` appends to a log without
+following a link; ``not_own_folder`` says why a folder is
+not one of this user alone (a link, another type, another owner, writable by group or others):
+the state folder and its own sub-folders, the registry's folder.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
+import grp
 import itertools
 import os
+import pwd
+import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
@@ -59,6 +70,82 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
             os.unlink(tmp)
         raise
     fsync_dir(path.parent)
+
+
+READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
+
+
+def read_regular(path: Path, max_bytes: int) -> bytes:
+    """The bytes of ``path``, a regular file of at most ``max_bytes``: opened without following
+    a link (``O_NOFOLLOW``) or blocking on a FIFO (``O_NONBLOCK``), read only once ``fstat``
+    says it is a regular file, and at most ``max_bytes + 1`` bytes. ``FileNotFoundError`` when
+    there is none; else an ``OSError`` naming the file whose ``strerror`` says why (a link, not
+    a regular file, larger than the bound)."""
+    try:
+        fd = os.open(path, READ_FLAGS)
+    except FileNotFoundError:
+        raise
+    except OSError as err:
+        why = "a link, not followed" if err.errno == errno.ELOOP else err.strerror or str(err)
+        raise OSError(err.errno, why, str(path)) from None
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+        data = _read_upto(fd, max_bytes + 1) if regular else b""
+    except OSError as err:
+        raise OSError(err.errno, err.strerror or str(err), str(path)) from None
+    finally:
+        os.close(fd)
+    if not regular:
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    if len(data) > max_bytes:
+        raise OSError(errno.EFBIG, f"larger than {max_bytes} bytes", str(path))
+    return data
+
+
+def _read_upto(fd: int, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    while limit > 0:
+        chunk = os.read(fd, min(limit, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        limit -= len(chunk)
+    return b"".join(chunks)
+
+
+def open_append(path: Path, mode: int = 0o644) -> int:
+    """A descriptor appending to ``path`` (made with ``mode`` if missing), never through a link
+    (``O_NOFOLLOW``: ``OSError`` ``ELOOP``): the logs and journals kept in the state folder."""
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+
+
+def not_own_folder(folder: Path) -> str | None:
+    """Why ``folder`` is not a folder of this user alone (words to follow its name), or None
+    when it is: a real folder (not a link to one), owned by this user, not writable by its
+    group or others. ``OSError`` when it cannot be looked at (``FileNotFoundError``: none)."""
+    info = os.lstat(folder)
+    if stat.S_ISLNK(info.st_mode):
+        return "is a link (not followed)"
+    if not stat.S_ISDIR(info.st_mode):
+        return "is not a folder"
+    if info.st_uid != os.geteuid():
+        return f"belongs to another user (uid {info.st_uid})"
+    if info.st_mode & 0o002 or (info.st_mode & 0o020 and not _own_group(info.st_gid)):
+        return f"can be written by others (mode {stat.S_IMODE(info.st_mode):04o})"
+    return None
+
+
+def _own_group(gid: int) -> bool:
+    """Whether group ``gid`` is this user's own: a user-private group (the user's primary
+    group, named as the user, no other member), which the umask 002 of many distributions
+    makes every new folder writable by. Any other group may hold other users."""
+    if gid != os.getegid():
+        return False
+    try:
+        group, user = grp.getgrgid(gid), pwd.getpwuid(os.geteuid())
+    except KeyError:
+        return False
+    return group.gr_name == user.pw_name and set(group.gr_mem) <= {user.pw_name}
 
 
 def fsync_dir(folder: Path) -> None:

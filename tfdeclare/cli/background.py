@@ -27,6 +27,7 @@ from typing import Any
 from tfdeclare.cli.common import Settings, stderr_line
 from tfdeclare.core.run.keeping import any_needs_controller
 from tfdeclare.core.run.record import JobRecord
+from tfdeclare.files import open_append
 from tfdeclare.shell.lock import ControllerLock, LockHeld
 from tfdeclare.shell.store import StateError, StateStore
 
@@ -194,4 +195,4 @@ def open_log(path: Path) -> int:
             os.replace(path, path.with_name(path.name + ".1"))
     except FileNotFoundError:
         pass
-    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    return open_append(path, 0o600)

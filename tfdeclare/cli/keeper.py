@@ -30,7 +30,7 @@ from tfdeclare.cli.logformat import LineFormatter
 from tfdeclare.cli.wiring import controller_for
 from tfdeclare.core.enums import Phase
 from tfdeclare.core.run.keeping import any_needs_controller
-from tfdeclare.shell.lock import ControllerLock, LockHeld
+from tfdeclare.shell.lock import ControllerLock, LockHeld, StateFolderRefused
 from tfdeclare.shell.store import StateError
 
 log = logging.getLogger("tfdeclare.keeper")
@@ -83,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     except LockHeld as err:
         log.info("not started: %s", err)
         return 0
+    except StateFolderRefused as err:
+        log.error("not started: %s", err)
+        return 1
     log.info("pid %d keeps the jobs of %s", os.getpid(), settings.state_dir)
     try:
         with controller_for(settings) as controller:

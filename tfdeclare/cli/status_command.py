@@ -431,10 +431,14 @@ def _show_table(
 ) -> list[dict[str, Any]]:
     """``status``: a row per (selected) job, from the status index; a job whose status file
     could not be written or read is shown from its record."""
-    documents = [d for d in reading.statuses.summaries() if chosen is None or d["name"] in chosen]
+    unreadable: dict[str, str] = {}
+    documents = [d for d in reading.statuses.summaries(unreadable) if chosen is None or d["name"] in chosen]
     shown = {d["name"] for d in documents}
     names = reading.store.names() if chosen is None else sorted(chosen)
     missing = [n for n in names if n not in shown]
+    for name, line in sorted(unreadable.items()):  # those of jobs shown from their records: said below
+        if name not in missing and (chosen is None or name in chosen):
+            stderr_line(f"tfdeclare: warning: {line}")
     if missing:
         extra = reading.documents((), missing)
         documents = sorted([*documents, *(status.summary(d) for d in extra)], key=lambda d: str(d["name"]))

@@ -17,7 +17,7 @@ from tfdeclare.controller.launchpaths import LaunchPaths
 from tfdeclare.core.run.lifecycle import Backoff
 from tfdeclare.core.run.record import JobRecord
 from tfdeclare.shell import statedirs
-from tfdeclare.shell.lock import ControllerLock, LockHeld
+from tfdeclare.shell.lock import ControllerLock, LockHeld, StateFolderRefused
 from tfdeclare.shell.statuswriter import STATUS_INDEX, StatusWriter
 from tfdeclare.shell.store import StateStore
 
@@ -101,6 +101,8 @@ def locked(settings: Settings, purpose: str, **details: Any) -> Iterator[Control
         background.acquire_yielded(lock, purpose, **details)
     except LockHeld as err:
         raise lock_error(err) from None
+    except StateFolderRefused as err:
+        raise UserError(str(err)) from None
     _left.pop(settings.state_dir, None)
     try:  # so that a command under another state folder finds this one's jobs
         statedirs.remember(settings.state_dir, settings.backend, time.time())

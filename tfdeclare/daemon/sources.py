@@ -39,6 +39,8 @@ from urllib.parse import urlsplit, urlunsplit
 from tfdeclare.core.run.record import Revision
 from tfdeclare.daemon.signatures import SignaturePolicy, Verifier
 from tfdeclare.daemon.snapshots import CompareError, foreign_paths
+from tfdeclare.files import read_regular
+from tfdeclare.shell.statuswriter import MAX_BYTES as STATUS_MAX_BYTES
 
 log = logging.getLogger("tfdeclare.daemon")
 
@@ -194,6 +196,7 @@ class GitSource:
         self._lock = threading.Lock()
         self.revision: Revision | None = None
         self._last_status_tree: str | None = None
+        self._unreadable_status: set[str] = set()  # said once each (the status folder is evidence)
         # (commit, why) of a head that was fetched but not applied: its signature failed
         self.rejected: tuple[str, str] | None = None
         self.verifier = Verifier(settings.signatures, workdir) if settings.signatures is not None else None
@@ -382,6 +385,24 @@ class GitSource:
     def watch(self, on_change: Callable[[list[str]], None]) -> None:
         """Git mode polls: the daemon calls ``sync`` every interval and on POST /sync."""
 
+    def _status_blob(self, repo: Any, path: Path) -> str | None:
+        """The blob id of a status file as ``shell.statuswriter`` reads one (a regular file, no
+        link, no FIFO, bounded), stored; None when it cannot be read (a warning, once)."""
+        import io
+
+        from gitdb.base import IStream  # type: ignore[import-untyped]  # GitPython's own
+
+        try:
+            data = read_regular(path, STATUS_MAX_BYTES)
+        except OSError as err:
+            if str(path) not in self._unreadable_status:
+                self._unreadable_status.add(str(path))
+                log.warning("status branch: %s cannot be read (%s); left out", path, err.strerror)
+            return None
+        self._unreadable_status.discard(str(path))
+        stored = repo.odb.store(IStream("blob", len(data), io.BytesIO(data)))
+        return str(stored.hexsha.decode("ascii"))
+
     def write_status(self, status_dir: Path, revision: Revision | None) -> None:
         """Commit the status files to the status branch (never the watched one); push if asked."""
         import git
@@ -393,7 +414,9 @@ class GitSource:
                 env = {"GIT_INDEX_FILE": str(index)}
                 repo.git.read_tree("--empty", env=env)
                 for path in sorted(status_dir.glob("*.yaml")):
-                    blob = repo.git.hash_object("-w", str(path))
+                    blob = self._status_blob(repo, path)
+                    if blob is None:
+                        continue
                     repo.git.update_index(
                         "--add", "--cacheinfo", f"100644,{blob},status/{path.name}", env=env
                     )

@@ -12,12 +12,10 @@ is reported, never trusted.
 from __future__ import annotations
 
 import json
-import os
-import stat
 from pathlib import Path
 
 from tfdeclare.core.plan.problems import Problem, document, from_document
-from tfdeclare.files import write_atomic
+from tfdeclare.files import read_regular, write_atomic
 
 FILE_NAME = "problems.json"
 MAX_BYTES = 4 * 1024 * 1024
@@ -41,20 +39,11 @@ def load(path: Path) -> tuple[tuple[Problem, ...], str | None]:
     """The problems the file holds and when it was written (RFC 3339); none when there is no
     file. ``ProblemsUnreadable`` says why one cannot be used."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        data = read_regular(path, MAX_BYTES)
     except FileNotFoundError:
         return (), None
     except OSError as err:
         raise ProblemsUnreadable(f"{path}: {err.strerror}") from None
-    try:
-        with os.fdopen(fd, "rb") as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                raise ProblemsUnreadable(f"{path}: not a regular file")
-            data = handle.read(MAX_BYTES + 1)
-    except OSError as err:
-        raise ProblemsUnreadable(f"{path}: {err.strerror}") from None
-    if len(data) > MAX_BYTES:
-        raise ProblemsUnreadable(f"{path}: larger than {MAX_BYTES} bytes, not one tfdeclare writes")
     try:
         parsed = json.loads(data)
         problems = from_document(parsed)

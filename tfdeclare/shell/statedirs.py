@@ -22,14 +22,13 @@ import contextlib
 import fcntl
 import json
 import os
-import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tfdeclare.core.run.record import JobRecord
-from tfdeclare.files import failed_write, write_atomic
+from tfdeclare.files import failed_write, not_own_folder, read_regular, write_atomic
 from tfdeclare.shell.store import StateError, StateStore, StoreUnreadable
 
 ENV = "TFDECLARE_REGISTRY_DIR"
@@ -58,33 +57,23 @@ def _own_folder(folder: Path) -> Path:
         folder.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileExistsError):
             folder.mkdir(mode=0o700)
-        info = os.lstat(folder)
+        why = not_own_folder(folder)
     except OSError as err:
         raise RegistryError(f"cannot make {failed_write(err)}") from err
-    if not stat.S_ISDIR(info.st_mode):
-        raise RegistryError(f"{folder} is not a folder (a link?); not used")
-    if info.st_uid != os.geteuid():
-        raise RegistryError(f"{folder} belongs to another user; not used")
-    if info.st_mode & 0o022:
-        raise RegistryError(f"{folder} can be written by others; not used (chmod 700 it)")
+    if why is not None:
+        fix = " (chmod 700 it)" if why.startswith("can be written") else ""
+        raise RegistryError(f"{folder} {why}; not used{fix}")
     return folder
 
 
 def _read(folder: Path) -> list[dict[str, Any]]:
     """The entries of the registry in ``folder`` (none when it is missing); each checked."""
     try:
-        fd = os.open(folder / FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        data = read_regular(folder / FILE, MAX_BYTES)
     except FileNotFoundError:
         return []
     except OSError as err:
-        raise RegistryError(f"cannot read {folder / FILE} ({err.strerror})") from err
-    try:
-        with os.fdopen(fd, "rb") as handle:
-            data = handle.read(MAX_BYTES + 1)
-    except OSError as err:
-        raise RegistryError(f"cannot read {folder / FILE} ({err.strerror})") from err
-    if len(data) > MAX_BYTES:
-        raise RegistryError(f"{folder / FILE} is larger than {MAX_BYTES} bytes; not used")
+        raise RegistryError(f"cannot read {folder / FILE} ({err.strerror}); not used") from err
     try:
         document = json.loads(data)
     except ValueError as err:

@@ -11,6 +11,13 @@ beside the state (``<state-dir>/status-summaries.json``, written once a pass whe
 changed), each with the identity (inode, mtime, size) of the status file it summarises;
 ``summaries`` takes an entry only while its file is still that one, and reads the file
 otherwise. So a stale, missing or foreign index costs time, never a wrong line.
+
+The status folder is meant to be read by other tools and may be shared, so what is in it is
+evidence: a status file (and the index) is read with ``files.read_regular``, never through a
+link, never blocking on a FIFO, a regular file only and at most ``MAX_BYTES`` (``INDEX_MAX_BYTES``);
+anything else is a file that cannot be read (named), and the job is shown from its record. The
+writes replace a file by a rename, so a link or FIFO planted at a job's name is replaced, never
+followed.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ import yaml
 from tfdeclare.core.run.record import JobRecord
 from tfdeclare.core.run.status import status_document, summary
 from tfdeclare.core.spec.names import is_job_name
-from tfdeclare.files import remove, remove_many, write_atomic, write_atomic_many
+from tfdeclare.files import read_regular, remove, remove_many, write_atomic, write_atomic_many
 from tfdeclare.shell.statusdump import dump
 
 __all__ = ["STATUS_INDEX", "StatusUnreadable", "StatusWriter", "dump"]
@@ -35,6 +42,12 @@ __all__ = ["STATUS_INDEX", "StatusUnreadable", "StatusWriter", "dump"]
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 INDEX_VERSION = 1
 STATUS_INDEX = "status-summaries.json"  # the index's name in the state folder
+# A status file read larger than this is not one tfdeclare wrote: a document lists at most
+# 1,000 tasks (``core.run.status.TASKS_LISTED``), 174 KB for a 100,000-task job
+# (docs/benchmarks.md); the bound is about a hundred times that.
+MAX_BYTES = 16 * 1024 * 1024
+# The index: one summary a job, a few hundred bytes each (64 MiB: some 200,000 jobs).
+INDEX_MAX_BYTES = 64 * 1024 * 1024
 
 
 class StatusUnreadable(Exception):
@@ -146,7 +159,7 @@ class StatusWriter:
     def _held(path: Path) -> tuple[str, str | None] | None:
         """What a status file holds but its ``updatedAt``, and that; None when unreadable."""
         try:
-            text = path.read_bytes().decode("utf-8")
+            text = read_regular(path, MAX_BYTES).decode("utf-8")
         except (OSError, UnicodeDecodeError):
             return None
         found = _UPDATED_AT.search(text)
@@ -213,7 +226,7 @@ class StatusWriter:
         the file cannot be read or is not a status document (the message names it)."""
         path = self.path(name)
         try:
-            data = yaml.load(self.path(name).read_bytes(), Loader=_LOADER)  # noqa: S506 (a safe loader)
+            data = yaml.load(read_regular(path, MAX_BYTES), Loader=_LOADER)  # noqa: S506 (a safe loader)
         except FileNotFoundError:
             return None
         except OSError as err:
@@ -266,9 +279,10 @@ class StatusWriter:
             return []
         return sorted(p.stem for p in self.root.glob("*.yaml") if is_job_name(p.stem))
 
-    def summaries(self) -> list[dict[str, Any]]:
+    def summaries(self, unreadable: dict[str, str] | None = None) -> list[dict[str, Any]]:
         """``summary`` of every job's status file, in name order: from the index while an entry
-        is of the file there now, else read from the file."""
+        is of the file there now, else read from the file. ``unreadable``: filled with the
+        files that could not be read (job name -> one line naming the file)."""
         indexed = _read_index(self.index)
         out = []
         try:
@@ -289,7 +303,9 @@ class StatusWriter:
                 continue
             try:
                 document = self.read(name)
-            except StatusUnreadable:
+            except StatusUnreadable as err:
+                if unreadable is not None:
+                    unreadable[name] = str(err)
                 continue  # not its job's summary: the caller shows the job otherwise (its record)
             if document is not None:
                 out.append(summary(document))
@@ -301,7 +317,7 @@ def _read_index(path: Path | None) -> dict[str, dict[str, Any]]:
     if path is None:
         return {}
     try:
-        data = json.loads(path.read_bytes())
+        data = json.loads(read_regular(path, INDEX_MAX_BYTES))
     except (OSError, ValueError):
         return {}
     if not isinstance(data, dict) or data.get("version") != INDEX_VERSION:

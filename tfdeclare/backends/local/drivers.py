@@ -31,7 +31,7 @@ from tfdeclare.backends.local.record import ContainerSpec, LocalTask, TaskRuntim
 from tfdeclare.core.enums import EndCause, TaskState
 from tfdeclare.core.errors import ErrorCode
 from tfdeclare.core.run.tasks import TaskLaunch
-from tfdeclare.files import write_atomic
+from tfdeclare.files import open_append, write_atomic
 
 
 class Chore(Enum):
@@ -107,7 +107,7 @@ class TaskFolder:
     def note(self, line: str) -> None:
         """A line of tfdeclare's own in the task's log."""
         self.task.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.task.log_path, "ab") as log:
+        with os.fdopen(open_append(self.task.log_path), "ab") as log:
             log.write(f"tfdeclare: {line}\n".encode())
 
 

@@ -50,7 +50,7 @@ from tfdeclare.backends.local.pull_log import LAUNCHER_FILE, PULL_LOG, LauncherI
 from tfdeclare.backends.local.record import TASK_FILE, read_task
 from tfdeclare.backends.local.supervisor import process_start_ticks
 from tfdeclare.backends.progress import PullEvent, PullStep
-from tfdeclare.files import write_atomic
+from tfdeclare.files import open_append, write_atomic
 
 POLL_S = 0.1
 
@@ -97,7 +97,7 @@ class Launcher:
         self.engine = DockerRuntime(owner)
         self.pull_timeout_s = pull_timeout_s
         self.launches = [
-            _Launch(folder, open(folder.path / PULL_LOG, "ab"), lock)  # noqa: SIM115
+            _Launch(folder, os.fdopen(open_append(folder.path / PULL_LOG), "ab"), lock)
             for folder, lock in claimed
         ]
         self._lock = threading.Lock()

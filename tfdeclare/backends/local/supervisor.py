@@ -40,7 +40,7 @@ from typing import Any
 from tfdeclare.backends.local.logtimes import Sampler
 from tfdeclare.backends.local.record import TASK_FILE, read_task
 from tfdeclare.backends.secrets import SecretUnavailable, read_all
-from tfdeclare.files import write_atomic
+from tfdeclare.files import open_append, write_atomic
 
 POLL_S = 0.05
 
@@ -103,7 +103,7 @@ class Supervisor:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         started = time.time()
         self.times = Sampler(log_path)  # when the log grew: `logs --timestamps`, `--since`
-        with open(log_path, "ab", buffering=0) as log, open(os.devnull, "rb") as devnull:
+        with os.fdopen(open_append(log_path), "ab", buffering=0) as log, open(os.devnull, "rb") as devnull:
             try:  # the values of secrets are read now, and only kept in the task's environment
                 secrets = read_all(self.task.secrets, os.environ)
                 child = subprocess.Popen(

@@ -37,7 +37,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from tfdeclare.files import fsync_dir, write_atomic
+from tfdeclare.files import fsync_dir, open_append, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +199,7 @@ class TaskJournal:
     def _open(self) -> int:
         if self._fd is None:
             self.root.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            self._fd = open_append(self.log_path, 0o600)
         return self._fd
 
     def _append(self, lines: Iterable[dict[str, Any]], sync: bool) -> None:
@@ -260,7 +260,10 @@ class TaskJournal:
             self._fd = None
         if self.log_path.exists():
             if self.old_log_path.exists():  # an unfinished compaction: keep its lines too
-                with open(self.old_log_path, "ab") as old, open(self.log_path, "rb") as new:
+                with (
+                    os.fdopen(open_append(self.old_log_path, 0o600), "ab") as old,
+                    open(self.log_path, "rb") as new,
+                ):
                     old.write(new.read())
                     old.flush()
                     os.fsync(old.fileno())
