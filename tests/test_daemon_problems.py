@@ -214,14 +214,20 @@ def test_folder_mode_problems_outlive_the_daemon_for_status_and_keep_their_since
         again.stop()
 
 
-def test_git_mode_no_settle_time_a_bad_commit_and_a_failed_fetch_are_problems(
-    cwd: Path, receiver: Receiver, tmp_path: Path
-) -> None:
+def _repository(tmp_path: Path) -> tuple[Path, Path]:
+    """A bare repository on ``main`` and a clone of it with a ``jobs`` folder to commit in."""
     remote = tmp_path / "remote.git"
     git(tmp_path, "init", "--bare", "--initial-branch=main", str(remote))
     work = tmp_path / "work"
     git(tmp_path, "clone", str(remote), str(work))
     (work / "jobs").mkdir()
+    return remote, work
+
+
+def test_git_mode_no_settle_time_a_bad_commit_and_a_failed_fetch_are_problems(
+    cwd: Path, receiver: Receiver, tmp_path: Path
+) -> None:
+    remote, work = _repository(tmp_path)
     outputs = cwd / "g-out"
     outputs.mkdir()
     spec = job("g").replace("env: {OUT: g-out}", f"env: {{OUT: {outputs}}}")
@@ -299,11 +305,7 @@ def test_apply_records_the_problems_of_the_files_it_read_and_clears_them_once_fi
 def test_git_mode_a_removed_path_folder_is_named_as_the_repository_has_it(
     cwd: Path, receiver: Receiver, tmp_path: Path
 ) -> None:
-    remote = tmp_path / "remote.git"
-    git(tmp_path, "init", "--bare", "--initial-branch=main", str(remote))
-    work = tmp_path / "work"
-    git(tmp_path, "clone", str(remote), str(work))
-    (work / "jobs").mkdir()
+    remote, work = _repository(tmp_path)
     (work / "README").write_text("the repository stays when its jobs folder goes\n")
     outputs = cwd / "g-out"
     outputs.mkdir()

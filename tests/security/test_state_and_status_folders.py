@@ -36,12 +36,16 @@ pytestmark = pytest.mark.e2e
 MEMORY_LIMIT = 2 * 1024**3  # address space of a command: plenty for these, not for /dev/zero
 
 
-def run(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def run(
+    *args: str, cwd: Path, timeout: float = 60, umask: int | None = None
+) -> subprocess.CompletedProcess[str]:
     """``python -m tfdeclare ARGS`` as ``tests.conftest.cli`` runs it, with its address space
-    limited."""
+    limited (and ``umask`` set, when given)."""
 
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+        if umask is not None:
+            os.umask(umask)
 
     env = {k: v for k, v in os.environ.items() if k not in SETTINGS_ENV}
     return subprocess.run(
@@ -126,30 +130,15 @@ def test_a_state_folder_others_can_write_is_refused_saying_how_to_fix_it(
     assert (state / "records.sqlite").is_file()
 
 
-def umask_002(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """``run`` with the umask of distributions that give each user a private group."""
-    env = {k: v for k, v in os.environ.items() if k not in SETTINGS_ENV}
-    return subprocess.run(
-        [sys.executable, "-m", "tfdeclare", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        check=False,
-        preexec_fn=lambda: os.umask(0o002),
-    )
-
-
 def test_folders_made_under_a_umask_of_002_are_the_users_own_and_used(project: Path) -> None:
     """Under umask 002 every folder tfdeclare makes is group-writable, by the user's private
     group (here: root's): used, run after run. A group of other users is not."""
     if grp.getgrgid(os.getegid()).gr_name != pwd.getpwuid(os.geteuid()).pw_name:
         pytest.skip("this user has no private group")
-    first = umask_002("--state-dir", "st", "apply", "j.yaml", cwd=project)
+    first = run("--state-dir", "st", "apply", "j.yaml", cwd=project, umask=0o002)
     assert first.returncode == 0, first.stderr
     assert (project / "st" / "local").stat().st_mode & 0o020, "group-writable, as the umask made it"
-    again = umask_002("--state-dir", "st", "apply", "j.yaml", cwd=project)
+    again = run("--state-dir", "st", "apply", "j.yaml", cwd=project, umask=0o002)
     assert again.returncode == 0, again.stderr
     os.chown(project / "st" / "local", -1, OTHER_GROUP)
     result = run("--state-dir", "st", "delete", "jc", cwd=project)
