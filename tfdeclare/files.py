@@ -19,7 +19,7 @@ Reading and trusting (docs/security.md): ``read_regular`` reads a file as eviden
 following a link nor blocking on a FIFO, a regular file only and at most a given number of
 bytes (problems, status files, the summaries' index); ``open_append`` appends to a log without
 following a link; ``not_own_folder`` says why a folder is
-not one of this user alone (a link, another type, another owner, writable by group or others):
+not one of this user alone (a link, another type, another owner, writable by others):
 the state folder and its own sub-folders, the registry's folder.
 """
 
@@ -121,8 +121,9 @@ def open_append(path: Path, mode: int = 0o644) -> int:
 
 def not_own_folder(folder: Path) -> str | None:
     """Why ``folder`` is not a folder of this user alone (words to follow its name), or None
-    when it is: a real folder (not a link to one), owned by this user, not writable by its
-    group or others. ``OSError`` when it cannot be looked at (``FileNotFoundError``: none)."""
+    when it is: a real folder (not a link to one), owned by this user, not writable by others
+    (its group may write only when it is the user's private group). ``OSError`` when it
+    cannot be looked at (``FileNotFoundError``: none)."""
     info = os.lstat(folder)
     if stat.S_ISLNK(info.st_mode):
         return "is a link (not followed)"

@@ -8,11 +8,12 @@ descriptor is not inherited by child processes (task supervisors never hold it).
 Taking the lock is the door every writer of a state folder goes through (``apply``, ``delete``,
 ``status --refresh``, ``gc``, the daemon, the background controller), so it first checks that
 the folder is this user's alone (``check_state_folder``): the folder and its own sub-folders
-(``SUBFOLDERS``) real folders, not links, owned by this user and not writable by its group or
-others, and no link directly in the folder or in those sub-folders but ``git/`` (docs/security.md,
-"The state folder"). So nothing tfdeclare makes or opens there is written through a link
-someone planted; the lock file itself is opened with ``O_NOFOLLOW | O_NONBLOCK`` and used only
-when it is a regular file.
+(``SUBFOLDERS``) real folders, not links, owned by this user and not writable by others
+(``files.not_own_folder``: a group only when it is the user's private one), and no link
+directly in the folder or in those sub-folders but ``git/`` (docs/security.md, "The state
+folder"). So nothing tfdeclare makes or opens there is written through a link someone
+planted; the lock file itself is opened with ``O_NOFOLLOW | O_NONBLOCK`` and used only when
+it is a regular file.
 """
 
 from __future__ import annotations
