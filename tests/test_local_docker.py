@@ -34,6 +34,7 @@ from tfdeclare.backends.local.docker_runtime import (
     mounts_for,
     owner_of,
 )
+from tfdeclare.backends.local.prober import probe
 from tfdeclare.backends.local.record import LocalTask, TaskRuntime
 from tfdeclare.core.enums import EndCause, Role, TaskState
 from tfdeclare.core.run.tasks import GangRequest, Placement, SlotRequest, TaskKey
@@ -172,6 +173,36 @@ def test_mounts_are_the_tasks_folders_then_the_spec_volumes_read_only_unless_rw(
     replaced = mounts_for("/w", "/specs", [{"hostPath": "/other", "containerPath": "/specs", "mode": "rw"}])
     assert replaced == [BindMount("/w", "/w", False), BindMount("/other", "/specs", False)]
     assert mounts_for("/w", None, []) == [BindMount("/w", "/w", False)]
+
+
+def test_a_progress_check_of_a_container_task_looks_only_through_its_mounts(tmp_path: Path) -> None:
+    """The container's path, not this machine's: a spec author must not learn through the
+    Unhealthy message whether (and when) a file of the controller's machine changed that the
+    container cannot see. Looked at where a mount puts it; a path no mount holds, or that a
+    link (the task can make one in its folder) leads out of its mount, fails the probe unread."""
+    work, data, outside = tmp_path / "work", tmp_path / "data", tmp_path / "host-only"
+    for folder in (work, data, outside):
+        folder.mkdir()
+        (folder / "ckpt").write_text("written now")
+    (work / "out").symlink_to(outside)
+    task = _task(
+        cwd=str(work),
+        workDir=str(work),
+        sourceDir=None,
+        volumes=[{"hostPath": str(data), "containerPath": "/data", "mode": "rw"}],
+    )
+
+    def probed(path: str) -> str | None:
+        check = HealthCheck(HealthCheckKind.PROGRESS, path=path, stalled_s=60.0)
+        return probe(task, check, clock=time.time)
+
+    assert probed("ckpt") is None, "its working folder, mounted at its own path"
+    assert probed(str(work / "ckpt")) is None
+    assert probed("/data/ckpt") is None, "a volume: looked at where it comes from"
+    (data / "ckpt").unlink()
+    assert "/data/ckpt" in (probed("/data/ckpt") or ""), "gone: a failure, as for a process"
+    for unseen in (str(outside / "ckpt"), "out/ckpt", "../host-only/ckpt", "/etc/hostname"):
+        assert "is not in a folder the container shares with this machine" in (probed(unseen) or ""), unseen
 
 
 def test_engine_times() -> None:

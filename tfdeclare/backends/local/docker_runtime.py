@@ -180,6 +180,35 @@ def mounts_for(
     return mounts + covered
 
 
+def host_path(task: LocalTask, path: str) -> str | None:
+    """Where ``path``, as the container task sees it (relative: to its working folder), lies
+    on this machine, through the task's mounts; None when no mount holds it (a file of the
+    image, or one under a hidden folder: this machine has nothing of it to look at), or when
+    links lead it out of the mounted folder. So the controller, which looks at it for the
+    task (a ``progress`` health check), never looks at a file of its own machine that the
+    spec names but the container cannot see."""
+    container = task.container
+    assert container is not None
+    work = task.work_dir or task.cwd or "/"
+    inside = os.path.normpath(os.path.join(task.cwd or work, path))
+    volumes = [
+        {"hostPath": v.host_path, "containerPath": v.container_path, "mode": v.mode.value}
+        for v in container.volumes
+    ]
+    holder: BindMount | HiddenFolder | None = None
+    for mount in mounts_for(work, task.source_dir, volumes, container.hidden):
+        if (inside == mount.target or _below(inside, mount.target)) and (
+            holder is None or len(mount.target) > len(holder.target)
+        ):
+            holder = mount
+    if not isinstance(holder, BindMount):
+        return None
+    found = os.path.join(holder.source, os.path.relpath(inside, holder.target))
+    root = os.path.realpath(holder.source)
+    real = os.path.realpath(found)
+    return found if real == root or _below(real, root) else None
+
+
 def _below(path: str, folder: str) -> bool:
     return path != folder and path.startswith(folder.rstrip("/") + "/")
 

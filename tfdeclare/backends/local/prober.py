@@ -11,7 +11,10 @@ that still has not answered counts as failed (``health.expire``). When a task tu
 the backend's watchers are notified, so a pass comes at once and stops and restarts it.
 
 A task in a container (the Docker runtime) runs its ``exec`` check in its container, through
-the engine (``in_container``: ``DockerDriver.health_exec``), as ``docker exec`` would.
+the engine (``in_container``: ``DockerDriver.health_exec``), as ``docker exec`` would; its
+``progress`` path is the container's, looked at through the task's mounts
+(``docker_runtime.host_path``): a path no mount holds is a failed probe, never a file of this
+machine.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from tfdeclare.backends.local.docker_runtime import host_path
 from tfdeclare.backends.local.record import LocalTask, TaskRuntime
 from tfdeclare.core.run import health
 from tfdeclare.core.spec.health import HealthCheck, HealthCheckKind
@@ -84,6 +88,14 @@ def _exec(task: LocalTask, check: HealthCheck) -> str | None:
 def _progress(task: LocalTask, check: HealthCheck, now: float) -> str | None:
     if check.path is None:
         path, what = task.log_path, "its log"
+    elif task.runtime is TaskRuntime.DOCKER:  # the container's path, looked at through its mounts
+        found = host_path(task, check.path)
+        if found is None:
+            return (
+                f"{check.path} is not in a folder the container shares with this machine (its "
+                "working folder or a volume): it cannot be watched"
+            )
+        path, what = Path(found), check.path
     else:
         path = Path(check.path)
         if not path.is_absolute():
