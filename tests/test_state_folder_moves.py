@@ -104,8 +104,9 @@ def test_a_registry_that_is_a_link_or_not_ours_is_not_used(
     (project / "specs" / "a.yaml").write_text(spec("a", {"worker": (1, "serve")}))
     applied = cli("apply", "specs", cwd=project)
     assert applied.returncode == 0, applied.stdout + applied.stderr
-    assert f"cannot record this state folder for other commands to find: {state_folder_registry} is not" in (
-        applied.stderr
+    assert (
+        f"cannot record this state folder for other commands to find: {state_folder_registry} is a link"
+        in (applied.stderr)
     )
     assert list(target.iterdir()) == []
 

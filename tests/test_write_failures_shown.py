@@ -24,9 +24,11 @@ pytestmark = pytest.mark.e2e
 
 
 def _mount_tmpfs(folder: Path, size: str) -> None:
+    """A small tmpfs at ``folder``, its root 0755 (a tmpfs's default, 1777, is a folder anyone
+    may write: a state folder so made is refused, docs/security.md)."""
     folder.mkdir(parents=True, exist_ok=True)
     mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], check=False
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(folder)], check=False
     )
     if mounted.returncode != 0:
         missing("cannot mount a tmpfs here (not root)")  # CI runs as root
