@@ -116,11 +116,24 @@ def _problems(text: str) -> list[str]:
             "local:\n  portRange: {first: 3000, last: 2000}\n",
             "c.yaml:2:3: error: first must not be after last (at $.local.portRange)",
         ),
+        # what the master refuses at SUBSCRIBE (apply retried it until its subscribe timeout)
+        ('mesos:\n  roles: ["bad role"]\n', "c.yaml:2:11: error: must be a Mesos role"),
+        ("mesos:\n  roles: [-ml]\n", "c.yaml:2:11: error: must be a Mesos role"),
+        ("mesos:\n  roles: [ml/../x]\n", "c.yaml:2:11: error: must be a Mesos role"),
+        (
+            "mesos:\n  master: ftp://127.0.0.1:5050\n",
+            "c.yaml:2:11: error: must be an http://, https:// or zk://",
+        ),
     ],
 )
 def test_config_errors_name_file_line_and_json_path(text: str, expected: str) -> None:
     (problem,) = _problems(text)
     assert problem.startswith(expected), problem
+
+
+@pytest.mark.parametrize("roles", ["['*']", "[ml]", "[ml/team-a, gpu.pool]", "['team/a/b']"])
+def test_mesos_roles_the_master_takes_are_valid(roles: str) -> None:
+    assert _problems(f"mesos:\n  roles: {roles}\n  master: zk://h1:2181,h2:2181/mesos\n") == []
 
 
 def test_a_mistake_in_any_backends_section_is_reported_whichever_is_chosen() -> None:
