@@ -274,6 +274,20 @@ def test_same_input_same_answer_whatever_the_order() -> None:
         (gang(3), [agent("a", 8, ports=((1, 2),))], "port"),
         (gang(2, Resources(2, 1024)), [agent("a", 4)], None),
         (gang(4, Resources(64, 128)), [], None),  # nothing seen yet: unknown, keep waiting
+        # enough in all, but one task an agent: two agents of 4 cpus never hold three of 2.5
+        (gang(3, Resources(2.5, 256)), [agent("a", 4), agent("b", 4)], "hold 2 of them at most"),
+        (gang(3, Resources(0.5, 2500)), [agent("a", 4), agent("b", 4)], "hold 2 of them at most"),  # memory
+        (gang(2, Resources(1, 256, 1)), [agent("g", 4, gpus=1), agent("h", 4, gpus=1)], None),
+        (
+            gang(3, Resources(2.5, 256, 1)),
+            [agent("g", 4, gpus=3), agent("h", 4, gpus=3)],
+            "hold 2 of them at most",
+        ),
+        (
+            gang(2, Resources(2, 1024), ps=2, ps_resources=Resources(2, 1024)),
+            [agent("a", 4), agent("b", 4)],
+            None,
+        ),
     ],
 )
 def test_never_fits(request_: GangRequest, capacities: list[AgentOffer], expected: str | None) -> None:
@@ -282,6 +296,33 @@ def test_never_fits(request_: GangRequest, capacities: list[AgentOffer], expecte
         assert why is None
     else:
         assert why is not None and expected in why
+
+
+def test_a_gang_said_never_to_fit_is_never_placed_on_the_whole_agents() -> None:
+    """``never_fits`` is a necessary condition: whatever it refuses, placement on the agents'
+    whole capacities (nothing else running) cannot place either."""
+    rng = random.Random(33)
+    refused = 0
+    for _ in range(400):
+        agents = [
+            agent(
+                f"a{i}",
+                rng.choice([2, 4, 6]),
+                rng.choice([1024, 4096]),
+                ports=((31000, 31000 + rng.randint(0, 4)),),
+            )
+            for i in range(rng.randint(1, 4))
+        ]
+        request = gang(
+            rng.randint(1, 6),
+            Resources(rng.choice([0.5, 1, 2.5, 3]), rng.choice([256, 1024, 3000])),
+            ps=rng.randint(0, 2),
+            ps_resources=Resources(rng.choice([0.5, 1, 2]), rng.choice([256, 2048])),
+        )
+        if never_fits(request, agents) is not None:
+            refused += 1
+            assert not isinstance(place_gang(request, agents), GangFit), (request, agents)
+    assert refused > 50, "the draw exercises refusals"
 
 
 # ---- FIFO with backfill ----------------------------------------------------------------------

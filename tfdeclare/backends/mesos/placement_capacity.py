@@ -4,7 +4,11 @@ This module owns the cheap necessary check placement makes against the agents' w
 capacities (not what is free now: other frameworks may hold the rest), so a gang that can never
 be placed is reported as such instead of waiting forever, and one that fits an agent waits for
 it: constraints no agent matches, a task no agent could hold (``agent_holds``, with the
-``largest_agent`` named), or tasks that together need more than all usable agents have.
+``largest_agent`` named), tasks that together need more than all usable agents have, or
+more tasks of one size than the agents could hold side by side (``tasks_held``: a task runs
+on one agent, so two agents of 4 cpus hold two tasks of 2.5, not three). Each is necessary
+for a placement, so a gang said never to fit cannot fit; one that passes may still not (a
+mix of sizes), and then waits for offers as before.
 """
 
 from __future__ import annotations
@@ -75,7 +79,30 @@ def never_fits(
             )
         if len(group) > ports:
             return f"its {len(group)} {label} need a port each; usable agents offer {ports} in all"
+    shapes: dict[Resources, int] = {}
+    for slot in request.slots:
+        shapes[slot.resources] = shapes.get(slot.resources, 0) + 1
+    for shape, count in sorted(
+        shapes.items(), key=lambda item: (item[0].cpus, item[0].mem_mib, item[0].gpus)
+    ):
+        hosts = gpu_hosts if shape.gpus > 0 else cpu_hosts
+        room = sum(tasks_held(c, shape) for c in hosts)
+        if count > room:
+            return (
+                f"its {count} tasks of {shape.describe()}: the usable agents hold {room} of them at "
+                "most side by side (a task runs on one agent)"
+            )
     return None
+
+
+def tasks_held(agent: AgentOffer, shape: Resources) -> int:
+    """How many tasks of ``shape`` the agent could ever run side by side (with ``agent``
+    saying what it has in all; a port each)."""
+    counts = [agent.port_count]
+    for need, have in ((shape.cpus, agent.cpus), (shape.mem_mib, agent.mem_mib), (shape.gpus, agent.gpus)):
+        if need > 0:
+            counts.append(int(have / need + EPS))
+    return max(0, min(counts))
 
 
 def _as_resources(view: AgentOffer) -> Resources:
