@@ -288,6 +288,23 @@ def test_adding_an_evaluator_restarts_nothing_else(project: Path) -> None:
     assert cli("delete", "grow", cwd=project).returncode == 0
 
 
+def test_a_resize_is_a_new_run_of_the_job(project: Path) -> None:
+    """Every task restarts with the new cluster: the attempt moves on, as TFDECLARE_ATTEMPT."""
+    (project / "specs" / "job.yaml").write_text(spec("rs", {"worker": (1, "serve")}))
+    assert cli("apply", "specs", cwd=project).returncode == 0
+    wait_until(lambda: "worker-0.0" in records(project))
+    (project / "specs" / "job.yaml").write_text(spec("rs", {"worker": (2, "serve")}))
+    assert cli("apply", "specs", cwd=project).returncode == 0
+    wait_until(lambda: {"worker-0.1", "worker-1.1"} <= set(records(project)))
+    seen = records(project)
+    assert set(seen) == {"worker-0.0", "worker-0.1", "worker-1.1"}, "nothing ran as attempt 0 after it"
+    assert [seen[n]["env"]["TFDECLARE_ATTEMPT"] for n in ("worker-0.1", "worker-1.1")] == ["1", "1"]  # type: ignore[index]
+    wait_until(lambda: status_of(project, "rs")["phase"] == "Running")
+    document = status_of(project, "rs")
+    assert (document["attempt"], document["restarts"]) == (1, 0), "a resize is a new run, not a failure"
+    assert cli("delete", "rs", cwd=project).returncode == 0
+
+
 def test_an_invalid_file_keeps_its_job_running(project: Path) -> None:
     (project / "specs" / "job.yaml").write_text(spec("steady", {"worker": (1, "serve")}))
     assert cli("apply", "specs", cwd=project).returncode == 0

@@ -499,14 +499,13 @@ class Controller:
         changed = record.evolve(canonical=canonical, spec_hash=spec_hash, **provenance)
         if action is Action.CREATE or (action is Action.RESTART and record.phase.terminal):
             # re-created while being deleted, or a finished job whose spec changed: run again
-            return changed.evolve(
+            return lifecycle.new_run(
+                changed,
                 deleting=False,
                 phase=Phase.PENDING,
                 reason=Reason.SPEC_CHANGED,
                 message="runs again",
-                attempt=record.attempt + 1,
                 restarts=0,
-                task_restarts={},
                 next_launch_at=None,
                 start_time=None,
                 completion_time=None,
@@ -516,10 +515,10 @@ class Controller:
                 tasks=(),
             )
         if action is Action.MOVE:  # never both alive: it starts here once its old tasks are gone
-            return changed.evolve(
+            return lifecycle.new_run(
+                changed,
                 backend=self.backend.name,
                 moving_from=record.moving_from or record.backend,
-                attempt=record.attempt + 1,
                 addresses={},
                 next_launch_at=None,
                 phase=Phase.RESTARTING,
@@ -527,14 +526,14 @@ class Controller:
                 message=f"moving from {record.backend} to {self.backend.name}",
             )
         if action is Action.RESTART:
-            return changed.evolve(
-                attempt=record.attempt + 1,
+            return lifecycle.new_run(
+                changed,
                 next_launch_at=None,
                 reason=Reason.SPEC_CHANGED,
                 message="spec changed: restarting every task",
             )
-        if action is Action.RESIZE:
-            return changed.evolve(reason=Reason.RESIZED, message="replica counts changed")
+        if action is Action.RESIZE:  # a new run when its TF cluster changes
+            return lifecycle.resized(record, changed, reason=Reason.RESIZED, message="replica counts changed")
         return changed
 
     def delete(self, names: Sequence[str], *, stage: bool = False) -> list[str]:
