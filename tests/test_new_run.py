@@ -5,6 +5,8 @@ and that a record of an earlier release runs on as it is."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tests.test_lifecycle import BACKOFF, T0, record_for, task
@@ -12,7 +14,8 @@ from tests.test_restart_scope import PSS, _all
 from tfdeclare.core.enums import Phase, Reason, Role, TaskState
 from tfdeclare.core.run.clusterspec import TASK_RESTARTS_ENV
 from tfdeclare.core.run.lifecycle import desired_configs, resized, step
-from tfdeclare.core.run.record import JobRecord
+from tfdeclare.core.run.record import JobRecord, TaskRecord
+from tfdeclare.core.run.status import task_records, waiting_to_restart, with_last_runs
 from tfdeclare.core.run.tasks import TaskKey
 
 R, F = TaskState.RUNNING, TaskState.FAILED
@@ -128,3 +131,34 @@ def test_a_record_of_an_earlier_release_runs_on_as_it_is() -> None:
     assert desired_configs(loaded.spec, loaded) == desired_configs(earlier.spec, earlier)
     waiting = earlier.evolve(phase=Phase.RESTARTING, next_launch_at=T0 + 50)
     assert step(waiting, [], T0 + 20, BACKOFF).record.message == "restart 1 of 3 in 30 s"
+
+
+def _observed(record: JobRecord, name: str, state: TaskState, code: int | None) -> TaskRecord:
+    (entry,) = task_records([task(record, name, state, code)])
+    return entry
+
+
+@pytest.mark.parametrize(
+    ("what", "said"),
+    [
+        ("whole-job restart, backing off", "worker-0: exited 5; restarts in 30 s"),
+        ("a task of the current run", None),
+        ("the job is done", None),
+    ],
+)
+def test_the_last_runs_entry_stays_until_its_slot_is_relaunched(what: str, said: str | None) -> None:
+    record = record_for("{worker: {count: 1}}", phase=Phase.RUNNING)
+    slow = BACKOFF.__class__(initial_s=30.0, max_s=300.0)
+    failed = _observed(record, "worker-0", F, 5)
+    after = step(record, _all(record, "worker-0", code=5), T0, slow)
+    if what == "a task of the current run":
+        after = step(record, [], T0, slow)  # nothing failed: the record's attempt is the task's
+    if what == "the job is done":
+        after = replace(after, record=after.record.evolve(phase=Phase.FAILED))
+    shown = with_last_runs({}, after.desired, [], (failed,))
+    assert list(shown.values()) == [failed]  # the record's entry, once the backend let it go
+    assert waiting_to_restart(after.record, failed, T0) == said
+    again = with_last_runs({}, after.desired, [task(record, "worker-0", F, 5)], ())
+    assert [e.exit_code for e in again.values()] == [5]
+    relaunched = with_last_runs({failed.key: replace(failed, task_id="new")}, after.desired, [], (failed,))
+    assert relaunched[failed.key].task_id == "new", "a task of the new run replaces it"

@@ -797,14 +797,7 @@ class Controller:
         unsaved = self._pass is not None and record.name in self._pass.unsaved
         if updated is record and not decided.launch and self._seen.get(record.name) == seen and not unsaved:
             return  # the same record and tasks as last pass, all written: nothing to do
-        shown = {
-            t.key: t
-            for t in status.task_records(
-                tasks  # being deleted or suspended: what of it is still there, until it has stopped
-                if updated.deleting or updated.suspension is not None
-                else self._current(decided.desired, tasks)
-            )
-        }
+        shown = self._shown(updated, decided.desired, tasks)
         touched = bool(decided.stop or decided.forget or decided.purge)  # a backend was changed
         if decided.launch:
             updated, launched = self._launch(backend, updated, decided.launch, now, result)
@@ -839,6 +832,18 @@ class Controller:
             self._pass.records[record.name] = kept
         self._seen[record.name] = (id(kept), *map(id, tasks))
         self._seen_tasks[record.name] = [kept, *tasks]
+
+    @classmethod
+    def _shown(
+        cls, record: JobRecord, desired: Mapping[TaskKey, TaskConfig], tasks: list[ObservedTask]
+    ) -> dict[TaskKey, TaskRecord]:
+        """The tasks the record (and status) lists: of a job being deleted or suspended, what
+        of it is still there, until it has stopped; otherwise the current run's, a slot not
+        relaunched yet keeping its last run's entry (``status.with_last_runs``)."""
+        if record.deleting or record.suspension is not None:
+            return {t.key: t for t in status.task_records(tasks)}
+        shown = {t.key: t for t in status.task_records(cls._current(desired, tasks))}
+        return status.with_last_runs(shown, desired, tasks, record.tasks)
 
     @staticmethod
     def _current(desired: Mapping[TaskKey, TaskConfig], tasks: list[ObservedTask]) -> list[ObservedTask]:
