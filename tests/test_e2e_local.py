@@ -288,6 +288,65 @@ def test_adding_an_evaluator_restarts_nothing_else(project: Path) -> None:
     assert cli("delete", "grow", cwd=project).returncode == 0
 
 
+def test_a_resize_is_a_new_run_of_the_job(project: Path) -> None:
+    """Every task restarts with the new cluster: the attempt moves on, as TFDECLARE_ATTEMPT."""
+    (project / "specs" / "job.yaml").write_text(spec("rs", {"worker": (1, "serve")}))
+    assert cli("apply", "specs", cwd=project).returncode == 0
+    wait_until(lambda: "worker-0.0" in records(project))
+    (project / "specs" / "job.yaml").write_text(spec("rs", {"worker": (2, "serve")}))
+    assert cli("apply", "specs", cwd=project).returncode == 0
+    wait_until(lambda: {"worker-0.1", "worker-1.1"} <= set(records(project)))
+    seen = records(project)
+    assert set(seen) == {"worker-0.0", "worker-0.1", "worker-1.1"}, "nothing ran as attempt 0 after it"
+    assert [seen[n]["env"]["TFDECLARE_ATTEMPT"] for n in ("worker-0.1", "worker-1.1")] == ["1", "1"]  # type: ignore[index]
+    wait_until(lambda: status_of(project, "rs")["phase"] == "Running")
+    document = status_of(project, "rs")
+    assert (document["attempt"], document["restarts"]) == (1, 0), "a resize is a new run, not a failure"
+    assert cli("delete", "rs", cwd=project).returncode == 0
+
+
+def test_a_failed_run_stays_visible_while_the_job_backs_off(project: Path) -> None:
+    """During the backoff before a whole-job restart the status says which task failed and
+    how, and `logs` (also --task, --previous, --follow) prints that run's output."""
+    (project / "tfdeclare.yaml").write_text(
+        CONFIG.replace("initialSeconds: 0.2, maxSeconds: 1", "initialSeconds: 12")
+    )
+    program = "import os,sys; a=os.environ['TFDECLARE_ATTEMPT']; print('attempt', a, flush=True); sys.exit(5 if a == '0' else 0)"
+    (project / "specs" / "job.yaml").write_text(
+        "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: bo}\nspec:\n"
+        f"  command: [python, -c, {json.dumps(program)}]\n"
+        "  replicas: {worker: {count: 1, resources: {cpus: 0.1, mem: 64}}}\n"
+    )
+    assert cli("apply", "specs", cwd=project).returncode == 0
+    wait_until(
+        lambda: status_of(project, "bo")["restarts"] == 1 and status_of(project, "bo")["tasks"][0]["id"]
+    )  # type: ignore[index]
+    document = status_of(project, "bo")
+    assert document["phase"] == "Restarting"
+    assert str(document["message"]).startswith("worker-0 exited 5; restart 1 of 3 in ")
+    (entry,) = document["tasks"]  # type: ignore[misc]
+    assert (entry["state"], entry["exitCode"], entry["attempt"]) == ("failed", 5, 0)
+    for extra in ((), ("-p",), ("--task", "worker-0"), ("--task", "worker-0", "-p")):
+        shown = cli("logs", "bo", *extra, cwd=project)
+        assert shown.returncode == 0, shown.stderr
+        assert shown.stdout.replace("worker-0 | ", "") == "attempt 0\n"
+        assert "worker-0: exited 5; restarts in " in shown.stderr
+    following = subprocess.Popen(  # it waits for a controller (as for the background one)
+        [sys.executable, "-m", "tfdeclare", "logs", "bo", "--follow"],
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TFDECLARE_BACKGROUND_CONTROLLER": "on"},
+    )
+    assert following.stdout is not None
+    assert following.stdout.readline() == "worker-0 | attempt 0\n"  # the failed run, at once
+    assert cli("apply", "specs", "--wait", "--timeout", "60", cwd=project).returncode == 0
+    rest, err = following.communicate(timeout=60)
+    assert following.returncode == 0 and rest == "worker-0 | attempt 1\n", err  # then the next run
+    assert status_of(project, "bo")["phase"] == "Succeeded"
+
+
 def test_an_invalid_file_keeps_its_job_running(project: Path) -> None:
     (project / "specs" / "job.yaml").write_text(spec("steady", {"worker": (1, "serve")}))
     assert cli("apply", "specs", cwd=project).returncode == 0

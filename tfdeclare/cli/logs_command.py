@@ -6,8 +6,14 @@ line, ``{"task": "worker-0", "line": "..."}``; ``-o yaml``: the same, one YAML d
 
 ``--tail N``: of what each log holds at first, only its last N lines (held N at a time,
 however long the log). ``--previous``: each task's launch before its current one (its id's
-launch count lower, the backend asked in turn). ``-l``: each matching job's logs, lines
-prefixed ``JOB/TASK``.
+launch count lower, the backend asked in turn).
+
+While the job (or a task alone) waits to restart, the record keeps the last run's entry of
+each slot not relaunched yet (``status.with_last_runs``): that run's log is printed, with or
+without ``--previous`` (no launch came after it), with a line on stderr saying how it ended
+and when it restarts; ``--follow`` prints it and goes on into the next run.
+
+``-l``: each matching job's logs, lines prefixed ``JOB/TASK``.
 
 ``--follow`` ends by the job's record (``_followed_to_the_end``): a task that ended but that no
 controller has judged yet (the record still shows it alive) may run again, so while a
@@ -38,6 +44,7 @@ from tfdeclare.cli.wiring import make_backend
 from tfdeclare.core.enums import Phase
 from tfdeclare.core.run.keeping import needs_controller
 from tfdeclare.core.run.record import JobRecord
+from tfdeclare.core.run.status import waiting_to_restart
 from tfdeclare.core.run.tasks import TaskKey
 from tfdeclare.core.spec.selector import Selector
 from tfdeclare.core.tone import Painter, Tone
@@ -286,11 +293,21 @@ def _previous_id(backend: Backend, task_id: str) -> str | None:
 
 
 def _tail_of(
-    args: argparse.Namespace, backend: Backend, key: TaskKey, task_id: str, *, strict: bool
+    args: argparse.Namespace,
+    backend: Backend,
+    key: TaskKey,
+    task_id: str,
+    *,
+    strict: bool,
+    waiting: str | None = None,
 ) -> _Tail | None:
     """The log to print of a task: its current launch's, or with ``--previous`` the one before
-    (None, said on stderr, when there is none the backend can read)."""
-    if args.previous:
+    (None, said on stderr, when there is none the backend can read). ``waiting``: the task is
+    the last run's, waiting to restart (``status.waiting_to_restart``, said on stderr): its
+    log is both the current one and, as no launch came after it, the previous one."""
+    if waiting is not None:
+        stderr_line(f"tfdeclare: {waiting}")
+    if args.previous and waiting is None:
         earlier = _previous_id(backend, task_id)
         if earlier is None:
             why = f"{key.name} has no earlier launch whose log the backend still has"
@@ -347,7 +364,8 @@ def _selected_logs(
                 args.output, prefixed=True, width=width, job=record.name, timestamps=args.timestamps
             )
             for task in started:
-                tail = _tail_of(args, backend, task.key, str(task.task_id), strict=False)
+                waiting = waiting_to_restart(record, task, time.time())
+                tail = _tail_of(args, backend, task.key, str(task.task_id), strict=False, waiting=waiting)
                 if tail is not None:
                     tail.drain(backend, False, printer)
     finally:
@@ -384,7 +402,10 @@ def cmd_logs(args: argparse.Namespace) -> int:
         while True:
             for task in sorted(record.tasks, key=lambda t: t.key):
                 if task.task_id and task.task_id not in (tails.keys() | skipped) and only in (None, task.key):
-                    tail = _tail_of(args, backend, task.key, task.task_id, strict=only is not None)
+                    waiting = waiting_to_restart(record, task, time.time())
+                    tail = _tail_of(
+                        args, backend, task.key, task.task_id, strict=only is not None, waiting=waiting
+                    )
                     if tail is not None:
                         tails[task.task_id] = tail
                     else:  # said once

@@ -499,14 +499,13 @@ class Controller:
         changed = record.evolve(canonical=canonical, spec_hash=spec_hash, **provenance)
         if action is Action.CREATE or (action is Action.RESTART and record.phase.terminal):
             # re-created while being deleted, or a finished job whose spec changed: run again
-            return changed.evolve(
+            return lifecycle.new_run(
+                changed,
                 deleting=False,
                 phase=Phase.PENDING,
                 reason=Reason.SPEC_CHANGED,
                 message="runs again",
-                attempt=record.attempt + 1,
                 restarts=0,
-                task_restarts={},
                 next_launch_at=None,
                 start_time=None,
                 completion_time=None,
@@ -516,10 +515,10 @@ class Controller:
                 tasks=(),
             )
         if action is Action.MOVE:  # never both alive: it starts here once its old tasks are gone
-            return changed.evolve(
+            return lifecycle.new_run(
+                changed,
                 backend=self.backend.name,
                 moving_from=record.moving_from or record.backend,
-                attempt=record.attempt + 1,
                 addresses={},
                 next_launch_at=None,
                 phase=Phase.RESTARTING,
@@ -527,14 +526,14 @@ class Controller:
                 message=f"moving from {record.backend} to {self.backend.name}",
             )
         if action is Action.RESTART:
-            return changed.evolve(
-                attempt=record.attempt + 1,
+            return lifecycle.new_run(
+                changed,
                 next_launch_at=None,
                 reason=Reason.SPEC_CHANGED,
                 message="spec changed: restarting every task",
             )
-        if action is Action.RESIZE:
-            return changed.evolve(reason=Reason.RESIZED, message="replica counts changed")
+        if action is Action.RESIZE:  # a new run when its TF cluster changes
+            return lifecycle.resized(record, changed, reason=Reason.RESIZED, message="replica counts changed")
         return changed
 
     def delete(self, names: Sequence[str], *, stage: bool = False) -> list[str]:
@@ -798,14 +797,7 @@ class Controller:
         unsaved = self._pass is not None and record.name in self._pass.unsaved
         if updated is record and not decided.launch and self._seen.get(record.name) == seen and not unsaved:
             return  # the same record and tasks as last pass, all written: nothing to do
-        shown = {
-            t.key: t
-            for t in status.task_records(
-                tasks  # being deleted or suspended: what of it is still there, until it has stopped
-                if updated.deleting or updated.suspension is not None
-                else self._current(decided.desired, tasks)
-            )
-        }
+        shown = self._shown(updated, decided.desired, tasks)
         touched = bool(decided.stop or decided.forget or decided.purge)  # a backend was changed
         if decided.launch:
             updated, launched = self._launch(backend, updated, decided.launch, now, result)
@@ -840,6 +832,18 @@ class Controller:
             self._pass.records[record.name] = kept
         self._seen[record.name] = (id(kept), *map(id, tasks))
         self._seen_tasks[record.name] = [kept, *tasks]
+
+    @classmethod
+    def _shown(
+        cls, record: JobRecord, desired: Mapping[TaskKey, TaskConfig], tasks: list[ObservedTask]
+    ) -> dict[TaskKey, TaskRecord]:
+        """The tasks the record (and status) lists: of a job being deleted or suspended, what
+        of it is still there, until it has stopped; otherwise the current run's, a slot not
+        relaunched yet keeping its last run's entry (``status.with_last_runs``)."""
+        if record.deleting or record.suspension is not None:
+            return {t.key: t for t in status.task_records(tasks)}
+        shown = {t.key: t for t in status.task_records(cls._current(desired, tasks))}
+        return status.with_last_runs(shown, desired, tasks, record.tasks)
 
     @staticmethod
     def _current(desired: Mapping[TaskKey, TaskConfig], tasks: list[ObservedTask]) -> list[ObservedTask]:

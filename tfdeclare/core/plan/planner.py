@@ -52,7 +52,7 @@ from tfdeclare.core.plan.desired import DesiredState
 from tfdeclare.core.plan.observed import ObservedJob, ObservedState, observed_fingerprint
 from tfdeclare.core.plan.quotas import enforce_max_jobs, enforce_quotas, within_max_jobs
 from tfdeclare.core.plan.scope import PruneScope
-from tfdeclare.core.run.clusterspec import symbolic_addresses, task_configs
+from tfdeclare.core.run.clusterspec import replaced_by_resize
 from tfdeclare.core.run.progress import restart_cost, since_checkpoint
 from tfdeclare.core.run.tasks import TaskKey
 from tfdeclare.core.spec.keys import ORDER
@@ -423,16 +423,11 @@ def _task_sets(
     old: JobSpec, new: JobSpec, running: tuple[TaskKey, ...]
 ) -> tuple[tuple[TaskKey, ...], tuple[TaskKey, ...], tuple[TaskKey, ...]]:
     """(running tasks that restart, tasks that start, tasks that stop) for a resize."""
-    old_configs = task_configs(old, symbolic_addresses(old), 0)
-    new_configs = task_configs(new, symbolic_addresses(new), 0)
     alive = set(running)
-    restart = tuple(
-        k
-        for k in sorted(new_configs.keys() & old_configs.keys(), key=ORDER)
-        if k in alive and not new_configs[k].same_identity(old_configs[k])
-    )
-    start = tuple(sorted(new_configs.keys() - old_configs.keys(), key=ORDER))
-    stop = tuple(sorted(old_configs.keys() - new_configs.keys(), key=ORDER))
+    restart = tuple(k for k in replaced_by_resize(old, new) if k in alive)
+    old_keys, new_keys = set(old.task_keys()), set(new.task_keys())
+    start = tuple(sorted(new_keys - old_keys, key=ORDER))
+    stop = tuple(sorted(old_keys - new_keys, key=ORDER))
     return restart, start, stop
 
 

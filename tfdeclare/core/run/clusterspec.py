@@ -265,6 +265,22 @@ def symbolic_addresses(spec: JobSpec) -> dict[TaskKey, str]:
     return {key: key.name for key in spec.task_keys()}
 
 
+def replaced_by_resize(old: JobSpec, new: JobSpec) -> tuple[TaskKey, ...]:
+    """The tasks of both specs that a resize from ``old`` to ``new`` replaces, in role and
+    index order: those whose view of the cluster changes (stand-in addresses, the same
+    attempt). When a task of the TF cluster is among them, the resize is a new run of the job
+    (``lifecycle.new_run``: the attempt moves on), which replaces every task of its cluster,
+    so all of them are named; otherwise (the evaluator or TensorBoard task added or removed)
+    only what changes."""
+    old_configs = task_configs(old, symbolic_addresses(old), 0)
+    new_configs = task_configs(new, symbolic_addresses(new), 0)
+    both = sorted(new_configs.keys() & old_configs.keys(), key=ORDER)
+    changed = [k for k in both if not new_configs[k].same_identity(old_configs[k])]
+    if any(k.role.in_cluster for k in changed):
+        return tuple(k for k in both if k.role.in_cluster or k in changed)
+    return tuple(changed)
+
+
 TASK_RESTARTS_ENV = "TFDECLARE_TASK_RESTARTS"
 
 

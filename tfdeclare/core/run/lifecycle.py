@@ -18,15 +18,22 @@ except what it wrote into the record. The rules (docs/reference.md#job-semantics
   ``ExitCode`` fails it for exit codes 1-127 except 42; otherwise it restarts after an
   exponential backoff. ``Always`` also treats a ps or evaluator (or, with a chief, a worker)
   that exits 0 early as a failure. What restarts is the role's restart scope
-  (``JobSpec.restart_scope_for``): ``Job`` restarts the whole job (attempt + 1, every task
-  replaced, same ports), at most ``backoffLimit`` times for the job; ``Task`` restarts that
-  task alone at its address while the others keep running, at most ``backoffLimit`` times
-  for that task (``JobRecord.task_restarts``; its configuration gains
-  ``TFDECLARE_TASK_RESTARTS``, so only it is replaced). When failures of both scopes come
-  together, the whole job restarts. A training task restarting alone keeps its address
-  (``launches.pinned``); if it has not got it back ``address_wait_s`` after its launch was
-  first asked for (a Mesos agent that does not offer its port), the whole job restarts
-  instead (reason ``TaskRestartTimedOut``), where its tasks may move.
+  (``JobSpec.restart_scope_for``): ``Job`` restarts the whole job (a new run, ``new_run``:
+  attempt + 1, every task replaced, same ports), at most ``backoffLimit`` times for the job;
+  ``Task`` restarts that task alone at its address while the others keep running, at most
+  ``backoffLimit`` times for that task in this run of the job (``JobRecord.task_restarts``;
+  its configuration gains ``TFDECLARE_TASK_RESTARTS``, so only it is replaced). When
+  failures of both scopes come together, the whole job restarts. A training task restarting
+  alone keeps its address (``launches.pinned``); if it has not got it back ``address_wait_s``
+  after its launch was first asked for (a Mesos agent that does not offer its port), the
+  whole job restarts instead (reason ``TaskRestartTimedOut``), where its tasks may move;
+  that restart keeps the task restarts (the task's failure was counted for it).
+- A new run of the job (``new_run``): a whole-job restart (for a failure or a platform
+  event), a suspension or preemption, a change that restarts every task, a move to another
+  backend, a resize that changes the TF cluster (``resized``). Every task of the cluster is
+  replaced: the attempt (``TFDECLARE_ATTEMPT``) moves on and the restarts of tasks alone
+  start afresh. Only the transition writes that: a record of an earlier release, whatever
+  it holds, runs on as it is.
 - ``activeDeadlineSeconds`` past the first start fails the job.
 - A task its backend reports unhealthy (``healthCheck``, ``ObservedTask.unhealthy``: a hung
   task) is a failure of its role like a lost one: it is stopped, and restarted by its restart
@@ -55,12 +62,13 @@ except what it wrote into the record. The rules (docs/reference.md#job-semantics
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from tfdeclare.core.enums import Phase, Reason, RestartPolicy, RestartScope, Role, SuccessPolicy, TaskState
 from tfdeclare.core.run.causes import WORDS, cause_of, split
-from tfdeclare.core.run.clusterspec import TaskConfig, reuse, task_configs, with_restarts
+from tfdeclare.core.run.clusterspec import TaskConfig, replaced_by_resize, reuse, task_configs, with_restarts
 from tfdeclare.core.run.launches import pinned
 from tfdeclare.core.run.record import (
     PLATFORM_HISTORY,
@@ -118,6 +126,24 @@ def desired_configs(
     configs = with_restarts(task_configs(spec, addresses, record.attempt, previous), record.restarted_alone)
     reuse(configs, previous)
     return configs
+
+
+def new_run(record: JobRecord, **changes: object) -> JobRecord:
+    """The record of a new run of the job (module docstring): every task of its TF cluster is
+    replaced, so the attempt moves on and the restarts of tasks alone, counted per run, start
+    afresh (``TFDECLARE_TASK_RESTARTS`` is gone from every task's configuration)."""
+    fresh: dict[str, object] = {"attempt": record.attempt + 1, "task_restarts": {}, "restart_cause": ""}
+    return record.evolve(**{**fresh, **changes})
+
+
+def resized(before: JobRecord, after: JobRecord, **changes: object) -> JobRecord:
+    """``after`` (``before`` with its resized spec) with ``changes``: a new run when the
+    resize replaces the tasks of the TF cluster (TF's cluster spec is static: a role's count
+    changed), as it is when it only adds or removes the evaluator or the TensorBoard task
+    (nothing else restarts)."""
+    if any(key.role.in_cluster for key in replaced_by_resize(before.spec, after.spec)):
+        return new_run(after, **changes)
+    return after.evolve(**changes)
 
 
 def _describe_end(task: ObservedTask) -> str:
@@ -255,14 +281,15 @@ def suspend(
 ) -> JobRecord:
     """The record of a job stopped on purpose: ``reason`` SUSPENDED (``spec.suspend``) or
     PREEMPTED (``by`` the job that needs its room; ``message`` says why). Its tasks are
-    stopped by the next ``step``; no restart is counted, and the attempt moves on, so what
-    runs next is a fresh gang (on the same addresses where the backend can)."""
+    stopped by the next ``step``; no restart is counted, and it is a new run (``new_run``),
+    so what runs next is a fresh gang (on the same addresses where the backend can)."""
     assert reason in (Reason.SUSPENDED, Reason.PREEMPTED)
     history = record.suspension_history
     if record.suspension is not None:  # a preempted job suspended from its file
         history = (*history, record.suspension)[-SUSPENSION_HISTORY:]
     hold = Suspension(reason, now, by, message, tasks)
-    return record.evolve(
+    return new_run(
+        record,
         suspension=hold,
         suspension_history=history,
         suspensions=record.suspensions + (reason is Reason.SUSPENDED),
@@ -270,7 +297,6 @@ def suspend(
         phase=Phase.SUSPENDED,
         reason=reason,
         message=_held_words(hold),
-        attempt=record.attempt + 1,
         next_launch_at=None,
         final_evaluation_since=None,
     )
@@ -594,13 +620,21 @@ def _backing_off(look: _Look) -> Step | None:
     record, now = look.record, look.now
     if record.next_launch_at is None or now >= record.next_launch_at:
         return None
+    left = record.next_launch_at - now
     waiting = record.evolve(
         phase=Phase.RESTARTING,
         reason=_still(record, Reason.BACKING_OFF),
-        message=f"restart {record.restarts} of {look.spec.backoff_limit}: backing off "
-        f"{record.next_launch_at - now:.1f} s",
+        message=_restart_words(record.restart_cause, record.restarts, look.spec.backoff_limit, left),
     )
     return Step(waiting, wake_at=record.next_launch_at)
+
+
+def _restart_words(cause: str, restarts: int, limit: int, left: float) -> str:
+    """A whole-job restart's message while it backs off: which task failed and how (``cause``,
+    the record's ``restart_cause``; empty in a record of an earlier release), which restart
+    it is and in how long it comes ("worker-0 exited 5; restart 1 of 3 in 26 s")."""
+    when = f"restart {restarts} of {limit} in {math.ceil(left - 1e-9):.0f} s"
+    return f"{cause}; {when}" if cause else when
 
 
 def _launch_missing(look: _Look) -> Step:
@@ -708,9 +742,10 @@ def _launch_alone(
     if not ready:
         first = min(held, key=lambda k: alone[k.name].next_launch_at or now)
         entry = alone[first.name]
+        ended = f"{entry.message}; " if entry.message else ""
         message = (
-            f"{first.name} restarts alone ({entry.count} of backoffLimit {record.spec.backoff_limit} "
-            f"for it): backing off {(entry.next_launch_at or now) - now:.1f} s"
+            f"{ended}{first.name} restarts alone ({entry.count} of backoffLimit "
+            f"{record.spec.backoff_limit} for it): backing off {(entry.next_launch_at or now) - now:.1f} s"
         )
         return Step(
             _update(record, record.phase, Reason.TASK_RESTARTING, message), wake_at=wake, events=events
@@ -850,13 +885,14 @@ def _on_failure(
         return _finish(record, Phase.FAILED, Reason.BACKOFF_LIMIT_EXCEEDED, message, now, to_stop)
     restarts = record.restarts + 1
     delay = backoff.delay(restarts)
-    restarted = record.evolve(
+    restarted = new_run(
+        record,
         phase=Phase.RESTARTING,
         reason=_restart_reason(failures, Reason.RESTARTING),
-        message=f"{what}: restart {restarts} of {spec.backoff_limit} in {delay:g} s",
+        message=_restart_words(what, restarts, spec.backoff_limit, delay),
         restarts=restarts,
-        attempt=record.attempt + 1,
         next_launch_at=now + delay,
+        restart_cause=what,
     )
     return Step(
         restarted,
@@ -948,11 +984,11 @@ def _on_platform_event(
     budget = f"platform restart {count} of {limit}, not counted against backoffLimit"
     whole = [t for t in taken if spec.restart_scope_for(t.key.role)[0] is RestartScope.JOB]
     if whole:
-        restarted = record.evolve(
+        restarted = new_run(
+            record,
             phase=Phase.RESTARTING,
             reason=Reason.PLATFORM_RESTART,
             message=f"{what}: restarting the whole job ({budget})",
-            attempt=record.attempt + 1,
             next_launch_at=now,
             platform_restarts=count,
             platform_events=history,

@@ -281,6 +281,9 @@ class JobRecord:
     start_time: float | None = None
     completion_time: float | None = None
     next_launch_at: float | None = None  # backoff: no launch before this
+    # How the last run ended when failures restarted the whole job ("worker-0 exited 5"): said
+    # while it backs off. Empty otherwise (and in records of releases before it).
+    restart_cause: str = ""
     # Training succeeded at this time; the evaluator finishes its final evaluation (a grace)
     final_evaluation_since: float | None = None
     cleaned_at: float | None = None  # ttlSecondsAfterFinished deleted its ended tasks and logs
@@ -365,6 +368,7 @@ class JobRecord:
             "startTime": self.start_time,
             "completionTime": self.completion_time,
             "nextLaunchAt": self.next_launch_at,
+            **({"restartCause": self.restart_cause} if self.restart_cause else {}),
             "finalEvaluationSince": self.final_evaluation_since,
             "cleanedAt": self.cleaned_at,
             "deleting": self.deleting,
@@ -420,6 +424,7 @@ class JobRecord:
             start_time=data.get("startTime"),
             completion_time=data.get("completionTime"),
             next_launch_at=data.get("nextLaunchAt"),
+            restart_cause=str(data.get("restartCause") or ""),
             final_evaluation_since=data.get("finalEvaluationSince"),
             cleaned_at=data.get("cleanedAt"),
             deleting=bool(data.get("deleting", False)),

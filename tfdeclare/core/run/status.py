@@ -16,8 +16,9 @@ status NAME --tasks``). So a 100,000-task job costs a status file of 1,000 tasks
 from __future__ import annotations
 
 import calendar
+import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from tfdeclare.core.enums import ROLE_ORDER, Phase, Reason, Role, TaskState
@@ -50,6 +51,50 @@ def task_records(current: Sequence[ObservedTask]) -> tuple[TaskRecord, ...]:
         )
         for t in sorted(by_key.values(), key=lambda t: ORDER(t.key))
     )
+
+
+def with_last_runs(
+    shown: Mapping[TaskKey, TaskRecord],
+    slots: Collection[TaskKey],
+    tasks: Sequence[ObservedTask],
+    before: Sequence[TaskRecord],
+) -> dict[TaskKey, TaskRecord]:
+    """``shown`` (the current run's tasks) with each of ``slots`` that has none yet keeping
+    its last run's entry once that ended: the newest ended one of ``tasks``, else the
+    record's (``before``; the backend lets ended tasks of an earlier run go at once). So while
+    the job (or a task alone) waits to restart, its status says which task failed and how
+    (``exitCode``, its own ``attempt``) and ``logs`` finds that run's log, until a task of the
+    new run is launched into the slot."""
+    out = dict(shown)
+    ended = [t for t in tasks if t.state.ended and t.key in slots and t.key not in out]
+    out.update((t.key, t) for t in task_records(ended))
+    for entry in before:
+        if entry.key in slots and entry.key not in out and entry.task_id and entry.state.ended:
+            out[entry.key] = entry
+    return out
+
+
+def waiting_to_restart(record: JobRecord, task: TaskRecord, now: float) -> str | None:
+    """What ``logs`` says of a task entry of the last run kept while its slot waits to
+    restart (``with_last_runs``): how it ended and when it restarts ("worker-0: exited 5;
+    restarts in 26 s"); None for a task of the current run, or a job that is done."""
+    if not task.state.ended or record.phase.terminal or record.deleting or record.suspension is not None:
+        return None
+    alone = record.task_restarts.get(task.key.name)
+    if task.attempt < record.attempt:
+        at = record.next_launch_at
+    elif alone is not None and alone.pending and alone.attempt == record.attempt:
+        at = alone.next_launch_at
+    else:
+        return None
+    if task.exit_code is not None and task.exit_code > 128:
+        how = f"killed by signal {task.exit_code - 128}"
+    elif task.exit_code is not None:
+        how = f"exited {task.exit_code}"
+    else:
+        how = task.state.value
+    when = f"restarts in {math.ceil(at - now - 1e-9)} s" if at is not None and at > now else "restarts next"
+    return f"{task.key.name}: {how}; {when}"
 
 
 def conditions(record: JobRecord, now: float) -> tuple[Condition, ...]:
