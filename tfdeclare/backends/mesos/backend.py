@@ -18,8 +18,21 @@ its answer where there is one. The backend is made of collaborators it owns as f
 ``observe`` maps the journal onto ``TaskState``; ``place`` is gang placement over the held
 offers; ``launch`` journals, then queues ACCEPTs sent in bursts; ``stop`` KILLs with the grace
 period; ``forget``/``purge``; ``read_log`` reads the agent's sandbox; ``close`` sends no
-TEARDOWN (tasks keep running). See ``docs/architecture.md`` (Mesos backend) for the threads,
-one launch's path and the offer, backfill, fencing and reconciliation policies.
+TEARDOWN (tasks keep running).
+
+The first ``observe`` after a (re)subscription waits for the answers to the explicit
+RECONCILE of every live task the journal knows (one UPDATE per task), at most
+``FIRST_OBSERVE_WAIT_S`` (2 s) after SUBSCRIBED, so the first pass of a process that just
+started (apply, status --refresh, delete, the daemon, the background controller) sees a task
+that ended while no controller ran as ended, and its policy acts in that same command: the
+agent re-sends an update nobody acknowledged only on its retry timer (10 s and up), so without
+the wait the pass would decide on what the journal last knew. A master answers a
+reconciliation in milliseconds; it does not answer at all for tasks on agents still
+re-registering after a master failover, so the wait is bounded, short enough for a command
+line, and the answers that come later are folded in by the next pass.
+
+See ``docs/architecture.md`` (Mesos backend) for the threads, one launch's path and the offer,
+backfill, fencing and reconciliation policies.
 """
 
 from __future__ import annotations
