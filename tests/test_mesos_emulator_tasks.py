@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import signal
 import socket
 import sys
 import time
@@ -224,6 +225,37 @@ def test_master_updates_are_not_resent_and_not_sent_while_disconnected(
     assert answer["state"] == "TASK_RUNNING"  # the latest *forwarded* state
     back.ack(running)
     back.ack(back.update("t", "TASK_FINISHED", timeout=3))
+
+
+def test_reconciliation_answers_the_update_the_master_got_while_disconnected() -> None:
+    """``Master::updateTask`` records an agent's update on receipt, connected framework or not:
+    an explicit reconciliation right after re-subscribing answers it (here before the agent's
+    retry, 30 s away, forwards it)."""
+    with Emulator(**{**FAST, "update_retry_interval": 30.0, "update_retry_max": 60.0}) as emu:
+        made: list[Subscriber] = []
+        try:
+            sub = subscribe(emu, made, failover_timeout=60.0)
+            offer = _launch(sub, "f", "sleep 30")
+            sub.ack(sub.update("f", "TASK_STARTING"))
+            sub.ack(sub.update("f", "TASK_RUNNING"))
+            emu.drop_stream(sub.framework_id or "")
+            sub.wait_closed()
+            (pid,) = emu.processes()  # the task's process group
+            os.killpg(pid, signal.SIGKILL)
+            emu.wait_for(lambda e: e.tasks()["f"]["state"] == "TASK_FAILED", timeout=10)
+            back = Subscriber(
+                emu.url, framework_info(id={"value": sub.framework_id}, failover_timeout=60.0)
+            ).subscribe()
+            made.append(back)
+            back.next("SUBSCRIBED")
+            back.reconcile([("f", offer["agent_id"]["value"])])
+            answer = back.update("f", timeout=3)
+            assert answer["reason"] == "REASON_RECONCILIATION" and "uuid" not in answer
+            assert answer["state"] == "TASK_FAILED"
+        finally:
+            for made_sub in made:
+                made_sub.close()
+        assert emu.check_invariants() == []
 
 
 def test_reconciliation_table(emulator: Emulator, subscribers: list[Subscriber]) -> None:

@@ -430,3 +430,34 @@ def test_healthz_gives_a_probe_without_the_token_the_codes_only() -> None:
         ]
     finally:
         server.close()
+
+
+class _UnreachableEndpoints(Endpoints):
+    """The daemon's answers while the Mesos master cannot be reached."""
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        _, detail = super().health()
+        error = RuntimeProblem(
+            ErrorCode.MASTER_UNREACHABLE, "not subscribed to http://10.0.0.9:5050: HTTP 503"
+        )
+        return False, {
+            **detail,
+            "reasons": [f"MasterUnreachable: {error.detail}"],
+            "passErrors": [error.to_json()],
+        }
+
+
+def test_healthz_without_the_token_names_an_unreachable_master_by_its_code_only() -> None:
+    token = "a-token-of-sixteen-or-more"
+    server = DaemonServer(
+        "127.0.0.1", 0, _UnreachableEndpoints(), AccessPolicy(frozenset(), token, token_for_reads=True)
+    )  # type: ignore[arg-type]
+    server.start()
+    try:
+        code, open_health = ask(server, "/healthz")
+        assert code == 503 and open_health["reasons"] == ["MasterUnreachable"]
+        assert "10.0.0.9" not in json.dumps(open_health)
+        full = ask(server, "/healthz", token)[1]
+        assert full["reasons"] == ["MasterUnreachable: not subscribed to http://10.0.0.9:5050: HTTP 503"]
+    finally:
+        server.close()

@@ -768,12 +768,7 @@ class Master(AgentLifecycle):
         self.send(framework, self._status_update_event(status))
 
     def forward(self, framework: Framework, status: dict[str, Any]) -> None:
-        """``Master::forward``: remember what was sent with a uuid, then send."""
-        if "uuid" in status:
-            task = framework.tasks.get(status["task_id"]["value"])
-            if task is not None:
-                task.status_update_state = status["state"]
-                task.status_update_uuid = status["uuid"]
+        """``Master::forward``: send an update to a connected framework."""
         self.send(framework, self._status_update_event(status))
 
     def update_task(self, task: Task, latest_state: str) -> None:
@@ -826,6 +821,11 @@ class Master(AgentLifecycle):
                 self.forward(framework, status)
         if task is not None:
             self.update_task(task, latest_state)
+            if "uuid" in status:
+                # ``Master::updateTask`` sets these on receipt, whether or not the framework is
+                # connected (or the update reaches it): a reconciliation answers this state.
+                task.status_update_state = status["state"]
+                task.status_update_uuid = status["uuid"]
             self.maintenance.progress(record)
 
     def _forward_late(self, framework_id: str, status: dict[str, Any]) -> None:

@@ -54,6 +54,7 @@ class Metrics:
         self.write_failures = 0  # files the last pass could not write (and a failed pass)
         self.webhook_results: Counter[str] = Counter()  # WebhookResult value -> deliveries
         self.problems_by_kind: Mapping[str, int] = {}  # standing source problems (ProblemKind value -> count)
+        self.backend_connected: Mapping[str, bool] = {}  # backend name -> reaches its cluster (last pass)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))
         ProcessCollector(registry=self.registry)
@@ -93,6 +94,10 @@ class Metrics:
         with self._lock:
             self.storage_writable = dict(writable)
             self.write_failures = write_failures
+
+    def set_backend_connected(self, backend: str, connected: bool) -> None:
+        with self._lock:
+            self.backend_connected = {**self.backend_connected, backend: connected}
 
     def set_problems(self, by_kind: Mapping[str, int]) -> None:
         with self._lock:
@@ -165,6 +170,13 @@ class Metrics:
             "Whether the state and status folders can take a write now (0: read-only or full).",
             "folder",
             {kind: int(ok) for kind, ok in self.storage_writable.items()},
+        )
+        yield _labelled(
+            GaugeMetricFamily,
+            "tfdeclare_backend_connected",
+            "Whether the backend reached its cluster in the last pass (0: e.g. no Mesos subscription).",
+            "backend",
+            {name: int(ok) for name, ok in self.backend_connected.items()},
         )
         yield GaugeMetricFamily(
             "tfdeclare_write_failures",

@@ -510,6 +510,11 @@ class _Handler(BaseHTTPRequestHandler):
             shown["passErrors"] = [
                 {"code": e["code"], "terminal": e["terminal"]} for e in detail["passErrors"]
             ]
+            # a reason that is a pass error ("MasterUnreachable: ...") says its code only
+            codes = {f"{e['code']}: " for e in detail["passErrors"]}
+            shown["reasons"] = [
+                next((c[:-2] for c in codes if r.startswith(c)), r) for r in detail.get("reasons", ())
+            ]
         return shown
 
     def _jobs(self, query: dict[str, list[str]]) -> None:

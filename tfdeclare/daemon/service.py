@@ -50,7 +50,7 @@ from tfdeclare.controller import Controller
 from tfdeclare.core.config import WebhookConfig
 from tfdeclare.core.diagnostics import Diagnostic
 from tfdeclare.core.enums import Phase, Reason
-from tfdeclare.core.errors import RuntimeProblem
+from tfdeclare.core.errors import ErrorCode, RuntimeProblem
 from tfdeclare.core.plan.planner import Action, Plan, PlanCache, PlanOptions, Sighting, plan
 from tfdeclare.core.plan.problems import Problem, changes, counts, held_back, standing
 from tfdeclare.core.plan.scope import PruneScope
@@ -328,6 +328,7 @@ class Daemon:
             log.error("backend unavailable, the jobs keep running: %s", err)
             self._check_folders()
             self._draft = replace(self._draft, last_pass_at=self.clock(), pass_errors=(err.problem(),))
+            self._count_connection()
             self.metrics.observe_pass(self.monotonic() - started, self.clock(), 0, 0, 1)
             return None, applied
         for error in result.errors:
@@ -337,6 +338,7 @@ class Daemon:
             write_failures={**apply_failures, **result.write_failures},
             pass_errors=tuple(result.errors),
         )
+        self._count_connection()
         self._check_folders()
         records = self.controller.records()
         self._phase_changes(result.phases, records)
@@ -383,6 +385,11 @@ class Daemon:
             {kind: kind not in problems for kind in folders},
             len(self._draft.write_failures) + (self._draft.pass_write_error is not None),
         )
+
+    def _count_connection(self) -> None:
+        """Whether the backend reaches its cluster, as the last pass found (``/metrics``)."""
+        reached = not unreachable_problems(self._draft.pass_errors)
+        self.metrics.set_backend_connected(self.controller.backend_name, reached)
 
     def _apply_desired(self, changes: frozenset[str] | None) -> Plan:
         """Plan and apply what the files say; returns the plan as made (its problems; its
@@ -555,17 +562,20 @@ class Daemon:
         late = self.clock() - since > overdue
         starting = shown.last_pass_at is None and not late
         cannot_write = write_problems(shown)
+        unreachable = unreachable_problems(shown.pass_errors)
         healthy = (
             not late
             and not starting
             and shown.source_error is None
             and not cannot_write
             and not shown.not_started
+            and not unreachable
         )
         reasons = [
             *(["a pass is overdue (a hang?)"] if late else []),
             *([f"the source cannot be read: {shown.source_error}"] if shown.source_error else []),
             *cannot_write,
+            *(f"{p.code.value}: {p.detail}" for p in unreachable),
             *(f"job {name}: {why}" for name, why in sorted(shown.not_started.items())),
         ]
         return healthy, {
@@ -741,6 +751,16 @@ class Daemon:
         if not started:
             raise LookupError(f"job {name} has no task {task + ' ' if task else ''}that has started")
         return self.controller.read_log(started[0]["id"], offset, page.LOG_PAGE_BYTES)
+
+
+# Pass errors that say the backend cannot reach its cluster at all: readiness is degraded
+# while one stands (the jobs are left as they are: their tasks run on without us).
+UNREACHABLE = frozenset({ErrorCode.MASTER_UNREACHABLE})
+
+
+def unreachable_problems(errors: Sequence[RuntimeProblem]) -> list[RuntimeProblem]:
+    """The pass errors that say the backend's cluster cannot be reached."""
+    return [p for p in errors if p.code in UNREACHABLE]
 
 
 def write_problems(shown: Shown) -> list[str]:

@@ -18,8 +18,21 @@ its answer where there is one. The backend is made of collaborators it owns as f
 ``observe`` maps the journal onto ``TaskState``; ``place`` is gang placement over the held
 offers; ``launch`` journals, then queues ACCEPTs sent in bursts; ``stop`` KILLs with the grace
 period; ``forget``/``purge``; ``read_log`` reads the agent's sandbox; ``close`` sends no
-TEARDOWN (tasks keep running). See ``docs/architecture.md`` (Mesos backend) for the threads,
-one launch's path and the offer, backfill, fencing and reconciliation policies.
+TEARDOWN (tasks keep running).
+
+The first ``observe`` after a (re)subscription waits for the answers to the explicit
+RECONCILE of every live task the journal knows (one UPDATE per task), at most
+``FIRST_OBSERVE_WAIT_S`` (2 s) after SUBSCRIBED, so the first pass of a process that just
+started (apply, status --refresh, delete, the daemon, the background controller) sees a task
+that ended while no controller ran as ended, and its policy acts in that same command: the
+agent re-sends an update nobody acknowledged only on its retry timer (10 s and up), so without
+the wait the pass would decide on what the journal last knew. A master answers a
+reconciliation in milliseconds; it does not answer at all for tasks on agents still
+re-registering after a master failover, so the wait is bounded, short enough for a command
+line, and the answers that come later are folded in by the next pass.
+
+See ``docs/architecture.md`` (Mesos backend) for the threads, one launch's path and the offer,
+backfill, fencing and reconciliation policies.
 """
 
 from __future__ import annotations
@@ -57,6 +70,10 @@ from tfdeclare.core.errors import ErrorCode
 from tfdeclare.core.run.tasks import GangRequest, ObservedTask, Placement, TaskLaunch, Unplaced
 
 FIRST_OBSERVE_WAIT_S = 2.0  # the first observe() after subscribing waits this long for answers
+# A pass reports MasterUnreachable once the client has not been subscribed (and a SUBSCRIBE
+# failed) for this long: the client re-subscribes on its own with a backoff capped near 15 s,
+# so a blip (a leader election, a dropped stream) heals within it and is not reported.
+UNSUBSCRIBED_REPORT_S = 20.0
 
 
 class MesosBackend:
@@ -140,7 +157,22 @@ class MesosBackend:
         self._loop.ask(lambda: self._policies.watchers.append(notify))
 
     def tend(self) -> None:
-        """Nothing: the loop thread does the framework's upkeep as events come."""
+        """The loop thread does the framework's upkeep as events come; this only reports a
+        subscription that is gone: ``BackendError`` (MasterUnreachable, with the master's last
+        answer) once the client has not been subscribed for ``UNSUBSCRIBED_REPORT_S`` and a
+        SUBSCRIBE failed (the tasks keep running on the agents; nothing is done to them)."""
+        client = self._sender.client
+        if client is None or client.terminal_error is not None:
+            return  # not connected yet (the pass connects), or stopped (reported then)
+        down = client.unsubscribed_for()
+        last = client.last_error
+        if down is None or last is None or down < UNSUBSCRIBED_REPORT_S:
+            return
+        raise BackendError(
+            f"not subscribed to the Mesos master at {self.config.master} for {down:.0f} s "
+            f"(the tasks keep running on the agents): {last}",
+            code=ErrorCode.MASTER_UNREACHABLE,
+        )
 
     def observe(self) -> Sequence[ObservedTask]:
         self._ready()

@@ -89,6 +89,11 @@ class SchedulerClient:
         """The latest subscribe failure, cleared by the next SUBSCRIBED."""
         return self._session.last_error
 
+    def unsubscribed_for(self) -> float | None:
+        """Seconds since the last subscription ended (or the client started); None while
+        subscribed."""
+        return self._session.unsubscribed_for()
+
     def wait_subscribed(self, timeout: float) -> str:
         """Block until subscribed; return the framework id. Raises the terminal error if the
         client gave up, or SubscribeTimeoutError (with ``last_error``) after ``timeout``."""

@@ -1,7 +1,8 @@
 """What the parts of one scheduler client share: the subscription's state and its locks.
 
 This module owns ``Session``: the framework as subscribed (its info, id and suppressed roles),
-the endpoint the calls go to, the stream id, whether the client is subscribed, its last subscribe
+the endpoint the calls go to, the stream id, whether the client is subscribed (and since when not,
+on the monotonic clock, as the watchdog measures), its last subscribe
 error and its terminal error, with the locks and events that order them. The stream thread
 (``stream.py``, ``dispatch.py``), the calls (``caller.py``) and the facade (``client.py``) read
 and change it through its methods only; it does no I/O.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from tfdeclare.backends.mesos.clientconfig import ClientConfig
 from tfdeclare.backends.mesos.errors import (
@@ -48,6 +50,7 @@ class Session:
         self._subscribed = False
         self._terminal: TerminalError | None = None
         self._last_error: MesosError | None = None
+        self._unsubscribed_since: float | None = time.monotonic()  # None while subscribed
         self.stop = threading.Event()
         self.wake = threading.Event()  # a leader change or stop() ends a wait before SUBSCRIBE
 
@@ -80,6 +83,11 @@ class Session:
     @property
     def last_error(self) -> MesosError | None:
         return self._last_error
+
+    def unsubscribed_for(self) -> float | None:
+        """Seconds since the client was last subscribed (or started); None while subscribed."""
+        since = self._unsubscribed_since
+        return None if since is None else time.monotonic() - since
 
     def tls_expected(self) -> bool:
         """Whether a configured master (or the ZooKeeper scheme) says https."""
@@ -135,11 +143,14 @@ class Session:
         """SUBSCRIBED arrived (under ``state``): no last error any more."""
         self._subscribed = True
         self._last_error = None
+        self._unsubscribed_since = None
 
     def mark_disconnected(self) -> bool:
         """The stream ended; whether it had been subscribed."""
         with self.state:
             was, self._subscribed = self._subscribed, False
+            if was:
+                self._unsubscribed_since = time.monotonic()
         return was
 
     def failed(self, exc: MesosError) -> None:
