@@ -96,8 +96,8 @@ def _run(world: World, followed: TaskKey) -> list[tuple[JobRecord, set[str]]]:
     return seen
 
 
-def _tails(ids: set[str], followed: TaskKey) -> dict[str, _Tail]:
-    return {task_id: _Tail(followed, task_id, complete=True) for task_id in ids}
+def _tails(ids: set[str], followed: TaskKey) -> dict[str, list[_Tail]]:
+    return {task_id: [_Tail(followed, task_id, complete=True)] for task_id in ids}
 
 
 @pytest.mark.parametrize("running", [True, False], ids=["controller-holds-lock", "handing-over"])

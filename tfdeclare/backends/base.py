@@ -38,6 +38,19 @@ class LogTimes(Protocol):
 
 
 @runtime_checkable
+class LogStreams(Protocol):
+    """A backend whose tasks' stdout and stderr are two logs, each read on its own as it grows
+    (the Mesos backend: the sandbox's two files), where ``read_log`` has only stdout until the
+    task has ended. ``logs`` reads both in turn. Others have no such method: their log holds
+    both streams as written."""
+
+    def read_log_stream(self, task_id: str, stream: str, offset: int = 0, limit: int = 1 << 20) -> LogChunk:
+        """Bytes of the task's ``stream`` (``stdout`` or ``stderr``) from ``offset``, as in
+        ``read_log``; complete once the task has ended and all of it is read."""
+        ...
+
+
+@runtime_checkable
 class TaskFolders(Protocol):
     """A backend whose tasks' working folders lie on the controller's machine (the local
     backend), where a job's progress files are read (``spec.checkpoint``, TensorBoard's

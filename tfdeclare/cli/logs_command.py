@@ -21,6 +21,11 @@ controller is running or on its way (``_kept``) the follow waits for its word.
 
 Without ``--follow`` the tasks' logs come one after the other (no backend records when a line
 was written, so there is no order across tasks to restore).
+
+A backend whose tasks' stdout and stderr are two logs (``LogStreams``: Mesos's sandbox files)
+has each task's two read in turn, both with the task's prefix: without ``--follow`` stdout,
+then a ``--- stderr ---`` line and stderr (as the backend's own ``read_log`` of an ended task);
+with ``--follow`` each new line as it is read, so the streams interleave to within a poll.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tfdeclare.backends.base import Backend, BackendError, LogOffsetError, LogTimes
+from tfdeclare.backends.base import Backend, BackendError, LogOffsetError, LogStreams, LogTimes
 from tfdeclare.cli import terminal
 from tfdeclare.cli.background import enabled as background_enabled
 from tfdeclare.cli.background import log_path
@@ -52,6 +57,7 @@ from tfdeclare.shell.lock import ControllerLock
 from tfdeclare.shell.store import StateStore
 
 _POLL_S = 0.2
+STDERR_HEADER = [b"\n", b"--- stderr ---\n"]  # before a task's stderr read apart, without --follow
 _PREFIX_TONES = (Tone.ACTIVE, Tone.ADDED, Tone.CHANGED, Tone.REPLACED, Tone.STRONG, Tone.WARN)
 
 
@@ -69,6 +75,8 @@ class _Tail:
     timing: _Timing | None = None  # --timestamps, --since: when each line was written
     since: float | None = None  # --since: lines written before this are dropped
     stamps: list[float] = field(default_factory=list)  # with timing: each line's time
+    stream: str | None = None  # one of the task's two logs (``LogStreams``); None: its one log
+    header: list[bytes] | None = None  # lines printed before the first of this log's, if any
 
     def _trim(self) -> None:
         if self.keep is not None:
@@ -83,20 +91,30 @@ class _Tail:
         while not self.complete and self.read(backend, strict):
             came = True
             if self.keep is None:
-                printer.lines(self.key, self.lines, self.stamps)
+                self._print(printer)
             else:  # only ever the last `keep` lines held, however long the log
                 self._trim()
         self._trim()
         self.keep = None
-        printer.lines(self.key, self.lines, self.stamps)
+        self._print(printer)
         return came
+
+    def _print(self, printer: _Printer) -> None:
+        if self.lines and self.header is not None:
+            printer.lines(self.key, self.header)
+            self.header = None
+        printer.lines(self.key, self.lines, self.stamps)
 
     def read(self, backend: Backend, strict: bool) -> bool:
         """Read what is there now; complete lines go to ``lines``. Whether anything came. A log
         that cannot be read is an error when ``strict`` (one task asked for), else a note on
         stderr and the other tasks' logs go on."""
         try:
-            chunk = backend.read_log(self.task_id, self.offset)
+            if self.stream is None:
+                chunk = backend.read_log(self.task_id, self.offset)
+            else:
+                assert isinstance(backend, LogStreams)  # a stream is only asked of such a backend
+                chunk = backend.read_log_stream(self.task_id, self.stream, self.offset)
         except LogOffsetError:  # the log shrank under us (rotated): its new content is all unread
             self.offset = 0
             return True
@@ -210,19 +228,21 @@ class _Printer:
 
 
 def _followed_to_the_end(
-    record: JobRecord, only: TaskKey | None, tails: dict[str, _Tail], kept: bool
+    record: JobRecord, only: TaskKey | None, tails: dict[str, list[_Tail]], kept: bool
 ) -> bool:
     """Nothing more will come: every followed log is complete, and no controller keeps the
     record current (``kept``, ``_kept``), or the record shows no followed task alive or new
     and none coming back (the job has finished; for one ``--task``, neither the job nor that
     task alone restarts). A followed task the record still shows alive has not been judged
-    yet: whether it runs again is not decided, however complete its log."""
-    if tails and not kept and all(tail.complete for tail in tails.values()):
+    yet: whether it runs again is not decided, however complete its log. ``tails``: each
+    followed launch's logs (two where the backend reads stdout and stderr apart)."""
+    complete = all(tail.complete for logs in tails.values() for tail in logs)
+    if tails and not kept and complete:
         return True  # the records are not kept current: the backend's word is the last
     followed = [t for t in record.tasks if only in (None, t.key)]
     if any(t.state.alive or (t.task_id and t.task_id not in tails) for t in followed):
         return False
-    if not all(tail.complete for tail in tails.values()):
+    if not complete:
         return False
     if only is None:
         return record.phase.terminal
@@ -290,6 +310,33 @@ def _previous_id(backend: Backend, task_id: str) -> str | None:
             continue
         return f"{base}.{launch}"
     return None
+
+
+def _tails_of(
+    args: argparse.Namespace,
+    backend: Backend,
+    key: TaskKey,
+    task_id: str,
+    *,
+    strict: bool,
+    waiting: str | None = None,
+) -> list[_Tail]:
+    """The logs to print of a task: its one log, or where the backend reads them apart
+    (``LogStreams``) its stdout and its stderr, the latter after a header unless followed
+    (each line then comes as it is read). With ``--previous`` the launch before's one log (it
+    has ended: its stderr follows its stdout there). None, said on stderr, when there is none
+    the backend can read. ``waiting``: as ``_tail_of``'s (the last run's task, its log the
+    current one and the previous one)."""
+    if (args.previous and waiting is None) or not isinstance(backend, LogStreams):
+        tail = _tail_of(args, backend, key, task_id, strict=strict, waiting=waiting)
+        return [] if tail is None else [tail]
+    if waiting is not None:
+        stderr_line(f"tfdeclare: {waiting}")
+    header = None if args.follow else list(STDERR_HEADER)
+    return [
+        _Tail(key, task_id, keep=args.tail, since=args.since, stream="stdout"),
+        _Tail(key, task_id, keep=args.tail, since=args.since, stream="stderr", header=header),
+    ]
 
 
 def _tail_of(
@@ -365,8 +412,9 @@ def _selected_logs(
             )
             for task in started:
                 waiting = waiting_to_restart(record, task, time.time())
-                tail = _tail_of(args, backend, task.key, str(task.task_id), strict=False, waiting=waiting)
-                if tail is not None:
+                for tail in _tails_of(
+                    args, backend, task.key, str(task.task_id), strict=False, waiting=waiting
+                ):
                     tail.drain(backend, False, printer)
     finally:
         backend.close()
@@ -395,7 +443,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     printer = _Printer(args.output, prefixed=only is None, width=width, timestamps=args.timestamps)
     backend = make_backend(settings)
     background = background_enabled(settings)  # whether a controller follows each command
-    tails: dict[str, _Tail] = {}
+    tails: dict[str, list[_Tail]] = {}  # each launch's logs (``_tails_of``)
     skipped: set[str] = set()
     unkept_since: float | None = None
     try:
@@ -403,16 +451,17 @@ def cmd_logs(args: argparse.Namespace) -> int:
             for task in sorted(record.tasks, key=lambda t: t.key):
                 if task.task_id and task.task_id not in (tails.keys() | skipped) and only in (None, task.key):
                     waiting = waiting_to_restart(record, task, time.time())
-                    tail = _tail_of(
+                    logs = _tails_of(
                         args, backend, task.key, task.task_id, strict=only is not None, waiting=waiting
                     )
-                    if tail is not None:
-                        tails[task.task_id] = tail
+                    if logs:
+                        tails[task.task_id] = logs
                     else:  # said once
                         skipped.add(task.task_id)
             came = False
-            for tail in tails.values():  # all there is now, task by task
-                came = tail.drain(backend, only is not None, printer) or came
+            for logs in tails.values():  # all there is now, task by task (stdout, then stderr)
+                for tail in logs:
+                    came = tail.drain(backend, only is not None, printer) or came
             if not args.follow:
                 return EXIT_OK
             latest = store.load(args.name)

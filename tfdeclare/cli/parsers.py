@@ -388,7 +388,10 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         description="Print a job's task output. Without --task every task's lines, each prefixed "
         "with its task (worker-0 | ...); with --follow they interleave as they are written, tasks "
         "that start later included. Python tasks run unbuffered (PYTHONUNBUFFERED=1 unless the spec "
-        "sets it), so lines appear as they are printed.",
+        "sets it), so lines appear as they are printed. On Mesos a task's stdout and stderr are two "
+        "sandbox files: without --follow its stdout, then a --- stderr --- line and its stderr; with "
+        "--follow both are read in turn and each line printed as it is read (each stream in order; "
+        "lines of the two written within a fraction of a second may swap).",
     )
     logs.add_argument(
         "name", nargs="?", metavar="NAME", type=job_name, help="the job (or -l: the jobs it selects)"
@@ -407,7 +410,8 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         "--tail",
         type=line_count,
         metavar="N",
-        help="only the last N lines of each task's log (then, with --follow, what comes)",
+        help="only the last N lines of each task's log (Mesos: of its stdout and of its stderr; then, "
+        "with --follow, what comes)",
     )
     logs.add_argument(
         "--since",

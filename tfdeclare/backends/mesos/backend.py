@@ -58,7 +58,7 @@ from tfdeclare.backends.mesos.info import validate_id
 from tfdeclare.backends.mesos.journal import JournalError, TaskEntry
 from tfdeclare.backends.mesos.loop import Effect, Loop
 from tfdeclare.backends.mesos.policies import Policies
-from tfdeclare.backends.mesos.sandbox import SandboxError, SandboxReader
+from tfdeclare.backends.mesos.sandbox import Piece, SandboxError, SandboxReader
 from tfdeclare.backends.mesos.scheduler import Scheduler
 from tfdeclare.backends.mesos.sender import Sender
 from tfdeclare.backends.mesos.taskstate import LOST_LIKE, is_terminal, observed_state, observed_task
@@ -263,13 +263,24 @@ class MesosBackend:
         return observed_state(entry, self.clock(), self.config.fencing_timeout_s)[0].ended
 
     def read_log(self, task_id: str, offset: int = 0, limit: int = 1 << 20) -> LogChunk:
+        """The task's stdout, then (once it has ended) a ``--- stderr ---`` line and its stderr
+        (``sandbox``)."""
+        return self._read_sandbox(task_id, lambda r, url, ended: r.read(url, task_id, offset, limit, ended))
+
+    def read_log_stream(self, task_id: str, stream: str, offset: int = 0, limit: int = 1 << 20) -> LogChunk:
+        """The sandbox's ``stdout`` or ``stderr`` alone, as it grows (``base.LogStreams``)."""
+        return self._read_sandbox(
+            task_id, lambda r, url, ended: r.read_file(url, task_id, stream, offset, limit, ended)
+        )
+
+    def _read_sandbox(self, task_id: str, read: Callable[[SandboxReader, str, bool], Piece]) -> LogChunk:
         agent_url, ended, reader = self._loop.ask(lambda: self._log_source(task_id))
         if not agent_url:
             raise BackendError(
                 f"no log for task {task_id}: the offer named no agent address", code=ErrorCode.LOG_UNAVAILABLE
             )
         try:
-            piece = reader.read(agent_url, task_id, offset, limit, ended)
+            piece = read(reader, agent_url, ended)
         except SandboxError as err:
             raise BackendError(
                 f"cannot read the log of {task_id}: {err}", code=ErrorCode.LOG_UNAVAILABLE

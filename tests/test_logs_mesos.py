@@ -1,0 +1,169 @@
+"""``logs`` on the Mesos backend, end to end: the real CLI against the master emulator, whose
+agents run the tasks as real processes and serve their sandboxes' ``stdout`` and ``stderr``
+as a real agent's ``/files`` API does. ``logs --follow`` runs in a process of its own, whose
+backend never hears the master's updates (the controller's process does): it learns from the
+agent that a task has ended, and returns once the job has ended and both files are read. A
+running task's stderr (where TensorFlow and absl log) shows as it is written, not only once
+the task has ended."""
+
+from __future__ import annotations
+
+import json
+import queue
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import cli
+from tests.mesos_emulator import Emulator
+from tests.mesos_fixtures import PY, emulated_project, start_emulator
+from tfdeclare.backends.mesos.sandbox import _has_ended
+
+# Writes a line to each stream, waits for the file GO (60 s at most), writes another to each and fails.
+TASK = """\
+import os, pathlib, sys, time
+print("training", flush=True)
+print("warming up", file=sys.stderr, flush=True)
+deadline = time.time() + 60
+while not pathlib.Path(os.environ["GO"]).exists() and time.time() < deadline:
+    time.sleep(0.05)
+print("last step", flush=True)
+raise RuntimeError("boom")
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Iterator[tuple[Path, Emulator]]:
+    emulator = start_emulator(tmp_path, agents=2, agent_resources="cpus:4;mem:4096;ports:[31000-31099]")
+    with emulated_project(tmp_path, emulator) as project:
+        yield project
+
+
+def _apply(root: Path, go: Path) -> None:
+    (root / "specs" / "talk.yaml").write_text(
+        "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: talk}\nspec:\n"
+        f"  command: {json.dumps([PY, '-c', TASK])}\n  env: {{GO: {json.dumps(str(go))}}}\n"
+        "  restartPolicy: Never\n"
+        "  replicas: {worker: {count: 1, resources: {cpus: 0.5, mem: 64}}}\n"
+    )
+    applied = cli("apply", "specs", cwd=root)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+
+
+class _Following:
+    """``logs talk --follow`` (and ``more``) as a process of its own, its lines read as they come."""
+
+    def __init__(self, root: Path, *more: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tfdeclare", "logs", "talk", "--follow", *more],
+            cwd=root,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.put(line)
+
+    def _stop(self, why: str) -> AssertionError:
+        self.process.kill()
+        self.process.wait()
+        return AssertionError(f"{why}; seen {self.seen}")
+
+    def until(self, line: str, timeout: float = 60) -> None:
+        """Read on until ``line`` has come."""
+        try:
+            while line not in self.seen:
+                self.seen.append(self.lines.get(timeout=timeout))
+        except queue.Empty:
+            raise self._stop(f"{line!r} never came") from None
+
+    def ended(self, timeout: float = 60) -> str:
+        """Wait for the follow to return by itself; its stderr (every line read into ``seen``)."""
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise self._stop(f"logs --follow did not return within {timeout} s of the job's end") from None
+        self.reader.join(timeout=10)
+        while not self.lines.empty():
+            self.seen.append(self.lines.get())
+        assert self.process.stderr is not None
+        with self.process.stderr:
+            return self.process.stderr.read()
+
+
+TRACEBACK = [
+    "Traceback (most recent call last):",
+    '  File "<string>", line 8, in <module>',
+    "RuntimeError: boom",
+]
+
+
+@pytest.mark.slow
+def test_following_a_failing_job_returns_with_both_streams(project: tuple[Path, Emulator]) -> None:
+    """The task ends while followed (after the follow has read its first line): the follow
+    returns, exit 0 as on the local backend, with every line of both streams."""
+    root, _ = project
+    go = root / "go"
+    _apply(root, go)
+    follow = _Following(root)
+    follow.until("worker-0 | training\n")
+    go.touch()  # the task goes on and fails
+    errors = follow.ended()
+    assert follow.process.returncode == 0 and errors == ""
+    assert [line for line in follow.seen if not line.startswith("worker-0 | ")] == [], follow.seen
+    shown = [line.removeprefix("worker-0 | ").removesuffix("\n") for line in follow.seen]
+    assert [line for line in shown if line in ("training", "last step")] == ["training", "last step"]
+    assert [line for line in shown if line == "warming up" or line in TRACEBACK] == ["warming up", *TRACEBACK]
+    one = cli("logs", "talk", "--follow", "--task", "worker-0", cwd=root, timeout=60)
+    assert one.returncode == 0 and sorted(one.stdout.splitlines()) == sorted(shown), one.stderr
+    whole = cli("logs", "talk", cwd=root)  # without --follow: stdout, then its stderr after a header
+    expected = ["training", "last step", "", "--- stderr ---", "warming up", *TRACEBACK]
+    assert whole.returncode == 0 and whole.stdout.splitlines() == [f"worker-0 | {line}" for line in expected]
+
+
+@pytest.mark.slow
+def test_following_a_running_job_shows_its_stderr_as_it_is_written(project: tuple[Path, Emulator]) -> None:
+    root, _ = project
+    go = root / "go"
+    _apply(root, go)
+    follow = _Following(root)
+    follow.until("worker-0 | warming up\n")  # the task waits for `go`: it is running still
+    assert not go.exists() and "worker-0 | training\n" in follow.seen
+    shown = cli("logs", "talk", cwd=root)  # without --follow too, while it runs
+    assert (
+        shown.stdout == "worker-0 | training\nworker-0 | \nworker-0 | --- stderr ---\nworker-0 | warming up\n"
+    )
+    go.touch()
+    assert follow.ended() == "" and follow.process.returncode == 0
+    assert follow.seen[-len(TRACEBACK) :] == [f"worker-0 | {line}\n" for line in TRACEBACK]
+    assert "worker-0 | last step\n" in follow.seen
+
+
+def test_an_agent_shows_a_task_ended_as_a_real_agent_does() -> None:
+    """A real agent keeps an ended task among its executor's ``tasks``, in its terminal state,
+    until the framework acknowledges the update; then among ``completed_tasks`` (and its
+    executor among ``completed_executors``)."""
+
+    def state(key: str, executor_key: str, task_state: str) -> dict[str, object]:
+        task = {"id": "t.1", "state": task_state}
+        executor = {"id": "t.1", "directory": "/sandbox", key: [task]}
+        return {"frameworks": [{"id": "f", executor_key: [executor]}]}
+
+    assert not _has_ended(state("tasks", "executors", "TASK_RUNNING"), "t.1")
+    assert not _has_ended(state("queued_tasks", "executors", "TASK_STAGING"), "t.1")
+    assert _has_ended(state("tasks", "executors", "TASK_FAILED"), "t.1")  # not acknowledged yet
+    assert _has_ended(state("completed_tasks", "executors", "TASK_FINISHED"), "t.1")
+    assert _has_ended(state("completed_tasks", "completed_executors", "TASK_KILLED"), "t.1")
+    assert _has_ended(state("tasks", "completed_executors", "TASK_RUNNING"), "t.1")  # its executor ended
+    assert not _has_ended(state("tasks", "executors", "TASK_RUNNING"), "t.2")  # not that agent's
