@@ -71,3 +71,15 @@ def test_status_refresh_and_apply_notice_a_task_that_ended_meanwhile(project: tu
     eventually(
         lambda: [t for t in slots_running(emulator, "rj").get("worker-1", []) if t != killed], timeout=20
     )
+
+
+def test_a_command_that_ends_well_says_nothing_of_its_own_disconnection(
+    project: tuple[Path, Emulator],
+) -> None:
+    """Every Mesos command closes its stream as it ends: that is no news, and a warning on
+    stderr ("disconnected from the Mesos master: client stopped") read as an error."""
+    root, _ = project
+    for args in (("apply", "specs/rj.yaml"), ("status", "--refresh"), ("delete", "rj")):
+        done = cli(*args, cwd=root)
+        assert done.returncode == 0, done.stderr
+        assert "disconnected from the Mesos master" not in done.stderr, (args, done.stderr)

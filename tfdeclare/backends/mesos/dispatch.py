@@ -106,7 +106,10 @@ class Dispatcher:
         with session.ack_lock:
             pass  # nor any acknowledgement
         if session.mark_disconnected():
-            log.warning("disconnected from the Mesos master: %s", reason)
+            if session.stop.is_set():  # the client closing: every command's end, no news
+                log.debug("disconnected from the Mesos master: %s", reason)
+            else:
+                log.warning("disconnected from the Mesos master: %s", reason)
             self.callback("disconnected", reason)
 
     def enter_terminal(self, exc: TerminalError) -> None:
