@@ -8,10 +8,11 @@ except what it wrote into the record. The rules (docs/reference.md#job-semantics
   desired one are stale and stopped; desired slots without a current task are launched
   together, as one gang, once no stale task is alive (ports are reused) and any backoff is over.
 - Completion: with a chief, the chief exiting 0; without one, every worker exiting 0 (or,
-  with ``successPolicy: Worker0``, worker 0). Then every task still alive (ps, workers) is
-  stopped, except a running evaluator: it may finish its final evaluation for
-  ``evaluatorGraceSeconds`` (the phase stays Running, reason FinalEvaluation) and is stopped
-  when that runs out; the job Succeeds when the evaluator has ended.
+  with ``successPolicy: Worker0``, worker 0): the job has Succeeded then (its completion
+  time), and every task still alive (ps, workers) is stopped, except a running evaluator:
+  stopping it waits for its final evaluation, up to ``evaluatorGraceSeconds`` after the
+  completion (``final_evaluation_since``; the message says so), and it is stopped when that
+  runs out. Whatever it does meanwhile, failing included, the job stays Succeeded.
 - ``ttlSecondsAfterFinished`` after completion (Succeeded or Failed), once nothing of the job
   runs, its ended tasks and their logs are purged; the record keeps ``cleaned_at``.
 - Failure of a current task, by its role's restart policy: ``Never`` fails the job;
@@ -379,6 +380,8 @@ def _ending(record: JobRecord, tasks: Sequence[ObservedTask], now: float) -> Ste
             stop=to_stop,
         )
     # Completed or failed: only make sure nothing of it still runs, and clean up after it.
+    if record.final_evaluation_since is not None:
+        return _final_evaluation(record, alive, tasks, now)
     return _after_finish(record, tasks, now, to_stop)
 
 
@@ -491,10 +494,15 @@ def _cluster_step(
 
 
 def _evaluation_goes_on(look: _Look) -> Step | None:
-    """Completed, and the evaluator's final evaluation has begun: it goes on, or is cut off."""
-    if look.done is None or look.record.final_evaluation_since is None:
+    """A record of an earlier release, Running (reason FinalEvaluation) while the evaluator
+    finished its final evaluation: it has Succeeded, when training did; the grace goes on."""
+    since = look.record.final_evaluation_since
+    if look.done is None or since is None:
         return None
-    return _final_evaluation(look.record, look.done, look.current, look.alive, look.now)
+    succeeded = look.record.evolve(
+        phase=Phase.SUCCEEDED, reason=look.done, completion_time=since, next_launch_at=None
+    )
+    return _final_evaluation(succeeded, look.alive, [*look.current.values(), *look.stale], look.now)
 
 
 def _past_deadline(look: _Look) -> Step | None:
@@ -507,23 +515,24 @@ def _past_deadline(look: _Look) -> Step | None:
 
 
 def _completed_now(look: _Look) -> Step | None:
-    """Completed: Succeeded, or first the evaluator's final evaluation when one runs and
-    ``evaluatorGraceSeconds`` allows it."""
+    """Completed: Succeeded now. A running evaluator may first finish its final evaluation
+    (``evaluatorGraceSeconds``): stopping it waits, every other task is stopped at once."""
     done, record, spec = look.done, look.record, look.spec
     if done is None:
         return None
-    evaluating = [t for t in look.current_alive if t.key.role is Role.EVALUATOR]
+    evaluating = [
+        t for t in look.current_alive if t.key.role is Role.EVALUATOR and t.state is not TaskState.STOPPING
+    ]
     if not evaluating or spec.evaluator_grace_s <= 0:
         return _finish(record, Phase.SUCCEEDED, done, _SUCCESS[done], look.now, look.to_stop)
-    started = record.evolve(
-        final_evaluation_since=look.now,
-        phase=Phase.RUNNING,
-        reason=Reason.FINAL_EVALUATION,
-        message=f"{_SUCCESS[done]}; the evaluator finishes its final evaluation "
-        f"(up to {spec.evaluator_grace_s:g} s, evaluatorGraceSeconds)",
+    message = (
+        f"{_SUCCESS[done]}; the evaluator finishes its final evaluation "
+        f"(up to {spec.evaluator_grace_s:g} s, evaluatorGraceSeconds), then it is stopped"
     )
-    begun = (f"{record.name}: {_SUCCESS[done]}; waiting for the evaluator's final evaluation",)
-    return _final_evaluation(started, done, look.current, look.alive, look.now, begun)
+    evaluating_since = record.evolve(final_evaluation_since=look.now)
+    finished = _finish(evaluating_since, Phase.SUCCEEDED, done, message, look.now, ())
+    grace = _final_evaluation(finished.record, look.alive, [], look.now)
+    return replace(grace, events=finished.events)
 
 
 def _a_task_failed(look: _Look) -> Step | None:
@@ -785,29 +794,31 @@ def _finish(
 
 
 def _final_evaluation(
-    record: JobRecord,
-    done: Reason,
-    current: Mapping[str, ObservedTask],
-    alive: Sequence[ObservedTask],
-    now: float,
-    events: tuple[str, ...] = (),
+    record: JobRecord, alive: Sequence[ObservedTask], tasks: Sequence[ObservedTask], now: float
 ) -> Step:
-    """Training succeeded: every task but the current evaluator is stopped; the job Succeeds
-    once the evaluator has ended or its grace ran out (then it is stopped too)."""
+    """A Succeeded job whose evaluator finishes its final evaluation: every other task is
+    stopped; the evaluator is stopped once ``evaluatorGraceSeconds`` after the completion ran
+    out, unless it ended before. Then the message says how it ended (the phase, reason and
+    completion time stay), and the job ends as any other."""
     assert record.final_evaluation_since is not None
     until = record.final_evaluation_since + record.spec.evaluator_grace_s
-    evaluators = [t for t in alive if t.task_id in current and t.key.role is Role.EVALUATOR]
-    others = tuple(t.task_id for t in alive if t not in evaluators and t.state is not TaskState.STOPPING)
+    evaluators = [t for t in alive if t.key.role is Role.EVALUATOR and t.attempt == record.attempt]
     if evaluators and now < until:
-        return Step(record, stop=others, events=events, wake_at=until)
+        others = tuple(t.task_id for t in alive if t not in evaluators and t.state is not TaskState.STOPPING)
+        return Step(record, stop=others, wake_at=until)
+    trained = _SUCCESS.get(record.reason, "training succeeded")
     if evaluators:
-        what = f"{_SUCCESS[done]}; the evaluator was stopped after evaluatorGraceSeconds"
+        what = f"{trained}; the evaluator was stopped after evaluatorGraceSeconds"
     else:
-        ended = [t for t in current.values() if t.key.role is Role.EVALUATOR and t.state.ended]
-        what = f"{_SUCCESS[done]}; " + (_describe_end(ended[0]) if ended else "the evaluator ended")
+        ended = [
+            t for t in tasks if t.key.role is Role.EVALUATOR and t.state.ended and t.attempt == record.attempt
+        ]
+        last = max(ended, key=lambda t: t.finished_at or 0.0, default=None)
+        what = f"{trained}; " + (_describe_end(last) if last is not None else "the evaluator ended")
+    ended_record = record.evolve(final_evaluation_since=None, message=what)
     to_stop = tuple(t.task_id for t in alive if t.state is not TaskState.STOPPING)
-    finished = _finish(record.evolve(final_evaluation_since=None), Phase.SUCCEEDED, done, what, now, to_stop)
-    return replace(finished, events=events + finished.events)
+    after = _after_finish(ended_record, tasks, now, to_stop)
+    return replace(after, events=(f"{record.name}: {what}", *after.events))
 
 
 def _after_finish(
