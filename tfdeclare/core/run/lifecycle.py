@@ -18,8 +18,9 @@ except what it wrote into the record. The rules (docs/reference.md#job-semantics
 - Failure of a current task, by its role's restart policy: ``Never`` fails the job;
   ``ExitCode`` fails it for exit codes 1-127 except 42; otherwise it restarts after an
   exponential backoff. ``Always`` also treats a ps or evaluator (or, with a chief, a worker)
-  that exits 0 early as a failure. What restarts is the role's restart scope
-  (``JobSpec.restart_scope_for``): ``Job`` restarts the whole job (attempt + 1, every task
+  that exits 0 early as a failure. The phase is Restarting while any restart is under way: of
+  the whole job, or of a task alone until that task runs again. What restarts is the role's
+  restart scope (``JobSpec.restart_scope_for``): ``Job`` restarts the whole job (attempt + 1, every task
   replaced, same ports), at most ``backoffLimit`` times for the job; ``Task`` restarts that
   task alone at its address while the others keep running, at most ``backoffLimit`` times
   for that task (``JobRecord.task_restarts``; its configuration gains
@@ -567,10 +568,15 @@ def _nothing_missing(look: _Look) -> Step | None:
     """Every slot has its task: Running once all of them run, else still starting."""
     if look.missing:
         return None
-    running = all(t.state is TaskState.RUNNING for t in look.current_alive)
-    if running:
+    starting = [t for t in look.current_alive if t.state is not TaskState.RUNNING]
+    if not starting:
         count = len(look.current_alive) + look.board_running
         record = _update(look.record, Phase.RUNNING, Reason.ALL_TASKS_RUNNING, f"{count} task(s) running")
+        return Step(record, stop=look.stop_stale, events=look.events)
+    alone = [t.key for t in starting if _restarted_alone_now(look.record, t.key.name)]
+    if alone:
+        message = f"{_alone_words(look.record, alone[0])}: starting"
+        record = _update(look.record, Phase.RESTARTING, Reason.TASKS_STARTING, message)
     else:
         record = _update(look.record, look.record.phase, Reason.TASKS_STARTING, "tasks are starting")
     return Step(record, stop=look.stop_stale, events=look.events)
@@ -582,7 +588,7 @@ def _old_copy_stopping(look: _Look) -> Step | None:
         return None
     names = ", ".join(sorted({t.key.name for t in look.stale}))
     message = f"{names}: waiting for its old copy to stop"
-    waiting = _update(look.record, look.record.phase, Reason.TASK_RESTARTING, message)
+    waiting = _update(look.record, Phase.RESTARTING, Reason.TASK_RESTARTING, message)
     return Step(waiting, stop=look.stop_stale, events=look.events)
 
 
@@ -644,6 +650,26 @@ def _restarting_alone(record: JobRecord) -> dict[str, TaskRestarts]:
         for name, entry in record.task_restarts.items()
         if entry.pending and entry.attempt == record.attempt
     }
+
+
+def _restarted_alone_now(record: JobRecord, name: str) -> bool:
+    """Whether the task ``name`` was restarted alone in this attempt (its current copy is
+    that restart's, whether or not it runs yet)."""
+    entry = record.task_restarts.get(name)
+    return entry is not None and entry.attempt == record.attempt
+
+
+def _alone_count(record: JobRecord, key: TaskKey) -> str:
+    """``1 of backoffLimit 2``: a task's restarts alone (those for the platform's events
+    apart: they count against no limit of the job's)."""
+    entry = record.task_restarts[key.name]
+    platform = f", +{entry.platform} for platform events" if entry.platform else ""
+    return f"{entry.count} of backoffLimit {record.spec.backoff_limit}{platform}"
+
+
+def _alone_words(record: JobRecord, key: TaskKey) -> str:
+    """``worker-1 restarting alone (1 of backoffLimit 2)``: the task and its restart count."""
+    return f"{key.name} restarting alone ({_alone_count(record, key)})"
 
 
 def _restarted(record: JobRecord, alive: set[str]) -> JobRecord:
@@ -717,12 +743,9 @@ def _launch_alone(
     if not ready:
         first = min(held, key=lambda k: alone[k.name].next_launch_at or now)
         entry = alone[first.name]
-        message = (
-            f"{first.name} restarts alone ({entry.count} of backoffLimit {record.spec.backoff_limit} "
-            f"for it): backing off {(entry.next_launch_at or now) - now:.1f} s"
-        )
+        message = f"{_alone_words(record, first)}: backing off {(entry.next_launch_at or now) - now:.1f} s"
         return Step(
-            _update(record, record.phase, Reason.TASK_RESTARTING, message), wake_at=wake, events=events
+            _update(record, Phase.RESTARTING, Reason.TASK_RESTARTING, message), wake_at=wake, events=events
         )
     asked = {
         k.name: replace(alone[k.name], waiting_since=now)
@@ -730,13 +753,16 @@ def _launch_alone(
         if k.name in alone and alone[k.name].waiting_since is None
     }
     restarting = [k for k in ready if k.name in alone]
+    phase = Phase.RESTARTING if restarting or held else record.phase
     if restarting:
         at = ", ".join(f"{k.name} at {record.addresses.get(k.name, 'a new address')}" for k in restarting)
-        message = f"relaunching {at} alone"
+        message = f"relaunching {at} alone ({_alone_count(record, restarting[0])})"
         reason = Reason.TASK_RESTARTING
     else:
         message, reason = f"launching {len(ready)} task(s)", Reason.LAUNCHING
-    launching = record.evolve(reason=reason, message=message, task_restarts={**record.task_restarts, **asked})
+    launching = record.evolve(
+        phase=phase, reason=reason, message=message, task_restarts={**record.task_restarts, **asked}
+    )
     return Step(launching, launch=ready, events=events, wake_at=wake)
 
 
@@ -926,7 +952,7 @@ def _restart_alone(
         f"{_why(spec, first.key.role)})"
     )
     reason = _restart_reason(failures, Reason.TASK_RESTARTING)
-    restarted = record.evolve(reason=reason, message=message, task_restarts=counts)
+    restarted = record.evolve(phase=Phase.RESTARTING, reason=reason, message=message, task_restarts=counts)
     lost = tuple(t.task_id for t in failures if t.state is TaskState.LOST or _hung(t))
     wake = min((counts[t.key.name].next_launch_at or now) for t in failures)
     events = tuple(
@@ -985,6 +1011,7 @@ def _on_platform_event(
         )
     names = ", ".join(t.key.name for t in taken)
     restarted = record.evolve(
+        phase=Phase.RESTARTING,
         reason=Reason.PLATFORM_RESTART,
         message=f"{what}: restarting {names} alone ({budget})",
         task_restarts=counts,
