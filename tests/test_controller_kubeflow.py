@@ -73,15 +73,17 @@ def test_the_evaluator_finishes_after_training_within_its_grace(world: World) ->
     world.backend.finish(world.task("e", Role.CHIEF).task_id, 0)
     world.settle()
     record = world.record("e")
-    assert (record.phase, record.reason) == (Phase.RUNNING, Reason.FINAL_EVALUATION)
+    assert (record.phase, record.reason) == (Phase.SUCCEEDED, Reason.CHIEF_SUCCEEDED)
+    finished = record.completion_time
+    assert "the evaluator finishes its final evaluation" in record.message
     assert set(world.tasks("e")) == {"evaluator-0"}, "the worker stopped; the evaluator goes on"
-    assert world.status("e")["phase"] == "Running"  # type: ignore[index]
+    assert world.status("e")["phase"] == "Succeeded"  # type: ignore[index]
     world.clock.advance(120)
     world.backend.finish(world.task("e", Role.EVALUATOR).task_id, 0)
     world.settle()
     record = world.record("e")
     assert (record.phase, record.reason) == (Phase.SUCCEEDED, Reason.CHIEF_SUCCEEDED)
-    assert "evaluator-0 exited 0" in record.message
+    assert "evaluator-0 exited 0" in record.message and record.completion_time == finished
 
 
 def test_a_finished_job_is_cleaned_up_after_its_ttl_and_its_status_stays(world: World) -> None:

@@ -128,39 +128,92 @@ def test_without_a_grace_the_evaluator_is_stopped_with_the_rest() -> None:
     assert sorted(result.stop) == ["job.u1.evaluator-0.1", "job.u1.ps-0.1", "job.u1.worker-0.1"]
 
 
-def test_the_evaluator_finishes_its_final_evaluation_and_then_the_job_succeeds() -> None:
-    record, tasks = evaluated("  evaluatorGraceSeconds: 120\n")
-    first = step(record, tasks, T0 + 5, BACKOFF)
-    assert first.record.phase is Phase.RUNNING and first.record.reason == Reason.FINAL_EVALUATION
-    assert sorted(first.stop) == ["job.u1.ps-0.1", "job.u1.worker-0.1"], "training tasks stop, not it"
-    assert first.wake_at == T0 + 125
-    assert first.record.completion_time is None
-
-    # The training tasks are gone (stopped: not a failure now); the evaluator still evaluates.
-    stopped = [tasks[0], task(record, "ps-0", TaskState.STOPPED), task(record, "worker-0", TaskState.STOPPED)]
-    second = step(first.record, [*stopped, tasks[3]], T0 + 60, BACKOFF)
-    assert second.record.phase is Phase.RUNNING and second.stop == () and second.launch == ()
-
-    done = step(second.record, [*stopped, task(record, "evaluator-0", S, 0)], T0 + 70, BACKOFF)
-    assert done.record.phase is Phase.SUCCEEDED and done.record.reason == Reason.CHIEF_SUCCEEDED
-    assert done.record.completion_time == T0 + 70
-    assert "evaluator-0 exited 0" in done.record.message
+STOPPING = TaskState.STOPPING
+TRAINING = ["job.u1.ps-0.1", "job.u1.worker-0.1"]
+EVALUATOR = "job.u1.evaluator-0.1"
 
 
-def test_the_grace_runs_out_and_the_evaluator_is_stopped() -> None:
-    record, tasks = evaluated("  evaluatorGraceSeconds: 30\n")
-    first = step(record, tasks, T0 + 5, BACKOFF)
-    late = step(first.record, [tasks[0], tasks[3]], T0 + 35, BACKOFF)
-    assert late.record.phase is Phase.SUCCEEDED and late.stop == ("job.u1.evaluator-0.1",)
-    assert "evaluatorGraceSeconds" in late.record.message
+@pytest.mark.parametrize(
+    ("extra", "evaluator", "stopped", "wake", "said"),
+    [
+        # no grace: the evaluator is stopped with the rest
+        ("  evaluatorGraceSeconds: 0\n", R, [*TRAINING, EVALUATOR], None, "the chief exited 0"),
+        # the default grace: stopping it waits up to 60 s
+        ("", R, TRAINING, T0 + 65, "finishes its final evaluation (up to 60 s, evaluatorGraceSeconds)"),
+        ("  evaluatorGraceSeconds: 120\n", R, TRAINING, T0 + 125, "(up to 120 s, evaluatorGraceSeconds)"),
+        # an evaluator already ended or being stopped has nothing to finish
+        ("", (S, 0), TRAINING, None, "the chief exited 0"),
+        ("", STOPPING, TRAINING, None, "the chief exited 0"),
+        ("  activeDeadlineSeconds: 10\n", R, TRAINING, T0 + 65, "finishes its final evaluation"),
+    ],
+)
+def test_the_chief_exiting_0_is_success_at_once_whatever_the_evaluator_does(
+    extra: str, evaluator: object, stopped: list[str], wake: float | None, said: str
+) -> None:
+    record, tasks = evaluated(extra)
+    state, code = evaluator if isinstance(evaluator, tuple) else (evaluator, None)
+    tasks[3] = task(record, "evaluator-0", state, code)
+    result = step(record, tasks, T0 + 5, BACKOFF)
+    after = result.record
+    assert (after.phase, after.reason, after.completion_time) == (
+        Phase.SUCCEEDED,
+        Reason.CHIEF_SUCCEEDED,
+        T0 + 5,
+    )
+    assert sorted(result.stop) == sorted(stopped) and result.launch == ()
+    assert result.wake_at == wake and said in after.message
 
 
-def test_the_default_grace_is_sixty_seconds_and_a_deadline_does_not_fail_a_trained_job() -> None:
-    record, tasks = evaluated("  activeDeadlineSeconds: 10\n")
-    first = step(record, tasks, T0 + 5, BACKOFF)
-    assert first.wake_at == T0 + 65
-    assert step(first.record, tasks, T0 + 30, BACKOFF).record.phase is Phase.RUNNING
-    assert step(first.record, tasks, T0 + 65, BACKOFF).record.phase is Phase.SUCCEEDED
+@pytest.mark.parametrize(
+    ("evaluator", "at", "stopped", "said"),
+    [
+        (R, T0 + 60, [], "finishes its final evaluation"),  # within its grace: it goes on
+        (R, T0 + 125, [EVALUATOR], "the evaluator was stopped after evaluatorGraceSeconds"),
+        ((S, 0), T0 + 70, [], "the chief exited 0; evaluator-0 exited 0"),
+        ((F, 1), T0 + 70, [], "the chief exited 0; evaluator-0 exited 1"),  # no failure of the job
+        ((F, 137), T0 + 200, [], "evaluator-0 was killed by signal 9"),
+    ],
+)
+def test_the_evaluators_grace_is_part_of_stopping_a_succeeded_job(
+    evaluator: object, at: float, stopped: list[str], said: str
+) -> None:
+    # past activeDeadlineSeconds (10 s) too: a deadline does not fail a trained job
+    record, tasks = evaluated("  evaluatorGraceSeconds: 120\n  activeDeadlineSeconds: 10\n")
+    first = step(record, tasks, T0 + 5, BACKOFF).record
+    state, code = evaluator if isinstance(evaluator, tuple) else (evaluator, None)
+    training = [task(record, n, TaskState.STOPPED, 143) for n in ("ps-0", "worker-0")]
+    later = step(first, [tasks[0], *training, task(record, "evaluator-0", state, code)], at, BACKOFF)
+    after = later.record
+    assert (after.phase, after.reason, after.completion_time) == (
+        Phase.SUCCEEDED,
+        Reason.CHIEF_SUCCEEDED,
+        T0 + 5,
+    )
+    assert sorted(later.stop) == stopped and later.launch == (), "nothing restarts"
+    assert said in after.message
+    if stopped or state is not R:  # over: once
+        assert after.final_evaluation_since is None
+        assert step(after, [tasks[0], *training], at + 1, BACKOFF).record.message == after.message
+
+
+def test_a_record_of_an_earlier_release_running_its_final_evaluation_has_succeeded() -> None:
+    record, tasks = evaluated(
+        "  evaluatorGraceSeconds: 30\n",
+        phase=Phase.RUNNING,
+        reason=Reason.FINAL_EVALUATION,
+        message="the chief exited 0; the evaluator finishes its final evaluation",
+        final_evaluation_since=T0 + 5,
+    )
+    going_on = step(record, [tasks[0], tasks[3]], T0 + 20, BACKOFF)
+    after = going_on.record
+    assert (after.phase, after.reason, after.completion_time) == (
+        Phase.SUCCEEDED,
+        Reason.CHIEF_SUCCEEDED,
+        T0 + 5,
+    )
+    assert going_on.stop == () and going_on.wake_at == T0 + 35
+    late = step(after, [tasks[0], tasks[3]], T0 + 35, BACKOFF)
+    assert late.stop == (EVALUATOR,) and late.record.phase is Phase.SUCCEEDED
 
 
 def test_worker0_success_policy_completes_when_worker_0_exits_0() -> None:

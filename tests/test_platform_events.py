@@ -133,7 +133,7 @@ def test_a_lost_worker_of_a_ps_job_restarts_alone_on_the_platform_budget() -> No
     lost = taken(record, "worker-0", L, LOST_AGENT)
     result = step(record, [*running, lost], T0, BACKOFF)
     after = result.record
-    assert after.phase is Phase.RUNNING and after.reason is Reason.PLATFORM_RESTART
+    assert after.phase is Phase.RESTARTING and after.reason is Reason.PLATFORM_RESTART
     assert result.stop == (lost.task_id,)  # it may still run: stopped first
     entry = after.task_restarts["worker-0"]
     assert entry.count == 0 and entry.platform == 1 and entry.pending

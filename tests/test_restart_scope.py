@@ -20,7 +20,7 @@ from tfdeclare.core.run.clusterspec import TASK_RESTARTS_ENV
 from tfdeclare.core.run.launches import gang_request
 from tfdeclare.core.run.lifecycle import desired_configs, step
 from tfdeclare.core.run.record import JobRecord
-from tfdeclare.core.run.status import status_document
+from tfdeclare.core.run.status import conditions, status_document, summary
 from tfdeclare.core.run.tasks import TaskKey
 from tfdeclare.core.spec.loader import load_file
 from tfdeclare.core.spec.model import restart_scopes_of
@@ -159,7 +159,7 @@ def test_one_failure_restarts_by_its_roles_scope(
     result = step(record, _all(record, failing), T0, BACKOFF)
     after = result.record
     if outcome == "alone":
-        assert after.phase is Phase.RUNNING and after.reason is Reason.TASK_RESTARTING
+        assert after.phase is Phase.RESTARTING and after.reason is Reason.TASK_RESTARTING
         assert (after.attempt, after.restarts) == (0, 0), "the job itself does not restart"
         assert result.stop == () and result.launch == (), "the others keep running; it backs off"
         entry = after.task_restarts[failing]
@@ -200,12 +200,13 @@ def test_a_worker_restarts_alone_at_its_address_and_only_it_changes() -> None:
 
     others = [task(record, n, R) for n in ("chief-0", "ps-0", "worker-0")]
     early = step(record, others, T0 + 0.5, BACKOFF)
-    assert early.launch == () and early.wake_at == T0 + 1 and early.record.phase is Phase.RUNNING
-    assert "backing off" in early.record.message
+    assert early.launch == () and early.wake_at == T0 + 1 and early.record.phase is Phase.RESTARTING
+    assert "worker-1 restarting alone (1 of backoffLimit 3): backing off 0.5 s" in early.record.message
 
     due = step(record, others, T0 + 1, BACKOFF)
     assert [k.name for k in due.launch] == ["worker-1"] and due.stop == ()
     assert due.record.task_restarts["worker-1"].waiting_since == T0 + 1
+    assert due.record.phase is Phase.RESTARTING
     request = gang_request(due.record, due.launch)
     (slot,) = request.slots
     assert slot.pinned and str(slot.previous) == record.addresses["worker-1"]
@@ -217,6 +218,81 @@ def test_a_worker_restarts_alone_at_its_address_and_only_it_changes() -> None:
     entry = running.record.task_restarts["worker-1"]
     assert not entry.pending and entry.count == 1
     assert not gang_request(running.record, (TaskKey(Role.WORKER, 1),)).slots[0].pinned
+
+
+def _alone_stages() -> dict[str, tuple[JobRecord, list]]:  # type: ignore[type-arg]
+    """worker-1 of a ps job, from its failure until it runs again: (record, tasks) by stage."""
+    record = record_for(PSS, phase=Phase.RUNNING)
+    failed = step(record, _all(record, "worker-1", code=1), T0, BACKOFF).record
+    others = [task(failed, n, R) for n in ("chief-0", "ps-0", "worker-0")]
+    relaunched = step(failed, others, T0 + 1, BACKOFF).record.evolve(launches=2)
+    return {
+        "failed": (record, _all(record, "worker-1", code=1)),
+        "lost": (record, _all(record, "worker-1", TaskState.LOST, None)),
+        "backing off": (failed, others),
+        "old copy stopping": (failed, [*others, task(record, "worker-1", TaskState.STOPPING)]),
+        "relaunched": (failed, others),
+        "starting": (relaunched, [*others, task(relaunched, "worker-1", TaskState.STARTING)]),
+        "running": (relaunched, [*others, task(relaunched, "worker-1", R)]),
+    }
+
+
+@pytest.mark.parametrize(
+    ("stage", "at", "phase", "reason", "said"),
+    [
+        (
+            "failed",
+            T0,
+            Phase.RESTARTING,
+            Reason.TASK_RESTARTING,
+            "restarting worker-1 alone in 1 s (1 of backoffLimit 3",
+        ),
+        ("lost", T0, Phase.RESTARTING, Reason.TASK_RESTARTING, "restarting worker-1 alone in 1 s"),
+        (
+            "backing off",
+            T0 + 0.25,
+            Phase.RESTARTING,
+            Reason.TASK_RESTARTING,
+            "worker-1 restarting alone (1 of backoffLimit 3): backing off 0.8 s",
+        ),
+        (
+            "old copy stopping",
+            T0 + 2,
+            Phase.RESTARTING,
+            Reason.TASK_RESTARTING,
+            "worker-1: waiting for its old copy to stop",
+        ),
+        (
+            "relaunched",
+            T0 + 1,
+            Phase.RESTARTING,
+            Reason.TASK_RESTARTING,
+            "relaunching worker-1 at 127.0.0.1:20003 alone (1 of backoffLimit 3)",
+        ),
+        (
+            "starting",
+            T0 + 2,
+            Phase.RESTARTING,
+            Reason.TASKS_STARTING,
+            "worker-1 restarting alone (1 of backoffLimit 3): starting",
+        ),
+        ("running", T0 + 3, Phase.RUNNING, Reason.ALL_TASKS_RUNNING, "4 task(s) running"),
+    ],
+)
+def test_the_job_is_restarting_until_the_task_restarted_alone_runs_again(
+    stage: str, at: float, phase: Phase, reason: Reason, said: str
+) -> None:
+    record, tasks = _alone_stages()[stage]
+    after = step(record, tasks, at, BACKOFF).record
+    assert (after.phase, after.reason) == (phase, reason)
+    assert said in after.message
+    assert (after.attempt, after.restarts) == (0, 0), "the job itself does not restart"
+    (ready, *_) = conditions(after, at)
+    assert ready.status == ("True" if phase is Phase.RUNNING else "False") and ready.message == after.message
+    document = status_document(after, at)
+    assert document["restarts"] == 0 and summary(document)["taskRestarts"] == 1
+    pending = after.task_restarts["worker-1"].pending
+    assert document["nextRestartTime"] == ("1970-01-12T13:46:41Z" if pending else None), "worker-1's relaunch"
 
 
 def test_backoff_limit_counts_per_task_and_then_fails_the_job() -> None:
@@ -231,7 +307,7 @@ def test_backoff_limit_counts_per_task_and_then_fails_the_job() -> None:
         now += 10
     assert record.restarts == 0
     other = step(record, _all(record, "worker-0", code=1), now, BACKOFF)
-    assert other.record.task_restarts["worker-0"].count == 1 and other.record.phase is Phase.RUNNING
+    assert other.record.task_restarts["worker-0"].count == 1 and other.record.phase is Phase.RESTARTING
     third = step(record, _all(record, "worker-1", code=1), now, BACKOFF)
     assert third.record.phase is Phase.FAILED and third.record.reason is Reason.BACKOFF_LIMIT_EXCEEDED
     assert "worker-1 was restarted alone 2 time(s)" in third.record.message
@@ -244,7 +320,7 @@ def test_a_lost_worker_is_stopped_and_its_replacement_waits_until_it_is_gone() -
     result = step(record, lost, T0, BACKOFF)
     assert result.stop == ("job.u1.worker-1.1",) and result.record.reason is Reason.TASK_RESTARTING
     still = step(result.record, lost, T0 + 5, BACKOFF)
-    assert still.launch == () and still.record.phase is Phase.RUNNING
+    assert still.launch == () and still.record.phase is Phase.RESTARTING
     assert "waiting for its old copy to stop" in still.record.message
     gone = [t for t in lost if t.key.name != "worker-1"]
     gone.append(task(record, "worker-1", TaskState.GONE))
@@ -340,7 +416,9 @@ def test_the_plan_says_the_scopes_of_a_new_job_that_restarts_a_task_alone(tmp_pa
 # ---- the controller over the in-memory backend ------------------------------------------------
 
 
-def test_the_controller_relaunches_only_the_worker_and_keeps_the_job_running(tmp_path: Path) -> None:
+def test_the_controller_relaunches_only_the_worker_and_the_job_is_restarting_meanwhile(
+    tmp_path: Path,
+) -> None:
     world = World(tmp_path)
     world.write("p", job_text("p", SMALL_PSS))
     world.apply()
@@ -349,7 +427,7 @@ def test_the_controller_relaunches_only_the_worker_and_keeps_the_job_running(tmp
     ids = {name: t.task_id for name, t in first.items()}
     world.backend.finish(ids["worker-1"], 137)
     world.settle()
-    assert world.record("p").phase is Phase.RUNNING
+    assert world.record("p").phase is Phase.RESTARTING
     assert world.record("p").reason is Reason.TASK_RESTARTING
     world.clock.advance(10)  # the controller world's backoff starts at 10 s
     world.settle()
@@ -363,7 +441,7 @@ def test_the_controller_relaunches_only_the_worker_and_keeps_the_job_running(tmp
     assert status["restarts"] == 0 and status["phase"] == "Running"
 
 
-def test_a_pinned_slot_that_cannot_be_placed_keeps_the_job_running_then_falls_back(
+def test_a_pinned_slot_that_cannot_be_placed_keeps_the_job_restarting_then_falls_back(
     tmp_path: Path,
 ) -> None:
     world = World(tmp_path)
@@ -381,7 +459,7 @@ def test_a_pinned_slot_that_cannot_be_placed_keeps_the_job_running_then_falls_ba
     world.clock.advance(10)
     world.settle()
     record = world.record("p")
-    assert record.phase is Phase.RUNNING and record.reason is Reason.WAITING_FOR_ADDRESS
+    assert record.phase is Phase.RESTARTING and record.reason is Reason.WAITING_FOR_ADDRESS
     world.clock.advance(29)
     world.settle()
     assert world.record("p").reason is Reason.WAITING_FOR_ADDRESS

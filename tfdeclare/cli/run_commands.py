@@ -181,6 +181,9 @@ def _progress_line(record: JobRecord, paint: Painter = plain) -> str:
         parts.append(f"{done} succeeded")
     if record.restarts:
         parts.append(f"restarts {record.restarts}/{spec.backoff_limit}")
+    alone = sum(entry.count for entry in record.task_restarts.values())
+    if alone:
+        parts.append(f"{alone} task restart(s) alone")
     return ", ".join(parts) + (f" — {visible(record.message)}" if record.message else "")
 
 

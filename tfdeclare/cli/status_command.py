@@ -97,6 +97,13 @@ def _phase(phase: str, paint: Painter, width: int = 0) -> str:
     return paint(phase, tone) + " " * (width - len(phase))
 
 
+def _restarts_cell(job: dict[str, Any]) -> str:
+    """The RESTARTS cell: the whole job's restarts (against ``backoffLimit``), then, where
+    tasks were restarted alone (``restartScope: Task``), their restarts: ``0 (+2 alone)``."""
+    alone = job.get("taskRestarts") or 0
+    return f"{job.get('restarts', 0)}" + (f" (+{alone} alone)" if alone else "")
+
+
 def _status_table(summaries: list[dict[str, Any]], paint: Painter = plain) -> str:
     """One line a job, from its summary (``core.run.status.summary``); what it quotes (a
     message, a file name) written ``visible``."""
@@ -110,7 +117,7 @@ def _status_table(summaries: list[dict[str, Any]], paint: Painter = plain) -> st
                 str(job["name"]),
                 str(job["phase"]),
                 counts,
-                str(job.get("restarts", 0)),
+                _restarts_cell(job),
                 _age(job.get("startTime")),
                 str(job.get("message", "")),
             )

@@ -33,8 +33,10 @@ Key = tuple[object, ...]
 
 
 def _key(job: dict[str, Any]) -> Key:
-    """What a change is: the phase, task counts, restarts or message (never the age)."""
-    return tuple(job.get(k) for k in ("phase", "tasks", "running", "succeeded", "restarts", "message"))
+    """What a change is: the phase, task counts, restarts (of the job or of tasks alone) or
+    message (never the age)."""
+    keys = ("phase", "tasks", "running", "succeeded", "restarts", "taskRestarts", "message")
+    return tuple(job.get(k) for k in keys)
 
 
 def _document_line(document: dict[str, Any], output: str) -> str:

@@ -145,7 +145,9 @@ class Reason(StrEnum):
     CHIEF_SUCCEEDED = "ChiefSucceeded"
     WORKERS_SUCCEEDED = "AllWorkersSucceeded"
     WORKER0_SUCCEEDED = "FirstWorkerSucceeded"  # successPolicy Worker0
-    FINAL_EVALUATION = "FinalEvaluation"  # training succeeded; the evaluator finishes (a grace)
+    # Records of earlier releases only: the job stayed Running while the evaluator finished its
+    # final evaluation. It is Succeeded then now (the message says the evaluator finishes).
+    FINAL_EVALUATION = "FinalEvaluation"
     TASK_FAILED = "TaskFailed"
     # a task failed its health check (``healthCheck``) and is restarted as a failure
     UNHEALTHY = "Unhealthy"

@@ -8,16 +8,19 @@ except what it wrote into the record. The rules (docs/reference.md#job-semantics
   desired one are stale and stopped; desired slots without a current task are launched
   together, as one gang, once no stale task is alive (ports are reused) and any backoff is over.
 - Completion: with a chief, the chief exiting 0; without one, every worker exiting 0 (or,
-  with ``successPolicy: Worker0``, worker 0). Then every task still alive (ps, workers) is
-  stopped, except a running evaluator: it may finish its final evaluation for
-  ``evaluatorGraceSeconds`` (the phase stays Running, reason FinalEvaluation) and is stopped
-  when that runs out; the job Succeeds when the evaluator has ended.
+  with ``successPolicy: Worker0``, worker 0): the job has Succeeded then (its completion
+  time), and every task still alive (ps, workers) is stopped, except a running evaluator:
+  stopping it waits for its final evaluation, up to ``evaluatorGraceSeconds`` after the
+  completion (``final_evaluation_since``; the message says so), and it is stopped when that
+  runs out. Whatever it does meanwhile, failing included, the job stays Succeeded.
 - ``ttlSecondsAfterFinished`` after completion (Succeeded or Failed), once nothing of the job
   runs, its ended tasks and their logs are purged; the record keeps ``cleaned_at``.
 - Failure of a current task, by its role's restart policy: ``Never`` fails the job;
   ``ExitCode`` fails it for exit codes 1-127 except 42; otherwise it restarts after an
   exponential backoff. ``Always`` also treats a ps or evaluator (or, with a chief, a worker)
-  that exits 0 early as a failure. What restarts is the role's restart scope
+  that exits 0 early as a failure. The phase is Restarting while any restart is under way: of
+  the whole job, or of a task alone until that task runs again. What restarts is the role's
+  restart scope
   (``JobSpec.restart_scope_for``): ``Job`` restarts the whole job (a new run, ``new_run``:
   attempt + 1, every task replaced, same ports), at most ``backoffLimit`` times for the job;
   ``Task`` restarts that task alone at its address while the others keep running, at most
@@ -405,6 +408,8 @@ def _ending(record: JobRecord, tasks: Sequence[ObservedTask], now: float) -> Ste
             stop=to_stop,
         )
     # Completed or failed: only make sure nothing of it still runs, and clean up after it.
+    if record.final_evaluation_since is not None:
+        return _final_evaluation(record, alive, tasks, now)
     return _after_finish(record, tasks, now, to_stop)
 
 
@@ -517,10 +522,15 @@ def _cluster_step(
 
 
 def _evaluation_goes_on(look: _Look) -> Step | None:
-    """Completed, and the evaluator's final evaluation has begun: it goes on, or is cut off."""
-    if look.done is None or look.record.final_evaluation_since is None:
+    """A record of an earlier release, Running (reason FinalEvaluation) while the evaluator
+    finished its final evaluation: it has Succeeded, when training did; the grace goes on."""
+    since = look.record.final_evaluation_since
+    if look.done is None or since is None:
         return None
-    return _final_evaluation(look.record, look.done, look.current, look.alive, look.now)
+    succeeded = look.record.evolve(
+        phase=Phase.SUCCEEDED, reason=look.done, completion_time=since, next_launch_at=None
+    )
+    return _final_evaluation(succeeded, look.alive, [*look.current.values(), *look.stale], look.now)
 
 
 def _past_deadline(look: _Look) -> Step | None:
@@ -533,23 +543,24 @@ def _past_deadline(look: _Look) -> Step | None:
 
 
 def _completed_now(look: _Look) -> Step | None:
-    """Completed: Succeeded, or first the evaluator's final evaluation when one runs and
-    ``evaluatorGraceSeconds`` allows it."""
+    """Completed: Succeeded now. A running evaluator may first finish its final evaluation
+    (``evaluatorGraceSeconds``): stopping it waits, every other task is stopped at once."""
     done, record, spec = look.done, look.record, look.spec
     if done is None:
         return None
-    evaluating = [t for t in look.current_alive if t.key.role is Role.EVALUATOR]
+    evaluating = [
+        t for t in look.current_alive if t.key.role is Role.EVALUATOR and t.state is not TaskState.STOPPING
+    ]
     if not evaluating or spec.evaluator_grace_s <= 0:
         return _finish(record, Phase.SUCCEEDED, done, _SUCCESS[done], look.now, look.to_stop)
-    started = record.evolve(
-        final_evaluation_since=look.now,
-        phase=Phase.RUNNING,
-        reason=Reason.FINAL_EVALUATION,
-        message=f"{_SUCCESS[done]}; the evaluator finishes its final evaluation "
-        f"(up to {spec.evaluator_grace_s:g} s, evaluatorGraceSeconds)",
+    message = (
+        f"{_SUCCESS[done]}; the evaluator finishes its final evaluation "
+        f"(up to {spec.evaluator_grace_s:g} s, evaluatorGraceSeconds), then it is stopped"
     )
-    begun = (f"{record.name}: {_SUCCESS[done]}; waiting for the evaluator's final evaluation",)
-    return _final_evaluation(started, done, look.current, look.alive, look.now, begun)
+    evaluating_since = record.evolve(final_evaluation_since=look.now)
+    finished = _finish(evaluating_since, Phase.SUCCEEDED, done, message, look.now, ())
+    grace = _final_evaluation(finished.record, look.alive, [], look.now)
+    return replace(grace, events=finished.events)
 
 
 def _a_task_failed(look: _Look) -> Step | None:
@@ -584,10 +595,15 @@ def _nothing_missing(look: _Look) -> Step | None:
     """Every slot has its task: Running once all of them run, else still starting."""
     if look.missing:
         return None
-    running = all(t.state is TaskState.RUNNING for t in look.current_alive)
-    if running:
+    starting = [t for t in look.current_alive if t.state is not TaskState.RUNNING]
+    if not starting:
         count = len(look.current_alive) + look.board_running
         record = _update(look.record, Phase.RUNNING, Reason.ALL_TASKS_RUNNING, f"{count} task(s) running")
+        return Step(record, stop=look.stop_stale, events=look.events)
+    alone = [t.key for t in starting if _restarted_alone_now(look.record, t.key.name)]
+    if alone:
+        message = f"{_alone_words(look.record, alone[0])}: starting"
+        record = _update(look.record, Phase.RESTARTING, Reason.TASKS_STARTING, message)
     else:
         record = _update(look.record, look.record.phase, Reason.TASKS_STARTING, "tasks are starting")
     return Step(record, stop=look.stop_stale, events=look.events)
@@ -599,7 +615,7 @@ def _old_copy_stopping(look: _Look) -> Step | None:
         return None
     names = ", ".join(sorted({t.key.name for t in look.stale}))
     message = f"{names}: waiting for its old copy to stop"
-    waiting = _update(look.record, look.record.phase, Reason.TASK_RESTARTING, message)
+    waiting = _update(look.record, Phase.RESTARTING, Reason.TASK_RESTARTING, message)
     return Step(waiting, stop=look.stop_stale, events=look.events)
 
 
@@ -669,6 +685,26 @@ def _restarting_alone(record: JobRecord) -> dict[str, TaskRestarts]:
         for name, entry in record.task_restarts.items()
         if entry.pending and entry.attempt == record.attempt
     }
+
+
+def _restarted_alone_now(record: JobRecord, name: str) -> bool:
+    """Whether the task ``name`` was restarted alone in this attempt (its current copy is
+    that restart's, whether or not it runs yet)."""
+    entry = record.task_restarts.get(name)
+    return entry is not None and entry.attempt == record.attempt
+
+
+def _alone_count(record: JobRecord, key: TaskKey) -> str:
+    """``1 of backoffLimit 2``: a task's restarts alone (those for the platform's events
+    apart: they count against no limit of the job's)."""
+    entry = record.task_restarts[key.name]
+    platform = f", +{entry.platform} for platform events" if entry.platform else ""
+    return f"{entry.count} of backoffLimit {record.spec.backoff_limit}{platform}"
+
+
+def _alone_words(record: JobRecord, key: TaskKey) -> str:
+    """``worker-1 restarting alone (1 of backoffLimit 2)``: the task and its restart count."""
+    return f"{key.name} restarting alone ({_alone_count(record, key)})"
 
 
 def _restarted(record: JobRecord, alive: set[str]) -> JobRecord:
@@ -744,11 +780,10 @@ def _launch_alone(
         entry = alone[first.name]
         ended = f"{entry.message}; " if entry.message else ""
         message = (
-            f"{ended}{first.name} restarts alone ({entry.count} of backoffLimit "
-            f"{record.spec.backoff_limit} for it): backing off {(entry.next_launch_at or now) - now:.1f} s"
+            f"{ended}{_alone_words(record, first)}: backing off {(entry.next_launch_at or now) - now:.1f} s"
         )
         return Step(
-            _update(record, record.phase, Reason.TASK_RESTARTING, message), wake_at=wake, events=events
+            _update(record, Phase.RESTARTING, Reason.TASK_RESTARTING, message), wake_at=wake, events=events
         )
     asked = {
         k.name: replace(alone[k.name], waiting_since=now)
@@ -756,13 +791,16 @@ def _launch_alone(
         if k.name in alone and alone[k.name].waiting_since is None
     }
     restarting = [k for k in ready if k.name in alone]
+    phase = Phase.RESTARTING if restarting or held else record.phase
     if restarting:
         at = ", ".join(f"{k.name} at {record.addresses.get(k.name, 'a new address')}" for k in restarting)
-        message = f"relaunching {at} alone"
+        message = f"relaunching {at} alone ({_alone_count(record, restarting[0])})"
         reason = Reason.TASK_RESTARTING
     else:
         message, reason = f"launching {len(ready)} task(s)", Reason.LAUNCHING
-    launching = record.evolve(reason=reason, message=message, task_restarts={**record.task_restarts, **asked})
+    launching = record.evolve(
+        phase=phase, reason=reason, message=message, task_restarts={**record.task_restarts, **asked}
+    )
     return Step(launching, launch=ready, events=events, wake_at=wake)
 
 
@@ -820,29 +858,31 @@ def _finish(
 
 
 def _final_evaluation(
-    record: JobRecord,
-    done: Reason,
-    current: Mapping[str, ObservedTask],
-    alive: Sequence[ObservedTask],
-    now: float,
-    events: tuple[str, ...] = (),
+    record: JobRecord, alive: Sequence[ObservedTask], tasks: Sequence[ObservedTask], now: float
 ) -> Step:
-    """Training succeeded: every task but the current evaluator is stopped; the job Succeeds
-    once the evaluator has ended or its grace ran out (then it is stopped too)."""
+    """A Succeeded job whose evaluator finishes its final evaluation: every other task is
+    stopped; the evaluator is stopped once ``evaluatorGraceSeconds`` after the completion ran
+    out, unless it ended before. Then the message says how it ended (the phase, reason and
+    completion time stay), and the job ends as any other."""
     assert record.final_evaluation_since is not None
     until = record.final_evaluation_since + record.spec.evaluator_grace_s
-    evaluators = [t for t in alive if t.task_id in current and t.key.role is Role.EVALUATOR]
-    others = tuple(t.task_id for t in alive if t not in evaluators and t.state is not TaskState.STOPPING)
+    evaluators = [t for t in alive if t.key.role is Role.EVALUATOR and t.attempt == record.attempt]
     if evaluators and now < until:
-        return Step(record, stop=others, events=events, wake_at=until)
+        others = tuple(t.task_id for t in alive if t not in evaluators and t.state is not TaskState.STOPPING)
+        return Step(record, stop=others, wake_at=until)
+    trained = _SUCCESS.get(record.reason, "training succeeded")
     if evaluators:
-        what = f"{_SUCCESS[done]}; the evaluator was stopped after evaluatorGraceSeconds"
+        what = f"{trained}; the evaluator was stopped after evaluatorGraceSeconds"
     else:
-        ended = [t for t in current.values() if t.key.role is Role.EVALUATOR and t.state.ended]
-        what = f"{_SUCCESS[done]}; " + (_describe_end(ended[0]) if ended else "the evaluator ended")
+        ended = [
+            t for t in tasks if t.key.role is Role.EVALUATOR and t.state.ended and t.attempt == record.attempt
+        ]
+        last = max(ended, key=lambda t: t.finished_at or 0.0, default=None)
+        what = f"{trained}; " + (_describe_end(last) if last is not None else "the evaluator ended")
+    ended_record = record.evolve(final_evaluation_since=None, message=what)
     to_stop = tuple(t.task_id for t in alive if t.state is not TaskState.STOPPING)
-    finished = _finish(record.evolve(final_evaluation_since=None), Phase.SUCCEEDED, done, what, now, to_stop)
-    return replace(finished, events=events + finished.events)
+    after = _after_finish(ended_record, tasks, now, to_stop)
+    return replace(after, events=(f"{record.name}: {what}", *after.events))
 
 
 def _after_finish(
@@ -951,7 +991,7 @@ def _restart_alone(
         f"{_why(spec, first.key.role)})"
     )
     reason = _restart_reason(failures, Reason.TASK_RESTARTING)
-    restarted = record.evolve(reason=reason, message=message, task_restarts=counts)
+    restarted = record.evolve(phase=Phase.RESTARTING, reason=reason, message=message, task_restarts=counts)
     lost = tuple(t.task_id for t in failures if t.state is TaskState.LOST or _hung(t))
     wake = min((counts[t.key.name].next_launch_at or now) for t in failures)
     events = tuple(
@@ -1010,6 +1050,7 @@ def _on_platform_event(
         )
     names = ", ".join(t.key.name for t in taken)
     restarted = record.evolve(
+        phase=Phase.RESTARTING,
         reason=Reason.PLATFORM_RESTART,
         message=f"{what}: restarting {names} alone ({budget})",
         task_restarts=counts,

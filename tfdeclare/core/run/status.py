@@ -257,7 +257,7 @@ def status_document(record: JobRecord, now: float, *, tasks_listed: int | None =
         "backend": record.backend,
         "attempt": record.attempt,
         "restarts": record.restarts,
-        "nextRestartTime": rfc3339(record.next_launch_at) if record.phase is Phase.RESTARTING else None,
+        "nextRestartTime": rfc3339(_next_restart(record)),
         "restartScopes": restart_scopes(record.spec),
         "taskRestarts": _task_restarts(record),
         "suspension": _suspension(record.suspension),
@@ -311,6 +311,27 @@ def restart_scopes(spec: JobSpec) -> dict[str, dict[str, str]]:
             "message": SCOPE_WHY[why].format(role=role.value),
         }
     return out
+
+
+def _next_restart(record: JobRecord) -> float | None:
+    """When a Restarting job relaunches: the first relaunch of its tasks restarting alone
+    (pending in this attempt: the job itself then does not restart), else the job's."""
+    if record.phase is not Phase.RESTARTING:
+        return None
+    alone = [
+        entry.next_launch_at
+        for entry in record.task_restarts.values()
+        if entry.pending and entry.attempt == record.attempt and entry.next_launch_at is not None
+    ]
+    return min(alone) if alone else record.next_launch_at
+
+
+def task_restarts_total(document: Mapping[str, Any]) -> int:
+    """A status document's restarts of tasks alone after their failures, all its tasks
+    together (``taskRestarts``), apart from ``restarts`` (the whole job's); as there, the
+    platform's events are not counted."""
+    rows = document.get("taskRestarts") or ()
+    return sum(int(row.get("restarts") or 0) for row in rows if isinstance(row, Mapping))
 
 
 def _task_restarts(record: JobRecord) -> list[dict[str, Any]]:
@@ -456,6 +477,7 @@ def summary(document: Mapping[str, Any]) -> dict[str, Any]:
         "name": document.get("name"),
         "phase": document.get("phase"),
         "restarts": document.get("restarts", 0),
+        "taskRestarts": task_restarts_total(document),
         "startTime": document.get("startTime"),
         "message": document.get("message", ""),
         "tasks": total,
