@@ -106,7 +106,7 @@ def test_a_task_restarting_alone_says_how_it_ended_while_it_backs_off() -> None:
     failed = step(record, _all(record, "worker-1", code=5), T0, BACKOFF).record
     others = [task(failed, n, R) for n in ("chief-0", "ps-0", "worker-0")]
     waiting = step(failed, others, T0 + 0.5, BACKOFF).record
-    assert waiting.message.startswith("worker-1 exited 5; worker-1 restarts alone (1 of backoffLimit 3")
+    assert waiting.message.startswith("worker-1 exited 5; worker-1 restarting alone (1 of backoffLimit 3")
 
 
 def test_a_suspension_is_a_new_run() -> None:
