@@ -85,6 +85,29 @@ def fold(task: TaskEntry, *states: str, now: float = 200.0) -> list[bool]:
     ]
 
 
+def test_an_exit_code_reaches_a_task_the_reconciliation_said_ended() -> None:
+    """The master answers a reconciliation with the task's state alone ("Reconciliation: Latest
+    task state", no exit code); the agent's own terminal update, re-sent until acknowledged,
+    comes after and says how it ended: folded in. Anything else after a terminal is not."""
+    task = entry()
+    assert apply_status(task, "TASK_RUNNING", reason=None, source=None, message=None, timestamp=None, now=1.0)
+    reconciled = apply_status(
+        task, "TASK_FAILED", reason="REASON_RECONCILIATION", source="SOURCE_MASTER",
+        message="Reconciliation: Latest task state", timestamp=None, now=2.0,
+    )  # fmt: skip
+    assert reconciled and observed_state(task, 2.0, 60.0)[1] is None
+    assert apply_status(
+        task, "TASK_FAILED", reason="REASON_COMMAND_EXECUTOR_FAILED", source="SOURCE_EXECUTOR",
+        message="Command exited with status 4", timestamp=1.5, now=12.0,
+    )  # fmt: skip
+    assert observed_state(task, 12.0, 60.0)[1] == 4 and task.finished_at == 1.5
+    assert not apply_status(
+        task, "TASK_FAILED", reason="REASON_COMMAND_EXECUTOR_FAILED", source="SOURCE_EXECUTOR",
+        message="Command exited with status 9", timestamp=13.0, now=13.0,
+    ), "once told, a terminal is final"  # fmt: skip
+    assert observed_state(task, 13.0, 60.0)[1] == 4
+
+
 @pytest.mark.parametrize(
     ("states", "final", "changes"),
     [

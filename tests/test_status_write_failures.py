@@ -97,9 +97,14 @@ def test_a_full_status_disk_leaves_no_resize_half_done(project: Path, full_statu
     applied = cli("apply", "specs", "--timeout", "30", cwd=project)
     assert "Traceback" not in applied.stderr and "internal error" not in applied.stderr
     assert applied.returncode == 1 and "No space left on device" in applied.stderr
-    # both resizes went through: every task of both jobs' new cluster started
+    # both resizes went through: every task of both jobs' new cluster started (a resize that
+    # changes the cluster is a new run of the job: attempt 1)
     for job in ("a", "b"):
-        wait_until(lambda job=job: _cluster_sizes(project, job) == {"worker-0.0": 2, "worker-1.0": 2})
+        wait_until(
+            lambda job=job: (
+                _cluster_sizes(project, job) == {"worker-0.0": 1, "worker-0.1": 2, "worker-1.1": 2}
+            )
+        )
 
     os.unlink(full_status_disk / "filler")
     refreshed = cli("status", "--refresh", cwd=project)

@@ -93,7 +93,8 @@ def swap_after_the_first_run(root: Path, image: str | None, runtime: str) -> Non
     message = status["message"]
     assert "worker-0: workingDir sub leads to" in message and str(outside.resolve()) in message, message
     assert "specs/job.yaml" in message and "not launched" in message, message
-    assert status["phase"] == "Restarting" and status["tasks"][0]["state"] == "pending", status
+    # not relaunched: the slot shows its last run, failed, until a new one starts
+    assert status["phase"] == "Restarting" and status["tasks"][0]["state"] == "failed", status
     shown = cli("status", "swapped", cwd=root).stdout
     assert "LaunchRefused" in shown or "not launched" in shown, shown
     stalled = {c["type"]: c for c in status["conditions"]}.get("Stalled")

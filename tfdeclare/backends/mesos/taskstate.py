@@ -94,6 +94,9 @@ def exit_code_from(message: str | None) -> int | None:
     return None
 
 
+_RECONCILED = "REASON_RECONCILIATION"
+
+
 def is_terminal(state: str | None) -> bool:
     return state in TERMINAL
 
@@ -113,6 +116,13 @@ def apply_status(
     update's (a health check's result, on TASK_RUNNING and on the terminal update)."""
     current = entry.state
     if current in TERMINAL:
+        if state == current and entry.reason == _RECONCILED and reason != _RECONCILED and message:
+            # The master's answer to a reconciliation names no exit code ("Reconciliation:
+            # Latest task state"); the agent's own update, re-sent until acknowledged, does.
+            entry.reason, entry.source, entry.message, entry.updated_at = reason, source, message, now
+            if timestamp is not None:
+                entry.finished_at = timestamp
+            return True
         return False  # final: a late duplicate or a reconciliation echo
     if state == current == "TASK_RUNNING" and healthy is not None and healthy != entry.healthy:
         entry.healthy = healthy  # REASON_TASK_HEALTH_CHECK_STATUS_UPDATED
