@@ -65,6 +65,14 @@ MASKED = {  # name, value: shown as (sensitive)
     "Slack token": ("SL", "xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx"),
     "JWT": ("J", "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w"),
     "hex key": ("H", "4f3c2a1b9d8e7f6a5b4c3d2e1f0a9b8c"),
+    # names and shapes a review found shown (2026-12-06)
+    "by name, a key with a suffix": ("ENCRYPTION_KEY_B64", "c2VjcmV0"),
+    "by name, a personal access token": ("GITHUB_PAT", "abc"),
+    "by name, credentials": ("CREDS", "user:pw"),
+    "by name, an SSH key": ("SSH_PRIVKEY", "-----BEGIN"),
+    "by name, a kubeconfig": ("KUBECONFIG_DATA", "apiVersion: v1"),
+    "a flag with its password": ("EXTRA_ARGS", "--verbose --password=hunter2"),
+    "a flag with its token": ("OPTS", "-v --api-key abc123"),
 }
 SHOWN = {  # ordinary values stay readable
     "path": ("DATA_DIR", "/data/imagenet/train-00001-of-01024"),
@@ -73,6 +81,9 @@ SHOWN = {  # ordinary values stay readable
     "bucket": ("OUT", "gs://bucket/path/to/run-2024-05-01"),
     "number": ("LR", "0.1"),
     "URL without password": ("URL", "https://user@example.com/x"),
+    "a flag without a secret": ("TRAIN_ARGS", "--epochs=10 --password-file /run/secrets/db"),
+    "a monkey, not a key": ("MONKEY", "george"),
+    "a path, not a PAT": ("PATH_PREFIX", "/opt/x"),
 }
 
 

@@ -27,11 +27,16 @@ from tfdeclare.core.enums import SecretSource
 
 SENSITIVE = "(sensitive)"
 _SENSITIVE_NAME = re.compile(
-    r"SECRET|TOKEN|PASS(?:WORD|WD|PHRASE)?(?:$|_)|PASSW|PWD|CREDENTIAL|PRIVATE|API_?KEY|ACCESS_?KEY|AUTH"
-    r"|(?:^|_)KEY$|SIGNING|SESSION|COOKIE|(?:^|_)DSN$|CONNECTION_?STRING",
+    r"SECRET|TOKEN|PASS(?:WORD|WD|PHRASE)?(?:$|_)|PASSW|PWD|CREDENTIAL|PRIVATE|PRIVKEY|API_?KEY|ACCESS_?KEY"
+    r"|AUTH|(?:^|_)KEY(?:$|_)|SIGNING|SESSION|COOKIE|(?:^|_)DSN$|CONNECTION_?STRING|(?:^|_)CREDS?(?:$|_)"
+    r"|(?:^|_)PAT$|KUBECONFIG",
     re.IGNORECASE,
 )
 _URL_WITH_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:[^/\s@]+@")
+# a command-line flag with its secret in the value: --password=x, --api-key x, -token=x
+_FLAG_WITH_SECRET = re.compile(
+    r"(?:^|\s)--?[A-Za-z0-9_-]*(?:password|passwd|secret|token|api[-_]?key)[= ]\S", re.IGNORECASE
+)
 _RUN = re.compile(r"[A-Za-z0-9]{16,}")
 _MIN_ENTROPY_BITS = 3.3  # per character of a run: random keys score above, words below
 
@@ -106,10 +111,13 @@ def _opaque(run: str) -> bool:
 
 
 def looks_secret(value: str) -> bool:
-    """A URL with a password, or a value holding an opaque token: 16 or more letters and digits
+    """A URL with a password, a command-line flag naming a secret with its value (``--password=x``),
+    or a value holding an opaque token: 16 or more letters and digits
     in a row, of two kinds at least (lower, upper, digits), as varied as random keys are
     (names, words and paths are broken up by ``_ - . /`` or repeat their letters)."""
-    return bool(_URL_WITH_PASSWORD.search(value)) or any(_opaque(run) for run in _RUN.findall(value))
+    return bool(_URL_WITH_PASSWORD.search(value) or _FLAG_WITH_SECRET.search(value)) or any(
+        _opaque(run) for run in _RUN.findall(value)
+    )
 
 
 def shown_env_value(name: str, value: Any) -> Any:
