@@ -130,6 +130,9 @@ def test_following_a_failing_job_returns_with_both_streams(project: tuple[Path, 
     whole = cli("logs", "talk", cwd=root)  # without --follow: stdout, then its stderr after a header
     expected = ["training", "last step", "", "--- stderr ---", "warming up", *TRACEBACK]
     assert whole.returncode == 0 and whole.stdout.splitlines() == [f"worker-0 | {line}" for line in expected]
+    for flag in ("--timestamps", "--since=1h"):  # Mesos records no line times: said, as before
+        timed = cli("logs", "talk", flag, cwd=root)
+        assert timed.returncode == 1 and "does not record when log lines were written" in timed.stderr
 
 
 @pytest.mark.slow

@@ -325,13 +325,16 @@ def _tails_of(
     (``LogStreams``) its stdout and its stderr, the latter after a header unless followed
     (each line then comes as it is read). With ``--previous`` the launch before's one log (it
     has ended: its stderr follows its stdout there). None, said on stderr, when there is none
-    the backend can read. ``waiting``: as ``_tail_of``'s (the last run's task, its log the
-    current one and the previous one)."""
-    if (args.previous and waiting is None) or not isinstance(backend, LogStreams):
-        tail = _tail_of(args, backend, key, task_id, strict=strict, waiting=waiting)
-        return [] if tail is None else [tail]
+    the backend can read. ``waiting``: the task is the last run's, waiting to restart
+    (``status.waiting_to_restart``, said on stderr): its log is both the current one and, as
+    no launch came after it, the previous one."""
     if waiting is not None:
         stderr_line(f"tfdeclare: {waiting}")
+    previous = args.previous and waiting is None
+    timed = args.timestamps or args.since is not None  # only a backend that records line times
+    if previous or timed or not isinstance(backend, LogStreams):
+        tail = _tail_of(args, backend, key, task_id, strict=strict, previous=previous)
+        return [] if tail is None else [tail]
     header = None if args.follow else list(STDERR_HEADER)
     return [
         _Tail(key, task_id, keep=args.tail, since=args.since, stream="stdout"),
@@ -340,21 +343,11 @@ def _tails_of(
 
 
 def _tail_of(
-    args: argparse.Namespace,
-    backend: Backend,
-    key: TaskKey,
-    task_id: str,
-    *,
-    strict: bool,
-    waiting: str | None = None,
+    args: argparse.Namespace, backend: Backend, key: TaskKey, task_id: str, *, strict: bool, previous: bool
 ) -> _Tail | None:
-    """The log to print of a task: its current launch's, or with ``--previous`` the one before
-    (None, said on stderr, when there is none the backend can read). ``waiting``: the task is
-    the last run's, waiting to restart (``status.waiting_to_restart``, said on stderr): its
-    log is both the current one and, as no launch came after it, the previous one."""
-    if waiting is not None:
-        stderr_line(f"tfdeclare: {waiting}")
-    if args.previous and waiting is None:
+    """The log to print of a task: its current launch's, or when ``previous`` the one before
+    (None, said on stderr, when there is none the backend can read)."""
+    if previous:
         earlier = _previous_id(backend, task_id)
         if earlier is None:
             why = f"{key.name} has no earlier launch whose log the backend still has"
