@@ -15,11 +15,14 @@ import pytest
 import yaml
 
 from tests.conftest import cli
-from tfdeclare.cli.logformat import LineFormatter
+from tfdeclare.cli.logformat import JsonFormatter, LineFormatter
+from tfdeclare.cli.logs_command import _Printer
 from tfdeclare.cli.status_command import _status_detail, _status_table
+from tfdeclare.cli.watch_command import _document_line
 from tfdeclare.core.diagnostics import Diagnostic
 from tfdeclare.core.plan.markdown import fenced
-from tfdeclare.core.visible import visible, visible_data
+from tfdeclare.core.run.tasks import TaskKey
+from tfdeclare.core.visible import json_line, visible, visible_data
 
 # Any of these in an output meant for reading is a finding.
 RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
@@ -89,6 +92,51 @@ def test_a_log_record_is_one_line_and_its_traceback_keeps_its_lines() -> None:
         failed = logging.LogRecord("t", logging.ERROR, __file__, 1, "x\ny", (), sys.exc_info())
     text = formatter.format(failed)
     assert text.startswith("ERROR x\\ny\nTraceback") and "ValueError: boom" in text
+
+
+@pytest.mark.parametrize(
+    ("text", "written"),
+    [
+        ("plain", '"plain"'),
+        ("é 中文 ü 日本 🙂", '"é 中文 ü 日本 🙂"'),  # readable: not \\u escapes
+        ("a\nb\tc\r", '"a\\nb\\tc\\r"'),
+        ("\x00\x07\x1b[2J\x1f", '"\\u0000\\u0007\\u001b[2J\\u001f"'),
+        ("del\x7f", '"del\\u007f"'),
+        ("c1 \x80 \x85 \x9b2J \x9f", '"c1 \\u0080 \\u0085 \\u009b2J \\u009f"'),
+        ("line\u2028para\u2029", '"line\\u2028para\\u2029"'),
+        ("\u202e\u2066x\u2069", '"\\u202e\\u2066x\\u2069"'),
+        ("é\x9b中\u2028文", '"é\\u009b中\\u2028文"'),
+        ('quote " and \\', '"quote \\" and \\\\"'),
+        ("nbsp\u00a0zwsp\u200b", '"nbsp\u00a0zwsp\u200b"'),  # not controls: kept
+    ],
+)
+def test_a_json_line_escapes_what_acts_on_a_terminal_and_decodes_to_the_same(text: str, written: str) -> None:
+    line = json_line({"m": text})
+    assert line == '{"m": ' + written + "}"
+    assert RAW.search(line) is None and "\n" not in line
+    assert json.loads(line) == {"m": text}
+    assert json.loads(json_line({text: [text]}, sort_keys=True)) == {text: [text]}  # keys too
+
+
+def test_every_json_line_output_escapes_c1_and_the_separators(
+    capsysbinary: pytest.CaptureFixture[bytes],
+) -> None:
+    """The daemon's JSON log, ``logs -o json`` and ``status --watch -o json``: a terminal or a
+    log collector reads them line by line."""
+    hostile = "step 1 \x9b2J\x1b]0;x\x07 é 中文\u2028next\u2029\x85"
+    record = logging.LogRecord("tfdeclare.daemon", logging.WARNING, __file__, 1, "job %s", (hostile,), None)
+    logged = JsonFormatter().format(record)
+    _Printer("json", prefixed=True, width=8).lines(TaskKey.parse("worker-0"), [hostile.encode() + b"\n"])
+    printed = capsysbinary.readouterr().out.decode()
+    watched = _document_line({"name": "a", "message": hostile}, "json")
+    for line, value in (
+        (logged, {"message": f"job {hostile}"}),
+        (printed, {"task": "worker-0", "line": hostile}),
+        (watched, {"name": "a", "message": hostile}),
+    ):
+        assert RAW.search(line) is None and line.rstrip("\n").count("\n") == 0, line
+        assert "é 中文" in line and "\\u009b" in line and "\\u2028" in line
+        assert value.items() <= json.loads(line).items()
 
 
 def test_status_text_writes_out_what_a_job_quotes() -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import faulthandler
-import json
 import logging
 import os
 import signal
@@ -22,7 +21,7 @@ from pathlib import Path
 
 from tfdeclare.backends import progress
 from tfdeclare.cli.common import EXIT_INTERRUPTED, EXIT_OK, Settings, UserError, settings_from, state_dir_note
-from tfdeclare.cli.logformat import LineFormatter
+from tfdeclare.cli.logformat import JsonFormatter, LineFormatter
 from tfdeclare.cli.pulls import PlainPulls
 from tfdeclare.cli.wiring import controller_for, locked
 from tfdeclare.controller import Controller
@@ -37,23 +36,10 @@ from tfdeclare.shell.problems import path_in as problems_path_in
 from tfdeclare.shell.sources import SpecFiles, prune_scope, spec_sources
 
 
-class _JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        line: dict[str, str] = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.created)),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        if record.exc_info:
-            line["exception"] = self.formatException(record.exc_info)
-        return json.dumps(line, ensure_ascii=False)
-
-
 def _setup_logging(fmt: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
-        handler.setFormatter(_JsonFormatter())
+        handler.setFormatter(JsonFormatter())
     else:
         formatter = LineFormatter("%(asctime)s %(levelname)-7s %(message)s", "%Y-%m-%dT%H:%M:%SZ")
         formatter.converter = time.gmtime

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import bisect
-import json
 import sys
 import time
 from dataclasses import dataclass, field
@@ -53,6 +52,7 @@ from tfdeclare.core.run.status import waiting_to_restart
 from tfdeclare.core.run.tasks import TaskKey
 from tfdeclare.core.spec.selector import Selector
 from tfdeclare.core.tone import Painter, Tone
+from tfdeclare.core.visible import json_line
 from tfdeclare.shell.lock import ControllerLock
 from tfdeclare.shell.store import StateStore
 
@@ -224,7 +224,7 @@ class _Printer:
         """One line's document: a line of JSON, or a YAML document of the stream (``---``)."""
         if self.output == "yaml":
             return yaml_text(document, start=True)
-        return json.dumps(document, ensure_ascii=False) + "\n"
+        return json_line(document) + "\n"
 
 
 def _followed_to_the_end(

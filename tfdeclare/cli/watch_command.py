@@ -15,7 +15,6 @@ document); ``-o yaml``: one YAML document each.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -27,6 +26,7 @@ from tfdeclare.cli.output import is_document, yaml_text
 from tfdeclare.core.enums import Phase
 from tfdeclare.core.run.status import summary
 from tfdeclare.core.tone import Painter
+from tfdeclare.core.visible import json_line
 from tfdeclare.shell.statuswriter import StatusUnreadable, StatusWriter
 
 Key = tuple[object, ...]
@@ -42,7 +42,7 @@ def _key(job: dict[str, Any]) -> Key:
 def _document_line(document: dict[str, Any], output: str) -> str:
     if output == "yaml":
         return yaml_text(document, start=True)
-    return json.dumps(document, ensure_ascii=False, sort_keys=True) + "\n"
+    return json_line(document, sort_keys=True) + "\n"
 
 
 class _Rows:
