@@ -119,6 +119,26 @@ def test_the_log_endpoint_pages_and_refuses_what_is_not_there(served: Served) ->
     assert served.get("/jobs/..%2F..%2Fetc%2Fpasswd/logs")[0] == 404
     assert served.get("/jobs/a/logs?task=worker:7")[0] == 404
     assert served.get("/jobs/a/logs?offset=-1")[0] == 400
+    code, _, body = served.get("/jobs/a/logs?task=worker:1&stream=stderr")  # one log, both streams in it
+    assert code == 400 and b"holds stdout and stderr as written" in body
+
+
+@pytest.mark.parametrize(
+    ("stdout", "stderr", "shown"),
+    [
+        (b"a\nb\n", b"", "a\nb"),
+        (b"", b"warn\n", "--- stderr ---\nwarn"),
+        (b"a\n", b"warn\nlast", "a\n\n--- stderr ---\nwarn\nlast"),
+        (b"", b"", ""),
+        (
+            b"x" * page.TAIL_BYTES + b"\n" + b"o\n" * 20,
+            b"e\n" * 20,
+            "\n".join(["o"] * 8 + ["", "--- stderr ---"] + ["e"] * 8),
+        ),
+    ],
+)
+def test_a_card_of_two_streams_shows_the_end_of_each(stdout: bytes, stderr: bytes, shown: str) -> None:
+    assert page.streams_tail_text(stdout, stderr) == shown
 
 
 def test_each_card_shows_the_end_of_a_log_and_a_log_that_fails_costs_only_its_tail(served: Served) -> None:
@@ -127,7 +147,7 @@ def test_each_card_shows_the_end_of_a_log_and_a_log_that_fails_costs_only_its_ta
     text = served.get("/")[2].decode()
     tail = re.search(r'<div class="tail">.*?<pre>(.*?)</pre>', text, re.S)
     assert tail is not None and tail.group(1).splitlines() == [f"line {i}" for i in range(4992, 5000)]
-    assert 'href="/jobs/a/logs?task=worker-0">whole log' in text
+    assert 'href="/jobs/a/logs?task=worker-0">whole log' in text and "stream=" not in text
 
     def broken(*args: object, **kwargs: object) -> LogChunk:
         raise BackendError("the agent is away")

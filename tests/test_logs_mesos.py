@@ -4,15 +4,18 @@ as a real agent's ``/files`` API does. ``logs --follow`` runs in a process of it
 backend never hears the master's updates (the controller's process does): it learns from the
 agent that a task has ended, and returns once the job has ended and both files are read. A
 running task's stderr (where TensorFlow and absl log) shows as it is written, not only once
-the task has ended."""
+the task has ended: in ``logs`` and on the daemon's page alike."""
 
 from __future__ import annotations
 
 import json
 import queue
+import re
 import subprocess
 import sys
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +24,8 @@ import pytest
 from tests.conftest import cli
 from tests.mesos_emulator import Emulator
 from tests.mesos_fixtures import PY, emulated_project, start_emulator
+from tests.test_daemon import Daemon
+from tests.waiting import wait_until
 from tfdeclare.backends.mesos.sandbox import _has_ended
 
 # Writes a line to each stream, waits for the file GO (60 s at most), writes another to each and fails.
@@ -170,3 +175,72 @@ def test_an_agent_shows_a_task_ended_as_a_real_agent_does() -> None:
     assert _has_ended(state("completed_tasks", "completed_executors", "TASK_KILLED"), "t.1")
     assert _has_ended(state("tasks", "completed_executors", "TASK_RUNNING"), "t.1")  # its executor ended
     assert not _has_ended(state("tasks", "executors", "TASK_RUNNING"), "t.2")  # not that agent's
+
+
+# Writes a line to stdout and 3000 to stderr (the last a hostile one), then runs until the file GO.
+TALKER = """\
+import os, pathlib, sys, time
+print("training", flush=True)
+for step in range(3000):
+    print(f"warming up {step}", file=sys.stderr)
+print("<script>alert(1)</script> & done", file=sys.stderr, flush=True)
+deadline = time.time() + 60
+while not pathlib.Path(os.environ["GO"]).exists() and time.time() < deadline:
+    time.sleep(0.05)
+"""
+
+
+def _get(url: str) -> tuple[int, dict[str, str], bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as err:
+        return err.code, dict(err.headers), err.read()
+
+
+@pytest.mark.slow
+def test_the_daemons_page_shows_a_running_tasks_stderr(project: tuple[Path, Emulator]) -> None:
+    """The daemon on the Mesos backend: a card shows the end of a running task's stdout and of
+    its stderr (where TensorFlow logs; Mesos's one log has only stdout until the task ends),
+    bounded and escaped, and links to the stderr alone, which the log endpoint serves."""
+    root, _ = project
+    go = root / "go"
+    (root / "specs" / "talk.yaml").write_text(
+        "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: talk}\nspec:\n"
+        f"  command: {json.dumps([PY, '-c', TALKER])}\n  env: {{GO: {json.dumps(str(go))}}}\n"
+        "  restartPolicy: Never\n"
+        "  replicas: {worker: {count: 1, resources: {cpus: 0.5, mem: 64}}}\n"
+    )
+    daemon = Daemon(root, "--specs", "specs", "--interval", "1")
+    try:
+
+        def tail() -> str | None:
+            found = re.search(
+                r'<div class="tail">.*?<pre>(.*?)</pre>', _get(daemon.url + "/")[2].decode(), re.S
+            )
+            return found.group(1) if found and "done" in found.group(1) else None
+
+        shown = str(wait_until(tail, timeout=60))
+        assert not go.exists()  # the task runs still
+        expected = [f"warming up {step}" for step in range(2993, 3000)]
+        assert shown.splitlines() == [
+            "training",
+            "",
+            "--- stderr ---",
+            *expected,
+            "&lt;script&gt;alert(1)&lt;/script&gt; &amp; done",
+        ]
+        page_text = _get(daemon.url + "/")[2].decode()
+        assert 'href="/jobs/talk/logs?task=worker-0&amp;stream=stderr">stderr</a>' in page_text
+        code, headers, body = _get(daemon.url + "/jobs/talk/logs?task=worker-0&stream=stderr")
+        assert code == 200 and headers["X-Tfdeclare-Complete"] == "false"
+        assert body.decode().splitlines()[-2:] == ["warming up 2999", "<script>alert(1)</script> & done"]
+        assert headers["X-Tfdeclare-Next-Offset"] == str(len(body))
+        assert _get(daemon.url + "/jobs/talk/logs?task=worker-0&stream=stdout")[2] == b"training\n"
+        assert _get(daemon.url + "/jobs/talk/logs")[2] == b"training\n"  # the one log: stdout while it runs
+        for wrong in ("stream=both", "stream=stderr&stream=stdout"):
+            code, _, body = _get(daemon.url + f"/jobs/talk/logs?{wrong}")
+            assert code == 400 and b"stream is given once, stdout or stderr" in body, wrong
+    finally:
+        go.touch()
+        daemon.stop()

@@ -164,7 +164,7 @@ class Broken:
     def page_html(self, refresh: int) -> str:
         raise RuntimeError("a bug")
 
-    def task_log(self, name: str, task: str | None, offset: int) -> Any:
+    def task_log(self, name: str, task: str | None, offset: int, stream: str | None = None) -> Any:
         raise RuntimeError("a bug")
 
 
@@ -249,7 +249,7 @@ class Quick:
     def page_html(self, refresh: int) -> str:
         return ""
 
-    def task_log(self, name: str, task: str | None, offset: int) -> Any:
+    def task_log(self, name: str, task: str | None, offset: int, stream: str | None = None) -> Any:
         raise LookupError("none")
 
 
@@ -361,7 +361,7 @@ def test_closing_with_connections_open_ends_them_and_every_thread_quietly(
 
 
 class Big(Quick):
-    def task_log(self, name: str, task: str | None, offset: int) -> Any:
+    def task_log(self, name: str, task: str | None, offset: int, stream: str | None = None) -> Any:
         from tfdeclare.backends.base import LogChunk
 
         return LogChunk(b"x" * (32 << 20), 32 << 20, True)

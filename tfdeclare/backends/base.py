@@ -15,9 +15,25 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from tfdeclare.backends.errors import BackendError, LogOffsetError
+from tfdeclare.core.errors import ErrorCode
 from tfdeclare.core.run.tasks import GangRequest, ObservedTask, Placement, TaskKey, TaskLaunch, Unplaced
 
-__all__ = ["Backend", "BackendError", "LogChunk", "LogOffsetError", "LogTimes", "TaskFolders"]
+__all__ = [
+    "STDERR_HEADER",
+    "STREAMS",
+    "Backend",
+    "BackendError",
+    "LogChunk",
+    "LogOffsetError",
+    "LogStreams",
+    "LogTimes",
+    "TaskFolders",
+    "log_streams",
+    "read_log_part",
+]
+
+STREAMS = ("stdout", "stderr")  # a task's two logs, where a backend reads them apart (``LogStreams``)
+STDERR_HEADER = b"\n--- stderr ---\n"  # between a task's stdout and its stderr shown as one text
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +64,31 @@ class LogStreams(Protocol):
         """Bytes of the task's ``stream`` (``stdout`` or ``stderr``) from ``offset``, as in
         ``read_log``; complete once the task has ended and all of it is read."""
         ...
+
+
+def log_streams(backend: object) -> tuple[str, ...]:
+    """The logs each task of ``backend`` has, read apart: ``STREAMS`` for a ``LogStreams``
+    backend, none (its one log holds both streams as written) for another. Asked by
+    ``tfdeclare logs`` and the daemon's page alike, so both show a running task's stderr."""
+    return STREAMS if isinstance(backend, LogStreams) else ()
+
+
+def read_log_part(
+    backend: Backend, task_id: str, stream: str | None, offset: int = 0, limit: int = 1 << 20
+) -> LogChunk:
+    """The task's one log (``stream`` None: ``read_log``) or one of its streams
+    (``read_log_stream``), from ``offset``, at most ``limit`` bytes. ``BackendError`` for a
+    stream the backend does not read apart (``log_streams``)."""
+    if stream is None:
+        return backend.read_log(task_id, offset, limit)
+    if stream not in log_streams(backend):
+        raise BackendError(
+            f"the {backend.name} backend's tasks have one log, stdout and stderr as written: "
+            f"no {stream!r} alone",
+            code=ErrorCode.LOG_UNAVAILABLE,
+        )
+    assert isinstance(backend, LogStreams)
+    return backend.read_log_stream(task_id, stream, offset, limit)
 
 
 @runtime_checkable

@@ -37,7 +37,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tfdeclare.backends.base import Backend, BackendError, LogOffsetError, LogStreams, LogTimes
+from tfdeclare.backends.base import (
+    STDERR_HEADER,
+    Backend,
+    BackendError,
+    LogOffsetError,
+    LogTimes,
+    log_streams,
+    read_log_part,
+)
 from tfdeclare.cli import terminal
 from tfdeclare.cli.background import enabled as background_enabled
 from tfdeclare.cli.background import log_path
@@ -57,7 +65,6 @@ from tfdeclare.shell.lock import ControllerLock
 from tfdeclare.shell.store import StateStore
 
 _POLL_S = 0.2
-STDERR_HEADER = [b"\n", b"--- stderr ---\n"]  # before a task's stderr read apart, without --follow
 _PREFIX_TONES = (Tone.ACTIVE, Tone.ADDED, Tone.CHANGED, Tone.REPLACED, Tone.STRONG, Tone.WARN)
 
 
@@ -110,11 +117,7 @@ class _Tail:
         that cannot be read is an error when ``strict`` (one task asked for), else a note on
         stderr and the other tasks' logs go on."""
         try:
-            if self.stream is None:
-                chunk = backend.read_log(self.task_id, self.offset)
-            else:
-                assert isinstance(backend, LogStreams)  # a stream is only asked of such a backend
-                chunk = backend.read_log_stream(self.task_id, self.stream, self.offset)
+            chunk = read_log_part(backend, self.task_id, self.stream, self.offset)
         except LogOffsetError:  # the log shrank under us (rotated): its new content is all unread
             self.offset = 0
             return True
@@ -332,13 +335,15 @@ def _tails_of(
         stderr_line(f"tfdeclare: {waiting}")
     previous = args.previous and waiting is None
     timed = args.timestamps or args.since is not None  # only a backend that records line times
-    if previous or timed or not isinstance(backend, LogStreams):
+    streams = log_streams(backend)
+    if previous or timed or not streams:
         tail = _tail_of(args, backend, key, task_id, strict=strict, previous=previous)
         return [] if tail is None else [tail]
-    header = None if args.follow else list(STDERR_HEADER)
+    header = None if args.follow else STDERR_HEADER.splitlines(keepends=True)
+    first, *others = streams  # stdout, then stderr after a header
     return [
-        _Tail(key, task_id, keep=args.tail, since=args.since, stream="stdout"),
-        _Tail(key, task_id, keep=args.tail, since=args.since, stream="stderr", header=header),
+        _Tail(key, task_id, keep=args.tail, since=args.since, stream=first),
+        *(_Tail(key, task_id, keep=args.tail, since=args.since, stream=s, header=header) for s in others),
     ]
 
 

@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tfdeclare.backends.base import Backend, BackendError, LogChunk
+from tfdeclare.backends.base import Backend, BackendError, LogChunk, log_streams, read_log_part
 from tfdeclare.controller.launchpaths import LaunchPaths, LaunchRefused
 from tfdeclare.controller.progresswatch import ProgressWatch
 from tfdeclare.core.enums import Phase, Reason, TaskState
@@ -317,9 +317,15 @@ class Controller:
         """Every applied job as the planner sees it."""
         return self.store.observed()
 
-    def read_log(self, task_id: str, offset: int, limit: int) -> LogChunk:
-        """A task's output from ``offset`` (``Backend.read_log``)."""
-        return self.backend.read_log(task_id, offset, limit)
+    def read_log(self, task_id: str, offset: int, limit: int, stream: str | None = None) -> LogChunk:
+        """A task's output from ``offset``: its one log (``Backend.read_log``), or with
+        ``stream`` one of the logs ``log_streams`` names (``base.read_log_part``)."""
+        return read_log_part(self.backend, task_id, stream, offset, limit)
+
+    @property
+    def log_streams(self) -> tuple[str, ...]:
+        """The logs a task has apart (``base.log_streams``): stdout and stderr, or none."""
+        return log_streams(self.backend)
 
     def status_files(self) -> list[dict[str, Any]]:
         """Every readable status file's document, as it is on disk."""

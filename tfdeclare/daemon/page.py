@@ -19,9 +19,14 @@ each with at most ``CARD_TASKS`` tasks and a link to the JSON of the rest
 the page of 10,000 jobs or of a 100,000-task job costs what a page of ``PAGE_JOBS`` small
 ones does.
 
-Also the bounds of the read-only log endpoint ``/jobs/<name>/logs?task=ROLE-INDEX&offset=N``:
-at most ``LOG_PAGE_BYTES`` from ``offset`` (default 0); the answer's ``X-Tfdeclare-Next-Offset``
-header is where the next page starts.
+Where the backend reads a task's stdout and stderr apart (``base.log_streams``: Mesos, whose
+one log has a running task's stdout alone), a card shows the last lines of each
+(``streams_tail_text``, ``TAIL_BYTES`` read of each) and links to the stderr alone.
+
+Also the bounds of the read-only log endpoint ``/jobs/<name>/logs?task=ROLE-INDEX&offset=N``
+(``&stream=stdout|stderr``: one of the two alone, as it grows, where the backend reads them
+apart): at most ``LOG_PAGE_BYTES`` from ``offset`` (default 0); the answer's
+``X-Tfdeclare-Next-Offset`` header is where the next page starts.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import jinja2
 import markupsafe
 
 from tfdeclare import __version__
+from tfdeclare.backends.base import STDERR_HEADER
 from tfdeclare.core.enums import Role
 from tfdeclare.core.plan.history import HistoryEntry
 from tfdeclare.core.run import status
@@ -80,6 +86,7 @@ class LogTail:
     task: str  # ROLE:INDEX
     text: str  # its last lines, decoded
     href: str  # the whole log
+    stderr_href: str | None = None  # its stderr alone, where the backend reads it apart
 
 
 def details(spec: JobSpec) -> dict[str, Any]:
@@ -112,6 +119,17 @@ def tail_text(data: bytes) -> str:
     if len(data) >= TAIL_BYTES and len(lines) > 1:
         lines = lines[1:]  # it started mid-line
     return "\n".join(lines[-TAIL_LINES:])
+
+
+def streams_tail_text(stdout: bytes, stderr: bytes) -> str:
+    """The end of a task whose stdout and stderr are read apart (``base.log_streams``: a
+    running Mesos task's stderr, where TensorFlow logs, is not in its one log yet): the last
+    lines of each (``tail_text``), stderr's after the header ``tfdeclare logs`` prints."""
+    out, err = tail_text(stdout), tail_text(stderr)
+    if not err:
+        return out
+    header = STDERR_HEADER.decode()  # a blank line before it, as after stdout's last newline
+    return out + "\n" + header + err if out else header.lstrip("\n") + err
 
 
 def age(then: str | None, now: float) -> str:

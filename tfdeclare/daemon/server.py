@@ -2,7 +2,8 @@
 
 - ``GET /`` — the status page (``page.py``), also the Mesos framework's ``webui_url``;
   ``?refresh=SECONDS`` (0: off) sets how often it reloads, remembered in a cookie;
-- ``GET /jobs/<name>/logs?task=ROLE-INDEX&offset=N`` — a page of a task's output, read-only;
+- ``GET /jobs/<name>/logs?task=ROLE-INDEX&offset=N`` — a page of a task's output, read-only
+  (``&stream=stdout`` or ``stderr``: one alone, as it grows, where the backend reads them apart);
 - ``GET /healthz`` (readiness) — 200 ``ok`` while passes run on time; 503 with ``status``
   ``starting`` until the first pass has ended (as long as that is not overdue), ``degraded``
   when a pass is overdue, the source cannot be read, the state or status folder cannot take
@@ -64,7 +65,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from tfdeclare.backends.base import BackendError, LogChunk, LogOffsetError
+from tfdeclare.backends.base import STREAMS, BackendError, LogChunk, LogOffsetError
 from tfdeclare.core.spec.names import is_job_name
 from tfdeclare.daemon import page
 from tfdeclare.daemon.httpguard import (
@@ -103,7 +104,7 @@ class Endpoints(Protocol):
 
     def page_html(self, refresh: int, jobs_offset: int = 0) -> str: ...
 
-    def task_log(self, name: str, task: str | None, offset: int) -> LogChunk: ...
+    def task_log(self, name: str, task: str | None, offset: int, stream: str | None = None) -> LogChunk: ...
 
 
 WORKERS = 8
@@ -453,8 +454,13 @@ class _Handler(BaseHTTPRequestHandler):
         tasks = query.get("task")
         if tasks is not None and len(tasks) > 1:
             raise BadRequest(f"task is given {len(tasks)} times")
+        streams = query.get("stream")
+        if streams is not None and (len(streams) > 1 or streams[0] not in STREAMS):
+            raise BadRequest(f"stream is given once, {' or '.join(STREAMS)}")
         try:
-            chunk = self.endpoints.task_log(name, tasks[0] if tasks else None, offset)
+            chunk = self.endpoints.task_log(
+                name, tasks[0] if tasks else None, offset, streams[0] if streams else None
+            )
         except LookupError as err:
             self._json(404, {"error": str(err.args[0])})
             return

@@ -62,7 +62,7 @@ from tfdeclare.core.spec.names import is_job_name
 from tfdeclare.core.spec.policy import Quota
 from tfdeclare.daemon import page, schedule
 from tfdeclare.daemon.history import History
-from tfdeclare.daemon.httpguard import INT64_MAX
+from tfdeclare.daemon.httpguard import INT64_MAX, BadRequest
 from tfdeclare.daemon.metrics import Metrics
 from tfdeclare.daemon.schedule import Schedule
 from tfdeclare.daemon.sources import GitSource, SourceError
@@ -691,6 +691,7 @@ class Daemon:
         lasts: a slow backend (a Mesos agent far away) costs the page its tails, not its
         answer. A log that cannot be read has no tail."""
         tails: dict[str, page.LogTail] = {}
+        streams = self.controller.log_streams
         deadline = self.monotonic() + TAIL_BUDGET_S
         for job in jobs:
             if self.monotonic() > deadline:
@@ -703,30 +704,41 @@ class Daemon:
                 continue
             task = started[0]
             try:
-                data = self._log_end(task["id"])
+                if streams:  # stdout and stderr apart: a running task's stderr shows too
+                    out, err = (self._log_end(task["id"], stream) for stream in streams)
+                    text = page.streams_tail_text(out, err)
+                else:
+                    text = page.tail_text(self._log_end(task["id"], None))
             except (BackendError, LogOffsetError):
                 continue
-            if data:
+            if text:
                 name = f"{task['role']}-{task['index']}"
                 href = f"/jobs/{quote(job['name'])}/logs?task={quote(name)}"
-                tails[job["name"]] = page.LogTail(name, page.tail_text(data), href)
+                stderr = f"{href}&stream={streams[-1]}" if streams else None
+                tails[job["name"]] = page.LogTail(name, text, href, stderr)
         return tails
 
-    def _log_end(self, task_id: str) -> bytes:
-        """The last ``page.TAIL_BYTES`` of a task's log (the backend names the size when asked
-        for an offset past the end)."""
+    def _log_end(self, task_id: str, stream: str | None) -> bytes:
+        """The last ``page.TAIL_BYTES`` of a task's log, or of one of its ``stream``s (the
+        backend names the size when asked for an offset past the end)."""
         try:
-            return self.controller.read_log(task_id, INT64_MAX, 1).data  # past any real log
+            return self.controller.read_log(task_id, INT64_MAX, 1, stream).data  # past any real log
         except LogOffsetError as err:
             size = err.size
         start = max(0, size - page.TAIL_BYTES)
-        return self.controller.read_log(task_id, start, size - start).data
+        return self.controller.read_log(task_id, start, size - start, stream).data if size else b""
 
-    def task_log(self, name: str, task: str | None, offset: int) -> LogChunk:
+    def task_log(self, name: str, task: str | None, offset: int, stream: str | None = None) -> LogChunk:
         """A page of the output of ``task`` (``worker-0``, or the alias ``worker:0``; default:
-        the job's first task that started) of job ``name``. Raises ``LookupError`` naming what
-        is not there (a ``task`` that is no task name too: no such log), ``BackendError`` when
-        the backend cannot read it."""
+        the job's first task that started) of job ``name``: its one log, or with ``stream``
+        its stdout or stderr alone (``base.log_streams``; ``BadRequest`` where the backend has
+        one log only). Raises ``LookupError`` naming what is not there (a ``task`` that is no
+        task name too: no such log), ``BackendError`` when the backend cannot read it."""
+        if stream is not None and stream not in self.controller.log_streams:
+            raise BadRequest(
+                f"the {self.controller.backend_name} backend's task log holds stdout and stderr as "
+                "written: leave out stream"
+            )
         view = self.shown.view
         document = view.document(name) if is_job_name(name) else None
         if document is None:
@@ -750,7 +762,7 @@ class Daemon:
             started = [t for t in started if (t["role"], t["index"]) == (key.role.value, key.index)]
         if not started:
             raise LookupError(f"job {name} has no task {task + ' ' if task else ''}that has started")
-        return self.controller.read_log(started[0]["id"], offset, page.LOG_PAGE_BYTES)
+        return self.controller.read_log(started[0]["id"], offset, page.LOG_PAGE_BYTES, stream)
 
 
 # Pass errors that say the backend cannot reach its cluster at all: readiness is degraded

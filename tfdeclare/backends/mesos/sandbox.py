@@ -31,13 +31,12 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
+from tfdeclare.backends.base import STDERR_HEADER, STREAMS
 from tfdeclare.backends.errors import LogOffsetError
 from tfdeclare.backends.mesos.auth import Credentials
 from tfdeclare.backends.mesos.plainhttp import Failure, PlainAnswer, request
 from tfdeclare.backends.mesos.taskstate import is_terminal
 
-STDERR_HEADER = b"\n--- stderr ---\n"
-STREAMS = ("stdout", "stderr")  # the sandbox files of a task's output
 STATE_FRESH_S = 1.0  # an agent's /state, asked whether tasks have ended, is used this long
 
 
