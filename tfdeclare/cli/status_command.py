@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tfdeclare.backends.errors import BackendError
 from tfdeclare.cli import background, terminal
 from tfdeclare.cli.common import (
     EXIT_OK,
@@ -58,8 +59,13 @@ def _refresh(settings: Settings) -> None:
         pulls.shown_on(sys.stderr),
     ):
         result = controller.reconcile()
+    unobserved = sorted(result.unobserved.items())
     for error in result.errors:
-        stderr_line(f"tfdeclare: {error}")
+        if error not in result.unobserved.values():
+            stderr_line(f"tfdeclare: {error}")
+    if unobserved:  # a cluster it cannot reach: exit 1, as before (its jobs' lastError says so)
+        problem = unobserved[0][1]
+        raise BackendError(problem.detail, code=problem.code)
 
 
 def _freshness(settings: Settings) -> str:
