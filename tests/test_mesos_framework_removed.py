@@ -82,6 +82,9 @@ def test_apply_reports_a_removed_framework_in_its_document_and_the_status_file(
     assert framework_id(root) == old
     plain = cli("apply", "specs", cwd=root)
     assert plain.returncode == 1 and "removed framework" in plain.stderr and "Traceback" not in plain.stderr
+    refreshed = cli("status", "--refresh", cwd=root)
+    assert refreshed.returncode == 1 and "removed framework" in refreshed.stderr, refreshed.stderr
+    assert "Traceback" not in refreshed.stderr
 
     # the operator's choice: a new framework; the job restarts under it
     (root / "tfdeclare.yaml").write_text(config_yaml(emulator.url, onFrameworkRemoved="newFramework"))

@@ -59,13 +59,16 @@ def _refresh(settings: Settings) -> None:
         pulls.shown_on(sys.stderr),
     ):
         result = controller.reconcile()
-    unobserved = sorted(result.unobserved.items())
+    # a backend it cannot observe or act on at all (its cluster unreachable, the framework
+    # refused): exit 1, as before; its jobs' lastError says so in the files just written
+    blocking = [p for _, p in sorted(result.unobserved.items())] or [
+        e for e in result.errors if e.code.backend_down
+    ]
     for error in result.errors:
-        if error not in result.unobserved.values():
+        if error not in blocking:
             stderr_line(f"tfdeclare: {error}")
-    if unobserved:  # a cluster it cannot reach: exit 1, as before (its jobs' lastError says so)
-        problem = unobserved[0][1]
-        raise BackendError(problem.detail, code=problem.code)
+    if blocking:
+        raise BackendError(blocking[0].detail, code=blocking[0].code)
 
 
 def _freshness(settings: Settings) -> str:

@@ -757,9 +757,7 @@ class Daemon:
 # it refuses our credentials, it removed our framework or another scheduler took it over):
 # readiness is degraded while one stands (the jobs are left as they are; each has the error as
 # its lastError).
-UNREACHABLE = frozenset(
-    {ErrorCode.MASTER_UNREACHABLE, ErrorCode.CREDENTIALS_REFUSED, ErrorCode.FRAMEWORK_REFUSED}
-)
+UNREACHABLE = frozenset(code for code in ErrorCode if code.backend_down)
 
 
 def unreachable_problems(errors: Sequence[RuntimeProblem]) -> list[RuntimeProblem]:
