@@ -161,7 +161,8 @@ def test_a_permanent_exit_told_after_the_reconciliation_answer_fails_the_job_wit
     master's reconciliation answer says TASK_FAILED (no exit code) at once, while the agent's
     own update, with the code, is re-sent until it gets through (its first three deliveries
     are dropped). ExitCode waits for it: the job Failed (PermanentExitCode) and never restarted."""
-    emulator = start_emulator(tmp_path)
+    # the agent re-sends an unacknowledged update at most 0.4 s apart (upstream: 10 s growing)
+    emulator = start_emulator(tmp_path, update_retry_max=0.4)
     with emulated_project(tmp_path, emulator) as (root, _):
         go = root / "go"
         script = root / "exit3.py"
@@ -173,15 +174,15 @@ def test_a_permanent_exit_told_after_the_reconciliation_answer_fails_the_job_wit
         assert cli("apply", "specs", cwd=root).returncode == 0
         eventually(lambda: len(running_on_agents(emulator)) == 1, timeout=30)
         [task_id] = running_on_agents(emulator)
-        # the agent's update reaches the next framework only from its 4th delivery (re-sent
-        # with a backoff from 0.2 s once it subscribed: about 1.4 s later, like upstream's from
-        # 10 s): the master's reconciliation answer comes before it
+        # the agent's update reaches the next framework only from its 4th delivery once it
+        # subscribed (about 1 s later): the master's reconciliation answer comes before it
         emulator.drop_updates(3, task_id=task_id, state="TASK_FAILED")
         go.touch()
         eventually(lambda: emulator.tasks()[task_id]["agent_state"] == "TASK_FAILED", timeout=30)
 
         result = cli("apply", "specs", "--wait", "--timeout", "60", cwd=root)
         assert result.returncode == 1 and "failed: exitwait" in result.stderr, result.stdout + result.stderr
+        assert "waiting for its exit code" in result.stdout, result.stdout  # held, then decided
         document = yaml.safe_load((root / "status" / "exitwait.yaml").read_text())
         reasons = {c["type"]: c["reason"] for c in document["conditions"]}
         assert (document["phase"], reasons["Ready"]) == ("Failed", "PermanentExitCode"), document
