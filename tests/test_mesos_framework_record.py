@@ -39,8 +39,10 @@ def test_the_id_is_saved_before_it_is_acted_on(tmp_path: Path) -> None:
 def test_removed_with_policy_fail_is_fatal_once(tmp_path: Path) -> None:
     made = record(tmp_path)
     made.subscribed("fw-1")
-    assert made.removed(now=100.0) is None
+    assert made.removed(now=100.0) == "fw-1"  # its tasks are gone (the master killed them)
+    assert made.removed(now=101.0) is None  # reported twice (client and caller): handled once
     assert made.fatal is not None and "removed framework fw-1" in str(made.fatal)
+    assert made.removed_for_good and not made.read_only
     with pytest.raises(BackendError, match=r"mesos\.onFrameworkRemoved"):
         made.usable()
     assert (tmp_path / "framework.json").exists()  # kept: an operator decides

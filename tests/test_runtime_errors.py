@@ -27,7 +27,7 @@ from tfdeclare.core.enums import Phase, Reason, Role, TaskState
 from tfdeclare.core.errors import _ABOUT, ErrorCode, RuntimeProblem
 from tfdeclare.core.run import status
 from tfdeclare.core.run.record import JobRecord
-from tfdeclare.core.run.tasks import Placement, TaskLaunch
+from tfdeclare.core.run.tasks import ObservedTask, Placement, TaskLaunch
 from tfdeclare.daemon.httpguard import AccessPolicy
 from tfdeclare.daemon.server import DaemonServer
 from tfdeclare.daemon.service import DaemonOptions
@@ -244,6 +244,55 @@ def test_a_terminal_error_of_the_backend_leaves_the_job_as_it_was(tmp_path: Path
     shown = world.status("a")
     assert shown is not None and shown["phase"] == "Pending"
     assert (shown["lastError"]["code"], shown["lastError"]["terminal"]) == ("CredentialsRefused", True)
+
+
+class _Unobservable(FakeBackend):
+    """The fake backend, whose ``observe`` fails with ``down`` while it is set (a master that
+    cannot be reached at the first subscription, a framework another scheduler took over)."""
+
+    down: BackendError | None = None
+
+    def observe(self) -> Sequence[ObservedTask]:
+        if self.down is not None:
+            raise self.down
+        return super().observe()
+
+
+def test_a_backend_that_cannot_be_observed_gives_each_of_its_jobs_the_error(tmp_path: Path) -> None:
+    """The pass is not aborted: each job of that backend has the error as its lastError (and
+    keeps its phase: its tasks may run on, unseen), the pass says which backend, and once the
+    backend answers again the error clears and nothing was launched twice."""
+    world = World(tmp_path)
+    backend = _Unobservable(world.backend.cluster, world.clock)
+    world.backend = world.controller.backend = backend
+    for name in ("a", "b"):
+        world.write(name, job_text(name))
+    world.apply()
+    world.reconcile()
+    world.reconcile()
+    started = list(backend.cluster.launched)
+    assert world.record("a").phase is Phase.RUNNING and len(started) == 4
+    backend.down = BackendError("another scheduler took over", code=ErrorCode.FRAMEWORK_REFUSED)
+    world.clock.advance(5)
+    result = world.reconcile()  # no raise
+    assert (
+        set(result.unobserved) == {"local"} and result.unobserved["local"].code is ErrorCode.FRAMEWORK_REFUSED
+    )
+    assert sorted((e.code, e.job) for e in result.errors) == [
+        (ErrorCode.FRAMEWORK_REFUSED, "a"),
+        (ErrorCode.FRAMEWORK_REFUSED, "b"),
+    ]
+    for name in ("a", "b"):
+        shown = world.status(name)
+        assert shown is not None and shown["phase"] == "Running"
+        assert (shown["lastError"]["code"], shown["lastError"]["terminal"]) == ("FrameworkRefused", True)
+        jsonschema.validate(shown, STATUS_SCHEMA)
+    backend.down = None
+    world.clock.advance(5)
+    healed = world.reconcile()
+    assert healed.errors == [] and healed.unobserved == {}
+    assert world.status("a")["lastError"] is None  # type: ignore[index]
+    assert backend.cluster.launched == started, "nothing launched twice"
 
 
 def test_a_write_failure_names_the_file_kind(tmp_path: Path) -> None:

@@ -114,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
                     log.info("no job needs a controller; exiting")
                     break
                 pause = _PASS_S if wake_at is None else max(0.05, min(_PASS_S, wake_at - time.time()))
+                if result.unobserved or any(e.terminal and e.job is None for e in result.errors):
+                    pause = 5.0  # a cluster it cannot reach or act on: as after a failed pass
                 wake.wait(pause)
                 wake.clear()
             if stop.is_set():

@@ -290,7 +290,11 @@ def _run_passes(
         records = {n: r for n, r in controller.store.records().items() if n in names}
         elapsed = time.monotonic() - started
         _show_changes(records, names, shown, elapsed, paint if show else None, beats)
-        if _finished(records, wait, patient=elapsed < STARTING_GRACE_S) or _terminal(result.errors, names):
+        # a backend not observed at all (its cluster unreachable, its framework refused): a
+        # command does not wait on it; the next command, the background controller or the
+        # daemon tries again (each of its jobs has the error as its lastError meanwhile)
+        done = _terminal(result.errors, names) or bool(result.unobserved)
+        if _finished(records, wait, patient=elapsed < STARTING_GRACE_S) or done:
             if beats is not None:
                 beats.clear()
             return records, False, result.errors

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tfdeclare.backends.errors import BackendError
 from tfdeclare.cli import background, terminal
 from tfdeclare.cli.common import (
     EXIT_OK,
@@ -58,8 +59,16 @@ def _refresh(settings: Settings) -> None:
         pulls.shown_on(sys.stderr),
     ):
         result = controller.reconcile()
+    # a backend it cannot observe or act on at all (its cluster unreachable, the framework
+    # refused): exit 1, as before; its jobs' lastError says so in the files just written
+    blocking = [p for _, p in sorted(result.unobserved.items())] or [
+        e for e in result.errors if e.code.backend_down
+    ]
     for error in result.errors:
-        stderr_line(f"tfdeclare: {error}")
+        if error not in blocking:
+            stderr_line(f"tfdeclare: {error}")
+    if blocking:
+        raise BackendError(blocking[0].detail, code=blocking[0].code)
 
 
 def _freshness(settings: Settings) -> str:

@@ -33,6 +33,11 @@ they were). A backend's error for one job is kept in its record (``last_error``,
 file's ``lastError``, with the time it was first met) until a pass gets through the job; a
 terminal error of the job's own (a secret that is not there, a task that never ran for an image
 missing under imagePullPolicy Never) fails the job at once (reason TerminalError), never retried.
+A backend that cannot be observed at all (its cluster unreachable, the framework refused) does
+not stop the pass: each of its jobs meets the error (its ``lastError``), the others go on, and
+``PassResult.unobserved`` says which backend (commands stop waiting on it). A placement that
+fails with a backend error leaves the job as its step decided (a restart counted), with the
+error: nothing was launched.
 
 Jobs are looked at in priority order (``spec.priority``, higher first, then by name), so a
 higher-priority job is placed first. One that cannot be placed, where its backend says what it
@@ -93,12 +98,12 @@ class _SeenTasks:
         self._backend = backend
         self._by_backend: dict[str, dict[str, list[ObservedTask]]] = {}
         self._all: dict[str, dict[str, list[ObservedTask]]] = {}  # as observed, nothing taken
-        self._failed: dict[str, BackendError] = {}
+        self.failed: dict[str, BackendError] = {}  # backend -> why it could not be observed
         self._errors = errors  # the pass's: what a backend's upkeep could not do
 
     def of(self, backend_name: str) -> dict[str, list[ObservedTask]]:
-        if backend_name in self._failed:  # asked once per pass, not once per job
-            raise self._failed[backend_name]
+        if backend_name in self.failed:  # asked once per pass, not once per job
+            raise self.failed[backend_name]
         if backend_name not in self._by_backend:
             by_job: dict[str, list[ObservedTask]] = defaultdict(list)
             backend = self._backend(backend_name)
@@ -111,7 +116,7 @@ class _SeenTasks:
                 for task in backend.observe():
                     by_job[task.job].append(task)
             except BackendError as err:
-                self._failed[backend_name] = err
+                self.failed[backend_name] = err
                 raise
             self._by_backend[backend_name] = by_job
             self._all[backend_name] = dict(by_job)
@@ -179,6 +184,9 @@ class PassResult:
     # job -> "PATH (why)": the record or status file this pass could not write (a full or
     # read-only disk); the daemon shows them in /healthz and /metrics until a pass writes them
     write_failures: dict[str, str] = field(default_factory=dict)
+    # backend -> its error: a backend that could not be observed at all this pass (its
+    # cluster unreachable, the framework refused); each of its jobs has it as its lastError
+    unobserved: dict[str, RuntimeProblem] = field(default_factory=dict)
 
     def wake(self, at: float | None) -> None:
         if at is not None and (self.wake_at is None or at < self.wake_at):
@@ -573,7 +581,10 @@ class Controller:
         now = self.clock()
         self._later = _Later()
         seen = _SeenTasks(self._backend, result.errors)
-        seen.of(self.backend.name)  # its orphans are stopped even when no record names it
+        try:
+            seen.of(self.backend.name)  # its orphans are stopped even when no record names it
+        except BackendError:
+            pass  # kept by ``seen``: each job of that backend meets it below (``_unobserved``)
         staged, self._staged = self._staged, {}
         self.stage_failures = {}
         records = {**self.store.records(), **staged}
@@ -602,6 +613,7 @@ class Controller:
                 result.wake(now + 5.0)
         unsaved = pass_.unsaved
         self._pass = None
+        self._unobserved(seen, result)
         for name, why in sorted(self.store.unreadable.items()):
             result.errors.append(
                 RuntimeProblem(
@@ -621,19 +633,44 @@ class Controller:
             result.errors.append(self._write_problem(None, err, ErrorCode.STATUS_WRITE_FAILED))
         return result
 
+    @staticmethod
+    def _unobserved(seen: _SeenTasks, result: PassResult) -> None:
+        """The backends this pass could not observe at all: in ``result.unobserved``, and
+        reported once for the pass when no job of theirs met the error (each job that did has
+        it as its lastError, ``_met``). The pass went on with the other backends' jobs."""
+        reported = {(p.code, p.detail) for p in result.errors}
+        for name, err in sorted(seen.failed.items()):
+            problem = err.problem(prefix=f"{name}: ")
+            result.unobserved[name] = problem
+            if (err.code, str(err)) not in reported:  # else each job's warning said it
+                result.errors.append(problem)
+                log.warning("%s: backend error: %s", name, err)
+
+    def _with_error(
+        self, record: JobRecord, problem: RuntimeProblem, now: float, result: PassResult
+    ) -> JobRecord:
+        """``problem`` met in ``record``'s step: reported, and the record with it as its
+        ``lastError`` (the time it was first met kept; Failed at once for a terminal error of
+        the job's own, ``_failed``)."""
+        result.errors.append(problem)
+        pass_ = self._pass
+        first = pass_.before.get(record.name) if pass_ is not None else None
+        at = first.last_error_at if first is not None and first.last_error == problem else now
+        if record.last_error == problem and record.last_error_at == at:
+            return record
+        return self._failed(record.evolve(last_error=problem, last_error_at=at), problem, now, result)
+
     def _met(self, problem: RuntimeProblem, now: float, result: PassResult) -> None:
         """A job's step failed with ``problem``: reported, and kept in its record (its status
         file's ``lastError``, written at the pass's end) with the time it was first met."""
-        result.errors.append(problem)
         pass_ = self._pass
         record = pass_.records.get(problem.job) if pass_ is not None and problem.job else None
         if pass_ is None or record is None:
+            result.errors.append(problem)
             return
-        first = pass_.before.get(record.name)
-        at = first.last_error_at if first is not None and first.last_error == problem else now
-        if record.last_error == problem and record.last_error_at == at:
+        marked = self._with_error(record, problem, now, result)
+        if marked is record:
             return
-        marked = self._failed(record.evolve(last_error=problem, last_error_at=at), problem, now, result)
         pass_.records[record.name] = marked
         self._seen.pop(record.name, None)
         self._later.records.append(marked)
@@ -865,7 +902,13 @@ class Controller:
             result.wake(now + 2.0)  # preempted: a job of higher priority waits for room first
             return record, []
         request = gang_request(record, keys)
-        answer = backend.place(request)
+        try:
+            answer = backend.place(request)
+        except BackendError as err:  # nothing was launched: the job as decided, with the error
+            result.wake(now + 5.0)
+            said = f"{record.message}; not placed: {err.code.value} (see lastError)"
+            unplaced = record.evolve(message=said)
+            return self._with_error(unplaced, err.problem(record.name), now, result), []
         if isinstance(answer, Unplaced):
             result.wake(now + 2.0)
             if answer.reason in _WAITS_FOR_ROOM and pass_ is not None:

@@ -67,6 +67,13 @@ class ErrorCode(StrEnum):
         return _ABOUT[self][1]
 
     @property
+    def backend_down(self) -> bool:
+        """The backend cannot work with its cluster at all (it does not answer, it refuses the
+        credentials, it removed the framework or another scheduler took it over): a readiness
+        problem for the daemon, an exit 1 for ``status --refresh``."""
+        return self in _BACKEND_DOWN
+
+    @property
     def fails_the_job(self) -> bool:
         """A terminal error of the job's own (its image, its secret): the job fails at once
         (reason TerminalError). The other terminal ones are the operator's (credentials, a
@@ -115,6 +122,9 @@ _ABOUT: dict[ErrorCode, tuple[str, bool]] = {  # code -> (summary, terminal)
     ErrorCode.BACKEND_FAILED: ("the backend could not do what was asked", False),
 }
 
+_BACKEND_DOWN = frozenset(
+    {ErrorCode.MASTER_UNREACHABLE, ErrorCode.CREDENTIALS_REFUSED, ErrorCode.FRAMEWORK_REFUSED}
+)
 _FAILS_THE_JOB = frozenset({ErrorCode.IMAGE_REQUIRED, ErrorCode.IMAGE_MISSING, ErrorCode.SECRET_UNAVAILABLE})
 
 

@@ -765,14 +765,26 @@ class Daemon:
         return self.controller.read_log(started[0]["id"], offset, page.LOG_PAGE_BYTES, stream)
 
 
-# Pass errors that say the backend cannot reach its cluster at all: readiness is degraded
-# while one stands (the jobs are left as they are: their tasks run on without us).
-UNREACHABLE = frozenset({ErrorCode.MASTER_UNREACHABLE})
+# Pass errors that say the backend cannot work with its cluster at all (it does not answer,
+# it refuses our credentials, it removed our framework or another scheduler took it over):
+# readiness is degraded while one stands (the jobs are left as they are; each has the error as
+# its lastError).
+UNREACHABLE = frozenset(code for code in ErrorCode if code.backend_down)
 
 
 def unreachable_problems(errors: Sequence[RuntimeProblem]) -> list[RuntimeProblem]:
-    """The pass errors that say the backend's cluster cannot be reached."""
-    return [p for p in errors if p.code in UNREACHABLE]
+    """The pass errors that say the backend's cluster cannot be worked with, each once:
+    every job of such a backend meets the same one, which the backend's own report (its
+    name first: "mesos: ...") may say too."""
+    out: dict[tuple[ErrorCode, str], RuntimeProblem] = {}
+    for problem in errors:
+        if problem.code in UNREACHABLE:
+            out.setdefault((problem.code, problem.detail), problem)
+    return [
+        p
+        for (code, detail), p in out.items()
+        if not any(c == code and d.endswith(f": {detail}") for c, d in out if d != detail)
+    ]
 
 
 def write_problems(shown: Shown) -> list[str]:

@@ -160,7 +160,10 @@ class MesosBackend:
         """The loop thread does the framework's upkeep as events come; this only reports a
         subscription that is gone: ``BackendError`` (MasterUnreachable, with the master's last
         answer) once the client has not been subscribed for ``UNSUBSCRIBED_REPORT_S`` and a
-        SUBSCRIBE failed (the tasks keep running on the agents; nothing is done to them)."""
+        SUBSCRIBE failed (the tasks keep running on the agents; nothing is done to them), and
+        FrameworkRefused while the master has removed the framework (policy ``fail``)."""
+        if self._framework.removed_for_good:  # policy fail: every pass says so
+            self._framework.usable()
         client = self._sender.client
         if client is None or client.terminal_error is not None:
             return  # not connected yet (the pass connects), or stopped (reported then)
@@ -175,7 +178,15 @@ class MesosBackend:
         )
 
     def observe(self) -> Sequence[ObservedTask]:
-        self._ready()
+        """The tasks as the task table has them. A framework the master removed (policy
+        ``fail``) is answered too: its tasks are gone, killed by the master (journaled when it
+        said so), so their jobs are seen to have lost them; what would start them again
+        (``place``, ``launch``) raises FrameworkRefused until an operator chooses."""
+        try:
+            self._ready()
+        except BackendError:
+            if not self._framework.removed_for_good:
+                raise
         fencing_s = self.config.fencing_timeout_s
 
         def start(future: Future[list[ObservedTask]]) -> Effect:

@@ -4,11 +4,11 @@ This module owns ``FrameworkRecord``: the framework file (``journal.FrameworkSto
 the master assigned, saved before anything acts on it; this state folder's instance id; whether
 GPU offers were asked for), the capabilities it subscribes with (``info``), the credentials
 (loaded on first use), and its two end states: *fatal* (the master removed the framework and
-policy ``onFrameworkRemoved`` is ``fail``, or the client stopped for good: every call raises
-the error) and *read-only* (another scheduler took the framework over: nothing is recorded,
-acknowledged or sent any more), both one field, ``fatal``: the error every call raises, its
-type saying which (``FrameworkGone``, ``TakenOver``). The loop thread writes it; callers read
-``fatal`` only.
+policy ``onFrameworkRemoved`` is ``fail``: its tasks are gone, ``removed_for_good``; or the
+client stopped for good: every call raises the error) and *read-only* (another scheduler
+took the framework over: nothing is recorded, acknowledged or sent any more), both one
+field, ``fatal``: the error every call raises, its type saying which (``FrameworkGone``,
+``TakenOver``). The loop thread writes it; callers read ``fatal`` only.
 """
 
 from __future__ import annotations
@@ -81,6 +81,12 @@ class FrameworkRecord:
         return self.config.gpu_resources or self.state.gpu_resources or self._gpu_wanted
 
     @property
+    def removed_for_good(self) -> bool:
+        """The master removed the framework and policy ``onFrameworkRemoved`` is ``fail``: its
+        tasks are gone (the task table says so), nothing is subscribed or launched."""
+        return isinstance(self.fatal, FrameworkGone)
+
+    @property
     def read_only(self) -> bool:
         """Another scheduler took the framework over: nothing is recorded, acknowledged or
         sent any more."""
@@ -133,10 +139,11 @@ class FrameworkRecord:
         self.store.save(self.state)
 
     def removed(self, now: float) -> str | None:
-        """The master refused our framework id for good: fatal (policy ``fail``), or the id is
-        archived and the next subscription starts a new framework (``newFramework``). The id
-        removed when the tasks are to be taken as gone now, else None (handled already, or
-        fatal)."""
+        """The master refused our framework id for good: its tasks were killed, so they are
+        to be taken as gone now (the id removed is returned; None: handled already). Then
+        fatal (policy ``fail``: the id is kept, nothing is subscribed or launched until an
+        operator chooses), or the id is archived and the next subscription starts a new
+        framework (``newFramework``)."""
         framework_id = self.state.framework_id
         if framework_id is None or isinstance(self.fatal, FrameworkGone):
             # handled already (the client's terminal event and the connecting caller both
@@ -145,13 +152,13 @@ class FrameworkRecord:
         if self.config.on_framework_removed != "newFramework":
             self.fatal = FrameworkGone(
                 f"the Mesos master removed framework {framework_id} (its failover timeout ran out, or it "
-                "was torn down), so its tasks were killed. To start a new framework, move "
-                f"{self.store.path} away (or set mesos.onFrameworkRemoved: newFramework); the old tasks are "
-                "then reported gone and their jobs restart per their restart policy.",
+                "was torn down), so its tasks were killed; nothing starts again until an operator chooses. "
+                f"To start a new framework, move {self.store.path} away (or set mesos.onFrameworkRemoved: "
+                "newFramework); the jobs then restart per their restart policy.",
                 code=ErrorCode.FRAMEWORK_REFUSED,
             )
             log.error("%s", self.fatal)
-            return None
+            return framework_id
         archived = self.store.archive(f"removed-{int(now)}")
         log.error(
             "the Mesos master removed framework %s; starting a new framework (old id kept in %s)",

@@ -155,7 +155,8 @@ class Scheduler:
     # ---- the framework ----------------------------------------------------------------------------
 
     def framework_removed(self) -> Effect:
-        """The master refused our framework id for good: stop, or start anew (policy)."""
+        """The master refused our framework id for good: its tasks were killed, so they are
+        gone (journaled); then stop, or start anew (policy)."""
         framework_id = self._framework.removed(self._clock())
         if framework_id is None:
             return Effect.CHANGED

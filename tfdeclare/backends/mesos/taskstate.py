@@ -19,7 +19,10 @@ This module owns two mappings:
 A task that fails its health check (``healthCheck``, run by the executor) gets ``healthy``
 updates on TASK_RUNNING (kept in the entry) and is killed by its executor: ``unhealthy``
 says so, and the lifecycle restarts it as a failure.
-- ``observed_task``: an entry as ``observe`` reports it.
+- ``observed_task``: an entry as ``observe`` reports it; a task whose end the master's
+  reconciliation answer told (``REASON_RECONCILIATION``: no exit code) has its exit code due
+  for ``EXIT_CODE_WAIT_S`` from that answer (``exit_code_due``): the agent's own terminal
+  update, re-sent until acknowledged, names it, and restartPolicy ExitCode waits for it.
 - ``cause_of``: which of the platform's own events (``EndCause``), if any, a state and reason
   say ended the task, for the lifecycle's separate budget: the agent's drain
   (``REASON_AGENT_DRAINING``, on TASK_KILLING/KILLED/GONE_BY_OPERATOR), an agent lost,
@@ -95,6 +98,12 @@ def exit_code_from(message: str | None) -> int | None:
 
 
 _RECONCILED = "REASON_RECONCILIATION"
+# How long after the master's reconciliation answer told a task's end (naming no exit code)
+# its exit code is expected from the agent's own terminal update: the agents resume sending
+# their unacknowledged updates once the framework is subscribed again and re-send one first
+# after 10 s, so this covers a resume and one re-send. restartPolicy ExitCode decides no
+# sooner (``lifecycle``); past it, without a code, it decides as for any unknown code.
+EXIT_CODE_WAIT_S = 15.0
 
 
 def is_terminal(state: str | None) -> bool:
@@ -247,9 +256,21 @@ def cause_of(
     return EndCause.JOB
 
 
+def exit_code_due(entry: TaskEntry, state: TaskState, exit_code: int | None) -> float | None:
+    """Until when the exit code of a task that failed is still expected: its end came from
+    the master's reconciliation answer (no code in it), ``EXIT_CODE_WAIT_S`` from then; None
+    when what is known is all there will be."""
+    if state is not TaskState.FAILED or exit_code is not None or entry.reason != _RECONCILED:
+        return None
+    if entry.state not in ("TASK_FAILED", "TASK_KILLED") or entry.updated_at is None:
+        return None
+    return entry.updated_at + EXIT_CODE_WAIT_S
+
+
 def observed_task(entry: TaskEntry, now: float, fencing_s: float) -> ObservedTask:
     """``entry`` as the controller observes it (``observed_state``, with what the journal
-    knows: where it runs, its resources, and its Mesos state and reason as extras)."""
+    knows: where it runs, its resources, its Mesos state and reason as extras, and whether its
+    exit code is still to come, ``exit_code_due``)."""
     state, exit_code, message = observed_state(entry, now, fencing_s)
     # the bootstrap's exit: 86 of a task the server answered is its program's (never retried
     # as a platform event); one answered by an earlier process that did not journal it is
@@ -279,4 +300,5 @@ def observed_task(entry: TaskEntry, now: float, fencing_s: float) -> ObservedTas
         unhealthy=unhealthy(entry),
         cause=cause_of(entry.state, entry.reason, entry.moved_for, unfetched),
         where=entry.agent_id,
+        exit_code_due=exit_code_due(entry, state, exit_code),
     )

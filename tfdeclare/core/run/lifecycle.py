@@ -17,7 +17,11 @@ except what it wrote into the record. The rules (docs/reference.md#job-semantics
   runs, its ended tasks and their logs are purged; the record keeps ``cleaned_at``.
 - Failure of a current task, by its role's restart policy: ``Never`` fails the job;
   ``ExitCode`` fails it for exit codes 1-127 except 42; otherwise it restarts after an
-  exponential backoff. ``Always`` also treats a ps or evaluator (or, with a chief, a worker)
+  exponential backoff. ``ExitCode`` decides by a code the backend still expects
+  (``ObservedTask.exit_code_due``: a Mesos task whose end the master's reconciliation told)
+  no sooner than it comes or that time passes (``_exit_code_awaited``: nothing is stopped or
+  restarted meanwhile, the message says so); with none by then it decides as for any
+  unknown code (a restart), and says so. ``Always`` also treats a ps or evaluator (or, with a chief, a worker)
   that exits 0 early as a failure. The phase is Restarting while any restart is under way: of
   the whole job, or of a task alone until that task runs again. What restarts is the role's
   restart scope
@@ -577,6 +581,9 @@ def _a_task_failed(look: _Look) -> Step | None:
         return None
     own, taken = split(failures)
     if own:
+        awaited = _exit_code_awaited(look.record, spec, failures, look.now)
+        if awaited is not None:
+            return awaited
         return _on_failure(look.record, spec, failures, look.now, look.backoff, look.to_stop)
     return _on_platform_event(look.record, spec, taken, look.now, look.to_stop)
 
@@ -903,6 +910,39 @@ def _after_finish(
     return Step(cleaned, purge=True, events=(event,))  # the backend's purge forgets them too
 
 
+def _exit_code_due(task: ObservedTask, spec: JobSpec) -> float | None:
+    """When the exit code restartPolicy ExitCode decides this failed task by is due, if it is
+    still to come (``ObservedTask.exit_code_due``); None under any other policy."""
+    if task.exit_code is not None or task.exit_code_due is None:
+        return None
+    return task.exit_code_due if spec.restart_policy_for(task.key.role) is RestartPolicy.EXIT_CODE else None
+
+
+def _exit_code_awaited(
+    record: JobRecord, spec: JobSpec, failures: Sequence[ObservedTask], now: float
+) -> Step | None:
+    """A failed task restartPolicy ExitCode decides by the exit code of, whose code the
+    backend still expects: nothing is decided (stopped, restarted, failed) until it comes or
+    its time passes, unless another failure fails the job already."""
+    waiting = {t.key.name: d for t in failures if (d := _exit_code_due(t, spec)) is not None and now < d}
+    if not waiting or any(_permanent(t, spec.restart_policy_for(t.key.role)) for t in failures):
+        return None
+    names = ", ".join(waiting)
+    message = (
+        f"{names} ended; waiting for its exit code (the cluster's answer named none), which "
+        "restartPolicy ExitCode decides by"
+    )
+    held = record if record.message == message else record.evolve(message=message)
+    return Step(held, wake_at=min(waiting.values()))
+
+
+def _unknown_code(task: ObservedTask, spec: JobSpec) -> str:
+    """What a failed task's description adds when ExitCode had to decide without its code."""
+    if _exit_code_due(task, spec) is None:
+        return ""
+    return " (its exit code did not come in time: taken as retryable, restartPolicy ExitCode)"
+
+
 def _on_failure(
     record: JobRecord,
     spec: JobSpec,
@@ -911,7 +951,7 @@ def _on_failure(
     backoff: Backoff,
     to_stop: tuple[str, ...],
 ) -> Step:
-    what = "; ".join(_describe_end(t) for t in failures)
+    what = "; ".join(_describe_end(t) + _unknown_code(t, spec) for t in failures)
     permanent = [t for t in failures if _permanent(t, spec.restart_policy_for(t.key.role))]
     if permanent:
         policy = spec.restart_policy_for(permanent[0].key.role)

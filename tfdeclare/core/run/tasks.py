@@ -224,3 +224,8 @@ class ObservedTask:
     # The backend's name for the place it runs (a Mesos agent id), as ``Unplaced.rooms`` names
     # places; None where there is one place
     where: str | None = None
+    # It ended, but its exit code may still come (unix seconds: until when the backend expects
+    # it): a Mesos task whose end the master's reconciliation answer told, which names no exit
+    # code; the agent's own update with it follows. restartPolicy ExitCode waits for it until
+    # then (``lifecycle``). None: what is known of its end is all there will be.
+    exit_code_due: float | None = None
