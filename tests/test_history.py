@@ -355,4 +355,6 @@ def test_the_command_reads_leniently_and_names_what_it_cannot_read(tmp_path: Pat
     os.mkfifo(log_path(state))  # the reader's own check: never waited on
     refused = cli("history", cwd=tmp_path, timeout=30)
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
-    assert refused.stderr == f"tfdeclare: error: cannot read the history {log_path(state)}: not a regular file\n"
+    assert (
+        refused.stderr == f"tfdeclare: error: cannot read the history {log_path(state)}: not a regular file\n"
+    )
