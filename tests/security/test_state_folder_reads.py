@@ -358,3 +358,38 @@ def test_other_state_folders_are_read_only_when_they_pass_the_check(project: Pat
     assert f"the state folder {state} is not read: {state} can be written by others" in refused.stderr
     assert "already finished" not in refused.stderr
     assert not (project / "st2").exists()
+
+
+@pytest.mark.parametrize("kind", ["secret", "fifo", "zero"])
+def test_the_cluster_servers_saved_secrets_are_read_as_evidence(tmp_path: Path, kind: str) -> None:
+    """``<state-dir>/mesos/clusters.json`` (the cluster server's port and generations): a link,
+    a FIFO or /dev/zero there is passed over at once with a warning naming it."""
+    mesos = tmp_path / "mesos"
+    mesos.mkdir()
+    (tmp_path / "secret").write_text(json.dumps({"port": 1, "generations": [], "x": SECRET}))
+    target = mesos / "clusters.json"
+    if kind == "fifo":
+        os.mkfifo(target)
+    else:
+        target.symlink_to(tmp_path / "secret" if kind == "secret" else Path("/dev/zero"))
+    code = textwrap.dedent(
+        f"""\
+        import logging
+        from pathlib import Path
+        from tfdeclare.backends.mesos.clusterwire import ClusterWire
+        logging.basicConfig(format="%(message)s")
+        print("read:", ClusterWire(None, Path({str(mesos)!r}))._load())
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+        preexec_fn=_limit,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "read: {}\n"
+    assert done.stderr.startswith(f"cannot read {target} ("), done.stderr
+    assert SECRET not in done.stdout + done.stderr
