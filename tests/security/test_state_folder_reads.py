@@ -393,3 +393,35 @@ def test_the_cluster_servers_saved_secrets_are_read_as_evidence(tmp_path: Path, 
     assert done.stdout == "read: {}\n"
     assert done.stderr.startswith(f"cannot read {target} ("), done.stderr
     assert SECRET not in done.stdout + done.stderr
+
+
+def test_a_fifo_a_task_leaves_in_its_working_folder_never_stops_a_launch(tmp_path: Path) -> None:
+    """A task can write its own working folder (``local/work/<job>/<task>``), where the local
+    backend keeps the mark of the source folder it linked last, read at the next launch: a
+    FIFO put there by the task hung that launch (``apply``). Now the mark is read as a
+    regular file only, and written again by a rename."""
+    (tmp_path / "j.yaml").write_text(JOB)
+    env = _env(tmp_path / "registry")
+
+    def apply() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "tfdeclare", "apply", "j.yaml", "--wait", "--timeout", "60"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=90,
+            env=env,
+            check=False,
+        )
+
+    first = apply()
+    assert first.returncode == 0, first.stderr
+    mark = tmp_path / ".tfdeclare" / "local" / "work" / "jr" / "worker-0" / ".tfdeclare-source"
+    assert mark.read_text() == str(tmp_path)
+    mark.unlink()
+    os.mkfifo(mark)
+    (tmp_path / "j.yaml").write_text(JOB.replace("log-line-of-jr", "second-run-of-jr"))  # a restart
+    second = apply()
+    assert second.returncode == 0, second.stderr
+    assert mark.is_file() and not mark.is_symlink() and mark.read_text() == str(tmp_path)
+    assert (tmp_path / ".tfdeclare" / "local" / "work" / "jr" / "worker-0" / "j.yaml").is_symlink()
