@@ -21,9 +21,11 @@ hangs, none prints the secret or a traceback, and one that fails names the file.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -425,3 +427,50 @@ def test_a_fifo_a_task_leaves_in_its_working_folder_never_stops_a_launch(tmp_pat
     assert second.returncode == 0, second.stderr
     assert mark.is_file() and not mark.is_symlink() and mark.read_text() == str(tmp_path)
     assert (tmp_path / ".tfdeclare" / "local" / "work" / "jr" / "worker-0" / "j.yaml").is_symlink()
+
+
+# The modules that own files of the state folder (shell/store.py's layout: the records, the
+# history, the problems, the index, the lock, the local backend's task folders and logs, the
+# Mesos journal and cluster secrets), and the openers that read by name without the checks.
+OWNERS = (
+    *sorted(Path("tfdeclare/backends/local").glob("*.py")),
+    Path("tfdeclare/backends/mesos/journal.py"),
+    Path("tfdeclare/backends/mesos/clusterwire.py"),
+    *(
+        Path(f"tfdeclare/shell/{name}.py")
+        for name in ("store", "history", "problems", "statuswriter", "lock")
+    ),
+    *(Path(f"tfdeclare/cli/{name}.py") for name in ("status_command", "logs_command", "history_command")),
+)
+UNCHECKED_READ = re.compile(r"(?<![.\w])open\(|\.read_text\(|\.read_bytes\(|json\.load\(")
+NOT_THE_STATE_FOLDER = ('open("/proc/', 'open(f"/proc/', "open(os.devnull")
+
+
+def test_no_module_that_owns_state_files_reads_one_by_name_unchecked() -> None:
+    """Every file of the state folder is read through ``files.open_regular`` and its two
+    readers: a builtin ``open``, ``read_text``, ``read_bytes`` or ``json.load`` of a file in
+    the modules that own them would read through a link or wait on a FIFO again. SQLite opens
+    the database only after ``_plain_files`` has looked at it and its journal."""
+    root = Path(__file__).resolve().parents[2]
+    found = [
+        f"{path}:{number}: {line.strip()}"
+        for path in OWNERS
+        for number, line in enumerate((root / path).read_text().splitlines(), 1)
+        if UNCHECKED_READ.search(line) and not any(allowed in line for allowed in NOT_THE_STATE_FOLDER)
+    ]
+    assert found == []
+    tree = ast.parse((root / "tfdeclare/shell/store.py").read_text())
+    connecting = [
+        function
+        for function in ast.walk(tree)
+        if isinstance(function, ast.FunctionDef)
+        and any(isinstance(node, ast.Attribute) and node.attr == "connect" for node in ast.walk(function))
+    ]
+    assert {f.name for f in connecting} == {"_reader", "_writer"}
+    for function in connecting:
+        lines = {
+            n.func.attr: n.lineno
+            for n in sorted(ast.walk(function), key=lambda n: -getattr(n, "lineno", 0))
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+        }  # each method's first call
+        assert lines["_plain_files"] < lines["connect"], function.name
