@@ -346,8 +346,15 @@ def test_the_command_reads_leniently_and_names_what_it_cannot_read(tmp_path: Pat
     log_path(state).unlink()
     log_path(state).symlink_to(tmp_path / "elsewhere")  # not followed
     (tmp_path / "elsewhere").write_bytes(entry(3).line())
-    refused = cli("history", cwd=tmp_path)
+    refused = cli("history", cwd=tmp_path)  # a link in the state folder: the folder is not read
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
-    assert refused.stderr == (
-        f"tfdeclare: error: cannot read the history {log_path(state)}: it is a symbolic link, which is not followed\n"
+    assert refused.stderr.startswith(
+        f"tfdeclare: error: the state folder {state} is not read: {log_path(state)} is a link (not followed)"
+    )
+    log_path(state).unlink()
+    os.mkfifo(log_path(state))  # the reader's own check: never waited on
+    refused = cli("history", cwd=tmp_path, timeout=30)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert (
+        refused.stderr == f"tfdeclare: error: cannot read the history {log_path(state)}: not a regular file\n"
     )

@@ -17,7 +17,9 @@ data, and a batch ends with its folders synced.
 
 Reading and trusting (docs/security.md): ``read_regular`` reads a file as evidence, never
 following a link nor blocking on a FIFO, a regular file only and at most a given number of
-bytes (problems, status files, the summaries' index); ``open_append`` appends to a log without
+bytes (problems, status files, the summaries' index, every file of the state folder);
+``open_regular`` and ``read_regular_at`` open one so for reading in pieces (logs, journals);
+``open_append`` appends to a log without
 following a link; ``not_own_folder`` says why a folder is
 not one of this user alone (a link, another type, another owner, writable by others):
 the state folder and its own sub-folders, the registry's folder.
@@ -75,12 +77,14 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
 
 
-def read_regular(path: Path, max_bytes: int) -> bytes:
-    """The bytes of ``path``, a regular file of at most ``max_bytes``: opened without following
-    a link (``O_NOFOLLOW``) or blocking on a FIFO (``O_NONBLOCK``), read only once ``fstat``
-    says it is a regular file, and at most ``max_bytes + 1`` bytes. ``FileNotFoundError`` when
-    there is none; else an ``OSError`` naming the file whose ``strerror`` says why (a link, not
-    a regular file, larger than the bound)."""
+def open_regular(path: Path, max_bytes: int | None = None) -> int:
+    """A read-only descriptor of ``path``, a regular file (of at most ``max_bytes`` bytes when
+    given): opened without following a link (``O_NOFOLLOW``) or blocking on a FIFO
+    (``O_NONBLOCK``, which changes nothing for a regular file), kept only once ``fstat`` says
+    it is a regular file. ``FileNotFoundError`` when there is none; else an ``OSError``
+    naming the file whose ``strerror`` says why (a link, not a regular file, larger than the
+    bound). Every file read inside the state folder is opened here (docs/security.md, "The
+    state folder")."""
     try:
         fd = os.open(path, READ_FLAGS)
     except FileNotFoundError:
@@ -89,17 +93,47 @@ def read_regular(path: Path, max_bytes: int) -> bytes:
         why = "a link, not followed" if err.errno == errno.ELOOP else err.strerror or str(err)
         raise OSError(err.errno, why, str(path)) from None
     try:
-        regular = stat.S_ISREG(os.fstat(fd).st_mode)
-        data = _read_upto(fd, max_bytes + 1) if regular else b""
+        info = os.fstat(fd)
+    except OSError as err:
+        os.close(fd)
+        raise OSError(err.errno, err.strerror or str(err), str(path)) from None
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    if max_bytes is not None and info.st_size > max_bytes:
+        os.close(fd)
+        raise OSError(errno.EFBIG, f"larger than {max_bytes} bytes", str(path))
+    return fd
+
+
+def read_regular(path: Path, max_bytes: int) -> bytes:
+    """The bytes of ``path``, a regular file of at most ``max_bytes`` (``open_regular``): at
+    most ``max_bytes + 1`` bytes are read, so a file that grows meanwhile is refused too."""
+    fd = open_regular(path)
+    try:
+        data = _read_upto(fd, max_bytes + 1)
     except OSError as err:
         raise OSError(err.errno, err.strerror or str(err), str(path)) from None
     finally:
         os.close(fd)
-    if not regular:
-        raise OSError(errno.EINVAL, "not a regular file", str(path))
     if len(data) > max_bytes:
         raise OSError(errno.EFBIG, f"larger than {max_bytes} bytes", str(path))
     return data
+
+
+def read_regular_at(path: Path, offset: int, limit: int) -> tuple[bytes, int]:
+    """At most ``limit`` bytes of ``path`` (``open_regular``) from ``offset``, and the file's
+    size when opened: a log read a piece at a time (``logs``, ``logs --follow``), each piece
+    opened again, never through a link."""
+    fd = open_regular(path)
+    try:
+        size = os.fstat(fd).st_size
+        data = os.pread(fd, limit, offset) if offset <= size and limit > 0 else b""
+    except OSError as err:
+        raise OSError(err.errno, err.strerror or str(err), str(path)) from None
+    finally:
+        os.close(fd)
+    return data, size
 
 
 def _read_upto(fd: int, limit: int) -> bytes:

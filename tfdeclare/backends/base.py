@@ -49,7 +49,8 @@ class LogTimes(Protocol):
     ``--since``): the local backend's process tasks. Others have no such method."""
 
     def read_log_times(self, task_id: str) -> list[tuple[int, float]] | None:
-        """(size of the log, time it had grown to that size) samples in order; None: not known."""
+        """(size of the log, time it had grown to that size) samples in order; None: not known.
+        ``BackendError`` when the backend has them but cannot read them (named)."""
         ...
 
 

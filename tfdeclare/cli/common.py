@@ -291,6 +291,21 @@ def settings_from(args: argparse.Namespace) -> Settings:
     )
 
 
+def check_state(settings: Settings, *, reading: bool = True) -> None:
+    """A ``UserError`` unless the state folder may be read: the check of every writer
+    (``shell.lock.check_state_folder``: the folder and its own sub-folders this user's alone,
+    no link in them), run without the lock by each command that only reads it (``status``,
+    ``logs``, ``history``, ``plan``) and by a writer before it reads anything ahead of the
+    lock (``reading=False``: the writer's words; docs/security.md, "The state folder"). A
+    folder others can write could hold a link or a FIFO at any file read."""
+    from tfdeclare.shell.lock import StateFolderRefused, check_state_folder
+
+    try:
+        check_state_folder(settings.state_dir, reading=reading)
+    except StateFolderRefused as err:
+        raise UserError(str(err)) from None
+
+
 def state_dir_note(settings: Settings) -> str | None:
     """A line saying which state folder a command uses and why, when it is not the default
     (``./.tfdeclare`` here): a config elsewhere moves it, and jobs under the other are not

@@ -30,10 +30,13 @@ def _job_names(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[s
 def _task_names(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[str]:
     """The tasks of the job named before (``logs NAME --task``), as every output names them:
     ``worker-0``. A prefix in the alias form (``worker:``) completes the alias."""
+    from tfdeclare.shell.lock import check_state_folder
     from tfdeclare.shell.store import StateStore
 
     try:
-        record = StateStore(settings_from(parsed_args).state_dir).load(parsed_args.name)
+        state_dir = settings_from(parsed_args).state_dir
+        check_state_folder(state_dir, reading=True)  # else nothing is read: no completions
+        record = StateStore(state_dir).load(parsed_args.name)
         keys = record.spec.task_keys() if record is not None else ()
         names = [f"{k.role}:{k.index}" if ":" in prefix else k.name for k in keys]
         return [n for n in names if n.startswith(prefix)]

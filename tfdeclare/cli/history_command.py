@@ -12,7 +12,7 @@ import errno
 import sys
 
 from tfdeclare.cli import terminal
-from tfdeclare.cli.common import EXIT_OK, UserError, settings_from, stderr_line, stdout_write
+from tfdeclare.cli.common import EXIT_OK, UserError, check_state, settings_from, stderr_line, stdout_write
 from tfdeclare.cli.output import document_text, is_document
 from tfdeclare.core.plan.history import ROLLBACK, HistoryEntry, JobEntry, Outcome, newest_first
 from tfdeclare.core.tone import Painter, Tone
@@ -30,6 +30,7 @@ _TONES = {
 
 def cmd_history(args: argparse.Namespace) -> int:
     settings = settings_from(args)
+    check_state(settings)  # read without the lock: only a folder of this user's alone
     path = history.log_path(settings.state_dir)
     try:
         parsed = history.read(settings.state_dir)

@@ -49,7 +49,7 @@ from tfdeclare.backends.base import (
 from tfdeclare.cli import terminal
 from tfdeclare.cli.background import enabled as background_enabled
 from tfdeclare.cli.background import log_path
-from tfdeclare.cli.common import EXIT_OK, Settings, UserError, settings_from, stderr_line
+from tfdeclare.cli.common import EXIT_OK, Settings, UserError, check_state, settings_from, stderr_line
 from tfdeclare.cli.output import is_document, yaml_text
 from tfdeclare.cli.selection import selected_names, selector_of
 from tfdeclare.cli.wiring import make_backend
@@ -173,7 +173,10 @@ class _Timing:
     def at(self, end: int, complete: bool) -> float:
         place = bisect.bisect_left(self.samples, end, key=lambda sample: sample[0])
         if place == len(self.samples):
-            self.samples = self.backend.read_log_times(self.task_id) or self.samples
+            try:
+                self.samples = self.backend.read_log_times(self.task_id) or self.samples
+            except BackendError:  # said when the times were first read; the last ones serve
+                pass
             place = bisect.bisect_left(self.samples, end, key=lambda sample: sample[0])
         if place < len(self.samples):
             return self.samples[place][1]
@@ -368,12 +371,15 @@ def _tail_of(
                 f"the {backend.name} backend does not record when log lines were written: --timestamps "
                 "and --since work with the local backend's process tasks"
             )
-        samples = backend.read_log_times(task_id)
-        if samples is None:
+        try:
+            samples = backend.read_log_times(task_id)
             why = (
                 f"{key.name}'s log has no line times (a container's, or a task started by an earlier "
                 "release): not printed with --timestamps or --since"
             )
+        except BackendError as err:
+            samples, why = None, f"{key.name}: {err}: not printed with --timestamps or --since"
+        if samples is None:
             if strict:
                 raise UserError(why)
             stderr_line(f"tfdeclare: {why}")
@@ -421,6 +427,7 @@ def _selected_logs(
 
 def cmd_logs(args: argparse.Namespace) -> int:
     settings = settings_from(args)
+    check_state(settings)  # read without the lock: only a folder of this user's alone
     store = StateStore(settings.state_dir)
     selector = selector_of(args)
     if selector:

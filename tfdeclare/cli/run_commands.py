@@ -27,6 +27,7 @@ from tfdeclare.cli.common import (
     EXIT_OK,
     Settings,
     UserError,
+    check_state,
     print_backend_warnings,
     print_diagnostics,
     settings_from,
@@ -588,6 +589,7 @@ def _apply_outcome(
 
 def cmd_delete(args: argparse.Namespace) -> int:
     settings = settings_from(args)
+    check_state(settings, reading=False)  # it reads the records before it takes the lock
     store = StateStore(settings.state_dir)
     selector = selector_of(args)
     if selector and (args.all or args.names):

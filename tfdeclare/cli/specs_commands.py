@@ -20,6 +20,7 @@ from tfdeclare.cli.common import (
     EXIT_OK,
     Settings,
     UserError,
+    check_state,
     print_backend_warnings,
     print_diagnostics,
     settings_from,
@@ -58,6 +59,7 @@ def plan_options(settings: Settings, paths: Sequence[str], *, prune: bool, allow
 def compute_plan(paths: list[str], settings: Settings, options: PlanOptions) -> tuple[Plan, DesiredState]:
     desired, files = load_desired(paths, settings, purpose="plan")
     parting.outlive(files)  # its cache of every file read (``cli.parting``)
+    check_state(settings)  # read without the lock: only a folder of this user's alone
     try:
         observed = StateStore(settings.state_dir).observed()
     except StateError as err:

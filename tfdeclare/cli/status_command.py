@@ -25,6 +25,7 @@ from tfdeclare.cli.common import (
     Origin,
     Settings,
     UserError,
+    check_state,
     chosen_folders,
     settings_from,
     stderr_line,
@@ -347,6 +348,7 @@ class _Reading:
 
 def cmd_status(args: argparse.Namespace) -> int:
     settings = settings_from(args)
+    check_state(settings)  # read without the lock: only a folder of this user's alone
     if args.refresh:
         _refresh(settings)
     store = StateStore(settings.state_dir)  # read-only: never the lock

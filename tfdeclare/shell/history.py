@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 
 from tfdeclare.core.plan.history import HistoryEntry, ParsedLog, kept_within, parse_log
-from tfdeclare.files import fsync_dir, write_atomic
+from tfdeclare.files import fsync_dir, open_regular, write_atomic
 
 NAME = "history.jsonl"
 MAX_ENTRIES = 1000
@@ -35,10 +35,12 @@ def log_path(state_dir: Path) -> Path:
 
 
 def read(state_dir: Path) -> ParsedLog:
-    """The log's entries (oldest first); none when there is no log yet. Raises ``OSError``."""
+    """The log's entries (oldest first); none when there is no log yet. Raises ``OSError``
+    (naming it) for anything but a regular file: never read through a link nor waiting on a
+    FIFO (``files.open_regular``)."""
     path = log_path(state_dir)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        fd = open_regular(path)
     except FileNotFoundError:
         return ParsedLog(())
     with os.fdopen(fd, "rb") as handle:

@@ -14,6 +14,10 @@ directly in the folder or in those sub-folders but ``git/`` (docs/security.md, "
 folder"). So nothing tfdeclare makes or opens there is written through a link someone
 planted; the lock file itself is opened with ``O_NOFOLLOW | O_NONBLOCK`` and used only when
 it is a regular file.
+
+Commands that only read the folder run the same check, without the lock
+(``check_state_folder(..., reading=True)``), and refuse a folder that fails it: whoever can
+write there could plant a link or a FIFO at a file they read.
 """
 
 from __future__ import annotations
@@ -56,24 +60,31 @@ class StateFolderRefused(Exception):
     """The state folder is not this user's alone: what is wrong, and how to fix it (one line)."""
 
 
-def _refused(state_dir: Path, path: Path, why: str) -> StateFolderRefused:
+def _refused(state_dir: Path, path: Path, why: str, *, reading: bool = False) -> StateFolderRefused:
     if why.startswith("can be written"):
         fix = f"run `chmod go-w {path}`, or choose another --state-dir"
     elif why.startswith("belongs to"):
         fix = "choose another --state-dir (one of your own), or have its owner give it to you"
     else:
         fix = f"remove or move {path} (tfdeclare makes what it needs there), or choose another --state-dir"
+    if reading:
+        return StateFolderRefused(
+            f"the state folder {state_dir} is not read: {path} {why}; whoever can write there could make "
+            f"tfdeclare show files of yours it names, or hang: {fix}"
+        )
     return StateFolderRefused(
         f"the state folder {state_dir} is not used: {path} {why}; whoever can write there could make "
         f"tfdeclare write its job records, task files and logs elsewhere: {fix}"
     )
 
 
-def check_state_folder(state_dir: Path) -> None:
+def check_state_folder(state_dir: Path, *, reading: bool = False) -> None:
     """``StateFolderRefused`` unless ``state_dir`` and its own sub-folders are real folders of
     this user alone, with no link directly in them (module docstring). A folder that cannot
     be listed is left to what reads it (which says so). A state folder given as a link (one
-    the user made: ``.tfdeclare -> /data/x``) is checked where it leads."""
+    the user made: ``.tfdeclare -> /data/x``) is checked where it leads. ``reading``: for a
+    command that only reads (``status``, ``logs``, ``history``, ``plan``), which runs the same
+    check without the lock and words its refusal for that."""
     state_dir = Path(os.path.realpath(state_dir))
     for sub in ("", *SUBFOLDERS):
         folder = state_dir / sub if sub else state_dir
@@ -84,7 +95,7 @@ def check_state_folder(state_dir: Path) -> None:
         except OSError as err:
             raise StateFolderRefused(f"cannot look at the state folder's {folder} ({err.strerror})") from None
         if why is not None:
-            raise _refused(state_dir, folder, why)
+            raise _refused(state_dir, folder, why, reading=reading)
     for sub in _NO_LINKS_IN:
         folder = state_dir / sub if sub else state_dir
         try:
@@ -94,7 +105,7 @@ def check_state_folder(state_dir: Path) -> None:
         with entries:
             for entry in entries:
                 if entry.is_symlink():
-                    raise _refused(state_dir, Path(entry.path), "is a link (not followed)")
+                    raise _refused(state_dir, Path(entry.path), "is a link (not followed)", reading=reading)
 
 
 class ControllerLock:

@@ -29,6 +29,7 @@ from typing import Any
 
 from tfdeclare.core.run.record import JobRecord
 from tfdeclare.files import failed_write, not_own_folder, read_regular, write_atomic
+from tfdeclare.shell.lock import StateFolderRefused, check_state_folder
 from tfdeclare.shell.store import StateError, StateStore, StoreUnreadable
 
 ENV = "TFDECLARE_REGISTRY_DIR"
@@ -163,6 +164,11 @@ def elsewhere(
         return [], [str(err)]
     found: list[Elsewhere] = []
     for other in others:
+        try:  # read as `tfdeclare status` reads it: only a folder of this user's alone
+            check_state_folder(Path(other), reading=True)
+        except StateFolderRefused as err:
+            problems.append(str(err))
+            continue
         store = StateStore(Path(other))
         names = sorted(creates)
         if len(names) > _LISTED_FROM:  # one listing, not a failed open a job (10,000 jobs: 1 s)

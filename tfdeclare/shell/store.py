@@ -60,9 +60,10 @@ from pathlib import Path
 from tfdeclare.core.plan.observed import ObservedJob, observed_job
 from tfdeclare.core.run.record import JobRecord
 from tfdeclare.core.spec.names import is_job_name
-from tfdeclare.files import fsync_dir
+from tfdeclare.files import fsync_dir, read_regular
 
 DATABASE = "records.sqlite"
+RECORD_MAX_BYTES = 256 << 20  # an older release's record file (a 100,000-task job's: ~20 MB)
 SHRINK_MIN_PAGES = 256  # 1 MiB of 4 KiB pages: smaller files are not worth rewriting
 LEGACY_DIR = "jobs"
 _SCHEMA = (
@@ -148,6 +149,7 @@ class StateStore:
                 raise StoreUnreadable(f"{self.database}: cannot read the job records: {err}") from err
         if not self.database.exists():
             return None
+        self._plain_files()
         # read-write but never created (a hot journal left by a killed writer is rolled back
         # by whoever reads first: SQLite's own recovery); read-only where it cannot be written
         mode = "rw" if os.access(self.database, os.W_OK) else "ro"
@@ -159,6 +161,22 @@ class StateStore:
             return connection if self._check_format(connection) else None
         except sqlite3.Error as err:
             raise StoreUnreadable(f"{self.database}: cannot read the job records: {err}") from err
+
+    def _plain_files(self) -> None:
+        """``StoreUnreadable`` unless the database and its journal (where there is one) are
+        regular files: SQLite opens both by name, following links and waiting on a FIFO, so
+        one planted there is refused before it is opened (docs/security.md, "The state
+        folder": no one else can plant one in a folder that passes the check)."""
+        for path in (self.database, self.database.with_name(DATABASE + "-journal")):
+            try:
+                found = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            except OSError as err:
+                raise StoreUnreadable(f"{path}: cannot read the job records: {err.strerror}") from None
+            if not stat.S_ISREG(found.st_mode):
+                what = "a link, not followed" if stat.S_ISLNK(found.st_mode) else "not a regular file"
+                raise StoreUnreadable(f"{path}: cannot read the job records: {what}")
 
     def _check_format(self, connection: sqlite3.Connection) -> bool:
         """Whether the database holds our schema (False: no table yet, an empty store);
@@ -186,6 +204,7 @@ class StateStore:
             self._connection = None
         self.root.mkdir(parents=True, exist_ok=True)
         self._private_file()
+        self._plain_files()
         connection = sqlite3.connect(self.database, isolation_level=None, check_same_thread=False)
         try:
             connection.execute("PRAGMA busy_timeout = 10000")
@@ -274,7 +293,7 @@ class StateStore:
     def _load_file(self, name: str) -> JobRecord | None:
         path = self.record_path(name)
         try:
-            data = json.loads(path.read_bytes())
+            data = json.loads(read_regular(path, RECORD_MAX_BYTES))
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as err:

@@ -86,7 +86,7 @@ from tfdeclare.core.run.tasks import (
     UnplacedReason,
 )
 from tfdeclare.core.spec.resources import Resources
-from tfdeclare.files import write_atomic
+from tfdeclare.files import read_regular, write_atomic
 
 log = logging.getLogger("tfdeclare.backends.local")
 
@@ -172,7 +172,10 @@ def _link_entries(work: Path, source: Path) -> None:
         names = {e.name for e in os.scandir(source) if not e.name.startswith(".")}
     except FileNotFoundError:
         names = set()
-    previous = (work / _SOURCE_MARK).read_text(encoding="utf-8") if (work / _SOURCE_MARK).exists() else ""
+    try:  # the task can write its working folder: the mark is read only as a regular file
+        previous = read_regular(work / _SOURCE_MARK, 64 << 10).decode("utf-8", "replace")
+    except OSError:  # none (the first launch), or not ours: no link of it is removed
+        previous = ""
     for entry in os.scandir(work):
         if (
             previous

@@ -83,7 +83,7 @@ from tfdeclare.backends.local.record import ContainerSpec, LocalTask, TaskRuntim
 from tfdeclare.core.enums import EndCause, TaskState
 from tfdeclare.core.errors import ErrorCode
 from tfdeclare.core.run.tasks import TaskLaunch
-from tfdeclare.files import write_atomic
+from tfdeclare.files import read_regular_at, write_atomic
 
 LAUNCHER_START_S = 30.0  # a launcher started less long ago that holds no lock yet is on its way
 LAUNCHER_SLACK_S = 30.0  # a launcher still there this long past its pull timeout is killed
@@ -473,9 +473,10 @@ class DockerDriver:
         died before recording the end) changes nothing."""
         path = folder.task.log_path
         path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            before = path.read_bytes()[: folder.launch().get("logOffset", _size(path))]
-        except FileNotFoundError:
+        launched = folder.launch()
+        try:  # never through a link (a rename replaces whatever is there)
+            before, _ = read_regular_at(path, 0, int(launched.get("logOffset", _size(path))))
+        except (OSError, ValueError, TypeError):
             before = b""
         write_atomic(path, before + output)
 

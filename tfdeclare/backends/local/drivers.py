@@ -26,12 +26,12 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol
 
-from tfdeclare.backends.base import LogChunk, LogOffsetError
+from tfdeclare.backends.base import BackendError, LogChunk, LogOffsetError
 from tfdeclare.backends.local.record import ContainerSpec, LocalTask, TaskRuntime
 from tfdeclare.core.enums import EndCause, TaskState
 from tfdeclare.core.errors import ErrorCode
 from tfdeclare.core.run.tasks import TaskLaunch
-from tfdeclare.files import open_append, write_atomic
+from tfdeclare.files import open_append, read_regular, read_regular_at, write_atomic
 
 
 class Chore(Enum):
@@ -56,10 +56,14 @@ class Seen:
     error: ErrorCode | None = None  # it never ran for this runtime error (an image missing)
 
 
+JSON_MAX_BYTES = 1 << 20  # launch.json, stop.json, exit.json: a few hundred bytes each
+
+
 def read_json(path: Path) -> dict[str, Any] | None:
+    """A small JSON file of a task folder; None when there is none, or it is not a regular
+    file of ours (a link, a FIFO, too large, damaged: ``files.read_regular``)."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
+        data = json.loads(read_regular(path, JSON_MAX_BYTES))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
@@ -136,18 +140,21 @@ _CAUSES = frozenset(c.value for c in EndCause)
 
 def read_log_file(path: Path, offset: int, limit: int, ended: bool) -> LogChunk:
     """``limit`` bytes of a log file from ``offset``; ``complete`` once the task has ``ended``
-    and the file holds nothing more."""
+    and the file holds nothing more. The log is opened anew each time, never through a link
+    nor waiting on a FIFO (``files.read_regular_at``): anything but a regular file is a
+    ``BackendError`` naming it."""
     try:
-        with open(path, "rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            if offset > size:
-                raise LogOffsetError(offset, size)
-            handle.seek(offset)
-            data = handle.read(limit)
+        data, size = read_regular_at(path, offset, limit)
     except FileNotFoundError:
         if offset > 0:
             raise LogOffsetError(offset, 0) from None
-        data = b""
+        data, size = b"", 0
+    except OSError as err:
+        raise BackendError(
+            f"cannot read the log {path}: {err.strerror or err}", code=ErrorCode.LOG_UNAVAILABLE
+        ) from None
+    if offset > size:
+        raise LogOffsetError(offset, size)
     return LogChunk(data, offset + len(data), ended and len(data) < limit)
 
 

@@ -50,7 +50,7 @@ from tfdeclare.backends.local.pull_log import LAUNCHER_FILE, PULL_LOG, LauncherI
 from tfdeclare.backends.local.record import TASK_FILE, read_task
 from tfdeclare.backends.local.supervisor import process_start_ticks
 from tfdeclare.backends.progress import PullEvent, PullStep
-from tfdeclare.files import open_append, write_atomic
+from tfdeclare.files import open_append, open_regular, write_atomic
 
 POLL_S = 0.1
 
@@ -224,9 +224,9 @@ def _claim(task_dir: Path) -> tuple[TaskFolder, int] | None:
     """The task and the descriptor holding its lock for this launcher; None when another
     launcher holds it, or it was launched (or ended) before, or it has no container record."""
     try:
-        lock = os.open(task_dir / TASK_FILE, os.O_RDONLY | os.O_CLOEXEC)
+        lock = open_regular(task_dir / TASK_FILE)  # never through a link, never waiting on a FIFO
     except OSError:
-        return None  # forgotten meanwhile
+        return None  # forgotten meanwhile (or not a regular file: not ours)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held until we exit
     except BlockingIOError:

@@ -7,13 +7,19 @@ byte E was written after the sample before the first with ``SIZE >= E`` and by t
 time, which is the time ``logs --timestamps`` and ``--since`` give it (at most a second late).
 A task started by a release without the file, or by another runtime (a Docker container's log
 is copied out by the launcher), has no times: those options say so rather than guess.
-Read leniently: a torn last line (the supervisor killed mid-append) is ignored.
+Read leniently: a torn last line (the supervisor killed mid-append) is ignored; a times file
+that is not a regular file (a link, a FIFO), or is larger than ``MAX_TIMES_BYTES``, is a
+``BackendError`` naming it (never read through a link, ``files.read_regular``).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+from tfdeclare.backends.errors import BackendError
+from tfdeclare.core.errors import ErrorCode
+from tfdeclare.files import read_regular
 
 SAMPLE_S = 1.0
 MAX_TIMES_BYTES = 64 << 20  # a day of a growing log is under 3 MB
@@ -59,15 +65,17 @@ class Sampler:
 
 
 def read_times(log_path: Path) -> list[tuple[int, float]] | None:
-    """The samples of a log, in order; None when it has no times file."""
+    """The samples of a log, in order; None when it has no times file. A ``BackendError``
+    naming it when it is not a regular file of ours (a link, a FIFO, too large)."""
+    path = times_path(log_path)
     try:
-        fd = os.open(times_path(log_path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        data = read_regular(path, MAX_TIMES_BYTES)
     except FileNotFoundError:
         return None
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as handle:
-        data = handle.read(MAX_TIMES_BYTES)
+    except OSError as err:
+        raise BackendError(
+            f"cannot read the log's line times {path}: {err.strerror or err}", code=ErrorCode.LOG_UNAVAILABLE
+        ) from None
     samples: list[tuple[int, float]] = []
     for line in data.split(b"\n"):
         size, _, at = line.partition(b" ")

@@ -37,6 +37,7 @@ from tfdeclare.backends.local.supervisor import kill_group, process_start_ticks
 from tfdeclare.core.enums import EndCause, TaskState
 from tfdeclare.core.errors import ErrorCode
 from tfdeclare.core.run.tasks import TaskLaunch
+from tfdeclare.files import open_regular
 
 START_TIMEOUT_S = 60.0  # a supervisor that has not started its task by then failed
 GONE_MESSAGE = "its supervisor process died; the task was killed"
@@ -54,7 +55,7 @@ def alive(pid: object, ticks: object) -> bool:
 def supervisor_holds(task_dir: Path) -> bool:
     """Does a supervisor hold this task's lock (an exclusive ``flock`` on ``task.json``)?"""
     try:
-        fd = os.open(task_dir / TASK_FILE, os.O_RDONLY | os.O_CLOEXEC)
+        fd = open_regular(task_dir / TASK_FILE)  # never through a link, never waiting on a FIFO
     except OSError:
         return False
     try:

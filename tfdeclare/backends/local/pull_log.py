@@ -10,7 +10,8 @@ engine sends them (appending changes the file, not the folder, so it wakes no pa
 itself). The launcher is the only writer; the controller reads what is new since its last
 read (``PullView``: only complete lines), hands the events on to whoever shows pulls
 (``backends/progress.py``) and keeps a summary for the task's status (bytes fetched of the
-layers' sizes). A line that is not an event (a damaged file) is skipped.
+layers' sizes). A line that is not an event (a damaged file) is skipped. Both are read only
+as regular files, never through a link (``files.read_regular``).
 """
 
 from __future__ import annotations
@@ -22,9 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from tfdeclare.backends.progress import PullEvent, PullStep, size
+from tfdeclare.files import read_regular, read_regular_at
 
 LAUNCHER_FILE = "launcher.json"
 PULL_LOG = "pull.jsonl"
+LAUNCHER_MAX_BYTES = 64 << 10
+READ_MAX_BYTES = 16 << 20  # of the pull log at a time (its lines are a few hundred bytes)
 DONE_STATES = frozenset({"Verifying Checksum", "Download complete", "Extracting", "Pull complete"})
 
 
@@ -48,8 +52,7 @@ class LauncherInfo:
     @classmethod
     def read(cls, task_dir: Path) -> LauncherInfo | None:
         try:
-            with open(task_dir / LAUNCHER_FILE, encoding="utf-8") as handle:
-                data = json.load(handle)
+            data = json.loads(read_regular(task_dir / LAUNCHER_FILE, LAUNCHER_MAX_BYTES))
             return cls(
                 int(data["pid"]),
                 int(data["ticks"]),
@@ -121,10 +124,8 @@ class PullView:
         """Read the events written since the last read (complete lines only); those to hand
         on (not echoes)."""
         try:
-            with open(self.path, "rb") as handle:
-                handle.seek(self.offset)
-                data = handle.read()
-        except FileNotFoundError:
+            data, _ = read_regular_at(self.path, self.offset, READ_MAX_BYTES)
+        except OSError:  # none yet, or not a regular file (never read through a link)
             return []
         complete = data[: data.rfind(b"\n") + 1]
         self.offset += len(complete)

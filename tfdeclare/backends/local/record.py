@@ -33,10 +33,11 @@ from tfdeclare.core.spec.health import HealthCheck
 from tfdeclare.core.spec.keys import TaskKey, Volume
 from tfdeclare.core.spec.resources import Resources
 from tfdeclare.core.spec.secrets import SecretRef
-from tfdeclare.files import write_atomic
+from tfdeclare.files import read_regular, write_atomic
 
 RECORD_VERSION = 2
 TASK_FILE = "task.json"
+TASK_MAX_BYTES = 4 << 20  # a record names its task's environment and command: a few KiB
 
 
 class TaskRuntime(StrEnum):
@@ -177,11 +178,10 @@ class LocalTask:
 
 def read_task(task_dir: Path) -> LocalTask | None:
     """The record in ``task_dir``; None when there is none (a launch that crashed before its
-    folder was complete) or it cannot be read (damaged, or from a later release)."""
+    folder was complete) or it cannot be read (damaged, from a later release, or not a regular
+    file: never read through a link nor waiting on a FIFO, ``files.read_regular``)."""
     try:
-        with open(task_dir / TASK_FILE, encoding="utf-8") as handle:
-            data = json.load(handle)
-        return LocalTask.from_json(data)
+        return LocalTask.from_json(json.loads(read_regular(task_dir / TASK_FILE, TASK_MAX_BYTES)))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 

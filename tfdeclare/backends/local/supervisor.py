@@ -40,7 +40,7 @@ from typing import Any
 from tfdeclare.backends.local.logtimes import Sampler
 from tfdeclare.backends.local.record import TASK_FILE, read_task
 from tfdeclare.backends.secrets import SecretUnavailable, read_all
-from tfdeclare.files import open_append, write_atomic
+from tfdeclare.files import open_append, open_regular, read_regular, write_atomic
 
 POLL_S = 0.05
 
@@ -92,7 +92,7 @@ class Supervisor:
         if self.stop_requested_at is None:
             self.stop_requested_at = time.monotonic()
             with contextlib.suppress(OSError, ValueError):
-                request = json.loads((self.task_dir / "stop.json").read_text(encoding="utf-8"))
+                request = json.loads(read_regular(self.task_dir / "stop.json", 1 << 20))
                 self.grace_s = float(request.get("graceSeconds", self.grace_s))
 
     def run(self) -> int:
@@ -185,7 +185,7 @@ def main(argv: list[str]) -> int:
         if os.fork() > 0:
             os._exit(0)
         os.setsid()
-    lock = os.open(task_dir / TASK_FILE, os.O_RDONLY | os.O_CLOEXEC)
+    lock = open_regular(task_dir / TASK_FILE)  # never through a link, never waiting on a FIFO
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held until we exit
     except BlockingIOError:

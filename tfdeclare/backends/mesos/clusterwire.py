@@ -40,12 +40,13 @@ from tfdeclare.backends.mesos.clusterserver import ClusterServer, Fetched
 from tfdeclare.backends.mesos.config import ClusterServerConfig
 from tfdeclare.core.run.clusterdoc import generation, payload_bytes, with_tf_config
 from tfdeclare.core.run.tasks import ClusterSource, TaskLaunch
-from tfdeclare.files import write_atomic
+from tfdeclare.files import read_regular, write_atomic
 
 log = logging.getLogger("tfdeclare.mesos")
 
 # Unset clusterServer: a job whose tasks each carry more than this is named in a warning.
 LARGE_IN_BAND_BYTES = 16 * 1024
+SAVED_MAX_BYTES = 64 << 20  # clusters.json: read as a regular file only, never through a link
 
 
 class Delivery(StrEnum):
@@ -175,7 +176,7 @@ class ClusterWire:
         if self.saved_at is None:
             return {}
         try:
-            loaded = json.loads(self.saved_at.read_bytes())
+            loaded = json.loads(read_regular(self.saved_at, SAVED_MAX_BYTES))
         except FileNotFoundError:
             return {}
         except (OSError, ValueError) as err:

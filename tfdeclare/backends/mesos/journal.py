@@ -37,11 +37,15 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from tfdeclare.files import fsync_dir, open_append, write_atomic
+from tfdeclare.files import fsync_dir, open_append, open_regular, read_regular, write_atomic
 
 log = logging.getLogger(__name__)
 
 SNAPSHOT_VERSION = 1
+FRAMEWORK_MAX_BYTES = 1 << 20
+# each journal file read at most this large (a snapshot of 100,000 tasks is ~30 MB); every file
+# here is read as a regular file only, never through a link nor waiting on a FIFO
+JOURNAL_MAX_BYTES = 1 << 30
 _LINE = json.JSONEncoder(separators=(",", ":"))  # one encoder for every log line (no per-call setup)
 
 
@@ -113,7 +117,7 @@ class FrameworkStore:
 
     def load(self) -> FrameworkState:
         try:
-            raw = json.loads(self.path.read_text(encoding="utf-8"))
+            raw = json.loads(read_regular(self.path, FRAMEWORK_MAX_BYTES))
         except FileNotFoundError:
             return FrameworkState(None, secrets.token_hex(4))
         except (OSError, ValueError) as err:
@@ -161,7 +165,7 @@ class TaskJournal:
     def load(self) -> dict[str, TaskEntry]:
         tasks: dict[str, TaskEntry] = {}
         try:
-            raw = json.loads(self.snapshot_path.read_text(encoding="utf-8"))
+            raw = json.loads(read_regular(self.snapshot_path, JOURNAL_MAX_BYTES))
             for item in raw.get("tasks", []):
                 entry = TaskEntry.from_json(item)
                 tasks[entry.task_id] = entry
@@ -176,7 +180,7 @@ class TaskJournal:
     def _replay(self, path: Path, tasks: dict[str, TaskEntry]) -> int:
         lines = 0
         try:
-            with open(path, "rb") as handle:
+            with os.fdopen(open_regular(path, JOURNAL_MAX_BYTES), "rb") as handle:
                 for line in handle:
                     lines += 1
                     try:
@@ -262,7 +266,7 @@ class TaskJournal:
             if self.old_log_path.exists():  # an unfinished compaction: keep its lines too
                 with (
                     os.fdopen(open_append(self.old_log_path, 0o600), "ab") as old,
-                    open(self.log_path, "rb") as new,
+                    os.fdopen(open_regular(self.log_path, JOURNAL_MAX_BYTES), "rb") as new,
                 ):
                     old.write(new.read())
                     old.flush()
