@@ -6,7 +6,9 @@
                      progress: {checkpoint: {name, step, at}, step: N, ...} (a record's), job: TFJob}
     options.yaml     optional planner options: {prune: bool, allowEmpty: bool, backend: NAME,
                      settleSeconds: S, now: T, sightings: {NAME: {specHash: HASH or null, since: T}},
-                     scope: {paths: [ABSOLUTE PATH, ...], stdin: bool}}
+                     scope: {paths: [ABSOLUTE PATH, ...], stdin: bool},
+                     room: {cpus: C, mem: MIB, gpus: G, nonPreemptiblePriority: P,
+                     protectedClasses: [NAME, ...]}: what the backend offers in all)
     expected.txt     the text plan
     expected.json    the JSON plan
     expected.md      the Markdown plan (as `plan -o markdown` prints it)
@@ -25,10 +27,12 @@ import yaml
 from tfdeclare.core.enums import Phase, Role
 from tfdeclare.core.plan.observed import ObservedJob
 from tfdeclare.core.plan.planner import Plan, PlanOptions, Sighting, plan
+from tfdeclare.core.plan.preempting import Room
 from tfdeclare.core.plan.scope import PruneScope
 from tfdeclare.core.run.progress import Progress
 from tfdeclare.core.run.tasks import TaskKey
 from tfdeclare.core.spec.loader import SourceRef, load_file
+from tfdeclare.core.spec.resources import Resources
 from tfdeclare.shell.sources import SpecFiles
 
 ROOT = Path(__file__).parent / "golden" / "plan"
@@ -72,6 +76,13 @@ def _scope(given: dict[str, Any] | None) -> PruneScope | None:
     return PruneScope(paths, stdin=given.get("stdin", False), shown=paths)
 
 
+def _room(given: dict[str, Any] | None) -> Room | None:
+    if given is None:
+        return None
+    total = Resources(float(given["cpus"]), int(given["mem"]), int(given.get("gpus", 0)))
+    return Room(total, given.get("nonPreemptiblePriority"), frozenset(given.get("protectedClasses", ())))
+
+
 def run_case(case: Path) -> Plan:
     desired = (
         SpecFiles([case / "specs"], base=case).load()
@@ -92,6 +103,7 @@ def run_case(case: Path) -> Plan:
             backend=options.get("backend"),
             settle_s=options.get("settleSeconds", 0.0),
             scope=_scope(options.get("scope")),
+            room=_room(options.get("room")),
         ),
         now=options.get("now", 0.0),
         sightings={

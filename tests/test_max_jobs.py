@@ -28,7 +28,7 @@ def _spec(name: str) -> str:
 
 def _refusal(file: str, limit: int) -> str:
     return (
-        f"{file}:1: error: the state folder would hold more than {limit} jobs with this one "
+        f"{file}:3:18: error: the state folder would hold more than {limit} jobs with this one "
         "(policy.maxJobs in the config): delete jobs, or give these to another state folder "
         "(at $.metadata.name)"
     )

@@ -119,7 +119,7 @@ def test_a_quota_refuses_what_would_take_the_team_over_it_in_every_command(proje
         result = cli(command, "specs", cwd=project)
         assert result.returncode == 1, (command, result.stdout, result.stderr)
         assert (
-            "specs/b.yaml:1: error: jobs labelled team=vision would use 2 cpus with this job; at most 1.5 "
+            "specs/b.yaml:3:36: error: jobs labelled team=vision would use 2 cpus with this job; at most 1.5 "
             "(policy.quotas team=vision cpus in the config) (at $.metadata.labels.team)"
         ) in result.stderr, (command, result.stderr)
         assert "a.yaml" not in result.stderr
@@ -131,7 +131,8 @@ def test_a_quota_refuses_what_would_take_the_team_over_it_in_every_command(proje
         for command in ("plan", "apply"):
             result = cli(command, "specs", cwd=project)
             assert (
-                result.returncode == 1 and "specs/b.yaml:1: error: jobs labelled team=vision" in result.stderr
+                result.returncode == 1
+                and "specs/b.yaml:3:36: error: jobs labelled team=vision" in result.stderr
             )
     finally:
         assert cli("delete", "--all", cwd=project).returncode == 0

@@ -8,12 +8,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tests.test_lifecycle import BACKOFF, MWMS, PSS, T0, record_for, task
+from tfdeclare.cli.status_command import _interruptions
 from tfdeclare.core.enums import Phase, Reason, TaskState
 from tfdeclare.core.run import status
 from tfdeclare.core.run.lifecycle import resumed, step, suspend
 from tfdeclare.core.run.record import JobRecord
-from tfdeclare.core.spec.loader import load_file
+from tfdeclare.core.spec.loader import SourceRef, load_file
 from tfdeclare.core.spec.model import fingerprint
+from tfdeclare.daemon import page
 
 R, ST = TaskState.RUNNING, TaskState.STOPPED
 NAMES = ("chief-0", "ps-0", "worker-0", "worker-1")
@@ -229,3 +231,36 @@ def test_active_deadline_counts_from_the_resumption() -> None:
     back = step(with_suspend(suspended, False), [], T0 + 500, BACKOFF)
     assert back.record.phase is Phase.PENDING and back.record.start_time is None
     assert [k.name for k in back.launch] == ["worker-0", "worker-1"]  # not DeadlineExceeded
+
+
+def test_a_suspension_says_why_in_words_in_the_status_its_text_and_the_page() -> None:
+    """``suspension.message`` is "Why, in words" (schemas/status.schema.json): a job suspended
+    by its file names the field and the file, in the status file, `status` and the page alike;
+    a record an earlier release wrote without words is shown with the reason's words."""
+    record = with_suspend(record_for(MWMS, phase=Phase.RUNNING), True).evolve(
+        source=SourceRef("specs/bert.yaml", 1)
+    )
+    running = [task(record, n, R) for n in ("worker-0", "worker-1")]
+    held = step(record, running, T0 + 50, BACKOFF).record
+    assert held.suspension is not None
+    assert held.suspension.message == "spec.suspend is true in specs/bert.yaml"
+    document = status.status_document(held.evolve(conditions=status.conditions(held, T0 + 50)), T0 + 50)
+    assert document["suspension"]["message"] == "spec.suspend is true in specs/bert.yaml"
+    text = "\n".join(_interruptions(document))
+    assert "suspended at " in text and "(spec.suspend is true in specs/bert.yaml)" in text, text
+    html = page.render([document], [], {}, 0, now=T0 + 60)
+    assert "(spec.suspend is true in specs/bert.yaml)" in html
+    preempted = suspend(
+        record_for(MWMS, phase=Phase.RUNNING), Reason.PREEMPTED, T0, by="urgent", message="priority 10 > 0"
+    )
+    shown = status.status_document(preempted, T0)["suspension"]
+    assert shown["message"] == "priority 10 > 0"
+    assert "(priority 10 &gt; 0)" in page.render([status.status_document(preempted, T0)], [], {}, 0, now=T0)
+    # a record written before the words were kept
+    for reason, words in (
+        (Reason.SUSPENDED, "spec.suspend is true"),
+        (Reason.PREEMPTED, "a job of higher priority"),
+    ):
+        old = suspend(record_for(MWMS, phase=Phase.RUNNING), reason, T0, by="urgent")
+        assert old.suspension is not None and old.suspension.message == ""
+        assert status.status_document(old, T0)["suspension"]["message"].startswith(words)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -185,3 +186,77 @@ def test_defaults_and_canonical_form() -> None:
     }
     plain = load_file("job.yaml", job_text("t").encode()).jobs[0]
     assert "tensorboard" not in plain.canonical["spec"], "unset: every other job's hash is unchanged"
+
+
+# What a left-out and a written ``resources`` give, and the spec hashes every release so far
+# gave these jobs: the schema may word its defaults anew, never change them (a running job's
+# plan never changes for an upgrade: docs/reference.md#job-semantics).
+BOARD_RESOURCES = [
+    (
+        BOARD,
+        {"cpus": 0.5, "mem": 1024, "gpus": 0},
+        "2f93fe748019e798a0b7a4d9b1c5424f3f6bf8b2caec2a1434337d36821d0495",
+    ),
+    (
+        "tensorboard: {logDir: /data/runs/t, resources: {gpus: 0}}",
+        {"cpus": 1, "mem": 2048, "gpus": 0},
+        "591dcb151a5543fb590744b15f0121a455655134f64933a1afdab18ce174c6ac",
+    ),
+    (
+        "tensorboard: {logDir: /data/runs/t, resources: {cpus: 2}}",
+        {"cpus": 2, "mem": 2048, "gpus": 0},
+        "f3f969e5249e80e0eeeab2bea40d28e1d0db4f44c06650c08daf01097de4c4fe",
+    ),
+]
+
+
+@pytest.mark.parametrize(("extra", "resources", "spec_hash"), BOARD_RESOURCES)
+def test_its_resources_defaults_and_hashes_stay_as_running_jobs_have_them(
+    extra: str, resources: dict[str, object], spec_hash: str
+) -> None:
+    job = load_file("job.yaml", job_text("t", extra=extra).encode()).jobs[0]
+    assert job.canonical["spec"]["tensorboard"]["resources"] == resources
+    assert job.spec_hash == spec_hash
+
+
+def _object_defaults() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(path, the object's default, its fields' schemas) of every property whose default is an
+    object, $refs followed (the job schema's own definitions)."""
+    schema = json.loads((REPO / "schemas" / "job.schema.json").read_text())
+    found: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+
+    def walk(node: object, path: str) -> None:
+        if not isinstance(node, dict):
+            return
+        target = node
+        if isinstance(node.get("$ref"), str):
+            target = schema["$defs"][node["$ref"].rsplit("/", 1)[1]]
+        for key, sub in (target.get("properties") or {}).items():
+            ref = sub.get("$ref") if isinstance(sub, dict) else None
+            fields = schema["$defs"][ref.rsplit("/", 1)[1]] if isinstance(ref, str) else sub
+            if isinstance(sub, dict) and isinstance(sub.get("default"), dict) and "properties" in fields:
+                found.append((f"{path}.{key}", sub["default"], fields["properties"]))
+            if path.count(".") < 4:
+                walk(sub, f"{path}.{key}")
+
+    walk(schema, "$")
+    return found
+
+
+def test_a_field_whose_default_differs_where_its_object_is_left_out_says_both() -> None:
+    """``spec.tensorboard.resources`` left out gives 0.5 CPUs and 1Gi, written without a field
+    that field's own default (1 CPU, 2Gi): each field's description (what `explain` and
+    docs/reference.md show) must say both, never only one of them."""
+    checked = 0
+    for path, whole, fields in _object_defaults():
+        for key, value in whole.items():
+            own = fields[key].get("default")
+            if own == value:
+                continue
+            checked += 1
+            words = fields[key]["description"]
+            assert "left out" in words, (path, key, words)
+            for shown in (value, own):
+                said = f"{shown:g}" if isinstance(shown, float | int) else str(shown)
+                assert said in words, (path, key, said, words)
+    assert checked >= 2  # cpus and mem of spec.tensorboard.resources

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from tfdeclare.backends.base import Backend
     from tfdeclare.core.diagnostics import Diagnostic
     from tfdeclare.core.spec.loader import LoadedJob, Locate
+    from tfdeclare.core.spec.resources import Resources
 
 ConfigT = TypeVar("ConfigT")
 
@@ -54,6 +55,10 @@ class BackendPlugin(Generic[ConfigT]):
     # whether the caller launches (``apply``, the daemon: what stops the job is an error) or
     # only plans (``plan`` works offline: it says as warnings what apply would do or find).
     check_environment: Callable[[ConfigT, LoadedJob, Locate, bool], list[Diagnostic]] | None = None
+    # (its config) -> what it offers in all, when that is known without asking a cluster (the
+    # local backend: its configured or detected capacity), so that a plan can say whom applying
+    # it preempts; None where the room is a cluster's offers (Mesos): the plan says nothing.
+    room: Callable[[ConfigT], Resources | None] = lambda config: None
 
     def config_schema(self) -> dict[str, Any]:
         """The JSON Schema of its config section: ``schemas/backends/<name>.schema.json``."""

@@ -150,7 +150,7 @@ def replan_saved(path: str, settings: Settings, store: StateStore) -> tuple[Plan
         )
     options = plan_options(settings, saved.paths, prune=saved.prune, allow_empty=saved.allow_empty)
     try:
-        current = plan(desired, store.observed(), options)
+        current = plan(desired, store.observed(), options, now=time.time())  # a preemption's work at risk
     except StateError as err:
         raise UserError(str(err)) from err
     stale = plan_mismatches(saved, current)

@@ -34,6 +34,7 @@ from tfdeclare.core.plan.claims import FORMAT_VERSION, PLAN_KIND, STDIN_PATH
 from tfdeclare.core.plan.desired import DesiredState
 from tfdeclare.core.plan.markdown import render_markdown
 from tfdeclare.core.plan.planner import Plan, PlanOptions, plan
+from tfdeclare.core.plan.preempting import Room
 from tfdeclare.core.plan.render import plan_json, render_json, render_text_parts
 from tfdeclare.core.spec.schema import SCHEMA_NAMES, schema_text
 from tfdeclare.files import write_atomic
@@ -53,7 +54,18 @@ def plan_options(settings: Settings, paths: Sequence[str], *, prune: bool, allow
         quotas=settings.config.policy.quotas,
         max_jobs=settings.config.policy.max_jobs,
         scope=prune_scope(paths),
+        room=plan_room(settings),
     )
+
+
+def plan_room(settings: Settings) -> Room | None:
+    """What the plan needs to say whom applying it preempts: the backend's room, when it
+    knows it without asking a cluster, and the policy that protects jobs from preemption."""
+    total = settings.plugin.room(settings.backend_config)
+    if total is None:
+        return None
+    policy = settings.config.policy
+    return Room(total, policy.non_preemptible_priority, policy.protected_classes)
 
 
 def compute_plan(paths: list[str], settings: Settings, options: PlanOptions) -> tuple[Plan, DesiredState]:

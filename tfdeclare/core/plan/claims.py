@@ -14,10 +14,10 @@ file's parsed JSON (``parse_plan_file``) and compares (``desired_mismatches``,
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from tfdeclare.core.diagnostics import Code, Diagnostic, JsonPath, format_json_path
+from tfdeclare.core.diagnostics import Code, Diagnostic, JsonPath
 from tfdeclare.core.plan.desired import DesiredState
 from tfdeclare.core.plan.planner import Plan
 from tfdeclare.core.plan.render import plan_json
@@ -197,8 +197,10 @@ def _job_mismatches(name: str, job: LoadedJob, claim: JobClaim | None) -> list[D
     file, line = job.source.file, job.source.line
 
     def at_job(message: str, path: JsonPath | None = None) -> Diagnostic:
-        shown = format_json_path(path) if path is not None else None
-        return Diagnostic(file, line, None, f"job {name}: {message}: {_AGAIN}", shown, Code.PLAN_MISMATCH)
+        words = f"job {name}: {message}: {_AGAIN}"
+        if path is not None:  # at the field, or its nearest parent the job kept the place of
+            return job.at(path, words, Code.PLAN_MISMATCH)
+        return replace(job.at(("metadata", "name"), words, Code.PLAN_MISMATCH), json_path=None)  # at its name
 
     if claim is None:
         return [at_job("defined here, but not in the plan")]

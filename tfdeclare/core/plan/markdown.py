@@ -31,6 +31,7 @@ from urllib.parse import quote
 from tfdeclare.core.plan.planner import ABSENT, Action, FieldChange, JobPlan, Plan
 from tfdeclare.core.plan.render import (
     no_plan_line,
+    preemption_lines,
     scope_lines,
     shown_value,
     spec_lines,
@@ -167,6 +168,7 @@ def _job_row(job: JobPlan, link_base: str | None, now: float = 0.0) -> str:
             job.message
             + "".join(f"; on failure: {line}" for line in scope_lines(job))
             + (f"; costs: {job.cost.words(now)}" if job.cost is not None else "")
+            + "".join(f"; {line}" for line in preemption_lines(job))
         ),
         _md(tasks),
         "" if job.source is None else file_link(job.source, link_base, link=job.action not in _GONE),
@@ -186,7 +188,7 @@ def render_markdown(plan: Plan, *, link_base: str | None = None) -> str:
         out.extend(fenced([d.format() for d in plan.diagnostics]))
         out.append("</details>")
         out.append("")
-    rows = [j for j in plan.jobs if j.action is not Action.NOOP]
+    rows = [j for j in plan.jobs if j.action is not Action.NOOP or j.preempted_by is not None]
     if errors:  # no plan, but what is kept as applied is shown, as in the text plan
         rows = [j for j in rows if j.action is Action.KEEP]
     if rows:

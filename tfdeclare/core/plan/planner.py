@@ -50,6 +50,7 @@ from tfdeclare.core.diagnostics import Code, Diagnostic, format_json_path
 from tfdeclare.core.enums import Phase, RestartScope, Role, ScopeReason
 from tfdeclare.core.plan.desired import DesiredState
 from tfdeclare.core.plan.observed import ObservedJob, ObservedState, observed_fingerprint
+from tfdeclare.core.plan.preempting import Held, Preempted, Room, Want, foretell, needs, priority_of
 from tfdeclare.core.plan.quotas import enforce_max_jobs, enforce_quotas, within_max_jobs
 from tfdeclare.core.plan.scope import PruneScope
 from tfdeclare.core.run.clusterspec import replaced_by_resize
@@ -125,6 +126,8 @@ class PlanReason(StrEnum):
     SUSPENDS = "Suspends"  # spec.suspend became true: its tasks stop the graceful way
     RESUMES = "Resumes"  # spec.suspend became false: its tasks start again
     CREATED_SUSPENDED = "CreatedSuspended"  # a new job with spec.suspend true: it starts nothing
+    PREEMPTS = "Preempts"  # the room it asks for is taken from running jobs of lower priority
+    PREEMPTED = "Preempted"  # a job of higher priority takes its room: its tasks stop until there is room
 
 
 _NOT_SYNCED = {
@@ -190,6 +193,9 @@ class PlanOptions:
     # The jobs the plan may act on when their files are gone: those last applied from the
     # paths given (``scope``). None: every job of the state folder (plans of golden cases).
     scope: PruneScope | None = None
+    # What the backend offers in all, when the plan can know it (the local backend): the plan
+    # then says whom applying it preempts (``preempting``). None: it says nothing of that.
+    room: Room | None = None
 
     def reaches(self, job: ObservedJob) -> bool:
         """Whether a job absent from the files is this plan's to orphan or prune."""
@@ -320,6 +326,10 @@ class JobPlan:
     # What restarting its running training tasks loses (``cost_of``); None: nothing restarts,
     # or the job declares no checkpoint folder
     cost: RestartCost | None = None
+    # The running jobs of lower priority whose room applying the plan takes for it (reason
+    # PREEMPTS), and the job that takes its own (reason PREEMPTED): ``PlanOptions.room``
+    preempts: tuple[Preempted, ...] = ()
+    preempted_by: Preempted | None = None
 
     @property
     def not_synced(self) -> tuple[enums.Reason, str] | None:
@@ -942,6 +952,8 @@ def plan(
             assert current is not None
             job_plan = settling.hold(_plan_absent(current, desired, options, prune_all), None)
         jobs.append(job_plan)
+    if options.room is not None:
+        jobs = _with_preemptions(jobs, desired, observed, options.room, options.backend, now)
     made = Plan(
         jobs=tuple(jobs),
         options=options,
@@ -978,6 +990,7 @@ def _replan_patch(
         )  # the daemon's: equal jobs, same objects
         or options != last.options
         or options.quotas  # they count every job
+        or options.room is not None  # a preemption spans jobs
         or not within_max_jobs(desired, observed, options.max_jobs)  # creates may be refused
         or last.plan.sightings  # something waits to settle: the time may change its plan
         or desired.diagnostics
@@ -994,3 +1007,104 @@ def _replan_patch(
     if options.settle_s > 0 and any(_settles(job) for job in jobs if job is not None):
         return None  # the settle rule holds it back: the full plan does that
     return made
+
+
+# A job that asks for room once the plan is applied, by what the plan does to it
+_ASKS = {
+    Action.CREATE: PlanReason.NEW_JOB,
+    Action.UPDATE: PlanReason.RESUMES,
+    Action.RESTART: PlanReason.RERUN_AFTER_COMPLETION,
+    Action.MOVE: PlanReason.BACKEND_CHANGED,
+}
+_STOPS = (Action.DELETE, Action.MOVE)  # its tasks here stop anyway
+
+
+def _with_preemptions(
+    jobs: list[JobPlan],
+    desired: DesiredState,
+    observed: ObservedState,
+    room: Room,
+    backend: str | None,
+    now: float,
+) -> list[JobPlan]:
+    """``jobs`` with whom applying them preempts, and for whom (``preempting``). What each
+    job needs is worked out only when a job of lower priority runs (a plan of 10,000 new
+    jobs on an empty state folder looks no further than their priorities)."""
+    asking = [(job, keys) for job in jobs if (keys := _asks(job, desired, observed))]
+    if not asking:
+        return jobs
+    top = max(priority_of(desired.jobs[job.name].canonical) for job, _ in asking)
+    by_name = {job.name: job for job in jobs}
+    held = [
+        _held(current, by_name.get(current.name), desired, room, now)
+        for current in observed.values()
+        if current.running and (backend is None or current.backend in (None, backend))
+    ]
+    if not any(h.preemptible and not h.stopping and h.priority < top for h in held):
+        return jobs  # nothing any of them could preempt
+    wants = []
+    for job, keys in asking:
+        canonical = desired.jobs[job.name].canonical
+        wants.append(Want(job.name, priority_of(canonical), needs(canonical, keys)))
+    found = foretell(wants, held, room, now)
+    if not found:
+        return jobs
+    victims = {p.job: p for p in found}
+    takers: dict[str, list[Preempted]] = {}
+    for p in found:
+        takers.setdefault(p.by, []).append(p)
+    out = []
+    for job in jobs:
+        made = job
+        if job.name in victims:
+            made = replace(
+                made, reasons=(*made.reasons, PlanReason.PREEMPTED), preempted_by=victims[job.name]
+            )
+        if job.name in takers:
+            made = replace(
+                made, reasons=(*made.reasons, PlanReason.PREEMPTS), preempts=tuple(takers[job.name])
+            )
+        out.append(made)
+    return out
+
+
+def _asks(job: JobPlan, desired: DesiredState, observed: ObservedState) -> tuple[TaskKey, ...]:
+    """The tasks ``job`` asks room for once the plan is applied (none: it asks for none):
+    created, resumed, run again, moved here, or waiting for room now."""
+    loaded = desired.jobs.get(job.name)
+    if loaded is None or job.action in (Action.KEEP, Action.DELETE, Action.ORPHAN):
+        return ()
+    canonical = loaded.canonical
+    keys: tuple[TaskKey, ...] = ()
+    if _ASKS.get(job.action) in job.reasons and PlanReason.CREATED_SUSPENDED not in job.reasons:
+        keys = job.start
+    elif job.action in (Action.NOOP, Action.UPDATE) and not job.start:
+        current = observed.get(job.name)
+        waiting = current is not None and current.phase is Phase.PENDING and not current.running
+        if waiting and not canonical["spec"].get("suspend"):
+            keys = task_keys_of(canonical)
+    return keys
+
+
+def _held(current: ObservedJob, job: JobPlan | None, desired: DesiredState, room: Room, now: float) -> Held:
+    """What ``current``'s alive tasks hold, and whether the plan leaves them preemptible."""
+    loaded = desired.jobs.get(current.name)
+    after = (
+        loaded.canonical
+        if loaded is not None and job is not None and job.action is not Action.KEEP
+        else current.canonical
+    )
+    held = needs(current.canonical, current.running)
+    stopping = (
+        current.phase in (Phase.SUSPENDED, Phase.DELETING)
+        or current.phase.terminal
+        or (job is not None and (job.action in _STOPS or PlanReason.SUSPENDS in job.reasons))
+    )
+    rank = priority_of(after)
+    protected = (room.non_preemptible is not None and rank >= room.non_preemptible) or (
+        after["spec"].get("priorityClassName") in room.protected_classes
+    )
+    started = current.started_at if current.started_at is not None else now
+    since = since_checkpoint(current.progress, started)[1]
+    grace = float(after["spec"]["terminationGracePeriodSeconds"])
+    return Held(current.name, rank, held, current.running, started, since, grace, stopping, not protected)

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from tfdeclare.core.diagnostics import Code, Diagnostic, format_json_path
+from tfdeclare.core.diagnostics import Code, Diagnostic
 from tfdeclare.core.plan.desired import DesiredState
 from tfdeclare.core.spec.loader import LoadedJob
 from tfdeclare.core.spec.policy import Quota
@@ -134,13 +134,10 @@ def enforce_max_jobs(
             kept += 1
             continue
         loaded = desired.jobs[name]
-        refused[name] = Diagnostic(
-            loaded.source.file,
-            loaded.source.line,
-            None,
+        refused[name] = loaded.at(
+            ("metadata", "name"),
             f"the state folder would hold more than {max_jobs} jobs with this one "
             "(policy.maxJobs in the config): delete jobs, or give these to another state folder",
-            format_json_path(("metadata", "name")),
             Code.QUOTA,
         )
     return _refusing(desired, refused)
@@ -187,13 +184,10 @@ def _over(quota: Quota, before: Usage, after: Usage, job: LoadedJob) -> Diagnost
     for index, limit in enumerate(_limits(quota)):
         if limit is not None and after[index] > limit and after[index] > before[index]:
             unit, key = _UNITS[index]
-            return Diagnostic(
-                job.source.file,
-                job.source.line,
-                None,
+            return job.at(
+                ("metadata", "labels", quota.label),
                 f"jobs labelled {quota.name} would use {after[index]:g} {unit} with this job; "
                 f"at most {limit:g} (policy.quotas {quota.name} {key} in the config)",
-                format_json_path(("metadata", "labels", quota.label)),
                 Code.QUOTA,
             )
     return None

@@ -25,6 +25,7 @@ from tfdeclare.core.plan.planner import (
     PlanReason,
     RestartCost,
 )
+from tfdeclare.core.plan.preempting import Preempted
 from tfdeclare.core.run.record import rfc3339
 from tfdeclare.core.run.tasks import TaskKey
 from tfdeclare.core.spec.secrets import shown_env_value
@@ -105,8 +106,13 @@ def summary_line(plan: Plan) -> str:
         extra.append(f"{plan.count(Action.UPDATE)} to update in place")
     outside = len(_outside(plan))
     deleting = sum(1 for j in plan.jobs if PlanReason.BEING_DELETED in j.reasons)
-    if plan.count(Action.NOOP) - outside - deleting:
-        extra.append(f"{plan.count(Action.NOOP) - outside - deleting} unchanged")
+    preempted = sum(1 for j in plan.jobs if j.preempted_by is not None)
+    unchanged = plan.count(Action.NOOP) - outside - deleting
+    unchanged -= sum(1 for j in plan.jobs if j.preempted_by is not None and j.action is Action.NOOP)
+    if unchanged:
+        extra.append(f"{unchanged} unchanged")
+    if preempted:
+        extra.append(f"{preempted} preempted")
     if deleting:
         extra.append(f"{deleting} being deleted")
     if outside:
@@ -235,7 +241,9 @@ def _job_text(
     plan's earlier blocks worded (``_Worded``)."""
     worded = {} if worded is None else worded
     where = f"  ({visible(str(job.source))})" if job.source else ""
-    headline = paint(f"{job.action.symbol} {job.name} {_VERB[job.action]}", _ACTION_TONES[job.action])
+    verb = _VERB[job.action] + (", but preempted" if job.preempted_by is not None else "")
+    tone = Tone.REPLACED if job.preempted_by is not None else _ACTION_TONES[job.action]
+    headline = paint(f"{job.action.symbol} {job.name} {verb}", tone)
     lines = [f"  {headline}{where}", f"      why: {visible(job.message)}"]
     if created is not None and paint is plain:
         lines.extend(spec_lines(created, "+", "      "))
@@ -252,6 +260,23 @@ def _job_text(
         lines.append(f"      stops: {task_list(job.stop)}")
     if job.scopes:
         lines.extend(_shared_scope_lines(job, worded))
+    lines.extend(f"      {line}" for line in preemption_lines(job))
+    return lines
+
+
+def preemption_lines(job: JobPlan) -> list[str]:
+    """Whom applying the plan preempts for ``job``, or for whom it is preempted: why, and which
+    of its tasks stop after what grace (``PlanOptions.room``)."""
+    lines = [
+        f"preempts: {visible(p.job)} ({p.why}): stops {task_list(p.tasks)} after a {p.grace_s:g} s grace"
+        for p in job.preempts
+    ]
+    p = job.preempted_by
+    if p is not None:
+        lines.append(
+            f"preempted: by {visible(p.by)} ({p.why}): stops {task_list(p.tasks)} after a {p.grace_s:g} s "
+            "grace; it runs again when there is room"
+        )
     return lines
 
 
@@ -290,7 +315,9 @@ def render_text_parts(plan: Plan, *, show_unchanged: bool = False, paint: Painte
     listed = [
         j
         for j in plan.jobs
-        if j.action in _LISTED or (show_unchanged and j.action is Action.NOOP and j not in outside)
+        if j.action in _LISTED
+        or j.preempted_by is not None
+        or (show_unchanged and j.action is Action.NOOP and j not in outside)
     ]
     errors = sum(1 for d in plan.diagnostics if d.is_error)
     if errors:  # as Terraform: no plan from files with errors (it would be a plan of some of them)
@@ -403,10 +430,30 @@ def plan_json(plan: Plan) -> dict[str, Any]:
                 ),
                 # present only for a running job that declares spec.checkpoint (issue 34)
                 **({"cost": _cost_json(job.cost, plan.now)} if job.cost is not None else {}),
+                # present only where applying the plan preempts (so other plans read as before)
+                **({"preempts": [_preempted_json(p, p.job) for p in job.preempts]} if job.preempts else {}),
+                **(
+                    {"preemptedBy": _preempted_json(job.preempted_by, job.preempted_by.by)}
+                    if job.preempted_by is not None
+                    else {}
+                ),
             }
             for job in plan.jobs
         ],
         "diagnostics": [d.to_json() for d in plan.diagnostics],
+    }
+
+
+def _preempted_json(preempted: Preempted, job: str) -> dict[str, Any]:
+    """A preemption as the other job's line says it: that job, the priorities, the victim's
+    tasks that stop and their grace."""
+    return {
+        "job": job,
+        "priority": preempted.by_priority,
+        "preemptedPriority": preempted.priority,
+        "tasks": [k.name for k in preempted.tasks],
+        "gracePeriodSeconds": preempted.grace_s,
+        "message": preempted.why,
     }
 
 

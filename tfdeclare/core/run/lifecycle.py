@@ -337,6 +337,12 @@ def _held_words(hold: Suspension, *, short: bool = False) -> str:
     return f"preempted{by} at {rfc3339(hold.at)}" + (f" ({hold.message})" if hold.message else "")
 
 
+def suspended_words(file: str | None) -> str:
+    """Why a job suspended by its file is (a suspension's ``message``): the field, and the file
+    that sets it when there is one."""
+    return f"spec.suspend is true in {file}" if file else "spec.suspend is true"
+
+
 def _suspend_by_spec(
     record: JobRecord, tasks: Sequence[ObservedTask], now: float
 ) -> tuple[JobRecord, tuple[str, ...]]:
@@ -348,7 +354,8 @@ def _suspend_by_spec(
         alive = sum(1 for t in tasks if t.state.alive)
         grace = record.spec.grace_period_s
         stopping = f": stopping {alive} task(s) with a {grace:g} s grace" if alive else ""
-        return suspend(record, Reason.SUSPENDED, now, tasks=alive), (
+        words = suspended_words(record.source.file if record.source is not None else None)
+        return suspend(record, Reason.SUSPENDED, now, message=words, tasks=alive), (
             f"{record.name}: suspended (spec.suspend){stopping}",
         )
     if not wanted and hold is not None and hold.reason is Reason.SUSPENDED:

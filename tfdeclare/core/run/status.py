@@ -356,6 +356,13 @@ def _task_restarts(record: JobRecord) -> list[dict[str, Any]]:
     return out
 
 
+# What a suspension whose record says no words (written by an earlier release) is shown with
+_WHY_HELD = {
+    Reason.SUSPENDED: "spec.suspend is true",
+    Reason.PREEMPTED: "a job of higher priority needed its room",
+}
+
+
 def _suspension(hold: Suspension | None) -> dict[str, Any] | None:
     """A suspension or preemption: why, by whom, when, and when it ended (null: not yet)."""
     if hold is None:
@@ -365,7 +372,7 @@ def _suspension(hold: Suspension | None) -> dict[str, Any] | None:
         "preemptedBy": hold.by,
         "time": rfc3339(hold.at),
         "tasks": hold.tasks,
-        "message": hold.message,
+        "message": hold.message or _WHY_HELD[hold.reason],  # a record of before it was said
         "resumeTime": rfc3339(hold.resumed_at),
     }
 

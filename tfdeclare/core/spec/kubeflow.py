@@ -201,7 +201,11 @@ class _Translator:
                 dropped=False,
             )
         if "labels" in metadata:
-            self.put(out, (*at, "labels"), metadata["labels"], (*at, "labels"))
+            labels = metadata["labels"]
+            self.put(out, (*at, "labels"), labels, (*at, "labels"))
+            if isinstance(labels, dict):  # kept as they are: each label where it is written
+                for key in labels:
+                    self.out.origins[(*at, "labels", key)] = (*at, "labels", key)
         if "namespace" in metadata:
             self.warn(
                 (*at, "namespace"),

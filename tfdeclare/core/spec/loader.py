@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Protocol, runtime_checkable
 
-from tfdeclare.core.diagnostics import Code, Diagnostic, JsonPath, Severity
+from tfdeclare.core.diagnostics import Code, Diagnostic, JsonPath, Severity, format_json_path
 from tfdeclare.core.enums import ClusterSpecStyle, Role
 from tfdeclare.core.spec.documents import Document, parse_documents
 from tfdeclare.core.spec.kubeflow import API_VERSION, Translation, is_kubeflow, translate
@@ -41,6 +41,19 @@ class LoadedJob:
     canonical: Mapping[str, Any]
     spec_hash: str
     source: SourceRef
+    # Line and column of what the rules across jobs name (``PLACED``), read while its document
+    # was at hand (it is released after loading): ``at`` places their diagnostics there.
+    places: Mapping[JsonPath, tuple[int, int]] = field(default_factory=dict, compare=False, repr=False)
+
+    def at(self, path: JsonPath, message: str, code: Code) -> Diagnostic:
+        """The diagnostic ``message`` at ``path`` of this job's document: at the line and
+        column of the path, or of its nearest parent kept in ``places`` (the document's
+        start when none is: a job made without its document)."""
+        for depth in range(len(path), 0, -1):
+            found = self.places.get(tuple(path[:depth]))
+            if found is not None:
+                return Diagnostic(self.source.file, found[0], found[1], message, format_json_path(path), code)
+        return Diagnostic(self.source.file, self.source.line, 1, message, format_json_path(path), code)
 
     @cached_property
     def spec(self) -> JobSpec:
@@ -57,6 +70,11 @@ class LoadedJob:
         """What its tasks run (``JobSpec.runs``), for the policy's rules; made once."""
         return self.spec.runs()
 
+
+PLACED = "metadata.name, each of metadata.labels, spec"
+"""What a ``LoadedJob`` keeps the position of (``places``): the fields the rules across jobs
+name (``policy.quotas`` a label, ``policy.maxJobs`` and duplicates the name, a saved plan's
+claims a field of ``spec``, shown at ``spec``). Few, so a state of 10,000 jobs keeps little."""
 
 Locate = Callable[[JsonPath, str], Diagnostic]
 """Makes the diagnostic ``message`` at a JSON path of the job's document (file:line:col)."""
@@ -254,7 +272,7 @@ def _load_native(
     if problems:
         return None, problems
     name = canonical["metadata"]["name"]
-    job = LoadedJob(name, canonical, fingerprint(canonical), source)
+    job = LoadedJob(name, canonical, fingerprint(canonical), source, _places(view, canonical))
     if checks:
 
         def locate(path: JsonPath, message: str) -> Diagnostic:
@@ -290,7 +308,14 @@ def _admitted(job: LoadedJob, checks: Sequence[SpecCheck]) -> LoadedJob:
             canonical = check.admit(canonical)
     if canonical is job.canonical:
         return job
-    return LoadedJob(job.name, canonical, fingerprint(canonical), job.source)
+    return LoadedJob(job.name, canonical, fingerprint(canonical), job.source, job.places)
+
+
+def _places(view: _View, canonical: Mapping[str, Any]) -> dict[JsonPath, tuple[int, int]]:
+    """Where the paths of ``PLACED`` are in the document (a Kubeflow manifest's own lines)."""
+    paths: list[JsonPath] = [("metadata", "name"), ("spec",)]
+    paths.extend(("metadata", "labels", key) for key in canonical["metadata"]["labels"])
+    return {path: view.locate(path) for path in paths}
 
 
 def _semantic_problems_of_a_valid_spec(view: _View, value: dict[str, Any]) -> list[Diagnostic]:
