@@ -259,16 +259,6 @@ def _warning(diagnostic: Diagnostic) -> Diagnostic:
     return replace(diagnostic, severity=Severity.WARNING)
 
 
-def room(config: LocalConfig) -> Resources:
-    """What the backend offers in all: the capacity ``build`` gives it (``local`` in the
-    config, else what this machine has, as ``LocalCapacity.detect`` reads it)."""
-    return Resources(
-        config.cpus if config.cpus is not None else machine.cpu_count(),
-        config.mem_mib if config.mem_mib is not None else machine.memory_mib(),
-        config.gpus if config.gpus is not None else machine.gpu_count(),
-    )
-
-
 def build(state_dir: Path, config: LocalConfig) -> Backend:
     from tfdeclare.backends.local.backend import LocalBackend, LocalCapacity
 
@@ -286,5 +276,5 @@ PLUGIN = BackendPlugin(
     build,
     check_environment=check_environment,
     warnings=lambda config, jobs: root_warnings(config, jobs, os.geteuid()),
-    room=room,
+    room=offered,  # the plan's room for preemption: what it offers all jobs together
 )
