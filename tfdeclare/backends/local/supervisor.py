@@ -6,7 +6,9 @@ its output going straight to the task's log file, and records, atomically:
 
 - ``state.json`` once the task runs: its pid (= process group id) and start tick, and ours;
 - ``exit.json`` when it ends: the exit code (128+N for signal N), and whether it was asked to
-  stop.
+  stop; or, when the task could not be started, why, naming what is missing: its
+  ``workingDir`` (``WorkingDirMissing``: a restart cannot make it, so the job fails at once)
+  or its program.
 
 The end is recorded whatever room the state disk has left (``ExitRecord``): a block is set
 aside for it before the task starts (``.exit.json.spare``, written out, so a full disk later
@@ -49,6 +51,7 @@ from typing import Any
 from tfdeclare.backends.local.logtimes import Sampler
 from tfdeclare.backends.local.record import TASK_FILE, read_task
 from tfdeclare.backends.secrets import SecretUnavailable, read_all
+from tfdeclare.core.errors import ErrorCode
 from tfdeclare.files import fsync_dir, open_append, write_atomic
 
 POLL_S = 0.05
@@ -154,6 +157,21 @@ class ExitRecord:
         return True
 
 
+def cannot_start(
+    err: OSError | SecretUnavailable, program: str, cwd: str | None
+) -> tuple[str, ErrorCode | None]:
+    """Why the task could not be started, naming what is missing, and its code when a restart
+    cannot help: ``subprocess`` names the working folder (``filename``) when changing into it
+    failed, the program when running it did."""
+    if isinstance(err, SecretUnavailable):
+        return str(err), None
+    why = err.strerror or str(err)
+    if cwd and err.filename == cwd and not os.path.isdir(cwd):
+        return f"its workingDir {cwd}: {why}", ErrorCode.WORKING_DIR_MISSING
+    looked = "" if "/" in program else " (looked for on the task's PATH)"
+    return f"its program {program!r}{looked}: {why}", None
+
+
 class Supervisor:
     def __init__(self, task_dir: Path, port_fd: int | None = None) -> None:
         self.task_dir = task_dir
@@ -208,19 +226,20 @@ class Supervisor:
                     close_fds=True,
                 )
             except (OSError, SecretUnavailable) as err:
-                reason = getattr(err, "strerror", None) or err
+                reason, code = cannot_start(err, self.task.argv[0], self.task.cwd)
                 with contextlib.suppress(OSError):  # a full disk: the end's record says it
                     log.write(f"tfdeclare: cannot start {self.task.argv[0]!r}: {reason}\n".encode())
                 self.times.sample(time.time(), time.monotonic(), final=True)
                 self._release_port()
-                self.exit_record.write(
-                    {
-                        "exitCode": 127,
-                        "finishedAt": time.time(),
-                        "stopped": False,
-                        "message": f"cannot start: {reason}",
-                    }
-                )
+                end: dict[str, Any] = {
+                    "exitCode": 127,
+                    "finishedAt": time.time(),
+                    "stopped": False,
+                    "message": f"cannot start: {reason}",
+                }
+                if code is not None:
+                    end["error"] = code.value
+                self.exit_record.write(end)
                 return 0
         self.running = {
             "pid": child.pid,
