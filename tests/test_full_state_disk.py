@@ -5,8 +5,11 @@ task processes on a real tmpfs (as root; CI runs as root)."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +17,10 @@ import pytest
 
 from tests.backend_conformance import PY, Harness, start, wait_for
 from tests.components import missing
-from tests.conftest import worker_ports
+from tests.conftest import cli, kill_leftovers, worker_ports
+from tests.test_daemon import CONFIG as DAEMON_CONFIG
+from tests.test_daemon import Daemon, status
+from tests.waiting import wait_until
 from tfdeclare.backends.local.backend import LocalBackend, LocalCapacity
 from tfdeclare.backends.local.process_driver import GONE_MESSAGE
 from tfdeclare.backends.local.supervisor import SPARE_FILE
@@ -102,3 +108,81 @@ def test_a_normal_end_leaves_no_spare_block(on_tmpfs: Harness) -> None:
     ended = wait_for(backend, lambda ts: task_id in ts and ts[task_id].state.ended)[task_id]
     assert (ended.state, ended.exit_code) == (TaskState.SUCCEEDED, 0)
     assert sorted(p.name for p in (backend.tasks_dir / task_id).iterdir() if p.name.startswith(".")) == []
+
+
+WAITS_THEN_FAILS = (
+    "import os, sys, time\n"
+    "while not os.path.exists(sys.argv[1]):\n"
+    "    time.sleep(0.05)\n"
+    "raise SystemExit(1)\n"
+)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Iterator[Path]:
+    """A project whose state folder is a 3 MiB tmpfs; its specs and status on the ordinary disk."""
+    project = tmp_path / "project"
+    (project / "specs").mkdir(parents=True)
+    (project / "tfdeclare.yaml").write_text(DAEMON_CONFIG)
+    state = project / ".tfdeclare"
+    mount_tmpfs(state, "3m")
+    try:
+        yield project
+    finally:
+        (state / "filler").unlink(missing_ok=True)
+        cli("delete", "--all", cwd=project)
+        leftovers = kill_leftovers(project)
+        subprocess.run(["umount", "-l", str(state)], check=False)
+        assert leftovers == [], "a task outlived its job"
+
+
+@pytest.mark.parametrize("end", ["the task exits 1", "its supervisor is killed"])
+def test_a_daemon_on_a_full_state_disk_waits_and_counts_one_restart(
+    project: Path, tmp_path: Path, end: str
+) -> None:
+    go = tmp_path / "go"  # outside the full disk: when it exists, the task exits 1
+    (project / "specs" / "flaky.yaml").write_text(
+        "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: flaky}\nspec:\n"
+        f"  command: [python, -c, {json.dumps(WAITS_THEN_FAILS)}, {json.dumps(str(go))}]\n"
+        "  restartPolicy: OnFailure\n  backoffLimit: 3\n"
+        "  replicas:\n    worker: {count: 1, resources: {cpus: 0.1, mem: 64}}\n"
+    )
+    state = project / ".tfdeclare"
+    daemon = Daemon(project, "--specs", "specs", "--interval", "2")
+    try:
+        wait_until(
+            lambda: [t["state"] for t in (status(project, "flaky") or {}).get("tasks", [])] == ["running"]
+        )
+        fill(state)
+        if end == "the task exits 1":
+            go.touch()
+        else:
+            (launch,) = state.glob("local/tasks/*/launch.json")
+            os.kill(json.loads(launch.read_text())["supervisorPid"], signal.SIGKILL)
+        wait_until(lambda: "flaky" in daemon.get("/healthz")[1]["writeFailures"], timeout=30)
+        go.unlink(missing_ok=True)  # the next attempt waits again
+        # while the restart cannot be recorded, passes come at the write-retry pace (2 s, the
+        # interval), not at the restart's backoff (0.2 s) nor as fast as the backend's watch
+        before = daemon.passes()
+        time.sleep(6)
+        assert daemon.passes() - before <= 6, f"{daemon.passes() - before} passes in 6 s"
+        text = daemon.text()
+        assert text.count(f"flaky: cannot write {state / 'records.sqlite'}") == 1, text
+        assert "restarting the whole job" not in text, "a restart is told once it is recorded"
+        assert status(project, "flaky")["restarts"] == 0  # type: ignore[index]
+
+        (state / "filler").unlink()
+        wait_until(lambda: (status(project, "flaky") or {}).get("restarts") == 1, timeout=30)
+        wait_until(lambda: [t["state"] for t in status(project, "flaky")["tasks"]] == ["running"])  # type: ignore[index]
+        text = daemon.text()
+        told = (
+            "worker-0 exited 1" if end == "the task exits 1" else f"worker-0 ended (failed): {GONE_MESSAGE}"
+        )
+        assert text.count(f"flaky: {told}; restarting the whole job (1/3") == 1, text
+        assert "(2/3" not in text and "Traceback" not in text, text
+        if end == "the task exits 1":
+            assert GONE_MESSAGE not in text, text
+        document = status(project, "flaky")
+        assert document is not None and (document["phase"], document["restarts"]) == ("Running", 1), document
+    finally:
+        daemon.stop()

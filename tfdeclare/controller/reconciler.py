@@ -2,7 +2,10 @@
 
 Write-ahead order, so that a crash at any point leaves a state the next pass adopts: a job's
 record is saved with its new addresses and launch number *before* its tasks are launched
-(a crash in between relaunches the missing tasks on the same ports next pass, with new ids);
+(a crash in between relaunches the missing tasks on the same ports next pass, with new ids),
+and a restart is saved before its ended tasks are forgotten or the others stopped (a record
+that cannot be written, a full disk, leaves the backend as it was: the next pass decides the
+same restart again, and it is counted once, its events logged once);
 tasks that a backend reports for no record are stopped; records and status files are written
 atomically and only when they change.
 
@@ -189,6 +192,11 @@ class PassResult:
 _AFTER_TERMINAL = "fix it, then apply a changed spec, or delete the job and apply it again"
 
 
+def _counted(record: JobRecord) -> tuple[object, ...]:
+    """What a record counts of its restarts (``backoffLimit`` and the platform's)."""
+    return (record.attempt, record.restarts, record.task_restarts, record.platform_restarts)
+
+
 def _without_error(record: JobRecord) -> JobRecord:
     """The record with no ``last_error`` (a pass got through its job), unless the error failed
     it: then its status says why until it runs again."""
@@ -279,6 +287,10 @@ class Controller:
         # Each job's progress files, read every few seconds while it runs (issue 34)
         self.progress = ProgressWatch(self.launch_paths.reserved, self.launch_paths.allowed_host_paths)
         self._later = _Later()  # what this pass writes at its end
+        # The events each job's step logged this pass; those of a job whose writes failed are
+        # not logged again by the next pass while it decides the same (``_tell``).
+        self._told: dict[str, tuple[str, ...]] = {}
+        self._told_unwritten: dict[str, tuple[str, ...]] = {}
 
     def _backend(self, name: str) -> Backend:
         if name == self.backend.name:
@@ -615,6 +627,8 @@ class Controller:
                 if job not in self.store.unreadable:
                     self._stop_orphans(self._backend(backend_name), job, orphans, result)
         self._write_later(result, now, unsaved, records)
+        self._told_unwritten = {n: e for n, e in self._told.items() if n in result.write_failures}
+        self._told = {}
         try:
             self.statuses.flush()  # the summaries' index: a cache, retried next pass
         except OSError as err:
@@ -758,6 +772,18 @@ class Controller:
         self._save(moved)
         return moved
 
+    def _tell(self, name: str, events: Sequence[str]) -> None:
+        """Log what a job's step decided, unless the last pass logged the same and could not
+        write it (a full disk: the same decision again each pass, not a new event)."""
+        said = tuple(events)
+        if not said:
+            return
+        self._told[name] = said
+        if self._told_unwritten.get(name) == said:
+            return
+        for event in said:
+            log.info("%s", event)
+
     def _reconcile_job(
         self, record: JobRecord, backend: Backend, tasks: list[ObservedTask], now: float, result: PassResult
     ) -> None:
@@ -774,9 +800,14 @@ class Controller:
             if looked is not updated.progress:
                 updated = updated.evolve(progress=looked)
             result.wake(again)
+        if _counted(decided.record) != _counted(record) and (decided.stop or decided.forget or decided.purge):
+            # A restart is counted in the record before its ended tasks are forgotten or the
+            # others stopped: a record that cannot be written (a full disk) leaves the backend
+            # as it was, so the next pass decides the same restart again, counted once.
+            self._save(updated)
+            record = updated
+        self._tell(record.name, decided.events)
         result.events.extend(decided.events)
-        for event in decided.events:
-            log.info("%s", event)
         result.wake(decided.wake_at)
         if decided.stop:
             grace = updated.spec.grace_period_s
