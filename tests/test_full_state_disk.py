@@ -186,3 +186,67 @@ def test_a_daemon_on_a_full_state_disk_waits_and_counts_one_restart(
         assert document is not None and (document["phase"], document["restarts"]) == ("Running", 1), document
     finally:
         daemon.stop()
+
+
+def _sleeper(seconds: int) -> str:
+    return (
+        "apiVersion: tfdeclare/v1\nkind: TFJob\nmetadata: {name: sleeper}\nspec:\n"
+        f"  command: [python, -c, 'import time; time.sleep({seconds})']\n"
+        "  replicas:\n    worker: {count: 1, resources: {cpus: 0.1, mem: 64}}\n"
+    )
+
+
+def _synced(project: Path) -> tuple[str, str, str] | None:
+    for condition in (status(project, "sleeper") or {}).get("conditions", []):
+        if condition["type"] == "Synced":
+            return condition["status"], condition["reason"], condition["message"]
+    return None
+
+
+def test_a_change_the_full_state_disk_cannot_take_is_not_applied_in_history_status_and_jobs(
+    project: Path,
+) -> None:
+    state = project / ".tfdeclare"
+    record = state / "records.sqlite"
+    (project / "specs" / "sleeper.yaml").write_text(_sleeper(600))
+    daemon = Daemon(project, "--specs", "specs", "--interval", "2")
+    try:
+        wait_until(
+            lambda: [t["state"] for t in (status(project, "sleeper") or {}).get("tasks", [])] == ["running"]
+        )
+        applied_hash = status(project, "sleeper")["specHash"]  # type: ignore[index]
+        fill(state)
+        (project / "specs" / "sleeper.yaml").write_text(_sleeper(601))  # -/+ restart, once settled
+        wait_until(lambda: (_synced(project) or ("", "", ""))[1] == "StateWriteFailed", timeout=30)
+        synced = _synced(project)
+        assert synced is not None and synced[0] == "False", synced
+        assert f"its new spec is not applied: cannot write {record} (No space left on device)" in synced[2]
+        document = status(project, "sleeper")
+        assert document is not None and document["specHash"] == applied_hash, "it runs as last applied"
+        error = document["lastError"]
+        assert error["code"] == "StateWriteFailed" and str(record) in error["detail"], error
+        (listed,) = [j for j in daemon.get("/jobs")[1] if j["name"] == "sleeper"]
+        assert listed["lastError"]["code"] == "StateWriteFailed", listed
+        assert [(c["status"], c["reason"]) for c in listed["conditions"] if c["type"] == "Synced"] == [
+            ("False", "StateWriteFailed")
+        ]
+        at = daemon.passes()
+        wait_until(lambda: daemon.passes() >= at + 3, timeout=30)  # the same failure, pass after pass
+        text = daemon.text()
+        assert text.count("sleeper: not applied: cannot write") == 1, text
+        assert text.count("history: folder: specs/sleeper.yaml — not applied: cannot write") == 1, text
+
+        (state / "filler").unlink()
+        wait_until(lambda: (_synced(project) or ("",))[0] == "True", timeout=30)
+        document = status(project, "sleeper")
+        assert document is not None and document["specHash"] != applied_hash and document["lastError"] is None
+        listed = cli("history", "sleeper", "-o", "json", cwd=project)
+        assert listed.returncode == 0, listed.stderr
+        outcomes = [(e["outcome"], e["changes"]) for e in reversed(json.loads(listed.stdout))]
+        assert outcomes == [("applied", 1), ("not-applied", 0), ("applied", 1)], outcomes
+        (refused,) = [e for e in json.loads(listed.stdout) if e["outcome"] == "not-applied"]
+        assert refused["notApplied"] == {"sleeper": f"cannot write {record} (No space left on device)"}
+        table = cli("history", cwd=project).stdout
+        assert f"not applied: cannot write {record} (No space left on device)" in table, table
+    finally:
+        daemon.stop()

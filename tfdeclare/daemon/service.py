@@ -451,7 +451,8 @@ class Daemon:
                 log.error("%s: not applied: cannot write %s; retrying", name, why)
         self._not_applied = failures
         records = self.controller.records
-        self.history.after_pass(applying, revision, self.source.rejected, records, self.clock())
+        not_applied = {name: f"cannot write {why}" for name, why in failures.items()}
+        self.history.after_pass(applying, revision, self.source.rejected, records, self.clock(), not_applied)
         commit = revision.commit if revision else None
         self.metrics.attempted_revision = commit
         if not current.has_errors:
