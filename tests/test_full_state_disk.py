@@ -250,3 +250,26 @@ def test_a_change_the_full_state_disk_cannot_take_is_not_applied_in_history_stat
         assert f"not applied: cannot write {record} (No space left on device)" in table, table
     finally:
         daemon.stop()
+
+
+def test_a_change_not_written_then_taken_back_leaves_the_status_synced_again(project: Path) -> None:
+    state = project / ".tfdeclare"
+    (project / "specs" / "sleeper.yaml").write_text(_sleeper(600))
+    daemon = Daemon(project, "--specs", "specs", "--interval", "2")
+    try:
+        wait_until(
+            lambda: [t["state"] for t in (status(project, "sleeper") or {}).get("tasks", [])] == ["running"]
+        )
+        applied_hash = status(project, "sleeper")["specHash"]  # type: ignore[index]
+        fill(state)
+        (project / "specs" / "sleeper.yaml").write_text(_sleeper(601))
+        wait_until(lambda: (_synced(project) or ("", "", ""))[1] == "StateWriteFailed", timeout=30)
+        (project / "specs" / "sleeper.yaml").write_text(_sleeper(600))  # taken back: nothing to write
+        wait_until(lambda: (_synced(project) or ("",))[0] == "True", timeout=30)
+        document = status(project, "sleeper")
+        assert document is not None and document["lastError"] is None, document
+        assert document["specHash"] == applied_hash
+        (listed,) = [j for j in daemon.get("/jobs")[1] if j["name"] == "sleeper"]
+        assert listed["lastError"] is None, listed
+    finally:
+        daemon.stop()
