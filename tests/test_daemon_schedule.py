@@ -24,6 +24,7 @@ from tfdeclare.daemon.schedule import (
 INTERVAL = 30.0
 DEBOUNCE = 0.05
 MIN_SYNC = 1.0
+HOLD = 5.0  # a pass that could not write: the next waits this long
 
 
 def schedule(interval: float = INTERVAL, debounce: float = DEBOUNCE, min_sync: float = MIN_SYNC) -> Schedule:
@@ -149,6 +150,31 @@ CASES: dict[str, list[Event | Ask]] = {
         Ask(11.1, run(11.1)),
         PassDone(11.2),
         Ask(11.2, wait(INTERVAL)),
+    ],
+    "a pass that could not write holds the next back, whatever asks sooner": [
+        PassRequest(1.0),
+        Ask(1.0, run(1.0)),
+        PassDone(1.1, wake_at=1.3, hold_s=HOLD),  # a restart due at 1.3 that was not recorded
+        Ask(1.3, wait(1.1 + HOLD)),
+        PassRequest(1.4),  # a backend's watch saw the files the failed write touched
+        Ask(1.4, wait(1.1 + HOLD)),
+        FileEvent(1.5, ("a.yaml",)),
+        Ask(2.0, wait(1.1 + HOLD)),
+        Ask(1.1 + HOLD, run(1.1 + HOLD, changes=frozenset({"a.yaml"}))),
+        PassDone(1.2 + HOLD),  # written this time: no hold
+        PassRequest(1.3 + HOLD),
+        Ask(1.3 + HOLD, run(1.3 + HOLD)),
+    ],
+    "a held pass that nothing asks for waits for what falls due after the hold": [
+        PassRequest(1.0),
+        Ask(1.0, run(1.0)),
+        PassDone(1.1, hold_s=HOLD),
+        Ask(1.2, wait(INTERVAL)),
+        Ask(INTERVAL, run(INTERVAL, sync=True, changes=None)),
+        PassDone(INTERVAL + 0.1, hold_s=HOLD),
+        SyncRequest(INTERVAL + 1.2),  # its minimum interval is past before the hold ends
+        Ask(INTERVAL + 1.2, wait(INTERVAL + 0.1 + HOLD)),
+        Ask(INTERVAL + 0.1 + HOLD, run(INTERVAL + 0.1 + HOLD, sync=True, changes=None)),
     ],
     "a wake-up already past waits MIN_WAIT_S, not a busy loop": [
         PassRequest(1.0),

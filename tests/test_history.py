@@ -200,6 +200,48 @@ def test_folder_mode_records_changes_and_changed_problems_only() -> None:
     assert made[0].what == "folder: jobs/g.yaml"
 
 
+FULL = "cannot write /state/records.sqlite (No space left on device)"
+
+
+def test_a_change_that_cannot_be_written_is_not_applied_and_recorded_once() -> None:
+    """A full state disk: the restart is planned every pass and written by none of them, until
+    the disk has room; one "not applied" entry, then the "applied" one."""
+    state = RecorderState()
+    made: list[HistoryEntry] = []
+    for now, current, failed in [
+        (1.0, plan(CREATE_G), {}),
+        (2.0, plan(RESTART_G), {"g": FULL}),  # planned, not written
+        (3.0, plan(RESTART_G), {"g": FULL}),  # the same again each pass: nothing new
+        (4.0, plan(RESTART_G), {"g": FULL}),
+        (5.0, plan(RESTART_G), {}),  # the disk has room again: written
+        (6.0, plan(KEEP_G), {}),
+    ]:
+        state, new = observe(state, PassFacts(now, current, None, attempt={"g": 1}.get, not_applied=failed))
+        made.extend(new)
+    assert [(e.at, e.outcome, e.outcome_text) for e in made] == [
+        (1.0, Outcome.APPLIED, "applied 1 change"),
+        (2.0, Outcome.NOT_APPLIED, f"not applied: {FULL}"),
+        (5.0, Outcome.APPLIED, "applied 1 change"),
+    ]
+    refused = made[1]
+    assert refused.changes == 0 and refused.not_applied == (("g", FULL),)
+    assert refused.jobs == (JobEntry("g", Action.RESTART, FULL, reason="StateWriteFailed"),)
+    assert refused.summary == "Plan: 0 to create, 0 to resize, 0 to restart, 0 to delete. (1 kept as applied)"
+    again = HistoryEntry.from_json(json.loads(refused.line()))
+    assert again == refused and again.to_json()["notApplied"] == {"g": FULL}
+
+
+def test_a_pass_that_writes_some_changes_and_not_others_is_partly_applied() -> None:
+    restart_h = job("h", Action.RESTART, PlanReason.FIELDS_FORCE_RESTART, "spec.command changed")
+    _, made = run([(1.0, None, plan(CREATE_G))])
+    state = RecorderState.after(made)
+    facts = PassFacts(2.0, plan(RESTART_G, restart_h), None, attempt={"g": 1}.get, not_applied={"h": FULL})
+    _, (entry,) = observe(state, facts)
+    assert entry.outcome is Outcome.PARTLY_APPLIED
+    assert entry.outcome_text == f"partly applied: 1 change, 1 not applied: {FULL}"
+    assert [j.name for j in entry.jobs if j.action.changes_something and j.reason is None] == ["g"]
+
+
 def test_an_entry_is_bounded() -> None:
     jobs = [job(f"j{i:03}", Action.CREATE) for i in range(MAX_JOBS + 50)]
     errors = tuple(error(f"jobs/x{i}.yaml") for i in range(MAX_DIAGNOSTICS + 5))

@@ -25,6 +25,7 @@ _TONES = {
     Outcome.NOTHING_TO_DO: Tone.MUTED,
     Outcome.REFUSED: Tone.BAD,
     Outcome.PARTLY_APPLIED: Tone.WARN,
+    Outcome.NOT_APPLIED: Tone.BAD,
 }
 
 
@@ -71,7 +72,7 @@ def _jobs_text(entry: HistoryEntry, job: str | None) -> str:
     if job is not None:
         touched = entry.job(job)
         return _job_text(touched) if touched else ""
-    changed = [j for j in entry.jobs if j.action.changes_something]
+    changed = [j for j in entry.jobs if j.made]
     kept = len(entry.jobs) - len(changed) + entry.jobs_omitted
     text = ", ".join(f"{j.action.symbol} {j.name}" for j in changed[:5])
     if len(changed) > 5:
@@ -82,7 +83,7 @@ def _jobs_text(entry: HistoryEntry, job: str | None) -> str:
 
 
 def _job_text(job: JobEntry) -> str:
-    if job.action.changes_something:
+    if job.made:
         attempt = f" (attempt {job.attempt})" if job.attempt is not None else ""
         return f"{job.action.symbol} {job.action.value}{attempt}: {job.message}"
     return f"kept as applied ({job.reason}): {job.message}"

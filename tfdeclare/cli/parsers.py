@@ -370,8 +370,8 @@ def _run_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         parents=[common],
         help="show the revisions the daemon acted on and their outcome (read-only)",
         description="Show the revisions (git commits, folder changes, applies) acted on, newest "
-        "first: when, the revision, the outcome (applied, nothing to do, refused, partly applied) "
-        "and the jobs changed. With JOB, only the entries that touched it and the attempt each "
+        "first: when, the revision, the outcome (applied, nothing to do, refused, partly applied, "
+        "not applied) and the jobs changed. With JOB, only the entries that touched it and the attempt each "
         "started. Read-only: never takes the lock. To roll back, `git revert` the commit and push.",
     )
     history.add_argument(

@@ -2,7 +2,10 @@
 
 Write-ahead order, so that a crash at any point leaves a state the next pass adopts: a job's
 record is saved with its new addresses and launch number *before* its tasks are launched
-(a crash in between relaunches the missing tasks on the same ports next pass, with new ids);
+(a crash in between relaunches the missing tasks on the same ports next pass, with new ids),
+and a restart is saved before its ended tasks are forgotten or the others stopped (a record
+that cannot be written, a full disk, leaves the backend as it was: the next pass decides the
+same restart again, and it is counted once, its events logged once);
 tasks that a backend reports for no record are stopped; records and status files are written
 atomically and only when they change.
 
@@ -22,6 +25,11 @@ is done to a backend for its job (a launch, a stop, a purge; a move starting): t
 order stays. A staged record that cannot be written is not retried: the job is as it was, and
 ``apply_failures`` names it (``stage_failures`` with the error). A kill before the pass's
 batch leaves every staged job as it was before the command.
+
+In the daemon (nothing staged), a change ``apply`` could not write (a full or read-only state
+disk) leaves the job running as last applied; until it is written, each pass writes the job's
+status from its record with ``lastError`` StateWriteFailed and Synced False saying why
+(``_show_unsaved``): the status folder may be on a disk that has room.
 
 A job belongs to the backend that runs it (its record says which): a pass reconciles every
 record against its own backend, and a job moving to another one first has its tasks on the old
@@ -197,6 +205,11 @@ class PassResult:
 _AFTER_TERMINAL = "fix it, then apply a changed spec, or delete the job and apply it again"
 
 
+def _counted(record: JobRecord) -> tuple[object, ...]:
+    """What a record counts of its restarts (``backoffLimit`` and the platform's)."""
+    return (record.attempt, record.restarts, record.task_restarts, record.platform_restarts)
+
+
 def _without_error(record: JobRecord) -> JobRecord:
     """The record with no ``last_error`` (a pass got through its job), unless the error failed
     it: then its status says why until it runs again."""
@@ -279,6 +292,13 @@ class Controller:
         # about 2 GB when every identity was worked out again).
         self._desired: dict[str, Mapping[TaskKey, TaskConfig]] = {}
         self._apply_failures: dict[str, str] = {}  # of the last ``apply``: job -> "PATH (why)"
+        # The changes of the last ``apply`` (not staged) that could not be written (job -> "PATH
+        # (why)"), the status documents that say so (``_show_unsaved``), since when, and the
+        # jobs whose status said so and must be written from their record again.
+        self._unsaved: dict[str, str] = {}
+        self._unsaved_shown: dict[str, dict[str, Any]] = {}
+        self._unsaved_since: dict[str, float] = {}
+        self._restatus: set[str] = set()
         # Records ``apply``/``delete`` staged for the next pass to write (module docstring),
         # and the staged ones that could not be written (job -> the error).
         self._staged: dict[str, JobRecord] = {}
@@ -287,6 +307,10 @@ class Controller:
         # Each job's progress files, read every few seconds while it runs (issue 34)
         self.progress = ProgressWatch(self.launch_paths.reserved, self.launch_paths.allowed_host_paths)
         self._later = _Later()  # what this pass writes at its end
+        # The events each job's step logged this pass; those of a job whose writes failed are
+        # not logged again by the next pass while it decides the same (``_tell``).
+        self._told: dict[str, tuple[str, ...]] = {}
+        self._told_unwritten: dict[str, tuple[str, ...]] = {}
 
     def _backend(self, name: str) -> Backend:
         if name == self.backend.name:
@@ -356,6 +380,10 @@ class Controller:
         for name in records.keys() - written.keys():
             written[name] = status.status_document(records[name], now)
             texts[name] = json.dumps(written[name])
+        for name, document in self._unsaved_shown.items():  # also where its file could not be written
+            if name in records:
+                written[name] = document
+                texts[name] = json.dumps(document)
         return written, texts
 
     def close(self) -> None:
@@ -424,6 +452,7 @@ class Controller:
         failed = self.store.save_many(to_save)
         for name, err in sorted(failed.items()):
             self._apply_failures[name] = failed_write(err)
+        self._unsaved = {name: failed_write(err) for name, err in failed.items() if name in said}
         changes.extend(line for name, line in said.items() if name not in failed)
         return changes
 
@@ -589,6 +618,11 @@ class Controller:
         self.stage_failures = {}
         records = {**self.store.records(), **staged}
         self._pass = pass_ = _Pass(seen, records, before=dict(records), unsaved=set(staged))
+        self._restatus = self._unsaved_shown.keys() - self._unsaved.keys()  # written again: from the record
+        for name in self._restatus:
+            self._unsaved_shown.pop(name, None)
+            self._unsaved_since.pop(name, None)
+            self._seen.pop(name, None)
         for name in sorted(records, key=lambda n: (-priority(records[n]), n)):
             try:
                 record = records[name]  # a job preempted earlier in this pass: its new record
@@ -627,6 +661,9 @@ class Controller:
                 if job not in self.store.unreadable:
                     self._stop_orphans(self._backend(backend_name), job, orphans, result)
         self._write_later(result, now, unsaved, records)
+        self._show_unsaved(pass_.records, now, result)
+        self._told_unwritten = {n: e for n, e in self._told.items() if n in result.write_failures}
+        self._told = {}
         try:
             self.statuses.flush()  # the summaries' index: a cache, retried next pass
         except OSError as err:
@@ -723,6 +760,36 @@ class Controller:
             code = ErrorCode.STATUS_WRITE_FAILED if inside else ErrorCode.STATE_WRITE_FAILED
         return RuntimeProblem(code, f"cannot write {failed_write(err)}; retrying next pass", job)
 
+    def _show_unsaved(self, records: Mapping[str, JobRecord], now: float, result: PassResult) -> None:
+        """The status of each job whose change ``apply`` could not write (a full or read-only
+        state disk): its record as it stands, with ``lastError`` StateWriteFailed and Synced
+        False saying why, written where it can be (the status folder may be on another disk;
+        the record cannot be). Once the change is written, or no longer wanted, the next pass
+        writes the job's status from its record again (``_restatus``)."""
+        shown = []
+        for name, why in sorted(self._unsaved.items()):
+            record = records.get(name)
+            if record is None:
+                continue
+            since = self._unsaved_since.setdefault(name, now)
+            problem = RuntimeProblem(
+                ErrorCode.STATE_WRITE_FAILED, f"its change is not applied: cannot write {why}; retrying", name
+            )
+            marked = record.evolve(
+                last_error=problem,
+                last_error_at=since,
+                not_synced=(
+                    Reason.STATE_WRITE_FAILED,
+                    f"its new spec is not applied: cannot write {why}; it runs as last applied until "
+                    "the state folder takes the change",
+                ),
+            )
+            document = status.status_document(marked.evolve(conditions=status.conditions(marked, now)), now)
+            self._unsaved_shown[name] = document
+            shown.append(document)
+        for name, err in sorted(self.statuses.write_many(shown).items()):
+            result.write_failures.setdefault(name, failed_write(err))
+
     def _not_staged(self, name: str, err: OSError) -> None:
         """A staged record that could not be written: the job stays as it was."""
         if self._pass is not None:
@@ -795,6 +862,18 @@ class Controller:
         self._save(moved)
         return moved
 
+    def _tell(self, name: str, events: Sequence[str]) -> None:
+        """Log what a job's step decided, unless the last pass logged the same and could not
+        write it (a full disk: the same decision again each pass, not a new event)."""
+        said = tuple(events)
+        if not said:
+            return
+        self._told[name] = said
+        if self._told_unwritten.get(name) == said:
+            return
+        for event in said:
+            log.info("%s", event)
+
     def _reconcile_job(
         self, record: JobRecord, backend: Backend, tasks: list[ObservedTask], now: float, result: PassResult
     ) -> None:
@@ -811,9 +890,14 @@ class Controller:
             if looked is not updated.progress:
                 updated = updated.evolve(progress=looked)
             result.wake(again)
+        if _counted(decided.record) != _counted(record) and (decided.stop or decided.forget or decided.purge):
+            # A restart is counted in the record before its ended tasks are forgotten or the
+            # others stopped: a record that cannot be written (a full disk) leaves the backend
+            # as it was, so the next pass decides the same restart again, counted once.
+            self._save(updated)
+            record = updated
+        self._tell(record.name, decided.events)
         result.events.extend(decided.events)
-        for event in decided.events:
-            log.info("%s", event)
         result.wake(decided.wake_at)
         if decided.stop:
             grace = updated.spec.grace_period_s
@@ -858,7 +942,12 @@ class Controller:
                 self._save(updated)
             else:
                 self._later.records.append(updated)
-        if updated != record or unsaved or not self.statuses.written(updated.name):
+        if (
+            updated != record
+            or unsaved
+            or not self.statuses.written(updated.name)
+            or record.name in self._restatus
+        ):
             document = status.status_document(updated, now)
             if touched:
                 self.statuses.write(document)

@@ -177,6 +177,9 @@ class Reason(StrEnum):
     PRUNE_REFUSED = "PruneRefused"  # the files define no job at all: pruning everything is refused
     NOT_IN_SOURCE = "NotInSource"  # gone from the files, and pruning is off (an orphan)
     UNVERIFIED_REVISION = "UnverifiedRevision"  # git head not signed by a trusted key: not applied
+    # the new spec could not be written into its record (a full or read-only state disk): the job
+    # runs as last applied, and the next passes try again
+    STATE_WRITE_FAILED = "StateWriteFailed"
     # A platform event (``EndCause``: an agent lost or drained, maintenance, an operator, the
     # controller's own restart) ended tasks: a restart not counted against backoffLimit ...
     PLATFORM_RESTART = "PlatformRestart"

@@ -43,6 +43,7 @@ class ErrorCode(StrEnum):
     PLACEMENT_LOST = "PlacementLost"
     PORTS_UNAVAILABLE = "PortsUnavailable"
     SECRET_UNAVAILABLE = "SecretUnavailable"  # noqa: S105 (a code, not a secret)
+    WORKING_DIR_MISSING = "WorkingDirMissing"
     TASK_UNKNOWN = "TaskUnknown"
     # ---- running and stopping ----------------------------------------------------------------
     TEND_FAILED = "TendFailed"
@@ -108,6 +109,10 @@ _ABOUT: dict[ErrorCode, tuple[str, bool]] = {  # code -> (summary, terminal)
     ErrorCode.PLACEMENT_LOST: ("the offers placed for the job went before the launch: placed again", False),
     ErrorCode.PORTS_UNAVAILABLE: ("no port could be reserved for the task", False),
     ErrorCode.SECRET_UNAVAILABLE: ("a secret the task reads is not there or cannot be read", True),
+    ErrorCode.WORKING_DIR_MISSING: (
+        "the task's workingDir is not a folder of the machine that runs it",
+        True,
+    ),
     ErrorCode.TASK_UNKNOWN: ("the task is not part of the placement or the backend", False),
     # ---- running and stopping ----------------------------------------------------------------
     ErrorCode.TEND_FAILED: ("the backend's upkeep of a task (a restart, an end's record) failed", False),
@@ -125,7 +130,14 @@ _ABOUT: dict[ErrorCode, tuple[str, bool]] = {  # code -> (summary, terminal)
 _BACKEND_DOWN = frozenset(
     {ErrorCode.MASTER_UNREACHABLE, ErrorCode.CREDENTIALS_REFUSED, ErrorCode.FRAMEWORK_REFUSED}
 )
-_FAILS_THE_JOB = frozenset({ErrorCode.IMAGE_REQUIRED, ErrorCode.IMAGE_MISSING, ErrorCode.SECRET_UNAVAILABLE})
+_FAILS_THE_JOB = frozenset(
+    {
+        ErrorCode.IMAGE_REQUIRED,
+        ErrorCode.IMAGE_MISSING,
+        ErrorCode.SECRET_UNAVAILABLE,
+        ErrorCode.WORKING_DIR_MISSING,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,9 +44,11 @@ class History:
         rejected: tuple[str, str] | None,
         records: Callable[[], Mapping[str, JobRecord]],
         now: float,
+        not_applied: Mapping[str, str] | None = None,
     ) -> None:
         """After ``plan`` was applied: ``records`` are the job records then (read only when
-        a job changed, for its attempt)."""
+        a job changed, for its attempt); ``not_applied``: job -> why its change could not be
+        written (a full state disk: recorded as not applied, once)."""
         read: list[Mapping[str, JobRecord]] = []
 
         def attempt(name: str) -> int | None:
@@ -55,7 +57,8 @@ class History:
             record = read[0].get(name)
             return record.attempt if record is not None else None
 
-        self._state, made = observe(self._state, PassFacts(now, plan, revision, rejected, attempt))
+        facts = PassFacts(now, plan, revision, rejected, attempt, dict(not_applied or {}))
+        self._state, made = observe(self._state, facts)
         self._write(made)
 
     def stop(self, now: float) -> None:

@@ -263,7 +263,7 @@ def _history_row(entry: HistoryEntry) -> dict[str, Any]:
         "what": entry.what,
         "outcome": entry.outcome.value,
         "outcome_text": entry.outcome_text,
-        "jobs": ", ".join(f"{j.action.symbol} {j.name}" for j in entry.jobs if j.action.changes_something),
+        "jobs": ", ".join(f"{j.action.symbol} {j.name}" for j in entry.jobs if j.made),
         "summary": entry.summary,
     }
 

@@ -21,6 +21,11 @@ The rules:
 - **wake-ups**: a pass asked for (``PassRequest``: a backend's watch, a test) runs at once; a
   pass may name when it wants another (a backoff's end, a change that settles), never sooner
   than ``MIN_WAIT_S`` after it ended.
+- **write failures**: a pass that could not write what it decided (a full or read-only disk
+  under the state or status folder) holds the next one back for ``hold_s`` (``PassDone``), whatever
+  asks for it sooner (a restart due now that could not be recorded, a backend's watch seeing
+  the files a failed write touched, file events): the passes wait for the disk at a bounded
+  pace rather than spin on it.
 """
 
 from __future__ import annotations
@@ -57,11 +62,13 @@ class PassRequest:
 class PassDone:
     """The pass a ``Step`` started has ended: at ``at``; ``wake_at``: when it wants another
     (None: no sooner than the resync); ``applied``: whether it read the files it was given (a
-    pass that could not read the source gives them back: the next reads every file)."""
+    pass that could not read the source gives them back: the next reads every file);
+    ``hold_s``: how long no pass may run after it, whatever asks (a write failure)."""
 
     at: float
     wake_at: float | None = None
     applied: bool = True
+    hold_s: float = 0.0  # it could not write what it decided: no pass sooner than this after it
 
 
 Event = FileEvent | SyncRequest | PassRequest | PassDone
@@ -93,6 +100,7 @@ class Schedule:
         self._sync_requested = False
         self._pass_requested = False
         self._pass_wake_at = float("inf")
+        self._not_before = float("-inf")  # a pass that could not write holds the next back
         self._first_event: float | None = None  # of the burst not yet passed
         self._last_event = float("-inf")
         self._changes: set[str] | None = None  # paths changed since the last pass; None: every file
@@ -112,7 +120,8 @@ class Schedule:
                 self._sync_requested = True
             case PassRequest():
                 self._pass_requested = True
-            case PassDone(at, wake_at, applied):
+            case PassDone(at, wake_at, applied, hold_s):
+                self._not_before = at + hold_s if hold_s > 0 else float("-inf")
                 if self._synced:
                     self._next_sync = at + self.interval_s
                     self._synced = False
@@ -134,7 +143,9 @@ class Schedule:
             or (self._first_event is not None and now >= quiet_at)
         )
         if not due or now < quiet_at:
-            return Step(False, self._wake_at(quiet_at, sync_due))
+            return Step(False, max(self._not_before, self._wake_at(quiet_at, sync_due)))
+        if now < self._not_before:
+            return Step(False, self._not_before)
         if fetch:
             self._sync_requested = False
             self._last_sync = now

@@ -4,7 +4,9 @@ which owns every timing rule: resync every ``interval``, sync requests coalesced
 debounced, the wake-up a pass asks for). The loop waits on one condition until the schedule
 says a pass is due, then fetches when told, applies, reconciles and publishes. A pass that
 cannot read the source keeps the last applied state running and says so (log, /healthz,
-metrics); the newest revision always supersedes an older one.
+metrics); the newest revision always supersedes an older one. A pass that could not write
+(a full or read-only state or status disk) holds the next back for ``write_retry_s``, whatever
+asks sooner, and its write errors are logged when they change, not every pass.
 
 Files are seen while they are written, so the daemon plans with a settle time: a change that
 stops or restarts tasks is made once the files have said the same for ``settle`` seconds (the
@@ -119,6 +121,8 @@ class DaemonOptions:
 
 
 RECENT_EVENTS = 50  # phase changes the status page shows
+WRITE_RETRY_S = 5.0  # a pass that could not write: the next waits this long (at most the interval)
+WRITE_ERRORS = frozenset({ErrorCode.STATE_WRITE_FAILED, ErrorCode.STATUS_WRITE_FAILED})
 JOBS_TASKS = 100_000  # tasks /jobs lists at most, over all its jobs (the rest: /jobs/NAME)
 
 
@@ -214,6 +218,8 @@ class Daemon:
         self._plans = PlanCache()
         self._sightings: Mapping[str, Sighting] = {}
         self._held: Mapping[str, tuple[Reason, str]] = {}  # jobs kept as applied, as last logged
+        self._not_applied: Mapping[str, str] = {}  # jobs whose change could not be written, as logged
+        self._write_errors: frozenset[str] = frozenset()  # the last pass's write errors, as logged
         # What the endpoints answer from: ``shown``, published once per pass from ``_draft``,
         # which the loop builds during the pass. Until the first pass, the status files' view.
         first = View(tuple(controller.status_files()), {})
@@ -258,7 +264,8 @@ class Daemon:
             wake_at, applied = self._pass(step.changes)
             now = self.monotonic()
             wake = None if wake_at is None else now + (wake_at - self.clock())  # onto the schedule's clock
-            self._tell(schedule.PassDone(now, wake, applied))
+            hold = self.write_retry_s if write_failed(self.shown) else 0.0
+            self._tell(schedule.PassDone(now, wake, applied, hold))
         self.history.stop(self.clock())
         self.notifier.close()
 
@@ -302,10 +309,11 @@ class Daemon:
             self._draft = replace(self._draft, pass_write_error=None)
         except OSError as err:  # e.g. the state disk is full: nothing to report as a bug
             self._draft = replace(self._draft, pass_write_error=failed_write(err))
-            log.error("a pass could not finish: cannot write %s; retrying", self._draft.pass_write_error)
+            if self.shown.pass_write_error != self._draft.pass_write_error:
+                log.error("a pass could not finish: cannot write %s; retrying", self._draft.pass_write_error)
             self.metrics.pass_errors += 1
             self._check_folders()
-            wake_at = self.clock() + min(self.options.interval_s, 5.0)
+            wake_at = self.clock() + self.write_retry_s
         except Exception:
             log.exception("internal error in a reconcile pass (a bug; please report it); retrying")
             self.metrics.pass_errors += 1
@@ -331,8 +339,7 @@ class Daemon:
             self._count_connection()
             self.metrics.observe_pass(self.monotonic() - started, self.clock(), 0, 0, 1)
             return None, applied
-        for error in result.errors:
-            log.error("%s", error)
+        self._log_errors(result.errors)
         self._draft = replace(
             self._draft,
             write_failures={**apply_failures, **result.write_failures},
@@ -368,6 +375,22 @@ class Daemon:
         )
         wakes = [at for at in (result.wake_at, current.wake_at if current else None) if at is not None]
         return (min(wakes) if wakes else None), applied
+
+    @property
+    def write_retry_s(self) -> float:
+        """How long a pass that could not write holds the next back (``schedule``)."""
+        return min(self.options.interval_s, WRITE_RETRY_S)
+
+    def _log_errors(self, errors: Sequence[RuntimeProblem]) -> None:
+        """The pass's errors; a write error (a full or read-only disk) only when it is new,
+        not again every pass while it stands, and once when they are all gone."""
+        written = {str(e) for e in errors if e.code in WRITE_ERRORS}
+        for error in errors:
+            if str(error) not in written or str(error) not in self._write_errors:
+                log.error("%s", error)
+        if self._write_errors and not written:
+            log.info("what could not be written is written now")
+        self._write_errors = frozenset(written)
 
     def _check_folders(self) -> None:
         """Whether the state and status folders can take a write now (``shell.writable``);
@@ -422,10 +445,14 @@ class Daemon:
         applying = self._without_second_copies(current)
         for line in self.controller.apply(applying, revision, self.source.rejected):
             log.info("applied %s", line)
-        for name, why in sorted(self.controller.apply_failures.items()):
-            log.error("%s: not applied: cannot write %s; retrying next pass", name, why)
+        failures = dict(self.controller.apply_failures)
+        for name, why in sorted(failures.items()):
+            if self._not_applied.get(name) != why:  # once per change, not every pass
+                log.error("%s: not applied: cannot write %s; retrying", name, why)
+        self._not_applied = failures
         records = self.controller.records
-        self.history.after_pass(applying, revision, self.source.rejected, records, self.clock())
+        not_applied = {name: f"cannot write {why}" for name, why in failures.items()}
+        self.history.after_pass(applying, revision, self.source.rejected, records, self.clock(), not_applied)
         commit = revision.commit if revision else None
         self.metrics.attempted_revision = commit
         if not current.has_errors:
@@ -785,6 +812,16 @@ def unreachable_problems(errors: Sequence[RuntimeProblem]) -> list[RuntimeProble
         for (code, detail), p in out.items()
         if not any(c == code and d.endswith(f": {detail}") for c, d in out if d != detail)
     ]
+
+
+def write_failed(shown: Shown) -> bool:
+    """Did the pass ``shown`` comes from fail to write something (a job's record or status
+    file, the pass's own files)?"""
+    return (
+        bool(shown.write_failures)
+        or shown.pass_write_error is not None
+        or any(p.code in WRITE_ERRORS for p in shown.pass_errors)
+    )
 
 
 def write_problems(shown: Shown) -> list[str]:

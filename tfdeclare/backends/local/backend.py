@@ -12,6 +12,7 @@ State lives under ``<state-dir>/local``::
     tasks/<task-id>/state.json   (process) written by the supervisor once the task runs
     tasks/<task-id>/stop.json    a stop request (grace period)
     tasks/<task-id>/exit.json    how the task ended
+    tasks/<task-id>/.exit.json.spare  (process) a block set aside for exit.json (a full disk)
     logs/<job>/<task-id>.log     the task's output (kept after the task is forgotten)
     work/<job>/<role>-<index>/   the task's own writable working folder (never deleted)
 

@@ -1,7 +1,8 @@
 """The history of revisions (``tfdeclare history``): one ``HistoryEntry`` per revision the
 daemon acted on — a git commit, or a change of the files of a folder — with its outcome
-(applied with N changes, nothing to do, refused with N problems, partly applied), the plan's
-summary and the jobs it changed, each with the attempt it started.
+(applied with N changes, nothing to do, refused with N problems, partly applied, not applied:
+the state disk could not take the change), the plan's summary and the jobs it changed, each
+with the attempt it started.
 
 Pure: the daemon's shell hands in what each pass saw (``PassFacts``) and writes what
 ``observe`` returns (``shell/history.py`` keeps the log). The rules:
@@ -11,6 +12,10 @@ Pure: the daemon's shell hands in what each pass saw (``PassFacts``) and writes 
   whose problems (the files' errors, the jobs kept as applied and why) differ from the last
   entry's. A periodic pass with nothing new makes none, so the log does not fill with resyncs;
   "nothing to do" is said only of a new revision that changed nothing.
+- A change whose record could not be written (``PassFacts.not_applied``: a full or read-only
+  state disk) is no change: its job is kept as applied with reason ``StateWriteFailed`` and
+  the entry says "not applied" and why, once: the passes that fail the same way again make
+  no entry (the held jobs are in the digest); the pass that writes it is the "applied" one.
 - A revision may take more than one pass: a change that stops tasks waits for the settle time
   (``NotSettled``). Its entry is made once no job waits any more (the changes of every pass
   together), when a newer head supersedes it, or after ``PENDING_MAX_S`` at the latest.
@@ -28,7 +33,7 @@ import json
 import operator
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -38,6 +43,7 @@ from tfdeclare.core.run.record import Revision
 from tfdeclare.core.visible import visible
 
 ENTRY_VERSION = 1
+NOT_APPLIED = Reason.STATE_WRITE_FAILED.value  # the reason of a change that could not be written
 MAX_JOBS = 100  # jobs named per entry (the rest counted in ``jobs_omitted``)
 MAX_DIAGNOSTICS = 20  # problems quoted per entry (all are counted)
 MAX_TEXT = 300  # characters of a message or a problem
@@ -49,10 +55,13 @@ class Outcome(StrEnum):
     APPLIED = "applied"  # changes, no problem
     NOTHING_TO_DO = "nothing-to-do"  # no change, no problem
     REFUSED = "refused"  # problems, no change
-    PARTLY_APPLIED = "partly-applied"  # changes and problems
+    PARTLY_APPLIED = "partly-applied"  # changes and problems, or changes and changes not written
+    NOT_APPLIED = "not-applied"  # changes that could not be written (a full state disk), none made
 
     @classmethod
-    def of(cls, changes: int, problems: int) -> Outcome:
+    def of(cls, changes: int, problems: int, not_applied: int = 0) -> Outcome:
+        if not_applied:
+            return cls.PARTLY_APPLIED if changes else cls.NOT_APPLIED
         if problems:
             return cls.PARTLY_APPLIED if changes else cls.REFUSED
         return cls.APPLIED if changes else cls.NOTHING_TO_DO
@@ -92,6 +101,11 @@ class JobEntry:
     attempt: int | None = None
     reason: str | None = None
 
+    @property
+    def made(self) -> bool:
+        """A change made (not one kept as applied, nor one that could not be written)."""
+        return self.action.changes_something and self.reason is None
+
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -130,6 +144,7 @@ class HistoryEntry:
     jobs_omitted: int = 0
     digest: str = ""  # of the problems and held jobs: what the next entry is compared with
     started: float | None = None  # when the first pass acted on it (``at``: when it was done)
+    not_applied: tuple[tuple[str, str], ...] = ()  # (job, why) of the changes not written
 
     def __post_init__(self) -> None:
         if self.started is None:  # acted on and done in one pass
@@ -158,7 +173,20 @@ class HistoryEntry:
             return "nothing to do"
         if self.outcome is Outcome.REFUSED:
             return f"refused: {plural(self.problems, 'problem')}"
-        return f"partly applied: {plural(self.changes, 'change')}, {plural(self.problems, 'problem')}"
+        if self.outcome is Outcome.NOT_APPLIED:
+            return f"not applied: {self._not_applied_text}"
+        left = [plural(self.problems, "problem")] if self.problems or not self.not_applied else []
+        if self.not_applied:
+            left.append(f"{len(self.not_applied)} not applied: {self._not_applied_text}")
+        return f"partly applied: {', '.join([plural(self.changes, 'change'), *left])}"
+
+    @property
+    def _not_applied_text(self) -> str:
+        """Why the first change not written was not (``cannot write PATH (why)``), and how
+        many other jobs share its fate."""
+        first = self.not_applied[0][1] if self.not_applied else ""
+        others = len(self.not_applied) - 1
+        return first + (f" (and {plural(others, 'other job')})" if others > 0 else "")
 
     @property
     def what(self) -> str:
@@ -192,6 +220,7 @@ class HistoryEntry:
             "jobsOmitted": self.jobs_omitted,
             "rollback": self.rollback,
             "digest": self.digest,
+            "notApplied": dict(self.not_applied),
         }
 
     @classmethod
@@ -214,6 +243,7 @@ class HistoryEntry:
             jobs_omitted=int(data.get("jobsOmitted", 0)),
             digest=str(data.get("digest", "")),
             started=float(data["startedAt"]) if data.get("startedAt") is not None else None,
+            not_applied=tuple((str(k), str(v)) for k, v in dict(data.get("notApplied") or {}).items()),
         )
 
     def line(self) -> bytes:
@@ -302,6 +332,8 @@ class PassFacts:
     revision: Revision | None  # git: the revision applied; None: a folder
     rejected: tuple[str, str] | None = None
     attempt: Callable[[str], int | None] = lambda name: None  # a job's attempt after the plan
+    # job -> why its change could not be written ("cannot write PATH (why)"): not made
+    not_applied: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,7 +380,9 @@ class _Seen:
 _ACTION = operator.attrgetter("action")
 
 
-def _scan(plan: Plan, attempt: Callable[[str], int | None]) -> _Seen:
+def _scan(
+    plan: Plan, attempt: Callable[[str], int | None], not_applied: Mapping[str, str] | None = None
+) -> _Seen:
     """One loop over the jobs, which skips the unchanged ones at once: a pass of a daemon of
     10,000 jobs pays it every time."""
     changed: dict[str, JobEntry] = {}
@@ -359,6 +393,9 @@ def _scan(plan: Plan, attempt: Callable[[str], int | None]) -> _Seen:
         return _Seen(changed, held, waiting)
     for action, job in zip(actions, plan.jobs, strict=True):
         if action is Action.NOOP:
+            continue
+        if action.changes_something and not_applied and job.name in not_applied:
+            held[job.name] = JobEntry(job.name, action, _clip(not_applied[job.name]), reason=NOT_APPLIED)
             continue
         if action.changes_something:
             changed[job.name] = JobEntry(job.name, action, _clip(job.message), attempt=attempt(job.name))
@@ -398,8 +435,12 @@ def _files(plan: Plan, names: Iterable[str]) -> set[str]:
 def summary(jobs: Iterable[JobEntry]) -> str:
     """The plan's summary line of what was changed: ``Plan: 1 to create, 0 to resize, ...``."""
     counts: dict[Action, int] = {}
+    kept = 0  # kept as applied, or not written (a full state disk)
     for job in jobs:
-        counts[job.action] = counts.get(job.action, 0) + 1
+        if job.made:
+            counts[job.action] = counts.get(job.action, 0) + 1
+        else:
+            kept += 1
     line = (
         f"Plan: {counts.get(Action.CREATE, 0)} to create, {counts.get(Action.RESIZE, 0)} to resize, "
         f"{counts.get(Action.RESTART, 0)} to restart, {counts.get(Action.DELETE, 0)} to delete."
@@ -409,7 +450,6 @@ def summary(jobs: Iterable[JobEntry]) -> str:
         extra.append(f"{counts[Action.MOVE]} to move to another backend")
     if counts.get(Action.UPDATE):
         extra.append(f"{counts[Action.UPDATE]} to update in place")
-    kept = sum(n for action, n in counts.items() if not action.changes_something)
     if kept:
         extra.append(f"{kept} kept as applied")
     return line + (f" ({', '.join(extra)})" if extra else "")
@@ -430,6 +470,9 @@ def entry(
     """An entry (bounded) from what was changed, what was kept and the problems."""
     jobs = [*sorted(changed.values(), key=lambda j: j.name), *sorted(held.values(), key=lambda j: j.name)]
     names = sorted({_clip(f) for f in files})
+    failed = tuple(
+        (j.name, j.message) for j in sorted(held.values(), key=lambda j: j.name) if j.reason == NOT_APPLIED
+    )
     if revision is not None:
         revision = Revision(
             _clip(revision.commit), _clip(revision.author), revision.time, _clip(revision.subject)
@@ -437,7 +480,7 @@ def entry(
     return HistoryEntry(
         at=at,
         source=source,
-        outcome=Outcome.of(len(changed), len(problems)),
+        outcome=Outcome.of(len(changed), len(problems), len(failed)),
         revision=revision,
         files=tuple(names[:MAX_JOBS]),
         files_omitted=max(0, len(names) - MAX_JOBS),
@@ -449,6 +492,7 @@ def entry(
         jobs_omitted=max(0, len(jobs) - MAX_JOBS),
         digest=digest,
         started=at if started is None else started,
+        not_applied=failed[:MAX_JOBS],
     )
 
 
@@ -501,7 +545,7 @@ def observe(state: RecorderState, facts: PassFacts) -> tuple[RecorderState, list
             )
         )
         return replace(state, last_head=commit, pending=None), made
-    seen = _scan(plan, facts.attempt)
+    seen = _scan(plan, facts.attempt, facts.not_applied)
     changed, held = seen.changed, seen.held
     problems = tuple(_problems(plan))
     error_files = frozenset(d.path for d in plan.diagnostics if d.is_error and d.path)
