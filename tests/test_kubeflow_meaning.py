@@ -89,7 +89,7 @@ def test_the_containers_own_pull_policy_wins(policy: str) -> None:
         ("1k", 1000),
         ("250000u", 0.25),
         ("500000000n", 0.5),
-        ("100u", None),  # less than a millicore: nothing to reserve
+        ("100u", 0.001),  # rounded up to a millicore, as Kubernetes does
         ("0", None),
         ("-1", None),
         ("1Gx", None),
@@ -134,7 +134,7 @@ def test_gpu_quantities_are_whole(value: object, gpus: int | None) -> None:
 
 def test_a_quantity_that_cannot_map_is_an_error_at_its_line_with_the_fix() -> None:
     for resource, value, expected in [
-        ("cpu", "100u", "cpu '100u' is not a Kubernetes quantity of at least 1m (a millicore)"),
+        ("cpu", "0", "cpu '0' is not a Kubernetes quantity more than 0, such as 2, 0.5 or 2500m"),
         ("memory", "16GB", "memory '16GB' is not a Kubernetes quantity such as 4Gi, 512Mi or 1G"),
         ("nvidia.com/gpu", "0.5", "nvidia.com/gpu '0.5' is not a whole number of GPUs such as 1 or 2"),
     ]:

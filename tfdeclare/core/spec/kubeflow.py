@@ -39,6 +39,7 @@ from typing import Any
 
 from tfdeclare.core.diagnostics import JsonPath
 from tfdeclare.core.spec.kubequantity import parse_cpu, parse_gpus, parse_memory_mib
+from tfdeclare.core.spec.resources import MAX_MEM_MIB
 
 API_GROUP = "kubeflow.org/"
 API_VERSION = "kubeflow.org/v1"
@@ -669,8 +670,7 @@ class _Translator:
                 if cpus is None:
                     self.error(
                         where,
-                        f"cpu {value!r} is not a Kubernetes quantity of at least 1m (a millicore) "
-                        "such as 2, 0.5 or 2500m",
+                        f"cpu {value!r} is not a Kubernetes quantity more than 0, such as 2, 0.5 or 2500m",
                     )
                 else:
                     wanted["cpus"] = cpus
@@ -681,6 +681,8 @@ class _Translator:
                     self.error(
                         where, f"memory {value!r} is not a Kubernetes quantity such as 4Gi, 512Mi or 1G"
                     )
+                elif mib > MAX_MEM_MIB:  # said as written, not as the MiB it became
+                    self.error(where, f"memory {value!r} is larger than 1 EiB")
                 else:
                     wanted["mem"] = f"{mib // 1024}Gi" if mib % 1024 == 0 else mib
                     self.out.origins[(*native, "resources", "mem")] = where
