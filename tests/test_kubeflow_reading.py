@@ -3,14 +3,20 @@ as written and rounded as Kubernetes does, the resume hint naming the Kubeflow f
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
+from tests.conftest import cli
 from tfdeclare.core.diagnostics import Severity
 from tfdeclare.core.run.lifecycle import RESUME_HINT
 from tfdeclare.core.spec.kubequantity import parse_cpu
 from tfdeclare.core.spec.loader import FileResult, load_file
+from tfdeclare.shell.convert import convert_text
 
 
 def load(text: str) -> FileResult:
@@ -61,3 +67,63 @@ def test_a_memory_too_large_is_said_as_written() -> None:
 
 def test_the_resume_hint_names_the_kubeflow_field_too() -> None:
     assert "suspend: false" in RESUME_HINT and "runPolicy.suspend" in RESUME_HINT
+
+
+# ---- 6: convert keeps a file's leading comments; links and standard input ----------------------
+
+TFJOB = tfjob().replace("command: [python, t.py]", "image: 'tf:1'")
+CONFIGMAP = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n"
+LICENSE = "# Copyright 2026 Example\n# Licensed under the Apache License 2.0\n\n"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        LICENSE + "---\n" + TFJOB,
+        LICENSE + "---\n" + CONFIGMAP + "---\n" + TFJOB,
+        LICENSE + "---\n" + CONFIGMAP + "...\n---\n" + TFJOB,
+        LICENSE + "---\n" + TFJOB + "...\n---\n" + CONFIGMAP,
+    ],
+    ids=["tfjob", "configmap-first", "configmap-first-end-marker", "end-marker"],
+)
+def test_convert_keeps_the_comments_before_the_first_document_first(text: str) -> None:
+    converted = convert_text(text)
+    assert converted.kubeflow_documents == 1
+    assert converted.text.startswith(LICENSE + "---\n"), converted.text
+    assert converted.text.count("# Copyright") == 1
+    loaded = load_file("c.yaml", converted.text.encode())
+    assert [j.name for j in loaded.jobs] == ["t"] and not any(d.is_error for d in loaded.diagnostics)
+
+
+def test_convert_write_of_a_link_rewrites_the_file_it_leads_to(tmp_path: Path) -> None:
+    target = tmp_path / "manifests" / "tfjob.yaml"
+    target.parent.mkdir()
+    target.write_text(TFJOB)
+    target.chmod(0o640)
+    link = tmp_path / "tfjob.yaml"
+    link.symlink_to(target)
+    written = cli("convert", "--write", str(link), cwd=tmp_path)
+    assert written.returncode == 0, written.stderr
+    assert link.is_symlink() and link.resolve() == target, "the link stays a link"
+    assert "apiVersion: tfdeclare/v1" in target.read_text() and target.stat().st_mode & 0o777 == 0o640
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    (tmp_path / "odd.yaml").symlink_to(fifo)
+    refused = cli("convert", "--write", str(tmp_path / "odd.yaml"), cwd=tmp_path, timeout=30)
+    assert refused.returncode == 1 and "not a regular file" in refused.stderr, refused.stderr
+
+
+def test_convert_reads_standard_input_and_refuses_to_write_it(tmp_path: Path) -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "tfdeclare", "convert", "-"],
+        input=LICENSE + "---\n" + TFJOB,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith(LICENSE) and "apiVersion: tfdeclare/v1" in run.stdout
+    refused = cli("convert", "--write", "-", cwd=tmp_path)
+    assert refused.returncode == 1 and "--write cannot rewrite standard input" in refused.stderr
