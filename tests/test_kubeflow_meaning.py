@@ -151,14 +151,18 @@ def test_the_reserved_defaults_are_the_schemas() -> None:
     assert (resources["cpus"]["default"], resources["mem"]["default"]) == (DEFAULT_CPUS, DEFAULT_MEM)
 
 
+# A container with an image and no workingDir: where it runs is said at its line.
+WORKDIR = "image {} runs in its task folder (TFDECLARE_WORK_DIR: writable, kept across restarts)"
 # Every diagnostic of the manifest with each case: (line, severity, the start of its message).
 EXPECTED = [
     (2, Severity.NOTE, "read as a Kubeflow kubeflow.org/v1 TFJob"),
+    (13, Severity.WARNING, WORKDIR.format("registry.example.com:5000/tf/ps")),
     (
         14,
         Severity.NOTE,
         "image registry.example.com:5000/tf/ps is pulled at every launch (imagePullPolicy Always)",
     ),
+    (23, Severity.WARNING, WORKDIR.format("tensorflow/tensorflow:latest")),
     (
         24,
         Severity.NOTE,
@@ -174,8 +178,10 @@ EXPECTED = [
         Severity.WARNING,
         "volume 'creds' (secret s3) is not mounted at /etc/creds: tfdeclare does not mount",
     ),
+    (42, Severity.WARNING, WORKDIR.format("tf/eval:2.15")),
     (42, Severity.WARNING, "no cpu or memory request: Kubernetes reserves nothing (BestEffort) for it"),
     (46, Severity.WARNING, "sidecar container 'sidecar' is not run"),
+    (53, Severity.WARNING, WORKDIR.format("tf/chief@sha256:" + "0123456789abcdef" * 4)),
     (56, Severity.WARNING, "no memory request: Kubernetes reserves no memory for it"),
     (58, Severity.WARNING, "sidecar container 'sidecar' is not run"),
 ]

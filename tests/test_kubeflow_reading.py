@@ -127,3 +127,18 @@ def test_convert_reads_standard_input_and_refuses_to_write_it(tmp_path: Path) ->
     assert run.stdout.startswith(LICENSE) and "apiVersion: tfdeclare/v1" in run.stdout
     refused = cli("convert", "--write", "-", cwd=tmp_path)
     assert refused.returncode == 1 and "--write cannot rewrite standard input" in refused.stderr
+
+
+# ---- 3: an image's container without workingDir ---------------------------------------------
+
+
+def test_an_image_without_working_dir_says_where_it_runs_at_the_containers_line() -> None:
+    with_image = load(tfjob("image: 'tf:1'\n"))
+    (warning,) = [w for w in warnings(with_image) if "WORKDIR" in w]
+    assert warning.startswith("tf.yaml:10:15: warning: image tf:1 runs in its task folder"), warning
+    assert "set workingDir" in warning and "containers[0]" in warning
+    assert len(with_image.jobs) == 1, "a warning: the job is valid"
+    set_dir = load(tfjob("image: 'tf:1'\nworkingDir: /app\n"))
+    assert not [w for w in warnings(set_dir) if "WORKDIR" in w]
+    no_image = load(tfjob())
+    assert not [w for w in warnings(no_image) if "WORKDIR" in w]

@@ -488,6 +488,15 @@ class _Translator:
             if key in container:
                 self.put(out, (*native, key), container[key], (*cat, key))
         self.pull_policy(out, container, cat, native)
+        if isinstance(container.get("image"), str) and "workingDir" not in container:
+            self.warn(
+                cat,
+                f"image {container['image']} runs in its task folder (TFDECLARE_WORK_DIR: "
+                "writable, kept across restarts), not in the image's WORKDIR: set workingDir to "
+                "the WORKDIR to run there (what the task writes there is not kept), or use "
+                "absolute paths",
+                dropped=False,
+            )
         if "env" in container:
             self.env(out, container["env"], (*cat, "env"), native)
         if "envFrom" in container:
