@@ -142,3 +142,46 @@ def test_an_image_without_working_dir_says_where_it_runs_at_the_containers_line(
     assert not [w for w in warnings(set_dir) if "WORKDIR" in w]
     no_image = load(tfjob())
     assert not [w for w in warnings(no_image) if "WORKDIR" in w]
+
+
+# ---- 5: the pods' grace and priority class are the job's ------------------------------------
+
+
+def two_roles(ps_pod: str, worker_pod: str, spec: str = "") -> str:
+    text = tfjob(pod=worker_pod, spec=spec)
+    ps = tfjob(pod=ps_pod).split("  tfReplicaSpecs:\n")[1].replace("    Worker:\n", "    PS:\n", 1)
+    return text + ps
+
+
+def test_the_largest_pod_grace_is_the_jobs_with_a_warning_naming_the_role_given_more() -> None:
+    result = load(two_roles("terminationGracePeriodSeconds: 20\n", "terminationGracePeriodSeconds: 60\n"))
+    (job,) = result.jobs
+    assert job.canonical["spec"]["terminationGracePeriodSeconds"] == 60
+    assert not [w for w in warnings(result) if "no tfdeclare equivalent" in w]
+    (raised,) = [w for w in warnings(result) if "grace" in w]
+    assert "PS's grace of 20 s is raised to 60 s" in raised and "PS.template.spec.terminationGrace" in raised
+    alone = load(two_roles("", "terminationGracePeriodSeconds: 5\n"))
+    assert alone.jobs[0].canonical["spec"]["terminationGracePeriodSeconds"] == 30  # Kubernetes' default
+    assert any("Worker's grace of 5 s is raised to 30 s" in w for w in warnings(alone))
+    same = load(two_roles("terminationGracePeriodSeconds: 45\n", "terminationGracePeriodSeconds: 45\n"))
+    assert same.jobs[0].canonical["spec"]["terminationGracePeriodSeconds"] == 45 and not warnings(same)
+    bad = load(tfjob(pod="terminationGracePeriodSeconds: soon\n"))
+    assert bad.jobs == () and "terminationGracePeriodSeconds 'soon' must be a number" in errors(bad)[0]
+
+
+def test_the_pods_priority_class_is_the_jobs_unless_the_scheduling_policy_says_another() -> None:
+    result = load(two_roles("priorityClassName: batch\n", "priorityClassName: batch\n"))
+    assert result.jobs[0].canonical["spec"]["priorityClassName"] == "batch" and not warnings(result)
+    conflict = load(
+        two_roles(
+            "priorityClassName: batch\n",
+            "priorityClassName: batch\n",
+            spec="runPolicy: {schedulingPolicy: {priorityClass: urgent}}\n",
+        )
+    )
+    assert conflict.jobs[0].canonical["spec"]["priorityClassName"] == "urgent"
+    said = [w for w in warnings(conflict) if "differs from runPolicy.schedulingPolicy.priorityClass" in w]
+    assert len(said) == 2 and all("the job's priority is 'urgent'" in w for w in said)
+    differ = load(two_roles("priorityClassName: batch\n", ""))
+    assert "priorityClassName" not in differ.jobs[0].canonical["spec"]
+    assert any("priorityClassName differs between replica types" in w for w in warnings(differ))

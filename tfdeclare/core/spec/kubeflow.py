@@ -54,6 +54,9 @@ _V1ALPHA2_EVAL = "eval"  # v1alpha2's name for the evaluator until mid-2018
 _TF_PORT = 2222  # Kubeflow's default TF port (its name: tfjob-port); tfdeclare assigns ports
 _HOISTED = ("image", "imagePullPolicy", "command", "args", "env", "workingDir")
 _RUN_POLICY = ("backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished")
+# A pod's settings that are the job's here (each role's pod has its own in Kubernetes)
+_POD_SETTINGS = ("terminationGracePeriodSeconds", "priorityClassName")
+_KUBERNETES_GRACE = 30  # a pod's terminationGracePeriodSeconds when it sets none
 # What a role reserves without a request: the job schema's Resources defaults (a test keeps
 # them in step).
 DEFAULT_CPUS = 1
@@ -80,6 +83,10 @@ class Translation:
     # Native parts written out for a Kubeflow default (a replica's count, its restartPolicy):
     # their origin only locates errors, it is not what they came from.
     implied: set[JsonPath] = field(default_factory=set)
+    # Where this version reads the manifest otherwise than the versions before it did (a
+    # field mapped that was ignored), and how: a job applied from it by one of them keeps
+    # running as applied until its file changes (``translate(..., earlier=True)``).
+    reread: list[tuple[JsonPath, str]] = field(default_factory=list)
 
     def is_dropped(self, source: JsonPath) -> bool:
         """Whether a part of the manifest (or a part above it) was not carried over."""
@@ -110,10 +117,17 @@ class Translation:
 
 
 class _Translator:
-    def __init__(self) -> None:
+    def __init__(self, earlier: bool = False) -> None:
         self.out = Translation()
+        self.earlier = earlier  # read as earlier versions did (``translate``)
         # each native volume entry (by identity) -> where its parts came from in the manifest
         self.volume_origins: dict[int, dict[str, JsonPath]] = {}
+        # each role's pod-level settings read as the job's: role -> (value, where)
+        self.pod_settings: dict[str, dict[str, tuple[Any, JsonPath]]] = {key: {} for key in _POD_SETTINGS}
+
+    def reread(self, path: JsonPath, message: str) -> None:
+        """A part this version reads otherwise than earlier versions did (``Translation.reread``)."""
+        self.out.reread.append((path, message))
 
     def warn(self, path: JsonPath, message: str, *, dropped: bool = True) -> None:
         """What did not map, at ``path``; ``dropped``: that part of the manifest is left out
@@ -229,9 +243,7 @@ class _Translator:
         selectors: dict[str, Any] = {}
         for kind, replica in replicas.items():
             at = ("spec", "tfReplicaSpecs", kind)
-            role = _ROLES.get(str(kind).lower())
-            if str(kind).lower() == _V1ALPHA2_EVAL and self.out.api_version == "kubeflow.org/v1alpha2":
-                role = "evaluator"
+            role = _role_of(str(kind), self.out.api_version)
             if role is None:
                 self.error(at, f"unknown replica type '{kind}': one of Chief, Master, PS, Worker, Evaluator")
                 continue
@@ -257,6 +269,8 @@ class _Translator:
         )
         self.shared_volumes(out, volumes)
         self.shared_selector(out, selectors)
+        self.grace(out, replicas, roles)
+        self.priority_class(out, roles)
         if "enableDynamicWorker" in spec:
             self.warn(
                 ("spec", "enableDynamicWorker"), "enableDynamicWorker: the cluster spec is static; ignored"
@@ -360,6 +374,80 @@ class _Translator:
             "its priorityClass is read as spec.priorityClassName (a class of the config's "
             "policy.priorityClasses)",
         )
+
+    def grace(self, out: dict[str, Any], replicas: Mapping[str, Any], roles: dict[str, Any]) -> None:
+        """The pods' ``terminationGracePeriodSeconds`` -> ``spec.terminationGracePeriodSeconds``:
+        the largest of the roles' (a pod without one has Kubernetes' 30 s), so that no task
+        gets less time than it had; a warning names each role given more."""
+        given = self.pod_settings["terminationGracePeriodSeconds"]
+        if not given:
+            return
+        for role, (value, where) in list(given.items()):
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                self.error(where, f"terminationGracePeriodSeconds {value!r} must be a number of seconds >= 0")
+                del given[role]
+        if not given:
+            return
+        kinds = {_role_of(str(kind), self.out.api_version): str(kind) for kind in replicas}
+        seconds = {role: given[role][0] if role in given else _KUBERNETES_GRACE for role in roles}
+        longest = max(seconds.values())
+        source = next((where for _, (value, where) in given.items() if value == longest), ("spec",))
+        self.put(out, ("spec", "terminationGracePeriodSeconds"), longest, source)
+        for _, where in given.values():
+            self.reread(where, "the pod's terminationGracePeriodSeconds is read as the job's")
+        for role, value in seconds.items():
+            if value < longest:
+                where = given[role][1] if role in given else ("spec", "tfReplicaSpecs", kinds.get(role, role))
+                was = f"{value:g} s" + ("" if role in given else " (Kubernetes' default)")
+                self.warn(
+                    where,
+                    f"{kinds.get(role, role)}'s grace of {was} is raised to {longest:g} s: "
+                    "tfdeclare's terminationGracePeriodSeconds is the job's (the largest of its roles')",
+                    dropped=False,
+                )
+
+    def priority_class(self, out: dict[str, Any], roles: dict[str, Any]) -> None:
+        """The pods' ``priorityClassName`` -> ``spec.priorityClassName`` when every role's pod
+        names the same class; ``runPolicy.schedulingPolicy.priorityClass`` (the gang's, read
+        first) wins over it, with a warning when they differ."""
+        given = self.pod_settings["priorityClassName"]
+        if not given:
+            return
+        names = {value for value, _ in given.values()}
+        first_where = next(iter(given.values()))[1]
+        scheduled = out.get("priorityClassName")
+        if len(names) > 1 or len(given) != len(roles):
+            if scheduled is None:
+                self.warn(
+                    ("spec", "tfReplicaSpecs"),
+                    "priorityClassName differs between replica types: a job has one priority, so "
+                    "none was set; set runPolicy.schedulingPolicy.priorityClass",
+                )
+            else:
+                for _, where in given.values():
+                    self.warn(
+                        where,
+                        f"priorityClassName differs between replica types: the job's priority "
+                        f"is runPolicy.schedulingPolicy.priorityClass {scheduled!r}",
+                    )
+            return
+        (name,) = names
+        if scheduled is not None:
+            if name != scheduled:
+                for _, where in given.values():
+                    self.warn(
+                        where,
+                        f"priorityClassName {name!r} differs from runPolicy.schedulingPolicy."
+                        f"priorityClass {scheduled!r}: the job's priority is {scheduled!r} (its "
+                        "tasks are placed as one gang)",
+                    )
+            return
+        if not isinstance(name, str) or not name:
+            self.error(first_where, f"priorityClassName {name!r} must be the name of a priority class")
+            return
+        self.put(out, ("spec", "priorityClassName"), name, first_where)
+        for _, where in given.values():
+            self.reread(where, "the pod's priorityClassName is read as spec.priorityClassName")
 
     def shared_volumes(self, out: dict[str, Any], volumes: dict[str, list[dict[str, Any]]]) -> None:
         lists = [v for v in volumes.values() if v]
@@ -470,7 +558,7 @@ class _Translator:
             )
         mounts = self.container(out, containers[index], (*pat, "containers", index), native)
         volumes = self.volumes(self.listed(pod, "volumes", pat), mounts, (*pat, "volumes"))
-        known = (
+        known: tuple[str, ...] = (
             "containers",
             "initContainers",
             "ephemeralContainers",
@@ -478,6 +566,11 @@ class _Translator:
             "volumes",
             "nodeSelector",
         )
+        if not self.earlier:
+            known = (*known, *_POD_SETTINGS)
+            for key in _POD_SETTINGS:
+                if key in pod:
+                    self.pod_settings[key][role] = (pod[key], (*pat, key))
         self.unknown(pod, known, pat, "pod")
         return out, volumes, pod.get("nodeSelector")
 
@@ -788,6 +881,13 @@ def _unmounted(volume: Mapping[str, Any], kind: str, mount: Mapping[str, Any]) -
     )
 
 
+def _role_of(kind: str, api_version: str) -> str | None:
+    """Our role of a replica type (``Worker``, ``Master``, ...), or None."""
+    if kind.lower() == _V1ALPHA2_EVAL and api_version == "kubeflow.org/v1alpha2":
+        return "evaluator"
+    return _ROLES.get(kind.lower())
+
+
 def pulls_always(image: str) -> bool:
     """Whether Kubernetes pulls ``image`` at every start by default: tagged ``:latest``, or
     neither tagged nor pinned by a digest (a registry's port is not a tag)."""
@@ -812,6 +912,10 @@ def _unread_version(version: str) -> str:
     )
 
 
-def translate(document: Mapping[str, Any]) -> Translation:
-    """The native form of a Kubeflow TFJob manifest (``is_kubeflow``) and what did not map."""
-    return _Translator().document(document)
+def translate(document: Mapping[str, Any], *, earlier: bool = False) -> Translation:
+    """The native form of a Kubeflow TFJob manifest (``is_kubeflow``) and what did not map;
+    ``earlier``: as the versions before these readings read it (the pods' grace and priority
+    class, ``$(VAR)`` references, several mounts of one volume, one path mounted by several
+    roles): their job records hold that reading; ``Translation.reread`` says where today's
+    differs."""
+    return _Translator(earlier).document(document)

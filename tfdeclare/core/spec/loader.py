@@ -41,6 +41,12 @@ class LoadedJob:
     canonical: Mapping[str, Any]
     spec_hash: str
     source: SourceRef
+    # A Kubeflow manifest that this version reads otherwise than earlier versions did: the
+    # spec hash of their reading (what a job they applied from it runs), and notes at the
+    # manifest's lines saying what reads differently. A job whose record holds that hash
+    # plans no change until its file changes (``planner``: an upgrade changes no plan).
+    earlier_hash: str | None = None
+    reread: tuple[Diagnostic, ...] = ()
 
     @cached_property
     def spec(self) -> JobSpec:
@@ -232,7 +238,29 @@ def _load_document(
     if any(d.is_error for d in found):
         return None, found
     job, problems = _load_native(view, value, source, checks)
+    if job is not None and view.translation is not None and view.translation.reread:
+        job = _with_earlier_reading(job, view, source, checks)
     return job, found + problems
+
+
+def _with_earlier_reading(
+    job: LoadedJob, view: _View, source: SourceRef, checks: Sequence[SpecCheck]
+) -> LoadedJob:
+    """``job`` with the hash of the manifest as earlier versions read it, when that differs
+    (``LoadedJob.earlier_hash``); read through the same schema, defaults and checks, so it is
+    the hash their records hold."""
+    earlier = translate(view.document.value, earlier=True)
+    if earlier.errors:
+        return job
+    before, _ = _load_native(_View(view.document, earlier.native, earlier), earlier.native, source, checks)
+    if before is None or before.spec_hash == job.spec_hash:
+        return job
+    assert view.translation is not None
+    notes = tuple(
+        replace(view.document.diagnostic(path, message, Code.KUBEFLOW), severity=Severity.NOTE)
+        for path, message in view.translation.reread
+    )
+    return replace(job, earlier_hash=before.spec_hash, reread=notes)
 
 
 def _load_native(

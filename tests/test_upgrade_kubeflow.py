@@ -1,0 +1,81 @@
+"""An upgrade that reads a Kubeflow manifest otherwise changes no running job's plan.
+
+``tests/golden/reread/`` holds a job record written by the version before the Kubeflow
+reading of pod grace and priority class, ``$(VAR)`` references and volume mounts changed (its
+loader, its record of a created job, ``sourceDir`` as ``@SPECS@``), the manifest it was applied
+from, and its tasks' config hashes. Today's code plans that unchanged manifest against that
+record as no change, saying what now reads differently at the manifest's lines; once the file
+changes, the new reading is what is applied.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tfdeclare.core.plan.planner import Action, PlanOptions, PlanReason, plan
+from tfdeclare.core.plan.render import render_text
+from tfdeclare.core.run.clusterspec import symbolic_addresses, task_configs
+from tfdeclare.shell.sources import SpecFiles
+from tfdeclare.shell.store import StateStore
+
+FIXTURE = Path(__file__).parent / "golden" / "reread"
+
+
+def _adopt(tmp_path: Path) -> tuple[Path, StateStore]:
+    specs = tmp_path / "specs"
+    shutil.copytree(FIXTURE / "specs", specs)
+    jobs = tmp_path / "state" / "jobs"
+    jobs.mkdir(parents=True)
+    for record in (FIXTURE / "jobs").glob("*.json"):
+        (jobs / record.name).write_text(record.read_text().replace("@SPECS@", str(specs)))
+    return specs, StateStore(tmp_path / "state")
+
+
+def test_an_unchanged_manifest_read_differently_plans_no_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, store = _adopt(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    desired = SpecFiles([Path("specs")]).load()
+    observed = store.observed()
+    job = desired.jobs["kf-reread"]
+    assert job.spec_hash != observed["kf-reread"].spec_hash, "today's reading differs: not a shortcut"
+    assert job.earlier_hash == observed["kf-reread"].spec_hash
+    result = plan(desired, observed, PlanOptions(prune=True))
+    planned = result.job("kf-reread")
+    assert (planned.action, planned.reasons) == (Action.NOOP, (PlanReason.READ_DIFFERENTLY,))
+    assert not result.has_changes
+    assert "takes effect when the file next changes" in planned.message
+    lines = {d.line for d in planned.diagnostics}
+    assert {16, 17, 35, 36} <= lines, [d.format() for d in planned.diagnostics]  # grace, class
+    assert all(d.path.endswith("kubeflow.yaml") for d in planned.diagnostics)
+    text = render_text(result)
+    assert "kf-reread" in text and "reads its unchanged Kubeflow manifest differently" in text
+
+
+def test_once_the_manifest_changes_the_new_reading_is_applied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    specs, store = _adopt(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    manifest = specs / "kubeflow.yaml"
+    manifest.write_text(
+        manifest.read_text().replace("  name: kf-reread\n", "  name: kf-reread\n  labels: {a: b}\n")
+    )
+    desired = SpecFiles([Path("specs")]).load()
+    planned = plan(desired, store.observed(), PlanOptions()).job("kf-reread")
+    assert planned.action is not Action.NOOP and planned.action.changes_something
+    changed = {c.dotted for c in planned.changes}
+    assert {"metadata.labels.a", "spec.terminationGracePeriodSeconds", "spec.priorityClassName"} <= changed
+
+
+def test_the_tasks_keep_their_identity(tmp_path: Path) -> None:
+    _, store = _adopt(tmp_path)
+    expected = json.loads((FIXTURE / "config_hashes.json").read_text())
+    for name, record in store.records().items():
+        configs = task_configs(record.spec, symbolic_addresses(record.spec), 0)
+        assert {k.name: c.config_hash for k, c in configs.items()} == expected[name], name
