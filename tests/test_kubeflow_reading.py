@@ -14,6 +14,7 @@ import pytest
 from tests.conftest import cli
 from tfdeclare.core.diagnostics import Severity
 from tfdeclare.core.run.lifecycle import RESUME_HINT
+from tfdeclare.core.spec.kubeflow import translate
 from tfdeclare.core.spec.kubequantity import parse_cpu
 from tfdeclare.core.spec.loader import FileResult, load_file
 from tfdeclare.shell.convert import convert_text
@@ -185,3 +186,42 @@ def test_the_pods_priority_class_is_the_jobs_unless_the_scheduling_policy_says_a
     differ = load(two_roles("priorityClassName: batch\n", ""))
     assert "priorityClassName" not in differ.jobs[0].canonical["spec"]
     assert any("priorityClassName differs between replica types" in w for w in warnings(differ))
+
+
+# ---- 2: $(VAR) references are expanded as Kubernetes expands them -----------------------------
+
+REFERENCES = """\
+args: ["--data=$(DATA)/in", "$$(KEPT)", "cost: $5", "$(TOKEN)", "$(NOWHERE)", "$(", "a$$b"]
+env:
+  - {name: SCRIPT, value: train.py}
+  - {name: EARLY, value: "$(DATA)"}
+  - {name: DATA, value: /data}
+  - {name: OUT, value: "$(DATA)/out"}
+  - {name: TOKEN, valueFrom: {secretKeyRef: {name: creds, key: token}}}
+"""
+
+
+def test_references_to_literal_env_values_are_expanded_as_kubernetes_does() -> None:
+    result = load(tfjob(REFERENCES).replace("[python, t.py]", '[python, "$(SCRIPT)"]'))
+    (job,) = result.jobs
+    spec = job.canonical["spec"]
+    assert spec["command"] == ["python", "train.py"]
+    assert spec["args"] == ["--data=/data/in", "$(KEPT)", "cost: $5", "$(TOKEN)", "$(NOWHERE)", "$(", "a$b"]
+    env = spec["env"]
+    assert env["OUT"] == "/data/out" and env["EARLY"] == "$(DATA)", "earlier entries only"
+    said = warnings(result)
+    token = [w for w in said if "$(TOKEN) is left as written" in w]
+    assert len(token) == 1 and "valueFrom" in token[0] and "args[3]" in token[0], said
+    assert any("$(NOWHERE) is left as written" in w and "args[4]" in w for w in said), said
+    assert any("$(DATA) is left as written" in w and "env[1].value" in w for w in said), said
+    assert not any("$(KEPT)" in w for w in said), "an escaped reference is no reference"
+
+
+def test_the_earlier_reading_keeps_references_as_written() -> None:
+    import yaml
+
+    document = yaml.safe_load(tfjob(REFERENCES).replace("[python, t.py]", '[python, "$(SCRIPT)"]'))
+    earlier = translate(document, earlier=True)
+    spec = earlier.native["spec"]
+    assert spec["command"] == ["python", "$(SCRIPT)"] and spec["args"][1] == "$$(KEPT)"
+    assert earlier.reread == [] and translate(document).reread

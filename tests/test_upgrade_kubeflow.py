@@ -51,7 +51,8 @@ def test_an_unchanged_manifest_read_differently_plans_no_change(
     assert not result.has_changes
     assert "takes effect when the file next changes" in planned.message
     lines = {d.line for d in planned.diagnostics}
-    assert {16, 17, 35, 36} <= lines, [d.format() for d in planned.diagnostics]  # grace, class
+    # grace and class (16, 17, 35, 36), $(VAR) in command, args, env (20, 21, 25, 39, 40, 44)
+    assert {16, 17, 20, 21, 25, 35, 36, 39, 40, 44} <= lines, [d.format() for d in planned.diagnostics]
     assert all(d.path.endswith("kubeflow.yaml") for d in planned.diagnostics)
     text = render_text(result)
     assert "kf-reread" in text and "reads its unchanged Kubeflow manifest differently" in text
@@ -70,7 +71,13 @@ def test_once_the_manifest_changes_the_new_reading_is_applied(
     planned = plan(desired, store.observed(), PlanOptions()).job("kf-reread")
     assert planned.action is not Action.NOOP and planned.action.changes_something
     changed = {c.dotted for c in planned.changes}
-    assert {"metadata.labels.a", "spec.terminationGracePeriodSeconds", "spec.priorityClassName"} <= changed
+    assert {
+        "metadata.labels.a",
+        "spec.terminationGracePeriodSeconds",
+        "spec.priorityClassName",
+        "spec.command[1]",
+        "spec.env.OUT",
+    } <= changed
 
 
 def test_the_tasks_keep_their_identity(tmp_path: Path) -> None:

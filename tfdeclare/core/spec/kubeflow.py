@@ -577,9 +577,18 @@ class _Translator:
     def container(
         self, out: dict[str, Any], container: Mapping[str, Any], cat: JsonPath, native: JsonPath
     ) -> list[tuple[JsonPath, Mapping[str, Any]]]:
+        defined: dict[str, str | None] = {}
+        if "env" in container:
+            defined = self.env(out, container["env"], (*cat, "env"), native)
         for key in ("image", "imagePullPolicy", "command", "args", "workingDir"):
             if key in container:
-                self.put(out, (*native, key), container[key], (*cat, key))
+                value = container[key]
+                if key in ("command", "args") and not self.earlier and isinstance(value, list):
+                    value = [
+                        self.expand(v, defined, (*cat, key, i)) if isinstance(v, str) else v
+                        for i, v in enumerate(value)
+                    ]
+                self.put(out, (*native, key), value, (*cat, key))
         self.pull_policy(out, container, cat, native)
         if isinstance(container.get("image"), str) and "workingDir" not in container:
             self.warn(
@@ -590,8 +599,6 @@ class _Translator:
                 "absolute paths",
                 dropped=False,
             )
-        if "env" in container:
-            self.env(out, container["env"], (*cat, "env"), native)
         if "envFrom" in container:
             self.warn(
                 (*cat, "envFrom"),
@@ -707,10 +714,57 @@ class _Translator:
             dropped=False,
         )
 
-    def env(self, out: dict[str, Any], env: Any, at: JsonPath, native: JsonPath) -> None:
+    def expand(self, text: str, defined: Mapping[str, str | None], where: JsonPath) -> str:
+        """``text`` with its ``$(NAME)`` references expanded as Kubernetes expands them: a name
+        of ``defined`` with a value becomes it, ``$$`` is one ``$`` (so ``$$(X)`` is the
+        literal ``$(X)``), anything else stays as written; a reference that stays is warned
+        about at ``where`` (a secret's value is read only when the task starts)."""
+        out: list[str] = []
+        cursor = 0
+        while (found := text.find("$", cursor)) != -1 and found + 1 < len(text):
+            out.append(text[cursor:found])
+            after = text[found + 1]
+            close = text.find(")", found + 2) if after == "(" else -1
+            if after == "$":
+                out.append("$")
+                cursor = found + 2
+            elif close == -1:  # not a reference: the $ and the character after it, as they are
+                out.append(text[found : found + 2])
+                cursor = found + 2
+            else:
+                name = text[found + 2 : close]
+                value = defined.get(name)
+                out.append(value if value is not None else f"$({name})")
+                if value is None:
+                    self.unresolved(name, name in defined, where)
+                cursor = close + 1
+        expanded = "".join(out) + text[cursor:]
+        if expanded == text:
+            return text  # the very value: convert keeps its quoting style
+        self.reread(where, "$(NAME) references are expanded as Kubernetes expands them")
+        return expanded
+
+    def unresolved(self, name: str, from_elsewhere: bool, where: JsonPath) -> None:
+        why = (
+            f"{name} is set by valueFrom, whose value is not known when the manifest is read "
+            "(a secret's is read only when the task starts)"
+            if from_elsewhere
+            else f"no env entry before it names {name} with a value (Kubernetes leaves it so too)"
+        )
+        self.warn(
+            where,
+            f"$({name}) is left as written: {why}; read it from the environment in the program, "
+            f"or run through a shell (sh -c '... ${name}')",
+            dropped=False,
+        )
+
+    def env(self, out: dict[str, Any], env: Any, at: JsonPath, native: JsonPath) -> dict[str, str | None]:
+        """The container's env into ``out``; returns each name -> its value as ``$(NAME)``
+        references read it (None: set from elsewhere, not known here)."""
+        defined: dict[str, str | None] = {}
         if not isinstance(env, list):
             self.error(at, "env must be a list of {name, value} entries")
-            return
+            return defined
         values: dict[str, Any] = {}
         for i, entry in enumerate(env):
             if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
@@ -725,9 +779,14 @@ class _Translator:
                 continue
             source = entry.get("valueFrom")
             if "valueFrom" not in entry:
-                values[name] = entry.get("value", "")
+                value = entry.get("value", "")
+                if not self.earlier and isinstance(value, str):  # earlier entries only, as Kubernetes
+                    value = self.expand(value, defined, (*where, "value"))
+                values[name] = value
+                defined[name] = value if isinstance(value, str) else None
                 self.out.origins[(*native, "env", name)] = where
                 continue
+            defined[name] = None
             secret = source.get("secretKeyRef") if isinstance(source, Mapping) else None
             if secret is None:
                 self.warn(
@@ -757,6 +816,7 @@ class _Translator:
         if values:
             out["env"] = values
             self.out.origins[(*native, "env")] = at
+        return defined
 
     def resources(self, out: dict[str, Any], resources: Any, at: JsonPath, native: JsonPath) -> None:
         if not isinstance(resources, Mapping):
