@@ -225,3 +225,56 @@ def test_the_earlier_reading_keeps_references_as_written() -> None:
     spec = earlier.native["spec"]
     assert spec["command"] == ["python", "$(SCRIPT)"] and spec["args"][1] == "$$(KEPT)"
     assert earlier.reread == [] and translate(document).reread
+
+
+# ---- 4: one path mounted twice ----------------------------------------------------------------
+
+NATIVE_TWICE = """\
+apiVersion: tfdeclare/v1
+kind: TFJob
+metadata: {name: n}
+spec:
+  image: tf:1
+  command: [python, t.py]
+  replicas: {worker: {}}
+  volumes:
+    - {hostPath: /srv/a, containerPath: /data, mode: ro}
+    - {hostPath: /srv/b, containerPath: /data/, mode: rw}
+"""
+
+
+def test_a_native_spec_mounting_one_container_path_twice_is_refused_at_the_second() -> None:
+    result = load(NATIVE_TWICE)
+    assert result.jobs == ()
+    (error,) = errors(result)
+    assert error.startswith("tf.yaml:10:") and "(at $.spec.volumes[1].containerPath)" in error, error
+    assert "containerPath /data/ is mounted already by spec.volumes[0]" in error
+
+
+RESOURCES = "resources: {requests: {cpu: 1, memory: 1Gi}}\n"
+
+
+def mounts(read_only: bool) -> str:
+    flag = ", readOnly: true" if read_only else ""
+    return f"volumeMounts: [{{name: data, mountPath: /data{flag}}}]\n" + " " * 14 + RESOURCES
+
+
+def test_roles_mounting_one_folder_at_one_path_share_one_mount_read_only_only_if_all_are() -> None:
+    volume = "volumes: [{name: data, hostPath: {path: /srv/data}}]\n"
+    ps = tfjob(pod=volume).split("  tfReplicaSpecs:\n")[1].replace("    Worker:\n", "    PS:\n", 1)
+    ps = ps.replace(RESOURCES, mounts(True), 1)
+    text = tfjob(pod=volume).replace(RESOURCES, mounts(False), 1) + ps
+    text = text.replace("command: [python, t.py]", "image: 'tf:1'\n              workingDir: /w")
+    result = load(text)
+    assert not errors(result), errors(result)
+    (job,) = result.jobs
+    assert job.canonical["spec"]["volumes"] == [
+        {"hostPath": "/srv/data", "containerPath": "/data", "mode": "rw"}
+    ]
+    (lost,) = [w for w in warnings(result) if "read-only by ps" in w]
+    assert (
+        "so ps's is read-write" in lost and "PS.template.spec.containers[0].volumeMounts[0].readOnly" in lost
+    )
+    both_ro = load(text.replace("mountPath: /data}", "mountPath: /data, readOnly: true}"))
+    assert both_ro.jobs[0].canonical["spec"]["volumes"][0]["mode"] == "ro"
+    assert not [w for w in warnings(both_ro) if "read-only by" in w]

@@ -33,6 +33,7 @@ Each warning is listed once (``Translation.warn`` drops a repeat of a path and m
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -457,6 +458,8 @@ class _Translator:
         for entry in (e for v in lists for e in v):
             if entry not in union:
                 union.append(entry)
+        if not self.earlier:
+            union = self.merged(union, volumes)
         if len(lists) != len(volumes) or any(v != lists[0] for v in lists):
             self.warn(
                 ("spec", "tfReplicaSpecs"),
@@ -468,6 +471,47 @@ class _Translator:
         for index, entry in enumerate(union):  # errors about a volume point at its manifest lines
             for part, origin in self.volume_origins.get(id(entry), {}).items():
                 self.out.origins[("spec", "volumes", index, *((part,) if part else ()))] = origin
+
+    def merged(
+        self, union: list[dict[str, Any]], volumes: dict[str, list[dict[str, Any]]]
+    ) -> list[dict[str, Any]]:
+        """One entry for each host folder mounted at one path by several roles, read-only only
+        when every role mounts it so; a warning at the read-only mount of each role that gets
+        it read-write. (Two entries at one path would be refused by the spec's rules, as the
+        container engine refuses two mounts at one path.)"""
+        groups: dict[tuple[Any, str], list[dict[str, Any]]] = {}
+        for entry in union:
+            path = entry.get("containerPath")
+            where = posixpath.normpath(path) if isinstance(path, str) else path
+            groups.setdefault((where, entry["hostPath"]), []).append(entry)
+        out: list[dict[str, Any]] = []
+        for entries in groups.values():
+            first = entries[0]
+            if len({e["mode"] for e in entries}) == 1:
+                out.append(first)
+                continue
+            read_only = [
+                r for r, mine in volumes.items() if any(e in entries and e["mode"] == "ro" for e in mine)
+            ]
+            writer = next(e for e in entries if e["mode"] == "rw")
+            one = {**first, "mode": "rw"}
+            self.volume_origins[id(one)] = {
+                **self.volume_origins.get(id(first), {}),
+                **self.volume_origins.get(id(writer), {}),
+            }
+            out.append(one)
+            for role in read_only:
+                entry = next(e for e in volumes[role] if e in entries and e["mode"] == "ro")
+                where = self.volume_origins.get(id(entry), {}).get("mode", ("spec", "tfReplicaSpecs"))
+                self.warn(
+                    where,
+                    f"{first['hostPath']} is mounted at {first['containerPath']} read-only by {role} "
+                    f"but read-write by another role: one mount serves every task, so {role}'s is "
+                    "read-write",
+                    dropped=False,
+                )
+                self.reread(where, "mounts of one folder at one path by several roles are one")
+        return out
 
     def shared_selector(self, out: dict[str, Any], selectors: dict[str, Any]) -> None:
         found = [s for s in selectors.values() if s]
@@ -898,6 +942,7 @@ class _Translator:
                     "": (*at, i),
                     "hostPath": (*at, i, "hostPath", "path"),
                     "containerPath": (*where, "mountPath"),
+                    **({"mode": (*where, "readOnly")} if "readOnly" in mount else {}),
                 }
                 continue
             kind = next((k for k in volume if k != "name"), "unknown")
