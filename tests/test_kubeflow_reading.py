@@ -278,3 +278,83 @@ def test_roles_mounting_one_folder_at_one_path_share_one_mount_read_only_only_if
     both_ro = load(text.replace("mountPath: /data}", "mountPath: /data, readOnly: true}"))
     assert both_ro.jobs[0].canonical["spec"]["volumes"][0]["mode"] == "ro"
     assert not [w for w in warnings(both_ro) if "read-only by" in w]
+
+
+# ---- 1: subPath, several mounts of one volume, mount fields not mapped -------------------------
+
+
+def mounted(mounts: str, volume: str = "{name: data, hostPath: {path: /srv/data}}", env: str = "") -> str:
+    text = tfjob(
+        f"volumeMounts: {mounts}\n" + env,
+        pod=f"volumes: [{volume}]\n",
+    )
+    return text.replace(
+        "command: [python, t.py]",
+        "command: [python, t.py]\n              image: 'tf:1'\n              workingDir: /w",
+    )
+
+
+def test_a_sub_path_mounts_only_that_folder_of_the_volume() -> None:
+    result = load(mounted("[{name: data, mountPath: /in, subPath: ./team-a//in/, readOnly: true}]"))
+    (job,) = result.jobs
+    assert job.canonical["spec"]["volumes"] == [
+        {"hostPath": "/srv/data/team-a/in", "containerPath": "/in", "mode": "ro"}
+    ]
+    notes = [d.format() for d in result.diagnostics if d.severity is Severity.NOTE]
+    assert any("mounted as hostPath /srv/data/team-a/in" in n and "subPath" in n for n in notes), notes
+
+
+@pytest.mark.parametrize("sub", ["../other", "a/../../etc", "/etc", ".."])
+def test_a_sub_path_leaving_the_volume_is_refused_at_its_line(sub: str) -> None:
+    result = load(mounted(f"[{{name: data, mountPath: /in, subPath: '{sub}'}}]"))
+    assert result.jobs == ()
+    (error,) = errors(result)
+    assert "must be a relative path inside the volume" in error and "volumeMounts[0].subPath" in error, error
+
+
+def test_the_policy_applies_to_the_sub_folder(tmp_path: Path) -> None:
+    spec = tmp_path / "tf.yaml"
+    spec.write_text(mounted("[{name: data, mountPath: /in, subPath: team-a}]"))
+    (tmp_path / "tfdeclare.yaml").write_text(
+        "backend: mesos\npolicy: {allowedHostPaths: [/srv/data/team-a]}\n"
+    )
+    assert cli("validate", "tf.yaml", cwd=tmp_path).returncode == 0
+    spec.write_text(mounted("[{name: data, mountPath: /in, subPath: team-b}]"))
+    refused = cli("validate", "tf.yaml", cwd=tmp_path)
+    assert refused.returncode == 1 and "host path /srv/data/team-b is not allowed" in refused.stderr, (
+        refused.stderr
+    )
+
+
+def test_one_volume_may_be_mounted_at_several_paths() -> None:
+    result = load(
+        mounted("[{name: data, mountPath: /in, subPath: in}, {name: data, mountPath: /out, subPath: out}]")
+    )
+    assert not [w for w in warnings(result) if "names no volume" in w]
+    assert [v["containerPath"] for v in result.jobs[0].canonical["spec"]["volumes"]] == ["/in", "/out"]
+
+
+def test_mount_fields_not_mapped_are_warned_at_their_lines() -> None:
+    result = load(
+        mounted(
+            "[{name: data, mountPath: /in, mountPropagation: HostToContainer}]",
+            volume="{name: data, hostPath: {path: /srv/data, type: Directory}}",
+        )
+    )
+    said = warnings(result)
+    assert any(
+        "volumeMount field 'mountPropagation'" in w and "volumeMounts[0].mountPropagation" in w for w in said
+    )
+    assert any(
+        "hostPath type Directory is not checked" in w and "volumes[0].hostPath.type" in w for w in said
+    )
+
+
+def test_a_sub_path_expression_is_expanded_or_refused() -> None:
+    env = (
+        "env: [{name: TEAM, value: team-a}, {name: POD, valueFrom: {fieldRef: {fieldPath: metadata.name}}}]\n"
+    )
+    expanded = load(mounted("[{name: data, mountPath: /in, subPathExpr: '$(TEAM)/in'}]", env=env))
+    assert expanded.jobs[0].canonical["spec"]["volumes"][0]["hostPath"] == "/srv/data/team-a/in"
+    refused = load(mounted("[{name: data, mountPath: /in, subPathExpr: '$(POD)'}]", env=env))
+    assert refused.jobs == () and "subPathExpr '$(POD)' cannot be resolved" in errors(refused)[0]

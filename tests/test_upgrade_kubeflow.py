@@ -16,9 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from tfdeclare.core.enums import Phase
+from tfdeclare.core.plan.desired import assemble
+from tfdeclare.core.plan.observed import ObservedJob
 from tfdeclare.core.plan.planner import Action, PlanOptions, PlanReason, plan
 from tfdeclare.core.plan.render import render_text
 from tfdeclare.core.run.clusterspec import symbolic_addresses, task_configs
+from tfdeclare.core.spec.loader import load_file
+from tfdeclare.core.spec.model import fingerprint
 from tfdeclare.shell.sources import SpecFiles
 from tfdeclare.shell.store import StateStore
 
@@ -87,3 +92,48 @@ def test_the_tasks_keep_their_identity(tmp_path: Path) -> None:
     for name, record in store.records().items():
         configs = task_configs(record.spec, symbolic_addresses(record.spec), 0)
         assert {k.name: c.config_hash for k, c in configs.items()} == expected[name], name
+
+
+SUB_PATH = """\
+apiVersion: kubeflow.org/v1
+kind: TFJob
+metadata: {name: narrow}
+spec:
+  tfReplicaSpecs:
+    Worker:
+      template:
+        spec:
+          volumes: [{name: data, hostPath: {path: /srv/data}}]
+          containers:
+            - name: tensorflow
+              image: tf:1
+              workingDir: /w
+              command: [python, t.py]
+              resources: {requests: {cpu: 1, memory: 1Gi}}
+              volumeMounts: [{name: data, mountPath: /in, subPath: team-a, readOnly: true}]
+"""
+
+
+def test_a_sub_path_earlier_versions_ignored_restarts_the_job_to_narrow_its_mount() -> None:
+    """The security exception (docs/migrating.md, "Upgrades"): earlier versions mounted the
+    whole volume for a subPath mount, showing the task folders the manifest keeps from it; the
+    plan restarts the job, the change and the note at the subPath line say why."""
+    loaded = load_file("tf.yaml", SUB_PATH.encode())
+    desired = assemble([loaded])
+    job = desired.jobs["narrow"]
+    assert job.earlier_hash is None, "the earlier reading narrows it too: no job keeps the whole volume"
+    old = json.loads(json.dumps(job.canonical))
+    old["spec"]["volumes"][0]["hostPath"] = "/srv/data"  # what earlier versions applied
+    observed = ObservedJob(
+        "narrow", old, fingerprint(old), Phase.RUNNING, job.source, running=job.spec.task_keys()
+    )
+    planned = plan(desired, {"narrow": observed}, PlanOptions()).job("narrow")
+    assert planned.action is Action.RESTART
+    (change,) = planned.changes
+    assert (change.dotted, change.old, change.new) == (
+        "spec.volumes[0].hostPath",
+        "/srv/data",
+        "/srv/data/team-a",
+    )
+    (note,) = [d for d in loaded.diagnostics if "mounted as hostPath" in d.message]
+    assert note.line == 16 and "a job one of them applied restarts to narrow it" in note.message

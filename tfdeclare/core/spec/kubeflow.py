@@ -125,6 +125,8 @@ class _Translator:
         self.volume_origins: dict[int, dict[str, JsonPath]] = {}
         # each role's pod-level settings read as the job's: role -> (value, where)
         self.pod_settings: dict[str, dict[str, tuple[Any, JsonPath]]] = {key: {} for key in _POD_SETTINGS}
+        self.container_env: dict[str, str | None] = {}  # the last container's, for subPathExpr
+        self.typed: set[JsonPath] = set()  # hostPath volumes whose type was warned about (once each)
 
     def reread(self, path: JsonPath, message: str) -> None:
         """A part this version reads otherwise than earlier versions did (``Translation.reread``)."""
@@ -624,6 +626,7 @@ class _Translator:
         defined: dict[str, str | None] = {}
         if "env" in container:
             defined = self.env(out, container["env"], (*cat, "env"), native)
+        self.container_env = defined
         for key in ("image", "imagePullPolicy", "command", "args", "workingDir"):
             if key in container:
                 value = container[key]
@@ -923,35 +926,92 @@ class _Translator:
     def volumes(
         self, volumes: list[Any], mounts: list[tuple[JsonPath, Mapping[str, Any]]], at: JsonPath
     ) -> list[dict[str, Any]]:
+        """The container's mounts of ``hostPath`` volumes -> volume entries: each mount its
+        own (one volume may be mounted at several paths), at its ``subPath`` of the folder;
+        what cannot be mounted is said at its line."""
         named = [(i, v) for i, v in enumerate(volumes) if isinstance(v, Mapping)]
         by_name = {v["name"]: (i, v) for i, v in named if isinstance(v.get("name"), str)}
+        mounted: set[str] = set()
         out: list[dict[str, Any]] = []
         for where, mount in mounts:
             name = mount.get("name")
-            found = by_name.pop(name, None) if isinstance(name, str) else None
+            found = by_name.get(name) if isinstance(name, str) else None
+            if found is not None and self.earlier and name in mounted:
+                found = None  # earlier versions mounted each volume once
             if found is None:
                 self.warn(where, f"volumeMount '{mount.get('name')}' names no volume of the pod: ignored")
                 continue
+            mounted.add(str(name))
             i, volume = found
             host = volume.get("hostPath")
             if isinstance(host, Mapping) and isinstance(host.get("path"), str):
+                folder = self.sub_path(host["path"], mount, where)
+                if folder is None:
+                    continue
                 mode = "ro" if mount.get("readOnly") else "rw"
-                entry = {"hostPath": host["path"], "containerPath": mount.get("mountPath"), "mode": mode}
+                entry = {"hostPath": folder, "containerPath": mount.get("mountPath"), "mode": mode}
                 out.append(entry)
                 self.volume_origins[id(entry)] = {
                     "": (*at, i),
-                    "hostPath": (*at, i, "hostPath", "path"),
+                    "hostPath": (*where, "subPath")
+                    if folder != host["path"]
+                    else (*at, i, "hostPath", "path"),
                     "containerPath": (*where, "mountPath"),
                     **({"mode": (*where, "readOnly")} if "readOnly" in mount else {}),
                 }
+                if "type" in host and (*at, i) not in self.typed:
+                    self.typed.add((*at, i))
+                    self.warn(
+                        (*at, i, "hostPath", "type"),
+                        f"hostPath type {host['type']} is not checked: the folder must be on the agents "
+                        "as it is (nothing is created)",
+                    )
                 continue
             kind = next((k for k in volume if k != "name"), "unknown")
             self.warn((*at, i, kind), _unmounted(volume, kind, mount))
-        for i, volume in by_name.values():
-            self.warn(
-                (*at, i), f"volume '{volume.get('name')}' is not mounted by the tensorflow container: ignored"
-            )
+        for volume_name, (i, volume) in by_name.items():
+            if volume_name not in mounted:
+                self.warn(
+                    (*at, i),
+                    f"volume '{volume.get('name')}' is not mounted by the tensorflow container: ignored",
+                )
         return out
+
+    def sub_path(self, folder: str, mount: Mapping[str, Any], where: JsonPath) -> str | None:
+        """The host folder a mount shows: the volume's, or its ``subPath`` (``subPathExpr``
+        with its ``$(NAME)`` references expanded) below it, normalised; None, with an error,
+        for one that is absolute, leaves the volume or cannot be resolved (mounting the whole
+        volume instead would show the task what the manifest keeps from it). The mount's
+        other fields are warned about."""
+        for key in mount:
+            if key not in ("name", "mountPath", "readOnly", "subPath", "subPathExpr"):
+                self.warn((*where, key), f"volumeMount field '{key}' has no tfdeclare equivalent: ignored")
+        key = "subPathExpr" if "subPathExpr" in mount else "subPath"
+        sub = mount.get(key)
+        if sub in (None, ""):  # Kubernetes: an empty subPath is the whole volume
+            return folder
+        at = (*where, key)
+        if not isinstance(sub, str):
+            self.error(at, f"{key} must be a relative path inside the volume")
+            return None
+        if key == "subPathExpr":
+            sub = self.expand(sub, self.container_env, at)
+            if "$(" in sub:
+                self.error(at, f"subPathExpr {mount[key]!r} cannot be resolved here: set subPath instead")
+                return None
+        clean = posixpath.normpath(sub)
+        if sub.startswith("/") or clean == ".." or clean.startswith("../"):
+            self.error(at, f"{key} {sub!r} must be a relative path inside the volume (no leading / or ..)")
+            return None
+        if clean == ".":
+            return folder
+        shown = posixpath.join(folder.rstrip("/") or "/", clean)
+        self.note(
+            at,
+            f"mounted as hostPath {shown}: only that folder of the volume is in the task (versions "
+            "before this one mounted the whole volume: a job one of them applied restarts to narrow it)",
+        )
+        return shown
 
 
 def _unmounted(volume: Mapping[str, Any], kind: str, mount: Mapping[str, Any]) -> str:
