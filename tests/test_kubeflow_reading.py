@@ -14,6 +14,7 @@ import pytest
 from tests.conftest import cli
 from tfdeclare.core.diagnostics import Severity
 from tfdeclare.core.run.lifecycle import RESUME_HINT
+from tfdeclare.core.spec.kubeexpand import expand
 from tfdeclare.core.spec.kubeflow import translate
 from tfdeclare.core.spec.kubequantity import parse_cpu
 from tfdeclare.core.spec.loader import FileResult, load_file
@@ -189,6 +190,27 @@ def test_the_pods_priority_class_is_the_jobs_unless_the_scheduling_policy_says_a
 
 
 # ---- 2: $(VAR) references are expanded as Kubernetes expands them -----------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expanded", "left"),
+    [
+        ("$(A)", "1", []),
+        ("x$(A)y$(A)", "x1y1", []),
+        ("$$(A)", "$(A)", []),
+        ("$$$(A)", "$1", []),
+        ("a$$b", "a$b", []),
+        ("$A $", "$A $", []),
+        ("$(", "$(", []),
+        ("$(A", "$(A", []),
+        ("$(B)", "$(B)", ["B"]),
+        ("$(S) $(A)", "$(S) 1", ["S"]),
+        ("$()", "$()", [""]),
+    ],
+)
+def test_expansion_follows_the_kubelets_rules(text: str, expanded: str, left: list[str]) -> None:
+    assert expand(text, {"A": "1", "S": None}) == (expanded, left)
+
 
 REFERENCES = """\
 args: ["--data=$(DATA)/in", "$$(KEPT)", "cost: $5", "$(TOKEN)", "$(NOWHERE)", "$(", "a$$b"]

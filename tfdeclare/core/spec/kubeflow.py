@@ -28,7 +28,19 @@ Kubernetes' meaning is kept, or where it cannot be, said at the manifest's line:
 - ``emptyDir`` and ``secret`` volumes cannot be mounted; their warnings name the natural
   equivalent (the task's own writable working folder; ``secretRef`` environment values).
 
+- ``$(NAME)`` in command, args and env values is expanded as the kubelet expands it, from the
+  container's literal env values (``$$`` is one ``$``); a reference left as written is warned;
+- a ``subPath`` mount is the volume's folder joined with it (never the whole volume: one that
+  leaves the volume is an error); one volume may be mounted at several paths; roles mounting
+  one folder at one path share one mount (read-only only when each role's is);
+- the pods' ``terminationGracePeriodSeconds`` and ``priorityClassName`` are the job's.
+
 Each warning is listed once (``Translation.warn`` drops a repeat of a path and message).
+
+Upgrades change no plan: ``translate(..., earlier=True)`` reads a manifest as the versions
+before the readings above did (but ``subPath``, a security fix that restarts such a job:
+docs/migrating.md, "Upgrades"), ``Translation.reread`` says where today's reading differs,
+and the loader hashes both so that a job applied from an unchanged manifest plans no change.
 """
 
 from __future__ import annotations
@@ -39,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfdeclare.core.diagnostics import JsonPath
+from tfdeclare.core.spec.kubeexpand import expand
 from tfdeclare.core.spec.kubequantity import parse_cpu, parse_gpus, parse_memory_mib
 from tfdeclare.core.spec.resources import MAX_MEM_MIB
 
@@ -632,7 +645,7 @@ class _Translator:
                 value = container[key]
                 if key in ("command", "args") and not self.earlier and isinstance(value, list):
                     value = [
-                        self.expand(v, defined, (*cat, key, i)) if isinstance(v, str) else v
+                        self.expanded(v, defined, (*cat, key, i)) if isinstance(v, str) else v
                         for i, v in enumerate(value)
                     ]
                 self.put(out, (*native, key), value, (*cat, key))
@@ -761,31 +774,14 @@ class _Translator:
             dropped=False,
         )
 
-    def expand(self, text: str, defined: Mapping[str, str | None], where: JsonPath) -> str:
+    def expanded(self, text: str, defined: Mapping[str, str | None], where: JsonPath) -> str:
         """``text`` with its ``$(NAME)`` references expanded as Kubernetes expands them: a name
         of ``defined`` with a value becomes it, ``$$`` is one ``$`` (so ``$$(X)`` is the
         literal ``$(X)``), anything else stays as written; a reference that stays is warned
         about at ``where`` (a secret's value is read only when the task starts)."""
-        out: list[str] = []
-        cursor = 0
-        while (found := text.find("$", cursor)) != -1 and found + 1 < len(text):
-            out.append(text[cursor:found])
-            after = text[found + 1]
-            close = text.find(")", found + 2) if after == "(" else -1
-            if after == "$":
-                out.append("$")
-                cursor = found + 2
-            elif close == -1:  # not a reference: the $ and the character after it, as they are
-                out.append(text[found : found + 2])
-                cursor = found + 2
-            else:
-                name = text[found + 2 : close]
-                value = defined.get(name)
-                out.append(value if value is not None else f"$({name})")
-                if value is None:
-                    self.unresolved(name, name in defined, where)
-                cursor = close + 1
-        expanded = "".join(out) + text[cursor:]
+        expanded, left = expand(text, defined)
+        for name in left:
+            self.unresolved(name, name in defined, where)
         if expanded == text:
             return text  # the very value: convert keeps its quoting style
         self.reread(where, "$(NAME) references are expanded as Kubernetes expands them")
@@ -828,7 +824,7 @@ class _Translator:
             if "valueFrom" not in entry:
                 value = entry.get("value", "")
                 if not self.earlier and isinstance(value, str):  # earlier entries only, as Kubernetes
-                    value = self.expand(value, defined, (*where, "value"))
+                    value = self.expanded(value, defined, (*where, "value"))
                 values[name] = value
                 defined[name] = value if isinstance(value, str) else None
                 self.out.origins[(*native, "env", name)] = where
@@ -995,7 +991,7 @@ class _Translator:
             self.error(at, f"{key} must be a relative path inside the volume")
             return None
         if key == "subPathExpr":
-            sub = self.expand(sub, self.container_env, at)
+            sub = self.expanded(sub, self.container_env, at)
             if "$(" in sub:
                 self.error(at, f"subPathExpr {mount[key]!r} cannot be resolved here: set subPath instead")
                 return None
