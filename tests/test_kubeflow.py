@@ -210,8 +210,10 @@ def test_every_kind_of_field_is_mapped_extended_or_warned() -> None:
         "spec.tfReplicaSpecs.Master.template.spec.containers.1",
         "spec.tfReplicaSpecs.Master.template.spec.initContainers",
         "spec.tfReplicaSpecs.Master.template.spec.volumes.1.persistentVolumeClaim",
-        # no requests: what it reserves is said (Kubernetes would reserve nothing)
+        # no requests: what it reserves is said (Kubernetes would reserve nothing); and where
+        # it runs (an image without workingDir)
         "spec.tfReplicaSpecs.Evaluator.template.spec.containers.0",
+        "spec.tfReplicaSpecs.PS.template.spec.containers.0",
     }
     assert translation.errors == []
 

@@ -89,7 +89,7 @@ def test_the_containers_own_pull_policy_wins(policy: str) -> None:
         ("1k", 1000),
         ("250000u", 0.25),
         ("500000000n", 0.5),
-        ("100u", None),  # less than a millicore: nothing to reserve
+        ("100u", 0.001),  # rounded up to a millicore, as Kubernetes does
         ("0", None),
         ("-1", None),
         ("1Gx", None),
@@ -134,7 +134,7 @@ def test_gpu_quantities_are_whole(value: object, gpus: int | None) -> None:
 
 def test_a_quantity_that_cannot_map_is_an_error_at_its_line_with_the_fix() -> None:
     for resource, value, expected in [
-        ("cpu", "100u", "cpu '100u' is not a Kubernetes quantity of at least 1m (a millicore)"),
+        ("cpu", "0", "cpu '0' is not a Kubernetes quantity more than 0, such as 2, 0.5 or 2500m"),
         ("memory", "16GB", "memory '16GB' is not a Kubernetes quantity such as 4Gi, 512Mi or 1G"),
         ("nvidia.com/gpu", "0.5", "nvidia.com/gpu '0.5' is not a whole number of GPUs such as 1 or 2"),
     ]:
@@ -151,14 +151,18 @@ def test_the_reserved_defaults_are_the_schemas() -> None:
     assert (resources["cpus"]["default"], resources["mem"]["default"]) == (DEFAULT_CPUS, DEFAULT_MEM)
 
 
+# A container with an image and no workingDir: where it runs is said at its line.
+WORKDIR = "image {} runs in its task folder (TFDECLARE_WORK_DIR: writable, kept across restarts)"
 # Every diagnostic of the manifest with each case: (line, severity, the start of its message).
 EXPECTED = [
     (2, Severity.NOTE, "read as a Kubeflow kubeflow.org/v1 TFJob"),
+    (13, Severity.WARNING, WORKDIR.format("registry.example.com:5000/tf/ps")),
     (
         14,
         Severity.NOTE,
         "image registry.example.com:5000/tf/ps is pulled at every launch (imagePullPolicy Always)",
     ),
+    (23, Severity.WARNING, WORKDIR.format("tensorflow/tensorflow:latest")),
     (
         24,
         Severity.NOTE,
@@ -174,8 +178,10 @@ EXPECTED = [
         Severity.WARNING,
         "volume 'creds' (secret s3) is not mounted at /etc/creds: tfdeclare does not mount",
     ),
+    (42, Severity.WARNING, WORKDIR.format("tf/eval:2.15")),
     (42, Severity.WARNING, "no cpu or memory request: Kubernetes reserves nothing (BestEffort) for it"),
     (46, Severity.WARNING, "sidecar container 'sidecar' is not run"),
+    (53, Severity.WARNING, WORKDIR.format("tf/chief@sha256:" + "0123456789abcdef" * 4)),
     (56, Severity.WARNING, "no memory request: Kubernetes reserves no memory for it"),
     (58, Severity.WARNING, "sidecar container 'sidecar' is not run"),
 ]

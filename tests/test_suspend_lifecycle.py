@@ -11,7 +11,7 @@ from tests.test_lifecycle import BACKOFF, MWMS, PSS, T0, record_for, task
 from tfdeclare.cli.status_command import _interruptions
 from tfdeclare.core.enums import Phase, Reason, TaskState
 from tfdeclare.core.run import status
-from tfdeclare.core.run.lifecycle import resumed, step, suspend
+from tfdeclare.core.run.lifecycle import RESUME_HINT, resumed, step, suspend
 from tfdeclare.core.run.record import JobRecord
 from tfdeclare.core.spec.loader import SourceRef, load_file
 from tfdeclare.core.spec.model import fingerprint
@@ -106,7 +106,7 @@ def test_stopped_tasks_of_a_suspended_job_are_not_failures() -> None:
     assert later.record.phase is Phase.SUSPENDED and later.record.restarts == 0
     assert later.launch == () and later.stop == ()
     assert set(later.forget) == {t.task_id for t in ended}
-    assert "suspend: false runs it again" in later.record.message
+    assert RESUME_HINT in later.record.message
     # and many passes later it is still just suspended
     again = step(later.record, [], T0 + 10_000, BACKOFF)
     assert again.record == later.record and again.launch == ()

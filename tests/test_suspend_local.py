@@ -86,7 +86,9 @@ def test_suspend_from_the_file_stops_gracefully_and_resume_reuses_the_ports(proj
     assert applied.returncode == 0, applied.stdout + applied.stderr
     wait_until(lambda: refreshed(project, "bert")["phase"] == "Suspended" and not pids_alive(pids))
     assert terms(project, "bert") == {"worker-0.0", "worker-1.0"}, "each task got SIGTERM, not a kill"
-    shown = wait_until_message(project, "bert", "suspend: false runs it again")
+    shown = wait_until_message(
+        project, "bert", "suspend: false (runPolicy.suspend in a Kubeflow manifest) runs it again"
+    )
     assert shown["restarts"] == 0 and shown["suspensions"] == 1 and shown["preemptions"] == 0
     assert shown["suspension"]["reason"] == "Suspended"  # type: ignore[index]
     assert {c["type"]: c["reason"] for c in shown["conditions"]}["Suspended"] == "Suspended"  # type: ignore[union-attr,index]

@@ -279,9 +279,14 @@ def _specs_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         "warning (and a comment atop the converted document). A manifest the config's policy or the "
         "backend refuses is an error, as in validate. Example: tfdeclare convert tfjob.yaml",
     )
-    convert.add_argument("files", nargs="+", metavar="FILE", help="Kubeflow TFJob manifests")
     convert.add_argument(
-        "-w", "--write", action="store_true", help="rewrite each file in place instead of printing"
+        "files", nargs="+", metavar="FILE", help="Kubeflow TFJob manifests (- reads standard input)"
+    )
+    convert.add_argument(
+        "-w",
+        "--write",
+        action="store_true",
+        help="rewrite each file in place instead of printing (a link: the file it leads to)",
     )
     convert.set_defaults(handler="tfdeclare.cli.convert_command:cmd_convert")
 

@@ -63,8 +63,9 @@ def convert_text(text: str) -> Converted:
     yaml = _yaml()
     documents = list(yaml.load_all(text))
     positions = [_positions(doc) for doc in documents]
-    comments = _gather(text, documents, positions)
-    texts = _document_texts(text, len(documents))
+    prefix = _leading_comments(text)
+    comments = _gather(text, documents, positions, prefix.count("\n"))
+    texts = _document_texts(text[len(prefix) :], len(documents))
     out: list[str] = []
     converted = 0
     for index, (doc, found) in enumerate(zip(documents, comments, strict=True)):
@@ -75,7 +76,22 @@ def convert_text(text: str) -> Converted:
             converted += 1
         else:  # as it was written
             out.append(texts[index] if texts else _dump(yaml, doc))
+    if prefix:  # before the first document's ``---``, as it was (a license header)
+        return Converted(prefix + "".join(f"---\n{doc}" for doc in out), converted)
     return Converted(out[0] if len(out) == 1 else "".join(f"---\n{doc}" for doc in out), converted)
+
+
+def _leading_comments(text: str) -> str:
+    """The comment and blank lines that open ``text`` when a ``---`` (or a directive) follows
+    them: they belong to no document (a license header), and are written back first as they
+    were, whatever the documents are. '' when there are none, or no ``---`` follows them (the
+    comments of the first document's first field, then)."""
+    lines = text.splitlines(keepends=True)
+    count = next((n for n, line in enumerate(lines) if line.strip() and not line.lstrip().startswith("#")), 0)
+    starts = count and (_DOCUMENT_START.match(lines[count]) or lines[count].startswith("%"))
+    if not starts or not any(line.strip() for line in lines[:count]):
+        return ""
+    return "".join(lines[:count])  # each ends in a line break: a line follows
 
 
 _DOCUMENT_START = re.compile(r"^---(?=[ \t]|$)", re.MULTILINE)
@@ -162,7 +178,10 @@ def _flatten(entry: Any) -> list[str]:
     return [value] if isinstance(value, str) else []
 
 
-def _gather(text: str, documents: list[Any], positions: list[list[tuple[int, JsonPath]]]) -> list[_Comments]:
+def _gather(
+    text: str, documents: list[Any], positions: list[list[tuple[int, JsonPath]]], skip: int = 0
+) -> list[_Comments]:
+    """Each document's comments; the first ``skip`` lines are not read (``_leading_comments``)."""
     found = [_Comments() for _ in documents]
     comment_lines: set[str] = set()  # what ruamel read as comments (not a block scalar's lines)
     for index, doc in enumerate(documents):
@@ -178,7 +197,7 @@ def _gather(text: str, documents: list[Any], positions: list[list[tuple[int, Jso
     )
     for number, line in enumerate(text.splitlines()):
         stripped = line.strip()
-        if not stripped.startswith("#") or stripped not in comment_lines:
+        if number < skip or not stripped.startswith("#") or stripped not in comment_lines:
             continue
         following = next(((i, p) for n, i, p in starts if n > number), None)
         if following is None:  # after the last field: at the end

@@ -128,6 +128,8 @@ class PlanReason(StrEnum):
     CREATED_SUSPENDED = "CreatedSuspended"  # a new job with spec.suspend true: it starts nothing
     PREEMPTS = "Preempts"  # the room it asks for is taken from running jobs of lower priority
     PREEMPTED = "Preempted"  # a job of higher priority takes its room: its tasks stop until there is room
+    # runs as an earlier release read its unchanged Kubeflow manifest (``LoadedJob.earlier_hash``)
+    READ_DIFFERENTLY = "ReadDifferently"
 
 
 _NOT_SYNCED = {
@@ -459,6 +461,26 @@ def _unchanged(loaded: LoadedJob, observed: ObservedJob) -> JobPlan:
     )
 
 
+def _read_differently(loaded: LoadedJob, observed: ObservedJob) -> JobPlan:
+    """A job applied by an earlier release from the Kubeflow manifest it is still read from,
+    which this version reads otherwise: nothing changes (an upgrade changes no plan); the new
+    reading takes effect with the file's next change. The notes say what reads differently."""
+    what = "; ".join(dict.fromkeys(d.message for d in loaded.reread)) or "its fields"
+    state = f"{observed.phase.value}, as applied" if observed.phase.terminal else "runs as applied"
+    return JobPlan(
+        loaded.name,
+        Action.NOOP,
+        (PlanReason.READ_DIFFERENTLY,),
+        f"{state}: this version reads its unchanged Kubeflow manifest differently ({what}); "
+        "that takes effect when the file next changes",
+        source=loaded.source,
+        phase=observed.phase,
+        spec_hash=observed.spec_hash,
+        previous_hash=observed.spec_hash,
+        diagnostics=loaded.reread,
+    )
+
+
 def _plan_present(loaded: LoadedJob, observed: ObservedJob | None) -> JobPlan:
     """The job's action, with its restart scopes where the plan should say them."""
     if observed is None and not loaded.canonical["spec"].get("suspend"):
@@ -510,6 +532,8 @@ def _action_of_present(loaded: LoadedJob, observed: ObservedJob | None) -> JobPl
         )
     if observed.spec_hash == loaded.spec_hash and observed.phase is not Phase.DELETING:
         return _unchanged(loaded, observed)
+    if observed.spec_hash == loaded.earlier_hash and observed.phase is not Phase.DELETING:
+        return _read_differently(loaded, observed)
     desired_spec = loaded.spec
     common: dict[str, Any] = {
         "source": source,

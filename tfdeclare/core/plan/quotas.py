@@ -77,7 +77,7 @@ def enforce_quotas(
             counted[name] = _running(job)
     for name, loaded in desired.jobs.items():
         current = observed.get(name)
-        if current is not None and current.spec_hash == loaded.spec_hash:
+        if current is not None and current.spec_hash in (loaded.spec_hash, loaded.earlier_hash):
             counted[name] = loaded.canonical if _running(current) is not None else None
         else:
             counted[name] = _running(current)  # until admitted

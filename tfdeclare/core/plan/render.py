@@ -337,7 +337,7 @@ def render_text_parts(plan: Plan, *, show_unchanged: bool = False, paint: Painte
     else:
         lines.append(paint("No changes: the running jobs match the files.", Tone.GOOD))
         lines.append("")
-    kept = [j for j in plan.jobs if j.action is Action.KEEP]
+    kept = [j for j in plan.jobs if j.action is Action.KEEP or PlanReason.READ_DIFFERENTLY in j.reasons]
     if kept:
         lines.append("Kept as applied, not acted on now:")
         lines.extend(f"  {paint('! ' + j.name, Tone.WARN)}: {visible(j.message)}" for j in kept)

@@ -90,6 +90,9 @@ from tfdeclare.core.run.tasks import ObservedTask, TaskKey
 from tfdeclare.core.spec.model import SCOPE_WHY, TENSORBOARD_KEY, JobSpec
 
 RETRYABLE_EXIT = 42  # "checkpoint saved, restart me"
+# How a job held by spec.suspend is resumed; a Kubeflow manifest writes it runPolicy.suspend
+# (the record does not say which kind of file a job came from, so both are named)
+RESUME_HINT = "suspend: false (runPolicy.suspend in a Kubeflow manifest) runs it again"
 TENSORBOARD_RELAUNCH_S = 10.0  # a TensorBoard task that ended is relaunched no sooner
 
 
@@ -385,7 +388,7 @@ def _suspended(record: JobRecord, tasks: Sequence[ObservedTask]) -> Step:
     if hold.reason is Reason.PREEMPTED:
         waiting = _update(record, Phase.SUSPENDED, hold.reason, f"{what}; it runs again when there is room")
         return Step(waiting, launch=record.spec.task_keys(), forget=ended)
-    waiting = _update(record, Phase.SUSPENDED, hold.reason, f"{what}; suspend: false runs it again")
+    waiting = _update(record, Phase.SUSPENDED, hold.reason, f"{what}; {RESUME_HINT}")
     return Step(waiting, forget=ended)
 
 

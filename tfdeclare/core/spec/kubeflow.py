@@ -28,17 +28,32 @@ Kubernetes' meaning is kept, or where it cannot be, said at the manifest's line:
 - ``emptyDir`` and ``secret`` volumes cannot be mounted; their warnings name the natural
   equivalent (the task's own writable working folder; ``secretRef`` environment values).
 
+- ``$(NAME)`` in command, args and env values is expanded as the kubelet expands it, from the
+  container's literal env values (``$$`` is one ``$``); a reference left as written is warned;
+- a ``subPath`` mount is the volume's folder joined with it (never the whole volume: one that
+  leaves the volume is an error); one volume may be mounted at several paths; roles mounting
+  one folder at one path share one mount (read-only only when each role's is);
+- the pods' ``terminationGracePeriodSeconds`` and ``priorityClassName`` are the job's.
+
 Each warning is listed once (``Translation.warn`` drops a repeat of a path and message).
+
+Upgrades change no plan: ``translate(..., earlier=True)`` reads a manifest as the versions
+before the readings above did (but ``subPath``, a security fix that restarts such a job:
+docs/migrating.md, "Upgrades"), ``Translation.reread`` says where today's reading differs,
+and the loader hashes both so that a job applied from an unchanged manifest plans no change.
 """
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tfdeclare.core.diagnostics import JsonPath
+from tfdeclare.core.spec.kubeexpand import expand
 from tfdeclare.core.spec.kubequantity import parse_cpu, parse_gpus, parse_memory_mib
+from tfdeclare.core.spec.resources import MAX_MEM_MIB
 
 API_GROUP = "kubeflow.org/"
 API_VERSION = "kubeflow.org/v1"
@@ -53,6 +68,9 @@ _V1ALPHA2_EVAL = "eval"  # v1alpha2's name for the evaluator until mid-2018
 _TF_PORT = 2222  # Kubeflow's default TF port (its name: tfjob-port); tfdeclare assigns ports
 _HOISTED = ("image", "imagePullPolicy", "command", "args", "env", "workingDir")
 _RUN_POLICY = ("backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished")
+# A pod's settings that are the job's here (each role's pod has its own in Kubernetes)
+_POD_SETTINGS = ("terminationGracePeriodSeconds", "priorityClassName")
+_KUBERNETES_GRACE = 30  # a pod's terminationGracePeriodSeconds when it sets none
 # What a role reserves without a request: the job schema's Resources defaults (a test keeps
 # them in step).
 DEFAULT_CPUS = 1
@@ -79,6 +97,10 @@ class Translation:
     # Native parts written out for a Kubeflow default (a replica's count, its restartPolicy):
     # their origin only locates errors, it is not what they came from.
     implied: set[JsonPath] = field(default_factory=set)
+    # Where this version reads the manifest otherwise than the versions before it did (a
+    # field mapped that was ignored), and how: a job applied from it by one of them keeps
+    # running as applied until its file changes (``translate(..., earlier=True)``).
+    reread: list[tuple[JsonPath, str]] = field(default_factory=list)
 
     def is_dropped(self, source: JsonPath) -> bool:
         """Whether a part of the manifest (or a part above it) was not carried over."""
@@ -109,10 +131,19 @@ class Translation:
 
 
 class _Translator:
-    def __init__(self) -> None:
+    def __init__(self, earlier: bool = False) -> None:
         self.out = Translation()
+        self.earlier = earlier  # read as earlier versions did (``translate``)
         # each native volume entry (by identity) -> where its parts came from in the manifest
         self.volume_origins: dict[int, dict[str, JsonPath]] = {}
+        # each role's pod-level settings read as the job's: role -> (value, where)
+        self.pod_settings: dict[str, dict[str, tuple[Any, JsonPath]]] = {key: {} for key in _POD_SETTINGS}
+        self.container_env: dict[str, str | None] = {}  # the last container's, for subPathExpr
+        self.typed: set[JsonPath] = set()  # hostPath volumes whose type was warned about (once each)
+
+    def reread(self, path: JsonPath, message: str) -> None:
+        """A part this version reads otherwise than earlier versions did (``Translation.reread``)."""
+        self.out.reread.append((path, message))
 
     def warn(self, path: JsonPath, message: str, *, dropped: bool = True) -> None:
         """What did not map, at ``path``; ``dropped``: that part of the manifest is left out
@@ -232,9 +263,7 @@ class _Translator:
         selectors: dict[str, Any] = {}
         for kind, replica in replicas.items():
             at = ("spec", "tfReplicaSpecs", kind)
-            role = _ROLES.get(str(kind).lower())
-            if str(kind).lower() == _V1ALPHA2_EVAL and self.out.api_version == "kubeflow.org/v1alpha2":
-                role = "evaluator"
+            role = _role_of(str(kind), self.out.api_version)
             if role is None:
                 self.error(at, f"unknown replica type '{kind}': one of Chief, Master, PS, Worker, Evaluator")
                 continue
@@ -260,6 +289,8 @@ class _Translator:
         )
         self.shared_volumes(out, volumes)
         self.shared_selector(out, selectors)
+        self.grace(out, replicas, roles)
+        self.priority_class(out, roles)
         if "enableDynamicWorker" in spec:
             self.warn(
                 ("spec", "enableDynamicWorker"), "enableDynamicWorker: the cluster spec is static; ignored"
@@ -364,6 +395,80 @@ class _Translator:
             "policy.priorityClasses)",
         )
 
+    def grace(self, out: dict[str, Any], replicas: Mapping[str, Any], roles: dict[str, Any]) -> None:
+        """The pods' ``terminationGracePeriodSeconds`` -> ``spec.terminationGracePeriodSeconds``:
+        the largest of the roles' (a pod without one has Kubernetes' 30 s), so that no task
+        gets less time than it had; a warning names each role given more."""
+        given = self.pod_settings["terminationGracePeriodSeconds"]
+        if not given:
+            return
+        for role, (value, where) in list(given.items()):
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                self.error(where, f"terminationGracePeriodSeconds {value!r} must be a number of seconds >= 0")
+                del given[role]
+        if not given:
+            return
+        kinds = {_role_of(str(kind), self.out.api_version): str(kind) for kind in replicas}
+        seconds = {role: given[role][0] if role in given else _KUBERNETES_GRACE for role in roles}
+        longest = max(seconds.values())
+        source = next((where for _, (value, where) in given.items() if value == longest), ("spec",))
+        self.put(out, ("spec", "terminationGracePeriodSeconds"), longest, source)
+        for _, where in given.values():
+            self.reread(where, "the pod's terminationGracePeriodSeconds is read as the job's")
+        for role, value in seconds.items():
+            if value < longest:
+                where = given[role][1] if role in given else ("spec", "tfReplicaSpecs", kinds.get(role, role))
+                was = f"{value:g} s" + ("" if role in given else " (Kubernetes' default)")
+                self.warn(
+                    where,
+                    f"{kinds.get(role, role)}'s grace of {was} is raised to {longest:g} s: "
+                    "tfdeclare's terminationGracePeriodSeconds is the job's (the largest of its roles')",
+                    dropped=False,
+                )
+
+    def priority_class(self, out: dict[str, Any], roles: dict[str, Any]) -> None:
+        """The pods' ``priorityClassName`` -> ``spec.priorityClassName`` when every role's pod
+        names the same class; ``runPolicy.schedulingPolicy.priorityClass`` (the gang's, read
+        first) wins over it, with a warning when they differ."""
+        given = self.pod_settings["priorityClassName"]
+        if not given:
+            return
+        names = {value for value, _ in given.values()}
+        first_where = next(iter(given.values()))[1]
+        scheduled = out.get("priorityClassName")
+        if len(names) > 1 or len(given) != len(roles):
+            if scheduled is None:
+                self.warn(
+                    ("spec", "tfReplicaSpecs"),
+                    "priorityClassName differs between replica types: a job has one priority, so "
+                    "none was set; set runPolicy.schedulingPolicy.priorityClass",
+                )
+            else:
+                for _, where in given.values():
+                    self.warn(
+                        where,
+                        f"priorityClassName differs between replica types: the job's priority "
+                        f"is runPolicy.schedulingPolicy.priorityClass {scheduled!r}",
+                    )
+            return
+        (name,) = names
+        if scheduled is not None:
+            if name != scheduled:
+                for _, where in given.values():
+                    self.warn(
+                        where,
+                        f"priorityClassName {name!r} differs from runPolicy.schedulingPolicy."
+                        f"priorityClass {scheduled!r}: the job's priority is {scheduled!r} (its "
+                        "tasks are placed as one gang)",
+                    )
+            return
+        if not isinstance(name, str) or not name:
+            self.error(first_where, f"priorityClassName {name!r} must be the name of a priority class")
+            return
+        self.put(out, ("spec", "priorityClassName"), name, first_where)
+        for _, where in given.values():
+            self.reread(where, "the pod's priorityClassName is read as spec.priorityClassName")
+
     def shared_volumes(self, out: dict[str, Any], volumes: dict[str, list[dict[str, Any]]]) -> None:
         lists = [v for v in volumes.values() if v]
         if not lists:
@@ -372,6 +477,8 @@ class _Translator:
         for entry in (e for v in lists for e in v):
             if entry not in union:
                 union.append(entry)
+        if not self.earlier:
+            union = self.merged(union, volumes)
         if len(lists) != len(volumes) or any(v != lists[0] for v in lists):
             self.warn(
                 ("spec", "tfReplicaSpecs"),
@@ -383,6 +490,47 @@ class _Translator:
         for index, entry in enumerate(union):  # errors about a volume point at its manifest lines
             for part, origin in self.volume_origins.get(id(entry), {}).items():
                 self.out.origins[("spec", "volumes", index, *((part,) if part else ()))] = origin
+
+    def merged(
+        self, union: list[dict[str, Any]], volumes: dict[str, list[dict[str, Any]]]
+    ) -> list[dict[str, Any]]:
+        """One entry for each host folder mounted at one path by several roles, read-only only
+        when every role mounts it so; a warning at the read-only mount of each role that gets
+        it read-write. (Two entries at one path would be refused by the spec's rules, as the
+        container engine refuses two mounts at one path.)"""
+        groups: dict[tuple[Any, str], list[dict[str, Any]]] = {}
+        for entry in union:
+            path = entry.get("containerPath")
+            where = posixpath.normpath(path) if isinstance(path, str) else path
+            groups.setdefault((where, entry["hostPath"]), []).append(entry)
+        out: list[dict[str, Any]] = []
+        for entries in groups.values():
+            first = entries[0]
+            if len({e["mode"] for e in entries}) == 1:
+                out.append(first)
+                continue
+            read_only = [
+                r for r, mine in volumes.items() if any(e in entries and e["mode"] == "ro" for e in mine)
+            ]
+            writer = next(e for e in entries if e["mode"] == "rw")
+            one = {**first, "mode": "rw"}
+            self.volume_origins[id(one)] = {
+                **self.volume_origins.get(id(first), {}),
+                **self.volume_origins.get(id(writer), {}),
+            }
+            out.append(one)
+            for role in read_only:
+                entry = next(e for e in volumes[role] if e in entries and e["mode"] == "ro")
+                where = self.volume_origins.get(id(entry), {}).get("mode", ("spec", "tfReplicaSpecs"))
+                self.warn(
+                    where,
+                    f"{first['hostPath']} is mounted at {first['containerPath']} read-only by {role} "
+                    f"but read-write by another role: one mount serves every task, so {role}'s is "
+                    "read-write",
+                    dropped=False,
+                )
+                self.reread(where, "mounts of one folder at one path by several roles are one")
+        return out
 
     def shared_selector(self, out: dict[str, Any], selectors: dict[str, Any]) -> None:
         found = [s for s in selectors.values() if s]
@@ -473,7 +621,7 @@ class _Translator:
             )
         mounts = self.container(out, containers[index], (*pat, "containers", index), native)
         volumes = self.volumes(self.listed(pod, "volumes", pat), mounts, (*pat, "volumes"))
-        known = (
+        known: tuple[str, ...] = (
             "containers",
             "initContainers",
             "ephemeralContainers",
@@ -481,18 +629,40 @@ class _Translator:
             "volumes",
             "nodeSelector",
         )
+        if not self.earlier:
+            known = (*known, *_POD_SETTINGS)
+            for key in _POD_SETTINGS:
+                if key in pod:
+                    self.pod_settings[key][role] = (pod[key], (*pat, key))
         self.unknown(pod, known, pat, "pod")
         return out, volumes, pod.get("nodeSelector")
 
     def container(
         self, out: dict[str, Any], container: Mapping[str, Any], cat: JsonPath, native: JsonPath
     ) -> list[tuple[JsonPath, Mapping[str, Any]]]:
+        defined: dict[str, str | None] = {}
+        if "env" in container:
+            defined = self.env(out, container["env"], (*cat, "env"), native)
+        self.container_env = defined
         for key in ("image", "imagePullPolicy", "command", "args", "workingDir"):
             if key in container:
-                self.put(out, (*native, key), container[key], (*cat, key))
+                value = container[key]
+                if key in ("command", "args") and not self.earlier and isinstance(value, list):
+                    value = [
+                        self.expanded(v, defined, (*cat, key, i)) if isinstance(v, str) else v
+                        for i, v in enumerate(value)
+                    ]
+                self.put(out, (*native, key), value, (*cat, key))
         self.pull_policy(out, container, cat, native)
-        if "env" in container:
-            self.env(out, container["env"], (*cat, "env"), native)
+        if isinstance(container.get("image"), str) and "workingDir" not in container:
+            self.warn(
+                cat,
+                f"image {container['image']} runs in its task folder (TFDECLARE_WORK_DIR: "
+                "writable, kept across restarts), not in the image's WORKDIR: set workingDir to "
+                "the WORKDIR to run there (what the task writes there is not kept), or use "
+                "absolute paths",
+                dropped=False,
+            )
         if "envFrom" in container:
             self.warn(
                 (*cat, "envFrom"),
@@ -608,10 +778,40 @@ class _Translator:
             dropped=False,
         )
 
-    def env(self, out: dict[str, Any], env: Any, at: JsonPath, native: JsonPath) -> None:
+    def expanded(self, text: str, defined: Mapping[str, str | None], where: JsonPath) -> str:
+        """``text`` with its ``$(NAME)`` references expanded as Kubernetes expands them: a name
+        of ``defined`` with a value becomes it, ``$$`` is one ``$`` (so ``$$(X)`` is the
+        literal ``$(X)``), anything else stays as written; a reference that stays is warned
+        about at ``where`` (a secret's value is read only when the task starts)."""
+        expanded, left = expand(text, defined)
+        for name in left:
+            self.unresolved(name, name in defined, where)
+        if expanded == text:
+            return text  # the very value: convert keeps its quoting style
+        self.reread(where, "$(NAME) references are expanded as Kubernetes expands them")
+        return expanded
+
+    def unresolved(self, name: str, from_elsewhere: bool, where: JsonPath) -> None:
+        why = (
+            f"{name} is set by valueFrom, whose value is not known when the manifest is read "
+            "(a secret's is read only when the task starts)"
+            if from_elsewhere
+            else f"no env entry before it names {name} with a value (Kubernetes leaves it so too)"
+        )
+        self.warn(
+            where,
+            f"$({name}) is left as written: {why}; read it from the environment in the program, "
+            f"or run through a shell (sh -c '... ${name}')",
+            dropped=False,
+        )
+
+    def env(self, out: dict[str, Any], env: Any, at: JsonPath, native: JsonPath) -> dict[str, str | None]:
+        """The container's env into ``out``; returns each name -> its value as ``$(NAME)``
+        references read it (None: set from elsewhere, not known here)."""
+        defined: dict[str, str | None] = {}
         if not isinstance(env, list):
             self.error(at, "env must be a list of {name, value} entries")
-            return
+            return defined
         values: dict[str, Any] = {}
         for i, entry in enumerate(env):
             if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
@@ -626,9 +826,14 @@ class _Translator:
                 continue
             source = entry.get("valueFrom")
             if "valueFrom" not in entry:
-                values[name] = entry.get("value", "")
+                value = entry.get("value", "")
+                if not self.earlier and isinstance(value, str):  # earlier entries only, as Kubernetes
+                    value = self.expanded(value, defined, (*where, "value"))
+                values[name] = value
+                defined[name] = value if isinstance(value, str) else None
                 self.out.origins[(*native, "env", name)] = where
                 continue
+            defined[name] = None
             secret = source.get("secretKeyRef") if isinstance(source, Mapping) else None
             if secret is None:
                 self.warn(
@@ -658,6 +863,7 @@ class _Translator:
         if values:
             out["env"] = values
             self.out.origins[(*native, "env")] = at
+        return defined
 
     def resources(self, out: dict[str, Any], resources: Any, at: JsonPath, native: JsonPath) -> None:
         if not isinstance(resources, Mapping):
@@ -673,8 +879,7 @@ class _Translator:
                 if cpus is None:
                     self.error(
                         where,
-                        f"cpu {value!r} is not a Kubernetes quantity of at least 1m (a millicore) "
-                        "such as 2, 0.5 or 2500m",
+                        f"cpu {value!r} is not a Kubernetes quantity more than 0, such as 2, 0.5 or 2500m",
                     )
                 else:
                     wanted["cpus"] = cpus
@@ -685,6 +890,8 @@ class _Translator:
                     self.error(
                         where, f"memory {value!r} is not a Kubernetes quantity such as 4Gi, 512Mi or 1G"
                     )
+                elif mib > MAX_MEM_MIB:  # said as written, not as the MiB it became
+                    self.error(where, f"memory {value!r} is larger than 1 EiB")
                 else:
                     wanted["mem"] = f"{mib // 1024}Gi" if mib % 1024 == 0 else mib
                     self.out.origins[(*native, "resources", "mem")] = where
@@ -719,34 +926,92 @@ class _Translator:
     def volumes(
         self, volumes: list[Any], mounts: list[tuple[JsonPath, Mapping[str, Any]]], at: JsonPath
     ) -> list[dict[str, Any]]:
+        """The container's mounts of ``hostPath`` volumes -> volume entries: each mount its
+        own (one volume may be mounted at several paths), at its ``subPath`` of the folder;
+        what cannot be mounted is said at its line."""
         named = [(i, v) for i, v in enumerate(volumes) if isinstance(v, Mapping)]
         by_name = {v["name"]: (i, v) for i, v in named if isinstance(v.get("name"), str)}
+        mounted: set[str] = set()
         out: list[dict[str, Any]] = []
         for where, mount in mounts:
             name = mount.get("name")
-            found = by_name.pop(name, None) if isinstance(name, str) else None
+            found = by_name.get(name) if isinstance(name, str) else None
+            if found is not None and self.earlier and name in mounted:
+                found = None  # earlier versions mounted each volume once
             if found is None:
                 self.warn(where, f"volumeMount '{mount.get('name')}' names no volume of the pod: ignored")
                 continue
+            mounted.add(str(name))
             i, volume = found
             host = volume.get("hostPath")
             if isinstance(host, Mapping) and isinstance(host.get("path"), str):
+                folder = self.sub_path(host["path"], mount, where)
+                if folder is None:
+                    continue
                 mode = "ro" if mount.get("readOnly") else "rw"
-                entry = {"hostPath": host["path"], "containerPath": mount.get("mountPath"), "mode": mode}
+                entry = {"hostPath": folder, "containerPath": mount.get("mountPath"), "mode": mode}
                 out.append(entry)
                 self.volume_origins[id(entry)] = {
                     "": (*at, i),
-                    "hostPath": (*at, i, "hostPath", "path"),
+                    "hostPath": (*where, "subPath")
+                    if folder != host["path"]
+                    else (*at, i, "hostPath", "path"),
                     "containerPath": (*where, "mountPath"),
+                    **({"mode": (*where, "readOnly")} if "readOnly" in mount else {}),
                 }
+                if "type" in host and (*at, i) not in self.typed:
+                    self.typed.add((*at, i))
+                    self.warn(
+                        (*at, i, "hostPath", "type"),
+                        f"hostPath type {host['type']} is not checked: the folder must be on the agents "
+                        "as it is (nothing is created)",
+                    )
                 continue
             kind = next((k for k in volume if k != "name"), "unknown")
             self.warn((*at, i, kind), _unmounted(volume, kind, mount))
-        for i, volume in by_name.values():
-            self.warn(
-                (*at, i), f"volume '{volume.get('name')}' is not mounted by the tensorflow container: ignored"
-            )
+        for volume_name, (i, volume) in by_name.items():
+            if volume_name not in mounted:
+                self.warn(
+                    (*at, i),
+                    f"volume '{volume.get('name')}' is not mounted by the tensorflow container: ignored",
+                )
         return out
+
+    def sub_path(self, folder: str, mount: Mapping[str, Any], where: JsonPath) -> str | None:
+        """The host folder a mount shows: the volume's, or its ``subPath`` (``subPathExpr``
+        with its ``$(NAME)`` references expanded) below it, normalised; None, with an error,
+        for one that is absolute, leaves the volume or cannot be resolved (mounting the whole
+        volume instead would show the task what the manifest keeps from it). The mount's
+        other fields are warned about."""
+        for key in mount:
+            if key not in ("name", "mountPath", "readOnly", "subPath", "subPathExpr"):
+                self.warn((*where, key), f"volumeMount field '{key}' has no tfdeclare equivalent: ignored")
+        key = "subPathExpr" if "subPathExpr" in mount else "subPath"
+        sub = mount.get(key)
+        if sub in (None, ""):  # Kubernetes: an empty subPath is the whole volume
+            return folder
+        at = (*where, key)
+        if not isinstance(sub, str):
+            self.error(at, f"{key} must be a relative path inside the volume")
+            return None
+        if key == "subPathExpr":
+            sub = self.expanded(sub, self.container_env, at)
+            if "$(" in sub:
+                self.error(at, f"subPathExpr {mount[key]!r} cannot be resolved here: set subPath instead")
+                return None
+        clean = posixpath.normpath(sub)
+        if sub.startswith("/") or clean == ".." or clean.startswith("../"):
+            self.error(at, f"{key} {sub!r} must be a relative path inside the volume (no leading / or ..)")
+            return None
+        if clean == ".":
+            return folder
+        shown = posixpath.join(folder.rstrip("/") or "/", clean)
+        self.note(
+            at,
+            f"mounted as hostPath {shown}: only that folder of the volume is in the task (versions "
+            "before this one mounted the whole volume: a job one of them applied restarts to narrow it)",
+        )
+        return shown
 
 
 def _unmounted(volume: Mapping[str, Any], kind: str, mount: Mapping[str, Any]) -> str:
@@ -781,6 +1046,13 @@ def _unmounted(volume: Mapping[str, Any], kind: str, mount: Mapping[str, Any]) -
     )
 
 
+def _role_of(kind: str, api_version: str) -> str | None:
+    """Our role of a replica type (``Worker``, ``Master``, ...), or None."""
+    if kind.lower() == _V1ALPHA2_EVAL and api_version == "kubeflow.org/v1alpha2":
+        return "evaluator"
+    return _ROLES.get(kind.lower())
+
+
 def pulls_always(image: str) -> bool:
     """Whether Kubernetes pulls ``image`` at every start by default: tagged ``:latest``, or
     neither tagged nor pinned by a digest (a registry's port is not a tag)."""
@@ -805,6 +1077,10 @@ def _unread_version(version: str) -> str:
     )
 
 
-def translate(document: Mapping[str, Any]) -> Translation:
-    """The native form of a Kubeflow TFJob manifest (``is_kubeflow``) and what did not map."""
-    return _Translator().document(document)
+def translate(document: Mapping[str, Any], *, earlier: bool = False) -> Translation:
+    """The native form of a Kubeflow TFJob manifest (``is_kubeflow``) and what did not map;
+    ``earlier``: as the versions before these readings read it (the pods' grace and priority
+    class, ``$(VAR)`` references, several mounts of one volume, one path mounted by several
+    roles): their job records hold that reading; ``Translation.reread`` says where today's
+    differs."""
+    return _Translator(earlier).document(document)

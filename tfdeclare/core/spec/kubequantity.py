@@ -2,7 +2,8 @@
 memory in whole MiB. Unlike our own ``mem`` (where ``G`` means GiB, as Mesos counts), ``G`` is
 10^9 bytes here, as Kubernetes counts: a Kubeflow manifest means what it meant there. The
 suffixes are Kubernetes' own: decimal ``n u m k M G T P E`` and binary ``Ki Mi Gi Ti Pi Ei``.
-CPU is counted in millicores (less than ``1m`` cannot be reserved), GPUs are whole."""
+CPU is counted in millicores, rounded up as Kubernetes does (``999u`` and ``0.0005`` are
+``1m``, ``1.0005`` is ``1001m``), GPUs are whole."""
 
 from __future__ import annotations
 
@@ -48,13 +49,13 @@ def parse_quantity(value: Any) -> float | None:
 
 
 def parse_cpu(value: Any) -> int | float | None:
-    """Cores, to the millicore (less than ``1m``: None, nothing tfdeclare can reserve)."""
+    """Cores, rounded up to the millicore as Kubernetes rounds a cpu quantity (so any positive
+    quantity is at least ``1m``); not a positive quantity: None."""
     cores = parse_quantity(value)
     if cores is None:
         return None
-    cores = round(cores, 3)  # Kubernetes counts millicores
-    if cores <= 0:
-        return None
+    # round(.., 6) first: 0.1 * 1000 is 100.00000000000001 in floating point, not 101m
+    cores = math.ceil(round(cores * 1000, 6)) / 1000
     return int(cores) if cores.is_integer() else cores
 
 

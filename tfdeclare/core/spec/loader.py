@@ -9,6 +9,7 @@ unique names — live in ``desired``.
 from __future__ import annotations
 
 import hashlib
+import posixpath
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -44,6 +45,13 @@ class LoadedJob:
     # Line and column of what the rules across jobs name (``PLACED``), read while its document
     # was at hand (it is released after loading): ``at`` places their diagnostics there.
     places: Mapping[JsonPath, tuple[int, int]] = field(default_factory=dict, compare=False, repr=False)
+
+    # A Kubeflow manifest that this version reads otherwise than earlier versions did: the
+    # spec hash of their reading (what a job they applied from it runs), and notes at the
+    # manifest's lines saying what reads differently. A job whose record holds that hash
+    # plans no change until its file changes (``planner``: an upgrade changes no plan).
+    earlier_hash: str | None = None
+    reread: tuple[Diagnostic, ...] = ()
 
     def at(self, path: JsonPath, message: str, code: Code) -> Diagnostic:
         """The diagnostic ``message`` at ``path`` of this job's document: at the line and
@@ -250,12 +258,38 @@ def _load_document(
     if any(d.is_error for d in found):
         return None, found
     job, problems = _load_native(view, value, source, checks)
+    if job is not None and view.translation is not None and view.translation.reread:
+        job = _with_earlier_reading(job, view, source, checks)
     return job, found + problems
 
 
+def _with_earlier_reading(
+    job: LoadedJob, view: _View, source: SourceRef, checks: Sequence[SpecCheck]
+) -> LoadedJob:
+    """``job`` with the hash of the manifest as earlier versions read it, when that differs
+    (``LoadedJob.earlier_hash``); read through the same schema, defaults and checks, so it is
+    the hash their records hold (not the semantic rules: that reading may break one added
+    since, such as two volumes at one containerPath, which today's reading merges)."""
+    earlier = translate(view.document.value, earlier=True)
+    if earlier.errors:
+        return job
+    earlier_view = _View(view.document, earlier.native, earlier)
+    before, _ = _load_native(earlier_view, earlier.native, source, checks, rules=False)
+    if before is None or before.spec_hash == job.spec_hash:
+        return job
+    assert view.translation is not None
+    notes = tuple(
+        replace(view.document.diagnostic(path, message, Code.KUBEFLOW), severity=Severity.NOTE)
+        for path, message in view.translation.reread
+    )
+    return replace(job, earlier_hash=before.spec_hash, reread=notes)
+
+
 def _load_native(
-    view: _View, value: dict[str, Any], source: SourceRef, checks: Sequence[SpecCheck]
+    view: _View, value: dict[str, Any], source: SourceRef, checks: Sequence[SpecCheck], rules: bool = True
 ) -> tuple[LoadedJob | None, list[Diagnostic]]:
+    """``rules`` False: without the semantic rules (an earlier reading, which earlier rules
+    let through: ``_with_earlier_reading``)."""
     errors = load_schema("job").validate(value)
     if errors or view.document.refused:
         found = [view.diagnostic(e.path, e.message, key=e.at_key) for e in errors]
@@ -268,7 +302,7 @@ def _load_native(
         canonical = canonicalize(filled)
     except QuantityError as err:
         return None, [view.diagnostic(err.path, str(err), Code.QUANTITY)]
-    problems = both + _semantic_problems(view, canonical)
+    problems = both + (_semantic_problems(view, canonical) if rules else [])
     if problems:
         return None, problems
     name = canonical["metadata"]["name"]
@@ -331,6 +365,25 @@ def _semantic_problems_of_a_valid_spec(view: _View, value: dict[str, Any]) -> li
     return _semantic_problems(view, canonical)
 
 
+def _mount_points_twice(view: _View, volumes: Sequence[Mapping[str, Any]]) -> list[Diagnostic]:
+    """A ``containerPath`` that an earlier volume mounts already (``/data`` and ``/data/`` are
+    one path): refused at the second, as the container engine would refuse the task."""
+    seen: dict[str, int] = {}
+    problems: list[Diagnostic] = []
+    for index, volume in enumerate(volumes):
+        path = volume.get("containerPath")
+        if not isinstance(path, str):
+            continue
+        first = seen.setdefault(posixpath.normpath(path), index)
+        if first != index:
+            message = (
+                f"containerPath {path} is mounted already by spec.volumes[{first}]: a container has "
+                "one mount at a path (the engine refuses a second); mount it once, or at another path"
+            )
+            problems.append(view.diagnostic(("spec", "volumes", index, "containerPath"), message))
+    return problems
+
+
 def _semantic_problems(view: _View, canonical: Mapping[str, Any]) -> list[Diagnostic]:
     """The rules a JSON Schema cannot say well."""
     spec = canonical["spec"]
@@ -355,6 +408,7 @@ def _semantic_problems(view: _View, canonical: Mapping[str, Any]) -> list[Diagno
                     Code.MISSING_COMMAND,
                 )
             )
+    problems.extend(_mount_points_twice(view, spec["volumes"]))
     if spec["clusterSpec"] == ClusterSpecStyle.LEGACY_FLAGS.value:
         for role in replicas:
             if Role(role) not in _LEGACY_ROLES:
