@@ -17,6 +17,7 @@ import signal
 import socket
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from tfdeclare.backends import progress
@@ -162,8 +163,9 @@ def _serve(args: argparse.Namespace, settings: Settings, server: DaemonServer) -
             )
             source = GitSource(git, settings.state_dir / "git")
             base_dir = source.current
-            # every revision's snapshot: a job applied from an earlier commit is the daemon's too
-            scope = prune_scope([source.revisions_dir], [source.description])
+            # every revision's snapshot: a job applied from an earlier commit is the daemon's too,
+            # and so is every job applied from a revision wherever it was read (core.plan.scope)
+            scope = replace(prune_scope([source.revisions_dir], [source.description]), revisions=True)
         else:
             folder = Path(args.specs)
             if not folder.is_dir():
@@ -204,6 +206,7 @@ def _serve(args: argparse.Namespace, settings: Settings, server: DaemonServer) -
             exclude=(settings.state_dir, settings.status_dir),
             skip_files=settings.config_files,
             base=base_dir if args.git else None,
+            confined=bool(args.git),  # --path must not lead out of the repository
         )
         problems = problems_path_in(settings.state_dir)  # for `tfdeclare status`
         daemon = Daemon(source, controller, files, settings.status_dir, options, problems_path=problems)
