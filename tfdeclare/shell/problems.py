@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import NamedTuple
 
-from tfdeclare.core.plan.problems import Problem, document, from_document
+from tfdeclare.core.plan.problems import BranchFailure, Problem, branch_failure_of, document, from_document
 from tfdeclare.files import read_regular, write_atomic
 
 FILE_NAME = "problems.json"
@@ -25,10 +26,21 @@ def path_in(state_dir: Path) -> Path:
     return state_dir / FILE_NAME
 
 
-def save(path: Path, problems: tuple[Problem, ...], now: float) -> None:
+def save(
+    path: Path, problems: tuple[Problem, ...], now: float, *, status_branch: BranchFailure | None = None
+) -> None:
     """Replace the file with ``problems`` (``OSError`` when the folder cannot take it)."""
-    data = json.dumps(document(problems, now), separators=(",", ":")) + "\n"
+    data = json.dumps(document(problems, now, status_branch=status_branch), separators=(",", ":")) + "\n"
     write_atomic(path, data.encode(), 0o644)
+
+
+class Stored(NamedTuple):
+    """What the file holds: the problems, when it was written (RFC 3339), and the daemon's
+    status branch failure (git mode) when one stood."""
+
+    problems: tuple[Problem, ...]
+    updated_at: str | None
+    status_branch: BranchFailure | None = None
 
 
 class ProblemsUnreadable(Exception):
@@ -38,16 +50,24 @@ class ProblemsUnreadable(Exception):
 def load(path: Path) -> tuple[tuple[Problem, ...], str | None]:
     """The problems the file holds and when it was written (RFC 3339); none when there is no
     file. ``ProblemsUnreadable`` says why one cannot be used."""
+    stored = read(path)
+    return stored.problems, stored.updated_at
+
+
+def read(path: Path) -> Stored:
+    """What the file holds (``Stored``); nothing when there is no file. ``ProblemsUnreadable``
+    says why one cannot be used."""
     try:
         data = read_regular(path, MAX_BYTES)
     except FileNotFoundError:
-        return (), None
+        return Stored((), None)
     except OSError as err:
         raise ProblemsUnreadable(f"{path}: {err.strerror}") from None
     try:
         parsed = json.loads(data)
         problems = from_document(parsed)
+        failure = branch_failure_of(parsed)
     except (ValueError, RecursionError) as err:
         raise ProblemsUnreadable(f"{path}: {err}") from None
     updated = parsed.get("updatedAt")
-    return problems, updated if isinstance(updated, str) else None
+    return Stored(problems, updated if isinstance(updated, str) else None, failure)

@@ -288,15 +288,47 @@ def counts(problems: Iterable[Problem]) -> dict[str, int]:
     return out
 
 
-def document(problems: Iterable[Problem], updated_at: float) -> dict[str, Any]:
-    """The persisted form (``<state-dir>/problems.json``)."""
+@dataclass(frozen=True, slots=True)
+class BranchFailure:
+    """Git mode: the status branch could not be written or pushed (a protected branch, a hook
+    that refuses it); the daemon tries again, backing off, until the remote has it."""
+
+    branch: str
+    message: str  # what git said, without credentials
+    since: float  # unix time it was first seen (kept while it stands)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "branch": self.branch,
+            "message": self.message,
+            "since": rfc3339(self.since),
+            "sinceUnix": self.since,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> BranchFailure:
+        """As ``to_json`` wrote it; ``ValueError`` for anything else."""
+        try:
+            return cls(_text(data["branch"]), _text(data["message"]), float(data["sinceUnix"]))
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"not a status branch failure as tfdeclare writes them ({err})") from None
+
+
+def document(
+    problems: Iterable[Problem], updated_at: float, *, status_branch: BranchFailure | None = None
+) -> dict[str, Any]:
+    """The persisted form (``<state-dir>/problems.json``); ``statusBranch`` while the status
+    branch cannot be written or pushed."""
     listed = [p.to_json() for p in problems]
-    return {
+    out: dict[str, Any] = {
         "apiVersion": "tfdeclare/v1",
         "kind": "SourceProblems",
         "updatedAt": rfc3339(updated_at),
         "problems": listed,
     }
+    if status_branch is not None:
+        out["statusBranch"] = status_branch.to_json()
+    return out
 
 
 def from_document(data: Any) -> tuple[Problem, ...]:
@@ -308,3 +340,10 @@ def from_document(data: Any) -> tuple[Problem, ...]:
     ):
         raise ValueError("not a problems document as tfdeclare writes them")
     return tuple(Problem.from_json(p) for p in data["problems"][:MAX_PROBLEMS])
+
+
+def branch_failure_of(data: Any) -> BranchFailure | None:
+    """The ``statusBranch`` of a ``document`` (None when it has none); ``ValueError`` when it is
+    not one tfdeclare writes."""
+    failure = data.get("statusBranch") if isinstance(data, dict) else None
+    return None if failure is None else BranchFailure.from_json(failure)
