@@ -266,14 +266,16 @@ def _branch_footer(branch: BranchFailure, paint: Painter) -> str:
     return f"\n{paint(line, Tone.BAD)}\n  {visible(branch.message)}\n"
 
 
-def _problems_footer(problems: tuple[Problem, ...], as_of: str | None, paint: Painter) -> str:
-    """Each file that cannot be applied and its first error (what holds which job back)."""
+def _problems_footer(
+    problems: tuple[Problem, ...], as_of: str | None, paint: Painter, omitted: int = 0
+) -> str:
+    """Each file that cannot be applied and its first error (what holds which job back), and
+    how many more stand than the daemon lists."""
     when = f", as of {as_of}" if as_of else ""
+    many = f"{len(problems)} of {len(problems) + omitted}" if omitted else f"{len(problems)}"
     lines = [
         "",
-        paint(
-            f"Problems ({len(problems)}{when}): not applied, the jobs named keep running as applied", Tone.BAD
-        ),
+        paint(f"Problems ({many}{when}): not applied, the jobs named keep running as applied", Tone.BAD),
     ]
     for problem in problems:
         held = f" (holds back {', '.join(problem.jobs)})" if problem.jobs else ""
@@ -282,6 +284,11 @@ def _problems_footer(problems: tuple[Problem, ...], as_of: str | None, paint: Pa
         more = problem.diagnostic_count - 1
         if more > 0:
             lines.append(f"    ... and {more} more error{'s' if more > 1 else ''}")
+    if omitted:
+        lines.append(
+            f"  ... and {omitted} more problem{'s' if omitted > 1 else ''} not listed (those holding back "
+            "jobs are listed first; `tfdeclare validate` names every one)"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -371,20 +378,25 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.watch:
         return _watch(args, reading, selector)
     stored = _standing_problems(settings)
-    problems, as_of, branch = stored.problems, stored.updated_at, stored.status_branch
+    problems, as_of, branch, omitted = (
+        stored.problems,
+        stored.updated_at,
+        stored.status_branch,
+        stored.omitted,
+    )
     paint = terminal.painter(sys.stdout)
     if args.name:
         problems = tuple(p for p in problems if args.name in p.jobs)
         documents = _show_one(args, reading, problems, paint)
     elif is_document(args.output):
-        _print_documents(args, reading, chosen, selector, problems, branch)
+        _print_documents(args, reading, chosen, selector, problems, branch, omitted)
         return EXIT_OK
     else:
         documents = _show_table(args, reading, chosen, selector, paint)
     if is_document(args.output):
         return EXIT_OK
     if problems:
-        stdout_write(_problems_footer(problems, as_of, paint))
+        stdout_write(_problems_footer(problems, as_of, paint, 0 if args.name else omitted))
     if branch is not None and not args.name:
         stdout_write(_branch_footer(branch, paint))
     if documents:
@@ -440,6 +452,7 @@ def _print_documents(
     selector: Selector,
     problems: Sequence[Problem],
     branch: BranchFailure | None = None,
+    omitted: int = 0,
 ) -> None:
     """``status -o json|yaml``: the list of every (selected) job's document; with
     ``--problems`` an object holding it and the standing problems (and ``statusBranch`` while
@@ -447,13 +460,15 @@ def _print_documents(
     documents = reading.documents(reading.store.names(), None if chosen is None else sorted(chosen))
     listed: Any = documents
     if args.problems:
-        listed = {"jobs": documents, "problems": [p.to_json() for p in problems]}
+        listed = {"jobs": documents, "problems": [p.to_json() for p in problems], "problemsOmitted": omitted}
         if branch is not None:
             listed["statusBranch"] = branch.to_json()
     stdout_write(document_text(listed, args.output))
     if not args.problems:  # the list (or document) scripts read, as before: the problems go to stderr
         for problem in problems:
             stderr_line(f"tfdeclare: problem ({problem.kind.value}): {visible(problem.message)}")
+        if omitted:
+            stderr_line(f"tfdeclare: ... and {omitted} more problem(s) not listed")
         if branch is not None:
             stderr_line(f"tfdeclare: status branch {visible(branch.branch)}: {visible(branch.message)}")
     if not documents:  # the list stays a list (scripts count it); where it looked, aside

@@ -52,7 +52,15 @@ from tfdeclare.core.diagnostics import Diagnostic
 from tfdeclare.core.enums import Phase, Reason
 from tfdeclare.core.errors import ErrorCode, RuntimeProblem
 from tfdeclare.core.plan.planner import Action, Plan, PlanCache, PlanOptions, Sighting, plan
-from tfdeclare.core.plan.problems import BranchFailure, Problem, changes, counts, held_back, standing
+from tfdeclare.core.plan.problems import (
+    BranchFailure,
+    Problem,
+    bounded,
+    changes,
+    counts,
+    held_back,
+    standing,
+)
 from tfdeclare.core.plan.scope import PruneScope
 from tfdeclare.core.run import status
 from tfdeclare.core.run.record import JobRecord, Revision
@@ -155,7 +163,8 @@ class Shown:
 
     view: View
     started_at: float
-    problems: tuple[Problem, ...] = ()  # the standing source problems
+    problems: tuple[Problem, ...] = ()  # the standing source problems (``bounded``: those shown)
+    problems_omitted: int = 0  # how many more stand, not shown
     events: tuple[PhaseChange, ...] = ()  # newest first, at most RECENT_EVENTS
     revision: Revision | None = None
     source_error: str | None = None
@@ -219,7 +228,14 @@ class Daemon:
         # which the loop builds during the pass. Until the first pass, the status files' view.
         first = View(tuple(controller.status_files()), {})
         stored = self._load_problems()
-        self.shown = Shown(first, clock(), stored.problems, status_branch=stored.status_branch)
+        self.shown = Shown(
+            first,
+            clock(),
+            stored.problems,
+            problems_omitted=stored.omitted,
+            status_branch=stored.status_branch,
+        )
+        self._all_problems = stored.problems  # every standing problem, the shown and the omitted
         self._draft = self.shown
         self.metrics.set_problems(counts(self.shown.problems))
 
@@ -389,7 +405,7 @@ class Daemon:
             log.error("%s; tried again with back-off, the jobs keep running", failure)
             standing_failure = BranchFailure(branch, failure, was.since if was else now)
         self._draft = replace(self._draft, status_branch=standing_failure)
-        self._save_problems(self._draft.problems, now)
+        self._save_problems(self._draft.problems, self._draft.problems_omitted, now)
         self._count_write_failures()
 
     def _count_write_failures(self) -> None:
@@ -500,13 +516,16 @@ class Daemon:
             log.warning("the problems of the last daemon are not used: %s", err)
             return problems_file.Stored((), None)
 
-    def _save_problems(self, problems: tuple[Problem, ...], now: float) -> None:
-        """``problems`` and the status branch's failure into the problems file for ``status``
-        (a failure is logged once, and the write tried again after each pass)."""
+    def _save_problems(self, problems: tuple[Problem, ...], omitted: int, now: float) -> None:
+        """``problems`` (and how many more stand) and the status branch's failure into the
+        problems file for ``status`` (a failure is logged once, and the write tried again
+        after each pass)."""
         if self.problems_path is None:
             return
         try:
-            problems_file.save(self.problems_path, problems, now, status_branch=self._draft.status_branch)
+            problems_file.save(
+                self.problems_path, problems, now, omitted=omitted, status_branch=self._draft.status_branch
+            )
             self._problems_saved = True
         except OSError as err:
             if self._problems_saved:
@@ -522,7 +541,7 @@ class Daemon:
         url = self.source.settings.url if isinstance(self.source, GitSource) else None
         rejected = self.source.rejected
         now = self.clock()
-        found = standing(
+        every = standing(
             current.diagnostics if current is not None else None,
             source=source_path,
             source_error=_hiding(was.source_error, url, source_path),
@@ -530,15 +549,18 @@ class Daemon:
             rejected=(rejected[0], _hiding(rejected[1], url, source_path) or "") if rejected else None,
             revision=was.revision.commit if was.revision else None,
             now=now,
-            previous=was.problems,
+            previous=self._all_problems,
             held=held_back(current) if current is not None and current.has_errors else None,
         )
-        if found == was.problems and self._problems_saved:
+        found, omitted = bounded(every, (source_path,))
+        if every != self._all_problems:
+            self.metrics.set_problems(counts(every))  # all of them, not only those shown
+        self._all_problems = every
+        if found == was.problems and omitted == was.problems_omitted and self._problems_saved:
             return
-        self._save_problems(found, now)  # first, so that status agrees once the endpoints do
+        self._save_problems(found, omitted, now)  # first, so that status agrees once the endpoints do
         changed = changes(was.problems, found)
-        self._draft = replace(was, problems=found)
-        self.metrics.set_problems(counts(found))
+        self._draft = replace(was, problems=found, problems_omitted=omitted)
         for problem in changed.appeared:
             jobs = f" (holds back {', '.join(problem.jobs)})" if problem.jobs else ""
             log.warning("problem %s: %s%s", problem.kind.value, problem.message, jobs)
@@ -637,6 +659,9 @@ class Daemon:
             "passOverdue": late,
             # What cannot be applied now (a user's file: readiness is not failed for it)
             "problems": [p.to_json() for p in shown.problems],
+            # how many more stand than are listed (at most 200 are: the source's own, then
+            # those holding back jobs, then unreadable files, then the others)
+            "problemsOmitted": shown.problems_omitted,
             # What the last pass met, with codes; a terminal one is not retried (docs/reference.md)
             "passErrors": [p.to_json() for p in shown.pass_errors],
             # git snapshots no job uses, kept for the files tasks wrote in them (`tfdeclare gc`)

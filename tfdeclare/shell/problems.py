@@ -4,9 +4,9 @@ status``, which runs without the daemon, and by the next daemon (a problem that 
 keeps the time it was first seen).
 
 What is written is bounded by the core (``core.plan.problems``: at most ``MAX_PROBLEMS``
-problems, each with a bounded number of diagnostics and jobs); what is read is bounded here
-(``MAX_BYTES``), opened without following a link, and checked field by field: a damaged file
-is reported, never trusted.
+problems and the count of those left out, each with a bounded number of diagnostics and
+jobs); what is read is bounded here (``MAX_BYTES``), opened without following a link, and
+checked field by field: a damaged file is reported, never trusted.
 """
 
 from __future__ import annotations
@@ -15,7 +15,14 @@ import json
 from pathlib import Path
 from typing import NamedTuple
 
-from tfdeclare.core.plan.problems import BranchFailure, Problem, branch_failure_of, document, from_document
+from tfdeclare.core.plan.problems import (
+    BranchFailure,
+    Problem,
+    branch_failure_of,
+    document,
+    from_document,
+    omitted_of,
+)
 from tfdeclare.files import read_regular, write_atomic
 
 FILE_NAME = "problems.json"
@@ -27,10 +34,17 @@ def path_in(state_dir: Path) -> Path:
 
 
 def save(
-    path: Path, problems: tuple[Problem, ...], now: float, *, status_branch: BranchFailure | None = None
+    path: Path,
+    problems: tuple[Problem, ...],
+    now: float,
+    *,
+    omitted: int = 0,
+    status_branch: BranchFailure | None = None,
 ) -> None:
-    """Replace the file with ``problems`` (``OSError`` when the folder cannot take it)."""
-    data = json.dumps(document(problems, now, status_branch=status_branch), separators=(",", ":")) + "\n"
+    """Replace the file with ``problems`` (those ``core.plan.problems.bounded`` kept, and how
+    many it left out); ``OSError`` when the folder cannot take it."""
+    shown = document(problems, now, omitted=omitted, status_branch=status_branch)
+    data = json.dumps(shown, separators=(",", ":")) + "\n"
     write_atomic(path, data.encode(), 0o644)
 
 
@@ -41,6 +55,7 @@ class Stored(NamedTuple):
     problems: tuple[Problem, ...]
     updated_at: str | None
     status_branch: BranchFailure | None = None
+    omitted: int = 0  # problems left out (``core.plan.problems.bounded``)
 
 
 class ProblemsUnreadable(Exception):
@@ -67,7 +82,8 @@ def read(path: Path) -> Stored:
         parsed = json.loads(data)
         problems = from_document(parsed)
         failure = branch_failure_of(parsed)
+        omitted = omitted_of(parsed)
     except (ValueError, RecursionError) as err:
         raise ProblemsUnreadable(f"{path}: {err}") from None
     updated = parsed.get("updatedAt")
-    return Stored(problems, updated if isinstance(updated, str) else None, failure)
+    return Stored(problems, updated if isinstance(updated, str) else None, failure, omitted)
