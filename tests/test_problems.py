@@ -297,6 +297,9 @@ class Endpoints:
     def problem_list(self) -> list[dict[str, Any]]:
         return [self.problem]
 
+    def problems_omitted(self) -> int:
+        return 0
+
     def request_sync(self) -> bool:
         return True
 

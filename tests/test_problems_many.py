@@ -57,6 +57,7 @@ def test_every_problem_is_counted_and_those_holding_jobs_back_are_listed(cwd: Pa
         text = cli("status", cwd=cwd).stdout
         assert f"Problems ({MAX_PROBLEMS} of {FILES}, as of" in text, text[-2000:]
         assert f"... and {FILES - MAX_PROBLEMS} more problems not listed" in text
+        assert daemon.get("/jobs?problems=true")[1]["problemsOmitted"] == FILES - MAX_PROBLEMS
         document = json.loads(cli("status", "-o", "json", "--problems", cwd=cwd).stdout)
         assert document["problemsOmitted"] == FILES - MAX_PROBLEMS
         assert alive(running), "the job held back keeps running"

@@ -724,8 +724,12 @@ class Daemon:
         return paged
 
     def problem_list(self) -> list[dict[str, Any]]:
-        """The standing source problems (``GET /jobs?problems=true``)."""
+        """The standing source problems listed (``GET /jobs?problems=true``)."""
         return [p.to_json() for p in self.shown.problems]
+
+    def problems_omitted(self) -> int:
+        """How many more stand than ``problem_list`` lists."""
+        return self.shown.problems_omitted
 
     def metrics_text(self) -> str:
         return self.metrics.render()
