@@ -31,7 +31,7 @@ from tfdeclare.daemon.httpguard import AccessPolicy, check_listen
 from tfdeclare.daemon.server import DaemonServer, ListenError
 from tfdeclare.daemon.service import Daemon, DaemonOptions, Source
 from tfdeclare.daemon.signatures import SignaturePolicy, SignatureSetupError
-from tfdeclare.daemon.sources import FolderSource, GitSettings, GitSource, SourceError
+from tfdeclare.daemon.sources import FolderSource, GitSettings, GitSource, SourceError, check_branches
 from tfdeclare.daemon.webhook_auth import WebhookPolicy
 from tfdeclare.shell.problems import path_in as problems_path_in
 from tfdeclare.shell.sources import SpecFiles, prune_scope, spec_sources
@@ -161,6 +161,7 @@ def _serve(args: argparse.Namespace, settings: Settings, server: DaemonServer) -
                 args.push_status,
                 _signatures(daemon_config),
             )
+            check_branches(git)  # a name git refuses fails now, not at every pass
             source = GitSource(git, settings.state_dir / "git")
             base_dir = source.current
             # every revision's snapshot: a job applied from an earlier commit is the daemon's too,

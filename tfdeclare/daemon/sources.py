@@ -94,6 +94,14 @@ def status_retry_s(failures: int) -> float:
     return min(STATUS_RETRY_MAX_S, STATUS_RETRY_FIRST_S * 2.0 ** max(0, min(failures - 1, 16)))
 
 
+def check_branches(settings: GitSettings) -> None:
+    """``SourceError`` naming the option whose branch name git refuses (the daemon's start)."""
+    for option, name in (("--branch", settings.branch), ("--status-branch", settings.status_branch)):
+        problem = branch_problem(name)
+        if problem is not None:
+            raise SourceError(f"{option} {name!r}: {problem}")
+
+
 def branch_problem(name: str) -> str | None:
     """Why ``name`` cannot be a branch (git's ``check-ref-format --branch`` rules), or None."""
     if not name or name.startswith("-"):
@@ -227,10 +235,6 @@ class GitSource:
     ) -> None:
         if settings.status_branch == settings.branch:
             raise SourceError(f"the status branch must not be the watched branch ({settings.branch})")
-        for option, name in (("--branch", settings.branch), ("--status-branch", settings.status_branch)):
-            problem = branch_problem(name)
-            if problem is not None:
-                raise SourceError(f"{option} {name!r}: {problem}")
         subdir = Path(settings.subdir)
         if subdir.is_absolute() or ".." in subdir.parts:
             raise SourceError(f"--path must be a folder inside the repository, not {settings.subdir}")
