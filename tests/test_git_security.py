@@ -19,7 +19,7 @@ from tfdeclare.core.enums import Reason
 from tfdeclare.daemon.service import DaemonOptions
 from tfdeclare.daemon.signatures import SignaturePolicy
 from tfdeclare.daemon.sources import GitSettings, GitSource, SourceError
-from tfdeclare.shell.sources import SpecFiles
+from tfdeclare.shell.sources import SpecFiles, spec_sources
 
 IDENTITY = {
     "GIT_AUTHOR_NAME": "Ada",
@@ -265,3 +265,32 @@ def test_the_daemon_keeps_the_last_good_revision_and_every_status_says_why(tmp_p
     shown = [(e.revision.commit if e.revision else None, e.outcome.value) for e in daemon.history.recent]
     assert shown == [(fixed, "applied"), (bad, "refused"), (good, "applied")]
     assert f"revision {bad[:12]} is not applied: it is not signed" in daemon.history.recent[1].diagnostics[0]
+
+
+def test_git_mode_a_path_that_becomes_a_link_out_is_refused_by_every_load(tmp_path: Path) -> None:
+    """The snapshot's ``--path`` folder made a link out of the repository between two loads: a
+    rescan (stamps) and a told change refuse it as the full load does, and the policy's
+    source-folder rule takes no folder outside the snapshot as a root."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "evil.yaml").write_text(job_text("evil"))
+    revisions = tmp_path / "revisions"
+    for commit in ("c1", "c2"):
+        (revisions / commit).mkdir(parents=True)
+    (revisions / "c1" / "jobs").mkdir()
+    (revisions / "c1" / "jobs" / "a.yaml").write_text(job_text("a"))
+    (revisions / "c2" / "jobs").symlink_to(outside)
+    current = tmp_path / "current"
+    current.symlink_to("revisions/c1")
+    files = SpecFiles([current / "jobs"], base=current, confined=True, clock=lambda: 10.0**10)
+    assert sorted(files.load().jobs) == ["a"]
+    (tmp_path / "next").symlink_to("revisions/c2")
+    (tmp_path / "next").replace(current)
+    for changed in (None, [str(current / "jobs" / "evil.yaml")]):
+        desired = files.load(changed)
+        assert not desired.jobs
+        (refused,) = desired.read_errors
+        assert refused.path == "jobs" and str(outside) in refused.message
+    sources = spec_sources([current / "jobs"], current)
+    assert sources.root_of(str(outside)) is None
+    assert sources.root_of(str(revisions / "c2")) == str(revisions / "c2")

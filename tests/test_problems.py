@@ -133,12 +133,42 @@ def test_an_unverified_head_is_a_problem_of_the_source_at_its_commit() -> None:
 
 def test_bounds_hold_whatever_the_source_holds() -> None:
     many = [error(f"jobs/{i:04d}.yaml") for i in range(model.MAX_PROBLEMS + 50)]
-    assert len(run(many)) == model.MAX_PROBLEMS
+    every = run(many)
+    assert len(every) == model.MAX_PROBLEMS + 50, "every problem stands (and is counted)"
+    shown, omitted = model.bounded(every)
+    assert (len(shown), omitted) == (model.MAX_PROBLEMS, 50)
     (one,) = run(
         [error("a.yaml", line=i) for i in range(1, 40)], held={"a.yaml": tuple(f"j{i}" for i in range(80))}
     )
     assert (len(one.diagnostics), one.diagnostic_count) == (model.MAX_DIAGNOSTICS, 39)
     assert (len(one.jobs), one.job_count) == (model.MAX_JOBS, 80)
+
+
+def test_bounded_lists_the_source_then_what_holds_jobs_back_then_unreadable_and_counts_the_rest() -> None:
+    """2000 invalid files (m0 ... m1999, sorted as text m1, m10, m100, ...), m1999 holding back
+    a running job, m1998 unreadable, and the source's fetch failing: the 200 listed are the
+    source, m1999, m1998, then m0 ... m196 in natural order; 1801 left out, every one counted."""
+    files = [error(f"jobs/m{i}.yaml") for i in range(2000) if i != 1998]
+    files.append(error("jobs/m1998.yaml", Code.READ_ERROR))
+    every = run(files, source_error="unreachable", held={"jobs/m1999.yaml": ("held",)})
+    assert counts(every) == {
+        **dict.fromkeys((k.value for k in ProblemKind), 0),
+        "invalid-spec": 1999,
+        "unreadable": 1,
+        "fetch-failed": 1,
+    }
+    shown, omitted = model.bounded(every, (SOURCE,))
+    assert (len(shown), omitted) == (model.MAX_PROBLEMS, 1801)
+    paths = [p.path for p in shown]
+    assert paths == sorted(paths), "listed by path, as before"
+    assert {SOURCE, "jobs/m1999.yaml", "jobs/m1998.yaml"} <= set(paths)
+    assert {f"jobs/m{i}.yaml" for i in range(197)} <= set(paths) and "jobs/m197.yaml" not in paths
+    assert model.bounded(shown, (SOURCE,)) == (shown, 0), "nothing more to leave out"
+    document = model.document(shown, 0.0, omitted=omitted)
+    assert document["problemsOmitted"] == 1801 and model.omitted_of(document) == 1801
+    assert model.omitted_of({"problems": []}) == 0, "a file of an earlier release: none left out"
+    with pytest.raises(ValueError, match="not a count"):
+        model.omitted_of({"problemsOmitted": -1})
 
 
 def test_counts_name_every_kind() -> None:
@@ -266,6 +296,9 @@ class Endpoints:
 
     def problem_list(self) -> list[dict[str, Any]]:
         return [self.problem]
+
+    def problems_omitted(self) -> int:
+        return 0
 
     def request_sync(self) -> bool:
         return True

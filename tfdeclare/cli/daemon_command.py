@@ -17,6 +17,7 @@ import signal
 import socket
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from tfdeclare.backends import progress
@@ -30,7 +31,7 @@ from tfdeclare.daemon.httpguard import AccessPolicy, check_listen
 from tfdeclare.daemon.server import DaemonServer, ListenError
 from tfdeclare.daemon.service import Daemon, DaemonOptions, Source
 from tfdeclare.daemon.signatures import SignaturePolicy, SignatureSetupError
-from tfdeclare.daemon.sources import FolderSource, GitSettings, GitSource, SourceError
+from tfdeclare.daemon.sources import FolderSource, GitSettings, GitSource, SourceError, check_branches
 from tfdeclare.daemon.webhook_auth import WebhookPolicy
 from tfdeclare.shell.problems import path_in as problems_path_in
 from tfdeclare.shell.sources import SpecFiles, prune_scope, spec_sources
@@ -160,10 +161,12 @@ def _serve(args: argparse.Namespace, settings: Settings, server: DaemonServer) -
                 args.push_status,
                 _signatures(daemon_config),
             )
+            check_branches(git)  # a name git refuses fails now, not at every pass
             source = GitSource(git, settings.state_dir / "git")
             base_dir = source.current
-            # every revision's snapshot: a job applied from an earlier commit is the daemon's too
-            scope = prune_scope([source.revisions_dir], [source.description])
+            # every revision's snapshot: a job applied from an earlier commit is the daemon's too,
+            # and so is every job applied from a revision wherever it was read (core.plan.scope)
+            scope = replace(prune_scope([source.revisions_dir], [source.description]), revisions=True)
         else:
             folder = Path(args.specs)
             if not folder.is_dir():
@@ -204,6 +207,7 @@ def _serve(args: argparse.Namespace, settings: Settings, server: DaemonServer) -
             exclude=(settings.state_dir, settings.status_dir),
             skip_files=settings.config_files,
             base=base_dir if args.git else None,
+            confined=bool(args.git),  # --path must not lead out of the repository
         )
         problems = problems_path_in(settings.state_dir)  # for `tfdeclare status`
         daemon = Daemon(source, controller, files, settings.status_dir, options, problems_path=problems)

@@ -514,7 +514,10 @@ def _daemon_command(sub: Any, common: argparse.ArgumentParser) -> None:
         "--status-branch", metavar="B", help="git mode: branch for status files (default tfdeclare-status)"
     )
     daemon.add_argument(
-        "--push-status", action="store_true", help="git mode: push the status branch to origin"
+        "--push-status",
+        action="store_true",
+        help="git mode: push the status branch to origin (a refused push is tried again, backing off, "
+        "and shown in /healthz)",
     )
     daemon.add_argument("--host", help="address of the HTTP endpoints (default 127.0.0.1)")
     daemon.add_argument(

@@ -53,7 +53,7 @@ from tfdeclare.core.plan.claims import (
 )
 from tfdeclare.core.plan.desired import DesiredState
 from tfdeclare.core.plan.planner import Action, Plan, plan
-from tfdeclare.core.plan.problems import held_by, merged, standing
+from tfdeclare.core.plan.problems import bounded, held_by, merged, standing
 from tfdeclare.core.plan.render import plan_json, render_text_parts
 from tfdeclare.core.run.record import JobRecord
 from tfdeclare.core.tone import Painter, plain
@@ -515,9 +515,10 @@ def _record_problems(settings: Settings, paths: list[str], desired: DesiredState
         return
     where = problems_file.path_in(settings.state_dir)
     try:
-        previous, _ = problems_file.load(where)
+        stored = problems_file.read(where)
     except problems_file.ProblemsUnreadable:
-        previous = ()  # rewritten whole below
+        stored = problems_file.Stored((), None)  # rewritten whole below
+    previous = stored.problems
     found = standing(
         desired.diagnostics,
         source="",
@@ -529,11 +530,13 @@ def _record_problems(settings: Settings, paths: list[str], desired: DesiredState
         previous=previous,
         held=held_by(desired.protected),
     )
-    now = merged(previous, found, roots)
-    if now == previous:
+    # those the file left out are not known by path: counted again from what is known (the
+    # next daemon pass counts every problem of its source)
+    now, omitted = bounded(merged(previous, found, roots))
+    if now == previous and omitted == stored.omitted:
         return
     try:
-        problems_file.save(where, now, time.time())
+        problems_file.save(where, now, time.time(), omitted=omitted, status_branch=stored.status_branch)
     except OSError as err:
         stderr_line(f"tfdeclare: warning: cannot record the problems in {where}: {err.strerror}")
 

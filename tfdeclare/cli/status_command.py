@@ -34,9 +34,9 @@ from tfdeclare.cli.common import (
 from tfdeclare.cli.output import document_text, is_document
 from tfdeclare.cli.selection import selected_names, selector_of
 from tfdeclare.core.enums import Phase
-from tfdeclare.core.plan.problems import Problem
+from tfdeclare.core.plan.problems import BranchFailure, Problem
 from tfdeclare.core.run import status
-from tfdeclare.core.run.record import JobRecord
+from tfdeclare.core.run.record import JobRecord, rfc3339
 from tfdeclare.core.run.status import progress_lines
 from tfdeclare.core.spec.selector import Selector
 from tfdeclare.core.tone import PHASE_TONES, Painter, Tone, plain
@@ -249,24 +249,33 @@ def _platform_restarts(doc: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _standing_problems(settings: Settings) -> tuple[tuple[Problem, ...], str | None]:
-    """The source problems the daemon last recorded (none without a file); a file that
-    cannot be read is said on stderr, and shows none."""
+def _standing_problems(settings: Settings) -> problems_file.Stored:
+    """The source problems the daemon last recorded (none without a file), and its status
+    branch failure; a file that cannot be read is said on stderr, and shows none."""
     try:
-        return problems_file.load(problems_file.path_in(settings.state_dir))
+        return problems_file.read(problems_file.path_in(settings.state_dir))
     except problems_file.ProblemsUnreadable as err:
         stderr_line(f"tfdeclare: warning: the source problems cannot be shown: {err}")
-        return (), None
+        return problems_file.Stored((), None)
 
 
-def _problems_footer(problems: tuple[Problem, ...], as_of: str | None, paint: Painter) -> str:
-    """Each file that cannot be applied and its first error (what holds which job back)."""
+def _branch_footer(branch: BranchFailure, paint: Painter) -> str:
+    """Git mode: the status branch the daemon could not write or push."""
+    since = rfc3339(branch.since)
+    line = f"Status branch {visible(branch.branch)}: not written or pushed since {since}, tried again"
+    return f"\n{paint(line, Tone.BAD)}\n  {visible(branch.message)}\n"
+
+
+def _problems_footer(
+    problems: tuple[Problem, ...], as_of: str | None, paint: Painter, omitted: int = 0
+) -> str:
+    """Each file that cannot be applied and its first error (what holds which job back), and
+    how many more stand than the daemon lists."""
     when = f", as of {as_of}" if as_of else ""
+    many = f"{len(problems)} of {len(problems) + omitted}" if omitted else f"{len(problems)}"
     lines = [
         "",
-        paint(
-            f"Problems ({len(problems)}{when}): not applied, the jobs named keep running as applied", Tone.BAD
-        ),
+        paint(f"Problems ({many}{when}): not applied, the jobs named keep running as applied", Tone.BAD),
     ]
     for problem in problems:
         held = f" (holds back {', '.join(problem.jobs)})" if problem.jobs else ""
@@ -275,6 +284,11 @@ def _problems_footer(problems: tuple[Problem, ...], as_of: str | None, paint: Pa
         more = problem.diagnostic_count - 1
         if more > 0:
             lines.append(f"    ... and {more} more error{'s' if more > 1 else ''}")
+    if omitted:
+        lines.append(
+            f"  ... and {omitted} more problem{'s' if omitted > 1 else ''} not listed (those holding back "
+            "jobs are listed first; `tfdeclare validate` names every one)"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -363,20 +377,28 @@ def cmd_status(args: argparse.Namespace) -> int:
         raise UserError(f"job {args.name} does not match -l {selector}")
     if args.watch:
         return _watch(args, reading, selector)
-    problems, as_of = _standing_problems(settings)
+    stored = _standing_problems(settings)
+    problems, as_of, branch, omitted = (
+        stored.problems,
+        stored.updated_at,
+        stored.status_branch,
+        stored.omitted,
+    )
     paint = terminal.painter(sys.stdout)
     if args.name:
         problems = tuple(p for p in problems if args.name in p.jobs)
         documents = _show_one(args, reading, problems, paint)
     elif is_document(args.output):
-        _print_documents(args, reading, chosen, selector, problems)
+        _print_documents(args, reading, chosen, selector, problems, branch, omitted)
         return EXIT_OK
     else:
         documents = _show_table(args, reading, chosen, selector, paint)
     if is_document(args.output):
         return EXIT_OK
     if problems:
-        stdout_write(_problems_footer(problems, as_of, paint))
+        stdout_write(_problems_footer(problems, as_of, paint, 0 if args.name else omitted))
+    if branch is not None and not args.name:
+        stdout_write(_branch_footer(branch, paint))
     if documents:
         stderr_line(f"({_freshness(settings)})")
     return EXIT_OK
@@ -429,17 +451,26 @@ def _print_documents(
     chosen: set[str] | None,
     selector: Selector,
     problems: Sequence[Problem],
+    branch: BranchFailure | None = None,
+    omitted: int = 0,
 ) -> None:
     """``status -o json|yaml``: the list of every (selected) job's document; with
-    ``--problems`` an object holding it and the standing problems, else those on stderr."""
+    ``--problems`` an object holding it and the standing problems (and ``statusBranch`` while
+    the daemon cannot write or push it), else those on stderr."""
     documents = reading.documents(reading.store.names(), None if chosen is None else sorted(chosen))
     listed: Any = documents
     if args.problems:
-        listed = {"jobs": documents, "problems": [p.to_json() for p in problems]}
+        listed = {"jobs": documents, "problems": [p.to_json() for p in problems], "problemsOmitted": omitted}
+        if branch is not None:
+            listed["statusBranch"] = branch.to_json()
     stdout_write(document_text(listed, args.output))
     if not args.problems:  # the list (or document) scripts read, as before: the problems go to stderr
         for problem in problems:
             stderr_line(f"tfdeclare: problem ({problem.kind.value}): {visible(problem.message)}")
+        if omitted:
+            stderr_line(f"tfdeclare: ... and {omitted} more problem(s) not listed")
+        if branch is not None:
+            stderr_line(f"tfdeclare: status branch {visible(branch.branch)}: {visible(branch.message)}")
     if not documents:  # the list stays a list (scripts count it); where it looked, aside
         stderr_line(f"tfdeclare: no {_none_found(selector)} in {_folders_read(args, reading.settings)}")
 

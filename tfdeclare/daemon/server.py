@@ -16,8 +16,8 @@
 - ``GET /jobs`` — every job's status document, as a JSON list (at most ``JOBS_TASKS`` tasks
   over all of them: ``service.Daemon.jobs``; each with ``problems``: the standing source
   problems that hold it back); ``?problems=true`` answers an object instead,
-  ``{"jobs": [...], "problems": [...]}``, with every standing problem (a new file that cannot
-  be applied holds back no job yet);
+  ``{"jobs": [...], "problems": [...], "problemsOmitted": N}``, with every standing problem
+  listed (a new file that cannot be applied holds back no job yet; at most 200, N more);
 - ``GET /jobs/<name>?tasksOffset=I&tasksLimit=N`` — one job's status document with its tasks
   from the I-th (default 0), at most N (default 1000, at most ``MAX_TASKS_PAGE``), as JSON;
 - ``POST /sync`` — fetch the source now and run a pass (202); requests that arrive while one
@@ -95,6 +95,8 @@ class Endpoints(Protocol):
     def jobs(self) -> list[dict[str, Any]]: ...
 
     def problem_list(self) -> list[dict[str, Any]]: ...
+
+    def problems_omitted(self) -> int: ...
 
     def jobs_json(self) -> str: ...
 
@@ -528,7 +530,8 @@ class _Handler(BaseHTTPRequestHandler):
         if asked is not None and asked not in (["true"], ["false"]):
             raise BadRequest("problems must be true or false")
         if asked == ["true"]:
-            self._json(200, {"jobs": self.endpoints.jobs(), "problems": self.endpoints.problem_list()})
+            listed = {"jobs": self.endpoints.jobs(), "problems": self.endpoints.problem_list()}
+            self._json(200, {**listed, "problemsOmitted": self.endpoints.problems_omitted()})
         else:  # joined from each document's own JSON text (10,000 jobs)
             self._send(200, (self.endpoints.jobs_json() + "\n").encode(), "application/json")
 

@@ -54,7 +54,15 @@ from tfdeclare.core.diagnostics import Diagnostic
 from tfdeclare.core.enums import Phase, Reason
 from tfdeclare.core.errors import ErrorCode, RuntimeProblem
 from tfdeclare.core.plan.planner import Action, Plan, PlanCache, PlanOptions, Sighting, plan
-from tfdeclare.core.plan.problems import Problem, changes, counts, held_back, standing
+from tfdeclare.core.plan.problems import (
+    BranchFailure,
+    Problem,
+    bounded,
+    changes,
+    counts,
+    held_back,
+    standing,
+)
 from tfdeclare.core.plan.scope import PruneScope
 from tfdeclare.core.run import status
 from tfdeclare.core.run.record import JobRecord, Revision
@@ -159,7 +167,8 @@ class Shown:
 
     view: View
     started_at: float
-    problems: tuple[Problem, ...] = ()  # the standing source problems
+    problems: tuple[Problem, ...] = ()  # the standing source problems (``bounded``: those shown)
+    problems_omitted: int = 0  # how many more stand, not shown
     events: tuple[PhaseChange, ...] = ()  # newest first, at most RECENT_EVENTS
     revision: Revision | None = None
     source_error: str | None = None
@@ -169,6 +178,7 @@ class Shown:
     write_failures: Mapping[str, str] = field(default_factory=dict)
     folder_problems: Mapping[str, str] = field(default_factory=dict)
     pass_write_error: str | None = None
+    status_branch: BranchFailure | None = None  # git mode: the status branch not written or pushed
     not_started: Mapping[str, str] = field(default_factory=dict)  # job -> why: under another state folder
     # What the last pass met, each with its code (``core.errors``); a job's is also its lastError
     pass_errors: tuple[RuntimeProblem, ...] = ()
@@ -223,7 +233,15 @@ class Daemon:
         # What the endpoints answer from: ``shown``, published once per pass from ``_draft``,
         # which the loop builds during the pass. Until the first pass, the status files' view.
         first = View(tuple(controller.status_files()), {})
-        self.shown = Shown(first, clock(), self._load_problems())
+        stored = self._load_problems()
+        self.shown = Shown(
+            first,
+            clock(),
+            stored.problems,
+            problems_omitted=stored.omitted,
+            status_branch=stored.status_branch,
+        )
+        self._all_problems = stored.problems  # every standing problem, the shown and the omitted
         self._draft = self.shown
         self.metrics.set_problems(counts(self.shown.problems))
 
@@ -367,8 +385,10 @@ class Daemon:
             try:
                 self.source.write_status(self.status_dir, self._draft.revision)
             except SourceError as err:
-                log.error("%s", err)
                 self.metrics.source_errors += 1
+                self._status_branch(str(err))
+            else:
+                self._status_branch(None)
         self._draft = replace(self._draft, last_pass_at=self.clock())
         self.metrics.observe_pass(
             self.monotonic() - started, self.clock(), result.launched, result.stopped, len(result.errors)
@@ -392,6 +412,34 @@ class Daemon:
             log.info("what could not be written is written now")
         self._write_errors = frozenset(written)
 
+    def _status_branch(self, failure: str | None) -> None:
+        """Git mode: what the status branch's write (and push) said this pass (None: written);
+        a change is logged, shown in /healthz, /metrics and the page, and kept for ``status``
+        in the problems file. The source tries again, backing off, until it is written."""
+        was = self._draft.status_branch
+        if failure == (was.message if was else None):
+            return
+        branch = self.source.settings.status_branch if isinstance(self.source, GitSource) else "status"
+        now = self.clock()
+        if failure is None:
+            log.info("the status branch %s is written again", branch)
+            standing_failure = None
+        else:
+            log.error("%s; tried again with back-off, the jobs keep running", failure)
+            standing_failure = BranchFailure(branch, failure, was.since if was else now)
+        self._draft = replace(self._draft, status_branch=standing_failure)
+        self._save_problems(self._draft.problems, self._draft.problems_omitted, now)
+        self._count_write_failures()
+
+    def _count_write_failures(self) -> None:
+        shown = self._draft
+        self.metrics.set_storage(
+            {kind: kind not in shown.folder_problems for kind in ("state", "status")},
+            len(shown.write_failures)
+            + (shown.pass_write_error is not None)
+            + (shown.status_branch is not None),
+        )
+
     def _check_folders(self) -> None:
         """Whether the state and status folders can take a write now (``shell.writable``);
         a change is logged once, the state is shown in /healthz, /metrics and the page."""
@@ -404,10 +452,7 @@ class Daemon:
         for kind in sorted(was.keys() - problems.keys()):
             log.info("the %s folder can be written again", kind)
         self._draft = replace(self._draft, folder_problems=problems)
-        self.metrics.set_storage(
-            {kind: kind not in problems for kind in folders},
-            len(self._draft.write_failures) + (self._draft.pass_write_error is not None),
-        )
+        self._count_write_failures()
 
     def _count_connection(self) -> None:
         """Whether the backend reaches its cluster, as the last pass found (``/metrics``)."""
@@ -487,15 +532,32 @@ class Daemon:
 
     # ---- source problems ------------------------------------------------------------------
 
-    def _load_problems(self) -> tuple[Problem, ...]:
-        """Those the last daemon left (they keep their ``since`` while they stand)."""
+    def _load_problems(self) -> problems_file.Stored:
+        """Those the last daemon left, and its status branch failure (they keep their ``since``
+        while they stand; the branch is tried again at the first pass)."""
         if self.problems_path is None:
-            return ()
+            return problems_file.Stored((), None)
         try:
-            return problems_file.load(self.problems_path)[0]
+            return problems_file.read(self.problems_path)
         except problems_file.ProblemsUnreadable as err:
             log.warning("the problems of the last daemon are not used: %s", err)
-            return ()
+            return problems_file.Stored((), None)
+
+    def _save_problems(self, problems: tuple[Problem, ...], omitted: int, now: float) -> None:
+        """``problems`` (and how many more stand) and the status branch's failure into the
+        problems file for ``status`` (a failure is logged once, and the write tried again
+        after each pass)."""
+        if self.problems_path is None:
+            return
+        try:
+            problems_file.save(
+                self.problems_path, problems, now, omitted=omitted, status_branch=self._draft.status_branch
+            )
+            self._problems_saved = True
+        except OSError as err:
+            if self._problems_saved:
+                log.error("cannot write %s (%s); retrying after each pass", self.problems_path, err)
+            self._problems_saved = False
 
     def _record_problems(self, current: Plan | None) -> None:
         """The problems standing after this pass (``current``: its plan; None: the source could
@@ -506,7 +568,7 @@ class Daemon:
         url = self.source.settings.url if isinstance(self.source, GitSource) else None
         rejected = self.source.rejected
         now = self.clock()
-        found = standing(
+        every = standing(
             current.diagnostics if current is not None else None,
             source=source_path,
             source_error=_hiding(was.source_error, url, source_path),
@@ -514,22 +576,18 @@ class Daemon:
             rejected=(rejected[0], _hiding(rejected[1], url, source_path) or "") if rejected else None,
             revision=was.revision.commit if was.revision else None,
             now=now,
-            previous=was.problems,
+            previous=self._all_problems,
             held=held_back(current) if current is not None and current.has_errors else None,
         )
-        if found == was.problems and self._problems_saved:
+        found, omitted = bounded(every, (source_path,))
+        if every != self._all_problems:
+            self.metrics.set_problems(counts(every))  # all of them, not only those shown
+        self._all_problems = every
+        if found == was.problems and omitted == was.problems_omitted and self._problems_saved:
             return
-        if self.problems_path is not None:  # first, so that status agrees once the endpoints do
-            try:
-                problems_file.save(self.problems_path, found, now)
-                self._problems_saved = True
-            except OSError as err:
-                if self._problems_saved:
-                    log.error("cannot write %s (%s); retrying after each pass", self.problems_path, err)
-                self._problems_saved = False
+        self._save_problems(found, omitted, now)  # first, so that status agrees once the endpoints do
         changed = changes(was.problems, found)
-        self._draft = replace(was, problems=found)
-        self.metrics.set_problems(counts(found))
+        self._draft = replace(was, problems=found, problems_omitted=omitted)
         for problem in changed.appeared:
             jobs = f" (holds back {', '.join(problem.jobs)})" if problem.jobs else ""
             log.warning("problem %s: %s%s", problem.kind.value, problem.message, jobs)
@@ -618,6 +676,9 @@ class Daemon:
                 "status": shown.folder_problems.get("status"),
             },
             "writeFailures": dict(shown.write_failures),
+            # git mode: the status branch that could not be written or pushed (tried again
+            # with back-off), null while it is
+            "statusBranch": shown.status_branch.to_json() if shown.status_branch else None,
             # jobs of the files not started: they exist under another state folder of this user
             "notStarted": dict(shown.not_started),
             "revision": shown.revision.commit if shown.revision else None,
@@ -625,6 +686,9 @@ class Daemon:
             "passOverdue": late,
             # What cannot be applied now (a user's file: readiness is not failed for it)
             "problems": [p.to_json() for p in shown.problems],
+            # how many more stand than are listed (at most 200 are: the source's own, then
+            # those holding back jobs, then unreadable files, then the others)
+            "problemsOmitted": shown.problems_omitted,
             # What the last pass met, with codes; a terminal one is not retried (docs/reference.md)
             "passErrors": [p.to_json() for p in shown.pass_errors],
             # git snapshots no job uses, kept for the files tasks wrote in them (`tfdeclare gc`)
@@ -687,8 +751,12 @@ class Daemon:
         return paged
 
     def problem_list(self) -> list[dict[str, Any]]:
-        """The standing source problems (``GET /jobs?problems=true``)."""
+        """The standing source problems listed (``GET /jobs?problems=true``)."""
         return [p.to_json() for p in self.shown.problems]
+
+    def problems_omitted(self) -> int:
+        """How many more stand than ``problem_list`` lists."""
+        return self.shown.problems_omitted
 
     def metrics_text(self) -> str:
         return self.metrics.render()
@@ -835,6 +903,11 @@ def write_problems(shown: Shown) -> list[str]:
         *(
             [f"a pass could not finish: cannot write {shown.pass_write_error}"]
             if shown.pass_write_error
+            else []
+        ),
+        *(
+            [f"the status branch is not written: {shown.status_branch.message}"]
+            if shown.status_branch
             else []
         ),
     ]

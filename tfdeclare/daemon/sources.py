@@ -16,8 +16,11 @@ Both only *say* when to look again (``on_change``); the daemon's pass reads the 
   is kept and logged, and ``tfdeclare gc`` removes it when the operator says so. The clone's own working
   tree is never checked out or cleaned. Status files are committed to their own branch
   (default ``tfdeclare-status``) with git plumbing, never to the watched branch, and pushed
-  when asked. A failed fetch keeps the last snapshot (the last applied state runs on); a
-  corrupt clone is moved aside and cloned again.
+  when asked; a commit that could not be written or pushed (a protected branch, a hook that
+  refuses it) is tried again at later passes, backing off (``status_retry_s``), until the
+  remote has it, and ``write_status`` raises the reason meanwhile. A failed fetch keeps the
+  last snapshot (the last applied state runs on); a corrupt clone is moved aside and cloned
+  again.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import logging
 import os
 import shutil
 import stat
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -78,6 +82,55 @@ def without_credentials(url: str) -> str:
 
 class SourceError(Exception):
     """The source cannot be read now (unreachable remote, corrupt clone, missing folder)."""
+
+
+STATUS_RETRY_FIRST_S = 2.0
+STATUS_RETRY_MAX_S = 300.0
+
+
+def status_retry_s(failures: int) -> float:
+    """How long to wait before trying the status branch again after ``failures`` failures in a
+    row: doubling from ``STATUS_RETRY_FIRST_S`` up to ``STATUS_RETRY_MAX_S``."""
+    return min(STATUS_RETRY_MAX_S, STATUS_RETRY_FIRST_S * 2.0 ** max(0, min(failures - 1, 16)))
+
+
+def check_branches(settings: GitSettings) -> None:
+    """``SourceError`` naming the option whose branch name git refuses (the daemon's start)."""
+    for option, name in (("--branch", settings.branch), ("--status-branch", settings.status_branch)):
+        problem = branch_problem(name)
+        if problem is not None:
+            raise SourceError(f"{option} {name!r}: {problem}")
+
+
+def branch_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a branch (git's ``check-ref-format --branch`` rules), or None."""
+    if not name or name.startswith("-"):
+        return "not a valid branch name"
+    try:
+        checked = subprocess.run(
+            ["git", "check-ref-format", "--branch", name],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"cannot check it with git ({err})"
+    if checked.returncode != 0 or checked.stdout.strip() != name:
+        return "not a valid branch name (git check-ref-format --branch refuses it)"
+    return None
+
+
+def push_problem(err: Any) -> str:
+    """What a failed push said: the remote's refusal of the ref (``[remote rejected] ... (why)``)
+    before git's own last words."""
+    stderr = str(err.stderr or "").removeprefix("stderr:").strip().strip("'")
+    refused = [
+        line.split("]", 1)[1].strip()
+        for line in stderr.splitlines()
+        if "[remote rejected]" in line or "[rejected]" in line
+    ]
+    return "; ".join(refused) if refused else git_problem(err)
 
 
 class FolderSource:
@@ -177,7 +230,9 @@ class GitSource:
     # half-written, so the daemon applies it at once (no settle time).
     whole = True
 
-    def __init__(self, settings: GitSettings, workdir: Path) -> None:
+    def __init__(
+        self, settings: GitSettings, workdir: Path, *, monotonic: Callable[[], float] = time.monotonic
+    ) -> None:
         if settings.status_branch == settings.branch:
             raise SourceError(f"the status branch must not be the watched branch ({settings.branch})")
         subdir = Path(settings.subdir)
@@ -196,6 +251,15 @@ class GitSource:
         self._lock = threading.Lock()
         self.revision: Revision | None = None
         self._last_status_tree: str | None = None
+        # The status branch: the commit the local ref holds and the one the remote was last
+        # seen to take (pushed); a failure is tried again after ``status_retry_s``, on this
+        # clock, and said meanwhile (``status_error``).
+        self._monotonic = monotonic
+        self._status_commit: str | None = None
+        self._pushed: str | None = None
+        self._status_failures = 0
+        self._status_retry_at = 0.0
+        self.status_error: str | None = None
         self._unreadable_status: set[str] = set()  # said once each (the status folder is evidence)
         # (commit, why) of a head that was fetched but not applied: its signature failed
         self.rejected: tuple[str, str] | None = None
@@ -408,6 +472,9 @@ class GitSource:
         import git
 
         with self._lock:
+            if self.status_error is not None and self._monotonic() < self._status_retry_at:
+                raise SourceError(self.status_error)  # backing off: said again, not tried
+            pushing = False
             try:
                 repo = self._repo()
                 index = self.workdir / "status-index"
@@ -421,7 +488,8 @@ class GitSource:
                         "--add", "--cacheinfo", f"100644,{blob},status/{path.name}", env=env
                     )
                 tree = repo.git.write_tree(env=env)
-                if tree == self._last_status_tree:
+                if tree == self._last_status_tree and self._status_done():
+                    self._status_failures, self.status_error = 0, None
                     return
                 ref = f"refs/heads/{self.settings.status_branch}"
                 try:
@@ -429,25 +497,38 @@ class GitSource:
                 except git.GitCommandError:
                     parent = ""
                 if parent and repo.git.rev_parse(f"{parent}^{{tree}}") == tree:
-                    self._last_status_tree = tree
-                    return
-                message = "tfdeclare status" + (f" at {revision.commit[:12]}" if revision else "")
-                args = [tree, "-m", message] + (["-p", parent] if parent else [])
-                identity = {
-                    "GIT_AUTHOR_NAME": "tfdeclare",
-                    "GIT_AUTHOR_EMAIL": "tfdeclare@localhost",
-                    "GIT_COMMITTER_NAME": "tfdeclare",
-                    "GIT_COMMITTER_EMAIL": "tfdeclare@localhost",
-                }
-                commit = repo.git.commit_tree(*args, env=identity)
-                repo.git.update_ref(ref, commit)
-                self._last_status_tree = tree
-                if self.settings.push_status:
+                    commit = parent  # written before (by this daemon or the last): pushed yet?
+                else:
+                    message = "tfdeclare status" + (f" at {revision.commit[:12]}" if revision else "")
+                    args = [tree, "-m", message] + (["-p", parent] if parent else [])
+                    identity = {
+                        "GIT_AUTHOR_NAME": "tfdeclare",
+                        "GIT_AUTHOR_EMAIL": "tfdeclare@localhost",
+                        "GIT_COMMITTER_NAME": "tfdeclare",
+                        "GIT_COMMITTER_EMAIL": "tfdeclare@localhost",
+                    }
+                    commit = repo.git.commit_tree(*args, env=identity)
+                    repo.git.update_ref(ref, commit)
+                self._last_status_tree, self._status_commit = tree, commit
+                if not self._status_done():
+                    pushing = True
                     repo.git.push("--force", "origin", f"{ref}:{ref}")
+                    self._pushed = commit
             except git.GitCommandError as err:
-                raise SourceError(
-                    f"writing status to branch {self.settings.status_branch}: {git_problem(err)}"
-                ) from err
+                what = "pushing" if pushing else "writing status to"
+                why = push_problem(err) if pushing else git_problem(err)
+                why = why.replace(self.settings.url, self.problem_path)  # no credentials shown
+                self._status_failures += 1
+                self._status_retry_at = self._monotonic() + status_retry_s(self._status_failures)
+                self.status_error = f"{what} branch {self.settings.status_branch}: {why}"
+                raise SourceError(self.status_error) from err
+            self._status_failures, self.status_error = 0, None
+
+    def _status_done(self) -> bool:
+        """Whether the status branch's commit is where it must be: written, and pushed when asked."""
+        return not self.settings.push_status or (
+            self._status_commit is not None and self._pushed == self._status_commit
+        )
 
     def close(self) -> None:
         """Nothing to release."""

@@ -58,14 +58,15 @@ def _spec_name(name: str) -> bool:
 def spec_sources(paths: Sequence[str | Path], base: str | Path | None = None) -> SpecSources:
     """Where the spec files of ``paths`` lie, for the policy's source-folder rule: each folder
     given (a file's own folder; the current folder for ``-``, standard input) and ``base``
-    when given (git mode: the checkout; links are resolved when a path is checked). File
-    names are taken from ``base``, else from the current folder."""
+    when given (git mode: the checkout; links are resolved when a path is checked, and a
+    folder given counts only where it resolves inside ``base``). File names are taken from
+    ``base``, else from the current folder."""
     here = os.path.abspath(base if base is not None else os.curdir)
     roots = [here] if base is not None else []
     for path in paths:
         given = os.path.join(here, "." if str(path) == "-" else path)
         roots.append(given if os.path.isdir(given) else os.path.dirname(given))
-    return SpecSources(tuple(dict.fromkeys(roots)), here, os.path.realpath)
+    return SpecSources(tuple(dict.fromkeys(roots)), here, os.path.realpath, confined=base is not None)
 
 
 def prune_scope(paths: Sequence[str | Path], shown: Sequence[str] | None = None) -> PruneScope:
@@ -100,6 +101,7 @@ class SpecFiles:
         exclude: Iterable[Path] = (),
         skip_files: Iterable[Path] = (),
         base: Path | None = None,
+        confined: bool = False,
         stdin: bytes | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -121,8 +123,14 @@ class SpecFiles:
             ):
                 self._skipped.setdefault(os.path.dirname(form), set()).add(os.path.basename(form))
         self.base = str(base) if base is not None else None
-        # Where spec files may really lie (their links resolved): the folders given, the base.
-        self.roots = [os.path.realpath(p) for p in [*self.paths, *([self.base] if self.base else [])]]
+        # Git mode: the folders given are the repository's, not the user's (``--path``): each
+        # must lie inside ``base`` (the snapshot) with its links resolved, and so must every
+        # spec file; a path committed as a link out of the repository is refused.
+        self.confined = confined and self.base is not None
+        # Where spec files may really lie (their links resolved): the folders given, the base;
+        # only the base when confined. Resolved at each scan: ``base`` may be a link that a
+        # new revision moves (git mode's ``current``).
+        self.roots = self._roots()
         self._cache: dict[str, tuple[tuple[int, int, int], FileResult]] = {}
         # The last state and the per-file results it was assembled from (None after a patch).
         self._last: tuple[list[FileResult] | None, DesiredState] | None = None
@@ -146,7 +154,13 @@ class SpecFiles:
         files: dict[tuple[int, int], tuple[str, os.stat_result]] = {}
         problems: list[Diagnostic] = []
         plain = True  # no link among the spec files, no file twice
+        self.roots = self._roots()
         for path in self.paths:
+            if self.confined and os.path.lexists(path):
+                refused = self._outside(path, "a folder or file given")
+                if refused is not None:
+                    problems.append(refused)
+                    continue
             try:
                 stat = os.stat(path)
             except OSError as err:  # a whole-file problem (line 1)
@@ -253,6 +267,8 @@ class SpecFiles:
         if changed is not None and not changed and self._last is not None:
             return self._last[1]  # nothing changed since the last load
         now = self.clock()
+        if self._escaped():
+            changed, self._stamps = None, None  # the full load refuses it, and says why
         if changed is not None and self._incremental(changed):
             patched = self._patch(changed, now)
             if patched is not None:
@@ -363,11 +379,33 @@ class SpecFiles:
         names = self._skipped.get(os.path.realpath(os.path.dirname(path))) if self._skipped else None
         return names is not None and os.path.basename(path) in names
 
-    def _outside(self, path: str) -> Diagnostic | None:
-        """The refusal of the link ``path`` when it leads outside every root, else None."""
+    def _escaped(self) -> bool:
+        """Confined (git mode): whether a path given now leads out of ``base`` (a commit made
+        ``--path`` a link); a patch or a rescan would read through it."""
+        if not self.confined:
+            return False
+        self.roots = self._roots()
+        return any(os.path.lexists(p) and self._outside(p, "given") is not None for p in self.paths)
+
+    def _roots(self) -> list[str]:
+        """Where spec files may really lie, links resolved (see ``__init__``)."""
+        given = (
+            [self.base] if self.confined and self.base else [*self.paths, *([self.base] if self.base else [])]
+        )
+        return [os.path.realpath(p) for p in given]
+
+    def _outside(self, path: str, what: str = "") -> Diagnostic | None:
+        """The refusal of ``path`` (a link among the spec files; ``what``: a path given, in git
+        mode) when it leads outside every root, else None."""
         real = os.path.realpath(path)
         if any(real == root or real.startswith(root.rstrip(os.sep) + os.sep) for root in self.roots):
             return None
+        if what:  # a whole folder: no line
+            message = (
+                f"{what} leads through a link to {real}, outside the repository: refused "
+                "(files are read only from inside it); every job stays as applied"
+            )
+            return Diagnostic(display_path(path, self.base), None, None, message, None, Code.READ_ERROR)
         message = f"a link to {real}, outside the folder: refused (files are read only from inside it)"
         return Diagnostic(display_path(path, self.base), 1, None, message, None, Code.READ_ERROR)
 

@@ -32,6 +32,7 @@ class ObservedJob:
     source_path: str | None = None  # the absolute spec file it was last applied from (``scope``)
     progress: Progress | None = None  # what its checkpoint folder and event files said (issue 34)
     started_at: float | None = None  # when its running cluster tasks started (the earliest)
+    revision: str | None = None  # the git commit it was last applied from (``scope``)
 
 
 ObservedState = Mapping[str, ObservedJob]
@@ -53,6 +54,7 @@ def observed_job(record: JobRecord) -> ObservedJob:
             (t.started_at for t in record.tasks if t.state.alive and t.key.role.in_cluster and t.started_at),
             default=None,
         ),
+        revision=record.revision,
     )
 
 

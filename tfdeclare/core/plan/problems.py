@@ -8,13 +8,19 @@ the standing problems after each pass (``standing``) and shows them everywhere u
 a problem is gone as soon as its file is fixed.
 
 Pure: the caller passes the time and the previous problems (a problem that still stands
-keeps its ``since`` and ``revision``). Bounded: at most ``MAX_PROBLEMS`` problems, each with at
-most ``MAX_DIAGNOSTICS`` diagnostics and ``MAX_JOBS`` job names (the counts say how many there
-were), so what is persisted and served stays small whatever the source holds.
+keeps its ``since`` and ``revision``). Bounded: each problem holds at most ``MAX_DIAGNOSTICS``
+diagnostics and ``MAX_JOBS`` job names (the counts say how many there were); ``standing``
+and ``merged`` return every problem (counted by kind whole, ``counts``), and ``bounded`` keeps
+the ``MAX_PROBLEMS`` that are shown and persisted, saying how many it left out: the source's
+own problems first, then those that hold back jobs, then unreadable files, then the rest (in
+natural order of their paths: ``m2`` before ``m10``), so what is persisted and served stays
+small whatever the source holds, and a file that holds a running job back is cut only after
+every file that holds none.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -210,7 +216,38 @@ def standing(
         was = before.get(problem.key)
         out.append(problem if was is None else replace(problem, since=was.since, revision=was.revision))
     out.sort(key=lambda p: (p.path, p.kind.value))
-    return tuple(out[:MAX_PROBLEMS])
+    return tuple(out)
+
+
+_SOURCE_KINDS = frozenset({ProblemKind.FETCH_FAILED, ProblemKind.UNVERIFIED_COMMIT})
+
+
+def _natural(path: str) -> tuple[tuple[int, int | str], ...]:
+    """``path`` as a key that orders its numbers by value (``m2`` before ``m10``)."""
+    return tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", path))
+
+
+def _rank(problem: Problem, sources: frozenset[str]) -> int:
+    if problem.kind in _SOURCE_KINDS or problem.path in sources:
+        return 0
+    if problem.job_count:
+        return 1
+    return 2 if problem.kind is ProblemKind.UNREADABLE else 3
+
+
+def bounded(
+    problems: Iterable[Problem], sources: Iterable[str] = (), limit: int = MAX_PROBLEMS
+) -> tuple[tuple[Problem, ...], int]:
+    """The problems shown and persisted, sorted by path, and how many were left out: at most
+    ``limit``, the problems of ``sources`` (the source itself) and of its fetch first, then
+    those that hold back jobs, then unreadable files, then the others."""
+    every = tuple(problems)
+    if len(every) <= limit:
+        return every, 0
+    roots = frozenset(sources)
+    kept = sorted(every, key=lambda p: (_rank(p, roots), _natural(p.path), p.kind.value))[:limit]
+    kept.sort(key=lambda p: (p.path, p.kind.value))
+    return tuple(kept), len(every) - limit
 
 
 def _made(
@@ -260,7 +297,7 @@ def merged(
     roots = tuple(roots)
     kept = [p for p in previous if not under(p.path, roots)]
     out = sorted([*kept, *found], key=lambda p: (p.path, p.kind.value))
-    return tuple(out[:MAX_PROBLEMS])
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,15 +325,53 @@ def counts(problems: Iterable[Problem]) -> dict[str, int]:
     return out
 
 
-def document(problems: Iterable[Problem], updated_at: float) -> dict[str, Any]:
-    """The persisted form (``<state-dir>/problems.json``)."""
+@dataclass(frozen=True, slots=True)
+class BranchFailure:
+    """Git mode: the status branch could not be written or pushed (a protected branch, a hook
+    that refuses it); the daemon tries again, backing off, until the remote has it."""
+
+    branch: str
+    message: str  # what git said, without credentials
+    since: float  # unix time it was first seen (kept while it stands)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "branch": self.branch,
+            "message": self.message,
+            "since": rfc3339(self.since),
+            "sinceUnix": self.since,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> BranchFailure:
+        """As ``to_json`` wrote it; ``ValueError`` for anything else."""
+        try:
+            return cls(_text(data["branch"]), _text(data["message"]), float(data["sinceUnix"]))
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"not a status branch failure as tfdeclare writes them ({err})") from None
+
+
+def document(
+    problems: Iterable[Problem],
+    updated_at: float,
+    *,
+    omitted: int = 0,
+    status_branch: BranchFailure | None = None,
+) -> dict[str, Any]:
+    """The persisted form (``<state-dir>/problems.json``): the problems ``bounded`` kept and
+    how many it left out (``problemsOmitted``); ``statusBranch`` while the status branch
+    cannot be written or pushed."""
     listed = [p.to_json() for p in problems]
-    return {
+    out: dict[str, Any] = {
         "apiVersion": "tfdeclare/v1",
         "kind": "SourceProblems",
         "updatedAt": rfc3339(updated_at),
         "problems": listed,
+        "problemsOmitted": omitted,
     }
+    if status_branch is not None:
+        out["statusBranch"] = status_branch.to_json()
+    return out
 
 
 def from_document(data: Any) -> tuple[Problem, ...]:
@@ -308,3 +383,19 @@ def from_document(data: Any) -> tuple[Problem, ...]:
     ):
         raise ValueError("not a problems document as tfdeclare writes them")
     return tuple(Problem.from_json(p) for p in data["problems"][:MAX_PROBLEMS])
+
+
+def omitted_of(data: Any) -> int:
+    """The ``problemsOmitted`` of a ``document`` (0 in one written before it was counted);
+    ``ValueError`` when it is not a count."""
+    omitted = data.get("problemsOmitted", 0) if isinstance(data, dict) else 0
+    if not isinstance(omitted, int) or isinstance(omitted, bool) or omitted < 0:
+        raise ValueError("problemsOmitted is not a count")
+    return omitted
+
+
+def branch_failure_of(data: Any) -> BranchFailure | None:
+    """The ``statusBranch`` of a ``document`` (None when it has none); ``ValueError`` when it is
+    not one tfdeclare writes."""
+    failure = data.get("statusBranch") if isinstance(data, dict) else None
+    return None if failure is None else BranchFailure.from_json(failure)

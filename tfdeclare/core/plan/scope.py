@@ -8,7 +8,10 @@ in scope when the spec file it was last applied from is one of those files or li
 those folders, or when it was last applied from standard input and ``-`` was given. A job whose
 file was never recorded (a record of an early release) is outside every scope: it is never
 pruned by a path, only by ``tfdeclare delete``. The daemon's scope is its source: the folder it
-watches, or in git mode the folder of the repository's snapshots (every revision's files).
+watches, or in git mode the folder of the repository's snapshots (every revision's files) and
+every job last applied from a git revision, wherever its file was read: a job that an earlier
+release read through a ``--path`` committed as a link out of the repository (docs/security.md)
+is the repository's to remove, not kept out of its reach for good.
 """
 
 from __future__ import annotations
@@ -27,10 +30,13 @@ class PruneScope:
     roots: tuple[str, ...]  # absolute, link-resolved files and folders
     stdin: bool = False
     shown: tuple[str, ...] = ()  # the paths as the user gave them, for the plan's text
+    revisions: bool = False  # git mode: a job last applied from a git revision is in scope
 
     def holds(self, job: ObservedJob) -> bool:
         if job.source is not None and job.source.file == STDIN_NAME:
             return self.stdin
+        if self.revisions and job.revision is not None:
+            return True
         path = job.source_path
         if path is None:
             return False

@@ -297,6 +297,10 @@ class SpecSources:
     roots: tuple[str, ...]
     base: str
     resolve: Callable[[str], str] = posixpath.normpath
+    # Git mode: the roots are the repository's (``--path``), so one counts only where it
+    # resolves inside ``base`` (the snapshot): a ``--path`` committed as a link out of the
+    # repository bounds nothing
+    confined: bool = False
 
     def folder_of(self, file: str) -> str:
         """The folder of the spec file ``file`` (as a ``SourceRef`` names it), resolved."""
@@ -311,7 +315,12 @@ class SpecSources:
         they lie behind the link to the current snapshot."""
         if not self.roots:
             return folder
-        holding = [real for r in self.roots if lies_under(folder, real := self.resolve(r))]
+        inside = self.resolve(self.base) if self.confined else None
+        holding = [
+            real
+            for r in self.roots
+            if lies_under(folder, real := self.resolve(r)) and (inside is None or lies_under(real, inside))
+        ]
         return max(holding, key=len) if holding else None
 
 
