@@ -118,6 +118,29 @@ class StatusWriter:
                 out[document["name"]] = error
         return out
 
+    def write_missing(self, skip: Iterable[str] = ()) -> dict[str, OSError]:
+        """Write again, as last written, each status file this writer wrote that is no longer
+        in the folder (deleted, or a fresh volume mounted over the folder): a job that does
+        not change is not in a pass's writes, so without this its file would stay gone. One
+        listing of the folder; nothing is written while every file is there. ``skip``: jobs
+        the pass could not save (their failure is said already). Those that could not be
+        written, with why."""
+        try:
+            present = {entry.name for entry in os.scandir(self.root)}
+        except FileNotFoundError:
+            present = set()
+        except OSError:
+            return {}  # the folder cannot be listed: the next write says why
+        skipped = set(skip)
+        gone = [
+            {**doc, "updatedAt": self._updated.get(name)}
+            for name, doc in self._last.items()
+            if f"{name}.yaml" not in present and name not in skipped
+        ]
+        for document in gone:
+            self._failed(document["name"])  # not written any more: written again below
+        return self.write_many(gone) if gone else {}
+
     def _failed(self, name: str) -> None:
         """The file on disk is not what was last written any more (or never was): the next pass
         must try again, and fail visibly again, rather than take it as written."""
