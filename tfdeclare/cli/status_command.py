@@ -62,17 +62,28 @@ def _refresh(settings: Settings) -> None:
         stderr_line(f"tfdeclare: {error}")
 
 
-def _freshness(settings: Settings) -> str:
-    """Who keeps the status files current, for a note under the table."""
+def _freshness(settings: Settings, stale: int = 0) -> str:
+    """Who keeps the status files current, for a note under the table; with ``stale`` files
+    that could not be written, those instead (never said to be current)."""
     holder = ControllerLock(settings.state_dir).holder()
     if holder is not None and background.is_background(holder):
-        return (
-            f"status files kept current by a background controller (pid {holder.get('pid', '?')}, "
+        who = (
+            f"a background controller (pid {holder.get('pid', '?')}, "
             f"log {holder.get('log', background.LOG_NAME)})"
         )
-    if holder is not None:
-        who = holder.get("purpose", "a controller")
-        return f"status files kept current by {who} (pid {holder.get('pid', '?')})"
+    elif holder is not None:
+        who = f"{holder.get('purpose', 'a controller')} (pid {holder.get('pid', '?')})"
+    else:
+        who = None
+    if stale:
+        files = "status file" if stale == 1 else "status files"
+        retried = f"{who} tries again each pass" if who else "no controller is running to try again"
+        return (
+            f"{stale} {files} could not be written and {'is' if stale == 1 else 'are'} stale: "
+            f"shown from the records in the state folder; {retried}"
+        )
+    if who is not None:
+        return f"status files kept current by {who}"
     return (
         "as of the last reconcile pass; no controller is running: `tfdeclare status --refresh` updates them"
     )
@@ -320,6 +331,13 @@ class _Reading:
     statuses: StatusWriter
     store: StateStore
     unreadable: list[str] = field(default_factory=list)
+    stale: dict[str, str] | None = None  # job -> why its status file could not be written
+
+    def unwritten(self) -> dict[str, str]:
+        """The jobs whose status file the controller could not write (read once)."""
+        if self.stale is None:
+            self.stale = self.statuses.unwritten()
+        return self.stale
 
     def record_of(self, name: str) -> JobRecord | None:  # only for a job without a readable status file
         try:
@@ -330,7 +348,9 @@ class _Reading:
 
     def documents(self, names: Iterable[str], only: list[str] | None) -> list[dict[str, Any]]:
         """The status documents of ``names`` (or of ``only``), warning of what is unreadable."""
-        found, notes = self.statuses.shown_documents(names, self.record_of, time.time(), only)
+        found, notes = self.statuses.shown_documents(
+            names, self.record_of, time.time(), only, self.unwritten()
+        )
         for note in [*notes, *self.unreadable]:
             stderr_line(f"tfdeclare: warning: {note}")
         return found
@@ -367,7 +387,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     if problems:
         stdout_write(_problems_footer(problems, as_of, paint))
     if documents:
-        stderr_line(f"({_freshness(settings)})")
+        shown = {d["name"] for d in documents}
+        stderr_line(f"({_freshness(settings, len(shown & reading.unwritten().keys()))})")
     return EXIT_OK
 
 
@@ -439,7 +460,13 @@ def _show_table(
     """``status``: a row per (selected) job, from the status index; a job whose status file
     could not be written or read is shown from its record."""
     unreadable: dict[str, str] = {}
-    documents = [d for d in reading.statuses.summaries(unreadable) if chosen is None or d["name"] in chosen]
+    stale: dict[str, str] = {}
+    documents = [
+        d
+        for d in reading.statuses.summaries(unreadable, stale)
+        if (chosen is None or d["name"] in chosen) and d["name"] not in stale  # stale: from its record
+    ]
+    reading.stale = stale
     shown = {d["name"] for d in documents}
     names = reading.store.names() if chosen is None else sorted(chosen)
     missing = [n for n in names if n not in shown]
