@@ -398,15 +398,37 @@ def _watch(args: argparse.Namespace, reading: _Reading, selector: Selector) -> i
 
     if args.tasks is not None or args.tasks_offset or args.problems or args.refresh:
         raise UserError("--watch shows rows as they change: not with --tasks, --problems or --refresh")
+    problems = _WatchedProblems(reading.settings)
     if args.name:
-        return watch_command.watch_one(args, reading.statuses, _status_table)
+        return watch_command.watch_one(args, reading.statuses, _status_table, problems)
     store = reading.store
     return watch_command.watch_all(
         args,
         reading.statuses,
         lambda: set(selected_names(store, selector)) if selector else None,
         _status_table,
+        problems,
     )
+
+
+class _WatchedProblems:
+    """The standing source problems, read again at each look (``status --watch``); a file
+    that cannot be read is said once and the problems stand as last read."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.path = problems_file.path_in(settings.state_dir)
+        self.last: tuple[Problem, ...] = ()
+        self.unreadable: str | None = None
+
+    def __call__(self) -> tuple[Problem, ...]:
+        try:
+            self.last = problems_file.load(self.path)[0]
+            self.unreadable = None
+        except problems_file.ProblemsUnreadable as err:
+            if str(err) != self.unreadable:
+                stderr_line(f"tfdeclare: warning: the source problems cannot be shown: {err}")
+            self.unreadable = str(err)
+        return self.last
 
 
 def _show_one(
