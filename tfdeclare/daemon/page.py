@@ -225,6 +225,7 @@ def render(
                 "progress": status.progress_lines(job.get("progress"), now),
             }
         )
+    names = {job["name"] for job in ordered[jobs_offset : jobs_offset + PAGE_JOBS]}
     before = max(0, jobs_offset - PAGE_JOBS) if jobs_offset else None
     after = jobs_offset + PAGE_JOBS if jobs_offset + PAGE_JOBS < len(jobs) else None
     return (
@@ -255,7 +256,12 @@ def render(
             history_error=history[1],
             health=health,
             alerts=[
-                {"reason": a.reason.value, "text": a.text, "meaning": MEANING[a.reason], "job": a.job}
+                {
+                    "reason": a.reason.value,
+                    "text": a.text,
+                    "meaning": MEANING[a.reason],
+                    "job": a.job if a.job in names else None,  # linked to its card, when it has one
+                }
                 for a in alerts
             ],
             pass_errors=_other_errors(health.get("passErrors") or (), alerts),
