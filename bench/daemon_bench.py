@@ -3,6 +3,7 @@ pass over 1,000 unchanged jobs, and the daemon's memory with 1,000 jobs; issue 3
 that restarts a running job, announced by ``POST /sync`` → its first new task started.
 
     python -m bench.daemon_bench --only git-sync [--runs N]   (``make bench-git-sync``)
+    python -m bench.daemon_bench --only thousand [--runs N]   (the pass over 1,000 unchanged jobs)
 """
 
 from __future__ import annotations
@@ -244,10 +245,14 @@ def main(results: list[Result], quick: bool) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python -m bench.daemon_bench")
-    parser.add_argument("--only", choices=["git-sync"], required=True)
+    parser.add_argument("--only", choices=["git-sync", "thousand"], required=True)
     parser.add_argument("--runs", type=int, default=8)
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, cleaned_up(Path(tmp)) as workdir:
-        result = git_sync_latency(workdir, options.runs)
-    print(result.row())
-    print("samples:", ", ".join(f"{s:.3f}" for s in result.samples))
+        if options.only == "thousand":
+            found = list(thousand_jobs(workdir, options.runs))
+        else:
+            found = [git_sync_latency(workdir, options.runs)]
+    for result in found:
+        print(result.row())
+        print("samples:", ", ".join(f"{s:.3f}" for s in result.samples))

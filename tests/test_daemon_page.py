@@ -5,7 +5,10 @@ log endpoint's answers."""
 
 from __future__ import annotations
 
+import html
+import json
 import re
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -17,9 +20,12 @@ import pytest
 from tests.controller_world import World, job_text
 from tfdeclare.backends.base import BackendError, LogChunk
 from tfdeclare.core.enums import Phase, Role
+from tfdeclare.core.errors import ErrorCode, RuntimeProblem
+from tfdeclare.core.plan.problems import BranchFailure
 from tfdeclare.daemon import page
+from tfdeclare.daemon.alerts import HealthReason
 from tfdeclare.daemon.server import DaemonServer
-from tfdeclare.daemon.service import Daemon, DaemonOptions
+from tfdeclare.daemon.service import Daemon, DaemonOptions, alerts
 from tfdeclare.daemon.sources import FolderSource
 from tfdeclare.daemon.webhooks import PhaseChange
 
@@ -155,3 +161,48 @@ def test_each_card_shows_the_end_of_a_log_and_a_log_that_fails_costs_only_its_ta
     served.world.backend.read_log = broken  # type: ignore[method-assign]
     code, _, body = served.get("/")
     assert code == 200 and 'id="job-a"' in body.decode() and 'class="tail"' not in body.decode()
+
+
+def test_every_reason_healthz_gives_is_on_the_page_and_a_card_shows_its_last_error(served: Served) -> None:
+    """The page's alerts are /healthz's reasons (``service.alerts``): each kind, each line."""
+
+    def refusing(*args: object, **kwargs: object) -> None:
+        raise BackendError("the cluster refused it")
+
+    served.world.backend.launch = refusing  # type: ignore[method-assign]
+    served.world.write("b", job_text("b"))
+    served.daemon._pass()  # b is applied; its launch fails: its lastError
+    (b,) = [d for d in json.loads(served.get("/jobs")[2]) if d["name"] == "b"]
+    assert b["lastError"]["detail"] == "the cluster refused it", b
+    served.daemon.shown = replace(
+        served.daemon.shown,
+        last_pass_at=time.time() - 3600,  # overdue
+        source_error="the folder specs cannot be read (permission denied)",
+        folder_problems={
+            "state": "/s is on a read-only file system",
+            "status": "/t: no space left on its disk",
+        },
+        write_failures={"a": "/t/a.yaml (No space left on device)"},
+        pass_write_error="/s/jobs.db (No space left on device)",
+        pass_errors=(
+            RuntimeProblem(ErrorCode.MASTER_UNREACHABLE, "not subscribed to http://10.0.0.9:5050: HTTP 503"),
+            RuntimeProblem(ErrorCode.LAUNCH_FAILED, "<b>no room</b> on the agent", "b"),
+        ),
+        not_started={"c": "not started: it exists under state folder /elsewhere/.tfdeclare"},
+        status_branch=BranchFailure("tfdeclare-status", "push refused (pre-receive hook declined)", 0.0),
+    )
+    given = alerts(served.daemon.shown, True)
+    assert {a.reason for a in given} == set(HealthReason), "a reason kind this test does not make"
+    code, health = served.get("/healthz")[0], json.loads(served.get("/healthz")[2])
+    assert code == 503 and health["status"] == "degraded"
+    assert health["reasons"] == [a.text for a in given]
+    body = served.get("/")[2].decode()
+    text = html.unescape(body)
+    for reason in HealthReason:
+        assert f'data-reason="{reason.value}"' in body, reason
+    for line in health["reasons"]:
+        assert line[:1].upper() + line[1:] in text, line
+    assert "<b>no room</b>" not in body and "LaunchFailed" in text and "<b>no room</b> on the agent" in text
+    card = re.search(r'<section class="job[^"]*" id="job-b">.*?</section>', body, re.S)
+    assert card is not None and "last error: BackendFailed (retried each pass" in card.group(0), body
+    assert "the cluster refused it" in card.group(0)

@@ -171,6 +171,23 @@ def test_bounded_lists_the_source_then_what_holds_jobs_back_then_unreadable_and_
         model.omitted_of({"problemsOmitted": -1})
 
 
+def test_jobs_not_started_here_are_a_problem_of_their_file_until_resolved() -> None:
+    def refused(name: str, path: str) -> Diagnostic:
+        return Diagnostic(path, 3, None, f"{name}: not started: it exists under /x", None, Code.ELSEWHERE)
+
+    first = run([], not_started={"b": refused("b", "two.yaml"), "a": refused("a", "two.yaml")})
+    (problem,) = first
+    assert (problem.path, problem.kind, problem.jobs) == ("two.yaml", ProblemKind.NOT_STARTED, ("a", "b"))
+    assert (
+        problem.message == "two.yaml:3: error: a: not started: it exists under /x" and problem.since == 200.0
+    )
+    later = run([], first, now=300.0, not_started={"a": refused("a", "two.yaml")})
+    assert [(p.jobs, p.since) for p in later] == [(("a",), 200.0)]  # it stands since it was first seen
+    assert run(None, later, now=400.0) == later  # the files not read: as last seen
+    assert run([], later, now=500.0) == ()  # gone from there: resolved
+    assert counts(first)["not-started"] == 1
+
+
 def test_counts_name_every_kind() -> None:
     found = run([error("a.yaml"), error("b.yaml", Code.QUOTA)], source_error="down")
     assert counts(found) == {
@@ -180,6 +197,7 @@ def test_counts_name_every_kind() -> None:
         "duplicate-name": 0,
         "unverified-commit": 0,
         "fetch-failed": 1,
+        "not-started": 0,
     }
     assert set(counts(())) == {k.value for k in ProblemKind} and not any(counts(()).values())
 

@@ -8,8 +8,10 @@ processes and real task processes."""
 from __future__ import annotations
 
 import fcntl
+import html
 import json
 import os
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -125,6 +127,17 @@ def test_a_daemon_under_another_state_folder_does_not_start_a_second_copy(projec
             f"not started: it exists under state folder {os.path.realpath(project / '.tfdeclare')}"
         )
         assert "state folder" in daemon.text() and "(from --config other/tfdeclare.yaml" in daemon.text()
+        # a problem of its file, wherever problems show, until it is resolved
+        _, listed = daemon.get("/jobs?problems=true")
+        (problem,) = listed["problems"]
+        assert problem["kind"] == "not-started" and problem["jobs"] == ["a"], problem
+        assert problem["path"].endswith("specs/a.yaml") and why in problem["message"], problem
+        assert 'tfdeclare_source_problems{kind="not-started"} 1' in daemon.get("/metrics")[1]
+        shown = cli("status", "--config", other, cwd=project)
+        assert "a.yaml: not-started (holds back a)" in shown.stdout, shown.stdout + shown.stderr
+        with urllib.request.urlopen(daemon.url + "/", timeout=5) as answer:
+            text = html.unescape(answer.read().decode())
+        assert '<p class="Failed alert" role="alert" data-reason="notStarted">Job a: not started' in text
         for _ in range(2):  # passes go on (one a second): still one copy
             last = daemon.get("/healthz")[1]["lastPassAt"]
             wait_until(
@@ -134,6 +147,8 @@ def test_a_daemon_under_another_state_folder_does_not_start_a_second_copy(projec
 
         assert cli("delete", "a", cwd=project).returncode == 0  # where it ran: now the daemon may
         wait_until(lambda: daemon.get("/healthz")[0] == 200, timeout=30)
+        assert daemon.get("/jobs?problems=true")[1]["problems"] == []
+        assert 'tfdeclare_source_problems{kind="not-started"} 0' in daemon.get("/metrics")[1]
         wait_until(lambda: len([t for t in local_tasks(project) if t[0] == "a"]) == 1)
         assert "a" in StateStore(project / "other" / ".tfdeclare").names()
     finally:

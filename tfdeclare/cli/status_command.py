@@ -72,17 +72,28 @@ def _refresh(settings: Settings) -> None:
         raise BackendError(blocking[0].detail, code=blocking[0].code)
 
 
-def _freshness(settings: Settings) -> str:
-    """Who keeps the status files current, for a note under the table."""
+def _freshness(settings: Settings, stale: int = 0) -> str:
+    """Who keeps the status files current, for a note under the table; with ``stale`` files
+    that could not be written, those instead (never said to be current)."""
     holder = ControllerLock(settings.state_dir).holder()
     if holder is not None and background.is_background(holder):
-        return (
-            f"status files kept current by a background controller (pid {holder.get('pid', '?')}, "
+        who = (
+            f"a background controller (pid {holder.get('pid', '?')}, "
             f"log {holder.get('log', background.LOG_NAME)})"
         )
-    if holder is not None:
-        who = holder.get("purpose", "a controller")
-        return f"status files kept current by {who} (pid {holder.get('pid', '?')})"
+    elif holder is not None:
+        who = f"{holder.get('purpose', 'a controller')} (pid {holder.get('pid', '?')})"
+    else:
+        who = None
+    if stale:
+        files = "status file" if stale == 1 else "status files"
+        retried = f"{who} tries again each pass" if who else "no controller is running to try again"
+        return (
+            f"{stale} {files} could not be written and {'is' if stale == 1 else 'are'} stale: "
+            f"shown from the records in the state folder; {retried}"
+        )
+    if who is not None:
+        return f"status files kept current by {who}"
     return (
         "as of the last reconcile pass; no controller is running: `tfdeclare status --refresh` updates them"
     )
@@ -344,6 +355,13 @@ class _Reading:
     statuses: StatusWriter
     store: StateStore
     unreadable: list[str] = field(default_factory=list)
+    stale: dict[str, str] | None = None  # job -> why its status file could not be written
+
+    def unwritten(self) -> dict[str, str]:
+        """The jobs whose status file the controller could not write (read once)."""
+        if self.stale is None:
+            self.stale = self.statuses.unwritten()
+        return self.stale
 
     def record_of(self, name: str) -> JobRecord | None:  # only for a job without a readable status file
         try:
@@ -354,7 +372,9 @@ class _Reading:
 
     def documents(self, names: Iterable[str], only: list[str] | None) -> list[dict[str, Any]]:
         """The status documents of ``names`` (or of ``only``), warning of what is unreadable."""
-        found, notes = self.statuses.shown_documents(names, self.record_of, time.time(), only)
+        found, notes = self.statuses.shown_documents(
+            names, self.record_of, time.time(), only, self.unwritten()
+        )
         for note in [*notes, *self.unreadable]:
             stderr_line(f"tfdeclare: warning: {note}")
         return found
@@ -400,7 +420,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     if branch is not None and not args.name:
         stdout_write(_branch_footer(branch, paint))
     if documents:
-        stderr_line(f"({_freshness(settings)})")
+        shown = {d["name"] for d in documents}
+        stderr_line(f"({_freshness(settings, len(shown & reading.unwritten().keys()))})")
     return EXIT_OK
 
 
@@ -410,15 +431,37 @@ def _watch(args: argparse.Namespace, reading: _Reading, selector: Selector) -> i
 
     if args.tasks is not None or args.tasks_offset or args.problems or args.refresh:
         raise UserError("--watch shows rows as they change: not with --tasks, --problems or --refresh")
+    problems = _WatchedProblems(reading.settings)
     if args.name:
-        return watch_command.watch_one(args, reading.statuses, _status_table)
+        return watch_command.watch_one(args, reading.statuses, _status_table, problems)
     store = reading.store
     return watch_command.watch_all(
         args,
         reading.statuses,
         lambda: set(selected_names(store, selector)) if selector else None,
         _status_table,
+        problems,
     )
+
+
+class _WatchedProblems:
+    """The standing source problems, read again at each look (``status --watch``); a file
+    that cannot be read is said once and the problems stand as last read."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.path = problems_file.path_in(settings.state_dir)
+        self.last: tuple[Problem, ...] = ()
+        self.unreadable: str | None = None
+
+    def __call__(self) -> tuple[Problem, ...]:
+        try:
+            self.last = problems_file.load(self.path)[0]
+            self.unreadable = None
+        except problems_file.ProblemsUnreadable as err:
+            if str(err) != self.unreadable:
+                stderr_line(f"tfdeclare: warning: the source problems cannot be shown: {err}")
+            self.unreadable = str(err)
+        return self.last
 
 
 def _show_one(
@@ -481,7 +524,13 @@ def _show_table(
     """``status``: a row per (selected) job, from the status index; a job whose status file
     could not be written or read is shown from its record."""
     unreadable: dict[str, str] = {}
-    documents = [d for d in reading.statuses.summaries(unreadable) if chosen is None or d["name"] in chosen]
+    stale: dict[str, str] = {}
+    documents = [
+        d
+        for d in reading.statuses.summaries(unreadable, stale)
+        if (chosen is None or d["name"] in chosen) and d["name"] not in stale  # stale: from its record
+    ]
+    reading.stale = stale
     shown = {d["name"] for d in documents}
     names = reading.store.names() if chosen is None else sorted(chosen)
     missing = [n for n in names if n not in shown]

@@ -15,7 +15,10 @@ written at the end of the pass, all in one batch: the records in one transaction
 store's database (``shell/store.py``), then the status files with one sync
 (``write_atomic_many``): a crash before it leaves the old record, and the next pass decides
 the same again. A job's removal
-(its status file, then its record) goes in the same way, after its tasks are purged.
+(its status file, then its record) goes in the same way, after its tasks are purged. Then the
+status files this controller wrote that are gone from the folder (deleted, a fresh volume
+mounted over it) are written again as they were (``StatusWriter.write_missing``: one listing
+of the folder a pass), so an unchanged job's file does not stay gone.
 
 ``apply`` and ``delete`` from the command line stage the records they change (``stage=True``)
 instead of writing them: the pass that follows at once writes each of them once, with what
@@ -816,6 +819,9 @@ class Controller:
             self._not_staged(name, err)
         skip = failed.keys() | not_staged.keys()
         unwritten = self.statuses.write_many([d for d in later.statuses if d["name"] not in skip])
+        # the files of the jobs that did not change, gone from the folder: written again
+        restored = self.statuses.write_missing(skip | unwritten.keys() | set(later.removed))
+        unwritten.update(restored)
         kept = self.statuses.remove_many(later.removed)
         codes.update(dict.fromkeys([*unwritten, *kept], ErrorCode.STATUS_WRITE_FAILED))
         failed.update(unwritten)

@@ -47,6 +47,7 @@ class Code(StrEnum):
     KUBEFLOW_UNMAPPED = "kubeflow-unmapped"  # a Kubeflow field with no equivalent (warning)
     NOT_A_JOB = "not-a-job"  # another Kubernetes document beside the jobs (a Service...): not run (warning)
     PLAN_MISMATCH = "plan-mismatch"  # a saved plan's claim that the files (or a plan now) do not bear out
+    ELSEWHERE = "elsewhere"  # a new job that runs under another state folder of this user: not started
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,9 @@ every value a spec, a task or a message brings is escaped. No script and no outs
 minimal inline CSS (a responsive layout, no horizontal scrolling at phone widths; file paths
 break only after a ``/``).
 
-Cards come problems first, coloured by meaning (``page_look``). Each job's card shows its
+Under the header, each reason the daemon is not ok (``alerts``: the lines of ``/healthz``'s
+``reasons``, from the same list) and the last pass's other errors. Cards come problems first,
+coloured by meaning (``page_look``). Each job's card shows its last error (``lastError``), its
 phase, age, labels, the resources it asks for (per role and in all), its tasks (TensorBoard's
 among them, counted like the others) with their ages, and the tail of one task's log (the
 chief's, else worker 0's, else the first that started); `code` spans of its messages are
@@ -50,6 +52,7 @@ from tfdeclare.core.run import status
 from tfdeclare.core.run.record import rfc3339
 from tfdeclare.core.spec.model import JobSpec
 from tfdeclare.core.spec.resources import Resources
+from tfdeclare.daemon.alerts import MEANING, Alert
 from tfdeclare.daemon.httpguard import BadRequest, number
 from tfdeclare.daemon.page_look import (
     PROBLEM_FREE,
@@ -190,12 +193,15 @@ def render(
     tails: Mapping[str, LogTail] | None = None,
     jobs_offset: int = 0,
     history: tuple[Sequence[HistoryEntry], str | None] = ((), None),
+    alerts: Sequence[Alert] = (),
 ) -> str:
     """The page: the jobs by phase, the cards of ``PAGE_JOBS`` of the jobs' status documents
     from ``jobs_offset``, each with what ``details`` says of its spec (by name, when known)
     and its log's tail, the recent phase changes, the daemon's health, the newest revisions
     acted on (``history``: entries newest first, and why the log cannot be written, if so);
-    ``refresh``: seconds between reloads, 0 for none."""
+    ``refresh``: seconds between reloads, 0 for none. ``alerts``: why the daemon is not ok
+    (``service.alerts``, the lines of ``/healthz``'s ``reasons``), each shown with what it
+    means; the last pass's other errors (``health["passErrors"]``) are listed after them."""
     now = time.time() if now is None else now
     phases: dict[str, int] = {}
     ordered = sorted(jobs, key=card_order)  # problems first (page_look), then by name
@@ -219,6 +225,7 @@ def render(
                 "progress": status.progress_lines(job.get("progress"), now),
             }
         )
+    names = {job["name"] for job in ordered[jobs_offset : jobs_offset + PAGE_JOBS]}
     before = max(0, jobs_offset - PAGE_JOBS) if jobs_offset else None
     after = jobs_offset + PAGE_JOBS if jobs_offset + PAGE_JOBS < len(jobs) else None
     return (
@@ -248,12 +255,28 @@ def render(
             history=[_history_row(entry) for entry in history[0]],
             history_error=history[1],
             health=health,
+            alerts=[
+                {
+                    "reason": a.reason.value,
+                    "text": a.text,
+                    "meaning": MEANING[a.reason],
+                    "job": a.job if a.job in names else None,  # linked to its card, when it has one
+                }
+                for a in alerts
+            ],
+            pass_errors=_other_errors(health.get("passErrors") or (), alerts),
             last_pass=rfc3339(health.get("lastPassAt")),
             last_pass_age=age(rfc3339(health.get("lastPassAt")), now),
             refresh=refresh,
             refresh_choices=REFRESH_CHOICES,
         )
     )
+
+
+def _other_errors(errors: Iterable[Mapping[str, Any]], alerts: Sequence[Alert]) -> list[Mapping[str, Any]]:
+    """The last pass's errors (``/healthz``'s ``passErrors``) that no alert says already."""
+    said = {a.text for a in alerts}
+    return [e for e in errors if f"{e.get('code')}: {e.get('detail')}" not in said]
 
 
 def _history_row(entry: HistoryEntry) -> dict[str, Any]:

@@ -7,7 +7,8 @@
 - ``GET /healthz`` (readiness) — 200 ``ok`` while passes run on time; 503 with ``status``
   ``starting`` until the first pass has ended (as long as that is not overdue), ``degraded``
   when a pass is overdue, the source cannot be read, the state or status folder cannot take
-  a write or a job runs under another state folder (the JSON body says which: ``reasons``); its
+  a write, the backend cannot reach its cluster or a job runs under another state folder (the
+  JSON body says which: ``reasons``, the page's alerts too: ``alerts.HealthReason``); its
   ``problems`` list the standing source problems (a user's bad file is no reason for 503;
   with ``daemon.tokenForReads`` and no token, only their kinds);
 - ``GET /livez`` (liveness) — 200 unless a pass is overdue (a hang: 503), so a probe tells

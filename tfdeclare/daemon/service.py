@@ -50,7 +50,7 @@ from urllib.parse import quote
 from tfdeclare.backends.base import BackendError, LogChunk, LogOffsetError
 from tfdeclare.controller import Controller
 from tfdeclare.core.config import WebhookConfig
-from tfdeclare.core.diagnostics import Diagnostic
+from tfdeclare.core.diagnostics import Code, Diagnostic
 from tfdeclare.core.enums import Phase, Reason
 from tfdeclare.core.errors import ErrorCode, RuntimeProblem
 from tfdeclare.core.plan.planner import Action, Plan, PlanCache, PlanOptions, Sighting, plan
@@ -71,6 +71,7 @@ from tfdeclare.core.spec.model import fingerprint
 from tfdeclare.core.spec.names import is_job_name
 from tfdeclare.core.spec.policy import Quota
 from tfdeclare.daemon import page, schedule
+from tfdeclare.daemon.alerts import Alert, HealthReason
 from tfdeclare.daemon.history import History
 from tfdeclare.daemon.httpguard import INT64_MAX, BadRequest
 from tfdeclare.daemon.metrics import Metrics
@@ -230,6 +231,7 @@ class Daemon:
         self._held: Mapping[str, tuple[Reason, str]] = {}  # jobs kept as applied, as last logged
         self._not_applied: Mapping[str, str] = {}  # jobs whose change could not be written, as logged
         self._write_errors: frozenset[str] = frozenset()  # the last pass's write errors, as logged
+        self._not_started: Mapping[str, Diagnostic] = {}  # jobs refused: running under another state folder
         # What the endpoints answer from: ``shown``, published once per pass from ``_draft``,
         # which the loop builds during the pass. Until the first pass, the status files' view.
         first = View(tuple(controller.status_files()), {})
@@ -522,6 +524,18 @@ class Daemon:
             for e in found
             if e.live
         }
+        sources = {job.name: job.source for job in current.jobs}
+        self._not_started = {  # a problem of the job's file while it stands (``_record_problems``)
+            name: Diagnostic(
+                where.file if (where := sources.get(name)) else self.source.description,
+                where.line if where else None,
+                None,
+                f"{name}: {why}",
+                None,
+                Code.ELSEWHERE,
+            )
+            for name, why in refused.items()
+        }
         if refused != self._draft.not_started:
             for name, why in sorted(refused.items()):
                 log.error("%s: %s", name, why)
@@ -578,6 +592,7 @@ class Daemon:
             now=now,
             previous=self._all_problems,
             held=held_back(current) if current is not None and current.has_errors else None,
+            not_started=self._not_started if current is not None else None,
         )
         found, omitted = bounded(every, (source_path,))
         if every != self._all_problems:
@@ -641,31 +656,20 @@ class Daemon:
         after that it is overdue, a hang)."""
         return self._health(self.shown)
 
-    def _health(self, shown: Shown) -> tuple[bool, dict[str, Any]]:
+    def _late(self, shown: Shown) -> bool:
+        """Whether a pass is overdue (a hang)."""
         overdue = max(3 * self.options.interval_s, 60.0)
         since = shown.last_pass_at if shown.last_pass_at is not None else shown.started_at
-        late = self.clock() - since > overdue
+        return self.clock() - since > overdue
+
+    def _health(self, shown: Shown) -> tuple[bool, dict[str, Any]]:
+        late = self._late(shown)
         starting = shown.last_pass_at is None and not late
-        cannot_write = write_problems(shown)
-        unreachable = unreachable_problems(shown.pass_errors)
-        healthy = (
-            not late
-            and not starting
-            and shown.source_error is None
-            and not cannot_write
-            and not shown.not_started
-            and not unreachable
-        )
-        reasons = [
-            *(["a pass is overdue (a hang?)"] if late else []),
-            *([f"the source cannot be read: {shown.source_error}"] if shown.source_error else []),
-            *cannot_write,
-            *(f"{p.code.value}: {p.detail}" for p in unreachable),
-            *(f"job {name}: {why}" for name, why in sorted(shown.not_started.items())),
-        ]
+        reasons = alerts(shown, late)
+        healthy = not starting and not reasons
         return healthy, {
             "status": "ok" if healthy else "starting" if starting else "degraded",
-            "reasons": reasons,
+            "reasons": [alert.text for alert in reasons],
             "source": self.source.description,
             "sourceError": shown.source_error,
             # the state or status folder that cannot take a write (read-only, full), and the
@@ -774,6 +778,7 @@ class Daemon:
             shown.events,
             self._health(shown)[1],
             refresh,
+            alerts=alerts(shown, self._late(shown)),  # what /healthz's reasons say, with their kind
             now=self.clock(),
             specs=specs,
             tails=self._log_tails(listed),
@@ -892,21 +897,57 @@ def write_failed(shown: Shown) -> bool:
     )
 
 
-def write_problems(shown: Shown) -> list[str]:
-    """One line each for what tfdeclare cannot write now (folders, then jobs' files)."""
+def alerts(shown: Shown, late: bool) -> list[Alert]:
+    """Every reason the daemon is not ok as of ``shown`` (``late``: a pass is overdue), in the
+    order ``/healthz`` lists them; none when it is."""
+    return [
+        *([Alert(HealthReason.OVERDUE, "a pass is overdue (a hang?)")] if late else []),
+        *(
+            [Alert(HealthReason.SOURCE_UNREADABLE, f"the source cannot be read: {shown.source_error}")]
+            if shown.source_error
+            else []
+        ),
+        *write_problems(shown),
+        *(
+            Alert(HealthReason.BACKEND_UNREACHABLE, f"{p.code.value}: {p.detail}", p.job)
+            for p in unreachable_problems(shown.pass_errors)
+        ),
+        *(
+            Alert(HealthReason.NOT_STARTED, f"job {name}: {why}", name)
+            for name, why in sorted(shown.not_started.items())
+        ),
+    ]
+
+
+def write_problems(shown: Shown) -> list[Alert]:
+    """One each for what tfdeclare cannot write now (folders, then jobs' files)."""
     return [
         *(
-            f"the {kind} folder cannot take a write: {why}"
+            Alert(HealthReason.FOLDER_UNWRITABLE, f"the {kind} folder cannot take a write: {why}")
             for kind, why in sorted(shown.folder_problems.items())
         ),
-        *(f"job {job}: cannot write {why}" for job, why in sorted(shown.write_failures.items())),
         *(
-            [f"a pass could not finish: cannot write {shown.pass_write_error}"]
+            Alert(HealthReason.JOB_WRITE_FAILED, f"job {job}: cannot write {why}", job)
+            for job, why in sorted(shown.write_failures.items())
+        ),
+        *(
+            [
+                Alert(
+                    HealthReason.UNFINISHED,
+                    f"a pass could not finish: cannot write {shown.pass_write_error}",
+                )
+            ]
             if shown.pass_write_error
             else []
         ),
         *(
-            [f"the status branch is not written: {shown.status_branch.message}"]
+            [
+                Alert(
+                    HealthReason.STATUS_BRANCH,
+                    f"the status branch {shown.status_branch.branch} is not written or pushed: "
+                    f"{shown.status_branch.message}",
+                )
+            ]
             if shown.status_branch
             else []
         ),

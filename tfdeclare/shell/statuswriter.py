@@ -10,7 +10,11 @@ file it need not: the writer keeps an index of one summary a job (``core.run.sta
 beside the state (``<state-dir>/status-summaries.json``, written once a pass when something
 changed), each with the identity (inode, mtime, size) of the status file it summarises;
 ``summaries`` takes an entry only while its file is still that one, and reads the file
-otherwise. So a stale, missing or foreign index costs time, never a wrong line.
+otherwise. So a stale, missing or foreign index costs time, never a wrong line. The index
+also names the status files the writer could not write (``unwritten``: job -> "PATH (why)",
+until a write gets through): what is on disk for those is stale, and ``status`` shows them
+from their records. A file it wrote that is gone from the folder is written again
+(``write_missing``).
 
 The status folder is meant to be read by other tools and may be shared, so what is in it is
 evidence: a status file (and the index) is read with ``files.read_regular``, never through a
@@ -34,7 +38,7 @@ import yaml
 from tfdeclare.core.run.record import JobRecord
 from tfdeclare.core.run.status import status_document, summary
 from tfdeclare.core.spec.names import is_job_name
-from tfdeclare.files import read_regular, remove, remove_many, write_atomic, write_atomic_many
+from tfdeclare.files import failed_write, read_regular, remove, remove_many, write_atomic, write_atomic_many
 from tfdeclare.shell.statusdump import dump
 
 __all__ = ["STATUS_INDEX", "StatusUnreadable", "StatusWriter", "dump"]
@@ -78,6 +82,7 @@ class StatusWriter:
         self._updated: dict[str, Any] = {}  # its updatedAt
         self._json: dict[str, str] = {}  # its JSON text, once asked for (json_documents)
         self._summaries: dict[str, dict[str, Any]] | None = None  # name -> {file, summary}
+        self._stale: dict[str, str] | None = None  # name -> why its file could not be written
         self._dirty = False
 
     def path(self, name: str) -> Path:
@@ -95,8 +100,8 @@ class StatusWriter:
             return False
         try:
             write_atomic(path, text.encode("utf-8"))
-        except OSError:
-            self._failed(document["name"])
+        except OSError as err:
+            self._failed(document["name"], err)
             raise
         self._wrote(document, path)
         return True
@@ -114,16 +119,52 @@ class StatusWriter:
             if error is None:
                 self._wrote(document, path, stat=stats.get(path))
             else:
-                self._failed(document["name"])
+                self._failed(document["name"], error)
                 out[document["name"]] = error
         return out
 
-    def _failed(self, name: str) -> None:
-        """The file on disk is not what was last written any more (or never was): the next pass
-        must try again, and fail visibly again, rather than take it as written."""
+    def write_missing(self, skip: Iterable[str] = ()) -> dict[str, OSError]:
+        """Write again, as last written, each status file this writer wrote that is no longer
+        in the folder (deleted, or a fresh volume mounted over the folder): a job that does
+        not change is not in a pass's writes, so without this its file would stay gone. One
+        listing of the folder; nothing is written while every file is there. ``skip``: jobs
+        the pass could not save (their failure is said already). Those that could not be
+        written, with why."""
+        try:
+            present = {entry.name for entry in os.scandir(self.root)}
+        except FileNotFoundError:
+            present = set()
+        except OSError:
+            return {}  # the folder cannot be listed: the next write says why
+        skipped = set(skip)
+        gone = [
+            {**doc, "updatedAt": self._updated.get(name)}
+            for name, doc in self._last.items()
+            if f"{name}.yaml" not in present and name not in skipped
+        ]
+        for document in gone:
+            self._forget(document["name"])  # not written any more: written again below
+        return self.write_many(gone) if gone else {}
+
+    def _failed(self, name: str, err: OSError) -> None:
+        """The file could not be written: what is on disk (if anything) is stale. The next pass
+        must try again, and fail visibly again, rather than take it as written; the index says
+        why until a write gets through (``unwritten``), so ``tfdeclare status`` shows the job
+        from its record instead of the stale file."""
+        self._forget(name)
+        if self.index is not None and self._unwritten().get(name) != (why := failed_write(err)):
+            self._unwritten()[name] = why
+            self._dirty = True
+
+    def _forget(self, name: str) -> None:
+        """The file on disk is not what was last written any more (or never was)."""
         self._last.pop(name, None)
         self._updated.pop(name, None)
         self._json.pop(name, None)
+
+    def _written_now(self, name: str) -> None:
+        if self.index is not None and self._unwritten().pop(name, None) is not None:
+            self._dirty = True
 
     def _to_write(self, document: dict[str, Any], path: Path) -> str | None:
         """The text to write to ``path``, or None when the file says it already (then it
@@ -148,6 +189,7 @@ class StatusWriter:
         self._last[name] = {k: v for k, v in document.items() if k != "updatedAt"}
         self._updated[name] = document.get("updatedAt") if updated is ... else updated
         self._json.pop(name, None)
+        self._written_now(name)
         if self.index is not None:
             shown = {**document, "updatedAt": self._updated[name]}
             entry = {"file": _identity(stat or path.stat()), "summary": summary(shown)}
@@ -202,9 +244,8 @@ class StatusWriter:
         return out
 
     def _removed(self, name: str) -> None:
-        self._last.pop(name, None)
-        self._updated.pop(name, None)
-        self._json.pop(name, None)
+        self._forget(name)
+        self._written_now(name)
         if self.index is not None and self._indexed().pop(name, None) is not None:
             self._dirty = True
 
@@ -212,14 +253,29 @@ class StatusWriter:
         """Write the index if it changed (once a pass: the controller calls this)."""
         if self.index is None or not self._dirty:
             return
-        data = {"version": INDEX_VERSION, "statusDir": str(self.root), "jobs": self._indexed()}
+        data = {
+            "version": INDEX_VERSION,
+            "statusDir": str(self.root),
+            "jobs": self._indexed(),
+            "unwritten": self._unwritten(),
+        }
         write_atomic(self.index, json.dumps(data, separators=(",", ":")).encode())
         self._dirty = False
 
     def _indexed(self) -> dict[str, dict[str, Any]]:
         if self._summaries is None:  # what an earlier writer indexed, checked by every reader
-            self._summaries = _read_index(self.index)
+            self._summaries, self._stale = _read_index(self.index)
         return self._summaries
+
+    def _unwritten(self) -> dict[str, str]:
+        self._indexed()
+        assert self._stale is not None
+        return self._stale
+
+    def unwritten(self) -> dict[str, str]:
+        """The jobs whose status file the last writer could not write (job -> "PATH (why)"),
+        as the index says now: their file, if there is one, is stale."""
+        return _read_index(self.index)[1]
 
     def read(self, name: str) -> dict[str, Any] | None:
         """The job's status document; None when there is no file. ``StatusUnreadable`` when
@@ -243,21 +299,34 @@ class StatusWriter:
         record_of: Callable[[str], JobRecord | None],
         now: float,
         names: list[str] | None = None,
+        stale: dict[str, str] | None = None,
     ) -> tuple[list[dict[str, Any]], list[str]]:
         """The status documents of ``names`` (default: every status file and every job of
         ``record_names``), and one line for each that had to be shown otherwise. A job never
         disappears because its status file could not be written or read (a full disk, a
-        damaged file): its document is made from its record (``record_of``, asked only for
-        those), as the controller would have written it; the lines say which files could not
-        be read and which jobs are shown from their records."""
+        damaged file), nor is a file the last writer could not replace shown as current (a
+        read-only folder: ``unwritten``, or ``stale`` when the caller read it already): its
+        document is made from its record (``record_of``, asked only for those), as the
+        controller would have written it; the lines say which files could not be read or
+        written and which jobs are shown from their records."""
         on_disk = set(self.names())
         wanted = sorted(on_disk | set(record_names)) if names is None else names
+        stale = self.unwritten() if stale is None else stale
         documents: list[dict[str, Any]] = []
         notes: list[str] = []
         for name in wanted:
             document = None
             if not is_job_name(name):
                 continue
+            if name in stale and name in on_disk:  # none on disk: said below
+                record = record_of(name)
+                if record is not None:
+                    documents.append(status_document(record, now))
+                    notes.append(
+                        f"{name}: status file stale: cannot write {stale[name]}; "
+                        "shown from its record in the state folder"
+                    )
+                    continue
             if name in on_disk or names is not None:
                 try:
                     document = self.read(name)
@@ -279,11 +348,16 @@ class StatusWriter:
             return []
         return sorted(p.stem for p in self.root.glob("*.yaml") if is_job_name(p.stem))
 
-    def summaries(self, unreadable: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    def summaries(
+        self, unreadable: dict[str, str] | None = None, stale: dict[str, str] | None = None
+    ) -> list[dict[str, Any]]:
         """``summary`` of every job's status file, in name order: from the index while an entry
         is of the file there now, else read from the file. ``unreadable``: filled with the
-        files that could not be read (job name -> one line naming the file)."""
-        indexed = _read_index(self.index)
+        files that could not be read (job name -> one line naming the file); ``stale``: with
+        those the last writer could not write (``unwritten``: still listed here)."""
+        indexed, unwritten = _read_index(self.index)
+        if stale is not None:
+            stale.update(unwritten)
         out = []
         try:
             entries = sorted(os.scandir(self.root), key=lambda e: e.name)
@@ -312,15 +386,19 @@ class StatusWriter:
         return out
 
 
-def _read_index(path: Path | None) -> dict[str, dict[str, Any]]:
-    """The index's entries; none when there is no index or it cannot be read (it is a cache)."""
+def _read_index(path: Path | None) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """The index's entries and the jobs whose file could not be written (job -> why); none
+    when there is no index or it cannot be read (it is a cache)."""
     if path is None:
-        return {}
+        return {}, {}
     try:
         data = json.loads(read_regular(path, INDEX_MAX_BYTES))
     except (OSError, ValueError):
-        return {}
+        return {}, {}
     if not isinstance(data, dict) or data.get("version") != INDEX_VERSION:
-        return {}
-    jobs = data.get("jobs")
-    return {k: v for k, v in jobs.items() if isinstance(v, dict)} if isinstance(jobs, dict) else {}
+        return {}, {}
+    jobs, unwritten = data.get("jobs"), data.get("unwritten")
+    return (
+        {k: v for k, v in jobs.items() if isinstance(v, dict)} if isinstance(jobs, dict) else {},
+        {k: v for k, v in unwritten.items() if isinstance(v, str)} if isinstance(unwritten, dict) else {},
+    )

@@ -1,7 +1,8 @@
 """Source problems: what in the source cannot be applied now, as state (issue 31).
 
 A *problem* stands for one source path: a spec file that is invalid, unreadable, refused by
-policy or defines a job name twice, or the source itself (its URL or folder) when it cannot
+policy, defines a job name twice or a job not started because it runs under another state
+folder of this user, or the source itself (its URL or folder) when it cannot
 be fetched or its head commit is not verified. It holds the file's error diagnostics, the
 jobs it holds back, and the revision and time since which it stands. The daemon recomputes
 the standing problems after each pass (``standing``) and shows them everywhere users look;
@@ -47,6 +48,7 @@ class ProblemKind(StrEnum):
     DUPLICATE_NAME = "duplicate-name"  # a job name defined in more than one place
     UNVERIFIED_COMMIT = "unverified-commit"  # git: the head is unsigned or badly signed (verifyCommits)
     FETCH_FAILED = "fetch-failed"  # git: the repository cannot be fetched or checked out
+    NOT_STARTED = "not-started"  # a job that runs under another state folder of this user: one copy only
 
 
 _POLICY_CODES = frozenset({Code.BACKEND, Code.QUOTA})
@@ -180,6 +182,7 @@ def standing(
     now: float,
     previous: Iterable[Problem] = (),
     held: Mapping[str, tuple[str, ...]] | None = None,
+    not_started: Mapping[str, Diagnostic] | None = None,
 ) -> tuple[Problem, ...]:
     """The problems standing after a pass, sorted by path.
 
@@ -188,7 +191,8 @@ def standing(
     ``source``: what source-wide problems are named by (the repository URL, the folder);
     ``source_error``: why the source could not be read now, a ``fetch-failed`` problem when
     ``fetch`` (git) else ``unreadable``; ``rejected``: (commit, why) of a head not applied
-    (``unverified-commit``); ``held``: path -> the jobs it holds back (``held_back``).
+    (``unverified-commit``); ``held``: path -> the jobs it holds back (``held_back``);
+    ``not_started``: job -> why it was not started (its file's place, ``not-started``).
     ``revision``: the revision applied now. A problem that stood before keeps its ``since``
     and ``revision``."""
     before = {p.key: p for p in previous}
@@ -203,6 +207,13 @@ def standing(
         for path, errors in by_path.items():
             jobs = (held or {}).get(path, ())
             found.append(_made(path, kind_of(errors), errors, jobs, revision, now))
+        refused: dict[str, list[tuple[str, Diagnostic]]] = {}
+        for name, refusal in sorted((not_started or {}).items()):
+            refused.setdefault(refusal.path, []).append((name, refusal))
+        for path, each in refused.items():
+            names = tuple(name for name, _ in each)
+            errors = [refusal for _, refusal in each]
+            found.append(_made(path, ProblemKind.NOT_STARTED, errors, names, revision, now))
     if source_error is not None and not (rejected is not None and source_error == rejected[1]):
         kind = ProblemKind.FETCH_FAILED if fetch else ProblemKind.UNREADABLE
         error = Diagnostic(source, None, None, source_error, None, Code.READ_ERROR)
