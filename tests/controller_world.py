@@ -52,8 +52,8 @@ class PassCountingController(Controller):
         self.passes = 0
         self.passed = threading.Condition()
 
-    def reconcile(self) -> PassResult:
-        result = super().reconcile()
+    def reconcile(self, *, through_outage: bool = False) -> PassResult:
+        result = super().reconcile(through_outage=through_outage)
         with self.passed:
             self.passes += 1
             self.passed.notify_all()

@@ -89,8 +89,14 @@ class _SeenTasks:
     """The tasks of each backend a pass looks at, observed once per pass, by job; what no record
     takes is left over (tasks of no job there)."""
 
-    def __init__(self, backend: Callable[[str], Backend], errors: list[RuntimeProblem]) -> None:
+    def __init__(
+        self,
+        backend: Callable[[str], Backend],
+        errors: list[RuntimeProblem],
+        told: dict[str, str] | None = None,
+    ) -> None:
         self._backend = backend
+        self._told = told if told is not None else {}  # backend -> its upkeep error as last logged
         self._by_backend: dict[str, dict[str, list[ObservedTask]]] = {}
         self._all: dict[str, dict[str, list[ObservedTask]]] = {}  # as observed, nothing taken
         self._failed: dict[str, BackendError] = {}
@@ -104,9 +110,13 @@ class _SeenTasks:
             backend = self._backend(backend_name)
             try:  # its upkeep first (observe only reports); what fails there is reported
                 backend.tend()
+                if self._told.pop(backend_name, None) is not None:
+                    log.info("%s: the backend's upkeep works again", backend_name)
             except BackendError as err:
                 self._errors.append(err.problem(prefix=f"{backend_name}: "))
-                log.warning("%s: backend error: %s", backend_name, err)
+                if self._told.get(backend_name) != str(err):  # once per change, not every pass
+                    self._told[backend_name] = str(err)
+                    log.warning("%s: backend error: %s", backend_name, err)
             try:
                 for task in backend.observe():
                     by_job[task.job].append(task)
@@ -279,6 +289,7 @@ class Controller:
         # Each job's progress files, read every few seconds while it runs (issue 34)
         self.progress = ProgressWatch(self.launch_paths.reserved, self.launch_paths.allowed_host_paths)
         self._later = _Later()  # what this pass writes at its end
+        self._told: dict[str, str] = {}  # backend -> its upkeep error as last logged
 
     def _backend(self, name: str) -> Backend:
         if name == self.backend.name:
@@ -566,14 +577,30 @@ class Controller:
 
     # ---- one reconcile pass ---------------------------------------------------------------
 
-    def reconcile(self) -> PassResult:
-        """One pass over every record, each against the backend that runs its job (contract
-        §5: a job belongs to the backend that runs it); then the tasks of no job are stopped."""
+    def reconcile(self, *, through_outage: bool = False) -> PassResult:
+        """One pass over every record, each against the backend that runs its job (a job
+        belongs to the backend that runs it: docs/reference.md); then the tasks of no job are
+        stopped.
+
+        A backend that cannot look at its tasks raises ``BackendError`` out of the pass,
+        unless ``through_outage`` (the daemon, the background controller: they keep passing)
+        and its error says what runs the tasks cannot be reached (``ErrorCode.unreachable``:
+        the Mesos master, the Docker engine): then the pass goes on, the error is the pass's
+        and each job of that backend keeps its phase with the error as its ``lastError``
+        (``_met``), until a pass gets through it."""
         result = PassResult()
         now = self.clock()
         self._later = _Later()
-        seen = _SeenTasks(self._backend, result.errors)
-        seen.of(self.backend.name)  # its orphans are stopped even when no record names it
+        seen = _SeenTasks(self._backend, result.errors, self._told)
+        try:
+            seen.of(self.backend.name)  # its orphans are stopped even when no record names it
+        except BackendError as err:
+            if not (through_outage and err.code.unreachable):
+                raise
+            problem = err.problem(prefix=f"{self.backend.name}: ")
+            if problem not in result.errors:
+                result.errors.append(problem)
+            result.wake(now + 5.0)  # look again soon: the jobs wait on it
         staged, self._staged = self._staged, {}
         self.stage_failures = {}
         records = {**self.store.records(), **staged}
@@ -590,8 +617,10 @@ class Controller:
                 tasks = seen.take(record.backend, name)
                 self._reconcile_job(record, self._backend(record.backend), tasks, now, result)
             except BackendError as err:
-                self._met(err.problem(name), now, result)
-                log.warning("%s: backend error: %s", name, err)
+                problem = err.problem(name)
+                if pass_.records[name].last_error != problem:  # logged once, not every pass
+                    log.warning("%s: backend error: %s", name, err)
+                self._met(problem, now, result)
             except OSError as err:  # e.g. the state or status disk is full: the other jobs go on
                 self._seen.pop(name, None)  # look at it again next pass
                 if name in pass_.unsaved:  # a staged record: not applied, not retried

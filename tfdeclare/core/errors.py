@@ -73,6 +73,15 @@ class ErrorCode(StrEnum):
         framework, a record): the jobs keep their phase, and passes report them."""
         return self in _FAILS_THE_JOB
 
+    @property
+    def unreachable(self) -> bool:
+        """The backend cannot reach what runs its tasks at all (a Mesos master, the Docker
+        engine): the tasks run on without us, the jobs keep their phase, and a controller that
+        keeps passing (the daemon, the background controller) shows it on each job it could
+        not look at (``lastError``) and, once it has stood ``UNREACHABLE_REPORT_S``, in the
+        daemon's readiness."""
+        return self in _UNREACHABLE
+
 
 _ABOUT: dict[ErrorCode, tuple[str, bool]] = {  # code -> (summary, terminal)
     # ---- a cluster manager or engine ----------------------------------------------------------
@@ -114,6 +123,12 @@ _ABOUT: dict[ErrorCode, tuple[str, bool]] = {  # code -> (summary, terminal)
     # ---- anything else a backend raises (a backend plugin that names no code) ----------------
     ErrorCode.BACKEND_FAILED: ("the backend could not do what was asked", False),
 }
+
+_UNREACHABLE = frozenset({ErrorCode.MASTER_UNREACHABLE, ErrorCode.ENGINE_UNREACHABLE})
+# How long an unreachable cluster or engine stands before the daemon reports it (/healthz
+# degraded, ``tfdeclare_backend_connected`` 0): a Mesos client re-subscribes on its own with a
+# backoff capped near 15 s and an engine restarts in seconds, so a blip heals within it.
+UNREACHABLE_REPORT_S = 20.0
 
 _FAILS_THE_JOB = frozenset({ErrorCode.IMAGE_REQUIRED, ErrorCode.IMAGE_MISSING, ErrorCode.SECRET_UNAVAILABLE})
 

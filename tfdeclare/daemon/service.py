@@ -50,7 +50,7 @@ from tfdeclare.controller import Controller
 from tfdeclare.core.config import WebhookConfig
 from tfdeclare.core.diagnostics import Diagnostic
 from tfdeclare.core.enums import Phase, Reason
-from tfdeclare.core.errors import ErrorCode, RuntimeProblem
+from tfdeclare.core.errors import UNREACHABLE_REPORT_S, RuntimeProblem
 from tfdeclare.core.plan.planner import Action, Plan, PlanCache, PlanOptions, Sighting, plan
 from tfdeclare.core.plan.problems import Problem, changes, counts, held_back, standing
 from tfdeclare.core.plan.scope import PruneScope
@@ -169,6 +169,9 @@ class Shown:
     # What the last pass met, each with its code (``core.errors``); a job's is also its lastError
     pass_errors: tuple[RuntimeProblem, ...] = ()
     last_pass_at: float | None = None
+    # Since when passes have met an unreachable cluster or engine (``ErrorCode.unreachable``),
+    # without a pass between that did not: reported once it has stood ``UNREACHABLE_REPORT_S``
+    unreachable_since: float | None = None
 
 
 class Daemon:
@@ -322,23 +325,16 @@ class Daemon:
         apply_failures = dict(self.controller.apply_failures) if current is not None else {}
         self._record_problems(current)
         applied = current is not None
-        try:
-            result = self.controller.reconcile()  # it logs what it does
-        except BackendError as err:  # the cluster is unreachable: try again next pass
-            log.error("backend unavailable, the jobs keep running: %s", err)
+        try:  # a cluster or engine that does not answer is each job's lastError: the pass goes on
+            result = self.controller.reconcile(through_outage=True)  # it logs what it does
+        except BackendError as err:  # the backend cannot be used at all: try again next pass
+            self._met_errors((err.problem(),), "backend unavailable, the jobs keep running: ")
             self._check_folders()
-            self._draft = replace(self._draft, last_pass_at=self.clock(), pass_errors=(err.problem(),))
-            self._count_connection()
+            self._draft = replace(self._draft, last_pass_at=self.clock())
             self.metrics.observe_pass(self.monotonic() - started, self.clock(), 0, 0, 1)
             return None, applied
-        for error in result.errors:
-            log.error("%s", error)
-        self._draft = replace(
-            self._draft,
-            write_failures={**apply_failures, **result.write_failures},
-            pass_errors=tuple(result.errors),
-        )
-        self._count_connection()
+        self._met_errors(tuple(result.errors))
+        self._draft = replace(self._draft, write_failures={**apply_failures, **result.write_failures})
         self._check_folders()
         records = self.controller.records()
         self._phase_changes(result.phases, records)
@@ -386,9 +382,24 @@ class Daemon:
             len(self._draft.write_failures) + (self._draft.pass_write_error is not None),
         )
 
-    def _count_connection(self) -> None:
-        """Whether the backend reaches its cluster, as the last pass found (``/metrics``)."""
-        reached = not unreachable_problems(self._draft.pass_errors)
+    def _met_errors(self, errors: tuple[RuntimeProblem, ...], lead: str = "") -> None:
+        """This pass's errors: logged when they were not the last pass's (one line each per
+        change, not one per pass: a pass may come every second while an engine is away), a
+        cleared one said once; kept for the endpoints, with since when an unreachable cluster
+        or engine has stood (``unreachable_since``: ``/healthz`` and
+        ``tfdeclare_backend_connected`` report it once it has stood ``UNREACHABLE_REPORT_S``)."""
+        was = self._draft
+        for error in errors:
+            if error not in was.pass_errors:
+                log.error("%s%s", lead, error)
+        for error in was.pass_errors:
+            if error not in errors:
+                log.info("cleared: %s", error)
+        since = was.unreachable_since if unreachable_problems(errors) else None
+        if since is None and unreachable_problems(errors):
+            since = self.clock()
+        self._draft = replace(was, pass_errors=errors, unreachable_since=since)
+        reached = not reported_unreachable(self._draft, self.clock())
         self.metrics.set_backend_connected(self.controller.backend_name, reached)
 
     def _apply_desired(self, changes: frozenset[str] | None) -> Plan:
@@ -562,7 +573,7 @@ class Daemon:
         late = self.clock() - since > overdue
         starting = shown.last_pass_at is None and not late
         cannot_write = write_problems(shown)
-        unreachable = unreachable_problems(shown.pass_errors)
+        unreachable = reported_unreachable(shown, self.clock())
         healthy = (
             not late
             and not starting
@@ -664,6 +675,10 @@ class Daemon:
         return [p.to_json() for p in self.shown.problems]
 
     def metrics_text(self) -> str:
+        # whether the backend reaches its cluster or engine: as /healthz says it now (the
+        # bound may have passed since the last pass)
+        reached = not reported_unreachable(self.shown, self.clock())
+        self.metrics.set_backend_connected(self.controller.backend_name, reached)
         return self.metrics.render()
 
     def page_html(self, refresh: int, jobs_offset: int = 0) -> str:
@@ -765,14 +780,24 @@ class Daemon:
         return self.controller.read_log(started[0]["id"], offset, page.LOG_PAGE_BYTES, stream)
 
 
-# Pass errors that say the backend cannot reach its cluster at all: readiness is degraded
-# while one stands (the jobs are left as they are: their tasks run on without us).
-UNREACHABLE = frozenset({ErrorCode.MASTER_UNREACHABLE})
-
-
 def unreachable_problems(errors: Sequence[RuntimeProblem]) -> list[RuntimeProblem]:
-    """The pass errors that say the backend's cluster cannot be reached."""
-    return [p for p in errors if p.code in UNREACHABLE]
+    """The pass errors that say the backend's cluster or engine cannot be reached
+    (``ErrorCode.unreachable``), once a code (each job it holds has it too)."""
+    found: dict[str, RuntimeProblem] = {}
+    for problem in sorted(errors, key=lambda p: p.job is not None):  # the backend's own first
+        if problem.code.unreachable:
+            found.setdefault(problem.code.value, replace(problem, job=None))
+    return list(found.values())
+
+
+def reported_unreachable(shown: Shown, now: float) -> list[RuntimeProblem]:
+    """The unreachable cluster or engine readiness reports: once passes have met it for
+    ``UNREACHABLE_REPORT_S`` (a blip heals within it); the jobs are left as they are, their
+    tasks run on without us. The Mesos and the local backend alike (one rule, here)."""
+    since = shown.unreachable_since
+    if since is None or now - since < UNREACHABLE_REPORT_S:
+        return []
+    return unreachable_problems(shown.pass_errors)
 
 
 def write_problems(shown: Shown) -> list[str]:
