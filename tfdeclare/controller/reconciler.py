@@ -31,8 +31,10 @@ reported and retried; it never stops the other jobs.
 A pass's errors are ``RuntimeProblem``s with a code (``core.errors``; printed as the messages
 they were). A backend's error for one job is kept in its record (``last_error``, the status
 file's ``lastError``, with the time it was first met) until a pass gets through the job; a
-terminal error of the job's own (a secret that is not there, a task that never ran for an image
-missing under imagePullPolicy Never) fails the job at once (reason TerminalError), never retried.
+terminal error of the job's own (a secret that is not there, a task without an image) fails the
+job at once (reason TerminalError), never retried. What depends on the machine at the moment
+(the Docker engine answers, an image under imagePullPolicy Never is there) is the backend's
+placement's to say: the job waits with it as its ``lastError``, looked at every pass.
 
 Jobs are looked at in priority order (``spec.priority``, higher first, then by name), so a
 higher-priority job is placed first. One that cannot be placed, where its backend says what it
@@ -690,9 +692,11 @@ class Controller:
         self, record: JobRecord, tasks: list[ObservedTask], now: float, result: PassResult
     ) -> JobRecord:
         """A task of this attempt that ended, never run, for a terminal error of the job's own
-        that its backend names (an image missing under imagePullPolicy Never): reported, kept as
-        the job's ``lastError``, and the job Failed at once (``_failed``). Another error a task
-        ended for (a pull that failed) is its message, and the restart policy's to handle."""
+        that its backend names (``ErrorCode.fails_the_job``): reported, kept as the job's
+        ``lastError``, and the job Failed at once (``_failed``). Another error a task ended for
+        (a pull that failed; an image removed under imagePullPolicy Never between the placement's
+        look and the launch, the relaunch then waiting for it) is its message, and the restart
+        policy's to handle."""
         ended = [
             t
             for t in tasks

@@ -103,7 +103,10 @@ _ABOUT: dict[ErrorCode, tuple[str, bool]] = {  # code -> (summary, terminal)
     ErrorCode.ENGINE_UNREACHABLE: ("the Docker engine does not answer or refused a call", False),
     # ---- launching ---------------------------------------------------------------------------
     ErrorCode.IMAGE_REQUIRED: ("a container task names no image", True),
-    ErrorCode.IMAGE_MISSING: ("the image is not on the machine and imagePullPolicy is Never", True),
+    ErrorCode.IMAGE_MISSING: (
+        "the image is not on the machine and imagePullPolicy is Never: launched once it is",
+        False,
+    ),
     ErrorCode.IMAGE_PULL_FAILED: ("the image could not be pulled", False),
     ErrorCode.LAUNCH_REFUSED: ("a folder of the task is refused (it changed, or is reserved)", False),
     ErrorCode.LAUNCH_FAILED: ("the task's folder, supervisor or launcher could not be made", False),
@@ -130,7 +133,7 @@ _UNREACHABLE = frozenset({ErrorCode.MASTER_UNREACHABLE, ErrorCode.ENGINE_UNREACH
 # backoff capped near 15 s and an engine restarts in seconds, so a blip heals within it.
 UNREACHABLE_REPORT_S = 20.0
 
-_FAILS_THE_JOB = frozenset({ErrorCode.IMAGE_REQUIRED, ErrorCode.IMAGE_MISSING, ErrorCode.SECRET_UNAVAILABLE})
+_FAILS_THE_JOB = frozenset({ErrorCode.IMAGE_REQUIRED, ErrorCode.SECRET_UNAVAILABLE})
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,7 +66,7 @@ class EngineError(Exception):
 
 class ImageUnavailable(EngineError):
     """The task's image is not on the engine and could not (or may not) be pulled: ``code``
-    says which (``ImageMissing`` under imagePullPolicy Never, terminal; else ``ImagePullFailed``)."""
+    says which (``ImageMissing`` under imagePullPolicy Never; else ``ImagePullFailed``)."""
 
     def __init__(self, message: str, code: ErrorCode = ErrorCode.IMAGE_PULL_FAILED) -> None:
         super().__init__(message)
