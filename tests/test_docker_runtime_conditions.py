@@ -24,6 +24,7 @@ from tests.conftest import cli
 from tests.engine_proxy import EngineProxy
 from tests.test_daemon import Daemon, wait_until
 from tfdeclare.backends.local.docker_runtime import owner_of
+from tfdeclare.shell.lock import ControllerLock
 
 pytestmark = [pytest.mark.docker, pytest.mark.e2e]
 
@@ -100,3 +101,40 @@ def test_a_daemon_started_without_an_engine_launches_its_jobs_once_one_answers(
 
         with contextlib.suppress(docker.errors.ImageNotFound):  # tagged only when it got that far
             docker_client.images.remove(never)
+
+
+def test_the_background_controller_shows_an_engine_gone_under_its_jobs(
+    workdir: Path, docker_client: Any, base_image: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``apply`` leaves its jobs to a background controller: when the engine goes away under
+    them, each status file keeps its phase with ``lastError`` EngineUnreachable, and its log
+    (controller.log) says so once, not every pass; all clear once it answers again."""
+    engine = os.environ["DOCKER_HOST"].removeprefix("unix://")
+    address = workdir / "engine.sock"
+    proxy = EngineProxy(engine, address)
+    monkeypatch.setenv("DOCKER_HOST", proxy.address)
+    monkeypatch.setenv("TFDECLARE_BACKGROUND_CONTROLLER", "on")
+    (workdir / "specs" / "g.yaml").write_text(_job("g", base_image))
+    try:
+        applied = cli("apply", "specs", cwd=workdir)
+        assert applied.returncode == 0, applied.stderr
+        wait_until(lambda: _status(workdir, "g").get("phase") == "Running", 120)
+        proxy.close()
+        wait_until(lambda: _error(workdir, "g") == "EngineUnreachable", 30)
+        assert _status(workdir, "g")["phase"] == "Running"
+        log = workdir / ".tfdeclare" / "controller.log"
+        wait_until(lambda: f"unix://{address}" in log.read_text(), 30)
+        proxy = EngineProxy(engine, address)
+        wait_until(lambda: _error(workdir, "g") is None, 60)
+        assert _status(workdir, "g")["phase"] == "Running"
+        said = [line.split(" ", 2)[2] for line in log.read_text().splitlines() if f"unix://{address}" in line]
+        assert "ERROR tfdeclare.keeper: g: no Docker engine answers" in "\n".join(said), said
+        assert len(said) == len(set(said)), said  # each line once, not every pass
+        assert any("cleared: g: " in line for line in said), said
+    finally:
+        proxy.close()
+        proxy = EngineProxy(engine, address)  # the engine there, to stop the task
+        cli("delete", "--all", cwd=workdir)  # its controller stops the task, then exits
+        held = ControllerLock(workdir / ".tfdeclare")
+        wait_until(lambda: (held.holder() or {}).get("purpose") != "background controller", 60)
+        proxy.close()
