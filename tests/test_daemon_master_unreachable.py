@@ -18,7 +18,7 @@ from tests.conftest import job_yaml
 from tests.mesos_emulator import Emulator
 from tests.mesos_fixtures import emulated_project, eventually, running_on_agents, start_emulator
 from tests.test_daemon import Daemon
-from tfdeclare.backends.mesos.backend import UNSUBSCRIBED_REPORT_S
+from tfdeclare.core.errors import UNREACHABLE_REPORT_S
 
 pytestmark = pytest.mark.slow  # real task processes, a 20 s outage
 
@@ -55,7 +55,7 @@ def test_healthz_and_metrics_say_the_master_cannot_be_reached(project: tuple[Pat
         eventually(lambda: "No leader elected" in daemon.text(), timeout=20)
         # within the bound: a blip is not reported
         assert health(daemon)[0] == 200
-        eventually(lambda: health(daemon)[0] == 503, timeout=UNSUBSCRIBED_REPORT_S + 15)
+        eventually(lambda: health(daemon)[0] == 503, timeout=UNREACHABLE_REPORT_S + 15)
         body = health(daemon)[1]
         assert body["status"] == "degraded"
         (reason,) = [r for r in body["reasons"] if r.startswith("MasterUnreachable")]

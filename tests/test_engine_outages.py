@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tfdeclare.backends.local.engine_outages import SLACK_S, EngineOutages
+from tfdeclare.backends.local.engine_outages import HOLD_S, SLACK_S, EngineOutages, Verdict
 from tfdeclare.core.enums import EndCause, TaskState
 from tfdeclare.core.run.causes import classify
 
@@ -33,6 +33,47 @@ def test_a_container_that_ended_while_the_engine_was_away_ended_with_it(
     for answered, at in ASKS:
         outages.saw(answered, at)
     assert outages.ended_with_engine(finished_at) is with_engine
+
+
+# A real engine's stop (Debian's dockerd, SIGTERM): it keeps answering while it stops its
+# containers (one ended at 11 with 143, the last killed at 19.9 with 137), closes its API at
+# 20 and answers again at 40. Listings every 0.3 s see the ends with the engine "up".
+STOPPING = [(True, 10.0), (True, 11.5), (True, 19.9), (False, 20.2), (False, 30.0), (True, 40.0)]
+
+
+@pytest.mark.parametrize(
+    ("asks", "finished_at", "signalled", "verdict"),
+    [
+        # seen ended while the engine still answers: not judged yet
+        (STOPPING[:2], 11.0, True, Verdict.WAIT),
+        (STOPPING[:3], 19.9, True, Verdict.WAIT),
+        # the engine went away within HOLD_S of the end: it was stopping (the 143 ten seconds
+        # before its API closed too), under way or after it answered again
+        (STOPPING[:4], 11.0, True, Verdict.ENGINE),
+        (STOPPING, 11.0, True, Verdict.ENGINE),
+        (STOPPING, 19.9, True, Verdict.ENGINE),
+        # a code that is not a signal, ended before the outage's slack: the job's at once
+        (STOPPING, 11.0, False, Verdict.JOB),
+        # the engine answered HOLD_S past a signal's end and answers now: the job's
+        ([(True, 10.0), (True, 11.0 + HOLD_S)], 11.0, True, Verdict.JOB),
+        ([(True, 10.0), (True, 11.0 + HOLD_S - 0.1)], 11.0, True, Verdict.WAIT),
+        # away since, but only after HOLD_S: the job's once it answers again
+        ([(True, 10.0), (True, 11.0 + HOLD_S + 1), (False, 35.0)], 11.0, True, Verdict.WAIT),
+        ([(True, 10.0), (True, 11.0 + HOLD_S + 1), (False, 35.0), (True, 50.0)], 11.0, True, Verdict.JOB),
+        # never answered this controller yet: wait for it
+        ([], 11.0, True, Verdict.WAIT),
+        # a controller started long after (no failed ask): not known, the job's (as before)
+        ([(True, 500.0)], 11.0, True, Verdict.JOB),
+        (STOPPING, None, True, Verdict.JOB),
+    ],
+)
+def test_a_signals_end_is_judged_by_what_the_engine_said_after_it(
+    asks: list[tuple[bool, float]], finished_at: float | None, signalled: bool, verdict: Verdict
+) -> None:
+    outages = EngineOutages()
+    for answered, at in asks:
+        outages.saw(answered, at)
+    assert outages.verdict(finished_at, signalled) is verdict
 
 
 def test_an_outage_under_way_covers_everything_since_the_last_answer() -> None:

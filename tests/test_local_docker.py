@@ -34,6 +34,7 @@ from tfdeclare.backends.local.docker_runtime import (
     mounts_for,
     owner_of,
 )
+from tfdeclare.backends.local.engine_outages import HOLD_S
 from tfdeclare.backends.local.prober import probe
 from tfdeclare.backends.local.record import LocalTask, TaskRuntime
 from tfdeclare.core.enums import EndCause, Role, TaskState
@@ -672,3 +673,79 @@ def test_a_container_that_ends_while_the_engine_is_away_is_a_platform_event(
         harness.close()
         _remove_owned(docker_client, owner)
         proxy.close()
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_a_signals_end_seen_while_a_stopping_engine_still_answers_is_not_the_jobs(
+    tmp_path: Path, docker_client: Any, base_image: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real engine's order: it stops its containers (SIGTERM, then SIGKILL) while it still
+    answers, the listing and the inspect of an ended container included, and closes its API
+    only after the last one. A look in that window sees them ended by a signal, the engine
+    "up": not judged then (reported running, its message saying why) but once the engine has
+    gone away within ``HOLD_S`` of the ends: EngineRestart, not the job's. (The old driver
+    took them for the job's failure on first sight, counted against backoffLimit.)"""
+    proxy = _behind_a_proxy(tmp_path, monkeypatch)
+    harness = _harness(tmp_path, base_image)
+    backend = harness.make()  # no watch thread: the test's looks are the only asks
+    owner = owner_of(tmp_path / "state" / "local")
+    try:
+        placement = place_soon(backend, gang("stopping", 2))
+        tasks = launches(harness, placement, harness.sleeper)
+        backend.launch(placement, tasks)
+        wait_for(backend, lambda ts: all(ts[t.task_id].state is TaskState.RUNNING for t in tasks), 60)
+        first, second = tasks
+        docker_client.containers.get(container_name(owner, first.task_id)).stop(timeout=10)  # 143
+        docker_client.containers.get(container_name(owner, second.task_id)).kill()  # 137
+        seen = {t.task_id: t for t in look(backend)}  # the engine answers: a stopping one does
+        for task in tasks:
+            assert seen[task.task_id].state is TaskState.RUNNING, seen[task.task_id]
+            assert "said once the Docker engine has answered" in seen[task.task_id].message
+        proxy.close()  # ... and then it closes its API
+        with pytest.raises(BackendError):
+            look(backend)
+        proxy = EngineProxy(proxy.engine_socket, proxy.path)  # and answers again
+        ended = wait_for(backend, lambda ts: all(ts[t.task_id].state.ended for t in tasks), 30)
+        for task in tasks:
+            assert ended[task.task_id].state is TaskState.FAILED
+            assert ended[task.task_id].cause is EndCause.ENGINE_RESTART, ended[task.task_id]
+        assert {ended[t.task_id].exit_code for t in tasks} == {143, 137}
+    finally:
+        backend.close()
+        _remove_owned(docker_client, owner)
+        proxy.close()
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_a_signals_end_is_the_jobs_once_the_engine_has_answered_past_it(
+    tmp_path: Path, docker_client: Any, base_image: str
+) -> None:
+    """The hold is bounded: a container killed with the engine staying up (an operator's
+    ``docker kill``) is the job's once the engine has answered ``HOLD_S`` past its end (the
+    driver's clock, injected here, moves past it)."""
+    harness = _harness(tmp_path, base_image)
+    backend = harness.make()
+    assert isinstance(backend, LocalBackend)
+    driver = backend.drivers[TaskRuntime.DOCKER]
+    assert isinstance(driver, DockerDriver)
+    ahead = [0.0]
+    driver._clock = lambda: time.time() + ahead[0]
+    owner = owner_of(tmp_path / "state" / "local")
+    try:
+        placement = place_soon(backend, gang("killed", 1))
+        (task,) = launches(harness, placement, harness.sleeper)
+        backend.launch(placement, [task])
+        wait_for(backend, lambda ts: ts[task.task_id].state is TaskState.RUNNING, 60)
+        docker_client.containers.get(container_name(owner, task.task_id)).kill()
+        held = {t.task_id: t for t in look(backend)}[task.task_id]
+        assert held.state is TaskState.RUNNING and "said once" in held.message, held
+        assert driver.state_token()[-1] == ()  # nothing to judge yet
+        ahead[0] = HOLD_S + 1  # the watch's next listing is an answer past the hold:
+        assert driver.state_token()[-1] == (task.task_id,)  # a change, so a controller looks
+        ended = wait_for(backend, lambda ts: ts[task.task_id].state.ended, 30)[task.task_id]
+        assert (ended.state, ended.cause, ended.exit_code) == (TaskState.FAILED, EndCause.JOB, 137)
+    finally:
+        backend.close()
+        _remove_owned(docker_client, owner)

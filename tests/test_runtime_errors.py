@@ -27,7 +27,7 @@ from tfdeclare.core.enums import Phase, Reason, Role, TaskState
 from tfdeclare.core.errors import _ABOUT, ErrorCode, RuntimeProblem
 from tfdeclare.core.run import status
 from tfdeclare.core.run.record import JobRecord
-from tfdeclare.core.run.tasks import ObservedTask, Placement, TaskLaunch
+from tfdeclare.core.run.tasks import GangRequest, ObservedTask, Placement, TaskLaunch, Unplaced
 from tfdeclare.daemon.httpguard import AccessPolicy
 from tfdeclare.daemon.server import DaemonServer
 from tfdeclare.daemon.service import DaemonOptions
@@ -61,7 +61,7 @@ def test_the_table_and_the_status_schema_name_the_same_codes() -> None:
     [
         (ErrorCode.CREDENTIALS_REFUSED, True),  # a 401/403 never changes by asking again
         (ErrorCode.FRAMEWORK_REFUSED, True),
-        (ErrorCode.IMAGE_MISSING, True),  # imagePullPolicy Never
+        (ErrorCode.IMAGE_MISSING, False),  # imagePullPolicy Never: a `docker load` brings it
         (ErrorCode.SECRET_UNAVAILABLE, True),
         (ErrorCode.MASTER_UNREACHABLE, False),
         (ErrorCode.ENGINE_UNREACHABLE, False),
@@ -322,40 +322,71 @@ def _never_ran(world: World, task_id: str, code: ErrorCode, message: str) -> Non
         )
 
 
-def test_a_task_whose_image_is_missing_under_never_fails_its_job_at_once(tmp_path: Path) -> None:
-    """Not restarted by its restart policy (OnFailure would restart it after a backoff): an
-    image missing under imagePullPolicy Never does not come back by trying again."""
-    world, _ = _world(tmp_path)
-    world.write("a", job_text("a", extra="restartPolicy: OnFailure\nbackoffLimit: 5"))
+class _Placing(FakeBackend):
+    """The fake backend, whose placement says why the gang cannot be launched now while
+    ``cannot`` is set (the local backend's look at the Docker engine and its images)."""
+
+    cannot: BackendError | None = None
+
+    def place(self, request: GangRequest) -> Placement | Unplaced:
+        if self.cannot is not None:
+            raise self.cannot
+        return super().place(request)
+
+
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        (ErrorCode.IMAGE_MISSING, "the Docker engine has no image x:1, and imagePullPolicy is Never"),
+        (ErrorCode.ENGINE_UNREACHABLE, "no Docker engine answers at unix:///run/x.sock"),
+    ],
+)
+def test_what_the_machine_lacks_at_launch_keeps_the_job_waiting_until_it_is_there(
+    tmp_path: Path, code: ErrorCode, said: str
+) -> None:
+    """Not a verdict on the job (the file is not looked at again for it) nor its failure: the
+    job waits, Pending, with the code as its lastError, asked again every pass, and is
+    launched by the first pass that finds the image there (a `docker load`), the engine up."""
+    world = World(tmp_path)
+    backend = _Placing(world.backend.cluster, world.clock)
+    world.backend = backend
+    world.controller.backend = backend
+    backend.cannot = BackendError(said, code=code)
+    world.write("a", job_text("a", extra="restartPolicy: Never"))
     world.apply()
-    world.reconcile()
-    worker = world.task("a", Role.WORKER)
-    said = "the Docker engine has no image x:1, and imagePullPolicy is Never"
-    _never_ran(world, worker.task_id, ErrorCode.IMAGE_MISSING, said)
-    result = world.reconcile()
-    assert [(e.code, e.job) for e in result.errors] == [(ErrorCode.IMAGE_MISSING, "a")]
+    for _ in range(3):
+        result = world.reconcile()
+        assert [(e.code, e.job) for e in result.errors] == [(code, "a")]
+        world.clock.advance(60)
     record = world.record("a")
-    assert (record.phase, record.reason, record.restarts) == (Phase.FAILED, Reason.TERMINAL_ERROR, 0)
+    assert (record.phase, record.restarts) == (Phase.PENDING, 0)
     shown = world.status("a")
-    assert (
-        shown is not None and shown["lastError"]["code"] == "ImageMissing" and shown["lastError"]["terminal"]
-    )
+    assert shown is not None and shown["phase"] == "Pending"
+    assert shown["lastError"]["code"] == code.value and not shown["lastError"]["terminal"]
     assert said in shown["lastError"]["detail"]
+    assert world.backend.cluster.launched == []
+    backend.cannot = None
     world.settle()
-    world.clock.advance(600)
-    world.settle()
-    assert world.tasks("a") == {} and world.record("a").phase is Phase.FAILED, "stopped, never relaunched"
-    assert world.status("a")["lastError"]["code"] == "ImageMissing"  # type: ignore[index]
-    assert len(world.backend.cluster.launched) == 2, "the two workers once: nothing launched again"
+    assert world.record("a").phase is Phase.RUNNING and world.status("a")["lastError"] is None  # type: ignore[index]
 
 
-def test_a_pull_that_failed_is_the_restart_policys_to_handle(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        (ErrorCode.IMAGE_PULL_FAILED, "cannot pull image x:1: timeout"),
+        # removed between the placement's look and its launcher's: the relaunch waits for it
+        (ErrorCode.IMAGE_MISSING, "the Docker engine has no image x:1, and imagePullPolicy is Never"),
+    ],
+)
+def test_a_task_whose_image_could_not_be_had_is_the_restart_policys_to_handle(
+    tmp_path: Path, code: ErrorCode, said: str
+) -> None:
     world, _ = _world(tmp_path)
     world.write("a", job_text("a", extra="restartPolicy: OnFailure\nbackoffLimit: 5"))
     world.apply()
     world.reconcile()
     worker = world.task("a", Role.WORKER)
-    _never_ran(world, worker.task_id, ErrorCode.IMAGE_PULL_FAILED, "cannot pull image x:1: timeout")
+    _never_ran(world, worker.task_id, code, said)
     result = world.reconcile()
     assert result.errors == [] and world.record("a").phase is not Phase.FAILED
 

@@ -133,7 +133,8 @@ class Settings:
 
     @property
     def launch_checks(self) -> tuple[SpecCheck, ...]:
-        """``spec_checks`` and what this machine cannot honour now (apply, the daemon)."""
+        """``spec_checks`` and what this machine cannot honour now (apply: the daemon leaves
+        that to the backend's placement, each pass, as the job's ``lastError``)."""
         return self._environment_checks(launching=True)
 
     @property

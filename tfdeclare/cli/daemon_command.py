@@ -203,7 +203,9 @@ def _serve(args: argparse.Namespace, settings: Settings, server: DaemonServer) -
         controller.sources = sources  # recorded with each job: its workingDir's bound at launch
         files = SpecFiles(
             [source.specs_path],
-            checks=settings.reading(sources).launch_checks,
+            # the files' verdict: what the machine offers now (an engine that answers, an
+            # image there) is each job's runtime condition instead (backends' placement)
+            checks=settings.reading(sources).spec_checks,
             exclude=(settings.state_dir, settings.status_dir),
             skip_files=settings.config_files,
             base=base_dir if args.git else None,

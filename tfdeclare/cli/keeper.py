@@ -91,17 +91,17 @@ def main(argv: list[str] | None = None) -> int:
         with controller_for(settings) as controller:
             controller.backend.watch(wake.set)
             phases: dict[str, str] = {}
+            told: set[str] = set()  # the last pass's errors, as logged (once per change)
             while not stop.is_set():
                 out.rotate()
                 wake_at: float | None = None
-                try:
+                try:  # an unreachable engine or master is each job's lastError: the pass goes on
                     result = controller.reconcile()
-                    for error in result.errors:
-                        log.error("%s", error)
+                    told = _log_changes(told, [str(error) for error in result.errors])
                     wake_at = result.wake_at
                     records = controller.store.records()
                 except (BackendError, OSError, StateError) as err:
-                    log.error("a pass could not finish, retrying: %s", err)
+                    told = _log_changes(told, [f"a pass could not finish, retrying: {err}"])
                     wake.wait(5.0)
                     wake.clear()
                     continue
@@ -126,6 +126,18 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         lock.release()
     return 0
+
+
+def _log_changes(told: set[str], errors: list[str]) -> set[str]:
+    """Each error not logged by the last pass, and each of those gone: a pass may come every
+    second while an engine is away, its log one line per change."""
+    now = set(errors)
+    for error in errors:
+        if error not in told:
+            log.error("%s", error)
+    for error in sorted(told - now):
+        log.info("cleared: %s", error)
+    return now
 
 
 if __name__ == "__main__":

@@ -42,13 +42,16 @@ reported and retried; it never stops the other jobs.
 A pass's errors are ``RuntimeProblem``s with a code (``core.errors``; printed as the messages
 they were). A backend's error for one job is kept in its record (``last_error``, the status
 file's ``lastError``, with the time it was first met) until a pass gets through the job; a
-terminal error of the job's own (a secret that is not there, a task that never ran for an image
-missing under imagePullPolicy Never) fails the job at once (reason TerminalError), never retried.
+terminal error of the job's own (a secret that is not there, a task without an image)
+fails the job at once (reason TerminalError), never retried.
 A backend that cannot be observed at all (its cluster unreachable, the framework refused) does
 not stop the pass: each of its jobs meets the error (its ``lastError``), the others go on, and
 ``PassResult.unobserved`` says which backend (commands stop waiting on it). A placement that
 fails with a backend error leaves the job as its step decided (a restart counted), with the
 error: nothing was launched.
+What depends on the machine at the moment (the Docker engine answers, an image under
+imagePullPolicy Never is there) is the backend's placement's to say: the job waits with it as
+its ``lastError``, looked at every pass.
 
 Jobs are looked at in priority order (``spec.priority``, higher first, then by name), so a
 higher-priority job is placed first. One that cannot be placed, where its backend says what it
@@ -105,8 +108,14 @@ class _SeenTasks:
     """The tasks of each backend a pass looks at, observed once per pass, by job; what no record
     takes is left over (tasks of no job there)."""
 
-    def __init__(self, backend: Callable[[str], Backend], errors: list[RuntimeProblem]) -> None:
+    def __init__(
+        self,
+        backend: Callable[[str], Backend],
+        errors: list[RuntimeProblem],
+        told: dict[str, str] | None = None,
+    ) -> None:
         self._backend = backend
+        self._told = told if told is not None else {}  # backend -> its upkeep error as last logged
         self._by_backend: dict[str, dict[str, list[ObservedTask]]] = {}
         self._all: dict[str, dict[str, list[ObservedTask]]] = {}  # as observed, nothing taken
         self.failed: dict[str, BackendError] = {}  # backend -> why it could not be observed
@@ -120,9 +129,13 @@ class _SeenTasks:
             backend = self._backend(backend_name)
             try:  # its upkeep first (observe only reports); what fails there is reported
                 backend.tend()
+                if self._told.pop(backend_name, None) is not None:
+                    log.info("%s: the backend's upkeep works again", backend_name)
             except BackendError as err:
                 self._errors.append(err.problem(prefix=f"{backend_name}: "))
-                log.warning("%s: backend error: %s", backend_name, err)
+                if self._told.get(backend_name) != str(err):  # once per change, not every pass
+                    self._told[backend_name] = str(err)
+                    log.warning("%s: backend error: %s", backend_name, err)
             try:
                 for task in backend.observe():
                     by_job[task.job].append(task)
@@ -314,6 +327,7 @@ class Controller:
         # not logged again by the next pass while it decides the same (``_tell``).
         self._told: dict[str, tuple[str, ...]] = {}
         self._told_unwritten: dict[str, tuple[str, ...]] = {}
+        self._told_upkeep: dict[str, str] = {}  # backend -> its upkeep error as last logged
 
     def _backend(self, name: str) -> Backend:
         if name == self.backend.name:
@@ -607,16 +621,23 @@ class Controller:
     # ---- one reconcile pass ---------------------------------------------------------------
 
     def reconcile(self) -> PassResult:
-        """One pass over every record, each against the backend that runs its job (contract
-        §5: a job belongs to the backend that runs it); then the tasks of no job are stopped."""
+        """One pass over every record, each against the backend that runs its job (a job
+        belongs to the backend that runs it: docs/reference.md); then the tasks of no job are
+        stopped.
+
+        A backend that cannot look at its tasks (the Mesos master or the Docker engine does
+        not answer, the framework was removed) does not end the pass: each job of that
+        backend keeps its phase with the error as its ``lastError`` (``_met``) until a pass
+        gets through it, ``PassResult.unobserved`` names the backend (a one-shot command
+        stops there), and the pass asks to look again within 5 s."""
         result = PassResult()
         now = self.clock()
         self._later = _Later()
-        seen = _SeenTasks(self._backend, result.errors)
+        seen = _SeenTasks(self._backend, result.errors, self._told_upkeep)
         try:
             seen.of(self.backend.name)  # its orphans are stopped even when no record names it
         except BackendError:
-            pass  # kept by ``seen``: each job of that backend meets it below (``_unobserved``)
+            result.wake(now + 5.0)  # kept by ``seen``: each job of that backend meets it below
         staged, self._staged = self._staged, {}
         self.stage_failures = {}
         records = {**self.store.records(), **staged}
@@ -638,8 +659,10 @@ class Controller:
                 tasks = seen.take(record.backend, name)
                 self._reconcile_job(record, self._backend(record.backend), tasks, now, result)
             except BackendError as err:
-                self._met(err.problem(name), now, result)
-                log.warning("%s: backend error: %s", name, err)
+                problem = err.problem(name)
+                if pass_.records[name].last_error != problem:  # logged once, not every pass
+                    log.warning("%s: backend error: %s", name, err)
+                self._met(problem, now, result)
             except OSError as err:  # e.g. the state or status disk is full: the other jobs go on
                 self._seen.pop(name, None)  # look at it again next pass
                 if name in pass_.unsaved:  # a staged record: not applied, not retried
@@ -673,17 +696,24 @@ class Controller:
             result.errors.append(self._write_problem(None, err, ErrorCode.STATUS_WRITE_FAILED))
         return result
 
-    @staticmethod
-    def _unobserved(seen: _SeenTasks, result: PassResult) -> None:
+    def _unobserved(self, seen: _SeenTasks, result: PassResult) -> None:
         """The backends this pass could not observe at all: in ``result.unobserved``, and
         reported once for the pass when no job of theirs met the error (each job that did has
-        it as its lastError, ``_met``). The pass went on with the other backends' jobs."""
+        it as its lastError, ``_met``); logged once per change, not every pass (a pass may
+        come every few seconds while an engine is away). The pass went on with the other
+        backends' jobs."""
         reported = {(p.code, p.detail) for p in result.errors}
+        for name in sorted(self._told_upkeep.keys() - {f"{n}#observe" for n in seen.failed}):
+            if name.endswith("#observe"):
+                log.info("%s: the backend can be observed again", name.removesuffix("#observe"))
+                del self._told_upkeep[name]
         for name, err in sorted(seen.failed.items()):
             problem = err.problem(prefix=f"{name}: ")
             result.unobserved[name] = problem
             if (err.code, str(err)) not in reported:  # else each job's warning said it
                 result.errors.append(problem)
+            if self._told_upkeep.get(f"{name}#observe") != str(err):
+                self._told_upkeep[f"{name}#observe"] = str(err)
                 log.warning("%s: backend error: %s", name, err)
 
     def _with_error(
@@ -738,9 +768,11 @@ class Controller:
         self, record: JobRecord, tasks: list[ObservedTask], now: float, result: PassResult
     ) -> JobRecord:
         """A task of this attempt that ended, never run, for a terminal error of the job's own
-        that its backend names (an image missing under imagePullPolicy Never): reported, kept as
-        the job's ``lastError``, and the job Failed at once (``_failed``). Another error a task
-        ended for (a pull that failed) is its message, and the restart policy's to handle."""
+        that its backend names (``ErrorCode.fails_the_job``): reported, kept as the job's
+        ``lastError``, and the job Failed at once (``_failed``). Another error a task ended for
+        (a pull that failed; an image removed under imagePullPolicy Never between the placement's
+        look and the launch, the relaunch then waiting for it) is its message, and the restart
+        policy's to handle."""
         ended = [
             t
             for t in tasks

@@ -185,8 +185,8 @@ class Reason(StrEnum):
     PLATFORM_RESTART = "PlatformRestart"
     # ... on its own budget (``platformRestartLimit``), which ran out
     PLATFORM_RESTART_LIMIT_EXCEEDED = "PlatformRestartLimitExceeded"
-    # A terminal runtime error of the job's own (``core.errors``: a missing image under
-    # imagePullPolicy Never, a secret that is not there): failed at once, never retried
+    # A terminal runtime error of the job's own (``core.errors``: a secret that is not there,
+    # a container task without an image): failed at once, never retried
     TERMINAL_ERROR = "TerminalError"
 
     @property

@@ -71,7 +71,8 @@ class ErrorCode(StrEnum):
     def backend_down(self) -> bool:
         """The backend cannot work with its cluster at all (it does not answer, it refuses the
         credentials, it removed the framework or another scheduler took it over): a readiness
-        problem for the daemon, an exit 1 for ``status --refresh``."""
+        problem for the daemon (an ``unreachable`` one once it has stood
+        ``UNREACHABLE_REPORT_S``, the others at once), an exit 1 for ``status --refresh``."""
         return self in _BACKEND_DOWN
 
     @property
@@ -80,6 +81,15 @@ class ErrorCode(StrEnum):
         (reason TerminalError). The other terminal ones are the operator's (credentials, a
         framework, a record): the jobs keep their phase, and passes report them."""
         return self in _FAILS_THE_JOB
+
+    @property
+    def unreachable(self) -> bool:
+        """The backend cannot reach what runs its tasks at all (a Mesos master, the Docker
+        engine): the tasks run on without us, the jobs keep their phase, and a controller that
+        keeps passing (the daemon, the background controller) shows it on each job it could
+        not look at (``lastError``) and, once it has stood ``UNREACHABLE_REPORT_S``, in the
+        daemon's readiness."""
+        return self in _UNREACHABLE
 
 
 _ABOUT: dict[ErrorCode, tuple[str, bool]] = {  # code -> (summary, terminal)
@@ -102,7 +112,10 @@ _ABOUT: dict[ErrorCode, tuple[str, bool]] = {  # code -> (summary, terminal)
     ErrorCode.ENGINE_UNREACHABLE: ("the Docker engine does not answer or refused a call", False),
     # ---- launching ---------------------------------------------------------------------------
     ErrorCode.IMAGE_REQUIRED: ("a container task names no image", True),
-    ErrorCode.IMAGE_MISSING: ("the image is not on the machine and imagePullPolicy is Never", True),
+    ErrorCode.IMAGE_MISSING: (
+        "the image is not on the machine and imagePullPolicy is Never: launched once it is",
+        False,
+    ),
     ErrorCode.IMAGE_PULL_FAILED: ("the image could not be pulled", False),
     ErrorCode.LAUNCH_REFUSED: ("a folder of the task is refused (it changed, or is reserved)", False),
     ErrorCode.LAUNCH_FAILED: ("the task's folder, supervisor or launcher could not be made", False),
@@ -127,16 +140,15 @@ _ABOUT: dict[ErrorCode, tuple[str, bool]] = {  # code -> (summary, terminal)
     ErrorCode.BACKEND_FAILED: ("the backend could not do what was asked", False),
 }
 
-_BACKEND_DOWN = frozenset(
-    {ErrorCode.MASTER_UNREACHABLE, ErrorCode.CREDENTIALS_REFUSED, ErrorCode.FRAMEWORK_REFUSED}
-)
+_UNREACHABLE = frozenset({ErrorCode.MASTER_UNREACHABLE, ErrorCode.ENGINE_UNREACHABLE})
+_BACKEND_DOWN = _UNREACHABLE | {ErrorCode.CREDENTIALS_REFUSED, ErrorCode.FRAMEWORK_REFUSED}
+# How long an unreachable cluster or engine stands before the daemon reports it (/healthz
+# degraded, ``tfdeclare_backend_connected`` 0): a Mesos client re-subscribes on its own with a
+# backoff capped near 15 s and an engine restarts in seconds, so a blip heals within it.
+UNREACHABLE_REPORT_S = 20.0
+
 _FAILS_THE_JOB = frozenset(
-    {
-        ErrorCode.IMAGE_REQUIRED,
-        ErrorCode.IMAGE_MISSING,
-        ErrorCode.SECRET_UNAVAILABLE,
-        ErrorCode.WORKING_DIR_MISSING,
-    }
+    {ErrorCode.IMAGE_REQUIRED, ErrorCode.SECRET_UNAVAILABLE, ErrorCode.WORKING_DIR_MISSING}
 )
 
 

@@ -52,7 +52,7 @@ from tfdeclare.controller import Controller
 from tfdeclare.core.config import WebhookConfig
 from tfdeclare.core.diagnostics import Code, Diagnostic
 from tfdeclare.core.enums import Phase, Reason
-from tfdeclare.core.errors import ErrorCode, RuntimeProblem
+from tfdeclare.core.errors import UNREACHABLE_REPORT_S, ErrorCode, RuntimeProblem
 from tfdeclare.core.plan.planner import Action, Plan, PlanCache, PlanOptions, Sighting, plan
 from tfdeclare.core.plan.problems import (
     BranchFailure,
@@ -184,6 +184,9 @@ class Shown:
     # What the last pass met, each with its code (``core.errors``); a job's is also its lastError
     pass_errors: tuple[RuntimeProblem, ...] = ()
     last_pass_at: float | None = None
+    # Since when passes have met an unreachable cluster or engine (``ErrorCode.unreachable``),
+    # without a pass between that did not: reported once it has stood ``UNREACHABLE_REPORT_S``
+    unreachable_since: float | None = None
 
 
 class Daemon:
@@ -230,7 +233,6 @@ class Daemon:
         self._sightings: Mapping[str, Sighting] = {}
         self._held: Mapping[str, tuple[Reason, str]] = {}  # jobs kept as applied, as last logged
         self._not_applied: Mapping[str, str] = {}  # jobs whose change could not be written, as logged
-        self._write_errors: frozenset[str] = frozenset()  # the last pass's write errors, as logged
         self._not_started: Mapping[str, Diagnostic] = {}  # jobs refused: running under another state folder
         # What the endpoints answer from: ``shown``, published once per pass from ``_draft``,
         # which the loop builds during the pass. Until the first pass, the status files' view.
@@ -350,22 +352,16 @@ class Daemon:
         apply_failures = dict(self.controller.apply_failures) if current is not None else {}
         self._record_problems(current)
         applied = current is not None
-        try:
+        try:  # a cluster or engine that does not answer is each job's lastError: the pass goes on
             result = self.controller.reconcile()  # it logs what it does
-        except BackendError as err:  # the cluster is unreachable: try again next pass
-            log.error("backend unavailable, the jobs keep running: %s", err)
+        except BackendError as err:  # the backend cannot be used at all: try again next pass
+            self._met_errors((err.problem(),), "backend unavailable, the jobs keep running: ")
             self._check_folders()
-            self._draft = replace(self._draft, last_pass_at=self.clock(), pass_errors=(err.problem(),))
-            self._count_connection()
+            self._draft = replace(self._draft, last_pass_at=self.clock())
             self.metrics.observe_pass(self.monotonic() - started, self.clock(), 0, 0, 1)
             return None, applied
-        self._log_errors(result.errors)
-        self._draft = replace(
-            self._draft,
-            write_failures={**apply_failures, **result.write_failures},
-            pass_errors=tuple(result.errors),
-        )
-        self._count_connection()
+        self._met_errors(tuple(result.errors))
+        self._draft = replace(self._draft, write_failures={**apply_failures, **result.write_failures})
         self._check_folders()
         records = self.controller.records()
         self._phase_changes(result.phases, records)
@@ -402,17 +398,6 @@ class Daemon:
     def write_retry_s(self) -> float:
         """How long a pass that could not write holds the next back (``schedule``)."""
         return min(self.options.interval_s, WRITE_RETRY_S)
-
-    def _log_errors(self, errors: Sequence[RuntimeProblem]) -> None:
-        """The pass's errors; a write error (a full or read-only disk) only when it is new,
-        not again every pass while it stands, and once when they are all gone."""
-        written = {str(e) for e in errors if e.code in WRITE_ERRORS}
-        for error in errors:
-            if str(error) not in written or str(error) not in self._write_errors:
-                log.error("%s", error)
-        if self._write_errors and not written:
-            log.info("what could not be written is written now")
-        self._write_errors = frozenset(written)
 
     def _status_branch(self, failure: str | None) -> None:
         """Git mode: what the status branch's write (and push) said this pass (None: written);
@@ -456,9 +441,24 @@ class Daemon:
         self._draft = replace(self._draft, folder_problems=problems)
         self._count_write_failures()
 
-    def _count_connection(self) -> None:
-        """Whether the backend reaches its cluster, as the last pass found (``/metrics``)."""
-        reached = not unreachable_problems(self._draft.pass_errors)
+    def _met_errors(self, errors: tuple[RuntimeProblem, ...], lead: str = "") -> None:
+        """This pass's errors: logged when they were not the last pass's (one line each per
+        change, not one per pass: a pass may come every second while an engine is away), a
+        cleared one said once; kept for the endpoints, with since when an unreachable cluster
+        or engine has stood (``unreachable_since``: ``/healthz`` and
+        ``tfdeclare_backend_connected`` report it once it has stood ``UNREACHABLE_REPORT_S``)."""
+        was = self._draft
+        for error in errors:
+            if error not in was.pass_errors:
+                log.error("%s%s", lead, error)
+        for error in was.pass_errors:
+            if error not in errors:
+                log.info("cleared: %s", error)
+        since = was.unreachable_since if unreachable_problems(errors) else None
+        if since is None and unreachable_problems(errors):
+            since = self.clock()
+        self._draft = replace(was, pass_errors=errors, unreachable_since=since)
+        reached = not reported_unreachable(self._draft, self.clock())
         self.metrics.set_backend_connected(self.controller.backend_name, reached)
 
     def _apply_desired(self, changes: frozenset[str] | None) -> Plan:
@@ -665,7 +665,7 @@ class Daemon:
     def _health(self, shown: Shown) -> tuple[bool, dict[str, Any]]:
         late = self._late(shown)
         starting = shown.last_pass_at is None and not late
-        reasons = alerts(shown, late)
+        reasons = alerts(shown, late, self.clock())
         healthy = not starting and not reasons
         return healthy, {
             "status": "ok" if healthy else "starting" if starting else "degraded",
@@ -763,6 +763,10 @@ class Daemon:
         return self.shown.problems_omitted
 
     def metrics_text(self) -> str:
+        # whether the backend reaches its cluster or engine: as /healthz says it now (the
+        # bound may have passed since the last pass)
+        reached = not reported_unreachable(self.shown, self.clock())
+        self.metrics.set_backend_connected(self.controller.backend_name, reached)
         return self.metrics.render()
 
     def page_html(self, refresh: int, jobs_offset: int = 0) -> str:
@@ -778,7 +782,9 @@ class Daemon:
             shown.events,
             self._health(shown)[1],
             refresh,
-            alerts=alerts(shown, self._late(shown)),  # what /healthz's reasons say, with their kind
+            alerts=alerts(
+                shown, self._late(shown), self.clock()
+            ),  # what /healthz's reasons say, with their kind
             now=self.clock(),
             specs=specs,
             tails=self._log_tails(listed),
@@ -865,26 +871,27 @@ class Daemon:
         return self.controller.read_log(started[0]["id"], offset, page.LOG_PAGE_BYTES, stream)
 
 
-# Pass errors that say the backend cannot work with its cluster at all (it does not answer,
-# it refuses our credentials, it removed our framework or another scheduler took it over):
-# readiness is degraded while one stands (the jobs are left as they are; each has the error as
-# its lastError).
-UNREACHABLE = frozenset(code for code in ErrorCode if code.backend_down)
-
-
 def unreachable_problems(errors: Sequence[RuntimeProblem]) -> list[RuntimeProblem]:
-    """The pass errors that say the backend's cluster cannot be worked with, each once:
-    every job of such a backend meets the same one, which the backend's own report (its
-    name first: "mesos: ...") may say too."""
-    out: dict[tuple[ErrorCode, str], RuntimeProblem] = {}
-    for problem in errors:
-        if problem.code in UNREACHABLE:
-            out.setdefault((problem.code, problem.detail), problem)
-    return [
-        p
-        for (code, detail), p in out.items()
-        if not any(c == code and d.endswith(f": {detail}") for c, d in out if d != detail)
-    ]
+    """The pass errors that say the backend cannot work with its cluster or engine at all
+    (``ErrorCode.backend_down``: it does not answer, it refuses our credentials, it removed
+    our framework), once a code: each job it holds has it too, and the backend's own report
+    (its name first: "mesos: ...") is kept first."""
+    found: dict[str, RuntimeProblem] = {}
+    for problem in sorted(errors, key=lambda p: p.job is not None):  # the backend's own first
+        if problem.code.backend_down:
+            found.setdefault(problem.code.value, replace(problem, job=None))
+    return list(found.values())
+
+
+def reported_unreachable(shown: Shown, now: float) -> list[RuntimeProblem]:
+    """What readiness reports of those: an unreachable cluster or engine
+    (``ErrorCode.unreachable``) once passes have met it for ``UNREACHABLE_REPORT_S`` (a blip
+    heals within it), the others (refused credentials, a removed framework) at once; the jobs
+    are left as they are, their tasks run on without us. The Mesos and the local backend
+    alike (one rule, here)."""
+    since = shown.unreachable_since
+    settled = since is not None and now - since >= UNREACHABLE_REPORT_S
+    return [p for p in unreachable_problems(shown.pass_errors) if settled or not p.code.unreachable]
 
 
 def write_failed(shown: Shown) -> bool:
@@ -897,9 +904,9 @@ def write_failed(shown: Shown) -> bool:
     )
 
 
-def alerts(shown: Shown, late: bool) -> list[Alert]:
-    """Every reason the daemon is not ok as of ``shown`` (``late``: a pass is overdue), in the
-    order ``/healthz`` lists them; none when it is."""
+def alerts(shown: Shown, late: bool, now: float) -> list[Alert]:
+    """Every reason the daemon is not ok as of ``shown`` at ``now`` (``late``: a pass is
+    overdue), in the order ``/healthz`` lists them; none when it is."""
     return [
         *([Alert(HealthReason.OVERDUE, "a pass is overdue (a hang?)")] if late else []),
         *(
@@ -910,7 +917,7 @@ def alerts(shown: Shown, late: bool) -> list[Alert]:
         *write_problems(shown),
         *(
             Alert(HealthReason.BACKEND_UNREACHABLE, f"{p.code.value}: {p.detail}", p.job)
-            for p in unreachable_problems(shown.pass_errors)
+            for p in reported_unreachable(shown, now)
         ),
         *(
             Alert(HealthReason.NOT_STARTED, f"job {name}: {why}", name)

@@ -64,7 +64,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tfdeclare.backends.base import BackendError, LogChunk
-from tfdeclare.backends.local import machine, ports
+from tfdeclare.backends.local import engine_images, machine, ports
 from tfdeclare.backends.local.config import LocalRuntime
 from tfdeclare.backends.local.docker_driver import DEFAULT_PULL_TIMEOUT_S, DockerDriver
 from tfdeclare.backends.local.docker_runtime import owner_of
@@ -460,6 +460,9 @@ class LocalBackend:
                 f"the job needs {need.describe()} but this machine offers {total.describe()} "
                 "(see `local` in the config to change what is offered)",
             )
+        problem = engine_images.launch_problem(self.runtime, request.images)
+        if problem is not None:  # the job's lastError until the engine answers, the image is there
+            raise problem
         live = [t for t in self.observe() if t.state.alive]
         used, ports_used, gpus_used = self._in_use(live)
         free = total - used

@@ -30,8 +30,15 @@ kept, and the next look at the task asks ``tend`` to kill it and report the fail
 killed by ``tend`` too.
 
 A container that ended (or is found removed) while the engine did not answer its listing
-ended with the engine (a stop, a restart, a crash: it stops its containers, its API already
-closed): ``EngineRestart``, a platform event (``engine_outages.py``), kept in ``exit.json``.
+ended with the engine (a stop, a restart, a crash): ``EngineRestart``, a platform event
+(``engine_outages.py``), kept in ``exit.json``. A stopping engine ends its containers first
+and closes its API after (Debian's dockerd answers some 10 s after its SIGTERM, until ~60 ms
+after its last kill), so a container found ended by a signal we did not send, the engine up,
+is not judged on first sight: it is reported running (its message says why) until the engine
+has answered ``engine_outages.HOLD_S`` past its end (the job's) or gone away within that
+(the engine's); ``state_token`` changes when such an end can be judged, so a watching
+controller looks then. The end's time is the engine's ``FinishedAt``; the answers' times are
+the driver's injected clock.
 
 Logs: a live container's output is read from the engine by time (``since``, to the
 nanosecond), never whole each time: a cursor per task keeps how many bytes were read and the
@@ -76,7 +83,7 @@ from tfdeclare.backends.local.drivers import (
     read_log_file,
     seen_from_end,
 )
-from tfdeclare.backends.local.engine_outages import EngineOutages
+from tfdeclare.backends.local.engine_outages import HOLD_S, EngineOutages, Verdict
 from tfdeclare.backends.local.process_driver import alive, supervisor_holds
 from tfdeclare.backends.local.pull_log import PULL_LOG, LauncherInfo, PullView, pull_log_size
 from tfdeclare.backends.local.record import ContainerSpec, LocalTask, TaskRuntime
@@ -174,6 +181,7 @@ class DockerDriver:
         self._pulls: dict[str, PullView] = {}  # task id -> its launcher's pull, as read so far
         self._launching: dict[str, Path] = {}  # task id -> its folder, while a launcher is at work
         self._outages = EngineOutages()  # when the engine did not answer (its listing), under _lock
+        self._held: dict[str, float] = {}  # task id -> the end of a signal not judged yet, under _lock
         self._lock = threading.Lock()  # the failures, cursors and launching, from other threads
 
     def _name(self, task_id: str) -> str:
@@ -212,9 +220,12 @@ class DockerDriver:
             launching = sorted(self._launching.items())
         pulls = tuple((task_id, pull_log_size(path)) for task_id, path in launching)
         try:
-            return self._list(), pulls
+            listing = self._list()
         except EngineError:
             return None, pulls
+        with self._lock:  # an end held back that can be judged now: a change to look at
+            ripe = tuple(sorted(t for t, at in self._held.items() if self._outages.ripe(at)))
+        return listing, pulls, ripe
 
     def _list(self) -> dict[str, str]:
         """The engine's listing of the owner's containers; whether it answered is noted
@@ -343,8 +354,24 @@ class DockerDriver:
             return Seen(TaskState.FAILED, None, None, at, LAUNCHER_GONE, Chore.RECORD_END)
         if state in ENDED:
             end = self._end(task_id)
+            # a signal's end the engine does not explain (not the OOM killer) and that we did
+            # not ask for: the engine's own stop, or not? Its answers after the end say
+            signalled = end.exit_code is not None and end.exit_code > 128 and not end.message and not stopping
             with self._lock:
-                with_engine = end.exit_code != 0 and self._outages.ended_with_engine(end.finished_at)
+                verdict = (
+                    Verdict.JOB if end.exit_code == 0 else self._outages.verdict(end.finished_at, signalled)
+                )
+                if verdict is Verdict.WAIT:
+                    self._held[task_id] = end.finished_at
+                else:
+                    self._held.pop(task_id, None)
+            if verdict is Verdict.WAIT:
+                message = (
+                    f"ended with exit code {end.exit_code}; said once the Docker engine has answered "
+                    f"{HOLD_S:g} s past it (a stopping engine ends its containers first)"
+                )
+                return Seen(TaskState.RUNNING, started_at=folder.launch().get("startedAt"), message=message)
+            with_engine = verdict is Verdict.ENGINE
             seen = seen_from_end(
                 {
                     "exitCode": end.exit_code,
@@ -419,6 +446,9 @@ class DockerDriver:
             try:
                 end = self._ends[task_id] = self.engine.end(self._name(task_id))
             except EngineError as err:
+                if not err.answered:  # a stopping engine: it may list, and not take a new connection
+                    with self._lock:
+                        self._outages.saw(False, self._clock())
                 raise BackendError(str(err), code=ErrorCode.ENGINE_UNREACHABLE) from err
         return end
 

@@ -61,12 +61,15 @@ LABEL = "tfdeclare"  # label prefix: tfdeclare.owner, tfdeclare.job, ...
 
 
 class EngineError(Exception):
-    """The Docker engine cannot be reached, or refused what was asked."""
+    """The Docker engine cannot be reached, or refused what was asked (``answered``: it
+    answered, with a refusal)."""
+
+    answered = False
 
 
 class ImageUnavailable(EngineError):
     """The task's image is not on the engine and could not (or may not) be pulled: ``code``
-    says which (``ImageMissing`` under imagePullPolicy Never, terminal; else ``ImagePullFailed``)."""
+    says which (``ImageMissing`` under imagePullPolicy Never; else ``ImagePullFailed``)."""
 
     def __init__(self, message: str, code: ErrorCode = ErrorCode.IMAGE_PULL_FAILED) -> None:
         super().__init__(message)
@@ -478,7 +481,9 @@ class DockerRuntime:
         try:
             state = self.client.api.inspect_container(name)["State"]
         except (docker.errors.DockerException, OSError) as err:
-            raise EngineError(_explain(err)) from err
+            error = EngineError(_explain(err))
+            error.answered = isinstance(err, docker.errors.APIError)
+            raise error from err
         code = state.get("ExitCode")
         message = ""
         if state.get("OOMKilled"):

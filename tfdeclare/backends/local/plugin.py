@@ -9,12 +9,15 @@ container (a process has nothing to mount into); ``spec.placement.constraints`` 
 (no agent attributes to match); ``placement.strategy`` has nothing to choose between on one
 machine and is accepted.
 
-``check_environment`` (``plan``, ``apply`` and the daemon, not ``validate``) asks the Docker
-engine whether it answers and holds each container job's images. ``plan`` works without
-one: what apply would do (pull an image) or find (no engine, an image ``imagePullPolicy:
-Never`` forbids pulling) is a warning at the image's field. At ``apply`` and in the daemon no
+``check_environment`` (``plan`` and ``apply``, not ``validate``) asks the Docker engine
+(``engine_images.py``) whether it answers and holds each container job's images. ``plan``
+works without one: what apply would do (pull an image) or find (no engine, an image
+``imagePullPolicy: Never`` forbids pulling) is a warning at the image's field. At ``apply`` no
 engine, or a missing image under ``Never``, is an error (file:line), never a silent bare
-process; the images a job lacks are pulled as it launches (``docker_runtime.py``).
+process; the images a job lacks are pulled as it launches (``docker_runtime.py``). The daemon
+does not check this with the files (their verdict is cached by content, and the machine's
+state changes under it): the backend's placement finds the same each pass
+(``engine_images.launch_problem``), the job's ``lastError`` until it is so.
 
 At ``plan`` it also warns, at the spec's line, of a job that can never fit what the backend
 offers (``offered``: the config's ``local.cpus``/``mem``/``gpus``, else the machine's own);
@@ -25,12 +28,11 @@ from __future__ import annotations
 
 import functools
 import os
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tfdeclare.backends.local import machine
+from tfdeclare.backends.local import engine_images, machine
 from tfdeclare.backends.local.config import LocalConfig, LocalRuntime, parse_local_config
 from tfdeclare.backends.plugin import BackendPlugin
 from tfdeclare.core.diagnostics import Severity
@@ -100,35 +102,7 @@ def check_job(config: LocalConfig, job: LoadedJob, at: Locate) -> list[Diagnosti
     return problems
 
 
-_ENGINE_SEEN_S = 10.0  # how long one answer about the engine serves (a daemon asks again later)
-_engine_seen: dict[str, tuple[float, set[str] | str]] = {}  # address -> (when, its images | why not)
-
-
-def _engine_images() -> set[str] | str:
-    """The names (tags and digests) and ids of the images the engine holds, or why no
-    engine answers."""
-    from tfdeclare.backends.local import docker_runtime
-
-    address = docker_runtime.engine_address()
-    seen = _engine_seen.get(address)
-    if seen is not None and time.monotonic() - seen[0] < _ENGINE_SEEN_S:
-        return seen[1]
-    answer: set[str] | str
-    try:
-        client = docker_runtime.connect(docker_runtime.PROBE_TIMEOUT_S)
-    except docker_runtime.EngineError as err:
-        answer = str(err)
-    else:
-        try:
-            answer = set()
-            for image in client.api.images():
-                answer.update(image.get("RepoTags") or ())
-                answer.update(image.get("RepoDigests") or ())  # name@sha256:...
-                answer.add(image["Id"])
-        finally:
-            client.close()
-    _engine_seen[address] = (time.monotonic(), answer)
-    return answer
+_ENGINE_SEEN_S = 10.0  # how long one answer about the engine serves a plan or an apply
 
 
 def _images(job: LoadedJob) -> list[tuple[JsonPath, str, ImagePullPolicy]]:
@@ -144,13 +118,6 @@ def _images(job: LoadedJob) -> list[tuple[JsonPath, str, ImagePullPolicy]]:
 
 # A policy that refuses to pull is reported before one that pulls (the image is then missing).
 _POLICY_ORDER = (ImagePullPolicy.NEVER, ImagePullPolicy.IF_NOT_PRESENT, ImagePullPolicy.ALWAYS)
-
-
-def _has(images: set[str], image: str) -> bool:
-    """Whether the engine holds ``image`` (a name without a tag means ``:latest``, as for
-    ``docker run``)."""
-    wanted = image if ":" in image.rsplit("/", 1)[-1] or "@" in image else f"{image}:latest"
-    return wanted in images or image in images
 
 
 def offered(config: LocalConfig) -> Resources:
@@ -198,8 +165,9 @@ def check_environment(config: LocalConfig, job: LoadedJob, at: Locate, launching
 
     ``plan`` (``launching`` false) works without an engine: an engine that does not answer,
     an image apply will pull and one it may not pull are warnings saying what apply will do.
-    ``apply`` and the daemon pull what they may (showing progress as they do): an engine that
-    does not answer, or a missing image under ``imagePullPolicy: Never``, is an error there.
+    ``apply`` pulls what it may (showing progress as it does): an engine that does not
+    answer, or a missing image under ``imagePullPolicy: Never``, is an error there (the
+    daemon: the job's ``lastError`` at placement, ``engine_images.launch_problem``).
     """
     problems = [] if launching else capacity_warnings(config, job, at)
     if config.runtime is LocalRuntime.PROCESS:
@@ -209,7 +177,7 @@ def check_environment(config: LocalConfig, job: LoadedJob, at: Locate, launching
     named = _images(job)
     if not named and not config.runtime.uses_docker(None):
         return problems
-    images = _engine_images()
+    images = engine_images.held(_ENGINE_SEEN_S)
     if isinstance(images, str):
         where = named[0][0] if named else ("spec",)
         if launching:
@@ -225,7 +193,7 @@ def check_environment(config: LocalConfig, job: LoadedJob, at: Locate, launching
         return [*problems, _warning(at(where, text))]
     told: set[tuple[str, ImagePullPolicy]] = set()
     for path, image, policy in named:
-        if (image, policy) in told or policy is ImagePullPolicy.ALWAYS or _has(images, image):
+        if (image, policy) in told or policy is ImagePullPolicy.ALWAYS or engine_images.has(images, image):
             continue  # Always: apply pulls it anyway, which is what the spec says
         told.add((image, policy))
         if policy is ImagePullPolicy.NEVER:

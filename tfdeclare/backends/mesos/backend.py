@@ -70,10 +70,6 @@ from tfdeclare.core.errors import ErrorCode
 from tfdeclare.core.run.tasks import GangRequest, ObservedTask, Placement, TaskLaunch, Unplaced
 
 FIRST_OBSERVE_WAIT_S = 2.0  # the first observe() after subscribing waits this long for answers
-# A pass reports MasterUnreachable once the client has not been subscribed (and a SUBSCRIBE
-# failed) for this long: the client re-subscribes on its own with a backoff capped near 15 s,
-# so a blip (a leader election, a dropped stream) heals within it and is not reported.
-UNSUBSCRIBED_REPORT_S = 20.0
 
 
 class MesosBackend:
@@ -159,9 +155,12 @@ class MesosBackend:
     def tend(self) -> None:
         """The loop thread does the framework's upkeep as events come; this only reports a
         subscription that is gone: ``BackendError`` (MasterUnreachable, with the master's last
-        answer) once the client has not been subscribed for ``UNSUBSCRIBED_REPORT_S`` and a
-        SUBSCRIBE failed (the tasks keep running on the agents; nothing is done to them), and
-        FrameworkRefused while the master has removed the framework (policy ``fail``)."""
+        answer) while the client is not subscribed and a SUBSCRIBE failed (the tasks keep
+        running on the agents; nothing is done to them), and FrameworkRefused while the master
+        has removed the framework (policy ``fail``). The client re-subscribes on its own (a
+        backoff capped near 15 s), so a blip heals by itself: the daemon reports it only once
+        it has stood ``core.errors.UNREACHABLE_REPORT_S``, as it does an unreachable Docker
+        engine. The words stay the same while the answer does (a pass logs a change)."""
         if self._framework.removed_for_good:  # policy fail: every pass says so
             self._framework.usable()
         client = self._sender.client
@@ -169,10 +168,10 @@ class MesosBackend:
             return  # not connected yet (the pass connects), or stopped (reported then)
         down = client.unsubscribed_for()
         last = client.last_error
-        if down is None or last is None or down < UNSUBSCRIBED_REPORT_S:
+        if down is None or last is None:
             return
         raise BackendError(
-            f"not subscribed to the Mesos master at {self.config.master} for {down:.0f} s "
+            f"not subscribed to the Mesos master at {self.config.master} "
             f"(the tasks keep running on the agents): {last}",
             code=ErrorCode.MASTER_UNREACHABLE,
         )

@@ -52,8 +52,20 @@ def gang_request(record: JobRecord, keys: tuple[TaskKey, ...]) -> GangRequest:
             host, _, port = previous.rpartition(":")
             address = Address(host, int(port))
         slots.append(SlotRequest(key, spec.resources_for(key.role), address, pinned=pinned(record, key)))
+    roles = {key.role for key in keys}
+    images = {
+        (run.image, spec.image_pull_policy_for(run.role)): None
+        for run in spec.runs()
+        if run.role in roles and run.image
+    }
     return GangRequest(
-        record.name, record.attempt, tuple(slots), spec.strategy, spec.constraints, spec.priority
+        record.name,
+        record.attempt,
+        tuple(slots),
+        spec.strategy,
+        spec.constraints,
+        spec.priority,
+        tuple((image, policy) for image, policy in images if image),
     )
 
 

@@ -73,6 +73,9 @@ class GangRequest:
     strategy: PlacementStrategy = PlacementStrategy.PACK
     constraints: tuple[AttributeConstraint, ...] = ()
     priority: int = 0  # ``spec.priority``: a queue of waiting gangs serves higher first
+    # Each image the gang's tasks run, once, with its pull policy: a backend that must have
+    # them on the machine before it launches (the local backend's Docker engine) looks first
+    images: tuple[tuple[str, ImagePullPolicy], ...] = ()
 
     @property
     def total(self) -> Resources:
@@ -219,7 +222,7 @@ class ObservedTask:
     # word): JOB unless the backend saw one of the platform's own events.
     cause: EndCause = EndCause.JOB
     # It ended without running for a runtime error the backend names (``core.errors``: an
-    # image missing under imagePullPolicy Never); one that fails the job fails it at once
+    # image that could not be pulled); one that fails the job fails it at once
     error: ErrorCode | None = None
     # The backend's name for the place it runs (a Mesos agent id), as ``Unplaced.rooms`` names
     # places; None where there is one place
