@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from tfdeclare.core.run.record import Revision
+from tfdeclare.core.urls import hide_credentials, without_credentials
 from tfdeclare.daemon.signatures import SignaturePolicy, Verifier
 from tfdeclare.daemon.snapshots import CompareError, foreign_paths
 from tfdeclare.files import read_regular
@@ -54,8 +54,8 @@ def git_problem(err: Any) -> str:
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     fatal = [line.split(":", 1)[1].strip() for line in lines if line.startswith(("fatal:", "error:"))]
     if fatal:
-        return "; ".join(dict.fromkeys(fatal))
-    return lines[-1] if lines else f"git failed (exit code {getattr(err, 'status', '?')})"
+        return hide_credentials("; ".join(dict.fromkeys(fatal)))
+    return hide_credentials(lines[-1]) if lines else f"git failed (exit code {getattr(err, 'status', '?')})"
 
 
 def _revision(commit: Any) -> Revision:
@@ -66,14 +66,6 @@ def _revision(commit: Any) -> Revision:
         time=float(commit.committed_date),
         subject=commit.summary if isinstance(commit.summary, str) else commit.summary.decode(),
     )
-
-
-def without_credentials(url: str) -> str:
-    """``https://user:token@host/x.git`` -> ``https://host/x.git`` (other URLs as they are)."""
-    parts = urlsplit(url)
-    if not parts.scheme or "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
 
 
 class SourceError(Exception):
@@ -203,7 +195,9 @@ class GitSource:
 
     @property
     def description(self) -> str:
-        return f"git {self.settings.url} branch {self.settings.branch}" + (
+        """What the source is, as logs, pages, the lock file and errors name it: its URL
+        without the credentials it may carry."""
+        return f"git {without_credentials(self.settings.url)} branch {self.settings.branch}" + (
             f" path {self.settings.subdir}" if self.settings.subdir not in ("", ".") else ""
         )
 
@@ -255,8 +249,9 @@ class GitSource:
                 raise SourceError(f"git: {git_problem(err)}") from err
             except (git.InvalidGitRepositoryError, git.NoSuchPathError, ValueError, OSError) as err:
                 self._set_aside()
+                why = hide_credentials(str(err))
                 raise SourceError(
-                    f"the clone in {self.clone_dir} is unusable ({err}); it will be cloned again"
+                    f"the clone in {self.clone_dir} is unusable ({why}); it will be cloned again"
                 ) from err
             self.revision = _revision(commit)
             return self.revision

@@ -1,0 +1,81 @@
+"""The daemon in git mode against git over HTTP (``git http-backend`` behind Basic
+authentication, tests/git_http.py): the real CLI as a process, real task processes. A URL's
+credentials are shown nowhere."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import cli
+from tests.git_http import GitHttpServer
+from tests.test_daemon import Daemon, commit, cwd, git, job, status, wait_until
+
+pytestmark = pytest.mark.e2e  # the daemon as a process, real jobs, a git host
+
+__all__ = ["cwd"]  # the fixture of test_daemon
+
+
+def served_repo(tmp_path: Path) -> tuple[Path, Path]:
+    """A bare repository ``served/x.git`` and a clone of it to commit in."""
+    served = tmp_path / "served"
+    served.mkdir()
+    git(tmp_path, "init", "-q", "--bare", "--initial-branch=main", str(served / "x.git"))
+    work = tmp_path / "work"
+    git(tmp_path, "clone", "-q", str(served / "x.git"), str(work))
+    (work / "jobs").mkdir()
+    return served, work
+
+
+def read(url: str) -> str:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return str(response.read().decode())
+    except urllib.error.HTTPError as err:
+        return str(err.read().decode())
+
+
+def test_credentials_in_the_git_url_are_shown_nowhere(cwd: Path, tmp_path: Path) -> None:
+    secret = f"TOKEN-{uuid.uuid4().hex}"
+    served, work = served_repo(tmp_path)
+    outputs = cwd / "c-out"
+    outputs.mkdir()
+    commit(work, "add c", {"c.yaml": job("c").replace("env: {OUT: c-out}", f"env: {{OUT: {outputs}}}")})
+    server = GitHttpServer(served, "alice", secret)
+    url = server.url("x.git")
+    shown_url = url.replace(f"alice:{secret}@", "")
+    daemon = Daemon(cwd, "--git", url, "--path", "jobs", "--interval", "0.5", "--push-status")
+    surfaces: dict[str, str] = {}
+    try:
+        wait_until(lambda: (status(cwd, "c") or {}).get("phase") == "Running", timeout=60)
+        wait_until(lambda: "tfdeclare-status" in git(served / "x.git", "branch", "--list"))
+        server.close()  # the host goes away: the fetch fails, its error is shown everywhere
+        wait_until(lambda: daemon.get("/healthz")[1]["sourceError"] is not None)
+        wait_until(lambda: daemon.get("/jobs?problems=true")[1] != [])
+        for path in ("/healthz", "/", "/jobs", "/jobs?problems=true", "/metrics", "/jobs/c"):
+            surfaces[path] = read(daemon.url + path)
+        surfaces["lock file"] = (cwd / ".tfdeclare" / "lock").read_text()
+        surfaces["another command"] = cli("apply", "specs", cwd=cwd).stderr
+        surfaces["history"] = cli("history", "-o", "json", cwd=cwd).stdout
+        surfaces["status"] = cli("status", "-o", "json", cwd=cwd).stdout
+        surfaces["status text"] = cli("status", cwd=cwd).stdout
+        surfaces["status file"] = (cwd / "status" / "c.yaml").read_text()
+        surfaces["problems file"] = (cwd / ".tfdeclare" / "problems.json").read_text()
+    finally:
+        daemon.stop()
+        server.close()
+    surfaces["log"] = daemon.text()
+    surfaces["status branch"] = git(served / "x.git", "show", "tfdeclare-status:status/c.yaml")
+    leaks = {name: re.findall(rf".{{0,80}}{secret}.{{0,20}}", text) for name, text in surfaces.items()}
+    found = {name: texts for name, texts in leaks.items() if texts}
+    assert not found, json.dumps(found, indent=1)
+    assert "a tfdeclare daemon" in surfaces["another command"]
+    assert f"git {shown_url} branch main path jobs" in surfaces["another command"]
+    assert f"listening on http://127.0.0.1:{daemon.url.rsplit(':', 1)[1].rstrip('/')}" in surfaces["log"]
+    assert json.loads(surfaces["/healthz"])["source"] == f"git {shown_url} branch main path jobs"
+    assert shown_url in json.loads(surfaces["/healthz"])["sourceError"], surfaces["/healthz"]
