@@ -5,7 +5,9 @@ credentials are shown nowhere."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import time
 import urllib.request
 import uuid
 from pathlib import Path
@@ -14,11 +16,11 @@ import pytest
 
 from tests.conftest import cli
 from tests.git_http import GitHttpServer
-from tests.test_daemon import Daemon, commit, cwd, git, job, status, wait_until
+from tests.test_daemon import Daemon, commit, cwd, git, job, repo, status, wait_until
 
 pytestmark = pytest.mark.e2e  # the daemon as a process, real jobs, a git host
 
-__all__ = ["cwd"]  # the fixture of test_daemon
+__all__ = ["cwd", "repo"]  # the fixtures of test_daemon
 
 
 def served_repo(tmp_path: Path) -> tuple[Path, Path]:
@@ -79,3 +81,52 @@ def test_credentials_in_the_git_url_are_shown_nowhere(cwd: Path, tmp_path: Path)
     assert f"listening on http://127.0.0.1:{daemon.url.rsplit(':', 1)[1].rstrip('/')}" in surfaces["log"]
     assert json.loads(surfaces["/healthz"])["source"] == f"git {shown_url} branch main path jobs"
     assert shown_url in json.loads(surfaces["/healthz"])["sourceError"], surfaces["/healthz"]
+
+
+def git_children(pid: int) -> list[str]:
+    """The commands of ``pid``'s child processes that run git."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid and cmdline[0].endswith(b"git"):
+                found.append(b" ".join(cmdline).decode())
+    return found
+
+
+def test_many_syncs_leave_no_git_process_nor_descriptor_behind(cwd: Path, repo: tuple[Path, Path]) -> None:
+    remote, work = repo
+    commit(work, "add c", {"c.yaml": job("c")})
+    daemon = Daemon(
+        cwd,
+        "--git",
+        f"file://{remote}",
+        "--path",
+        "jobs",
+        "--interval",
+        "0.1",
+        "--push-status",
+        "--allow-empty",
+    )
+    try:
+        wait_until(lambda: daemon.passes() >= 2)
+        first = daemon.passes()
+        fds = len(os.listdir(f"/proc/{daemon.proc.pid}/fd"))
+        samples = []
+        while daemon.passes() < first + 60:  # each pass fetches and commits the status (2 syncs)
+            samples.append(
+                (len(git_children(daemon.proc.pid)), len(os.listdir(f"/proc/{daemon.proc.pid}/fd")))
+            )
+            time.sleep(0.2)
+            assert daemon.proc.poll() is None, daemon.text()[-3000:]
+        samples.append((len(git_children(daemon.proc.pid)), len(os.listdir(f"/proc/{daemon.proc.pid}/fd"))))
+    finally:
+        assert daemon.stop() == 0
+    assert max(children for children, _ in samples) <= 2, samples  # one command at a time (and a fetch)
+    assert max(count for _, count in samples) <= fds + 12, (fds, samples)
+    assert not list((cwd / ".tfdeclare" / "git").glob("corrupt-*"))
+    assert "unusable" not in daemon.text()

@@ -53,7 +53,6 @@ def _setup_logging(fmt: str) -> None:
     # httpx logs each request's URL at INFO, and a webhook's URL may hold a token.
     quiet = {
         "watchdog": logging.ERROR,
-        "git": logging.ERROR,
         "kazoo": logging.WARNING,
         "httpx": logging.WARNING,
     }

@@ -17,7 +17,9 @@ Both only *say* when to look again (``on_change``); the daemon's pass reads the 
   tree is never checked out or cleaned. Status files are committed to their own branch
   (default ``tfdeclare-status``) with git plumbing, never to the watched branch, and pushed
   when asked. A failed fetch keeps the last snapshot (the last applied state runs on); a
-  corrupt clone is moved aside and cloned again.
+  corrupt clone (what git says of one, ``_corrupt``) is moved aside and cloned again, never
+  one that a full disk or a lack of descriptors stopped. Git runs as short-lived, bounded
+  commands (``gitrun.Git``), no process kept between them.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ from types import MappingProxyType
 from typing import Any
 
 from tfdeclare.core.run.record import Revision
-from tfdeclare.core.urls import hide_credentials, without_credentials
+from tfdeclare.core.urls import without_credentials
+from tfdeclare.daemon.gitrun import NETWORK_TIMEOUT_S, Git, GitError
 from tfdeclare.daemon.signatures import SignaturePolicy, Verifier
 from tfdeclare.daemon.snapshots import CompareError, foreign_paths
 from tfdeclare.files import read_regular
@@ -47,24 +50,35 @@ log = logging.getLogger("tfdeclare.daemon")
 _SPEC_SUFFIXES = (".yaml", ".yml")
 
 
-def git_problem(err: Any) -> str:
-    """What git said went wrong (its ``fatal:``/``error:`` lines), from a GitCommandError."""
-    stderr = str(err.stderr or "").strip()
-    stderr = stderr.removeprefix("stderr:").strip().strip("'").strip()
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    fatal = [line.split(":", 1)[1].strip() for line in lines if line.startswith(("fatal:", "error:"))]
-    if fatal:
-        return hide_credentials("; ".join(dict.fromkeys(fatal)))
-    return hide_credentials(lines[-1]) if lines else f"git failed (exit code {getattr(err, 'status', '?')})"
-
-
-def _revision(commit: Any) -> Revision:
-    """A GitPython commit as the revision the records name."""
+def _revision(git: Git, commit: str) -> Revision:
+    """A commit as the revision the records name (its subject: the message's first line)."""
+    out = git("show", "-s", "--format=%H%x00%an%x00%ae%x00%ct%x00%B", commit, "--")
+    sha, name, email, when, message = out.split("\0", 4)
     return Revision(
-        commit=commit.hexsha,
-        author=f"{commit.author.name} <{commit.author.email}>",
-        time=float(commit.committed_date),
-        subject=commit.summary if isinstance(commit.summary, str) else commit.summary.decode(),
+        commit=sha, author=f"{name} <{email}>", time=float(when), subject=message.split("\n", 1)[0]
+    )
+
+
+# What git says of a clone that is not one, or whose objects are damaged: only these set it
+# aside (a full disk, a read-only folder, too many open files are not the clone's fault).
+_CORRUPT = ("not a git repository", "bad object", "corrupt", "invalid object", "bad tree", "unable to read")
+_NOT_CORRUPT = (
+    "no space left",
+    "too many open files",
+    "read-only file system",
+    "permission denied",
+    "cannot allocate memory",
+    "disk quota",
+)
+
+
+def _corrupt(err: GitError) -> bool:
+    said = err.message.lower()
+    return (
+        err.started
+        and not err.timed_out
+        and any(p in said for p in _CORRUPT)
+        and not any(p in said for p in _NOT_CORRUPT)
     )
 
 
@@ -162,6 +176,7 @@ class GitSettings:
     status_branch: str = "tfdeclare-status"
     push_status: bool = False
     signatures: SignaturePolicy | None = None  # verify the head's signature before applying it
+    timeout_s: float = NETWORK_TIMEOUT_S  # clone, fetch and push each (daemon.gitTimeoutSeconds)
 
 
 class GitSource:
@@ -192,6 +207,7 @@ class GitSource:
         # (commit, why) of a head that was fetched but not applied: its signature failed
         self.rejected: tuple[str, str] | None = None
         self.verifier = Verifier(settings.signatures, workdir) if settings.signatures is not None else None
+        self.git = Git(self.clone_dir / ".git", settings.timeout_s)  # every git command it runs
 
     @property
     def description(self) -> str:
@@ -211,52 +227,69 @@ class GitSource:
     def specs_path(self) -> Path:
         return self.current / self.settings.subdir
 
-    def _repo(self) -> Any:
-        import git
+    def _clone(self) -> None:
+        """Clone the repository when there is no clone yet (into a temporary folder, renamed
+        into place once complete)."""
+        if (self.clone_dir / ".git").exists():
+            return
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        tmp = self.workdir / f".clone-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        self._remote("clone", "--quiet", "--no-checkout", "--", self.settings.url, str(tmp), repository=False)
+        tmp.rename(self.clone_dir)
 
-        if not (self.clone_dir / ".git").exists():
-            self.workdir.mkdir(parents=True, exist_ok=True)
-            tmp = self.workdir / f".clone-{os.getpid()}"
-            shutil.rmtree(tmp, ignore_errors=True)
-            git.Repo.clone_from(self.settings.url, tmp, no_checkout=True, single_branch=False)
-            tmp.rename(self.clone_dir)
-        return git.Repo(self.clone_dir)
+    def _remote(self, verb: str, *args: str, repository: bool = True) -> None:
+        """``git VERB ARGS`` with the remote (clone, fetch, push): ``SourceError`` naming the
+        verb and the URL (without credentials) when it fails or times out."""
+        try:
+            self.git(verb, *args, network=True, repository=repository)
+        except GitError as err:
+            if not err.started:  # no process: said as any other git command's
+                raise
+            raise SourceError(f"git {verb} {self.problem_path}: {err.message}") from err
 
     def sync(self) -> Revision:
         """Fetch the branch and make its head the current snapshot. Raises ``SourceError``;
         the previous snapshot then stays current."""
-        import git
-
         with self._lock:
             try:
-                repo = self._repo()
+                self._clone()
+                self.git("rev-parse", "--git-dir")  # an unusable clone is found before the network
                 branch = self.settings.branch
-                repo.git.fetch(
-                    "--prune", "--force", "origin", f"+refs/heads/{branch}:refs/remotes/origin/{branch}"
+                self._remote(
+                    "fetch",
+                    "--quiet",
+                    "--prune",
+                    "--force",
+                    "origin",
+                    f"+refs/heads/{branch}:refs/remotes/origin/{branch}",
                 )
-                commit = repo.commit(f"refs/remotes/origin/{branch}")
-                if self._refused(commit.hexsha):
-                    self.revision = self.revision or self._last_good(repo)
+                commit = self.git(
+                    "rev-parse", "--verify", "--end-of-options", f"refs/remotes/origin/{branch}^{{commit}}"
+                )
+                if self._refused(commit):
+                    self.revision = self.revision or self._last_good()
                     if self.revision is None:  # no good revision yet: nothing to apply
                         raise SourceError(self.rejected[1] if self.rejected else "unverified")
                     return self.revision
                 try:
-                    self._make_current(self._snapshot(repo, commit.hexsha))
-                    self._remove_unused(repo, commit.hexsha)
+                    self._make_current(self._snapshot(commit))
+                    self._remove_unused(commit)
                 except OSError as err:  # the folder, not the clone: keep the clone
-                    raise SourceError(f"cannot write the snapshot of {commit.hexsha[:12]}: {err}") from err
-            except git.GitCommandError as err:
-                raise SourceError(f"git: {git_problem(err)}") from err
-            except (git.InvalidGitRepositoryError, git.NoSuchPathError, ValueError, OSError) as err:
-                self._set_aside()
-                why = hide_credentials(str(err))
-                raise SourceError(
-                    f"the clone in {self.clone_dir} is unusable ({why}); it will be cloned again"
-                ) from err
-            self.revision = _revision(commit)
+                    raise SourceError(f"cannot write the snapshot of {commit[:12]}: {err}") from err
+                self.revision = _revision(self.git, commit)
+            except GitError as err:
+                if _corrupt(err):
+                    self._set_aside()
+                    raise SourceError(
+                        f"the clone in {self.clone_dir} is unusable ({err.message}); it will be cloned again"
+                    ) from err
+                raise SourceError(f"git: {err.message}") from err
+            except OSError as err:  # the state folder (full, read-only): the clone is kept
+                raise SourceError(f"git: cannot prepare the clone in {self.workdir}: {err}") from err
             return self.revision
 
-    def _last_good(self, repo: Any) -> Revision | None:
+    def _last_good(self) -> Revision | None:
         """After a restart: the snapshot current before it, if its commit verifies (so a head
         refused now keeps that one running, and the jobs' status says why)."""
         if not self.current.is_symlink():
@@ -266,7 +299,7 @@ class GitSource:
             return None
         if self.verifier is not None and self.verifier.problem(self.clone_dir, commit) is not None:
             return None
-        return _revision(repo.commit(commit))
+        return _revision(self.git, commit)
 
     def _refused(self, commit: str) -> bool:
         """Whether the head ``commit`` fails signature verification (``rejected`` says why)."""
@@ -281,7 +314,7 @@ class GitSource:
         self.rejected = rejected
         return True
 
-    def _snapshot(self, repo: Any, commit: str) -> str:
+    def _snapshot(self, commit: str) -> str:
         """``revisions/<commit>`` made from git's objects (complete, read-only) if missing;
         returns its path relative to the work folder."""
         relative = f"{self.revisions_dir.name}/{commit}"
@@ -291,8 +324,8 @@ class GitSource:
         _remove_tree(staged)
         staged.mkdir(parents=True)
         index = {"GIT_INDEX_FILE": str(self.workdir / "snapshot-index")}
-        repo.git.read_tree(commit, env=index)
-        repo.git.checkout_index("--all", "--force", f"--prefix={staged}/", env=index)
+        self.git("read-tree", commit, env=index)
+        self.git("checkout-index", "--all", "--force", f"--prefix={staged}/", env=index)
         for folder, _, files in os.walk(staged):
             for name in files:
                 path = os.path.join(folder, name)
@@ -309,7 +342,7 @@ class GitSource:
             staged.symlink_to(snapshot)  # relative: the state folder may move
             staged.replace(self.current)
 
-    def _remove_unused(self, repo: Any, current: str) -> None:
+    def _remove_unused(self, current: str) -> None:
         """Remove the snapshots (and leftovers of interrupted ones) that are neither current
         nor hold a folder in use, unless one holds files its commit does not (a task running
         as root can write through the read-only modes): that one is kept, and said so once."""
@@ -318,7 +351,7 @@ class GitSource:
         for name, path in self.unused(current, self.in_use()):
             if name in self.kept:
                 continue
-            foreign = self.foreign_files(repo, name)
+            foreign = self.foreign_files(name)
             if foreign:
                 self.kept[name] = foreign
                 log.warning(
@@ -349,16 +382,15 @@ class GitSource:
         current = os.path.basename(os.readlink(self.current)) if self.current.is_symlink() else None
         if not self.revisions_dir.is_dir():
             return []
-        repo = self._repo()
         removed = []
         for name, path in self.unused(current, in_use):
-            foreign = [] if name.startswith(".") else self.foreign_files(repo, name)
+            foreign = [] if name.startswith(".") else self.foreign_files(name)
             if not dry_run:
                 _remove_tree(path)
             removed.append((name, foreign))
         return removed
 
-    def foreign_files(self, repo: Any, commit: str) -> list[str]:
+    def foreign_files(self, commit: str) -> list[str]:
         """The paths of ``commit``'s snapshot that its commit does not have as they are: made,
         changed (content or executable bit) or removed since it was written, whatever git
         would hide (``.git`` folders, ignored files, paths under a submodule): the folder is
@@ -367,7 +399,7 @@ class GitSource:
         if commit.startswith("."):
             return []
         try:
-            return foreign_paths(Path(repo.git_dir), commit, self.revisions_dir / commit)
+            return foreign_paths(self.git.git_dir, commit, self.revisions_dir / commit)
         except CompareError as err:  # unknown then: keep it, lose no file
             return [f"(cannot compare it with the commit: {err})"]
 
@@ -380,13 +412,9 @@ class GitSource:
     def watch(self, on_change: Callable[[list[str]], None]) -> None:
         """Git mode polls: the daemon calls ``sync`` every interval and on POST /sync."""
 
-    def _status_blob(self, repo: Any, path: Path) -> str | None:
+    def _status_blob(self, path: Path) -> str | None:
         """The blob id of a status file as ``shell.statuswriter`` reads one (a regular file, no
         link, no FIFO, bounded), stored; None when it cannot be read (a warning, once)."""
-        import io
-
-        from gitdb.base import IStream  # type: ignore[import-untyped]  # GitPython's own
-
         try:
             data = read_regular(path, STATUS_MAX_BYTES)
         except OSError as err:
@@ -395,35 +423,28 @@ class GitSource:
                 log.warning("status branch: %s cannot be read (%s); left out", path, err.strerror)
             return None
         self._unreadable_status.discard(str(path))
-        stored = repo.odb.store(IStream("blob", len(data), io.BytesIO(data)))
-        return str(stored.hexsha.decode("ascii"))
+        return self.git("hash-object", "-w", "--no-filters", "--stdin", stdin=data)
 
     def write_status(self, status_dir: Path, revision: Revision | None) -> None:
         """Commit the status files to the status branch (never the watched one); push if asked."""
-        import git
-
         with self._lock:
             try:
-                repo = self._repo()
-                index = self.workdir / "status-index"
-                env = {"GIT_INDEX_FILE": str(index)}
-                repo.git.read_tree("--empty", env=env)
+                env = {"GIT_INDEX_FILE": str(self.workdir / "status-index")}
+                self.git("read-tree", "--empty", env=env)
                 for path in sorted(status_dir.glob("*.yaml")):
-                    blob = self._status_blob(repo, path)
+                    blob = self._status_blob(path)
                     if blob is None:
                         continue
-                    repo.git.update_index(
-                        "--add", "--cacheinfo", f"100644,{blob},status/{path.name}", env=env
+                    self.git(
+                        "update-index", "--add", "--cacheinfo", f"100644,{blob},status/{path.name}", env=env
                     )
-                tree = repo.git.write_tree(env=env)
+                tree = self.git("write-tree", env=env)
                 if tree == self._last_status_tree:
                     return
                 ref = f"refs/heads/{self.settings.status_branch}"
-                try:
-                    parent = repo.git.rev_parse("--verify", "--quiet", ref)
-                except git.GitCommandError:
-                    parent = ""
-                if parent and repo.git.rev_parse(f"{parent}^{{tree}}") == tree:
+                parent, found, _ = self.git.run("rev-parse", "--verify", "--quiet", ref)
+                parent = parent if found == 0 else ""
+                if parent and self.git("rev-parse", f"{parent}^{{tree}}") == tree:
                     self._last_status_tree = tree
                     return
                 message = "tfdeclare status" + (f" at {revision.commit[:12]}" if revision else "")
@@ -434,15 +455,21 @@ class GitSource:
                     "GIT_COMMITTER_NAME": "tfdeclare",
                     "GIT_COMMITTER_EMAIL": "tfdeclare@localhost",
                 }
-                commit = repo.git.commit_tree(*args, env=identity)
-                repo.git.update_ref(ref, commit)
+                commit = self.git("commit-tree", *args, env=identity)
+                self.git("update-ref", ref, commit)
                 self._last_status_tree = tree
                 if self.settings.push_status:
-                    repo.git.push("--force", "origin", f"{ref}:{ref}")
-            except git.GitCommandError as err:
+                    try:
+                        self._remote("push", "--quiet", "--force", "origin", f"{ref}:{ref}")
+                    except SourceError as err:
+                        raise SourceError(
+                            f"writing status to branch {self.settings.status_branch}: {err}"
+                        ) from err
+            except GitError as err:
                 raise SourceError(
-                    f"writing status to branch {self.settings.status_branch}: {git_problem(err)}"
+                    f"writing status to branch {self.settings.status_branch}: {err.message}"
                 ) from err
 
     def close(self) -> None:
-        """Nothing to release."""
+        """Kill the git commands still running (a fetch that hangs must not keep the daemon)."""
+        self.git.stop()
