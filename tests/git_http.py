@@ -1,6 +1,7 @@
 """Git over HTTP for tests, as a git host serves it: ``GitHttpServer`` runs git's own
 ``git http-backend`` (smart HTTP, fetch and push) behind HTTP Basic authentication, on
-127.0.0.1 in a thread; ``SilentServer`` accepts connections and never answers (a host that
+127.0.0.1 in a thread (``hang`` set: it takes requests and never answers them, a host that
+hangs); ``SilentServer`` accepts connections and never answers (a host that
 hangs). Both stop with ``close()`` (or as context managers)."""
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ class GitHttpServer:
     def __init__(self, root: Path, user: str, password: str) -> None:
         self.root = root
         self.credentials = f"{user}:{password}"
+        self.hang = threading.Event()  # set: requests are read and never answered
+        self._closed = threading.Event()
         expected = "Basic " + base64.b64encode(self.credentials.encode()).decode()
         served = self
 
@@ -39,6 +42,9 @@ class GitHttpServer:
                 self._backend()
 
             def _backend(self) -> None:
+                if served.hang.is_set():
+                    served._closed.wait()
+                    return
                 if self.headers.get("Authorization") != expected:
                     self.send_response(401)
                     self.send_header("WWW-Authenticate", 'Basic realm="git"')
@@ -85,6 +91,7 @@ class GitHttpServer:
         return f"http://{self.credentials}@127.0.0.1:{self.port}/{name}"
 
     def close(self) -> None:
+        self._closed.set()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)

@@ -58,7 +58,7 @@ def test_credentials_in_the_git_url_are_shown_nowhere(cwd: Path, tmp_path: Path)
         wait_until(lambda: "tfdeclare-status" in git(served / "x.git", "branch", "--list"))
         server.close()  # the host goes away: the fetch fails, its error is shown everywhere
         wait_until(lambda: daemon.get("/healthz")[1]["sourceError"] is not None)
-        wait_until(lambda: daemon.get("/jobs?problems=true")[1] != [])
+        wait_until(lambda: daemon.get("/jobs?problems=true")[1]["problems"] != [])
         for path in ("/healthz", "/", "/jobs", "/jobs?problems=true", "/metrics", "/jobs/c"):
             surfaces[path] = read(daemon.url + path)
         surfaces["lock file"] = (cwd / ".tfdeclare" / "lock").read_text()
@@ -130,3 +130,58 @@ def test_many_syncs_leave_no_git_process_nor_descriptor_behind(cwd: Path, repo: 
     assert max(count for _, count in samples) <= fds + 12, (fds, samples)
     assert not list((cwd / ".tfdeclare" / "git").glob("corrupt-*"))
     assert "unusable" not in daemon.text()
+
+
+def processes_naming(text: str) -> list[str]:
+    """The command lines of live processes that contain ``text`` (a port: git's helpers)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if text in cmdline and state != "Z":
+                found.append(cmdline)
+    return found
+
+
+def test_a_host_that_hangs_holds_up_no_pass_and_no_stop(cwd: Path, tmp_path: Path) -> None:
+    """The fetch runs beside the passes: a task that fails is restarted on time while a fetch
+    hangs; the fetch times out after daemon.gitTimeoutSeconds, saying so with the URL (no
+    credentials); SIGTERM stops the daemon at once, and nothing of git outlives it."""
+    (cwd / "tfdeclare.yaml").write_text(
+        (cwd / "tfdeclare.yaml").read_text() + "daemon: {gitTimeoutSeconds: 4}\n"
+    )
+    secret = f"TOKEN-{uuid.uuid4().hex}"
+    served, work = served_repo(tmp_path)
+    failing = job("f", "exit=1", extra="  backoffLimit: 1000\n")
+    commit(work, "add f", {"f.yaml": failing})
+    server = GitHttpServer(served, "alice", secret)
+    shown_url = server.url("x.git").replace(f"alice:{secret}@", "")
+    daemon = Daemon(cwd, "--git", server.url("x.git"), "--path", "jobs", "--interval", "0.5")
+    try:
+        wait_until(lambda: (status(cwd, "f") or {}).get("restarts", 0) >= 1, timeout=60)
+        server.hang.set()  # from now on every fetch hangs
+        wait_until(lambda: daemon.get("/healthz")[1]["fetchingSince"] is not None)
+        restarts = status(cwd, "f")["restarts"]  # type: ignore[index]
+        # the passes go on while the fetch hangs: the failed task is restarted, again and again
+        wait_until(lambda: (status(cwd, "f") or {}).get("restarts", 0) >= restarts + 2, timeout=10)
+        assert daemon.get("/healthz")[1]["sourceError"] is None, "the fetch still runs"
+        wait_until(lambda: daemon.get("/healthz")[1]["sourceError"] is not None, timeout=30)
+        code, health = daemon.get("/healthz")
+        assert code == 503 and health["sourceError"] == f"git fetch {shown_url}: timed out after 4 s", health
+        problems = daemon.get("/jobs?problems=true")[1]["problems"]
+        assert [p["kind"] for p in problems] == ["fetch-failed"], problems
+        assert problems[0]["message"].endswith(f": error: {health['sourceError']}"), problems
+        wait_until(lambda: daemon.get("/healthz")[1]["fetchingSince"] is not None)  # the next one hangs too
+        wait_until(lambda: processes_naming(f"127.0.0.1:{server.port}") != [])
+        started = time.monotonic()
+    finally:
+        code = daemon.stop()
+        server.close()
+    assert code == 0
+    assert time.monotonic() - started < 10, "SIGTERM stops the daemon though a fetch hangs"
+    assert processes_naming(f"127.0.0.1:{server.port}") == [], "git and its helpers are gone"
+    assert secret not in daemon.text()

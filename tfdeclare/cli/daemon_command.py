@@ -158,6 +158,7 @@ def _serve(args: argparse.Namespace, settings: Settings, server: DaemonServer) -
                 args.status_branch or daemon_config.status_branch,
                 args.push_status,
                 _signatures(daemon_config),
+                daemon_config.git_timeout_s,
             )
             source = GitSource(git, settings.state_dir / "git")
             base_dir = source.current

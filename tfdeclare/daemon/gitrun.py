@@ -101,7 +101,8 @@ class Git:
         self.network_timeout_s = network_timeout_s
         self._env = {**os.environ, **environment(_user_ssh_command())}
         self._running: set[subprocess.Popen[bytes]] = set()
-        self._lock = threading.Lock()
+        # reentrant: ``stop`` runs in a signal handler, maybe of the thread that holds it
+        self._lock = threading.RLock()
         self._stopped = False
 
     def __call__(
@@ -133,6 +134,21 @@ class Git:
     ) -> tuple[str, int, str]:
         """Run ``git ARGS``: (standard output, exit code, standard error). Raises ``GitError``
         only when it could not run or ran past its deadline."""
+        out, code, err = self.run_bytes(
+            *args, stdin=stdin, env=env, network=network, repository=repository, cwd=cwd
+        )
+        return out.decode("utf-8", "replace").removesuffix("\n"), code, err
+
+    def run_bytes(
+        self,
+        *args: str,
+        stdin: bytes | None = None,
+        env: Mapping[str, str] | None = None,
+        network: bool = False,
+        repository: bool = True,
+        cwd: Path | None = None,
+    ) -> tuple[bytes, int, str]:
+        """``run`` with the standard output as git wrote it (paths are bytes)."""
         timeout = self.network_timeout_s if network else LOCAL_TIMEOUT_S
         command = ["git", *([f"--git-dir={self.git_dir}"] if repository else []), *args]
         with self._lock:
@@ -171,11 +187,7 @@ class Git:
                     child.wait(_REAP_S)
         if self._stopped:
             raise GitError("stopped")
-        return (
-            out.decode("utf-8", "replace").removesuffix("\n"),
-            child.returncode,
-            err.decode("utf-8", "replace"),
-        )
+        return (out, child.returncode, err.decode("utf-8", "replace"))
 
     @staticmethod
     def _kill(child: subprocess.Popen[bytes]) -> None:

@@ -61,6 +61,7 @@ from tfdeclare.core.spec.model import fingerprint
 from tfdeclare.core.spec.names import is_job_name
 from tfdeclare.core.spec.policy import Quota
 from tfdeclare.daemon import page, schedule
+from tfdeclare.daemon.fetcher import Fetcher
 from tfdeclare.daemon.history import History
 from tfdeclare.daemon.httpguard import INT64_MAX, BadRequest
 from tfdeclare.daemon.metrics import Metrics
@@ -169,6 +170,8 @@ class Shown:
     # What the last pass met, each with its code (``core.errors``); a job's is also its lastError
     pass_errors: tuple[RuntimeProblem, ...] = ()
     last_pass_at: float | None = None
+    source_read: bool = True  # False until a git source's first fetch has been applied
+    fetching_since: float | None = None  # when the fetch running now started (git mode)
 
 
 class Daemon:
@@ -217,7 +220,11 @@ class Daemon:
         # What the endpoints answer from: ``shown``, published once per pass from ``_draft``,
         # which the loop builds during the pass. Until the first pass, the status files' view.
         first = View(tuple(controller.status_files()), {})
-        self.shown = Shown(first, clock(), self._load_problems())
+        # A git fetch runs beside the passes (``fetcher``); its end only asks for a pass.
+        self._fetcher = (
+            Fetcher(source.fetch, self.request_pass, clock) if isinstance(source, GitSource) else None
+        )
+        self.shown = Shown(first, clock(), self._load_problems(), source_read=self._fetcher is None)
         self._draft = self.shown
         self.metrics.set_problems(counts(self.shown.problems))
 
@@ -241,9 +248,13 @@ class Daemon:
         self._tell(schedule.FileEvent(self.monotonic(), tuple(paths)))
 
     def stop(self) -> None:
+        """Stop after the pass in flight; the git commands running now are killed, whole (a
+        fetch or push that hangs keeps nothing waiting)."""
         with self._wake:
             self._stopping = True
             self._wake.notify_all()
+        if isinstance(self.source, GitSource):
+            self.source.close()
 
     # ---- the loop -------------------------------------------------------------------------
 
@@ -253,12 +264,17 @@ class Daemon:
         self.source.watch(self.on_file_event)
         self.controller.watch(self.request_pass)
         while (step := self._next_step()) is not None:
-            if step.sync:
-                self._sync()
-            wake_at, applied = self._pass(step.changes)
+            if step.sync and self._fetcher is not None:
+                self._fetcher.start()  # beside the passes: this one goes on with the last snapshot
+            elif step.sync:
+                self._sync(self.source.sync)
+            fetched = self._take_fetched()
+            wake_at, applied = self._pass(None if fetched else step.changes)  # a new snapshot: read all
             now = self.monotonic()
             wake = None if wake_at is None else now + (wake_at - self.clock())  # onto the schedule's clock
             self._tell(schedule.PassDone(now, wake, applied))
+        if self._fetcher is not None:
+            self._fetcher.join(timeout=10.0)  # its git was killed by ``stop``
         self.history.stop(self.clock())
         self.notifier.close()
 
@@ -272,22 +288,41 @@ class Daemon:
                 self._wake.wait(max(0.0, step.wake_at - self.monotonic()))
         return None
 
-    def _sync(self) -> None:
-        """Fetch the source (``Source.sync``); an error leaves the last applied state running."""
+    def _take_fetched(self) -> bool:
+        """Git mode: what the fetch that ended since the last pass found, made current
+        (``GitSource.apply_fetched``: local, quick) or its error kept; whether one ended."""
+        if self._fetcher is None:
+            return False
+        fetched = self._fetcher.take()
+        self._draft = replace(self._draft, fetching_since=self._fetcher.since)
+        if fetched is None:
+            return False
+        if fetched.error is not None:
+            self._source_failed(fetched.error)
+        elif isinstance(self.source, GitSource):
+            self._sync(self.source.apply_fetched)
+        return True
+
+    def _sync(self, read: Callable[[], Revision | None] | None = None) -> None:
+        """Read the source (``read``, default ``Source.sync``); an error leaves the last applied
+        state running."""
         was = self._draft
         try:
-            revision = self.source.sync()
+            revision = (read or self.source.sync)()
         except SourceError as err:
-            if was.source_error != str(err):
-                log.error("source unavailable, the last applied state keeps running: %s", err)
-            self._draft = replace(was, source_error=str(err))
-            self.metrics.source_errors += 1
+            self._source_failed(err)
             return
         if was.source_error is not None:
             log.info("source available again: %s", self.source.description)
         if revision is not None and (was.revision is None or revision.commit != was.revision.commit):
             log.info("revision %s by %s: %s", revision.commit[:12], revision.author, revision.subject)
-        self._draft = replace(was, source_error=None, revision=revision)
+        self._draft = replace(was, source_error=None, revision=revision, source_read=True)
+
+    def _source_failed(self, err: SourceError) -> None:
+        if self._draft.source_error != str(err) and not self._stopping:
+            log.error("source unavailable, the last applied state keeps running: %s", err)
+        self._draft = replace(self._draft, source_error=str(err))
+        self.metrics.source_errors += 1
 
     def _pass(self, changes: frozenset[str] | None = None) -> tuple[float | None, bool]:
         """One pass: apply what the files say (re-reading ``changes``; None: every file),
@@ -318,7 +353,8 @@ class Daemon:
             self._phases = {
                 n: Phase.DELETING if r.deleting else r.phase for n, r in self.controller.records().items()
             }
-        current = self._apply_desired(changes) if self._draft.source_error is None else None
+        readable = self._draft.source_error is None and self._draft.source_read
+        current = self._apply_desired(changes) if readable else None
         apply_failures = dict(self.controller.apply_failures) if current is not None else {}
         self._record_problems(current)
         applied = current is not None
@@ -356,12 +392,13 @@ class Daemon:
             {n: r.progress for n, r in records.items() if r.progress is not None},
             {n: r.platform_restarts for n, r in records.items()},
         )
-        if self._draft.source_error is None:
+        if readable:
             try:
                 self.source.write_status(self.status_dir, self._draft.revision)
             except SourceError as err:
-                log.error("%s", err)
-                self.metrics.source_errors += 1
+                if not self._stopping:  # a push killed by the stop is no error
+                    log.error("%s", err)
+                    self.metrics.source_errors += 1
         self._draft = replace(self._draft, last_pass_at=self.clock())
         self.metrics.observe_pass(
             self.monotonic() - started, self.clock(), result.launched, result.stopped, len(result.errors)
@@ -560,19 +597,31 @@ class Daemon:
         overdue = max(3 * self.options.interval_s, 60.0)
         since = shown.last_pass_at if shown.last_pass_at is not None else shown.started_at
         late = self.clock() - since > overdue
-        starting = shown.last_pass_at is None and not late
+        # until the first pass has ended, and in git mode until the first fetch is applied
+        waiting = shown.last_pass_at is None or (not shown.source_read and shown.source_error is None)
+        starting = waiting and not late
         cannot_write = write_problems(shown)
         unreachable = unreachable_problems(shown.pass_errors)
         healthy = (
             not late
-            and not starting
+            and not waiting
             and shown.source_error is None
             and not cannot_write
             and not shown.not_started
             and not unreachable
         )
+        fetching = (
+            f"fetching {self.source.description} for {self.clock() - shown.fetching_since:.0f} s"
+            if shown.fetching_since is not None
+            else None
+        )
         reasons = [
             *(["a pass is overdue (a hang?)"] if late else []),
+            *(
+                [f"the source has not been read yet: {fetching or 'waiting'}"]
+                if not shown.source_read
+                else []
+            ),
             *([f"the source cannot be read: {shown.source_error}"] if shown.source_error else []),
             *cannot_write,
             *(f"{p.code.value}: {p.detail}" for p in unreachable),
@@ -583,6 +632,8 @@ class Daemon:
             "reasons": reasons,
             "source": self.source.description,
             "sourceError": shown.source_error,
+            # git mode: when the fetch running now started (the passes go on meanwhile)
+            "fetchingSince": shown.fetching_since,
             # the state or status folder that cannot take a write (read-only, full), and the
             # files the last pass could not write, by job: our own state is not kept, a real
             # readiness problem (503), though the jobs keep running

@@ -200,7 +200,8 @@ class GitSource:
         self.in_use: Callable[[], Collection[str]] | None = None
         # Unused snapshots kept for the files tasks wrote into them: commit -> those files
         self.kept: dict[str, list[str]] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the snapshots, the status branch, setting the clone aside
+        self._fetching = threading.Lock()  # one fetch (or clone) at a time
         self.revision: Revision | None = None
         self._last_status_tree: str | None = None
         self._unreadable_status: set[str] = set()  # said once each (the status folder is evidence)
@@ -249,12 +250,20 @@ class GitSource:
             raise SourceError(f"git {verb} {self.problem_path}: {err.message}") from err
 
     def sync(self) -> Revision:
-        """Fetch the branch and make its head the current snapshot. Raises ``SourceError``;
-        the previous snapshot then stays current."""
-        with self._lock:
+        """Fetch the branch and make its head the current snapshot (``fetch`` then
+        ``apply_fetched``). Raises ``SourceError``; the previous snapshot then stays current."""
+        self.fetch()
+        return self.apply_fetched()
+
+    def fetch(self) -> None:
+        """The network's part of a sync: clone when there is no clone, fetch the branch. It
+        may take as long as ``settings.timeout_s`` (each of clone and fetch): the daemon runs it
+        beside its passes, which go on with the current snapshot meanwhile; it touches no
+        snapshot, and the local commands of a pass (``write_status``) may run beside it.
+        Raises ``SourceError``."""
+        with self._fetching:
             try:
-                self._clone()
-                self.git("rev-parse", "--git-dir")  # an unusable clone is found before the network
+                self._clone_checked()
                 branch = self.settings.branch
                 self._remote(
                     "fetch",
@@ -264,8 +273,39 @@ class GitSource:
                     "origin",
                     f"+refs/heads/{branch}:refs/remotes/origin/{branch}",
                 )
+            except GitError as err:
+                raise self._local_error(err) from err
+
+    def _clone_checked(self) -> None:
+        """Clone when there is no clone yet; find an unusable one before the network."""
+        try:
+            self._clone()
+        except OSError as err:  # the state folder (full, read-only): nothing set aside
+            raise SourceError(f"git: cannot prepare the clone in {self.workdir}: {err}") from err
+        self.git("rev-parse", "--git-dir")
+
+    def _local_error(self, err: GitError) -> SourceError:
+        """The error of a git command on the clone; a damaged clone is set aside (it is
+        cloned again by the next fetch)."""
+        if _corrupt(err):
+            with self._lock:
+                self._set_aside()
+            return SourceError(
+                f"the clone in {self.clone_dir} is unusable ({err.message}); it will be cloned again"
+            )
+        return SourceError(f"git: {err.message}")
+
+    def apply_fetched(self) -> Revision:
+        """The local part of a sync: make the fetched head of the branch the current snapshot
+        (when its signature verifies). Raises ``SourceError``; the previous snapshot then stays
+        current."""
+        try:
+            with self._lock:
                 commit = self.git(
-                    "rev-parse", "--verify", "--end-of-options", f"refs/remotes/origin/{branch}^{{commit}}"
+                    "rev-parse",
+                    "--verify",
+                    "--end-of-options",
+                    f"refs/remotes/origin/{self.settings.branch}^{{commit}}",
                 )
                 if self._refused(commit):
                     self.revision = self.revision or self._last_good()
@@ -278,16 +318,9 @@ class GitSource:
                 except OSError as err:  # the folder, not the clone: keep the clone
                     raise SourceError(f"cannot write the snapshot of {commit[:12]}: {err}") from err
                 self.revision = _revision(self.git, commit)
-            except GitError as err:
-                if _corrupt(err):
-                    self._set_aside()
-                    raise SourceError(
-                        f"the clone in {self.clone_dir} is unusable ({err.message}); it will be cloned again"
-                    ) from err
-                raise SourceError(f"git: {err.message}") from err
-            except OSError as err:  # the state folder (full, read-only): the clone is kept
-                raise SourceError(f"git: cannot prepare the clone in {self.workdir}: {err}") from err
-            return self.revision
+                return self.revision
+        except GitError as err:
+            raise self._local_error(err) from err
 
     def _last_good(self) -> Revision | None:
         """After a restart: the snapshot current before it, if its commit verifies (so a head
@@ -297,13 +330,13 @@ class GitSource:
         commit = os.path.basename(os.readlink(self.current))
         if not (self.workdir / os.readlink(self.current)).is_dir():
             return None
-        if self.verifier is not None and self.verifier.problem(self.clone_dir, commit) is not None:
+        if self.verifier is not None and self.verifier.problem(self.git, commit) is not None:
             return None
         return _revision(self.git, commit)
 
     def _refused(self, commit: str) -> bool:
         """Whether the head ``commit`` fails signature verification (``rejected`` says why)."""
-        problem = self.verifier.problem(self.clone_dir, commit) if self.verifier is not None else None
+        problem = self.verifier.problem(self.git, commit) if self.verifier is not None else None
         if problem is None:
             self.rejected = None
             return False
@@ -399,7 +432,7 @@ class GitSource:
         if commit.startswith("."):
             return []
         try:
-            return foreign_paths(self.git.git_dir, commit, self.revisions_dir / commit)
+            return foreign_paths(self.git, commit, self.revisions_dir / commit)
         except CompareError as err:  # unknown then: keep it, lose no file
             return [f"(cannot compare it with the commit: {err})"]
 
