@@ -268,8 +268,8 @@ class Daemon:
                 self._fetcher.start()  # beside the passes: this one goes on with the last snapshot
             elif step.sync:
                 self._sync(self.source.sync)
-            fetched = self._take_fetched()
-            wake_at, applied = self._pass(None if fetched else step.changes)  # a new snapshot: read all
+            new_revision = self._take_fetched()
+            wake_at, applied = self._pass(None if new_revision else step.changes)  # a new snapshot: read all
             now = self.monotonic()
             wake = None if wake_at is None else now + (wake_at - self.clock())  # onto the schedule's clock
             self._tell(schedule.PassDone(now, wake, applied))
@@ -290,18 +290,21 @@ class Daemon:
 
     def _take_fetched(self) -> bool:
         """Git mode: what the fetch that ended since the last pass found, made current
-        (``GitSource.apply_fetched``: local, quick) or its error kept; whether one ended."""
+        (``GitSource.apply_fetched``: local, quick) or its error kept; whether that changed the
+        revision (the pass then reads every file of the new snapshot)."""
         if self._fetcher is None:
             return False
         fetched = self._fetcher.take()
         self._draft = replace(self._draft, fetching_since=self._fetcher.since)
         if fetched is None:
             return False
+        was = self._draft.revision
         if fetched.error is not None:
             self._source_failed(fetched.error)
         elif isinstance(self.source, GitSource):
             self._sync(self.source.apply_fetched)
-        return True
+        now = self._draft.revision
+        return (was.commit if was else None) != (now.commit if now else None)
 
     def _sync(self, read: Callable[[], Revision | None] | None = None) -> None:
         """Read the source (``read``, default ``Source.sync``); an error leaves the last applied
