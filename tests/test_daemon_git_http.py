@@ -7,6 +7,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
+import shutil
+import subprocess
+import sys
 import time
 import urllib.request
 import uuid
@@ -185,3 +189,22 @@ def test_a_host_that_hangs_holds_up_no_pass_and_no_stop(cwd: Path, tmp_path: Pat
     assert time.monotonic() - started < 10, "SIGTERM stops the daemon though a fetch hangs"
     assert processes_naming(f"127.0.0.1:{server.port}") == [], "git and its helpers are gone"
     assert secret not in daemon.text()
+
+
+@pytest.mark.skipif(shutil.which("script") is None, reason="needs script(1) for a terminal")
+def test_in_a_terminal_git_asks_nothing(cwd: Path, tmp_path: Path) -> None:
+    """The daemon run in a terminal (a real pty, script(1)): a host that asks for a user name
+    gets none, and nothing is asked on the daemon's terminal."""
+    served, _ = served_repo(tmp_path)
+    with GitHttpServer(served, "alice", "right") as server:
+        url = f"http://127.0.0.1:{server.port}/x.git"
+        command = f"timeout -s TERM 8 {shlex.quote(sys.executable)} -m tfdeclare daemon --port 0 --git {url}"
+        done = subprocess.run(
+            ["script", "-qfec", command, "/dev/null"], cwd=cwd, capture_output=True, text=True, timeout=60
+        )
+    said = re.findall(r"Username for '[^']*'(.{0,27})", done.stdout)  # a prompt ends in ": "
+    assert said and all(after == ": terminal prompts disabled" for after in said), done.stdout
+    assert (
+        f"git clone {url}: could not read Username for 'http://127.0.0.1:{server.port}': terminal prompts disabled"
+        in done.stdout
+    ), done.stdout
