@@ -354,7 +354,8 @@ def test_unreachable_remote_keeps_the_jobs_and_is_reported(cwd: Path, repo: tupl
         code, detail = daemon.get("/healthz")
         assert code == 503, detail
         assert detail["sourceError"] == (
-            f"git: '{remote}' does not appear to be a git repository; Could not read from remote repository."
+            f"git fetch file://{remote}: '{remote}' does not appear to be a git repository; "
+            "Could not read from remote repository."
         ), (detail, daemon.text()[-3000:])
         assert alive(pids(outputs)[0])
         assert "source unavailable, the last applied state keeps running" in daemon.text()

@@ -189,7 +189,9 @@ def test_every_reason_healthz_gives_is_on_the_page_and_a_card_shows_its_last_err
             RuntimeProblem(ErrorCode.LAUNCH_FAILED, "<b>no room</b> on the agent", "b"),
         ),
         not_started={"c": "not started: it exists under state folder /elsewhere/.tfdeclare"},
-        unreachable_since=time.time() - 3600,  # an unreachable master stood past the bound
+        unreachable_since=time.time() - 3600,
+        source_read=False,  # git mode: the first fetch not applied yet
+        fetching_since=time.time() - 5,  # an unreachable master stood past the bound
         status_branch=BranchFailure("tfdeclare-status", "push refused (pre-receive hook declined)", 0.0),
     )
     given = alerts(served.daemon.shown, True, served.daemon.clock())

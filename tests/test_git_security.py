@@ -258,7 +258,9 @@ def test_the_daemon_keeps_the_last_good_revision_and_every_status_says_why(tmp_p
         assert "it is not signed" in problem.message
         fixed = repo.commit({"c.yaml": job_text("c")}, *ssh_signing(ada))
         daemon.request_sync()
-        world.controller.wait_for_pass(world.controller.passes, lambda: world.record("a").not_synced is None)
+        world.controller.wait_for_pass(  # the fetch runs beside the passes: a later one applies it
+            world.controller.passes, lambda: world.record("a").not_synced is None and bool(world.tasks("b"))
+        )
         assert (world.status("a") or {})["revision"] == fixed and world.tasks("b")
         daemon.wait_shown(lambda shown: shown.problems == ())
     # the history: the unsigned head refused once, saying why, between the two applied ones

@@ -21,11 +21,12 @@ from tfdeclare.core.plan.desired import assemble
 from tfdeclare.core.plan.planner import plan
 from tfdeclare.core.plan.problems import Problem, ProblemKind, changes, counts, held_back, kind_of, standing
 from tfdeclare.core.spec.loader import load_file
+from tfdeclare.core.urls import hide_credentials, without_credentials
 from tfdeclare.daemon import page
 from tfdeclare.daemon.httpguard import AccessPolicy
 from tfdeclare.daemon.server import DaemonServer
 from tfdeclare.daemon.service import Daemon, DaemonOptions
-from tfdeclare.daemon.sources import FolderSource, without_credentials
+from tfdeclare.daemon.sources import FolderSource
 from tfdeclare.shell import problems as stored
 
 SOURCE = "file:///srv/jobs.git"
@@ -375,6 +376,26 @@ def test_a_head_refused_before_any_good_one_is_one_problem_not_two() -> None:
 )
 def test_a_source_problem_names_the_url_without_credentials(url: str, shown: str) -> None:
     assert without_credentials(url) == shown
+    assert hide_credentials(f"git {url} branch main") == f"git {shown} branch main"
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        (
+            "tfdeclare daemon --git https://ada:s3cret@h/x.git --path jobs",
+            "tfdeclare daemon --git https://h/x.git --path jobs",
+        ),
+        (
+            "fatal: unable to access 'https://tok@h/x.git/': 403",
+            "fatal: unable to access 'https://h/x.git/': 403",
+        ),
+        ("ada@example.com pushed to https://h/x.git", "ada@example.com pushed to https://h/x.git"),
+        ("http://a:b@h1/x and ssh://git:p@h2:22/y", "http://h1/x and ssh://h2:22/y"),
+    ],
+)
+def test_credentials_are_left_out_of_any_text(text: str, shown: str) -> None:
+    assert hide_credentials(text) == shown
 
 
 @pytest.mark.parametrize("readiness", ["ok", "degraded"])

@@ -140,7 +140,7 @@ def test_an_untouched_snapshot_of_a_hostile_commit_holds_nothing_foreign_and_goe
     snapshot = source.revisions_dir / first
     assert (snapshot / "vendor" / "sub").is_dir() and (snapshot / "jobs" / "link").is_symlink()
     assert b"\r\n" in (snapshot / "notes.txt").read_bytes(), "the checkout converted line endings"
-    assert source.foreign_files(source._repo(), first) == []
+    assert source.foreign_files(first) == []
     second = repo.commit({"c.yaml": JOB_A.replace("name: a", "name: c")})
     assert source.sync().commit == second
     assert not snapshot.exists()

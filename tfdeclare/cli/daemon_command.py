@@ -54,7 +54,6 @@ def _setup_logging(fmt: str) -> None:
     # httpx logs each request's URL at INFO, and a webhook's URL may hold a token.
     quiet = {
         "watchdog": logging.ERROR,
-        "git": logging.ERROR,
         "kazoo": logging.WARNING,
         "httpx": logging.WARNING,
     }
@@ -160,6 +159,7 @@ def _serve(args: argparse.Namespace, settings: Settings, server: DaemonServer) -
                 args.status_branch or daemon_config.status_branch,
                 args.push_status,
                 _signatures(daemon_config),
+                daemon_config.git_timeout_s,
             )
             check_branches(git)  # a name git refuses fails now, not at every pass
             source = GitSource(git, settings.state_dir / "git")

@@ -16,6 +16,7 @@ from tfdeclare.controller import Controller
 from tfdeclare.controller.launchpaths import LaunchPaths
 from tfdeclare.core.run.lifecycle import Backoff
 from tfdeclare.core.run.record import JobRecord
+from tfdeclare.core.urls import hide_credentials
 from tfdeclare.shell import statedirs
 from tfdeclare.shell.lock import ControllerLock, LockHeld, StateFolderRefused
 from tfdeclare.shell.statuswriter import STATUS_INDEX, StatusWriter
@@ -79,7 +80,7 @@ def controller_for(settings: Settings) -> Iterator[Controller]:
 def lock_error(err: LockHeld) -> UserError:
     holder = err.holder
     if holder.get("purpose") == "daemon":
-        source = holder.get("source", "its source")
+        source = hide_credentials(str(holder.get("source", "its source")))  # one written before
         return UserError(
             f"a tfdeclare daemon (pid {holder.get('pid', '?')} on {holder.get('host', '?')}) manages this "
             f"state folder from {source}: change the jobs there (it applies them), or stop the daemon first. "

@@ -46,6 +46,7 @@ class DaemonConfig:
     log_format: str = "text"
     debounce_s: float = 0.05
     status_branch: str = "tfdeclare-status"
+    git_timeout_s: float = 120.0  # git mode: each clone, fetch and push
     settle_s: float = 3.0
     server_names: tuple[str, ...] = ()
     token_file: str | None = None
@@ -135,6 +136,7 @@ def parse_config(
             log_format=daemon["logFormat"],
             debounce_s=float(daemon["debounceSeconds"]),
             status_branch=daemon["statusBranch"],
+            git_timeout_s=float(daemon["gitTimeoutSeconds"]),
             settle_s=float(daemon["settleSeconds"]),
             server_names=tuple(daemon["serverNames"]),
             token_file=_path(base_dir, daemon.get("tokenFile")),

@@ -15,6 +15,7 @@ class HealthReason(StrEnum):
     forgotten in the other."""
 
     OVERDUE = "passOverdue"  # no pass for 3 intervals (at least 60 s): a hang?
+    SOURCE_NOT_READ = "sourceNotRead"  # git mode: the first fetch is not applied yet
     SOURCE_UNREADABLE = "sourceUnreadable"  # the folder or repository cannot be read now
     FOLDER_UNWRITABLE = "folderUnwritable"  # the state or status folder cannot take a write
     JOB_WRITE_FAILED = "jobWriteFailed"  # a job's record or status file could not be written
@@ -36,6 +37,7 @@ class Alert:
 # What each reason means for the jobs, after its line on the page.
 MEANING: dict[HealthReason, str] = {
     HealthReason.OVERDUE: "nothing is reconciled until a pass ends; the jobs keep running",
+    HealthReason.SOURCE_NOT_READ: "nothing new is applied until it is; the jobs keep running",
     HealthReason.SOURCE_UNREADABLE: "the last applied state keeps running",
     HealthReason.FOLDER_UNWRITABLE: "what tfdeclare does is not recorded; the jobs keep running",
     HealthReason.JOB_WRITE_FAILED: "retried every pass",

@@ -72,6 +72,7 @@ from tfdeclare.core.spec.names import is_job_name
 from tfdeclare.core.spec.policy import Quota
 from tfdeclare.daemon import page, schedule
 from tfdeclare.daemon.alerts import Alert, HealthReason
+from tfdeclare.daemon.fetcher import Fetcher
 from tfdeclare.daemon.history import History
 from tfdeclare.daemon.httpguard import INT64_MAX, BadRequest
 from tfdeclare.daemon.metrics import Metrics
@@ -187,6 +188,8 @@ class Shown:
     # Since when passes have met an unreachable cluster or engine (``ErrorCode.unreachable``),
     # without a pass between that did not: reported once it has stood ``UNREACHABLE_REPORT_S``
     unreachable_since: float | None = None
+    source_read: bool = True  # False until a git source's first fetch has been applied
+    fetching_since: float | None = None  # when the fetch running now started (git mode)
 
 
 class Daemon:
@@ -237,6 +240,10 @@ class Daemon:
         # What the endpoints answer from: ``shown``, published once per pass from ``_draft``,
         # which the loop builds during the pass. Until the first pass, the status files' view.
         first = View(tuple(controller.status_files()), {})
+        # A git fetch runs beside the passes (``fetcher``); its end only asks for a pass.
+        self._fetcher = (
+            Fetcher(source.fetch, self.request_pass, clock) if isinstance(source, GitSource) else None
+        )
         stored = self._load_problems()
         self.shown = Shown(
             first,
@@ -244,6 +251,7 @@ class Daemon:
             stored.problems,
             problems_omitted=stored.omitted,
             status_branch=stored.status_branch,
+            source_read=self._fetcher is None,
         )
         self._all_problems = stored.problems  # every standing problem, the shown and the omitted
         self._draft = self.shown
@@ -269,9 +277,13 @@ class Daemon:
         self._tell(schedule.FileEvent(self.monotonic(), tuple(paths)))
 
     def stop(self) -> None:
+        """Stop after the pass in flight; the git commands running now are killed, whole (a
+        fetch or push that hangs keeps nothing waiting)."""
         with self._wake:
             self._stopping = True
             self._wake.notify_all()
+        if isinstance(self.source, GitSource):
+            self.source.close()
 
     # ---- the loop -------------------------------------------------------------------------
 
@@ -281,13 +293,18 @@ class Daemon:
         self.source.watch(self.on_file_event)
         self.controller.watch(self.request_pass)
         while (step := self._next_step()) is not None:
-            if step.sync:
-                self._sync()
-            wake_at, applied = self._pass(step.changes)
+            if step.sync and self._fetcher is not None:
+                self._fetcher.start()  # beside the passes: this one goes on with the last snapshot
+            elif step.sync:
+                self._sync(self.source.sync)
+            new_revision = self._take_fetched()
+            wake_at, applied = self._pass(None if new_revision else step.changes)  # a new snapshot: read all
             now = self.monotonic()
             wake = None if wake_at is None else now + (wake_at - self.clock())  # onto the schedule's clock
             hold = self.write_retry_s if write_failed(self.shown) else 0.0
             self._tell(schedule.PassDone(now, wake, applied, hold))
+        if self._fetcher is not None:
+            self._fetcher.join(timeout=10.0)  # its git was killed by ``stop``
         self.history.stop(self.clock())
         self.notifier.close()
 
@@ -301,22 +318,44 @@ class Daemon:
                 self._wake.wait(max(0.0, step.wake_at - self.monotonic()))
         return None
 
-    def _sync(self) -> None:
-        """Fetch the source (``Source.sync``); an error leaves the last applied state running."""
+    def _take_fetched(self) -> bool:
+        """Git mode: what the fetch that ended since the last pass found, made current
+        (``GitSource.apply_fetched``: local, quick) or its error kept; whether that changed the
+        revision (the pass then reads every file of the new snapshot)."""
+        if self._fetcher is None:
+            return False
+        fetched = self._fetcher.take()
+        self._draft = replace(self._draft, fetching_since=self._fetcher.since)
+        if fetched is None:
+            return False
+        was = self._draft.revision
+        if fetched.error is not None:
+            self._source_failed(fetched.error)
+        elif isinstance(self.source, GitSource):
+            self._sync(self.source.apply_fetched)
+        now = self._draft.revision
+        return (was.commit if was else None) != (now.commit if now else None)
+
+    def _sync(self, read: Callable[[], Revision | None] | None = None) -> None:
+        """Read the source (``read``, default ``Source.sync``); an error leaves the last applied
+        state running."""
         was = self._draft
         try:
-            revision = self.source.sync()
+            revision = (read or self.source.sync)()
         except SourceError as err:
-            if was.source_error != str(err):
-                log.error("source unavailable, the last applied state keeps running: %s", err)
-            self._draft = replace(was, source_error=str(err))
-            self.metrics.source_errors += 1
+            self._source_failed(err)
             return
         if was.source_error is not None:
             log.info("source available again: %s", self.source.description)
         if revision is not None and (was.revision is None or revision.commit != was.revision.commit):
             log.info("revision %s by %s: %s", revision.commit[:12], revision.author, revision.subject)
-        self._draft = replace(was, source_error=None, revision=revision)
+        self._draft = replace(was, source_error=None, revision=revision, source_read=True)
+
+    def _source_failed(self, err: SourceError) -> None:
+        if self._draft.source_error != str(err) and not self._stopping:
+            log.error("source unavailable, the last applied state keeps running: %s", err)
+        self._draft = replace(self._draft, source_error=str(err))
+        self.metrics.source_errors += 1
 
     def _pass(self, changes: frozenset[str] | None = None) -> tuple[float | None, bool]:
         """One pass: apply what the files say (re-reading ``changes``; None: every file),
@@ -348,7 +387,8 @@ class Daemon:
             self._phases = {
                 n: Phase.DELETING if r.deleting else r.phase for n, r in self.controller.records().items()
             }
-        current = self._apply_desired(changes) if self._draft.source_error is None else None
+        readable = self._draft.source_error is None and self._draft.source_read
+        current = self._apply_desired(changes) if readable else None
         apply_failures = dict(self.controller.apply_failures) if current is not None else {}
         self._record_problems(current)
         applied = current is not None
@@ -379,12 +419,13 @@ class Daemon:
             {n: r.progress for n, r in records.items() if r.progress is not None},
             {n: r.platform_restarts for n, r in records.items()},
         )
-        if self._draft.source_error is None:
+        if readable:
             try:
                 self.source.write_status(self.status_dir, self._draft.revision)
             except SourceError as err:
-                self.metrics.source_errors += 1
-                self._status_branch(str(err))
+                if not self._stopping:  # a push killed by the stop is no error
+                    self.metrics.source_errors += 1
+                    self._status_branch(str(err))
             else:
                 self._status_branch(None)
         self._draft = replace(self._draft, last_pass_at=self.clock())
@@ -664,14 +705,18 @@ class Daemon:
 
     def _health(self, shown: Shown) -> tuple[bool, dict[str, Any]]:
         late = self._late(shown)
-        starting = shown.last_pass_at is None and not late
+        # until the first pass has ended, and in git mode until the first fetch is applied
+        waiting = shown.last_pass_at is None or (not shown.source_read and shown.source_error is None)
+        starting = waiting and not late
         reasons = alerts(shown, late, self.clock())
-        healthy = not starting and not reasons
+        healthy = not waiting and not reasons
         return healthy, {
             "status": "ok" if healthy else "starting" if starting else "degraded",
             "reasons": [alert.text for alert in reasons],
             "source": self.source.description,
             "sourceError": shown.source_error,
+            # git mode: when the fetch running now started (the passes go on meanwhile)
+            "fetchingSince": shown.fetching_since,
             # the state or status folder that cannot take a write (read-only, full), and the
             # files the last pass could not write, by job: our own state is not kept, a real
             # readiness problem (503), though the jobs keep running
@@ -910,6 +955,15 @@ def alerts(shown: Shown, late: bool, now: float) -> list[Alert]:
     return [
         *([Alert(HealthReason.OVERDUE, "a pass is overdue (a hang?)")] if late else []),
         *(
+            [
+                Alert(
+                    HealthReason.SOURCE_NOT_READ, f"the source has not been read yet: {_fetching(shown, now)}"
+                )
+            ]
+            if not shown.source_read
+            else []
+        ),
+        *(
             [Alert(HealthReason.SOURCE_UNREADABLE, f"the source cannot be read: {shown.source_error}")]
             if shown.source_error
             else []
@@ -924,6 +978,11 @@ def alerts(shown: Shown, late: bool, now: float) -> list[Alert]:
             for name, why in sorted(shown.not_started.items())
         ),
     ]
+
+
+def _fetching(shown: Shown, now: float) -> str:
+    since = shown.fetching_since
+    return f"fetching for {now - since:.0f} s" if since is not None else "waiting for its first fetch"
 
 
 def write_problems(shown: Shown) -> list[Alert]:

@@ -18,6 +18,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from tfdeclare.daemon.gitrun import Git, GitError
+
 
 @dataclass(frozen=True, slots=True)
 class SignaturePolicy:
@@ -53,27 +55,22 @@ class Verifier:
                     + (done.stderr.strip().splitlines() or ["gpg failed"])[-1]
                 )
 
-    def problem(self, clone: Path, commit: str) -> str | None:
+    def problem(self, git: Git, commit: str) -> str | None:
         """Why ``commit`` may not be applied (None: its signature is good and trusted)."""
-        env = dict(os.environ)
-        args = ["git", "-C", str(clone)]
+        env: dict[str, str] = {}
         if self.policy.allowed_signers is not None:
-            args += [
-                "-c",
-                "gpg.format=ssh",
-                "-c",
-                f"gpg.ssh.allowedSignersFile={self.policy.allowed_signers}",
-            ]
+            args = ["-c", "gpg.format=ssh", "-c", f"gpg.ssh.allowedSignersFile={self.policy.allowed_signers}"]
         else:
             assert self.gnupg_home is not None
-            args += ["-c", "gpg.format=openpgp", "-c", "gpg.program=gpg"]
+            args = ["-c", "gpg.format=openpgp", "-c", "gpg.program=gpg"]
             env["GNUPGHOME"] = str(self.gnupg_home)
-        done = subprocess.run(
-            [*args, "verify-commit", "--raw", commit], env=env, capture_output=True, text=True, check=False
-        )
-        if done.returncode == 0:
+        try:
+            _, code, stderr = git.run(*args, "verify-commit", "--raw", commit, env=env)
+        except GitError as err:  # not run, or past its deadline: not verified
+            return f"its signature could not be verified: {err.message}"
+        if code == 0:
             return None
-        said = done.stderr.strip()
+        said = stderr.strip()
         if not said:
             return "it is not signed"
         if "No principal matched" in said or "NO_PUBKEY" in said or "ERRSIG" in said:

@@ -26,10 +26,11 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from tfdeclare.daemon.gitrun import Git, GitError
 
 _FILE_MODES = {b"100644": False, b"100755": True}  # blob mode -> executable
 _LINK_MODE = b"120000"
@@ -52,26 +53,20 @@ def _shown(path: bytes) -> str:
     return path.decode("utf-8", "backslashreplace")
 
 
-def _git(git_dir: Path, *args: str, cwd: Path | None = None, stdin: bytes | None = None) -> bytes:
+def _git(git: Git, *args: str, cwd: Path | None = None, stdin: bytes | None = None) -> bytes:
     try:
-        done = subprocess.run(
-            ["git", f"--git-dir={git_dir}", *args],
-            input=stdin,
-            capture_output=True,
-            cwd=cwd,
-            check=False,
-        )
-    except OSError as err:
-        raise CompareError(str(err)) from None
-    if done.returncode != 0:
-        lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise CompareError(lines[-1] if lines else f"git {args[0]} failed (exit code {done.returncode})")
-    return done.stdout
+        out, code, err = git.run_bytes(*args, stdin=stdin, cwd=cwd)
+    except GitError as failed:
+        raise CompareError(failed.message) from None
+    if code != 0:
+        lines = err.strip().splitlines()
+        raise CompareError(lines[-1] if lines else f"git {args[0]} failed (exit code {code})")
+    return out
 
 
-def commit_tree(git_dir: Path, commit: str) -> dict[bytes, _Entry]:
+def commit_tree(git: Git, commit: str) -> dict[bytes, _Entry]:
     """Every path of ``commit`` (bytes, as git stores them) with its mode and object id."""
-    out = _git(git_dir, "ls-tree", "-r", "-z", "--full-tree", commit)
+    out = _git(git, "ls-tree", "-r", "-z", "--full-tree", commit)
     tree = {}
     for item in out.split(b"\0"):
         if not item:
@@ -126,11 +121,11 @@ def _walk(root: bytes, relative: bytes = b"") -> Iterator[tuple[bytes, os.DirEnt
             yield from _walk(root, path)
 
 
-def foreign_paths(git_dir: Path, commit: str, snapshot: Path) -> list[str]:
+def foreign_paths(git: Git, commit: str, snapshot: Path) -> list[str]:
     """What ``snapshot`` holds that ``commit`` does not have as it is (made, changed, a mode
     changed), and what of the commit it lacks; sorted. ``CompareError`` if git cannot say
     what the commit holds."""
-    tree = commit_tree(git_dir, commit)
+    tree = commit_tree(git, commit)
     folders = {b""}
     for path in tree:
         parts = path.split(b"/")
@@ -174,14 +169,12 @@ def foreign_paths(git_dir: Path, commit: str, snapshot: Path) -> list[str]:
                 foreign.append(_shown(path))  # a FIFO, socket or device: no commit has one
         except OSError as err:
             foreign.append(f"{_shown(path)} (cannot be read: {err.strerror})")
-    foreign.extend(_filtered_differ(git_dir, snapshot, tree, ask_git))
+    foreign.extend(_filtered_differ(git, snapshot, tree, ask_git))
     foreign.extend(_shown(path) for path in tree.keys() - seen)
     return sorted(foreign)
 
 
-def _filtered_differ(
-    git_dir: Path, snapshot: Path, tree: dict[bytes, _Entry], paths: list[bytes]
-) -> list[str]:
+def _filtered_differ(git: Git, snapshot: Path, tree: dict[bytes, _Entry], paths: list[bytes]) -> list[str]:
     """Of the files whose bytes differ from their blob, those that still differ once git's
     filters (line endings, ``.gitattributes``) are applied, as ``git status`` would see them."""
     plain = [p for p in paths if b"\n" not in p]
@@ -190,7 +183,7 @@ def _filtered_differ(
         return differ
     try:
         out = _git(
-            git_dir,
+            git,
             f"--work-tree={snapshot}",
             "hash-object",
             "--stdin-paths",

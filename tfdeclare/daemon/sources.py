@@ -19,8 +19,10 @@ Both only *say* when to look again (``on_change``); the daemon's pass reads the 
   when asked; a commit that could not be written or pushed (a protected branch, a hook that
   refuses it) is tried again at later passes, backing off (``status_retry_s``), until the
   remote has it, and ``write_status`` raises the reason meanwhile. A failed fetch keeps the
-  last snapshot (the last applied state runs on); a corrupt clone is moved aside and cloned
-  again.
+  last snapshot (the last applied state runs on); a corrupt clone (what git says of one,
+  ``_corrupt``) is moved aside and cloned again, never one that a full disk or a lack of
+  descriptors stopped. Git runs as short-lived, bounded commands (``gitrun.Git``), no process
+  kept between them.
 """
 
 from __future__ import annotations
@@ -38,9 +40,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from tfdeclare.core.run.record import Revision
+from tfdeclare.core.urls import hide_credentials, without_credentials
+from tfdeclare.daemon.gitrun import NETWORK_TIMEOUT_S, Git, GitError
+from tfdeclare.daemon.gitrun import problem as git_problem
 from tfdeclare.daemon.signatures import SignaturePolicy, Verifier
 from tfdeclare.daemon.snapshots import CompareError, foreign_paths
 from tfdeclare.files import read_regular
@@ -51,33 +55,36 @@ log = logging.getLogger("tfdeclare.daemon")
 _SPEC_SUFFIXES = (".yaml", ".yml")
 
 
-def git_problem(err: Any) -> str:
-    """What git said went wrong (its ``fatal:``/``error:`` lines), from a GitCommandError."""
-    stderr = str(err.stderr or "").strip()
-    stderr = stderr.removeprefix("stderr:").strip().strip("'").strip()
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    fatal = [line.split(":", 1)[1].strip() for line in lines if line.startswith(("fatal:", "error:"))]
-    if fatal:
-        return "; ".join(dict.fromkeys(fatal))
-    return lines[-1] if lines else f"git failed (exit code {getattr(err, 'status', '?')})"
-
-
-def _revision(commit: Any) -> Revision:
-    """A GitPython commit as the revision the records name."""
+def _revision(git: Git, commit: str) -> Revision:
+    """A commit as the revision the records name (its subject: the message's first line)."""
+    out = git("show", "-s", "--format=%H%x00%an%x00%ae%x00%ct%x00%B", commit, "--")
+    sha, name, email, when, message = out.split("\0", 4)
     return Revision(
-        commit=commit.hexsha,
-        author=f"{commit.author.name} <{commit.author.email}>",
-        time=float(commit.committed_date),
-        subject=commit.summary if isinstance(commit.summary, str) else commit.summary.decode(),
+        commit=sha, author=f"{name} <{email}>", time=float(when), subject=message.split("\n", 1)[0]
     )
 
 
-def without_credentials(url: str) -> str:
-    """``https://user:token@host/x.git`` -> ``https://host/x.git`` (other URLs as they are)."""
-    parts = urlsplit(url)
-    if not parts.scheme or "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+# What git says of a clone that is not one, or whose objects are damaged: only these set it
+# aside (a full disk, a read-only folder, too many open files are not the clone's fault).
+_CORRUPT = ("not a git repository", "bad object", "corrupt", "invalid object", "bad tree", "unable to read")
+_NOT_CORRUPT = (
+    "no space left",
+    "too many open files",
+    "read-only file system",
+    "permission denied",
+    "cannot allocate memory",
+    "disk quota",
+)
+
+
+def _corrupt(err: GitError) -> bool:
+    said = err.message.lower()
+    return (
+        err.started
+        and not err.timed_out
+        and any(p in said for p in _CORRUPT)
+        and not any(p in said for p in _NOT_CORRUPT)
+    )
 
 
 class SourceError(Exception):
@@ -121,16 +128,15 @@ def branch_problem(name: str) -> str | None:
     return None
 
 
-def push_problem(err: Any) -> str:
+def push_problem(stderr: str, code: int) -> str:
     """What a failed push said: the remote's refusal of the ref (``[remote rejected] ... (why)``)
     before git's own last words."""
-    stderr = str(err.stderr or "").removeprefix("stderr:").strip().strip("'")
     refused = [
         line.split("]", 1)[1].strip()
         for line in stderr.splitlines()
         if "[remote rejected]" in line or "[rejected]" in line
     ]
-    return "; ".join(refused) if refused else git_problem(err)
+    return "; ".join(refused) if refused else git_problem(stderr, code)
 
 
 class FolderSource:
@@ -223,6 +229,7 @@ class GitSettings:
     status_branch: str = "tfdeclare-status"
     push_status: bool = False
     signatures: SignaturePolicy | None = None  # verify the head's signature before applying it
+    timeout_s: float = NETWORK_TIMEOUT_S  # clone, fetch and push each (daemon.gitTimeoutSeconds)
 
 
 class GitSource:
@@ -248,7 +255,8 @@ class GitSource:
         self.in_use: Callable[[], Collection[str]] | None = None
         # Unused snapshots kept for the files tasks wrote into them: commit -> those files
         self.kept: dict[str, list[str]] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the snapshots, the status branch, setting the clone aside
+        self._fetching = threading.Lock()  # one fetch (or clone) at a time
         self.revision: Revision | None = None
         self._last_status_tree: str | None = None
         # The status branch: the commit the local ref holds and the one the remote was last
@@ -264,10 +272,13 @@ class GitSource:
         # (commit, why) of a head that was fetched but not applied: its signature failed
         self.rejected: tuple[str, str] | None = None
         self.verifier = Verifier(settings.signatures, workdir) if settings.signatures is not None else None
+        self.git = Git(self.clone_dir / ".git", settings.timeout_s)  # every git command it runs
 
     @property
     def description(self) -> str:
-        return f"git {self.settings.url} branch {self.settings.branch}" + (
+        """What the source is, as logs, pages, the lock file and errors name it: its URL
+        without the credentials it may carry."""
+        return f"git {without_credentials(self.settings.url)} branch {self.settings.branch}" + (
             f" path {self.settings.subdir}" if self.settings.subdir not in ("", ".") else ""
         )
 
@@ -281,51 +292,101 @@ class GitSource:
     def specs_path(self) -> Path:
         return self.current / self.settings.subdir
 
-    def _repo(self) -> Any:
-        import git
+    def _clone(self) -> None:
+        """Clone the repository when there is no clone yet (into a temporary folder, renamed
+        into place once complete)."""
+        if (self.clone_dir / ".git").exists():
+            return
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        tmp = self.workdir / f".clone-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        self._remote("clone", "--quiet", "--no-checkout", "--", self.settings.url, str(tmp), repository=False)
+        tmp.rename(self.clone_dir)
 
-        if not (self.clone_dir / ".git").exists():
-            self.workdir.mkdir(parents=True, exist_ok=True)
-            tmp = self.workdir / f".clone-{os.getpid()}"
-            shutil.rmtree(tmp, ignore_errors=True)
-            git.Repo.clone_from(self.settings.url, tmp, no_checkout=True, single_branch=False)
-            tmp.rename(self.clone_dir)
-        return git.Repo(self.clone_dir)
+    def _remote(self, verb: str, *args: str, repository: bool = True) -> None:
+        """``git VERB ARGS`` with the remote (clone, fetch, push): ``SourceError`` naming the
+        verb and the URL (without credentials) when it fails or times out."""
+        try:
+            self.git(verb, *args, network=True, repository=repository)
+        except GitError as err:
+            if not err.started:  # no process: said as any other git command's
+                raise
+            raise SourceError(f"git {verb} {self.problem_path}: {err.message}") from err
 
     def sync(self) -> Revision:
-        """Fetch the branch and make its head the current snapshot. Raises ``SourceError``;
-        the previous snapshot then stays current."""
-        import git
+        """Fetch the branch and make its head the current snapshot (``fetch`` then
+        ``apply_fetched``). Raises ``SourceError``; the previous snapshot then stays current."""
+        self.fetch()
+        return self.apply_fetched()
 
-        with self._lock:
+    def fetch(self) -> None:
+        """The network's part of a sync: clone when there is no clone, fetch the branch. It
+        may take as long as ``settings.timeout_s`` (each of clone and fetch): the daemon runs it
+        beside its passes, which go on with the current snapshot meanwhile; it touches no
+        snapshot, and the local commands of a pass (``write_status``) may run beside it.
+        Raises ``SourceError``."""
+        with self._fetching:
             try:
-                repo = self._repo()
+                self._clone_checked()
                 branch = self.settings.branch
-                repo.git.fetch(
-                    "--prune", "--force", "origin", f"+refs/heads/{branch}:refs/remotes/origin/{branch}"
+                self._remote(
+                    "fetch",
+                    "--quiet",
+                    "--prune",
+                    "--force",
+                    "origin",
+                    f"+refs/heads/{branch}:refs/remotes/origin/{branch}",
                 )
-                commit = repo.commit(f"refs/remotes/origin/{branch}")
-                if self._refused(commit.hexsha):
-                    self.revision = self.revision or self._last_good(repo)
+            except GitError as err:
+                raise self._local_error(err) from err
+
+    def _clone_checked(self) -> None:
+        """Clone when there is no clone yet; find an unusable one before the network."""
+        try:
+            self._clone()
+        except OSError as err:  # the state folder (full, read-only): nothing set aside
+            raise SourceError(f"git: cannot prepare the clone in {self.workdir}: {err}") from err
+        self.git("rev-parse", "--git-dir")
+
+    def _local_error(self, err: GitError) -> SourceError:
+        """The error of a git command on the clone; a damaged clone is set aside (it is
+        cloned again by the next fetch)."""
+        if _corrupt(err):
+            with self._lock:
+                self._set_aside()
+            return SourceError(
+                f"the clone in {self.clone_dir} is unusable ({err.message}); it will be cloned again"
+            )
+        return SourceError(f"git: {err.message}")
+
+    def apply_fetched(self) -> Revision:
+        """The local part of a sync: make the fetched head of the branch the current snapshot
+        (when its signature verifies). Raises ``SourceError``; the previous snapshot then stays
+        current."""
+        try:
+            with self._lock:
+                commit = self.git(
+                    "rev-parse",
+                    "--verify",
+                    "--end-of-options",
+                    f"refs/remotes/origin/{self.settings.branch}^{{commit}}",
+                )
+                if self._refused(commit):
+                    self.revision = self.revision or self._last_good()
                     if self.revision is None:  # no good revision yet: nothing to apply
                         raise SourceError(self.rejected[1] if self.rejected else "unverified")
                     return self.revision
                 try:
-                    self._make_current(self._snapshot(repo, commit.hexsha))
-                    self._remove_unused(repo, commit.hexsha)
+                    self._make_current(self._snapshot(commit))
+                    self._remove_unused(commit)
                 except OSError as err:  # the folder, not the clone: keep the clone
-                    raise SourceError(f"cannot write the snapshot of {commit.hexsha[:12]}: {err}") from err
-            except git.GitCommandError as err:
-                raise SourceError(f"git: {git_problem(err)}") from err
-            except (git.InvalidGitRepositoryError, git.NoSuchPathError, ValueError, OSError) as err:
-                self._set_aside()
-                raise SourceError(
-                    f"the clone in {self.clone_dir} is unusable ({err}); it will be cloned again"
-                ) from err
-            self.revision = _revision(commit)
-            return self.revision
+                    raise SourceError(f"cannot write the snapshot of {commit[:12]}: {err}") from err
+                self.revision = _revision(self.git, commit)
+                return self.revision
+        except GitError as err:
+            raise self._local_error(err) from err
 
-    def _last_good(self, repo: Any) -> Revision | None:
+    def _last_good(self) -> Revision | None:
         """After a restart: the snapshot current before it, if its commit verifies (so a head
         refused now keeps that one running, and the jobs' status says why)."""
         if not self.current.is_symlink():
@@ -333,13 +394,13 @@ class GitSource:
         commit = os.path.basename(os.readlink(self.current))
         if not (self.workdir / os.readlink(self.current)).is_dir():
             return None
-        if self.verifier is not None and self.verifier.problem(self.clone_dir, commit) is not None:
+        if self.verifier is not None and self.verifier.problem(self.git, commit) is not None:
             return None
-        return _revision(repo.commit(commit))
+        return _revision(self.git, commit)
 
     def _refused(self, commit: str) -> bool:
         """Whether the head ``commit`` fails signature verification (``rejected`` says why)."""
-        problem = self.verifier.problem(self.clone_dir, commit) if self.verifier is not None else None
+        problem = self.verifier.problem(self.git, commit) if self.verifier is not None else None
         if problem is None:
             self.rejected = None
             return False
@@ -350,7 +411,7 @@ class GitSource:
         self.rejected = rejected
         return True
 
-    def _snapshot(self, repo: Any, commit: str) -> str:
+    def _snapshot(self, commit: str) -> str:
         """``revisions/<commit>`` made from git's objects (complete, read-only) if missing;
         returns its path relative to the work folder."""
         relative = f"{self.revisions_dir.name}/{commit}"
@@ -360,8 +421,8 @@ class GitSource:
         _remove_tree(staged)
         staged.mkdir(parents=True)
         index = {"GIT_INDEX_FILE": str(self.workdir / "snapshot-index")}
-        repo.git.read_tree(commit, env=index)
-        repo.git.checkout_index("--all", "--force", f"--prefix={staged}/", env=index)
+        self.git("read-tree", commit, env=index)
+        self.git("checkout-index", "--all", "--force", f"--prefix={staged}/", env=index)
         for folder, _, files in os.walk(staged):
             for name in files:
                 path = os.path.join(folder, name)
@@ -378,7 +439,7 @@ class GitSource:
             staged.symlink_to(snapshot)  # relative: the state folder may move
             staged.replace(self.current)
 
-    def _remove_unused(self, repo: Any, current: str) -> None:
+    def _remove_unused(self, current: str) -> None:
         """Remove the snapshots (and leftovers of interrupted ones) that are neither current
         nor hold a folder in use, unless one holds files its commit does not (a task running
         as root can write through the read-only modes): that one is kept, and said so once."""
@@ -387,7 +448,7 @@ class GitSource:
         for name, path in self.unused(current, self.in_use()):
             if name in self.kept:
                 continue
-            foreign = self.foreign_files(repo, name)
+            foreign = self.foreign_files(name)
             if foreign:
                 self.kept[name] = foreign
                 log.warning(
@@ -418,16 +479,15 @@ class GitSource:
         current = os.path.basename(os.readlink(self.current)) if self.current.is_symlink() else None
         if not self.revisions_dir.is_dir():
             return []
-        repo = self._repo()
         removed = []
         for name, path in self.unused(current, in_use):
-            foreign = [] if name.startswith(".") else self.foreign_files(repo, name)
+            foreign = [] if name.startswith(".") else self.foreign_files(name)
             if not dry_run:
                 _remove_tree(path)
             removed.append((name, foreign))
         return removed
 
-    def foreign_files(self, repo: Any, commit: str) -> list[str]:
+    def foreign_files(self, commit: str) -> list[str]:
         """The paths of ``commit``'s snapshot that its commit does not have as they are: made,
         changed (content or executable bit) or removed since it was written, whatever git
         would hide (``.git`` folders, ignored files, paths under a submodule): the folder is
@@ -436,7 +496,7 @@ class GitSource:
         if commit.startswith("."):
             return []
         try:
-            return foreign_paths(Path(repo.git_dir), commit, self.revisions_dir / commit)
+            return foreign_paths(self.git, commit, self.revisions_dir / commit)
         except CompareError as err:  # unknown then: keep it, lose no file
             return [f"(cannot compare it with the commit: {err})"]
 
@@ -449,13 +509,9 @@ class GitSource:
     def watch(self, on_change: Callable[[list[str]], None]) -> None:
         """Git mode polls: the daemon calls ``sync`` every interval and on POST /sync."""
 
-    def _status_blob(self, repo: Any, path: Path) -> str | None:
+    def _status_blob(self, path: Path) -> str | None:
         """The blob id of a status file as ``shell.statuswriter`` reads one (a regular file, no
         link, no FIFO, bounded), stored; None when it cannot be read (a warning, once)."""
-        import io
-
-        from gitdb.base import IStream  # type: ignore[import-untyped]  # GitPython's own
-
         try:
             data = read_regular(path, STATUS_MAX_BYTES)
         except OSError as err:
@@ -464,39 +520,32 @@ class GitSource:
                 log.warning("status branch: %s cannot be read (%s); left out", path, err.strerror)
             return None
         self._unreadable_status.discard(str(path))
-        stored = repo.odb.store(IStream("blob", len(data), io.BytesIO(data)))
-        return str(stored.hexsha.decode("ascii"))
+        return self.git("hash-object", "-w", "--no-filters", "--stdin", stdin=data)
 
     def write_status(self, status_dir: Path, revision: Revision | None) -> None:
         """Commit the status files to the status branch (never the watched one); push if asked."""
-        import git
-
         with self._lock:
             if self.status_error is not None and self._monotonic() < self._status_retry_at:
                 raise SourceError(self.status_error)  # backing off: said again, not tried
             pushing = False
             try:
-                repo = self._repo()
-                index = self.workdir / "status-index"
-                env = {"GIT_INDEX_FILE": str(index)}
-                repo.git.read_tree("--empty", env=env)
+                env = {"GIT_INDEX_FILE": str(self.workdir / "status-index")}
+                self.git("read-tree", "--empty", env=env)
                 for path in sorted(status_dir.glob("*.yaml")):
-                    blob = self._status_blob(repo, path)
+                    blob = self._status_blob(path)
                     if blob is None:
                         continue
-                    repo.git.update_index(
-                        "--add", "--cacheinfo", f"100644,{blob},status/{path.name}", env=env
+                    self.git(
+                        "update-index", "--add", "--cacheinfo", f"100644,{blob},status/{path.name}", env=env
                     )
-                tree = repo.git.write_tree(env=env)
+                tree = self.git("write-tree", env=env)
                 if tree == self._last_status_tree and self._status_done():
                     self._status_failures, self.status_error = 0, None
                     return
                 ref = f"refs/heads/{self.settings.status_branch}"
-                try:
-                    parent = repo.git.rev_parse("--verify", "--quiet", ref)
-                except git.GitCommandError:
-                    parent = ""
-                if parent and repo.git.rev_parse(f"{parent}^{{tree}}") == tree:
+                parent, found, _ = self.git.run("rev-parse", "--verify", "--quiet", ref)
+                parent = parent if found == 0 else ""
+                if parent and self.git("rev-parse", f"{parent}^{{tree}}") == tree:
                     commit = parent  # written before (by this daemon or the last): pushed yet?
                 else:
                     message = "tfdeclare status" + (f" at {revision.commit[:12]}" if revision else "")
@@ -507,22 +556,27 @@ class GitSource:
                         "GIT_COMMITTER_NAME": "tfdeclare",
                         "GIT_COMMITTER_EMAIL": "tfdeclare@localhost",
                     }
-                    commit = repo.git.commit_tree(*args, env=identity)
-                    repo.git.update_ref(ref, commit)
+                    commit = self.git("commit-tree", *args, env=identity)
+                    self.git("update-ref", ref, commit)
                 self._last_status_tree, self._status_commit = tree, commit
                 if not self._status_done():
                     pushing = True
-                    repo.git.push("--force", "origin", f"{ref}:{ref}")
+                    self._push(ref)
                     self._pushed = commit
-            except git.GitCommandError as err:
+            except GitError as err:
                 what = "pushing" if pushing else "writing status to"
-                why = push_problem(err) if pushing else git_problem(err)
-                why = why.replace(self.settings.url, self.problem_path)  # no credentials shown
+                why = hide_credentials(err.message)  # no credentials shown
                 self._status_failures += 1
                 self._status_retry_at = self._monotonic() + status_retry_s(self._status_failures)
                 self.status_error = f"{what} branch {self.settings.status_branch}: {why}"
                 raise SourceError(self.status_error) from err
             self._status_failures, self.status_error = 0, None
+
+    def _push(self, ref: str) -> None:
+        """Push ``ref`` to origin; ``GitError`` saying the remote's refusal when it fails."""
+        _, code, said = self.git.run("push", "--force", "origin", f"{ref}:{ref}", network=True)
+        if code != 0:
+            raise GitError(push_problem(said, code))
 
     def _status_done(self) -> bool:
         """Whether the status branch's commit is where it must be: written, and pushed when asked."""
@@ -531,4 +585,5 @@ class GitSource:
         )
 
     def close(self) -> None:
-        """Nothing to release."""
+        """Kill the git commands still running (a fetch that hangs must not keep the daemon)."""
+        self.git.stop()

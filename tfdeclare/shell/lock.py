@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tfdeclare.core.urls import hide_credentials
 from tfdeclare.files import not_own_folder
 
 
@@ -139,7 +140,7 @@ class ControllerLock:
         info = {
             "pid": os.getpid(),
             "host": socket.gethostname(),
-            "command": " ".join(["tfdeclare", *sys.argv[1:]]),
+            "command": hide_credentials(" ".join(["tfdeclare", *sys.argv[1:]])),  # --git URL
             "purpose": purpose,
             "since": time.time(),
             **details,
