@@ -714,7 +714,8 @@ class Controller:
                 result.errors.append(problem)
             if self._told_upkeep.get(f"{name}#observe") != str(err):
                 self._told_upkeep[f"{name}#observe"] = str(err)
-                log.warning("%s: backend error: %s", name, err)
+                if self._told_upkeep.get(name) != str(err):  # its upkeep said the same already
+                    log.warning("%s: backend error: %s", name, err)
 
     def _with_error(
         self, record: JobRecord, problem: RuntimeProblem, now: float, result: PassResult
