@@ -2,7 +2,8 @@
 their job's ``spec.image``, through the Docker engine at ``DOCKER_HOST`` (or the default
 socket), with the ``docker`` SDK. ``docker_driver.py`` keeps their record in the task folders.
 
-The engine is the task's supervisor: no tfdeclare process stays behind for a container. A
+The engine is the task's supervisor: the only tfdeclare process beside a container is the
+one holding its port's reservation (``port_holder.py``). A
 container is named ``tfdeclare-<owner>-<task id>`` (the engine refuses a second container of
 one name, so a retried or concurrent launch never runs a task twice) and labelled with its
 owner (a hash of the state folder), job, role, index, attempt, task id and hashes; a later
@@ -443,6 +444,19 @@ class DockerRuntime:
 
         try:
             self.client.api.start(name)
+        except (docker.errors.DockerException, OSError) as err:
+            raise EngineError(_explain(err)) from err
+
+    def wait_stopped(self, name: str) -> None:
+        """Return once the container is not running (it ended, or there is none); the engine
+        answers as it ends (one request, no timeout). Raises ``EngineError`` when the engine
+        does not answer (or the connection breaks: a restarting engine)."""
+        import docker.errors
+
+        try:
+            self.client.api.wait(name, timeout=None)
+        except docker.errors.NotFound:
+            pass
         except (docker.errors.DockerException, OSError) as err:
             raise EngineError(_explain(err)) from err
 
