@@ -453,14 +453,24 @@ class DockerDriver:
             raise BackendError(f"{folder.task_id}: {err}", code=ErrorCode.TEND_FAILED) from err
 
     def _start_again(self, folder: TaskFolder) -> None:
-        name = self._name(folder.task_id)
-        if self._state(folder.task_id) == "created":
-            self.engine.start(name)  # made by a launcher that died before starting it
-            return
+        """A launch whose launcher stopped before its container ran: a new launcher makes it
+        (once per controller), with its port reserved again. A container made but never
+        started is removed first and made anew: its pinned folders' volumes named descriptors
+        of the launcher that died (``pinned.py``)."""
+        made = self._state(folder.task_id) == "created"
+        if made:
+            self.engine.remove(self._name(folder.task_id))
         if folder.task_id in self._started:
             return  # once per controller: a launcher that then dies without a word has failed
-        folder.note("this task's container was never made (its launcher stopped first); launching it")
-        self._start_launcher([folder]).wait()
+        what = "made but never started" if made else "never made"
+        folder.note(f"this task's container was {what} (its launcher stopped first); launching it")
+        port = folder.task.port
+        fd = ports.reserve(port) if port is not None else None
+        try:
+            self._start_launcher([folder], [fd]).wait()
+        finally:
+            if fd is not None:
+                os.close(fd)
 
     def _hold_port(self, folder: TaskFolder) -> None:
         """A running container whose port nobody holds: reserve it again and start a launcher
