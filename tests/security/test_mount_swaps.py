@@ -27,7 +27,10 @@ from tfdeclare.backends.local.docker_runtime import container_name, container_op
 from tfdeclare.backends.local.pinned import PathChanged, open_no_follow
 from tfdeclare.backends.local.record import TaskRuntime
 from tfdeclare.controller.launchpaths import LaunchPaths, LaunchRefused
+from tfdeclare.core.enums import Role
+from tfdeclare.core.run.tasks import Slot, TaskKey, TaskLaunch
 from tfdeclare.core.spec.keys import Volume
+from tfdeclare.core.spec.resources import Resources
 
 INSIDE = "MARKER-of-the-allowed-folder"
 LAUNCHES = 12  # launches that pass the controller's check (of at most 300 tried)
@@ -110,7 +113,7 @@ def test_a_volume_swapped_for_a_link_after_its_check_never_mounts_what_the_link_
                 time.sleep(random.uniform(0, 0.01))  # at any point of the swapper's cycle
                 try:
                     task = checks.checked(task, None, host_paths_here=True)
-                except (LaunchRefused, OSError):  # OSError: a link turned folder as it was read
+                except LaunchRefused:
                     outcomes["refused by the check"] += 1  # a link right then: the static case
                     backend.release(placement)
                     continue
@@ -206,3 +209,26 @@ def test_a_container_made_but_never_started_is_made_anew_never_started_with_stal
             container.remove(force=True)
         for each in docker_client.volumes.list(filters=ours):
             each.remove(force=True)
+
+
+def test_a_path_that_cannot_be_resolved_as_it_is_swapped_is_refused_not_an_error(tmp_path: Path) -> None:
+    """``realpath`` meets a link that is a folder again when it reads it (EINVAL): the launch
+    is refused like any other, so the pass goes on and releases the placement."""
+    (tmp_path / "host" / "d").mkdir(parents=True)
+
+    def swapped_as_read(path: str) -> str:
+        if path.endswith("/d"):
+            raise OSError(22, "Invalid argument", path)
+        return os.path.realpath(path)
+
+    checks = LaunchPaths({}, (str(tmp_path / "host"),), resolve=swapped_as_read)
+    launch = replace(
+        TaskLaunch(
+            task_id="j.u.worker-0.1", job="j", key=TaskKey(Role.WORKER, 0), attempt=0, spec_hash="s",
+            config_hash="c", argv=("true",), env=(), resources=Resources(0.1, 64, 0),
+            slot=Slot(TaskKey(Role.WORKER, 0), "127.0.0.1", 1),
+        ),
+        volumes=(Volume(str(tmp_path / "host" / "d"), "/data"),),
+    )  # fmt: skip
+    with pytest.raises(LaunchRefused, match=r"worker-0: a folder it uses .*/host/d could not be resolved"):
+        checks.checked_all([launch], None, host_paths_here=True)
