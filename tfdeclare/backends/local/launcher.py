@@ -117,7 +117,7 @@ class Launcher:
             _Launch(folder, os.fdopen(open_append(folder.path / PULL_LOG), "ab"), lock, port_fd)
             for folder, lock, port_fd in claimed
         ]
-        self.holds: list[tuple[str, int]] = []  # (container, port reservation) made here
+        self.holds: list[tuple[str, int, Path]] = []  # (container, port reservation, task folder)
         self._lock = threading.Lock()
         self._changed = threading.Event()
 
@@ -196,7 +196,7 @@ class Launcher:
             with self._lock:
                 if made and launch.port_fd is not None and not launch.given_up:
                     name = container_name(self.engine.owner, launch.folder.task_id)
-                    self.holds.append((name, launch.port_fd))  # held until its container ends
+                    self.holds.append((name, launch.port_fd, launch.folder.path))  # until it ends
                     launch.port_fd = None
                 elif not launch.given_up:
                     launch.drop_port()
@@ -306,7 +306,7 @@ def _hold_only(task_dirs: list[Path], fds: list[int | None], owner: str) -> int:
         if task is None or task.container is None:
             os.close(fd)
             continue
-        holds.append((container_name(owner, task.task_id), fd))
+        holds.append((container_name(owner, task.task_id), fd, task_dir))
     hold(DockerRuntime(owner), holds)
     return 0
 
