@@ -27,7 +27,7 @@ from tfdeclare.backends.local.docker_runtime import container_name, container_op
 from tfdeclare.backends.local.pinned import PathChanged, open_no_follow
 from tfdeclare.backends.local.record import TaskRuntime
 from tfdeclare.controller.launchpaths import LaunchPaths, LaunchRefused
-from tfdeclare.core.enums import Role
+from tfdeclare.core.enums import Role, TaskState
 from tfdeclare.core.run.tasks import Slot, TaskKey, TaskLaunch
 from tfdeclare.core.spec.keys import Volume
 from tfdeclare.core.spec.resources import Resources
@@ -232,3 +232,39 @@ def test_a_path_that_cannot_be_resolved_as_it_is_swapped_is_refused_not_an_error
     )  # fmt: skip
     with pytest.raises(LaunchRefused, match=r"worker-0: a folder it uses .*/host/d could not be resolved"):
         checks.checked_all([launch], None, host_paths_here=True)
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_the_pinned_folders_volumes_go_with_their_container_also_one_removed_outside(
+    tmp_path: Path, docker_client: Any, base_image: str
+) -> None:
+    first, last = worker_ports()
+    capacity = LocalCapacity(cpus=4, mem_mib=4096, gpus=0, port_first=first, port_last=last)
+    state = tmp_path / "state"
+    harness = Harness(
+        lambda: LocalBackend(state, capacity, runtime=LocalRuntime.DOCKER), tmp_path, image=base_image
+    )
+    backend = harness.backend()
+    ours = {"label": f"tfdeclare.owner={owner_of(state / 'local')}"}
+    try:
+        placement = place_soon(backend, gang("outside", 2))
+        tasks = launches(harness, placement, ["sleep", "60"])
+        backend.launch(placement, tasks)
+        ids = [t.task_id for t in tasks]
+        wait_for(backend, lambda ts: all(ts[i].state is TaskState.RUNNING for i in ids), 60)
+        assert len(docker_client.volumes.list(filters=ours)) >= 2, "its folders pinned"
+        (outside, stopped) = (container_name(owner_of(state / "local"), i) for i in ids)
+        docker_client.containers.get(outside).remove(force=True)  # `docker rm -f`, not tfdeclare
+        backend.stop([ids[1]], 1.0)
+        wait_for(backend, lambda ts: all(ts[i].state.ended for i in ids), 60)
+        look(backend)  # their ends recorded, what is left of them removed
+        for name in (outside, stopped):
+            left = docker_client.volumes.list(filters={"label": f"tfdeclare.container={name}"})
+            assert left == [], f"{name} left {[v.name for v in left]}"
+    finally:
+        harness.close()
+        for container in docker_client.containers.list(all=True, filters=ours, ignore_removed=True):
+            container.remove(force=True)
+        for each in docker_client.volumes.list(filters=ours):
+            each.remove(force=True)

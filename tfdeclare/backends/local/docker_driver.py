@@ -500,8 +500,7 @@ class DockerDriver:
         )
         cause = seen.cause.value  # a platform event's, kept: the next controller reads it back
         folder.record_end(*end, cause=cause)
-        if state is not None:
-            self.engine.remove(name)
+        self.engine.remove(name)  # and its pinned folders' volumes, also when it was removed outside
         folder.record_end(*end, containerRemoved=True, cause=cause)  # ``destroy`` then needs no engine
         self._forget(folder.task_id)
 
