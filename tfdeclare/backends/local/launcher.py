@@ -257,6 +257,24 @@ class Launcher:
         return True
 
 
+CLAIM_TRIES = 10  # a lock found held is tried again this many times, CLAIM_WAIT_S apart
+CLAIM_WAIT_S = 0.02
+
+
+def _lock_soon(fd: int) -> bool:
+    """Take the task's lock (exclusive, held until we exit). The controller's look takes it
+    shared for an instant (``supervisor_holds``: is a launcher at work?), so a lock found
+    held is tried again for a moment: only a launcher at work holds it longer."""
+    for attempt in range(CLAIM_TRIES):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if attempt < CLAIM_TRIES - 1:
+                time.sleep(CLAIM_WAIT_S)
+    return False
+
+
 def _claim(task_dir: Path) -> tuple[TaskFolder, int] | None:
     """The task and the descriptor holding its lock for this launcher; None when another
     launcher holds it, or it was launched (or ended) before, or it has no container record."""
@@ -264,9 +282,7 @@ def _claim(task_dir: Path) -> tuple[TaskFolder, int] | None:
         lock = open_regular(task_dir / TASK_FILE)  # never through a link, never waiting on a FIFO
     except OSError:
         return None  # forgotten meanwhile (or not a regular file: not ours)
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held until we exit
-    except BlockingIOError:
+    if not _lock_soon(lock):
         os.close(lock)
         return None  # this task's launcher already runs
     task = read_task(task_dir)
