@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from tests.backend_conformance import PY, Harness, start, wait_for
-from tests.components import missing
 from tests.conftest import cli, kill_leftovers, worker_ports
 from tests.test_daemon import CONFIG as DAEMON_CONFIG
 from tests.test_daemon import Daemon, status
+from tests.test_write_failures_shown import fill, mount_tmpfs
 from tests.waiting import wait_until
 from tfdeclare.backends.local.backend import LocalBackend, LocalCapacity
 from tfdeclare.backends.local.process_driver import GONE_MESSAGE
@@ -28,27 +28,6 @@ from tfdeclare.core.enums import TaskState
 
 PORTS = worker_ports(20)
 CAPACITY = LocalCapacity(cpus=4, mem_mib=4096, gpus=0, port_first=PORTS[0], port_last=PORTS[1])
-
-
-def mount_tmpfs(folder: Path, size: str) -> None:
-    """A small tmpfs at ``folder``, its root 0755 (a state folder anyone may write is refused)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(folder)], check=False
-    )
-    if mounted.returncode != 0:
-        missing("cannot mount a tmpfs here (not root)")  # CI runs as root
-
-
-def fill(folder: Path) -> None:
-    """Write ``folder/filler`` until its disk is full."""
-    try:
-        with open(folder / "filler", "wb") as handle:
-            while True:
-                handle.write(b"\0" * 65536)
-                handle.flush()
-    except OSError:
-        pass  # full
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from tfdeclare.shell.store import StateStore
 pytestmark = pytest.mark.e2e
 
 
-def _mount_tmpfs(folder: Path, size: str) -> None:
+def mount_tmpfs(folder: Path, size: str) -> None:
     """A small tmpfs at ``folder``, its root 0755 (a tmpfs's default, 1777, is a folder anyone
     may write: a state folder so made is refused, docs/security.md)."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -34,7 +34,8 @@ def _mount_tmpfs(folder: Path, size: str) -> None:
         missing("cannot mount a tmpfs here (not root)")  # CI runs as root
 
 
-def _fill(folder: Path) -> None:
+def fill(folder: Path) -> None:
+    """Write ``folder/filler`` until its disk is full."""
     try:
         with open(folder / "filler", "wb") as handle:
             while True:
@@ -53,7 +54,7 @@ def _write_job(project: Path, name: str) -> None:
 def on_tmpfs(tmp_path: Path) -> Iterator[Path]:
     """A project whose whole folder (specs, state, status) is a 512 KiB tmpfs."""
     project = tmp_path / "project"
-    _mount_tmpfs(project, "512k")
+    mount_tmpfs(project, "512k")
     (project / "specs").mkdir()
     (project / "tfdeclare.yaml").write_text(CONFIG)
     try:
@@ -69,7 +70,7 @@ def test_a_full_state_disk_names_the_job_and_the_file_and_applies_the_rest_later
     _write_job(project, "a")
     _write_job(project, "b")
     assert cli("apply", "specs/a.yaml", cwd=project).returncode == 0
-    _fill(project)
+    fill(project)
     applied = cli("apply", "specs", "--timeout", "20", cwd=project)
     told = applied.stderr
     assert applied.returncode == 1, applied.stdout + told
@@ -98,7 +99,7 @@ def full_status(tmp_path: Path) -> Iterator[Path]:
     project = tmp_path
     (project / "specs").mkdir()
     (project / "tfdeclare.yaml").write_text(CONFIG)
-    _mount_tmpfs(project / "status", "64k")
+    mount_tmpfs(project / "status", "64k")
     try:
         yield project
     finally:
@@ -111,7 +112,7 @@ def test_a_job_whose_status_file_cannot_be_written_or_read_stays_in_status(full_
     project = full_status
     _write_job(project, "a")
     assert cli("apply", "specs", cwd=project).returncode == 0
-    _fill(project / "status")
+    fill(project / "status")
     _write_job(project, "b")  # its record is written, its status file cannot be
     applied = cli("apply", "specs", "--timeout", "20", cwd=project)
     assert applied.returncode == 1, applied.stdout + applied.stderr
@@ -143,7 +144,7 @@ def test_a_read_only_status_folder_makes_healthz_degraded_with_the_reason(tmp_pa
     (project / "specs" / "a-out").mkdir()
     (project / "specs" / "a.yaml").write_text(job("a"))
     status = project / "status"
-    _mount_tmpfs(status, "1m")
+    mount_tmpfs(status, "1m")
     daemon = Daemon(project, "--specs", "specs", "--interval", "1")
     try:
         wait_until(lambda: daemon.get("/healthz")[0] == 200 and (status / "a.yaml").exists())
@@ -188,7 +189,7 @@ def test_an_unwritable_or_full_state_folder_makes_healthz_degraded_with_the_reas
     (project / "specs" / "a-out").mkdir()
     (project / "specs" / "a.yaml").write_text(job("a"))
     state = project / ".tfdeclare"
-    _mount_tmpfs(state, "1m")
+    mount_tmpfs(state, "1m")
     daemon = Daemon(project, "--specs", "specs", "--interval", "1")
     try:
         wait_until(lambda: daemon.get("/healthz")[0] == 200 and "a" in StateStore(state).names())
@@ -215,7 +216,7 @@ def test_an_unwritable_or_full_state_folder_makes_healthz_degraded_with_the_reas
         wait_until(lambda: daemon.get("/healthz")[0] == 200, timeout=30)
         assert daemon.get("/healthz")[1]["storage"]["state"] is None
 
-        _fill(state)
+        fill(state)
         try:
             wait_until(lambda: daemon.get("/healthz")[0] == 503)
             code, health = daemon.get("/healthz")
