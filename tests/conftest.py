@@ -295,7 +295,9 @@ def _remove_orphan_volumes(client: Any, min_age_s: float = 120.0) -> None:
             made = datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp()
         except ValueError:
             continue
-        if now - made < min_age_s or client.containers.list(all=True, filters={"name": f"^/{name}$"}):
+        if now - made < min_age_s or client.containers.list(
+            all=True, filters={"name": f"^/{name}$"}, ignore_removed=True
+        ):
             continue
         with contextlib.suppress(docker.errors.APIError):
             volume.remove(force=True)

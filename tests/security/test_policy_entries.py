@@ -244,14 +244,12 @@ def run_entry(project: Path, entry: str, text: str) -> tuple[int, str, str]:
     return code, err.getvalue(), "specs/bad.yaml"
 
 
-def assert_refused(code: int, stderr: str, file: str, at: str, what: str, column: bool = True) -> None:
-    """Exit 1 and ``FILE:LINE:COL: error: ... (at $...AT)`` (a saved plan knows only the
-    job's line)."""
+def assert_refused(code: int, stderr: str, file: str, at: str, what: str) -> None:
+    """Exit 1 and ``FILE:LINE:COL: error: ... (at $...AT)`` (a saved plan's mismatch too)."""
     assert code == 1, (what, stderr)
     lines = [x for x in stderr.splitlines() if x.startswith(f"{file}:")]
-    place = r"\d+:\d+" if column else r"\d+"
     pattern = re.compile(
-        rf"^{re.escape(file)}:{place}: error: .*\(at \$\S*{re.escape(at.removeprefix('$'))}\)$"
+        rf"^{re.escape(file)}:\d+:\d+: error: .*\(at \$\S*{re.escape(at.removeprefix('$'))}\)$"
     )
     assert any(pattern.match(x) for x in lines), (what, stderr)
     assert "Traceback" not in stderr
@@ -317,7 +315,7 @@ def test_a_hand_edited_saved_plan_is_refused_for_each_field(tmp_path: Path, name
     (project / "p.json").write_text(json.dumps(saved))
     with inside(project) as err:
         code = main(["apply", "p.json"])
-    assert_refused(code, err.getvalue(), "specs/bad.yaml", form.at, name, column=False)
+    assert_refused(code, err.getvalue(), "specs/bad.yaml", form.at, name)
     assert not StateStore(project / ".tfdeclare").names()
 
 

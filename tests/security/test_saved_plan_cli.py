@@ -70,11 +70,11 @@ def test_a_plan_whose_job_file_is_edited_is_refused_and_runs_nothing(
     code, stderr = apply_edited(project, saved)
     assert code == 1, stderr
     assert (
-        f"specs/reader.yaml:1: error: job reader: the plan says desiredAll.reader.file/line is '{file}' line 1, "
+        f"specs/reader.yaml:3:18: error: job reader: the plan says desiredAll.reader.file/line is '{file}' line 1, "
         "the files now say 'specs/reader.yaml' line 1: run `tfdeclare plan` again"
     ) in stderr
     if working_dir is not None:
-        assert "specs/reader.yaml:1: error: job reader: the plan's spec differs" in stderr
+        assert "specs/reader.yaml:4:1: error: job reader: the plan's spec differs" in stderr
         assert "(at $.spec.workingDir)" in stderr
         assert f"'{working_dir}'" not in stderr  # values are not quoted
     assert "nothing applied from plan.json" in stderr
