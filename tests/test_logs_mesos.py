@@ -218,7 +218,12 @@ def test_the_daemons_page_shows_a_running_tasks_stderr(project: tuple[Path, Emul
             found = re.search(
                 r'<div class="tail">.*?<pre>(.*?)</pre>', _get(daemon.url + "/")[2].decode(), re.S
             )
-            return found.group(1) if found and "done" in found.group(1) else None
+            # both streams' ends: the agent writes each to its own file, in no order between them
+            return (
+                found.group(1)
+                if found and "done" in found.group(1) and "training" in found.group(1)
+                else None
+            )
 
         shown = str(wait_until(tail, timeout=60))
         assert not go.exists()  # the task runs still

@@ -155,16 +155,43 @@ def test_watch_says_each_problem_as_it_appears_and_clears(tmp_path: Path) -> Non
         def said(line: str) -> bool:
             return any(line in each for each in text.lines)
 
-        wait_until(lambda: said("problem invalid-spec: specs/b.yaml:"), timeout=30)  # standing at the start
+        def told(kind: str, path: str, cleared: bool) -> bool:
+            """The JSON watcher has said it too (each watcher looks on its own: the next step
+            waits for both, or a short-lived state could fall between one's looks)."""
+            return any((d["kind"], d["path"], d["cleared"]) == (kind, path, cleared) for d in documents())
+
+        wait_until(  # standing at the start
+            lambda: (
+                said("problem invalid-spec: specs/b.yaml:") and told("invalid-spec", "specs/b.yaml", False)
+            ),
+            timeout=30,
+        )
         (project / "specs" / "c.yaml").write_text(BROKEN.replace("NAME", "c"))
-        wait_until(lambda: said("problem invalid-spec: specs/c.yaml:"), timeout=30)
+        wait_until(
+            lambda: (
+                said("problem invalid-spec: specs/c.yaml:") and told("invalid-spec", "specs/c.yaml", False)
+            ),
+            timeout=30,
+        )
         (project / "specs" / "b.yaml").unlink()
-        wait_until(lambda: said("problem cleared (invalid-spec): specs/b.yaml"), timeout=30)
+        wait_until(
+            lambda: (
+                said("problem cleared (invalid-spec): specs/b.yaml")
+                and told("invalid-spec", "specs/b.yaml", True)
+            ),
+            timeout=30,
+        )
 
         subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True)
         try:
             (project / "specs" / "a.yaml").write_text(daemon_job("a", count=2))  # its status must change
-            wait_until(lambda: said("problem status-stale: a: status file stale: cannot write"), timeout=30)
+            wait_until(
+                lambda: (
+                    said("problem status-stale: a: status file stale: cannot write")
+                    and told("status-stale", str(folder / "a.yaml"), False)
+                ),
+                timeout=30,
+            )
         finally:
             subprocess.run(["mount", "-o", "remount,rw", str(folder)], check=True)
         wait_until(lambda: said(f"problem cleared (status-stale): {folder / 'a.yaml'}"), timeout=30)
