@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.components import missing
 from tests.conftest import cli
 from tests.git_http import GitHttpServer
 from tests.test_daemon import Daemon, commit, cwd, git, job, repo, status, wait_until
@@ -191,10 +192,11 @@ def test_a_host_that_hangs_holds_up_no_pass_and_no_stop(cwd: Path, tmp_path: Pat
     assert secret not in daemon.text()
 
 
-@pytest.mark.skipif(shutil.which("script") is None, reason="needs script(1) for a terminal")
 def test_in_a_terminal_git_asks_nothing(cwd: Path, tmp_path: Path) -> None:
     """The daemon run in a terminal (a real pty, script(1)): a host that asks for a user name
     gets none, and nothing is asked on the daemon's terminal."""
+    if shutil.which("script") is None:
+        missing("needs script(1) for a terminal (util-linux)")
     served, _ = served_repo(tmp_path)
     with GitHttpServer(served, "alice", "right") as server:
         url = f"http://127.0.0.1:{server.port}/x.git"
