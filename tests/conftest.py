@@ -4,7 +4,6 @@ rule that a test served by the Mesos master emulator or the scripted HTTP server
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib.util
 import os
@@ -12,9 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Callable, Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -275,32 +272,9 @@ def docker_client() -> Iterator[Any]:
     try:
         client = docker_env.engine()
         yield client
-        _remove_orphan_volumes(client)
         client.close()
     finally:
         docker_env.release()
-
-
-def _remove_orphan_volumes(client: Any, min_age_s: float = 120.0) -> None:
-    """The volumes of pinned folders (backends/local/pinned.py) whose container is gone, left
-    by tests that removed containers with the SDK rather than through tfdeclare; only ones
-    older than ``min_age_s`` (a concurrent run's volume is made just before its container)."""
-    import docker.errors
-
-    now = time.time()
-    for volume in client.volumes.list(filters={"label": "tfdeclare.container"}):
-        name = volume.attrs.get("Labels", {}).get("tfdeclare.container", "")
-        created = volume.attrs.get("CreatedAt", "")
-        try:
-            made = datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            continue
-        if now - made < min_age_s or client.containers.list(
-            all=True, filters={"name": f"^/{name}$"}, ignore_removed=True
-        ):
-            continue
-        with contextlib.suppress(docker.errors.APIError):
-            volume.remove(force=True)
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.backend_conformance import Harness, gang, launches, look, place_soon, wait_for
-from tests.conftest import kill_leftovers, worker_ports
+from tests.conftest import worker_ports
 from tests.engine_proxy import EngineProxy
 from tests.waiting import wait_until
 from tfdeclare.backends.base import BackendError
@@ -499,7 +499,6 @@ def test_a_stop_with_the_engine_gone_is_a_backend_error_at_once(
     finally:
         harness.close()
         _remove_owned(docker_client, owner_of(tmp_path / "state" / "local"))
-        kill_leftovers(tmp_path)  # its port holder, which waits for an engine that never comes back
 
 
 LOUD_THEN_SLOW = (

@@ -71,26 +71,7 @@ class LaunchPaths:
     ) -> TaskLaunch:
         """``launch`` with its source folder resolved and checked (and, when ``host_paths_here``,
         its volumes resolved); ``root`` is the folder its spec was read from when applied.
-        ``sources``: (spec folder, workingDir) -> the folder already checked for this batch.
-        A path whose resolving fails (a link that turned into a folder as it was read: one
-        being swapped) is refused too, never an error of the pass."""
-        try:
-            return self._checked(launch, root, host_paths_here=host_paths_here, sources=sources)
-        except OSError as err:
-            where = f" {err.filename}" if err.filename else ""
-            raise LaunchRefused(
-                f"{launch.key.name}: a folder it uses{where} could not be resolved ({err.strerror or err}): "
-                "it changed as it was read"
-            ) from None
-
-    def _checked(
-        self,
-        launch: TaskLaunch,
-        root: str | None,
-        *,
-        host_paths_here: bool,
-        sources: dict[tuple[str, str | None], str] | None,
-    ) -> TaskLaunch:
+        ``sources``: (spec folder, workingDir) -> the folder already checked for this batch."""
         wd = launch.working_dir
         if launch.source_dir is not None and (wd is None or not posixpath.isabs(wd)):
             target = None if sources is None else sources.get((launch.source_dir, wd))

@@ -68,7 +68,6 @@ from pathlib import Path
 
 from tfdeclare.backends import progress
 from tfdeclare.backends.base import BackendError, LogChunk, LogOffsetError
-from tfdeclare.backends.local import ports
 from tfdeclare.backends.local.docker_runtime import (
     KILL_SLACK_S,
     ContainerEnd,
@@ -85,7 +84,6 @@ from tfdeclare.backends.local.drivers import (
     seen_from_end,
 )
 from tfdeclare.backends.local.engine_outages import HOLD_S, EngineOutages, Verdict
-from tfdeclare.backends.local.launcher import port_fds_arg
 from tfdeclare.backends.local.process_driver import alive, supervisor_holds
 from tfdeclare.backends.local.pull_log import PULL_LOG, LauncherInfo, PullView, pull_log_size
 from tfdeclare.backends.local.record import ContainerSpec, LocalTask, TaskRuntime
@@ -247,22 +245,17 @@ class DockerDriver:
     def start(self, folders: Iterable[tuple[TaskFolder, int | None]]) -> None:
         """Start one launcher (``launcher.py``) for the tasks of this launch once their folders
         are written: it pulls their images, makes and starts their containers side by side and
-        records them, detached, so the pass never waits for a pull. It is handed each task's
-        port reservation and holds it until that container ends (``port_holder.py``)."""
+        records them, detached, so the pass never waits for a pull (the port reservation is
+        not needed: a container binds its port once it runs)."""
         batch: list[TaskFolder] = []
-        fds: list[int | None] = []
         try:
-            for folder, port_fd in folders:
+            for folder, _ in folders:
                 batch.append(folder)
-                fds.append(port_fd)
         finally:  # the tasks written so far get their launcher, whatever ``folders`` raised
             if batch:
-                self._start_launcher(batch, fds).wait()  # it forks the real launcher and exits at once
+                self._start_launcher(batch).wait()  # it forks the real launcher and exits at once
 
-    def _start_launcher(
-        self, batch: list[TaskFolder], port_fds: list[int | None] | None = None, *, hold: bool = False
-    ) -> subprocess.Popen[bytes]:
-        fds = port_fds or [None] * len(batch)
+    def _start_launcher(self, batch: list[TaskFolder]) -> subprocess.Popen[bytes]:
         try:
             starter = subprocess.Popen(
                 [
@@ -274,24 +267,18 @@ class DockerDriver:
                     self.engine.owner,
                     "--pull-timeout",
                     f"{self.pull_timeout_s:g}",
-                    "--port-fds",
-                    port_fds_arg(fds),
-                    *(["--hold"] if hold else []),
                     *(str(folder.path) for folder in batch),
                 ],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 close_fds=True,
-                pass_fds=tuple(fd for fd in fds if fd is not None),
             )
         except OSError as err:
             names = ", ".join(folder.task_id for folder in batch)
             raise BackendError(
                 f"cannot start the launcher of {names}: {err}", code=ErrorCode.LAUNCH_FAILED
             ) from err
-        if hold:
-            return starter
         now = time.monotonic()
         with self._lock:
             for folder in batch:
@@ -405,8 +392,6 @@ class DockerDriver:
             > float(stop_request.get("at", 0)) + float(stop_request.get("graceSeconds", 0)) + KILL_SLACK_S
         ):
             chore = Chore.KILL  # the engine's own stop did not finish (or failed)
-        elif state == "running" and folder.task.port is not None and not ports.held(folder.task.port):
-            chore = Chore.HOLD_PORT  # its holder was killed, or an earlier tfdeclare launched it
         return Seen(TaskState.STOPPING if stopping else TaskState.RUNNING, started_at=started_at, chore=chore)
 
     def _launcher(self, folder: TaskFolder) -> LauncherInfo | None:
@@ -477,42 +462,18 @@ class DockerDriver:
                 self._record_end(folder, seen)
             elif seen.chore is Chore.KILL:
                 self._kill(folder)
-            elif seen.chore is Chore.HOLD_PORT:
-                self._hold_port(folder)
         except EngineError as err:
             raise BackendError(f"{folder.task_id}: {err}", code=ErrorCode.TEND_FAILED) from err
 
     def _start_again(self, folder: TaskFolder) -> None:
-        """A launch whose launcher stopped before its container ran: a new launcher makes it
-        (once per controller), with its port reserved again. A container made but never
-        started is removed first and made anew: its pinned folders' volumes named descriptors
-        of the launcher that died (``pinned.py``)."""
-        made = self._state(folder.task_id) == "created"
-        if made:
-            self.engine.remove(self._name(folder.task_id))
+        name = self._name(folder.task_id)
+        if self._state(folder.task_id) == "created":
+            self.engine.start(name)  # made by a launcher that died before starting it
+            return
         if folder.task_id in self._started:
             return  # once per controller: a launcher that then dies without a word has failed
-        what = "made but never started" if made else "never made"
-        folder.note(f"this task's container was {what} (its launcher stopped first); launching it")
-        port = folder.task.port
-        fd = ports.reserve(port) if port is not None else None
-        try:
-            self._start_launcher([folder], [fd]).wait()
-        finally:
-            if fd is not None:
-                os.close(fd)
-
-    def _hold_port(self, folder: TaskFolder) -> None:
-        """A running container whose port nobody holds: reserve it again and start a launcher
-        that only holds it until the container ends (none if someone else took the port)."""
-        port = folder.task.port
-        fd = ports.reserve(port) if port is not None else None
-        if fd is None:
-            return
-        try:
-            self._start_launcher([folder], [fd], hold=True).wait()
-        finally:
-            os.close(fd)
+        folder.note("this task's container was never made (its launcher stopped first); launching it")
+        self._start_launcher([folder]).wait()
 
     def _record_end(self, folder: TaskFolder, seen: Seen) -> None:
         """Keep the ended container's output in the log, record its end, remove it (a
@@ -530,7 +491,8 @@ class DockerDriver:
         )
         cause = seen.cause.value  # a platform event's, kept: the next controller reads it back
         folder.record_end(*end, cause=cause)
-        self.engine.remove(name)  # and its pinned folders' volumes, also when it was removed outside
+        if state is not None:
+            self.engine.remove(name)
         folder.record_end(*end, containerRemoved=True, cause=cause)  # ``destroy`` then needs no engine
         self._forget(folder.task_id)
 

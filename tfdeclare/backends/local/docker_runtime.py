@@ -2,8 +2,7 @@
 their job's ``spec.image``, through the Docker engine at ``DOCKER_HOST`` (or the default
 socket), with the ``docker`` SDK. ``docker_driver.py`` keeps their record in the task folders.
 
-The engine is the task's supervisor: the only tfdeclare process beside a container is the
-one holding its port's reservation (``port_holder.py``). A
+The engine is the task's supervisor: no tfdeclare process stays behind for a container. A
 container is named ``tfdeclare-<owner>-<task id>`` (the engine refuses a second container of
 one name, so a retried or concurrent launch never runs a task twice) and labelled with its
 owner (a hash of the state folder), job, role, index, attempt, task id and hashes; a later
@@ -18,12 +17,8 @@ device request for exactly the host devices placed (``NVIDIA_VISIBLE_DEVICES`` n
 ones, ``void`` for a task without GPUs), and bind mounts: its working folder (read-write) and
 its source folder (read-only, links resolved) at their host paths, then the spec's ``volumes``
 (read-only unless ``rw``; one at the same container path replaces ours); the controller's
-state folder, when a source folder holds it, is covered by an empty tmpfs. ``make`` pins each
-folder (``pinned.py``): opened without following links, mounted as a ``local`` volume of the
-open descriptor (``<container name>-m<n>-<random>``, labelled ``tfdeclare.container``,
-removed with the container by ``remove``), so the engine never walks a path that may have
-changed since the controller checked it. The command runs after the image's entrypoint, like
-``docker run IMAGE COMMAND...``.
+state folder, when a source folder holds it, is covered by an empty tmpfs. The command runs after the
+image's entrypoint, like ``docker run IMAGE COMMAND...``.
 
 Images (``ensure_image``) are pulled before the container is made as the task's
 ``imagePullPolicy`` says, like the kubelet: ``IfNotPresent`` when the engine lacks it,
@@ -43,19 +38,16 @@ import errno
 import hashlib
 import math
 import os
-import secrets
 import signal
-import stat
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tfdeclare.backends.local.pinned import PathChanged, fd_path, open_no_follow
 from tfdeclare.backends.local.record import LocalTask
 from tfdeclare.backends.progress import PullEvent, PullStep, report
 from tfdeclare.backends.secrets import SecretUnavailable, agent_file_argv, read_all
@@ -167,25 +159,18 @@ class HiddenFolder:
 
 
 def mounts_for(
-    work: str,
-    source: str | None,
-    volumes: Sequence[Mapping[str, Any]],
-    hidden: Sequence[str] = (),
-    resolve: Callable[[str], str] = os.path.realpath,
+    work: str, source: str | None, volumes: Sequence[Mapping[str, Any]], hidden: Sequence[str] = ()
 ) -> list[BindMount | HiddenFolder]:
     """The task's folders at their host paths, then the spec's volumes; a volume at the same
     container path as one of ours replaces it (the user said what is there). Each ``hidden``
     folder (links resolved) that a mount holds is covered by an empty tmpfs (the engine mounts
-    parents first, so the working folder, when it lies below one, is mounted over it). The
-    source folder is mounted from ``resolve(source)``: the launch passes the identity, since
-    the record holds the folder the controller resolved and checked, and resolving it again
-    would follow a link swapped in since."""
+    parents first, so the working folder, when it lies below one, is mounted over it)."""
     spec_mounts = [BindMount(v["hostPath"], v["containerPath"], v["mode"] != "rw") for v in volumes]
     targets = {m.target for m in spec_mounts}
     ours = [BindMount(work, work, False)]
     if source is not None and source != work:
         # the folder itself, links resolved (what the policy checked), at the path the task knows
-        ours.append(BindMount(resolve(source), source, True))
+        ours.append(BindMount(os.path.realpath(source), source, True))
     mounts: list[BindMount | HiddenFolder] = [m for m in ours if m.target not in targets]
     mounts += spec_mounts
     covered = []
@@ -241,23 +226,8 @@ def device_requests(devices: Sequence[int]) -> list[Any]:
     return [DeviceRequest(driver="nvidia", device_ids=[str(d) for d in devices], capabilities=[["gpu"]])]
 
 
-def task_mounts(
-    task: LocalTask, resolve: Callable[[str], str] = os.path.realpath
-) -> list[BindMount | HiddenFolder]:
-    """The mounts of a container task (``mounts_for`` of its record)."""
-    container = task.container
-    assert container is not None
-    volumes = [
-        {"hostPath": v.host_path, "containerPath": v.container_path, "mode": v.mode.value}
-        for v in container.volumes
-    ]
-    work = task.work_dir or task.cwd or "/"
-    return mounts_for(work, task.source_dir, volumes, container.hidden, resolve)
-
-
 def container_options(task: LocalTask, owner: str) -> dict[str, Any]:
-    """The keyword arguments of ``client.containers.create`` for a container task (its mounts
-    bind their host paths; ``DockerRuntime.make`` pins the folders among them)."""
+    """The keyword arguments of ``client.containers.create`` for a container task."""
     from docker.types import Mount
 
     container = task.container
@@ -282,6 +252,10 @@ def container_options(task: LocalTask, owner: str) -> dict[str, Any]:
         f"{LABEL}.spec-hash": task.spec_hash,
         f"{LABEL}.config-hash": task.config_hash,
     }
+    volumes = [
+        {"hostPath": v.host_path, "containerPath": v.container_path, "mode": v.mode.value}
+        for v in container.volumes
+    ]
     return {
         "image": container.image,
         "command": agent_file_argv(task.argv, task.secrets),
@@ -301,7 +275,7 @@ def container_options(task: LocalTask, owner: str) -> dict[str, Any]:
             Mount(m.target, m.source, type="bind", read_only=m.read_only)
             if isinstance(m, BindMount)
             else Mount(m.target, None, type="tmpfs", tmpfs_size=1 << 20)
-            for m in task_mounts(task)
+            for m in mounts_for(work, task.source_dir, volumes, container.hidden)
         ],
         "stdin_open": False,
         "tty": False,
@@ -446,108 +420,32 @@ class DockerRuntime:
         return self.make(task)
 
     def make(self, task: LocalTask) -> str:
-        """Create and start the task's container, its image on the engine, its host folders
-        pinned (``pinned.py``: each opened without following links, and mounted as an engine
-        volume of that descriptor, held until the container has started); its id. A container
-        of that name already there that was started is left as it is (made by an earlier
-        launch); one made but never started is made anew (its volumes name descriptors of the
-        launcher that made it, gone, or another process's now)."""
+        """Create and start the task's container, its image on the engine (a container of
+        that name already there is started if it has not been); its id."""
         import docker.errors
 
         name = container_name(self.owner, task.task_id)
-        pins: list[int] = []
         try:
-            options = container_options(task, self.owner)
-            options["mounts"] = self._pinned_mounts(name, task, pins)
             try:
-                container = self.client.containers.create(**options)
+                container = self.client.containers.create(**container_options(task, self.owner))
             except docker.errors.APIError as err:
                 if err.status_code != 409:  # 409: the name is taken: made by an earlier launch
                     raise
-                there = self.client.containers.get(name)
-                if there.status != "created":
-                    return str(there.id)
-                self.client.api.remove_container(name, force=True)  # its volumes: by ``remove``
-                container = self.client.containers.create(**options)
-            container.start()
+                container = self.client.containers.get(name)
+            if container.status == "created":
+                container.start()
         except (docker.errors.DockerException, OSError) as err:
             raise EngineError(_explain(err)) from err
         except SecretUnavailable as err:
             raise EngineError(str(err)) from None
-        finally:
-            for fd in pins:
-                os.close(fd)
         return str(container.id)
 
-    def _pinned_mounts(self, name: str, task: LocalTask, pins: list[int]) -> list[Any]:
-        """The task's mounts for the engine: each folder bound as a volume of the ``local``
-        driver over a descriptor opened without following links (appended to ``pins``, to be
-        held until the container started); a file bound by its path, looked at the same way
-        first. A part of a path that is a link now (or missing) is an ``EngineError``, nothing
-        made."""
-        from docker.types import Mount
-
-        mounts: list[Any] = []
-        for index, mount in enumerate(task_mounts(task, resolve=lambda path: path)):
-            if isinstance(mount, HiddenFolder):
-                mounts.append(Mount(mount.target, None, type="tmpfs", tmpfs_size=1 << 20))
-                continue
-            try:
-                fd = open_no_follow(mount.source)
-            except PathChanged as err:
-                raise EngineError(
-                    f"{mount.source} (mounted at {mount.target}) changed since it was checked: "
-                    f"{err.filename}: {err.strerror}; not mounted"
-                ) from None
-            except OSError as err:  # missing, unreadable: never left to the engine's walk
-                why = err.strerror or str(err)
-                raise EngineError(f"cannot mount {mount.source} at {mount.target}: {why}") from None
-            pins.append(fd)
-            if not stat.S_ISDIR(os.fstat(fd).st_mode):
-                mounts.append(Mount(mount.target, mount.source, type="bind", read_only=mount.read_only))
-                continue
-            # a name of its own (a volume of this name left by a launch that died would name
-            # a descriptor of that launcher: gone, or another process's now)
-            volume = f"{name}-m{index}-{secrets.token_hex(4)}"
-            self.client.volumes.create(
-                volume,
-                driver="local",
-                driver_opts={"type": "none", "o": "bind", "device": fd_path(fd)},
-                labels={f"{LABEL}.owner": self.owner, f"{LABEL}.container": name},
-            )
-            mounts.append(Mount(mount.target, volume, type="volume", read_only=mount.read_only, no_copy=True))
-        return mounts
-
-    def _remove_volume(self, volume: str) -> None:
+    def start(self, name: str) -> None:
+        """Start a container that was made but not started (its launch was interrupted)."""
         import docker.errors
 
         try:
-            self.client.api.remove_volume(volume, force=True)
-        except docker.errors.NotFound:
-            pass
-
-    def _remove_volumes(self, name: str) -> None:
-        """The pinned folders' volumes of the container ``name`` (once it is removed)."""
-        import docker.errors
-
-        found = self.client.api.volumes(filters={"label": f"{LABEL}.container={name}"})
-        for volume in found.get("Volumes") or []:
-            try:
-                self._remove_volume(volume["Name"])
-            except docker.errors.APIError as err:
-                if err.status_code != 409:  # 409: in use (a container of that name again)
-                    raise
-
-    def wait_stopped(self, name: str) -> None:
-        """Return once the container is not running (it ended, or there is none); the engine
-        answers as it ends (one request, no timeout). Raises ``EngineError`` when the engine
-        does not answer (or the connection breaks: a restarting engine)."""
-        import docker.errors
-
-        try:
-            self.client.api.wait(name, timeout=None)
-        except docker.errors.NotFound:
-            pass
+            self.client.api.start(name)
         except (docker.errors.DockerException, OSError) as err:
             raise EngineError(_explain(err)) from err
 
@@ -656,15 +554,12 @@ class DockerRuntime:
         return frames
 
     def remove(self, name: str) -> None:
-        """Remove the container (killed if it runs) and its pinned folders' volumes."""
         import docker.errors
 
         try:
-            try:
-                self.client.api.remove_container(name, force=True)
-            except docker.errors.NotFound:
-                pass
-            self._remove_volumes(name)
+            self.client.api.remove_container(name, force=True)
+        except docker.errors.NotFound:
+            pass
         except (docker.errors.DockerException, OSError) as err:
             raise EngineError(_explain(err)) from err
 

@@ -40,7 +40,6 @@ class Chore(Enum):
     START = "start"  # its launch never started (its controller stopped first): start it
     RECORD_END = "record-end"  # it ended and its end is not recorded: record it, clear what it left
     KILL = "kill"  # asked to stop, past its grace period and still up: kill it
-    HOLD_PORT = "hold-port"  # (container) it runs and nobody holds its port's reservation: hold it
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,14 +29,6 @@ engine stop it once made. A task done or given up has its lock let go at once, s
 controller sees that while the other tasks of the launch still wait. Once every task is done
 or given up the launcher exits, which ends its connection to the engine, so the engine
 cancels a pull nobody waits for any more.
-
-Ports: each task's port reservation (``ports.py``) comes with it, as a descriptor the
-controller passes (``--port-fds``, one per task folder, ``-`` for none). A task whose container
-was made keeps its descriptor: once every task is done or given up, the launcher stays on as
-the holder of those reservations until each container ends (``port_holder.py``), so the port
-stays reserved machine-wide for the container's whole life; the others' are closed at once.
-``--hold`` starts a launcher that only holds (the controller found a running container whose
-port nobody held: its holder was killed, or an earlier tfdeclare launched it).
 """
 
 from __future__ import annotations
@@ -77,7 +69,6 @@ class _Launch:
     folder: TaskFolder
     pull_log: IO[bytes]
     lock: int  # the descriptor holding its lock: closed once it is done or given up
-    port_fd: int | None = None  # its port's reservation: held while its container lives
     making: bool = False  # its container is being made: too late to give it up
     given_up: bool = False  # timed out or asked to stop: make nothing
     done: bool = False
@@ -90,12 +81,6 @@ class _Launch:
     def stop_requested(self) -> bool:
         return (self.folder.path / "stop.json").exists()
 
-    def drop_port(self) -> None:
-        """Let go of the port's reservation (no container of it runs)."""
-        if self.port_fd is not None:
-            os.close(self.port_fd)
-            self.port_fd = None
-
     def release(self) -> None:
         """Let go of the task's lock: the controller sees its launcher's work is over (its
         end, its container, or nothing: stopped before it started), whatever the other tasks
@@ -106,18 +91,15 @@ class _Launch:
 
 
 class Launcher:
-    def __init__(
-        self, claimed: list[tuple[TaskFolder, int, int | None]], owner: str, pull_timeout_s: float
-    ) -> None:
+    def __init__(self, claimed: list[tuple[TaskFolder, int]], owner: str, pull_timeout_s: float) -> None:
         from tfdeclare.backends.local.docker_runtime import DockerRuntime
 
         self.engine = DockerRuntime(owner)
         self.pull_timeout_s = pull_timeout_s
         self.launches = [
-            _Launch(folder, os.fdopen(open_append(folder.path / PULL_LOG), "ab"), lock, port_fd)
-            for folder, lock, port_fd in claimed
+            _Launch(folder, os.fdopen(open_append(folder.path / PULL_LOG), "ab"), lock)
+            for folder, lock in claimed
         ]
-        self.holds: list[tuple[str, int, Path]] = []  # (container, port reservation, task folder)
         self._lock = threading.Lock()
         self._changed = threading.Event()
 
@@ -163,16 +145,8 @@ class Launcher:
                         shown.add(launch.image)
                         launch.release()
                 if all(launch.done or launch.given_up for launch in self.launches):
-                    for launch in self.launches:
-                        if launch.given_up:
-                            launch.drop_port()
-                    holds = list(self.holds)
                     break
-        # What is left is holding the ports of the containers made until each ends. Exiting
-        # then ends the engine connection: the engine cancels a pull still under way.
-        from tfdeclare.backends.local.port_holder import hold
-
-        hold(self.engine, holds)
+        # Exiting ends the engine connection: the engine cancels a pull still under way.
         os._exit(0)
 
     def _timed_out(self, launch: _Launch, echo: bool) -> None:
@@ -187,29 +161,19 @@ class Launcher:
         launch.folder.record_end(None, time.time(), message, False, containerRemoved=True)
 
     def _work(self, launch: _Launch) -> None:
-        from tfdeclare.backends.local.docker_runtime import container_name
-
-        made = False
         try:
-            made = self._launch(launch)
+            self._launch(launch)
         finally:
             with self._lock:
-                if made and launch.port_fd is not None and not launch.given_up:
-                    name = container_name(self.engine.owner, launch.folder.task_id)
-                    self.holds.append((name, launch.port_fd, launch.folder.path))  # until it ends
-                    launch.port_fd = None
-                elif not launch.given_up:
-                    launch.drop_port()
                 launch.done = True
                 launch.release()
             self._changed.set()
 
-    def _launch(self, launch: _Launch) -> bool:
+    def _launch(self, launch: _Launch) -> None:
         """Have the image, make and start the container and record it in ``launch.json``; an
         image that cannot be had (a pull the registry refused, a missing one under ``Never``)
         ends the task without an exit code, with the reason as its message; an engine that
-        refuses (a host path that does not exist) ends it with exit code 127. Whether its
-        container was made (and started)."""
+        refuses (a host path that does not exist) ends it with exit code 127."""
         from tfdeclare.backends.local.docker_runtime import EngineError, ImageUnavailable, container_name
 
         folder = launch.folder
@@ -221,20 +185,20 @@ class Launcher:
             with self._lock:
                 if launch.given_up or launch.stop_requested():
                     launch.given_up = True
-                    return False
+                    return
                 launch.making = True
             container_id = self.engine.make(folder.task)
         except ImageUnavailable as err:  # it never ran: no exit code, the reason is its end
             with self._lock:
                 if launch.given_up:
-                    return False  # its end is recorded (timed out), or left to the controller (stopped)
+                    return  # its end is recorded (timed out), or left to the controller (stopped)
             folder.note(str(err))
             folder.record_end(None, time.time(), str(err), False, containerRemoved=True, error=err.code.value)
-            return False
+            return
         except EngineError as err:
             with self._lock:
                 if launch.given_up:
-                    return False
+                    return
             folder.note(f"cannot start its container: {err}")
             try:  # made, perhaps, but not started
                 self.engine.remove(name)
@@ -242,7 +206,7 @@ class Launcher:
             except EngineError:
                 removed = False  # ``destroy`` tries again
             folder.record_end(127, time.time(), f"cannot start: {err}", False, containerRemoved=removed)
-            return False
+            return
         launched = {
             "container": container_id,
             "startedAt": time.time(),
@@ -254,25 +218,6 @@ class Launcher:
                 self.engine.stop(name, folder.task.grace_s)
             except EngineError:
                 pass  # the controller kills it past its grace period
-        return True
-
-
-CLAIM_TRIES = 10  # a lock found held is tried again this many times, CLAIM_WAIT_S apart
-CLAIM_WAIT_S = 0.02
-
-
-def _lock_soon(fd: int) -> bool:
-    """Take the task's lock (exclusive, held until we exit). The controller's look takes it
-    shared for an instant (``supervisor_holds``: is a launcher at work?), so a lock found
-    held is tried again for a moment: only a launcher at work holds it longer."""
-    for attempt in range(CLAIM_TRIES):
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if attempt < CLAIM_TRIES - 1:
-                time.sleep(CLAIM_WAIT_S)
-    return False
 
 
 def _claim(task_dir: Path) -> tuple[TaskFolder, int] | None:
@@ -282,7 +227,9 @@ def _claim(task_dir: Path) -> tuple[TaskFolder, int] | None:
         lock = open_regular(task_dir / TASK_FILE)  # never through a link, never waiting on a FIFO
     except OSError:
         return None  # forgotten meanwhile (or not a regular file: not ours)
-    if not _lock_soon(lock):
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held until we exit
+    except BlockingIOError:
         os.close(lock)
         return None  # this task's launcher already runs
     task = read_task(task_dir)
@@ -295,38 +242,6 @@ def _claim(task_dir: Path) -> tuple[TaskFolder, int] | None:
     return TaskFolder(task_dir, task), lock
 
 
-def port_fds_arg(fds: list[int | None]) -> str:
-    """``--port-fds``: each task folder's inherited reservation descriptor, ``-`` for none."""
-    return ",".join("-" if fd is None else str(fd) for fd in fds)
-
-
-def _port_fds(text: str | None, count: int) -> list[int | None]:
-    if not text:
-        return [None] * count
-    fds = [None if part == "-" else int(part) for part in text.split(",")]
-    if len(fds) != count:
-        raise SystemExit("tfdeclare launcher: --port-fds needs one entry per task folder")
-    return fds
-
-
-def _hold_only(task_dirs: list[Path], fds: list[int | None], owner: str) -> int:
-    """``--hold``: hold the reservations of these tasks' running containers until each ends."""
-    from tfdeclare.backends.local.docker_runtime import DockerRuntime, container_name
-    from tfdeclare.backends.local.port_holder import hold
-
-    holds = []
-    for task_dir, fd in zip(task_dirs, fds, strict=True):
-        task = read_task(task_dir)
-        if fd is None:
-            continue
-        if task is None or task.container is None:
-            os.close(fd)
-            continue
-        holds.append((container_name(owner, task.task_id), fd, task_dir))
-    hold(DockerRuntime(owner), holds)
-    return 0
-
-
 def main(argv: list[str]) -> int:
     """``--detach`` forks, and the parent exits at once: the launcher is then nobody's child
     and leads its own session."""
@@ -334,29 +249,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--detach", action="store_true")
     parser.add_argument("--owner", required=True)
     parser.add_argument("--pull-timeout", type=float, required=True)
-    parser.add_argument("--port-fds")
-    parser.add_argument("--hold", action="store_true")
     parser.add_argument("task_dirs", type=Path, nargs="+")
     args = parser.parse_args(argv)
-    fds = _port_fds(args.port_fds, len(args.task_dirs))
     if args.detach:
         if os.fork() > 0:
             os._exit(0)
         os.setsid()
-    if args.hold:
-        return _hold_only(args.task_dirs, fds, args.owner)
-    claimed = []
-    for task_dir, fd in zip(args.task_dirs, fds, strict=True):
-        found = _claim(task_dir)
-        if found is not None:
-            claimed.append((*found, fd))
-        elif fd is not None:
-            os.close(fd)  # launched by another launcher, or ended: not ours to hold
+    claimed = [c for c in map(_claim, args.task_dirs) if c is not None]
     if not claimed:
         return 0
     me = os.getpid()
     info = LauncherInfo(me, process_start_ticks(me) or 0, time.time(), args.pull_timeout)
-    for folder, _, _ in claimed:
+    for folder, _ in claimed:
         write_atomic(folder.path / LAUNCHER_FILE, json.dumps(info.to_json()).encode())
     return Launcher(claimed, args.owner, args.pull_timeout).run()
 

@@ -5,10 +5,8 @@ A port is reserved by an exclusive ``flock`` on ``<tmp>/tfdeclare-ports/<port>.l
 controller takes it when it places a task, passes the open descriptor to the task's
 supervisor, which holds it for as long as the task runs, and the kernel releases it when its
 last holder exits or dies. The lock files themselves are never removed (one small file per
-port ever used). A container task has no supervisor: the process that made its container
-holds the descriptor until the engine says it ended (``port_holder.py``). The bind check
-(``machine.port_is_free``) stays: a port some other program listens on is not ours to hand
-out either.
+port ever used). The bind check (``machine.port_is_free``) stays: a port some other program
+listens on is not ours to hand out either.
 
 That folder lies in the temp folder, where every user of the machine can write, so nothing
 there is taken on trust (a planted ``<port>.lock`` link would otherwise have a root
@@ -202,28 +200,3 @@ def reserve(port: int, folder: Path | None = None) -> int | None:
         os.close(fd)
         return None
     return fd
-
-
-def held(port: int, folder: Path | None = None) -> bool:
-    """Does a holder have ``port`` reserved now? A look: a shared lock is tried and let go at
-    once, nothing is made. A lock file that cannot be trusted counts as held (that port is
-    skipped by ``reserve`` too)."""
-    folder_fd = _folder_fd(folder or ports_dir())
-    try:
-        fd = os.open(f"{port}.lock", _LOCK_FLAGS, dir_fd=folder_fd)
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return True
-    finally:
-        os.close(folder_fd)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
-            return True
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
